@@ -1,0 +1,53 @@
+# gpupool: `make up` runs the embedded hub, `make test` runs every test.
+# Each target does its own set-up on a fresh clone: a virtualenv in .venv, the
+# Python package, and configurable-http-proxy from npm in ./node_modules.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP_FLAGS ?= -q --disable-pip-version-check
+export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
+
+.PHONY: up test lint unit venv browser bench clean
+
+up: venv
+	$(VENV)/bin/gpupool up $(ARGS)
+
+test: venv browser
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest -m "not hub and not browser" $(PYTEST_ARGS)
+
+lint: venv
+	$(PY) -m ruff check .
+
+venv: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	# JupyterLab defaults for a shared hub: start the kernel, no news pop-up
+	mkdir -p $(LAB_SETTINGS) && cp hub_ext/lab/overrides.json $(LAB_SETTINGS)/overrides.json
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Debian's Chromium for the browser tests; installed where we may (root, as in CI).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "could not install Debian chromium"; \
+	  else echo "chromium missing: apt-get install chromium (browser tests fail in CI, skip elsewhere)"; fi; \
+	fi
+
+bench: venv
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) node_modules state test-artifacts

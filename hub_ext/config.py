@@ -1,0 +1,221 @@
+"""Admin configuration, as traitlets: every option has a help text with an example.
+
+Set these in `jupyterhub_config.py` (`c.GPUPool.default_build_quota = 0.5`) or in a
+gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
+--generate-config` writes a commented file with all of them.
+"""
+
+from __future__ import annotations
+
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets.config import LoggingConfigurable
+
+from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
+from .pool.units import UnitError
+
+LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces"}
+
+
+class GPUPool(LoggingConfigurable):
+    """GPU pool settings shared by the hub extension, the spawners and the API."""
+
+    db_url = Unicode(
+        "sqlite:///gpupool.sqlite",
+        config=True,
+        help="""SQLAlchemy URL of the database that keeps allocations, jobs and events.
+
+        The default is an SQLite file in the hub's working directory. Example::
+
+            c.GPUPool.db_url = "postgresql+psycopg://gpupool@db/gpupool"
+        """,
+    )
+
+    use_nvml = Bool(
+        True,
+        config=True,
+        help="""Discover GPUs with NVML (nvidia-ml-py). Turn off to use only virtual GPUs.
+
+        Example::
+
+            c.GPUPool.use_nvml = False
+        """,
+    )
+
+    virtual_gpus = Int(
+        0,
+        config=True,
+        help="""Number of virtual GPUs to declare when NVML finds none.
+
+        Virtual GPUs are labelled as such in the spawn form, the API and the logs: the
+        whole flow (fractions, quotas, culling) can be tried on a laptop or in CI.
+        Example::
+
+            c.GPUPool.virtual_gpus = 4
+        """,
+    )
+
+    virtual_gpu_memory_mib = Int(
+        16384,
+        config=True,
+        help="""Memory of each virtual GPU in MiB. Example::
+
+            c.GPUPool.virtual_gpu_memory_mib = 81559  # like an H100 80GB
+        """,
+    )
+
+    placement_policy = Unicode(
+        "best-fit",
+        config=True,
+        help="""How workspaces and jobs are placed onto GPUs (see `gpupool simulate --help`).
+
+        Example::
+
+            c.GPUPool.placement_policy = "first-fit"
+        """,
+    )
+
+    default_build_quota = Float(
+        1.0,
+        config=True,
+        help="""Fixed build quota of every user, in GPUs, across all their workspaces.
+
+        Example (half a GPU each)::
+
+            c.GPUPool.default_build_quota = 0.5
+        """,
+    )
+
+    allowed_fractions = List(
+        Float(),
+        default_value=[0.1, 0.25, 0.5, 1.0],
+        config=True,
+        help="""GPU sizes offered on the spawn form, in GPUs. Values below 1 are fractions of
+        one GPU; values of 1 and more must be whole GPUs. Example::
+
+            c.GPUPool.allowed_fractions = [0.1, 0.25, 0.5, 1, 2]
+        """,
+    )
+
+    max_gpus_per_workspace = Float(
+        1.0,
+        config=True,
+        help="""Largest GPU size a single workspace may hold. Example::
+
+            c.GPUPool.max_gpus_per_workspace = 2
+        """,
+    )
+
+    max_workspaces_per_user = Int(
+        2,
+        config=True,
+        help="""How many GPU workspaces (named servers) one user may run at once. Example::
+
+            c.GPUPool.max_workspaces_per_user = 1
+        """,
+    )
+
+    group_overrides = Dict(
+        config=True,
+        help="""Per-group build limits. A user in several groups gets the most generous value of
+        each key. Keys: quota, fractions, max_per_workspace (GPUs), max_workspaces. Missing
+        keys fall back to the defaults above. Example::
+
+            c.GPUPool.group_overrides = {
+                "researchers": {"quota": 2, "fractions": [0.5, 1, 2], "max_per_workspace": 2},
+                "students": {"quota": 0.25, "fractions": [0.1, 0.25], "max_workspaces": 1},
+            }
+        """,
+    )
+
+    group_totals = Dict(
+        config=True,
+        help="""Optional ceiling, in GPUs, on what all members of a group hold together.
+        Example (a class of 30 shares 2 GPUs)::
+
+            c.GPUPool.group_totals = {"cs101": 2}
+        """,
+    )
+
+    mps_pipe_directory = Unicode(
+        "",
+        config=True,
+        help="""CUDA MPS pipe directory of a running MPS control daemon. When set, workspaces get
+        CUDA_MPS_PIPE_DIRECTORY plus CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and
+        CUDA_MPS_ACTIVE_THREAD_PERCENTAGE matching their fraction. Example::
+
+            c.GPUPool.mps_pipe_directory = "/tmp/nvidia-mps"
+        """,
+    )
+
+    api_ip = Unicode(
+        "127.0.0.1",
+        config=True,
+        help="""Address the gpupool API listens on inside the hub process. Example::
+
+            c.GPUPool.api_ip = "0.0.0.0"  # in a hub pod
+        """,
+    )
+
+    api_port = Int(
+        8095,
+        config=True,
+        help="""Port of the gpupool API (reached through the proxy at /services/gpupool/). Example::
+
+            c.GPUPool.api_port = 8095
+        """,
+    )
+
+    @validate("allowed_fractions")
+    def _check_fractions(self, proposal: dict) -> list[float]:
+        for value in proposal["value"]:
+            _milli(value, "allowed_fractions")
+        return proposal["value"]
+
+    @validate("group_overrides")
+    def _check_overrides(self, proposal: dict) -> dict:
+        for group, limits in proposal["value"].items():
+            if not isinstance(limits, dict):
+                raise TraitError(f"GPUPool.group_overrides[{group!r}] must be a dict, got {limits!r}")
+            unknown = set(limits) - LIMIT_KEYS
+            if unknown:
+                raise TraitError(
+                    f"GPUPool.group_overrides[{group!r}]: unknown keys {sorted(unknown)};"
+                    f" use {sorted(LIMIT_KEYS)}"
+                )
+        return proposal["value"]
+
+    def quota_policy(self) -> BuildQuotaPolicy:
+        """The pure policy object the manager enforces."""
+        default = BuildLimits(
+            quota_milli=_milli(self.default_build_quota, "default_build_quota"),
+            sizes_milli=tuple(sorted(_milli(f, "allowed_fractions") for f in self.allowed_fractions)),
+            max_per_workspace_milli=_milli(self.max_gpus_per_workspace, "max_gpus_per_workspace"),
+            max_workspaces=self.max_workspaces_per_user,
+        )
+        overrides = {}
+        for group, lim in self.group_overrides.items():
+            where = f"group_overrides[{group!r}]"
+            overrides[group] = BuildLimits(
+                quota_milli=_milli(lim.get("quota", self.default_build_quota), where),
+                sizes_milli=tuple(
+                    sorted(_milli(f, where) for f in lim.get("fractions", self.allowed_fractions))
+                ),
+                max_per_workspace_milli=_milli(
+                    lim.get("max_per_workspace", self.max_gpus_per_workspace), where
+                ),
+                max_workspaces=int(lim.get("max_workspaces", self.max_workspaces_per_user)),
+            )
+        totals = {g: _milli(v, f"group_totals[{g!r}]") for g, v in self.group_totals.items()}
+        return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
+
+
+def _milli(value: object, where: str) -> int:
+    try:
+        milli = parse_gpus(value)
+    except UnitError as err:
+        raise TraitError(f"GPUPool.{where}: {err}") from None
+    if milli < 0:
+        raise TraitError(f"GPUPool.{where}: must not be negative, got {value!r}")
+    if milli > 1000 and milli % 1000:
+        raise TraitError(f"GPUPool.{where}: {value!r} is more than one GPU but not a whole number")
+    return milli

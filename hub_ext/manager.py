@@ -1,0 +1,183 @@
+"""The one owner of allocation state, living in the hub process.
+
+Every reserve and release goes through here: quota check, placement and the database
+write happen in one synchronous call, so concurrent spawns on the hub's event loop
+cannot interleave between "check" and "take". The in-memory ClusterState is rebuilt
+from the database at start-up, and `reconcile` drops what is no longer running.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from .pool import (
+    BuildQuotaPolicy,
+    ClusterState,
+    Holding,
+    Inventory,
+    NoCapacity,
+    Placement,
+    Request,
+    format_gpus,
+)
+from .pool.placement import Policy
+from .store import Allocation, Store
+
+log = logging.getLogger("gpupool")
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str  # build | train
+    owner: str
+    name: str
+
+    @property
+    def label(self) -> str:
+        name = self.name or "default"
+        return f"{self.kind} {self.owner}/{name}"
+
+
+class PoolManager:
+    def __init__(
+        self,
+        inventory: Inventory,
+        store: Store,
+        quotas: BuildQuotaPolicy,
+        policy: Policy,
+        seed: int = 0,
+    ) -> None:
+        self.inventory = inventory
+        self.store = store
+        self.quotas = quotas
+        self.policy = policy
+        self.rng = random.Random(seed)
+        self.state = ClusterState(inventory)
+        self._load()
+
+    # --- start-up ------------------------------------------------------------
+    def _load(self) -> None:
+        """Put every persisted allocation back into the state, dropping rows that no
+        longer fit the inventory (a GPU removed while the hub was down)."""
+        for row in self.store.allocations():
+            try:
+                self.state.apply(_placement(row))
+            except Exception as err:  # noqa: BLE001 - a bad row must not stop the hub
+                log.warning("dropping allocation %s (%s): %s", row.id, _label(row), err)
+                self._delete(row.id, reason=f"no longer fits the inventory: {err}")
+
+    # --- queries -------------------------------------------------------------
+    def holdings(self, owner: str, kind: str = "build") -> list[Holding]:
+        return [Holding(r.name, r.total_milli) for r in self.store.allocations(owner=owner, kind=kind)]
+
+    def allocation(self, w: Workload) -> Allocation | None:
+        rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
+        return rows[0] if rows else None
+
+    def group_usage(self) -> dict[str, int]:
+        usage: dict[str, int] = {}
+        for row in self.store.allocations(kind="build"):
+            for g in set(row.groups or ()):
+                usage[g] = usage.get(g, 0) + row.total_milli
+        return usage
+
+    # --- changes -------------------------------------------------------------
+    def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
+                      cpu_milli: int = 0, memory_mib: int = 0) -> Allocation:
+        """Check the fixed quota, place, persist. Raises a PoolError that says what to do."""
+        w = Workload("build", owner, server_name)
+        existing = self.allocation(w)
+        if existing is not None:
+            # a retried start of the same server keeps its share instead of taking a second one
+            if existing.total_milli == milli:
+                return existing
+            self.release(w, reason="replaced by a new start with another size")
+        groups = sorted(set(groups))
+        held = [h for h in self.holdings(owner) if h.server_name != server_name]
+        self.quotas.check(milli, groups, held, self.group_usage())
+        req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
+        return self.reserve(w, req, groups)
+
+    def reserve(self, w: Workload, req: Request, groups: Iterable[str] = ()) -> Allocation:
+        placement = self.policy.choose(self.state, req, self.rng)
+        if placement is None:
+            free = self._free_summary()
+            raise NoCapacity(
+                f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
+                " choose a smaller fraction or try again when others stop"
+            )
+        self.state.apply(placement)
+        try:
+            with self.store.session() as s:
+                row = Allocation(
+                    kind=w.kind, owner=w.owner, name=w.name, node=placement.node,
+                    gpus=list(placement.gpus), gpu_milli=placement.gpu_milli,
+                    cpu_milli=placement.cpu_milli, memory_mib=placement.memory_mib,
+                    groups=sorted(groups),
+                )
+                s.add(row)
+        except Exception:
+            self.state.release(placement)
+            raise
+        self.store.record("allocate", f"{w.label} holds {format_gpus(placement.total_milli)}"
+                          f" on {placement.node} GPU {list(placement.gpus)}",
+                          owner=w.owner, name=w.name, milli=placement.total_milli)
+        log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
+                 placement.node, list(placement.gpus))
+        return row
+
+    def mark_running(self, w: Workload, pid: int | None) -> None:
+        with self.store.session() as s:
+            row = s.scalar(select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name))
+            if row is not None:
+                row.state, row.pid = "running", pid
+
+    def release(self, w: Workload, reason: str) -> bool:
+        """Give a workload's share back. Idempotent: releasing twice is harmless."""
+        row = self.allocation(w)
+        if row is None:
+            return False
+        self._delete(row.id, reason=reason)
+        self.state.release(_placement(row))
+        log.info("released %s (%s)", w.label, reason)
+        return True
+
+    def _delete(self, row_id: int, reason: str) -> None:
+        with self.store.session() as s:
+            row = s.get(Allocation, row_id)
+            if row is None:
+                return
+            label, owner, name, milli = _label(row), row.owner, row.name, row.total_milli
+            s.delete(row)
+        self.store.record("release", f"{label} released {format_gpus(milli)}: {reason}",
+                          owner=owner, name=name, milli=milli)
+
+    def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
+        """Release allocations whose workload is not really running (after a crash)."""
+        released = []
+        for row in self.store.allocations(kind=kind):
+            if not is_running(row):
+                self.release(Workload(row.kind, row.owner, row.name), reason="not running (reconciled)")
+                released.append(_label(row))
+        return released
+
+    def _free_summary(self) -> str:
+        parts = []
+        for node, free in zip(self.inventory.nodes, self.state.gpu_free, strict=True):
+            for gpu, f in zip(node.gpus, free, strict=True):
+                parts.append(f"GPU {gpu.index}: {format_gpus(f)} free")
+        return "; ".join(parts) if parts else "the pool has no GPUs"
+
+
+def _placement(row: Allocation) -> Placement:
+    return Placement(node=row.node, gpus=tuple(row.gpus), gpu_milli=row.gpu_milli,
+                     cpu_milli=row.cpu_milli, memory_mib=row.memory_mib)
+
+
+def _label(row: Allocation) -> str:
+    return Workload(row.kind, row.owner, row.name).label

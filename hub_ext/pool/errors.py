@@ -1,0 +1,23 @@
+"""Refusals the pool core can give. Every message says what to do next."""
+
+
+class PoolError(Exception):
+    """Base: a request the pool will not serve. `str(err)` is shown to the user."""
+
+    status = 400
+
+
+class InvalidRequest(PoolError):
+    """Malformed or impossible input (a tampered form, -1 GPUs)."""
+
+
+class QuotaExceeded(PoolError):
+    """Allowed in principle, but the user's or group's fixed quota is used up."""
+
+    status = 403
+
+
+class NoCapacity(PoolError):
+    """Within quota, but no GPU has room right now."""
+
+    status = 409

@@ -1,0 +1,6 @@
+"""Persistence of allocations and events (SQLAlchemy; an SQLite file by default)."""
+
+from .db import Store
+from .models import Allocation, Event
+
+__all__ = ["Allocation", "Event", "Store"]

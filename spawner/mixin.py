@@ -1,0 +1,102 @@
+"""GPU share handling shared by gpupool's spawners (embedded and Kubernetes).
+
+The order in `start` is the contract: validate -> reserve (quota + placement, persisted)
+-> start the server with the GPU environment -> mark running. Any failure after the
+reservation releases it, and so do `stop` and a `poll` that finds the server dead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+from traitlets import HasTraits, default
+
+from hub_ext import runtime
+from hub_ext.manager import PoolManager, Workload
+from hub_ext.pool import GPU, PoolError
+from hub_ext.store import Allocation
+
+from .form import parse_form, render_form, requested_milli
+from .gpu_env import gpu_env
+
+
+def http_error(err: PoolError) -> web.HTTPError:
+    """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
+    exc = web.HTTPError(err.status, reason=type(err).__name__)
+    exc.jupyterhub_message = str(err)  # read by JupyterHub's form page and API errors
+    return exc
+
+
+class GPUSpawnerMixin(HasTraits):
+    """Mix in before a JupyterHub Spawner class."""
+
+    gpupool_allocation: Allocation | None = None
+
+    # --- helpers -------------------------------------------------------------
+    @property
+    def pool(self) -> PoolManager:
+        return runtime.pool(self.config)
+
+    @property
+    def workload(self) -> Workload:
+        return Workload("build", self.user.name, self.name)
+
+    @property
+    def user_groups(self) -> list[str]:
+        return sorted(g.name for g in self.user.groups)
+
+    # --- the spawn form ------------------------------------------------------
+    @default("options_form")
+    def _options_form_default(self) -> Any:
+        return self.render_gpu_form
+
+    def render_gpu_form(self, spawner: Any = None) -> str:
+        pool = self.pool
+        held = [h for h in pool.holdings(self.user.name) if h.server_name != self.name]
+        limits = pool.quotas.limits_for(self.user_groups)
+        virtual = any(g.virtual for n in pool.inventory.nodes for g in n.gpus)
+        offered = pool.quotas.offered_sizes(self.user_groups, held)
+        return render_form(offered, held, limits.quota_milli, virtual)
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
+        try:
+            options = parse_form(formdata)
+            milli = requested_milli(options)
+            held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
+            # early, friendly check; the binding one is in start()
+            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage())
+        except PoolError as err:
+            raise http_error(err) from None
+        return options
+
+    # --- lifecycle -----------------------------------------------------------
+    def reserve_gpus(self) -> Allocation:
+        try:
+            milli = requested_milli(self.user_options or {})
+            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli)
+        except PoolError as err:
+            self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
+            self.log.warning("refused %s: %s", self._log_name, err)
+            raise http_error(err) from None
+        self.gpupool_allocation = alloc
+        return alloc
+
+    def allocated_gpus(self) -> list[GPU]:
+        alloc = self.gpupool_allocation
+        if alloc is None:
+            return []
+        node = self.pool.inventory.node(alloc.node)
+        return [node.gpus[i] for i in alloc.gpus]
+
+    def gpu_environment(self, pythonpath: str = "") -> dict[str, str]:
+        alloc = self.gpupool_allocation
+        if alloc is None:
+            return {}
+        mps = runtime.settings(self.config).mps_pipe_directory
+        return gpu_env(self.allocated_gpus(), alloc.gpu_milli, mps, pythonpath)
+
+    def release_gpus(self, reason: str) -> None:
+        if self.pool.release(self.workload, reason=reason):
+            self.log.info("released GPU share of %s (%s)", self._log_name, reason)
+        self.gpupool_allocation = None
