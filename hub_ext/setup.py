@@ -1,3 +1,139 @@
-"""placeholder, replaced below"""
-def configure(c, **kw):
-    raise NotImplementedError
+"""One call in jupyterhub_config.py wires gpupool into a hub:
+
+    from hub_ext import configure
+    configure(c)   # last, after your c.GPUPool settings
+
+It sets the spawner, registers the `gpupool` service (the API served from this hub
+process) and the culler service, grants users and their servers access to the API,
+and, once the hub has started, reconciles persisted allocations with what is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import sys
+from typing import Any
+
+from traitlets.config import Config
+
+log = logging.getLogger("gpupool")
+
+SERVICE = "gpupool"
+CULLER = "gpupool-culler"
+ACCESS = f"access:services!service={SERVICE}"
+
+
+def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", culler: bool = False) -> None:
+    """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
+    from .config import GPUPool
+
+    c.JupyterHub.spawner_class = spawner
+    settings = GPUPool(config=c)  # only to read the API address; the hub builds its own later
+    token = secrets.token_hex(32)
+    api_url = f"http://{settings.api_ip}:{settings.api_port}"
+    services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
+    services.append({
+        "name": SERVICE,
+        "url": api_url,
+        "api_token": token,
+        "oauth_no_confirm": True,
+        "display": True,
+        "info": {"description": "GPU pool: who holds which GPU share"},
+    })
+    roles = [r for r in c.JupyterHub.get("load_roles", []) if r.get("name") not in ("user", "server")]
+    roles += [
+        {"name": "user", "scopes": ["self", ACCESS]},
+        {"name": "server", "scopes": ["users:activity!user", "access:servers!server", ACCESS]},
+    ]
+    if culler:
+        from idle_culler.service import service_definition
+
+        culler_service, culler_role = service_definition(CULLER, api_url)
+        services.append(culler_service)
+        roles.append(culler_role)
+    c.JupyterHub.services = services
+    c.JupyterHub.load_roles = roles
+    c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
+    _start_in_hub(c, token, settings.api_ip, settings.api_port)
+
+
+def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
+    """Schedule the API server and the start-up reconcile on the hub's event loop.
+
+    jupyterhub_config.py is loaded inside JupyterHub.initialize(), on the running loop;
+    a config loaded without one (--generate-config, tests of the config) starts nothing.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.create_task(_serve(c, token, ip, port))
+
+
+async def _serve(c: Config, token: str, ip: str, port: int) -> None:
+    from jupyterhub.app import JupyterHub
+    from jupyterhub.services.auth import HubOAuth
+
+    from . import runtime
+    from .api import make_app
+
+    hub = JupyterHub.instance()
+    _log_like_hub(hub.log)
+    await asyncio.sleep(0)  # initialize() has now read the whole config file
+    pool = runtime.pool(hub.config)
+    hub_api = _hub_api_url(hub)
+    base_url = f"{hub.base_url.rstrip('/')}/services/{SERVICE}/"
+    auth = HubOAuth(
+        api_token=token,
+        api_url=hub_api,
+        base_url=base_url,
+        hub_prefix=f"{hub.base_url.rstrip('/')}/hub/",
+        oauth_client_id=f"service-{SERVICE}",
+        oauth_redirect_uri=f"{base_url}oauth_callback",
+        access_scopes={ACCESS},
+        cache_max_age=60,
+    )
+    app = make_app(pool, auth, hub_app=hub)
+    app.listen(port, address=ip)
+    log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
+    # the hub waits for this service to answer before it finishes starting, so we listen
+    # first and reconcile once its own start-up check of running servers is done
+    started = getattr(hub, "_start_future", None)  # private in JupyterHub, so guarded
+    if started is not None:
+        await started
+    released = pool.reconcile(lambda row: _is_active(hub, row))
+    if released:
+        log.warning("reconciled after start-up: released %s", ", ".join(released))
+
+
+def _log_like_hub(hub_log: logging.Logger) -> None:
+    """gpupool's messages in the hub's log, with its format and level."""
+    for handler in hub_log.handlers:
+        log.addHandler(handler)
+    log.setLevel(hub_log.level)
+    log.propagate = False
+
+
+def _hub_api_url(hub: Any) -> str:
+    ip = hub.hub_connect_ip or hub.hub_ip or "127.0.0.1"
+    return f"http://{ip}:{hub.hub_port}{hub.base_url.rstrip('/')}/hub/api"
+
+
+def _is_active(hub: Any, row: Any) -> bool:
+    """Does the hub know a running or starting server for this allocation?"""
+    if row.kind != "build" or row.owner not in hub.users:
+        return row.kind != "build"  # only build workspaces are reconciled here
+    spawner = hub.users[row.owner].spawners.get(row.name)
+    return bool(spawner and spawner.active)
+
+
+def python_command(module: str, *args: str) -> list[str]:
+    """A service command that runs with this hub's interpreter."""
+    return [sys.executable, "-m", module, *args]
+
+
+def state_dir() -> str:
+    return os.environ.get("GPUPOOL_STATE_DIR", os.path.abspath("state"))

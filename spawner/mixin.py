@@ -51,6 +51,18 @@ class GPUSpawnerMixin(HasTraits):
     def _options_form_default(self) -> Any:
         return self.render_gpu_form
 
+    @default("apply_user_options")
+    def _apply_user_options_default(self) -> Any:
+        return self.check_user_options
+
+    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+        """Reject malformed options (a tampered form, the REST API) before anything starts;
+        JupyterHub answers 400 with this message."""
+        try:
+            requested_milli(user_options or {})
+        except PoolError as err:
+            raise http_error(err) from None
+
     def render_gpu_form(self, spawner: Any = None) -> str:
         pool = self.pool
         held = [h for h in pool.holdings(self.user.name) if h.server_name != self.name]

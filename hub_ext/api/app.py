@@ -1,0 +1,39 @@
+"""The tornado application behind /services/gpupool/."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from jupyterhub.services.auth import HubOAuth
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..manager import PoolManager
+from .auth import Directory, OAuthCallback
+from .page import StatusPage
+from .pool import EventsHandler, MeHandler, PoolHandler
+
+# Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
+ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
+    ("api/pool", PoolHandler),
+    ("api/me", MeHandler),
+    ("api/events", EventsHandler),
+    ("", StatusPage),
+]
+
+
+def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: Any = None,
+             extra_settings: dict[str, Any] | None = None) -> web.Application:
+    prefix = hub_auth.base_url
+    handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]
+    handlers += [(url_path_join(prefix, path) if path else prefix, h) for path, h in ROUTES]
+    settings = {
+        "gpupool": pool,
+        "hub_auth": hub_auth,
+        "directory": Directory(hub_app),
+        "cookie_secret": secrets.token_bytes(32),
+        "xsrf_cookies": False,
+        **(extra_settings or {}),
+    }
+    return web.Application(handlers, **settings)

@@ -1,0 +1,120 @@
+"""Who is calling: JupyterHub OAuth (browser) or a hub token (notebooks, services).
+
+The API runs inside the hub process, so admin flags and groups are read from the
+hub's own database instead of trusting anything the caller sends.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
+from tornado import web
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    kind: str  # user | service
+    admin: bool
+    groups: tuple[str, ...]
+
+
+class Directory:
+    """Answers 'is this user an admin, in which groups' from the hub's database."""
+
+    def __init__(self, hub_app: Any = None) -> None:
+        self.hub_app = hub_app
+
+    def caller(self, model: dict[str, Any]) -> Caller:
+        name, kind = model["name"], model.get("kind", "user")
+        admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
+        app = self.hub_app
+        if app is not None and kind == "user" and name in app.users:
+            user = app.users[name]
+            admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
+        elif kind == "service":
+            # a service is an admin here only if the hub gave it admin rights over servers
+            admin = "admin:servers" in (model.get("scopes") or ())
+        return Caller(name=name, kind=kind, admin=admin, groups=groups)
+
+
+class _OurHubAuth:
+    """Use the HubOAuth built for this app (JupyterHub's mixin otherwise takes a
+    process-wide singleton configured from environment variables, which the hub
+    process does not have)."""
+
+    @property
+    def hub_auth(self):
+        return self.settings["hub_auth"]
+
+    @hub_auth.setter
+    def hub_auth(self, value) -> None:  # the mixin may try to set it; ours is fixed
+        pass
+
+
+class OAuthCallback(_OurHubAuth, HubOAuthCallbackHandler):
+    pass
+
+
+class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
+    async def prepare(self) -> None:
+        # Identify the caller without blocking: this API lives in the hub process, and
+        # the mixin's synchronous lookup would wait on the very loop that must answer it.
+        model = await self.hub_auth.get_user(self, sync=False)
+        try:
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed:
+            self._hub_auth_user_cache = None
+
+    @property
+    def pool(self):
+        return self.settings["gpupool"]
+
+    @property
+    def directory(self) -> Directory:
+        return self.settings["directory"]
+
+    @property
+    def caller(self) -> Caller:
+        model = self.current_user
+        if model is None:
+            raise web.HTTPError(403)
+        return self.directory.caller(model)
+
+
+class APIHandler(BaseHandler):
+    """JSON in, JSON out; errors as {"status", "message"} with no redirects."""
+
+    def get_login_url(self) -> str:
+        raise web.HTTPError(403, "authenticate with a JupyterHub token (Authorization: token ...)")
+
+    def check_xsrf_cookie(self) -> None:
+        # token-authenticated API calls carry no XSRF cookie; cookie calls must send the header
+        if self.request.headers.get("Authorization"):
+            return
+        super().check_xsrf_cookie()
+
+    def json_body(self, max_bytes: int = 64 * 1024) -> dict[str, Any]:
+        if len(self.request.body) > max_bytes:
+            raise web.HTTPError(413, f"request body over {max_bytes} bytes")
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError as err:
+            raise web.HTTPError(400, f"body is not JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "body must be a JSON object")
+        return body
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, default=str))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))

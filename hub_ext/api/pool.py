@@ -1,0 +1,87 @@
+"""Read-only views of the pool: GPUs and who holds which share, my quota, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+
+from ..manager import PoolManager
+from ..pool import format_gpus
+from .auth import APIHandler, Caller
+
+OTHER = "(another user)"
+
+
+def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
+    """Every GPU with its shares; users see their own names, admins see everyone's."""
+    shares: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in pool.store.allocations():
+        mine = row.owner == caller.name
+        for g in row.gpus:
+            shares.setdefault((row.node, g), []).append({
+                "kind": row.kind,
+                "owner": row.owner if (mine or caller.admin) else OTHER,
+                "name": row.name if (mine or caller.admin) else "",
+                "milli": row.gpu_milli,
+                "state": row.state,
+                **({"pid": row.pid} if caller.admin else {}),
+            })
+    out = []
+    for n, node in enumerate(pool.inventory.nodes):
+        for gpu in node.gpus:
+            out.append({
+                "node": node.name, "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model,
+                "memory_mib": gpu.memory_mib, "virtual": gpu.virtual,
+                "free_milli": pool.state.gpu_free[n][gpu.index],
+                "shares": shares.get((node.name, gpu.index), []),
+            })
+    return out
+
+
+class PoolHandler(APIHandler):
+    @web.authenticated
+    def get(self) -> None:
+        self.write_json({"gpus": gpu_table(self.pool, self.caller)})
+
+
+class MeHandler(APIHandler):
+    @web.authenticated
+    def get(self) -> None:
+        caller = self.caller
+        pool: PoolManager = self.pool
+        held = pool.holdings(caller.name)
+        limits = pool.quotas.limits_for(caller.groups)
+        self.write_json({
+            "name": caller.name,
+            "admin": caller.admin,
+            "groups": list(caller.groups),
+            "build_quota_milli": limits.quota_milli,
+            "build_quota": format_gpus(limits.quota_milli),
+            "sizes_milli": list(limits.sizes_milli),
+            "max_per_workspace_milli": limits.max_per_workspace_milli,
+            "max_workspaces": limits.max_workspaces,
+            "holdings": [{"server": h.server_name, "milli": h.milli} for h in held],
+            "offered": [{"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)],
+        })
+
+
+class EventsHandler(APIHandler):
+    @web.authenticated
+    def get(self) -> None:
+        caller = self.caller
+        try:
+            limit = int(self.get_argument("limit", "100"))
+        except ValueError:
+            raise web.HTTPError(400, "limit must be a whole number") from None
+        if not 1 <= limit <= 1000:
+            raise web.HTTPError(400, "limit must be between 1 and 1000")
+        filters = {} if caller.admin else {"owner": caller.name}
+        if kind := self.get_argument("kind", ""):
+            filters["kind"] = kind
+        events = self.pool.store.events(limit=limit, **filters)
+        self.write_json({"events": [
+            {"time": e.time.isoformat() + "Z", "kind": e.kind, "owner": e.owner, "name": e.name,
+             "message": e.message, "data": e.data}
+            for e in events
+        ]})

@@ -1,0 +1,43 @@
+"""JupyterHub config for `gpupool up`: the embedded, one-machine hub.
+
+Loaded by `gpupool up`; an admin's own settings come from the file named by
+--config (a gpupool config file holding `c.GPUPool...` and any `c.JupyterHub...`).
+"""
+
+import os
+import sys
+
+from hub_ext import configure
+from hub_ext.embedded import chp_command, demo_password, load_user_config
+
+c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
+
+state = os.environ["GPUPOOL_STATE_DIR"]
+c.JupyterHub.ip = os.environ.get("GPUPOOL_IP", "127.0.0.1")
+c.JupyterHub.port = int(os.environ.get("GPUPOOL_PORT", "8000"))
+c.JupyterHub.hub_port = int(os.environ.get("GPUPOOL_HUB_PORT", "8081"))
+c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = f"{state}/jupyterhub_cookie_secret"
+c.ConfigurableHTTPProxy.pid_file = f"{state}/proxy.pid"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(os.environ.get('GPUPOOL_PROXY_API_PORT', '8001'))}"
+c.ConfigurableHTTPProxy.command = [chp_command()]
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.default_url = "/hub/home"
+
+# demo log-in: any user name, one shared password; 'admin' is an admin
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = demo_password(state)
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {"admin"}
+
+c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
+c.GPUPool.virtual_gpus = 4  # used only when NVML finds no GPU
+c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
+c.Spawner.home_dir_template = f"{state}/home/{{username}}"
+c.Spawner.default_url = "/lab"
+c.Spawner.cmd = [os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")]
+if os.getuid() == 0:
+    c.Spawner.args = ["--allow-root"]
+
+load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
+configure(c, culler=os.environ.get("GPUPOOL_CULLER", "0") == "1")

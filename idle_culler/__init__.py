@@ -1,0 +1,1 @@
+"""GPU-aware idle culler: a JupyterHub service that culls idle workspaces."""

@@ -1,0 +1,53 @@
+"""Shared fixtures. Hub fixtures start a real JupyterHub + configurable-http-proxy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hubtools import REPO, Hub
+
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def chp_available() -> bool:
+    return (REPO / "node_modules" / ".bin" / "configurable-http-proxy").exists() or bool(
+        shutil.which("configurable-http-proxy")
+    )
+
+
+def require_chp() -> None:
+    if not chp_available():
+        if os.environ.get("CI"):
+            pytest.fail("configurable-http-proxy is missing in CI: run `make venv`")
+        pytest.skip("configurable-http-proxy not installed (run `make venv`)")
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """One hub per test module, with 4 virtual GPUs and default quotas."""
+    require_chp()
+    h = Hub(state=tmp_path_factory.mktemp("hub"))
+    h.start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def make_hub(tmp_path: Path) -> Iterator:
+    """Factory for hubs with their own config; all are stopped at the end of the test."""
+    require_chp()
+    hubs: list[Hub] = []
+
+    def make(extra_config: str = "", **kw) -> Hub:
+        h = Hub(state=tmp_path / f"hub{len(hubs)}", extra_config=extra_config, **kw)
+        hubs.append(h)
+        return h
+
+    yield make
+    for h in hubs:
+        h.stop()

@@ -1,0 +1,85 @@
+"""Build workspaces through a real JupyterHub: spawn on a share, refusals, release."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hubtools import Hub
+
+pytestmark = pytest.mark.hub
+
+
+def server_env(hub: Hub, owner: str, name: str = "") -> dict[str, str]:
+    """The real environment of a running single-user server process."""
+    share = next(s for s in hub.allocations() if s["owner"] == owner and s["name"] == name)
+    raw = Path(f"/proc/{share['pid']}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+def test_spawn_on_a_fraction_sets_the_gpu_environment_and_stop_releases(hub: Hub) -> None:
+    hub.spawn("ada", "0.25")
+    shares = [s for s in hub.allocations() if s["owner"] == "ada"]
+    assert [(s["milli"], s["kind"], s["state"]) for s in shares] == [(250, "build", "running")]
+    env = server_env(hub, "ada")
+    assert env["CUDA_VISIBLE_DEVICES"] == str(shares[0]["gpu"])  # virtual GPUs go by index
+    assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    assert env["GPUPOOL_GPU_MEMORY_MIB"] == str(16384 // 4)
+    assert env["GPUPOOL_GPU_VIRTUAL"] == "1"
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # no MPS daemon configured
+
+    hub.stop_server("ada")
+    assert [s for s in hub.allocations() if s["owner"] == "ada"] == []
+
+
+def test_quota_refusal_says_what_to_do_and_allocates_nothing(hub: Hub) -> None:
+    hub.spawn("bob", "1", server="exp1")
+    before = hub.allocations()
+    status, message = hub.api_error("POST", "/hub/api/users/bob/servers/exp2", {"gpus": 0.5})
+    assert status == 403
+    assert "your build quota is 1 GPU and server 'exp1' holds 1 GPU" in message
+    assert "stop it or choose a smaller fraction" in message
+    assert hub.allocations() == before
+    hub.stop_server("bob", "exp1")
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({"gpus": -1}, "more than 0 GPU"),
+        ({"gpus": "lots"}, "not a GPU amount"),
+        ({"gpus": 0.3}, "not an offered size"),
+        ({"gpus": 0.0001}, "not a whole number of milli-GPU"),
+        ({}, "say how many GPUs you want"),
+        ({"gpus": 3}, "not an offered size"),
+    ],
+)
+def test_tampered_options_get_a_400_and_change_nothing(hub: Hub, options: dict, expected: str) -> None:
+    # a fresh user each time: JupyterHub reuses a user's last options when a spawn sends none
+    name = f"mallory{abs(hash(repr(options))) % 10_000}"
+    hub.api("POST", f"/hub/api/users/{name}")
+    before = hub.allocations()
+    status, message = hub.api_error("POST", f"/hub/api/users/{name}/server", options)
+    assert status == 400
+    assert expected in message
+    assert hub.allocations() == before
+    assert hub.api("GET", f"/hub/api/users/{name}")["servers"] == {}
+
+
+def test_a_server_that_dies_gives_its_share_back(hub: Hub) -> None:
+    hub.spawn("cyd", "0.5")
+    pid = next(s["pid"] for s in hub.allocations() if s["owner"] == "cyd")
+    os.kill(pid, signal.SIGKILL)
+    # the hub polls servers every second in these tests (c.Spawner.poll_interval)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(s["owner"] == "cyd" for s in hub.allocations()):
+        time.sleep(0.3)
+    assert [s for s in hub.allocations() if s["owner"] == "cyd"] == []
+    assert hub.api("GET", "/hub/api/users/cyd")["servers"] == {}
