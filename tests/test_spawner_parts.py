@@ -1,0 +1,104 @@
+"""The spawn form and the workspace environment, without a hub."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hub_ext.pool import GPU, Holding, InvalidRequest
+from spawner.form import parse_form, render_form, requested_milli
+from spawner.gpu_env import STARTUP_DIR, gpu_env
+
+H100 = GPU(index=3, uuid="GPU-4f1c", model="NVIDIA H100 80GB HBM3", memory_mib=81559)
+
+
+def test_form_offers_sizes_and_disables_those_over_the_quota_left() -> None:
+    html = render_form([(250, True), (500, False)], [Holding("exp1", 500)], 1000, virtual=True)
+    assert 'value="250" checked>' in html
+    assert 'value="500" disabled>' in html and "over your quota left" in html
+    assert "server &#x27;exp1&#x27;: 0.5 GPU" in html
+    assert "virtual" in html
+
+
+def test_form_says_so_when_nothing_fits() -> None:
+    html = render_form([(250, False)], [Holding("", 1000)], 1000, virtual=False)
+    assert "No size fits your quota now" in html and "checked" not in html
+
+
+@pytest.mark.parametrize("form", [{}, {"gpus": []}, {"gpus": ["250", "500"]}])
+def test_tampered_form_is_refused(form) -> None:
+    with pytest.raises(InvalidRequest, match="choose one GPU size"):
+        parse_form(form)
+
+
+def test_form_value_round_trips_to_milli() -> None:
+    assert requested_milli(parse_form({"gpus": ["250"]})) == 250
+    with pytest.raises(InvalidRequest, match="not a GPU amount"):
+        requested_milli(parse_form({"gpus": ["250; rm -rf /"]}))
+
+
+def test_env_pins_the_gpu_by_uuid_and_states_the_share() -> None:
+    env = gpu_env([H100], 250)
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-4f1c"
+    assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    assert env["GPUPOOL_GPU_MEMORY_MIB"] == str(81559 // 4)
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == STARTUP_DIR
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env
+
+
+def test_env_sets_mps_limits_when_a_daemon_is_configured() -> None:
+    env = gpu_env([H100], 500, mps_pipe_directory="/tmp/nvidia-mps")
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={81559 // 2}M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+
+
+def test_env_for_two_whole_gpus() -> None:
+    other = GPU(index=4, uuid="GPU-77aa", model=H100.model, memory_mib=81559)
+    env = gpu_env([H100, other], 1000, mps_pipe_directory="/mps")
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-4f1c,GPU-77aa"
+    assert env["GPUPOOL_GPU_FRACTION"] == "2"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=81559M,1=81559M"
+
+
+FAKE_TORCH = textwrap.dedent('''
+    import types
+    calls = []
+    _lazy = []
+    def _lazy_call(fn): _lazy.append(fn)
+    def _init():  # what torch does on first CUDA use
+        for fn in _lazy: fn()
+    cuda = types.SimpleNamespace(
+        device_count=lambda: 1,
+        is_initialized=lambda: False,
+        _lazy_call=_lazy_call,
+        set_per_process_memory_fraction=lambda f, d: calls.append((f, d)),
+        init=_init,
+    )
+''')
+
+
+def run_python(tmp_path: Path, code: str, env: dict[str, str]) -> str:
+    (tmp_path / "torch.py").write_text(FAKE_TORCH)  # torch itself needs CUDA for this call
+    full_env = {**os.environ, **env}
+    full_env["PYTHONPATH"] = os.pathsep.join([STARTUP_DIR, str(tmp_path)])
+    out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_torch_is_capped_at_the_share_when_cuda_starts(tmp_path: Path) -> None:
+    code = "import torch; print(torch.calls); torch.cuda.init(); print(torch.calls)"
+    out = run_python(tmp_path, code, {"GPUPOOL_GPU_FRACTION": "0.25"})
+    assert out.splitlines() == ["[]", "[(0.25, 0)]"]  # nothing at import, the cap at CUDA start
+
+
+def test_no_cap_for_whole_gpus_or_outside_gpupool(tmp_path: Path) -> None:
+    code = "import torch; torch.cuda.init(); print(torch.calls)"
+    assert run_python(tmp_path, code, {"GPUPOOL_GPU_FRACTION": "1"}) == "[]"
+    assert run_python(tmp_path, code, {"GPUPOOL_GPU_FRACTION": ""}) == "[]"
