@@ -71,3 +71,9 @@ def test_group_override_keys_fall_back_to_defaults() -> None:
 def test_override_must_be_a_dict() -> None:
     with pytest.raises(TraitError, match="must be a dict"):
         GPUPool(group_overrides={"students": 1})
+
+
+def test_every_option_is_documented() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    for option in GPUPool.class_own_traits(config=True):
+        assert f"c.GPUPool.{option}`" in docs, f"document c.GPUPool.{option} in docs/configuration.md"
