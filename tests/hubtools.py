@@ -67,6 +67,13 @@ class Hub:
         return path
 
     def start(self, timeout: float = 60) -> Hub:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # a hub that failed to come up must not leave its proxy behind
+            raise
+
+    def _start(self, timeout: float) -> Hub:
         self.state.mkdir(parents=True, exist_ok=True)
         env = dict(
             os.environ,
