@@ -165,6 +165,25 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
+    api_url = Unicode(
+        "",
+        config=True,
+        help="""URL at which workspaces reach the gpupool API (notebook widgets use it).
+
+        Default: built from api_ip and api_port, which fits the embedded hub. On Kubernetes,
+        the hub Service's address. Example::
+
+            c.GPUPool.api_url = "http://hub:8095/services/gpupool/"
+        """,
+    )
+
+    def api_url_for_servers(self, hub_base_url: str = "/hub/") -> str:
+        if self.api_url:
+            return self.api_url
+        host = "127.0.0.1" if self.api_ip in ("", "0.0.0.0") else self.api_ip
+        prefix = hub_base_url[: -len("hub/")] if hub_base_url.endswith("hub/") else "/"
+        return f"http://{host}:{self.api_port}{prefix}services/gpupool/"
+
     @validate("allowed_fractions")
     def _check_fractions(self, proposal: dict) -> list[float]:
         for value in proposal["value"]:

@@ -105,8 +105,10 @@ class GPUSpawnerMixin(HasTraits):
         alloc = self.gpupool_allocation
         if alloc is None:
             return {}
-        mps = runtime.settings(self.config).mps_pipe_directory
-        return gpu_env(self.allocated_gpus(), alloc.gpu_milli, mps, pythonpath)
+        cfg = runtime.settings(self.config)
+        env = gpu_env(self.allocated_gpus(), alloc.gpu_milli, cfg.mps_pipe_directory, pythonpath)
+        env["GPUPOOL_API_URL"] = cfg.api_url_for_servers(self.hub.base_url)
+        return env
 
     def release_gpus(self, reason: str) -> None:
         if self.pool.release(self.workload, reason=reason):

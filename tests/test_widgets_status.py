@@ -1,0 +1,40 @@
+"""The status widget reads the real API with a user's own token."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hubtools import Hub
+from widgets import Client, GPUPoolError, WorkspaceStatus
+from widgets.status import status_rows
+
+pytestmark = pytest.mark.hub
+
+
+def test_status_shows_this_workspace_share_and_quota(hub: Hub) -> None:
+    hub.spawn("wanda", "0.5")
+    hub.spawn("wanda", "0.25", server="side")
+    client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", hub.user_token("wanda"))
+    rows = dict(status_rows(client.get("api/me"), client.get("api/pool"), {"CUDA_VISIBLE_DEVICES": "1"}))
+    assert rows["Share"] == "0.5 GPU = 8,192 MiB of 16,384 MiB"
+    assert rows["GPU"].startswith("virtual (virtual) #")
+    assert rows["Build quota"] == "0.75 GPU of 1 GPU in use (also: side 0.25 GPU)"
+
+    widget = WorkspaceStatus(client=client)
+    assert "0.5 GPU = 8,192 MiB" in widget.table.value and widget.message.value == ""
+    hub.stop_server("wanda", "side")
+    hub.stop_server("wanda")
+
+
+def test_status_explains_a_bad_token(hub: Hub) -> None:
+    client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", "not-a-token")
+    with pytest.raises(GPUPoolError, match="HTTP 403"):
+        client.get("api/me")
+    widget = WorkspaceStatus(client=client)
+    assert "HTTP 403" in widget.message.value
+
+
+def test_client_outside_a_workspace_says_so(monkeypatch) -> None:
+    monkeypatch.delenv("GPUPOOL_API_URL", raising=False)
+    with pytest.raises(GPUPoolError, match="not set: is this notebook running in a gpupool workspace"):
+        Client()
