@@ -104,7 +104,16 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     started = getattr(hub, "_start_future", None)  # private in JupyterHub, so guarded
     if started is not None:
         await started
-    released = pool.reconcile(lambda row: _is_active(hub, row))
+    def is_running(row: Any) -> bool:
+        if _is_active(hub, row):
+            return True
+        cleanup = getattr(hub.spawner_class, "cleanup_orphans", None)
+        if cleanup is not None and row.kind == "build":
+            for pid in cleanup(row.owner, row.name):
+                log.warning("stopped orphaned server process %d of %s/%s", pid, row.owner, row.name)
+        return False
+
+    released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
+
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
 
 from .mixin import GPUSpawnerMixin
@@ -13,6 +17,7 @@ class _LocalGPU(GPUSpawnerMixin):
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))
+        env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
         return env
 
     async def start(self):
@@ -41,10 +46,45 @@ class _LocalGPU(GPUSpawnerMixin):
         return status
 
 
+WORKSPACE_VAR = "GPUPOOL_WORKSPACE"
+
+
+def workspace_tag(owner: str, name: str) -> str:
+    return f"{owner}/{name}"
+
+
+def stop_orphans(owner: str, name: str, proc_root: str = "/proc") -> list[int]:
+    """SIGTERM processes of a workspace the hub no longer knows about.
+
+    A hub killed between starting a server and recording it leaves a server nobody
+    manages, still pinned to a GPU; it is found by the workspace tag in its environment.
+    """
+    tag = f"{WORKSPACE_VAR}={workspace_tag(owner, name)}".encode()
+    stopped = []
+    for proc in Path(proc_root).iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if tag in environ:
+            try:
+                os.kill(int(proc.name), signal.SIGTERM)
+                stopped.append(int(proc.name))
+            except ProcessLookupError:
+                pass
+    return stopped
+
+
 class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
     """LocalProcessSpawner on a GPU share (users are system accounts)."""
+
+    cleanup_orphans = staticmethod(stop_orphans)
 
 
 class GPUSimpleLocalProcessSpawner(_LocalGPU, SimpleLocalProcessSpawner):
     """SimpleLocalProcessSpawner on a GPU share: no system accounts needed (demos, tests,
     teaching machines where everyone is one Unix user). Not isolated: see its parent."""
+
+    cleanup_orphans = staticmethod(stop_orphans)

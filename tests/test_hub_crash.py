@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
 
 import pytest
 
@@ -37,6 +40,9 @@ def test_kill_9_and_restart_keeps_running_shares_and_drops_half_made_ones(make_h
             " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
         )
     db.close()
+    # ...and its server process had started: alive, pinned to GPU 3, unknown to the hub
+    orphan = subprocess.Popen(["sleep", "600"], env={**os.environ, "GPUPOOL_WORKSPACE": "u3/",
+                                                     "CUDA_VISIBLE_DEVICES": "3"})
 
     hub.start()
     after = shares_by_owner(hub)
@@ -45,6 +51,7 @@ def test_kill_9_and_restart_keeps_running_shares_and_drops_half_made_ones(make_h
     for s in hub.allocations():
         per_gpu[s["gpu"]] = per_gpu.get(s["gpu"], 0) + s["milli"]
     assert all(v <= 1000 for v in per_gpu.values())
+    assert orphan.wait(timeout=30) == -signal.SIGTERM  # the orphan was stopped, not left on GPU 3
 
     # the restarted hub still manages those servers: stopping releases, restarting re-allocates once
     hub.stop_server("u1")
