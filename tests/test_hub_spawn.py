@@ -84,3 +84,14 @@ def test_a_server_that_dies_gives_its_share_back(hub: Hub) -> None:
         time.sleep(0.3)
     assert [s for s in hub.allocations() if s["owner"] == "cyd"] == []
     assert hub.api("GET", "/hub/api/users/cyd")["servers"] == {}
+
+
+def test_a_failed_start_releases_the_reservation(make_hub) -> None:
+    hub: Hub = make_hub('c.Spawner.cmd = ["/nonexistent/jupyterhub-singleuser"]\n').start()
+    hub.api("POST", "/hub/api/users/fay")
+    status, _ = hub.api_error("POST", "/hub/api/users/fay/server", {"gpus": 0.5})
+    assert status == 500  # the server could not start: not a refusal, but nothing is held
+    assert hub.allocations() == []
+    events = hub.api("GET", "/services/gpupool/api/events")["events"]
+    assert [e["kind"] for e in events[:2]] == ["release", "allocate"]
+    assert "start failed" in events[0]["message"]
