@@ -14,6 +14,9 @@ from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
 from .pool.units import UnitError
 
 LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces"}
+# the options an admin may also change at run time through the API (PUT api/quotas)
+QUOTA_KEYS = ("default_build_quota", "allowed_fractions", "max_gpus_per_workspace",
+              "max_workspaces_per_user", "group_overrides", "group_totals")
 
 
 class GPUPool(LoggingConfigurable):
@@ -238,3 +241,17 @@ def _milli(value: object, where: str) -> int:
     if milli > 1000 and milli % 1000:
         raise TraitError(f"GPUPool.{where}: {value!r} is more than one GPU but not a whole number")
     return milli
+
+
+def quota_document(cfg: GPUPool) -> dict:
+    """The quota options as plain JSON, in GPUs like the config file."""
+    return {key: getattr(cfg, key) for key in QUOTA_KEYS}
+
+
+def policy_from_document(doc: dict) -> BuildQuotaPolicy:
+    """Validate quota options exactly as the config file is validated (TraitError on a
+    bad value, ValueError on an unknown key)."""
+    unknown = set(doc) - set(QUOTA_KEYS)
+    if unknown:
+        raise ValueError(f"unknown quota options {sorted(unknown)}; use {list(QUOTA_KEYS)}")
+    return GPUPool(**doc).quota_policy()

@@ -6,12 +6,13 @@ import logging
 
 from traitlets.config import Config
 
-from .config import GPUPool
+from .config import GPUPool, policy_from_document, quota_document
 from .manager import PoolManager
 from .nvml import discover_gpus
 from .pool import Inventory, Node, get_policy, virtual_inventory
 
 log = logging.getLogger("gpupool")
+QUOTAS_SETTING = "quotas"
 _pool: PoolManager | None = None
 _settings: GPUPool | None = None
 
@@ -41,10 +42,16 @@ def pool(config: Config | None = None) -> PoolManager:
         from .store import Store
 
         cfg = settings(config)
+        store = Store(cfg.db_url)
+        quotas = cfg.quota_policy()
+        changed = store.get_setting(QUOTAS_SETTING)
+        if changed:
+            log.info("quotas changed through the API override the config: %s", sorted(changed))
+            quotas = policy_from_document({**quota_document(cfg), **changed})
         _pool = PoolManager(
             inventory=build_inventory(cfg),
-            store=Store(cfg.db_url),
-            quotas=cfg.quota_policy(),
+            store=store,
+            quotas=quotas,
             policy=get_policy(cfg.placement_policy),
         )
     return _pool

@@ -13,12 +13,14 @@ from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
 from .page import StatusPage
 from .pool import EventsHandler, MeHandler, PoolHandler
+from .quotas import QuotasHandler
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("api/pool", PoolHandler),
     ("api/me", MeHandler),
     ("api/events", EventsHandler),
+    ("api/quotas", QuotasHandler),
     ("", StatusPage),
 ]
 

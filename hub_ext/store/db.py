@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from .models import Allocation, Base, Event
+from .models import Allocation, Base, Event, Setting
 
 
 class Store:
@@ -36,6 +36,25 @@ class Store:
         with self.session() as s:
             q = select(Event).filter_by(**filters).order_by(Event.id.desc()).limit(limit)
             return list(s.scalars(q))
+
+    def get_setting(self, key: str) -> dict | None:
+        with self.session() as s:
+            row = s.get(Setting, key)
+            return dict(row.value) if row else None
+
+    def put_setting(self, key: str, value: dict) -> None:
+        with self.session() as s:
+            row = s.get(Setting, key)
+            if row is None:
+                s.add(Setting(key=key, value=value))
+            else:
+                row.value = value
+
+    def delete_setting(self, key: str) -> None:
+        with self.session() as s:
+            row = s.get(Setting, key)
+            if row is not None:
+                s.delete(row)
 
     def record(self, kind: str, message: str, owner: str = "", name: str = "", **data: Any) -> None:
         with self.session() as s:

@@ -54,3 +54,13 @@ class Event(Base):
     name: Mapped[str] = mapped_column(String(255), default="")
     message: Mapped[str] = mapped_column(Text, default="")
     data: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class Setting(Base):
+    """Admin changes made through the API (quotas), kept across restarts."""
+
+    __tablename__ = "gpupool_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict] = mapped_column(JSON)
+    updated: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
