@@ -67,13 +67,13 @@ class GPUPool(LoggingConfigurable):
     )
 
     placement_policy = Unicode(
-        "best-fit",
+        "frag-aware",
         config=True,
-        help="""How workspaces and jobs are placed onto GPUs (see `gpupool simulate --help`).
+        help="""How workspaces and jobs are placed onto GPUs: frag-aware (default; keeps GPUs
+        from fragmenting, learning the workload online), best-fit, first-fit, gpu-packing,
+        spread, random. `gpupool simulate --help` compares them. Example::
 
-        Example::
-
-            c.GPUPool.placement_policy = "first-fit"
+            c.GPUPool.placement_policy = "best-fit"
         """,
     )
 

@@ -168,8 +168,8 @@ class PoolManager:
 
     def _free_summary(self) -> str:
         parts = []
-        for node, free in zip(self.inventory.nodes, self.state.gpu_free, strict=True):
-            for gpu, f in zip(node.gpus, free, strict=True):
+        for n, node in enumerate(self.inventory.nodes):
+            for gpu, f in zip(node.gpus, self.state.node_gpu_free(n), strict=True):
                 parts.append(f"GPU {gpu.index}: {format_gpus(f)} free")
         return "; ".join(parts) if parts else "the pool has no GPUs"
 

@@ -33,7 +33,7 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
             out.append({
                 "node": node.name, "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model,
                 "memory_mib": gpu.memory_mib, "virtual": gpu.virtual,
-                "free_milli": pool.state.gpu_free[n][gpu.index],
+                "free_milli": int(pool.state.gpu_free[n][gpu.index]),
                 "shares": shares.get((node.name, gpu.index), []),
             })
     return out

@@ -2,6 +2,8 @@
 
 Every policy only *chooses*; ClusterState.apply enforces the invariants, so a buggy
 policy cannot over-allocate. Policies are pure: randomness comes in as an argument.
+Scores are computed for all nodes at once (numpy); ties go to `state.rank`, inventory
+order unless the run shuffled it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
+import numpy as np
+
+from .fragmentation import FragmentationAware, bestfit_score
 from .request import Placement, Request
 from .state import ClusterState
 from .units import MILLI_PER_GPU
@@ -22,30 +27,40 @@ class Policy(Protocol):
         ...
 
 
-def gpus_for(state: ClusterState, i: int, req: Request, *, tightest: bool = True) -> list[int]:
-    """GPUs on node i for the request: lowest-index free GPUs for whole GPUs; for a
-    sharing request the fitting GPU with the least room (best fit) or the lowest index."""
+def gpus_for(state: ClusterState, i: int, req: Request, how: str = "tightest",
+             rng: random.Random | None = None) -> list[int]:
+    """GPUs on node i: whole GPUs take the lowest-index free ones; a share takes the fitting
+    GPU with the least room (`tightest`, lowest index on ties), a `random` one, or the `lowest`."""
     if req.num_gpu == 0:
         return []
     fitting = state.fitting_gpus(i, req)
     if not req.is_sharing:
         return fitting[: req.num_gpu]
-    if tightest:
+    if how == "random" and rng is not None:
+        return [rng.choice(fitting)]
+    if how == "tightest":
         free = state.gpu_free[i]
-        return [min(fitting, key=lambda g: (free[g], g))]
+        return [min(fitting, key=lambda g: (int(free[g]), g))]
     return fitting[:1]
 
 
+def best_node(state: ClusterState, idx: np.ndarray, score: np.ndarray) -> int:
+    """The node of idx with the highest score; ties to the lowest rank."""
+    order = np.lexsort((state.rank[idx], -score))
+    return int(idx[order[0]])
+
+
 class FirstFit:
-    """The first node (inventory order) that fits; simple and predictable."""
+    """The first node in inventory order that fits: simple and predictable."""
 
     name = "first-fit"
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
-        for i in range(len(state.inventory.nodes)):
-            if state.node_fits(i, req):
-                return state.placement_on(i, req, gpus_for(state, i, req, tightest=False))
-        return None
+        idx = np.flatnonzero(state.feasible(req))
+        if idx.size == 0:
+            return None
+        i = int(idx[0])
+        return state.placement_on(i, req, gpus_for(state, i, req, "lowest"))
 
 
 class BestFit:
@@ -54,24 +69,69 @@ class BestFit:
     name = "best-fit"
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
-        best, best_score = None, None
-        for i in range(len(state.inventory.nodes)):
-            if not state.node_fits(i, req):
-                continue
-            cpu_left = state.cpu_free[i] - req.cpu_milli
-            gpu_left = sum(state.gpu_free[i]) - req.total_milli
-            score = int(100 * (1 - 0.5 * cpu_left / 128000 - 0.5 * gpu_left / (8 * MILLI_PER_GPU)))
-            if best_score is None or score > best_score:
-                best, best_score = i, score
-        if best is None:
+        idx = np.flatnonzero(state.feasible(req))
+        if idx.size == 0:
             return None
-        return state.placement_on(best, req, gpus_for(state, best, req))
+        i = best_node(state, idx, bestfit_score(state, idx, req))
+        return state.placement_on(i, req, gpus_for(state, i, req, "tightest"))
 
 
-POLICIES: dict[str, type] = {p.name: p for p in (FirstFit, BestFit)}
+class GpuPacking:
+    """Fill partly used GPUs first, then nodes already in use, then empty nodes."""
+
+    name = "gpu-packing"
+
+    def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
+        idx = np.flatnonzero(state.feasible(req))
+        if idx.size == 0:
+            return None
+        free = state.gpu_free[idx]
+        if req.is_sharing:
+            fitting = np.where(free >= req.gpu_milli, free, MILLI_PER_GPU + 1)
+            score = -fitting.min(axis=1)  # the tightest fitting GPU anywhere
+        elif req.num_gpu:
+            score = -(free == MILLI_PER_GPU).sum(axis=1)  # fewest whole free GPUs left
+        else:
+            score = -state.cpu_free[idx]
+        i = best_node(state, idx, score)
+        return state.placement_on(i, req, gpus_for(state, i, req, "tightest"))
+
+
+class Spread:
+    """The least allocated node, like the default Kubernetes scheduler (a baseline)."""
+
+    name = "spread"
+
+    def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
+        idx = np.flatnonzero(state.feasible(req))
+        if idx.size == 0:
+            return None
+        free = np.where(state.gpu_free[idx] >= 0, state.gpu_free[idx], 0).sum(axis=1)
+        i = best_node(state, idx, free * 1_000_000 + state.cpu_free[idx] // 1000)
+        return state.placement_on(i, req, gpus_for(state, i, req, "lowest"))
+
+
+class RandomFit:
+    """A uniformly random node that fits; a share goes to a random fitting GPU."""
+
+    name = "random"
+
+    def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
+        idx = np.flatnonzero(state.feasible(req))
+        if idx.size == 0:
+            return None
+        i = int(idx[rng.randrange(idx.size)])
+        return state.placement_on(i, req, gpus_for(state, i, req, "random", rng))
+
+
+POLICIES: dict[str, type] = {
+    p.name: p for p in (FragmentationAware, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
+}
+DEFAULT_POLICY = FragmentationAware.name
 
 
 def get_policy(name: str) -> Policy:
+    """A fresh policy object (a fragmentation-aware one learns from what it is asked)."""
     try:
         return POLICIES[name]()
     except KeyError:

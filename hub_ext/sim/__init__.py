@@ -1,0 +1,1 @@
+"""The pool simulator: replays workloads through the same pool core the hub uses."""
