@@ -40,4 +40,4 @@ if os.getuid() == 0:
     c.Spawner.args = ["--allow-root"]
 
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
-configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "spawner.GPUSimpleLocalProcessSpawner"), culler=os.environ.get("GPUPOOL_CULLER", "0") == "1")
+configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "spawner.GPUSimpleLocalProcessSpawner"), culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

@@ -49,9 +49,10 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
         {"name": "server", "scopes": ["users:activity!user", "access:servers!server", ACCESS]},
     ]
     if culler:
+        from idle_culler.config import IdleCuller
         from idle_culler.service import service_definition
 
-        culler_service, culler_role = service_definition(CULLER, api_url)
+        culler_service, culler_role = service_definition(CULLER, api_url, IdleCuller(config=c).as_dict())
         services.append(culler_service)
         roles.append(culler_role)
     c.JupyterHub.services = services

@@ -1,26 +1,199 @@
-"""How the hub starts the culler service, and the least privilege it gets."""
+"""The culler service: each pass samples GPU use, decides, warns, culls and reports.
+
+Started by the hub (`hub_ext.configure(c, culler=True)`) with its own token and the
+least privilege it needs, like jupyterhub-idle-culler. Time comes from a clock that tests
+replace (`--clock-file`), so a test travels hours without sleeping.
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import json
+import logging
+import os
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
+from .config import IdleCuller
+from .metrics import Metrics
+from .policy import IdleTracker, Workspace, decide
+from .sampler import Sampler, Target, make_sampler
 
-def service_definition(name: str, api_url: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The service entry and its role, like jupyterhub-idle-culler's recommended role."""
+log = logging.getLogger("gpupool.culler")
+
+
+def service_definition(name: str, api_url: str, config: dict | None = None) -> tuple[dict, dict]:
+    """The hub's service entry and its role (jupyterhub-idle-culler's scopes, plus reading
+    the gpupool API for GPU shares and posting its findings there)."""
     service = {
         "name": name,
         "command": [sys.executable, "-m", "idle_culler", f"--gpupool-url={api_url}"],
+        "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {})},
     }
     role = {
         "name": name,
         "services": [name],
-        "scopes": [
-            "list:users",
-            "read:users:activity",
-            "read:servers",
-            "delete:servers",
-            "access:services!service=gpupool",
-        ],
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
+                   "access:services!service=gpupool"],
     }
     return service, role
+
+
+def parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Client:
+    def __init__(self, token: str, timeout: float = 30) -> None:
+        self.token, self.timeout = token, timeout
+
+    def call(self, method: str, url: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            text = r.read().decode()
+        return json.loads(text) if text else None
+
+
+class Culler:
+    def __init__(self, cfg: IdleCuller, client: Client, hub_api: str, gpupool_url: str, sampler: Sampler,
+                 clock: Callable[[], float] = time.time, metrics: Metrics | None = None) -> None:
+        self.cfg, self.client, self.hub_api = cfg, client, hub_api.rstrip("/")
+        self.gpupool = gpupool_url.rstrip("/") + "/"
+        self.sampler, self.clock, self.metrics = sampler, clock, metrics
+        self.policy = cfg.policy()
+        self.trackers: dict[str, IdleTracker] = {}
+        self.memory_over: dict[str, float] = {}
+        self.warned: dict[str, str] = {}  # key -> reason last warned about
+
+    def servers(self) -> dict[str, dict]:
+        users = self.client.call("GET", f"{self.hub_api}/users?state=active")
+        out = {}
+        for user in users:
+            for name, server in (user.get("servers") or {}).items():
+                out[f"{user['name']}/{name}"] = server
+        return out
+
+    def run_pass(self) -> dict:
+        now = self.clock()
+        targets = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
+        servers = self.servers()
+        uses = self.sampler.sample([
+            Target(t["owner"], t["name"], t.get("pid"), gpu_uuids=tuple(t["gpu_uuids"]), whole_gpus=t["whole_gpus"])
+            for t in targets
+        ])
+        report, events = [], []
+        for t in targets:
+            key = f"{t['owner']}/{t['name']}"
+            server = servers.get(key)
+            if server is None or not server.get("ready"):
+                continue  # starting or stopping: not ours to judge yet
+            limits = self.policy.limits_for(t["groups"], (server.get("user_options") or {}).get("profile", ""))
+            tracker = self.trackers.setdefault(key, IdleTracker(limits.window_s, limits.util_threshold_pct))
+            use = uses.get(key)
+            if use is not None:
+                tracker.add(now, use.util_pct)
+                if use.memory_mib > t["memory_limit_mib"] > 0:
+                    self.memory_over.setdefault(key, now)
+                else:
+                    self.memory_over.pop(key, None)
+            fresh = tracker.fresh(now, limits.stale_after_s)
+            ws = Workspace(
+                owner=t["owner"], name=t["name"],
+                started=parse_time(server.get("started")) or now,
+                last_activity=parse_time(server.get("last_activity")),
+                gpu_idle_s=tracker.idle_s if fresh else None,
+                memory_mib=use.memory_mib if use else 0, memory_limit_mib=t["memory_limit_mib"],
+                memory_over_since=self.memory_over.get(key), extended=t["extended"],
+                exempt=t["owner"] in self.policy.exempt_users or (self.cfg.exempt_admins and t["admin"]),
+            )
+            d = decide(ws, now, limits)
+            report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,
+                           "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
+                           "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
+                           "memory_limit_mib": ws.memory_limit_mib, "extended": ws.extended,
+                           "gpu_data": fresh})
+            if self.metrics:
+                self.metrics.observe(ws, t["milli"], use, fresh)
+            if d.action == "warn" and self.warned.get(key) != d.reason:
+                self.warned[key] = d.reason
+                events.append({"kind": "memory" if d.reason == "memory" else "warn", "owner": ws.owner,
+                               "name": ws.name, "reason": d.reason, "message": f"{key} {d.message}"})
+            elif d.action in ("cull", "resolve-memory"):
+                dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
+                events.append({"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
+                               "message": f"{key} {d.message}{dry}"})
+                if not self.cfg.dry_run:
+                    self.stop(ws.owner, ws.name)
+                    self.forget(key)
+                if self.metrics:
+                    self.metrics.culls.labels(reason=d.reason).inc()
+            elif d.action == "keep":
+                self.warned.pop(key, None)
+        for key in set(self.trackers) - {f"{t['owner']}/{t['name']}" for t in targets}:
+            self.forget(key)  # a new session starts with a clean idle count
+        self.client.call("POST", self.gpupool + "api/culler/report",
+                         {"pass_time": now, "workspaces": report, "events": events})
+        return {"workspaces": report, "events": events}
+
+    def stop(self, owner: str, name: str) -> None:
+        quoted = urllib.parse.quote(owner)
+        path = f"/users/{quoted}/servers/{urllib.parse.quote(name)}" if name else f"/users/{quoted}/server"
+        try:
+            self.client.call("DELETE", self.hub_api + path)
+        except urllib.error.HTTPError as err:
+            log.error("could not stop %s/%s: %s", owner, name, err)
+
+    def forget(self, key: str) -> None:
+        self.trackers.pop(key, None)
+        self.memory_over.pop(key, None)
+        self.warned.pop(key, None)
+
+
+def file_clock(path: str) -> Callable[[], float]:
+    """Time read from a file (tests travel in time by writing it); real time if it is empty."""
+
+    def now() -> float:
+        try:
+            with open(path) as f:
+                return float(f.read().strip())
+        except (OSError, ValueError):
+            return time.time()
+
+    return now
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m idle_culler", description=__doc__)
+    ap.add_argument("--gpupool-url", required=True)
+    ap.add_argument("--hub-api", default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"))
+    ap.add_argument("--once", action="store_true", help="one pass, then exit")
+    ap.add_argument("--clock-file", default=os.environ.get("GPUPOOL_CULLER_CLOCK", ""),
+                    help="read the time from this file (tests)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s culler] %(message)s")
+    cfg = IdleCuller(**json.loads(os.environ.get("GPUPOOL_CULLER_CONFIG") or "{}"))
+    clock = file_clock(args.clock_file) if args.clock_file else time.time
+    metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
+    culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
+                    make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
+    while True:
+        try:
+            result = culler.run_pass()
+            if result["events"]:
+                for e in result["events"]:
+                    log.info("%s: %s", e["kind"], e["message"])
+        except (OSError, urllib.error.URLError, ValueError) as err:
+            log.error("culler pass failed, retrying next pass: %s", err)
+        if args.once:
+            return 0
+        time.sleep(cfg.interval_s)

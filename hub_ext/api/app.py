@@ -11,6 +11,7 @@ from tornado import web
 
 from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
+from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
 from .page import StatusPage
 from .pool import EventsHandler, MeHandler, PoolHandler
 from .quotas import QuotasHandler
@@ -21,6 +22,10 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("api/me", MeHandler),
     ("api/events", EventsHandler),
     ("api/quotas", QuotasHandler),
+    ("api/culler/targets", TargetsHandler),
+    ("api/culler/report", ReportHandler),
+    ("api/culler/status", StatusHandler),
+    ("api/culler/extend", ExtendHandler),
     ("", StatusPage),
 ]
 

@@ -20,6 +20,11 @@ class Caller:
     kind: str  # user | service
     admin: bool
     groups: tuple[str, ...]
+    reads_servers: bool = False  # a service allowed to read every server (the culler)
+
+    @property
+    def sees_all(self) -> bool:
+        return self.admin or self.reads_servers
 
 
 class Directory:
@@ -38,7 +43,9 @@ class Directory:
         elif kind == "service":
             # a service is an admin here only if the hub gave it admin rights over servers
             admin = "admin:servers" in (model.get("scopes") or ())
-        return Caller(name=name, kind=kind, admin=admin, groups=groups)
+        scopes = set(model.get("scopes") or ())
+        reads = kind == "service" and bool({"read:servers", "admin:servers"} & scopes)
+        return Caller(name=name, kind=kind, admin=admin, groups=groups, reads_servers=reads)
 
 
 class _OurHubAuth:

@@ -17,15 +17,15 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
     """Every GPU with its shares; users see their own names, admins see everyone's."""
     shares: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in pool.store.allocations():
-        mine = row.owner == caller.name
+        seen = row.owner == caller.name or caller.sees_all
         for g in row.gpus:
             shares.setdefault((row.node, g), []).append({
                 "kind": row.kind,
-                "owner": row.owner if (mine or caller.admin) else OTHER,
-                "name": row.name if (mine or caller.admin) else "",
+                "owner": row.owner if seen else OTHER,
+                "name": row.name if seen else "",
                 "milli": row.gpu_milli,
                 "state": row.state,
-                **({"pid": row.pid} if caller.admin else {}),
+                **({"pid": row.pid} if caller.sees_all else {}),
             })
     out = []
     for n, node in enumerate(pool.inventory.nodes):

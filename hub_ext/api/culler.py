@@ -1,0 +1,102 @@
+"""The culler's side of the API: what to watch, what it found, and the user's extension.
+
+The culler is a separate process (a hub service); the hub process keeps the one copy of
+its findings so notebooks and the hub page can show warnings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tornado import web
+
+from .auth import APIHandler
+
+EXTENSION = "extension:{owner}/{name}"
+
+
+def culler_state(settings: dict) -> dict[str, Any]:
+    return settings.setdefault("culler_state", {"workspaces": {}, "pass_time": None})
+
+
+class TargetsHandler(APIHandler):
+    """Every build workspace with what the culler needs to judge it."""
+
+    @web.authenticated
+    def get(self) -> None:
+        caller = self.caller
+        if not caller.sees_all:
+            raise web.HTTPError(403, "only the culler service and admins may list workspaces")
+        pool = self.pool
+        out = []
+        app = self.directory.hub_app
+        for row in pool.store.allocations(kind="build"):
+            node = pool.inventory.node(row.node)
+            gpus = [node.gpus[i] for i in row.gpus]
+            user = app.users[row.owner] if app is not None and row.owner in app.users else None
+            ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
+            out.append({
+                "owner": row.owner, "name": row.name, "pid": row.pid,
+                "gpu_uuids": [g.uuid for g in gpus], "whole_gpus": row.gpu_milli >= 1000,
+                "milli": row.total_milli,
+                "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
+                "groups": row.groups or [], "admin": bool(user.admin) if user else False,
+                "extended": ext.get("allocation") == row.id,
+                "started": row.created.isoformat() + "Z",
+            })
+        self.write_json({"workspaces": out})
+
+
+class ReportHandler(APIHandler):
+    """The culler posts each pass: per-workspace status, and warnings/culls as events."""
+
+    @web.authenticated
+    def post(self) -> None:
+        caller = self.caller
+        if not caller.reads_servers:
+            raise web.HTTPError(403, "only the culler service reports")
+        body = self.json_body(max_bytes=4 * 1024 * 1024)
+        state = culler_state(self.settings)
+        state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in body.get("workspaces", [])}
+        state["pass_time"] = body.get("pass_time", time.time())
+        for e in body.get("events", []):
+            if e.get("kind") not in ("warn", "cull", "memory"):
+                raise web.HTTPError(400, f"unknown event kind {e.get('kind')!r}")
+            self.pool.store.record(e["kind"], e.get("message", ""), owner=e.get("owner", ""),
+                                   name=e.get("name", ""), reason=e.get("reason", ""))
+        self.write_json({"ok": True})
+
+
+class StatusHandler(APIHandler):
+    """What the culler last found: users see their own workspaces, admins all."""
+
+    @web.authenticated
+    def get(self) -> None:
+        caller = self.caller
+        state = culler_state(self.settings)
+        items = [w for w in state["workspaces"].values() if caller.sees_all or w["owner"] == caller.name]
+        self.write_json({"pass_time": state["pass_time"], "workspaces": items})
+
+
+class ExtendHandler(APIHandler):
+    """A user extends one of their workspaces, once per session."""
+
+    @web.authenticated
+    def post(self) -> None:
+        caller = self.caller
+        body = self.json_body()
+        name = body.get("server", "")
+        if not isinstance(name, str):
+            raise web.HTTPError(400, "server must be a server name ('' for the default server)")
+        owner = body.get("owner", caller.name) if caller.admin else caller.name
+        rows = self.pool.store.allocations(kind="build", owner=owner, name=name)
+        if not rows:
+            raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")
+        key = EXTENSION.format(owner=owner, name=name)
+        if (self.pool.store.get_setting(key) or {}).get("allocation") == rows[0].id:
+            raise web.HTTPError(409, "this session was already extended once; save your work")
+        self.pool.store.put_setting(key, {"allocation": rows[0].id, "at": time.time()})
+        self.pool.store.record("extend", f"{caller.name} extended {owner}/{name or 'default'}",
+                               owner=owner, name=name)
+        self.write_json({"extended": True})

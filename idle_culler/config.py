@@ -1,0 +1,134 @@
+"""Admin settings of the culler (traitlets, in jupyterhub_config.py or the gpupool config file).
+
+The hub hands this section to the culler service when it starts it.
+"""
+
+from __future__ import annotations
+
+from traitlets import Bool, Dict, Float, Int, List, Unicode
+from traitlets.config import Configurable
+
+from .policy import CullerPolicy, Limits
+
+LIMIT_FIELDS = set(Limits.__dataclass_fields__)
+
+
+class IdleCuller(Configurable):
+    """GPU-aware idle culling and session time limits for build workspaces."""
+
+    enabled = Bool(True, config=True, help="""Run the culler service. Example::
+
+            c.IdleCuller.enabled = False
+        """)
+    dry_run = Bool(False, config=True, help="""Only report: warn and record what would be culled, cull nothing.
+        Example::
+
+            c.IdleCuller.dry_run = True
+        """)
+    interval_s = Float(30.0, config=True, help="""Seconds between culler passes (GPU is sampled each pass).
+        Example::
+
+            c.IdleCuller.interval_s = 10
+        """)
+    idle_limit_s = Float(3600.0, config=True, help="""Cull a workspace whose GPU (and Jupyter) stayed idle
+        this long. Example (two hours)::
+
+            c.IdleCuller.idle_limit_s = 7200
+        """)
+    max_age_s = Float(12 * 3600.0, config=True, help="""Maximum session length, idle or not. Example::
+
+            c.IdleCuller.max_age_s = 8 * 3600
+        """)
+    workday_end = Unicode("", config=True, help="""End sessions at this local time ("HH:MM"), aligned with
+        the workday; empty for none. Example::
+
+            c.IdleCuller.workday_end = "19:00"
+        """)
+    timezone = Unicode("UTC", config=True, help="""Time zone of workday_end. Example::
+
+            c.IdleCuller.timezone = "Europe/Berlin"
+        """)
+    warn_before_s = Float(900.0, config=True, help="""Warn the user this long before a cull. Example::
+
+            c.IdleCuller.warn_before_s = 1800
+        """)
+    extension_s = Float(7200.0, config=True, help="""Extra time a user may ask for once per session.
+        Example::
+
+            c.IdleCuller.extension_s = 3600
+        """)
+    util_threshold_pct = Float(1.0, config=True, help="""GPU utilization (%) below which a window counts
+        as idle. Example::
+
+            c.IdleCuller.util_threshold_pct = 5
+        """)
+    window_s = Float(30.0, config=True, help="""Length of an idleness window in seconds (Run:ai uses 30).
+        Example::
+
+            c.IdleCuller.window_s = 60
+        """)
+    stale_after_s = Float(180.0, config=True, help="""GPU data older than this counts as missing: the
+        workspace is then judged on Jupyter activity alone. Example::
+
+            c.IdleCuller.stale_after_s = 300
+        """)
+    memory_resolver = Unicode("warn", config=True, help="""What to do with a workspace using more GPU memory
+        than its share: warn, restart-kernel or stop. Example::
+
+            c.IdleCuller.memory_resolver = "stop"
+        """)
+    memory_grace_s = Float(300.0, config=True, help="""How long a workspace may stay over its GPU memory
+        share before the memory_resolver acts. Example::
+
+            c.IdleCuller.memory_grace_s = 600
+        """)
+    group_overrides = Dict(config=True, help="""Per-group limits (keys as the options above, in seconds);
+        several groups: the most generous. Example::
+
+            c.IdleCuller.group_overrides = {"researchers": {"idle_limit_s": 4 * 3600}}
+        """)
+    profile_overrides = Dict(config=True, help="""Per-profile limits, for work with long CPU-only phases.
+        Example::
+
+            c.IdleCuller.profile_overrides = {"data-prep": {"idle_limit_s": 3 * 3600}}
+        """)
+    exempt_users = List(Unicode(), config=True, help="""Users never culled. Example::
+
+            c.IdleCuller.exempt_users = ["instructor"]
+        """)
+    exempt_admins = Bool(True, config=True, help="""Never cull admins' workspaces. Example::
+
+            c.IdleCuller.exempt_admins = False
+        """)
+    sampler = Unicode("nvml", config=True, help="""Where GPU use comes from: nvml (this machine),
+        node-agent (Kubernetes; sampler_arg = agent URLs, comma-separated) or file (tests). Example::
+
+            c.IdleCuller.sampler = "node-agent"
+        """)
+    sampler_arg = Unicode("", config=True, help="""Argument of the sampler (see sampler). Example::
+
+            c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9400/pods"
+        """)
+    metrics_port = Int(0, config=True, help="""Serve Prometheus metrics on this port (0: off). Example::
+
+            c.IdleCuller.metrics_port = 9401
+        """)
+
+    def limits(self) -> Limits:
+        return Limits(**{f: getattr(self, f) for f in LIMIT_FIELDS})
+
+    def policy(self) -> CullerPolicy:
+        for where, table in (("group_overrides", self.group_overrides), ("profile_overrides", self.profile_overrides)):
+            for key, over in table.items():
+                unknown = set(over) - LIMIT_FIELDS
+                if unknown:
+                    raise ValueError(f"IdleCuller.{where}[{key!r}]: unknown keys {sorted(unknown)}")
+        return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
+                            profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.class_own_traits(config=True)}
+
+
+def config_classes() -> list[type]:
+    return [IdleCuller]

@@ -1,0 +1,166 @@
+"""When a workspace is warned and culled: pure code, time is an argument.
+
+Signals per workspace: GPU use (sampled in windows, like Run:ai: a window is idle when use
+stayed below the threshold the whole window; any use resets the idle time) and Jupyter
+activity (the hub's last_activity). With fresh GPU data, GPU idleness alone decides (a
+user writing code while the GPU idles still holds a GPU nobody uses); without it, Jupyter
+activity does, as in jupyterhub-idle-culler. Limits: idle-GPU time, maximum session age and an
+optional end-of-workday cut-off. A warning comes `warn_before_s` before any cull; a user
+may extend once. Fail-safe: without fresh GPU data nobody is culled for GPU idleness —
+the decision falls back to Jupyter activity.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, replace
+from zoneinfo import ZoneInfo
+
+
+@dataclass(frozen=True)
+class Limits:
+    idle_limit_s: float = 3600.0  # GPU idle this long (and Jupyter idle) -> cull
+    max_age_s: float = 12 * 3600.0  # any session longer -> cull
+    workday_end: str = ""  # "19:00": sessions end at this local time (empty: off)
+    timezone: str = "UTC"
+    warn_before_s: float = 900.0
+    extension_s: float = 7200.0  # granted once per session on request
+    util_threshold_pct: float = 1.0  # below this the GPU counts as idle
+    window_s: float = 30.0
+    stale_after_s: float = 180.0  # GPU data older than this is missing data
+    memory_resolver: str = "warn"  # warn | restart-kernel | stop
+    memory_grace_s: float = 300.0  # over its memory share this long -> resolver acts
+
+
+@dataclass
+class IdleTracker:
+    """Idle time of one workspace from GPU samples, counted in whole windows."""
+
+    window_s: float
+    threshold_pct: float
+    idle_s: float = 0.0
+    window_start: float | None = None
+    window_busy: bool = False
+    last_sample: float | None = None
+
+    def add(self, now: float, util_pct: float) -> None:
+        if self.window_start is None:
+            self.window_start = now
+        while now - self.window_start >= self.window_s:  # close the windows that ended
+            if not self.window_busy:
+                self.idle_s += self.window_s
+            self.window_start += self.window_s
+            self.window_busy = False
+        if util_pct >= self.threshold_pct:
+            self.window_busy = True
+            self.idle_s = 0.0  # any use resets
+        self.last_sample = now
+
+    def fresh(self, now: float, stale_after_s: float) -> bool:
+        return self.last_sample is not None and now - self.last_sample <= stale_after_s
+
+
+@dataclass(frozen=True)
+class Workspace:
+    owner: str
+    name: str
+    started: float  # epoch seconds
+    last_activity: float | None  # the hub's, epoch seconds
+    gpu_idle_s: float | None  # None: no fresh GPU data
+    memory_mib: int = 0
+    memory_limit_mib: int = 0
+    memory_over_since: float | None = None
+    extended: bool = False
+    exempt: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # keep | warn | cull | resolve-memory
+    reason: str = ""  # idle-gpu | idle-jupyter | max-age | workday-end | memory
+    cull_at: float | None = None  # when the earliest limit ends the session
+    message: str = ""
+
+
+def workday_cutoff(started: float, limits: Limits) -> float | None:
+    """The first end of the workday after the session started, as epoch seconds."""
+    if not limits.workday_end:
+        return None
+    hour, minute = (int(x) for x in limits.workday_end.split(":"))
+    tz = ZoneInfo(limits.timezone)
+    start = dt.datetime.fromtimestamp(started, tz)
+    cut = start.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if cut <= start:
+        cut += dt.timedelta(days=1)
+    return cut.timestamp()
+
+
+def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
+    """Every limit that applies, as the time it ends the session."""
+    bonus = limits.extension_s if ws.extended else 0.0
+    out = {"max-age": ws.started + limits.max_age_s + bonus}
+    cut = workday_cutoff(ws.started, limits)
+    if cut is not None:
+        out["workday-end"] = cut + bonus
+    jupyter_idle = now - (ws.last_activity if ws.last_activity is not None else ws.started)
+    if ws.gpu_idle_s is not None:
+        # the GPU is what is scarce: typing code while it idles still holds it idle
+        out["idle-gpu"] = now - ws.gpu_idle_s + limits.idle_limit_s + bonus
+    else:
+        # fail-safe: no fresh GPU data -> only Jupyter activity can make it idle
+        out["idle-jupyter"] = now - jupyter_idle + limits.idle_limit_s + bonus
+    return out
+
+
+MESSAGES = {
+    "idle-gpu": "its GPU has been idle",
+    "idle-jupyter": "nobody has used it",
+    "max-age": "it reached the maximum session length",
+    "workday-end": "the workday ends",
+}
+
+
+def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
+    if ws.exempt:
+        return Decision("keep", message="exempt from culling")
+    if ws.memory_limit_mib and ws.memory_mib > ws.memory_limit_mib:
+        over_for = now - (ws.memory_over_since if ws.memory_over_since is not None else now)
+        msg = (f"uses {ws.memory_mib} MiB of GPU memory, more than its share of {ws.memory_limit_mib} MiB:"
+               f" free memory or stop it and ask for a bigger fraction")
+        if over_for >= limits.memory_grace_s and limits.memory_resolver != "warn":
+            return Decision("resolve-memory", "memory", now, msg)
+        return Decision("warn", "memory", None, msg)
+    ends = deadlines(ws, now, limits)
+    reason, cull_at = min(ends.items(), key=lambda kv: kv[1])
+    left = cull_at - now
+    if left <= 0:
+        return Decision("cull", reason, cull_at, f"stopped because {MESSAGES[reason]}")
+    if left <= limits.warn_before_s:
+        hint = "" if ws.extended else " (you may extend once)"
+        return Decision("warn", reason, cull_at,
+                        f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}")
+    return Decision("keep", reason, cull_at)
+
+
+@dataclass(frozen=True)
+class CullerPolicy:
+    """Limits per workload type with overrides per group and per profile (most specific wins:
+    profile over group over default; among several groups the most generous idle limit)."""
+
+    default: Limits = field(default_factory=Limits)
+    groups: dict[str, dict] = field(default_factory=dict)
+    profiles: dict[str, dict] = field(default_factory=dict)
+    exempt_users: frozenset[str] = frozenset()
+
+    def limits_for(self, groups: list[str], profile: str = "") -> Limits:
+        limits = self.default
+        matching = [self.groups[g] for g in sorted(groups) if g in self.groups]
+        if matching:
+            merged: dict = {}
+            for over in matching:
+                for key, value in over.items():
+                    merged[key] = max(merged.get(key, value), value) if key.endswith("_s") else value
+            limits = replace(limits, **merged)
+        if profile in self.profiles:
+            limits = replace(limits, **self.profiles[profile])
+        return limits

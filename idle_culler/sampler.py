@@ -1,0 +1,150 @@
+"""GPU use per workspace, from one of three sources behind one interface.
+
+* NVMLSampler — the embedded hub: NVML per process (through hub_ext.nvml, the only module
+  that calls pynvml), attributed to a workspace through the process tree of its server.
+* NodeAgentSampler — Kubernetes: per-pod JSON from the node agent DaemonSet.
+* FileSampler — a JSON file someone else writes; the tests' stand-in for NVML.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+log = logging.getLogger("gpupool.culler")
+
+
+@dataclass(frozen=True)
+class GPUUse:
+    util_pct: float
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class Target:
+    """A workspace to sample: owner/name, its server's pid (embedded) or pod uid (k8s)."""
+
+    owner: str
+    name: str
+    pid: int | None = None
+    pod_uid: str = ""
+    gpu_uuids: tuple[str, ...] = ()
+    whole_gpus: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+
+class Sampler(Protocol):
+    def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
+        """GPU use of each target it could measure; a missing key means no data."""
+        ...
+
+
+def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
+    """pid and all its descendants (kernels are children of the server)."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+class NVMLSampler:
+    def __init__(self, nvml=None, proc: Path = Path("/proc")) -> None:
+        from hub_ext.nvml import NVML
+
+        self.nvml = nvml or NVML()
+        self.proc = proc
+        self.opened = False
+
+    def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
+        from hub_ext.nvml import NVMLUnavailable
+
+        try:
+            if not self.opened:
+                self.nvml.open()
+                self.opened = True
+            processes = self.nvml.process_samples()
+            devices = {d.gpu_uuid: d for d in self.nvml.device_samples()}
+        except (NVMLUnavailable, Exception) as err:  # noqa: BLE001 - logged; retried next pass
+            log.warning("NVML sampling failed (no GPU data this pass): %s", err)
+            self.opened = False
+            return {}
+        out: dict[str, GPUUse] = {}
+        for t in targets:
+            if t.whole_gpus and t.gpu_uuids and all(u in devices for u in t.gpu_uuids):
+                # a whole GPU is the workspace's alone: device utilization covers every process
+                ds = [devices[u] for u in t.gpu_uuids]
+                out[t.key] = GPUUse(max(d.util_pct for d in ds), sum(d.memory_used_mib for d in ds))
+                continue
+            if t.pid is None:
+                continue
+            pids = descendants(t.pid, self.proc)
+            mine = [p for p in processes if p.pid in pids]
+            out[t.key] = GPUUse(max((p.sm_util_pct for p in mine), default=0.0),
+                                sum(p.memory_mib for p in mine))
+        return out
+
+
+class NodeAgentSampler:
+    """Reads `{"pods": [{"uid", "gpu_util_pct", "memory_mib"}]}` from each node agent URL."""
+
+    def __init__(self, urls: list[str], timeout: float = 5) -> None:
+        self.urls, self.timeout = urls, timeout
+
+    def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
+        pods: dict[str, GPUUse] = {}
+        for url in self.urls:
+            try:
+                with urllib.request.urlopen(url, timeout=self.timeout) as r:
+                    for p in json.load(r).get("pods", []):
+                        pods[p["uid"]] = GPUUse(float(p["gpu_util_pct"]), int(p["memory_mib"]))
+            except (OSError, ValueError, KeyError) as err:
+                log.warning("node agent %s gave no data: %s", url, err)
+        return {t.key: pods[t.pod_uid] for t in targets if t.pod_uid in pods}
+
+
+class FileSampler:
+    """`{"owner/name": {"util_pct": 0, "memory_mib": 0}}` from a file (the tests' fake NVML)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
+        try:
+            with open(self.path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return {t.key: GPUUse(float(data[t.key]["util_pct"]), int(data[t.key].get("memory_mib", 0)))
+                for t in targets if t.key in data}
+
+
+def make_sampler(kind: str, arg: str = "") -> Sampler:
+    if kind == "nvml":
+        return NVMLSampler()
+    if kind == "node-agent":
+        return NodeAgentSampler([u for u in arg.split(",") if u])
+    if kind == "file":
+        return FileSampler(arg or os.environ.get("GPUPOOL_CULLER_SAMPLES", ""))
+    raise ValueError(f"unknown sampler {kind!r}: use nvml, node-agent or file")
