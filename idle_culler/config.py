@@ -30,10 +30,21 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.interval_s = 10
         """)
-    idle_limit_s = Float(3600.0, config=True, help="""Cull a workspace whose GPU (and Jupyter) stayed idle
-        this long. Example (two hours)::
+    idle_limit_s = Float(1800.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+        while nobody used it in Jupyter for jupyter_idle_s. Without GPU data, Jupyter must be
+        idle idle_limit_s + jupyter_idle_s. Example (two hours)::
 
             c.IdleCuller.idle_limit_s = 7200
+        """)
+    jupyter_idle_s = Float(900.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
+        workspace idle. Example::
+
+            c.IdleCuller.jupyter_idle_s = 1800
+        """)
+    gpu_idle_hard_s = Float(4 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+        even while its owner is active in Jupyter (0: never). Example::
+
+            c.IdleCuller.gpu_idle_hard_s = 2 * 3600
         """)
     max_age_s = Float(12 * 3600.0, config=True, help="""Maximum session length, idle or not. Example::
 

@@ -2,9 +2,11 @@
 
 Signals per workspace: GPU use (sampled in windows, like Run:ai: a window is idle when use
 stayed below the threshold the whole window; any use resets the idle time) and Jupyter
-activity (the hub's last_activity). With fresh GPU data, GPU idleness alone decides (a
-user writing code while the GPU idles still holds a GPU nobody uses); without it, Jupyter
-activity does, as in jupyterhub-idle-culler. Limits: idle-GPU time, maximum session age and an
+activity (the hub's last_activity). With fresh GPU data a workspace is idle once its GPU
+has idled `idle_limit_s` and Jupyter has been quiet `jupyter_idle_s` (short: the GPU data
+already confirms nobody computes), and a GPU idle for `gpu_idle_hard_s` is taken back even
+from someone still typing. Without GPU data, Jupyter activity alone decides, with the
+longer limit idle_limit_s + jupyter_idle_s, as in jupyterhub-idle-culler. Limits: idle-GPU time, maximum session age and an
 optional end-of-workday cut-off. A warning comes `warn_before_s` before any cull; a user
 may extend once. Fail-safe: without fresh GPU data nobody is culled for GPU idleness —
 the decision falls back to Jupyter activity.
@@ -19,7 +21,9 @@ from zoneinfo import ZoneInfo
 
 @dataclass(frozen=True)
 class Limits:
-    idle_limit_s: float = 3600.0  # GPU idle this long (and Jupyter idle) -> cull
+    idle_limit_s: float = 1800.0  # GPU idle this long, and Jupyter idle jupyter_idle_s -> cull
+    jupyter_idle_s: float = 900.0
+    gpu_idle_hard_s: float = 4 * 3600.0  # GPU idle this long -> cull even if Jupyter is busy (0: off)
     max_age_s: float = 12 * 3600.0  # any session longer -> cull
     workday_end: str = ""  # "19:00": sessions end at this local time (empty: off)
     timezone: str = "UTC"
@@ -102,18 +106,23 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     cut = workday_cutoff(ws.started, limits)
     if cut is not None:
         out["workday-end"] = cut + bonus
-    jupyter_idle = now - (ws.last_activity if ws.last_activity is not None else ws.started)
+    last = ws.last_activity if ws.last_activity is not None else ws.started
     if ws.gpu_idle_s is not None:
-        # the GPU is what is scarce: typing code while it idles still holds it idle
-        out["idle-gpu"] = now - ws.gpu_idle_s + limits.idle_limit_s + bonus
+        gpu_idle_since = now - ws.gpu_idle_s
+        # GPU data confirms the idleness, so a short Jupyter silence is enough ...
+        out["idle-gpu"] = max(gpu_idle_since + limits.idle_limit_s, last + limits.jupyter_idle_s) + bonus
+        if limits.gpu_idle_hard_s:
+            # ... and a GPU idle for hours is taken back even from someone still typing
+            out["idle-gpu-long"] = gpu_idle_since + limits.gpu_idle_hard_s + bonus
     else:
         # fail-safe: no fresh GPU data -> only Jupyter activity can make it idle
-        out["idle-jupyter"] = now - jupyter_idle + limits.idle_limit_s + bonus
+        out["idle-jupyter"] = last + limits.idle_limit_s + limits.jupyter_idle_s + bonus
     return out
 
 
 MESSAGES = {
     "idle-gpu": "its GPU has been idle",
+    "idle-gpu-long": "its GPU has been idle for hours",
     "idle-jupyter": "nobody has used it",
     "max-age": "it reached the maximum session length",
     "workday-end": "the workday ends",

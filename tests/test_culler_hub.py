@@ -35,8 +35,8 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     samples = tmp_path / "samples.json"
     samples.write_text(json.dumps({"idle1/": {"util_pct": 0}, "busy1/": {"util_pct": 85, "memory_mib": 900},
                                    "admin/": {"util_pct": 0}}))  # nodata1: NVML has nothing on it
-    cfg = IdleCuller(sampler="file", idle_limit_s=1800, warn_before_s=600, max_age_s=2400, extension_s=600,
-                     window_s=30, stale_after_s=900)
+    cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, max_age_s=2400,
+                     extension_s=600, window_s=30, stale_after_s=900)
     t0 = time.time()
     now = [t0]
     culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",

@@ -13,7 +13,8 @@ from idle_culler.config import IdleCuller
 from idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
 
 T0 = 1_790_000_000.0
-LIMITS = Limits(idle_limit_s=3600, max_age_s=12 * 3600, warn_before_s=900, extension_s=1800)
+LIMITS = Limits(idle_limit_s=3600, jupyter_idle_s=600, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600,
+                warn_before_s=900, extension_s=1800)
 
 
 def ws(**kw) -> Workspace:
@@ -46,13 +47,21 @@ def test_idle_never_exceeds_the_time_since_the_last_use(samples) -> None:
     assert 0 <= t.idle_s <= now - last_use + 30
 
 
-def test_gpu_idle_workspace_is_warned_then_culled_even_while_its_owner_types() -> None:
-    active = dict(last_activity=None)
-    d = decide(ws(gpu_idle_s=2800, **active), T0 + 2800, LIMITS)
+def test_gpu_idle_and_jupyter_quiet_workspace_is_warned_then_culled() -> None:
+    d = decide(ws(gpu_idle_s=2800), T0 + 2800, LIMITS)
     assert (d.action, d.reason) == ("warn", "idle-gpu")
     assert "will stop in 13 min because its GPU has been idle" in d.message
-    d = decide(ws(gpu_idle_s=3600, last_activity=T0 + 3599), T0 + 3600, LIMITS)
-    assert (d.action, d.reason) == ("cull", "idle-gpu")
+    assert decide(ws(gpu_idle_s=3600), T0 + 3600, LIMITS).action == "cull"
+
+
+def test_a_user_still_typing_keeps_an_idle_gpu_only_until_the_hard_limit() -> None:
+    typing = T0 + 3.9 * 3600
+    assert decide(ws(gpu_idle_s=3.9 * 3600, last_activity=typing), typing, LIMITS).action == "warn"
+    d = decide(ws(gpu_idle_s=4 * 3600, last_activity=T0 + 4 * 3600), T0 + 4 * 3600, LIMITS)
+    assert (d.action, d.reason) == ("cull", "idle-gpu-long")
+    # with GPU data, a short Jupyter silence suffices once the GPU idled long enough
+    d = decide(ws(gpu_idle_s=3600, last_activity=T0 + 3600 - 600), T0 + 3600, LIMITS)
+    assert d.action == "cull"
 
 
 def test_gpu_busy_workspace_is_kept_though_jupyter_is_stale() -> None:
@@ -64,8 +73,8 @@ def test_missing_gpu_data_never_culls_for_gpu_idleness() -> None:
     # no GPU data: Jupyter activity decides; an active user keeps the workspace
     d = decide(ws(gpu_idle_s=None, last_activity=T0 + 3 * 3600), T0 + 3 * 3600 + 60, LIMITS)
     assert d.action == "keep" and d.reason == "idle-jupyter"
-    d = decide(ws(gpu_idle_s=None, last_activity=T0), T0 + 3601, LIMITS)
-    assert (d.action, d.reason) == ("cull", "idle-jupyter")
+    d = decide(ws(gpu_idle_s=None, last_activity=T0), T0 + 3600 + 600, LIMITS)
+    assert (d.action, d.reason) == ("cull", "idle-jupyter")  # the longer, Jupyter-only limit
 
 
 def test_max_age_and_the_one_extension() -> None:

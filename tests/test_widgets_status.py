@@ -38,3 +38,16 @@ def test_client_outside_a_workspace_says_so(monkeypatch) -> None:
     monkeypatch.delenv("GPUPOOL_API_URL", raising=False)
     with pytest.raises(GPUPoolError, match="not set: is this notebook running in a gpupool workspace"):
         Client()
+
+
+def test_culler_findings_become_rows_with_the_warning() -> None:
+    from widgets.status import culler_rows
+
+    finding = {"owner": "ann", "name": "", "action": "warn", "reason": "idle-gpu", "cull_at": 1000 + 600,
+               "message": "will stop in 10 min because its GPU has been idle: save your work",
+               "gpu_idle_s": 1500, "gpu_util_pct": 0.0, "memory_mib": 512, "memory_limit_mib": 4096}
+    rows = dict(culler_rows({"workspaces": [finding]}, "ann", "", now=1000))
+    assert rows["GPU idle"] == "25 min"
+    assert rows["Session ends"] == "in 0 h 10 min (idle-gpu)"
+    assert rows["Warning"].startswith("will stop in 10 min")
+    assert culler_rows({"workspaces": [finding]}, "bob", "", now=1000) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from html import escape
 from typing import Any
@@ -15,6 +16,27 @@ from .client import Client, GPUPoolError
 def _gpus(milli: int) -> str:
     text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
     return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
+
+
+def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: float) -> list[tuple[str, str]]:
+    """What the idle culler last found about this workspace."""
+    if not culler:
+        return []
+    mine = [w for w in culler.get("workspaces", []) if w["owner"] == owner and w["name"] == server]
+    if not mine:
+        return []
+    w = mine[0]
+    rows = []
+    if w.get("gpu_util_pct") is not None:
+        rows.append(("GPU use", f"{w['gpu_util_pct']:.0f} % now, {w['memory_mib']:,} of {w['memory_limit_mib']:,} MiB"))
+    if w.get("gpu_idle_s") is not None:
+        rows.append(("GPU idle", f"{int(w['gpu_idle_s'] // 60)} min"))
+    if w.get("cull_at"):
+        left = max(0, int((w["cull_at"] - now) // 60))
+        rows.append(("Session ends", f"in {left // 60} h {left % 60} min ({w['reason']})"))
+    if w.get("action") in ("warn", "resolve-memory"):
+        rows.append(("Warning", w["message"]))
+    return rows
 
 
 def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str],
@@ -52,17 +74,36 @@ class WorkspaceStatus(w.VBox):
         self.message = w.HTML()
         self.refresh_button = w.Button(description="Refresh", icon="refresh", tooltip="Read the pool again")
         self.refresh_button.on_click(lambda _: self.refresh())
+        self.extend_button = w.Button(description="Extend session", icon="clock-o",
+                                      tooltip="Ask the idle culler for more time (once per session)")
+        self.extend_button.on_click(lambda _: self.extend())
         super().__init__([w.HTML("<b>gpupool workspace</b>"), self.table, self.message,
-                          self.refresh_button], **kwargs)
+                          w.HBox([self.refresh_button, self.extend_button])], **kwargs)
         self.refresh()
+
+    def extend(self) -> None:
+        self.extend_button.disabled = True
+        try:
+            (self.client or Client()).post("api/culler/extend",
+                                           {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")})
+        except GPUPoolError as err:
+            self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            return
+        self.refresh()
+        self.message.value = "Extended: the culler gives this session more time once."
 
     def refresh(self) -> None:
         self.refresh_button.disabled = True
         self.message.value = "<i>reading the pool…</i>"
         try:
             client = self.client or Client()
-            rows = status_rows(client.get("api/me"), client.get("api/pool"), os.environ,
-                               os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+            server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+            me = client.get("api/me")
+            rows = status_rows(me, client.get("api/pool"), os.environ, server)
+            try:
+                rows += culler_rows(client.get("api/culler/status"), me["name"], server, time.time())
+            except GPUPoolError:
+                pass  # no culler findings yet: the share itself is still worth showing
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
         else:
