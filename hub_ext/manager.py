@@ -111,6 +111,10 @@ class PoolManager:
                 f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
                 " choose a smaller fraction or try again when others stop"
             )
+        return self.reserve_at(w, placement, groups)
+
+    def reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str] = ()) -> Allocation:
+        """Hold exactly this placement (the training scheduler chose it); persisted at once."""
         self.state.apply(placement)
         try:
             with self.store.session() as s:

@@ -1,0 +1,199 @@
+"""Train scheduling with guaranteed quotas: pure, `now` is an argument.
+
+Each call to `schedule` looks at the pool and returns explicit actions, like KAI-Scheduler
+and Kueue: `admit` (start a job on a placement) and `preempt` (stop an over-quota job so that
+its GPUs go back to a project that needs its guarantee). The caller carries them out.
+
+Rules (docs/training.md says the same in prose):
+1. A project's *guarantee* is always reclaimable for it: a pending job that keeps its project
+   within its guarantee is admitted on free capacity, or on capacity reclaimed from other
+   projects' over-quota jobs. It never waits for another project's in-quota work.
+2. Idle capacity is lent beyond the guarantee, up to the project's limit; among projects
+   waiting to borrow, the one with the least borrowed per unit of over-quota weight goes first.
+3. Reclaim preempts over-quota jobs only — lowest priority first, then the youngest, never one
+   that has run less than its min runtime — never an in-quota job, never a build workspace.
+4. A preempted job keeps its place in the queue (its original submit time) and resumes.
+5. Multi-GPU jobs are gang-admitted: all GPUs on one node, or not at all.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .placement import Policy
+from .request import Placement, Request
+from .state import ClusterState
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    guarantee_milli: int
+    weight: float = 1.0  # share of idle capacity lent beyond the guarantee
+    limit_milli: int = -1  # -1: no limit
+    priority: int = 0
+    department: str = ""
+
+    def cap(self) -> float:
+        return float("inf") if self.limit_milli < 0 else self.limit_milli
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    project: str
+    request: Request
+    submitted: float
+    priority: int = 0
+    min_runtime_s: float = 0.0
+    started: float | None = None  # when the current run started (running jobs)
+    placement: Placement | None = None  # running jobs
+
+    @property
+    def milli(self) -> int:
+        return self.request.total_milli
+
+
+@dataclass(frozen=True)
+class Admit:
+    job: str
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job: str
+    for_job: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    admit: list[Admit] = field(default_factory=list)
+    preempt: list[Preempt] = field(default_factory=list)
+
+
+def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:
+    """Usage per project, and which running jobs are over quota: within each project the
+    oldest jobs fill the guarantee first, so the youngest are the ones borrowed."""
+    usage: dict[str, int] = {}
+    over: set[str] = set()
+    for job in sorted(running, key=lambda j: (j.started or 0, j.id)):
+        used = usage.get(job.project, 0) + job.milli
+        usage[job.project] = used
+        if used > projects[job.project].guarantee_milli:
+            over.add(job.id)
+    return usage, over
+
+
+def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
+             now: float, policy: Policy, rng: random.Random | None = None,
+             stopping: list[Job] | None = None) -> Plan:
+    """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
+    `stopping` are jobs preempted earlier that still hold their GPUs during their grace period."""
+    rng = rng or random.Random(0)
+    work = _copy(state)
+    plan = Plan()
+    usage, over = in_quota_split(projects, running)
+    running_by_id = {j.id: j for j in running}
+    preempted: set[str] = set()
+    borrowed = {p: max(0, usage.get(p, 0) - projects[p].guarantee_milli) for p in projects}
+
+    def order(job: Job) -> tuple:
+        proj = projects[job.project]
+        in_quota = usage.get(job.project, 0) + job.milli <= proj.guarantee_milli
+        # in-quota first; among borrowers, the least borrowed per weight; then priority, age
+        share = 0.0 if in_quota else borrowed.get(job.project, 0) / max(proj.weight, 1e-9)
+        return (not in_quota, share, -proj.priority, -job.priority, job.submitted, job.id)
+
+    queue = sorted(pending, key=order)
+    while queue:
+        job = queue.pop(0)
+        proj = projects[job.project]
+        used = usage.get(job.project, 0)
+        if used + job.milli > proj.cap():
+            continue  # over its limit: waits
+        in_quota = used + job.milli <= proj.guarantee_milli
+        placement = policy.choose(work, job.request, rng)
+        if placement is None and in_quota:
+            if _waits_for_stopping(work, job, stopping or [], policy, rng):
+                usage[job.project] = used + job.milli
+                continue  # GPUs already being freed will do: preempt nobody else
+            victims = _reclaim(work, job, projects, running_by_id, over, preempted, now, policy, rng)
+            if victims is not None:
+                for v in victims:
+                    preempted.add(v.id)
+                    work.release(v.placement)
+                    plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
+                # hold the freed room for this job so no borrower takes it in this cycle; the
+                # job itself starts once the victims have stopped
+                held = policy.choose(work, job.request, rng)
+                if held is not None:
+                    work.apply(held)
+                usage[job.project] = used + job.milli
+            continue
+        if placement is None:
+            continue
+        work.apply(placement)
+        plan.admit.append(Admit(job.id, placement))
+        usage[job.project] = used + job.milli
+        borrowed[job.project] = max(0, usage[job.project] - proj.guarantee_milli)
+        queue.sort(key=order)  # borrowing changed: re-rank the borrowers
+    return plan
+
+
+def _waits_for_stopping(work: ClusterState, job: Job, stopping: list[Job], policy: Policy,
+                        rng: random.Random) -> bool:
+    """Would the GPUs of jobs already stopping fit `job`? Then hold them for it."""
+    if not stopping:
+        return False
+    trial = _copy(work)
+    for s in stopping:
+        if s.placement is not None:
+            trial.release(s.placement)
+    return policy.choose(trial, job.request, rng) is not None
+
+
+def _reclaim(work: ClusterState, job: Job, projects: dict[str, Project], running: dict[str, Job],
+             over: set[str], preempted: set[str], now: float, policy: Policy,
+             rng: random.Random) -> list[Job] | None:
+    """The fewest over-quota jobs of other projects whose stopping lets `job` fit, or None."""
+    candidates = [
+        running[j] for j in over
+        if j not in preempted and running[j].project != job.project
+        and running[j].placement is not None
+        and now - (running[j].started or now) >= running[j].min_runtime_s
+    ]
+    # lowest project priority, then job priority, then the youngest
+    candidates.sort(key=lambda j: (projects[j.project].priority, j.priority, -(j.started or 0), j.id))
+    trial = _copy(work)
+    chosen: list[Job] = []
+    for victim in candidates:
+        trial.release(victim.placement)
+        chosen.append(victim)
+        if policy.choose(trial, job.request, rng) is not None:
+            return _trim(work, job, chosen, policy, rng)
+    return None
+
+
+def _trim(work: ClusterState, job: Job, chosen: list[Job], policy: Policy, rng: random.Random) -> list[Job]:
+    """Drop victims that turned out unnecessary (freed on another node), youngest kept last."""
+    needed = list(chosen)
+    for victim in list(chosen):
+        rest = [v for v in needed if v is not victim]
+        trial = _copy(work)
+        for v in rest:
+            trial.release(v.placement)
+        if policy.choose(trial, job.request, rng) is not None:
+            needed = rest
+    return needed
+
+
+def _copy(state: ClusterState) -> ClusterState:
+    clone = ClusterState.__new__(ClusterState)
+    clone.__dict__.update(state.__dict__)
+    for name in ("gpu_free", "cpu_free", "mem_free", "pods"):
+        setattr(clone, name, getattr(state, name).copy())
+    return clone

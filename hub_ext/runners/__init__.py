@@ -1,0 +1,1 @@
+"""Where train jobs run: local processes (embedded)."""

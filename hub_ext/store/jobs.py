@@ -1,0 +1,53 @@
+"""Train jobs and their history."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from .models import Base, utcnow
+
+STATES = ("queued", "running", "preempting", "succeeded", "failed", "cancelled")
+
+
+class TrainJob(Base):
+    __tablename__ = "gpupool_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255), index=True)
+    project: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(64))
+    num_gpu: Mapped[int] = mapped_column(Integer)
+    gpu_milli: Mapped[int] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    workdir: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    submitted: Mapped[float] = mapped_column(Float)  # epoch seconds; kept across preemptions
+    started: Mapped[float | None] = mapped_column(Float, nullable=True)  # current run
+    finished: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_runtime_s: Mapped[float] = mapped_column(Float, default=0.0)
+    max_runtime_s: Mapped[float] = mapped_column(Float, default=0.0)  # 0: none
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    @property
+    def total_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id, "owner": self.owner, "project": self.project, "name": self.name,
+            "gpus": self.total_milli / 1000, "num_gpu": self.num_gpu, "gpu_milli": self.gpu_milli,
+            "priority": self.priority, "command": self.command, "state": self.state,
+            "submitted": self.submitted, "started": self.started, "finished": self.finished,
+            "preemptions": self.preemptions, "runs": self.runs, "exit_code": self.exit_code,
+            "message": self.message, "workdir": self.workdir,
+            "min_runtime_s": self.min_runtime_s, "max_runtime_s": self.max_runtime_s,
+        }

@@ -1,0 +1,1 @@
+"""The training pool in the hub process: config, scheduling loop, runner glue."""

@@ -1,0 +1,89 @@
+"""Projects, guarantees and the training pool's knobs (traitlets)."""
+
+from __future__ import annotations
+
+from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+from ..pool.training import Project
+from ..pool.units import UnitError, parse_gpus
+
+PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department"}
+
+
+class TrainPool(Configurable):
+    """Train jobs in a shared pool with guaranteed quotas per project."""
+
+    projects = Dict(
+        {"default": {"guarantee": 1}},
+        config=True,
+        help="""Projects (queues) with their guaranteed quota and how they borrow idle GPUs.
+        Keys: guarantee (GPUs, always reclaimable), weight (share of idle GPUs lent beyond the
+        guarantee, default 1), limit (GPUs at most, default none), priority (higher is served and
+        kept first), department (a level above projects, for reports and Kubernetes queues).
+        Example::
+
+            c.TrainPool.projects = {
+                "vision": {"guarantee": 2, "weight": 2, "limit": 4, "department": "research"},
+                "nlp": {"guarantee": 1, "weight": 1, "department": "research"},
+                "teaching": {"guarantee": 1, "limit": 1, "priority": 1},
+            }
+        """,
+    )
+    grace_s = Float(60.0, config=True, help="""Seconds between SIGTERM and SIGKILL when a job is
+        preempted or cancelled: time to write a checkpoint. Example::
+
+            c.TrainPool.grace_s = 120
+        """)
+    tick_s = Float(2.0, config=True, help="""Seconds between scheduling cycles. Example::
+
+            c.TrainPool.tick_s = 5
+        """)
+    max_queued_per_user = Int(20, config=True, help="""Jobs one user may have waiting at once. Example::
+
+            c.TrainPool.max_queued_per_user = 5
+        """)
+    jobs_root = Unicode("gpupool-jobs/{username}", config=True, help="""Folder of a user's jobs
+        ({username} is replaced); each job gets a sub-folder with its log, code and checkpoint.
+        Example::
+
+            c.TrainPool.jobs_root = "/home/{username}/gpupool-jobs"
+        """)
+    train_gpus = List(Int(), config=True, help="""GPU indices train jobs may use (empty: all): split
+        build and train GPUs, or share one pool where build workspaces come first. Example::
+
+            c.TrainPool.train_gpus = [2, 3]
+        """)
+    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs.
+        Example::
+
+            c.TrainPool.placement_policy = "gpu-packing"
+        """)
+
+    @validate("projects")
+    def _check_projects(self, proposal: dict) -> dict:
+        for name, spec in proposal["value"].items():
+            if not isinstance(spec, dict):
+                raise TraitError(f"TrainPool.projects[{name!r}] must be a dict")
+            unknown = set(spec) - PROJECT_KEYS
+            if unknown:
+                raise TraitError(f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
+                                 f" use {sorted(PROJECT_KEYS)}")
+        return proposal["value"]
+
+    def project_table(self) -> dict[str, Project]:
+        out = {}
+        for name, spec in self.projects.items():
+            try:
+                guarantee = parse_gpus(spec.get("guarantee", 0))
+                limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
+            except UnitError as err:
+                raise TraitError(f"TrainPool.projects[{name!r}]: {err}") from None
+            if guarantee < 0 or (limit >= 0 and limit < guarantee):
+                raise TraitError(f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit")
+            weight = float(spec.get("weight", 1))
+            if weight <= 0:
+                raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
+            out[name] = Project(name, guarantee, weight, limit, int(spec.get("priority", 0)),
+                                str(spec.get("department", "")))
+        return out

@@ -1,0 +1,182 @@
+"""The training loop in the hub process: each tick observes the runs, asks the pure scheduler
+for a plan, and carries it out through the PoolManager (so build and train never double-book
+a GPU) and the runner. `tick(now)` takes the time, so tests travel instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+
+from ..manager import PoolManager, Workload
+from ..pool import Request, get_policy
+from ..pool.request import Placement
+from ..pool.training import Job, Project, schedule
+from ..runners.local import LocalRunner
+from ..store import TrainJob
+from .config import TrainPool
+
+log = logging.getLogger("gpupool.train")
+ACTIVE = ("running", "preempting")
+
+
+class TrainingService:
+    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None) -> None:
+        self.pool, self.cfg = pool, cfg
+        self.projects: dict[str, Project] = cfg.project_table()
+        self.runner = runner or LocalRunner(cfg.grace_s)
+        self.policy = get_policy(cfg.placement_policy)
+        self.rng = random.Random(0)
+        self.cancel_requested: set[str] = set()
+
+    # --- queries -------------------------------------------------------------
+    def jobs(self, **filters) -> list[TrainJob]:
+        with self.pool.store.session() as s:
+            q = select(TrainJob).filter_by(**filters).order_by(TrainJob.submitted)
+            return list(s.scalars(q))
+
+    def job(self, job_id: str) -> TrainJob | None:
+        with self.pool.store.session() as s:
+            return s.get(TrainJob, job_id)
+
+    def queue_position(self, job_id: str) -> int | None:
+        queued = [j.id for j in self.jobs(state="queued")]
+        return queued.index(job_id) + 1 if job_id in queued else None
+
+    # --- changes from the API -------------------------------------------------
+    def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+               priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
+               files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+        job_id = secrets.token_hex(6)
+        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
+        workdir.mkdir(parents=True, exist_ok=False)
+        for fname, content in (files or {}).items():
+            (workdir / fname).write_bytes(content)
+        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
+                       priority=priority, command=command, workdir=str(workdir), state="queued",
+                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
+                       max_runtime_s=max_runtime_s)
+        with self.pool.store.session() as s:
+            s.add(row)
+        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
+                               name=job_id)
+        return row
+
+    def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+        now = now if now is not None else time.time()
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            if row.state == "queued":
+                row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
+            elif row.state in ACTIVE:
+                self.cancel_requested.add(job_id)
+                self.runner.preempt(row.pid, now)
+                row.state, row.message = "preempting", "cancelling"
+        return self.job(job_id)
+
+    # --- the loop ------------------------------------------------------------
+    def tick(self, now: float | None = None) -> dict:
+        now = now if now is not None else time.time()
+        self.runner.enforce(now)
+        self._observe(now)
+        plan = self._plan(now)
+        for p in plan.preempt:
+            self._preempt(p.job, p.reason, now)
+        for a in plan.admit:
+            self._start(a.job, a.placement, now)
+        return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt]}
+
+    def _observe(self, now: float) -> None:
+        for row in self.jobs():
+            if row.state not in ACTIVE:
+                continue
+            code = self.runner.exit_code(row.pid, row.workdir) if row.pid else -9
+            if code is None:
+                if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
+                    self.cancel_requested.add(row.id)
+                    self._set(row.id, state="preempting", message="reached its max runtime")
+                    self.runner.preempt(row.pid, now)
+                continue
+            self.pool.release(Workload("train", row.owner, row.id), reason=f"run ended ({code})")
+            if row.id in self.cancel_requested:
+                self.cancel_requested.discard(row.id)
+                cancelled = "max runtime" not in row.message
+                self._set(row.id, state="cancelled" if cancelled else "failed", finished=now, exit_code=code,
+                          pid=None, message="cancelled" if cancelled else "stopped at its max runtime")
+            elif row.state == "preempting":
+                # back in the queue with its original submit time: it keeps its place
+                self._set(row.id, state="queued", pid=None, exit_code=code, message="preempted; will resume")
+                self.pool.store.record("requeue", f"job {row.id} requeued after preemption", owner=row.owner,
+                                       name=row.id)
+            else:
+                state = "succeeded" if code == 0 else "failed"
+                self._set(row.id, state=state, finished=now, exit_code=code, pid=None,
+                          message="" if code == 0 else f"exit code {code}")
+
+    def _plan(self, now: float):
+        rows = self.jobs()
+        pending = [self._job(r) for r in rows if r.state == "queued" and r.project in self.projects]
+        running = [self._job(r) for r in rows if r.state == "running"]
+        stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
+                        stopping=stopping)
+
+    def _train_view(self):
+        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
+        from ..pool.training import _copy
+
+        view = _copy(self.pool.state)
+        if self.cfg.train_gpus:
+            for g in range(view.gpu_free.shape[1]):
+                if g not in self.cfg.train_gpus:
+                    view.gpu_free[:, g] = -1
+        return view
+
+    def _job(self, row: TrainJob) -> Job:
+        alloc = self.pool.allocation(Workload("train", row.owner, row.id))
+        placement = None
+        if alloc is not None:
+            placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
+        return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
+                   submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
+                   started=row.started, placement=placement)
+
+    def _start(self, job_id: str, placement: Placement, now: float) -> None:
+        row = self.job(job_id)
+        self.pool.reserve_at(Workload("train", row.owner, row.id), placement)
+        node = self.pool.inventory.node(placement.node)
+        gpus = [node.gpus[i] for i in placement.gpus]
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
+               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000)}
+        pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1)
+        self.pool.mark_running(Workload("train", row.owner, row.id), pid)
+        resumed = row.runs > 0
+        self._set(job_id, state="running", started=now, pid=pid, runs=row.runs + 1,
+                  message="resumed from its checkpoint" if resumed else "")
+        self.pool.store.record("resume" if resumed else "start", f"job {job_id} {'resumed' if resumed else 'started'}"
+                               f" on {placement.node} GPU {list(placement.gpus)}", owner=row.owner, name=job_id)
+
+    def _preempt(self, job_id: str, reason: str, now: float) -> None:
+        row = self.job(job_id)
+        self.runner.preempt(row.pid, now)
+        self._set(job_id, state="preempting", preemptions=row.preemptions + 1, message=f"preempted: {reason}")
+        self.pool.store.record("preempt", f"job {job_id} of {row.project} preempted: {reason}", owner=row.owner,
+                               name=job_id)
+
+    def _set(self, job_id: str, **values) -> None:
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            for k, v in values.items():
+                setattr(row, k, v)
+
+    def adopt_after_restart(self) -> None:
+        """After a hub restart: runs still alive keep going (the runner reads their exit file
+        when they end); runs that died with the hub go back to the queue, never twice."""
+        for row in self.jobs():
+            if row.state in ACTIVE and row.pid and self.runner.exit_code(row.pid, row.workdir) is None:
+                log.info("re-adopted job %s (pid %s)", row.id, row.pid)

@@ -1,0 +1,110 @@
+"""Real processes: a job preempted and resumed several times ends with exactly the result
+of an uninterrupted run; cancel and max runtime end it for good."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+from hub_ext.manager import PoolManager
+from hub_ext.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from hub_ext.store import Store
+from hub_ext.train.config import TrainPool
+from hub_ext.train.service import TrainingService
+
+JOB = textwrap.dedent("""
+    import time
+    from widgets.checkpoint import Checkpoint
+    ckpt = Checkpoint()
+    state = ckpt.load(default={"step": 0, "total": 0})
+    while state["step"] < 40:
+        state["total"] += state["step"] ** 2
+        state["step"] += 1
+        time.sleep(0.02)
+        if ckpt.preempted:
+            ckpt.save(state)
+            ckpt.exit()
+    ckpt.save(state)
+    print("RESULT", state["total"])
+""")
+EXPECTED = sum(i * i for i in range(40))
+
+
+def service(tmp_path: Path, projects: dict, gpus: int = 1, grace: float = 5.0) -> TrainingService:
+    c = Config()
+    c.TrainPool.projects = projects
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.grace_s = grace
+    pool = PoolManager(virtual_inventory(gpus), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
+    return TrainingService(pool, TrainPool(config=c))
+
+
+def run_until(svc: TrainingService, cond, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, [j.to_json() for j in svc.jobs()]
+        svc.tick(time.time())
+        time.sleep(0.05)
+
+
+def submit(svc: TrainingService, owner: str, project: str, **kw):
+    return svc.submit(owner, project, "count", 1, 1000, [sys.executable, "job.py"], files={"job.py": JOB.encode()},
+                      **kw)
+
+
+def result(svc: TrainingService, job_id: str) -> str:
+    log = Path(svc.job(job_id).workdir, "job.log").read_text()
+    return [line for line in log.splitlines() if line.startswith("RESULT")][-1]
+
+
+def test_preempted_three_times_and_resumed_gives_the_uninterrupted_result(tmp_path: Path) -> None:
+    # one GPU; 'lab' borrows it beyond a zero guarantee, 'paper' has a guarantee of 1
+    svc = service(tmp_path, {"lab": {"guarantee": 0}, "paper": {"guarantee": 1}})
+    borrower = submit(svc, "ann", "lab").id
+    for _ in range(3):
+        run_until(svc, lambda: svc.job(borrower).state == "running" and svc.job(borrower).runs > 0)
+        time.sleep(0.2)  # let it make some progress
+        owner = submit(svc, "bob", "paper", max_runtime_s=0).id
+        # the guarantee comes back within a cycle plus the grace period: ann's job is preempted
+        run_until(svc, lambda owner=owner: svc.job(owner).state in ("running", "succeeded"))
+        assert svc.job(borrower).state == "queued"  # kept its place, waiting to resume
+        run_until(svc, lambda owner=owner: svc.job(owner).state == "succeeded")
+    run_until(svc, lambda: svc.job(borrower).state == "succeeded")
+    job = svc.job(borrower)
+    assert (job.preemptions, job.runs) == (3, 4)
+    assert result(svc, borrower) == f"RESULT {EXPECTED}"
+    kinds = [e.kind for e in svc.pool.store.events(limit=200) if e.name == borrower]
+    assert kinds.count("preempt") == 3 and kinds.count("resume") == 3
+    assert svc.pool.store.allocations() == []  # every GPU given back
+
+
+def test_in_quota_jobs_are_never_preempted(tmp_path: Path) -> None:
+    svc = service(tmp_path, {"a": {"guarantee": 1}, "b": {"guarantee": 1}})
+    first = submit(svc, "ann", "a").id
+    run_until(svc, lambda: svc.job(first).state == "running")
+    second = submit(svc, "bob", "b").id
+    for _ in range(20):
+        svc.tick(time.time())
+    assert svc.job(first).state == "running" and svc.job(second).state == "queued"
+    assert svc.job(first).preemptions == 0
+
+
+@pytest.mark.parametrize("how", ["cancel", "max-runtime"])
+def test_cancel_and_max_runtime_end_a_run_for_good(tmp_path: Path, how: str) -> None:
+    svc = service(tmp_path, {"a": {"guarantee": 1}}, grace=0.5)
+    job = submit(svc, "ann", "a", max_runtime_s=0.3 if how == "max-runtime" else 0).id
+    run_until(svc, lambda: svc.job(job).state == "running")
+    if how == "cancel":
+        svc.cancel(job)
+    run_until(svc, lambda: svc.job(job).state in ("cancelled", "failed", "succeeded"))
+    row = svc.job(job)
+    assert row.state == ("cancelled" if how == "cancel" else "failed")
+    if how == "max-runtime":
+        assert row.message == "stopped at its max runtime"
+    assert svc.pool.store.allocations() == []

@@ -1,0 +1,124 @@
+"""The pure train scheduler, cycle by cycle with time as an argument (hypothesis)."""
+
+from __future__ import annotations
+
+import random
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from hub_ext.pool import ClusterState, Request, get_policy, virtual_inventory
+from hub_ext.pool.inventory import GPU, Inventory, Node
+from hub_ext.pool.training import Job, Project, in_quota_split, schedule
+
+PROJECTS = {
+    "a": Project("a", guarantee_milli=2000, weight=2.0),
+    "b": Project("b", guarantee_milli=1000, weight=1.0),
+    "c": Project("c", guarantee_milli=0, weight=1.0, limit_milli=2000),
+}
+
+
+def cluster() -> Inventory:
+    return Inventory(nodes=tuple(
+        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))
+
+
+class TrainMachine(RuleBasedStateMachine):
+    """Jobs arrive and finish; each cycle's plan is carried out; invariants after each."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.state = ClusterState(cluster())
+        self.pending: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.now = 0.0
+        self.n = 0
+        self.preempted_in_quota = False
+        self.waited: dict[str, int] = {}
+
+    @rule(project=st.sampled_from(sorted(PROJECTS)), gpus=st.sampled_from([250, 500, 1000, 2000]))
+    def submit(self, project: str, gpus: int) -> None:
+        self.n += 1
+        req = Request.for_gpus(gpus)
+        self.pending[f"j{self.n}"] = Job(f"j{self.n}", project, req, submitted=self.now)
+
+    @rule(data=st.data())
+    def finish(self, data) -> None:
+        if self.running:
+            job = self.running.pop(data.draw(st.sampled_from(sorted(self.running))))
+            self.state.release(job.placement)
+
+    @rule()
+    def cycle(self) -> None:
+        self.now += 10
+        _, over = in_quota_split(PROJECTS, self.running.values())
+        plan = schedule(self.state, PROJECTS, list(self.pending.values()), list(self.running.values()),
+                        self.now, get_policy("best-fit"), random.Random(1))
+        for p in plan.preempt:
+            if p.job not in over:
+                self.preempted_in_quota = True
+            job = self.running.pop(p.job)
+            self.state.release(job.placement)
+            # requeued with its original submit time
+            self.pending[job.id] = Job(job.id, job.project, job.request, job.submitted)
+        for a in plan.admit:
+            job = self.pending.pop(a.job)
+            self.state.apply(a.placement)  # raises on any over-allocation
+            self.running[job.id] = Job(job.id, job.project, job.request, job.submitted, started=self.now,
+                                       placement=a.placement)
+        usage, _ = in_quota_split(PROJECTS, self.running.values())
+        for job in self.pending.values():
+            # a job that fits its project's guarantee, and could fit the cluster at all
+            fits = usage.get(job.project, 0) + job.milli <= PROJECTS[job.project].guarantee_milli
+            self.waited[job.id] = self.waited.get(job.id, 0) + 1 if fits else 0
+
+    @invariant()
+    def never_over_allocated(self) -> None:
+        assert ((self.state.gpu_free >= 0) & (self.state.gpu_free <= 1000)).all()
+
+    @invariant()
+    def in_quota_jobs_are_never_preempted(self) -> None:
+        assert not self.preempted_in_quota
+
+    @invariant()
+    def limits_hold(self) -> None:
+        usage, _ = in_quota_split(PROJECTS, self.running.values())
+        assert usage.get("c", 0) <= 2000
+
+    @invariant()
+    def in_quota_demand_is_served_within_two_cycles(self) -> None:
+        # one cycle to preempt borrowers, the next to start on the freed GPUs
+        assert all(w <= 2 for w in self.waited.values()), self.waited
+
+
+TrainMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestTrainScheduler = TrainMachine.TestCase
+
+
+def test_idle_gpus_are_lent_in_proportion_to_weight() -> None:
+    state = ClusterState(virtual_inventory(6))
+    projects = {"heavy": Project("heavy", 0, weight=2.0), "light": Project("light", 0, weight=1.0)}
+    pending = [Job(f"{p}{i}", p, Request.for_gpus(1000), submitted=i) for i in range(6) for p in projects]
+    plan = schedule(state, projects, pending, [], 0.0, get_policy("best-fit"))
+    admitted = [a.job for a in plan.admit]
+    assert len(admitted) == 6
+    assert sum(j.startswith("heavy") for j in admitted) == 4  # 2:1 of the six idle GPUs
+
+
+def test_reclaim_takes_the_youngest_lowest_priority_borrower_and_respects_min_runtime() -> None:
+    state = ClusterState(virtual_inventory(2))
+    projects = {"own": Project("own", 1000), "lab": Project("lab", 0)}
+    policy = get_policy("best-fit")
+    running = []
+    for i, (started, prio, min_rt) in enumerate([(0, 0, 0), (50, 0, 0)]):
+        placement = policy.choose(state, Request.for_gpus(1000), random.Random(0))
+        state.apply(placement)
+        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=started, priority=prio,
+                           started=started, placement=placement, min_runtime_s=min_rt))
+    want = Job("mine", "own", Request.for_gpus(1000), submitted=60)
+    plan = schedule(state, projects, [want], running, now=100, policy=policy)
+    assert [p.job for p in plan.preempt] == ["lab1"]  # the youngest borrower
+    young_protected = [running[0], Job(**{**running[1].__dict__, "min_runtime_s": 3600})]
+    plan = schedule(state, projects, [want], young_protected, now=100, policy=policy)
+    assert [p.job for p in plan.preempt] == ["lab0"]  # the young one is within its min runtime
