@@ -97,7 +97,8 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
         access_scopes={ACCESS},
         cache_max_age=60,
     )
-    app = make_app(pool, auth, hub_app=hub)
+    training = _start_training(hub, pool)
+    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
     app.listen(port, address=ip)
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # the hub waits for this service to answer before it finishes starting, so we listen
@@ -117,6 +118,27 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+
+
+def _start_training(hub: Any, pool: Any) -> Any:
+    """The training loop: re-adopt runs that outlived a hub restart, then tick."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .train.config import TrainPool
+    from .train.service import TrainingService
+
+    cfg = TrainPool(config=hub.config)
+    training = TrainingService(pool, cfg)
+    training.adopt_after_restart()
+
+    def tick() -> None:
+        try:
+            training.tick()
+        except Exception:  # noqa: BLE001 - one bad cycle must not stop the loop
+            log.exception("training cycle failed")
+
+    PeriodicCallback(tick, cfg.tick_s * 1000).start()
+    return training
 
 
 def _log_like_hub(hub_log: logging.Logger) -> None:

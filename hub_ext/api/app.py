@@ -12,6 +12,7 @@ from tornado import web
 from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
 from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from .jobs import ROUTES as JOB_ROUTES
 from .page import StatusPage
 from .pool import EventsHandler, MeHandler, PoolHandler
 from .quotas import QuotasHandler
@@ -26,6 +27,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("api/culler/report", ReportHandler),
     ("api/culler/status", StatusHandler),
     ("api/culler/extend", ExtendHandler),
+    *JOB_ROUTES,
     ("", StatusPage),
 ]
 

@@ -1,0 +1,186 @@
+"""Train jobs over REST: submit, list, get, cancel, logs.
+
+Users see and cancel only their own jobs (another user's job is a 404: its existence is not
+revealed); admins see all. Every bad input is a 4xx with a message, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from tornado import web
+
+from ..pool import InvalidRequest, Request
+from ..pool.units import UnitError, parse_gpus
+from .auth import APIHandler
+
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
+LOG_TAIL_MAX = 10_000
+
+
+class JobsBase(APIHandler):
+    @property
+    def training(self):
+        service = self.settings.get("training")
+        if service is None:
+            raise web.HTTPError(503, "the training pool is not running on this hub")
+        return service
+
+    def visible_job(self, job_id: str):
+        row = self.training.job(job_id) if len(job_id) <= 32 else None
+        if row is None or not (self.caller.admin or row.owner == self.caller.name):
+            raise web.HTTPError(404, f"no job {job_id!r} of yours")
+        return row
+
+    def job_json(self, row) -> dict:
+        data = row.to_json()
+        data["queue_position"] = self.training.queue_position(row.id)
+        alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
+        data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
+        return data
+
+
+def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise web.HTTPError(400, f"{key} must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {value!r}")
+    return value
+
+
+class JobsHandler(JobsBase):
+    @web.authenticated
+    def get(self) -> None:
+        caller = self.caller
+        rows = self.training.jobs() if caller.admin and self.get_argument("all", "") else \
+            self.training.jobs(owner=caller.name)
+        self.write_json({"jobs": [self.job_json(r) for r in rows]})
+
+    @web.authenticated
+    def post(self) -> None:
+        caller = self.caller
+        if caller.kind != "user":
+            raise web.HTTPError(403, "jobs are submitted by users")
+        body = self.json_body(max_bytes=MAX_BODY)
+        svc = self.training
+        project = body.get("project")
+        if project not in svc.projects:
+            raise web.HTTPError(400, f"unknown project {project!r}; choose one of {sorted(svc.projects)}")
+        try:
+            milli = parse_gpus(body.get("gpus"))
+            request = Request.for_gpus(milli)
+        except (UnitError, InvalidRequest) as err:
+            raise web.HTTPError(400, f"gpus: {err}") from None
+        biggest = self.pool.inventory.max_gpus_per_node
+        if request.num_gpu > biggest:
+            raise web.HTTPError(400, f"gpus: no node has {request.num_gpu} GPUs (the largest has {biggest})")
+        cap = svc.projects[project].limit_milli
+        if 0 <= cap < request.total_milli:
+            raise web.HTTPError(400, f"gpus: project {project} may use at most {cap / 1000:g} GPUs")
+        name = body.get("name", "job")
+        if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
+            raise web.HTTPError(400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'")
+        files, command = self.job_code(body)
+        priority = int(_number(body, "priority", 0, -100, 100))
+        min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
+        max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
+        queued = [j for j in svc.jobs(owner=caller.name) if j.state == "queued"]
+        if len(queued) >= svc.cfg.max_queued_per_user:
+            raise web.HTTPError(429, f"you have {len(queued)} jobs waiting (at most"
+                                     f" {svc.cfg.max_queued_per_user}): cancel one or wait")
+        row = svc.submit(caller.name, project, name, request.num_gpu, request.gpu_milli, command, priority,
+                         min_runtime, max_runtime, files)
+        self.write_json(self.job_json(row), status=201)
+
+    def job_code(self, body: dict) -> tuple[dict[str, bytes], list[str]]:
+        """A command, a script, a cell's code or a notebook: snapshotted into the job folder."""
+        import sys
+
+        given = [k for k in ("command", "script", "code", "notebook") if k in body]
+        if len(given) != 1:
+            raise web.HTTPError(400, "give exactly one of: command, script, code, notebook")
+        kind, value = given[0], body[given[0]]
+        if kind == "command":
+            if isinstance(value, str):
+                value = shlex.split(value)
+            if not value or not all(isinstance(v, str) for v in value):
+                raise web.HTTPError(400, "command must be a list of strings or a shell-like string")
+            return {}, value
+        if kind == "script":
+            if not isinstance(value, str) or not value.strip():
+                raise web.HTTPError(400, "script must be Python source")
+            return {"job.py": value.encode()}, [sys.executable, "job.py"]
+        from widgets.snapshot import SnapshotError, from_code, with_parameters
+
+        try:
+            if kind == "code":
+                nb = from_code(value if isinstance(value, list) else str(value))
+            else:
+                import nbformat
+
+                nb = nbformat.reads(json.dumps(value), as_version=4)
+            nb = with_parameters(nb, body.get("parameters") or {})
+        except (SnapshotError, ValueError, TypeError) as err:
+            raise web.HTTPError(400, f"{kind}: {err}") from None
+        import nbformat
+
+        return ({"input.ipynb": nbformat.writes(nb).encode()},
+                [sys.executable, "-m", "widgets.execute", "input.ipynb", "output.ipynb"])
+
+
+class JobHandler(JobsBase):
+    @web.authenticated
+    def get(self, job_id: str) -> None:
+        self.write_json(self.job_json(self.visible_job(job_id)))
+
+    @web.authenticated
+    def delete(self, job_id: str) -> None:
+        row = self.visible_job(job_id)
+        if row.state not in ("queued", "running", "preempting"):
+            raise web.HTTPError(409, f"job {job_id} already {row.state}")
+        self.write_json(self.job_json(self.training.cancel(job_id)))
+
+
+class LogsHandler(JobsBase):
+    @web.authenticated
+    def get(self, job_id: str) -> None:
+        row = self.visible_job(job_id)
+        try:
+            lines = int(self.get_argument("tail", "200"))
+        except ValueError:
+            raise web.HTTPError(400, "tail must be a whole number") from None
+        if not 1 <= lines <= LOG_TAIL_MAX:
+            raise web.HTTPError(400, f"tail must be between 1 and {LOG_TAIL_MAX}")
+        log = Path(row.workdir, "job.log")
+        text = log.read_text(errors="replace") if log.exists() else ""
+        output = Path(row.workdir, "output.ipynb")
+        self.write_json({"id": job_id, "state": row.state, "lines": text.splitlines()[-lines:],
+                         "output_notebook": str(output) if output.exists() else None})
+
+
+class ProjectsHandler(JobsBase):
+    @web.authenticated
+    def get(self) -> None:
+        svc = self.training
+        running = [j for j in svc.jobs() if j.state in ("running", "preempting")]
+        queued = [j for j in svc.jobs() if j.state == "queued"]
+        out = []
+        for p in svc.projects.values():
+            out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
+                        "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
+                        "used_milli": sum(j.total_milli for j in running if j.project == p.name),
+                        "queued": sum(1 for j in queued if j.project == p.name)})
+        self.write_json({"projects": out})
+
+
+ROUTES: list[tuple[str, Any]] = [
+    ("api/jobs", JobsHandler),
+    (r"api/jobs/([^/]+)", JobHandler),
+    (r"api/jobs/([^/]+)/logs", LogsHandler),
+    ("api/projects", ProjectsHandler),
+]

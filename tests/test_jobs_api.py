@@ -1,0 +1,111 @@
+"""The jobs API on a real hub: submit, watch, logs, cancel; bad input and other users' jobs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.hubtools import Hub
+
+pytestmark = pytest.mark.hub
+J = "/services/gpupool/api/jobs"
+CONFIG = """
+c.TrainPool.tick_s = 0.3
+c.TrainPool.grace_s = 2
+c.TrainPool.max_queued_per_user = 3
+c.TrainPool.projects = {"vision": {"guarantee": 1}, "nlp": {"guarantee": 1, "limit": 2}}
+"""
+
+
+def wait_state(hub: Hub, job_id: str, states: set[str], token: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = hub.api("GET", f"{J}/{job_id}", token=token)
+        if job["state"] in states:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} stuck in {job['state']}:\n{hub.tail()}")
+
+
+@pytest.fixture(scope="module")
+def jobhub(tmp_path_factory) -> Hub:
+    from tests.conftest import require_chp
+
+    require_chp()
+    h = Hub(state=tmp_path_factory.mktemp("jobs"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    yield h
+    h.stop()
+
+
+def test_submit_run_and_read_the_log_of_a_cell(jobhub: Hub) -> None:
+    token = jobhub.user_token("ada")
+    job = jobhub.api("POST", J, {"project": "vision", "gpus": 0.5, "name": "sq",
+                                 "code": "print('sum of squares', sum(i*i for i in range(n)))",
+                                 "parameters": {"n": 10}}, token=token)
+    assert job["state"] == "queued" and job["gpus"] == 0.5
+    done = wait_state(jobhub, job["id"], {"succeeded", "failed"}, token)
+    assert done["state"] == "succeeded", done
+    logs = jobhub.api("GET", f"{J}/{job['id']}/logs", token=token)
+    assert "sum of squares 285" in "\n".join(logs["lines"])
+    assert logs["output_notebook"].endswith("output.ipynb")
+    assert jobhub.allocations() == [] or all(s["kind"] != "train" for s in jobhub.allocations())
+
+
+def test_cancel_a_running_job_and_nobody_else_can_see_it(jobhub: Hub) -> None:
+    token = jobhub.user_token("bea")
+    job = jobhub.api("POST", J, {"project": "nlp", "gpus": 1, "script": "import time\ntime.sleep(120)"},
+                     token=token)
+    wait_state(jobhub, job["id"], {"running"}, token)
+    other = jobhub.user_token("cal")
+    for method in ("GET", "DELETE"):
+        status, message = jobhub.api_error(method, f"{J}/{job['id']}", token=other)
+        assert status == 404 and "no job" in message
+    assert job["id"] not in [j["id"] for j in jobhub.api("GET", J, token=other)["jobs"]]
+    jobhub.api("DELETE", f"{J}/{job['id']}", token=token)
+    done = wait_state(jobhub, job["id"], {"cancelled"}, token)
+    assert done["message"] == "cancelled"
+    status, message = jobhub.api_error("DELETE", f"{J}/{job['id']}", token=token)
+    assert status == 409 and "already cancelled" in message
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"project": "nope", "gpus": 1, "command": "true"}, "unknown project 'nope'"),
+        ({"project": "vision", "gpus": -1, "command": "true"}, "more than 0 GPU"),
+        ({"project": "vision", "gpus": 0, "command": "true"}, "more than 0 GPU"),
+        ({"project": "vision", "gpus": "lots", "command": "true"}, "not a GPU amount"),
+        ({"project": "vision", "gpus": 64, "command": "true"}, "no node has 64 GPUs"),
+        ({"project": "vision", "gpus": 1, "command": "true", "name": "../../etc"}, "name:"),
+        ({"project": "vision", "gpus": 1}, "give exactly one of"),
+        ({"project": "vision", "gpus": 1, "command": "true", "priority": "high"}, "priority must be a number"),
+        ({"project": "vision", "gpus": 1, "code": "   "}, "no code to run"),
+    ],
+)
+def test_bad_submissions_are_refused_and_change_nothing(jobhub: Hub, body: dict, message: str) -> None:
+    token = jobhub.user_token("dan")
+    before = jobhub.api("GET", J, token=token)["jobs"]
+    status, text = jobhub.api_error("POST", J, body, token=token)
+    assert status == 400 and message in text, text
+    assert jobhub.api("GET", J, token=token)["jobs"] == before
+
+
+def test_oversized_body_and_queue_cap(jobhub: Hub) -> None:
+    token = jobhub.user_token("eli")
+    status, _ = jobhub.api_error("POST", J, {"project": "vision", "gpus": 1, "script": "x" * (3 * 1024 * 1024)},
+                                 token=token)
+    assert status == 413
+    status, message = jobhub.api_error("POST", J, {"project": "nlp", "gpus": 4, "command": "true"}, token=token)
+    assert status == 400 and "project nlp may use at most 2 GPUs" in message
+    # nlp runs one 2-GPU job (its limit): further nlp jobs wait, and the fourth waiting one is refused
+    first = jobhub.api("POST", J, {"project": "nlp", "gpus": 2, "script": "import time\ntime.sleep(120)"},
+                       token=token)["id"]
+    wait_state(jobhub, first, {"running"}, token)
+    ids = [jobhub.api("POST", J, {"project": "nlp", "gpus": 1, "command": "true", "name": f"w{i}"},
+                      token=token)["id"] for i in range(3)]
+    status, message = jobhub.api_error("POST", J, {"project": "nlp", "gpus": 1, "command": "true"}, token=token)
+    assert status == 429 and "cancel one or wait" in message
+    assert [jobhub.api("GET", f"{J}/{i}", token=token)["queue_position"] for i in ids] == [1, 2, 3]
+    for job_id in [first, *ids]:
+        jobhub.api("DELETE", f"{J}/{job_id}", token=token)
