@@ -55,18 +55,19 @@ class TrainMachine(RuleBasedStateMachine):
         _, over = in_quota_split(PROJECTS, self.running.values())
         plan = schedule(self.state, PROJECTS, list(self.pending.values()), list(self.running.values()),
                         self.now, get_policy("best-fit"), random.Random(1))
+        for a in plan.admit:
+            job = self.pending.pop(a.job)
+            # raises on any over-allocation, including onto GPUs whose preempted jobs still run
+            self.state.apply(a.placement)
+            self.running[job.id] = Job(job.id, job.project, job.request, job.submitted, started=self.now,
+                                       placement=a.placement)
         for p in plan.preempt:
             if p.job not in over:
                 self.preempted_in_quota = True
             job = self.running.pop(p.job)
-            self.state.release(job.placement)
+            self.state.release(job.placement)  # stopped by the next cycle
             # requeued with its original submit time
             self.pending[job.id] = Job(job.id, job.project, job.request, job.submitted)
-        for a in plan.admit:
-            job = self.pending.pop(a.job)
-            self.state.apply(a.placement)  # raises on any over-allocation
-            self.running[job.id] = Job(job.id, job.project, job.request, job.submitted, started=self.now,
-                                       placement=a.placement)
         usage, _ = in_quota_split(PROJECTS, self.running.values())
         for job in self.pending.values():
             # a job that fits its project's guarantee, and could fit the cluster at all

@@ -125,13 +125,9 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
             if victims is not None:
                 for v in victims:
                     preempted.add(v.id)
-                    work.release(v.placement)
                     plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
-                # hold the freed room for this job so no borrower takes it in this cycle; the
-                # job itself starts once the victims have stopped
-                held = policy.choose(work, job.request, rng)
-                if held is not None:
-                    work.apply(held)
+                # the victims keep their GPUs until they have stopped, so nobody else can be
+                # admitted onto them in this cycle; next cycle this job, in quota, comes first
                 usage[job.project] = used + job.milli
             continue
         if placement is None:

@@ -1,0 +1,151 @@
+"""PromoteToTraining and JobMonitor: send notebook code to the training pool and watch it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+
+import ipywidgets as w
+
+from .client import Client, GPUPoolError
+
+STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "preempting": "#cb4b16", "succeeded": "#2aa198",
+                 "failed": "#dc322f", "cancelled": "#839496"}
+
+
+def job_row(job: Mapping[str, Any]) -> str:
+    """One job as an HTML table row: pure, so tests read what users see."""
+    colour = STATE_COLOURS.get(job["state"], "#000")
+    where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
+    queue = f" (#{job['queue_position']} in queue)" if job.get("queue_position") else ""
+    runs = f"{job['preemptions']} preempted, {max(0, job['runs'] - 1)} resumed" if job["runs"] else "not started"
+    return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
+            f"<td>{job['gpus']:g}</td><td style='color:{colour}'><b>{escape(job['state'])}</b>{queue}</td>"
+            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(job.get('message') or '')}</td></tr>")
+
+
+def validate_choices(project: str, gpus: float, projects: list[dict], params_text: str) -> tuple[list[str], dict]:
+    """Problems a user can fix before submitting, and the parsed parameters."""
+    problems = []
+    known = {p["name"]: p for p in projects}
+    if project not in known:
+        problems.append(f"choose a project: {', '.join(sorted(known)) or 'none is configured'}")
+    elif known[project]["limit_milli"] >= 0 and gpus * 1000 > known[project]["limit_milli"]:
+        problems.append(f"project {project} may use at most {known[project]['limit_milli'] / 1000:g} GPUs")
+    if gpus <= 0:
+        problems.append("ask for more than 0 GPUs")
+    params: dict = {}
+    if params_text.strip():
+        try:
+            params = json.loads(params_text)
+            if not isinstance(params, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            problems.append('parameters must be a JSON object, e.g. {"lr": 0.01, "epochs": 3}')
+    return problems, params
+
+
+class JobMonitor(w.VBox):
+    """The user's jobs (or one job) with state, queue position, GPU, preemptions, log tail, cancel."""
+
+    def __init__(self, client: Client | None = None, job_id: str | None = None, **kwargs: Any) -> None:
+        self.client, self.job_id = client, job_id
+        self.table, self.log, self.message = w.HTML(), w.Textarea(layout=w.Layout(width="100%", height="10em")), \
+            w.HTML()
+        self.refresh_button = w.Button(description="Refresh", icon="refresh")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger",
+                                      disabled=job_id is None)
+        self.cancel_button.on_click(lambda _: self.cancel())
+        super().__init__([self.table, self.message, w.HBox([self.refresh_button, self.cancel_button]), self.log],
+                         **kwargs)
+        self.refresh()
+
+    @property
+    def api(self) -> Client:
+        return self.client or Client()
+
+    def refresh(self) -> list[dict]:
+        try:
+            jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
+            if self.job_id:
+                logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=30")
+                self.log.value = "\n".join(logs["lines"])
+                if logs["output_notebook"]:
+                    self.message.value = f"Executed notebook: <code>{escape(logs['output_notebook'])}</code>"
+        except GPUPoolError as err:
+            self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            return []
+        self.table.value = ("<table><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th><th>GPU</th>"
+                            "<th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
+        if self.job_id and jobs:
+            self.cancel_button.disabled = jobs[0]["state"] not in ("queued", "running", "preempting")
+        return jobs
+
+    def cancel(self) -> None:
+        try:
+            self.api.request("DELETE", f"api/jobs/{self.job_id}")
+        except GPUPoolError as err:
+            self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            return
+        self.refresh()
+
+
+class PromoteToTraining(w.VBox):
+    """Choose project, GPUs, priority and parameters; Submit sends `code` to the training pool."""
+
+    def __init__(self, code: str | list[str] | None = None, notebook: dict | None = None,
+                 client: Client | None = None, **kwargs: Any) -> None:
+        self.client, self.code, self.notebook = client, code, notebook
+        try:
+            self.projects = self.api.get("api/projects")["projects"]
+        except GPUPoolError as err:
+            self.projects = []
+            kwargs.setdefault("children", [w.HTML(f"<span style='color:#b00'>{escape(str(err))}</span>")])
+        names = [p["name"] for p in self.projects]
+        self.project = w.Dropdown(options=names, description="Project")
+        self.gpus = w.Dropdown(options=[0.25, 0.5, 1, 2, 4, 8], value=1, description="GPUs")
+        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority")
+        self.name = w.Text(value="promoted", description="Name")
+        self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters")
+        self.problems = w.HTML()
+        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary")
+        self.submit_button.on_click(lambda _: self.submit())
+        self.monitor_box = w.VBox()
+        for widget in (self.project, self.gpus, self.params):
+            widget.observe(lambda _: self.check(), names="value")
+        super().__init__([self.project, self.gpus, self.priority, self.name, self.params, self.problems,
+                          self.submit_button, self.monitor_box], **kwargs)
+        self.check()
+
+    @property
+    def api(self) -> Client:
+        return self.client or Client()
+
+    def check(self) -> tuple[list[str], dict]:
+        problems, params = validate_choices(self.project.value or "", float(self.gpus.value), self.projects,
+                                            self.params.value)
+        self.problems.value = "".join(f"<div style='color:#b00'>{escape(p)}</div>" for p in problems)
+        self.submit_button.disabled = bool(problems)
+        return problems, params
+
+    def submit(self) -> dict | None:
+        problems, params = self.check()
+        if problems:
+            return None
+        body: dict[str, Any] = {"project": self.project.value, "gpus": self.gpus.value, "name": self.name.value,
+                                "priority": self.priority.value, "parameters": params}
+        body.update({"notebook": self.notebook} if self.notebook is not None else {"code": self.code})
+        self.submit_button.disabled = True
+        self.problems.value = "<i>submitting…</i>"
+        try:
+            job = self.api.post("api/jobs", body)
+        except GPUPoolError as err:
+            self.problems.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            self.submit_button.disabled = False
+            return None
+        self.problems.value = f"Submitted job <code>{escape(job['id'])}</code>."
+        self.monitor_box.children = [JobMonitor(client=self.client, job_id=job["id"])]
+        return job
