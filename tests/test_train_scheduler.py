@@ -123,3 +123,21 @@ def test_reclaim_takes_the_youngest_lowest_priority_borrower_and_respects_min_ru
     young_protected = [running[0], Job(**{**running[1].__dict__, "min_runtime_s": 3600})]
     plan = schedule(state, projects, [want], young_protected, now=100, policy=policy)
     assert [p.job for p in plan.preempt] == ["lab0"]  # the young one is within its min runtime
+
+
+def test_nobody_is_admitted_onto_gpus_whose_jobs_are_being_preempted() -> None:
+    state = ClusterState(virtual_inventory(2))
+    projects = {"own": Project("own", 500), "lab": Project("lab", 0)}
+    policy = get_policy("best-fit")
+    running = []
+    for i in range(2):
+        placement = policy.choose(state, Request.for_gpus(1000), random.Random(0))
+        state.apply(placement)
+        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement))
+    pending = [Job("mine", "own", Request.for_gpus(500), submitted=5),
+               Job("more", "lab", Request.for_gpus(500), submitted=6)]
+    plan = schedule(state, projects, pending, running, now=100, policy=policy)
+    assert [p.job for p in plan.preempt] == ["lab1"]
+    assert plan.admit == []  # lab1 still holds its GPU during its grace period
+    for a in plan.admit:
+        state.apply(a.placement)
