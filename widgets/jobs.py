@@ -52,14 +52,14 @@ class JobMonitor(w.VBox):
 
     def __init__(self, client: Client | None = None, job_id: str | None = None, **kwargs: Any) -> None:
         self.client, self.job_id = client, job_id
-        self.table, self.log, self.message = w.HTML(), w.Textarea(layout=w.Layout(width="100%", height="10em")), \
+        self.table, self.log_view, self.message = w.HTML(), w.Textarea(layout=w.Layout(width="100%", height="10em")), \
             w.HTML()
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
         self.refresh_button.on_click(lambda _: self.refresh())
         self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger",
                                       disabled=job_id is None)
         self.cancel_button.on_click(lambda _: self.cancel())
-        super().__init__([self.table, self.message, w.HBox([self.refresh_button, self.cancel_button]), self.log],
+        super().__init__([self.table, self.message, w.HBox([self.refresh_button, self.cancel_button]), self.log_view],
                          **kwargs)
         self.refresh()
 
@@ -72,7 +72,7 @@ class JobMonitor(w.VBox):
             jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
             if self.job_id:
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=30")
-                self.log.value = "\n".join(logs["lines"])
+                self.log_view.value = "\n".join(logs["lines"])
                 if logs["output_notebook"]:
                     self.message.value = f"Executed notebook: <code>{escape(logs['output_notebook'])}</code>"
         except GPUPoolError as err:

@@ -1,0 +1,58 @@
+"""PromoteToTraining and JobMonitor against a real hub, with a user's own token."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.hubtools import Hub
+from widgets import Client, JobMonitor, PromoteToTraining
+from widgets.jobs import job_row, validate_choices
+from widgets.magics import train_args
+
+pytestmark = pytest.mark.hub
+CONFIG = """
+c.TrainPool.tick_s = 0.3
+c.TrainPool.projects = {"vision": {"guarantee": 1, "limit": 2}}
+"""
+
+
+def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", hub.user_token("ivy"))
+    promote = PromoteToTraining(code="print('answer', 6 * n)", client=client)
+    assert list(promote.project.options) == ["vision"]
+    promote.params.value = "{not json"
+    assert promote.submit_button.disabled and "must be a JSON object" in promote.problems.value
+    promote.gpus.value = 4
+    promote.params.value = '{"n": 7}'
+    assert "may use at most 2 GPUs" in promote.problems.value  # explained before submitting
+    promote.gpus.value = 0.5
+    assert not promote.submit_button.disabled
+    job = promote.submit()
+    assert job["state"] == "queued"
+    monitor = promote.monitor_box.children[0]
+    deadline = time.monotonic() + 60
+    while monitor.refresh()[0]["state"] != "succeeded":
+        assert time.monotonic() < deadline, monitor.table.value
+        time.sleep(0.3)
+    assert "succeeded" in monitor.table.value
+    assert "answer 42" in monitor.log_view.value
+    assert "output.ipynb" in monitor.message.value
+    assert monitor.cancel_button.disabled
+    everyone = JobMonitor(client=Client(client.api_url, hub.user_token("jon")))
+    assert job["id"] not in everyone.table.value  # another user sees none of it
+
+
+def test_job_row_and_choices_are_explained() -> None:
+    row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 0.5, "state": "queued", "queue_position": 2,
+                   "runs": 0, "preemptions": 0, "gpu": [], "message": ""})
+    assert "#2 in queue" in row and "not started" in row
+    problems, params = validate_choices("x", 1, [{"name": "p", "limit_milli": -1}], '{"a": 1}')
+    assert problems == ["choose a project: p"] and params == {"a": 1}
+
+
+def test_train_magic_arguments() -> None:
+    args = train_args("--project vision --gpus 0.5 -p lr=0.01 -p tag=baseline")
+    assert (args.project, args.gpus, args.parameters) == ("vision", 0.5, {"lr": 0.01, "tag": "baseline"})
