@@ -52,7 +52,9 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
         from idle_culler.config import IdleCuller
         from idle_culler.service import service_definition
 
-        culler_service, culler_role = service_definition(CULLER, api_url, IdleCuller(config=c).as_dict())
+        base = c.JupyterHub.get("base_url", "/").rstrip("/")
+        culler_service, culler_role = service_definition(CULLER, f"{api_url}{base}/services/{SERVICE}/",
+                                                         IdleCuller(config=c).as_dict())
         services.append(culler_service)
         roles.append(culler_role)
     c.JupyterHub.services = services

@@ -186,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
                     make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
+    try:
+        return _loop(culler, cfg, args.once)
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT
+        return 0
+
+
+def _loop(culler: Culler, cfg: IdleCuller, once: bool) -> int:
     while True:
         try:
             result = culler.run_pass()
@@ -194,6 +201,6 @@ def main(argv: list[str] | None = None) -> int:
                     log.info("%s: %s", e["kind"], e["message"])
         except (OSError, urllib.error.URLError, ValueError) as err:
             log.error("culler pass failed, retrying next pass: %s", err)
-        if args.once:
+        if once:
             return 0
         time.sleep(cfg.interval_s)

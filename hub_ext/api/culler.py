@@ -12,6 +12,7 @@ from typing import Any
 from tornado import web
 
 from .auth import APIHandler
+from .page import record_history
 
 EXTENSION = "extension:{owner}/{name}"
 
@@ -60,6 +61,7 @@ class ReportHandler(APIHandler):
         state = culler_state(self.settings)
         state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in body.get("workspaces", [])}
         state["pass_time"] = body.get("pass_time", time.time())
+        record_history(self.settings, self.pool, body.get("workspaces", []), state["pass_time"])
         for e in body.get("events", []):
             if e.get("kind") not in ("warn", "cull", "memory"):
                 raise web.HTTPError(400, f"unknown event kind {e.get('kind')!r}")

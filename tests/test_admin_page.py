@@ -1,0 +1,51 @@
+"""The gpupool page: the plot is a pure function, and the page shows each caller their part."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub_ext.api.page import svg_plot
+from tests.browser import browser_page, login, shot
+from tests.hubtools import PASSWORD, Hub
+
+
+def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
+    svg = svg_plot([(0, 1.0, 0.25), (60, 2.0, None), (120, 4.0, 1.0)], capacity=4)
+    assert svg.count("<polyline") == 2 and "class='allocated'" in svg and "class='used'" in svg
+    assert "last 120 s" in svg or "last 2 min" in svg
+    # the allocation line ends at the top (4 of 4 GPUs), use at a quarter
+    assert svg.split("class='allocated'")[1].split("points='")[1].split("'")[0].endswith("680.0,40.0")
+    assert "no GPU utilization data" in svg_plot([(0, 1, None), (60, 1, None)], capacity=4)
+    assert "Not enough samples" in svg_plot([(0, 1, None)], capacity=4)
+
+
+@pytest.mark.hub
+@pytest.mark.browser
+def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
+    hub: Hub = make_hub("c.TrainPool.projects = {'vision': {'guarantee': 2, 'department': 'research'}}\n"
+                        "c.IdleCuller.interval_s = 1\n").start()  # the culler's passes feed the plot
+    hub.spawn("uma", "0.5")
+    hub.spawn("vic", "0.25")
+    with browser_page("admin-page") as page:
+        login(page, hub.url, "admin", PASSWORD)
+        page.goto(f"{hub.url}/services/gpupool/")
+        page.wait_for_selector("table.gpupool-gpus")
+        text = page.inner_text("body")
+        assert "uma (0.5 GPU, build)" in text and "vic (0.25 GPU, build)" in text
+        assert "vision" in page.inner_text("table.gpupool-projects") and "research" in text
+        for _ in range(60):  # a few culler passes
+            if page.locator("svg.gpupool-plot").count():
+                break
+            page.wait_for_timeout(500)
+            page.reload()
+        points = page.locator("svg.gpupool-plot polyline.allocated").get_attribute("points").split()
+        assert len(points) >= 2
+        assert float(points[-1].split(",")[1]) == pytest.approx(220 - 40 - 0.75 / 4 * 140, abs=0.2)  # 0.75 GPU
+        shot(page, "admin-1-page")
+    with browser_page("user-page") as page:
+        login(page, hub.url, "uma", PASSWORD)
+        page.goto(f"{hub.url}/services/gpupool/")
+        page.wait_for_selector("table.gpupool-gpus")
+        text = page.inner_text("table.gpupool-gpus")
+        assert "uma (0.5 GPU, build)" in text and "vic" not in text and "(another user)" in text
+        shot(page, "admin-2-user-view")
