@@ -56,3 +56,12 @@ def test_job_row_and_choices_are_explained() -> None:
 def test_train_magic_arguments() -> None:
     args = train_args("--project vision --gpus 0.5 -p lr=0.01 -p tag=baseline")
     assert (args.project, args.gpus, args.parameters) == ("vision", 0.5, {"lr": 0.01, "tag": "baseline"})
+
+
+def test_output_link_opens_the_notebook_in_this_lab() -> None:
+    from widgets.jobs import output_link
+
+    env = {"HOME": "/home/ann", "JUPYTERHUB_SERVICE_PREFIX": "/user/ann/"}
+    link = output_link("/home/ann/gpupool-jobs/sq-1/output.ipynb", env)
+    assert "href='/user/ann/lab/tree/gpupool-jobs/sq-1/output.ipynb'" in link
+    assert "<code>/srv/x.ipynb</code>" in output_link("/srv/x.ipynb", env)

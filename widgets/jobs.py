@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 import ipywidgets as w
 
@@ -47,6 +49,17 @@ def validate_choices(project: str, gpus: float, projects: list[dict], params_tex
     return problems, params
 
 
+def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
+    """A link that opens the executed notebook in this JupyterLab, when it lies under HOME."""
+    env = os.environ if env is None else env
+    home, prefix = env.get("HOME", ""), env.get("JUPYTERHUB_SERVICE_PREFIX", "")
+    if home and prefix and os.path.commonpath([home, path]) == os.path.abspath(home):
+        rel = os.path.relpath(path, home)
+        return (f"Executed notebook: <a href='{escape(prefix)}lab/tree/{escape(quote(rel))}' target='_blank'>"
+                f"{escape(rel)}</a>")
+    return f"Executed notebook: <code>{escape(path)}</code>"
+
+
 class JobMonitor(w.VBox):
     """The user's jobs (or one job) with state, queue position, GPU, preemptions, log tail, cancel."""
 
@@ -74,7 +87,7 @@ class JobMonitor(w.VBox):
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=30")
                 self.log_view.value = "\n".join(logs["lines"])
                 if logs["output_notebook"]:
-                    self.message.value = f"Executed notebook: <code>{escape(logs['output_notebook'])}</code>"
+                    self.message.value = output_link(logs["output_notebook"])
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
