@@ -1,0 +1,100 @@
+"""The chart renders offline (helm-python-sdk), lints strictly, and every manifest validates:
+core kinds against the Kubernetes OpenAPI schemas (kubernetes-validate, strict), KAI and
+Kueue resources against their CRDs. Bad values are refused by values.schema.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.k8s.conftest import REPO
+
+CHART = REPO / "helm" / "gpupool"
+K8S = kubernetes_validate.latest_version()
+EXAMPLES = [None, REPO / "helm/examples/research-3-projects.yaml", REPO / "helm/examples/teaching-lab.yaml"]
+
+
+def render(values: dict | None) -> list[dict]:
+    out = helm.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
+    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+
+
+def crd_schema(schemas: Path, group: str, kind: str, version: str) -> dict:
+    for f in (schemas / "crds").glob(f"{group}_*.yaml"):
+        crd = yaml.safe_load(f.read_text())
+        if crd["spec"]["names"]["kind"] == kind:
+            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"no CRD for {group} {kind}")
+
+
+def validate(doc: dict, schemas: Path) -> None:
+    group, _, version = doc["apiVersion"].rpartition("/")
+    if group in ("scheduling.run.ai", "kueue.x-k8s.io"):
+        jsonschema.validate(doc, crd_schema(schemas, group, doc["kind"], version))
+    else:
+        kubernetes_validate.validate(doc, K8S, strict=True)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=["defaults", "research", "teaching"])
+def test_every_rendered_manifest_validates(example, schemas: Path) -> None:
+    values = yaml.safe_load(example.read_text()) if example else None
+    docs = render(values)
+    for doc in docs:
+        validate(doc, schemas)
+    kinds = {d["kind"] for d in docs}
+    assert {"Queue", "DaemonSet", "PriorityClass", "Role", "RoleBinding"} <= kinds
+    if example and "research" in example.name:
+        queues = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Queue"}
+        assert queues["vision"]["parentQueue"] == "research"
+        assert queues["vision"]["resources"]["gpu"] == {"quota": 8, "overQuotaWeight": 2, "limit": 16}
+        cq = next(d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "nlp")
+        quota = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+        assert (quota["nominalQuota"], quota["borrowingLimit"]) == (6, 6)
+        assert cq["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+    if example and "teaching" in example.name:
+        assert sum(d["kind"] == "Namespace" for d in docs) == 3
+
+
+def test_chart_lints_clean_in_strict_mode() -> None:
+    report = helm.lint(str(CHART), strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"projects": {"p": {"department": "default", "guarantee": -1}}}, "guarantee"),
+        ({"projects": {"p": {"department": "default", "guarantee": 1, "quota": 2}}}, "quota"),
+        ({"projects": {"Bad_Name": {"department": "default", "guarantee": 1}}}, "Bad_Name"),
+        ({"nodeAgent": {"port": 70000}}, "port"),
+        ({"projects": {"p": {"department": "nowhere", "guarantee": 1}}}, "department nowhere"),
+    ],
+)
+def test_bad_values_are_refused_with_the_key_named(values: dict, message: str) -> None:
+    with pytest.raises(helm.HelmError) as err:
+        helm.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
+    assert message in str(err.value)
+
+
+def merged(base: dict, over: dict) -> dict:
+    """Helm's merge of a values file over the chart's defaults."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def test_z2jh_overlay_fits_the_upstream_chart_schema(schemas: Path) -> None:
+    overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    defaults = yaml.safe_load((schemas / "z2jh" / "values.yaml").read_text())
+    schema = yaml.safe_load((schemas / "z2jh" / "values.schema.yaml").read_text())
+    jsonschema.validate(merged(defaults, overlay), schema)
+    with pytest.raises(jsonschema.ValidationError):  # the schema does catch a wrong key
+        jsonschema.validate(merged(defaults, {"hub": {"extraConfigs": {}}}), schema)
+    assert "spawner.kube.GPUKubeSpawner" in overlay["hub"]["extraConfig"]["gpupool"]
