@@ -65,3 +65,24 @@ def test_output_link_opens_the_notebook_in_this_lab() -> None:
     link = output_link("/home/ann/gpupool-jobs/sq-1/output.ipynb", env)
     assert "href='/user/ann/lab/tree/gpupool-jobs/sq-1/output.ipynb'" in link
     assert "<code>/srv/x.ipynb</code>" in output_link("/srv/x.ipynb", env)
+
+
+def test_promote_the_current_notebook_as_saved(tmp_path, monkeypatch) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_markdown_cell("x"),
+                nbformat.v4.new_code_cell("print(a)")]
+    path = tmp_path / "analysis.ipynb"
+    nbformat.write(nb, str(path))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+
+    class Offline:
+        def get(self, path):
+            return {"projects": [{"name": "p", "limit_milli": -1}]}
+
+    promote = PromoteToTraining.current_notebook(cells=[1], client=Offline())
+    assert ["".join(c["source"]) for c in promote.notebook["cells"]] == ["print(a)"]
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    with pytest.raises(Exception, match="does not know its notebook"):
+        PromoteToTraining.current_notebook(client=Offline())

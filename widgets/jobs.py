@@ -133,6 +133,20 @@ class PromoteToTraining(w.VBox):
                           self.submit_button, self.monitor_box], **kwargs)
         self.check()
 
+    @classmethod
+    def current_notebook(cls, cells: list[int] | None = None, **kwargs: Any) -> PromoteToTraining:
+        """Promote the notebook this kernel runs (as last saved), or some of its code cells."""
+        import nbformat
+
+        from .snapshot import from_notebook
+
+        path = os.environ.get("JPY_SESSION_NAME", "")
+        if not path.endswith(".ipynb"):
+            raise GPUPoolError("this kernel does not know its notebook (JPY_SESSION_NAME is not set): "
+                               "pass code=... or notebook=... instead")
+        nb = from_notebook(path, cells)
+        return cls(notebook=json.loads(nbformat.writes(nb)), **kwargs)
+
     @property
     def api(self) -> Client:
         return self.client or Client()
