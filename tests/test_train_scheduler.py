@@ -141,3 +141,49 @@ def test_nobody_is_admitted_onto_gpus_whose_jobs_are_being_preempted() -> None:
     assert plan.admit == []  # lab1 still holds its GPU during its grace period
     for a in plan.admit:
         state.apply(a.placement)
+
+
+def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> None:
+    inv = Inventory(nodes=tuple(
+        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))
+    state = ClusterState(inv)
+    projects = {"p": Project("p", 4000)}
+    policy = get_policy("best-fit")
+    running = []
+    for i, node in enumerate(("n0", "n1")):
+        from hub_ext.pool.request import Placement
+
+        placement = Placement(node, (0,), 1000)
+        state.apply(placement)
+        running.append(Job(f"r{i}", "p", Request.for_gpus(1000), submitted=i, started=0, placement=placement))
+    big = Job("big", "p", Request.for_gpus(2000), submitted=5)
+    plan = schedule(state, projects, [big], running, now=100, policy=policy)
+    assert plan.admit == [] and len(plan.move) == 1
+    move = plan.move[0]
+    assert move.for_job == "big" and move.to.node != move.target.node
+    # carry it out: the moved job stops, both are pinned, and the next cycle starts both
+    moved = next(r for r in running if r.id == move.job)
+    state.release(moved.placement)
+    still = [r for r in running if r.id != move.job]
+    pending = [Job(big.id, "p", big.request, big.submitted, placement=move.target),
+               Job(moved.id, "p", moved.request, moved.submitted, placement=move.to)]
+    plan = schedule(state, projects, pending, still, now=200, policy=policy)
+    assert {a.job: a.placement for a in plan.admit} == {"big": move.target, moved.id: move.to}
+    for a in plan.admit:
+        state.apply(a.placement)
+
+
+def test_no_consolidation_of_jobs_within_their_min_runtime() -> None:
+    from hub_ext.pool.request import Placement
+
+    state = ClusterState(Inventory(nodes=tuple(
+        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2))))
+    running = []
+    for i, node in enumerate(("n0", "n1")):
+        placement = Placement(node, (0,), 1000)
+        state.apply(placement)
+        running.append(Job(f"r{i}", "p", Request.for_gpus(1000), submitted=i, started=50, placement=placement,
+                           min_runtime_s=3600))
+    plan = schedule(state, {"p": Project("p", 4000)}, [Job("big", "p", Request.for_gpus(2000), submitted=5)],
+                    running, now=100, policy=get_policy("best-fit"))
+    assert plan.move == [] and plan.admit == []

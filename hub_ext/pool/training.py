@@ -14,6 +14,10 @@ Rules (docs/training.md says the same in prose):
    that has run less than its min runtime — never an in-quota job, never a build workspace.
 4. A preempted job keeps its place in the queue (its original submit time) and resumes.
 5. Multi-GPU jobs are gang-admitted: all GPUs on one node, or not at all.
+6. Consolidation: when a pending job is blocked only by fragmentation (enough GPU free in
+   all, but on no single node), running jobs past their min runtime are moved off one node
+   — only if every one of them fits again elsewhere; the moved jobs and the blocked job are
+   pinned to the planned spots. One consolidation per cycle.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ class Job:
     priority: int = 0
     min_runtime_s: float = 0.0
     started: float | None = None  # when the current run started (running jobs)
-    placement: Placement | None = None  # running jobs
+    placement: Placement | None = None  # running jobs; for a pending job, its planned spot
 
     @property
     def milli(self) -> int:
@@ -69,10 +73,22 @@ class Preempt:
     reason: str
 
 
+@dataclass(frozen=True)
+class Move:
+    """Consolidation: stop `job` (it resumes from its checkpoint) so that `for_job` fits on
+    `node`; `to` is where the moved job fits again, checked before anything moves."""
+
+    job: str
+    to: Placement
+    for_job: str
+    target: Placement  # where for_job goes once the moved jobs have stopped
+
+
 @dataclass
 class Plan:
     admit: list[Admit] = field(default_factory=list)
     preempt: list[Preempt] = field(default_factory=list)
+    move: list[Move] = field(default_factory=list)
 
 
 def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:
@@ -109,6 +125,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         return (not in_quota, share, -proj.priority, -job.priority, job.submitted, job.id)
 
     queue = sorted(pending, key=order)
+    blocked: list[Job] = []
     while queue:
         job = queue.pop(0)
         proj = projects[job.project]
@@ -116,7 +133,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         if used + job.milli > proj.cap():
             continue  # over its limit: waits
         in_quota = used + job.milli <= proj.guarantee_milli
-        placement = policy.choose(work, job.request, rng)
+        placement = _pinned(work, job) or policy.choose(work, job.request, rng)
         if placement is None and in_quota:
             if _waits_for_stopping(work, job, stopping or [], policy, rng):
                 usage[job.project] = used + job.milli
@@ -129,15 +146,85 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
                 # the victims keep their GPUs until they have stopped, so nobody else can be
                 # admitted onto them in this cycle; next cycle this job, in quota, comes first
                 usage[job.project] = used + job.milli
+            else:
+                blocked.append(job)
             continue
         if placement is None:
+            blocked.append(job)
             continue
         work.apply(placement)
         plan.admit.append(Admit(job.id, placement))
         usage[job.project] = used + job.milli
         borrowed[job.project] = max(0, usage[job.project] - proj.guarantee_milli)
         queue.sort(key=order)  # borrowing changed: re-rank the borrowers
+    moving: set[str] = set(preempted)
+    for job in blocked[:1]:  # one consolidation per cycle keeps disruption bounded
+        moves = _consolidate(work, job, running_by_id, moving, now, policy, rng)
+        for m in moves:
+            moving.add(m.job)
+            plan.move.append(m)
     return plan
+
+
+def _consolidate(work: ClusterState, job: Job, running: dict[str, Job], busy: set[str], now: float,
+                 policy: Policy, rng: random.Random) -> list[Move]:
+    """Moves that let `job` fit when only fragmentation blocks it: on some node, stop the fewest
+    (smallest first) movable jobs until `job` fits there, and only if every one of them fits
+    again elsewhere. Empty when no such set exists."""
+    req = job.request
+    free_total = int(work.gpu_free[work.gpu_free > 0].sum())
+    if free_total < req.total_milli:
+        return []  # not fragmentation: the pool is simply full
+    by_node: dict[str, list[Job]] = {}
+    for r in running.values():
+        if r.placement is not None and r.id not in busy and now - (r.started or now) >= r.min_runtime_s:
+            by_node.setdefault(r.placement.node, []).append(r)
+    for node, jobs in sorted(by_node.items(), key=lambda kv: sum(j.milli for j in kv[1])):
+        i = work.inventory.index_of(node)
+        trial = _copy(work)
+        moved: list[Job] = []
+        for victim in sorted(jobs, key=lambda j: (j.milli, -(j.started or 0), j.id)):
+            trial.release(victim.placement)
+            moved.append(victim)
+            if trial.node_fits(i, req):
+                break
+        else:
+            continue
+        target = trial.placement_on(i, req, _gpus_on(trial, i, req))
+        trial.apply(target)
+        elsewhere = _copy(trial)
+        elsewhere.gpu_free[i, :] = -1  # the moved jobs must land on other nodes
+        moves = []
+        for victim in moved:
+            spot = policy.choose(elsewhere, victim.request, rng)
+            if spot is None:
+                break
+            elsewhere.apply(spot)
+            moves.append(Move(victim.id, spot, job.id, target))
+        else:
+            return moves
+    return []
+
+
+def _pinned(work: ClusterState, job: Job) -> Placement | None:
+    """A pending job's planned placement (from a consolidation), if it is free now."""
+    p = job.placement
+    if p is None:
+        return None
+    i = work.inventory.index_of(p.node)
+    free = work.gpu_free[i]
+    if all(0 <= g < len(free) and free[g] >= p.gpu_milli for g in p.gpus) \
+            and work.cpu_free[i] >= p.cpu_milli and work.mem_free[i] >= p.memory_mib:
+        return p
+    return None
+
+
+def _gpus_on(state: ClusterState, i: int, req: Request) -> list[int]:
+    fitting = state.fitting_gpus(i, req)
+    if req.is_sharing:
+        free = state.gpu_free[i]
+        return [min(fitting, key=lambda g: (int(free[g]), g))]
+    return fitting[: req.num_gpu]
 
 
 def _waits_for_stopping(work: ClusterState, job: Job, stopping: list[Job], policy: Policy,

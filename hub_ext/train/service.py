@@ -33,6 +33,7 @@ class TrainingService:
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
         self.cancel_requested: set[str] = set()
+        self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
 
     # --- queries -------------------------------------------------------------
     def jobs(self, **filters) -> list[TrainJob]:
@@ -87,9 +88,14 @@ class TrainingService:
         plan = self._plan(now)
         for p in plan.preempt:
             self._preempt(p.job, p.reason, now)
+        for m in plan.move:
+            self.pins[m.job], self.pins[m.for_job] = m.to, m.target
+            self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
         for a in plan.admit:
+            self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
-        return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt]}
+        return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt],
+                "moved": [m.job for m in plan.move]}
 
     def _observe(self, now: float) -> None:
         for row in self.jobs():
@@ -120,7 +126,8 @@ class TrainingService:
 
     def _plan(self, now: float):
         rows = self.jobs()
-        pending = [self._job(r) for r in rows if r.state == "queued" and r.project in self.projects]
+        pending = [self._job(r, self.pins.get(r.id)) for r in rows
+                   if r.state == "queued" and r.project in self.projects]
         running = [self._job(r) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
@@ -137,9 +144,9 @@ class TrainingService:
                     view.gpu_free[:, g] = -1
         return view
 
-    def _job(self, row: TrainJob) -> Job:
+    def _job(self, row: TrainJob, pin: Placement | None = None) -> Job:
         alloc = self.pool.allocation(Workload("train", row.owner, row.id))
-        placement = None
+        placement = pin
         if alloc is not None:
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
         return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
