@@ -68,6 +68,13 @@ class TrainMachine(RuleBasedStateMachine):
             self.state.release(job.placement)  # stopped by the next cycle
             # requeued with its original submit time
             self.pending[job.id] = Job(job.id, job.project, job.request, job.submitted)
+        for m in plan.move:  # consolidation: stop, then both jobs are pinned to their planned spots
+            job = self.running.pop(m.job)
+            self.state.release(job.placement)
+            self.pending[job.id] = Job(job.id, job.project, job.request, job.submitted, placement=m.to)
+            blocked = self.pending[m.for_job]
+            self.pending[m.for_job] = Job(blocked.id, blocked.project, blocked.request, blocked.submitted,
+                                          placement=m.target)
         usage, _ = in_quota_split(PROJECTS, self.running.values())
         for job in self.pending.values():
             # a job that fits its project's guarantee, and could fit the cluster at all
@@ -147,7 +154,7 @@ def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> N
     inv = Inventory(nodes=tuple(
         Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))
     state = ClusterState(inv)
-    projects = {"p": Project("p", 4000)}
+    projects = {"p": Project("p", 4000)}  # the blocked job is within its guarantee
     policy = get_policy("best-fit")
     running = []
     for i, node in enumerate(("n0", "n1")):

@@ -56,6 +56,7 @@ class Result:
     lost_gpu_s: float = 0.0
     preemptions: int = 0
     reclaim_waits: list[float] = field(default_factory=list)
+    moves: int = 0
 
 
 def load(days: float, seed: int):
@@ -102,6 +103,7 @@ def simulate(inventory: Inventory, projects: dict[str, Project], jobs: list[SimJ
     pending: dict[str, SimJob] = {}
     running: dict[str, SimJob] = {}
     stopping: list[tuple[float, str, SimJob]] = []  # (stop time, id, job) during grace
+    pins: dict[str, object] = {}
     cap = inventory.capacity_milli
     now = 0.0
     i = 0
@@ -118,14 +120,24 @@ def simulate(inventory: Inventory, projects: dict[str, Project], jobs: list[SimJ
         while stopping and stopping[0][0] <= now:
             _, _, j = heapq.heappop(stopping)
             state.release(j.placement)
+            j.placement = pins.pop(j.id, None)  # a consolidation planned its next spot
             pending[j.id] = j
+        for jid, spot in pins.items():
+            if jid in pending:
+                pending[jid].placement = spot
+
         def as_job(j: SimJob) -> Job:
             return Job(j.id, j.project, Request.for_gpus(j.gpus * 1000), j.submitted, started=j.started,
                        placement=j.placement)
         plan = schedule(state, projects, [as_job(j) for j in pending.values()], [as_job(j) for j in running.values()],
                         now, policy, rng, stopping=[as_job(j) for _, _, j in stopping])
-        for p in plan.preempt:
-            j = running.pop(p.job)
+        stops = [(p.job, p.for_job) for p in plan.preempt]
+        for m in plan.move:
+            stops.append((m.job, m.for_job))
+            pins[m.job], pins[m.for_job] = m.to, m.target
+            res.moves += 1
+        for job_id, for_job in stops:
+            j = running.pop(job_id)
             ran = now - j.started
             saved = (ran // CHECKPOINT) * CHECKPOINT
             res.lost_gpu_s += (ran - saved) * j.gpus
@@ -133,9 +145,10 @@ def simulate(inventory: Inventory, projects: dict[str, Project], jobs: list[SimJ
             res.preemptions += 1
             j.started = None
             heapq.heappush(stopping, (now + GRACE, j.id, j))
-            if p.for_job in pending:
-                pending[p.for_job].needs_reclaim = True
+            if for_job in pending:
+                pending[for_job].needs_reclaim = True
         for a in plan.admit:
+            pins.pop(a.job, None)
             j = pending.pop(a.job)
             state.apply(a.placement)
             j.placement, j.started = a.placement, now
@@ -168,6 +181,7 @@ def summarize(label: str, res: Result, jobs: list[SimJob], capacity_gpu_h: float
         "per_gpu_h": len(done) / capacity_gpu_h,
         "lost_gpu_h": res.lost_gpu_s / 3600,
         "preemptions": res.preemptions,
+        "moves": res.moves,
         "reclaim_wait_min": max(res.reclaim_waits) / 60 if res.reclaim_waits else 0.0,
         "delays": per_project,
     }
@@ -188,11 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         res, done = simulate(inventory, projects, jobs, horizon, static)
         out.append(summarize(label, res, done, capacity_gpu_h))
     print("| policy | GPU allocation (time avg) | allocation while demand > capacity | jobs completed |"
-          " completed per 1,000 GPU-h | preemptions | GPU-h lost to preemption | longest wait for a reclaimed guarantee |")
+          " completed per 1,000 GPU-h | preemptions (of which consolidation moves) | GPU-h lost to preemption |"
+          " longest wait for a reclaimed guarantee |")
     print("|---|---|---|---|---|---|---|---|")
     for r in out:
         print(f"| {r['label']} | {r['alloc_pct']:.1f} % | {r['contended_alloc_pct']:.1f} % | {r['completed']} |"
-              f" {1000 * r['per_gpu_h']:.1f} | {r['preemptions']} | {r['lost_gpu_h']:.1f} | {r['reclaim_wait_min']:.0f} min |")
+              f" {1000 * r['per_gpu_h']:.1f} | {r['preemptions']} ({r['moves']}) | {r['lost_gpu_h']:.1f} | {r['reclaim_wait_min']:.0f} min |")
     print(f"\nratio of jobs completed per GPU-hour, gpupool / static: {out[1]['per_gpu_h'] / out[0]['per_gpu_h']:.2f}")
     print("\nqueueing delay p50 / p99 (minutes) per project")
     print("| project | static p50 | static p99 | gpupool p50 | gpupool p99 |")

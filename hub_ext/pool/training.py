@@ -14,8 +14,9 @@ Rules (docs/training.md says the same in prose):
    that has run less than its min runtime — never an in-quota job, never a build workspace.
 4. A preempted job keeps its place in the queue (its original submit time) and resumes.
 5. Multi-GPU jobs are gang-admitted: all GPUs on one node, or not at all.
-6. Consolidation: when a pending job is blocked only by fragmentation (enough GPU free in
-   all, but on no single node), running jobs past their min runtime are moved off one node
+6. Consolidation: when a pending in-quota job is blocked only by fragmentation (enough GPU free
+   in all, but on no single node) and no reclaim helps, running jobs past their min runtime
+   are moved off one node
    — only if every one of them fits again elsewhere; the moved jobs and the blocked job are
    pinned to the planned spots. One consolidation per cycle.
 """
@@ -150,8 +151,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
                 blocked.append(job)
             continue
         if placement is None:
-            blocked.append(job)
-            continue
+            continue  # a borrower waits; consolidation is for guarantees
         work.apply(placement)
         plan.admit.append(Admit(job.id, placement))
         usage[job.project] = used + job.milli
