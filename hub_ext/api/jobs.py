@@ -93,8 +93,11 @@ class JobsHandler(JobsBase):
         if len(queued) >= svc.cfg.max_queued_per_user:
             raise web.HTTPError(429, f"you have {len(queued)} jobs waiting (at most"
                                      f" {svc.cfg.max_queued_per_user}): cancel one or wait")
-        row = svc.submit(caller.name, project, name, request.num_gpu, request.gpu_milli, command, priority,
-                         min_runtime, max_runtime, files)
+        try:
+            row = svc.submit(caller.name, project, name, request.num_gpu, request.gpu_milli, command, priority,
+                             min_runtime, max_runtime, files)
+        except PermissionError as err:
+            raise web.HTTPError(403, str(err)) from None
         self.write_json(self.job_json(row), status=201)
 
     def job_code(self, body: dict) -> tuple[dict[str, bytes], list[str]]:

@@ -8,15 +8,43 @@ period, then SIGKILL; resuming starts the same command with the same checkpoint 
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
+@dataclass(frozen=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+def account_of(name: str) -> Account | None:
+    """The Unix account of a hub user, when the hub may switch to it (it runs as root)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def give_to(folder: Path, account: Account) -> None:
+    """The job's folder belongs to its owner alone (0700): other users' jobs cannot read it."""
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, account.uid, account.gid, follow_symlinks=False)
+    folder.chmod(0o700)
+
+
 class LocalRunner:
-    def __init__(self, grace_s: float = 60.0) -> None:
-        self.grace_s = grace_s
+    def __init__(self, grace_s: float = 60.0, python: str = sys.executable) -> None:
+        self.grace_s, self.python = grace_s, python
         self.procs: dict[int, subprocess.Popen] = {}
         self.term_sent: dict[int, float] = {}
 
@@ -26,18 +54,26 @@ class LocalRunner:
         return {"root": root, "log": root / "job.log", "exit": root / ".exit_code",
                 "checkpoint": root / "checkpoint"}
 
-    def start(self, job_id: str, command: list[str], workdir: str, env: dict[str, str], run: int) -> int:
+    def start(self, job_id: str, command: list[str], workdir: str, env: dict[str, str], run: int,
+              account: Account | None = None) -> int:
+        """Start a run; with `account`, as that Unix user (the job's owner), never as the hub."""
         p = self.paths(workdir)
         p["checkpoint"].mkdir(parents=True, exist_ok=True)
         p["exit"].unlink(missing_ok=True)
         full_env = {**os.environ, **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
                     "GPUPOOL_CHECKPOINT_DIR": str(p["checkpoint"]), "PYTHONUNBUFFERED": "1"}
+        as_user: dict = {}
+        if account is not None:
+            give_to(p["root"], account)
+            full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
+            as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}
         with open(p["log"], "ab") as log:
             log.write(f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             log.flush()
             proc = subprocess.Popen(
-                [sys.executable, "-m", "hub_ext.runners.wrap", str(p["exit"]), "--", *command],
+                [self.python, "-m", "hub_ext.runners.wrap", str(p["exit"]), "--", *command],
                 cwd=p["root"], env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                **as_user,
             )
         self.procs[proc.pid] = proc
         return proc.pid

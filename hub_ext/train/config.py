@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
@@ -53,6 +55,25 @@ class TrainPool(Configurable):
         build and train GPUs, or share one pool where build workspaces come first. Example::
 
             c.TrainPool.train_gpus = [2, 3]
+        """)
+    run_as = Unicode("owner-if-exists", config=True, help="""Whose Unix account runs a job: "owner" (the
+        job owner's account; submissions from users without one are refused), "owner-if-exists"
+        (the owner's account when there is one, else the hub's — as SimpleLocalProcessSpawner
+        does for workspaces) or "hub". Switching accounts needs the hub to run as root. Example::
+
+            c.TrainPool.run_as = "owner"
+        """)
+
+    @validate("run_as")
+    def _check_run_as(self, proposal: dict) -> str:
+        if proposal["value"] not in ("owner", "owner-if-exists", "hub"):
+            raise TraitError("TrainPool.run_as must be owner, owner-if-exists or hub")
+        return proposal["value"]
+
+    python = Unicode(sys.executable, config=True, help="""Python that runs the small job wrapper (standard
+        library only); it must be executable by the accounts jobs run as. Example::
+
+            c.TrainPool.python = "/usr/bin/python3"
         """)
     placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs.
         Example::

@@ -17,7 +17,7 @@ from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.request import Placement
 from ..pool.training import Job, Project, schedule
-from ..runners.local import LocalRunner
+from ..runners.local import Account, LocalRunner, account_of, give_to
 from ..store import TrainJob
 from .config import TrainPool
 
@@ -29,7 +29,7 @@ class TrainingService:
     def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None) -> None:
         self.pool, self.cfg = pool, cfg
         self.projects: dict[str, Project] = cfg.project_table()
-        self.runner = runner or LocalRunner(cfg.grace_s)
+        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
         self.cancel_requested: set[str] = set()
@@ -49,15 +49,26 @@ class TrainingService:
         queued = [j.id for j in self.jobs(state="queued")]
         return queued.index(job_id) + 1 if job_id in queued else None
 
+    def account(self, owner: str) -> Account | None:
+        if self.cfg.run_as == "hub":
+            return None
+        account = account_of(owner)
+        if account is None and self.cfg.run_as == "owner":
+            raise PermissionError(f"user {owner} has no Unix account on this machine to run jobs as")
+        return account
+
     # --- changes from the API -------------------------------------------------
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
                files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+        account = self.account(owner)
         job_id = secrets.token_hex(6)
         workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
         workdir.mkdir(parents=True, exist_ok=False)
         for fname, content in (files or {}).items():
             (workdir / fname).write_bytes(content)
+        if account is not None:
+            give_to(workdir, account)
         row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
                        priority=priority, command=command, workdir=str(workdir), state="queued",
                        submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
@@ -160,7 +171,7 @@ class TrainingService:
         gpus = [node.gpus[i] for i in placement.gpus]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
                "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000)}
-        pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1)
+        pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
         self.pool.mark_running(Workload("train", row.owner, row.id), pid)
         resumed = row.runs > 0
         self._set(job_id, state="running", started=now, pid=pid, runs=row.runs + 1,

@@ -1,0 +1,109 @@
+"""A job runs as its owner's Unix account: it cannot read another user's job files (needs root
+and two system accounts, as in CI; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+from hub_ext.manager import PoolManager
+from hub_ext.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from hub_ext.store import Store
+from hub_ext.train.config import TrainPool
+from hub_ext.train.service import TrainingService
+
+
+def world_reachable(path: Path) -> bool:
+    """Can any account reach `path` (every folder above it searchable by others)?"""
+    import stat
+
+    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def accounts_available() -> bool:
+    try:
+        pwd.getpwnam("nobody"), pwd.getpwnam("daemon")
+    except KeyError:
+        return False
+    return os.geteuid() == 0
+
+
+pytestmark = pytest.mark.skipif(
+    not accounts_available() or not os.access("/usr/bin/python3", os.X_OK)
+    or not world_reachable(Path(__file__).resolve().parent.parent),
+    reason="needs root, the nobody/daemon accounts, /usr/bin/python3 and a checkout other accounts can read")
+
+PEEK = """
+import os
+print("uid", os.getuid())
+try:
+    open({path!r}).read()
+    print("read it")
+except PermissionError:
+    print("denied")
+open("mine.txt", "w").write("ok")
+"""
+
+
+@pytest.fixture
+def root_dir():
+    d = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
+    d.chmod(0o755)  # other accounts must reach their own job folders below it
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # readable by every account, unlike an interpreter under /root
+REPO = Path(__file__).resolve().parent.parent
+
+
+def service(root: Path, tmp_path: Path) -> TrainingService:
+    c = Config()
+    c.TrainPool.python = SYSTEM_PYTHON
+    c.TrainPool.projects = {"p": {"guarantee": 2}}
+    c.TrainPool.jobs_root = str(root / "{username}")
+    c.TrainPool.run_as = "owner"
+    pool = PoolManager(virtual_inventory(2), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 1)), get_policy("best-fit"))
+    return TrainingService(pool, TrainPool(config=c))
+
+
+def finish(svc: TrainingService, job_id: str) -> str:
+    deadline = time.monotonic() + 60
+    while svc.job(job_id).state not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline
+        svc.tick(time.time())
+        time.sleep(0.1)
+    return Path(svc.job(job_id).workdir, "job.log").read_text()
+
+
+def test_jobs_run_as_their_owner_and_cannot_read_each_other(root_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    # the wrapper is imported from this checkout, which every account can read
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    svc = service(root_dir, tmp_path)
+    first = svc.submit("nobody", "p", "first", 1, 1000, [SYSTEM_PYTHON, "job.py"],
+                       files={"job.py": PEEK.format(path="/etc/shadow").encode()})
+    log = finish(svc, first.id)
+    assert f"uid {pwd.getpwnam('nobody').pw_uid}" in log and "denied" in log
+    folder = Path(first.workdir)
+    assert folder.stat().st_uid == pwd.getpwnam("nobody").pw_uid and folder.stat().st_mode & 0o777 == 0o700
+    assert (folder / "mine.txt").read_text() == "ok"
+
+    second = svc.submit("daemon", "p", "second", 1, 1000, [SYSTEM_PYTHON, "job.py"],
+                        files={"job.py": PEEK.format(path=str(folder / "mine.txt")).encode()})
+    log = finish(svc, second.id)
+    assert f"uid {pwd.getpwnam('daemon').pw_uid}" in log and "denied" in log
+
+
+def test_run_as_owner_refuses_users_without_an_account(root_dir: Path, tmp_path: Path) -> None:
+    svc = service(root_dir, tmp_path)
+    with pytest.raises(PermissionError, match="has no Unix account"):
+        svc.submit("no-such-user-xyz", "p", "x", 1, 1000, ["true"])
+    assert svc.jobs() == []
