@@ -40,6 +40,7 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
         shot(page, "promote-1-status-widget")
 
         run_cell(page, 1, "%%train --project default --gpus 0.25 --name squares -p n=10\n"
+                          "import time; time.sleep(4)\n"
                           "print('promoted', sum(i * i for i in range(n)))")
         submitted = page.get_by_text(re.compile(r"submitted job [0-9a-f]{12} to default"))
         submitted.wait_for(timeout=60_000)
@@ -58,7 +59,8 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
             state = next(s for s in ("queued", "running", "succeeded", "failed") if s in table)
             if not seen or seen[-1] != state:
                 seen.append(state)
-        assert seen[-1] == "succeeded" and "failed" not in seen
+        assert seen[-1] == "succeeded" and "running" in seen and "failed" not in seen
+        assert seen.index("running") < seen.index("succeeded")
         assert "promoted 285" in monitor.locator("textarea").input_value()  # the log tail
         shot(page, "promote-3-succeeded")
 

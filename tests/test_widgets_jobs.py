@@ -86,3 +86,33 @@ def test_promote_the_current_notebook_as_saved(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("JPY_SESSION_NAME")
     with pytest.raises(Exception, match="does not know its notebook"):
         PromoteToTraining.current_notebook(client=Offline())
+
+
+def test_promote_a_script_as_it_is_now(tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('v1')")
+
+    class Recorder:
+        sent: dict = {}
+
+        job = {"id": "0123456789ab", "name": "promoted", "project": "p", "gpus": 1, "state": "queued",
+               "queue_position": 1, "runs": 0, "preemptions": 0, "gpu": [], "message": ""}
+
+        def get(self, path):
+            if path == "api/projects":
+                return {"projects": [{"name": "p", "limit_milli": -1}]}
+            if path.endswith("/logs?tail=30"):
+                return {"lines": [], "output_notebook": None}
+            return self.job
+
+        def post(self, path, body):
+            Recorder.sent = body
+            return self.job
+
+    promote = PromoteToTraining.from_script(str(script), client=Recorder())
+    script.write_text("print('v2')")  # edited after promotion: the job keeps v1
+    promote.project.value = "p"
+    promote.submit()
+    assert Recorder.sent["script"] == "print('v1')" and "code" not in Recorder.sent
+    with pytest.raises(Exception, match="cannot read"):
+        PromoteToTraining.from_script(str(tmp_path / "missing.py"), client=Recorder())

@@ -110,8 +110,8 @@ class PromoteToTraining(w.VBox):
     """Choose project, GPUs, priority and parameters; Submit sends `code` to the training pool."""
 
     def __init__(self, code: str | list[str] | None = None, notebook: dict | None = None,
-                 client: Client | None = None, **kwargs: Any) -> None:
-        self.client, self.code, self.notebook = client, code, notebook
+                 client: Client | None = None, script: str | None = None, **kwargs: Any) -> None:
+        self.client, self.code, self.notebook, self.script = client, code, notebook, script
         try:
             self.projects = self.api.get("api/projects")["projects"]
         except GPUPoolError as err:
@@ -132,6 +132,16 @@ class PromoteToTraining(w.VBox):
         super().__init__([self.project, self.gpus, self.priority, self.name, self.params, self.problems,
                           self.submit_button, self.monitor_box], **kwargs)
         self.check()
+
+    @classmethod
+    def from_script(cls, path: str, **kwargs: Any) -> PromoteToTraining:
+        """Promote a Python script (read now: later edits do not change the job)."""
+        try:
+            with open(path) as f:
+                source = f.read()
+        except OSError as err:
+            raise GPUPoolError(f"cannot read {path}: {err.strerror}") from None
+        return cls(script=source, **kwargs)
 
     @classmethod
     def current_notebook(cls, cells: list[int] | None = None, **kwargs: Any) -> PromoteToTraining:
@@ -164,7 +174,12 @@ class PromoteToTraining(w.VBox):
             return None
         body: dict[str, Any] = {"project": self.project.value, "gpus": self.gpus.value, "name": self.name.value,
                                 "priority": self.priority.value, "parameters": params}
-        body.update({"notebook": self.notebook} if self.notebook is not None else {"code": self.code})
+        if self.script is not None:
+            body["script"] = self.script
+        elif self.notebook is not None:
+            body["notebook"] = self.notebook
+        else:
+            body["code"] = self.code
         self.submit_button.disabled = True
         self.problems.value = "<i>submitting…</i>"
         try:
