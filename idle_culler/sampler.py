@@ -76,6 +76,7 @@ class NVMLSampler:
         self.nvml = nvml or NVML()
         self.proc = proc
         self.opened = False
+        self.failing = False
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
         from hub_ext.nvml import NVMLUnavailable
@@ -87,9 +88,14 @@ class NVMLSampler:
             processes = self.nvml.process_samples()
             devices = {d.gpu_uuid: d for d in self.nvml.device_samples()}
         except (NVMLUnavailable, Exception) as err:  # noqa: BLE001 - logged; retried next pass
-            log.warning("NVML sampling failed (no GPU data this pass): %s", err)
-            self.opened = False
+            # once, not every pass: a hub with virtual GPUs would repeat it all day
+            (log.debug if self.failing else log.warning)("NVML sampling failed (no GPU data; retrying"
+                                                         " each pass): %s", err)
+            self.failing, self.opened = True, False
             return {}
+        if self.failing:
+            log.info("NVML sampling works again")
+            self.failing = False
         out: dict[str, GPUUse] = {}
         for t in targets:
             if t.whole_gpus and t.gpu_uuids and all(u in devices for u in t.gpu_uuids):
