@@ -58,6 +58,9 @@ class PoolManager:
         self.policy = policy
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
+        # set by the training pool: stop over-quota train jobs so a build request fits
+        self.make_room_for_build: Callable[[Workload, Request], bool] | None = None
+        self.build_reserved: Callable[[Workload], None] | None = None
         self._load()
 
     # --- start-up ------------------------------------------------------------
@@ -101,7 +104,19 @@ class PoolManager:
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
-        return self.reserve(w, req, groups)
+        try:
+            row = self.reserve(w, req, groups)
+        except NoCapacity:
+            # one pool: build workspaces come first; train jobs borrowing GPUs make room
+            if self.make_room_for_build is not None and self.make_room_for_build(w, req):
+                raise NoCapacity(
+                    f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
+                    " borrowed them: start again in a minute"
+                ) from None
+            raise
+        if self.build_reserved is not None:
+            self.build_reserved(w)
+        return row
 
     def reserve(self, w: Workload, req: Request, groups: Iterable[str] = ()) -> Allocation:
         placement = self.policy.choose(self.state, req, self.rng)

@@ -108,3 +108,30 @@ def test_cancel_and_max_runtime_end_a_run_for_good(tmp_path: Path, how: str) -> 
     if how == "max-runtime":
         assert row.message == "stopped at its max runtime"
     assert svc.pool.store.allocations() == []
+
+
+def test_build_workspaces_come_first_in_one_pool(tmp_path: Path) -> None:
+    from hub_ext.pool import NoCapacity
+
+    svc = service(tmp_path, {"lab": {"guarantee": 0}, "own": {"guarantee": 1}}, grace=0.5)
+    borrower = submit(svc, "ann", "lab").id
+    run_until(svc, lambda: svc.job(borrower).state == "running")
+    with pytest.raises(NoCapacity, match="being freed from training jobs that borrowed them"):
+        svc.pool.reserve_build("bob", [], "", 1000)
+    assert svc.job(borrower).state == "preempting"
+    run_until(svc, lambda: svc.job(borrower).state == "queued")
+    assert svc.pool.reserve_build("bob", [], "", 1000).total_milli == 1000  # the retry gets the GPU
+    for _ in range(5):
+        svc.tick(time.time())
+    assert svc.job(borrower).state == "queued"  # waits: the workspace keeps its GPU
+
+
+def test_in_quota_train_jobs_are_not_preempted_for_a_workspace(tmp_path: Path) -> None:
+    from hub_ext.pool import NoCapacity
+
+    svc = service(tmp_path, {"own": {"guarantee": 1}})
+    job = submit(svc, "ann", "own").id
+    run_until(svc, lambda: svc.job(job).state == "running")
+    with pytest.raises(NoCapacity, match="no GPU has room"):
+        svc.pool.reserve_build("bob", [], "", 1000)
+    assert svc.job(job).state == "running"

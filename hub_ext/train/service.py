@@ -34,6 +34,11 @@ class TrainingService:
         self.rng = random.Random(0)
         self.cancel_requested: set[str] = set()
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
+        # GPUs freed for a build workspace are held for it, not handed back to train jobs
+        self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
+        if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
+            pool.make_room_for_build = self.make_room_for_build
+            pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
 
     # --- queries -------------------------------------------------------------
     def jobs(self, **filters) -> list[TrainJob]:
@@ -136,6 +141,7 @@ class TrainingService:
                           message="" if code == 0 else f"exit code {code}")
 
     def _plan(self, now: float):
+        self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         rows = self.jobs()
         pending = [self._job(r, self.pins.get(r.id)) for r in rows
                    if r.state == "queued" and r.project in self.projects]
@@ -149,6 +155,10 @@ class TrainingService:
         from ..pool.training import _copy
 
         view = _copy(self.pool.state)
+        for request, _ in self.build_holds.values():
+            spot = self.policy.choose(view, request, self.rng)
+            if spot is not None:
+                view.apply(spot)  # room a build workspace is about to take
         if self.cfg.train_gpus:
             for g in range(view.gpu_free.shape[1]):
                 if g not in self.cfg.train_gpus:
@@ -178,6 +188,40 @@ class TrainingService:
                   message="resumed from its checkpoint" if resumed else "")
         self.pool.store.record("resume" if resumed else "start", f"job {job_id} {'resumed' if resumed else 'started'}"
                                f" on {placement.node} GPU {list(placement.gpus)}", owner=row.owner, name=job_id)
+
+    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None) -> bool:
+        """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
+        `request` fits; False when even that would not make room. Build workspaces are never
+        preempted; in-quota train jobs neither."""
+        from ..pool.training import _copy, in_quota_split
+
+        now = now if now is not None else time.time()
+        rows = self.jobs()
+        running = [self._job(r) for r in rows if r.state == "running"]
+        _, over = in_quota_split(self.projects, running)
+        stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        trial = _copy(self.pool.state)
+        for s in stopping:
+            if s.placement is not None:
+                trial.release(s.placement)
+        # hold the room until the workspace starts, or for a while after the grace period
+        hold = (request, now + self.cfg.grace_s + 300)
+        if self.policy.choose(trial, request, self.rng) is not None:
+            self.build_holds[(w.owner, w.name)] = hold
+            return True  # GPUs already on their way back
+        candidates = sorted((j for j in running if j.id in over and j.placement is not None
+                             and now - (j.started or now) >= j.min_runtime_s),
+                            key=lambda j: (self.projects[j.project].priority, j.priority, -(j.started or 0)))
+        chosen = []
+        for job in candidates:
+            trial.release(job.placement)
+            chosen.append(job)
+            if self.policy.choose(trial, request, self.rng) is not None:
+                for victim in chosen:
+                    self._preempt(victim.id, "a build workspace needs its GPU", now)
+                self.build_holds[(w.owner, w.name)] = hold
+                return True
+        return False
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
         row = self.job(job_id)
