@@ -44,6 +44,14 @@ class ClusterState:
         rng.shuffle(order)
         self.rank = np.array(order, dtype=np.int64)
 
+    def copy(self) -> ClusterState:
+        """An independent copy to try placements on (the inventory is shared, it never changes)."""
+        clone = ClusterState.__new__(ClusterState)
+        clone.__dict__.update(self.__dict__)
+        for name in ("gpu_free", "cpu_free", "mem_free", "pods"):
+            setattr(clone, name, getattr(self, name).copy())
+        return clone
+
     # --- queries -------------------------------------------------------------
     def model_mask(self, req: Request) -> np.ndarray:
         if not req.gpu_models or req.num_gpu == 0:

@@ -27,7 +27,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .placement import Policy
+from .placement import Policy, gpus_for
 from .request import Placement, Request
 from .state import ClusterState
 
@@ -111,7 +111,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period."""
     rng = rng or random.Random(0)
-    work = _copy(state)
+    work = state.copy()
     plan = Plan()
     usage, over = in_quota_split(projects, running)
     running_by_id = {j.id: j for j in running}
@@ -181,7 +181,7 @@ def _consolidate(work: ClusterState, job: Job, running: dict[str, Job], busy: se
             by_node.setdefault(r.placement.node, []).append(r)
     for node, jobs in sorted(by_node.items(), key=lambda kv: sum(j.milli for j in kv[1])):
         i = work.inventory.index_of(node)
-        trial = _copy(work)
+        trial = work.copy()
         moved: list[Job] = []
         for victim in sorted(jobs, key=lambda j: (j.milli, -(j.started or 0), j.id)):
             trial.release(victim.placement)
@@ -190,9 +190,9 @@ def _consolidate(work: ClusterState, job: Job, running: dict[str, Job], busy: se
                 break
         else:
             continue
-        target = trial.placement_on(i, req, _gpus_on(trial, i, req))
+        target = trial.placement_on(i, req, gpus_for(trial, i, req, "tightest"))
         trial.apply(target)
-        elsewhere = _copy(trial)
+        elsewhere = trial.copy()
         elsewhere.gpu_free[i, :] = -1  # the moved jobs must land on other nodes
         moves = []
         for victim in moved:
@@ -219,20 +219,12 @@ def _pinned(work: ClusterState, job: Job) -> Placement | None:
     return None
 
 
-def _gpus_on(state: ClusterState, i: int, req: Request) -> list[int]:
-    fitting = state.fitting_gpus(i, req)
-    if req.is_sharing:
-        free = state.gpu_free[i]
-        return [min(fitting, key=lambda g: (int(free[g]), g))]
-    return fitting[: req.num_gpu]
-
-
 def _waits_for_stopping(work: ClusterState, job: Job, stopping: list[Job], policy: Policy,
                         rng: random.Random) -> bool:
     """Would the GPUs of jobs already stopping fit `job`? Then hold them for it."""
     if not stopping:
         return False
-    trial = _copy(work)
+    trial = work.copy()
     for s in stopping:
         if s.placement is not None:
             trial.release(s.placement)
@@ -251,7 +243,7 @@ def _reclaim(work: ClusterState, job: Job, projects: dict[str, Project], running
     ]
     # lowest project priority, then job priority, then the youngest
     candidates.sort(key=lambda j: (projects[j.project].priority, j.priority, -(j.started or 0), j.id))
-    trial = _copy(work)
+    trial = work.copy()
     chosen: list[Job] = []
     for victim in candidates:
         trial.release(victim.placement)
@@ -266,7 +258,7 @@ def _trim(work: ClusterState, job: Job, chosen: list[Job], policy: Policy, rng: 
     needed = list(chosen)
     for victim in list(chosen):
         rest = [v for v in needed if v is not victim]
-        trial = _copy(work)
+        trial = work.copy()
         for v in rest:
             trial.release(v.placement)
         if policy.choose(trial, job.request, rng) is not None:
@@ -274,9 +266,3 @@ def _trim(work: ClusterState, job: Job, chosen: list[Job], policy: Policy, rng: 
     return needed
 
 
-def _copy(state: ClusterState) -> ClusterState:
-    clone = ClusterState.__new__(ClusterState)
-    clone.__dict__.update(state.__dict__)
-    for name in ("gpu_free", "cpu_free", "mem_free", "pods"):
-        setattr(clone, name, getattr(state, name).copy())
-    return clone

@@ -152,9 +152,7 @@ class TrainingService:
 
     def _train_view(self):
         """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
-        from ..pool.training import _copy
-
-        view = _copy(self.pool.state)
+        view = self.pool.state.copy()
         for request, _ in self.build_holds.values():
             spot = self.policy.choose(view, request, self.rng)
             if spot is not None:
@@ -193,14 +191,14 @@ class TrainingService:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
         `request` fits; False when even that would not make room. Build workspaces are never
         preempted; in-quota train jobs neither."""
-        from ..pool.training import _copy, in_quota_split
+        from ..pool.training import in_quota_split
 
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
         _, over = in_quota_split(self.projects, running)
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
-        trial = _copy(self.pool.state)
+        trial = self.pool.state.copy()
         for s in stopping:
             if s.placement is not None:
                 trial.release(s.placement)
