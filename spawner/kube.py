@@ -1,27 +1,40 @@
 """Kubernetes mode: KubeSpawner on a GPU share, placed by KAI-Scheduler (or HAMi, MIG, whole GPUs).
 
-The same fixed build quotas and fraction choices as the embedded hub; the quota is checked
-again on the final pod manifest, after profiles and hooks, so no path can ask for more.
+The same spawn form, fraction choices and fixed build quotas as the embedded hub. Two
+things kubespawner leaves open are closed here: profiles are filtered by the user's groups
+and quota (kubespawner#589, #889), and the quota is checked again on the FINAL pod manifest,
+after profiles, user options and modify_pod_hook, so no path can ask for more.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 from kubespawner import KubeSpawner
+from slugify import slugify
 from tornado import web
-from traitlets import Bool, Dict, Unicode, default
+from traitlets import Bool, Dict, Unicode, default, validate
 
-from hub_ext.pool import InvalidRequest
+from hub_ext.pool import InvalidRequest, PoolError
+from hub_ext.store import Allocation
 
-from .kube_objects import BACKENDS, DEFAULT_MIG_PROFILES, pod_gpu, requested_milli
+from .form import requested_milli as form_milli
+from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, profile_milli
 from .mixin import GPUSpawnerMixin, http_error
+from .sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
+
+_CHECKED = "_gpupool_checked"
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     gpu_sharing = Unicode(
         "kai",
         config=True,
-        help=f"""How a GPU share reaches the pod: {', '.join(BACKENDS)}. kai: KAI-Scheduler with a
-        gpu-fraction annotation (needs global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
+        help=f"""How a GPU share reaches the pod: {', '.join(BACKENDS)}, or the import path of a
+        `spawner.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
+        annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
         mig: a MIG profile per fraction; whole: whole GPUs only. Example::
 
             c.GPUKubeSpawner.gpu_sharing = "hami"
@@ -30,8 +43,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     kai_queue = Unicode(
         "{group}",
         config=True,
-        help="""KAI leaf queue of build workspaces; {username} and {group} (the user's first group, or
-        'default') are replaced. Example::
+        help="""KAI leaf queue of build workspaces (label kai.scheduler/queue); {username} and
+        {group} (the user's first group in alphabetical order, or 'default') are replaced. The
+        queue must exist: the gpupool chart renders one per project. Example::
 
             c.GPUKubeSpawner.kai_queue = "build-{group}"
         """,
@@ -39,75 +53,200 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
     fraction_by_memory = Bool(
         False,
         config=True,
-        help="""With kai: ask for GPU memory (gpu-memory annotation, MiB) instead of a fraction. Example::
+        help="""With kai: ask for GPU memory (gpu-memory annotation, MiB of the device's memory)
+        instead of a fraction of the device. Example::
 
             c.GPUKubeSpawner.fraction_by_memory = True
         """,
     )
     mig_profiles = Dict(
         config=True,
-        help="""With mig: the MIG profile for each fraction (in GPUs). Example::
+        help="""With mig: the MIG profile for each fraction (in GPUs); defaults fit an 80 GB
+        A100/H100. Example::
 
             c.GPUKubeSpawner.mig_profiles = {0.125: "1g.10gb", 0.25: "2g.20gb", 0.5: "3g.40gb"}
         """,
     )
+    build_priority_class = Unicode(
+        "build",
+        config=True,
+        help="""Priority class of workspace pods. KAI treats 100 and above as non-preemptible and
+        runs them only within their queue's quota, as fixed build quotas need. Example::
 
+            c.GPUKubeSpawner.build_priority_class = "build"
+        """,
+    )
+
+    # --- backends ------------------------------------------------------------
     @default("scheduler_name")
     def _scheduler_default(self) -> str | None:
-        return "kai-scheduler" if self.gpu_sharing == "kai" else None
+        return self.backend().scheduler_name
 
     def mig_table(self) -> dict[int, str]:
-        if not self.mig_profiles:
-            return DEFAULT_MIG_PROFILES
-        return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()}
+        return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()} or None
+
+    def backend(self) -> SharingBackend:
+        return make_backend(self.gpu_sharing, self.fraction_by_memory, self.mig_table())
 
     def queue_name(self) -> str:
         groups = self.user_groups or ["default"]
         return self.kai_queue.format(username=self.user.name, group=groups[0])
+
+    def device_memory_mib(self, alloc: Allocation) -> int:
+        node = self.pool.inventory.node(alloc.node)
+        return min((node.gpus[i].memory_mib for i in alloc.gpus), default=0)
+
+    # --- profiles filtered by groups and quota ---------------------------------
+    @validate("profile_list")
+    def _filter_profile_list(self, proposal: dict) -> Any:
+        value = proposal["value"]
+        if not value or getattr(value, _CHECKED, False):
+            return value
+
+        async def offered(spawner: GPUKubeSpawner) -> list[dict]:
+            profiles = value(spawner) if callable(value) else value
+            if inspect.isawaitable(profiles):
+                profiles = await profiles
+            if isinstance(profiles, dict):
+                profiles = [profiles[k] for k in sorted(profiles)]
+            return spawner.offered_profiles(profiles)
+
+        setattr(offered, _CHECKED, True)
+        return offered
+
+    def offered_profiles(self, profiles: list[dict]) -> list[dict]:
+        """The profiles this user may pick now: their groups may use them and they fit the quota left."""
+        held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
+        limits = self.pool.quotas.limits_for(self.user_groups)
+        left = limits.quota_milli - sum(h.milli for h in held)
+        out = filter_profiles(profiles, self.user_groups, limits, left)
+        for p in out:
+            p.setdefault("slug", slugify(p.get("display_name", "")))
+        return out
+
+    @default("options_form")
+    def _gpu_options_form(self) -> Any:
+        if self.profile_list:
+            return KubeSpawner._options_form_default(self)
+        return self.render_gpu_form
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        if self.profile_list:
+            return KubeSpawner._options_from_form(self, formdata)
+        return super().options_from_form(formdata)
+
+    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+        if self.profile_list:
+            if not isinstance((user_options or {}).get("profile", ""), str):
+                raise web.HTTPError(400, "user option 'profile' must be a profile's slug")
+            return  # the profile is checked against the user's offer when the share is reserved
+        super().check_user_options(spawner, user_options)
+
+    async def requested_share(self) -> int:
+        """milli-GPU asked for: the chosen profile's share, or the spawn form's size."""
+        if not self.profile_list:
+            return form_milli(self.user_options or {})
+        offered = await self.profile_list(self)
+        slug = (self.user_options or {}).get("profile")
+        profile = find_profile(offered, slug)
+        if profile is None:
+            names = ", ".join(p["slug"] for p in offered) or "none"
+            raise InvalidRequest(f"profile {slug!r} is not offered to you now (your groups or quota left);"
+                                 f" choose one of: {names}")
+        return profile_milli(profile)
+
+    # --- lifecycle -----------------------------------------------------------
+    async def reserve_share(self) -> Allocation | None:
+        """Quota and nominal placement in the hub's pool; None for a profile without GPU."""
+        try:
+            milli = await self.requested_share()
+            if milli == 0:
+                self.gpupool_allocation = None
+                return None
+            split_milli(milli)  # a shape every backend can express
+            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli)
+        except PoolError as err:
+            self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
+            self.log.warning("refused %s: %s", self._log_name, err)
+            raise http_error(err) from None
+        self.gpupool_allocation = alloc
+        return alloc
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
         alloc = self.gpupool_allocation
         if alloc is None:
             return pod
-        node = self.pool.inventory.node(alloc.node)
-        memory = sum(node.gpus[i].memory_mib * alloc.gpu_milli // 1000 for i in alloc.gpus)
+        num_gpu, gpu_milli = split_milli(alloc.total_milli)
         try:
-            patch = pod_gpu(self.gpu_sharing, alloc.total_milli, memory, self.queue_name(), "build",
-                            self.mig_table(), self.fraction_by_memory)
+            patch = self.backend().pod_gpu(num_gpu, gpu_milli, self.device_memory_mib(alloc), self.queue_name(),
+                                           self.build_priority_class)
         except InvalidRequest as err:
             raise http_error(err) from None
-        pod.metadata.labels = {**(pod.metadata.labels or {}), **patch.labels}
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **patch.annotations}
-        if patch.scheduler_name:
-            pod.spec.scheduler_name = patch.scheduler_name
-        pod.spec.priority_class_name = patch.priority_class
-        container = pod.spec.containers[0]
-        limits = dict(container.resources.limits or {}) if container.resources else {}
-        limits.update(patch.limits)
-        container.resources.limits = limits
-        for key, value in self.gpu_environment().items():
-            container.env = [*(container.env or []), {"name": key, "value": value}]
-        self.enforce_quota(self.api_client.sanitize_for_serialization(pod), alloc.total_milli)
-        return pod
+        return apply_pod_gpu(pod, patch, self.gpu_environment())
 
-    def enforce_quota(self, manifest: dict, reserved_milli: int) -> None:
-        """The final manifest may not ask for more GPU than the reservation the quota allowed."""
-        asked = requested_milli(manifest, self.mig_table())
-        if asked > reserved_milli:
-            raise web.HTTPError(403, f"the pod asks for {asked / 1000:g} GPU but your quota allowed"
-                                     f" {reserved_milli / 1000:g}: a profile or hook added GPUs")
+    # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
+    # pod: the quota check wraps whatever hook is configured, so it sees the final pod.
+    @default("modify_pod_hook")
+    def _default_pod_hook(self) -> Callable:
+        return self._checked_hook(None)
+
+    @validate("modify_pod_hook")
+    def _wrap_pod_hook(self, proposal: dict) -> Callable:
+        hook = proposal["value"]
+        return hook if getattr(hook, _CHECKED, False) else self._checked_hook(hook)
+
+    def _checked_hook(self, hook: Callable | None) -> Callable:
+        async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
+            if hook is not None:
+                pod = hook(spawner, pod)
+                if inspect.isawaitable(pod):
+                    pod = await pod
+            spawner.enforce_quota(spawner.api.api_client.sanitize_for_serialization(pod))
+            return pod
+
+        setattr(checked, _CHECKED, True)
+        return checked
+
+    def enforce_quota(self, manifest: dict) -> None:
+        """Refuse a final manifest that asks for more GPU than the quota reserved for it."""
+        alloc = self.gpupool_allocation
+        reserved = alloc.total_milli if alloc is not None else 0
+        memory = self.device_memory_mib(alloc) if alloc is not None else 0
+        try:
+            asked = requested_milli(manifest, memory, self.mig_table())
+        except (ValueError, ArithmeticError) as err:
+            raise web.HTTPError(400, f"the pod's GPU fields cannot be read: {err}") from None
+        if asked > reserved:
+            msg = (f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
+                   " a profile or hook added GPUs; ask your admin to fix the profile")
+            self.pool.store.record("refuse", msg, owner=self.user.name, name=self.name)
+            exc = web.HTTPError(403, msg)
+            exc.jupyterhub_message = msg
+            raise exc
 
     async def start(self):
-        self.reserve_gpus()
+        await self.reserve_share()
         try:
-            return await super().start()
+            url = await super().start()
         except BaseException:
             self.release_gpus("start failed")
             raise
+        if self.gpupool_allocation is not None:
+            self.pool.mark_running(self.workload, None)
+        return url
 
     async def stop(self, now: bool = False) -> None:
         try:
             await super().stop(now=now)
         finally:
             self.release_gpus("stopped")
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if status is not None and not self._spawn_pending:
+            self.release_gpus(f"pod ended (status {status})")
+        elif status is None and self.gpupool_allocation is None:
+            # a hub restart: re-adopt the persisted share of a pod that is still running
+            self.gpupool_allocation = self.pool.allocation(self.workload)
+        return status

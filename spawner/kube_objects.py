@@ -1,81 +1,90 @@
-"""What a GPU share adds to a workspace pod, per sharing backend: pure functions of the share,
-in the spirit of kubespawner's objects.py, so they are tested without a cluster."""
+"""Pure pieces of the Kubernetes workspace pod, in the spirit of kubespawner's objects.py:
+putting a GPU share on a pod, and which profiles a user may see. Tested without a cluster."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from hub_ext.pool import MILLI_PER_GPU, InvalidRequest
+from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
 
-BACKENDS = ("kai", "hami", "mig", "whole")
-# MIG profiles of an 80 GB A100/H100 by the fraction they stand for
-DEFAULT_MIG_PROFILES = {125: "1g.10gb", 250: "2g.20gb", 500: "3g.40gb", 1000: "7g.80gb"}
+from hub_ext.pool import BuildLimits, InvalidRequest, parse_gpus
+from hub_ext.pool.units import UnitError
 
+from .sharing import PodGPU
 
-@dataclass
-class PodGPU:
-    scheduler_name: str | None = None
-    priority_class: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-    limits: dict[str, str] = field(default_factory=dict)
+PROFILE_KEY = "gpupool"  # profile_list entries: {"gpupool": {"gpus": 0.25, "groups": ["students"]}}
 
 
-def pod_gpu(backend: str, milli: int, memory_mib: int = 0, queue: str = "", priority_class: str = "build",
-            mig_profiles: dict[int, str] | None = None, fraction_by_memory: bool = False) -> PodGPU:
-    """The pod fields that give a workspace `milli` GPU under `backend`."""
-    if backend not in BACKENDS:
-        raise InvalidRequest(f"unknown GPU sharing backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    whole, rest = divmod(milli, MILLI_PER_GPU)
-    if milli <= 0 or (whole and rest):
-        raise InvalidRequest(f"{milli} milli-GPU is neither a fraction of one GPU nor whole GPUs")
-    out = PodGPU(priority_class=priority_class)
-    if backend == "kai":
-        out.scheduler_name = "kai-scheduler"
-        if queue:
-            out.labels["kai.scheduler/queue"] = queue
-        if whole:
-            out.limits["nvidia.com/gpu"] = str(whole)
-        elif fraction_by_memory and memory_mib:
-            out.annotations["gpu-memory"] = str(memory_mib)
-        else:
-            out.annotations["gpu-fraction"] = f"{milli / MILLI_PER_GPU:g}"
-    elif backend == "hami":
-        out.limits["nvidia.com/gpu"] = str(max(1, whole))
-        if not whole:
-            out.limits["nvidia.com/gpucores"] = str(milli * 100 // MILLI_PER_GPU)
-            if memory_mib:
-                out.limits["nvidia.com/gpumem"] = str(memory_mib)
-    elif backend == "mig":
-        if whole:
-            out.limits["nvidia.com/gpu"] = str(whole)
-        else:
-            profiles = mig_profiles or DEFAULT_MIG_PROFILES
-            if milli not in profiles:
-                raise InvalidRequest(f"no MIG profile stands for {milli / 1000:g} GPU; configured:"
-                                     f" {', '.join(f'{m / 1000:g}' for m in sorted(profiles))}")
-            out.limits[f"nvidia.com/mig-{profiles[milli]}"] = "1"
-    else:  # whole GPUs only
-        if not whole:
-            raise InvalidRequest("this hub gives whole GPUs only: choose 1 GPU or more")
-        out.limits["nvidia.com/gpu"] = str(whole)
+def apply_pod_gpu(pod: V1Pod, patch: PodGPU, env: Mapping[str, str]) -> V1Pod:
+    """Put a GPU share on the notebook container (the first) and the pod; returns the pod."""
+    meta, spec = pod.metadata, pod.spec
+    meta.labels = {**(meta.labels or {}), **patch.labels}
+    meta.annotations = {**(meta.annotations or {}), **patch.annotations}
+    if patch.scheduler_name:
+        spec.scheduler_name = patch.scheduler_name
+    if patch.priority_class:
+        spec.priority_class_name = patch.priority_class
+    container = spec.containers[0]
+    if container.resources is None:
+        container.resources = V1ResourceRequirements()
+    container.resources.limits = {**(container.resources.limits or {}), **patch.limits}
+    names = set(env)
+    container.env = [e for e in container.env or [] if _env_name(e) not in names]
+    container.env += [V1EnvVar(name=k, value=v) for k, v in env.items()]
+    return pod
+
+
+def _env_name(e: Any) -> str:
+    return e["name"] if isinstance(e, dict) else e.name
+
+
+# --- profiles (kubespawner's profile_list) filtered by groups and quota -------------------
+def profile_milli(profile: Mapping[str, Any]) -> int:
+    """The GPU share a profile gives (milli-GPU), from its `gpupool.gpus`; 0 = no GPU."""
+    extra = profile.get(PROFILE_KEY) or {}
+    try:
+        return parse_gpus(extra.get("gpus", 0)) if extra.get("gpus") not in (None, 0, "0") else 0
+    except UnitError as err:
+        raise InvalidRequest(f"profile {profile.get('slug') or profile.get('display_name')!r}: {err}") from None
+
+
+def profile_allowed(profile: Mapping[str, Any], groups: Iterable[str], limits: BuildLimits,
+                    left_milli: int) -> bool:
+    """Whether a user in `groups`, with `left_milli` of their build quota free, may pick it."""
+    extra = profile.get(PROFILE_KEY) or {}
+    wanted = set(extra.get("groups") or [])
+    if wanted and not wanted & set(groups):
+        return False
+    milli = profile_milli(profile)
+    if milli == 0:
+        return True
+    return milli in limits.sizes_milli and milli <= min(limits.max_per_workspace_milli, left_milli)
+
+
+def filter_profiles(profiles: Iterable[Mapping[str, Any]], groups: Iterable[str], limits: BuildLimits,
+                    left_milli: int) -> list[dict]:
+    """The profiles to offer: the user's groups may use them and they fit the quota left.
+    The first one left becomes the default when the configured default was filtered out."""
+    groups = list(groups)
+    out = [dict(p) for p in profiles if profile_allowed(p, groups, limits, left_milli)]
+    if out and not any(p.get("default") for p in out):
+        out[0]["default"] = True
     return out
 
 
-def requested_milli(pod: dict, mig_profiles: dict[int, str] | None = None) -> int:
-    """GPU milli a final pod manifest asks for, whatever set it (profile, user option, hook)."""
-    profiles = {v: k for k, v in (mig_profiles or DEFAULT_MIG_PROFILES).items()}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        limits = ((c.get("resources") or {}).get("limits")) or {}
-        for key, value in limits.items():
-            if key == "nvidia.com/gpu":
-                gpus = int(value)
-                cores = limits.get("nvidia.com/gpucores")
-                total += gpus * MILLI_PER_GPU if not cores else int(cores) * MILLI_PER_GPU // 100
-            elif key.startswith("nvidia.com/mig-"):
-                total += profiles.get(key.removeprefix("nvidia.com/mig-"), MILLI_PER_GPU) * int(value)
-    if "gpu-fraction" in annotations:
-        total += round(float(annotations["gpu-fraction"]) * MILLI_PER_GPU)
-    return total
+def find_profile(profiles: Iterable[Mapping[str, Any]], slug: str | None) -> Mapping[str, Any] | None:
+    """kubespawner's choice: the slug asked for, else the default (or first) profile."""
+    profiles = list(profiles)
+    for p in profiles:
+        if slug and _slug(p) == slug:
+            return p
+    if slug:
+        return None
+    return next((p for p in profiles if p.get("default")), profiles[0] if profiles else None)
+
+
+def _slug(profile: Mapping[str, Any]) -> str:
+    from kubespawner.slugs import safe_slug
+
+    return profile.get("slug") or safe_slug(profile.get("display_name", ""))

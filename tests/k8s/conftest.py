@@ -1,14 +1,24 @@
-"""Offline Kubernetes checks: schemas from ../shared/schemas beside the repository."""
+"""Kubernetes tests without a cluster: schemas from ../shared/schemas beside the repository
+(GPUPOOL_SHARED_DIR overrides), a fake API server speaking the real REST and watch protocol,
+and, with `-m cluster` and a reachable KUBECONFIG, a real cluster (k3s, kind)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from kubernetes_asyncio import client, config
+
+from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMAS = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared")) / "schemas"
+SHARED = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared"))
+SCHEMAS = SHARED / "schemas"
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +28,68 @@ def schemas() -> Path:
             pytest.fail(f"schemas missing at {SCHEMAS}")
         pytest.skip("shared schemas not present")
     return SCHEMAS
+
+
+@pytest.fixture(scope="session")
+def fake_api() -> Iterator[FakeAPIServer]:
+    api = FakeAPIServer().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def apiserver(fake_api: FakeAPIServer) -> FakeAPIServer:
+    fake_api.reset()
+    return fake_api
+
+
+@pytest.fixture
+def cluster(apiserver: FakeAPIServer) -> Cluster:
+    return Cluster(apiserver)
+
+
+@pytest.fixture
+def kubeconfig(apiserver: FakeAPIServer, tmp_path: Path) -> Path:
+    """A kubeconfig that points at the fake server, as kubespawner reads one."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": apiserver.url}}],
+        "users": [{"name": "tester", "user": {"token": "not-checked"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester", "namespace": "default"}}],
+    }))
+    return path
+
+
+@pytest.fixture
+async def api_client(apiserver: FakeAPIServer) -> AsyncIterator[client.ApiClient]:
+    async with client.ApiClient(client.Configuration(host=apiserver.url)) as c:
+        yield c
+
+
+# --- a real cluster (pytest -m cluster) -----------------------------------------------
+@pytest.fixture
+async def real_api_client() -> AsyncIterator[client.ApiClient]:
+    """A client for the cluster in KUBECONFIG; the test is skipped when none answers."""
+    if not os.environ.get("KUBECONFIG") and not Path("~/.kube/config").expanduser().exists():
+        pytest.skip("no KUBECONFIG: no cluster to test against")
+    cfg = client.Configuration()
+    try:
+        await config.load_kube_config(client_configuration=cfg)
+        async with client.ApiClient(cfg) as c:
+            await asyncio.wait_for(client.VersionApi(c).get_code(), 5)
+            yield c
+    except (config.ConfigException, OSError, TimeoutError) as err:
+        pytest.skip(f"cluster not reachable: {err}")
+
+
+async def until(check: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
+    """Poll `check` until it returns something truthy (watch events arrive asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,54 @@
+"""Apply the gpupool chart's settings (its ConfigMap `gpupool-config`, mounted into the z2jh
+hub) to the hub's traitlets config, so projects and quotas are written once, in the chart's
+values. In z2jh's hub.extraConfig::
+
+    from hub_ext.kube.chart_config import apply_chart_config
+    apply_chart_config(c, "/etc/gpupool/gpupool.json")
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .objects import JobOptions
+
+BUILD_KEYS = {"quota": "default_build_quota", "fractions": "allowed_fractions",
+              "maxPerWorkspace": "max_gpus_per_workspace", "maxWorkspaces": "max_workspaces_per_user",
+              "groupOverrides": "group_overrides"}
+
+
+def train_projects(values: dict[str, Any]) -> dict[str, dict]:
+    """Chart projects -> c.TrainPool.projects (the same guarantees KAI's queues carry)."""
+    out = {}
+    for name, p in (values.get("projects") or {}).items():
+        limit = p.get("limit", -1)
+        out[name] = {"guarantee": p["guarantee"], "weight": p.get("overQuotaWeight", 1),
+                     "limit": None if limit is None or limit < 0 else limit,
+                     "priority": p.get("priority", 100), "department": p.get("department", "")}
+    return out
+
+
+def job_options(values: dict[str, Any]) -> JobOptions:
+    jobs = values.get("jobs") or {}
+    return JobOptions(namespace=values.get("hubNamespace", "default"), queue="{project}",
+                      checkpoint_size=jobs.get("checkpointSize", "10Gi"),
+                      storage_class=jobs.get("storageClass") or None, grace_s=int(jobs.get("graceSeconds", 60)),
+                      kueue=bool((values.get("kueue") or {}).get("enabled")))
+
+
+def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
+    """Set GPUPool, GPUKubeSpawner and TrainPool options from the chart's JSON; returns it."""
+    values = json.loads(Path(path).read_text())
+    build = values.get("build") or {}
+    for key, trait in BUILD_KEYS.items():
+        if key in build:
+            setattr(c.GPUPool, trait, build[key])
+    sharing = values.get("sharing") or {}
+    if "backend" in sharing:
+        c.GPUKubeSpawner.gpu_sharing = sharing["backend"]
+    if "fractionByMemory" in sharing:
+        c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
+    c.TrainPool.projects = train_projects(values)
+    return values

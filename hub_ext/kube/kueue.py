@@ -1,0 +1,50 @@
+"""The optional Kueue adapter: the same project guarantees as Kueue queues.
+
+One ClusterQueue per project, all in one cohort: `nominalQuota` is the guarantee,
+`borrowingLimit` the room up to the project's limit (none when unlimited), and
+`reclaimWithinCohort: Any` lets a project take its guarantee back from borrowers, as
+gpupool's own training pool does. A LocalQueue per project in the jobs' namespace; Jobs
+name it with the label `kueue.x-k8s.io/queue-name`. The chart renders the same objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from ..pool import MILLI_PER_GPU
+from ..pool.training import Project
+
+API = "kueue.x-k8s.io/v1beta2"
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(milli: int) -> int:
+    # Kueue counts the device plugin's whole GPUs: a fractional guarantee rounds up
+    return math.ceil(milli / MILLI_PER_GPU)
+
+
+def kueue_objects(projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool",
+                  flavor: str = "gpu") -> list[dict]:
+    out: list[dict] = [
+        {"apiVersion": API, "kind": "Cohort", "metadata": {"name": cohort}, "spec": {}},
+        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
+    ]
+    for name, p in sorted(projects.items()):
+        quota: dict = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
+        if p.limit_milli >= 0:
+            quota["borrowingLimit"] = max(0, _gpus(p.limit_milli) - _gpus(p.guarantee_milli))
+        out.append({
+            "apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {
+                "cohortName": cohort,
+                "namespaceSelector": {},
+                "queueingStrategy": "BestEffortFIFO",
+                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{"coveredResources": [GPU],
+                                    "flavors": [{"name": flavor, "resources": [quota]}]}],
+            },
+        })
+        out.append({"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"clusterQueue": name}})
+    return out

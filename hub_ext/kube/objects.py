@@ -1,0 +1,141 @@
+"""A train job as a batch/v1 Job and its checkpoint claim: pure functions of the spec.
+
+Preemption on Kubernetes: KAI-Scheduler (or Kueue) evicts an over-quota pod, the pod gets the
+DisruptionTarget condition and is deleted. The podFailurePolicy ignores such failures (they
+do not count toward backoffLimit) and the Job controller creates a new pod once the old one
+has stopped (podReplacementPolicy: Failed, so two runs never write one checkpoint). The new
+pod mounts the same claim at GPUPOOL_CHECKPOINT_DIR and resumes from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from spawner.sharing import SharingBackend, WholeGPUs
+
+from .job_spec import TrainJobSpec
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+JOB_ID = "gpupool.io/job-id"
+OWNER = "gpupool.io/owner"
+PROJECT = "gpupool.io/project"
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+SELECTOR = f"{MANAGED_BY}=gpupool,{JOB_ID}"  # every gpupool train Job and its pods
+CONTAINER = "train"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Cluster-wide settings of train Jobs (from the hub's config)."""
+
+    namespace: str = "default"
+    queue: str = "{project}"  # KAI leaf queue; {project} and {owner} are replaced
+    priority_class: str = "train"
+    checkpoint_dir: str = "/checkpoint"
+    checkpoint_size: str = "10Gi"
+    storage_class: str | None = None
+    checkpoint_claim: str = ""  # an existing claim (e.g. "claim-{owner}") instead of one per job
+    backoff_limit: int = 0  # real failures (not preemptions) tolerated before the job fails
+    grace_s: int = 60  # SIGTERM to SIGKILL: time to write a checkpoint
+    ttl_after_finished_s: int = 7 * 24 * 3600
+    service_account: str | None = None
+    kueue: bool = False  # label the Job for Kueue (queue-name) instead of relying on KAI alone
+    device_memory_mib: int = 0  # one GPU's memory, for memory-based shares
+
+
+def name_of(job_id: str) -> str:
+    return f"gpupool-train-{job_id}"
+
+
+def claim_name(spec: TrainJobSpec, opts: JobOptions) -> str:
+    if opts.checkpoint_claim:
+        return opts.checkpoint_claim.format(owner=label_value(spec.owner), project=spec.project)
+    return f"gpupool-ckpt-{spec.id}"
+
+
+def label_value(text: str) -> str:
+    """A label value (63 chars of [A-Za-z0-9-_.], alphanumeric at both ends)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63].strip("-_.")
+    return value or "x"
+
+
+def labels(spec: TrainJobSpec) -> dict[str, str]:
+    return {MANAGED_BY: "gpupool", JOB_ID: spec.id, OWNER: label_value(spec.owner),
+            PROJECT: label_value(spec.project)}
+
+
+def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions) -> dict:
+    """A claim of its own for the job's checkpoints; it outlives preempted pods."""
+    claim: dict = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim_name(spec, opts), "namespace": opts.namespace, "labels": labels(spec)},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.checkpoint_size}}},
+    }
+    if opts.storage_class:
+        claim["spec"]["storageClassName"] = opts.storage_class
+    return claim
+
+
+def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None) -> dict:
+    """The batch/v1 Job of a train job; GPUs through `backend` (whole GPUs by default)."""
+    backend = backend or WholeGPUs()
+    pod_labels = labels(spec)
+    annotations = {OWNER: spec.owner}
+    limits: dict[str, str] = {}
+    scheduler = None
+    queue = opts.queue.format(project=spec.project, owner=label_value(spec.owner))
+    if spec.num_gpu:
+        share = backend.pod_gpu(spec.num_gpu, spec.gpu_milli, opts.device_memory_mib, queue, opts.priority_class)
+        pod_labels.update(share.labels)
+        annotations.update(share.annotations)
+        limits.update(share.limits)
+        scheduler = share.scheduler_name
+    elif backend.scheduler_name:  # a CPU-only job still goes through the queue
+        pod_labels["kai.scheduler/queue"] = queue
+        scheduler = backend.scheduler_name
+    job_labels = labels(spec)
+    if opts.kueue:
+        job_labels[KUEUE_QUEUE] = queue
+    sub_path = f"gpupool-jobs/{spec.id}" if opts.checkpoint_claim else None
+    env = {**spec.env, "GPUPOOL_JOB_ID": spec.id, "GPUPOOL_CHECKPOINT_DIR": opts.checkpoint_dir,
+           "GPUPOOL_GPU_FRACTION": f"{spec.total_milli / 1000:g}", "PYTHONUNBUFFERED": "1"}
+    mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
+    if sub_path:
+        mount["subPath"] = sub_path
+    container = {
+        "name": CONTAINER, "image": spec.image, "command": list(spec.command),
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "volumeMounts": [mount],
+    }
+    if limits:
+        container["resources"] = {"limits": limits}
+    pod_spec: dict = {
+        "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
+        "priorityClassName": opts.priority_class,
+        "terminationGracePeriodSeconds": opts.grace_s,
+        "containers": [container],
+        "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}}],
+    }
+    if scheduler:
+        pod_spec["schedulerName"] = scheduler
+    if opts.service_account:
+        pod_spec["serviceAccountName"] = opts.service_account
+    job_spec: dict = {
+        "backoffLimit": opts.backoff_limit,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": [
+            # preempted or evicted: not the job's fault; a new pod resumes from the checkpoint
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]},
+        "ttlSecondsAfterFinished": opts.ttl_after_finished_s,
+        "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+    }
+    if spec.max_runtime_s:
+        job_spec["activeDeadlineSeconds"] = int(spec.max_runtime_s)
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name_of(spec.id), "namespace": opts.namespace, "labels": job_labels,
+                     "annotations": {OWNER: spec.owner}},
+        "spec": job_spec,
+    }

@@ -1,0 +1,105 @@
+"""A train Job and its pods -> gpupool's job state: pure, fed by the controller's watch.
+
+States: queued (waiting for GPUs in its queue, or suspended by Kueue), running, preempted
+(its pod was evicted; the Job makes a new one that resumes from the checkpoint), succeeded,
+failed, cancelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the controller remembers of one pod of a Job, also after it is gone."""
+
+    uid: str
+    name: str
+    phase: str = "Pending"
+    ran: bool = False  # seen Running at least once
+    disrupted: str = ""  # DisruptionTarget reason, when preempted or evicted
+    gone: bool = False
+    exit_code: int | None = None
+    order: int = 0  # when the controller first saw it (creation timestamps have 1 s resolution)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: str
+    message: str = ""
+    runs: int = 0  # pods that ran
+    preemptions: int = 0
+    exit_code: int | None = None
+
+
+def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: int = 0) -> PodView:
+    """Fold one watch event of a pod into what is remembered of it."""
+    meta, st = pod.get("metadata") or {}, pod.get("status") or {}
+    view = prev or PodView(uid=meta.get("uid", ""), name=meta.get("name", ""), order=order)
+    phase = st.get("phase") or view.phase
+    ran = view.ran or phase == "Running" or any(
+        "running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
+        for c in st.get("containerStatuses") or [])
+    disrupted = view.disrupted
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            disrupted = cond.get("reason") or "evicted"
+    exit_code = view.exit_code
+    for c in st.get("containerStatuses") or []:
+        term = (c.get("state") or {}).get("terminated")
+        if term and term.get("exitCode") is not None:
+            exit_code = int(term["exitCode"])
+    return replace(view, phase=phase, ran=ran, disrupted=disrupted, exit_code=exit_code,
+                   gone=view.gone or deleted or bool(meta.get("deletionTimestamp")))
+
+
+def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False,
+               job_deleted: bool = False) -> JobStatus:
+    """The state of a train job from its Job (None before the watch saw it) and its pods."""
+    pods = sorted(pods, key=lambda p: (p.order, p.name))
+    runs = sum(p.ran for p in pods)
+    preemptions = sum(bool(p.disrupted) for p in pods)
+    exit_code = next((p.exit_code for p in reversed(pods) if p.exit_code is not None), None)
+    counts = {"runs": runs, "preemptions": preemptions, "exit_code": exit_code}
+    conditions = {c.get("type"): c for c in ((job or {}).get("status") or {}).get("conditions") or []
+                  if c.get("status") == "True"}
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if kind in conditions:
+            return JobStatus("succeeded", **counts)
+    for kind in ("Failed", "FailureTarget"):
+        if kind in conditions:
+            if cancel_requested:
+                return JobStatus("cancelled", "cancelled", **counts)
+            reason = conditions[kind].get("reason", "")
+            if reason == "DeadlineExceeded":
+                message = "stopped at its max runtime"
+            elif exit_code is not None:
+                message = f"exit code {exit_code}"
+            else:
+                message = conditions[kind].get("message") or reason or "failed"
+            return JobStatus("failed", message, **counts)
+    if cancel_requested or job_deleted:
+        live = [p for p in pods if not p.gone and p.phase in ("Pending", "Running")]
+        if cancel_requested and live and not job_deleted:
+            return JobStatus("running" if any(p.phase == "Running" for p in live) else "queued",
+                             "cancelling", **counts)
+        return JobStatus("cancelled", "cancelled" if cancel_requested else "its Job was deleted outside gpupool",
+                         **counts)
+    if ((job or {}).get("spec") or {}).get("suspend"):
+        return JobStatus("queued", "waiting for Kueue to admit it", **counts)
+    live = [p for p in pods if not p.gone and not p.disrupted and p.phase in ("Pending", "Running")]
+    if any(p.phase == "Running" for p in live):
+        return JobStatus("running", "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts)
+    if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
+        return JobStatus("running", "finishing", **counts)  # the Job's Complete condition follows
+    last = pods[-1] if pods else None
+    if last is not None and last.disrupted and not live:
+        return JobStatus("preempted", f"preempted ({last.disrupted}); it resumes from its checkpoint", **counts)
+    if preemptions and live:
+        return JobStatus("preempted", "preempted; waiting for GPUs to resume", **counts)
+    return JobStatus("queued", "waiting for GPUs in its queue", **counts)

@@ -1,0 +1,99 @@
+"""The agent: samples NVML every `interval_s` in one thread and serves the last snapshot, so
+every reader (the culler's /pods, Prometheus' /metrics) sees the same window; reading NVML
+per request would split its per-process samples between the readers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from .cgroups import pod_of
+from .collect import per_gpu, per_pod
+
+log = logging.getLogger("gpupool.node_agent")
+
+
+class Agent:
+    def __init__(self, nvml, proc: Path = Path("/proc"), clock: Callable[[], float] = time.time) -> None:
+        self.nvml, self.proc, self.clock = nvml, Path(proc), clock
+        self.snapshot: dict = {"time": None, "error": "no sample yet", "pods": [], "gpus": []}
+        self.lock = threading.Lock()
+
+    def refresh(self) -> dict:
+        try:
+            pods = per_pod(self.nvml.process_samples(), lambda pid: pod_of(pid, self.proc))
+            snap = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
+        except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
+            log.warning("NVML sample failed: %s", err)
+            snap = {**self.snapshot, "error": f"NVML: {err}"}
+        with self.lock:
+            self.snapshot = snap
+        return snap
+
+    def current(self) -> dict:
+        with self.lock:
+            return self.snapshot
+
+    def metrics(self) -> bytes:
+        snap = self.current()
+        reg = CollectorRegistry()
+        util = Gauge("gpupool_pod_gpu_utilization_pct", "SM use of the pod's processes (busiest GPU)",
+                     ["pod_uid"], registry=reg)
+        mem = Gauge("gpupool_pod_gpu_memory_mib", "GPU memory held by the pod's processes", ["pod_uid"],
+                    registry=reg)
+        gutil = Gauge("gpupool_gpu_utilization_pct", "Device utilization", ["gpu"], registry=reg)
+        gmem = Gauge("gpupool_gpu_memory_used_mib", "Device memory in use", ["gpu"], registry=reg)
+        up = Gauge("gpupool_node_agent_nvml_up", "1 when the last NVML sample succeeded", registry=reg)
+        for p in snap["pods"]:
+            util.labels(p["uid"]).set(p["gpu_util_pct"])
+            mem.labels(p["uid"]).set(p["memory_mib"])
+        for g in snap["gpus"]:
+            gutil.labels(g["uuid"]).set(g["util_pct"])
+            gmem.labels(g["uuid"]).set(g["memory_used_mib"])
+        up.set(0 if snap["error"] else 1)
+        return generate_latest(reg)
+
+    def sample_forever(self, interval_s: float, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.refresh()
+            stop.wait(interval_s)
+
+
+def make_handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            snap = agent.current()
+            if path == "/pods":
+                if snap["error"] and snap["time"] is None:
+                    return self.send(503, json.dumps({"error": snap["error"]}).encode(), "application/json")
+                return self.send(200, json.dumps(snap).encode(), "application/json")
+            if path == "/metrics":
+                return self.send(200, agent.metrics(), "text/plain; version=0.0.4")
+            if path == "/healthz":
+                ok = snap["error"] is None
+                return self.send(200 if ok else 503, (b"ok" if ok else snap["error"].encode()), "text/plain")
+            self.send(404, b"use /pods, /metrics or /healthz", "text/plain")
+
+        def send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
+
+
+def serve(agent: Agent, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+    return ThreadingHTTPServer((host, port), make_handler(agent))

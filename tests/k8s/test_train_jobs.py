@@ -1,0 +1,276 @@
+"""Train jobs on Kubernetes: the Job builder, the state mapping and the controller against the
+fake API server (real REST and watch protocol through kubernetes_asyncio)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from hub_ext.kube import TrainJobSpec
+from hub_ext.kube.controller import KubeJobController
+from hub_ext.kube.kueue import kueue_objects
+from hub_ext.kube.objects import JobOptions, checkpoint_claim, name_of, train_job
+from hub_ext.kube.status import PodView, job_status
+from hub_ext.pool import InvalidRequest
+from hub_ext.pool.training import Project
+from spawner.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
+from tests.k8s.conftest import until
+from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
+from tests.k8s.test_chart import crd_schema
+
+K8S = kubernetes_validate.latest_version()
+NS = "jobs"
+OPTS = JobOptions(namespace=NS, queue="{project}", device_memory_mib=81920)
+
+
+def spec(job_id: str = "a1b2c3", num_gpu: int = 1, gpu_milli: int = 250, **kw) -> TrainJobSpec:
+    return TrainJobSpec(id=job_id, owner=kw.pop("owner", "ann@uni.edu"), project=kw.pop("project", "vision"),
+                        num_gpu=num_gpu, gpu_milli=gpu_milli, command=["python", "train.py", "--epochs", "3"],
+                        image="registry.example.org/train:1", **kw)
+
+
+def env_of(job: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+# --- the Job manifest -------------------------------------------------------------------
+@pytest.mark.parametrize("backend, num_gpu, milli, expect", [
+    (KAISharing(), 1, 250, {"annotations": {"gpu-fraction": "0.25"}}),
+    (KAISharing(), 2, 1000, {"limits": {"nvidia.com/gpu": "2"}}),
+    (KAISharing(by_memory=True), 1, 500, {"annotations": {"gpu-memory": "40960"}}),
+    (HAMiSharing(), 2, 500, {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "50",
+                                        "nvidia.com/gpumem": "40960"}}),
+    (MIGSharing(), 1, 500, {"limits": {"nvidia.com/mig-3g.40gb": "1"}}),
+    (None, 4, 1000, {"limits": {"nvidia.com/gpu": "4"}}),
+])
+def test_a_train_job_is_a_valid_job_that_asks_for_exactly_its_gpus(backend, num_gpu, milli, expect) -> None:
+    job = train_job(spec(num_gpu=num_gpu, gpu_milli=milli, max_runtime_s=3600), OPTS, backend)
+    kubernetes_validate.validate(job, K8S, strict=True)
+    tmpl = job["spec"]["template"]
+    pod = {"metadata": tmpl["metadata"], "spec": tmpl["spec"]}
+    assert requested_milli(pod, 81920) == num_gpu * milli
+    assert tmpl["spec"]["priorityClassName"] == "train"
+    for key, value in expect.get("annotations", {}).items():
+        assert tmpl["metadata"]["annotations"][key] == value
+    limits = tmpl["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    assert limits == expect.get("limits", {})
+    if isinstance(backend, KAISharing):
+        assert tmpl["spec"]["schedulerName"] == "kai-scheduler"
+        assert tmpl["metadata"]["labels"]["kai.scheduler/queue"] == "vision"
+    assert job["spec"]["activeDeadlineSeconds"] == 3600
+
+
+def test_preempted_pods_are_replaced_and_resume_from_the_checkpoint_claim() -> None:
+    job = train_job(spec(), OPTS, KAISharing())
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "Ignore" and rules[0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    assert job["spec"]["podReplacementPolicy"] == "Failed"  # never two runs on one checkpoint
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    claim = checkpoint_claim(spec(), OPTS)
+    kubernetes_validate.validate(claim, K8S, strict=True)
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    mount = pod["containers"][0]["volumeMounts"][0]
+    assert env_of(job)["GPUPOOL_CHECKPOINT_DIR"] == mount["mountPath"] == "/checkpoint"
+    assert job["metadata"]["labels"]["gpupool.io/owner"] == "ann-uni.edu"  # '@' is not a label character
+    assert job["metadata"]["annotations"]["gpupool.io/owner"] == "ann@uni.edu"
+
+
+def test_a_shared_claim_gets_one_folder_per_job_and_kueue_gets_its_label() -> None:
+    opts = JobOptions(namespace=NS, checkpoint_claim="claim-{owner}", kueue=True)
+    job = train_job(spec(owner="bob"), opts, KAISharing())
+    kubernetes_validate.validate(job, K8S, strict=True)
+    mount = job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]
+    assert mount["subPath"] == "gpupool-jobs/a1b2c3"
+    assert job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == "claim-bob"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"job_id": "Bad_ID"}, "lower-case"),
+    ({"num_gpu": 2, "gpu_milli": 1500}, "not a GPU request"),
+    ({"max_runtime_s": -1}, "max_runtime_s"),
+])
+def test_bad_job_specs_are_refused(kw, message) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        spec(**kw)
+
+
+def test_kai_refuses_fractions_of_several_gpus() -> None:
+    with pytest.raises(InvalidRequest, match="a fraction of one GPU or whole GPUs"):
+        train_job(spec(num_gpu=2, gpu_milli=500), OPTS, KAISharing())
+
+
+def test_kueue_queues_follow_the_project_guarantees(schemas: Path) -> None:
+    projects = {"vision": Project("vision", 8000, 2.0, 16000), "nlp": Project("nlp", 1500, 1.0, -1)}
+    docs = kueue_objects(projects, NS, cohort="research")
+    for doc in docs:
+        group, _, version = doc["apiVersion"].rpartition("/")
+        jsonschema.validate(doc, crd_schema(schemas, group, doc["kind"], version))
+    cqs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "ClusterQueue"}
+    vision = cqs["vision"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert (vision["nominalQuota"], vision["borrowingLimit"]) == (8, 8)
+    nlp = cqs["nlp"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert nlp["nominalQuota"] == 2 and "borrowingLimit" not in nlp  # 1.5 rounds up; no limit
+    assert {c["cohortName"] for c in cqs.values()} == {"research"}
+    assert all(c["preemption"]["reclaimWithinCohort"] == "Any" for c in cqs.values())
+
+
+# --- the state of a job from its Job and pods -------------------------------------------
+def pv(name: str, **kw) -> PodView:
+    return PodView(uid=name, name=name, order=int(name[1:]), **kw)
+
+
+@pytest.mark.parametrize("job, pods, kw, state, message", [
+    ({}, [], {}, "queued", "waiting for GPUs"),
+    ({"spec": {"suspend": True}}, [], {}, "queued", "Kueue"),
+    ({}, [pv("p1", phase="Running", ran=True)], {}, "running", ""),
+    ({}, [pv("p1", phase="Failed", ran=True, disrupted="PreemptionByScheduler", gone=True)], {}, "preempted",
+     "resumes from its checkpoint"),
+    ({}, [pv("p1", phase="Failed", ran=True, disrupted="X", gone=True), pv("p2", phase="Running", ran=True)], {},
+     "running", "resumed from its checkpoint"),
+    ({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}, [], {}, "succeeded", ""),
+    ({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}}, [], {},
+     "failed", "max runtime"),
+    ({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}},
+     [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "failed", "exit code 3"),
+    ({}, [pv("p1", phase="Running", ran=True)], {"cancel_requested": True}, "running", "cancelling"),
+    ({}, [pv("p1", phase="Running", ran=True, gone=True)], {"cancel_requested": True, "job_deleted": True},
+     "cancelled", "cancelled"),
+    ({}, [], {"job_deleted": True}, "cancelled", "deleted outside gpupool"),
+])
+def test_job_states(job, pods, kw, state, message) -> None:
+    st = job_status(job, pods, **kw)
+    assert st.state == state and message in st.message
+
+
+# --- the controller against the fake API server -----------------------------------------
+class Recorder:
+    def __init__(self) -> None:
+        self.states: list[str] = []
+        self.last = None
+
+    def __call__(self, job_id: str, status) -> None:
+        if self.states[-1:] != [status.state]:  # transitions; a new message alone is not one
+            self.states.append(status.state)
+        self.last = status
+
+
+@pytest.fixture
+async def controller(api_client):
+    rec = Recorder()
+    ctl = KubeJobController(api_client, OPTS, KAISharing(), on_change=rec, watch_timeout_s=2)
+    await ctl.start()
+    ctl.recorder = rec
+    yield ctl
+    await ctl.stop()
+
+
+def pod_names(cluster: Cluster, job_id: str) -> list[str]:
+    return [p["metadata"]["name"] for p in cluster.pods(NS, f"batch.kubernetes.io/job-name={name_of(job_id)}")]
+
+
+async def test_a_job_is_queued_runs_is_preempted_resumes_and_succeeds(controller, cluster: Cluster,
+                                                                      apiserver: FakeAPIServer) -> None:
+    rec = controller.recorder
+    await controller.submit(spec())
+    job = cluster.job(NS, name_of("a1b2c3"))
+    assert job is not None and apiserver.get("api/v1", "persistentvolumeclaims", NS, "gpupool-ckpt-a1b2c3")
+    assert job["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] == "0.25"
+
+    first = cluster.start_job_pod(NS, name_of("a1b2c3"))["metadata"]["name"]
+    await until(lambda: rec.states[-1:] == ["queued"], what="queued")
+    cluster.run_pod(NS, first)
+    await until(lambda: rec.states[-1:] == ["running"], what="running")
+
+    cluster.evict_pod(NS, first)  # KAI reclaims the GPU for another project's guarantee
+    await until(lambda: rec.states[-1:] == ["preempted"], what="preempted")
+    assert rec.last.preemptions == 1 and "resumes" in rec.last.message
+
+    second = cluster.start_job_pod(NS, name_of("a1b2c3"))["metadata"]["name"]  # the Job replaces the pod
+    cluster.run_pod(NS, second)
+    await until(lambda: rec.states[-1:] == ["running"], what="running again")
+    assert (rec.last.runs, rec.last.preemptions) == (2, 1) and "resumed" in rec.last.message
+
+    cluster.finish_job(NS, name_of("a1b2c3"), succeeded=True)
+    await until(lambda: rec.states[-1:] == ["succeeded"], what="succeeded")
+    assert rec.states == ["queued", "running", "preempted", "running", "succeeded"]
+
+
+async def test_a_failing_job_reports_its_exit_code_and_a_deadline(controller, cluster: Cluster) -> None:
+    await controller.submit(spec("f1"))
+    await controller.submit(spec("f2", max_runtime_s=60))
+    pod = cluster.start_job_pod(NS, name_of("f1"))["metadata"]["name"]
+    cluster.run_pod(NS, pod)
+    cluster.api.patch("api/v1", "pods", NS, pod, lambda p: p["status"].update(
+        phase="Failed", containerStatuses=[{"name": "train", "ready": False, "restartCount": 0, "image": "x",
+                                            "imageID": "", "state": {"terminated": {"exitCode": 3}}}]))
+    cluster.finish_job(NS, name_of("f1"), succeeded=False)
+    cluster.finish_job(NS, name_of("f2"), succeeded=False, reason="DeadlineExceeded")
+    await until(lambda: controller.status("f1").state == "failed" and controller.status("f2").state == "failed")
+    assert controller.status("f1").message == "exit code 3"
+    assert controller.status("f2").message == "stopped at its max runtime"
+
+
+async def test_cancel_deletes_the_job_and_its_pods(controller, cluster: Cluster) -> None:
+    await controller.submit(spec("c1"))
+    pod = cluster.start_job_pod(NS, name_of("c1"))["metadata"]["name"]
+    cluster.run_pod(NS, pod)
+    await until(lambda: controller.status("c1").state == "running")
+    await controller.cancel("c1")
+    await until(lambda: controller.status("c1").state == "cancelled", what="cancelled")
+    assert cluster.job(NS, name_of("c1")) is None
+    assert pod_names(cluster, "c1") == []  # propagationPolicy Background: the pods go too
+    assert controller.recorder.states[-2:] == ["running", "cancelled"]
+
+
+async def test_a_restarted_controller_finds_running_jobs_and_resubmits_nothing(api_client, cluster: Cluster,
+                                                                               apiserver: FakeAPIServer) -> None:
+    first = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=2)
+    await first.submit(spec("r1"))
+    pod = cluster.start_job_pod(NS, name_of("r1"))["metadata"]["name"]
+    cluster.run_pod(NS, pod)
+    # the hub restarts: a new controller lists what is there, and a resubmission is a no-op
+    second = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=2)
+    await second.start()
+    try:
+        assert second.status("r1").state == "running"
+        await second.submit(spec("r1"))
+        creates = [r for r in apiserver.requests() if r[0] == "POST" and r[1].endswith("/jobs")]
+        assert len(creates) == 2 and len(apiserver.list("apis/batch/v1", "jobs", NS)) == 1
+    finally:
+        await second.stop()
+
+
+async def test_a_job_deleted_while_the_watch_was_down_is_noticed(api_client, cluster: Cluster) -> None:
+    ctl = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=1)
+    await ctl.submit(spec("w1"))
+    await ctl.start()
+    try:
+        await until(lambda: ctl.status("w1") and ctl.status("w1").state == "queued")
+        cluster.api.remove("apis/batch/v1", "jobs", NS, name_of("w1"))
+        await until(lambda: ctl.status("w1").state == "cancelled", what="deletion seen")
+        assert "outside gpupool" in ctl.status("w1").message
+    finally:
+        await ctl.stop()
+
+
+# --- the same against a real cluster (pytest -m cluster) --------------------------------
+@pytest.mark.cluster
+async def test_on_a_real_cluster_a_cpu_job_runs_to_success(real_api_client) -> None:
+    opts = JobOptions(namespace="default", queue="default", ttl_after_finished_s=60)
+    ctl = KubeJobController(real_api_client, opts, None, watch_timeout_s=30)
+    job = TrainJobSpec(id="gpupool-cluster-test", owner="tester", project="default", num_gpu=0, gpu_milli=0,
+                       command=["sh", "-c", "test -d $GPUPOOL_CHECKPOINT_DIR && echo ok"], image="busybox:1.36")
+    await ctl.start()
+    try:
+        await ctl.submit(job)
+        await until(lambda: ctl.status(job.id) and ctl.status(job.id).state in ("succeeded", "failed"),
+                    timeout=180, what="the job to finish")
+        assert ctl.status(job.id).state == "succeeded"
+    finally:
+        await ctl.cancel(job.id)
+        await ctl.stop()
