@@ -70,7 +70,7 @@ class GPUPool(LoggingConfigurable):
         "frag-aware",
         config=True,
         help="""How workspaces and jobs are placed onto GPUs: frag-aware (default; keeps GPUs
-        from fragmenting, learning the workload online), best-fit, first-fit, gpu-packing,
+        from fragmenting, learning the workload online), fgd, best-fit, first-fit, gpu-packing,
         spread, random. `gpupool simulate --help` compares them. Example::
 
             c.GPUPool.placement_policy = "best-fit"

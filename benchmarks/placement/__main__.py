@@ -19,7 +19,8 @@ from hub_ext.sim import fgd
 from hub_ext.sim.traces import read_nodes, read_pods
 
 VARIANTS = ["default", "gpushare40", "multigpu20", "cpu050", "gpuspec10"]
-OURS = {"frag-aware": "gpupool frag-aware (default)", "best-fit": "gpupool best-fit", "random": "gpupool random"}
+OURS = {"frag-aware": "gpupool frag-aware (default)", "fgd": "gpupool fgd (FGD as published, learned online)",
+        "best-fit": "gpupool best-fit", "random": "gpupool random"}
 PUBLISHED = {"06-FGD": "FGD (published)", "05-BestFit": "BestFit (published)", "01-Random": "Random (published)"}
 
 

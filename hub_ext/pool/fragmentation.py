@@ -138,11 +138,12 @@ def bestfit_score(state: ClusterState, idx: np.ndarray, req: Request) -> np.ndar
 
 
 class FragmentationAware:
-    """Place where expected fragmentation rises least (FGD), learning the workload online."""
+    """FGD as published (the 0..100 score), with the workload learned online: the in-run
+    baseline of the default policy (capacity.UsableCapacity)."""
 
-    name = "frag-aware"
+    name = "fgd"
 
-    def __init__(self, coverage: float = 0.95, quantize: bool = True, scale: float = 2000.0) -> None:
+    def __init__(self, coverage: float = 0.95, quantize: bool = True, scale: float = 1000.0) -> None:
         self.target = TargetWorkload(coverage)
         self.quantize, self.scale = quantize, scale
         rnd = np.random.default_rng(12345)

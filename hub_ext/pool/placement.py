@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .capacity import UsableCapacity
 from .fragmentation import FragmentationAware, bestfit_score
 from .request import Placement, Request
 from .state import ClusterState
@@ -125,9 +126,9 @@ class RandomFit:
 
 
 POLICIES: dict[str, type] = {
-    p.name: p for p in (FragmentationAware, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
+    p.name: p for p in (UsableCapacity, FragmentationAware, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
 }
-DEFAULT_POLICY = FragmentationAware.name
+DEFAULT_POLICY = UsableCapacity.name
 
 
 def get_policy(name: str) -> Policy:

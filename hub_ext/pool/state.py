@@ -37,6 +37,9 @@ class ClusterState:
         self.model_id = np.array([self.models.index(n.model) for n in nodes], dtype=np.int64)
         # tie-break order among equally good nodes: inventory order unless shuffled once per run
         self.rank = np.arange(len(nodes), dtype=np.int64)
+        # a node's version changes with its free capacity, so policies can cache per-node scores
+        self.version = np.zeros(len(nodes), dtype=np.int64)
+        self._tick = 0
 
     def shuffle_ties(self, rng) -> None:
         """One fixed random order of nodes for this run's ties (the FGD protocol)."""
@@ -48,7 +51,7 @@ class ClusterState:
         """An independent copy to try placements on (the inventory is shared, it never changes)."""
         clone = ClusterState.__new__(ClusterState)
         clone.__dict__.update(self.__dict__)
-        for name in ("gpu_free", "cpu_free", "mem_free", "pods"):
+        for name in ("gpu_free", "cpu_free", "mem_free", "pods", "version"):
             setattr(clone, name, getattr(self, name).copy())
         return clone
 
@@ -101,6 +104,7 @@ class ClusterState:
         self.cpu_free[i] -= placement.cpu_milli
         self.mem_free[i] -= placement.memory_mib
         self.pods[i] += 1
+        self._touch(i)
 
     def release(self, placement: Placement) -> None:
         i = self.inventory.index_of(placement.node)
@@ -113,6 +117,11 @@ class ClusterState:
         self.cpu_free[i] += placement.cpu_milli
         self.mem_free[i] += placement.memory_mib
         self.pods[i] -= 1
+        self._touch(i)
+
+    def _touch(self, i: int) -> None:
+        self._tick += 1
+        self.version[i] = self._tick
 
     def placement_on(self, i: int, req: Request, gpus: list[int]) -> Placement:
         return Placement(

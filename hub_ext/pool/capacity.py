@@ -1,0 +1,319 @@
+"""The default placement policy: usable GPU capacity for a target workload learned online.
+
+GPU fragmentation with respect to a target workload (after FGD, ATC'23), and the
+target workload itself, learned online from the requests seen so far.
+
+A node's fragmentation for a task shape s is the idle GPU milli that s cannot use:
+all of it when the node cannot host s at all (CPU, GPU model, GPU room), else the
+idle milli on GPUs that have less left than s needs per GPU. Weighted over the
+target shapes: F(node) = sum_s w_s * (T - h_s * Q_s), where T is the node's idle
+milli, h_s whether the node can host s, and Q_s the idle milli s could use (on the
+GPUs with at least s's per-GPU need). So F = T * W - U with the *usable* capacity
+
+    U(node) = sum_s w_s * h_s * Q_s,
+
+and since a placement lowers T by exactly the pod's GPU milli wherever it goes, the
+placement that raises F least is the one that lowers U least.
+
+FGD's U ignores how much CPU is left beyond "enough for one more task": a node with
+8 idle GPUs and CPU for one task counts all 8 GPUs as usable. The policy therefore
+adds a CPU-aware term: for each shape, the usable milli capped by the tasks of that
+shape the node's CPU can still take (min(Q_s, CPU slots x per-task milli)). On the
+openb trace this term is what moves CPU-only and CPU-heavy tasks off CPU-poor GPU
+nodes (see docs/placement.md). This module computes U for many nodes (and
+candidate GPUs) at once with numpy.
+
+Shapes that need no GPU add the same amount to every candidate's change of F, so
+they are counted as requests but left out of U.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from .request import Placement, Request
+from .state import ClusterState
+from .units import MILLI_PER_GPU
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A task shape of the target workload and its weight (how often it was seen)."""
+
+    cpu_milli: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_models: frozenset[str]
+    weight: float
+    memory_mib: int = 0  # the mean memory of the requests of this shape
+
+    @property
+    def is_sharing(self) -> bool:
+        return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_GPU
+
+
+def shape_key(req: Request) -> tuple[int, int, int, frozenset[str]]:
+    return (req.cpu_milli, req.num_gpu, req.gpu_milli if req.num_gpu else 0, req.gpu_models)
+
+
+class OnlineTarget:
+    """The workload the cluster is likely to receive, learned from requests so far.
+
+    Counts every request's shape (CPU, GPU count, per-GPU milli, allowed models).
+    `shapes()` returns the most frequent shapes covering `coverage` of the requests,
+    weighted by frequency, as FGD's target workload, but from the past only: nothing
+    is read ahead. With `half_life` (in requests) old requests fade, so the target
+    follows a workload that changes (a new semester, a new team).
+    """
+
+    def __init__(self, coverage: float = 0.95, half_life: float | None = None) -> None:
+        if not 0 < coverage <= 1:
+            raise ValueError("coverage must be in (0, 1]")
+        self.coverage = coverage
+        self.half_life = half_life
+        self.counts: dict[tuple[int, int, int, frozenset[str]], float] = {}
+        self.memory: dict[tuple[int, int, int, frozenset[str]], float] = {}
+        self.seen = 0
+        self._decayed_at = 0
+
+    def observe(self, req: Request) -> None:
+        key = shape_key(req)
+        self.counts[key] = self.counts.get(key, 0.0) + 1.0
+        self.memory[key] = self.memory.get(key, 0.0) + req.memory_mib
+        self.seen += 1
+
+    def shapes(self) -> list[Shape]:
+        if self.half_life:
+            factor = 0.5 ** ((self.seen - self._decayed_at) / self.half_life)
+            self.counts = {k: v * factor for k, v in self.counts.items() if v * factor > 1e-3}
+            self.memory = {k: self.memory[k] * factor for k in self.counts}
+            self._decayed_at = self.seen
+        total = sum(self.counts.values())
+        out: list[Shape] = []
+        acc = 0.0
+        # ties in frequency go to the smaller key, so the result is reproducible
+        for key, count in sorted(self.counts.items(), key=lambda kv: (-kv[1], _sortable(kv[0]))):
+            if acc >= self.coverage * total:
+                break
+            mem = int(self.memory.get(key, 0.0) / count)
+            out.append(Shape(key[0], key[1], key[2], key[3], count, mem))
+            acc += count
+        return out
+
+
+def _sortable(key: tuple[int, int, int, frozenset[str]]) -> tuple:
+    return (key[0], key[1], key[2], sorted(key[3]))
+
+
+def _free(state: ClusterState, idx: np.ndarray) -> np.ndarray:
+    """Free milli per GPU; GPUs a node does not have count as 0 (never fit, add nothing)."""
+    return np.maximum(state.gpu_free[idx], 0)
+
+
+def _full(state: ClusterState, idx: np.ndarray) -> np.ndarray:
+    return (state.gpu_free[idx] == MILLI_PER_GPU).sum(axis=1)
+
+
+def _models(state: ClusterState, models: frozenset[str]) -> np.ndarray:
+    if not models:
+        return np.ones(len(state.model_id), dtype=bool)
+    return np.array([m in models for m in state.models], dtype=bool)[state.model_id]
+
+
+class FragModel:
+    """The target shapes compiled against one cluster's nodes, for vectorised U.
+
+    `usable` / `best_after` give the policy's U (FGD's usable capacity plus, with
+    `cpu_aware`, the CPU-capped one); `fragmentation` gives FGD's F for reports.
+    """
+
+    def __init__(self, state: ClusterState, shapes: list[Shape], *, cpu_aware: bool = True) -> None:
+        n = len(state.inventory.nodes)
+        share = [s for s in shapes if s.num_gpu and s.is_sharing]
+        whole = [s for s in shapes if s.num_gpu and not s.is_sharing]
+        self.cpu_aware = cpu_aware
+        self.weight_total = float(sum(s.weight for s in share + whole))
+        # sharing shapes: the distinct per-GPU needs x_j, each shape's column j(s)
+        self.thresholds = np.array(sorted({s.gpu_milli for s in share}), dtype=np.int64)
+        col = {x: j for j, x in enumerate(self.thresholds.tolist())}
+        self.share_col = np.array([col[s.gpu_milli] for s in share], dtype=np.int64)
+        self.share_milli = np.array([s.gpu_milli for s in share], dtype=np.int64)
+        self.share_cpu = np.array([s.cpu_milli for s in share], dtype=np.int64)
+        self.whole_k = np.array([s.num_gpu for s in whole], dtype=np.int64)
+        self.whole_cpu = np.array([s.cpu_milli for s in whole], dtype=np.int64)
+        # weight of each shape on each node: 0 where the node's GPU model is not allowed
+        self.share_w = np.zeros((n, len(share)))
+        for k, s in enumerate(share):
+            self.share_w[:, k] = s.weight * _models(state, s.gpu_models)
+        self.whole_w = np.zeros((n, len(whole)))
+        for k, s in enumerate(whole):
+            self.whole_w[:, k] = s.weight * _models(state, s.gpu_models)
+
+    # --- building blocks -------------------------------------------------------
+    def _q(self, free: np.ndarray) -> np.ndarray:
+        """(..., J): idle milli on GPUs with at least x_j left, from free (..., G)."""
+        f = free[..., None]
+        return (f * (f >= self.thresholds)).sum(axis=-2)
+
+    @staticmethod
+    def _slots(cpu: np.ndarray, need: np.ndarray) -> np.ndarray:
+        """(M, S): how many tasks of each shape the CPU left can take."""
+        return np.where(need > 0, cpu[:, None] // np.maximum(need, 1), np.int64(1 << 40))
+
+    def _u(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, nf: np.ndarray,
+           *, cpu_aware: bool) -> np.ndarray:
+        """U from the CPU left (M,), Q (M, [C,] J) and whole free GPUs (M, [C])."""
+        cs = self._slots(cpu, self.share_cpu)  # (M, S1)
+        cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
+        ws, ww = self.share_w[idx], self.whole_w[idx]
+        if q.ndim == 3:  # one row per candidate GPU
+            cs, cw, ws, ww = cs[:, None], cw[:, None], ws[:, None], ww[:, None]
+        qs = q[..., self.share_col]
+        n = nf[..., None]
+        k = self.whole_k
+        # FGD: a shape the node can host (CPU for one more task, GPU room) can use Q_s
+        u = (ws * (cs > 0) * qs).sum(axis=-1)
+        u = u + (ww * ((cw > 0) & (n >= k)) * n * MILLI_PER_GPU).sum(axis=-1)
+        if cpu_aware:
+            # ... but only as many of its tasks as the CPU left can take
+            u = u + (ws * np.minimum(qs, cs * self.share_milli)).sum(axis=-1)
+            u = u + (ww * np.minimum(n // k, cw) * k * MILLI_PER_GPU).sum(axis=-1)
+        return u
+
+    # --- what the policy and the reports call ---------------------------------
+    def usable(self, state: ClusterState, idx: np.ndarray) -> np.ndarray:
+        """U of nodes `idx` as they are now."""
+        return self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)),
+                       _full(state, idx), cpu_aware=self.cpu_aware)
+
+    def fragmentation(self, state: ClusterState, idx: np.ndarray | None = None) -> np.ndarray:
+        """FGD's F of nodes `idx` (all nodes by default), in milli: the idle GPU milli
+        that a task drawn from the target cannot use (0 when the target is empty)."""
+        if idx is None:
+            idx = np.arange(len(state.inventory.nodes))
+        if self.weight_total == 0:
+            return np.zeros(len(idx))
+        u = self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)),
+                    _full(state, idx), cpu_aware=False)
+        return _free(state, idx).sum(axis=1) - u / self.weight_total
+
+    def best_after(
+        self, state: ClusterState, idx: np.ndarray, req: Request
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For each node in `idx` (all of which fit `req`): U after placing `req` there
+        on its best GPU, and that GPU (-1 for whole-GPU and CPU-only requests, which
+        take the lowest-index free GPUs). For a sharing request every fitting GPU is
+        tried; ties go to the GPU with the least room left, then the lowest index."""
+        cpu = state.cpu_free[idx] - req.cpu_milli
+        free = _free(state, idx)
+        nf = _full(state, idx)
+        if not req.is_sharing:
+            k = req.num_gpu
+            # whole GPUs taken are completely free, so they counted at every threshold
+            q = self._q(free) - MILLI_PER_GPU * k
+            u = self._u(idx, cpu, q, nf - k, cpu_aware=self.cpu_aware)
+            return u, np.full(len(idx), -1, dtype=np.int64)
+        d = req.gpu_milli
+        x = self.thresholds
+        a = free[:, :, None]  # (M, G, 1): the GPU that would take the request
+        # The GPU that takes the task is charged in task slots: for a shape needing x
+        # it loses x * (floor(a / x) - floor((a - d) / x)), so a task that fits in the
+        # remainder a mod x costs that shape nothing (FGD would charge d whenever
+        # a - d >= x, which cannot tell the GPUs of a node apart).
+        q = self._q(free)[:, None, :] - (a // x) * x + ((a - d) // x) * x  # (M, G, J)
+        nf_after = nf[:, None] - (free == MILLI_PER_GPU)  # (M, G)
+        u = self._u(idx, cpu, q, nf_after, cpu_aware=self.cpu_aware).astype(float)
+        u = np.where(free >= d, u, -np.inf)
+        best = u.max(axis=1)
+        order = free * 64 + np.arange(free.shape[1])
+        tie = np.where(u == best[:, None], order, np.iinfo(np.int64).max)
+        return best, tie.argmin(axis=1)
+
+# --- the policy --------------------------------------------------------------
+# Like FGD it scores a node and a GPU by the change of usable capacity for the target
+# workload; unlike the published FGD the target is learned from the requests seen so far,
+# the usable capacity is CPU-aware (how many tasks of a shape the CPU left can take), a
+# sharing task charges the GPU that takes it in task slots, and the score is exact with
+# ties to the run's fixed node order. A node's score for a request shape is cached until
+# the node changes (ClusterState.version) or the target is refreshed.
+
+
+def _lowest_gpus(state: ClusterState, i: int, req: Request) -> list[int]:
+    if req.num_gpu == 0:
+        return []
+    return [int(g) for g in np.flatnonzero(state.gpu_free[i] == MILLI_PER_GPU)[: req.num_gpu]]
+
+
+class _ShapeCache:
+    __slots__ = ("gpu", "u_after", "version")
+
+    def __init__(self, n: int) -> None:
+        self.version = np.full(n, -1, dtype=np.int64)
+        self.u_after = np.zeros(n)
+        self.gpu = np.full(n, -1, dtype=np.int64)
+
+
+class UsableCapacity:
+    """Least increase of expected fragmentation for the workload seen so far (the default)."""
+
+    name = "frag-aware"
+
+    def __init__(
+        self, coverage: float = 0.95, half_life: float | None = None, refresh_every: int = 1024
+    ) -> None:
+        self.target = OnlineTarget(coverage=coverage, half_life=half_life)
+        self.refresh_every = refresh_every
+        self._state: ClusterState | None = None
+        self._model: FragModel | None = None
+        self._u_now: _ShapeCache | None = None
+        self._caches: dict[tuple[int, int, int], _ShapeCache] = {}
+
+    def _due(self) -> bool:
+        """Refresh the target at 1, 2, 4 ... requests, then every `refresh_every`:
+        often while little is known, rarely once the mix is stable (each refresh
+        drops the cached scores)."""
+        n = self.target.seen
+        if n <= self.refresh_every:
+            return n & (n - 1) == 0
+        return n % self.refresh_every == 0
+
+    def _reset(self, state: ClusterState) -> None:
+        self._state = state
+        self._model = FragModel(state, self.target.shapes())
+        n = len(state.inventory.nodes)
+        self._u_now = _ShapeCache(n)
+        self._caches = {}
+
+    def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
+        self.target.observe(req)
+        if state is not self._state or self._due():
+            self._reset(state)
+        rank = state.rank
+        idx = np.flatnonzero(state.feasible(req))
+        if not len(idx):
+            return None
+        model, now = self._model, self._u_now
+        assert model is not None and now is not None
+        key = (req.cpu_milli, req.num_gpu, req.gpu_milli if req.num_gpu else 0)
+        cache = self._caches.get(key)
+        if cache is None:
+            cache = self._caches[key] = _ShapeCache(len(state.inventory.nodes))
+        ver = state.version[idx]
+        stale = idx[cache.version[idx] != ver]
+        if len(stale):
+            cache.u_after[stale], cache.gpu[stale] = model.best_after(state, stale, req)
+            cache.version[stale] = state.version[stale]
+        stale = idx[now.version[idx] != ver]
+        if len(stale):
+            now.u_after[stale] = model.usable(state, stale)
+            now.version[stale] = state.version[stale]
+        # the loss of usable capacity, to be kept as small as possible
+        gain = np.zeros_like(cache.u_after)
+        gain[idx] = cache.u_after[idx] - now.u_after[idx]
+        i = int(idx[np.lexsort((rank[idx], -gain[idx]))[0]])
+        if req.is_sharing:
+            return state.placement_on(i, req, [int(cache.gpu[i])])
+        return state.placement_on(i, req, _lowest_gpus(state, i, req))
