@@ -101,7 +101,7 @@ def test_promote_a_script_as_it_is_now(tmp_path) -> None:
         def get(self, path):
             if path == "api/projects":
                 return {"projects": [{"name": "p", "limit_milli": -1}]}
-            if path.endswith("/logs?tail=30"):
+            if path.endswith("/logs?tail=200"):
                 return {"lines": [], "output_notebook": None}
             return self.job
 

@@ -84,7 +84,7 @@ class JobMonitor(w.VBox):
         try:
             jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
             if self.job_id:
-                logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=30")
+                logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=200")
                 self.log_view.value = "\n".join(logs["lines"])
                 if logs["output_notebook"]:
                     self.message.value = output_link(logs["output_notebook"])
