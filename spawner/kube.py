@@ -164,13 +164,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                 self.gpupool_allocation = None
                 return None
             split_milli(milli)  # a shape every backend can express
-            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli)
         except PoolError as err:
-            self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
-            self.log.warning("refused %s: %s", self._log_name, err)
-            raise http_error(err) from None
-        self.gpupool_allocation = alloc
-        return alloc
+            raise self.refused(err) from None
+        return self.reserve_milli(milli)
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
@@ -224,29 +220,3 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             exc = web.HTTPError(403, msg)
             exc.jupyterhub_message = msg
             raise exc
-
-    async def start(self):
-        await self.reserve_share()
-        try:
-            url = await super().start()
-        except BaseException:
-            self.release_gpus("start failed")
-            raise
-        if self.gpupool_allocation is not None:
-            self.pool.mark_running(self.workload, None)
-        return url
-
-    async def stop(self, now: bool = False) -> None:
-        try:
-            await super().stop(now=now)
-        finally:
-            self.release_gpus("stopped")
-
-    async def poll(self) -> int | None:
-        status = await super().poll()
-        if status is not None and not self._spawn_pending:
-            self.release_gpus(f"pod ended (status {status})")
-        elif status is None and self.gpupool_allocation is None:
-            # a hub restart: re-adopt the persisted share of a pod that is still running
-            self.gpupool_allocation = self.pool.allocation(self.workload)
-        return status

@@ -12,7 +12,7 @@ from .mixin import GPUSpawnerMixin
 
 
 class _LocalGPU(GPUSpawnerMixin):
-    """Lifecycle for local-process spawners: reserve before start, release on every end."""
+    """Local-process spawners: the GPU environment and the tag that finds orphaned servers."""
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
@@ -20,30 +20,8 @@ class _LocalGPU(GPUSpawnerMixin):
         env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
         return env
 
-    async def start(self):
-        self.reserve_gpus()
-        try:
-            url = await super().start()
-        except BaseException:
-            self.release_gpus("start failed")
-            raise
-        self.pool.mark_running(self.workload, self.pid)
-        return url
-
-    async def stop(self, now: bool = False) -> None:
-        try:
-            await super().stop(now=now)
-        finally:
-            self.release_gpus("stopped")
-
-    async def poll(self) -> int | None:
-        status = await super().poll()
-        if status is not None and not self._spawn_pending:
-            self.release_gpus(f"server process ended (status {status})")
-        elif status is None and self.gpupool_allocation is None:
-            # a hub restart: re-adopt the persisted share of a server that is still running
-            self.gpupool_allocation = self.pool.allocation(self.workload)
-        return status
+    def server_pid(self) -> int | None:
+        return self.pid
 
 
 WORKSPACE_VAR = "GPUPOOL_WORKSPACE"

@@ -86,13 +86,58 @@ class GPUSpawnerMixin(HasTraits):
     def reserve_gpus(self) -> Allocation:
         try:
             milli = requested_milli(self.user_options or {})
+        except PoolError as err:
+            raise self.refused(err) from None
+        return self.reserve_milli(milli)
+
+    def reserve_milli(self, milli: int) -> Allocation:
+        """Quota check, placement and the persisted share; a refusal is recorded and raised
+        as the 4xx JupyterHub shows."""
+        try:
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli)
         except PoolError as err:
-            self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
-            self.log.warning("refused %s: %s", self._log_name, err)
-            raise http_error(err) from None
+            raise self.refused(err) from None
         self.gpupool_allocation = alloc
         return alloc
+
+    def refused(self, err: PoolError) -> web.HTTPError:
+        self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
+        self.log.warning("refused %s: %s", self._log_name, err)
+        return http_error(err)
+
+    async def reserve_share(self) -> Allocation | None:
+        """The share this start needs (subclasses may take it from a profile)."""
+        return self.reserve_gpus()
+
+    def server_pid(self) -> int | None:
+        """The pid the culler follows for this workspace (None where there is none)."""
+        return None
+
+    async def start(self):
+        await self.reserve_share()
+        try:
+            url = await super().start()
+        except BaseException:
+            self.release_gpus("start failed")
+            raise
+        if self.gpupool_allocation is not None:
+            self.pool.mark_running(self.workload, self.server_pid())
+        return url
+
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)
+        finally:
+            self.release_gpus("stopped")
+
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if status is not None and not self._spawn_pending:
+            self.release_gpus(f"server ended (status {status})")
+        elif status is None and self.gpupool_allocation is None:
+            # a hub restart: re-adopt the persisted share of a server that is still running
+            self.gpupool_allocation = self.pool.allocation(self.workload)
+        return status
 
     def allocated_gpus(self) -> list[GPU]:
         alloc = self.gpupool_allocation
