@@ -11,6 +11,7 @@ and, once the hub has started, reconciles persisted allocations with what is run
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import secrets
@@ -99,7 +100,7 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
         access_scopes={ACCESS},
         cache_max_age=60,
     )
-    training = _start_training(hub, pool)
+    training = await _start_training(hub, pool)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
     app.listen(port, address=ip)
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
@@ -122,25 +123,52 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
 
 
-def _start_training(hub: Any, pool: Any) -> Any:
-    """The training loop: re-adopt runs that outlived a hub restart, then tick."""
+async def _start_training(hub: Any, pool: Any) -> Any:
+    """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
+    (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
 
     from .train.config import TrainPool
-    from .train.service import TrainingService
 
     cfg = TrainPool(config=hub.config)
-    training = TrainingService(pool, cfg)
-    training.adopt_after_restart()
+    if cfg.runner == "kubernetes":
+        from spawner.sharing import make_backend
 
-    def tick() -> None:
+        from .train.kube_service import KubeTrainingService
+
+        training = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
+        # the API answers at once; the watches catch up (and settle rows) in the background
+        task = asyncio.create_task(training.start())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                               or log.error("following train Jobs on Kubernetes failed: %s", t.exception()))
+    else:
+        from .train.service import TrainingService
+
+        training = TrainingService(pool, cfg)
+        training.adopt_after_restart()
+
+    async def tick() -> None:
         try:
-            training.tick()
+            result = training.tick()
+            if inspect.isawaitable(result):
+                await result
         except Exception:  # noqa: BLE001 - one bad cycle must not stop the loop
             log.exception("training cycle failed")
 
     PeriodicCallback(tick, cfg.tick_s * 1000).start()
     return training
+
+
+async def _kube_api_client() -> Any:
+    """In a pod: its service account; elsewhere: KUBECONFIG (as kubespawner does)."""
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        await config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
 
 
 def _log_like_hub(hub_log: logging.Logger) -> None:

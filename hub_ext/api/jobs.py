@@ -6,9 +6,9 @@ revealed); admins see all. Every bad input is a 4xx with a message, and changes 
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 from tornado import web
@@ -62,7 +62,7 @@ class JobsHandler(JobsBase):
         self.write_json({"jobs": [self.job_json(r) for r in rows]})
 
     @web.authenticated
-    def post(self) -> None:
+    async def post(self) -> None:
         caller = self.caller
         if caller.kind != "user":
             raise web.HTTPError(403, "jobs are submitted by users")
@@ -96,6 +96,8 @@ class JobsHandler(JobsBase):
         try:
             row = svc.submit(caller.name, project, name, request.num_gpu, request.gpu_milli, command, priority,
                              min_runtime, max_runtime, files)
+            if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
+                row = await row
         except PermissionError as err:
             raise web.HTTPError(403, str(err)) from None
         self.write_json(self.job_json(row), status=201)
@@ -142,16 +144,19 @@ class JobHandler(JobsBase):
         self.write_json(self.job_json(self.visible_job(job_id)))
 
     @web.authenticated
-    def delete(self, job_id: str) -> None:
+    async def delete(self, job_id: str) -> None:
         row = self.visible_job(job_id)
         if row.state not in ("queued", "running", "preempting"):
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        self.write_json(self.job_json(self.training.cancel(job_id)))
+        row = self.training.cancel(job_id)
+        if inspect.isawaitable(row):
+            row = await row
+        self.write_json(self.job_json(row))
 
 
 class LogsHandler(JobsBase):
     @web.authenticated
-    def get(self, job_id: str) -> None:
+    async def get(self, job_id: str) -> None:
         row = self.visible_job(job_id)
         try:
             lines = int(self.get_argument("tail", "200"))
@@ -159,11 +164,7 @@ class LogsHandler(JobsBase):
             raise web.HTTPError(400, "tail must be a whole number") from None
         if not 1 <= lines <= LOG_TAIL_MAX:
             raise web.HTTPError(400, f"tail must be between 1 and {LOG_TAIL_MAX}")
-        log = Path(row.workdir, "job.log")
-        text = log.read_text(errors="replace") if log.exists() else ""
-        output = Path(row.workdir, "output.ipynb")
-        self.write_json({"id": job_id, "state": row.state, "lines": text.splitlines()[-lines:],
-                         "output_notebook": str(output) if output.exists() else None})
+        self.write_json({"id": job_id, "state": row.state, **await self.training.logs(row, lines)})
 
 
 class ProjectsHandler(JobsBase):

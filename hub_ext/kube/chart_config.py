@@ -8,6 +8,7 @@ values. In z2jh's hub.extraConfig::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -51,4 +52,12 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
     if "fractionByMemory" in sharing:
         c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
     c.TrainPool.projects = train_projects(values)
+    # train jobs become Jobs in the hub's namespace, queued by KAI (or Kueue) under the same projects
+    jobs = values.get("jobs") or {}
+    opts = job_options(values)
+    c.TrainPool.runner = "kubernetes"
+    c.TrainPool.image = jobs.get("image", "")
+    c.TrainPool.grace_s = float(opts.grace_s)
+    c.TrainPool.gpu_sharing = sharing.get("backend", "kai")
+    c.TrainPool.kube_job_options = {k: v for k, v in dataclasses.asdict(opts).items() if k != "grace_s"}
     return values

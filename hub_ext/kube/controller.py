@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from spawner.sharing import SharingBackend
 
 from .job_spec import TrainJobSpec
-from .objects import JOB_ID, SELECTOR, JobOptions, checkpoint_claim, name_of, train_job
+from .objects import JOB_ID, SELECTOR, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
 from .status import FINAL, JobStatus, PodView, job_status, observe_pod
 
 log = logging.getLogger("gpupool.kube")
@@ -44,17 +44,40 @@ class KubeJobController:
         self._listed: set[str] = set()
 
     # --- commands ------------------------------------------------------------
-    async def submit(self, spec: TrainJobSpec) -> dict:
-        """Create the checkpoint claim (unless a shared one is configured) and the Job.
-        Idempotent: after a hub restart, resubmitting an existing job changes nothing."""
+    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict:
+        """Create the checkpoint claim (unless a shared one is configured), the Job and its code
+        (a ConfigMap owned by the Job; its pod waits for it). Idempotent: after a hub restart,
+        resubmitting an existing job changes nothing."""
+        if set(files or {}) != set(spec.files):
+            raise ValueError("the files given must be the files the spec names")
         manifest = train_job(spec, self.opts, self.backend)
         ns = self.opts.namespace
         if not self.opts.checkpoint_claim:
             await _create_or_keep(self.core.create_namespaced_persistent_volume_claim, ns,
                                   checkpoint_claim(spec, self.opts))
         job = await _create_or_keep(self.batch.create_namespaced_job, ns, manifest)
+        if files:
+            uid = (job.get("metadata") or {}).get("uid")
+            if not uid:  # it existed already: ask for its uid
+                uid = (await self.batch.read_namespaced_job(name_of(spec.id), ns)).metadata.uid
+            await _create_or_keep(self.core.create_namespaced_config_map, ns,
+                                  code_config_map(spec, self.opts, files, uid))
         self.statuses.setdefault(spec.id, JobStatus("queued", "submitted"))
         return job
+
+    async def logs(self, job_id: str, tail: int) -> list[str]:
+        """The last `tail` lines of the job's newest pod (empty before a pod exists or once it
+        is gone: pod logs live as long as the pod)."""
+        views = sorted((v for v in self.pods.get(job_id, {}).values() if not v.gone), key=lambda v: v.order)
+        for view in reversed(views):
+            try:
+                text = await self.core.read_namespaced_pod_log(view.name, self.opts.namespace, tail_lines=tail)
+            except ApiException as err:
+                if err.status in (400, 404):  # not started yet, or already gone
+                    continue
+                raise
+            return text.splitlines()[-tail:]
+        return []
 
     async def cancel(self, job_id: str) -> None:
         """Delete the Job and its pods (the pod gets its grace period); the watch says cancelled."""

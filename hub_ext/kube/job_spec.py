@@ -9,6 +9,7 @@ from typing import Any
 from ..pool import MILLI_PER_GPU, InvalidRequest
 
 _ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+_FILE = re.compile(r"^[A-Za-z0-9_][-._A-Za-z0-9]{0,99}$")  # a ConfigMap key, never a path
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class TrainJobSpec:
     image: str
     env: dict[str, str] = field(default_factory=dict)
     max_runtime_s: float = 0.0  # 0: none
+    files: tuple[str, ...] = ()  # code snapshotted at submission (a ConfigMap), in the working folder
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
@@ -34,14 +36,18 @@ class TrainJobSpec:
             raise InvalidRequest(f"{self.num_gpu} x {self.gpu_milli} milli-GPU is not a GPU request")
         if self.max_runtime_s < 0:
             raise InvalidRequest("max_runtime_s must be 0 (none) or more")
+        for name in self.files:
+            if not _FILE.match(name):
+                raise InvalidRequest(f"file name {name!r} must be letters, digits, '.', '_' or '-'")
 
     @property
     def total_milli(self) -> int:
         return self.num_gpu * self.gpu_milli
 
     @classmethod
-    def from_train_job(cls, row: Any, image: str, env: dict[str, str] | None = None) -> TrainJobSpec:
+    def from_train_job(cls, row: Any, image: str, env: dict[str, str] | None = None,
+                       files: tuple[str, ...] = ()) -> TrainJobSpec:
         """From the training pool's job row (hub_ext.store.TrainJob)."""
         return cls(id=row.id, owner=row.owner, project=row.project, num_gpu=row.num_gpu, gpu_milli=row.gpu_milli,
                    command=list(row.command), image=image, env=dict(env or {}),
-                   max_runtime_s=float(row.max_runtime_s or 0))
+                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files))

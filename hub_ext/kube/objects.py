@@ -23,6 +23,7 @@ PROJECT = "gpupool.io/project"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 SELECTOR = f"{MANAGED_BY}=gpupool,{JOB_ID}"  # every gpupool train Job and its pods
 CONTAINER = "train"
+WORKDIR = "/gpupool/job"  # the working folder of a job with snapshotted code (an emptyDir)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,23 @@ def label_value(text: str) -> str:
 def labels(spec: TrainJobSpec) -> dict[str, str]:
     return {MANAGED_BY: "gpupool", JOB_ID: spec.id, OWNER: label_value(spec.owner),
             PROJECT: label_value(spec.project)}
+
+
+def code_name(job_id: str) -> str:
+    return f"gpupool-code-{job_id}"
+
+
+def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes], job_uid: str = "") -> dict:
+    """The job's snapshotted code (a script or a notebook). Owned by its Job when `job_uid` is
+    given, so Kubernetes' garbage collector deletes it with the Job."""
+    import base64
+
+    meta: dict = {"name": code_name(spec.id), "namespace": opts.namespace, "labels": labels(spec)}
+    if job_uid:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name_of(spec.id),
+                                    "uid": job_uid, "blockOwnerDeletion": False}]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "binaryData": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}}
 
 
 def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions) -> dict:
@@ -110,12 +128,22 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     }
     if limits:
         container["resources"] = {"limits": limits}
+    code_volumes: list[dict] = []
+    if spec.files:
+        # a writable working folder with each code file mounted into it (read-only), as the
+        # embedded runner's job folder holds the snapshot beside what the run writes
+        container["workingDir"] = WORKDIR
+        container["volumeMounts"] += [{"name": "work", "mountPath": WORKDIR}] + [
+            {"name": "code", "mountPath": f"{WORKDIR}/{f}", "subPath": f, "readOnly": True} for f in spec.files]
+        code_volumes = [{"name": "work", "emptyDir": {}},
+                        {"name": "code", "configMap": {"name": code_name(spec.id)}}]
     pod_spec: dict = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
         "priorityClassName": opts.priority_class,
         "terminationGracePeriodSeconds": opts.grace_s,
         "containers": [container],
-        "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}}],
+        "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}},
+                    *code_volumes],
     }
     if scheduler:
         pod_spec["schedulerName"] = scheduler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from ..pool.training import Project
@@ -80,6 +80,51 @@ class TrainPool(Configurable):
 
             c.TrainPool.placement_policy = "gpu-packing"
         """)
+
+    runner = Enum(["local", "kubernetes"], "local", config=True, help="""Where train jobs run.
+        "local": gpupool schedules them itself and runs them as processes on this machine.
+        "kubernetes": each job becomes a batch/v1 Job that KAI-Scheduler (or Kueue) queues, admits,
+        preempts and resumes; the hub validates, records and follows it. Set by the gpupool
+        chart's apply_chart_config. Example::
+
+            c.TrainPool.runner = "kubernetes"
+        """)
+    image = Unicode("", config=True, help="""Container image of train jobs on Kubernetes; it needs
+        Python, the job's libraries and gpupool (for notebook jobs), like the single-user image.
+        Example::
+
+            c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
+        """)
+    kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
+        hub_ext.kube.objects.JobOptions: namespace, queue, priority_class, checkpoint_dir,
+        checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
+        service_account, kueue, device_memory_mib; grace_s comes from TrainPool.grace_s).
+        Example::
+
+            c.TrainPool.kube_job_options = {"namespace": "jhub", "storage_class": "fast", "kueue": False}
+        """)
+    gpu_sharing = Unicode("kai", config=True, help="""How a train job's pod asks for GPUs on
+        Kubernetes: kai, hami, mig, whole (as GPUKubeSpawner.gpu_sharing). Example::
+
+            c.TrainPool.gpu_sharing = "hami"
+        """)
+
+    @validate("kube_job_options")
+    def _check_job_options(self, proposal: dict) -> dict:
+        import dataclasses
+
+        from ..kube.objects import JobOptions
+
+        known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
+        unknown = set(proposal["value"]) - known
+        if unknown:
+            raise TraitError(f"TrainPool.kube_job_options: unknown keys {sorted(unknown)}; use {sorted(known)}")
+        return proposal["value"]
+
+    def job_options(self):
+        from ..kube.objects import JobOptions
+
+        return JobOptions(**{**self.kube_job_options, "grace_s": int(self.grace_s)})
 
     @validate("projects")
     def _check_projects(self, proposal: dict) -> dict:

@@ -11,24 +11,24 @@ import secrets
 import time
 from pathlib import Path
 
-from sqlalchemy import select
-
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.request import Placement
-from ..pool.training import Job, Project, schedule
+from ..pool.training import Job, schedule
 from ..runners.local import Account, LocalRunner, account_of, give_to
 from ..store import TrainJob
+from .book import JobBook
 from .config import TrainPool
 
 log = logging.getLogger("gpupool.train")
 ACTIVE = ("running", "preempting")
 
 
-class TrainingService:
+class TrainingService(JobBook):
+    """The embedded back-end: gpupool's own scheduler, jobs as local processes."""
+
     def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None) -> None:
-        self.pool, self.cfg = pool, cfg
-        self.projects: dict[str, Project] = cfg.project_table()
+        super().__init__(pool, cfg)
         self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
@@ -39,20 +39,6 @@ class TrainingService:
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
-
-    # --- queries -------------------------------------------------------------
-    def jobs(self, **filters) -> list[TrainJob]:
-        with self.pool.store.session() as s:
-            q = select(TrainJob).filter_by(**filters).order_by(TrainJob.submitted)
-            return list(s.scalars(q))
-
-    def job(self, job_id: str) -> TrainJob | None:
-        with self.pool.store.session() as s:
-            return s.get(TrainJob, job_id)
-
-    def queue_position(self, job_id: str) -> int | None:
-        queued = [j.id for j in self.jobs(state="queued")]
-        return queued.index(job_id) + 1 if job_id in queued else None
 
     def account(self, owner: str) -> Account | None:
         if self.cfg.run_as == "hub":
@@ -227,12 +213,6 @@ class TrainingService:
         self._set(job_id, state="preempting", preemptions=row.preemptions + 1, message=f"preempted: {reason}")
         self.pool.store.record("preempt", f"job {job_id} of {row.project} preempted: {reason}", owner=row.owner,
                                name=job_id)
-
-    def _set(self, job_id: str, **values) -> None:
-        with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
-            for k, v in values.items():
-                setattr(row, k, v)
 
     def adopt_after_restart(self) -> None:
         """After a hub restart: runs still alive keep going (the runner reads their exit file

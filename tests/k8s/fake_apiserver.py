@@ -29,10 +29,10 @@ from tornado.netutil import bind_sockets
 
 K8S_VERSION = kubernetes_validate.latest_version()
 PATH = re.compile(r"^/(?P<prefix>api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)"
-                  r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$")
+                  r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?$")
 KINDS = {"pods": "Pod", "jobs": "Job", "persistentvolumeclaims": "PersistentVolumeClaim", "events": "Event",
-         "namespaces": "Namespace", "services": "Service", "secrets": "Secret"}
-VALIDATED = {"pods", "jobs", "persistentvolumeclaims", "services", "namespaces"}
+         "namespaces": "Namespace", "services": "Service", "secrets": "Secret", "configmaps": "ConfigMap"}
+VALIDATED = {"pods", "jobs", "persistentvolumeclaims", "services", "namespaces", "configmaps"}
 # the API server deletes a Job's pods only when asked to: batch/v1 still orphans by default
 ORPHAN_BY_DEFAULT = {"jobs"}
 
@@ -86,6 +86,7 @@ class Store:
         self.rv = 100
         self.changed = asyncio.Event()
         self.requests: list[tuple[str, str]] = []  # (method, path) for assertions
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> what its container printed
 
     def _emit(self, kind: str, key: Key, obj: dict) -> None:
         self.history.append((self.rv, kind, key, copy.deepcopy(obj)))
@@ -154,11 +155,13 @@ class Handler(tornado.web.RequestHandler):
         p = self.parts()
         if p is None:
             return
-        prefix, res, ns, name, _sub = p
+        prefix, res, ns, name, sub = p
         if name:
             obj = self.store.objects.get((prefix, res, ns, name))
             if obj is None:
                 return self.fail(404, "NotFound", f'{res} "{name}" not found')
+            if sub == "log":
+                return self.pod_log(obj, ns, name)
             return self.reply(obj)
         if self.get_argument("watch", "false").lower() in ("true", "1"):
             return await self.watch(prefix, res, ns)
@@ -166,6 +169,16 @@ class Handler(tornado.web.RequestHandler):
         kind = KINDS.get(res, res.title())
         self.reply({"kind": f"{kind}List", "apiVersion": prefix.removeprefix("apis/").removeprefix("api/"),
                     "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+
+    def pod_log(self, pod: dict, ns: str, name: str) -> None:
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            return self.fail(400, "BadRequest", f'container "train" in pod "{name}" is waiting to start')
+        lines = self.store.logs.get((ns, name), "").splitlines(keepends=True)
+        tail = self.get_argument("tailLines", None)
+        if tail is not None:
+            lines = lines[-int(tail):] if int(tail) > 0 else []
+        self.set_header("Content-Type", "text/plain")
+        self.finish("".join(lines))
 
     def selected(self, key: Key, obj: dict, prefix: str, res: str, ns: str) -> bool:
         return (key[0] == prefix and key[1] == res and (not ns or key[2] == ns)
@@ -273,6 +286,7 @@ class FakeAPIServer:
             self.store.objects.clear()
             self.store.history.clear()
             self.store.requests.clear()
+            self.store.logs.clear()
 
         self.call(clear)
 
@@ -299,6 +313,13 @@ class FakeAPIServer:
 
     def remove(self, prefix: str, res: str, ns: str, name: str, propagation: str | None = None) -> None:
         self.call(lambda: self.store.delete((prefix, res, ns, name), propagation))
+
+    def write_log(self, ns: str, pod: str, text: str) -> None:
+        """What the pod's container printed (served at .../pods/<name>/log)."""
+        def append() -> None:
+            self.store.logs[(ns, pod)] = self.store.logs.get((ns, pod), "") + text
+
+        self.call(append)
 
     def requests(self) -> list[tuple[str, str]]:
         return self.call(lambda: list(self.store.requests))

@@ -127,6 +127,9 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
     assert c.GPUKubeSpawner.gpu_sharing == "kai"
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
+    train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
+    assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
+    assert train.job_options() == job_options(data)
 
 
 def rules_of(docs: list[dict]) -> list[tuple[str, str, dict]]:

@@ -1,0 +1,184 @@
+"""The Kubernetes back-end of the training pool: each job becomes a batch/v1 Job.
+
+The cluster's scheduler (KAI-Scheduler, or Kueue) owns queueing, guarantees, reclaim and
+placement, with the queues the gpupool chart renders from the same project table; the hub
+validates a submission, records it, creates the Job and mirrors what the controller's watch
+sees into the job row, so the REST API, widgets and admin page work as in the embedded mode.
+
+Never twice: a job is created on the cluster once (Job names are the job ids, creation is
+idempotent). Its code is snapshotted into the job's folder under TrainPool.jobs_root first, so
+a row the hub had not yet sent when it died is sent after a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..kube.controller import KubeJobController
+from ..kube.job_spec import TrainJobSpec
+from ..kube.status import JobStatus
+from ..manager import PoolManager
+from ..store import TrainJob
+from .book import JobBook
+from .config import TrainPool
+
+log = logging.getLogger("gpupool.train")
+SUBMITTING = "submitting to Kubernetes"
+
+
+def _in_pod(command: list[str], checkpoint_dir: str) -> list[str]:
+    """The hub's command for a job, as the job's container runs it: its own `python`, and a
+    notebook's executed copy kept beside the checkpoints (the working folder is not kept)."""
+    command = ["python" if i == 0 and arg == sys.executable else arg for i, arg in enumerate(command)]
+    if command[1:3] == ["-m", "widgets.execute"] and command[-1] == "output.ipynb":
+        command[-1] = f"{checkpoint_dir}/output.ipynb"
+    return command
+
+
+class KubeTrainingService(JobBook):
+    def __init__(self, pool: PoolManager, cfg: TrainPool, api_client: Any, backend: Any = None) -> None:
+        super().__init__(pool, cfg)
+        if not cfg.image:
+            raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
+        self.opts = cfg.job_options()
+        self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
+        self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
+
+    async def start(self) -> None:
+        """Follow the cluster, then settle rows that changed while the hub was down."""
+        await self.controller.start()
+        self.adopt_after_restart()
+
+    async def stop(self) -> None:
+        await self.controller.stop()
+
+    # --- changes from the API -------------------------------------------------
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
+                     files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+        job_id = secrets.token_hex(6)  # lower-case hex: a valid Job name
+        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
+        workdir.mkdir(parents=True, exist_ok=False)
+        for fname, content in (files or {}).items():
+            (workdir / fname).write_bytes(content)
+        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
+                       priority=priority, command=_in_pod(command, self.opts.checkpoint_dir),
+                       workdir=str(workdir), state="queued",
+                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
+                       max_runtime_s=max_runtime_s, message=SUBMITTING)
+        with self.pool.store.session() as s:
+            s.add(row)
+        self.unsent.add(job_id)
+        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
+                               name=job_id)
+        await self._send(job_id)
+        return self.job(job_id)
+
+    async def _send(self, job_id: str) -> None:
+        row = self.job(job_id)
+        folder = Path(row.workdir)
+        files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
+        spec = TrainJobSpec.from_train_job(row, self.cfg.image, files=tuple(sorted(files)))
+        try:
+            await self.controller.submit(spec, files)
+        except ApiException as err:
+            if err.status and 400 <= err.status < 500 and err.status not in (408, 429):
+                # the cluster refuses it (invalid, forbidden by a ResourceQuota...): say why
+                self.unsent.discard(job_id)
+                self._set(job_id, state="failed", finished=time.time(),
+                          message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}")
+                return
+            log.warning("could not create the Job of %s (%s); retrying", job_id, err.status)
+            self._set(job_id, message=f"{SUBMITTING} (retrying: {err.status} {err.reason})")
+            return
+        except Exception as err:  # noqa: BLE001 - network: the tick retries
+            log.warning("could not create the Job of %s: %s; retrying", job_id, err)
+            self._set(job_id, message=f"{SUBMITTING} (retrying: {err})")
+            return
+        self.unsent.discard(job_id)
+        row = self.job(job_id)
+        if row.message.startswith(SUBMITTING):  # the watch may have said more already
+            self._set(job_id, message=self._waiting(row))
+
+    async def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+        if job_id in self.unsent:  # never reached the cluster
+            self.unsent.discard(job_id)
+            self._set(job_id, state="cancelled", finished=now or time.time(), message="cancelled while queued")
+        else:
+            await self.controller.cancel(job_id)
+            row = self.job(job_id)
+            if row.state not in ("succeeded", "failed", "cancelled"):
+                self._set(job_id, message="cancelling")
+        return self.job(job_id)
+
+    async def logs(self, row: TrainJob, tail: int) -> dict:
+        return {"lines": await self.controller.logs(row.id, tail), "output_notebook": None}
+
+    # --- the loop ------------------------------------------------------------
+    async def tick(self, now: float | None = None) -> dict:
+        """Retry Jobs the cluster could not take yet; the cluster's scheduler does the rest."""
+        sent = []
+        for job_id in list(self.unsent):
+            await self._send(job_id)
+            if job_id not in self.unsent:
+                sent.append(job_id)
+        return {"sent": sent}
+
+    def _on_change(self, job_id: str, st: JobStatus) -> None:
+        row = self.job(job_id)
+        if row is None:
+            return  # a Job of another hub (or of an old database) in the same namespace
+        now = time.time()
+        # preempted: the Job makes a new pod that waits in its queue and resumes, as the
+        # embedded runner requeues a preempted job
+        state = "queued" if st.state == "preempted" else st.state
+        values: dict[str, Any] = {"state": state, "message": st.message, "runs": max(row.runs, st.runs),
+                                  "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
+        if state == "running" and row.state != "running":
+            values["started"] = now
+        if state in ("succeeded", "failed", "cancelled") and row.finished is None:
+            values["finished"] = now
+        if state == "queued" and st.message in ("", "waiting for GPUs in its queue"):
+            values["message"] = self._waiting(row)
+        self._set(job_id, **values)
+        if state != row.state:
+            kind = {"running": "resume" if st.runs > 1 else "start", "queued": "preempt"}.get(state, "job")
+            if kind == "preempt" and st.preemptions <= row.preemptions:
+                return  # still waiting for its first pod: not news
+            self.pool.store.record(kind, f"job {job_id} {state}: {st.message}".rstrip(": "), owner=row.owner,
+                                   name=job_id)
+
+    def _waiting(self, row: TrainJob) -> str:
+        from ..kube.objects import label_value
+
+        return f"waiting for GPUs in queue {self.opts.queue.format(project=row.project, owner=label_value(row.owner))}"
+
+    def adopt_after_restart(self) -> None:
+        """Rows the hub was sending when it died are sent again (creation is idempotent);
+        rows whose Job is gone from the cluster fail: never run twice."""
+        for row in self.jobs():
+            if row.state in ("succeeded", "failed", "cancelled") or row.id in self.unsent:
+                continue
+            if self.controller.status(row.id) is not None:
+                continue  # the watch knows it and keeps the row up to date
+            if row.message.startswith(SUBMITTING):
+                self.unsent.add(row.id)
+            else:
+                self._set(row.id, state="failed", finished=time.time(),
+                          message="its Job is gone from the cluster (deleted while the hub was down)")
+
+
+def _reason(err: ApiException) -> str:
+    import json
+
+    try:
+        return json.loads(err.body).get("message") or err.reason
+    except (TypeError, ValueError):
+        return str(err.reason)
