@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -112,15 +115,38 @@ class NVMLSampler:
         return out
 
 
-class NodeAgentSampler:
-    """Reads `{"pods": [{"uid", "gpu_util_pct", "memory_mib"}]}` from each node agent URL."""
+def resolve_all(host: str, port: int) -> list[str]:
+    """Every address of a name: a headless Service has one DNS record per ready pod."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({info[4][0] for info in infos})
 
-    def __init__(self, urls: list[str], timeout: float = 5) -> None:
-        self.urls, self.timeout = urls, timeout
+
+class NodeAgentSampler:
+    """Reads `{"pods": [{"uid", "gpu_util_pct", "memory_mib"}]}` from every node agent: each
+    URL's host is resolved to all its addresses (the chart's headless Service names every agent
+    pod), and each address is asked; an agent that does not answer is logged and skipped."""
+
+    def __init__(self, urls: list[str], timeout: float = 5,
+                 resolve: Callable[[str, int], list[str]] = resolve_all) -> None:
+        self.urls, self.timeout, self.resolve = urls, timeout, resolve
+
+    def agent_urls(self) -> list[str]:
+        out = []
+        for url in self.urls:
+            parts = urllib.parse.urlsplit(url)
+            try:
+                addresses = self.resolve(parts.hostname or "", parts.port or 80)
+            except OSError as err:
+                log.warning("cannot resolve node agents at %s: %s", url, err)
+                continue
+            for addr in addresses:
+                host = f"[{addr}]" if ":" in addr else addr
+                out.append(urllib.parse.urlunsplit(parts._replace(netloc=f"{host}:{parts.port or 80}")))
+        return out
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
         pods: dict[str, GPUUse] = {}
-        for url in self.urls:
+        for url in self.agent_urls():
             try:
                 with urllib.request.urlopen(url, timeout=self.timeout) as r:
                     for p in json.load(r).get("pods", []):

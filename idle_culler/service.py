@@ -88,7 +88,8 @@ class Culler:
         targets = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
         servers = self.servers()
         uses = self.sampler.sample([
-            Target(t["owner"], t["name"], t.get("pid"), gpu_uuids=tuple(t["gpu_uuids"]), whole_gpus=t["whole_gpus"])
+            Target(t["owner"], t["name"], t.get("pid"), pod_uid=t.get("pod_uid", ""), gpu_uuids=tuple(t["gpu_uuids"]),
+                   whole_gpus=t["whole_gpus"])
             for t in targets
         ])
         report, events = [], []

@@ -92,6 +92,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         groups = self.user_groups or ["default"]
         return self.kai_queue.format(username=self.user.name, group=groups[0])
 
+    def pod_uid(self) -> str:
+        """From the pod reflector's cache (no API call): the node agents report pods by uid."""
+        reflector = self.pod_reflector  # None before the first spawn started it
+        pod = reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector is not None else None
+        return ((pod or {}).get("metadata") or {}).get("uid", "")
+
     def device_memory_mib(self, alloc: Allocation) -> int:
         node = self.pool.inventory.node(alloc.node)
         return min((node.gpus[i].memory_mib for i in alloc.gpus), default=0)

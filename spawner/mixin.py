@@ -113,6 +113,10 @@ class GPUSpawnerMixin(HasTraits):
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
 
+    def pod_uid(self) -> str:
+        """The pod the culler follows through the node agents (Kubernetes; "" elsewhere)."""
+        return ""
+
     async def start(self):
         await self.reserve_share()
         try:

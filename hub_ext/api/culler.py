@@ -36,9 +36,11 @@ class TargetsHandler(APIHandler):
             node = pool.inventory.node(row.node)
             gpus = [node.gpus[i] for i in row.gpus]
             user = app.users[row.owner] if app is not None and row.owner in app.users else None
+            spawner = user.spawners.get(row.name) if user is not None else None
             ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
+                "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
                 "gpu_uuids": [g.uuid for g in gpus], "whole_gpus": row.gpu_milli >= 1000,
                 "milli": row.total_milli,
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),

@@ -88,6 +88,7 @@ async def test_start_creates_a_kai_pod_for_the_share_and_stop_deletes_it(make_sp
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
     assert [a.total_milli for a in sp.pool.store.allocations(owner="ann")] == [250]
     assert await sp.poll() is None
+    assert sp.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about
 
     await sp.stop()
     assert apiserver.get("api/v1", "pods", NS, sp.pod_name) is None

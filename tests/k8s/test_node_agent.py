@@ -140,3 +140,32 @@ def test_the_cullers_node_agent_sampler_reads_the_agent(served) -> None:
     target = Target(owner="ann", name="", pod_uid=UID)
     use = NodeAgentSampler([f"{base}/pods"]).sample([target])
     assert use["ann/"].util_pct == 100.0 and use["ann/"].memory_mib == 1500
+
+
+def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> None:
+    """Two agents (two nodes) on one port; the Service name resolves to both, as the chart's
+    headless Service does; a third address that does not answer is skipped."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    servers = []
+    for host, processes in (("127.0.0.1", [(11, "GPU-a", 40, 1000)]), ("127.0.0.2", [(14, "GPU-b", 30, 2000)])):
+        nvml = FakeNVML()
+        nvml.processes = [p for p in nvml.processes if (p.pid, p.gpu_uuid) == processes[0][:2]]
+        agent = Agent(nvml, proc, clock=lambda: 1000.0)
+        agent.refresh()
+        server = serve(agent, port, host=host)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    try:
+        resolved = {"gpupool-node-agent.gpupool": ["127.0.0.1", "127.0.0.2", "127.0.0.3"]}
+        sampler = NodeAgentSampler([f"http://gpupool-node-agent.gpupool:{port}/pods"], timeout=1,
+                                   resolve=lambda host, _port: resolved[host])
+        use = sampler.sample([Target("ann", "", pod_uid=UID), Target("bob", "", pod_uid=UID2)])
+        assert use["ann/"].util_pct == 40.0 and use["bob/"].memory_mib == 2000
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
