@@ -150,6 +150,57 @@ def test_nobody_is_admitted_onto_gpus_whose_jobs_are_being_preempted() -> None:
         state.apply(a.placement)
 
 
+def two_gpu_nodes(n: int) -> Inventory:
+    return Inventory(nodes=tuple(
+        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(n)))
+
+
+def test_the_free_half_of_a_reclaimed_node_waits_for_the_job_it_was_reclaimed_for() -> None:
+    """A 2-GPU in-quota job needs node n0: one GPU free, one held by a borrower. The borrower
+    is preempted and the free GPU must not go to another borrower meanwhile — else next cycle
+    the job is short again and another job is preempted (churn, lost work)."""
+    state = ClusterState(two_gpu_nodes(2))
+    projects = {"own": Project("own", 2000), "lab": Project("lab", 0)}
+    policy = get_policy("best-fit")
+    running = []
+    for i, (node, gpu, started) in enumerate([("n0", 0, 9), ("n1", 0, 0), ("n1", 1, 1)]):
+        placement = state.placement_on(state.inventory.index_of(node), Request.for_gpus(1000), [gpu])
+        state.apply(placement)
+        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=started, started=started,
+                           placement=placement))
+    pending = [Job("mine", "own", Request.for_gpus(2000), submitted=5),
+               Job("borrow", "lab", Request.for_gpus(1000), submitted=1)]
+    plan = schedule(state, projects, pending, running, now=100, policy=policy)
+    assert [(p.job, p.for_job) for p in plan.preempt] == [("lab0", "mine")]
+    assert plan.admit == []  # without the hold, "borrow" takes n0's free GPU
+
+
+def test_a_project_waiting_for_its_guarantee_does_not_borrow_meanwhile() -> None:
+    """Had "extra" borrowed n1's free GPU now, it would count toward the guarantee before
+    "mine" next cycle, push "mine" over it, and the node reclaimed for "mine" would be lost."""
+    state = ClusterState(two_gpu_nodes(2))
+    projects = {"own": Project("own", 3000), "lab": Project("lab", 0)}
+    policy = get_policy("best-fit")
+    running = []
+    for i in range(2):  # the lab borrows all of n0
+        placement = state.placement_on(0, Request.for_gpus(1000), [i])
+        state.apply(placement)
+        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement))
+    placement = state.placement_on(1, Request.for_gpus(1000), [0])
+    state.apply(placement)
+    running.append(Job("own0", "own", Request.for_gpus(1000), submitted=0, started=0, placement=placement))
+    pending = [Job("mine", "own", Request.for_gpus(2000), submitted=5),  # 1 + 2 <= 3: in quota
+               Job("extra", "own", Request.for_gpus(1000), submitted=6)]  # then 3 + 1 > 3: borrows
+    plan = schedule(state, projects, pending, running, now=100, policy=policy)
+    assert sorted(p.job for p in plan.preempt) == ["lab0", "lab1"]
+    assert plan.admit == []
+    # once the lab's jobs have stopped, "mine" comes first and "extra" may borrow n1's GPU
+    for job in running[:2]:
+        state.release(job.placement)
+    plan = schedule(state, projects, pending, running[2:], now=200, policy=policy)
+    assert sorted(a.job for a in plan.admit) == ["extra", "mine"]
+
+
 def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> None:
     inv = Inventory(nodes=tuple(
         Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))

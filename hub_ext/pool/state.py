@@ -119,6 +119,13 @@ class ClusterState:
         self.pods[i] -= 1
         self._touch(i)
 
+    def hold(self, i: int, gpus: tuple[int, ...]) -> None:
+        """Show GPUs of node `i` as full in this view (a scheduler keeping a spot for a job
+        whose GPUs are still being freed); the real allocations are not touched."""
+        for g in gpus:
+            self.gpu_free[i, g] = min(self.gpu_free[i, g], 0)
+        self._touch(i)
+
     def _touch(self, i: int) -> None:
         self._tick += 1
         self.version[i] = self._tick

@@ -16,9 +16,11 @@ Rules (docs/training.md says the same in prose):
 5. Multi-GPU jobs are gang-admitted: all GPUs on one node, or not at all.
 6. Consolidation: when a pending in-quota job is blocked only by fragmentation (enough GPU free
    in all, but on no single node) and no reclaim helps, running jobs past their min runtime
-   are moved off one node
-   — only if every one of them fits again elsewhere; the moved jobs and the blocked job are
-   pinned to the planned spots. One consolidation per cycle.
+   are moved off one node — only if every one of them fits again elsewhere; the moved jobs
+   and the blocked job are pinned to the planned spots. At most CONSOLIDATIONS_PER_CYCLE.
+7. No churn: the free part of the spot a reclaim is for is held for its job in that cycle,
+   and a project does not borrow while one of its in-quota jobs waits for GPUs (the borrowed
+   job would count first next cycle and push the waiting one over its guarantee).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from dataclasses import dataclass, field
 from .placement import Policy, gpus_for
 from .request import Placement, Request
 from .state import ClusterState
+
+CONSOLIDATIONS_PER_CYCLE = 3
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
 
     queue = sorted(pending, key=order)
     blocked: list[Job] = []
+    owed: set[str] = set()  # projects with an in-quota job waiting for GPUs
     while queue:
         job = queue.pop(0)
         proj = projects[job.project]
@@ -134,13 +139,20 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         if used + job.milli > proj.cap():
             continue  # over its limit: waits
         in_quota = used + job.milli <= proj.guarantee_milli
+        if not in_quota and job.project in owed:
+            # no borrowing while its own guarantee is being reclaimed: the borrowed job would
+            # count first next cycle and push the waiting job over the guarantee, and the
+            # GPUs freed for it would go to someone else (preemption churn)
+            continue
         placement = _pinned(work, job) or policy.choose(work, job.request, rng)
         if placement is None and in_quota:
+            owed.add(job.project)
             if _waits_for_stopping(work, job, stopping or [], policy, rng):
                 usage[job.project] = used + job.milli
                 continue  # GPUs already being freed will do: preempt nobody else
             victims = _reclaim(work, job, projects, running_by_id, over, preempted, now, policy, rng)
             if victims is not None:
+                _hold(work, job, victims, policy, rng)
                 for v in victims:
                     preempted.add(v.id)
                     plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
@@ -158,7 +170,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         borrowed[job.project] = max(0, usage[job.project] - proj.guarantee_milli)
         queue.sort(key=order)  # borrowing changed: re-rank the borrowers
     moving: set[str] = set(preempted)
-    for job in blocked[:1]:  # one consolidation per cycle keeps disruption bounded
+    for job in blocked[:CONSOLIDATIONS_PER_CYCLE]:  # bounded disruption
         moves = _consolidate(work, job, running_by_id, moving, now, policy, rng)
         for m in moves:
             moving.add(m.job)
@@ -251,6 +263,19 @@ def _reclaim(work: ClusterState, job: Job, projects: dict[str, Project], running
         if policy.choose(trial, job.request, rng) is not None:
             return _trim(work, job, chosen, policy, rng)
     return None
+
+
+def _hold(work: ClusterState, job: Job, victims: list[Job], policy: Policy, rng: random.Random) -> None:
+    """Keep the free part of the spot `job` will take once its victims stop from anyone else
+    in this cycle: otherwise a borrower (often a victim of an earlier cycle) lands there and
+    the next cycle must preempt again."""
+    trial = work.copy()
+    for v in victims:
+        trial.release(v.placement)
+    spot = policy.choose(trial, job.request, rng)
+    if spot is None:
+        return
+    work.hold(work.inventory.index_of(spot.node), spot.gpus)
 
 
 def _trim(work: ClusterState, job: Job, chosen: list[Job], policy: Policy, rng: random.Random) -> list[Job]:
