@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from hub_ext.pool import ClusterState, Request, get_policy, virtual_inventory
 from hub_ext.pool.inventory import GPU, Inventory, Node
-from hub_ext.pool.training import Job, Project, in_quota_split, schedule
+from hub_ext.pool.training import Department, Job, Project, in_quota_split, schedule
 
 PROJECTS = {
     "a": Project("a", guarantee_milli=2000, weight=2.0),
@@ -245,3 +246,38 @@ def test_no_consolidation_of_jobs_within_their_min_runtime() -> None:
     plan = schedule(state, {"p": Project("p", 4000)}, [Job("big", "p", Request.for_gpus(2000), submitted=5)],
                     running, now=100, policy=get_policy("best-fit"))
     assert plan.move == [] and plan.admit == []
+
+
+def test_a_department_limit_caps_what_its_projects_borrow_together() -> None:
+    state = ClusterState(two_gpu_nodes(4))  # 8 idle GPUs
+    projects = {"vision": Project("vision", 1000, department="research"),
+                "nlp": Project("nlp", 1000, department="research"),
+                "other": Project("other", 0)}
+    departments = {"research": Department("research", 2000, limit_milli=5000)}
+    pending = [Job(f"{p}{i}", p, Request.for_gpus(1000), submitted=i) for p in ("vision", "nlp") for i in range(4)]
+    pending.append(Job("o", "other", Request.for_gpus(1000), submitted=9))
+    plan = schedule(state, projects, pending, [], now=0, policy=get_policy("best-fit"), departments=departments)
+    admitted = [a.job for a in plan.admit]
+    assert sum(j.startswith(("vision", "nlp")) for j in admitted) == 5  # the department's limit
+    assert "o" in admitted and {"vision0", "nlp0"} <= set(admitted)  # guarantees first, others still borrow
+    without = schedule(state, projects, pending, [], now=0, policy=get_policy("best-fit"))
+    assert len(without.admit) == 8
+
+
+def test_department_config_is_checked_against_its_projects() -> None:
+    from traitlets import TraitError
+    from traitlets.config import Config
+
+    from hub_ext.train.config import TrainPool
+
+    c = Config()
+    c.TrainPool.projects = {"vision": {"guarantee": 2, "department": "research"},
+                            "nlp": {"guarantee": 2, "department": "research"}}
+    c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 6}}
+    with pytest.raises(TraitError, match="add up to 4 GPUs, more than its guarantee of 3"):
+        TrainPool(config=c).department_table()
+    c.TrainPool.departments = {"science": {"guarantee": 8}}
+    with pytest.raises(TraitError, match="department 'research' is not in TrainPool.departments"):
+        TrainPool(config=c).department_table()
+    c.TrainPool.departments = {"research": {"guarantee": 4, "limit": 6}}
+    assert TrainPool(config=c).department_table()["research"].limit_milli == 6000

@@ -179,7 +179,11 @@ class ProjectsHandler(JobsBase):
                         "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
-        self.write_json({"projects": out})
+        depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
+                  "projects": [p["name"] for p in out if p["department"] == d.name],
+                  "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
+                 for d in svc.departments.values()]
+        self.write_json({"projects": out, "departments": depts})
 
 
 ROUTES: list[tuple[str, Any]] = [

@@ -52,6 +52,9 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
     if "fractionByMemory" in sharing:
         c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
     c.TrainPool.projects = train_projects(values)
+    c.TrainPool.departments = {
+        name: {"guarantee": d.get("quota", 0), "limit": None if d.get("limit", -1) < 0 else d["limit"]}
+        for name, d in (values.get("departments") or {}).items()}
     # train jobs become Jobs in the hub's namespace, queued by KAI (or Kueue) under the same projects
     jobs = values.get("jobs") or {}
     opts = job_options(values)

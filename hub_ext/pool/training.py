@@ -50,6 +50,19 @@ class Project:
 
 
 @dataclass(frozen=True)
+class Department:
+    """A level above projects (KAI's parent queue): its projects' guarantees add up to at most
+    its guarantee, and together they never use more than its limit."""
+
+    name: str
+    guarantee_milli: int
+    limit_milli: int = -1  # -1: no limit
+
+    def cap(self) -> float:
+        return float("inf") if self.limit_milli < 0 else self.limit_milli
+
+
+@dataclass(frozen=True)
 class Job:
     id: str
     project: str
@@ -111,13 +124,19 @@ def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tupl
 
 def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
              now: float, policy: Policy, rng: random.Random | None = None,
-             stopping: list[Job] | None = None) -> Plan:
+             stopping: list[Job] | None = None, departments: dict[str, Department] | None = None) -> Plan:
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
-    `stopping` are jobs preempted earlier that still hold their GPUs during their grace period."""
+    `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
+    `departments` cap what their projects use together."""
     rng = rng or random.Random(0)
     work = state.copy()
     plan = Plan()
     usage, over = in_quota_split(projects, running)
+    departments = departments or {}
+    dept_usage: dict[str, int] = {}
+    for j in running:
+        d = projects[j.project].department
+        dept_usage[d] = dept_usage.get(d, 0) + j.milli
     running_by_id = {j.id: j for j in running}
     preempted: set[str] = set()
     borrowed = {p: max(0, usage.get(p, 0) - projects[p].guarantee_milli) for p in projects}
@@ -138,6 +157,9 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         used = usage.get(job.project, 0)
         if used + job.milli > proj.cap():
             continue  # over its limit: waits
+        dept = departments.get(proj.department)
+        if dept is not None and dept_usage.get(dept.name, 0) + job.milli > dept.cap():
+            continue  # its department is at its limit
         in_quota = used + job.milli <= proj.guarantee_milli
         if not in_quota and job.project in owed:
             # no borrowing while its own guarantee is being reclaimed: the borrowed job would
@@ -149,6 +171,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
             owed.add(job.project)
             if _waits_for_stopping(work, job, stopping or [], policy, rng):
                 usage[job.project] = used + job.milli
+                dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
                 continue  # GPUs already being freed will do: preempt nobody else
             victims = _reclaim(work, job, projects, running_by_id, over, preempted, now, policy, rng)
             if victims is not None:
@@ -159,6 +182,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
                 # the victims keep their GPUs until they have stopped, so nobody else can be
                 # admitted onto them in this cycle; next cycle this job, in quota, comes first
                 usage[job.project] = used + job.milli
+                dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
             else:
                 blocked.append(job)
             continue
@@ -167,6 +191,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         work.apply(placement)
         plan.admit.append(Admit(job.id, placement))
         usage[job.project] = used + job.milli
+        dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
         borrowed[job.project] = max(0, usage[job.project] - proj.guarantee_milli)
         queue.sort(key=order)  # borrowing changed: re-rank the borrowers
     moving: set[str] = set(preempted)

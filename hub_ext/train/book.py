@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from ..manager import PoolManager
-from ..pool.training import Project
+from ..pool.training import Department, Project
 from ..store import TrainJob
 from .config import TrainPool
 
@@ -16,6 +16,7 @@ class JobBook:
     def __init__(self, pool: PoolManager, cfg: TrainPool) -> None:
         self.pool, self.cfg = pool, cfg
         self.projects: dict[str, Project] = cfg.project_table()
+        self.departments: dict[str, Department] = cfg.department_table()
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:

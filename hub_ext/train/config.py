@@ -7,10 +7,11 @@ import sys
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ..pool.training import Project
+from ..pool.training import Department, Project
 from ..pool.units import UnitError, parse_gpus
 
 PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department"}
+DEPARTMENT_KEYS = {"guarantee", "limit"}
 
 
 class TrainPool(Configurable):
@@ -30,6 +31,17 @@ class TrainPool(Configurable):
                 "nlp": {"guarantee": 1, "weight": 1, "department": "research"},
                 "teaching": {"guarantee": 1, "limit": 1, "priority": 1},
             }
+        """,
+    )
+    departments = Dict(
+        {},
+        config=True,
+        help="""Departments: a quota level above projects (KAI-Scheduler's parent queues). Keys:
+        guarantee (GPUs; the guarantees of its projects must add up to no more), limit (GPUs its
+        projects may use together, borrowing included; default none). A project joins one with
+        its "department" key. Example::
+
+            c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 5}}
         """,
     )
     grace_s = Float(60.0, config=True, help="""Seconds between SIGTERM and SIGKILL when a job is
@@ -136,6 +148,32 @@ class TrainPool(Configurable):
                 raise TraitError(f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
                                  f" use {sorted(PROJECT_KEYS)}")
         return proposal["value"]
+
+    def department_table(self) -> dict[str, Department]:
+        """Departments, checked against the projects that name them."""
+        out = {}
+        for name, spec in self.departments.items():
+            if not isinstance(spec, dict) or set(spec) - DEPARTMENT_KEYS:
+                raise TraitError(f"TrainPool.departments[{name!r}] must be a dict with keys {sorted(DEPARTMENT_KEYS)}")
+            try:
+                guarantee = parse_gpus(spec.get("guarantee", 0))
+                limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
+            except UnitError as err:
+                raise TraitError(f"TrainPool.departments[{name!r}]: {err}") from None
+            if limit >= 0 and limit < guarantee:
+                raise TraitError(f"TrainPool.departments[{name!r}]: need guarantee <= limit")
+            out[name] = Department(name, guarantee, limit)
+        projects = self.project_table()
+        for p in projects.values():
+            if p.department and out and p.department not in out:
+                raise TraitError(f"TrainPool.projects[{p.name!r}]: department {p.department!r} is not in"
+                                 f" TrainPool.departments ({sorted(out)})")
+        for d in out.values():
+            total = sum(p.guarantee_milli for p in projects.values() if p.department == d.name)
+            if total > d.guarantee_milli:
+                raise TraitError(f"TrainPool.departments[{d.name!r}]: its projects' guarantees add up to"
+                                 f" {total / 1000:g} GPUs, more than its guarantee of {d.guarantee_milli / 1000:g}")
+        return out
 
     def project_table(self) -> dict[str, Project]:
         out = {}

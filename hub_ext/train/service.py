@@ -134,7 +134,7 @@ class TrainingService(JobBook):
         running = [self._job(r) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
-                        stopping=stopping)
+                        stopping=stopping, departments=self.departments)
 
     def _train_view(self):
         """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
