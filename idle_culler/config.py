@@ -50,6 +50,13 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.max_age_s = 8 * 3600
         """)
+    busy_grace_s = Float(6 * 3600.0, config=True, help="""When max_age_s or workday_end is reached while
+        the workspace's GPU is busy, wait for the GPU work to end — at most this long — instead of
+        killing a running training cell; the user is warned meanwhile. Missing GPU data gets no
+        grace. 0: stop at the limit. Example::
+
+            c.IdleCuller.busy_grace_s = 2 * 3600
+        """)
     workday_end = Unicode("", config=True, help="""End sessions at this local time ("HH:MM"), aligned with
         the workday; empty for none. Example::
 

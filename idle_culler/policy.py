@@ -25,6 +25,7 @@ class Limits:
     jupyter_idle_s: float = 900.0
     gpu_idle_hard_s: float = 4 * 3600.0  # GPU idle this long -> cull even if Jupyter is busy (0: off)
     max_age_s: float = 12 * 3600.0  # any session longer -> cull
+    busy_grace_s: float = 6 * 3600.0  # a GPU busy at a time limit keeps the session this much longer at most
     workday_end: str = ""  # "19:00": sessions end at this local time (empty: off)
     timezone: str = "UTC"
     warn_before_s: float = 900.0
@@ -99,6 +100,9 @@ def workday_cutoff(started: float, limits: Limits) -> float | None:
     return cut.timestamp()
 
 
+TIME_LIMITS = ("max-age", "workday-end")
+
+
 def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     """Every limit that applies, as the time it ends the session."""
     bonus = limits.extension_s if ws.extended else 0.0
@@ -106,6 +110,12 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     cut = workday_cutoff(ws.started, limits)
     if cut is not None:
         out["workday-end"] = cut + bonus
+    if limits.busy_grace_s and ws.gpu_idle_s is not None and ws.gpu_idle_s < limits.window_s:
+        # the GPU is running something: a time limit waits for it to end (up to busy_grace_s)
+        # rather than kill a training run; missing GPU data gets no such grace
+        for reason in TIME_LIMITS:
+            if reason in out and out[reason] <= now:
+                out[reason] = min(now + limits.window_s, out[reason] + limits.busy_grace_s)
     last = ws.last_activity if ws.last_activity is not None else ws.started
     if ws.gpu_idle_s is not None:
         gpu_idle_since = now - ws.gpu_idle_s
@@ -144,6 +154,9 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     left = cull_at - now
     if left <= 0:
         return Decision("cull", reason, cull_at, f"stopped because {MESSAGES[reason]}")
+    if reason in TIME_LIMITS and deadlines(ws, now, replace(limits, busy_grace_s=0))[reason] <= now:
+        return Decision("warn", reason, cull_at, f"{MESSAGES[reason]}: it stops as soon as its GPU work ends;"
+                                                 " save your work")
     if left <= limits.warn_before_s:
         hint = "" if ws.extended else " (you may extend once)"
         return Decision("warn", reason, cull_at,

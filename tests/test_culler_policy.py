@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -78,12 +79,25 @@ def test_missing_gpu_data_never_culls_for_gpu_idleness() -> None:
 
 
 def test_max_age_and_the_one_extension() -> None:
-    busy = dict(gpu_idle_s=0)
-    assert decide(ws(**busy), T0 + 12 * 3600, LIMITS).reason == "max-age"
-    assert decide(ws(**busy), T0 + 12 * 3600, LIMITS).action == "cull"
-    assert decide(ws(extended=True, **busy), T0 + 12 * 3600, LIMITS).action == "keep"
-    assert decide(ws(extended=True, **busy), T0 + 12 * 3600 + 1000, LIMITS).action == "warn"
-    assert decide(ws(extended=True, **busy), T0 + 12 * 3600 + 1800, LIMITS).action == "cull"
+    busy, limits = dict(gpu_idle_s=0), replace(LIMITS, busy_grace_s=0)
+    assert decide(ws(**busy), T0 + 12 * 3600, limits).reason == "max-age"
+    assert decide(ws(**busy), T0 + 12 * 3600, limits).action == "cull"
+    assert decide(ws(extended=True, **busy), T0 + 12 * 3600, limits).action == "keep"
+    assert decide(ws(extended=True, **busy), T0 + 12 * 3600 + 1000, limits).action == "warn"
+    assert decide(ws(extended=True, **busy), T0 + 12 * 3600 + 1800, limits).action == "cull"
+
+
+def test_a_time_limit_waits_for_running_gpu_work_but_not_forever() -> None:
+    limits = replace(LIMITS, busy_grace_s=2 * 3600)
+    at_limit = T0 + 12 * 3600
+    d = decide(ws(gpu_idle_s=0, last_activity=T0), at_limit + 60, limits)
+    assert (d.action, d.reason) == ("warn", "max-age") and "as soon as its GPU work ends" in d.message
+    # the cell ends: the next pass stops it
+    assert decide(ws(gpu_idle_s=limits.window_s, last_activity=T0), at_limit + 600, limits).action == "cull"
+    # still busy after the grace: stopped anyway
+    assert decide(ws(gpu_idle_s=0, last_activity=T0), at_limit + 2 * 3600, limits).action == "cull"
+    # no GPU data: no grace (it cannot tell work from a hung process)
+    assert decide(ws(gpu_idle_s=None, last_activity=at_limit), at_limit + 60, limits).action == "cull"
 
 
 def test_workday_cutoff_in_the_configured_time_zone() -> None:
@@ -93,7 +107,7 @@ def test_workday_cutoff_in_the_configured_time_zone() -> None:
     assert workday_cutoff(start, limits) == dt.datetime(2026, 11, 23, 19, 0, tzinfo=berlin).timestamp()
     late = dt.datetime(2026, 11, 23, 20, 0, tzinfo=berlin).timestamp()  # started after hours
     assert workday_cutoff(late, limits) == dt.datetime(2026, 11, 24, 19, 0, tzinfo=berlin).timestamp()
-    d = decide(ws(started=start, gpu_idle_s=0), start + 9.5 * 3600, limits)
+    d = decide(ws(started=start, gpu_idle_s=None, last_activity=start + 9 * 3600), start + 9.5 * 3600, limits)
     assert (d.action, d.reason) == ("cull", "workday-end")
 
 

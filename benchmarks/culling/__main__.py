@@ -18,19 +18,22 @@ from benchmarks.culling.sessions import Session, make_sessions
 from idle_culler.policy import IdleTracker, Limits, Workspace, decide
 
 STEP = 60.0  # the simulated culler runs once a minute
+EPOCH = 1_780_272_000.0  # a midnight (UTC): sessions open at their time of day after it
 FALSE_WINDOW = 30 * 60
 
 
-def replay(s: Session, limits: Limits | None, gpu_aware: bool) -> tuple[float, int, int]:
-    """GPU-seconds reserved, culls, false culls. limits None: reserve for life."""
+def replay(s: Session, limits: Limits | None, gpu_aware: bool) -> tuple[float, float, int, int, int]:
+    """GPU-seconds reserved and used (busy while held), culls, false culls, culls that killed a
+    running cell. limits None: reserve for life."""
     if limits is None:
-        return s.lifetime_s * s.gpus, 0, 0
-    reserved, culls, false = 0.0, 0, 0
+        return s.lifetime_s * s.gpus, s.busy_s * s.gpus, 0, 0, 0
+    reserved, used, culls, false, killed = 0.0, 0.0, 0, 0, 0
     held_from: float | None = 0.0
     tracker = IdleTracker(limits.window_s, limits.util_threshold_pct)
     cells = list(s.cells)
     last_activity = 0.0
     t = 0.0
+    base = EPOCH + s.start_tod  # absolute time of the session's start, for the workday cut-off
     while t < s.lifetime_s:
         busy = any(a <= t < b for a, b in cells)
         if held_from is None:
@@ -41,33 +44,38 @@ def replay(s: Session, limits: Limits | None, gpu_aware: bool) -> tuple[float, i
             t, held_from, last_activity = nxt, nxt, nxt
             tracker = IdleTracker(limits.window_s, limits.util_threshold_pct)
             continue
-        if t <= s.active_end:
-            last_activity = t  # the user is working in Jupyter during the active phase
+        if s.user_present(t):
+            last_activity = t  # the user is working in Jupyter
         if gpu_aware:
             tracker.add(t, 100.0 if busy else 0.0)
-        ws = Workspace("u", "", held_from, last_activity, tracker.idle_s if gpu_aware else None)
-        if decide(ws, t, limits).action == "cull":
+        ws = Workspace("u", "", base + held_from, base + last_activity, tracker.idle_s if gpu_aware else None)
+        if decide(ws, base + t, limits).action == "cull":
             reserved += (t - held_from) * s.gpus
             culls += 1
             if any(t < a <= t + FALSE_WINDOW for a, _ in cells):
                 false += 1
+            if busy:
+                killed += 1  # its run is lost; the user's next cell starts a new session
             held_from = None
+        elif busy:
+            used += min(STEP, s.lifetime_s - t) * s.gpus
         t += STEP
     if held_from is not None:
         reserved += (s.lifetime_s - held_from) * s.gpus
-    return reserved, culls, false
+    return reserved, used, culls, false, killed
 
 
 def evaluate(sessions: list[Session], limits: Limits | None, gpu_aware: bool) -> dict:
-    used = sum(s.busy_s * s.gpus for s in sessions)
-    reserved = culls = false_sessions = 0
+    reserved = used = culls = false_sessions = killed = 0
     for s in sessions:
-        r, c, f = replay(s, limits, gpu_aware)
+        r, u, c, f, k = replay(s, limits, gpu_aware)
         reserved += r
+        used += u
         culls += c
         false_sessions += 1 if f else 0
+        killed += k
     return {"reserved_gpu_h": reserved / 3600, "used_gpu_h": used / 3600, "used_pct": 100 * used / reserved,
-            "culls": culls, "false_cull_sessions_pct": 100 * false_sessions / len(sessions)}
+            "culls": culls, "false_cull_sessions_pct": 100 * false_sessions / len(sessions), "killed": killed}
 
 
 def pass_cost(n: int = 1000) -> tuple[float, float]:
@@ -116,19 +124,23 @@ def main(argv: list[str] | None = None) -> int:
     for gpu_min, jup_min in ((30, 15), (15, 10)):
         rows.append((f"gpupool: GPU idle {gpu_min} min + Jupyter quiet {jup_min} min, 4 h hard, 12 h max",
                      Limits(idle_limit_s=gpu_min * 60, jupyter_idle_s=jup_min * 60), True))
+    rows.append(("gpupool: GPU idle 30 min + Jupyter quiet 15 min, no hard or max-age limit",
+                 Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=0, max_age_s=10**9), True))
     rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, no hard or max-age limit",
                  Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=10**9), True))
     rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, 12 h max only",
                  Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0), True))
+    rows.append(("gpupool: GPU idle 30 min + Jupyter quiet 15 min, 4 h hard, 12 h max, workday end 19:00",
+                 Limits(idle_limit_s=1800, jupyter_idle_s=900, workday_end="19:00"), True))
     print("| policy | reserved GPU-h | used / reserved | GPU-h reclaimed vs reserve-for-life | culls |"
-          " sessions with a false cull |")
-    print("|---|---|---|---|---|---|")
+          " sessions with a false cull | culls that killed a running cell |")
+    print("|---|---|---|---|---|---|---|")
     base = None
     for label, limits, aware in rows:
         r = evaluate(sessions, limits, aware)
         base = base or r["reserved_gpu_h"]
         print(f"| {label} | {r['reserved_gpu_h']:,.0f} | {r['used_pct']:.1f} % | {base - r['reserved_gpu_h']:,.0f}"
-              f" | {r['culls']} | {r['false_cull_sessions_pct']:.1f} % |", flush=True)
+              f" | {r['culls']} | {r['false_cull_sessions_pct']:.1f} % | {r['killed']} |", flush=True)
     ours, stock = pass_cost()
     print(f"\none culler pass at 1,000 GPUs: {ours:.4f} ms per GPU (policy: windows + decision) vs"
           f" {stock:.4f} ms per GPU for the stock rule (ratio {ours / stock:.0f}x); target <= 1 ms per GPU")
