@@ -6,7 +6,7 @@ import random
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from hub_ext.pool import ClusterState, Request, get_policy, virtual_inventory
@@ -281,3 +281,35 @@ def test_department_config_is_checked_against_its_projects() -> None:
         TrainPool(config=c).department_table()
     c.TrainPool.departments = {"research": {"guarantee": 4, "limit": 6}}
     assert TrainPool(config=c).department_table()["research"].limit_milli == 6000
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=30, max_size=30), st.integers(0, 5))
+def test_a_low_weight_project_is_not_starved_by_a_flooding_one(durations, arrives) -> None:
+    """A project with weight 10 keeps the pool full of 1-GPU jobs that last 1-3 cycles; a
+    project with weight 0.1 submits one job. It starts as soon as a GPU frees: having borrowed
+    nothing, it is first among the borrowers, however small its weight."""
+    state = ClusterState(virtual_inventory(4))
+    projects = {"flood": Project("flood", 0, weight=10.0), "small": Project("small", 0, weight=0.1)}
+    policy = get_policy("best-fit")
+    running: dict[str, tuple[Job, int]] = {}  # job, cycle it ends
+    pending: dict[str, Job] = {}
+    started_at = None
+    for cycle in range(30):
+        for jid, (job, end) in list(running.items()):
+            if end <= cycle:
+                state.release(job.placement)
+                del running[jid]
+        for k in range(4):  # the flood never runs dry
+            pending[f"f{cycle}-{k}"] = Job(f"f{cycle}-{k}", "flood", Request.for_gpus(1000), submitted=cycle)
+        if cycle == arrives:
+            pending["s"] = Job("s", "small", Request.for_gpus(1000), submitted=cycle)
+        plan = schedule(state, projects, list(pending.values()), [j for j, _ in running.values()], cycle, policy)
+        for a in plan.admit:
+            job = pending.pop(a.job)
+            state.apply(a.placement)
+            running[a.job] = (Job(job.id, job.project, job.request, job.submitted, started=cycle,
+                                  placement=a.placement), cycle + durations[cycle])
+            if a.job == "s":
+                started_at = cycle
+    assert started_at is not None and started_at - arrives <= 3
