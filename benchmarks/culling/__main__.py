@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
           " sessions with a false cull | culls that killed a running cell |")
     print("|---|---|---|---|---|---|---|")
     base = None
-    for label, limits, aware in rows:
+    for n, (label, limits, aware) in enumerate(rows, 1):
+        print(f"[{n}/{len(rows)}] replaying {len(sessions)} sessions: {label}", file=sys.stderr, flush=True)
         r = evaluate(sessions, limits, aware)
         base = base or r["reserved_gpu_h"]
         print(f"| {label} | {r['reserved_gpu_h']:,.0f} | {r['used_pct']:.1f} % | {base - r['reserved_gpu_h']:,.0f}"
