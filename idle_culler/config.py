@@ -5,7 +5,7 @@ The hub hands this section to the culler service when it starts it.
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Float, Int, List, Unicode
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 from traitlets.config import Configurable
 
 from .policy import CullerPolicy, Limits
@@ -90,8 +90,10 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.stale_after_s = 300
         """)
-    memory_resolver = Unicode("warn", config=True, help="""What to do with a workspace using more GPU memory
-        than its share: warn, restart-kernel or stop. Example::
+    memory_resolver = Enum(["warn", "restart-kernel", "stop"], "warn", config=True, help="""What to do with a
+        workspace using more GPU memory than its share for memory_grace_s: warn (only), restart-kernel
+        (restart its kernels, freeing their GPU memory; the server and its files stay) or stop (the
+        server). Example::
 
             c.IdleCuller.memory_resolver = "stop"
         """)

@@ -40,7 +40,9 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
         "name": name,
         "services": [name],
         "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-                   "access:services!service=gpupool"],
+                   "access:services!service=gpupool",
+                   # the restart-kernel memory resolver talks to the servers' kernels API
+                   "access:servers"],
     }
     return service, role
 
@@ -129,6 +131,15 @@ class Culler:
                 self.warned[key] = d.reason
                 events.append({"kind": "memory" if d.reason == "memory" else "warn", "owner": ws.owner,
                                "name": ws.name, "reason": d.reason, "message": f"{key} {d.message}"})
+            elif d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel":
+                dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
+                if self.cfg.dry_run or self.restart_kernels(t.get("server_url", ""), key):
+                    self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
+                    self.warned.pop(key, None)  # and a fresh warning if it is over again
+                    events.append({"kind": "memory", "owner": ws.owner, "name": ws.name, "reason": "restart-kernel",
+                                   "message": f"{key} restarted its kernels because it {d.message.split(':')[0]}{dry}"})
+                    if self.metrics:
+                        self.metrics.culls.labels(reason="memory-restart").inc()
             elif d.action in ("cull", "resolve-memory"):
                 dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
                 events.append({"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
@@ -153,6 +164,22 @@ class Culler:
             self.client.call("DELETE", self.hub_api + path)
         except urllib.error.HTTPError as err:
             log.error("could not stop %s/%s: %s", owner, name, err)
+
+    def restart_kernels(self, server_url: str, key: str) -> bool:
+        """Restart every kernel of a server through its Jupyter Server API (the token's
+        access:servers scope); False (logged, retried next pass) when that fails."""
+        if not server_url:
+            log.error("cannot restart the kernels of %s: the hub gave no server URL", key)
+            return False
+        base = server_url.rstrip("/") + "/api/kernels"
+        try:
+            for kernel in self.client.call("GET", base) or []:
+                self.client.call("POST", f"{base}/{urllib.parse.quote(kernel['id'])}/restart")
+        except (OSError, ValueError, KeyError) as err:  # URLError/HTTPError are OSErrors
+            log.error("could not restart the kernels of %s: %s; retrying next pass", key, err)
+            return False
+        log.info("restarted the kernels of %s (GPU memory over its share)", key)
+        return True
 
     def forget(self, key: str) -> None:
         self.trackers.pop(key, None)

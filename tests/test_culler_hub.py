@@ -96,3 +96,57 @@ def test_only_the_culler_service_may_report_or_list(hub: Hub) -> None:
     assert status == 403
     status, message = hub.api_error("POST", "/services/gpupool/api/culler/extend", {"server": "x"}, token=token)
     assert status == 404 and "no running GPU workspace 'x' of eve" in message
+
+
+def kernel_pid(kernel_id: str) -> int | None:
+    """The process of a kernel: its command line names its connection file."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if f"kernel-{kernel_id}.json".encode() in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+    return None
+
+
+def test_a_workspace_over_its_gpu_memory_gets_its_kernels_restarted(make_hub, tmp_path: Path) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("mem1", "0.25")
+    token = hub.user_token("mem1")
+    kernel = hub.api("POST", "/user/mem1/api/kernels", {"name": "python3"}, token=token)
+    deadline = time.monotonic() + 60
+    while (before := kernel_pid(kernel["id"])) is None:
+        assert time.monotonic() < deadline, "the kernel did not start"
+        time.sleep(0.2)
+    samples = tmp_path / "samples.json"  # far more GPU memory than a quarter GPU has
+    samples.write_text(json.dumps({"mem1/": {"util_pct": 90, "memory_mib": 10**6}}))
+    cfg = IdleCuller(sampler="file", memory_resolver="restart-kernel", memory_grace_s=300, window_s=30)
+    t0 = time.time()
+    now = [t0]
+    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+                    FileSampler(str(samples)), clock=lambda: now[0])
+    events = culler.run_pass()["events"]
+    assert [(e["kind"], e["reason"]) for e in events] == [("memory", "memory")]  # warned first
+    assert kernel_pid(kernel["id"]) == before
+    now[0] = t0 + 301
+    events = culler.run_pass()["events"]
+    assert [(e["kind"], e["reason"]) for e in events] == [("memory", "restart-kernel")]
+    assert "restarted its kernels because it uses 1000000 MiB of GPU memory" in events[0]["message"]
+    deadline = time.monotonic() + 60
+    while kernel_pid(kernel["id"]) in (None, before):
+        assert time.monotonic() < deadline, "the kernel was not restarted"
+        time.sleep(0.2)
+    # the server and the kernel (same id, new process) are still there; nothing was stopped
+    assert [k["id"] for k in hub.api("GET", "/user/mem1/api/kernels", token=token)] == [kernel["id"]]
+    assert {s["owner"] for s in hub.allocations()} == {"mem1"}
+    # the timer starts again: no second restart on the next pass
+    now[0] = t0 + 330
+    assert [e["reason"] for e in culler.run_pass()["events"]] == ["memory"]
+
+
+def test_an_unknown_memory_resolver_is_a_config_error() -> None:
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match="memory_resolver"):
+        IdleCuller(memory_resolver="reboot")

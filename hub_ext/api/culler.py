@@ -41,6 +41,8 @@ class TargetsHandler(APIHandler):
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
                 "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
+                # where the culler reaches the server itself (to restart kernels)
+                "server_url": spawner.server.url if spawner is not None and spawner.server is not None else "",
                 "gpu_uuids": [g.uuid for g in gpus], "whole_gpus": row.gpu_milli >= 1000,
                 "milli": row.total_milli,
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
