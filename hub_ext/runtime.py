@@ -15,6 +15,7 @@ log = logging.getLogger("gpupool")
 QUOTAS_SETTING = "quotas"
 _pool: PoolManager | None = None
 _settings: GPUPool | None = None
+api_settings: dict | None = None  # the gpupool API app's settings, once it runs
 
 
 def settings(config: Config | None = None) -> GPUPool:

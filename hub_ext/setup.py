@@ -61,7 +61,23 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
     c.JupyterHub.services = services
     c.JupyterHub.load_roles = roles
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
+    _home_page_warnings(c)
     _start_in_hub(c, token, settings.api_ip, settings.api_port)
+
+
+def _home_page_warnings(c: Config) -> None:
+    """The hub's home page shows the culler's warnings (hub_ext/templates/home.html extends
+    JupyterHub's own); the admin's template folders, listed first, still win."""
+    from pathlib import Path
+
+    from .api.warnings import warnings_for
+
+    ours = str(Path(__file__).parent / "templates")
+    paths = list(c.JupyterHub.get("template_paths", []))
+    c.JupyterHub.template_paths = [*paths, ours] if ours not in paths else paths
+    base = c.JupyterHub.get("base_url", "/").rstrip("/")
+    c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
+                                  "gpupool_warnings": lambda user: warnings_for(user, base)}
 
 
 def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
@@ -102,6 +118,7 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     )
     training = await _start_training(hub, pool)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
+    runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip)
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # the hub waits for this service to answer before it finishes starting, so we listen

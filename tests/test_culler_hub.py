@@ -150,3 +150,69 @@ def test_an_unknown_memory_resolver_is_a_config_error() -> None:
 
     with pytest.raises(TraitError, match="memory_resolver"):
         IdleCuller(memory_resolver="reboot")
+
+
+def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once() -> None:
+    from types import SimpleNamespace
+
+    from hub_ext import runtime
+    from hub_ext.api.warnings import warnings_for
+
+    saved = runtime.api_settings
+    runtime.api_settings = {"culler_state": {"pass_time": 0, "workspaces": {
+        "ann/": {"owner": "ann", "name": "", "action": "warn", "reason": "idle-gpu", "message": "will stop"},
+        "ann/big": {"owner": "ann", "name": "big", "action": "warn", "reason": "memory", "message": "uses"},
+        "ann/old": {"owner": "ann", "name": "old", "action": "warn", "reason": "max-age", "extended": True,
+                    "message": "will stop"},
+        "ann/ok": {"owner": "ann", "name": "ok", "action": "keep"},
+        "bob/": {"owner": "bob", "name": "", "action": "warn", "reason": "idle-gpu", "message": "bob's"},
+    }}}
+    try:
+        got = warnings_for(SimpleNamespace(name="ann"), "/jhub")
+        assert [(w["name"], w["extend_url"]) for w in got] == [
+            ("", "/jhub/services/gpupool/culler/extend?server="), ("big", ""), ("old", "")]
+        assert warnings_for(None) == [] and warnings_for(SimpleNamespace(name="cy")) == []
+    finally:
+        runtime.api_settings = saved
+
+
+@pytest.mark.browser
+def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path: Path) -> None:
+    from tests.browser import browser_page, login, shot
+    from tests.hubtools import PASSWORD
+
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("wendy", "0.25")
+    hub.spawn("xavi", "0.25")
+    samples = tmp_path / "samples.json"
+    samples.write_text(json.dumps({"wendy/": {"util_pct": 0}, "xavi/": {"util_pct": 90}}))
+    cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, window_s=30)
+    now = [time.time()]
+    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+                    FileSampler(str(samples)), clock=lambda: now[0])
+    assert culler.run_pass()["events"] == []
+    now[0] += 22 * 60  # nobody touched wendy's GPU or notebook since
+    assert [e["owner"] for e in culler.run_pass()["events"]] == ["wendy"]
+    with browser_page("home-warning") as page:
+        login(page, hub.url, "xavi", PASSWORD)
+        page.goto(f"{hub.url}/hub/home")
+        page.wait_for_selector("#start, #stop")
+        assert page.locator(".gpupool-warning").count() == 0  # wendy's warning is hers alone
+    with browser_page("home-warning") as page:
+        login(page, hub.url, "wendy", PASSWORD)
+        page.goto(f"{hub.url}/hub/home")
+        banner = page.locator(".gpupool-warning")
+        assert "will stop in 8 min because its GPU has been idle" in banner.inner_text()
+        assert page.locator("#stop").count() == 1  # the stock page is still there
+        shot(page, "home-1-warning")
+        page.click(".gpupool-extend")
+        page.wait_for_selector("#gpupool-extend")  # the gpupool service's confirmation
+        page.click("#gpupool-extend")
+        page.wait_for_url("**/hub/home")
+        assert page.locator(".gpupool-warning").count() == 0
+        shot(page, "home-2-extended")
+        # once only
+        page.goto(f"{hub.url}/services/gpupool/culler/extend")
+        page.click("#gpupool-extend")
+        assert "already extended once" in page.inner_text(".gpupool-error")
+    assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == ["extend"]

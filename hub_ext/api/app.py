@@ -12,6 +12,7 @@ from tornado import web
 from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
 from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from .extend_page import ExtendPage
 from .jobs import ROUTES as JOB_ROUTES
 from .page import StatusPage
 from .pool import EventsHandler, MeHandler, PoolHandler
@@ -27,6 +28,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("api/culler/report", ReportHandler),
     ("api/culler/status", StatusHandler),
     ("api/culler/extend", ExtendHandler),
+    ("culler/extend", ExtendPage),
     *JOB_ROUTES,
     ("", StatusPage),
 ]

@@ -85,6 +85,22 @@ class StatusHandler(APIHandler):
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
+def extend_workspace(settings: dict, pool, by: str, owner: str, name: str) -> None:
+    """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
+    the culler's last findings say so at once, so its warning disappears from the pages."""
+    rows = pool.store.allocations(kind="build", owner=owner, name=name)
+    if not rows:
+        raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")
+    key = EXTENSION.format(owner=owner, name=name)
+    if (pool.store.get_setting(key) or {}).get("allocation") == rows[0].id:
+        raise web.HTTPError(409, "this session was already extended once; save your work")
+    pool.store.put_setting(key, {"allocation": rows[0].id, "at": time.time()})
+    pool.store.record("extend", f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
+    found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
+    if found is not None and found.get("action") == "warn" and found.get("reason") != "memory":
+        found.update(action="keep", extended=True, message="extended once")
+
+
 class ExtendHandler(APIHandler):
     """A user extends one of their workspaces, once per session."""
 
@@ -96,13 +112,5 @@ class ExtendHandler(APIHandler):
         if not isinstance(name, str):
             raise web.HTTPError(400, "server must be a server name ('' for the default server)")
         owner = body.get("owner", caller.name) if caller.admin else caller.name
-        rows = self.pool.store.allocations(kind="build", owner=owner, name=name)
-        if not rows:
-            raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")
-        key = EXTENSION.format(owner=owner, name=name)
-        if (self.pool.store.get_setting(key) or {}).get("allocation") == rows[0].id:
-            raise web.HTTPError(409, "this session was already extended once; save your work")
-        self.pool.store.put_setting(key, {"allocation": rows[0].id, "at": time.time()})
-        self.pool.store.record("extend", f"{caller.name} extended {owner}/{name or 'default'}",
-                               owner=owner, name=name)
+        extend_workspace(self.settings, self.pool, caller.name, owner, name)
         self.write_json({"extended": True})
