@@ -45,21 +45,23 @@ class KubeJobController:
 
     # --- commands ------------------------------------------------------------
     async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict:
-        """Create the checkpoint claim (unless a shared one is configured), the Job and its code
-        (a ConfigMap owned by the Job; its pod waits for it). Idempotent: after a hub restart,
-        resubmitting an existing job changes nothing."""
+        """Create the Job, its checkpoint claim (unless a shared one is configured) and its code
+        (a ConfigMap), both owned by the Job. Idempotent: after a hub restart, resubmitting an
+        existing job changes nothing."""
         if set(files or {}) != set(spec.files):
             raise ValueError("the files given must be the files the spec names")
         manifest = train_job(spec, self.opts, self.backend)
         ns = self.opts.namespace
+        # the Job first: the claim and the code are owned by it (deleted with it); its pod
+        # waits until they exist
+        job = await _create_or_keep(self.batch.create_namespaced_job, ns, manifest)
+        uid = (job.get("metadata") or {}).get("uid")
+        if not uid:  # it existed already: ask for its uid
+            uid = (await self.batch.read_namespaced_job(name_of(spec.id), ns)).metadata.uid
         if not self.opts.checkpoint_claim:
             await _create_or_keep(self.core.create_namespaced_persistent_volume_claim, ns,
-                                  checkpoint_claim(spec, self.opts))
-        job = await _create_or_keep(self.batch.create_namespaced_job, ns, manifest)
+                                  checkpoint_claim(spec, self.opts, uid))
         if files:
-            uid = (job.get("metadata") or {}).get("uid")
-            if not uid:  # it existed already: ask for its uid
-                uid = (await self.batch.read_namespaced_job(name_of(spec.id), ns)).metadata.uid
             await _create_or_keep(self.core.create_namespaced_config_map, ns,
                                   code_config_map(spec, self.opts, files, uid))
         self.statuses.setdefault(spec.id, JobStatus("queued", "submitted"))

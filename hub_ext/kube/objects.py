@@ -75,19 +75,28 @@ def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes
     given, so Kubernetes' garbage collector deletes it with the Job."""
     import base64
 
-    meta: dict = {"name": code_name(spec.id), "namespace": opts.namespace, "labels": labels(spec)}
-    if job_uid:
-        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name_of(spec.id),
-                                    "uid": job_uid, "blockOwnerDeletion": False}]
+    meta: dict = {"name": code_name(spec.id), "namespace": opts.namespace, "labels": labels(spec),
+                  **owned_by(spec, job_uid)}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
             "binaryData": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}}
 
 
-def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions) -> dict:
-    """A claim of its own for the job's checkpoints; it outlives preempted pods."""
+def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
+    """Metadata that makes an object its Job's: Kubernetes deletes it with the Job (on cancel,
+    or when ttlSecondsAfterFinished removes a finished Job)."""
+    if not job_uid:
+        return {}
+    return {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name_of(spec.id),
+                                 "uid": job_uid, "blockOwnerDeletion": False}]}
+
+
+def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") -> dict:
+    """A claim of its own for the job's checkpoints: it outlives preempted pods, and goes with
+    its Job when `job_uid` is given."""
     claim: dict = {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim_name(spec, opts), "namespace": opts.namespace, "labels": labels(spec)},
+        "metadata": {"name": claim_name(spec, opts), "namespace": opts.namespace, "labels": labels(spec),
+                     **owned_by(spec, job_uid)},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.checkpoint_size}}},
     }
     if opts.storage_class:

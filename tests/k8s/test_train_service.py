@@ -114,6 +114,7 @@ async def test_cancel_deletes_the_job_its_pods_and_its_code(service: KubeTrainin
     await until(lambda: service.job(row.id).state == "cancelled", what="cancelled")
     assert cluster.job(NS, name_of(row.id)) is None and cluster.pods(NS) == []
     assert apiserver.get("api/v1", "configmaps", NS, code_name(row.id)) is None
+    assert apiserver.list("api/v1", "persistentvolumeclaims", NS) == []  # the checkpoints go with it
 
 
 async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart(
