@@ -16,7 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
-    classes: list[type] = [GPUPool]
+    from .train.config import TrainPool
+
+    classes: list[type] = [GPUPool, TrainPool]
     try:
         from idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -55,8 +57,17 @@ def check_config(path: str) -> Config:
 
     c = Config()
     load_user_config(c, path)
+    from .train.config import TrainPool
+
     try:
         GPUPool(config=c).quota_policy()
+        TrainPool(config=c).department_table()  # checks the projects too
+        try:
+            from idle_culler.config import IdleCuller
+        except ImportError:
+            IdleCuller = None  # noqa: N806 - the culler is optional
+        if IdleCuller is not None:
+            IdleCuller(config=c).policy()
     except (TraitError, ValueError) as err:
         raise SystemExit(f"gpupool: invalid configuration in {path}: {err}") from None
     return c

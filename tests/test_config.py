@@ -24,10 +24,17 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     for option in GPUPool.class_own_traits(config=True):
         assert f"c.GPUPool.{option} =" in text
     assert "c.GPUPool.group_overrides = {" in text  # the example survives into the file
+    from hub_ext.train.config import TrainPool
+    from idle_culler.config import IdleCuller
+
+    for cls in (TrainPool, IdleCuller):  # the training pool and the culler too
+        for option in cls.class_own_traits(config=True):
+            assert f"c.{cls.__name__}.{option} =" in text
     # the generated file is a valid config that passes validation as it is
     c = Config()
     exec(compile(text, "gp.py", "exec"), {"c": c, "get_config": lambda: c})
     GPUPool(config=c).quota_policy()
+    TrainPool(config=c).department_table()
 
 
 def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -46,6 +53,10 @@ def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:
         ("c.GPUPool.allowed_fractions = [0.00001]", "not a whole number of milli-GPU"),
         ("c.GPUPool.group_totals = {'cs101': 'many'}", "not a GPU amount"),
         ("c.GPUPool.oops(", "cannot load"),
+        ("c.TrainPool.projects = {'vision': {'guarantee': 4, 'department': 'lab'}}\n"
+         "c.TrainPool.departments = {'lab': {'guarantee': 2}}", "add up to 4 GPUs, more than its guarantee of 2"),
+        ("c.TrainPool.projects = {'vision': {'guarantee': 'lots'}}", "not a GPU amount"),
+        ("c.IdleCuller.memory_resolver = 'reboot'", "memory_resolver"),
     ],
 )
 def test_broken_config_stops_up_with_file_and_reason(tmp_path: Path, line: str, message: str) -> None:
