@@ -31,8 +31,14 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
     from .config import GPUPool
 
+    from .train.config import TrainPool
+
     c.JupyterHub.spawner_class = spawner
     settings = GPUPool(config=c)  # only to read the API address; the hub builds its own later
+    # a broken quota or project table stops the hub here, while it reads its config, with the
+    # reason, instead of failing inside the running hub
+    settings.quota_policy()
+    TrainPool(config=c).department_table()
     token = secrets.token_hex(32)
     api_url = f"http://{settings.api_ip}:{settings.api_port}"
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]

@@ -88,3 +88,12 @@ def test_every_option_is_documented() -> None:
     docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
     for option in GPUPool.class_own_traits(config=True):
         assert f"c.GPUPool.{option}`" in docs, f"document c.GPUPool.{option} in docs/configuration.md"
+
+
+def test_configure_refuses_a_broken_project_table_while_the_hub_reads_its_config() -> None:
+    from hub_ext import configure
+
+    c = Config()
+    c.TrainPool.projects = {"vision": {"guarantee": 2, "limit": 1}}
+    with pytest.raises(TraitError, match="need 0 <= guarantee <= limit"):
+        configure(c)
