@@ -217,3 +217,13 @@ def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(make_hub, kubeconfig: Path, 
         assert time.monotonic() < deadline + 20, hub.tail()
         time.sleep(0.2)
     assert cluster.job(NS, name_of(job["id"])) is None
+
+
+async def test_a_job_the_api_server_refuses_fails_with_its_reason(tmp_path: Path, api_client,
+                                                                  apiserver: FakeAPIServer) -> None:
+    # an admin's typo the API server's validation catches (backoffLimit must be an integer)
+    svc = make_service(tmp_path, api_client, kube_job_options={"namespace": NS, "backoff_limit": "many"})
+    row = await svc.submit("ann", "vision", "typo", 1, 1000, ["python", "-c", "1"])
+    assert row.state == "failed" and row.message.startswith("Kubernetes refused the Job (422)")
+    assert "backoffLimit" in row.message or "many" in row.message
+    assert svc.unsent == set() and (await svc.tick())["sent"] == []  # not retried
