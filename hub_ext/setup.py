@@ -30,7 +30,6 @@ ACCESS = f"access:services!service={SERVICE}"
 def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
     from .config import GPUPool
-
     from .train.config import TrainPool
 
     c.JupyterHub.spawner_class = spawner
