@@ -14,7 +14,9 @@ CONFIG = """
 c.TrainPool.tick_s = 0.3
 c.TrainPool.grace_s = 2
 c.TrainPool.max_queued_per_user = 3
-c.TrainPool.projects = {"vision": {"guarantee": 1}, "nlp": {"guarantee": 1, "limit": 2}}
+c.TrainPool.projects = {"vision": {"guarantee": 1}, "nlp": {"guarantee": 1, "limit": 2},
+                        "teaching": {"guarantee": 1, "department": "lab"}}
+c.TrainPool.departments = {"lab": {"guarantee": 1, "limit": 1}}
 """
 
 
@@ -129,3 +131,18 @@ def test_a_running_job_survives_a_hub_crash_and_runs_exactly_once(make_hub) -> N
 
     assert len(Path(running["workdir"], "starts.txt").read_text().split()) == 1  # ran exactly once
     assert not [s for s in hub.allocations() if s["kind"] == "train"]  # its GPU came back
+
+
+def test_a_department_limit_holds_its_projects_back_though_gpus_are_idle(jobhub: Hub) -> None:
+    token = jobhub.user_token("tia")
+    jobs = [jobhub.api("POST", J, {"project": "teaching", "gpus": 1, "name": f"t{i}",
+                                   "script": "import time\ntime.sleep(120)"}, token=token) for i in range(2)]
+    wait_state(jobhub, jobs[0]["id"], {"running"}, token)
+    for _ in range(10):  # a few scheduling cycles (0.3 s each)
+        time.sleep(0.3)
+        assert jobhub.api("GET", f"{J}/{jobs[1]['id']}", token=token)["state"] == "queued"
+    lab = jobhub.api("GET", "/services/gpupool/api/projects", token=token)["departments"]
+    assert lab == [{"name": "lab", "guarantee_milli": 1000, "limit_milli": 1000, "projects": ["teaching"],
+                    "used_milli": 1000}]
+    for job in jobs:
+        jobhub.api("DELETE", f"{J}/{job['id']}", token=token)
