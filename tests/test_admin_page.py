@@ -23,6 +23,7 @@ def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
 @pytest.mark.browser
 def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
     hub: Hub = make_hub("c.TrainPool.projects = {'vision': {'guarantee': 2, 'department': 'research'}}\n"
+                        "c.TrainPool.departments = {'research': {'guarantee': 3, 'limit': 4}}\n"
                         "c.IdleCuller.interval_s = 1\n").start()  # the culler's passes feed the plot
     hub.spawn("uma", "0.5")
     hub.spawn("vic", "0.25")
@@ -33,6 +34,8 @@ def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
         text = page.inner_text("body")
         assert "uma (0.5 GPU, build)" in text and "vic (0.25 GPU, build)" in text
         assert "vision" in page.inner_text("table.gpupool-projects") and "research" in text
+        assert page.inner_text("table.gpupool-departments").split("\n")[-1].split("\t")[:4] == [
+            "research", "vision", "3 GPUs", "4 GPUs"]
         for _ in range(60):  # a few culler passes
             if page.locator("svg.gpupool-plot").count():
                 break

@@ -114,9 +114,18 @@ class StatusPage(BaseHandler):
             rows.append(f"<tr><td>{escape(p.name)}</td><td>{escape(p.department)}</td>"
                         f"<td>{format_gpus(p.guarantee_milli)}</td><td>{limit}</td><td>{format_gpus(used)}</td>"
                         f"<td>{queued}</td></tr>")
+        depts = []
+        for d in training.departments.values():
+            members = [p.name for p in training.projects.values() if p.department == d.name]
+            used = sum(j.total_milli for j in jobs if j.project in members and j.state in ("running", "preempting"))
+            limit = "none" if d.limit_milli < 0 else format_gpus(d.limit_milli)
+            depts.append(f"<tr><td>{escape(d.name)}</td><td>{escape(', '.join(members))}</td>"
+                         f"<td>{format_gpus(d.guarantee_milli)}</td><td>{limit}</td><td>{format_gpus(used)}</td></tr>")
+        dept_table = ("<table class='gpupool-departments'><tr><th>Department</th><th>Projects</th><th>Guarantee</th>"
+                      "<th>Limit</th><th>In use</th></tr>" + "".join(depts) + "</table>") if depts else ""
         return ("<h2>Training projects</h2><table class='gpupool-projects'><tr><th>Project</th>"
                 "<th>Department</th><th>Guarantee</th><th>Limit</th><th>In use</th><th>Queued jobs</th></tr>"
-                + "".join(rows) + "</table>")
+                + "".join(rows) + "</table>" + dept_table)
 
     def events_html(self) -> str:
         caller = self.caller
