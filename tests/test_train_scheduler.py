@@ -313,3 +313,23 @@ def test_a_low_weight_project_is_not_starved_by_a_flooding_one(durations, arrive
             if a.job == "s":
                 started_at = cycle
     assert started_at is not None and started_at - arrives <= 3
+
+
+def test_a_guarantee_blocked_by_shares_gets_a_preemption_and_a_move_together() -> None:
+    """Found by the state machine: project a (guarantee 2) holds 1 GPU in quarter and half
+    shares spread over both nodes; it asks for a whole GPU. No GPU can be emptied by
+    preempting borrowers alone, nor by moving alone — but preempting c's half share and moving
+    a's own half share to the other node's free room frees n0's GPU 0."""
+    state = ClusterState(cluster())
+    running = {}
+    for jid, project, milli, node, gpu in [("j1", "a", 500, 0, 0), ("j2", "c", 500, 0, 0), ("j4", "b", 1000, 0, 1),
+                                          ("j5", "b", 500, 1, 0), ("j3", "c", 250, 1, 0), ("j6", "a", 250, 1, 0),
+                                          ("j7", "a", 250, 1, 1)]:
+        placement = state.placement_on(node, Request.for_gpus(milli), [gpu])
+        state.apply(placement)
+        running[jid] = Job(jid, project, Request.for_gpus(milli), submitted=0, started=int(jid[1:]),
+                           placement=placement)
+    want = Job("j8", "a", Request.for_gpus(1000), submitted=5)
+    plan = schedule(state, PROJECTS, [want], list(running.values()), now=100, policy=get_policy("best-fit"))
+    assert [(p.job, p.for_job) for p in plan.preempt] == [("j2", "j8")]  # c borrows: preempted
+    assert [(m.job, m.to.node, m.target.node, m.target.gpus) for m in plan.move] == [("j1", "n1", "n0", (0,))]

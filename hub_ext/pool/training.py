@@ -29,9 +29,10 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .placement import Policy, gpus_for
+from .placement import Policy
 from .request import Placement, Request
 from .state import ClusterState
+from .units import MILLI_PER_GPU
 
 CONSOLIDATIONS_PER_CYCLE = 3
 
@@ -196,51 +197,94 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         queue.sort(key=order)  # borrowing changed: re-rank the borrowers
     moving: set[str] = set(preempted)
     for job in blocked[:CONSOLIDATIONS_PER_CYCLE]:  # bounded disruption
-        moves = _consolidate(work, job, running_by_id, moving, now, policy, rng)
+        preemptible = {j for j in over if running_by_id[j].project != job.project} - moving
+        room = _consolidate(work, job, running_by_id, moving, preemptible, now, policy, rng)
+        if room is None:
+            continue
+        victims, moves = room
+        for v in victims:
+            moving.add(v.id)
+            plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
         for m in moves:
             moving.add(m.job)
             plan.move.append(m)
+        if victims and not moves:  # no pin comes with it: keep the spot as a reclaim does
+            _hold(work, job, victims, policy, rng)
     return plan
 
 
-def _consolidate(work: ClusterState, job: Job, running: dict[str, Job], busy: set[str], now: float,
-                 policy: Policy, rng: random.Random) -> list[Move]:
-    """Moves that let `job` fit when only fragmentation blocks it: on some node, stop the fewest
-    (smallest first) movable jobs until `job` fits there, and only if every one of them fits
-    again elsewhere. Empty when no such set exists."""
+def _consolidate(work: ClusterState, job: Job, running: dict[str, Job], busy: set[str], preemptible: set[str],
+                 now: float, policy: Policy, rng: random.Random) -> tuple[list[Job], list[Move]] | None:
+    """Room for a blocked in-quota job on the GPUs of one node when neither free capacity nor
+    reclaim alone gives it: the jobs on those GPUs are preempted when they are other projects'
+    over-quota jobs (`preemptible`), or moved (consolidation) — and only if every moved job
+    fits again elsewhere. The cheapest plan over all nodes (fewest moves, then preemptions),
+    or None."""
     req = job.request
-    free_total = int(work.gpu_free[work.gpu_free > 0].sum())
-    if free_total < req.total_milli:
-        return []  # not fragmentation: the pool is simply full
-    by_node: dict[str, list[Job]] = {}
+    need = req.gpu_milli if req.is_sharing else MILLI_PER_GPU
+    on_gpu: dict[tuple[int, int], list[Job]] = {}
     for r in running.values():
-        if r.placement is not None and r.id not in busy and now - (r.started or now) >= r.min_runtime_s:
-            by_node.setdefault(r.placement.node, []).append(r)
-    for node, jobs in sorted(by_node.items(), key=lambda kv: sum(j.milli for j in kv[1])):
-        i = work.inventory.index_of(node)
-        trial = work.copy()
-        moved: list[Job] = []
-        for victim in sorted(jobs, key=lambda j: (j.milli, -(j.started or 0), j.id)):
-            trial.release(victim.placement)
-            moved.append(victim)
-            if trial.node_fits(i, req):
-                break
-        else:
+        if r.placement is not None:
+            i = work.inventory.index_of(r.placement.node)
+            for g in r.placement.gpus:
+                on_gpu.setdefault((i, g), []).append(r)
+    best: tuple[tuple[int, int], list[Job], list[Move]] | None = None
+    for i in range(len(work.inventory.nodes)):
+        options = []  # per GPU: (moves, preemptions, gpu, jobs to take off it)
+        for g in range(int(work.gpu_count[i])):
+            free = int(work.gpu_free[i, g])
+            if free < 0:
+                continue
+            off: list[Job] = []
+            # preemptible jobs first, then the smallest, until the GPU has room enough
+            for r in sorted(on_gpu.get((i, g), []), key=lambda r: (r.id not in preemptible, r.milli, r.id)):
+                if free >= need:
+                    break
+                if r.id in busy or now - (r.started or now) < r.min_runtime_s:
+                    continue  # cannot be stopped now
+                off.append(r)
+                free += r.request.gpu_milli
+            if free >= need:
+                options.append((sum(r.id not in preemptible for r in off), len(off), g, off))
+        k = max(req.num_gpu, 1)
+        if len(options) < k:
             continue
-        target = trial.placement_on(i, req, gpus_for(trial, i, req, "tightest"))
-        trial.apply(target)
-        elsewhere = trial.copy()
-        elsewhere.gpu_free[i, :] = -1  # the moved jobs must land on other nodes
-        moves = []
-        for victim in moved:
-            spot = policy.choose(elsewhere, victim.request, rng)
-            if spot is None:
+        options.sort(key=lambda o: o[:3])
+        # one GPU: try each in order of cost; several: the cheapest set
+        for chosen in ([[o] for o in options] if k == 1 else [options[:k]]):
+            plan = _room_on(work, i, req, chosen, job, preemptible, policy, rng)
+            if plan is not None:
+                if best is None or plan[0] < best[0]:
+                    best = plan
                 break
-            elsewhere.apply(spot)
-            moves.append(Move(victim.id, spot, job.id, target))
-        else:
-            return moves
-    return []
+    return None if best is None else (best[1], best[2])
+
+
+def _room_on(work: ClusterState, i: int, req: Request, chosen: list[tuple], job: Job, preemptible: set[str],
+             policy: Policy, rng: random.Random) -> tuple[tuple[int, int], list[Job], list[Move]] | None:
+    """Take the jobs off the chosen GPUs of node i: (cost, preempted, moves), or None when the
+    job would still not fit or a moved job fits nowhere else."""
+    victims = list({r.id: r for o in chosen for r in o[3]}.values())
+    if not victims:
+        return None  # it fits here as things are: not ours to plan
+    trial = work.copy()
+    for v in victims:
+        trial.release(v.placement)
+    gpus = sorted(o[2] for o in chosen)
+    if not trial.node_fits(i, req) or any(g not in trial.fitting_gpus(i, req) for g in gpus):
+        return None
+    target = trial.placement_on(i, req, gpus[: req.num_gpu])
+    trial.apply(target)
+    moves = []
+    for v in victims:
+        if v.id in preemptible:
+            continue
+        spot = policy.choose(trial, v.request, rng)
+        if spot is None:
+            return None
+        trial.apply(spot)
+        moves.append(Move(v.id, spot, job.id, target))
+    return (len(moves), len(victims) - len(moves)), [v for v in victims if v.id in preemptible], moves
 
 
 def _pinned(work: ClusterState, job: Job) -> Placement | None:
