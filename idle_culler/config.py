@@ -11,6 +11,7 @@ from traitlets.config import Configurable
 from .policy import CullerPolicy, Limits
 
 LIMIT_FIELDS = set(Limits.__dataclass_fields__)
+RESOLVERS = ("warn", "restart-kernel", "stop")
 
 
 class IdleCuller(Configurable):
@@ -90,7 +91,7 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.stale_after_s = 300
         """)
-    memory_resolver = Enum(["warn", "restart-kernel", "stop"], "warn", config=True, help="""What to do with a
+    memory_resolver = Enum(RESOLVERS, "warn", config=True, help="""What to do with a
         workspace using more GPU memory than its share for memory_grace_s: warn (only), restart-kernel
         (restart its kernels, freeing their GPU memory; the server and its files stay) or stop (the
         server). Example::
@@ -143,8 +144,17 @@ class IdleCuller(Configurable):
                 unknown = set(over) - LIMIT_FIELDS
                 if unknown:
                     raise ValueError(f"IdleCuller.{where}[{key!r}]: unknown keys {sorted(unknown)}")
+                resolver = over.get("memory_resolver", "warn")
+                if resolver not in RESOLVERS:
+                    raise ValueError(f"IdleCuller.{where}[{key!r}]: memory_resolver {resolver!r} is not one of"
+                                     f" {list(RESOLVERS)}")
         return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
                             profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
+
+    def restarts_kernels(self) -> bool:
+        """Does any rule restart kernels (then the culler needs access to the servers)?"""
+        overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
+        return "restart-kernel" in {self.memory_resolver, *(o.get("memory_resolver") for o in overrides)}
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.class_own_traits(config=True)}

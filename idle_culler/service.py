@@ -36,15 +36,13 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
         "command": [sys.executable, "-m", "idle_culler", f"--gpupool-url={api_url}"],
         "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {})},
     }
-    role = {
-        "name": name,
-        "services": [name],
-        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-                   "access:services!service=gpupool",
-                   # the restart-kernel memory resolver talks to the servers' kernels API
-                   "access:servers"],
-    }
-    return service, role
+    scopes = ["list:users", "read:users:activity", "read:servers", "delete:servers",
+              "access:services!service=gpupool"]
+    if IdleCuller(**(config or {})).restarts_kernels():
+        # the restart-kernel resolver talks to the servers' kernels API: the narrowest scope
+        # for that is access to every server, so it is granted only when a rule needs it
+        scopes.append("access:servers")
+    return service, {"name": name, "services": [name], "scopes": scopes}
 
 
 def parse_time(text: str | None) -> float | None:

@@ -17,7 +17,7 @@ from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
-_, ROLE = service_definition("test-culler", "")
+_, ROLE = service_definition("test-culler", "", {"memory_resolver": "restart-kernel"})
 CONFIG = f"""
 c.JupyterHub.services.append({{"name": "test-culler", "api_token": "{TOKEN}"}})
 c.JupyterHub.load_roles.append({json.dumps({**ROLE, "name": "test-culler", "services": ["test-culler"]})})
@@ -216,3 +216,12 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         page.click("#gpupool-extend")
         assert "already extended once" in page.inner_text(".gpupool-error")
     assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == ["extend"]
+
+
+def test_the_culler_may_enter_servers_only_when_a_rule_restarts_kernels() -> None:
+    assert "access:servers" not in service_definition("c", "")[1]["scopes"]
+    assert "access:servers" not in service_definition("c", "", {"memory_resolver": "stop"})[1]["scopes"]
+    over = {"profile_overrides": {"gpu-big": {"memory_resolver": "restart-kernel"}}}
+    assert "access:servers" in service_definition("c", "", over)[1]["scopes"]
+    with pytest.raises(ValueError, match="memory_resolver 'reboot' is not one of"):
+        IdleCuller(group_overrides={"lab": {"memory_resolver": "reboot"}}).policy()
