@@ -61,6 +61,11 @@ def label_value(text: str) -> str:
     return value or "x"
 
 
+def queue_name(project: str, owner: str, opts: JobOptions) -> str:
+    """The KAI (or Kueue) queue a job of `project` waits in."""
+    return opts.queue.format(project=project, owner=label_value(owner))
+
+
 def labels(spec: TrainJobSpec) -> dict[str, str]:
     return {MANAGED_BY: "gpupool", JOB_ID: spec.id, OWNER: label_value(spec.owner),
             PROJECT: label_value(spec.project)}
@@ -111,7 +116,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     annotations = {OWNER: spec.owner}
     limits: dict[str, str] = {}
     scheduler = None
-    queue = opts.queue.format(project=spec.project, owner=label_value(spec.owner))
+    queue = queue_name(spec.project, spec.owner, opts)
     if spec.num_gpu:
         share = backend.pod_gpu(spec.num_gpu, spec.gpu_milli, opts.device_memory_mib, queue, opts.priority_class)
         pod_labels.update(share.labels)

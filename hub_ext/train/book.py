@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
@@ -30,6 +33,29 @@ class JobBook:
     def queue_position(self, job_id: str) -> int | None:
         queued = [j.id for j in self.jobs(state="queued")]
         return queued.index(job_id) + 1 if job_id in queued else None
+
+    def _record_new(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+                    priority: int, min_runtime_s: float, max_runtime_s: float, files: dict[str, bytes] | None,
+                    now: float | None, message: str = "",
+                    prepare: Callable[[Path], None] | None = None) -> TrainJob:
+        """A new queued job: its folder under jobs_root with the snapshotted code (`prepare`
+        may adjust the folder, e.g. hand it to the owner), its row and its event."""
+        job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
+        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
+        workdir.mkdir(parents=True, exist_ok=False)
+        for fname, content in (files or {}).items():
+            (workdir / fname).write_bytes(content)
+        if prepare is not None:
+            prepare(workdir)
+        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
+                       priority=priority, command=command, workdir=str(workdir), state="queued",
+                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
+                       max_runtime_s=max_runtime_s, message=message)
+        with self.pool.store.session() as s:
+            s.add(row)
+        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
+                               name=job_id)
+        return row
 
     def _set(self, job_id: str, **values) -> None:
         with self.pool.store.session() as s:

@@ -12,8 +12,8 @@ a row the hub had not yet sent when it died is sent after a restart.
 
 from __future__ import annotations
 
+import json
 import logging
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -23,7 +23,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..kube.controller import KubeJobController
 from ..kube.job_spec import TrainJobSpec
-from ..kube.status import JobStatus
+from ..kube.objects import queue_name
+from ..kube.status import FINAL, JobStatus
 from ..manager import PoolManager
 from ..store import TrainJob
 from .book import JobBook
@@ -63,23 +64,11 @@ class KubeTrainingService(JobBook):
     async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
                      files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
-        job_id = secrets.token_hex(6)  # lower-case hex: a valid Job name
-        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
-        workdir.mkdir(parents=True, exist_ok=False)
-        for fname, content in (files or {}).items():
-            (workdir / fname).write_bytes(content)
-        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
-                       priority=priority, command=_in_pod(command, self.opts.checkpoint_dir),
-                       workdir=str(workdir), state="queued",
-                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
-                       max_runtime_s=max_runtime_s, message=SUBMITTING)
-        with self.pool.store.session() as s:
-            s.add(row)
-        self.unsent.add(job_id)
-        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
-                               name=job_id)
-        await self._send(job_id)
-        return self.job(job_id)
+        row = self._record_new(owner, project, name, num_gpu, gpu_milli, _in_pod(command, self.opts.checkpoint_dir),
+                               priority, min_runtime_s, max_runtime_s, files, now, message=SUBMITTING)
+        self.unsent.add(row.id)
+        await self._send(row.id)
+        return self.job(row.id)
 
     async def _send(self, job_id: str) -> None:
         row = self.job(job_id)
@@ -114,7 +103,7 @@ class KubeTrainingService(JobBook):
         else:
             await self.controller.cancel(job_id)
             row = self.job(job_id)
-            if row.state not in ("succeeded", "failed", "cancelled"):
+            if row.state not in FINAL:
                 self._set(job_id, message="cancelling")
         return self.job(job_id)
 
@@ -143,7 +132,7 @@ class KubeTrainingService(JobBook):
                                   "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
         if state == "running" and row.state != "running":
             values["started"] = now
-        if state in ("succeeded", "failed", "cancelled") and row.finished is None:
+        if state in FINAL and row.finished is None:
             values["finished"] = now
         if state == "queued" and st.message in ("", "waiting for GPUs in its queue"):
             values["message"] = self._waiting(row)
@@ -156,15 +145,13 @@ class KubeTrainingService(JobBook):
                                    name=job_id)
 
     def _waiting(self, row: TrainJob) -> str:
-        from ..kube.objects import label_value
-
-        return f"waiting for GPUs in queue {self.opts.queue.format(project=row.project, owner=label_value(row.owner))}"
+        return f"waiting for GPUs in queue {queue_name(row.project, row.owner, self.opts)}"
 
     def adopt_after_restart(self) -> None:
         """Rows the hub was sending when it died are sent again (creation is idempotent);
         rows whose Job is gone from the cluster fail: never run twice."""
         for row in self.jobs():
-            if row.state in ("succeeded", "failed", "cancelled") or row.id in self.unsent:
+            if row.state in FINAL or row.id in self.unsent:
                 continue
             if self.controller.status(row.id) is not None:
                 continue  # the watch knows it and keeps the row up to date
@@ -176,8 +163,6 @@ class KubeTrainingService(JobBook):
 
 
 def _reason(err: ApiException) -> str:
-    import json
-
     try:
         return json.loads(err.body).get("message") or err.reason
     except (TypeError, ValueError):

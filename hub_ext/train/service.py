@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
-import secrets
 import time
-from pathlib import Path
 
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
@@ -52,23 +50,10 @@ class TrainingService(JobBook):
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
                files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
-        account = self.account(owner)
-        job_id = secrets.token_hex(6)
-        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
-        workdir.mkdir(parents=True, exist_ok=False)
-        for fname, content in (files or {}).items():
-            (workdir / fname).write_bytes(content)
-        if account is not None:
-            give_to(workdir, account)
-        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
-                       priority=priority, command=command, workdir=str(workdir), state="queued",
-                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
-                       max_runtime_s=max_runtime_s)
-        with self.pool.store.session() as s:
-            s.add(row)
-        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
-                               name=job_id)
-        return row
+        account = self.account(owner)  # refused before anything is written
+        return self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
+                                max_runtime_s, files, now,
+                                prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
         now = now if now is not None else time.time()
