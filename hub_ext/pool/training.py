@@ -14,10 +14,11 @@ Rules (docs/training.md says the same in prose):
    that has run less than its min runtime — never an in-quota job, never a build workspace.
 4. A preempted job keeps its place in the queue (its original submit time) and resumes.
 5. Multi-GPU jobs are gang-admitted: all GPUs on one node, or not at all.
-6. Consolidation: when a pending in-quota job is blocked only by fragmentation (enough GPU free
-   in all, but on no single node) and no reclaim helps, running jobs past their min runtime
-   are moved off one node — only if every one of them fits again elsewhere; the moved jobs
-   and the blocked job are pinned to the planned spots. At most CONSOLIDATIONS_PER_CYCLE.
+6. Consolidation: when a pending in-quota job is still blocked (fragmentation, or borrowers and
+   in-quota shares mixed on every GPU), the jobs on the GPUs it needs on one node are taken
+   off: other projects' over-quota jobs preempted, the rest (past their min runtime) moved —
+   only if every moved job fits again elsewhere; the moved jobs and the blocked job are
+   pinned to the planned spots. At most CONSOLIDATIONS_PER_CYCLE.
 7. No churn: the free part of the spot a reclaim is for is held for its job in that cycle,
    and a project does not borrow while one of its in-quota jobs waits for GPUs (the borrowed
    job would count first next cycle and push the waiting one over its guarantee).
@@ -149,6 +150,12 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         share = 0.0 if in_quota else borrowed.get(job.project, 0) / max(proj.weight, 1e-9)
         return (not in_quota, share, -proj.priority, -job.priority, job.submitted, job.id)
 
+    def count(job: Job) -> None:
+        """The job's GPUs count toward its project and department from now on in this cycle."""
+        usage[job.project] = usage.get(job.project, 0) + job.milli
+        d = projects[job.project].department
+        dept_usage[d] = dept_usage.get(d, 0) + job.milli
+
     queue = sorted(pending, key=order)
     blocked: list[Job] = []
     owed: set[str] = set()  # projects with an in-quota job waiting for GPUs
@@ -171,8 +178,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
         if placement is None and in_quota:
             owed.add(job.project)
             if _waits_for_stopping(work, job, stopping or [], policy, rng):
-                usage[job.project] = used + job.milli
-                dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
+                count(job)
                 continue  # GPUs already being freed will do: preempt nobody else
             victims = _reclaim(work, job, projects, running_by_id, over, preempted, now, policy, rng)
             if victims is not None:
@@ -182,8 +188,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
                     plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
                 # the victims keep their GPUs until they have stopped, so nobody else can be
                 # admitted onto them in this cycle; next cycle this job, in quota, comes first
-                usage[job.project] = used + job.milli
-                dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
+                count(job)
             else:
                 blocked.append(job)
             continue
@@ -191,8 +196,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
             continue  # a borrower waits; consolidation is for guarantees
         work.apply(placement)
         plan.admit.append(Admit(job.id, placement))
-        usage[job.project] = used + job.milli
-        dept_usage[proj.department] = dept_usage.get(proj.department, 0) + job.milli
+        count(job)
         borrowed[job.project] = max(0, usage[job.project] - proj.guarantee_milli)
         queue.sort(key=order)  # borrowing changed: re-rank the borrowers
     moving: set[str] = set(preempted)
