@@ -135,7 +135,8 @@ class Culler:
                     self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
                     self.warned.pop(key, None)  # and a fresh warning if it is over again
                     events.append({"kind": "memory", "owner": ws.owner, "name": ws.name, "reason": "restart-kernel",
-                                   "message": f"{key} restarted its kernels because it {d.message.split(':')[0]}{dry}"})
+                                   "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
+                                              f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"})
                     if self.metrics:
                         self.metrics.culls.labels(reason="memory-restart").inc()
             elif d.action in ("cull", "resolve-memory"):
