@@ -57,17 +57,10 @@ def check_config(path: str) -> Config:
 
     c = Config()
     load_user_config(c, path)
-    from .train.config import TrainPool
+    from .setup import validate
 
     try:
-        GPUPool(config=c).quota_policy()
-        TrainPool(config=c).department_table()  # checks the projects too
-        try:
-            from idle_culler.config import IdleCuller
-        except ImportError:
-            IdleCuller = None  # noqa: N806 - the culler is optional
-        if IdleCuller is not None:
-            IdleCuller(config=c).policy()
+        validate(c)
     except (TraitError, ValueError) as err:
         raise SystemExit(f"gpupool: invalid configuration in {path}: {err}") from None
     return c

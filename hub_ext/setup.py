@@ -30,14 +30,12 @@ ACCESS = f"access:services!service={SERVICE}"
 def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
     from .config import GPUPool
-    from .train.config import TrainPool
 
+    # a broken quota, project or culler table stops the hub here, while it reads its config,
+    # with the reason, instead of failing inside the running hub
+    validate(c)
     c.JupyterHub.spawner_class = spawner
     settings = GPUPool(config=c)  # only to read the API address; the hub builds its own later
-    # a broken quota or project table stops the hub here, while it reads its config, with the
-    # reason, instead of failing inside the running hub
-    settings.quota_policy()
-    TrainPool(config=c).department_table()
     token = secrets.token_hex(32)
     api_url = f"http://{settings.api_ip}:{settings.api_port}"
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
@@ -68,6 +66,20 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
     _home_page_warnings(c)
     _start_in_hub(c, token, settings.api_ip, settings.api_port)
+
+
+def validate(c: Config) -> None:
+    """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
+    from .config import GPUPool
+    from .train.config import TrainPool
+
+    GPUPool(config=c).quota_policy()
+    TrainPool(config=c).department_table()  # checks the projects too
+    try:
+        from idle_culler.config import IdleCuller
+    except ImportError:  # the culler is optional
+        return
+    IdleCuller(config=c).policy()
 
 
 def _home_page_warnings(c: Config) -> None:
