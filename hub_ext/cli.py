@@ -20,7 +20,7 @@ def config_classes() -> list[type]:
 
     classes: list[type] = [GPUPool, TrainPool]
     try:
-        from idle_culler.config import config_classes as culler_classes
+        from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
         culler_classes = None
     if culler_classes is not None:
@@ -42,7 +42,7 @@ def generate_config(path: str) -> None:
     header = (
         "# gpupool configuration: every option with its help text and an example.\n"
         "# Use it with `gpupool up --config THIS_FILE`, or paste the settings into your\n"
-        "# jupyterhub_config.py before `hub_ext.configure(c)`.\n\n"
+        "# jupyterhub_config.py before `gpupool.configure(c)`.\n\n"
     )
     if os.path.exists(path):
         raise SystemExit(f"gpupool: {path} exists; remove it or pick another name")

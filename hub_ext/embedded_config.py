@@ -7,8 +7,8 @@ Loaded by `gpupool up`; an admin's own settings come from the file named by
 import os
 import sys
 
-from hub_ext import configure
-from hub_ext.embedded import chp_command, demo_password, load_user_config
+from gpupool import configure
+from gpupool.embedded import chp_command, demo_password, load_user_config
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -42,4 +42,4 @@ if os.getuid() == 0:
     c.Spawner.args = ["--allow-root"]
 
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
-configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "spawner.GPUSimpleLocalProcessSpawner"), culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")
+configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "gpupool-simple"), culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

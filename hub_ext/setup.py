@@ -1,6 +1,6 @@
 """One call in jupyterhub_config.py wires gpupool into a hub:
 
-    from hub_ext import configure
+    from gpupool import configure
     configure(c)   # last, after your c.GPUPool settings
 
 It sets the spawner, registers the `gpupool` service (the API served from this hub
@@ -27,7 +27,7 @@ CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
 
 
-def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", culler: bool = False) -> None:
+def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
     from .config import GPUPool
 
@@ -53,8 +53,8 @@ def configure(c: Config, spawner: str = "spawner.GPUSimpleLocalProcessSpawner", 
         {"name": "server", "scopes": ["users:activity!user", "access:servers!server", ACCESS]},
     ]
     if culler:
-        from idle_culler.config import IdleCuller
-        from idle_culler.service import service_definition
+        from gpupool.idle_culler.config import IdleCuller
+        from gpupool.idle_culler.service import service_definition
 
         base = c.JupyterHub.get("base_url", "/").rstrip("/")
         culler_service, culler_role = service_definition(CULLER, f"{api_url}{base}/services/{SERVICE}/",
@@ -76,7 +76,7 @@ def validate(c: Config) -> None:
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()  # checks the projects too
     try:
-        from idle_culler.config import IdleCuller
+        from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional
         return
     IdleCuller(config=c).policy()
@@ -166,7 +166,7 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
     cfg = TrainPool(config=hub.config)
     if cfg.runner == "kubernetes":
-        from spawner.sharing import make_backend
+        from gpupool.gpu.sharing import make_backend
 
         from .train.kube_service import KubeTrainingService
 

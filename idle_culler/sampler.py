@@ -1,6 +1,6 @@
 """GPU use per workspace, from one of three sources behind one interface.
 
-* NVMLSampler — the embedded hub: NVML per process (through hub_ext.nvml, the only module
+* NVMLSampler — the embedded hub: NVML per process (through gpupool.nvml, the only module
   that calls pynvml), attributed to a workspace through the process tree of its server.
 * NodeAgentSampler — Kubernetes: per-pod JSON from the node agent DaemonSet.
 * FileSampler — a JSON file someone else writes; the tests' stand-in for NVML.
@@ -74,7 +74,7 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
 
 class NVMLSampler:
     def __init__(self, nvml=None, proc: Path = Path("/proc")) -> None:
-        from hub_ext.nvml import NVML
+        from gpupool.nvml import NVML
 
         self.nvml = nvml or NVML()
         self.proc = proc
@@ -82,7 +82,7 @@ class NVMLSampler:
         self.failing = False
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
-        from hub_ext.nvml import NVMLUnavailable
+        from gpupool.nvml import NVMLUnavailable
 
         try:
             if not self.opened:

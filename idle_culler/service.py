@@ -1,6 +1,6 @@
 """The culler service: each pass samples GPU use, decides, warns, culls and reports.
 
-Started by the hub (`hub_ext.configure(c, culler=True)`) with its own token and the
+Started by the hub (`gpupool.configure(c, culler=True)`) with its own token and the
 least privilege it needs, like jupyterhub-idle-culler. Time comes from a clock that tests
 replace (`--clock-file`), so a test travels hours without sleeping.
 """
@@ -33,7 +33,7 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
     the gpupool API for GPU shares and posting its findings there)."""
     service = {
         "name": name,
-        "command": [sys.executable, "-m", "idle_culler", f"--gpupool-url={api_url}"],
+        "command": [sys.executable, "-m", "gpupool.idle_culler", f"--gpupool-url={api_url}"],
         "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {})},
     }
     scopes = ["list:users", "read:users:activity", "read:servers", "delete:servers",
@@ -200,7 +200,7 @@ def file_clock(path: str) -> Callable[[], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m idle_culler", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m gpupool.idle_culler", description=__doc__)
     ap.add_argument("--gpupool-url", required=True)
     ap.add_argument("--hub-api", default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"))
     ap.add_argument("--once", action="store_true", help="one pass, then exit")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from hub_ext.pool import Holding, InvalidRequest, format_gpus, parse_gpus
-from hub_ext.pool.units import UnitError
+from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
+from gpupool.pool.units import UnitError
 
 FIELD = "gpus"
 

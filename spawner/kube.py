@@ -12,18 +12,17 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.pool import InvalidRequest, PoolError
+from gpupool.store import Allocation
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
 from traitlets import Bool, Dict, Unicode, default, validate
 
-from hub_ext.pool import InvalidRequest, PoolError
-from hub_ext.store import Allocation
-
 from .form import requested_milli as form_milli
 from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, profile_milli
 from .mixin import GPUSpawnerMixin, http_error
-from .sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
 
 _CHECKED = "_gpupool_checked"
 
@@ -33,7 +32,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         "kai",
         config=True,
         help=f"""How a GPU share reaches the pod: {', '.join(BACKENDS)}, or the import path of a
-        `spawner.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
+        `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
         annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
         mig: a MIG profile per fraction; whole: whole GPUs only. Example::
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpupool.gpu.sharing import PodGPU
+from gpupool.pool import BuildLimits, InvalidRequest, parse_gpus
+from gpupool.pool.units import UnitError
 from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
-
-from hub_ext.pool import BuildLimits, InvalidRequest, parse_gpus
-from hub_ext.pool.units import UnitError
-
-from .sharing import PodGPU
 
 PROFILE_KEY = "gpupool"  # profile_list entries: {"gpupool": {"gpus": 0.25, "groups": ["students"]}}
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpupool import runtime
+from gpupool.gpu.env import gpu_env
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import GPU, PoolError
+from gpupool.store import Allocation
 from tornado import web
 from traitlets import HasTraits, default
 
-from hub_ext import runtime
-from hub_ext.manager import PoolManager, Workload
-from hub_ext.pool import GPU, PoolError
-from hub_ext.store import Allocation
-
 from .form import parse_form, render_form, requested_milli
-from .gpu_env import gpu_env
 
 
 def http_error(err: PoolError) -> web.HTTPError:

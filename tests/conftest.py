@@ -51,3 +51,19 @@ def make_hub(tmp_path: Path) -> Iterator:
     yield make
     for h in hubs:
         h.stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Every gpupool module was loaded once, under its gpupool name, through the whole run."""
+    roots = tuple(str(REPO / f) + os.sep for f in ("hub_ext", "spawner", "idle_culler", "widgets"))
+    import sys
+
+    by_file: dict[str, list[str]] = {}
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if f and f.startswith(roots):
+            by_file.setdefault(f, []).append(name)
+    bad = {f: n for f, n in by_file.items() if len(n) > 1 or not n[0].startswith("gpupool")}
+    if bad:
+        session.config.get_terminal_writer().line(f"modules loaded under a second name: {bad}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

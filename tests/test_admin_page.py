@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from gpupool.api.page import svg_plot
 
-from hub_ext.api.page import svg_plot
 from tests.browser import browser_page, login, shot
 from tests.hubtools import PASSWORD, Hub
 

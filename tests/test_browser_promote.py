@@ -33,7 +33,7 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
         page.locator(".jp-Notebook .jp-Cell .cm-content").first.wait_for(timeout=60_000)
         wait_kernel_idle(hub, "nia")
 
-        run_cell(page, 0, "%load_ext widgets\n%gpupool")
+        run_cell(page, 0, "%load_ext gpupool\n%gpupool")
         status = page.locator(".jp-OutputArea-output").filter(has_text="gpupool workspace").first
         status.wait_for(timeout=60_000)
         page.get_by_text("0.25 GPU = 4,096 MiB").first.wait_for(timeout=30_000)

@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpupool.config import GPUPool
 from traitlets import TraitError
 from traitlets.config import Config
 
-from hub_ext.config import GPUPool
-
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hub_ext.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "gpupool.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Path) -> None:
@@ -24,8 +23,8 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     for option in GPUPool.class_own_traits(config=True):
         assert f"c.GPUPool.{option} =" in text
     assert "c.GPUPool.group_overrides = {" in text  # the example survives into the file
-    from hub_ext.train.config import TrainPool
-    from idle_culler.config import IdleCuller
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.train.config import TrainPool
 
     for cls in (TrainPool, IdleCuller):  # the training pool and the culler too
         for option in cls.class_own_traits(config=True):
@@ -91,7 +90,7 @@ def test_every_option_is_documented() -> None:
 
 
 def test_configure_refuses_a_broken_project_table_while_the_hub_reads_its_config() -> None:
-    from hub_ext import configure
+    from gpupool import configure
 
     c = Config()
     c.TrainPool.projects = {"vision": {"guarantee": 2, "limit": 1}}

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.sampler import FileSampler
+from gpupool.idle_culler.service import Client, Culler, service_definition
 
-from idle_culler.config import IdleCuller
-from idle_culler.sampler import FileSampler
-from idle_culler.service import Client, Culler, service_definition
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub
@@ -155,8 +155,8 @@ def test_an_unknown_memory_resolver_is_a_config_error() -> None:
 def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once() -> None:
     from types import SimpleNamespace
 
-    from hub_ext import runtime
-    from hub_ext.api.warnings import warnings_for
+    from gpupool import runtime
+    from gpupool.api.warnings import warnings_for
 
     saved = runtime.api_settings
     runtime.api_settings = {"culler_state": {"pass_time": 0, "workspaces": {

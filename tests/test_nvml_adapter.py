@@ -11,8 +11,7 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
-
-from hub_ext import nvml as adapter
+from gpupool import nvml as adapter
 
 MIB = 1024 * 1024
 

@@ -6,12 +6,11 @@ import random
 
 import hypothesis.strategies as st
 import pytest
+from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
+from gpupool.pool.placement import POLICIES
+from gpupool.sim import fgd
+from gpupool.sim.traces import TracePod
 from hypothesis import given, settings
-
-from hub_ext.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
-from hub_ext.pool.placement import POLICIES
-from hub_ext.sim import fgd
-from hub_ext.sim.traces import TracePod
 
 MODELS = ["T4", "V100", "A10"]
 

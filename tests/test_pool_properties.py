@@ -6,18 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
-from hub_ext.manager import PoolManager, Workload
-from hub_ext.pool import (
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import (
     BuildLimits,
     BuildQuotaPolicy,
     PoolError,
     get_policy,
     virtual_inventory,
 )
-from hub_ext.store import Store
+from gpupool.store import Store
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 USERS = ["ann", "ben", "cat", "dan"]
 GROUPS = {"ann": ["students"], "ben": ["students"], "cat": ["research"], "dan": []}

@@ -22,7 +22,7 @@ PODS = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,crea
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hub_ext.cli", "simulate", *args],
+    return subprocess.run([sys.executable, "-m", "gpupool.cli", "simulate", *args],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
 
 

@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from hub_ext.pool import GPU, Holding, InvalidRequest
-from spawner.form import parse_form, render_form, requested_milli
-from spawner.gpu_env import STARTUP_DIR, gpu_env
+from gpupool.gpu.env import STARTUP_DIR, gpu_env
+from gpupool.pool import GPU, Holding, InvalidRequest
+from gpupool.spawner.form import parse_form, render_form, requested_milli
 
 H100 = GPU(index=3, uuid="GPU-4f1c", model="NVIDIA H100 80GB HBM3", memory_mib=81559)
 

@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.service import TrainingService
 from traitlets.config import Config
-
-from hub_ext.manager import PoolManager
-from hub_ext.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from hub_ext.store import Store
-from hub_ext.train.config import TrainPool
-from hub_ext.train.service import TrainingService
 
 
 def world_reachable(path: Path) -> bool:

@@ -9,17 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.service import TrainingService
 from traitlets.config import Config
-
-from hub_ext.manager import PoolManager
-from hub_ext.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from hub_ext.store import Store
-from hub_ext.train.config import TrainPool
-from hub_ext.train.service import TrainingService
 
 JOB = textwrap.dedent("""
     import time
-    from widgets.checkpoint import Checkpoint
+    from gpupool.widgets.checkpoint import Checkpoint
     ckpt = Checkpoint()
     state = ckpt.load(default={"step": 0, "total": 0})
     while state["step"] < 40:
@@ -111,7 +110,7 @@ def test_cancel_and_max_runtime_end_a_run_for_good(tmp_path: Path, how: str) -> 
 
 
 def test_build_workspaces_come_first_in_one_pool(tmp_path: Path) -> None:
-    from hub_ext.pool import NoCapacity
+    from gpupool.pool import NoCapacity
 
     svc = service(tmp_path, {"lab": {"guarantee": 0}, "own": {"guarantee": 1}}, grace=0.5)
     borrower = submit(svc, "ann", "lab").id
@@ -127,7 +126,7 @@ def test_build_workspaces_come_first_in_one_pool(tmp_path: Path) -> None:
 
 
 def test_in_quota_train_jobs_are_not_preempted_for_a_workspace(tmp_path: Path) -> None:
-    from hub_ext.pool import NoCapacity
+    from gpupool.pool import NoCapacity
 
     svc = service(tmp_path, {"own": {"guarantee": 1}})
     job = submit(svc, "ann", "own").id

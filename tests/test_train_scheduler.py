@@ -6,12 +6,11 @@ import random
 
 import hypothesis.strategies as st
 import pytest
+from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
+from gpupool.pool.inventory import GPU, Inventory, Node
+from gpupool.pool.training import Department, Job, Project, in_quota_split, schedule
 from hypothesis import given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
-from hub_ext.pool import ClusterState, Request, get_policy, virtual_inventory
-from hub_ext.pool.inventory import GPU, Inventory, Node
-from hub_ext.pool.training import Department, Job, Project, in_quota_split, schedule
 
 PROJECTS = {
     "a": Project("a", guarantee_milli=2000, weight=2.0),
@@ -210,7 +209,7 @@ def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> N
     policy = get_policy("best-fit")
     running = []
     for i, node in enumerate(("n0", "n1")):
-        from hub_ext.pool.request import Placement
+        from gpupool.pool.request import Placement
 
         placement = Placement(node, (0,), 1000)
         state.apply(placement)
@@ -233,7 +232,7 @@ def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> N
 
 
 def test_no_consolidation_of_jobs_within_their_min_runtime() -> None:
-    from hub_ext.pool.request import Placement
+    from gpupool.pool.request import Placement
 
     state = ClusterState(Inventory(nodes=tuple(
         Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2))))
@@ -265,10 +264,9 @@ def test_a_department_limit_caps_what_its_projects_borrow_together() -> None:
 
 
 def test_department_config_is_checked_against_its_projects() -> None:
+    from gpupool.train.config import TrainPool
     from traitlets import TraitError
     from traitlets.config import Config
-
-    from hub_ext.train.config import TrainPool
 
     c = Config()
     c.TrainPool.projects = {"vision": {"guarantee": 2, "department": "research"},

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from gpupool.widgets import Client, JobMonitor, PromoteToTraining
+from gpupool.widgets.jobs import job_row, validate_choices
+from gpupool.widgets.magics import train_args
 
 from tests.hubtools import Hub
-from widgets import Client, JobMonitor, PromoteToTraining
-from widgets.jobs import job_row, validate_choices
-from widgets.magics import train_args
 
 pytestmark = pytest.mark.hub
 CONFIG = """
@@ -59,7 +59,7 @@ def test_train_magic_arguments() -> None:
 
 
 def test_output_link_opens_the_notebook_in_this_lab() -> None:
-    from widgets.jobs import output_link
+    from gpupool.widgets.jobs import output_link
 
     env = {"HOME": "/home/ann", "JUPYTERHUB_SERVICE_PREFIX": "/user/ann/"}
     link = output_link("/home/ann/gpupool-jobs/sq-1/output.ipynb", env)

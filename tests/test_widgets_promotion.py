@@ -8,14 +8,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from widgets.snapshot import SnapshotError, check_name, from_code, from_notebook, with_parameters
+from gpupool.snapshot import SnapshotError, check_name, from_code, from_notebook, with_parameters
 
 
 def execute(tmp_path: Path, nb) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode]:
     src, out = tmp_path / "input.ipynb", tmp_path / "output.ipynb"
     nbformat.write(nb, str(src))
-    result = subprocess.run([sys.executable, "-m", "widgets.execute", str(src), str(out)],
+    result = subprocess.run([sys.executable, "-m", "gpupool.widgets.execute", str(src), str(out)],
                             capture_output=True, text=True, timeout=120)
     return result, nbformat.read(str(out), as_version=4)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from gpupool.widgets import Client, GPUPoolError, WorkspaceStatus
+from gpupool.widgets.status import status_rows
 
 from tests.hubtools import Hub
-from widgets import Client, GPUPoolError, WorkspaceStatus
-from widgets.status import status_rows
 
 pytestmark = pytest.mark.hub
 
@@ -41,7 +41,7 @@ def test_client_outside_a_workspace_says_so(monkeypatch) -> None:
 
 
 def test_culler_findings_become_rows_with_the_warning() -> None:
-    from widgets.status import culler_rows
+    from gpupool.widgets.status import culler_rows
 
     finding = {"owner": "ann", "name": "", "action": "warn", "reason": "idle-gpu", "cull_at": 1000 + 600,
                "message": "will stop in 10 min because its GPU has been idle: save your work",

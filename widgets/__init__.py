@@ -1,4 +1,4 @@
-"""Notebook widgets for gpupool: `%load_ext widgets`, then `%gpupool` shows this workspace's GPU
+"""Notebook widgets for gpupool: `%load_ext gpupool`, then `%gpupool` shows this workspace's GPU
 share and `%%train --project P --gpus 1` sends a cell to the training pool."""
 
 from .client import Client, GPUPoolError

@@ -1,6 +1,6 @@
 """Checkpoints for train jobs: load on start, save on preemption (SIGTERM) — and resume.
 
-    from widgets.checkpoint import Checkpoint
+    from gpupool.widgets.checkpoint import Checkpoint
     ckpt = Checkpoint()                    # files go to $GPUPOOL_CHECKPOINT_DIR
     state = ckpt.load(default={"step": 0})
     while state["step"] < 1000:

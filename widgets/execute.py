@@ -1,6 +1,6 @@
 """Run a snapshot notebook headless with nbclient; this is a train job's command.
 
-    python -m widgets.execute INPUT.ipynb OUTPUT.ipynb [--timeout S]
+    python -m gpupool.widgets.execute INPUT.ipynb OUTPUT.ipynb [--timeout S]
 
 Progress goes to stdout (the job's log), one line per cell. The executed notebook is
 written even when a cell fails, so the error can be read where it happened; the exit
@@ -50,7 +50,7 @@ def run(input_path: Path, output_path: Path, timeout: int | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m widgets.execute", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpupool.widgets.execute", description=__doc__)
     parser.add_argument("input", type=Path)
     parser.add_argument("output", type=Path)
     parser.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")

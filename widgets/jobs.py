@@ -147,8 +147,7 @@ class PromoteToTraining(w.VBox):
     def current_notebook(cls, cells: list[int] | None = None, **kwargs: Any) -> PromoteToTraining:
         """Promote the notebook this kernel runs (as last saved), or some of its code cells."""
         import nbformat
-
-        from .snapshot import from_notebook
+        from gpupool.snapshot import from_notebook
 
         path = os.environ.get("JPY_SESSION_NAME", "")
         if not path.endswith(".ipynb"):

@@ -1,5 +1,5 @@
 """Culling on interactive sessions from Adobe's notebook service, through the culler's own
-policy code (idle_culler.policy), against reserving for life and the stock culler.
+policy code (gpupool.idle_culler.policy), against reserving for life and the stock culler.
 
     python -m benchmarks.culling [--sessions 2000] [--seed 1]
 
@@ -14,8 +14,9 @@ import statistics
 import sys
 import time
 
+from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
+
 from benchmarks.culling.sessions import Session, make_sessions
-from idle_culler.policy import IdleTracker, Limits, Workspace, decide
 
 STEP = 60.0  # the simulated culler runs once a minute
 EPOCH = 1_780_272_000.0  # a midnight (UTC): sessions open at their time of day after it

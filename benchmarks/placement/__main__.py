@@ -13,10 +13,11 @@ import csv
 import statistics
 import sys
 
+from gpupool.sim import fgd
+from gpupool.sim.traces import read_nodes, read_pods
+
 from benchmarks.data import shared_data
 from benchmarks.placement.scale import scale_table
-from hub_ext.sim import fgd
-from hub_ext.sim.traces import read_nodes, read_pods
 
 VARIANTS = ["default", "gpushare40", "multigpu20", "cpu050", "gpuspec10"]
 OURS = {"frag-aware": "gpupool frag-aware (default)", "fgd": "gpupool fgd (FGD as published, learned online)",

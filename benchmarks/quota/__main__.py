@@ -7,7 +7,7 @@ The workload (benchmarks/quota/workload.py): Philly's virtual clusters as projec
 demand of about twice a project's guarantee while it is busy, Philly run times; submitted
 either as an open Poisson stream or by researchers who wait for each result before the next
 experiment (closed loop). Both policies are the same pure scheduler
-(hub_ext.pool.training.schedule), a pass every 5 minutes:
+(gpupool.pool.training.schedule), a pass every 5 minutes:
   (a) static partition: each project may use its guarantee and never more;
   (b) gpupool: guaranteed quotas, idle GPUs lent by weight, over-quota jobs preempted (60 s
       grace) when a project needs its guarantee back, resuming from their last checkpoint

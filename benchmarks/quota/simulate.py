@@ -1,5 +1,5 @@
 """One policy over a workload, through the same pure scheduler the hub runs
-(hub_ext.pool.training.schedule): a scheduling pass every CYCLE, and one when a preempted
+(gpupool.pool.training.schedule): a scheduling pass every CYCLE, and one when a preempted
 job's grace period ends (the embedded service ticks every few seconds, so freed GPUs are
 handed over at once)."""
 
@@ -10,8 +10,8 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-from hub_ext.pool import ClusterState, Request, get_policy
-from hub_ext.pool.training import Job, Project, schedule
+from gpupool.pool import ClusterState, Request, get_policy
+from gpupool.pool.training import Job, Project, schedule
 
 from .workload import SimJob, Workload
 

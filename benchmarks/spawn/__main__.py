@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.hubtools import Hub
 
-OURS = "spawner.GPUSimpleLocalProcessSpawner"
+OURS = "gpupool.spawner.GPUSimpleLocalProcessSpawner"
 BASELINE = "jupyterhub.spawner.SimpleLocalProcessSpawner"
 
 

@@ -120,7 +120,7 @@ class JobsHandler(JobsBase):
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
             return {"job.py": value.encode()}, [sys.executable, "job.py"]
-        from widgets.snapshot import SnapshotError, from_code, with_parameters
+        from gpupool.snapshot import SnapshotError, from_code, with_parameters
 
         try:
             if kind == "code":
@@ -135,7 +135,7 @@ class JobsHandler(JobsBase):
         import nbformat
 
         return ({"input.ipynb": nbformat.writes(nb).encode()},
-                [sys.executable, "-m", "widgets.execute", "input.ipynb", "output.ipynb"])
+                [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
 
 
 class JobHandler(JobsBase):

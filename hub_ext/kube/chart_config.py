@@ -2,7 +2,7 @@
 hub) to the hub's traitlets config, so projects and quotas are written once, in the chart's
 values. In z2jh's hub.extraConfig::
 
-    from hub_ext.kube.chart_config import apply_chart_config
+    from gpupool.kube.chart_config import apply_chart_config
     apply_chart_config(c, "/etc/gpupool/gpupool.json")
 """
 

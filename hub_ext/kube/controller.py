@@ -14,10 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpupool.gpu.sharing import SharingBackend
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-
-from spawner.sharing import SharingBackend
 
 from .job_spec import TrainJobSpec
 from .objects import JOB_ID, SELECTOR, JobOptions, checkpoint_claim, code_config_map, name_of, train_job

@@ -47,7 +47,7 @@ class TrainJobSpec:
     @classmethod
     def from_train_job(cls, row: Any, image: str, env: dict[str, str] | None = None,
                        files: tuple[str, ...] = ()) -> TrainJobSpec:
-        """From the training pool's job row (hub_ext.store.TrainJob)."""
+        """From the training pool's job row (gpupool.store.TrainJob)."""
         return cls(id=row.id, owner=row.owner, project=row.project, num_gpu=row.num_gpu, gpu_milli=row.gpu_milli,
                    command=list(row.command), image=image, env=dict(env or {}),
                    max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from spawner.sharing import SharingBackend, WholeGPUs
+from gpupool.gpu.sharing import SharingBackend, WholeGPUs
 
 from .job_spec import TrainJobSpec
 

@@ -1,6 +1,6 @@
 """Train jobs as local processes pinned to their GPUs.
 
-Each run: `python -m hub_ext.runners.wrap` around the command, in the job's folder, with a
+Each run: `python -m gpupool.runners.wrap` around the command, in the job's folder, with a
 log file and GPUPOOL_CHECKPOINT_DIR that survives preemption. Preemption is SIGTERM, a grace
 period, then SIGKILL; resuming starts the same command with the same checkpoint folder.
 """
@@ -71,7 +71,7 @@ class LocalRunner:
             log.write(f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             log.flush()
             proc = subprocess.Popen(
-                [self.python, "-m", "hub_ext.runners.wrap", str(p["exit"]), "--", *command],
+                [self.python, "-m", "gpupool.runners.wrap", str(p["exit"]), "--", *command],
                 cwd=p["root"], env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 **as_user,
             )

@@ -38,7 +38,7 @@ def _in_pod(command: list[str], checkpoint_dir: str) -> list[str]:
     """The hub's command for a job, as the job's container runs it: its own `python`, and a
     notebook's executed copy kept beside the checkpoints (the working folder is not kept)."""
     command = ["python" if i == 0 and arg == sys.executable else arg for i, arg in enumerate(command)]
-    if command[1:3] == ["-m", "widgets.execute"] and command[-1] == "output.ipynb":
+    if command[1:3] == ["-m", "gpupool.widgets.execute"] and command[-1] == "output.ipynb":
         command[-1] = f"{checkpoint_dir}/output.ipynb"
     return command
 

@@ -1,4 +1,4 @@
-"""python -m idle_culler.node_agent --port 9400 --interval 10 [--proc /proc]"""
+"""python -m gpupool.idle_culler.node_agent --port 9400 --interval 10 [--proc /proc]"""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import os
 import threading
 from pathlib import Path
 
-from hub_ext.nvml import NVML
+from gpupool.nvml import NVML
 
 from .server import Agent, serve
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m idle_culler.node_agent",
+    ap = argparse.ArgumentParser(prog="python -m gpupool.idle_culler.node_agent",
                                  description="Per-pod GPU use from NVML, served at /pods and /metrics.")
     ap.add_argument("--port", type=int, default=9400)
     ap.add_argument("--host", default="0.0.0.0")

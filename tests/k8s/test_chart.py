@@ -11,11 +11,11 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from gpupool.config import GPUPool
+from gpupool.kube.chart_config import apply_chart_config, job_options
+from gpupool.train.config import TrainPool
 from traitlets.config import Config
 
-from hub_ext.config import GPUPool
-from hub_ext.kube.chart_config import apply_chart_config, job_options
-from hub_ext.train.config import TrainPool
 from tests.k8s.conftest import REPO
 
 CHART = REPO / "helm" / "gpupool"
@@ -109,7 +109,7 @@ def test_z2jh_overlay_fits_the_upstream_chart_schema(schemas: Path) -> None:
     jsonschema.validate(merged(defaults, overlay), schema)
     with pytest.raises(jsonschema.ValidationError):  # the schema does catch a wrong key
         jsonschema.validate(merged(defaults, {"hub": {"extraConfigs": {}}}), schema)
-    assert "spawner.kube.GPUKubeSpawner" in overlay["hub"]["extraConfig"]["gpupool"]
+    assert "gpupool-kubernetes" in overlay["hub"]["extraConfig"]["gpupool"]
 
 
 def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp_path: Path) -> None:

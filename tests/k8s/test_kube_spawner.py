@@ -8,12 +8,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from gpupool import runtime
+from gpupool.spawner.kube import GPUKubeSpawner
 from kubernetes_asyncio.config import kube_config
 from tornado import web
 from traitlets.config import Config
 
-from hub_ext import runtime
-from spawner.kube import GPUKubeSpawner
 from tests.k8s.conftest import until
 from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 

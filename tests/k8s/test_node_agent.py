@@ -1,5 +1,5 @@
 """The node agent maps GPU processes to pods through /proc/<pid>/cgroup and serves them; NVML is
-faked at the adapter boundary (hub_ext.nvml), /proc is a temp tree."""
+faked at the adapter boundary (gpupool.nvml), /proc is a temp tree."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from hub_ext.nvml import DeviceSample, NVMLUnavailable, ProcessSample
-from idle_culler.node_agent.cgroups import pod_uid
-from idle_culler.node_agent.server import Agent, serve
-from idle_culler.sampler import NodeAgentSampler, Target
+from gpupool.idle_culler.node_agent.cgroups import pod_uid
+from gpupool.idle_culler.node_agent.server import Agent, serve
+from gpupool.idle_culler.sampler import NodeAgentSampler, Target
+from gpupool.nvml import DeviceSample, NVMLUnavailable, ProcessSample
 
 UID = "0f3c2a1b-1111-4c2d-9e8f-0123456789ab"
 UID2 = "7d9e1c2b-2222-4a3b-8c7d-fedcba987654"
@@ -50,7 +49,7 @@ def test_processes_outside_pods_are_not_attributed(text: str) -> None:
 
 
 class FakeNVML:
-    """hub_ext.nvml.NVML's surface, with samples a test sets."""
+    """gpupool.nvml.NVML's surface, with samples a test sets."""
 
     def __init__(self) -> None:
         self.processes = [ProcessSample(11, "GPU-a", 40, 1000), ProcessSample(12, "GPU-a", 70, 500),

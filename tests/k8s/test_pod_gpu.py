@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
-
-from hub_ext.pool import BuildLimits, InvalidRequest
-from spawner.kube_objects import filter_profiles, find_profile, profile_milli
-from spawner.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.pool import BuildLimits, InvalidRequest
+from gpupool.spawner.kube_objects import filter_profiles, find_profile, profile_milli
 
 K8S = kubernetes_validate.latest_version()
 MEM = 81920  # one device's MiB

@@ -8,15 +8,15 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import pytest
+from gpupool.gpu.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
+from gpupool.kube import TrainJobSpec
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.kueue import kueue_objects
+from gpupool.kube.objects import JobOptions, checkpoint_claim, name_of, train_job
+from gpupool.kube.status import PodView, job_status
+from gpupool.pool import InvalidRequest
+from gpupool.pool.training import Project
 
-from hub_ext.kube import TrainJobSpec
-from hub_ext.kube.controller import KubeJobController
-from hub_ext.kube.kueue import kueue_objects
-from hub_ext.kube.objects import JobOptions, checkpoint_claim, name_of, train_job
-from hub_ext.kube.status import PodView, job_status
-from hub_ext.pool import InvalidRequest
-from hub_ext.pool.training import Project
-from spawner.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
 from tests.k8s.conftest import until
 from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 from tests.k8s.test_chart import crd_schema

@@ -8,16 +8,16 @@ import base64
 from pathlib import Path
 
 import pytest
+from gpupool.gpu.sharing import KAISharing
+from gpupool.kube.objects import code_name, name_of
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.kube_service import KubeTrainingService
 from kubernetes_asyncio import client
 from traitlets.config import Config
 
-from hub_ext.kube.objects import code_name, name_of
-from hub_ext.manager import PoolManager
-from hub_ext.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from hub_ext.store import Store
-from hub_ext.train.config import TrainPool
-from hub_ext.train.kube_service import KubeTrainingService
-from spawner.sharing import KAISharing
 from tests.k8s.conftest import until
 from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 
@@ -98,10 +98,10 @@ async def test_notebook_output_is_kept_beside_the_checkpoints(service: KubeTrain
     import sys
 
     row = await service.submit("ann", "vision", "nb", 1, 1000,
-                               [sys.executable, "-m", "widgets.execute", "input.ipynb", "output.ipynb"],
+                               [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"],
                                files={"input.ipynb": b"{}"})
     command = cluster.job(NS, name_of(row.id))["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command == ["python", "-m", "widgets.execute", "input.ipynb", "/checkpoint/output.ipynb"]
+    assert command == ["python", "-m", "gpupool.widgets.execute", "input.ipynb", "/checkpoint/output.ipynb"]
 
 
 async def test_cancel_deletes_the_job_its_pods_and_its_code(service: KubeTrainingService, cluster: Cluster,

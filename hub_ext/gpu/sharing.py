@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import ClassVar
 
-from hub_ext.pool import MILLI_PER_GPU, InvalidRequest
+from gpupool.pool import MILLI_PER_GPU, InvalidRequest
 
 KAI_SCHEDULER = "kai-scheduler"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"

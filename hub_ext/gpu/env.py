@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from decimal import Decimal
 
-from hub_ext.pool import GPU, MILLI_PER_GPU
-from hub_ext.pool.units import share_of
+from gpupool.pool import GPU, MILLI_PER_GPU
+from gpupool.pool.units import share_of
 
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
