@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import os
 import secrets
@@ -107,7 +108,9 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    loop.create_task(_serve(c, token, ip, port))
+    from . import tasks
+
+    tasks.start(_serve(c, token, ip, port), "the gpupool API and its start-up reconcile", loop)
 
 
 async def _serve(c: Config, token: str, ip: str, port: int) -> None:
@@ -138,11 +141,10 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip)
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
-    # the hub waits for this service to answer before it finishes starting, so we listen
-    # first and reconcile once its own start-up check of running servers is done
-    started = getattr(hub, "_start_future", None)  # private in JupyterHub, so guarded
-    if started is not None:
-        await started
+    # The hub waits for this service to answer before it finishes starting, so we listen first.
+    # The hub binds its own REST API only after initialize() has checked every server it had
+    # running, so once that API answers, the spawners say truthfully what is running.
+    await _hub_answers(hub_api)
     def is_running(row: Any) -> bool:
         if _is_active(hub, row):
             return True
@@ -172,9 +174,9 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
         training = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
         # the API answers at once; the watches catch up (and settle rows) in the background
-        task = asyncio.create_task(training.start())
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                               or log.error("following train Jobs on Kubernetes failed: %s", t.exception()))
+        from . import tasks
+
+        tasks.start(training.start(), "following train Jobs on Kubernetes")
     else:
         from .train.service import TrainingService
 
@@ -191,6 +193,21 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(tick, cfg.tick_s * 1000).start()
     return training
+
+
+async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
+    """Wait until the hub's REST API answers (its root needs no token)."""
+    from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+    client = AsyncHTTPClient()
+    for attempt in itertools.count(1):
+        try:
+            await client.fetch(f"{hub_api}/", request_timeout=5)
+            return
+        except (HTTPClientError, OSError) as err:
+            if attempt % int(60 / every_s) == 0:  # once a minute
+                log.warning("still waiting for the hub's API at %s to reconcile allocations: %s", hub_api, err)
+        await asyncio.sleep(every_s)
 
 
 async def _kube_api_client() -> Any:

@@ -129,16 +129,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             p.setdefault("slug", slugify(p.get("display_name", "")))
         return out
 
-    @default("options_form")
-    def _gpu_options_form(self) -> Any:
-        if self.profile_list:
-            return KubeSpawner._options_form_default(self)
-        return self.render_gpu_form
-
-    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        if self.profile_list:
-            return KubeSpawner._options_from_form(self, formdata)
-        return super().options_from_form(formdata)
+    def uses_gpu_form(self) -> bool:
+        # with a profile list, kubespawner's own form and parser (its trait defaults) apply
+        return not self.profile_list
 
     def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
         if self.profile_list:

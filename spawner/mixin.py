@@ -42,16 +42,31 @@ class GPUSpawnerMixin(HasTraits):
         return Workload("build", self.user.name, self.name)
 
     @property
+    def server_label(self) -> str:
+        """user/server, for the log."""
+        return f"{self.user.name}/{self.name}" if self.name else self.user.name
+
+    @property
     def user_groups(self) -> list[str]:
         return sorted(g.name for g in self.user.groups)
 
     # --- the spawn form ------------------------------------------------------
-    @default("options_form")
-    def _options_form_default(self) -> Any:
-        return self.render_gpu_form
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The GPU form, unless the admin configured a form of their own (or, on Kubernetes, a
+        # profile list brings kubespawner's). Set as values, not trait defaults, so that the
+        # parent class's defaults stay reachable without naming its private methods.
+        if self.uses_gpu_form():
+            if not self.trait_has_value("options_form"):
+                self.options_form = self.render_gpu_form
+            if not self.trait_has_value("options_from_form"):
+                self.options_from_form = self.gpu_options_from_form
+
+    def uses_gpu_form(self) -> bool:
+        return True
 
     @default("apply_user_options")
-    def _apply_user_options_default(self) -> Any:
+    def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
 
     def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
@@ -70,7 +85,7 @@ class GPUSpawnerMixin(HasTraits):
         offered = pool.quotas.offered_sizes(self.user_groups, held)
         return render_form(offered, held, limits.quota_milli, virtual)
 
-    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
+    def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
             options = parse_form(formdata)
             milli = requested_milli(options)
@@ -101,7 +116,7 @@ class GPUSpawnerMixin(HasTraits):
 
     def refused(self, err: PoolError) -> web.HTTPError:
         self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
-        self.log.warning("refused %s: %s", self._log_name, err)
+        self.log.warning("refused %s: %s", self.server_label, err)
         return http_error(err)
 
     async def reserve_share(self) -> Allocation | None:
@@ -135,7 +150,7 @@ class GPUSpawnerMixin(HasTraits):
 
     async def poll(self) -> int | None:
         status = await super().poll()
-        if status is not None and not self._spawn_pending:
+        if status is not None and self.pending != "spawn":
             self.release_gpus(f"server ended (status {status})")
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running
@@ -160,5 +175,5 @@ class GPUSpawnerMixin(HasTraits):
 
     def release_gpus(self, reason: str) -> None:
         if self.pool.release(self.workload, reason=reason):
-            self.log.info("released GPU share of %s (%s)", self._log_name, reason)
+            self.log.info("released GPU share of %s (%s)", self.server_label, reason)
         self.gpupool_allocation = None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
-from tornado import web
+from tornado import httputil, web
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,12 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # Identify the caller without blocking: this API lives in the hub process, and
         # the mixin's synchronous lookup would wait on the very loop that must answer it.
+        # Tornado lets prepare() set current_user, so the mixin's own lookup never runs.
         model = await self.hub_auth.get_user(self, sync=False)
         try:
-            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+            self.current_user = self.check_hub_user(model) if model else None
         except UserNotAllowed:
-            self._hub_auth_user_cache = None
+            self.current_user = None
 
     @property
     def pool(self):
@@ -122,6 +123,6 @@ class APIHandler(BaseHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = getattr(exc, "log_message", None) or self._reason
+        message = getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error")
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"status": status_code, "message": message}))

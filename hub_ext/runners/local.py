@@ -1,6 +1,6 @@
 """Train jobs as local processes pinned to their GPUs.
 
-Each run: `python -m gpupool.runners.wrap` around the command, in the job's folder, with a
+Each run: `python …/gpupool/runners/wrap.py` around the command, in the job's folder, with a
 log file and GPUPOOL_CHECKPOINT_DIR that survives preemption. Preemption is SIGTERM, a grace
 period, then SIGKILL; resuming starts the same command with the same checkpoint folder.
 """
@@ -14,6 +14,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+# run by path, not `-m gpupool.…`: it is stdlib-only, so any interpreter the job uses (the system
+# one, for a job that runs as its owner's account) can run it without gpupool installed
+WRAPPER = str(Path(__file__).with_name("wrap.py"))
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class LocalRunner:
             log.write(f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             log.flush()
             proc = subprocess.Popen(
-                [self.python, "-m", "gpupool.runners.wrap", str(p["exit"]), "--", *command],
+                [self.python, WRAPPER, str(p["exit"]), "--", *command],
                 cwd=p["root"], env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 **as_user,
             )

@@ -1,7 +1,7 @@
 """Runs a train job's command and records its exit code, so that a restarted hub knows how a
 job ended even though it was not the parent.
 
-    python -m gpupool.runners.wrap EXIT_FILE -- COMMAND...
+    python …/gpupool/runners/wrap.py EXIT_FILE -- COMMAND...   (by path: it needs only the stdlib)
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from gpupool import runtime
+from gpupool.spawner.form import requested_milli
 from gpupool.spawner.kube import GPUKubeSpawner
 from kubernetes_asyncio.config import kube_config
 from tornado import web
@@ -142,6 +143,19 @@ async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(make_sp
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.5"
     assert pod["spec"]["containers"][0]["image"] == "registry.example.org/staff:1"
     await staff.stop()
+
+
+async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(make_spawner) -> None:
+    gpu = make_spawner()
+    assert "0.25" in await gpu.get_options_form()
+    assert requested_milli(gpu.run_options_from_form({"gpus": ["500"]})) == 500
+
+    with_profiles = make_spawner(profile_list=PROFILES)
+    assert "Quarter GPU" in await with_profiles.get_options_form()
+    assert with_profiles.run_options_from_form({"profile": ["quarter"]}) == {"profile": "quarter"}
+
+    admins = make_spawner(options_form="<p>our own form</p>")
+    assert await admins.get_options_form() == "<p>our own form</p>"
 
 
 async def test_a_profile_that_asks_for_more_than_it_says_is_refused(make_spawner, apiserver: FakeAPIServer) -> None:
