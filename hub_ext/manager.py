@@ -126,7 +126,9 @@ class PoolManager:
                 f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
                 " choose a smaller fraction or try again when others stop"
             )
-        return self.reserve_at(w, placement, groups)
+        row = self.reserve_at(w, placement, groups)
+        self.policy.learn(req)  # a real placement: the only thing the policy learns from
+        return row
 
     def reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str] = ()) -> Allocation:
         """Hold exactly this placement (the training scheduler chose it); persisted at once."""

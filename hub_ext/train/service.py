@@ -146,6 +146,8 @@ class TrainingService(JobBook):
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
         row = self.job(job_id)
         self.pool.reserve_at(Workload("train", row.owner, row.id), placement)
+        if row.runs == 0:  # an admission the placement policy learns from; a resume is the same job
+            self.policy.learn(Request(row.num_gpu, row.gpu_milli))
         node = self.pool.inventory.node(placement.node)
         gpus = [node.gpus[i] for i in placement.gpus]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
