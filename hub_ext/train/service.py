@@ -11,8 +11,9 @@ import time
 
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
+from ..pool.actions import reclaimable
 from ..pool.request import Placement
-from ..pool.training import Job, schedule
+from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, give_to
 from ..store import TrainJob
 from .book import JobBook
@@ -164,8 +165,6 @@ class TrainingService(JobBook):
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
         `request` fits; False when even that would not make room. Build workspaces are never
         preempted; in-quota train jobs neither."""
-        from ..pool.training import in_quota_split
-
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
@@ -180,11 +179,8 @@ class TrainingService(JobBook):
         if self.policy.choose(trial, request, self.rng) is not None:
             self.build_holds[(w.owner, w.name)] = hold
             return True  # GPUs already on their way back
-        candidates = sorted((j for j in running if j.id in over and j.placement is not None
-                             and now - (j.started or now) >= j.min_runtime_s),
-                            key=lambda j: (self.projects[j.project].priority, j.priority, -(j.started or 0)))
         chosen = []
-        for job in candidates:
+        for job in reclaimable(running, over, self.projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
             chosen.append(job)
             if self.policy.choose(trial, request, self.rng) is not None:

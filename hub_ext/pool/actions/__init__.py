@@ -1,0 +1,20 @@
+"""Train scheduling as named actions, like KAI-Scheduler's `pkg/scheduler/actions`.
+
+One cycle (`gpupool.pool.training.schedule`) runs them in this order on one `Cycle`:
+
+- allocate: the queue in order, each job onto free capacity;
+- reclaim: for an in-quota job that does not fit, other projects' over-quota jobs are
+  preempted (called by allocate at that job's turn, so the queue order decides who is served);
+- consolidate: in-quota jobs still blocked get room by preempting and moving jobs on one node.
+
+Each action is pure: it changes only the cycle's working copy of the pool and its plan.
+`victims` holds the one order in which over-quota jobs are stopped.
+"""
+
+from .allocate import allocate
+from .consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
+from .cycle import Cycle
+from .reclaim import reclaim
+from .victims import reclaimable, victim_key
+
+__all__ = ["CONSOLIDATIONS_PER_CYCLE", "Cycle", "allocate", "consolidate", "reclaim", "reclaimable", "victim_key"]

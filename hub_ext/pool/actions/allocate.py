@@ -1,0 +1,56 @@
+"""allocate: walk the queue in order and admit every job that fits on free capacity.
+
+An in-quota job that does not fit is handed to `make_room` (reclaim); a borrower that does not
+fit waits. The queue is re-ranked after each admission because borrowing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..jobs import Admit, Job
+from ..request import Placement
+from ..state import ClusterState
+from .cycle import Cycle
+
+
+def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool]) -> None:
+    queue = sorted(pending, key=cycle.rank)
+    while queue:
+        job = queue.pop(0)
+        if not cycle.within_limits(job):
+            continue  # over its project's or department's limit: waits
+        in_quota = cycle.in_quota(job)
+        if not in_quota and job.project in cycle.owed:
+            # no borrowing while its own guarantee is being reclaimed: the borrowed job would
+            # count first next cycle and push the waiting job over the guarantee, and the
+            # GPUs freed for it would go to someone else (preemption churn)
+            continue
+        placement = pinned(cycle.work, job) or cycle.policy.choose(cycle.work, job.request, cycle.rng)
+        if placement is None:
+            if in_quota:
+                cycle.owed.add(job.project)
+                if not make_room(job):
+                    cycle.blocked.append(job)
+            continue  # a borrower waits; consolidation is for guarantees
+        admit(cycle, job, placement)
+        queue.sort(key=cycle.rank)  # borrowing changed: re-rank the borrowers
+
+
+def admit(cycle: Cycle, job: Job, placement: Placement) -> None:
+    cycle.work.apply(placement)
+    cycle.plan.admit.append(Admit(job.id, placement))
+    cycle.count(job)
+
+
+def pinned(work: ClusterState, job: Job) -> Placement | None:
+    """A pending job's planned placement (from a consolidation), if it is free now."""
+    p = job.placement
+    if p is None:
+        return None
+    i = work.inventory.index_of(p.node)
+    free = work.gpu_free[i]
+    if all(0 <= g < len(free) and free[g] >= p.gpu_milli for g in p.gpus) \
+            and work.cpu_free[i] >= p.cpu_milli and work.mem_free[i] >= p.memory_mib:
+        return p
+    return None
