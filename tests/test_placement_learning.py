@@ -94,6 +94,10 @@ def test_the_learner_stays_bounded_whatever_users_ask_for() -> None:
     assert len(t.counts) <= 64 and len(t.memory) == len(t.counts)
     assert all(0 < w < 1e7 for w in t.counts.values())
     assert t.shapes()  # still a usable target
+    policy, state = FragAware(), ClusterState(nodes(4))
+    for cpu in range(600):  # a scheduler trying many request shapes: the score caches stay bounded
+        policy.choose(state, Request.for_gpus(500, cpu_milli=cpu), rng)
+    assert len(policy._caches) <= FragAware.MAX_CACHED_SHAPES
 
 
 def test_after_a_workload_shift_the_policy_follows_the_new_workload() -> None:
@@ -101,7 +105,7 @@ def test_after_a_workload_shift_the_policy_follows_the_new_workload() -> None:
     policy soon decides like one that only ever saw the notebooks; without it, it does not."""
     old = [Request.for_gpus(1000, cpu_milli=8000)] * 3000
     new = [Request.for_gpus(300, cpu_milli=2000)] * 1200
-    forgetting, remembering, fresh = FragAware(half_life=200), FragAware(), FragAware()
+    forgetting, remembering, fresh = FragAware(half_life=200), FragAware(half_life=None), FragAware()
     for req in old:
         forgetting.learn(req)
         remembering.learn(req)

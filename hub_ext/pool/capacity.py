@@ -298,9 +298,14 @@ class FragAware:
     """
 
     name = "frag-aware"
+    # A request counts half after this many further requests: on a busy hub (hundreds of
+    # spawns a day) about two weeks, so a new term's workload takes over within weeks;
+    # on the openb protocol (10-20k requests) it costs nothing measurable.
+    HALF_LIFE = 5000
+    MAX_CACHED_SHAPES = 256  # request shapes with cached scores; beyond, the caches start over
 
     def __init__(
-        self, coverage: float = 0.95, half_life: float | None = None, refresh_every: int = 1024,
+        self, coverage: float = 0.95, half_life: float | None = HALF_LIFE, refresh_every: int = 1024,
         max_shapes: int = 1024,
     ) -> None:
         self.target = OnlineTarget(coverage=coverage, half_life=half_life, max_shapes=max_shapes)
@@ -349,6 +354,8 @@ class FragAware:
         key = (req.cpu_milli, req.num_gpu, req.gpu_milli if req.num_gpu else 0)
         cache = self._caches.get(key)
         if cache is None:
+            if len(self._caches) >= self.MAX_CACHED_SHAPES:
+                self._caches = {}  # bounded memory whatever shapes the hub is asked for
             cache = self._caches[key] = _ShapeCache(len(state.inventory.nodes))
         ver = state.version[idx]
         stale = idx[cache.version[idx] != ver]
