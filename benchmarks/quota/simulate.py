@@ -33,9 +33,11 @@ class Result:
     moves: int = 0
 
 
-def simulate(w: Workload, static: bool) -> Result:
+def simulate(w: Workload, static: bool, reserve_after_s: float | None = None) -> Result:
     """(static) each project may use its guarantee and never more; (not static) guaranteed
-    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed."""
+    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed.
+    `reserve_after_s`: reserve a node for an in-quota gang job after that wait (None: never).
+    Runs declare no max runtime (as most users): only borrowers backfill a reservation."""
     projects = w.projects
     if static:
         projects = {n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
@@ -95,7 +97,10 @@ def simulate(w: Workload, static: bool) -> Result:
                        placement=j.placement)
         plan = schedule(state, projects, [as_job(j) for j in pending.values()],
                         [as_job(j) for j in running.values()], now, policy, rng,
-                        stopping=[as_job(j) for _, _, j in stopping])
+                        stopping=[as_job(j) for _, _, j in stopping], reserve_after_s=reserve_after_s)
+        for r in plan.reserve:  # pinned to its reserved spot, as the hub does
+            pins[r.job] = r.placement
+            pending[r.job].placement = r.placement
         stops = [(p.job, p.for_job) for p in plan.preempt]
         for m in plan.move:
             stops.append((m.job, m.for_job))

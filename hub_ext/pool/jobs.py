@@ -48,6 +48,7 @@ class Job:
     min_runtime_s: float = 0.0
     started: float | None = None  # when the current run started (running jobs)
     placement: Placement | None = None  # running jobs; for a pending job, its planned spot
+    max_runtime_s: float = 0.0  # declared bound of a run (0: none); lets it backfill a reservation
 
     @property
     def milli(self) -> int:
@@ -78,11 +79,22 @@ class Move:
     target: Placement  # where for_job goes once the moved jobs have stopped
 
 
+@dataclass(frozen=True)
+class Reserve:
+    """`job` (a big gang job that waited too long) has `placement` reserved: the caller pins it
+    there. `start_by` is when its GPUs should all be free (inf: not known)."""
+
+    job: str
+    placement: Placement
+    start_by: float
+
+
 @dataclass
 class Plan:
     admit: list[Admit] = field(default_factory=list)
     preempt: list[Preempt] = field(default_factory=list)
     move: list[Move] = field(default_factory=list)
+    reserve: list[Reserve] = field(default_factory=list)
 
 
 def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:

@@ -44,6 +44,14 @@ class TrainPool(Configurable):
             c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 5}}
         """,
     )
+    reserve_after_s = Float(1800.0, config=True, help="""Seconds an in-quota job of several GPUs
+        waits before a node is reserved for it, so that a stream of small jobs cannot starve it:
+        the reserved node's free GPUs are held for it, backfilled only by jobs whose declared
+        max runtime ends before it could start, or by other projects' borrowers (reclaimable).
+        A negative value turns reservations off. Example::
+
+            c.TrainPool.reserve_after_s = 600
+        """)
     grace_s = Float(60.0, config=True, help="""Seconds between SIGTERM and SIGKILL when a job is
         preempted or cancelled: time to write a checkpoint. Example::
 

@@ -79,6 +79,10 @@ class TrainingService(JobBook):
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
             self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
+        for r in plan.reserve:
+            if self.pins.get(r.job) != r.placement:
+                self._reserved(r, now)
+            self.pins[r.job] = r.placement
         for a in plan.admit:
             self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
@@ -120,7 +124,16 @@ class TrainingService(JobBook):
         running = [self._job(r) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
-                        stopping=stopping, departments=self.departments)
+                        stopping=stopping, departments=self.departments,
+                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None)
+
+    def _reserved(self, r, now: float) -> None:
+        """Tell the job's owner where it will start, and from when at the latest (if known)."""
+        row = self.job(r.job)
+        by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
+        msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
+        self._set(r.job, message=msg)
+        self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
     def _train_view(self):
         """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
@@ -142,7 +155,7 @@ class TrainingService(JobBook):
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
         return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
                    submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
-                   started=row.started, placement=placement)
+                   started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
         row = self.job(job_id)

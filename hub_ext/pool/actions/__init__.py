@@ -2,6 +2,8 @@
 
 One cycle (`gpupool.pool.training.schedule`) runs them in this order on one `Cycle`:
 
+- reserve (when enabled): a big in-quota gang job that waited too long gets a node reserved;
+  its free GPUs are held from everyone but backfill;
 - allocate: the queue in order, each job onto free capacity;
 - reclaim: for an in-quota job that does not fit, other projects' over-quota jobs are
   preempted (called by allocate at that job's turn, so the queue order decides who is served);
@@ -15,6 +17,9 @@ from .allocate import allocate
 from .consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
 from .cycle import Cycle
 from .reclaim import reclaim
+from .reservation import Reservation
+from .reserve import RESERVATIONS_PER_CYCLE, reserve
 from .victims import reclaimable, victim_key
 
-__all__ = ["CONSOLIDATIONS_PER_CYCLE", "Cycle", "allocate", "consolidate", "reclaim", "reclaimable", "victim_key"]
+__all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Reservation", "allocate", "consolidate",
+           "reclaim", "reclaimable", "reserve", "victim_key"]

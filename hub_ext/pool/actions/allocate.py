@@ -26,7 +26,8 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool])
             # count first next cycle and push the waiting job over the guarantee, and the
             # GPUs freed for it would go to someone else (preemption churn)
             continue
-        placement = pinned(cycle.work, job) or cycle.policy.choose(cycle.work, job.request, cycle.rng)
+        view = cycle.view(job)  # reserved GPUs held unless it may backfill them
+        placement = pinned(view, job) or cycle.policy.choose(view, job.request, cycle.rng)
         if placement is None:
             if in_quota:
                 cycle.owed.add(job.project)
@@ -44,7 +45,7 @@ def admit(cycle: Cycle, job: Job, placement: Placement) -> None:
 
 
 def pinned(work: ClusterState, job: Job) -> Placement | None:
-    """A pending job's planned placement (from a consolidation), if it is free now."""
+    """A pending job's planned placement (from a consolidation or a reservation), if it is free now."""
     p = job.placement
     if p is None:
         return None

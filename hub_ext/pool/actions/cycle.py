@@ -11,6 +11,7 @@ import random
 from ..jobs import Department, Job, Plan, Project, in_quota_split
 from ..placement import Policy
 from ..state import ClusterState
+from .reservation import Reservation
 
 
 class Cycle:
@@ -33,6 +34,19 @@ class Cycle:
         self.borrowed = {p: max(0, self.usage.get(p, 0) - projects[p].guarantee_milli) for p in projects}
         self.owed: set[str] = set()  # projects with an in-quota job waiting for GPUs
         self.blocked: list[Job] = []  # in-quota jobs neither free capacity nor reclaim could place
+        self.reservations: dict[str, Reservation] = {}  # by job id (actions/reserve.py)
+
+    def view(self, job: Job) -> ClusterState:
+        """The pool as `job` may use it: `work`, with the free GPUs of every reservation it may
+        not backfill held."""
+        if not self.reservations:
+            return self.work
+        view = self.work.copy()
+        in_quota = self.in_quota(job)
+        for r in self.reservations.values():
+            if not r.backfills(job, self.now, in_quota):
+                view.hold(r.node, r.gpus)
+        return view
 
     def in_quota(self, job: Job) -> bool:
         """Would `job` keep its project within its guarantee, counting what this cycle admitted?"""
