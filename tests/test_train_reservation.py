@@ -164,3 +164,19 @@ def test_the_hub_reserves_gpus_for_a_waiting_gang_job_and_starts_it_there(tmp_pa
     finally:
         for row in svc.jobs():
             Path(row.workdir, "stop").touch()
+
+
+def test_a_borrowers_reservation_yields_to_guarantees_but_not_to_other_borrowers() -> None:
+    """An 8-GPU job beyond its project's guarantee also gets a node after its wait (one per
+    cycle), but any in-quota job may still use the held GPUs: guarantees come first."""
+    state = ClusterState(dgx(1))
+    projects = {"big": Project("big", 0), "small": Project("small", 1000), "lend": Project("lend", 0)}
+    busy = Job("busy", "lend", Request.for_gpus(7000), submitted=0, started=0)
+    placement = state.placement_on(0, busy.request, list(range(7)))
+    state.apply(placement)
+    busy = Job(**{**busy.__dict__, "placement": placement})
+    big = Job("big", "big", Request.for_gpus(8000), submitted=0)
+    for other, admitted in ((Job("mine", "small", Request.for_gpus(1000), submitted=1), ["mine"]),
+                            (Job("more", "lend", Request.for_gpus(1000), submitted=1), [])):
+        plan = schedule(state, projects, [big, other], [busy], now=300, policy=POLICY, reserve_after_s=60)
+        assert [r.job for r in plan.reserve] == ["big"] and [a.job for a in plan.admit] == admitted

@@ -25,12 +25,14 @@ from .cycle import Cycle
 from .reservation import Reservation
 
 RESERVATIONS_PER_CYCLE = 4
+BORROWER_RESERVATIONS = 1  # at most one node held for a job beyond its guarantee
 
 
 def reserve(cycle: Cycle, pending: list[Job], after_s: float) -> None:
     work = cycle.work
     taken: set[int] = set()
     planned: dict[str, int] = {}  # GPUs of earlier reserved jobs, per project
+    borrowers = 0
     for job in sorted(pending, key=cycle.rank):
         if len(cycle.reservations) >= RESERVATIONS_PER_CYCLE:
             break
@@ -38,32 +40,36 @@ def reserve(cycle: Cycle, pending: list[Job], after_s: float) -> None:
         if k < 2 or cycle.now - job.submitted < after_s or not cycle.within_limits(job):
             continue
         used = cycle.usage.get(job.project, 0) + planned.get(job.project, 0)
-        if used + job.milli > cycle.projects[job.project].guarantee_milli:
-            continue  # reservations are for guarantees, as reclaim is
+        in_quota = used + job.milli <= cycle.projects[job.project].guarantee_milli
+        if not in_quota and borrowers >= BORROWER_RESERVATIONS:
+            continue
         if cycle.policy.choose(work, job.request, cycle.rng) is not None:
             continue  # it fits now: allocate places it
-        spot = _soonest(cycle, job, taken)
+        spot = _soonest(cycle, job, taken, in_quota)
         if spot is None:
             continue
         i, gpus, start_by = spot
         taken.add(i)
         planned[job.project] = planned.get(job.project, 0) + job.milli
-        cycle.reservations[job.id] = Reservation(job.id, job.project, i, gpus, start_by)
+        borrowers += not in_quota
+        cycle.reservations[job.id] = Reservation(job.id, job.project, i, gpus, start_by, in_quota)
         placement = work.placement_on(i, job.request, list(gpus))
         cycle.plan.reserve.append(Reserve(job.id, placement, start_by))
 
 
-def _soonest(cycle: Cycle, job: Job, taken: set[int]) -> tuple[int, tuple[int, ...], float] | None:
-    """(node, GPUs, when they should all be free) of the best spot for `job`: its pinned spot
-    when it has one, else the node whose k GPUs free soonest (then the most free now)."""
+def _soonest(cycle: Cycle, job: Job, taken: set[int], reclaims: bool) -> tuple[int, tuple[int, ...], float] | None:
+    """(node, GPUs, when they should all be free) of the best spot for `job`: the node whose k
+    GPUs free soonest (then the most free now); its pinned spot unless another frees sooner
+    for sure (a spot does not wander while nothing is known)."""
     work, k = cycle.work, job.request.num_gpu
-    free_at = _free_at(cycle, job.project)
+    free_at = _free_at(cycle, job.project if reclaims else None)
     models = work.model_mask(job.request)
+    kept = None
     pin = job.placement
     if pin is not None:
         i = work.inventory.index_of(pin.node)
         if i not in taken and models[i] and all(0 <= g < work.gpu_count[i] for g in pin.gpus):
-            return i, tuple(pin.gpus), max(free_at.get((i, g), math.inf) for g in pin.gpus)
+            kept = i, tuple(pin.gpus), max(free_at.get((i, g), math.inf) for g in pin.gpus)
     best = None
     for i in range(len(work.inventory.nodes)):
         if i in taken or not models[i] or work.gpu_count[i] < k:
@@ -77,11 +83,14 @@ def _soonest(cycle: Cycle, job: Job, taken: set[int]) -> tuple[int, tuple[int, .
         key = (start_by, -free_now, i)
         if best is None or key < best[0]:
             best = (key, i, tuple(sorted(g for _, g in times[:k])), start_by)
+    if kept is not None and (best is None or kept[2] <= best[3]):
+        return kept
     return None if best is None else best[1:]
 
 
-def _free_at(cycle: Cycle, project: str) -> dict[tuple[int, int], float]:
-    """When each GPU should be free for a job of `project` (see the module's docstring)."""
+def _free_at(cycle: Cycle, project: str | None) -> dict[tuple[int, int], float]:
+    """When each GPU should be free for a job of `project` (see the module's docstring); None:
+    for a borrower, which reclaims nothing."""
     work, now = cycle.work, cycle.now
     on_gpu: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
@@ -97,7 +106,7 @@ def _free_at(cycle: Cycle, project: str) -> dict[tuple[int, int], float]:
         if j.placement is None:
             continue
         started = now if j.started is None else j.started
-        if j.id in cycle.over and j.project != project:
+        if project is not None and j.id in cycle.over and j.project != project:
             t = max(now, started + j.min_runtime_s)
         elif j.max_runtime_s > 0:
             t = max(now, started + j.max_runtime_s)
