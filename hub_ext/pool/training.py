@@ -1,7 +1,7 @@
 """Train scheduling with guaranteed quotas: pure, `now` is an argument.
 
-Each call to `schedule` runs the named actions of `gpupool.pool.actions` (allocate, reclaim,
-consolidate) and returns their plan, like KAI-Scheduler and Kueue: `admit` (start a job on a
+Each call to `schedule` runs the named actions of `gpupool.pool.actions` (reserve, allocate,
+reclaim, preempt, consolidate) and returns their plan, like KAI-Scheduler and Kueue: `admit` (start a job on a
 placement), `preempt` (stop an over-quota job so that its GPUs go back to a project that needs
 its guarantee) and `move`. The caller carries them out.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 
-from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, reclaim, reserve
+from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, preempt, reclaim, reserve
 from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, in_quota_split
 from .placement import Policy
 from .state import ClusterState
@@ -49,6 +49,7 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
     cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments)
     if reserve_after_s is not None:
         reserve(cycle, pending, reserve_after_s)
-    allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job))
+    allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job) or preempt(cycle, job),
+             make_room_in_project=lambda job: preempt(cycle, job))
     consolidate(cycle)
     return cycle.plan

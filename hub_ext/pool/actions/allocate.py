@@ -1,7 +1,7 @@
 """allocate: walk the queue in order and admit every job that fits on free capacity.
 
-An in-quota job that does not fit is handed to `make_room` (reclaim); a borrower that does not
-fit waits. The queue is re-ranked after each admission because borrowing changed.
+An in-quota job that does not fit is handed to `make_room` (reclaim, then preempt); any other
+job that does not fit to `make_room_in_project` (preempt), else it waits. The queue is re-ranked after each admission because borrowing changed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from ..state import ClusterState
 from .cycle import Cycle
 
 
-def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool]) -> None:
+def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
+             make_room_in_project: Callable[[Job], bool] = lambda job: False) -> None:
+    """`make_room` is for an in-quota job that does not fit (reclaim, then preempt);
+    `make_room_in_project` for any other job (preempt: its own project's lower priorities)."""
     queue = sorted(pending, key=cycle.rank)
     while queue:
         job = queue.pop(0)
@@ -33,7 +36,9 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool])
                 cycle.owed.add(job.project)
                 if not make_room(job):
                     cycle.blocked.append(job)
-            continue  # a borrower waits; consolidation is for guarantees
+            elif make_room_in_project(job):
+                cycle.owed.add(job.project)  # its project does not borrow while its room is freed
+            continue  # otherwise a borrower waits; consolidation is for guarantees
         admit(cycle, job, placement)
         queue.sort(key=cycle.rank)  # borrowing changed: re-rank the borrowers
 

@@ -53,11 +53,11 @@ def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
         trial.release(victim.placement)
         chosen.append(victim)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
-            return _trim(cycle, job, chosen)
+            return trim(cycle, job, chosen)
     return None
 
 
-def _trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
+def trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
     """Drop victims that turned out unnecessary (freed on another node), youngest kept last."""
     needed = list(chosen)
     for victim in list(chosen):
