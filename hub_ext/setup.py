@@ -182,6 +182,10 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
         training = TrainingService(pool, cfg)
         training.adopt_after_restart()
+        if training.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
+            from gpupool.idle_culler.sampler import make_sampler
+
+            training.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
 
     async def tick() -> None:
         try:
@@ -208,6 +212,27 @@ async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
             if attempt % int(60 / every_s) == 0:  # once a minute
                 log.warning("still waiting for the hub's API at %s to reconcile allocations: %s", hub_api, err)
         await asyncio.sleep(every_s)
+
+
+def job_gpu_use(sampler: Any, pool: Any) -> Any:
+    """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
+    A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
+    from gpupool.idle_culler.sampler import Target
+
+    from .manager import Workload
+
+    def use(rows: list) -> dict[str, float | None]:
+        targets = []
+        for r in rows:
+            alloc = pool.allocation(Workload("train", r.owner, r.id))
+            gpus = pool.inventory.node(alloc.node).gpus if alloc is not None else ()
+            uuids = tuple(gpus[i].uuid for i in alloc.gpus) if alloc is not None else ()
+            whole = alloc is not None and alloc.gpu_milli >= 1000
+            targets.append(Target(r.owner, r.id, pid=r.pid, gpu_uuids=uuids, whole_gpus=whole))
+        got = sampler.sample(targets)
+        return {t.name: got[t.key].util_pct if t.key in got else None for t in targets}
+
+    return use
 
 
 async def _kube_api_client() -> Any:

@@ -9,7 +9,7 @@ from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
 from gpupool.pool.actions import Cycle, allocate, consolidate, reclaim, reclaimable, victim_key
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.request import Placement
-from gpupool.pool.training import Job, Project, in_quota_split
+from gpupool.pool.training import Job, Project, in_quota_split, schedule
 
 POLICY = get_policy("best-fit")
 
@@ -150,3 +150,40 @@ def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> No
         for row in svc.jobs():
             if row.pid:
                 svc.runner.preempt(row.pid, 0)
+
+
+# --- preempt (priorities inside a project) -----------------------------------------
+def test_preempt_stops_the_projects_own_lowest_priority_job_for_a_higher_one() -> None:
+    state = ClusterState(nodes(1))
+    projects = {"p": Project("p", 2000), "q": Project("q", 0)}
+    running = [run(state, "low", "p", 0, [0], started=50, priority=-5),
+               run(state, "mid", "p", 0, [1], started=60, priority=0)]
+    pending = [Job("urgent", "p", Request.for_gpus(1000), submitted=70, priority=10),
+               Job("other", "q", Request.for_gpus(1000), submitted=1)]
+    plan = schedule(state, projects, pending, running, now=100, policy=POLICY)
+    assert [(p.job, p.for_job) for p in plan.preempt] == [("low", "urgent")] and plan.admit == []
+    # an equal priority never preempts
+    same = Job("same", "p", Request.for_gpus(1000), submitted=70, priority=-5)
+    assert schedule(state, projects, [same], running, now=100, policy=POLICY).preempt == []
+    # nor a job beyond the guarantee counting the work of its priority or higher ("mid" at 20)
+    projects["p"] = Project("p", 1000)
+    above = [running[0], Job(**{**running[1].__dict__, "priority": 20})]
+    assert schedule(state, projects, [pending[0]], above, now=100, policy=POLICY).preempt == []
+
+
+def test_preempt_waits_for_its_own_victims_and_respects_min_runtime() -> None:
+    state = ClusterState(nodes(1))
+    projects = {"p": Project("p", 1000)}  # "low" fills it; at priority 10 nothing does
+    going = run(state, "going", "p", 0, [0], started=10)  # preempted last cycle, in its grace period
+    low = run(state, "low", "p", 0, [1], started=20)
+    urgent = Job("urgent", "p", Request.for_gpus(1000), submitted=70, priority=10)
+    plan = schedule(state, projects, [urgent], [low], now=100, policy=POLICY, stopping=[going])
+    assert plan.preempt == [] and plan.admit == []  # GPU 0 is on its way: "low" keeps running
+    young = Job(**{**low.__dict__, "min_runtime_s": 3600})
+    state.release(going.placement)
+    state.apply(Placement("n0", (0,), 1000))  # GPU 0 taken by another young low job
+    other = Job(**{**young.__dict__, "id": "young2", "placement": Placement("n0", (0,), 1000)})
+    assert schedule(state, projects, [urgent], [young, other], now=100, policy=POLICY).preempt == []
+    # the priorities decide who is over quota: the high one fills the guarantee first
+    assert in_quota_split(projects, [low, Job("hi", "p", Request.for_gpus(1000), 0, priority=5,
+                                              started=99)])[1] == {"low"}

@@ -48,6 +48,7 @@ class Job:
     min_runtime_s: float = 0.0
     started: float | None = None  # when the current run started (running jobs)
     placement: Placement | None = None  # running jobs; for a pending job, its planned spot
+    max_runtime_s: float = 0.0  # declared bound of a run (0: none); lets it backfill a reservation
 
     @property
     def milli(self) -> int:
@@ -78,21 +79,44 @@ class Move:
     target: Placement  # where for_job goes once the moved jobs have stopped
 
 
+@dataclass(frozen=True)
+class Reserve:
+    """`job` (a big gang job that waited too long) has `placement` reserved: the caller pins it
+    there. `start_by` is when its GPUs should all be free (inf: not known)."""
+
+    job: str
+    placement: Placement
+    start_by: float
+
+
 @dataclass
 class Plan:
     admit: list[Admit] = field(default_factory=list)
     preempt: list[Preempt] = field(default_factory=list)
     move: list[Move] = field(default_factory=list)
+    reserve: list[Reserve] = field(default_factory=list)
 
 
 def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:
     """Usage per project, and which running jobs are over quota: within each project the
-    oldest jobs fill the guarantee first, so the youngest are the ones borrowed."""
+    highest-priority jobs fill the guarantee first, then the oldest, so the lowest-priority
+    youngest are the ones borrowed (and reclaimed first)."""
     usage: dict[str, int] = {}
     over: set[str] = set()
-    for job in sorted(running, key=lambda j: (j.started or 0, j.id)):
+    for job in sorted(running, key=lambda j: (-j.priority, j.started or 0, j.id)):
         used = usage.get(job.project, 0) + job.milli
         usage[job.project] = used
         if used > projects[job.project].guarantee_milli:
             over.add(job.id)
     return usage, over
+
+
+INTERACTIVE_PRIORITY = 50  # jobs at or above it are "interactive-like": placed before batch jobs
+
+
+def kai_priority_class(priority: int) -> str:
+    """The KAI-Scheduler priority class a job maps to on Kubernetes: both are preemptible;
+    `build-preemptible` (75) is placed before `train` (50). Finer order within a class is not
+    carried over (docs/training.md, "Priorities inside a project")."""
+    return "build-preemptible" if priority >= INTERACTIVE_PRIORITY else "train"
+

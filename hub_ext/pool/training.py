@@ -1,7 +1,7 @@
 """Train scheduling with guaranteed quotas: pure, `now` is an argument.
 
-Each call to `schedule` runs the named actions of `gpupool.pool.actions` (allocate, reclaim,
-consolidate) and returns their plan, like KAI-Scheduler and Kueue: `admit` (start a job on a
+Each call to `schedule` runs the named actions of `gpupool.pool.actions` (reserve, allocate,
+reclaim, preempt, consolidate) and returns their plan, like KAI-Scheduler and Kueue: `admit` (start a job on a
 placement), `preempt` (stop an over-quota job so that its GPUs go back to a project that needs
 its guarantee) and `move`. The caller carries them out.
 
@@ -29,22 +29,27 @@ from __future__ import annotations
 
 import random
 
-from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, reclaim
-from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, in_quota_split
+from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, preempt, reclaim, reserve
+from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, in_quota_split
 from .placement import Policy
 from .state import ClusterState
 
 __all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Plan", "Preempt", "Project",
-           "in_quota_split", "schedule"]
+           "Reserve", "in_quota_split", "schedule"]
 
 
 def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
              now: float, policy: Policy, rng: random.Random | None = None,
-             stopping: list[Job] | None = None, departments: dict[str, Department] | None = None) -> Plan:
+             stopping: list[Job] | None = None, departments: dict[str, Department] | None = None,
+             reserve_after_s: float | None = None) -> Plan:
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
-    `departments` cap what their projects use together."""
+    `departments` cap what their projects use together; `reserve_after_s` (None: never) is how
+    long an in-quota gang job waits before a node is reserved for it."""
     cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments)
-    allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job))
+    if reserve_after_s is not None:
+        reserve(cycle, pending, reserve_after_s)
+    allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job) or preempt(cycle, job),
+             make_room_in_project=lambda job: preempt(cycle, job))
     consolidate(cycle)
     return cycle.plan

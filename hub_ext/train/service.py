@@ -6,8 +6,10 @@ a GPU) and the runner. `tick(now)` takes the time, so tests travel instead of sl
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
+from collections.abc import Callable
 
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
@@ -18,6 +20,7 @@ from ..runners.local import Account, LocalRunner, account_of, give_to
 from ..store import TrainJob
 from .book import JobBook
 from .config import TrainPool
+from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 ACTIVE = ("running", "preempting")
@@ -35,6 +38,12 @@ class TrainingService(JobBook):
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
         # GPUs freed for a build workspace are held for it, not handed back to train jobs
         self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
+        # idle train jobs: the hub's set-up plugs in the idle culler's sampler (GPU utilization
+        # per job id, None when unknown) for projects with idle_gpu_s
+        self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
+        self.idle_rules = cfg.idle_rules()
+        self.idle = IdleClock()
+        self.fail_reasons: dict[str, str] = {}  # runs being stopped for good, and why
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
@@ -73,12 +82,17 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         self._observe(now)
+        self._stop_idle(now)
         plan = self._plan(now)
         for p in plan.preempt:
             self._preempt(p.job, p.reason, now)
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
             self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
+        for r in plan.reserve:
+            if self.pins.get(r.job) != r.placement:
+                self._reserved(r, now)
+            self.pins[r.job] = r.placement
         for a in plan.admit:
             self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
@@ -97,7 +111,11 @@ class TrainingService(JobBook):
                     self.runner.preempt(row.pid, now)
                 continue
             self.pool.release(Workload("train", row.owner, row.id), reason=f"run ended ({code})")
-            if row.id in self.cancel_requested:
+            if row.id in self.fail_reasons:
+                self.cancel_requested.discard(row.id)
+                reason = self.fail_reasons.pop(row.id)
+                self._set(row.id, state="failed", finished=now, exit_code=code, pid=None, message=reason)
+            elif row.id in self.cancel_requested:
                 self.cancel_requested.discard(row.id)
                 cancelled = "max runtime" not in row.message
                 self._set(row.id, state="cancelled" if cancelled else "failed", finished=now, exit_code=code,
@@ -112,6 +130,43 @@ class TrainingService(JobBook):
                 self._set(row.id, state=state, finished=now, exit_code=code, pid=None,
                           message="" if code == 0 else f"exit code {code}")
 
+    def _stop_idle(self, now: float) -> None:
+        """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s."""
+        if self.gpu_use is None or not self.idle_rules:
+            return
+        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        util = self.gpu_use(rows) if rows else {}
+        by_id = {r.id: r for r in rows}
+        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
+                                                    util, now):
+            row = by_id[job_id]
+            rule = self.idle_rules[row.project]
+            if verdict == "warn":
+                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                self._log_line(row, f"--- gpupool: {msg} ---")
+                self._set(job_id, message=f"warning: {msg}")
+                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                continue
+            self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
+            self.fail_reasons[job_id] = "idle GPU"
+            self.cancel_requested.add(job_id)
+            self.runner.preempt(row.pid, now)
+            self._set(job_id, state="preempting", message="stopping: idle GPU")
+            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+
+    @staticmethod
+    def _log_line(row: TrainJob, line: str) -> None:
+        """Append to the job's log without following a link its owner may have put there."""
+        try:
+            fd = os.open(os.path.join(row.workdir, "job.log"), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        except OSError as err:
+            log.warning("cannot write to the log of job %s: %s", row.id, err)
+            return
+        with os.fdopen(fd, "a") as f:
+            f.write(line + "\n")
+
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         rows = self.jobs()
@@ -120,7 +175,16 @@ class TrainingService(JobBook):
         running = [self._job(r) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
-                        stopping=stopping, departments=self.departments)
+                        stopping=stopping, departments=self.departments,
+                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None)
+
+    def _reserved(self, r, now: float) -> None:
+        """Tell the job's owner where it will start, and from when at the latest (if known)."""
+        row = self.job(r.job)
+        by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
+        msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
+        self._set(r.job, message=msg)
+        self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
     def _train_view(self):
         """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
@@ -142,7 +206,7 @@ class TrainingService(JobBook):
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
         return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
                    submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
-                   started=row.started, placement=placement)
+                   started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
         row = self.job(job_id)

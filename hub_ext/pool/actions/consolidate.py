@@ -35,12 +35,12 @@ def consolidate(cycle: Cycle) -> None:
             moving.add(m.job)
             cycle.plan.move.append(m)
         if victims and not moves:  # no pin comes with it: keep the spot as a reclaim does
-            hold(cycle.work, job, victims, cycle.policy, cycle.rng)
+            hold(cycle, job, victims)
 
 
 def plan_room(cycle: Cycle, job: Job, busy: set[str], preemptible: set[str]) -> tuple[list[Job], list[Move]] | None:
     """The cheapest (victims, moves) that empties the GPUs `job` needs on one node, or None."""
-    work = cycle.work
+    work = cycle.view(job)
     req = job.request
     need = req.gpu_milli if req.is_sharing else MILLI_PER_GPU
     on_gpu: dict[tuple[int, int], list[Job]] = {}

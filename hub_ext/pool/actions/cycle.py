@@ -11,6 +11,7 @@ import random
 from ..jobs import Department, Job, Plan, Project, in_quota_split
 from ..placement import Policy
 from ..state import ClusterState
+from .reservation import Reservation
 
 
 class Cycle:
@@ -33,6 +34,27 @@ class Cycle:
         self.borrowed = {p: max(0, self.usage.get(p, 0) - projects[p].guarantee_milli) for p in projects}
         self.owed: set[str] = set()  # projects with an in-quota job waiting for GPUs
         self.blocked: list[Job] = []  # in-quota jobs neither free capacity nor reclaim could place
+        self.reservations: dict[str, Reservation] = {}  # by job id (actions/reserve.py)
+        self.counted: list[Job] = []  # admitted, or room on its way, in this cycle
+
+    def view(self, job: Job) -> ClusterState:
+        """The pool as `job` may use it: `work`, with the free GPUs of every reservation it may
+        not backfill held."""
+        if not self.reservations:
+            return self.work
+        view = self.work.copy()
+        in_quota = self.in_quota(job)
+        for r in self.reservations.values():
+            if not r.backfills(job, self.now, in_quota):
+                view.hold(r.node, r.gpus)
+        return view
+
+    def in_quota_at_priority(self, job: Job) -> bool:
+        """Would `job` be within its project's guarantee counting only the project's work of its
+        priority or higher (running and not preempted, or admitted in this cycle)?"""
+        used = sum(j.milli for j in (*self.running.values(), *self.counted)
+                   if j.project == job.project and j.priority >= job.priority and j.id not in self.preempted)
+        return used + job.milli <= self.projects[job.project].guarantee_milli
 
     def in_quota(self, job: Job) -> bool:
         """Would `job` keep its project within its guarantee, counting what this cycle admitted?"""
@@ -56,6 +78,7 @@ class Cycle:
 
     def count(self, job: Job) -> None:
         """The job's GPUs count toward its project and department from now on in this cycle."""
+        self.counted.append(job)
         self.usage[job.project] = self.usage.get(job.project, 0) + job.milli
         d = self.projects[job.project].department
         self.dept_usage[d] = self.dept_usage.get(d, 0) + job.milli

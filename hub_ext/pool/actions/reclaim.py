@@ -9,8 +9,6 @@ cycle, so nobody is admitted there while the victims stop.
 from __future__ import annotations
 
 from ..jobs import Job, Preempt
-from ..placement import Policy
-from ..state import ClusterState
 from .cycle import Cycle
 from .victims import reclaimable
 
@@ -24,7 +22,7 @@ def reclaim(cycle: Cycle, job: Job) -> bool:
     victims = choose_victims(cycle, job)
     if victims is None:
         return False
-    hold(cycle.work, job, victims, cycle.policy, cycle.rng)
+    hold(cycle, job, victims)
     for v in victims:
         cycle.preempted.add(v.id)
         cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
@@ -38,7 +36,7 @@ def waits_for_stopping(cycle: Cycle, job: Job) -> bool:
     """Would the GPUs of jobs already stopping fit `job`?"""
     if not cycle.stopping:
         return False
-    trial = cycle.work.copy()
+    trial = cycle.view(job).copy()
     for s in cycle.stopping:
         if s.placement is not None:
             trial.release(s.placement)
@@ -49,22 +47,22 @@ def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
     """The fewest over-quota jobs of other projects whose stopping lets `job` fit, or None."""
     candidates = reclaimable(cycle.running.values(), cycle.over, cycle.projects, cycle.now,
                              skip=cycle.preempted, not_of=job.project)
-    trial = cycle.work.copy()
+    trial = cycle.view(job).copy()
     chosen: list[Job] = []
     for victim in candidates:
         trial.release(victim.placement)
         chosen.append(victim)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
-            return _trim(cycle, job, chosen)
+            return trim(cycle, job, chosen)
     return None
 
 
-def _trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
+def trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
     """Drop victims that turned out unnecessary (freed on another node), youngest kept last."""
     needed = list(chosen)
     for victim in list(chosen):
         rest = [v for v in needed if v is not victim]
-        trial = cycle.work.copy()
+        trial = cycle.view(job).copy()
         for v in rest:
             trial.release(v.placement)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
@@ -72,14 +70,14 @@ def _trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
     return needed
 
 
-def hold(work: ClusterState, job: Job, victims: list[Job], policy: Policy, rng) -> None:
+def hold(cycle: Cycle, job: Job, victims: list[Job]) -> None:
     """Keep the free part of the spot `job` will take once its victims stop from anyone else
     in this cycle: otherwise a borrower (often a victim of an earlier cycle) lands there and
     the next cycle must preempt again."""
-    trial = work.copy()
+    trial = cycle.view(job).copy()
     for v in victims:
         trial.release(v.placement)
-    spot = policy.choose(trial, job.request, rng)
+    spot = cycle.policy.choose(trial, job.request, cycle.rng)
     if spot is None:
         return
-    work.hold(work.inventory.index_of(spot.node), spot.gpus)
+    cycle.work.hold(cycle.work.inventory.index_of(spot.node), spot.gpus)
