@@ -21,7 +21,7 @@ from tornado import web
 from traitlets import Bool, Dict, Unicode, default, validate
 
 from .form import requested_milli as form_milli
-from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, profile_milli
+from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, pod_environment, profile_milli
 from .mixin import GPUSpawnerMixin, http_error
 
 _CHECKED = "_gpupool_checked"
@@ -184,7 +184,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                                            self.build_priority_class)
         except InvalidRequest as err:
             raise http_error(err) from None
-        return apply_pod_gpu(pod, patch, self.gpu_environment())
+        return apply_pod_gpu(pod, patch, pod_environment(self.gpu_environment()))
 
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.

@@ -36,6 +36,7 @@ def job_options(values: dict[str, Any]) -> JobOptions:
     return JobOptions(namespace=values.get("hubNamespace", "default"), queue="{project}",
                       checkpoint_size=jobs.get("checkpointSize", "10Gi"),
                       storage_class=jobs.get("storageClass") or None, grace_s=int(jobs.get("graceSeconds", 60)),
+                      high_priority_class=jobs.get("highPriorityClass", "gpupool-train-high"),
                       kueue=bool((values.get("kueue") or {}).get("enabled")))
 
 

@@ -86,6 +86,8 @@ async def test_start_creates_a_kai_pod_for_the_share_and_stop_deletes_it(make_sp
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.25"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    # the hub's nominal device index and its own paths would hide the pod's GPU / point nowhere
+    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "GPUPOOL_GPU_UUIDS", "CUDA_MPS_PIPE_DIRECTORY"} & set(env)
     assert [a.total_milli for a in sp.pool.store.allocations(owner="ann")] == [250]
     assert await sp.poll() is None
     assert sp.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about
