@@ -126,6 +126,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
     assert c.GPUKubeSpawner.gpu_sharing == "kai"
+    assert c.GPUKubeSpawner.kai_queue_groups == ["default", "nlp", "robotics", "vision"]  # no build.queues
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
     assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
