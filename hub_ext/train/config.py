@@ -157,7 +157,7 @@ class TrainPool(Configurable):
             c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
         """)
     kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
-        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, checkpoint_dir,
+        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
         service_account, kueue, device_memory_mib; grace_s comes from TrainPool.grace_s).
         Example::
