@@ -31,3 +31,17 @@ def test_at_its_limit_and_when_room_exists() -> None:
         "waiting for GPUs: project x uses 2 of its 3-GPU limit")
     assert wait_reason(2, 1000, "x", 1000, -1, 0, 2, free) == "waiting for its turn; 2 jobs ahead"
     assert wait_reason(2, 1000, "x", 1000, -1, 0, 0, free) == "starting: GPUs are free"
+
+
+def test_a_preemption_is_one_line_that_says_where_the_job_goes_on() -> None:
+    import time
+
+    from gpupool.train.waiting import preemption_text
+
+    at = time.mktime((2026, 11, 23, 14, 2, 0, 0, 0, -1))
+    saved = time.mktime((2026, 11, 23, 13, 55, 0, 0, 0, -1))
+    assert preemption_text(at, "project vision needs its guarantee", saved, "queued") == (
+        "preempted at 14:02 so that project vision gets its guarantee back;"
+        " resumes from the checkpoint saved at 13:55")
+    assert preemption_text(at, "a build workspace needs its GPU", None, "running") == (
+        "preempted at 14:02 because a build workspace needs its GPU; restarted from the beginning: no checkpoint")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from gpupool.widgets import Client, JobMonitor, PromoteToTraining
 from gpupool.widgets.jobs import job_row, validate_choices
@@ -33,10 +31,9 @@ def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
     job = promote.submit()
     assert job["state"] == "queued"
     monitor = promote.monitor_box.children[0]
-    deadline = time.monotonic() + 60
-    while monitor.refresh()[0]["state"] != "succeeded":
-        assert time.monotonic() < deadline, monitor.table.value
-        time.sleep(0.3)
+    assert monitor._thread is not None  # it follows the job by itself: nobody calls refresh()
+    monitor._thread.join(90)
+    assert not monitor._thread.is_alive(), monitor.table.value  # and stops once the job has ended
     assert "succeeded" in monitor.table.value
     assert "answer 42" in monitor.log_view.value
     assert "output.ipynb" in monitor.message.value
@@ -49,6 +46,13 @@ def test_job_row_and_choices_are_explained() -> None:
     row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 0.5, "state": "queued", "queue_position": 2,
                    "runs": 0, "preemptions": 0, "gpu": [], "message": ""})
     assert "#2 in queue" in row and "not started" in row
+    why = "waiting for GPUs: project p uses 2 of its 2-GPU guarantee and no GPU is idle; 1 job ahead"
+    row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 1, "state": "queued", "queue_position": 2,
+                   "wait_reason": why, "runs": 1, "preemptions": 1, "gpu": [], "message": "preempted; will resume",
+                   "preemption": "preempted at 14:02 so that project q gets its guarantee back; resumes from"
+                                 " the checkpoint saved at 13:55"})
+    assert why in row and "run 1, preempted 1×" in row and "resumes from the checkpoint saved at 13:55" in row
+    assert "will resume" not in row  # the plain line replaces the bare state message
     problems, params = validate_choices("x", 1, [{"name": "p", "limit_milli": -1}], '{"a": 1}')
     assert problems == ["choose a project: p"] and params == {"a": 1}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from html import escape
 from typing import Any
@@ -13,19 +14,24 @@ import ipywidgets as w
 
 from .client import Client, GPUPoolError
 
+ACTIVE = ("queued", "running", "preempting")
 STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "preempting": "#cb4b16", "succeeded": "#2aa198",
                  "failed": "#dc322f", "cancelled": "#839496"}
 
 
 def job_row(job: Mapping[str, Any]) -> str:
-    """One job as an HTML table row: pure, so tests read what users see."""
+    """One job as an HTML table row: pure, so tests read what users see. A queued job says why it
+    waits (the API's wait_reason), a preempted one when and from where it goes on."""
     colour = STATE_COLOURS.get(job["state"], "#000")
     where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
-    queue = f" (#{job['queue_position']} in queue)" if job.get("queue_position") else ""
-    runs = f"{job['preemptions']} preempted, {max(0, job['runs'] - 1)} resumed" if job["runs"] else "not started"
+    why = job.get("wait_reason") or (f"#{job['queue_position']} in queue" if job.get("queue_position") else "")
+    runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
+        f", preempted {job['preemptions']}×" if job["preemptions"] else "")
+    note = job.get("preemption") or job.get("message") or ""
     return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
-            f"<td>{job['gpus']:g}</td><td style='color:{colour}'><b>{escape(job['state'])}</b>{queue}</td>"
-            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(job.get('message') or '')}</td></tr>")
+            f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
+            f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
+            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>")
 
 
 def validate_choices(project: str, gpus: float, projects: list[dict], params_text: str) -> tuple[list[str], dict]:
@@ -61,40 +67,66 @@ def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
 
 
 class JobMonitor(w.VBox):
-    """The user's jobs (or one job) with state, queue position, GPU, preemptions, log tail, cancel."""
+    """The user's jobs (or one job) with state, why it waits, GPU, preemptions, log tail, cancel.
 
-    def __init__(self, client: Client | None = None, job_id: str | None = None, **kwargs: Any) -> None:
-        self.client, self.job_id = client, job_id
-        self.table, self.log_view, self.message = w.HTML(), w.Textarea(layout=w.Layout(width="100%", height="10em")), \
-            w.HTML()
-        self.refresh_button = w.Button(description="Refresh", icon="refresh")
-        self.refresh_button.on_click(lambda _: self.refresh())
+    It follows by itself (a thread reads the API every `interval` seconds) until every job shown
+    has ended, then reads once more for the final log and output link."""
+
+    def __init__(self, client: Client | None = None, job_id: str | None = None, follow: bool = True,
+                 interval: float = 2.0, **kwargs: Any) -> None:
+        self.client, self.job_id, self.interval = client, job_id, interval
+        self.table, self.message, self.status = w.HTML(), w.HTML(), w.HTML()
+        self.log_view = w.Textarea(layout=w.Layout(width="100%", height="12em"), disabled=True)
         self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger",
                                       disabled=job_id is None)
         self.cancel_button.on_click(lambda _: self.cancel())
-        super().__init__([self.table, self.message, w.HBox([self.refresh_button, self.cancel_button]), self.log_view],
-                         **kwargs)
-        self.refresh()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        children = [self.table, self.message, w.HBox([self.cancel_button, self.status])]
+        super().__init__(children + ([self.log_view] if job_id else []), **kwargs)
+        jobs = self.refresh()
+        if follow and any(j["state"] in ACTIVE for j in jobs):
+            self.follow()
 
     @property
     def api(self) -> Client:
         return self.client or Client()
+
+    def follow(self) -> None:
+        self._thread = threading.Thread(target=self._follow, name="gpupool-job-monitor", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        failures = 0
+        self.status.value = f"<small style='color:#777'>following: read every {self.interval:g} s</small>"
+        while not self._stop.wait(self.interval):
+            jobs = self.refresh()
+            failures = failures + 1 if not jobs else 0
+            if (jobs and not any(j["state"] in ACTIVE for j in jobs)) or failures >= 30:
+                break
+        self.status.value = "" if failures < 30 else \
+            "<small style='color:#b00'>stopped following: the API did not answer</small>"
+
+    def close(self) -> None:
+        self._stop.set()
+        super().close()
 
     def refresh(self) -> list[dict]:
         try:
             jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
             if self.job_id:
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=200")
-                self.log_view.value = "\n".join(logs["lines"])
-                if logs["output_notebook"]:
-                    self.message.value = output_link(logs["output_notebook"])
+                text = "\n".join(logs["lines"])
+                if text != self.log_view.value:
+                    self.log_view.value = text
+                self.message.value = output_link(logs["output_notebook"]) if logs["output_notebook"] else ""
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
-        self.table.value = ("<table><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th><th>GPU</th>"
-                            "<th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
+        self.table.value = ("<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
+                            "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
         if self.job_id and jobs:
-            self.cancel_button.disabled = jobs[0]["state"] not in ("queued", "running", "preempting")
+            self.cancel_button.disabled = jobs[0]["state"] not in ACTIVE
         return jobs
 
     def cancel(self) -> None:
