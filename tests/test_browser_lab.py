@@ -46,7 +46,7 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         assert text.startswith("GPU 0.25 · ") and text.endswith(" left"), text
         title = item.get_attribute("title")
         assert "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title  # sampled: 0 %
-        assert "GPU use 0 %" in title and "when its GPU stayed idle" in title
+        assert "GPU use 0 %" in title and "if its GPU stays idle" in title
         shot(page, "lab-1-status-bar")
 
         now[0] += 22 * 60  # nobody touched the GPU or the notebook since: the culler warns

@@ -22,7 +22,7 @@ def test_share_time_left_and_reason_in_plain_words() -> None:
     got = summary(ME, POOL, culler, "", NOW)
     assert got["share"] == "0.25" and not got["virtual"] and got["extendable"]
     assert got["lines"] == ["0.25 GPU of A100 #1 (10,240 MiB)", "GPU use 12 %", "GPU idle for 0 min",
-                            "stops at 18:00 (in 1 h), when the workday ends"]
+                            "stops at 18:00 (in 1 h) at the end of the workday"]
 
 
 def test_no_culler_data_yet_and_a_virtual_gpu_say_so() -> None:

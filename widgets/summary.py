@@ -7,14 +7,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-# the culler's reason codes (gpupool.idle_culler.policy) as a user reads them
+# the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
 REASONS = {
-    "idle-gpu": "its GPU stayed idle",
-    "idle-gpu-long": "its GPU stayed idle for hours",
-    "idle-jupyter": "nobody used it",
-    "max-age": "the longest session allowed ends",
-    "workday-end": "the workday ends",
-    "memory": "it uses more GPU memory than its share",
+    "idle-gpu": "if its GPU stays idle",
+    "idle-gpu-long": "if its GPU stays idle, even while you type",
+    "idle-jupyter": "if nobody uses it",
+    "max-age": "at the end of the longest session allowed",
+    "workday-end": "at the end of the workday",
+    "memory": "because it uses more GPU memory than its share",
 }
 
 
@@ -77,7 +77,7 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
     if out["gpu_idle_s"] is not None:
         lines.append(f"GPU idle for {left_text(out['gpu_idle_s'])}")
     if out["cull_at"]:
-        why = f", when {out['reason_text']}" if out["reason_text"] else ""
+        why = f" {out['reason_text']}" if out["reason_text"] else ""
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
     if out["action"] == "warn" and out["message"]:
         lines.append(f"warning: {out['message']}")

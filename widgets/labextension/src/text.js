@@ -46,7 +46,7 @@ export function warning(status, warnMinutes) {
   if (status.action !== 'warn' && left > warnMinutes * 60) {
     return null;
   }
-  const why = status.reason_text ? ` because ${status.reason_text}` : '';
+  const why = status.reason_text ? ` ${status.reason_text}` : '';
   const message = status.message && status.action === 'warn'
     ? `This server ${status.message}`
     : `This server stops in ${minutesText(left)}${why}: save your work.`;
