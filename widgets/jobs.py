@@ -34,6 +34,22 @@ def job_row(job: Mapping[str, Any]) -> str:
             f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>")
 
 
+GPU_SIZES = (0.25, 0.5, 1, 2, 4, 8)
+
+
+def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
+    """The GPU counts a job can get on one node of this pool (a job never spans nodes)."""
+    per_node: dict[str, int] = {}
+    gpus = pool.get("gpus") if isinstance(pool, Mapping) else None
+    for gpu in gpus if isinstance(gpus, list) else []:
+        node = str(gpu.get("node", "")) if isinstance(gpu, Mapping) else ""
+        per_node[node] = per_node.get(node, 0) + 1
+    biggest = max(per_node.values(), default=0)
+    if not biggest:
+        return list(GPU_SIZES)
+    return [x for x in GPU_SIZES if x <= biggest] + ([biggest] if biggest not in GPU_SIZES else [])
+
+
 def validate_choices(project: str, gpus: float, projects: list[dict], params_text: str) -> tuple[list[str], dict]:
     """Problems a user can fix before submitting, and the parsed parameters."""
     problems = []
@@ -150,13 +166,20 @@ class PromoteToTraining(w.VBox):
             self.projects = []
             kwargs.setdefault("children", [w.HTML(f"<span style='color:#b00'>{escape(str(err))}</span>")])
         names = [p["name"] for p in self.projects]
-        self.project = w.Dropdown(options=names, description="Project")
-        self.gpus = w.Dropdown(options=[0.25, 0.5, 1, 2, 4, 8], value=1, description="GPUs")
-        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority")
-        self.name = w.Text(value="promoted", description="Name")
-        self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters")
+        try:
+            choices = gpu_choices(self.api.get("api/pool"))
+        except GPUPoolError:
+            choices = list(GPU_SIZES)
+        label = {"style": {"description_width": "7em"}}  # long enough for every label: none is cut
+        self.project = w.Dropdown(options=names, description="Project", **label)
+        self.gpus = w.Dropdown(options=choices, value=1 if 1 in choices else choices[-1], description="GPUs",
+                               **label)
+        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority", **label)
+        self.name = w.Text(value="promoted", description="Name", **label)
+        self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters", **label)
         self.problems = w.HTML()
-        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary")
+        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary",
+                                      layout=w.Layout(width="auto"))
         self.submit_button.on_click(lambda _: self.submit())
         self.monitor_box = w.VBox()
         for widget in (self.project, self.gpus, self.params):
@@ -176,17 +199,29 @@ class PromoteToTraining(w.VBox):
         return cls(script=source, **kwargs)
 
     @classmethod
-    def current_notebook(cls, cells: list[int] | None = None, **kwargs: Any) -> PromoteToTraining:
-        """Promote the notebook this kernel runs (as last saved), or some of its code cells."""
-        import nbformat
-        from gpupool.snapshot import from_notebook
+    def current_notebook(cls, cells: list[int] | None = None, connection_file: str | None = None,
+                         env: Mapping[str, str] | None = None, **kwargs: Any) -> PromoteToTraining:
+        """Promote the notebook this kernel runs, as last saved, without the cell that calls this.
 
-        path = os.environ.get("JPY_SESSION_NAME", "")
-        if not path.endswith(".ipynb"):
-            raise GPUPoolError("this kernel does not know its notebook (JPY_SESSION_NAME is not set): "
-                               "pass code=... or notebook=... instead")
-        nb = from_notebook(path, cells)
-        return cls(notebook=json.loads(nbformat.writes(nb)), **kwargs)
+            PromoteToTraining.current_notebook()              # every other code cell
+            PromoteToTraining.current_notebook(cells=[0, 2])  # the 1st and 3rd code cells
+
+        The notebook is found by this kernel's id through the Jupyter server's sessions API, so a
+        notebook renamed since it started (JupyterLab's rename on first save) is found too."""
+        from .notebook import code_cells, current_notebook
+
+        caller = ""
+        if connection_file is None:
+            from ipykernel import get_connection_file
+            from IPython import get_ipython
+
+            connection_file = get_connection_file()
+            shell = get_ipython()
+            caller = shell.history_manager.input_hist_raw[-1] if shell is not None else ""
+        path, nb = current_notebook(connection_file, env)
+        widget = cls(notebook={**nb, "cells": code_cells(nb, cells, leave_out=caller)}, **kwargs)
+        widget.source_path = path
+        return widget
 
     @property
     def api(self) -> Client:
