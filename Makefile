@@ -1,6 +1,6 @@
 # gpupool: `make up` runs the embedded hub, `make test` runs every test.
 # Each target does its own set-up on a fresh clone: a virtualenv in .venv, the
-# Python package, and configurable-http-proxy from npm in ./node_modules.
+# Python package, and configurable-http-proxy and JupyterLab's extension builder from npm in ./node_modules.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -23,9 +23,11 @@ unit: venv
 lint: venv
 	$(PY) -m ruff check .
 
-venv: $(VENV)/.installed node_modules/.installed
+venv: node_modules/.installed $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# the install builds the JupyterLab extension with @jupyterlab/builder from node_modules (setup.py)
+LAB_SOURCES := widgets/labextension/package.json $(wildcard widgets/labextension/src/*.js widgets/labextension/schema/*.json)
+$(VENV)/.installed: pyproject.toml setup.py node_modules/.installed $(LAB_SOURCES)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'

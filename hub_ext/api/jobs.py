@@ -15,6 +15,7 @@ from tornado import web
 
 from ..pool import InvalidRequest, Request
 from ..pool.units import UnitError, parse_gpus
+from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -39,6 +40,8 @@ class JobsBase(APIHandler):
     def job_json(self, row) -> dict:
         data = row.to_json()
         data["queue_position"] = self.training.queue_position(row.id)
+        data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
+        data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
         data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
         return data
