@@ -149,8 +149,8 @@ class VirtualParking:
         self._write(pid, {**record, "state": "locked", "remapped": dict(gpu_map or {})})
 
     def unlock(self, pid: int) -> None:
-        self._expect(pid, "unlock", ("locked",))
-        self._path(pid).unlink(missing_ok=True)  # running again: nothing left to remember
+        record = self._expect(pid, "unlock", ("locked",))
+        self._write(pid, {**record, "state": "running"})
 
     def remapped(self, pid: int) -> dict[str, str]:
         """The UUID map of the last restore (tests check that a remap reached the driver)."""

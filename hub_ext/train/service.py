@@ -122,8 +122,9 @@ class TrainingService(JobBook):
                         stopping=stopping, departments=self.departments)
 
     def _train_view(self):
-        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
-        view = self.pool.state.copy()
+        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full,
+        room is kept for parked workspaces asking for their GPU back (gpupool.pool.parking)."""
+        view = self.pool.newcomer_view().copy()
         for request, _ in self.build_holds.values():
             spot = self.policy.choose(view, request, self.rng)
             if spot is not None:
