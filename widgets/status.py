@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 import ipywidgets as w
 
@@ -37,6 +38,13 @@ def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: 
     if w.get("action") in ("warn", "resolve-memory"):
         rows.append(("Warning", w["message"]))
     return rows
+
+
+def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The parked line: the GPU went back to the pool and returns at the next cell."""
+    if not parking or parking.get("state") not in ("parked", "waiting", "resuming", "failed"):
+        return []
+    return [("GPU parked", parking.get("message") or "GPU parked — it comes back when you run a cell")]
 
 
 def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str],
@@ -77,8 +85,11 @@ class WorkspaceStatus(w.VBox):
         self.extend_button = w.Button(description="Extend session", icon="clock-o",
                                       tooltip="Ask the idle culler for more time (once per session)")
         self.extend_button.on_click(lambda _: self.extend())
+        self.resume_button = w.Button(description="Resume GPU", icon="play", tooltip="Ask for the parked GPU back",
+                                      layout=w.Layout(display="none"))
+        self.resume_button.on_click(lambda _: self.resume())
         super().__init__([w.HTML("<b>gpupool workspace</b>"), self.table, self.message,
-                          w.HBox([self.refresh_button, self.extend_button])], **kwargs)
+                          w.HBox([self.refresh_button, self.extend_button, self.resume_button])], **kwargs)
         self.refresh()
 
     def extend(self) -> None:
@@ -92,6 +103,17 @@ class WorkspaceStatus(w.VBox):
         self.refresh()
         self.message.value = "Extended: the culler gives this session more time once."
 
+    def resume(self) -> None:
+        """The Resume button: the same claim the kernel's pre-run hook makes."""
+        try:
+            state = (self.client or Client()).post("api/parking/resume",
+                                                   {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")})
+        except GPUPoolError as err:
+            self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            return
+        self.refresh()
+        self.message.value = escape(state.get("message", ""))
+
     def refresh(self) -> None:
         self.refresh_button.disabled = True
         self.message.value = "<i>reading the pool…</i>"
@@ -104,6 +126,12 @@ class WorkspaceStatus(w.VBox):
                 rows += culler_rows(client.get("api/culler/status"), me["name"], server, time.time())
             except GPUPoolError:
                 pass  # no culler findings yet: the share itself is still worth showing
+            try:
+                parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
+            except GPUPoolError:
+                parked = []  # a hub without parking
+            rows = parked + rows
+            self.resume_button.layout.display = "" if parked else "none"
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
         else:
