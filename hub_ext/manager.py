@@ -25,8 +25,9 @@ from .pool import (
     Request,
     format_gpus,
 )
+from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
-from .store import Allocation, Store
+from .store import Allocation, Parked, Store
 
 log = logging.getLogger("gpupool")
 
@@ -87,7 +88,29 @@ class PoolManager:
         for row in self.store.allocations(kind="build"):
             for g in set(row.groups or ()):
                 usage[g] = usage.get(g, 0) + row.total_milli
+        for p in self.parked_without_gpu():  # a parked share still counts against quotas
+            for g in set(p.groups):
+                usage[g] = usage.get(g, 0) + p.total_milli
         return usage
+
+    def parked_shares(self) -> list[ParkedShare]:
+        """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
+        with self.store.session() as s:
+            rows = list(s.scalars(select(Parked).order_by(Parked.id)))
+        return [ParkedShare(r.owner, r.name, r.node, tuple(r.gpus), r.gpu_milli, r.model, tuple(r.groups or ()),
+                            r.parked_at, r.claimed_at, tuple(r.pids or ())) for r in rows]
+
+    def parked_without_gpu(self) -> list[ParkedShare]:
+        """Parked shares that hold no GPU now (a resuming one holds its allocation again)."""
+        placed = {(r.owner, r.name) for r in self.store.allocations(kind="build")}
+        return [p for p in self.parked_shares() if p.key not in placed]
+
+    def forget_parked(self, w: Workload) -> bool:
+        with self.store.session() as s:
+            row = s.scalar(select(Parked).filter_by(owner=w.owner, name=w.name))
+            if row is not None:
+                s.delete(row)
+        return row is not None
 
     # --- changes -------------------------------------------------------------
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
@@ -102,6 +125,7 @@ class PoolManager:
             self.release(w, reason="replaced by a new start with another size")
         groups = sorted(set(groups))
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
+        held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
@@ -119,7 +143,8 @@ class PoolManager:
         return row
 
     def reserve(self, w: Workload, req: Request, groups: Iterable[str] = ()) -> Allocation:
-        placement = self.policy.choose(self.state, req, self.rng)
+        # resume claims of parked workspaces come before newcomers (gpupool.pool.parking)
+        placement = self.policy.choose(self.newcomer_view(), req, self.rng)
         if placement is None:
             free = self._free_summary()
             raise NoCapacity(
@@ -158,8 +183,15 @@ class PoolManager:
             if row is not None:
                 row.state, row.pid = "running", pid
 
-    def release(self, w: Workload, reason: str) -> bool:
-        """Give a workload's share back. Idempotent: releasing twice is harmless."""
+    def newcomer_view(self) -> ClusterState:
+        """The pool as a new spawn or train job may see it: room kept for resume claims."""
+        return newcomer_view(self.state, self.parked_without_gpu(), self.policy, self.rng)
+
+    def release(self, w: Workload, reason: str, keep_parked: bool = False) -> bool:
+        """Give a workload's share back. Idempotent: releasing twice is harmless. A stopped
+        workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
+        if w.kind == "build" and not keep_parked and self.forget_parked(w):
+            self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
         row = self.allocation(w)
         if row is None:
             return False
@@ -185,6 +217,12 @@ class PoolManager:
             if not is_running(row):
                 self.release(Workload(row.kind, row.owner, row.name), reason="not running (reconciled)")
                 released.append(_label(row))
+        if kind == "build":
+            for p in self.parked_shares():
+                w = Workload("build", p.owner, p.name)
+                if self.allocation(w) is None and not is_running(Allocation(kind="build", owner=p.owner, name=p.name)):
+                    self.release(w, reason="not running (reconciled)")
+                    released.append(f"{w.label} (parked)")
         return released
 
     def _free_summary(self) -> str:

@@ -137,7 +137,8 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
         cache_max_age=60,
     )
     training = await _start_training(hub, pool)
-    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
+    parking = _start_parking(hub, pool)
+    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip)
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
@@ -157,6 +158,29 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+
+
+def _start_parking(hub: Any, pool: Any) -> Any:
+    """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .gpu.parking import ParkingError
+    from .parking import build_parking
+
+    try:
+        parking = build_parking(hub.config, pool, state_dir())
+    except ParkingError as err:
+        log.warning("parking is off: %s", err)
+        return None
+
+    def grant() -> None:
+        try:
+            parking.grant()
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("granting resume claims failed")
+
+    PeriodicCallback(grant, parking.cfg.grant_interval_s * 1000).start()
+    return parking
 
 
 async def _start_training(hub: Any, pool: Any) -> Any:

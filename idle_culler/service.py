@@ -74,6 +74,7 @@ class Culler:
         self.trackers: dict[str, IdleTracker] = {}
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
+        self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
         users = self.client.call("GET", f"{self.hub_api}/users?state=active")
@@ -90,7 +91,7 @@ class Culler:
         uses = self.sampler.sample([
             Target(t["owner"], t["name"], t.get("pid"), pod_uid=t.get("pod_uid", ""), gpu_uuids=tuple(t["gpu_uuids"]),
                    whole_gpus=t["whole_gpus"])
-            for t in targets
+            for t in targets if not t.get("parked")  # a parked workspace holds no GPU to sample
         ])
         report, events = [], []
         for t in targets:
@@ -116,13 +117,14 @@ class Culler:
                 memory_mib=use.memory_mib if use else 0, memory_limit_mib=t["memory_limit_mib"],
                 memory_over_since=self.memory_over.get(key), extended=t["extended"],
                 exempt=t["owner"] in self.policy.exempt_users or (self.cfg.exempt_admins and t["admin"]),
+                parked=bool(t.get("parked")), park_failed=key in self.park_failed,
             )
             d = decide(ws, now, limits)
             report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,
                            "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
                            "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
                            "memory_limit_mib": ws.memory_limit_mib, "extended": ws.extended,
-                           "gpu_data": fresh})
+                           "gpu_data": fresh, "parked": ws.parked})
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
             if d.action == "warn" and self.warned.get(key) != d.reason:
@@ -139,6 +141,15 @@ class Culler:
                                               f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"})
                     if self.metrics:
                         self.metrics.culls.labels(reason="memory-restart").inc()
+            elif d.action == "park":
+                dry = " (dry run: not parked)" if self.cfg.dry_run else ""
+                if self.cfg.dry_run or self.park(ws.owner, ws.name, key):
+                    events.append({"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
+                                   "message": f"{key} {d.message}{dry}"})
+                    report[-1].update(parked=not self.cfg.dry_run, action="keep")
+                    self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
+                    if self.metrics:
+                        self.metrics.culls.labels(reason="park").inc()
             elif d.action in ("cull", "resolve-memory"):
                 dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
                 events.append({"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
@@ -164,6 +175,16 @@ class Culler:
         except urllib.error.HTTPError as err:
             log.error("could not stop %s/%s: %s", owner, name, err)
 
+    def park(self, owner: str, name: str, key: str) -> bool:
+        """Ask the hub to park the workspace's GPU; on failure the stop rules take over."""
+        try:
+            self.client.call("POST", self.gpupool + "api/parking/park", {"owner": owner, "server": name})
+        except (OSError, ValueError) as err:  # URLError/HTTPError are OSErrors
+            log.error("could not park %s: %s; its GPU-idle limits apply instead", key, err)
+            self.park_failed.add(key)
+            return False
+        return True
+
     def restart_kernels(self, server_url: str, key: str) -> bool:
         """Restart every kernel of a server through its Jupyter Server API (the token's
         access:servers scope); False (logged, retried next pass) when that fails."""
@@ -184,6 +205,7 @@ class Culler:
         self.trackers.pop(key, None)
         self.memory_over.pop(key, None)
         self.warned.pop(key, None)
+        self.park_failed.discard(key)
 
 
 def file_clock(path: str) -> Callable[[], float]:

@@ -3,5 +3,6 @@
 from .db import Store
 from .jobs import TrainJob
 from .models import Allocation, Event
+from .parked import Parked  # registers its table before Store creates them
 
-__all__ = ["Allocation", "Event", "Store", "TrainJob"]
+__all__ = ["Allocation", "Event", "Parked", "Store", "TrainJob"]

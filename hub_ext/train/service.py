@@ -187,8 +187,9 @@ class TrainingService(JobBook):
         self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
     def _train_view(self):
-        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
-        view = self.pool.state.copy()
+        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full,
+        room is kept for parked workspaces asking for their GPU back (gpupool.pool.parking)."""
+        view = self.pool.newcomer_view().copy()
         for request, _ in self.build_holds.values():
             spot = self.policy.choose(view, request, self.rng)
             if spot is not None:
