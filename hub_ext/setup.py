@@ -25,6 +25,7 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
+MAX_BODY_BYTES = 8 * 1024 * 1024  # over any handler's own limit (413); beyond it tornado drops the connection
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -136,7 +137,7 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     training = await _start_training(hub, pool)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
-    app.listen(port, address=ip)
+    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # the hub waits for this service to answer before it finishes starting, so we listen
     # first and reconcile once its own start-up check of running servers is done
