@@ -212,3 +212,17 @@ def test_logs_are_read_from_the_end_in_bounded_pages(tmp_path: Path) -> None:
     assert rest["lines"][-995:] == [f"line {i}" for i in range(995)]
     assert len("".join(rest["lines"])) <= 1 << 20  # a page is at most 1 MiB, whatever the file holds
     assert rest["before"] > 0  # more to read further back, page by page
+
+
+def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret-token")
+    monkeypatch.setenv("GPUPOOL_DEMO_PASSWORD", "demo-password")
+    monkeypatch.setenv("CONFIGPROXY_AUTH_TOKEN", "proxy-secret")
+    svc = service(tmp_path)
+    job = svc.submit("ann", "a", "env", 1, 1000, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"])
+    run_until(svc, lambda: svc.job(job.id).state in DONE)
+    log = Path(job.workdir, "job.log").read_text()
+    assert svc.job(job.id).state == "succeeded" and "GPUPOOL_CHECKPOINT_DIR" in log
+    for secret in ("hub-secret-token", "demo-password", "proxy-secret"):
+        assert secret not in log
+    assert (tmp_path / "pool.sqlite").stat().st_mode & 0o777 == 0o600
