@@ -154,9 +154,9 @@ def settle(hub: Hub, token: str) -> list[dict]:
         for j in jobs:
             if j["state"] == "running":
                 Path(j["workdir"], "go").touch()
-        return jobs if all(j["state"] in TERMINAL for j in jobs) else None
+        return [jobs] if all(j["state"] in TERMINAL for j in jobs) else None
 
-    return until(all_done, "every job ending", hub, timeout=120)
+    return until(all_done, "every job ending", hub, timeout=120)[0]
 
 
 @pytest.mark.parametrize("point", sorted(POINTS))

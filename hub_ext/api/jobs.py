@@ -72,6 +72,9 @@ class JobsHandler(JobsBase):
         project = body.get("project")
         if not isinstance(project, str) or project not in svc.projects:
             raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
+        if not svc.cfg.may_submit(project, caller.name, caller.groups, caller.admin):
+            mine = svc.cfg.projects_for(caller.name, caller.groups, caller.admin)
+            raise web.HTTPError(403, f"you may not submit to project {project!r}; your projects: {mine}")
         try:
             milli = parse_gpus(body.get("gpus"))
             request = Request.for_gpus(milli)
@@ -189,8 +192,10 @@ class ProjectsHandler(JobsBase):
         running = [j for j in svc.jobs() if j.state in ("running", "preempting")]
         queued = [j for j in svc.jobs() if j.state == "queued"]
         out = []
+        caller = self.caller
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
+                        "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
                         "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
