@@ -26,6 +26,7 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
+MAX_BODY_BYTES = 8 * 1024 * 1024  # over any handler's own limit (413); beyond it tornado drops the connection
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -140,7 +141,7 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     parking = _start_parking(hub, pool)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
-    app.listen(port, address=ip)
+    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
     # The hub binds its own REST API only after initialize() has checked every server it had

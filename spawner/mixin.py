@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool import runtime
+from gpupool import failpoints, runtime
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError
@@ -133,20 +133,37 @@ class GPUSpawnerMixin(HasTraits):
 
     async def start(self):
         await self.reserve_share()
+        failpoints.reach("spawn.reserved")
         try:
             url = await super().start()
         except BaseException:
             self.release_gpus("start failed")
             raise
+        failpoints.reach("spawn.started")
         if self.gpupool_allocation is not None:
             self.pool.mark_running(self.workload, self.server_pid())
         return url
 
     async def stop(self, now: bool = False) -> None:
+        """Stop the server; its share goes back only once the server is gone. A stop that
+        failed while the process still runs keeps the share: the process still uses the GPU,
+        and releasing it would let a second user onto the same memory."""
         try:
             await super().stop(now=now)
-        finally:
-            self.release_gpus("stopped")
+        except BaseException:
+            if await self._still_running():
+                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self._log_name)
+                raise
+            self.release_gpus("stopped (the stop reported an error, but the server is gone)")
+            raise
+        failpoints.reach("stop.stopped")
+        self.release_gpus("stopped")
+
+    async def _still_running(self) -> bool:
+        try:
+            return await super().poll() is None
+        except Exception:  # noqa: BLE001 - cannot tell: assume it runs, the safe side for a GPU
+            return True
 
     async def poll(self) -> int | None:
         status = await super().poll()
