@@ -123,6 +123,9 @@ class GPUSpawnerMixin(HasTraits):
         """The share this start needs (subclasses may take it from a profile)."""
         return self.reserve_gpus()
 
+    async def end_orphans(self) -> None:
+        """Stop server processes of this workspace the hub does not know (local spawners)."""
+
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
@@ -168,6 +171,9 @@ class GPUSpawnerMixin(HasTraits):
     async def poll(self) -> int | None:
         status = await super().poll()
         if status is not None and self.pending != "spawn":
+            # the server the hub knew is gone, but a hub that died mid-spawn never learned the
+            # pid of the one it started: that one must end before its GPU is handed on
+            await self.end_orphans()
             self.release_gpus(f"server ended (status {status})")
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running

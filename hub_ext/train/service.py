@@ -26,6 +26,7 @@ from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 ACTIVE = ("running", "preempting")
+NEVER_BEGAN = "the hub stopped before its run began"
 
 
 class TrainingService(JobBook):
@@ -114,8 +115,8 @@ class TrainingService(JobBook):
         for row in self.jobs():
             if row.state not in ACTIVE:
                 continue
-            if row.pid is None:
-                ended: tuple[int, str] | None = (-9, "the hub stopped before its run began")
+            if row.pid is None:  # the hub died between recording the run and starting it
+                ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
             else:
                 ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
             if ended is None:
@@ -138,9 +139,10 @@ class TrainingService(JobBook):
                 row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
             elif row.intent == "idle":
                 row.state, row.finished, row.message = "failed", now, "idle GPU"
-            elif row.state == "preempting":
+            elif row.state == "preempting" or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
-                row.state, row.message = "queued", "preempted; will resume"
+                row.state = "queued"
+                row.message = "preempted; will resume" if reason != NEVER_BEGAN else f"requeued: {reason}"
                 s.add(Event(kind="requeue", message=f"job {row.id} requeued after preemption", owner=row.owner,
                             name=row.id, data={}))
             else:
