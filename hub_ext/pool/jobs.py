@@ -20,6 +20,7 @@ class Project:
     limit_milli: int = -1  # -1: no limit
     priority: int = 0
     department: str = ""
+    pools: tuple[str, ...] = ()  # node pools its jobs may use, in order of preference (empty: any)
 
     def cap(self) -> float:
         return float("inf") if self.limit_milli < 0 else self.limit_milli
@@ -49,6 +50,7 @@ class Job:
     started: float | None = None  # when the current run started (running jobs)
     placement: Placement | None = None  # running jobs; for a pending job, its planned spot
     max_runtime_s: float = 0.0  # declared bound of a run (0: none); lets it backfill a reservation
+    pools: tuple[str, ...] = ()  # node pools it may use, in order of preference (empty: its project's)
 
     @property
     def milli(self) -> int:

@@ -32,6 +32,7 @@ import random
 from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, preempt, reclaim, reserve
 from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, in_quota_split
 from .placement import Policy
+from .pools import NodePool
 from .state import ClusterState
 
 __all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Plan", "Preempt", "Project",
@@ -41,12 +42,13 @@ __all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Pl
 def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
              now: float, policy: Policy, rng: random.Random | None = None,
              stopping: list[Job] | None = None, departments: dict[str, Department] | None = None,
-             reserve_after_s: float | None = None) -> Plan:
+             reserve_after_s: float | None = None, pools: dict[str, NodePool] | None = None) -> Plan:
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
     `departments` cap what their projects use together; `reserve_after_s` (None: never) is how
-    long an in-quota gang job waits before a node is reserved for it."""
-    cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments)
+    long an in-quota gang job waits before a node is reserved for it; `pools` are the node pools
+    jobs name in `Job.pools`."""
+    cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments, pools)
     if reserve_after_s is not None:
         reserve(cycle, pending, reserve_after_s)
     allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job) or preempt(cycle, job),

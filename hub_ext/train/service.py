@@ -176,7 +176,8 @@ class TrainingService(JobBook):
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
                         stopping=stopping, departments=self.departments,
-                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None)
+                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
+                        pools=self.pools)
 
     def _reserved(self, r, now: float) -> None:
         """Tell the job's owner where it will start, and from when at the latest (if known)."""

@@ -29,8 +29,15 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
             # count first next cycle and push the waiting job over the guarantee, and the
             # GPUs freed for it would go to someone else (preemption churn)
             continue
-        view = cycle.view(job)  # reserved GPUs held unless it may backfill them
-        placement = pinned(view, job) or cycle.policy.choose(view, job.request, cycle.rng)
+        view = cycle.view(job)  # reserved GPUs held unless it may backfill them; its pools only
+        placement = pinned(view, job)
+        pools = cycle.pools_of(job)
+        for pool in pools if placement is None else ():  # in its order of preference
+            placement = cycle.policy.choose(cycle.view(job, pool), job.request, cycle.rng)
+            if placement is not None:
+                break
+        if placement is None and not pools:
+            placement = cycle.policy.choose(view, job.request, cycle.rng)
         if placement is None:
             if in_quota:
                 cycle.owed.add(job.project)
