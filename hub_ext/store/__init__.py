@@ -3,5 +3,6 @@
 from .db import Store
 from .jobs import TrainJob
 from .models import Allocation, Event
+from .sweeps import SweepRun
 
-__all__ = ["Allocation", "Event", "Store", "TrainJob"]
+__all__ = ["Allocation", "Event", "Store", "SweepRun", "TrainJob"]
