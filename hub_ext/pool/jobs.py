@@ -51,6 +51,14 @@ class Job:
     placement: Placement | None = None  # running jobs; for a pending job, its planned spot
     max_runtime_s: float = 0.0  # declared bound of a run (0: none); lets it backfill a reservation
     pools: tuple[str, ...] = ()  # node pools it may use, in order of preference (empty: its project's)
+    # elastic (max_gpus > 0): it runs on min_gpus to max_gpus whole GPUs; `request` is its
+    # current size when running, its minimum when pending
+    min_gpus: int = 0
+    max_gpus: int = 0
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_gpus > 0
 
     @property
     def milli(self) -> int:
@@ -82,6 +90,16 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """An elastic job restarts from its checkpoint at another size: stop it, then start it at
+    `to` (the caller pins it there)."""
+
+    job: str
+    to: Placement
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reserve:
     """`job` (a big gang job that waited too long) has `placement` reserved: the caller pins it
     there. `start_by` is when its GPUs should all be free (inf: not known)."""
@@ -97,6 +115,7 @@ class Plan:
     preempt: list[Preempt] = field(default_factory=list)
     move: list[Move] = field(default_factory=list)
     reserve: list[Reserve] = field(default_factory=list)
+    resize: list[Resize] = field(default_factory=list)
 
 
 def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:
