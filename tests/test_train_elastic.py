@@ -63,3 +63,59 @@ def test_it_grows_onto_idle_gpus_only_when_nobody_waits() -> None:
     assert [len(r.to.gpus) for r in plan.resize] == [3]  # up to its project's limit
     done = Job(**{**e.__dict__, "max_gpus": 2})
     assert schedule(state, projects, [], [done], now=100, policy=POLICY).resize == []
+
+
+def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> None:
+    """Four GPUs, one taken: an elastic job (1-4 GPUs) starts on 3 and prints GPUPOOL_GPUS=3;
+    an in-quota job of another project needs 2: the elastic job restarts on 1; once that job
+    ends and nobody waits, it grows back to 3."""
+    import sys
+    import time
+    from pathlib import Path
+
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
+    from gpupool.store import Store
+    from gpupool.train.config import TrainPool
+    from gpupool.train.service import TrainingService
+    from traitlets.config import Config
+
+    c = Config()
+    c.TrainPool.projects = {"lab": {"guarantee": 1}, "own": {"guarantee": 3}}
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.grace_s = 1
+    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
+    svc = TrainingService(pool, TrainPool(config=c))
+    job = [sys.executable, "-c", "import os, time\nprint('GPUPOOL_GPUS', os.environ['GPUPOOL_GPUS'], flush=True)\n"
+                                 "while not os.path.exists('stop'): time.sleep(0.05)"]
+
+    def until(cond, now: float) -> None:
+        deadline = time.monotonic() + 30
+        while not cond():
+            assert time.monotonic() < deadline, [j.to_json() for j in svc.jobs()]
+            svc.tick(now)
+            time.sleep(0.05)
+
+    def sizes(job_id: str) -> list[str]:
+        log = Path(svc.job(job_id).workdir, "job.log").read_text()
+        return [line.split()[1] for line in log.splitlines() if line.startswith("GPUPOOL_GPUS")]
+
+    try:
+        busy = svc.submit("bob", "own", "busy", 1, 1000, job, now=0).id
+        svc.tick(now=1)
+        e = svc.submit("ann", "lab", "elastic", 4, 1000, job, now=2, min_gpus=1).id
+        svc.tick(now=3)
+        until(lambda: sizes(e) == ["3"], now=4)
+        assert svc.job(e).num_gpu == 3 and svc.job(busy).state == "running"
+        mine = svc.submit("bob", "own", "mine", 2, 1000, job, now=5).id
+        until(lambda: svc.job(mine).state == "running", now=100)
+        until(lambda: sizes(e) == ["3", "1"], now=101)
+        assert svc.job(e).num_gpu == 1 and "shrunk to 1 GPUs" in [ev.message for ev in pool.store.events(limit=50)
+                                                                  if ev.kind == "preempt"][0]
+        Path(svc.job(mine).workdir, "stop").touch()
+        until(lambda: svc.job(mine).state == "succeeded", now=200)
+        until(lambda: sizes(e) == ["3", "1", "3"], now=300)
+    finally:
+        for row in svc.jobs():
+            Path(row.workdir, "stop").touch()

@@ -87,6 +87,13 @@ class JobsHandler(JobsBase):
         name = body.get("name", "job")
         if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
             raise web.HTTPError(400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'")
+        min_gpus = 0
+        if "min_gpus" in body:  # an elastic job: min_gpus to gpus whole GPUs
+            min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
+            if request.gpu_milli != 1000 or min_gpus != body["min_gpus"]:
+                raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
+            if svc.cfg.runner != "local":
+                raise web.HTTPError(400, "min_gpus: elastic jobs run on the embedded training pool only (yet)")
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
         codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
         priority = int(_number(body, "priority", 0, -100, 100))
@@ -99,8 +106,9 @@ class JobsHandler(JobsBase):
         rows = []
         for (run_name, _), (files, command) in zip(runs, codes, strict=True):
             try:
+                extra = {"min_gpus": min_gpus} if min_gpus else {}
                 row = svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
-                                 priority, min_runtime, max_runtime, files)
+                                 priority, min_runtime, max_runtime, files, **extra)
                 if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
                     row = await row
             except PermissionError as err:

@@ -1,8 +1,9 @@
 """Persistence of allocations and events (SQLAlchemy; an SQLite file by default)."""
 
 from .db import Store
+from .elastic import ElasticRange
 from .jobs import TrainJob
 from .models import Allocation, Event
 from .sweeps import SweepRun
 
-__all__ = ["Allocation", "Event", "Store", "SweepRun", "TrainJob"]
+__all__ = ["Allocation", "ElasticRange", "Event", "Store", "SweepRun", "TrainJob"]
