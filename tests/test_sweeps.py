@@ -73,5 +73,15 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
             status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, **body}, token=token)
             assert status in (400, 429) and why in message, message
         assert len(hub.api("GET", J, token=token)["jobs"]) == 4
+        projects = hub.api("GET", "/services/gpupool/api/projects", token=token)  # what --help lists
+        assert projects["projects"][0]["pools"] == [] and projects["node_pools"] == {}
     finally:
         hub.stop()
+
+
+def test_train_help_lists_projects_with_their_pools() -> None:
+    from gpupool.widgets.magics import projects_help
+
+    text = projects_help({"projects": [{"name": "vision", "guarantee_milli": 8000, "pools": ["dgx", "ws"]},
+                                       {"name": "teach", "guarantee_milli": 1000, "pools": []}]})
+    assert "vision: guarantee 8 GPUs, pools: dgx, ws" in text and "teach: guarantee 1 GPUs, pools: any GPU" in text

@@ -25,6 +25,15 @@ def train_args(line: str) -> argparse.Namespace:
     return args
 
 
+def projects_help(data: dict) -> str:
+    """The projects a user may submit to, with their guarantee and node pools (api/projects)."""
+    lines = ["projects:"]
+    for p in data.get("projects", []):
+        pools = ", ".join(p.get("pools") or []) or "any GPU"
+        lines.append(f"  {p['name']}: guarantee {p['guarantee_milli'] / 1000:g} GPUs, pools: {pools}")
+    return "\n".join(lines)
+
+
 def _value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -47,11 +56,19 @@ def register(ipython: Any) -> None:
         """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...] [--sweep key=v1,v2 ...]
         Runs this cell as a train job in the shared pool and shows its progress; with --sweep,
         one job per combination of the values."""
+        usage = ("usage: %%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]"
+                 " [--sweep key=v1,v2 ...]")
+        if line.split()[:1] == ["--help"]:
+            print(usage)
+            try:
+                print(projects_help(Client().get("api/projects")))
+            except GPUPoolError as err:
+                print(f"(projects unavailable: {err})")
+            return
         try:
             args = train_args(line)
         except SystemExit:
-            print("usage: %%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]"
-                  " [--sweep key=v1,v2 ...]")
+            print(usage)
             return
         payload = {"project": args.project, "gpus": args.gpus, "name": args.name, "priority": args.priority,
                    "code": cell, "parameters": args.parameters}

@@ -211,13 +211,16 @@ class ProjectsHandler(JobsBase):
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
                         "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
+                        "pools": list(p.pools),
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
         depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
                   "projects": [p["name"] for p in out if p["department"] == d.name],
                   "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
                  for d in svc.departments.values()]
-        self.write_json({"projects": out, "departments": depts})
+        pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
+                 for n, p in getattr(svc, "pools", {}).items()}
+        self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
 
 ROUTES: list[tuple[str, Any]] = [
