@@ -13,6 +13,7 @@ from tornado import web
 
 from .auth import APIHandler
 from .page import record_history
+from .parking import parked_targets
 
 EXTENSION = "extension:{owner}/{name}"
 
@@ -50,7 +51,7 @@ class TargetsHandler(APIHandler):
                 "extended": ext.get("allocation") == row.id,
                 "started": row.created.isoformat() + "Z",
             })
-        self.write_json({"workspaces": out})
+        self.write_json({"workspaces": out + parked_targets(pool, app)})
 
 
 class ReportHandler(APIHandler):
@@ -67,7 +68,7 @@ class ReportHandler(APIHandler):
         state["pass_time"] = body.get("pass_time", time.time())
         record_history(self.settings, self.pool, body.get("workspaces", []), state["pass_time"])
         for e in body.get("events", []):
-            if e.get("kind") not in ("warn", "cull", "memory"):
+            if e.get("kind") not in ("warn", "cull", "memory", "park"):
                 raise web.HTTPError(400, f"unknown event kind {e.get('kind')!r}")
             self.pool.store.record(e["kind"], e.get("message", ""), owner=e.get("owner", ""),
                                    name=e.get("name", ""), reason=e.get("reason", ""))

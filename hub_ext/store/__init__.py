@@ -4,6 +4,7 @@ from .db import Store
 from .elastic import ElasticRange
 from .jobs import TrainJob
 from .models import Allocation, Event
+from .parked import Parked  # registers its table before Store creates them
 from .sweeps import SweepRun
 
-__all__ = ["Allocation", "ElasticRange", "Event", "Store", "SweepRun", "TrainJob"]
+__all__ = ["Allocation", "ElasticRange", "Event", "Parked", "Store", "SweepRun", "TrainJob"]

@@ -10,7 +10,7 @@ from traitlets.config import Configurable
 from ..pool.training import Department, Project
 from ..pool.units import UnitError, parse_gpus
 
-PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department"}
+PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
 PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
 PROJECT_KEYS |= {"pools"}  # node pools, in order of preference
 POOL_KEYS = {"models", "nodes", "gpus"}
@@ -29,13 +29,15 @@ class TrainPool(Configurable):
         guarantee, default 1), limit (GPUs at most, default none), priority (higher is served and
         kept first), department (a level above projects, for reports and Kubernetes queues),
         idle_gpu_s (stop a train job whose GPUs stay idle this long; default: never), pools (the
-        node pools its jobs may use, in order of preference; default: every GPU).
-        Example::
+        node pools its jobs may use, in order of preference; default: every GPU),
+        users and groups (who may submit: hub user names and hub group names; a project with
+        neither list is open to every user; admins may always submit). Example::
 
             c.TrainPool.projects = {
-                "vision": {"guarantee": 2, "weight": 2, "limit": 4, "department": "research"},
-                "nlp": {"guarantee": 1, "weight": 1, "department": "research"},
-                "teaching": {"guarantee": 1, "limit": 1, "priority": 1},
+                "vision": {"guarantee": 2, "weight": 2, "limit": 4, "department": "research",
+                           "groups": ["vision-lab"], "users": ["ada"]},
+                "nlp": {"guarantee": 1, "weight": 1, "department": "research", "groups": ["nlp"]},
+                "teaching": {"guarantee": 1, "limit": 1, "priority": 1},  # everyone
             }
         """,
     )
@@ -194,7 +196,7 @@ class TrainPool(Configurable):
             c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
         """)
     kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
-        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, checkpoint_dir,
+        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
         service_account, kueue, device_memory_mib; grace_s comes from TrainPool.grace_s).
         Example::
@@ -233,7 +235,24 @@ class TrainPool(Configurable):
             if unknown:
                 raise TraitError(f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
                                  f" use {sorted(PROJECT_KEYS)}")
+            for key in ("users", "groups"):
+                names = spec.get(key, [])
+                if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+                    raise TraitError(f"TrainPool.projects[{name!r}][{key!r}] must be a list of names")
         return proposal["value"]
+
+    def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
+        """Membership: admins always; a project without users and groups lists is open to all."""
+        spec = self.projects.get(project)
+        if spec is None:
+            return False
+        users, allowed_groups = spec.get("users"), spec.get("groups")
+        if admin or (users is None and allowed_groups is None):
+            return True
+        return user in (users or ()) or bool(set(groups) & set(allowed_groups or ()))
+
+    def projects_for(self, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> list[str]:
+        return sorted(p for p in self.projects if self.may_submit(p, user, groups, admin))
 
     def department_table(self) -> dict[str, Department]:
         """Departments, checked against the projects that name them."""

@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
+from .. import failpoints
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
-from ..runners.local import Account, LocalRunner, account_of, give_to
-from ..store import ElasticRange, TrainJob
+from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
+from ..store import Allocation, ElasticRange, Event, TrainJob
+from ..store.db import bounded
 from .book import JobBook
 from .config import TrainPool
 from .idle import IdleClock
@@ -36,7 +38,6 @@ class TrainingService(JobBook):
         self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
-        self.cancel_requested: set[str] = set()
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
         # GPUs freed for a build workspace are held for it, not handed back to train jobs
         self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
@@ -45,7 +46,6 @@ class TrainingService(JobBook):
         self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
         self.idle_rules = cfg.idle_rules()
         self.idle = IdleClock()
-        self.fail_reasons: dict[str, str] = {}  # runs being stopped for good, and why
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
@@ -57,6 +57,12 @@ class TrainingService(JobBook):
         if account is None and self.cfg.run_as == "owner":
             raise PermissionError(f"user {owner} has no Unix account on this machine to run jobs as")
         return account
+
+    def file_owner(self, owner: str) -> int:
+        try:
+            return owner_ids(self.account(owner))[0]
+        except PermissionError:
+            return owner_ids(None)[0]
 
     # --- changes from the API -------------------------------------------------
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
@@ -73,15 +79,20 @@ class TrainingService(JobBook):
         return row
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+        """The intent is written first; the signal follows (and is sent again by a restarted
+        hub), so a cancelled job never comes back."""
         now = now if now is not None else time.time()
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             if row.state == "queued":
                 row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
             elif row.state in ACTIVE:
-                self.cancel_requested.add(job_id)
-                self.runner.preempt(row.pid, now)
-                row.state, row.message = "preempting", "cancelling"
+                row.intent, row.state, row.message = "cancel", "preempting", "cancelling"
+                row.term_sent = row.term_sent or now
+            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+        failpoints.reach("train.cancel.persisted")
+        if pid and sent is not None:
+            self.runner.preempt(pid, now, workdir, sent=sent)
         return self.job(job_id)
 
     # --- the loop ------------------------------------------------------------
@@ -113,32 +124,47 @@ class TrainingService(JobBook):
         for row in self.jobs():
             if row.state not in ACTIVE:
                 continue
-            code = self.runner.exit_code(row.pid, row.workdir) if row.pid else -9
-            if code is None:
+            if row.pid is None:
+                ended: tuple[int, str] | None = (-9, "the hub stopped before its run began")
+            else:
+                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
+            if ended is None:
                 if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
-                    self.cancel_requested.add(row.id)
-                    self._set(row.id, state="preempting", message="reached its max runtime")
-                    self.runner.preempt(row.pid, now)
+                    self._set(row.id, state="preempting", intent="max-runtime", term_sent=now,
+                              message="reached its max runtime")
+                    self.runner.preempt(row.pid, now, row.workdir)
                 continue
-            self.pool.release(Workload("train", row.owner, row.id), reason=f"run ended ({code})")
-            if row.id in self.fail_reasons:
-                self.cancel_requested.discard(row.id)
-                reason = self.fail_reasons.pop(row.id)
-                self._set(row.id, state="failed", finished=now, exit_code=code, pid=None, message=reason)
-            elif row.id in self.cancel_requested:
-                self.cancel_requested.discard(row.id)
-                cancelled = "max runtime" not in row.message
-                self._set(row.id, state="cancelled" if cancelled else "failed", finished=now, exit_code=code,
-                          pid=None, message="cancelled" if cancelled else "stopped at its max runtime")
+            self._settle(row.id, *ended, now=now)
+
+    def _settle(self, job_id: str, code: int, reason: str, now: float) -> None:
+        """A run ended: its GPUs go back and the job's next state is written in one transaction."""
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
+            row.pid, row.exit_code, row.term_sent = None, code, None
+            if row.intent == "cancel":
+                row.state, row.finished, row.message = "cancelled", now, "cancelled"
+            elif row.intent == "max-runtime":
+                row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
+            elif row.intent == "idle":
+                row.state, row.finished, row.message = "failed", now, "idle GPU"
             elif row.state == "preempting":
                 # back in the queue with its original submit time: it keeps its place
-                self._set(row.id, state="queued", pid=None, exit_code=code, message="preempted; will resume")
-                self.pool.store.record("requeue", f"job {row.id} requeued after preemption", owner=row.owner,
-                                       name=row.id)
+                row.state, row.message = "queued", "preempted; will resume"
+                s.add(Event(kind="requeue", message=f"job {row.id} requeued after preemption", owner=row.owner,
+                            name=row.id, data={}))
             else:
-                state = "succeeded" if code == 0 else "failed"
-                self._set(row.id, state=state, finished=now, exit_code=code, pid=None,
-                          message="" if code == 0 else f"exit code {code}")
+                row.state, row.finished = ("succeeded" if code == 0 else "failed"), now
+                row.message = "" if code == 0 else bounded(reason or f"exit code {code}")
+            row.intent = ""
+        if placement is not None:
+            self.pool.state.release(placement)
+
+    def _account_or_none(self, owner: str) -> Account | None:
+        try:
+            return self.account(owner)
+        except PermissionError:
+            return None
 
     def _stop_idle(self, now: float) -> None:
         """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s."""
@@ -159,10 +185,9 @@ class TrainingService(JobBook):
                 self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
                 continue
             self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
-            self.fail_reasons[job_id] = "idle GPU"
-            self.cancel_requested.add(job_id)
-            self.runner.preempt(row.pid, now)
-            self._set(job_id, state="preempting", message="stopping: idle GPU")
+            # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
+            self._set(job_id, state="preempting", intent="idle", term_sent=now, message="stopping: idle GPU")
+            self.runner.preempt(row.pid, now, row.workdir)
             self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
 
@@ -200,8 +225,9 @@ class TrainingService(JobBook):
         self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
     def _train_view(self):
-        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
-        view = self.pool.state.copy()
+        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full,
+        room is kept for parked workspaces asking for their GPU back (gpupool.pool.parking)."""
+        view = self.pool.newcomer_view().copy()
         for request, _ in self.build_holds.values():
             spot = self.policy.choose(view, request, self.rng)
             if spot is not None:
@@ -228,8 +254,19 @@ class TrainingService(JobBook):
                    started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
+        """Reserve, record the run, start the process, record its pid. A crash between any
+        two steps is repaired by `adopt_after_restart`; a start that fails ends the job
+        `failed` with the reason, its GPUs returned in the same transaction."""
         row = self.job(job_id)
-        self.pool.reserve_at(Workload("train", row.owner, row.id), placement)
+        w = Workload("train", row.owner, row.id)
+        self.pool.reserve_at(w, placement)
+        if row.runs == 0:  # an admission the placement policy learns from; a resume is the same job
+            self.policy.learn(Request(row.num_gpu, row.gpu_milli))
+        failpoints.reach("train.start.reserved")
+        resumed = row.runs > 0
+        self._set(job_id, state="running", started=now, pid=None, runs=row.runs + 1, intent="", term_sent=None,
+                  message="resumed from its checkpoint" if resumed else "")
+        failpoints.reach("train.resume.recorded" if resumed else "train.start.recorded")
         node = self.pool.inventory.node(placement.node)
         gpus = [node.gpus[i] for i in placement.gpus]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
@@ -237,13 +274,32 @@ class TrainingService(JobBook):
                "GPUPOOL_GPUS": str(len(gpus))}  # this run's size (an elastic job's changes between runs)
         if len(gpus) != row.num_gpu and placement.gpu_milli == 1000:
             self._set(job_id, num_gpu=len(gpus))  # an elastic job runs at another size now
-        pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
-        self.pool.mark_running(Workload("train", row.owner, row.id), pid)
-        resumed = row.runs > 0
-        self._set(job_id, state="running", started=now, pid=pid, runs=row.runs + 1,
-                  message="resumed from its checkpoint" if resumed else "")
-        self.pool.store.record("resume" if resumed else "start", f"job {job_id} {'resumed' if resumed else 'started'}"
-                               f" on {placement.node} GPU {list(placement.gpus)}", owner=row.owner, name=job_id)
+        try:
+            pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
+        except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError
+            log.warning("job %s could not start: %s", job_id, err)
+            self._fail_start(job_id, f"could not start: {err}", now)
+            return
+        failpoints.reach("train.start.spawned")
+        with self.pool.store.session() as s:
+            r = s.get(TrainJob, job_id)
+            r.pid = pid
+            alloc = s.scalar(_alloc_query(w))
+            if alloc is not None:
+                alloc.state, alloc.pid = "running", pid
+            s.add(Event(kind="resume" if resumed else "start", owner=row.owner, name=job_id, data={},
+                        message=f"job {job_id} {'resumed' if resumed else 'started'}"
+                                f" on {placement.node} GPU {list(placement.gpus)}"))
+
+    def _fail_start(self, job_id: str, reason: str, now: float) -> None:
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
+            row.state, row.finished, row.pid, row.message = "failed", now, None, bounded(reason)
+            s.add(Event(kind="fail", message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
+                        name=job_id, data={}))
+        if placement is not None:
+            self.pool.state.release(placement)
 
     def make_room_for_build(self, w: Workload, request: Request, now: float | None = None) -> bool:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
@@ -275,15 +331,42 @@ class TrainingService(JobBook):
         return False
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
-        row = self.job(job_id)
-        self.runner.preempt(row.pid, now)
-        self._set(job_id, state="preempting", preemptions=row.preemptions + 1, message=f"preempted: {reason}")
-        self.pool.store.record("preempt", f"job {job_id} of {row.project} preempted: {reason}", owner=row.owner,
-                               name=job_id)
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            row.state, row.preemptions = "preempting", row.preemptions + 1
+            row.message, row.term_sent = bounded(f"preempted: {reason}"), row.term_sent or now
+            s.add(Event(kind="preempt", message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
+                        owner=row.owner, name=job_id, data={}))
+            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+        failpoints.reach("train.preempt.persisted")
+        if pid:
+            self.runner.preempt(pid, now, workdir, sent=sent)
 
-    def adopt_after_restart(self) -> None:
+    def adopt_after_restart(self, now: float | None = None) -> None:
         """After a hub restart: runs still alive keep going (the runner reads their exit file
-        when they end); runs that died with the hub go back to the queue, never twice."""
+        when they end), with their persisted SIGTERM/SIGKILL deadlines; a run started just
+        before the crash is found by its folder; GPUs held for a job that is not running go
+        back. Runs that died with the hub are settled by the next tick, never run twice."""
+        now = now if now is not None else time.time()
         for row in self.jobs():
-            if row.state in ACTIVE and row.pid and self.runner.exit_code(row.pid, row.workdir) is None:
+            if row.state not in ACTIVE:
+                if self.pool.release(Workload("train", row.owner, row.id), reason="not running (reconciled)"):
+                    log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
+                continue
+            if row.pid is None:
+                pid = find_run(row.workdir)
+                if pid is None:
+                    continue  # the next tick settles it: requeued, cancelled or failed by its intent
+                self._set(row.id, pid=pid)
+                self.pool.mark_running(Workload("train", row.owner, row.id), pid)
+                row.pid = pid
+            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner)) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
+                if row.state == "preempting":  # the signal may not have gone out before the crash
+                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now)
+
+
+def _alloc_query(w: Workload):
+    from sqlalchemy import select
+
+    return select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name)
