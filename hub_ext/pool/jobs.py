@@ -130,14 +130,3 @@ def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tupl
         if used > projects[job.project].guarantee_milli:
             over.add(job.id)
     return usage, over
-
-
-INTERACTIVE_PRIORITY = 50  # jobs at or above it are "interactive-like": placed before batch jobs
-
-
-def kai_priority_class(priority: int) -> str:
-    """The KAI-Scheduler priority class a job maps to on Kubernetes: both are preemptible;
-    `build-preemptible` (75) is placed before `train` (50). Finer order within a class is not
-    carried over (docs/training.md, "Priorities inside a project")."""
-    return "build-preemptible" if priority >= INTERACTIVE_PRIORITY else "train"
-
