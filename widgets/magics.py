@@ -15,16 +15,30 @@ def train_args(line: str) -> argparse.Namespace:
     ap.add_argument("--name", default="cell")
     ap.add_argument("--priority", type=int, default=0)
     ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON")
+    ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2")
     args = ap.parse_args(shlex.split(line))
-    params = {}
-    for item in args.param:
-        key, _, value = item.partition("=")
-        try:
-            params[key] = json.loads(value)
-        except ValueError:
-            params[key] = value  # a bare word is a string
-    args.parameters = params
+    args.sweep_spec = {}
+    for item in args.sweep:  # one job per combination of the values (the hub checks the bounds)
+        key, _, values = item.partition("=")
+        args.sweep_spec[key] = [_value(v) for v in values.split(",")]
+    args.parameters = {key: _value(value) for key, _, value in (p.partition("=") for p in args.param)}
     return args
+
+
+def projects_help(data: dict) -> str:
+    """The projects a user may submit to, with their guarantee and node pools (api/projects)."""
+    lines = ["projects:"]
+    for p in data.get("projects", []):
+        pools = ", ".join(p.get("pools") or []) or "any GPU"
+        lines.append(f"  {p['name']}: guarantee {p['guarantee_milli'] / 1000:g} GPUs, pools: {pools}")
+    return "\n".join(lines)
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word is a string
 
 
 def register(ipython: Any) -> None:
@@ -39,19 +53,36 @@ def register(ipython: Any) -> None:
         display(WorkspaceStatus())
 
     def train(line: str, cell: str) -> None:
-        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]
-        Runs this cell as a train job in the shared pool and shows its progress."""
+        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...] [--sweep key=v1,v2 ...]
+        Runs this cell as a train job in the shared pool and shows its progress; with --sweep,
+        one job per combination of the values."""
+        usage = ("usage: %%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]"
+                 " [--sweep key=v1,v2 ...]")
+        if line.split()[:1] == ["--help"]:
+            print(usage)
+            try:
+                print(projects_help(Client().get("api/projects")))
+            except GPUPoolError as err:
+                print(f"(projects unavailable: {err})")
+            return
         try:
             args = train_args(line)
         except SystemExit:
-            print("usage: %%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]")
+            print(usage)
             return
+        payload = {"project": args.project, "gpus": args.gpus, "name": args.name, "priority": args.priority,
+                   "code": cell, "parameters": args.parameters}
+        if args.sweep_spec:
+            payload["sweep"] = args.sweep_spec
         try:
-            job = Client().post("api/jobs", {"project": args.project, "gpus": args.gpus, "name": args.name,
-                                             "priority": args.priority, "code": cell,
-                                             "parameters": args.parameters})
+            job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
             print(f"not submitted: {err}")
+            return
+        if "sweep" in job:  # GET api/sweeps/<id> gives each run's parameters and final metrics
+            print(f"submitted sweep {job['sweep']}: {len(job['jobs'])} jobs to {args.project}")
+            for run in job["jobs"]:
+                display(JobMonitor(job_id=run["id"]))
             return
         print(f"submitted job {job['id']} to {args.project}")
         display(JobMonitor(job_id=job["id"]))
