@@ -6,7 +6,7 @@ import pytest
 from gpupool.api.page import svg_plot
 
 from tests.browser import browser_page, login, shot
-from tests.hubtools import PASSWORD, Hub
+from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub
 
 
 def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
@@ -28,7 +28,7 @@ def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
     hub.spawn("uma", "0.5")
     hub.spawn("vic", "0.25")
     with browser_page("admin-page") as page:
-        login(page, hub.url, "admin", PASSWORD)
+        login(page, hub.url, "admin", ADMIN_PASSWORD)
         page.goto(f"{hub.url}/services/gpupool/")
         page.wait_for_selector("table.gpupool-gpus")
         text = page.inner_text("body")
