@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 from traitlets import TraitError
 from traitlets.config import Application, Config
@@ -39,12 +44,20 @@ class _ConfigWriter(Application):
 
 
 def generate_config(path: str) -> None:
+    """The demo's settings, active, then every option commented with its help and example; no
+    path of this machine (the defaults that are one are named instead)."""
+    from .embedded import demo_lines
+
     text = _ConfigWriter().generate_config_file()
+    text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(sys.executable, "(the hub's own Python)")
     header = (
         "# gpupool configuration: every option with its help text and an example.\n"
         "# Use it with `gpupool up --config THIS_FILE`, or paste the settings into your\n"
         "# jupyterhub_config.py before `gpupool.configure(c)`.\n\n"
     )
+    demo = "\n# `make up`'s demo settings (as they are, this file starts the same hub as the demo):\n" + demo_lines()
+    head, marker, rest = text.partition("c = get_config()  #noqa\n")
+    text = head + marker + demo + rest if marker else demo + text
     if os.path.exists(path):
         raise SystemExit(f"gpupool: {path} exists; remove it or pick another name")
     with open(path, "w") as f:
@@ -79,18 +92,39 @@ def up(args: argparse.Namespace) -> int:
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
                **port_env(args))
-    password = demo_password(state)
-    print(
-        f"gpupool: embedded hub on http://127.0.0.1:{args.port}\n"
-        f"  log in with any user name and the password: {password}\n"
-        f"  (user 'admin' is an admin; state lives in {state})\n"
-        f"  {accounts_note(os.geteuid())}\n",
-        flush=True,
-    )
+    password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
-    os.chdir(state)
-    os.execvpe(argv[0], argv, env)
-    return 0  # not reached
+    hub = subprocess.Popen(argv, env=env, cwd=state)
+    # the hub's own start-up log comes first; the log-in banner last, once the hub answers
+    signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
+    try:
+        if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
+            print(banner(args.port, password, admin_password, state), flush=True)
+        return hub.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
+        return hub.wait()
+
+
+def banner(port: int, password: str, admin_password: str, state: str) -> str:
+    return (
+        f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
+        f"  log in with any user name and the password: {password}\n"
+        f"  as 'admin' (an admin) with the password: {admin_password}\n"
+        f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
+        f"  {accounts_note(os.geteuid())}\n"
+    )
+
+
+def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
+    """Poll the hub's API until it answers; False if the hub exited (its log says why)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and hub.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.5)
+    return False
 
 
 PORTS = {  # option -> (environment variable read by embedded_config.py, default, what listens)

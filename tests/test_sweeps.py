@@ -80,8 +80,10 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
 
 
 def test_train_help_lists_projects_with_their_pools() -> None:
-    from gpupool.widgets.magics import projects_help
+    from gpupool.widgets.magics import projects_text
 
-    text = projects_help({"projects": [{"name": "vision", "guarantee_milli": 8000, "pools": ["dgx", "ws"]},
-                                       {"name": "teach", "guarantee_milli": 1000, "pools": []}]})
-    assert "vision: guarantee 8 GPUs, pools: dgx, ws" in text and "teach: guarantee 1 GPUs, pools: any GPU" in text
+    text = projects_text([{"name": "vision", "guarantee_milli": 8000, "used_milli": 0, "pools": ["dgx", "ws"]},
+                          {"name": "teach", "guarantee_milli": 1000, "used_milli": 0, "pools": []}])
+    vision, teach = (line for line in text.splitlines() if line.strip().startswith(("vision", "teach")))
+    assert "8 GPUs guaranteed" in vision and "GPUs from dgx, ws" in vision
+    assert "1 GPU guaranteed" in teach and "GPUs from" not in teach
