@@ -97,10 +97,14 @@ class ParkingService:
             raise LookupError(f"no running GPU workspace {name or 'default'!r} of {owner}")
         if parked is not None or (owner, name) in self._restoring:
             raise ValueError(f"{owner}/{name or 'default'} is resuming; park it again later")
+        if not row.pid:
+            # without the server's process (Kubernetes pods live on other nodes) nothing can be
+            # checkpointed, and releasing the share would leave its memory on the GPU
+            raise ParkingError(f"{w.label}: its processes are not on this machine; it keeps its GPU")
         node = self.pool.inventory.node(row.node)
         done: list[int] = []
         try:
-            for pid in sorted(self.pids_of(row.pid)) if row.pid else []:
+            for pid in sorted(self.pids_of(row.pid)):
                 if park_process(self.backend, pid, int(self.cfg.lock_timeout_s * 1000)):
                     done.append(pid)
         except ParkingError as err:
