@@ -35,7 +35,9 @@ c.GPUPool.virtual_gpus = 4  # used only when NVML finds no GPU
 c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
 c.Spawner.home_dir_template = f"{state}/home/{{username}}"
 c.TrainPool.jobs_root = f"{state}/home/{{username}}/gpupool-jobs"
-c.TrainPool.projects = {"default": {"guarantee": 2}, "research": {"guarantee": 1, "weight": 2}}
+# "default" is open to every user (no lists); "research" only to its members (and admins)
+c.TrainPool.projects = {"default": {"guarantee": 2},
+                        "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]}}
 c.Spawner.default_url = "/lab"
 c.Spawner.cmd = [os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")]
 if os.getuid() == 0:

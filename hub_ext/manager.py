@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from .pool import (
     BuildQuotaPolicy,
@@ -27,7 +28,7 @@ from .pool import (
 )
 from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
-from .store import Allocation, Parked, Store
+from .store import Allocation, Event, Parked, Store
 
 log = logging.getLogger("gpupool")
 
@@ -151,10 +152,13 @@ class PoolManager:
                 f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
                 " choose a smaller fraction or try again when others stop"
             )
-        return self.reserve_at(w, placement, groups)
+        row = self.reserve_at(w, placement, groups)
+        self.policy.learn(req)  # a real placement: the only thing the policy learns from
+        return row
 
     def reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str] = ()) -> Allocation:
-        """Hold exactly this placement (the training scheduler chose it); persisted at once."""
+        """Hold exactly this placement (the training scheduler chose it); persisted at once,
+        the allocation and its event in one transaction."""
         self.state.apply(placement)
         try:
             with self.store.session() as s:
@@ -165,12 +169,12 @@ class PoolManager:
                     groups=sorted(groups),
                 )
                 s.add(row)
+                s.add(Event(kind="allocate", message=f"{w.label} holds {format_gpus(placement.total_milli)}"
+                            f" on {placement.node} GPU {list(placement.gpus)}",
+                            owner=w.owner, name=w.name, data={"milli": placement.total_milli}))
         except Exception:
             self.state.release(placement)
             raise
-        self.store.record("allocate", f"{w.label} holds {format_gpus(placement.total_milli)}"
-                          f" on {placement.node} GPU {list(placement.gpus)}",
-                          owner=w.owner, name=w.name, milli=placement.total_milli)
         log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
                  placement.node, list(placement.gpus))
         return row
@@ -190,23 +194,37 @@ class PoolManager:
         workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
         if w.kind == "build" and not keep_parked and self.forget_parked(w):
             self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
-        row = self.allocation(w)
-        if row is None:
+        with self.store.session() as s:
+            placement = self.release_in(s, w, reason)
+        if placement is None:
             return False
-        self._delete(row.id, reason=reason)
-        self.state.release(_placement(row))
+        self.state.release(placement)
         log.info("released %s (%s)", w.label, reason)
         return True
+
+    def release_in(self, s: Session, w: Workload, reason: str) -> Placement | None:
+        """The database half of a release, inside the caller's transaction (so that, e.g., a
+        job's end and the return of its GPUs commit together). The caller gives the returned
+        placement to `state.release` once that transaction has committed."""
+        row = s.scalar(select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name))
+        if row is None:
+            return None
+        placement = _placement(row)
+        self._delete_in(s, row, reason)
+        return placement
 
     def _delete(self, row_id: int, reason: str) -> None:
         with self.store.session() as s:
             row = s.get(Allocation, row_id)
-            if row is None:
-                return
-            label, owner, name, milli = _label(row), row.owner, row.name, row.total_milli
-            s.delete(row)
-        self.store.record("release", f"{label} released {format_gpus(milli)}: {reason}",
-                          owner=owner, name=name, milli=milli)
+            if row is not None:
+                self._delete_in(s, row, reason)
+
+    @staticmethod
+    def _delete_in(s: Session, row: Allocation, reason: str) -> None:
+        milli = row.total_milli
+        s.delete(row)
+        s.add(Event(kind="release", message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
+                    owner=row.owner, name=row.name, data={"milli": milli}))
 
     def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""

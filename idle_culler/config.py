@@ -141,7 +141,7 @@ class IdleCuller(Configurable):
         """)
     sampler_arg = Unicode("", config=True, help="""Argument of the sampler (see sampler). Example::
 
-            c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9400/pods"
+            c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9402/pods"
         """)
     metrics_port = Int(0, config=True, help="""Serve Prometheus metrics on this port (0: off). Example::
 

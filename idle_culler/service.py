@@ -51,17 +51,37 @@ def parse_time(text: str | None) -> float | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+PAGINATION = "application/jupyterhub-pagination+json"
+MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
+
+
 class Client:
     def __init__(self, token: str, timeout: float = 30) -> None:
         self.token, self.timeout = token, timeout
 
-    def call(self, method: str, url: str, body: Any = None) -> Any:
+    def call(self, method: str, url: str, body: Any = None, accept: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+                                     headers={"Authorization": f"token {self.token}", "Accept": accept})
         with urllib.request.urlopen(req, timeout=self.timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
+
+    def paginated(self, url: str) -> list:
+        """Every item of a JupyterHub list, page by page (jupyterhub-idle-culler's
+        fetch_paginated habit): the hub returns at most its page limit (200 by default) per
+        request, so one plain GET misses the rest of a large class."""
+        items: list = []
+        for _ in range(MAX_PAGES):
+            page = self.call("GET", url, accept=PAGINATION)
+            if isinstance(page, list):  # a hub too old to paginate answers with everything
+                return items + page
+            items.extend(page["items"])
+            nxt = (page.get("_pagination") or {}).get("next")
+            if not nxt:
+                return items
+            url = nxt["url"]
+        raise ValueError(f"more than {MAX_PAGES} pages at {url}")
 
 
 class Culler:
@@ -77,7 +97,7 @@ class Culler:
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
-        users = self.client.call("GET", f"{self.hub_api}/users?state=active")
+        users = self.client.paginated(f"{self.hub_api}/users?state=active")
         out = {}
         for user in users:
             for name, server in (user.get("servers") or {}).items():
@@ -235,14 +255,39 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
                     make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
+    parent = os.getppid()
+    die_with_parent()
     try:
-        return _loop(culler, cfg, args.once)
+        return _loop(culler, cfg, args.once, parent)
     except KeyboardInterrupt:  # the hub stops its services with SIGINT
         return 0
 
 
-def _loop(culler: Culler, cfg: IdleCuller, once: bool) -> int:
+def die_with_parent() -> None:
+    """The culler is the hub's child: when the hub dies (even by kill -9) the kernel sends us
+    SIGTERM, so a restarted hub never finds a second culler acting with a valid token."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1  # noqa: N806 - the name in <linux/prctl.h>
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError) as err:
+        log.warning("cannot ask to die with the hub (%s); checking the parent each pass", err)
+
+
+def hub_gone(parent: int) -> bool:
+    """Our parent changed (re-parented to init or a subreaper): the hub that started us is gone."""
+    return os.getppid() != parent
+
+
+def _loop(culler: Culler, cfg: IdleCuller, once: bool, parent: int | None = None) -> int:
     while True:
+        if parent is not None and hub_gone(parent):
+            log.warning("the hub that started this culler is gone: stopping")
+            return 0
         try:
             result = culler.run_pass()
             if result["events"]:

@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import pkgutil
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -75,12 +76,23 @@ def test_the_folders_are_not_importable_by_their_own_names():
 
 
 def test_wheel_installs_nothing_but_gpupool(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    had_build = (REPO / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    finally:
+        if not had_build:  # pip builds in the source tree
+            shutil.rmtree(REPO / "build", ignore_errors=True)
     (wheel,) = tmp_path.glob("gpupool-*.whl")
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"gpupool"}
+    assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {"gpupool"}
     files = set(zipfile.ZipFile(wheel).namelist())
+    # the JupyterLab extension, built from widgets/labextension, and its server side's switch
+    data = "gpupool-0.1.0.data/data/"
+    assert {data + "share/jupyter/labextensions/gpupool-lab/package.json",
+            data + "etc/jupyter/jupyter_server_config.d/gpupool.json"} <= files
+    assert any(f.startswith(data + "share/jupyter/labextensions/gpupool-lab/static/remoteEntry.") for f in files)
+    assert not any("labextension" in f for f in files if f.startswith("gpupool/"))
     for expected in ("gpupool/spawner/local.py", "gpupool/idle_culler/__main__.py", "gpupool/widgets/magics.py",
                      "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html"):
         assert expected in files

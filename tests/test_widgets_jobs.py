@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from gpupool.widgets import Client, JobMonitor, PromoteToTraining
 from gpupool.widgets.jobs import job_row, validate_choices
@@ -25,6 +23,7 @@ def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
     assert list(promote.project.options) == ["vision"]
     promote.params.value = "{not json"
     assert promote.submit_button.disabled and "must be a JSON object" in promote.problems.value
+    assert list(promote.gpus.options) == [0.25, 0.5, 1, 2, 4]  # the demo's node has 4 GPUs: 8 never fits
     promote.gpus.value = 4
     promote.params.value = '{"n": 7}'
     assert "may use at most 2 GPUs" in promote.problems.value  # explained before submitting
@@ -33,10 +32,9 @@ def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
     job = promote.submit()
     assert job["state"] == "queued"
     monitor = promote.monitor_box.children[0]
-    deadline = time.monotonic() + 60
-    while monitor.refresh()[0]["state"] != "succeeded":
-        assert time.monotonic() < deadline, monitor.table.value
-        time.sleep(0.3)
+    assert monitor._thread is not None  # it follows the job by itself: nobody calls refresh()
+    monitor._thread.join(90)
+    assert not monitor._thread.is_alive(), monitor.table.value  # and stops once the job has ended
     assert "succeeded" in monitor.table.value
     assert "answer 42" in monitor.log_view.value
     assert "output.ipynb" in monitor.message.value
@@ -49,8 +47,23 @@ def test_job_row_and_choices_are_explained() -> None:
     row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 0.5, "state": "queued", "queue_position": 2,
                    "runs": 0, "preemptions": 0, "gpu": [], "message": ""})
     assert "#2 in queue" in row and "not started" in row
+    why = "waiting for GPUs: project p uses 2 of its 2-GPU guarantee and no GPU is idle; 1 job ahead"
+    row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 1, "state": "queued", "queue_position": 2,
+                   "wait_reason": why, "runs": 1, "preemptions": 1, "gpu": [], "message": "preempted; will resume",
+                   "preemption": "preempted at 14:02 so that project q gets its guarantee back; resumes from"
+                                 " the checkpoint saved at 13:55"})
+    assert why in row and "run 1, preempted 1×" in row and "resumes from the checkpoint saved at 13:55" in row
+    assert "will resume" not in row  # the plain line replaces the bare state message
     problems, params = validate_choices("x", 1, [{"name": "p", "limit_milli": -1}], '{"a": 1}')
     assert problems == ["choose a project: p"] and params == {"a": 1}
+
+
+def test_gpu_choices_fit_one_node() -> None:
+    from gpupool.widgets.jobs import gpu_choices
+
+    pool = {"gpus": [{"node": "a"}] * 4 + [{"node": "b"}] * 3}
+    assert gpu_choices(pool) == [0.25, 0.5, 1, 2, 4]
+    assert gpu_choices({"gpus": [{"node": "a"}] * 3}) == [0.25, 0.5, 1, 2, 3]
 
 
 def test_train_magic_arguments() -> None:
@@ -67,25 +80,40 @@ def test_output_link_opens_the_notebook_in_this_lab() -> None:
     assert "<code>/srv/x.ipynb</code>" in output_link("/srv/x.ipynb", env)
 
 
-def test_promote_the_current_notebook_as_saved(tmp_path, monkeypatch) -> None:
+def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(make_hub) -> None:
     import nbformat
 
+    hub: Hub = make_hub(env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("ida", "0.25")
+    token, server = hub.user_token("ida"), "/user/ida/"
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_markdown_cell("x"),
-                nbformat.v4.new_code_cell("print(a)")]
-    path = tmp_path / "analysis.ipynb"
-    nbformat.write(nb, str(path))
-    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+                nbformat.v4.new_code_cell("print(a)"),
+                nbformat.v4.new_code_cell("PromoteToTraining.current_notebook()")]
+    hub.api("PUT", server + "api/contents/Untitled.ipynb", {"type": "notebook", "content": nb}, token=token)
+    session = hub.api("POST", server + "api/sessions", {"path": "Untitled.ipynb", "type": "notebook",
+                                                        "name": "", "kernel": {"name": "python3"}}, token=token)
+    # JupyterLab's rename on first save: the file moves and the session follows it
+    hub.api("PATCH", server + "api/contents/Untitled.ipynb", {"path": "analysis.ipynb"}, token=token)
+    hub.api("PATCH", server + f"api/sessions/{session['id']}", {"path": "analysis.ipynb"}, token=token)
+    env = {"JUPYTERHUB_SERVICE_URL": hub.url + server, "JUPYTERHUB_API_TOKEN": token}
+    client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", token)
+    connection_file = f"/run/user/kernel-{session['kernel']['id']}.json"
 
-    class Offline:
-        def get(self, path):
-            return {"projects": [{"name": "p", "limit_milli": -1}]}
+    promote = PromoteToTraining.current_notebook(connection_file=connection_file, env=env, client=client)
+    assert promote.source_path == "analysis.ipynb"
+    assert [c["source"] for c in promote.notebook["cells"]] == ["a = 1", "print(a)",
+                                                                "PromoteToTraining.current_notebook()"]
+    from gpupool.widgets.notebook import code_cells
 
-    promote = PromoteToTraining.current_notebook(cells=[1], client=Offline())
-    assert ["".join(c["source"]) for c in promote.notebook["cells"]] == ["print(a)"]
-    monkeypatch.delenv("JPY_SESSION_NAME")
-    with pytest.raises(Exception, match="does not know its notebook"):
-        PromoteToTraining.current_notebook(client=Offline())
+    chosen = code_cells(promote.notebook, [1], leave_out="")
+    assert [c["source"] for c in chosen] == ["print(a)"]
+    kept = code_cells(promote.notebook, None, leave_out="PromoteToTraining.current_notebook()\n")
+    assert [c["source"] for c in kept] == ["a = 1", "print(a)"]  # the calling cell is left out
+    with pytest.raises(Exception, match="no notebook of this server runs this kernel"):
+        PromoteToTraining.current_notebook(connection_file="kernel-0000aaaa-0000.json", env=env, client=client)
+    with pytest.raises(Exception, match="JUPYTERHUB_SERVICE_URL is not set"):
+        PromoteToTraining.current_notebook(connection_file=connection_file, env={}, client=client)
 
 
 def test_promote_a_script_as_it_is_now(tmp_path) -> None:

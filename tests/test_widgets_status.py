@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from gpupool.widgets import Client, GPUPoolError, WorkspaceStatus
 from gpupool.widgets.status import status_rows
@@ -17,12 +19,19 @@ def test_status_shows_this_workspace_share_and_quota(hub: Hub) -> None:
     client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", hub.user_token("wanda"))
     rows = dict(status_rows(client.get("api/me"), client.get("api/pool"), {"CUDA_VISIBLE_DEVICES": "1"}))
     assert rows["Share"] == "0.5 GPU = 8,192 MiB of 16,384 MiB"
-    assert rows["GPU"].startswith("virtual (virtual) #")
+    assert rows["GPU"].startswith("virtual GPU #") and rows["GPU"].endswith(" on localhost")
     assert rows["Build quota"] == "0.75 GPU of 1 GPU in use (also: side 0.25 GPU)"
 
-    widget = WorkspaceStatus(client=client)
+    widget = WorkspaceStatus(client=client, interval=0.3)
     assert "0.5 GPU = 8,192 MiB" in widget.table.value and widget.message.value == ""
+    assert "also: side 0.25 GPU" in widget.table.value
+    assert "Train projects" in widget.table.value and "default (2 GPUs guaranteed, 0 GPU in use)" in widget.table.value
     hub.stop_server("wanda", "side")
+    deadline = time.monotonic() + 20
+    while "also: side" in widget.table.value:  # nobody refreshes: the widget reads again by itself
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    widget.close()
     hub.stop_server("wanda")
 
 
@@ -48,6 +57,10 @@ def test_culler_findings_become_rows_with_the_warning() -> None:
                "gpu_idle_s": 1500, "gpu_util_pct": 0.0, "memory_mib": 512, "memory_limit_mib": 4096}
     rows = dict(culler_rows({"workspaces": [finding]}, "ann", "", now=1000))
     assert rows["GPU idle"] == "25 min"
-    assert rows["Session ends"] == "in 0 h 10 min (idle-gpu)"
+    assert rows["Session"].endswith("(in 10 min) if its GPU stays idle")
+    assert rows["GPU use"] == "0 % now, 512 of 4,096 MiB"
     assert rows["Warning"].startswith("will stop in 10 min")
-    assert culler_rows({"workspaces": [finding]}, "bob", "", now=1000) == []
+    assert culler_rows({"workspaces": [finding]}, "bob", "", now=1000) == [("GPU use", "no GPU data yet")]
+    assert culler_rows(None, "ann", "", now=1000, virtual=True) == [("GPU use", "no GPU data: virtual GPU")]
+    extended = dict(culler_rows({"workspaces": [{**finding, "action": "keep", "extended": True}]}, "ann", "", 1000))
+    assert extended["Session"].startswith("extended once")  # at once, not the old end time

@@ -8,7 +8,7 @@
         state["step"] += 1
         if ckpt.preempted:                 # SIGTERM arrived: save and leave; the job resumes later
             ckpt.save(state)
-            ckpt.exit()
+            ckpt.exit()                    # exit code 75: "preempted, resume me"
     ckpt.save(state)
 
 With PyTorch, keep tensors out of the JSON and save them beside it:
@@ -24,6 +24,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+from gpupool.train.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
 
 
 class Checkpoint:
@@ -53,5 +55,6 @@ class Checkpoint:
         os.replace(tmp, self.file)  # atomic: a kill mid-save leaves the previous checkpoint
 
     def exit(self) -> None:
+        """Leave after a preemption with PREEMPTED_EXIT_CODE: the job is resumed, not finished."""
         print("gpupool: preempted, checkpoint saved; the job resumes when GPUs are free", flush=True)
-        sys.exit(0)
+        sys.exit(PREEMPTED_EXIT_CODE)

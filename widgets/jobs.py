@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from html import escape
 from typing import Any
@@ -13,19 +14,40 @@ import ipywidgets as w
 
 from .client import Client, GPUPoolError
 
+ACTIVE = ("queued", "running", "preempting")
 STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "preempting": "#cb4b16", "succeeded": "#2aa198",
                  "failed": "#dc322f", "cancelled": "#839496"}
 
 
 def job_row(job: Mapping[str, Any]) -> str:
-    """One job as an HTML table row: pure, so tests read what users see."""
+    """One job as an HTML table row: pure, so tests read what users see. A queued job says why it
+    waits (the API's wait_reason), a preempted one when and from where it goes on."""
     colour = STATE_COLOURS.get(job["state"], "#000")
     where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
-    queue = f" (#{job['queue_position']} in queue)" if job.get("queue_position") else ""
-    runs = f"{job['preemptions']} preempted, {max(0, job['runs'] - 1)} resumed" if job["runs"] else "not started"
+    why = job.get("wait_reason") or (f"#{job['queue_position']} in queue" if job.get("queue_position") else "")
+    runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
+        f", preempted {job['preemptions']}×" if job["preemptions"] else "")
+    note = job.get("preemption") or job.get("message") or ""
     return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
-            f"<td>{job['gpus']:g}</td><td style='color:{colour}'><b>{escape(job['state'])}</b>{queue}</td>"
-            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(job.get('message') or '')}</td></tr>")
+            f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
+            f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
+            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>")
+
+
+GPU_SIZES = (0.25, 0.5, 1, 2, 4, 8)
+
+
+def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
+    """The GPU counts a job can get on one node of this pool (a job never spans nodes)."""
+    per_node: dict[str, int] = {}
+    gpus = pool.get("gpus") if isinstance(pool, Mapping) else None
+    for gpu in gpus if isinstance(gpus, list) else []:
+        node = str(gpu.get("node", "")) if isinstance(gpu, Mapping) else ""
+        per_node[node] = per_node.get(node, 0) + 1
+    biggest = max(per_node.values(), default=0)
+    if not biggest:
+        return list(GPU_SIZES)
+    return [x for x in GPU_SIZES if x <= biggest] + ([biggest] if biggest not in GPU_SIZES else [])
 
 
 def validate_choices(project: str, gpus: float, projects: list[dict], params_text: str) -> tuple[list[str], dict]:
@@ -61,40 +83,66 @@ def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
 
 
 class JobMonitor(w.VBox):
-    """The user's jobs (or one job) with state, queue position, GPU, preemptions, log tail, cancel."""
+    """The user's jobs (or one job) with state, why it waits, GPU, preemptions, log tail, cancel.
 
-    def __init__(self, client: Client | None = None, job_id: str | None = None, **kwargs: Any) -> None:
-        self.client, self.job_id = client, job_id
-        self.table, self.log_view, self.message = w.HTML(), w.Textarea(layout=w.Layout(width="100%", height="10em")), \
-            w.HTML()
-        self.refresh_button = w.Button(description="Refresh", icon="refresh")
-        self.refresh_button.on_click(lambda _: self.refresh())
+    It follows by itself (a thread reads the API every `interval` seconds) until every job shown
+    has ended, then reads once more for the final log and output link."""
+
+    def __init__(self, client: Client | None = None, job_id: str | None = None, follow: bool = True,
+                 interval: float = 2.0, **kwargs: Any) -> None:
+        self.client, self.job_id, self.interval = client, job_id, interval
+        self.table, self.message, self.status = w.HTML(), w.HTML(), w.HTML()
+        self.log_view = w.Textarea(layout=w.Layout(width="100%", height="12em"), disabled=True)
         self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger",
                                       disabled=job_id is None)
         self.cancel_button.on_click(lambda _: self.cancel())
-        super().__init__([self.table, self.message, w.HBox([self.refresh_button, self.cancel_button]), self.log_view],
-                         **kwargs)
-        self.refresh()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        children = [self.table, self.message, w.HBox([self.cancel_button, self.status])]
+        super().__init__(children + ([self.log_view] if job_id else []), **kwargs)
+        jobs = self.refresh()
+        if follow and any(j["state"] in ACTIVE for j in jobs):
+            self.follow()
 
     @property
     def api(self) -> Client:
         return self.client or Client()
+
+    def follow(self) -> None:
+        self._thread = threading.Thread(target=self._follow, name="gpupool-job-monitor", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        failures = 0
+        self.status.value = f"<small style='color:#777'>following: read every {self.interval:g} s</small>"
+        while not self._stop.wait(self.interval):
+            jobs = self.refresh()
+            failures = failures + 1 if not jobs else 0
+            if (jobs and not any(j["state"] in ACTIVE for j in jobs)) or failures >= 30:
+                break
+        self.status.value = "" if failures < 30 else \
+            "<small style='color:#b00'>stopped following: the API did not answer</small>"
+
+    def close(self) -> None:
+        self._stop.set()
+        super().close()
 
     def refresh(self) -> list[dict]:
         try:
             jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
             if self.job_id:
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=200")
-                self.log_view.value = "\n".join(logs["lines"])
-                if logs["output_notebook"]:
-                    self.message.value = output_link(logs["output_notebook"])
+                text = "\n".join(logs["lines"])
+                if text != self.log_view.value:
+                    self.log_view.value = text
+                self.message.value = output_link(logs["output_notebook"]) if logs["output_notebook"] else ""
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
-        self.table.value = ("<table><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th><th>GPU</th>"
-                            "<th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
+        self.table.value = ("<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
+                            "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
         if self.job_id and jobs:
-            self.cancel_button.disabled = jobs[0]["state"] not in ("queued", "running", "preempting")
+            self.cancel_button.disabled = jobs[0]["state"] not in ACTIVE
         return jobs
 
     def cancel(self) -> None:
@@ -118,13 +166,20 @@ class PromoteToTraining(w.VBox):
             self.projects = []
             kwargs.setdefault("children", [w.HTML(f"<span style='color:#b00'>{escape(str(err))}</span>")])
         names = [p["name"] for p in self.projects]
-        self.project = w.Dropdown(options=names, description="Project")
-        self.gpus = w.Dropdown(options=[0.25, 0.5, 1, 2, 4, 8], value=1, description="GPUs")
-        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority")
-        self.name = w.Text(value="promoted", description="Name")
-        self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters")
+        try:
+            choices = gpu_choices(self.api.get("api/pool"))
+        except GPUPoolError:
+            choices = list(GPU_SIZES)
+        label = {"style": {"description_width": "7em"}}  # long enough for every label: none is cut
+        self.project = w.Dropdown(options=names, description="Project", **label)
+        self.gpus = w.Dropdown(options=choices, value=1 if 1 in choices else choices[-1], description="GPUs",
+                               **label)
+        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority", **label)
+        self.name = w.Text(value="promoted", description="Name", **label)
+        self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters", **label)
         self.problems = w.HTML()
-        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary")
+        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary",
+                                      layout=w.Layout(width="auto"))
         self.submit_button.on_click(lambda _: self.submit())
         self.monitor_box = w.VBox()
         for widget in (self.project, self.gpus, self.params):
@@ -144,17 +199,29 @@ class PromoteToTraining(w.VBox):
         return cls(script=source, **kwargs)
 
     @classmethod
-    def current_notebook(cls, cells: list[int] | None = None, **kwargs: Any) -> PromoteToTraining:
-        """Promote the notebook this kernel runs (as last saved), or some of its code cells."""
-        import nbformat
-        from gpupool.snapshot import from_notebook
+    def current_notebook(cls, cells: list[int] | None = None, connection_file: str | None = None,
+                         env: Mapping[str, str] | None = None, **kwargs: Any) -> PromoteToTraining:
+        """Promote the notebook this kernel runs, as last saved, without the cell that calls this.
 
-        path = os.environ.get("JPY_SESSION_NAME", "")
-        if not path.endswith(".ipynb"):
-            raise GPUPoolError("this kernel does not know its notebook (JPY_SESSION_NAME is not set): "
-                               "pass code=... or notebook=... instead")
-        nb = from_notebook(path, cells)
-        return cls(notebook=json.loads(nbformat.writes(nb)), **kwargs)
+            PromoteToTraining.current_notebook()              # every other code cell
+            PromoteToTraining.current_notebook(cells=[0, 2])  # the 1st and 3rd code cells
+
+        The notebook is found by this kernel's id through the Jupyter server's sessions API, so a
+        notebook renamed since it started (JupyterLab's rename on first save) is found too."""
+        from .notebook import code_cells, current_notebook
+
+        caller = ""
+        if connection_file is None:
+            from ipykernel import get_connection_file
+            from IPython import get_ipython
+
+            connection_file = get_connection_file()
+            shell = get_ipython()
+            caller = shell.history_manager.input_hist_raw[-1] if shell is not None else ""
+        path, nb = current_notebook(connection_file, env)
+        widget = cls(notebook={**nb, "cells": code_cells(nb, cells, leave_out=caller)}, **kwargs)
+        widget.source_path = path
+        return widget
 
     @property
     def api(self) -> Client:

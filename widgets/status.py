@@ -1,8 +1,10 @@
-"""WorkspaceStatus: what GPU share this workspace holds, and the user's quota."""
+"""WorkspaceStatus (`%gpupool`): this workspace's GPU share, its use, when and why it stops, the
+user's quota and training projects — read again by itself."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from html import escape
@@ -12,32 +14,38 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from .client import Client, GPUPoolError
+from .summary import REASONS, clock, culler_finding, gpus_text, left_text, my_shares
 
 
 def _gpus(milli: int) -> str:
-    text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
-    return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
+    return gpus_text(milli)
 
 
-def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: float) -> list[tuple[str, str]]:
-    """What the idle culler last found about this workspace."""
-    if not culler:
-        return []
-    mine = [w for w in culler.get("workspaces", []) if w["owner"] == owner and w["name"] == server]
-    if not mine:
-        return []
-    w = mine[0]
+def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: float,
+                virtual: bool = False) -> list[tuple[str, str]]:
+    """What the idle culler last found about this workspace, in plain words."""
+    found = culler_finding(culler, owner, server)
     rows = []
-    if w.get("gpu_util_pct") is not None:
-        rows.append(("GPU use", f"{w['gpu_util_pct']:.0f} % now, {w['memory_mib']:,} of {w['memory_limit_mib']:,} MiB"))
-    if w.get("gpu_idle_s") is not None:
-        rows.append(("GPU idle", f"{int(w['gpu_idle_s'] // 60)} min"))
-    if w.get("cull_at"):
-        left = max(0, int((w["cull_at"] - now) // 60))
-        rows.append(("Session ends", f"in {left // 60} h {left % 60} min ({w['reason']})"))
-    if w.get("action") in ("warn", "resolve-memory"):
-        rows.append(("Warning", w["message"]))
+    if found.get("gpu_util_pct") is not None:
+        rows.append(("GPU use", f"{found['gpu_util_pct']:.0f} % now, {found.get('memory_mib', 0):,} of"
+                                f" {found.get('memory_limit_mib', 0):,} MiB"))
+    else:
+        rows.append(("GPU use", "no GPU data: virtual GPU" if virtual else "no GPU data yet"))
+    if found.get("gpu_idle_s") is not None:
+        rows.append(("GPU idle", left_text(found["gpu_idle_s"])))
+    if found.get("extended") and found.get("action") != "warn":
+        rows.append(("Session", "extended once: the new end time comes with the idle culler's next pass"))
+    elif found.get("cull_at"):
+        why = REASONS.get(found.get("reason", ""), "")
+        rows.append(("Session", f"stops at {clock(found['cull_at'])} (in {left_text(found['cull_at'] - now)})"
+                                + (f" {why}" if why else "")))
+    if found.get("action") in ("warn", "resolve-memory"):
+        rows.append(("Warning", found.get("message", "")))
     return rows
+
+
+def gpu_name(gpu: Mapping[str, Any]) -> str:
+    return f"virtual GPU #{gpu['index']}" if gpu.get("virtual") else f"{gpu['model']} #{gpu['index']}"
 
 
 def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -50,17 +58,13 @@ def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str],
                 server: str = "") -> list[tuple[str, str]]:
     """Label/value rows for this workspace: pure, so the widget and its tests agree."""
-    mine = [
-        (gpu, share) for gpu in pool.get("gpus", []) for share in gpu["shares"]
-        if share["owner"] == me["name"] and share["name"] == server and share["kind"] == "build"
-    ]
+    mine = my_shares(pool, me["name"], server)
     rows: list[tuple[str, str]] = []
     if not mine:
         rows.append(("GPU", "none: this workspace runs without a GPU share"))
     for gpu, share in mine:
-        virtual = " (virtual)" if gpu["virtual"] else ""
         memory = gpu["memory_mib"] * share["milli"] // 1000
-        rows.append(("GPU", f"{gpu['model']}{virtual} #{gpu['index']} on {gpu['node']}"))
+        rows.append(("GPU", f"{gpu_name(gpu)} on {gpu['node']}"))
         rows.append(("Share", f"{_gpus(share['milli'])} = {memory:,} MiB of {gpu['memory_mib']:,} MiB"))
     held = sum(h["milli"] for h in me.get("holdings", []))
     others = [h for h in me.get("holdings", []) if h["server"] != server]
@@ -73,24 +77,46 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     return rows
 
 
-class WorkspaceStatus(w.VBox):
-    """Shows the GPU share of this workspace; press Refresh (or call .refresh())."""
+def project_rows(projects: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The training projects this user may submit to (%%train --project NAME)."""
+    items = (projects or {}).get("projects", [])
+    if not items:
+        return []
+    text = "; ".join(f"{p['name']} ({_gpus(p['guarantee_milli'])} guaranteed, {_gpus(p['used_milli'])} in use)"
+                     for p in items)
+    return [("Train projects", text)]
 
-    def __init__(self, client: Client | None = None, **kwargs: Any) -> None:
-        self.client = client
+
+class WorkspaceStatus(w.VBox):
+    """The GPU share of this workspace, its use and when it stops; it reads the API again every
+    `interval` seconds by itself (a thread, stopped when the widget is closed)."""
+
+    def __init__(self, client: Client | None = None, follow: bool = True, interval: float = 30.0,
+                 **kwargs: Any) -> None:
+        self.client, self.interval = client, interval
         self.table = w.HTML()
         self.message = w.HTML()
-        self.refresh_button = w.Button(description="Refresh", icon="refresh", tooltip="Read the pool again")
-        self.refresh_button.on_click(lambda _: self.refresh())
         self.extend_button = w.Button(description="Extend session", icon="clock-o",
+                                      layout=w.Layout(width="auto"),
                                       tooltip="Ask the idle culler for more time (once per session)")
         self.extend_button.on_click(lambda _: self.extend())
         self.resume_button = w.Button(description="Resume GPU", icon="play", tooltip="Ask for the parked GPU back",
                                       layout=w.Layout(display="none"))
         self.resume_button.on_click(lambda _: self.resume())
+        self._stop = threading.Event()
         super().__init__([w.HTML("<b>gpupool workspace</b>"), self.table, self.message,
-                          w.HBox([self.refresh_button, self.extend_button, self.resume_button])], **kwargs)
+                          w.HBox([self.extend_button, self.resume_button])], **kwargs)
         self.refresh()
+        if follow:
+            threading.Thread(target=self._follow, name="gpupool-status", daemon=True).start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.refresh(quiet=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        super().close()
 
     def extend(self) -> None:
         self.extend_button.disabled = True
@@ -101,7 +127,7 @@ class WorkspaceStatus(w.VBox):
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return
         self.refresh()
-        self.message.value = "Extended: the culler gives this session more time once."
+        self.message.value = "Extended: the idle culler gives this session more time once."
 
     def resume(self) -> None:
         """The Resume button: the same claim the kernel's pre-run hook makes."""
@@ -114,18 +140,25 @@ class WorkspaceStatus(w.VBox):
         self.refresh()
         self.message.value = escape(state.get("message", ""))
 
-    def refresh(self) -> None:
-        self.refresh_button.disabled = True
-        self.message.value = "<i>reading the pool…</i>"
+    def refresh(self, quiet: bool = False) -> None:
+        if not quiet:
+            self.message.value = "<i>reading the pool…</i>"
         try:
             client = self.client or Client()
             server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
             me = client.get("api/me")
-            rows = status_rows(me, client.get("api/pool"), os.environ, server)
+            pool = client.get("api/pool")
+            rows = status_rows(me, pool, os.environ, server)
+            virtual = any(gpu.get("virtual") for gpu, _ in my_shares(pool, me["name"], server))
             try:
-                rows += culler_rows(client.get("api/culler/status"), me["name"], server, time.time())
+                culler = client.get("api/culler/status")
             except GPUPoolError:
-                pass  # no culler findings yet: the share itself is still worth showing
+                culler = None  # no culler findings yet: the share itself is still worth showing
+            rows += culler_rows(culler, me["name"], server, time.time(), virtual)
+            try:
+                rows += project_rows(client.get("api/projects"))
+            except GPUPoolError:
+                pass  # no training pool on this hub
             try:
                 parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
             except GPUPoolError:
@@ -134,10 +167,11 @@ class WorkspaceStatus(w.VBox):
             self.resume_button.layout.display = "" if parked else "none"
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
-        else:
-            self.table.value = "<table>" + "".join(
-                f"<tr><td style='padding-right:1em'>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows
-            ) + "</table>"
+            return
+        self.table.value = "<table>" + "".join(
+            f"<tr><td style='padding-right:1em;vertical-align:top'>{escape(k)}</td><td>{escape(v)}</td></tr>"
+            for k, v in rows) + "</table>"
+        found = culler_finding(culler, me["name"], server)
+        self.extend_button.disabled = bool(found.get("extended")) or found.get("reason") == "memory"
+        if not quiet:
             self.message.value = ""
-        finally:
-            self.refresh_button.disabled = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -33,9 +34,13 @@ class Result:
     moves: int = 0
 
 
-def simulate(w: Workload, static: bool) -> Result:
+def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, declared: bool = False) -> Result:
     """(static) each project may use its guarantee and never more; (not static) guaranteed
-    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed."""
+    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed.
+    `reserve_after_s`: reserve a node for an in-quota gang job after that wait (None: never).
+    `declared`: each run declares a max runtime (what it still needs, rounded up to the hour),
+    which lets the scheduler know when a reserved node frees and backfill short runs; else
+    runs declare none (as most users)."""
     projects = w.projects
     if static:
         projects = {n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
@@ -91,11 +96,15 @@ def simulate(w: Workload, static: bool) -> Result:
         last_pass = now
 
         def as_job(j: SimJob) -> Job:
+            bound = math.ceil((j.work - j.done) / 3600) * 3600.0 if declared else 0.0
             return Job(j.id, j.project, Request.for_gpus(j.gpus * 1000), j.submitted, started=j.started,
-                       placement=j.placement)
+                       placement=j.placement, max_runtime_s=bound)
         plan = schedule(state, projects, [as_job(j) for j in pending.values()],
                         [as_job(j) for j in running.values()], now, policy, rng,
-                        stopping=[as_job(j) for _, _, j in stopping])
+                        stopping=[as_job(j) for _, _, j in stopping], reserve_after_s=reserve_after_s)
+        for r in plan.reserve:  # pinned to its reserved spot, as the hub does
+            pins[r.job] = r.placement
+            pending[r.job].placement = r.placement
         stops = [(p.job, p.for_job) for p in plan.preempt]
         for m in plan.move:
             stops.append((m.job, m.for_job))

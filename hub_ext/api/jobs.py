@@ -14,12 +14,14 @@ from typing import Any
 from tornado import web
 
 from ..pool import InvalidRequest, Request
-from ..pool.units import UnitError, parse_gpus
+from ..pool.units import UnitError, parse_gpus, shown
+from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
 LOG_TAIL_MAX = 10_000
+MAX_ARGS, MAX_ARG_CHARS = 1000, 16 * 1024  # a command line, not a data set
 
 
 class JobsBase(APIHandler):
@@ -39,6 +41,8 @@ class JobsBase(APIHandler):
     def job_json(self, row) -> dict:
         data = row.to_json()
         data["queue_position"] = self.training.queue_position(row.id)
+        data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
+        data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
         data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
         return data
@@ -47,9 +51,9 @@ class JobsBase(APIHandler):
 def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise web.HTTPError(400, f"{key} must be a number, got {value!r}")
+        raise web.HTTPError(400, f"{key} must be a number, got {shown(value)}")
     if not lo <= value <= hi:
-        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {value!r}")
+        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {shown(value)}")
     return value
 
 
@@ -69,8 +73,11 @@ class JobsHandler(JobsBase):
         body = self.json_body(max_bytes=MAX_BODY)
         svc = self.training
         project = body.get("project")
-        if project not in svc.projects:
-            raise web.HTTPError(400, f"unknown project {project!r}; choose one of {sorted(svc.projects)}")
+        if not isinstance(project, str) or project not in svc.projects:
+            raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
+        if not svc.cfg.may_submit(project, caller.name, caller.groups, caller.admin):
+            mine = svc.cfg.projects_for(caller.name, caller.groups, caller.admin)
+            raise web.HTTPError(403, f"you may not submit to project {project!r}; your projects: {mine}")
         try:
             milli = parse_gpus(body.get("gpus"))
             request = Request.for_gpus(milli)
@@ -112,29 +119,39 @@ class JobsHandler(JobsBase):
         kind, value = given[0], body[given[0]]
         if kind == "command":
             if isinstance(value, str):
-                value = shlex.split(value)
-            if not value or not all(isinstance(v, str) for v in value):
-                raise web.HTTPError(400, "command must be a list of strings or a shell-like string")
+                try:
+                    value = shlex.split(value)
+                except ValueError as err:  # unbalanced quotes
+                    raise web.HTTPError(400, f"command: {err}") from None
+            if (not isinstance(value, list) or not value or len(value) > MAX_ARGS
+                    or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)):
+                raise web.HTTPError(400, f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
+                                         " string), e.g. [\"python\", \"train.py\"]")
             return {}, value
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
             return {"job.py": value.encode()}, [sys.executable, "job.py"]
+        if kind == "code" and not (isinstance(value, str) or
+                                   (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
+        if kind == "notebook" and not isinstance(value, dict):
+            raise web.HTTPError(400, "notebook must be a notebook document (a JSON object, as in a .ipynb file)")
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise web.HTTPError(400, "parameters must be an object of names and values")
+        import nbformat
         from gpupool.snapshot import SnapshotError, from_code, with_parameters
 
         try:
-            if kind == "code":
-                nb = from_code(value if isinstance(value, list) else str(value))
-            else:
-                import nbformat
-
-                nb = nbformat.reads(json.dumps(value), as_version=4)
-            nb = with_parameters(nb, body.get("parameters") or {})
-        except (SnapshotError, ValueError, TypeError) as err:
+            nb = from_code(value) if kind == "code" else nbformat.reads(json.dumps(value), as_version=4)
+            nb = with_parameters(nb, parameters)
+            text = nbformat.writes(nb)
+        except SnapshotError as err:
             raise web.HTTPError(400, f"{kind}: {err}") from None
-        import nbformat
-
-        return ({"input.ipynb": nbformat.writes(nb).encode()},
+        except Exception as err:  # noqa: BLE001 - nbformat rejects a malformed document in many ways
+            raise web.HTTPError(400, f"{kind}: not a valid notebook: {type(err).__name__}: {err}") from None
+        return ({"input.ipynb": text.encode()},
                 [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
 
 
@@ -158,13 +175,17 @@ class LogsHandler(JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
         row = self.visible_job(job_id)
-        try:
-            lines = int(self.get_argument("tail", "200"))
-        except ValueError:
-            raise web.HTTPError(400, "tail must be a whole number") from None
-        if not 1 <= lines <= LOG_TAIL_MAX:
-            raise web.HTTPError(400, f"tail must be between 1 and {LOG_TAIL_MAX}")
-        self.write_json({"id": job_id, "state": row.state, **await self.training.logs(row, lines)})
+        lines = _whole(self.get_argument("tail", "200"), "tail", 1, LOG_TAIL_MAX)
+        before = self.get_argument("before", None)
+        more = {} if before is None else {"before": _whole(before, "before", 0, 2**62)}
+        self.write_json({"id": job_id, "state": row.state, **await self.training.logs(row, lines, **more)})
+
+
+def _whole(text: str, key: str, lo: int, hi: int) -> int:
+    """A whole number from the query string, its length bounded before it is converted."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(hi)) or not lo <= int(text) <= hi:
+        raise web.HTTPError(400, f"{key} must be a whole number between {lo} and {hi}")
+    return int(text)
 
 
 class ProjectsHandler(JobsBase):
@@ -174,8 +195,10 @@ class ProjectsHandler(JobsBase):
         running = [j for j in svc.jobs() if j.state in ("running", "preempting")]
         queued = [j for j in svc.jobs() if j.state == "queued"]
         out = []
+        caller = self.caller
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
+                        "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
                         "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})

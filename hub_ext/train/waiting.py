@@ -1,0 +1,94 @@
+"""Why a queued train job waits and when it was preempted, in plain words for its owner (the job monitor, the admin page).
+
+`wait_reason` is pure: it reads the job's size, its project's guarantee, limit and use, the jobs
+ahead of it and the free milli-GPU of every GPU; it decides nothing (the scheduler does).
+`explain` gathers those figures from the training service and the pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..pool.units import MILLI_PER_GPU
+
+
+def _gpus(milli: int) -> str:
+    return f"{milli / MILLI_PER_GPU:.3f}".rstrip("0").rstrip(".")
+
+
+def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int, limit_milli: int,
+                used_milli: int, ahead: int, gpu_free: Sequence[Sequence[int]]) -> str:
+    """`gpu_free[node][gpu]`: free milli-GPU of each GPU a train job may use; negative: none there."""
+    need = num_gpu * gpu_milli
+    ahead_text = "" if ahead <= 0 else f"; {ahead} job{'s' if ahead > 1 else ''} ahead"
+    sizes = [sum(1 for f in node if f >= 0) for node in gpu_free]
+    if num_gpu > max(sizes, default=0):
+        return (f"waiting: no node has {num_gpu} GPUs (the largest has {max(sizes, default=0)}):"
+                " it cannot start until you ask for fewer")
+    if 0 <= limit_milli < used_milli + need:
+        return (f"waiting for GPUs: project {project} uses {_gpus(used_milli)} of its"
+                f" {_gpus(limit_milli)}-GPU limit{ahead_text}")
+    fits = any(sum(1 for f in node if f >= gpu_milli) >= num_gpu for node in gpu_free)
+    if fits:
+        return f"waiting for its turn{ahead_text}" if ahead_text else "starting: GPUs are free"
+    if used_milli + need > guarantee_milli:
+        return (f"waiting for GPUs: project {project} uses {_gpus(used_milli)} of its"
+                f" {_gpus(guarantee_milli)}-GPU guarantee and no GPU is idle{ahead_text}")
+    what = f"{num_gpu} free GPUs" if gpu_milli >= MILLI_PER_GPU else f"a GPU with {_gpus(gpu_milli)} free"
+    if num_gpu == 1 and gpu_milli >= MILLI_PER_GPU:
+        what = "a free GPU"
+    return (f"waiting: no node has {what}; within its guarantee, project {project} gets GPUs back from"
+            f" jobs running beyond theirs{ahead_text}")
+
+
+def explain(training: Any, row: Any) -> str:
+    """The wait reason of queued job `row` from the training service's jobs and pool ("" if not queued)."""
+    if row.state != "queued" or row.project not in training.projects:
+        return ""
+    project = training.projects[row.project]
+    jobs = training.jobs()
+    used = sum(j.total_milli for j in jobs if j.project == row.project and j.state in ("running", "preempting"))
+    queued = [j.id for j in jobs if j.state == "queued"]
+    ahead = queued.index(row.id) if row.id in queued else 0
+    view = training._train_view() if hasattr(training, "_train_view") else training.pool.state
+    return wait_reason(row.num_gpu, row.gpu_milli, row.project, project.guarantee_milli, project.limit_milli,
+                       used, ahead, view.gpu_free.tolist())
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def preemption_text(preempted_at: float, reason: str, checkpoint_at: float | None, state: str) -> str:
+    """The last preemption as one line: when, why, and where the job goes on from."""
+    if reason.startswith("project ") and reason.endswith(" needs its guarantee"):
+        why = f"so that {reason.removesuffix(' needs its guarantee')} gets its guarantee back"
+    elif reason.startswith("moved to "):
+        why = "to move it to another node so that a bigger job fits"
+    elif reason:
+        why = f"because {reason}"
+    else:
+        why = ""
+    head = f"preempted at {_clock(preempted_at)} {why}".rstrip()
+    again = state in ("running", "preempting", "succeeded", "failed")
+    if checkpoint_at is not None and checkpoint_at <= preempted_at + 3600:
+        verb = "resumed" if again else "resumes"
+        return f"{head}; {verb} from the checkpoint saved at {_clock(checkpoint_at)}"
+    return f"{head}; {'restarted' if again else 'restarts'} from the beginning: no checkpoint"
+
+
+def last_preemption(pool: Any, row: Any) -> str:
+    """The preemption line of job `row` from its last `preempt` event and its checkpoint folder."""
+    if not row.preemptions:
+        return ""
+    events = pool.store.events(limit=1, kind="preempt", name=row.id)
+    if not events:
+        return ""
+    at = events[0].time.replace(tzinfo=dt.UTC).timestamp()
+    reason = events[0].message.partition("preempted: ")[2]
+    saved = [p.stat().st_mtime for p in Path(row.workdir, "checkpoint").glob("*") if p.is_file()]
+    return preemption_text(at, reason, max(saved) if saved else None, row.state)

@@ -1,0 +1,92 @@
+"""The JupyterLab extension (widgets/labextension) in a real single-user server: the status bar
+shows the GPU share and the time left, the culler's warning arrives as a JupyterLab notification
+whose Extend button extends the session; Notebook 7 shows the same item in its top bar.
+The culler runs for real, its clock travelled; GPU use comes from a file standing in for NVML."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.sampler import FileSampler
+from gpupool.idle_culler.service import Client, Culler
+
+from tests.browser import browser_page, login, shot
+from tests.hubtools import PASSWORD, Hub
+from tests.test_culler_hub import CONFIG, TOKEN
+
+pytestmark = [pytest.mark.browser, pytest.mark.hub]
+
+
+def culler_for(hub: Hub, samples: Path, now: list[float]) -> Culler:
+    cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, window_s=30)
+    return Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+                  FileSampler(str(samples)), clock=lambda: now[0])
+
+
+def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab(make_hub, tmp_path) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("lena", "0.25")
+    samples = tmp_path / "samples.json"
+    samples.write_text(json.dumps({"lena/": {"util_pct": 0}}))
+    now = [time.time()]
+    culler = culler_for(hub, samples, now)
+    assert culler.run_pass()["events"] == []
+    with browser_page("lab-status") as page:
+        login(page, hub.url, "lena", PASSWORD)
+        page.goto(f"{hub.url}/user/lena/lab")
+        item = page.locator("#jp-main-statusbar .gpupool-StatusItem")
+        item.wait_for(timeout=90_000)
+        page.wait_for_function("document.querySelector('.gpupool-StatusItem').textContent.includes('left')",
+                               timeout=30_000)
+        text = item.inner_text()
+        assert text.startswith("GPU 0.25 · ") and text.endswith(" left"), text
+        title = item.get_attribute("title")
+        assert "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title  # sampled: 0 %
+        assert "GPU use 0 %" in title and "if its GPU stays idle" in title
+        shot(page, "lab-1-status-bar")
+
+        now[0] += 22 * 60  # nobody touched the GPU or the notebook since: the culler warns
+        assert [e["owner"] for e in culler.run_pass()["events"]] == ["lena"]
+        page.reload()  # (the item polls by itself; a reload just saves the test the poll interval)
+        toast = page.locator(".Toastify__toast").filter(has_text="will stop in 8 min")
+        toast.wait_for(timeout=60_000)
+        assert "because its GPU has been idle" in toast.inner_text()
+        assert page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute("data-action") == "warn"
+        shot(page, "lab-2-cull-warning")
+        toast.get_by_role("button", name="Extend").click()
+        page.locator(".Toastify__toast").filter(has_text="Extended").wait_for(timeout=30_000)
+        shot(page, "lab-3-extended")
+    events = hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]
+    assert [(e["kind"], e["owner"]) for e in events] == [("extend", "lena")]
+    found = hub.api("GET", "/services/gpupool/api/culler/status")["workspaces"][0]
+    assert found["extended"] and found["action"] == "keep"
+
+
+def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
+    hub: Hub = make_hub().start()
+    hub.spawn("nico", "0.5")
+    with browser_page("nb7-status") as page:
+        login(page, hub.url, "nico", PASSWORD)
+        page.goto(f"{hub.url}/user/nico/tree")
+        item = page.locator("#gpupool-status")
+        item.wait_for(timeout=90_000)
+        page.wait_for_function("document.querySelector('#gpupool-status').textContent.startsWith('GPU 0.5')",
+                               timeout=30_000)
+        assert "no GPU use data: virtual GPU" in item.get_attribute("title")  # the culler has not sampled yet
+        shot(page, "lab-4-notebook7-top-bar")
+
+
+def test_the_status_endpoint_answers_only_the_servers_user(make_hub) -> None:
+    hub: Hub = make_hub().start()
+    hub.spawn("omar", "0.25")
+    mine = hub.api("GET", "/user/omar/gpupool/status", token=hub.user_token("omar"))
+    assert mine["share"] == "0.25" and mine["virtual"] is True
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        hub.api("GET", "/user/omar/gpupool/status", token=hub.user_token("pia"))
+    assert err.value.code in (403, 404)

@@ -1,0 +1,47 @@
+"""Why a queued job waits, as its owner reads it in the job monitor."""
+
+from __future__ import annotations
+
+from gpupool.train.waiting import wait_reason
+
+FULL = [[0, 0, 0, 0], [0, 0, 0, 0]]  # two 4-GPU nodes, nothing free
+
+
+def test_over_its_guarantee_with_jobs_ahead() -> None:
+    assert wait_reason(1, 1000, "vision", 2000, -1, 2000, 1, FULL) == (
+        "waiting for GPUs: project vision uses 2 of its 2-GPU guarantee and no GPU is idle; 1 job ahead")
+
+
+def test_bigger_than_any_node_says_it_never_starts() -> None:
+    assert wait_reason(8, 1000, "vision", 8000, -1, 0, 0, FULL).startswith(
+        "waiting: no node has 8 GPUs (the largest has 4)")
+
+
+def test_within_the_guarantee_but_no_node_has_room() -> None:
+    free = [[1000, 1000, 0, 0], [1000, 0, 0, -1]]
+    assert wait_reason(4, 1000, "nlp", 4000, -1, 0, 0, free) == (
+        "waiting: no node has 4 free GPUs; within its guarantee, project nlp gets GPUs back from jobs"
+        " running beyond theirs")
+    assert "no node has a GPU with 0.5 free" in wait_reason(1, 500, "nlp", 4000, -1, 0, 0, [[250, 0]])
+
+
+def test_at_its_limit_and_when_room_exists() -> None:
+    free = [[1000, 1000, 1000, 1000]]
+    assert wait_reason(2, 1000, "x", 1000, 3000, 2000, 0, free) == (
+        "waiting for GPUs: project x uses 2 of its 3-GPU limit")
+    assert wait_reason(2, 1000, "x", 1000, -1, 0, 2, free) == "waiting for its turn; 2 jobs ahead"
+    assert wait_reason(2, 1000, "x", 1000, -1, 0, 0, free) == "starting: GPUs are free"
+
+
+def test_a_preemption_is_one_line_that_says_where_the_job_goes_on() -> None:
+    import time
+
+    from gpupool.train.waiting import preemption_text
+
+    at = time.mktime((2026, 11, 23, 14, 2, 0, 0, 0, -1))
+    saved = time.mktime((2026, 11, 23, 13, 55, 0, 0, 0, -1))
+    assert preemption_text(at, "project vision needs its guarantee", saved, "queued") == (
+        "preempted at 14:02 so that project vision gets its guarantee back;"
+        " resumes from the checkpoint saved at 13:55")
+    assert preemption_text(at, "a build workspace needs its GPU", None, "running") == (
+        "preempted at 14:02 because a build workspace needs its GPU; restarted from the beginning: no checkpoint")

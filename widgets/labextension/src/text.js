@@ -1,0 +1,54 @@
+// What the status item and the notification say: pure functions of the server's answer
+// (GET <base>/gpupool/status, see gpupool/widgets/labserver.py), kept apart so node can test them.
+
+export function minutesText(seconds) {
+  const minutes = Math.max(0, Math.floor(seconds / 60));
+  if (minutes < 60) {
+    return `${minutes} min`;
+  }
+  const rest = minutes % 60;
+  return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${Math.floor(minutes / 60)} h`;
+}
+
+// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU".
+export function itemText(status) {
+  if (!status || status.error) {
+    return 'GPU ?';
+  }
+  if (status.parked) {
+    return `GPU ${status.share} · parked`;
+  }
+  if (!status.share) {
+    return 'no GPU';
+  }
+  const left = status.cull_at ? ` · ${minutesText(status.cull_at - status.now)} left` : '';
+  return `GPU ${status.share}${left}`;
+}
+
+// The tooltip: every line the server sent, in plain words.
+export function itemTitle(status) {
+  if (!status) {
+    return 'gpupool: reading the GPU share…';
+  }
+  if (status.error) {
+    return `gpupool: ${status.error}`;
+  }
+  return ['gpupool', ...(status.lines || [])].join('\n');
+}
+
+// The warning to show now, or null. Shown when the culler itself warns, or when the server
+// stops within `warnMinutes`; `key` tells one warning from the next (one notification each).
+export function warning(status, warnMinutes) {
+  if (!status || status.error || !status.cull_at) {
+    return null;
+  }
+  const left = status.cull_at - status.now;
+  if (status.action !== 'warn' && left > warnMinutes * 60) {
+    return null;
+  }
+  const why = status.reason_text ? ` ${status.reason_text}` : '';
+  const message = status.message && status.action === 'warn'
+    ? `This server ${status.message}`
+    : `This server stops in ${minutesText(left)}${why}: save your work.`;
+  return { key: `${status.reason}:${status.cull_at}`, message, extendable: !!status.extendable };
+}

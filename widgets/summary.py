@@ -1,0 +1,85 @@
+"""One workspace's GPU share and culling outlook in plain words: pure, for the JupyterLab status
+item (through `labserver`) and `%gpupool` alike, so both say the same thing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+# the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
+REASONS = {
+    "idle-gpu": "if its GPU stays idle",
+    "idle-gpu-long": "if its GPU stays idle, even while you type",
+    "idle-jupyter": "if nobody uses it",
+    "max-age": "at the end of the longest session allowed",
+    "workday-end": "at the end of the workday",
+    "memory": "because it uses more GPU memory than its share",
+}
+
+
+def gpus_text(milli: int) -> str:
+    text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
+
+
+def clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def left_text(seconds: float) -> str:
+    minutes = max(0, int(seconds // 60))
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes % 60 else f"{minutes // 60} h"
+
+
+def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Mapping, Mapping]]:
+    return [(gpu, share) for gpu in pool.get("gpus", []) for share in gpu.get("shares", [])
+            if share.get("owner") == owner and share.get("name") == server and share.get("kind") == "build"]
+
+
+def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) -> Mapping[str, Any]:
+    for found in (culler or {}).get("workspaces", []):
+        if found.get("owner") == owner and found.get("name") == server:
+            return found
+    return {}
+
+
+def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str, Any] | None,
+            server: str, now: float) -> dict[str, Any]:
+    """What the status item shows: the share ("0.25" GPU), when and why the server stops, whether
+    the culler warns now and whether Extend may still be pressed, and tooltip lines."""
+    mine = my_shares(pool, me.get("name", ""), server)
+    milli = sum(share["milli"] for _, share in mine)
+    found = culler_finding(culler, me.get("name", ""), server)
+    out: dict[str, Any] = {
+        "share": gpus_text(milli).removesuffix(" GPUs").removesuffix(" GPU") if mine else "",
+        "virtual": any(gpu.get("virtual") for gpu, _ in mine),
+        "now": now, "cull_at": found.get("cull_at"), "reason": found.get("reason", ""),
+        "reason_text": REASONS.get(found.get("reason", ""), ""),
+        "action": found.get("action", ""), "message": found.get("message", ""),
+        "extendable": bool(found) and not found.get("extended") and found.get("reason") != "memory",
+        "gpu_util_pct": found.get("gpu_util_pct"), "gpu_idle_s": found.get("gpu_idle_s"),
+        "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
+    }
+    lines = []
+    for gpu, share in mine:
+        kind = "virtual GPU" if gpu.get("virtual") else gpu.get("model", "GPU")
+        memory = gpu.get("memory_mib", 0) * share["milli"] // 1000
+        lines.append(f"{gpus_text(share['milli'])} of {kind} #{gpu.get('index')} ({memory:,} MiB)")
+    if not mine:
+        lines.append("no GPU share: this server runs on CPU only")
+    if out["gpu_util_pct"] is not None:
+        lines.append(f"GPU use {out['gpu_util_pct']:.0f} %")
+    elif mine and out["virtual"]:
+        lines.append("no GPU use data: virtual GPU")
+    if out["gpu_idle_s"] is not None:
+        lines.append(f"GPU idle for {left_text(out['gpu_idle_s'])}")
+    if out["cull_at"]:
+        why = f" {out['reason_text']}" if out["reason_text"] else ""
+        lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
+    if out["action"] == "warn" and out["message"]:
+        lines.append(f"warning: {out['message']}")
+    out["lines"] = lines
+    return out
