@@ -68,7 +68,7 @@ def calibrate(seed: int, steps: int = 6) -> float:
             lo = mid
         else:
             hi = mid
-    return (lo * hi) ** 0.5
+    return round((lo * hi) ** 0.5, 1)  # printed and reusable with --quiet-h
 
 
 def pct(values: list[float], q: float) -> float:

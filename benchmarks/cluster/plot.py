@@ -7,9 +7,10 @@ from html import escape
 COLOURS = ("#888888", "#1f77b4", "#d62728", "#2ca02c")
 
 
-def svg_lines(series: dict[str, list[float]], title: str, xlabel: str, width: int = 900, height: int = 360,
+def svg_lines(series: dict[str, list[float]], title: str, xlabel: str, width: int = 900, height: int = 400,
               ymax: float = 100.0) -> str:
-    left, right, top, bottom = 50, 20, 40, 70
+    left, right, top = 50, 20, 40
+    bottom = 50 + 16 * len(series)  # one legend line per series
     w, h = width - left - right, height - top - bottom
     n = max((len(v) for v in series.values()), default=1)
 
@@ -32,8 +33,8 @@ def svg_lines(series: dict[str, list[float]], title: str, xlabel: str, width: in
         colour = COLOURS[k % len(COLOURS)]
         points = " ".join(xy(i, v) for i, v in enumerate(values))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>')
-        lx = left + k * (w // max(len(series), 1))
-        parts.append(f'<rect x="{lx}" y="{height - 18}" width="12" height="4" fill="{colour}"/>')
-        parts.append(f'<text x="{lx + 16}" y="{height - 12}">{escape(label)}</text>')
+        ly = top + h + 44 + 16 * k
+        parts.append(f'<rect x="{left}" y="{ly - 6}" width="12" height="4" fill="{colour}"/>')
+        parts.append(f'<text x="{left + 16}" y="{ly}">{escape(label)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

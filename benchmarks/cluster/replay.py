@@ -96,7 +96,7 @@ class NB:
     cells: list[tuple[float, float]]  # absolute
     state: str = "future"  # future | want | held | parked | claim | culled | done
     since: float = 0.0  # want: asked at; claim: claimed at; held: this session's start
-    tries: int = 0
+    first_try: float | None = None  # the step of the first attempt (waits count from there)
     placement: object = None
     tracker: IdleTracker | None = None
     last_activity: float = 0.0
@@ -229,11 +229,11 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
                 n.state = "done"
                 continue
             if n.state == "future" and n.nb.start <= t:
-                n.state, n.since, n.tries = "want", n.nb.start, 0
+                n.state, n.since, n.first_try = "want", n.nb.start, None
             elif n.state in ("parked", "culled"):
                 back = n.started_in(t - STEP, t)
                 if back is not None:
-                    n.state, n.since, n.tries = ("claim" if n.state == "parked" else "want"), back, 0
+                    n.state, n.since, n.first_try = ("claim" if n.state == "parked" else "want"), back, None
         # --- build first: resume claims in order, then spawns ---------------------
         if any(n.state == "claim" for n in nbs):
             shares = parked_shares()
@@ -242,28 +242,30 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
             for claim, spot in plan.granted:
                 n = by_id[claim.owner]
                 state.apply(spot)
-                waited = 0.0 if n.tries == 0 else t - n.since
+                # the hub answers a claim at once, not at the next minute: the wait counts from
+                # the first attempt, so the replay's step adds nothing to it
+                waited = 0.0 if n.first_try is None else t - n.first_try
                 m.resume_waits.append(waited + restore_s(n.milli, mode.delays) + jitter.uniform(0, POLL_S))
                 n.state, n.placement = "held", spot
                 n.tracker = IdleTracker(mode.limits.window_s, mode.limits.util_threshold_pct)
                 n.last_activity = t
             for claim in plan.waiting:
                 n = by_id[claim.owner]
-                n.tries += 1
+                n.first_try = t if n.first_try is None else n.first_try
                 make_room(claim.request(), t)
         view = newcomer_view(state, parked_shares(), policy, rng) if any(n.state == "claim" for n in nbs) else state
         for n in sorted((n for n in nbs if n.state == "want"), key=lambda n: n.since):
             req = Request.for_gpus(n.milli)
             spot = policy.choose(view, req, rng)
             if spot is None:
-                n.tries += 1
+                n.first_try = t if n.first_try is None else n.first_try
                 if not static:
                     make_room(req, t)
                 continue
             state.apply(spot)
             if view is not state:
                 view.apply(spot)
-            m.waits.append(0.0 if n.tries == 0 else t - n.since)
+            m.waits.append(0.0 if n.first_try is None else t - n.first_try)
             n.state, n.placement = "held", spot
             n.since = t
             n.last_activity = t
