@@ -97,10 +97,14 @@ class ParkingService:
             raise LookupError(f"no running GPU workspace {name or 'default'!r} of {owner}")
         if parked is not None or (owner, name) in self._restoring:
             raise ValueError(f"{owner}/{name or 'default'} is resuming; park it again later")
+        if not row.pid:
+            # without the server's process (Kubernetes pods live on other nodes) nothing can be
+            # checkpointed, and releasing the share would leave its memory on the GPU
+            raise ParkingError(f"{w.label}: its processes are not on this machine; it keeps its GPU")
         node = self.pool.inventory.node(row.node)
         done: list[int] = []
         try:
-            for pid in sorted(self.pids_of(row.pid)) if row.pid else []:
+            for pid in sorted(self.pids_of(row.pid)):
                 if park_process(self.backend, pid, int(self.cfg.lock_timeout_s * 1000)):
                     done.append(pid)
         except ParkingError as err:
@@ -231,9 +235,9 @@ class ParkingService:
             position = next((i for i, p in enumerate(claims) if p.key == (owner, name)), 0) + 1
             waited = max(0.0, self.clock() - row.claimed_at)
             holders = self.holders(row.model, owner, sees_all)
-            out.update(state="waiting", position=position, waited_s=waited, holders=holders,
+            out.update(state="waiting", position=position, waited_s=waited, holders=holders[:50],
                        message=f"waiting for a {row.model} GPU ({format_gpus(out['milli'])}) for {waited:.0f} s;"
-                               f" {position - 1} earlier request(s); held by: {', '.join(holders) or 'nobody'}")
+                               f" {position - 1} earlier request(s); held by: {_some(holders)}")
         return out
 
     def holders(self, model: str, caller: str, sees_all: bool) -> list[str]:
@@ -250,6 +254,14 @@ class ParkingService:
     def _parked(self, owner: str, name: str) -> Parked | None:
         with self.pool.store.session() as s:
             return s.scalar(select(Parked).filter_by(owner=owner, name=name))
+
+
+def _some(items: list[str], shown: int = 5) -> str:
+    """A few names for a message; a big cluster's full list helps nobody."""
+    if not items:
+        return "nobody"
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def build_parking(config: Any, pool: PoolManager, state_folder: str) -> ParkingService:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import IdleCuller
 from .metrics import Metrics
-from .policy import IdleTracker, Workspace, decide
+from .policy import PARKED, IdleTracker, Workspace, decide
 from .sampler import Sampler, Target, make_sampler
 
 log = logging.getLogger("gpupool.culler")
@@ -146,7 +146,8 @@ class Culler:
                            "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
                            "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
                            "memory_limit_mib": ws.memory_limit_mib, "extended": ws.extended,
-                           "gpu_data": fresh, "parked": ws.parked})
+                           # the JupyterLab item shows this text and offers Resume ("" when not parked)
+                           "gpu_data": fresh, "parked": PARKED if ws.parked else ""})
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
             if d.action == "warn" and self.warned.get(key) != d.reason:
@@ -168,7 +169,7 @@ class Culler:
                 if self.cfg.dry_run or self.park(ws.owner, ws.name, key):
                     events.append({"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
                                    "message": f"{key} {d.message}{dry}"})
-                    report[-1].update(parked=not self.cfg.dry_run, action="keep")
+                    report[-1].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
                     self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
                     if self.metrics:
                         self.metrics.culls.labels(reason="park").inc()

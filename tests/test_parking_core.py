@@ -37,8 +37,18 @@ class Clock:
         return self.now
 
 
+class Pool(PoolManager):
+    """A pool whose workspaces run: each gets a server pid (below 100: no CUDA context)."""
+
+    def reserve_build(self, owner, groups, server_name, milli, **kw):
+        row = super().reserve_build(owner, groups, server_name, milli, **kw)
+        if row.pid is None:
+            self.mark_running(Workload("build", owner, server_name), 10 + len(owner) + len(server_name))
+        return row
+
+
 def build(url: str, folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None):
-    pool = PoolManager(inventory(), Store(url), QUOTAS, get_policy("best-fit"))
+    pool = Pool(inventory(), Store(url), QUOTAS, get_policy("best-fit"))
     backend = VirtualParking(folder, has_context=lambda pid: pid >= 100, sleep=lambda s: None,
                              delays=Delays(0, 0))
     return pool, ParkingService(pool, backend, pids_of=lambda pid: (pids or {}).get(pid, {pid}), clock=clock)
@@ -259,3 +269,14 @@ class ParkingMachine(RuleBasedStateMachine):
 ParkingMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow])
 test_parking_machine = ParkingMachine.TestCase
+
+
+def test_a_workspace_whose_processes_are_elsewhere_keeps_its_gpu(world):
+    pool, svc, _ = world
+    pool.reserve_build("ann", [], "", 1000)
+    pool.mark_running(Workload("build", "ann", ""), None)  # e.g. a pod on another node
+    from gpupool.gpu.parking import ParkingError
+
+    with pytest.raises(ParkingError, match="not on this machine"):
+        svc.park("ann", "")
+    assert pool.allocation(Workload("build", "ann", "")) is not None

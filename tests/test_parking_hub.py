@@ -73,7 +73,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     # the culler's next pass sees a parked workspace: kept, not stopped for GPU idleness
     now[0] = t0 + 60 * 60
     report = culler.run_pass()
-    assert [(w["owner"], w["action"], w["parked"]) for w in report["workspaces"]] == [("ann", "keep", True)]
+    assert [(w["owner"], w["action"], w["parked"]) for w in report["workspaces"]] == [
+        ("ann", "keep", "GPU parked — it comes back when you run a cell")]
 
     # another user spawns on the freed GPU
     hub.spawn("ben", "1")
@@ -109,6 +110,7 @@ def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
     cat = hub.user_token("cat")
     parked = hub.api("POST", "/services/gpupool/api/parking/park", {"server": ""}, token=cat)
     assert parked["state"] == "parked"
-    back = hub.api("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=cat)
+    # the JupyterLab item's Resume button posts to api/culler/resume: the same claim
+    back = hub.api("POST", "/services/gpupool/api/culler/resume", {"server": ""}, token=cat)
     assert back["state"] in ("resuming", "running")
     wait_for(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running")

@@ -59,9 +59,15 @@ def test_no_capacity_within_the_limit_tells_who_holds_the_gpus_and_lets_the_cell
     assert "CPU code works" in hub.said[-1]
 
 
-def test_a_hub_that_does_not_answer_never_breaks_a_cell():
+def test_a_hub_that_does_not_answer_never_breaks_or_slows_cells():
     hub = Hub([None])
-    assert hub.hook()() == "unknown"
+    hook = hub.hook()
+    assert hook() == "unknown" and len(hub.calls) == 1
+    hook()  # the next cells do not wait for a hub that is away ...
+    assert len(hub.calls) == 1
+    hub.now += 31
+    hook()  # ... for long
+    assert len(hub.calls) == 2
 
 
 def test_a_hostile_wait_limit_is_bounded():

@@ -96,5 +96,6 @@ class ParkingStatusHandler(ParkingHandler):
 ROUTES = [
     ("api/parking/park", ParkHandler),
     ("api/parking/resume", ResumeHandler),
+    ("api/culler/resume", ResumeHandler),  # where the JupyterLab item's Resume button posts
     ("api/parking/status", ParkingStatusHandler),
 ]

@@ -45,13 +45,19 @@ class ResumeHook:
                  poll_s: float = 1.0) -> None:
         self.call, self.server, self.say, self.sleep, self.clock = call, server, say, sleep, clock
         self.poll_s = poll_s
+        self.quiet_until = 0.0  # the hub did not answer: no per-cell check until then
         self.status_path = "api/parking/status?server=" + urllib.parse.quote(server)
 
     def __call__(self, info: Any = None) -> str:
         """IPython's pre_run_cell callback; returns the final state (for tests)."""
+        if self.clock() < self.quiet_until:
+            return "unknown"
         state = self.call("GET", self.status_path)
-        if not state or state.get("state") not in PARKED_STATES:
-            return state.get("state", "unknown") if state else "unknown"  # the common case: one quick GET
+        if not state:
+            self.quiet_until = self.clock() + 30  # a hub restarting must not slow every cell
+            return "unknown"
+        if state.get("state") not in PARKED_STATES:
+            return str(state.get("state"))  # the common case: one quick GET
         limit = _bounded(state.get("wait_limit_s"), 300.0)
         started = self.clock()
         self.say("gpupool: GPU parked — asking the hub for it back…")
@@ -91,5 +97,5 @@ def install(shell: Any) -> None:
     token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
     if not api or not token or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
         return
-    hook = ResumeHook(HubCalls(api, token), os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+    hook = ResumeHook(HubCalls(api, token, timeout=2.0), os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
     shell.events.register("pre_run_cell", hook)
