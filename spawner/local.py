@@ -28,7 +28,7 @@ class _LocalGPU(GPUSpawnerMixin):
         `grace_s`: only then may its GPU share go to someone else."""
         pids = stop_orphans(self.user.name, self.name)
         if pids:
-            self.log.warning("stopped orphaned server processes %s of %s", pids, self._log_name)
+            self.log.warning("stopped orphaned server processes %s of %s", pids, self.server_label)
         await wait_gone(pids, grace_s)
 
 

@@ -155,7 +155,7 @@ class GPUSpawnerMixin(HasTraits):
             await super().stop(now=now)
         except BaseException:
             if await self._still_running():
-                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self._log_name)
+                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
                 raise
             self.release_gpus("stopped (the stop reported an error, but the server is gone)")
             raise
