@@ -127,3 +127,20 @@ def test_after_a_workload_shift_the_policy_follows_the_new_workload() -> None:
         state.apply(want)
     assert same_as_fresh["forgetting"] == 24
     assert same_as_fresh["remembering"] < 24
+
+
+def test_the_hub_learns_from_a_spawn_it_placed_not_from_one_it_refused(tmp_path) -> None:
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, NoCapacity, virtual_inventory
+    from gpupool.store import Store
+
+    policy = FragAware()
+    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 500, 1000), 1000, 4)), policy)
+    pool.reserve_build("ann", [], "a", 500)
+    assert policy.target.seen == 1  # the real placement is learned, once
+    pool.reserve_build("ann", [], "a", 500)  # a retried start keeps its share: nothing new arrived
+    assert policy.target.seen == 1
+    with pytest.raises(NoCapacity):
+        pool.reserve_build("bob", [], "b", 1000)  # no room: never placed, never learned
+    assert policy.target.seen == 1

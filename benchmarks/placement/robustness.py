@@ -55,20 +55,20 @@ def _alloc_at(result: dict, level: int) -> float:
 _INVENTORY: Inventory | None = None
 
 
-def _one(task: tuple[int, str, list[TracePod], str, int]) -> tuple[int, str, int, float, float]:
+def _one(task: tuple[int, str, list[TracePod], str, int]) -> tuple[int, str, int, float, tuple[float, float]]:
     global _INVENTORY
     n, _, pods, policy, seed = task
     if _INVENTORY is None:
         _INVENTORY = read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv"))
     result = fgd.run(_INVENTORY, pods, policy, seed)
-    return n, policy, seed, _alloc_at(result, LEVEL), result["wall_s"]
+    return n, policy, seed, _alloc_at(result, LEVEL), (result["wall_s"], result["cpu_s"])
 
 
 @dataclass
 class Row:
     workload: Workload
     alloc: dict[str, float]  # policy -> mean allocation % at 130 % arrived
-    walls: dict[str, list[float]]
+    walls: dict[str, list[tuple[float, float]]]  # policy -> (wall s, CPU s) per seed
 
     @property
     def margin(self) -> float:
@@ -80,7 +80,7 @@ def run(loads: list[Workload], seeds: list[int], jobs: int = 1, progress=None) -
     tasks = [(n, w.label, w.pods, p, s) for n, w in enumerate(loads) for p in [DEFAULT_POLICY, *RIVALS]
              for s in seeds]
     allocs: dict[tuple[int, str], list[float]] = {}
-    walls: dict[tuple[int, str], list[float]] = {}
+    walls: dict[tuple[int, str], list[tuple[float, float]]] = {}
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             results = pool.map(_one, tasks, chunksize=1)
