@@ -103,3 +103,28 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     seen = [Path(svc.job(i).workdir, "job.log").read_text().split("GPUS ")[1].split()[0] for i in ids]
     assert sorted(seen[:2]) == ["2", "3"] and seen[2] in ("0", "1")  # H100s first, then an A2000
     assert seen[3] in ("0", "1") and seen[3] != seen[2]
+
+
+def test_guarantees_per_pool_are_one_project_per_pool_under_a_department() -> None:
+    """vision has 2 H100 guaranteed and 2 A2000 guaranteed: two projects, one per pool, under
+    a department that caps them together. A borrower on the DGX is reclaimed for vision's DGX
+    guarantee even though vision already runs on its workstation GPUs."""
+    from gpupool.pool.training import Department
+
+    state = ClusterState(mixed())
+    projects = {"vision-dgx": Project("vision-dgx", 2000, pools=("dgx",), department="vision"),
+                "vision-ws": Project("vision-ws", 2000, pools=("workstations",), department="vision"),
+                "lab": Project("lab", 0)}
+    departments = {"vision": Department("vision", 4000, limit_milli=6000)}
+    running = []
+    for node, gpus, jid, project in (("ws0", [0, 1], "w", "vision-ws"), ("dgx0", list(range(8)), "borrow", "lab")):
+        p = state.placement_on(state.inventory.index_of(node), Request(len(gpus)), gpus)
+        state.apply(p)
+        running.append(Job(jid, project, Request(len(gpus)), submitted=0, started=0, placement=p))
+    want = Job("d", "vision-dgx", Request(2), submitted=5)
+    plan = schedule(state, projects, [want], running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    assert [(p.job, p.for_job) for p in plan.preempt] == [("borrow", "d")]
+    # beyond its workstation guarantee a job borrows the free workstation, never the DGX
+    more = [Job(f"w{i}", "vision-ws", Request(1), submitted=6 + i) for i in range(3)]
+    plan = schedule(state, projects, more, running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    assert plan.preempt == [] and sorted(a.placement.node for a in plan.admit) == ["ws1", "ws1"]
