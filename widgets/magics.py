@@ -90,6 +90,7 @@ def register(ipython: Any) -> None:
     from .client import Client, GPUPoolError
     from .jobs import JobMonitor
     from .status import WorkspaceStatus
+    from .sweep import SweepTable
 
     def gpupool(line: str = "") -> None:
         """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects."""
@@ -121,10 +122,9 @@ def register(ipython: Any) -> None:
         except GPUPoolError as err:
             print(f"not submitted: {err}")
             return
-        if "sweep" in job:  # GET api/sweeps/<id> gives each run's parameters and final metrics
+        if "sweep" in job:  # its runs together: parameters and final metrics (api/sweeps/<id>)
             print(f"submitted sweep {job['sweep']}: {len(job['jobs'])} jobs to {args.project}")
-            for run in job["jobs"]:
-                display(JobMonitor(job_id=run["id"]))
+            display(SweepTable(job["sweep"]))
             return
         print(f"submitted job {job['id']} to {args.project}")
         display(JobMonitor(job_id=job["id"]))
