@@ -37,8 +37,9 @@ def test_final_metrics_are_the_last_line_that_prints_some() -> None:
 
 
 def test_the_magic_turns_sweep_options_into_the_request() -> None:
-    args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3")
+    args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3 --pool ws")
     assert args.sweep_spec == {"lr": [0.1, 0.01], "opt": ["adam", "sgd"]} and args.parameters == {"epochs": 3}
+    assert args.pool == ["ws"]
 
 
 @pytest.mark.hub
@@ -76,7 +77,8 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
         assert status == 404
         for body, why in (({"script": "print(1)", "sweep": {"lr": [1]}}, "only for code or notebook"),
                           ({"code": "1", "sweep": {"lr": list(range(7))}}, "at most 6"),
-                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list")):
+                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list"),
+                          ({"code": "1", "pools": ["dgx"]}, "pools: a list of node pools of project vision")):
             status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, **body}, token=token)
             assert status in (400, 429) and why in message, message
         assert len(hub.api("GET", J, token=token)["jobs"]) == 4

@@ -24,6 +24,8 @@ def train_parser() -> argparse.ArgumentParser:
                     help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
     ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                     help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64")
+    ap.add_argument("--pool", action="append", default=[], metavar="NODE_POOL",
+                    help="run only on these of the project's node pools, in this order, e.g. --pool dgx")
     ap.add_argument("-h", "--help", action="store_true", help="this help, with your projects")
     return ap
 
@@ -117,6 +119,8 @@ def register(ipython: Any) -> None:
                    "code": cell, "parameters": args.parameters}
         if args.sweep_spec:
             payload["sweep"] = args.sweep_spec
+        if args.pool:
+            payload["pools"] = args.pool
         try:
             job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
