@@ -37,8 +37,9 @@ def test_final_metrics_are_the_last_line_that_prints_some() -> None:
 
 
 def test_the_magic_turns_sweep_options_into_the_request() -> None:
-    args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3")
+    args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3 --pool ws")
     assert args.sweep_spec == {"lr": [0.1, 0.01], "opt": ["adam", "sgd"]} and args.parameters == {"epochs": 3}
+    assert args.pool == ["ws"]
 
 
 @pytest.mark.hub
@@ -61,6 +62,13 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
             assert time.monotonic() < deadline, hub.tail()
             time.sleep(0.5)
         assert sweep["parameters"] == ["batch", "lr"]
+        # the notebook's table of the runs, read from the same API
+        from gpupool.widgets.client import Client
+        from gpupool.widgets.sweep import SweepTable
+
+        table = SweepTable(out["sweep"], Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", token))
+        assert table.table.value.count("<tr>") == 5 and "<th>loss</th>" in table.table.value
+        assert "<td>grid-4</td><td>succeeded</td><td>4</td><td>0.25</td><td>1</td>" in table.table.value
         got = {(r["parameters"]["lr"], r["parameters"]["batch"]): r["metrics"] for r in sweep["runs"]}
         assert got == {(lr, b): {"loss": round(1 / (lr * b), 4), "lr": lr} for lr in (0.5, 0.25) for b in (2, 4)}
         # another user does not see it; bounds and kinds are checked before anything is submitted
@@ -69,7 +77,8 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
         assert status == 404
         for body, why in (({"script": "print(1)", "sweep": {"lr": [1]}}, "only for code or notebook"),
                           ({"code": "1", "sweep": {"lr": list(range(7))}}, "at most 6"),
-                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list")):
+                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list"),
+                          ({"code": "1", "pools": ["dgx"]}, "pools: a list of node pools of project vision")):
             status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, **body}, token=token)
             assert status in (400, 429) and why in message, message
         assert len(hub.api("GET", J, token=token)["jobs"]) == 4
@@ -87,3 +96,14 @@ def test_train_help_lists_projects_with_their_pools() -> None:
     vision, teach = (line for line in text.splitlines() if line.strip().startswith(("vision", "teach")))
     assert "8 GPUs guaranteed" in vision and "GPUs from dgx, ws" in vision
     assert "1 GPU guaranteed" in teach and "GPUs from" not in teach
+
+
+def test_the_sweep_table_escapes_what_runs_printed() -> None:
+    from gpupool.widgets.sweep import sweep_html
+
+    page = sweep_html({"parameters": ["tag"], "runs": [
+        {"job": {"name": "a-1", "state": "running"}, "parameters": {"tag": "<b>x</b>"}, "metrics": {"acc": 0.91234}},
+        {"job": {"name": "a-2", "state": "queued"}, "parameters": {"tag": "y"}, "metrics": {}}]})
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    assert "<td>0.9123</td>" in page and page.count("<tr>") == 3
+

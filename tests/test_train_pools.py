@@ -37,6 +37,9 @@ def test_jobs_go_to_their_preferred_pool_first_and_never_outside_their_pools() -
     assert {where.get("v8"), where.get("v9")} <= {"ws0", "ws1", None}  # then the workstations
     assert all(where[j].startswith("ws") for j in where if j.startswith("t"))  # never the DGX
     assert len(plan.admit) == 12  # 8 H100 + 4 A2000: everything there is
+    own = Job("own", "vision", Request.for_gpus(1000), submitted=0, pools=("workstations",))
+    plan = schedule(ClusterState(mixed()), projects, [own], [], now=0, policy=POLICY, pools=POOLS)
+    assert plan.admit[0].placement.node.startswith("ws")  # a job's own choice comes before its project's
 
 
 def test_a_gang_job_only_fits_where_its_pool_has_room_and_consolidation_moves_stay_in_pools() -> None:
@@ -94,6 +97,7 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     show = [sys.executable, "-c", "import os; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'])"]
     ids = [svc.submit("ann", "vision", f"v{i}", 1, 1000, show, now=i).id for i in range(3)]
     ids.append(svc.submit("bob", "teach", "t", 1, 1000, show, now=5).id)
+    ids.append(svc.submit("ann", "vision", "low-end", 1, 1000, show, now=6, pools=("workstations",)).id)
     svc.tick(now=10)
     deadline = time.monotonic() + 30
     while any(svc.job(i).state != "succeeded" for i in ids):
@@ -103,3 +107,29 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     seen = [Path(svc.job(i).workdir, "job.log").read_text().split("GPUS ")[1].split()[0] for i in ids]
     assert sorted(seen[:2]) == ["2", "3"] and seen[2] in ("0", "1")  # H100s first, then an A2000
     assert seen[3] in ("0", "1") and seen[3] != seen[2]
+    assert seen[4] in ("0", "1")  # its own choice: an A2000, though vision prefers the H100s
+
+
+def test_guarantees_per_pool_are_one_project_per_pool_under_a_department() -> None:
+    """vision has 2 H100 guaranteed and 2 A2000 guaranteed: two projects, one per pool, under
+    a department that caps them together. A borrower on the DGX is reclaimed for vision's DGX
+    guarantee even though vision already runs on its workstation GPUs."""
+    from gpupool.pool.training import Department
+
+    state = ClusterState(mixed())
+    projects = {"vision-dgx": Project("vision-dgx", 2000, pools=("dgx",), department="vision"),
+                "vision-ws": Project("vision-ws", 2000, pools=("workstations",), department="vision"),
+                "lab": Project("lab", 0)}
+    departments = {"vision": Department("vision", 4000, limit_milli=6000)}
+    running = []
+    for node, gpus, jid, project in (("ws0", [0, 1], "w", "vision-ws"), ("dgx0", list(range(8)), "borrow", "lab")):
+        p = state.placement_on(state.inventory.index_of(node), Request(len(gpus)), gpus)
+        state.apply(p)
+        running.append(Job(jid, project, Request(len(gpus)), submitted=0, started=0, placement=p))
+    want = Job("d", "vision-dgx", Request(2), submitted=5)
+    plan = schedule(state, projects, [want], running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    assert [(p.job, p.for_job) for p in plan.preempt] == [("borrow", "d")]
+    # beyond its workstation guarantee a job borrows the free workstation, never the DGX
+    more = [Job(f"w{i}", "vision-ws", Request(1), submitted=6 + i) for i in range(3)]
+    plan = schedule(state, projects, more, running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    assert plan.preempt == [] and sorted(a.placement.node for a in plan.admit) == ["ws1", "ws1"]

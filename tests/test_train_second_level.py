@@ -94,5 +94,5 @@ class SecondLevel(RuleBasedStateMachine):
         assert ((present >= 0) & (present <= 1000)).all()
 
 
-SecondLevel.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+SecondLevel.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestSecondLevel = SecondLevel.TestCase

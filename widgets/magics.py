@@ -24,6 +24,8 @@ def train_parser() -> argparse.ArgumentParser:
                     help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
     ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                     help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64")
+    ap.add_argument("--pool", action="append", default=[], metavar="NODE_POOL",
+                    help="run only on these of the project's node pools, in this order, e.g. --pool dgx")
     ap.add_argument("-h", "--help", action="store_true", help="this help, with your projects")
     return ap
 
@@ -90,6 +92,7 @@ def register(ipython: Any) -> None:
     from .client import Client, GPUPoolError
     from .jobs import JobMonitor
     from .status import WorkspaceStatus
+    from .sweep import SweepTable
 
     def gpupool(line: str = "") -> None:
         """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects."""
@@ -116,15 +119,16 @@ def register(ipython: Any) -> None:
                    "code": cell, "parameters": args.parameters}
         if args.sweep_spec:
             payload["sweep"] = args.sweep_spec
+        if args.pool:
+            payload["pools"] = args.pool
         try:
             job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
             print(f"not submitted: {err}")
             return
-        if "sweep" in job:  # GET api/sweeps/<id> gives each run's parameters and final metrics
+        if "sweep" in job:  # its runs together: parameters and final metrics (api/sweeps/<id>)
             print(f"submitted sweep {job['sweep']}: {len(job['jobs'])} jobs to {args.project}")
-            for run in job["jobs"]:
-                display(JobMonitor(job_id=run["id"]))
+            display(SweepTable(job["sweep"]))
             return
         print(f"submitted job {job['id']} to {args.project}")
         display(JobMonitor(job_id=job["id"]))

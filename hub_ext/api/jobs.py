@@ -101,6 +101,7 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
             if svc.cfg.runner != "local":
                 raise web.HTTPError(400, "min_gpus: elastic jobs run on the embedded training pool only (yet)")
+        pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
         codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
         priority = int(_number(body, "priority", 0, -100, 100))
@@ -113,7 +114,7 @@ class JobsHandler(JobsBase):
         rows = []
         for (run_name, _), (files, command) in zip(runs, codes, strict=True):
             try:
-                extra = {"min_gpus": min_gpus} if min_gpus else {}
+                extra = {**({"min_gpus": min_gpus} if min_gpus else {}), **({"pools": pools} if pools else {})}
                 row = svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
                                  priority, min_runtime, max_runtime, files, **extra)
                 if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
@@ -126,6 +127,21 @@ class JobsHandler(JobsBase):
             return
         sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
         self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r) for r in rows]}, status=201)
+
+    def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
+        """The node pools the job chose, in its order: some of its project's (or, for a project
+        without pools, of all node pools)."""
+        if "pools" not in body:
+            return ()
+        svc = self.training
+        allowed = svc.projects[project].pools or tuple(getattr(svc, "pools", {}))
+        chosen = body["pools"]
+        if not isinstance(chosen, list) or not 1 <= len(chosen) <= 16 or not all(isinstance(p, str) for p in chosen) \
+                or len(set(chosen)) != len(chosen) or set(chosen) - set(allowed):
+            raise web.HTTPError(400, f"pools: a list of node pools of project {project}: {list(allowed)}")
+        if svc.cfg.runner != "local":
+            raise web.HTTPError(400, "pools: a job's own choice of pools is for the embedded training pool (yet)")
+        return tuple(chosen)
 
     def sweep_runs(self, body: dict, name: str) -> list[tuple[str, dict | None]]:
         """Without "sweep": the job itself. With it: one run per combination, its values

@@ -2,9 +2,10 @@
 
 from .db import Store
 from .elastic import ElasticRange
+from .job_pools import JobPools
 from .jobs import TrainJob
 from .models import Allocation, Event
 from .parked import Parked  # registers its table before Store creates them
 from .sweeps import SweepRun
 
-__all__ = ["Allocation", "ElasticRange", "Event", "Parked", "Store", "SweepRun", "TrainJob"]
+__all__ = ["Allocation", "ElasticRange", "Event", "JobPools", "Parked", "Store", "SweepRun", "TrainJob"]

@@ -10,6 +10,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from sqlalchemy import select
 
@@ -20,7 +21,7 @@ from ..pool.actions import reclaimable
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
-from ..store import Allocation, ElasticRange, Event, TrainJob
+from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from ..store.db import bounded
 from .book import JobBook
 from .config import TrainPool
@@ -68,15 +69,20 @@ class TrainingService(JobBook):
     # --- changes from the API -------------------------------------------------
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-               files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0) -> TrainJob:
-        """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs."""
+               files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
+               pools: tuple[str, ...] = ()) -> TrainJob:
+        """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs.
+        `pools`: the node pools this job may use, in its order (checked by the caller)."""
         account = self.account(owner)  # refused before anything is written
         row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
                                max_runtime_s, files, now,
                                prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
-        if min_gpus:
+        if min_gpus or pools:
             with self.pool.store.session() as s:
-                s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
+                if min_gpus:
+                    s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
+                if pools:
+                    s.add(JobPools(job_id=row.id, pools=list(pools)))
         return row
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
@@ -209,9 +215,11 @@ class TrainingService(JobBook):
         rows = self.jobs()
         with self.pool.store.session() as s:
             elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
-        pending = [self._job(r, self.pins.get(r.id), elastic.get(r.id)) for r in rows
-                   if r.state == "queued" and r.project in self.projects]
-        running = [self._job(r, None, elastic.get(r.id)) for r in rows if r.state == "running"]
+            chosen = {p.job_id: tuple(p.pools) for p in s.scalars(select(JobPools))}
+        pending = [replace(self._job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
+                   for r in rows if r.state == "queued" and r.project in self.projects]
+        running = [replace(self._job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
+                   for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
                         stopping=stopping, departments=self.departments,

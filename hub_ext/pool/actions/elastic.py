@@ -17,7 +17,7 @@ from dataclasses import replace
 from ..jobs import Job, Resize
 from ..request import Request
 from .cycle import Cycle
-from .reclaim import hold, waits_for_stopping
+from .reclaim import waits_for_stopping
 from .victims import victim_key
 
 GROWTHS_PER_CYCLE = 1
@@ -31,7 +31,9 @@ def shrink(cycle: Cycle, job: Job) -> bool:
                          if r.elastic and r.project != job.project and r.placement is not None
                          and r.request.num_gpu > r.min_gpus and r.id not in cycle.preempted and cycle.can_stop(r)),
                         key=victim_key(cycle.projects))
-    trial = cycle.view(job).copy()
+    # shrink on the whole pool (an elastic job may sit outside `job`'s node pools), then look
+    # with `job`'s eyes whether it fits
+    trial = cycle.work.copy()
     chosen = []
     for r in candidates:
         i = trial.inventory.index_of(r.placement.node)
@@ -39,8 +41,10 @@ def shrink(cycle: Cycle, job: Job) -> bool:
         trial.release(r.placement)
         trial.apply(smaller)
         chosen.append((r, smaller))
-        if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
-            hold(cycle, job, [r for r, _ in chosen])
+        spot = cycle.policy.choose(cycle.seen_by(trial, job), job.request, cycle.rng)
+        if spot is not None:
+            # the GPUs given back are held for `job` in this cycle, as a reclaim holds its spot
+            cycle.work.hold(cycle.work.inventory.index_of(spot.node), spot.gpus)
             for r, to in chosen:
                 cycle.preempted.add(r.id)
                 cycle.plan.resize.append(Resize(r.id, to, f"shrunk to {r.min_gpus} GPUs: project {job.project}"

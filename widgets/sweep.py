@@ -1,0 +1,63 @@
+"""A sweep's runs side by side: state, the parameters each got and its final printed metrics
+(api/sweeps/<id>), followed until every run has ended."""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+import ipywidgets as w
+
+from .client import Client, GPUPoolError
+
+ACTIVE = ("queued", "running", "preempting")
+
+
+def sweep_html(data: dict) -> str:
+    """The table: one row per run, its parameters, then every metric any run printed."""
+    runs = data.get("runs", [])
+    params = [str(p) for p in data.get("parameters", [])]
+    metrics = sorted({str(k) for r in runs for k in (r.get("metrics") or {})})
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["run", "state", *params, *metrics])
+    rows = []
+    for r in runs:
+        job = r.get("job", {})
+        cells = [job.get("name", ""), job.get("state", "")]
+        cells += [r.get("parameters", {}).get(p, "") for p in params]
+        cells += [f"{r['metrics'][m]:.4g}" if m in (r.get("metrics") or {}) else "" for m in metrics]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+class SweepTable(w.VBox):
+    def __init__(self, sweep_id: str, client: Client | None = None, follow: bool = True,
+                 interval: float = 5.0, **kwargs: Any) -> None:
+        self.sweep_id, self.client, self.interval = sweep_id, client, interval
+        self.table, self.status = w.HTML(), w.HTML()
+        self._stop = threading.Event()
+        super().__init__([w.HTML(f"<b>sweep {html.escape(sweep_id)}</b>"), self.table, self.status], **kwargs)
+        data = self.refresh()
+        if follow and any(r["job"].get("state") in ACTIVE for r in data.get("runs", [])):
+            threading.Thread(target=self._follow, name="gpupool-sweep", daemon=True).start()
+
+    def refresh(self) -> dict:
+        try:
+            data = (self.client or Client()).get(f"api/sweeps/{self.sweep_id}")
+        except GPUPoolError as err:
+            self.status.value = f"<small style='color:#b00'>{html.escape(str(err))}</small>"
+            return {}
+        self.table.value = sweep_html(data)
+        return data
+
+    def _follow(self) -> None:
+        failures = 0
+        while not self._stop.wait(self.interval):
+            data = self.refresh()
+            failures = failures + 1 if not data else 0
+            if (data and not any(r["job"].get("state") in ACTIVE for r in data["runs"])) or failures >= 30:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        super().close()
