@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gpupool.gpu.proctree import descendants
+
 log = logging.getLogger("gpupool.culler")
 
 
@@ -48,28 +50,6 @@ class Sampler(Protocol):
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
         """GPU use of each target it could measure; a missing key means no data."""
         ...
-
-
-def descendants(pid: int, proc: Path = Path("/proc")) -> set[int]:
-    """pid and all its descendants (kernels are children of the server)."""
-    children: dict[int, list[int]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p in out:
-            continue
-        out.add(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 class NVMLSampler:
