@@ -23,10 +23,20 @@ class _LocalGPU(GPUSpawnerMixin):
     def server_pid(self) -> int | None:
         return self.pid
 
+    def server_hub_api_url(self) -> str:
+        """JUPYTERHUB_API_URL as this hub gives it to its servers (Spawner.get_env's rule)."""
+        from urllib.parse import urlparse
+
+        from jupyterhub.utils import url_path_join
+
+        if self.hub_connect_url is not None:
+            return url_path_join(self.hub_connect_url, urlparse(self.hub.api_url).path)
+        return self.hub.api_url
+
     async def end_orphans(self, grace_s: float = 10.0) -> None:
         """SIGTERM this workspace's untracked server processes, SIGKILL what is left after
         `grace_s`: only then may its GPU share go to someone else."""
-        pids = stop_orphans(self.user.name, self.name)
+        pids = stop_orphans(self.user.name, self.name, hub_api_url=self.server_hub_api_url())
         if pids:
             self.log.warning("stopped orphaned server processes %s of %s", pids, self.server_label)
         await wait_gone(pids, grace_s)
@@ -39,13 +49,16 @@ def workspace_tag(owner: str, name: str) -> str:
     return f"{owner}/{name}"
 
 
-def stop_orphans(owner: str, name: str, proc_root: str = "/proc") -> list[int]:
+def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: str = "") -> list[int]:
     """SIGTERM processes of a workspace the hub no longer knows about.
 
     A hub killed between starting a server and recording it leaves a server nobody
     manages, still pinned to a GPU; it is found by the workspace tag in its environment.
     """
     tag = f"{WORKSPACE_VAR}={workspace_tag(owner, name)}".encode()
+    # with the hub's API URL, only this hub's servers (another hub on the machine may have a
+    # user of the same name)
+    hub = f"JUPYTERHUB_API_URL={hub_api_url}".encode() if hub_api_url else b""
     stopped = []
     for proc in Path(proc_root).iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -54,7 +67,7 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc") -> list[int]:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if tag in environ:
+        if tag in environ and (not hub or hub in environ):
             try:
                 os.kill(int(proc.name), signal.SIGTERM)
                 stopped.append(int(proc.name))

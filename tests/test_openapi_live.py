@@ -39,7 +39,7 @@ def test_every_documented_endpoint_answers_as_documented(make_hub, tmp_path: Pat
                      "response_schema_conformance",
          "--phases", "examples,coverage,fuzzing", "--report", "junit", "--report-junit-path", str(report),
          "--request-timeout", "30", "--continue-on-failure"],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,  # its cache stays out of the clone
     )
     print(run.stdout[-4000:])
     assert run.returncode == 0, run.stdout[-8000:] + run.stderr[-2000:] + hub.tail(30)

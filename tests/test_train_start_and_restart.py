@@ -30,6 +30,21 @@ print("finished")
 """
 
 
+@pytest.fixture(autouse=True)
+def no_job_left_behind(tmp_path: Path):
+    """A failing test must not leave its waiting jobs running: SIGKILL what is left of ours."""
+    yield
+    import os
+    import signal
+
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(tmp_path).encode() in (proc / "cmdline").read_bytes():
+                os.killpg(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
 def service(tmp_path: Path, grace: float = 30.0, **train) -> TrainingService:
     c = Config()
     c.TrainPool.projects = {"a": {"guarantee": 1}}
@@ -245,3 +260,15 @@ def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(
     run_until(again, lambda: again.job(job).state in DONE)
     assert again.job(job).state == "succeeded"
     assert len((folder / "job.log").read_text().split("finished")) == 2
+
+
+def test_cancelling_a_queued_job_frees_gpus_a_crash_left_reserved_for_it(tmp_path: Path) -> None:
+    from gpupool.manager import Workload
+    from gpupool.pool.request import Placement
+
+    svc = service(tmp_path)
+    job = waiter(svc).id
+    svc.pool.reserve_at(Workload("train", "ann", job), Placement("localhost", (0,), 1000))
+    svc.cancel(job)
+    assert svc.job(job).state == "cancelled" and svc.pool.store.allocations() == []
+    assert svc.pool.state.copy().gpu_free.sum() == 1000

@@ -121,6 +121,8 @@ class JobsHandler(JobsBase):
                     row = await row
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
+            except OSError as err:  # e.g. the folder for the user's jobs is writable by others
+                raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
             rows.append(row)
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)

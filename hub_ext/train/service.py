@@ -89,14 +89,19 @@ class TrainingService(JobBook):
         """The intent is written first; the signal follows (and is sent again by a restarted
         hub), so a cancelled job never comes back."""
         now = now if now is not None else time.time()
+        placement = None
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             if row.state == "queued":
                 row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
+                # GPUs a crash left reserved for it go back with the cancel
+                placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "cancelled while queued")
             elif row.state in ACTIVE:
                 row.intent, row.state, row.message = "cancel", "preempting", "cancelling"
                 row.term_sent = row.term_sent or now
             pid, workdir, sent = row.pid, row.workdir, row.term_sent
+        if placement is not None:
+            self.pool.state.release(placement)
         failpoints.reach("train.cancel.persisted")
         if pid and sent is not None:
             self.runner.preempt(pid, now, workdir, sent=sent)
