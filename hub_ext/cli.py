@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 from traitlets import TraitError
 from traitlets.config import Application, Config
@@ -39,12 +44,20 @@ class _ConfigWriter(Application):
 
 
 def generate_config(path: str) -> None:
+    """The demo's settings, active, then every option commented with its help and example; no
+    path of this machine (the defaults that are one are named instead)."""
+    from .embedded import demo_lines
+
     text = _ConfigWriter().generate_config_file()
+    text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(sys.executable, "(the hub's own Python)")
     header = (
         "# gpupool configuration: every option with its help text and an example.\n"
         "# Use it with `gpupool up --config THIS_FILE`, or paste the settings into your\n"
         "# jupyterhub_config.py before `gpupool.configure(c)`.\n\n"
     )
+    demo = "\n# `make up`'s demo settings (as they are, this file starts the same hub as the demo):\n" + demo_lines()
+    head, marker, rest = text.partition("c = get_config()  #noqa\n")
+    text = head + marker + demo + rest if marker else demo + text
     if os.path.exists(path):
         raise SystemExit(f"gpupool: {path} exists; remove it or pick another name")
     with open(path, "w") as f:
@@ -77,19 +90,68 @@ def up(args: argparse.Namespace) -> int:
     check_config(config)
     from .embedded import chp_command, demo_password
 
-    env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_PORT=str(args.port),
-               GPUPOOL_CHP=chp_command())
-    password = demo_password(state)
-    print(
-        f"gpupool: embedded hub on http://127.0.0.1:{args.port}\n"
-        f"  log in with any user name and the password: {password}\n"
-        f"  (user 'admin' is an admin; state lives in {state})\n",
-        flush=True,
-    )
+    env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
+               **port_env(args))
+    password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
-    os.chdir(state)
-    os.execvpe(argv[0], argv, env)
-    return 0  # not reached
+    hub = subprocess.Popen(argv, env=env, cwd=state)
+    # the hub's own start-up log comes first; the log-in banner last, once the hub answers
+    signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
+    try:
+        if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
+            print(banner(args.port, password, admin_password, state), flush=True)
+        return hub.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
+        return hub.wait()
+
+
+def banner(port: int, password: str, admin_password: str, state: str) -> str:
+    return (
+        f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
+        f"  log in with any user name and the password: {password}\n"
+        f"  as 'admin' (an admin) with the password: {admin_password}\n"
+        f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
+        f"  {accounts_note(os.geteuid())}\n"
+    )
+
+
+def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
+    """Poll the hub's API until it answers; False if the hub exited (its log says why)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and hub.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.5)
+    return False
+
+
+PORTS = {  # option -> (environment variable read by embedded_config.py, default, what listens)
+    "port": ("GPUPOOL_PORT", 8000, "public port: the proxy users open"),
+    "hub_port": ("GPUPOOL_HUB_PORT", 8081, "the hub's own port (behind the proxy)"),
+    "proxy_api_port": ("GPUPOOL_PROXY_API_PORT", 8001, "configurable-http-proxy's REST API"),
+    "api_port": ("GPUPOOL_API_PORT", 8095, "the gpupool REST API (a hub service)"),
+}
+
+
+def port_env(args: argparse.Namespace) -> dict[str, str]:
+    return {var: str(getattr(args, opt)) for opt, (var, _, _) in PORTS.items()}
+
+
+def accounts_note(euid: int) -> str:
+    """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
+    if euid != 0:
+        return ("workspaces and jobs run as this account: users share it and can read each other's files"
+                " (run as root with system accounts for isolation; see docs/security.md)")
+    return ("running as root: the demo spawner runs workspaces as root, so users are NOT isolated;"
+            " jobs run as their owner's Unix account where one exists (see docs/security.md)")
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text[:20]!r}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         from .sim.cli import main as simulate
 
         return simulate(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "up":
+        return up(args)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="run the embedded hub on this machine")
@@ -105,12 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
-    p_up.add_argument("--port", type=int, default=8000, help="public port (default 8000)")
+    for opt, (var, default, what) in PORTS.items():
+        p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
+                          help=f"{what} (default {default}, or ${var})")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        return up(args)
-    return 2
+    return parser
 
 
 if __name__ == "__main__":

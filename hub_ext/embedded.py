@@ -8,16 +8,39 @@ import shutil
 
 from traitlets.config import Config, PyFileConfigLoader
 
+# What `make up`'s demo sets beyond the defaults (besides where its state lives): applied by
+# embedded_config.py and written, active, at the top of `gpupool up --generate-config`.
+DEMO_SETTINGS: dict[str, dict[str, object]] = {
+    "GPUPool": {"virtual_gpus": 4},  # used only when NVML finds no GPU
+    # "default" is open to every user (no member lists); "research" only to its members (and admins)
+    "TrainPool": {"projects": {"default": {"guarantee": 2},
+                               "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]}}},
+}
 
-def demo_password(state_dir: str) -> str:
-    """A random password kept in the state folder, so `make up` can print it."""
-    path = os.path.join(state_dir, "demo-password")
-    if env := os.environ.get("GPUPOOL_DEMO_PASSWORD"):
+
+def apply_demo(c: Config) -> None:
+    for cls, settings in DEMO_SETTINGS.items():
+        for name, value in settings.items():
+            setattr(c[cls], name, value)
+
+
+def demo_lines() -> str:
+    return "".join(f"c.{cls}.{name} = {value!r}\n" for cls, settings in DEMO_SETTINGS.items()
+                   for name, value in settings.items())
+
+
+def demo_password(state_dir: str, admin: bool = False) -> str:
+    """A random password kept in the state folder, so `gpupool up` can print it: one shared by
+    every user, and a longer one for 'admin' (JupyterHub wants 32 characters for it)."""
+    name, var, size = ("demo-admin-password", "GPUPOOL_DEMO_ADMIN_PASSWORD", 24) if admin else \
+        ("demo-password", "GPUPOOL_DEMO_PASSWORD", 9)
+    path = os.path.join(state_dir, name)
+    if env := os.environ.get(var):
         return env
     if not os.path.exists(path):
         os.makedirs(state_dir, exist_ok=True)
         with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(secrets.token_urlsafe(9))
+            f.write(secrets.token_urlsafe(size))
     with open(path) as f:
         return f.read().strip()
 

@@ -8,7 +8,7 @@ import os
 import sys
 
 from gpupool import configure
-from gpupool.embedded import chp_command, demo_password, load_user_config
+from gpupool.embedded import apply_demo, chp_command, demo_password, load_user_config
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -24,24 +24,23 @@ c.ConfigurableHTTPProxy.command = [chp_command()]
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.default_url = "/hub/home"
 
-# demo log-in: any user name, one shared password; 'admin' is an admin
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = demo_password(state)
+# demo log-in: any user name with one shared password; 'admin' (an admin) with its own
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = demo_password(state)
+c.SharedPasswordAuthenticator.admin_password = demo_password(state, admin=True)
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"admin"}
 
 c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
-c.GPUPool.virtual_gpus = 4  # used only when NVML finds no GPU
 c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
 c.Spawner.home_dir_template = f"{state}/home/{{username}}"
 c.TrainPool.jobs_root = f"{state}/home/{{username}}/gpupool-jobs"
-# "default" is open to every user (no lists); "research" only to its members (and admins)
-c.TrainPool.projects = {"default": {"guarantee": 2},
-                        "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]}}
 c.Spawner.default_url = "/lab"
 c.Spawner.cmd = [os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")]
 if os.getuid() == 0:
     c.Spawner.args = ["--allow-root"]
+
+apply_demo(c)  # virtual GPUs where NVML finds none, two training projects (gpupool.embedded.DEMO_SETTINGS)
 
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
 configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "gpupool-simple"), culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

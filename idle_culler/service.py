@@ -34,7 +34,8 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
     service = {
         "name": name,
         "command": [sys.executable, "-m", "gpupool.idle_culler", f"--gpupool-url={api_url}"],
-        "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {})},
+        # configure(c) runs in the hub process: its pid tells the culler whom to live and die with
+        "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {}), HUB_PID: str(os.getpid())},
     }
     scopes = ["list:users", "read:users:activity", "read:servers", "delete:servers",
               "access:services!service=gpupool"]
@@ -51,6 +52,7 @@ def parse_time(text: str | None) -> float | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+HUB_PID = "GPUPOOL_HUB_PID"
 PAGINATION = "application/jupyterhub-pagination+json"
 MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
 
@@ -256,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
                     make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
-    parent = os.getppid()
+    parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()
+    if hub_gone(parent):  # it died before we could ask to die with it
+        log.warning("the hub that started this culler is gone: not starting")
+        return 0
     try:
         return _loop(culler, cfg, args.once, parent)
     except KeyboardInterrupt:  # the hub stops its services with SIGINT
@@ -298,4 +303,10 @@ def _loop(culler: Culler, cfg: IdleCuller, once: bool, parent: int | None = None
             log.error("culler pass failed, retrying next pass: %s", err)
         if once:
             return 0
-        time.sleep(cfg.interval_s)
+        # wait for the next pass, looking at the parent every second: the parent-death signal
+        # is not delivered in every set-up (seen under JupyterHub's service spawner)
+        until = time.monotonic() + cfg.interval_s
+        while time.monotonic() < until:
+            if parent is not None and hub_gone(parent):
+                break
+            time.sleep(min(1.0, max(0.0, until - time.monotonic())))

@@ -123,6 +123,9 @@ class GPUSpawnerMixin(HasTraits):
         """The share this start needs (subclasses may take it from a profile)."""
         return self.reserve_gpus()
 
+    async def end_orphans(self) -> None:
+        """Stop server processes of this workspace the hub does not know (local spawners)."""
+
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
@@ -152,7 +155,7 @@ class GPUSpawnerMixin(HasTraits):
             await super().stop(now=now)
         except BaseException:
             if await self._still_running():
-                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self._log_name)
+                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
                 raise
             self.release_gpus("stopped (the stop reported an error, but the server is gone)")
             raise
@@ -168,6 +171,9 @@ class GPUSpawnerMixin(HasTraits):
     async def poll(self) -> int | None:
         status = await super().poll()
         if status is not None and self.pending != "spawn":
+            # the server the hub knew is gone, but a hub that died mid-spawn never learned the
+            # pid of the one it started: that one must end before its GPU is handed on
+            await self.end_orphans()
             self.release_gpus(f"server ended (status {status})")
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running

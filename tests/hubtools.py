@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 EMBEDDED_CONFIG = REPO / "hub_ext" / "embedded_config.py"
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 PASSWORD = "test-password"
+ADMIN_PASSWORD = "test-admin-password-0123456789abcdef"  # JupyterHub wants 32 characters for admins
 
 
 def free_port() -> int:
@@ -84,6 +85,7 @@ class Hub:
             GPUPOOL_API_PORT=str(self.api_port),
             GPUPOOL_PROXY_API_PORT=str(self.proxy_api_port),
             GPUPOOL_DEMO_PASSWORD=PASSWORD,
+            GPUPOOL_DEMO_ADMIN_PASSWORD=ADMIN_PASSWORD,
             PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
                  f"{os.pathsep}{os.environ.get('PATH', '')}",
             **self.env,

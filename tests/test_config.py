@@ -34,6 +34,13 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     exec(compile(text, "gp.py", "exec"), {"c": c, "get_config": lambda: c})
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()
+    # ... with make up's demo settings active, and no path of this machine
+    from gpupool.embedded import DEMO_SETTINGS
+
+    for cls, settings in DEMO_SETTINGS.items():
+        for name, value in settings.items():
+            assert c[cls][name] == value
+    assert sys.executable not in text and str(Path(__file__).resolve().parent.parent) not in text
 
 
 def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_every_module_imports_once_under_gpupool():
     assert not foreign, f"modules loaded outside gpupool: {foreign}"
     from gpupool.store.models import Base
 
-    tables = [m for m in sys.modules.values() if getattr(m, "Base", None) is not None
+    tables = [m for m in list(sys.modules.values()) if getattr(m, "Base", None) is not None
               and hasattr(m.Base, "metadata") and m.__name__.startswith("gpupool")]
     assert {id(m.Base.metadata) for m in tables} == {id(Base.metadata)}
 

@@ -42,7 +42,7 @@ def test_fgd_scenario_writes_the_json_contract(tmp_path: Path) -> None:
     assert {"policy", "seed", "arrived_pct", "alloc_ratio_pct", "unallocated_gpus", "wall_s"} <= set(result)
     assert len(result["arrived_pct"]) == len(result["alloc_ratio_pct"])
     assert result["policy"] == "best-fit" and result["seed"] == 42
-    assert "allocated at" in r.stderr  # a one-line summary for the person running it
+    assert "GPUs allocated:" in r.stdout and f"JSON: {out}" in r.stdout  # a summary for the person running it
 
 
 def test_replay_scenario_reports_time_averages(tmp_path: Path) -> None:
@@ -72,6 +72,29 @@ def test_malformed_csv_names_file_line_and_column(tmp_path: Path, which: str, te
     r = simulate("fgd", "--nodes", nodes, "--pods", pods)
     assert r.returncode == 2
     assert expected in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_trace_without_time_columns_cannot_replay_and_says_so(tmp_path: Path) -> None:
+    nodes, pods = write(tmp_path, pods="name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,8192,1,500\n")
+    r = simulate("replay", "--nodes", nodes, "--pods", pods)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "replay needs creation_time and deletion_time columns" in r.stderr and "pods.csv" in r.stderr
+
+
+def test_the_documented_commands_run_on_the_sample_trace_from_a_clone(tmp_path: Path) -> None:
+    from gpupool.sim.sample import write as make_sample
+
+    make_sample(tmp_path)  # the committed sample is exactly what the generator makes
+    for name in ("nodes.csv", "pods.csv"):
+        assert (tmp_path / name).read_text() == (REPO / "docs" / "sample-trace" / name).read_text()
+    sample = ("--nodes", "docs/sample-trace/nodes.csv", "--pods", "docs/sample-trace/pods.csv")
+    r = simulate("fgd", *sample, "--policy", "frag-aware", "--inflation", "1.3", "--seed", "42")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "gpupool simulate fgd: policy frag-aware, seed 42, 97 pods"
+    assert lines[1].startswith("  GPUs allocated: ") and "% of capacity when 129 % of it had been requested" in lines[1]
+    r = simulate("replay", *sample, "--queue")
+    assert r.returncode == 0 and "GPU allocation, time average:" in r.stdout, r.stderr
 
 
 def test_help_lists_policies_and_scenarios() -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.pool.jobs import kai_priority_class
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
@@ -53,7 +52,3 @@ def test_a_higher_priority_job_preempts_its_projects_lower_one_which_resumes_aft
     finally:
         for row in svc.jobs():
             Path(row.workdir, "stop").touch()
-
-
-def test_priorities_map_to_kai_priority_classes() -> None:
-    assert [kai_priority_class(p) for p in (-100, 0, 49, 50, 100)] == ["train"] * 3 + ["build-preemptible"] * 2

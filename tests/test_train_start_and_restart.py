@@ -226,3 +226,22 @@ def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path
     for secret in ("hub-secret-token", "demo-password", "proxy-secret"):
         assert secret not in log
     assert (tmp_path / "pool.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(tmp_path: Path) -> None:
+    from gpupool.manager import Workload
+    from gpupool.pool.request import Placement
+
+    svc = service(tmp_path)
+    job = waiter(svc).id
+    # the crash came after the run was recorded and its GPUs reserved, before the process started
+    svc.pool.reserve_at(Workload("train", "ann", job), Placement("localhost", (0,), 1000))
+    svc._set(job, state="running", pid=None, runs=1, started=time.time())
+    again = restart(tmp_path)
+    run_until(again, lambda: again.job(job).pid is not None)  # requeued and started, not failed
+    folder = Path(again.job(job).workdir)
+    wait_file(folder / "started")
+    (folder / "go").touch()
+    run_until(again, lambda: again.job(job).state in DONE)
+    assert again.job(job).state == "succeeded"
+    assert len((folder / "job.log").read_text().split("finished")) == 2

@@ -9,7 +9,8 @@ FULL = [[0, 0, 0, 0], [0, 0, 0, 0]]  # two 4-GPU nodes, nothing free
 
 def test_over_its_guarantee_with_jobs_ahead() -> None:
     assert wait_reason(1, 1000, "vision", 2000, -1, 2000, 1, FULL) == (
-        "waiting for GPUs: project vision uses 2 of its 2-GPU guarantee and no GPU is idle; 1 job ahead")
+        "waiting for GPUs: no node has a free GPU; project vision uses 2 of its 2-GPU guarantee, so it waits"
+        " for idle GPUs; 1 job ahead")
 
 
 def test_bigger_than_any_node_says_it_never_starts() -> None:

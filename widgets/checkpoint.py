@@ -14,6 +14,11 @@
 With PyTorch, keep tensors out of the JSON and save them beside it:
 `torch.save(model.state_dict(), ckpt.path("model.pt"))` before `ckpt.save(...)`, and
 `model.load_state_dict(torch.load(ckpt.path("model.pt")))` when `ckpt.load()` found a state.
+
+Elastic jobs resume at another size: `int(os.environ["GPUPOOL_GPUS"])` is this run's number of
+GPUs. Save what does not depend on it (unwrapped model weights, the optimizer state gathered
+to one rank, the step, the samples seen) and derive the rest on start: world size, per-GPU
+batch = global batch // GPUPOOL_GPUS, the sampler's position (docs/training.md).
 """
 
 from __future__ import annotations

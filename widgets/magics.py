@@ -8,14 +8,28 @@ import shlex
 from typing import Any
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one plain line for the user, not argparse's exit and stderr
+        raise ValueError(message)
+
+
+def train_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="%%train", add_help=False,
+                 description="Run this cell as a train job in the shared pool and follow it below.")
+    ap.add_argument("--project", required=True, help="the training project whose quota the job uses")
+    ap.add_argument("--gpus", type=float, default=1.0, help="GPUs for the job: 0.25, 0.5, 1, 2, ... (default 1)")
+    ap.add_argument("--name", default="cell", help="a name for the job (default: cell)")
+    ap.add_argument("--priority", type=int, default=0, help="-10..10 within the project (default 0)")
+    ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON",
+                    help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
+    ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                    help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64")
+    ap.add_argument("-h", "--help", action="store_true", help="this help, with your projects")
+    return ap
+
+
 def train_args(line: str) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="%%train", add_help=False)
-    ap.add_argument("--project", required=True)
-    ap.add_argument("--gpus", type=float, default=1.0)
-    ap.add_argument("--name", default="cell")
-    ap.add_argument("--priority", type=int, default=0)
-    ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON")
-    args = ap.parse_args(shlex.split(line))
+    args = train_parser().parse_args(shlex.split(line))
     params = {}
     for item in args.param:
         key, _, value = item.partition("=")
@@ -24,7 +38,50 @@ def train_args(line: str) -> argparse.Namespace:
         except ValueError:
             params[key] = value  # a bare word is a string
     args.parameters = params
+    args.sweep_spec = {}
+    for item in args.sweep:  # one job per combination of the values (the hub checks the bounds)
+        key, _, values = item.partition("=")
+        args.sweep_spec[key] = [_value(v) for v in values.split(",")]
     return args
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word is a string
+
+
+def _gpus(milli: int) -> str:
+    text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
+
+
+def projects_text(projects: list[dict]) -> str:
+    """The projects a user may submit to, with what each has free within its guarantee."""
+    if not projects:
+        return "No training projects are configured on this hub (ask an admin: c.TrainPool.projects)."
+    width = max(len(p["name"]) for p in projects)
+    lines = ["Your projects (--project NAME):"]
+    for p in projects:
+        free = max(0, p["guarantee_milli"] - p["used_milli"])
+        limit = f", at most {_gpus(p['limit_milli'])}" if p.get("limit_milli", -1) >= 0 else ""
+        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed, {_gpus(free)} of them free"
+                     f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
+                     f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}")
+    return "\n".join(lines)
+
+
+def _pools(project: dict) -> str:
+    pools = project.get("pools") or []
+    return f"; GPUs from {', '.join(pools)}" if pools else ""
+
+
+def train_help(projects: list[dict] | None) -> str:
+    text = train_parser().format_help().rstrip()
+    if projects is not None:
+        text += "\n\n" + projects_text(projects)
+    return text + "\n\nExample:\n  %%train --project NAME --gpus 1 -p epochs=3"
 
 
 def register(ipython: Any) -> None:
@@ -35,26 +92,42 @@ def register(ipython: Any) -> None:
     from .status import WorkspaceStatus
 
     def gpupool(line: str = "") -> None:
-        """%gpupool — the GPU share this workspace holds and the quota left."""
+        """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects."""
         display(WorkspaceStatus())
 
-    def train(line: str, cell: str) -> None:
-        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]
-        Runs this cell as a train job in the shared pool and shows its progress."""
+    def train(line: str, cell: str | None = None) -> None:
+        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...] [--sweep key=v1,v2 ...]
+        Runs this cell as a train job in the shared pool and shows its progress; with --sweep, one
+        job per combination of the values (%%train --help)."""
         try:
-            args = train_args(line)
-        except SystemExit:
-            print("usage: %%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]")
+            wants_help = bool({"-h", "--help"} & set(shlex.split(line)))
+            args = None if wants_help else train_args(line)
+        except ValueError as err:
+            print(f"%%train: {err}; see %%train --help")
             return
+        if args is None or cell is None:  # `%train --help` works as a line too (IPython refuses an empty %%cell)
+            try:
+                projects = Client().get("api/projects")["projects"]
+            except GPUPoolError:
+                projects = None
+            print(train_help(projects))
+            return
+        payload = {"project": args.project, "gpus": args.gpus, "name": args.name, "priority": args.priority,
+                   "code": cell, "parameters": args.parameters}
+        if args.sweep_spec:
+            payload["sweep"] = args.sweep_spec
         try:
-            job = Client().post("api/jobs", {"project": args.project, "gpus": args.gpus, "name": args.name,
-                                             "priority": args.priority, "code": cell,
-                                             "parameters": args.parameters})
+            job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
             print(f"not submitted: {err}")
+            return
+        if "sweep" in job:  # GET api/sweeps/<id> gives each run's parameters and final metrics
+            print(f"submitted sweep {job['sweep']}: {len(job['jobs'])} jobs to {args.project}")
+            for run in job["jobs"]:
+                display(JobMonitor(job_id=run["id"]))
             return
         print(f"submitted job {job['id']} to {args.project}")
         display(JobMonitor(job_id=job["id"]))
 
     ipython.register_magic_function(gpupool, "line", "gpupool")
-    ipython.register_magic_function(train, "cell", "train")
+    ipython.register_magic_function(train, "line_cell", "train")

@@ -16,7 +16,8 @@ experiment (closed loop). Both policies are the same pure scheduler
       (docs/training.md, rule 13), with runs that declare no max runtime;
   (d) the same, each run declaring a max runtime (what it needs, rounded up to the hour).
 The large-job table gives the queueing delay of 8-GPU jobs under each (a job still waiting at
-the end counts with its wait so far).
+the end counts with its wait so far). Then (--pools, first seed) the heterogeneous cluster of
+benchmarks/quota/pools.py: flat placement vs two node pools, with each pool's allocation.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import statistics
 import sys
 
+from .pools import POOLS, heterogeneous, prefer, split
 from .simulate import CYCLE, GRACE, Result, simulate
 from .workload import Bursts, load
 
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-hours", type=float, default=8.0, help="mean busy period of a project")
     ap.add_argument("--quiet-hours", type=float, default=16.0, help="mean quiet period of a project")
     ap.add_argument("--want", type=float, default=2.0, help="GPUs a busy project wants, x its guarantee")
+    ap.add_argument("--pools", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the heterogeneous cluster: flat vs two node pools (first seed)")
     args = ap.parse_args(argv)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -153,7 +157,33 @@ def main(argv: list[str] | None = None) -> int:
         cells = [", ".join(f"{seed[k][0]:.0f} min ({seed[k][1]:.0f} %)" for seed in large)
                  for k in range(len(POLICIES) - 1)]
         print(f"| {model} | " + " | ".join(cells) + " |")
+    if args.pools:
+        two_pools(args.days, seeds[0], bursts, args.model)
     return 0
+
+
+def two_pools(days: float, seed: int, bursts: Bursts, which: str) -> None:
+    """The heterogeneous cluster (benchmarks/quota/pools.py): flat vs two node pools."""
+    print(f"\n### two pools (seed {seed}): one 8-GPU node in four as four 2-GPU workstations\n")
+    print("| arrivals | placement | GPU allocation | workstations | DGX | jobs per 1,000 GPU-h |"
+          f" {LARGE}-GPU jobs: wait p50 / p99 / longest (min) | never started | jobs of 1-2 GPUs: wait p99 (min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in (("open", "closed") if which == "both" else (which,)):
+        w = heterogeneous(load(days, seed, model, bursts))
+        capacity_gpu_h = w.inventory.gpu_count * w.horizon / 3600
+        for label, rule, reserve_after_s in (("flat (no pools)", None, None),
+                                             ("two pools, small jobs prefer workstations", prefer, None),
+                                             ("two pools, split by job size", split, None),
+                                             ("split + reservations", split, RESERVE_AFTER_S)):
+            print(f"simulating {label} on two pools ({model})...", file=sys.stderr, flush=True)
+            res = simulate(w, False, reserve_after_s, pools=POOLS, job_pools=rule)
+            r = summarize(label, res, capacity_gpu_h, w.horizon)
+            ws, dgx = (100 * statistics.mean(res.pool_alloc[p]) for p in ("workstations", "dgx"))
+            small = sorted(((j.first_start if j.first_start is not None else w.horizon) - j.submitted) / 60
+                           for j in res.jobs if j.gpus <= 2)
+            print(f"| {model} | {label} | {r['alloc_pct']:.1f} % | {ws:.1f} % | {dgx:.1f} % |"
+                  f" {1000 * r['per_gpu_h']:.1f} | {r['large_p50_min']:.0f} / {r['large_p99_min']:.0f} /"
+                  f" {r['large_max_min']:.0f} | {r['large_unstarted']} | {small[int(0.99 * (len(small) - 1))]:.0f} |")
 
 
 if __name__ == "__main__":

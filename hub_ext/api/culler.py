@@ -110,8 +110,10 @@ class ExtendHandler(APIHandler):
         caller = self.caller
         body = self.json_body()
         name = body.get("server", "")
-        if not isinstance(name, str):
+        if not isinstance(name, str) or len(name) > 255:
             raise web.HTTPError(400, "server must be a server name ('' for the default server)")
         owner = body.get("owner", caller.name) if caller.admin else caller.name
+        if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
+            raise web.HTTPError(400, "owner must be a user name")
         extend_workspace(self.settings, self.pool, caller.name, owner, name)
         self.write_json({"extended": True})

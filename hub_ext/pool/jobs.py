@@ -20,6 +20,7 @@ class Project:
     limit_milli: int = -1  # -1: no limit
     priority: int = 0
     department: str = ""
+    pools: tuple[str, ...] = ()  # node pools its jobs may use, in order of preference (empty: any)
 
     def cap(self) -> float:
         return float("inf") if self.limit_milli < 0 else self.limit_milli
@@ -49,6 +50,15 @@ class Job:
     started: float | None = None  # when the current run started (running jobs)
     placement: Placement | None = None  # running jobs; for a pending job, its planned spot
     max_runtime_s: float = 0.0  # declared bound of a run (0: none); lets it backfill a reservation
+    pools: tuple[str, ...] = ()  # node pools it may use, in order of preference (empty: its project's)
+    # elastic (max_gpus > 0): it runs on min_gpus to max_gpus whole GPUs; `request` is its
+    # current size when running, its minimum when pending
+    min_gpus: int = 0
+    max_gpus: int = 0
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_gpus > 0
 
     @property
     def milli(self) -> int:
@@ -80,6 +90,16 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """An elastic job restarts from its checkpoint at another size: stop it, then start it at
+    `to` (the caller pins it there)."""
+
+    job: str
+    to: Placement
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reserve:
     """`job` (a big gang job that waited too long) has `placement` reserved: the caller pins it
     there. `start_by` is when its GPUs should all be free (inf: not known)."""
@@ -95,6 +115,7 @@ class Plan:
     preempt: list[Preempt] = field(default_factory=list)
     move: list[Move] = field(default_factory=list)
     reserve: list[Reserve] = field(default_factory=list)
+    resize: list[Resize] = field(default_factory=list)
 
 
 def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tuple[dict[str, int], set[str]]:
@@ -109,14 +130,3 @@ def in_quota_split(projects: dict[str, Project], running: Iterable[Job]) -> tupl
         if used > projects[job.project].guarantee_milli:
             over.add(job.id)
     return usage, over
-
-
-INTERACTIVE_PRIORITY = 50  # jobs at or above it are "interactive-like": placed before batch jobs
-
-
-def kai_priority_class(priority: int) -> str:
-    """The KAI-Scheduler priority class a job maps to on Kubernetes: both are preemptible;
-    `build-preemptible` (75) is placed before `train` (50). Finer order within a class is not
-    carried over (docs/training.md, "Priorities inside a project")."""
-    return "build-preemptible" if priority >= INTERACTIVE_PRIORITY else "train"
-

@@ -1,9 +1,10 @@
 """Train scheduling with guaranteed quotas: pure, `now` is an argument.
 
 Each call to `schedule` runs the named actions of `gpupool.pool.actions` (reserve, allocate,
-reclaim, preempt, consolidate) and returns their plan, like KAI-Scheduler and Kueue: `admit` (start a job on a
-placement), `preempt` (stop an over-quota job so that its GPUs go back to a project that needs
-its guarantee) and `move`. The caller carries them out.
+reclaim, shrink, preempt, consolidate, expand) and returns their plan, like KAI-Scheduler and
+Kueue: `admit` (start a job on a placement), `preempt` (stop an over-quota job so that its GPUs
+go back to a project that needs its guarantee), `move`, `reserve` and `resize`. The caller
+carries them out.
 
 Rules (docs/training.md says the same in prose):
 1. A project's *guarantee* is always reclaimable for it: a pending job that keeps its project
@@ -29,27 +30,40 @@ from __future__ import annotations
 
 import random
 
-from .actions import CONSOLIDATIONS_PER_CYCLE, Cycle, allocate, consolidate, preempt, reclaim, reserve
-from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, in_quota_split
+from .actions import (
+    CONSOLIDATIONS_PER_CYCLE,
+    Cycle,
+    allocate,
+    consolidate,
+    expand,
+    preempt,
+    reclaim,
+    reserve,
+    shrink,
+)
+from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, Resize, in_quota_split
 from .placement import Policy
+from .pools import NodePool
 from .state import ClusterState
 
 __all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Plan", "Preempt", "Project",
-           "Reserve", "in_quota_split", "schedule"]
+           "Reserve", "Resize", "in_quota_split", "schedule"]
 
 
 def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
              now: float, policy: Policy, rng: random.Random | None = None,
              stopping: list[Job] | None = None, departments: dict[str, Department] | None = None,
-             reserve_after_s: float | None = None) -> Plan:
+             reserve_after_s: float | None = None, pools: dict[str, NodePool] | None = None) -> Plan:
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
     `departments` cap what their projects use together; `reserve_after_s` (None: never) is how
-    long an in-quota gang job waits before a node is reserved for it."""
-    cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments)
+    long an in-quota gang job waits before a node is reserved for it; `pools` are the node pools
+    jobs name in `Job.pools`."""
+    cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments, pools)
     if reserve_after_s is not None:
         reserve(cycle, pending, reserve_after_s)
-    allocate(cycle, pending, make_room=lambda job: reclaim(cycle, job) or preempt(cycle, job),
+    allocate(cycle, pending, make_room=lambda job: shrink(cycle, job) or reclaim(cycle, job) or preempt(cycle, job),
              make_room_in_project=lambda job: preempt(cycle, job))
     consolidate(cycle)
+    expand(cycle, pending)
     return cycle.plan

@@ -23,7 +23,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=DEFAULT_POLICY, choices=sorted(POLICIES),
                    help=f"placement policy (default {DEFAULT_POLICY})")
     p.add_argument("--seed", type=int, default=42, help="random seed (the FGD paper uses 42..51)")
-    p.add_argument("--json", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)")
+    p.add_argument("--json", metavar="OUT",
+                   help="also write the result as JSON to OUT; '-' prints only the JSON (default: a summary)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,21 +63,42 @@ def main(argv: list[str] | None = None) -> int:
             result = fgd.run(inventory, pods, args.policy, args.seed, args.inflation, progress)
         else:
             result = replay.run(inventory, pods, args.policy, args.seed, queue=args.queue, progress=progress)
+    except ValueError as err:  # the trace cannot be used for this scenario: say so, no traceback
+        print(f"gpupool simulate {args.scenario}: {args.pods}: {err}", file=sys.stderr)
+        return 2
     finally:
         progress.close()
-    text = json.dumps(result)
-    if args.json and args.json != "-":
+    if args.json == "-":
+        print(json.dumps(result))
+        return 0
+    if args.json:
         with open(args.json, "w") as f:
-            f.write(text)
-        print(summary(result), file=sys.stderr)
-    else:
-        print(text)
+            f.write(json.dumps(result))
+    print(summary(args.scenario, result))
+    if args.json:
+        print(f"  JSON: {args.json}")
     return 0
 
 
-def summary(result: dict) -> str:
-    if "alloc_ratio_pct" in result and result["alloc_ratio_pct"]:
-        return (f"{result['policy']} seed {result['seed']}: {result['alloc_ratio_pct'][-1]:.2f}% allocated at"
-                f" {result['arrived_pct'][-1]}% arrived, {result['unallocated_gpus']} GPUs unallocated,"
-                f" {result['wall_s']}s")
-    return json.dumps(result)
+def summary(scenario: str, result: dict) -> str:
+    """The result as a person reads it: what was allocated, what was left, how long it took."""
+    head = f"gpupool simulate {scenario}: policy {result['policy']}, seed {result['seed']}, {result['pods']:,} pods"
+    if scenario == "fgd" and result.get("alloc_ratio_pct"):
+        return "\n".join([
+            head,
+            f"  GPUs allocated: {result['alloc_ratio_pct'][-1]:.2f} % of capacity when"
+            f" {result['arrived_pct'][-1]} % of it had been requested",
+            f"  GPUs left unallocated at the end: {result['unallocated_gpus']:,.1f}"
+            f" ({result['failed_pods']:,} pods did not fit)",
+            f"  wall time: {result['wall_s']:.2f} s",
+        ])
+    if scenario == "replay":
+        return "\n".join([
+            head,
+            f"  placed {result['placed']:,}, rejected {result['rejected']:,}, still waiting {result['still_waiting']:,}",
+            f"  GPU allocation, time average: {result['time_avg_alloc_pct']:.1f} % of capacity",
+            f"  fragmented GPUs, time average: {result['time_avg_fragmented_gpus']:.2f}",
+            f"  queue delay: p50 {result['queue_delay_p50_s']:.0f} s, p99 {result['queue_delay_p99_s']:.0f} s",
+            f"  wall time: {result['wall_s']:.2f} s",
+        ])
+    return head

@@ -25,6 +25,7 @@ class JobBook:
         self.pool, self.cfg = pool, cfg
         self.projects: dict[str, Project] = cfg.project_table()
         self.departments: dict[str, Department] = cfg.department_table()
+        self.pools = cfg.pool_table()  # node pools (gpupool.pool.pools)
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:

@@ -12,6 +12,8 @@ from ..pool.units import UnitError, parse_gpus
 
 PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
 PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
+PROJECT_KEYS |= {"pools"}  # node pools, in order of preference
+POOL_KEYS = {"models", "nodes", "gpus"}
 MAX_IDLE_S = 7 * 86400
 DEPARTMENT_KEYS = {"guarantee", "limit"}
 
@@ -26,7 +28,8 @@ class TrainPool(Configurable):
         Keys: guarantee (GPUs, always reclaimable), weight (share of idle GPUs lent beyond the
         guarantee, default 1), limit (GPUs at most, default none), priority (higher is served and
         kept first), department (a level above projects, for reports and Kubernetes queues),
-        idle_gpu_s (stop a train job whose GPUs stay idle this long; default: never),
+        idle_gpu_s (stop a train job whose GPUs stay idle this long; default: never), pools (the
+        node pools its jobs may use, in order of preference; default: every GPU),
         users and groups (who may submit: hub user names and hub group names; a project with
         neither list is open to every user; admins may always submit). Example::
 
@@ -88,6 +91,40 @@ class TrainPool(Configurable):
 
             c.TrainPool.run_as = "owner"
         """)
+
+    node_pools = Dict({}, config=True, help="""Named groups of GPUs (KAI-Scheduler's node pools) that
+        projects choose with their "pools" key, in order of preference. A pool takes the GPUs
+        that match every key it gives: models (GPU model names), nodes (node names), gpus (GPU
+        indices). Example::
+
+            c.TrainPool.node_pools = {
+                "workstations": {"models": ["NVIDIA RTX A2000"]},
+                "dgx": {"models": ["NVIDIA H100 80GB HBM3"]},
+            }
+            c.TrainPool.projects = {"vision": {"guarantee": 8, "pools": ["dgx", "workstations"]}}
+        """)
+
+    def pool_table(self):
+        """The node pools, checked, and checked against the projects that name them."""
+        from ..pool.pools import NodePool
+
+        out = {}
+        for name, spec in self.node_pools.items():
+            if not isinstance(spec, dict) or not spec or set(spec) - POOL_KEYS:
+                raise TraitError(f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}")
+            models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
+            if not all(isinstance(v, list) for v in (models, nodes, gpus)) \
+                    or not all(isinstance(m, str) for m in models + nodes) \
+                    or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024 for g in gpus):
+                raise TraitError(f"TrainPool.node_pools[{name!r}]: models and nodes are lists of names,"
+                                 " gpus a list of GPU indices")
+            out[name] = NodePool(name, frozenset(models), frozenset(nodes), frozenset(gpus))
+        for p in self.project_table().values():
+            unknown = set(p.pools) - set(out)
+            if unknown:
+                raise TraitError(f"TrainPool.projects[{p.name!r}]: pools {sorted(unknown)} are not in"
+                                 f" TrainPool.node_pools ({sorted(out)})")
+        return out
 
     idle_warn_s = Float(300.0, config=True, help="""Seconds before an idle train job is stopped (a
         project's idle_gpu_s) that a warning is written to its log. Example::
@@ -256,6 +293,9 @@ class TrainPool(Configurable):
             weight = float(spec.get("weight", 1))
             if weight <= 0:
                 raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
+            pools = spec.get("pools", [])
+            if not isinstance(pools, list) or not all(isinstance(x, str) for x in pools):
+                raise TraitError(f"TrainPool.projects[{name!r}]: pools must be a list of node pool names")
             out[name] = Project(name, guarantee, weight, limit, int(spec.get("priority", 0)),
-                                str(spec.get("department", "")))
+                                str(spec.get("department", "")), tuple(pools))
         return out

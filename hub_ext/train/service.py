@@ -11,6 +11,8 @@ import random
 import time
 from collections.abc import Callable
 
+from sqlalchemy import select
+
 from .. import failpoints
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
@@ -18,7 +20,7 @@ from ..pool.actions import reclaimable
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
-from ..store import Allocation, Event, TrainJob
+from ..store import Allocation, ElasticRange, Event, TrainJob
 from ..store.db import bounded
 from .book import JobBook
 from .config import TrainPool
@@ -26,6 +28,7 @@ from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 ACTIVE = ("running", "preempting")
+NEVER_BEGAN = "the hub stopped before its run began"
 
 
 class TrainingService(JobBook):
@@ -65,11 +68,16 @@ class TrainingService(JobBook):
     # --- changes from the API -------------------------------------------------
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-               files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+               files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0) -> TrainJob:
+        """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs."""
         account = self.account(owner)  # refused before anything is written
-        return self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
-                                max_runtime_s, files, now,
-                                prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
+        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
+                               max_runtime_s, files, now,
+                               prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
+        if min_gpus:
+            with self.pool.store.session() as s:
+                s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
+        return row
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
         """The intent is written first; the signal follows (and is sent again by a restarted
@@ -100,6 +108,9 @@ class TrainingService(JobBook):
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
             self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
+        for z in plan.resize:  # an elastic job restarts from its checkpoint at another size
+            self.pins[z.job] = z.to
+            self._preempt(z.job, z.reason, now)
         for r in plan.reserve:
             if self.pins.get(r.job) != r.placement:
                 self._reserved(r, now)
@@ -108,14 +119,14 @@ class TrainingService(JobBook):
             self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
         return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt],
-                "moved": [m.job for m in plan.move]}
+                "moved": [m.job for m in plan.move], "resized": [z.job for z in plan.resize]}
 
     def _observe(self, now: float) -> None:
         for row in self.jobs():
             if row.state not in ACTIVE:
                 continue
-            if row.pid is None:
-                ended: tuple[int, str] | None = (-9, "the hub stopped before its run began")
+            if row.pid is None:  # the hub died between recording the run and starting it
+                ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
             else:
                 ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
             if ended is None:
@@ -138,9 +149,10 @@ class TrainingService(JobBook):
                 row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
             elif row.intent == "idle":
                 row.state, row.finished, row.message = "failed", now, "idle GPU"
-            elif row.state == "preempting":
+            elif row.state == "preempting" or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
-                row.state, row.message = "queued", "preempted; will resume"
+                row.state = "queued"
+                row.message = "preempted; will resume" if reason != NEVER_BEGAN else f"requeued: {reason}"
                 s.add(Event(kind="requeue", message=f"job {row.id} requeued after preemption", owner=row.owner,
                             name=row.id, data={}))
             else:
@@ -195,13 +207,16 @@ class TrainingService(JobBook):
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         rows = self.jobs()
-        pending = [self._job(r, self.pins.get(r.id)) for r in rows
+        with self.pool.store.session() as s:
+            elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
+        pending = [self._job(r, self.pins.get(r.id), elastic.get(r.id)) for r in rows
                    if r.state == "queued" and r.project in self.projects]
-        running = [self._job(r) for r in rows if r.state == "running"]
+        running = [self._job(r, None, elastic.get(r.id)) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
                         stopping=stopping, departments=self.departments,
-                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None)
+                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
+                        pools=self.pools)
 
     def _reserved(self, r, now: float) -> None:
         """Tell the job's owner where it will start, and from when at the latest (if known)."""
@@ -225,12 +240,18 @@ class TrainingService(JobBook):
                     view.gpu_free[:, g] = -1
         return view
 
-    def _job(self, row: TrainJob, pin: Placement | None = None) -> Job:
+    def _job(self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None) -> Job:
+        """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
+        while queued, and runs at its current size (num_gpu)."""
         alloc = self.pool.allocation(Workload("train", row.owner, row.id))
         placement = pin
         if alloc is not None:
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
-        return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
+        request = Request(row.num_gpu, row.gpu_milli)
+        if elastic is not None:
+            request = Request(row.num_gpu if row.state != "queued" else elastic[0])
+        return Job(id=row.id, project=row.project, request=request,
+                   min_gpus=elastic[0] if elastic else 0, max_gpus=elastic[1] if elastic else 0,
                    submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
                    started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
 
@@ -251,7 +272,10 @@ class TrainingService(JobBook):
         node = self.pool.inventory.node(placement.node)
         gpus = [node.gpus[i] for i in placement.gpus]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
-               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000)}
+               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000),
+               "GPUPOOL_GPUS": str(len(gpus))}  # this run's size (an elastic job's changes between runs)
+        if len(gpus) != row.num_gpu and placement.gpu_milli == 1000:
+            self._set(job_id, num_gpu=len(gpus))  # an elastic job runs at another size now
         try:
             pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
         except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError

@@ -35,12 +35,12 @@ def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int
     fits = any(sum(1 for f in node if f >= gpu_milli) >= num_gpu for node in gpu_free)
     if fits:
         return f"waiting for its turn{ahead_text}" if ahead_text else "starting: GPUs are free"
-    if used_milli + need > guarantee_milli:
-        return (f"waiting for GPUs: project {project} uses {_gpus(used_milli)} of its"
-                f" {_gpus(guarantee_milli)}-GPU guarantee and no GPU is idle{ahead_text}")
     what = f"{num_gpu} free GPUs" if gpu_milli >= MILLI_PER_GPU else f"a GPU with {_gpus(gpu_milli)} free"
     if num_gpu == 1 and gpu_milli >= MILLI_PER_GPU:
         what = "a free GPU"
+    if used_milli + need > guarantee_milli:
+        return (f"waiting for GPUs: no node has {what}; project {project} uses {_gpus(used_milli)} of its"
+                f" {_gpus(guarantee_milli)}-GPU guarantee, so it waits for idle GPUs{ahead_text}")
     return (f"waiting: no node has {what}; within its guarantee, project {project} gets GPUs back from"
             f" jobs running beyond theirs{ahead_text}")
 

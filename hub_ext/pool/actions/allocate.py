@@ -7,9 +7,10 @@ job that does not fit to `make_room_in_project` (preempt), else it waits. The qu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..jobs import Admit, Job
-from ..request import Placement
+from ..request import Placement, Request
 from ..state import ClusterState
 from .cycle import Cycle
 
@@ -29,8 +30,15 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
             # count first next cycle and push the waiting job over the guarantee, and the
             # GPUs freed for it would go to someone else (preemption churn)
             continue
-        view = cycle.view(job)  # reserved GPUs held unless it may backfill them
-        placement = pinned(view, job) or cycle.policy.choose(view, job.request, cycle.rng)
+        view = cycle.view(job)  # reserved GPUs held unless it may backfill them; its pools only
+        placement = pinned(view, job)
+        if placement is not None and job.elastic:
+            job = replace(job, request=Request(len(placement.gpus)))  # the size it was resized to
+        for sized in (sizes(cycle, job) if placement is None else ()):  # an elastic job: the largest that fits
+            placement = place(cycle, sized, view)
+            if placement is not None:
+                job = sized
+                break
         if placement is None:
             if in_quota:
                 cycle.owed.add(job.project)
@@ -41,6 +49,29 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
             continue  # otherwise a borrower waits; consolidation is for guarantees
         admit(cycle, job, placement)
         queue.sort(key=cycle.rank)  # borrowing changed: re-rank the borrowers
+
+
+def sizes(cycle: Cycle, job: Job) -> list[Job]:
+    """The sizes to try: the job's request; an elastic job from its max down to its min, as far
+    as its project's and department's limits go."""
+    if not job.elastic:
+        return [job]
+    out = []
+    for k in range(job.max_gpus, job.request.num_gpu - 1, -1):
+        sized = replace(job, request=Request(k))
+        if k == job.request.num_gpu or cycle.within_limits(sized):
+            out.append(sized)
+    return out
+
+
+def place(cycle: Cycle, job: Job, view: ClusterState) -> Placement | None:
+    """Free room for `job`: in its node pools, in their order of preference, else anywhere."""
+    pools = cycle.pools_of(job)
+    for pool in pools:
+        placement = cycle.policy.choose(cycle.view(job, pool), job.request, cycle.rng)
+        if placement is not None:
+            return placement
+    return None if pools else cycle.policy.choose(view, job.request, cycle.rng)
 
 
 def admit(cycle: Cycle, job: Job, placement: Placement) -> None:

@@ -95,12 +95,17 @@ def _room_on(cycle: Cycle, work: ClusterState, i: int, req: Request, chosen: lis
     if not trial.node_fits(i, req) or any(g not in trial.fitting_gpus(i, req) for g in gpus):
         return None
     target = trial.placement_on(i, req, gpus[: req.num_gpu])
+    # the moved jobs land where they themselves may go (`work` is what the blocked job may use)
+    if work is not cycle.work:
+        trial = cycle.work.copy()
+        for v in victims:
+            trial.release(v.placement)
     trial.apply(target)
     moves = []
     for v in victims:
         if v.id in preemptible:
             continue
-        spot = cycle.policy.choose(trial, v.request, cycle.rng)
+        spot = cycle.policy.choose(cycle.seen_by(trial, v), v.request, cycle.rng)
         if spot is None:
             return None
         trial.apply(spot)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from ..jobs import Department, Job, Plan, Project, in_quota_split
 from ..placement import Policy
+from ..pools import OUTSIDE, NodePool
 from ..state import ClusterState
 from .reservation import Reservation
 
@@ -17,7 +20,8 @@ from .reservation import Reservation
 class Cycle:
     def __init__(self, state: ClusterState, projects: dict[str, Project], running: list[Job], now: float,
                  policy: Policy, rng: random.Random, stopping: list[Job] | None = None,
-                 departments: dict[str, Department] | None = None) -> None:
+                 departments: dict[str, Department] | None = None,
+                 pools: dict[str, NodePool] | None = None) -> None:
         self.work = state.copy()
         self.plan = Plan()
         self.projects = projects
@@ -36,18 +40,42 @@ class Cycle:
         self.blocked: list[Job] = []  # in-quota jobs neither free capacity nor reclaim could place
         self.reservations: dict[str, Reservation] = {}  # by job id (actions/reserve.py)
         self.counted: list[Job] = []  # admitted, or room on its way, in this cycle
+        self.pools = pools or {}
+        self._masks: dict[tuple[str, ...], np.ndarray] = {}
 
-    def view(self, job: Job) -> ClusterState:
+    def view(self, job: Job, pool: str | None = None) -> ClusterState:
         """The pool as `job` may use it: `work`, with the free GPUs of every reservation it may
-        not backfill held."""
-        if not self.reservations:
-            return self.work
-        view = self.work.copy()
+        not backfill held, and only the GPUs of its node pools (of `pool` alone, if given)."""
+        return self.seen_by(self.work, job, pool)
+
+    def seen_by(self, state: ClusterState, job: Job, pool: str | None = None) -> ClusterState:
+        """`state` as `job` may use it (see `view`); `state` itself when nothing is hidden."""
+        names = (pool,) if pool is not None else self.pools_of(job)
+        if not self.reservations and not names:
+            return state
+        view = state.copy()
         in_quota = self.in_quota(job)
         for r in self.reservations.values():
             if not r.backfills(job, self.now, in_quota):
                 view.hold(r.node, r.gpus)
+        if names:
+            view.gpu_free[~self._mask(names)] = OUTSIDE
+            view.version[:] += 1  # policies cache per-node scores by version
         return view
+
+    def pools_of(self, job: Job) -> tuple[str, ...]:
+        """The node pools `job` may use, in order of preference: its own, else its project's."""
+        return job.pools or self.projects[job.project].pools
+
+    def _mask(self, names: tuple[str, ...]) -> np.ndarray:
+        if names not in self._masks:
+            width = self.work.gpu_free.shape[1]
+            mask = np.zeros_like(self.work.gpu_free, dtype=bool)
+            for n in names:
+                if n in self.pools:  # an unknown pool has no GPUs
+                    mask |= self.pools[n].mask(self.work.inventory, width)
+            self._masks[names] = mask
+        return self._masks[names]
 
     def in_quota_at_priority(self, job: Job) -> bool:
         """Would `job` be within its project's guarantee counting only the project's work of its

@@ -43,7 +43,7 @@ def reserve(cycle: Cycle, pending: list[Job], after_s: float) -> None:
         in_quota = used + job.milli <= cycle.projects[job.project].guarantee_milli
         if not in_quota and borrowers >= BORROWER_RESERVATIONS:
             continue
-        if cycle.policy.choose(work, job.request, cycle.rng) is not None:
+        if cycle.policy.choose(cycle.view(job), job.request, cycle.rng) is not None:
             continue  # it fits now: allocate places it
         spot = _soonest(cycle, job, taken, in_quota)
         if spot is None:
@@ -61,14 +61,15 @@ def _soonest(cycle: Cycle, job: Job, taken: set[int], reclaims: bool) -> tuple[i
     """(node, GPUs, when they should all be free) of the best spot for `job`: the node whose k
     GPUs free soonest (then the most free now); its pinned spot unless another frees sooner
     for sure (a spot does not wander while nothing is known)."""
-    work, k = cycle.work, job.request.num_gpu
+    work, k = cycle.view(job), job.request.num_gpu  # its node pools only
     free_at = _free_at(cycle, job.project if reclaims else None)
     models = work.model_mask(job.request)
     kept = None
     pin = job.placement
     if pin is not None:
         i = work.inventory.index_of(pin.node)
-        if i not in taken and models[i] and all(0 <= g < work.gpu_count[i] for g in pin.gpus):
+        if i not in taken and models[i] and all(0 <= g < work.gpu_count[i] and work.gpu_free[i, g] >= 0
+                                                for g in pin.gpus):
             kept = i, tuple(pin.gpus), max(free_at.get((i, g), math.inf) for g in pin.gpus)
     best = None
     for i in range(len(work.inventory.nodes)):

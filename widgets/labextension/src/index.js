@@ -63,6 +63,7 @@ const plugin = {
     const options = { warnMinutes: 15, pollSeconds: 20 };
     let shown = '';  // the warning already on screen: one notification per warning
     let timer = 0;
+    let last = null;  // the last status read without an error
 
     const extend = async () => {
       const result = await call('POST', 'extend');
@@ -88,6 +89,12 @@ const plugin = {
         status = await call('GET', 'status');
       } catch (err) {
         status = { error: String(err) };
+      }
+      if (status.error && last) {
+        // one failed read (a busy hub) keeps what was last known, and says so in the tooltip
+        status = { ...last, stale: status.error };
+      } else if (!status.error) {
+        last = status;
       }
       item.update(status);
       const warn = warning(status, options.warnMinutes);

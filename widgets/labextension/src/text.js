@@ -33,7 +33,8 @@ export function itemTitle(status) {
   if (status.error) {
     return `gpupool: ${status.error}`;
   }
-  return ['gpupool', ...(status.lines || [])].join('\n');
+  const stale = status.stale ? [`(not updated just now: ${status.stale})`] : [];
+  return ['gpupool', ...(status.lines || []), ...stale].join('\n');
 }
 
 // The warning to show now, or null. Shown when the culler itself warns, or when the server
