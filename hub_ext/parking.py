@@ -82,12 +82,36 @@ class ParkingService:
         self.pids_of = pids_of or descendants
         self.clock = clock
         self._restoring: set[tuple[str, str]] = set()
+        self._parking: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self.failures: dict[tuple[str, str], str] = {}
 
     # --- park -----------------------------------------------------------------
     def park(self, owner: str, name: str) -> dict[str, Any]:
-        """Checkpoint the workspace's CUDA processes and release its share (idempotent)."""
+        """Checkpoint the workspace's CUDA processes and release its share (idempotent).
+        Synchronous, for tools and tests; the API uses `park_async`."""
+        begun = self._park_begin(owner, name)
+        if isinstance(begun, dict):
+            return begun
+        try:
+            done = self._checkpoint_all(*begun)
+        finally:
+            self._parking.discard((owner, name))
+        return self._park_end(begun[0], done)
+
+    async def park_async(self, owner: str, name: str) -> dict[str, Any]:
+        """As `park`, with the driver's work (a lock may wait for running kernels, a checkpoint
+        copies GBs) off the hub's event loop."""
+        begun = self._park_begin(owner, name)
+        if isinstance(begun, dict):
+            return begun
+        try:
+            done = await asyncio.get_running_loop().run_in_executor(None, self._checkpoint_all, *begun)
+        finally:
+            self._parking.discard((owner, name))
+        return self._park_end(begun[0], done)
+
+    def _park_begin(self, owner: str, name: str):
         w = Workload("build", owner, name)
         row = self.pool.allocation(w)
         parked = self._parked(owner, name)
@@ -95,34 +119,44 @@ class ParkingService:
             if parked is not None:
                 return self.status(owner, name)
             raise LookupError(f"no running GPU workspace {name or 'default'!r} of {owner}")
-        if parked is not None or (owner, name) in self._restoring:
-            raise ValueError(f"{owner}/{name or 'default'} is resuming; park it again later")
+        if parked is not None or (owner, name) in self._restoring or (owner, name) in self._parking:
+            raise ValueError(f"{owner}/{name or 'default'} is being parked or resumed; try again later")
         if not row.pid:
             # without the server's process (Kubernetes pods live on other nodes) nothing can be
             # checkpointed, and releasing the share would leave its memory on the GPU
             raise ParkingError(f"{w.label}: its processes are not on this machine; it keeps its GPU")
-        node = self.pool.inventory.node(row.node)
+        self._parking.add((owner, name))
+        return row, sorted(self.pids_of(row.pid))
+
+    def _checkpoint_all(self, row: Any, pids: list[int]) -> list[int]:
+        """Lock and checkpoint each process with a CUDA context; all or nothing."""
         done: list[int] = []
         try:
-            for pid in sorted(self.pids_of(row.pid)):
+            for pid in pids:
                 if park_process(self.backend, pid, int(self.cfg.lock_timeout_s * 1000)):
                     done.append(pid)
         except ParkingError as err:
-            for pid in done:  # all or nothing: who was parked runs on the GPU again
+            for pid in done:  # who was parked runs on the GPU again
                 resume_process(self.backend, pid)
-            self.pool.store.record("park-failed", f"{w.label} stays on its GPU: {err}", owner=owner, name=name)
+            self.pool.store.record("park-failed", f"build {row.owner}/{row.name or 'default'} stays on its GPU:"
+                                   f" {err}", owner=row.owner, name=row.name)
             raise
-        now = self.clock()
+        return done
+
+    def _park_end(self, row: Any, done: list[int]) -> dict[str, Any]:
+        """The parked row first, then the release: a crash in between never loses the claim."""
+        w = Workload("build", row.owner, row.name)
+        node = self.pool.inventory.node(row.node)
         with self.pool.store.session() as s:
-            s.add(Parked(owner=owner, name=name, node=row.node, gpus=list(row.gpus),
+            s.add(Parked(owner=row.owner, name=row.name, node=row.node, gpus=list(row.gpus),
                          gpu_uuids=[node.gpus[g].uuid for g in row.gpus], gpu_milli=row.gpu_milli,
                          model=node.model, groups=list(row.groups or []), pids=done, server_pid=row.pid,
-                         parked_at=now, claimed_at=None))
+                         parked_at=self.clock(), claimed_at=None))
         self.pool.release(w, reason=f"parked ({len(done)} process(es) checkpointed)", keep_parked=True)
         self.pool.store.record("park", f"{w.label} parked: {format_gpus(row.total_milli)} free for others,"
-                               f" {len(done)} process(es) checkpointed", owner=owner, name=name,
+                               f" {len(done)} process(es) checkpointed", owner=row.owner, name=row.name,
                                milli=row.total_milli)
-        return self.status(owner, name)
+        return self.status(row.owner, row.name)
 
     # --- resume ---------------------------------------------------------------
     def claim(self, owner: str, name: str) -> dict[str, Any]:

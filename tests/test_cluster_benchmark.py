@@ -12,7 +12,7 @@ from benchmarks.cluster.world import build
 
 @pytest.fixture(scope="module")
 def results():
-    w = build(3, quiet_h=20, researchers=6, days=2, teams=2)
+    w = build(3, quiet_h=20, researchers=4, days=1, teams=2)
     return w, {k: run(w, k) for k in ("static", "pooled", "parking")}
 
 

@@ -96,3 +96,16 @@ def test_the_real_backend_is_imported_only_when_asked_for(tmp_path):
     assert "cuda.bindings" not in sys.modules
     with pytest.raises(ValueError):
         make_backend("criu")
+
+
+def test_a_record_about_an_earlier_process_with_the_same_pid_is_ignored(tmp_path):
+    import json
+    import os
+
+    b = VirtualParking(tmp_path, has_context=lambda pid: True, sleep=lambda s: None)
+    me = os.getpid()
+    park_process(b, me)
+    assert b.state(me) == "checkpointed"
+    record = json.loads((tmp_path / f"{me}.json").read_text())
+    (tmp_path / f"{me}.json").write_text(json.dumps({**record, "started": record["started"] - 1}))
+    assert b.state(me) == "running"  # the pid was reused: this process was never parked

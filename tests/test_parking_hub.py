@@ -114,3 +114,22 @@ def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
     back = hub.api("POST", "/services/gpupool/api/culler/resume", {"server": ""}, token=cat)
     assert back["state"] in ("resuming", "running")
     wait_for(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running")
+
+
+def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("eve", "1")
+    eve = hub.user_token("eve")
+    hub.api("POST", "/user/eve/api/kernels", {"name": "python3"}, token=eve)
+    assert hub.api("POST", "/services/gpupool/api/parking/park", {"server": ""}, token=eve)["state"] == "parked"
+    hub.kill9()
+    hub.start()
+    status_path = "/services/gpupool/api/parking/status?server="
+    # the restart reconciled: the server still runs, so its claim is kept and its share stays free
+    assert hub.api("GET", status_path, token=eve)["state"] == "parked"
+    assert hub.allocations() == []
+    states = [json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")]
+    assert states == ["checkpointed"]
+    hub.api("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=eve)
+    wait_for(lambda: hub.api("GET", status_path, token=eve)["state"] == "running")
+    assert [s["owner"] for s in hub.allocations()] == ["eve"]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpupool.gpu.env import STARTUP_DIR
@@ -30,13 +31,20 @@ class Hub:
         self.now += s
 
     def hook(self) -> ResumeHook:
-        return ResumeHook(self.call, "exp", say=self.said.append, sleep=self.sleep, clock=lambda: self.now)
+        return ResumeHook(self.call, "exp", say=self.said.append, sleep=self.sleep, clock=lambda: self.now,
+                          watch_s=3600)
 
 
-def test_a_running_workspace_costs_one_status_call():
+def test_a_running_workspace_costs_one_status_call_per_burst_of_cells():
     hub = Hub([{"state": "running"}])
-    assert hub.hook()() == "running"
+    hook = hub.hook()
+    assert hook() == "running"
     assert hub.calls == [("GET", "api/parking/status?server=exp")] and hub.said == []
+    hub.now += 5
+    assert hook() == "running" and len(hub.calls) == 1  # "Run All": one check
+    hub.now += 6
+    hook()
+    assert len(hub.calls) == 2
 
 
 def test_a_parked_kernel_asks_waits_with_progress_and_runs_the_cell_when_restored():
@@ -68,6 +76,30 @@ def test_a_hub_that_does_not_answer_never_breaks_or_slows_cells():
     hub.now += 31
     hook()  # ... for long
     assert len(hub.calls) == 2
+
+
+def test_a_gpu_parked_while_a_cell_runs_is_claimed_back_at_once():
+    """A long CPU phase can get a cell's GPU parked; the driver then holds its next CUDA call,
+    and no next cell can start to claim the GPU: the watcher claims it."""
+    state, calls, said = {"now": "running"}, [], []
+    claimed = threading.Event()
+
+    def call(method, path, body=None):
+        calls.append(method)
+        if method == "POST":
+            state["now"] = "resuming"
+            claimed.set()
+        return {"state": state["now"]}
+
+    hook = ResumeHook(call, "", say=said.append, watch_s=0.01)
+    assert hook() == "running"  # the cell starts on its GPU
+    state["now"] = "parked"  # the culler parks it mid-cell
+    assert claimed.wait(10)
+    hook.after_cell()
+    assert said == ["gpupool: the GPU was parked while this cell ran; asking for it back"]
+    before = len(calls)
+    time.sleep(0.05)
+    assert len(calls) == before  # the cell ended: no more checks
 
 
 def test_a_hostile_wait_limit_is_bounded():

@@ -58,12 +58,12 @@ class ParkingHandler(APIHandler):
 
 class ParkHandler(ParkingHandler):
     @web.authenticated
-    def post(self) -> None:
+    async def post(self) -> None:
         caller = self.caller
         body = self.json_body()
         owner, server = self.target(caller, body.get("owner"), body.get("server"))
         try:
-            self.write_json(self.parking.park(owner, server))
+            self.write_json(await self.parking.park_async(owner, server))
         except LookupError as err:
             raise web.HTTPError(404, str(err)) from None
         except ValueError as err:

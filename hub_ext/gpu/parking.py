@@ -112,13 +112,16 @@ class VirtualParking:
 
     def _read(self, pid: int) -> dict:
         try:
-            return json.loads(self._path(pid).read_text())
+            record = json.loads(self._path(pid).read_text())
         except (OSError, ValueError):
             return {}
+        if record.get("started") != _start_time(pid):
+            return {}  # another process got this pid since: the record is not about it
+        return record
 
     def _write(self, pid: int, record: dict) -> None:
         tmp = self._path(pid).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
+        tmp.write_text(json.dumps({**record, "started": _start_time(pid)}))
         tmp.replace(self._path(pid))
 
     def state(self, pid: int) -> ProcState:
@@ -155,6 +158,14 @@ class VirtualParking:
     def remapped(self, pid: int) -> dict[str, str]:
         """The UUID map of the last restore (tests check that a remap reached the driver)."""
         return dict(self._read(pid).get("remapped", {}))
+
+
+def _start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """When the process started (clock ticks since boot): a pid plus this names one process."""
+    try:
+        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def kernel_like(pid: int, proc: Path = Path("/proc")) -> bool:

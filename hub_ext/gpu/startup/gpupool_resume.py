@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -40,23 +41,60 @@ class HubCalls:
 
 
 class ResumeHook:
+    """pre_run_cell: a parked GPU comes back before the cell. While a cell runs, a watcher
+    thread checks every `watch_s`: a GPU parked mid-cell (a long CPU phase) is claimed back at
+    once, so the cell's next CUDA call — which the driver holds while parked — goes on after
+    the restore instead of waiting for a next cell that cannot start."""
+
     def __init__(self, call: Callable[..., dict | None], server: str, say: Callable[[str], None] = print,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 poll_s: float = 1.0) -> None:
+                 poll_s: float = 1.0, watch_s: float = 10.0, recheck_s: float = 10.0) -> None:
         self.call, self.server, self.say, self.sleep, self.clock = call, server, say, sleep, clock
-        self.poll_s = poll_s
+        self.poll_s, self.watch_s, self.recheck_s = poll_s, watch_s, recheck_s
         self.quiet_until = 0.0  # the hub did not answer: no per-cell check until then
+        # cells in quick succession ("Run All") check once: a park in between is caught by
+        # the watcher of the cell that meets it, within watch_s
+        self.running_until = 0.0
+        self._cell_done: threading.Event | None = None
         self.status_path = "api/parking/status?server=" + urllib.parse.quote(server)
 
     def __call__(self, info: Any = None) -> str:
         """IPython's pre_run_cell callback; returns the final state (for tests)."""
+        state = self.before_cell()
+        self._watch()
+        return state
+
+    def after_cell(self, result: Any = None) -> None:
+        """IPython's post_run_cell callback: the cell ended, its watcher stops."""
+        if self._cell_done is not None:
+            self._cell_done.set()
+            self._cell_done = None
+
+    def _watch(self) -> None:
+        self.after_cell()
+        done = self._cell_done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(self.watch_s):
+                state = self.call("GET", self.status_path)
+                if state and state.get("state") == "parked":
+                    self.say("gpupool: the GPU was parked while this cell ran; asking for it back")
+                    self.call("POST", "api/parking/resume", {"server": self.server})
+
+        threading.Thread(target=watch, name="gpupool-resume-watch", daemon=True).start()
+
+    def before_cell(self) -> str:
         if self.clock() < self.quiet_until:
             return "unknown"
+        if self.clock() < self.running_until:
+            return "running"
         state = self.call("GET", self.status_path)
         if not state:
             self.quiet_until = self.clock() + 30  # a hub restarting must not slow every cell
             return "unknown"
         if state.get("state") not in PARKED_STATES:
+            if state.get("state") == "running":
+                self.running_until = self.clock() + self.recheck_s
             return str(state.get("state"))  # the common case: one quick GET
         limit = _bounded(state.get("wait_limit_s"), 300.0)
         started = self.clock()
@@ -99,3 +137,4 @@ def install(shell: Any) -> None:
         return
     hook = ResumeHook(HubCalls(api, token, timeout=2.0), os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
     shell.events.register("pre_run_cell", hook)
+    shell.events.register("post_run_cell", hook.after_cell)
