@@ -219,3 +219,55 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         assert admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(job.id)}") is None
     finally:
         await ctl.stop()
+
+
+def make_service(tmp_path: Path, api):
+    """The hub's training pool in Kubernetes mode, as the chart configures it."""
+    from gpupool.gpu.sharing import KAISharing
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+    from gpupool.store import Store
+    from gpupool.train.config import TrainPool
+    from gpupool.train.kube_service import KubeTrainingService
+    from traitlets.config import Config
+
+    c = Config()
+    c.TrainPool.projects = {"default": {"guarantee": 4}}
+    c.TrainPool.runner = "kubernetes"
+    c.TrainPool.image = "registry.example.org/train:1"
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi"}
+    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
+    svc = KubeTrainingService(pool, TrainPool(config=c), api, KAISharing())
+    svc.controller.watch_timeout_s = 20
+    return svc
+
+
+async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down(
+        hub_api, admin: Resources, tmp_path: Path) -> None:
+    first = make_service(tmp_path, hub_api)
+    await first.start()
+    row = await first.submit("ann", "default", "long", 1, 1000, ["python", "train.py"])
+    volume_for(admin, row.id)
+    pod = await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")
+    await wait_for(lambda: first.job(row.id).state == "running", what="row running")
+    await first.stop()
+    # while the hub is down, KAI reclaims the GPU and the Job's new pod runs
+    evict_as_kai(admin, pod)
+    await wait_for(lambda: running_pod(admin, row.id, {pod["metadata"]["uid"]}), what="the new pod")
+    second = make_service(tmp_path, hub_api)
+    await second.start()
+    try:
+        await wait_for(lambda: second.job(row.id).state == "running", what="the restarted hub to adopt it")
+        # the evicted pod is gone from the cluster and the Job does not count ignored failures:
+        # a preemption that began and ended while the hub was down is not in the row (a limit)
+        assert second.job(row.id).preemptions == 0
+        exit_pod(admin, running_pod(admin, row.id, {pod["metadata"]["uid"]}), 0)
+        await wait_for(lambda: second.job(row.id).state == "succeeded", what="succeeded")
+        kinds = [e.kind for e in reversed(second.pool.store.events(name=row.id))]
+        assert kinds[0] == "job" and kinds[-1] == "job" and "start" in kinds
+        creates = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs?labelSelector=gpupool.io/job-id={row.id}")
+        assert len(creates["items"]) == 1  # never sent twice
+    finally:
+        await second.stop()
