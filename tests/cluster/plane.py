@@ -154,7 +154,10 @@ class ControlPlane:
             f"--service-account-signing-key-file={c.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc", "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--v=0",
-            "--endpoint-reconciler-type=none"])  # 127.0.0.1 may not be an Endpoints address
+            "--endpoint-reconciler-type=none",  # 127.0.0.1 may not be an Endpoints address
+            # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
+            # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
+            "--watch-cache-sizes=jobs.batch#0", "--etcd-compaction-interval=3s"])
         self.kubeconfig = self.write_kubeconfig(self.folder / "admin.kubeconfig",
                                                 {"client-certificate": str(c.admin_cert),
                                                  "client-key": str(c.admin_key)})

@@ -271,3 +271,87 @@ async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down
         assert len(creates["items"]) == 1  # never sent twice
     finally:
         await second.stop()
+
+
+class PausableProxy:
+    """A TCP relay between the hub and the API server that the test can cut (a network outage:
+    open connections drop, new ones are refused) and restore."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port, self.paused, self.writers = target_port, False, set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader, writer) -> None:
+        if self.paused:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src, dst) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= {writer, up_writer}
+
+    def pause(self) -> None:
+        self.paused = True
+        for w in list(self.writers):
+            w.close()
+
+    async def stop(self) -> None:
+        self.pause()
+        self.server.close()
+
+
+async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: ControlPlane, chart: list[dict],
+                                                                      admin: Resources, tmp_path: Path) -> None:
+    """The hub loses the API server; meanwhile a Job is deleted and etcd compacts its history,
+    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion."""
+    proxy = PausableProxy(int(plane.url.rsplit(":", 1)[1]))
+    port = await proxy.start()
+    path = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
+    path.write_text(path.read_text().replace(plane.url, f"https://127.0.0.1:{port}"))
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(path), client_configuration=cfg)
+    async with client.ApiClient(cfg) as api:
+        ctl = KubeJobController(api, OPTS, None, watch_timeout_s=300)
+        keep = TrainJobSpec(id="keep410", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
+                            command=["python", "train.py"], image="registry.example.org/train:1")
+        gone = TrainJobSpec(**{**keep.__dict__, "id": "gone410"})
+        await ctl.start()
+        try:
+            await ctl.submit(keep)
+            await ctl.submit(gone)
+            jobs = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
+            await wait_for(lambda: ctl.status("gone410") and ctl.status("keep410"), what="both seen")
+            old_rv = admin.get(jobs)["metadata"]["resourceVersion"]
+            proxy.pause()
+            admin.http.delete(f"{jobs}/{name_of('gone410')}", params={"propagationPolicy": "Background"})
+            for i in range(3):  # more history for etcd to compact away
+                admin.http.patch(f"{jobs}/{name_of('keep410')}", json={"metadata": {"annotations": {"n": str(i)}}},
+                                 headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+            await asyncio.sleep(8)  # two compaction intervals
+            r = admin.http.get(jobs, params={"watch": "1", "resourceVersion": old_rv, "timeoutSeconds": "1"})
+            assert '"code":410' in r.text.replace(" ", "") or r.status_code == 410, r.text[:300]
+            proxy.paused = False  # the network is back: the controller resumes its watch
+            await wait_for(lambda: ctl.status("gone410").state == "cancelled", timeout=60,
+                           what="the deletion seen after the outage")
+            assert "outside gpupool" in ctl.status("gone410").message
+            assert ctl.status("keep410").state not in ("cancelled", "failed")
+        finally:
+            await ctl.stop()
+            await proxy.stop()
+            admin.http.delete(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('keep410')}",
+                              params={"propagationPolicy": "Background"})
