@@ -196,7 +196,8 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list) -> None:
         log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
         self.procs[name] = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
 
     def _wait(self, ready, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -244,6 +245,14 @@ class ControlPlane:
 
     def sa_kubeconfig(self, path: Path, namespace: str, service_account: str) -> Path:
         return self.write_kubeconfig(path, {"token": self.token(namespace, service_account)}, namespace)
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process ends, however it ends (a timeout's SIGTERM or
+    SIGKILL skips every finally), so no apiserver outlives its session."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def env_flag(name: str) -> bool:
