@@ -73,6 +73,10 @@ def chart(plane: ControlPlane) -> list[dict]:
     from tests.k8s.conftest import SCHEMAS
     from tests.k8s.test_chart import render
 
+    if not SCHEMAS.exists():
+        if env_flag("CI"):
+            pytest.fail(f"KAI's CRDs are read from {SCHEMAS}, which is missing")
+        pytest.skip(f"KAI's CRDs are read from {SCHEMAS}, which is missing (GPUPOOL_SHARED_DIR)")
     docs = render(CHART_VALUES)
     crds = [yaml.safe_load(f.read_text()) for f in sorted((SCHEMAS / "crds").glob("scheduling.run.ai_*.yaml"))]
     z2jh = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}},
