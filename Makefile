@@ -18,7 +18,7 @@ test: venv browser cluster
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
-	$(PY) -m pytest -m "not hub and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not hub and not browser and not cluster" $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

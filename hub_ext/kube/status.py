@@ -102,8 +102,11 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
         return JobStatus("running", "finishing", **counts)  # the Job's Complete condition follows
     last = pods[-1] if pods else None
-    if last is not None and last.disrupted and not live:
-        return JobStatus("preempted", f"preempted ({last.disrupted}); it resumes from its checkpoint", **counts)
+    if last is not None and (last.disrupted or last.gone) and not live:
+        # deleted by someone else than the hub (a scheduler without the DisruptionTarget condition):
+        # its exit code says soon whether it saved a checkpoint
+        why = last.disrupted or "its pod was deleted"
+        return JobStatus("preempted", f"preempted ({why}); it resumes from its checkpoint", **counts)
     if preemptions and live:
         return JobStatus("preempted", "preempted; waiting for GPUs to resume", **counts)
     return JobStatus("queued", "waiting for GPUs in its queue", **counts)

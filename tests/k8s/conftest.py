@@ -1,6 +1,6 @@
 """Kubernetes tests without a cluster: schemas from ../shared/schemas beside the repository
-(GPUPOOL_SHARED_DIR overrides), a fake API server speaking the real REST and watch protocol,
-and, with `-m cluster` and a reachable KUBECONFIG, a real cluster (k3s, kind)."""
+(GPUPOOL_SHARED_DIR overrides) and a fake API server speaking the real REST and watch protocol.
+The real control plane's tests are in tests/cluster."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 
@@ -65,22 +65,6 @@ def kubeconfig(apiserver: FakeAPIServer, tmp_path: Path) -> Path:
 async def api_client(apiserver: FakeAPIServer) -> AsyncIterator[client.ApiClient]:
     async with client.ApiClient(client.Configuration(host=apiserver.url)) as c:
         yield c
-
-
-# --- a real cluster (pytest -m cluster) -----------------------------------------------
-@pytest.fixture
-async def real_api_client() -> AsyncIterator[client.ApiClient]:
-    """A client for the cluster in KUBECONFIG; the test is skipped when none answers."""
-    if not os.environ.get("KUBECONFIG") and not Path("~/.kube/config").expanduser().exists():
-        pytest.skip("no KUBECONFIG: no cluster to test against")
-    cfg = client.Configuration()
-    try:
-        await config.load_kube_config(client_configuration=cfg)
-        async with client.ApiClient(cfg) as c:
-            await asyncio.wait_for(client.VersionApi(c).get_code(), 5)
-            yield c
-    except (config.ConfigException, OSError, TimeoutError) as err:
-        pytest.skip(f"cluster not reachable: {err}")
 
 
 async def until(check: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:

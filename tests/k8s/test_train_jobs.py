@@ -256,21 +256,3 @@ async def test_a_job_deleted_while_the_watch_was_down_is_noticed(api_client, clu
         assert "outside gpupool" in ctl.status("w1").message
     finally:
         await ctl.stop()
-
-
-# --- the same against a real cluster (pytest -m cluster) --------------------------------
-@pytest.mark.cluster
-async def test_on_a_real_cluster_a_cpu_job_runs_to_success(real_api_client) -> None:
-    opts = JobOptions(namespace="default", queue="default", ttl_after_finished_s=60)
-    ctl = KubeJobController(real_api_client, opts, None, watch_timeout_s=30)
-    job = TrainJobSpec(id="gpupool-cluster-test", owner="tester", project="default", num_gpu=0, gpu_milli=0,
-                       command=["sh", "-c", "test -d $GPUPOOL_CHECKPOINT_DIR && echo ok"], image="busybox:1.36")
-    await ctl.start()
-    try:
-        await ctl.submit(job)
-        await until(lambda: ctl.status(job.id) and ctl.status(job.id).state in ("succeeded", "failed"),
-                    timeout=180, what="the job to finish")
-        assert ctl.status(job.id).state == "succeeded"
-    finally:
-        await ctl.cancel(job.id)
-        await ctl.stop()

@@ -1,0 +1,259 @@
+"""A real Kubernetes control plane on 127.0.0.1 for the cluster tests: etcd, kube-apiserver
+(RBAC on, service-account tokens signed with a key made at test time), kube-controller-manager
+(Job controller, garbage collector, namespace and service-account controllers), kube-scheduler
+and kwok (fake GPU nodes; pods "run" through kwok's stages, no code runs in them).
+
+KAI-Scheduler could not be built here (see build.UNAVAILABLE): kube-scheduler serves a profile
+named `kai-scheduler` as a STAND-IN that only binds pods to nodes; KAI's queues, fractions and
+reclaim are not exercised by it. Tests that need them say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.cluster import build
+from tests.cluster.certs import Certs, make_certs
+
+SCHEDULER_STANDIN = "kai-scheduler"
+KWOK_NODE = "kwok.x-k8s.io/node"
+EXIT_CODE = "gpupool.test/exit-code"  # annotation read by our kwok stage: the container "exits" with it
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kwok_module_dir() -> Path:
+    """kwok's source in the Go module cache (its stage definitions are read from there)."""
+    mod = (build.GO_DIR / "kwok" / "go.mod").read_text()
+    version = re.search(r"sigs\.k8s\.io/kwok (v\S+)", mod).group(1)
+    return Path(build.go_env()["GOMODCACHE"]) / f"sigs.k8s.io/kwok@{version}"
+
+
+# Our stages beyond kwok's own, in the kubelet's place (no container runs: exits are simulated):
+# - a running pod annotated with an exit code terminates with it (Failed, or Succeeded for 0);
+# - a running pod being deleted gets SIGTERM: it ends with the code its annotation
+#   SIGTERM_EXIT_CODE names (what its program does on SIGTERM; 143 = killed by it), as the
+#   kubelet records a container that ended, then the pod goes once its finalizers are gone.
+SIGTERM_EXIT_CODE = "gpupool.test/exit-code-on-sigterm"
+_TERMINATED = """
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{ $code }}
+            finishedAt: {{ $now | Quote }}
+            reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
+"""
+EXIT_STAGES = ("""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: gpupool-test-exit}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+    - {key: '.status.phase', operator: In, values: [Running]}
+    - {key: '.metadata.annotations["@EXIT@"]', operator: Exists}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $code := index .metadata.annotations "@EXIT@" }}""" + _TERMINATED + """
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: gpupool-test-sigterm}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: Exists}
+    - {key: '.status.phase', operator: In, values: [Running]}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $code := or (index (or .metadata.annotations dict) "@SIGTERM@") "143" }}""" + _TERMINATED + """
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: gpupool-test-delete}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: Exists}
+    - {key: '.status.phase', operator: NotIn, values: [Running]}
+  next:
+    delete: true
+""").replace("@EXIT@", EXIT_CODE).replace("@SIGTERM@", SIGTERM_EXIT_CODE)
+
+
+def kwok_stages() -> str:
+    """kwok's own node and pod stages from its module (nodes become Ready and keep a lease;
+    bound pods run), plus ours. Not kwok's pod-complete: a Job's pod finishes only when a test
+    says how; not its pod-delete: a deleted pod first ends as a SIGTERMed container does."""
+    stage = kwok_module_dir() / "kustomize" / "stage"
+    files = [stage / "node/fast/node-initialize.yaml", stage / "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+             stage / "pod/fast/pod-ready.yaml"]
+    return "\n---\n".join([f.read_text() for f in files] + [EXIT_STAGES])
+
+
+@dataclass
+class ControlPlane:
+    folder: Path
+    bins: dict[str, Path]
+    certs: Certs | None = None
+    url: str = ""
+    kubeconfig: Path | None = None
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    # --- life cycle ------------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> ControlPlane:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.certs = make_certs(self.folder / "pki")
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd = f"http://127.0.0.1:{etcd_port}"
+        self._spawn("etcd", [self.bins["etcd"], "--name=test", f"--data-dir={self.folder / 'etcd'}",
+                             f"--listen-client-urls={etcd}", f"--advertise-client-urls={etcd}",
+                             f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                             f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
+                             "--unsafe-no-fsync", "--log-level=warn"])
+        self._wait(lambda: httpx.get(f"{etcd}/health", timeout=1).status_code == 200, "etcd", timeout)
+        c = self.certs
+        self.url = f"https://127.0.0.1:{api_port}"
+        self._spawn("kube-apiserver", [
+            self.bins["kube-apiserver"], f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1", f"--secure-port={api_port}", f"--cert-dir={self.folder / 'pki'}",
+            f"--tls-cert-file={c.server_cert}", f"--tls-private-key-file={c.server_key}",
+            f"--client-ca-file={c.ca}", f"--service-account-key-file={c.sa_pub}",
+            f"--service-account-signing-key-file={c.sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc", "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--v=0",
+            "--endpoint-reconciler-type=none",  # 127.0.0.1 may not be an Endpoints address
+            # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
+            # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
+            "--watch-cache-sizes=jobs.batch#0", "--etcd-compaction-interval=3s"])
+        self.kubeconfig = self.write_kubeconfig(self.folder / "admin.kubeconfig",
+                                                {"client-certificate": str(c.admin_cert),
+                                                 "client-key": str(c.admin_key)})
+        self._wait(lambda: self.client().get("/readyz").status_code == 200, "kube-apiserver", timeout)
+        self._spawn("kube-controller-manager", [
+            self.bins["kube-controller-manager"], f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+            "--secure-port=0", f"--root-ca-file={c.ca}", f"--service-account-private-key-file={c.sa_key}",
+            "--controllers=*", "--concurrent-job-syncs=10", "--v=0"])
+        sched = self.folder / "scheduler.yaml"
+        sched.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": SCHEDULER_STANDIN}]}))
+        self._spawn("kube-scheduler", [self.bins["kube-scheduler"], f"--config={sched}", "--secure-port=0"])
+        stages = self.folder / "kwok.yaml"
+        stages.write_text(kwok_stages())
+        self._spawn("kwok", [self.bins["kwok"], f"--kubeconfig={self.kubeconfig}", f"-c={stages}",
+                             f"--manage-nodes-with-annotation-selector={KWOK_NODE}=fake"])
+        # the controller-manager is up when it has made the default namespace's service account
+        self._wait(lambda: self.client().get("/api/v1/namespaces/default/serviceaccounts/default")
+                   .status_code == 200, "kube-controller-manager", timeout)
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    def _spawn(self, name: str, argv: list) -> None:
+        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
+        self.procs[name] = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
+
+    def _wait(self, ready, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log_tail(name)}")
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                if ready():
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"{what} not ready in {timeout:.0f} s:\n{self.log_tail(what)}")
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.folder / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
+
+    # --- clients ---------------------------------------------------------------------
+    def write_kubeconfig(self, path: Path, user: dict, namespace: str = "default") -> Path:
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url,
+                                                      "certificate-authority": str(self.certs.ca)}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "u", "namespace": namespace}}]}))
+        path.chmod(0o600)
+        return path
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        """An HTTP client as the admin (client certificate), or as whoever `token` belongs to."""
+        ctx = ssl.create_default_context(cafile=str(self.certs.ca))
+        if token:
+            return httpx.Client(base_url=self.url, verify=ctx, timeout=10, headers={"Authorization": f"Bearer {token}"})
+        ctx.load_cert_chain(str(self.certs.admin_cert), str(self.certs.admin_key))
+        return httpx.Client(base_url=self.url, verify=ctx, timeout=10)
+
+    def token(self, namespace: str, service_account: str, seconds: int = 3600) -> str:
+        """A service-account token from the TokenRequest API, as a pod of that account gets one."""
+        with self.client() as c:
+            r = c.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                       json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                             "spec": {"expirationSeconds": seconds}})
+            r.raise_for_status()
+            return r.json()["status"]["token"]
+
+    def sa_kubeconfig(self, path: Path, namespace: str, service_account: str) -> Path:
+        return self.write_kubeconfig(path, {"token": self.token(namespace, service_account)}, namespace)
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process ends, however it ends (a timeout's SIGTERM or
+    SIGKILL skips every finally), so no apiserver outlives its session."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() not in ("", "0", "false", "no")

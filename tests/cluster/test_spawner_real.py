@@ -1,0 +1,116 @@
+"""GPUKubeSpawner against the real kube-apiserver, as the hub's service account: kubespawner's
+own code creates the pod, the scheduler binds it to a kwok GPU node, kwok runs it (no code runs
+inside), kubespawner sees it ready; stop deletes it and the share goes back to the pool.
+
+KAI is not built here (see plane.py): the binding is kube-scheduler's stand-in profile, so the
+gpu-fraction is checked as admitted on the pod, not as a reservation pod on a device."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from gpupool import runtime
+from gpupool.idle_culler.node_agent.server import Agent, serve
+from gpupool.idle_culler.sampler import NodeAgentSampler, Target
+from gpupool.nvml import DeviceSample
+from gpupool.spawner.kube import GPUKubeSpawner
+from kubernetes_asyncio.config import kube_config
+from kubespawner import clients
+from traitlets.config import Config
+
+from tests.cluster.conftest import HUB_NS
+from tests.cluster.plane import ControlPlane
+from tests.cluster.resources import Resources
+
+
+@pytest.fixture
+async def spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    clients.load_config.cache_clear()  # kubespawner loads the kubeconfig once per process
+    runtime.reset()
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+    c.GPUPool.use_nvml = False
+    c.GPUPool.virtual_gpus = 2
+    c.GPUPool.virtual_gpu_memory_mib = 81559
+    c.GPUPool.default_build_quota = 0.5
+    c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
+    c.GPUPool.mps_pipe_directory = "/tmp/nvidia-mps"  # the hub's, never a pod's
+    c.KubeSpawner.namespace = HUB_NS
+    c.KubeSpawner.k8s_api_host = plane.url
+    c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
+    c.KubeSpawner.start_timeout = 60
+    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+    c.GPUKubeSpawner.kai_queue = "default"
+    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
+                          api_url="http://hub:8081/hub/api")
+    user = SimpleNamespace(name="ann", id=7, url="/user/ann/", escaped_name="ann",
+                           groups=[SimpleNamespace(name="students")])
+    sp = GPUKubeSpawner(user=user, hub=hub, config=c, name="")
+    sp.api_token = "token"
+    sp.user_options = {"gpus": "0.25"}
+    yield sp
+    for reflector in list(GPUKubeSpawner.reflectors.values()):
+        await reflector.stop()
+    GPUKubeSpawner.reflectors.clear()
+    runtime.reset()
+
+
+class NoGPUProcesses:
+    """NVML where no process holds a GPU context (gpupool.nvml's surface; no GPU here)."""
+
+    def process_samples(self) -> list:
+        return []
+
+    def device_samples(self) -> list:
+        return [DeviceSample("GPU-0", 0, 0, 81559)]
+
+
+def culler_sample(tmp_path: Path, uid: str):
+    """The culler's NodeAgentSampler asking a real node agent over HTTP about the pod."""
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    slice_uid = uid.replace("-", "_")  # systemd cgroup driver, as kubeadm sets up the kubelet
+    (proc / "4242" / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/cri-containerd-1.scope\n")
+    agent = Agent(NoGPUProcesses(), proc)
+    agent.refresh()
+    server = serve(agent, 0, host="127.0.0.1")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://agents.test:{server.server_address[1]}/pods"
+        sampler = NodeAgentSampler([url], timeout=5, resolve=lambda _host, _port: ["127.0.0.1"])
+        return sampler.sample([Target("ann", "", pod_uid=uid)])["ann/"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_quarter_gpu_workspace_runs_with_the_pods_own_environment(spawner, admin: Resources,
+                                                                           tmp_path: Path) -> None:
+    url = await asyncio.wait_for(spawner.start(), 90)
+    assert url
+    pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{spawner.pod_name}")
+    assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"].startswith("gpu-node-")
+    assert pod["spec"]["schedulerName"] == "kai-scheduler"
+    assert pod["spec"]["priority"] == 100  # the build class, resolved by admission
+    assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.25"
+    assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "default"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "CUDA_MPS_PIPE_DIRECTORY", "GPUPOOL_GPU_UUIDS"} & set(env)
+    assert [a.total_milli for a in spawner.pool.store.allocations(owner="ann")] == [250]
+    assert spawner.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about
+    # the culler's view: the node agent on its node (its /proc holds the pod's process, NVML shows
+    # no GPU process: the notebook never opened CUDA) reports it idle, not missing
+    use = culler_sample(tmp_path, spawner.pod_uid())
+    assert (use.util_pct, use.memory_mib) == (0.0, 0)
+
+    await spawner.stop()
+    assert admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{spawner.pod_name}") is None
+    assert spawner.pool.store.allocations(owner="ann") == []
