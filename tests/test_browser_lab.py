@@ -49,6 +49,14 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         assert "GPU use 0 %" in title and "if its GPU stays idle" in title
         shot(page, "lab-1-status-bar")
 
+        # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
+        hub.api("PUT", "/user/lena/lab/api/settings/gpupool-lab:plugin",
+                {"raw": '{"warnMinutesBefore": 45}'}, token=hub.user_token("lena"))
+        page.reload()
+        early = page.locator(".Toastify__toast").filter(has_text="if its GPU stays idle: save your work.")
+        early.wait_for(timeout=60_000)
+        assert "This server stops in 2" in early.inner_text()  # 29 or 28 min, on a busy machine
+
         now[0] += 22 * 60  # nobody touched the GPU or the notebook since: the culler warns
         assert [e["owner"] for e in culler.run_pass()["events"]] == ["lena"]
         page.reload()  # (the item polls by itself; a reload just saves the test the poll interval)
