@@ -8,12 +8,12 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint unit venv browser bench clean
+.PHONY: up test lint unit venv browser cluster bench clean
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
 
-test: venv browser
+test: venv browser cluster
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -47,6 +47,13 @@ browser:
 	      || echo "could not install Debian chromium"; \
 	  else echo "chromium missing: apt-get install chromium (browser tests fail in CI, skip elsewhere)"; fi; \
 	fi
+
+# The real control plane of the cluster tests (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok), built from Go modules at the pins in tests/cluster/go/ and cached under
+# ~/.cache/gpupool: the first build takes minutes, later ones nothing until a pin changes.
+cluster: venv
+	@if command -v go >/dev/null 2>&1; then nice -n 10 $(PY) tests/cluster/build.py; \
+	else echo "go missing: the cluster tests skip (and fail in CI)"; fi
 
 bench: venv
 	$(PY) -m benchmarks

@@ -21,9 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
+    from .parking import GPUParking
     from .train.config import TrainPool
 
-    classes: list[type] = [GPUPool, TrainPool]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -89,8 +90,8 @@ def up(args: argparse.Namespace) -> int:
     check_config(config)
     from .embedded import chp_command, demo_password
 
-    env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_PORT=str(args.port),
-               GPUPOOL_CHP=chp_command())
+    env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
+               **port_env(args))
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -110,6 +111,7 @@ def banner(port: int, password: str, admin_password: str, state: str) -> str:
         f"  log in with any user name and the password: {password}\n"
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
+        f"  {accounts_note(os.geteuid())}\n"
     )
 
 
@@ -125,12 +127,46 @@ def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool
     return False
 
 
+PORTS = {  # option -> (environment variable read by embedded_config.py, default, what listens)
+    "port": ("GPUPOOL_PORT", 8000, "public port: the proxy users open"),
+    "hub_port": ("GPUPOOL_HUB_PORT", 8081, "the hub's own port (behind the proxy)"),
+    "proxy_api_port": ("GPUPOOL_PROXY_API_PORT", 8001, "configurable-http-proxy's REST API"),
+    "api_port": ("GPUPOOL_API_PORT", 8095, "the gpupool REST API (a hub service)"),
+}
+
+
+def port_env(args: argparse.Namespace) -> dict[str, str]:
+    return {var: str(getattr(args, opt)) for opt, (var, _, _) in PORTS.items()}
+
+
+def accounts_note(euid: int) -> str:
+    """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
+    if euid != 0:
+        return ("workspaces and jobs run as this account: users share it and can read each other's files"
+                " (run as root with system accounts for isolation; see docs/security.md)")
+    return ("running as root: the demo spawner runs workspaces as root, so users are NOT isolated;"
+            " jobs run as their owner's Unix account where one exists (see docs/security.md)")
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (1-65535): {text[:20]!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["simulate"]:
         from .sim.cli import main as simulate
 
         return simulate(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "up":
+        return up(args)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="run the embedded hub on this machine")
@@ -138,12 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
-    p_up.add_argument("--port", type=int, default=8000, help="public port (default 8000)")
+    for opt, (var, default, what) in PORTS.items():
+        p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
+                          help=f"{what} (default {default}, or ${var})")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        return up(args)
-    return 2
+    return parser
 
 
 if __name__ == "__main__":

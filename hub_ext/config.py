@@ -191,8 +191,12 @@ class GPUPool(LoggingConfigurable):
     @validate("allowed_fractions")
     def _check_fractions(self, proposal: dict) -> list[float]:
         for value in proposal["value"]:
-            _milli(value, "allowed_fractions")
+            _size(value, "allowed_fractions")
         return proposal["value"]
+
+    @validate("max_workspaces_per_user")
+    def _check_max_workspaces(self, proposal: dict) -> int:
+        return _count(proposal["value"], "max_workspaces_per_user")
 
     @validate("group_overrides")
     def _check_overrides(self, proposal: dict) -> dict:
@@ -221,15 +225,36 @@ class GPUPool(LoggingConfigurable):
             overrides[group] = BuildLimits(
                 quota_milli=_milli(lim.get("quota", self.default_build_quota), where),
                 sizes_milli=tuple(
-                    sorted(_milli(f, where) for f in lim.get("fractions", self.allowed_fractions))
+                    sorted(_size(f, where) for f in _list(lim.get("fractions", self.allowed_fractions), where))
                 ),
                 max_per_workspace_milli=_milli(
                     lim.get("max_per_workspace", self.max_gpus_per_workspace), where
                 ),
-                max_workspaces=int(lim.get("max_workspaces", self.max_workspaces_per_user)),
+                max_workspaces=_count(lim.get("max_workspaces", self.max_workspaces_per_user), where),
             )
         totals = {g: _milli(v, f"group_totals[{g!r}]") for g, v in self.group_totals.items()}
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
+
+
+def _size(value: object, where: str) -> int:
+    """A GPU size offered on the form: more than 0 GPU."""
+    milli = _milli(value, where)
+    if milli <= 0:
+        raise TraitError(f"GPUPool.{where}: a GPU size must be more than 0, got {value!r}")
+    return milli
+
+
+def _list(value: object, where: str) -> list:
+    if not isinstance(value, list | tuple):
+        raise TraitError(f"GPUPool.{where}: fractions must be a list of GPU sizes")
+    return list(value)
+
+
+def _count(value: object, where: str) -> int:
+    """A number of workspaces: a whole number from 0 (none) to 1000."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+        raise TraitError(f"GPUPool.{where}: must be a whole number from 0 to 1000, got {value!r}")
+    return value
 
 
 def _milli(value: object, where: str) -> int:

@@ -12,7 +12,9 @@ from traitlets.config import Config, PyFileConfigLoader
 # embedded_config.py and written, active, at the top of `gpupool up --generate-config`.
 DEMO_SETTINGS: dict[str, dict[str, object]] = {
     "GPUPool": {"virtual_gpus": 4},  # used only when NVML finds no GPU
-    "TrainPool": {"projects": {"default": {"guarantee": 2}, "research": {"guarantee": 1, "weight": 2}}},
+    # "default" is open to every user (no member lists); "research" only to its members (and admins)
+    "TrainPool": {"projects": {"default": {"guarantee": 2},
+                               "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]}}},
 }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from .pool import (
     BuildQuotaPolicy,
@@ -25,8 +26,9 @@ from .pool import (
     Request,
     format_gpus,
 )
+from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
-from .store import Allocation, Store
+from .store import Allocation, Event, Parked, Store
 
 log = logging.getLogger("gpupool")
 
@@ -87,7 +89,29 @@ class PoolManager:
         for row in self.store.allocations(kind="build"):
             for g in set(row.groups or ()):
                 usage[g] = usage.get(g, 0) + row.total_milli
+        for p in self.parked_without_gpu():  # a parked share still counts against quotas
+            for g in set(p.groups):
+                usage[g] = usage.get(g, 0) + p.total_milli
         return usage
+
+    def parked_shares(self) -> list[ParkedShare]:
+        """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
+        with self.store.session() as s:
+            rows = list(s.scalars(select(Parked).order_by(Parked.id)))
+        return [ParkedShare(r.owner, r.name, r.node, tuple(r.gpus), r.gpu_milli, r.model, tuple(r.groups or ()),
+                            r.parked_at, r.claimed_at, tuple(r.pids or ())) for r in rows]
+
+    def parked_without_gpu(self) -> list[ParkedShare]:
+        """Parked shares that hold no GPU now (a resuming one holds its allocation again)."""
+        placed = {(r.owner, r.name) for r in self.store.allocations(kind="build")}
+        return [p for p in self.parked_shares() if p.key not in placed]
+
+    def forget_parked(self, w: Workload) -> bool:
+        with self.store.session() as s:
+            row = s.scalar(select(Parked).filter_by(owner=w.owner, name=w.name))
+            if row is not None:
+                s.delete(row)
+        return row is not None
 
     # --- changes -------------------------------------------------------------
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
@@ -102,6 +126,7 @@ class PoolManager:
             self.release(w, reason="replaced by a new start with another size")
         groups = sorted(set(groups))
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
+        held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
@@ -119,17 +144,21 @@ class PoolManager:
         return row
 
     def reserve(self, w: Workload, req: Request, groups: Iterable[str] = ()) -> Allocation:
-        placement = self.policy.choose(self.state, req, self.rng)
+        # resume claims of parked workspaces come before newcomers (gpupool.pool.parking)
+        placement = self.policy.choose(self.newcomer_view(), req, self.rng)
         if placement is None:
             free = self._free_summary()
             raise NoCapacity(
                 f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
                 " choose a smaller fraction or try again when others stop"
             )
-        return self.reserve_at(w, placement, groups)
+        row = self.reserve_at(w, placement, groups)
+        self.policy.learn(req)  # a real placement: the only thing the policy learns from
+        return row
 
     def reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str] = ()) -> Allocation:
-        """Hold exactly this placement (the training scheduler chose it); persisted at once."""
+        """Hold exactly this placement (the training scheduler chose it); persisted at once,
+        the allocation and its event in one transaction."""
         self.state.apply(placement)
         try:
             with self.store.session() as s:
@@ -140,12 +169,12 @@ class PoolManager:
                     groups=sorted(groups),
                 )
                 s.add(row)
+                s.add(Event(kind="allocate", message=f"{w.label} holds {format_gpus(placement.total_milli)}"
+                            f" on {placement.node} GPU {list(placement.gpus)}",
+                            owner=w.owner, name=w.name, data={"milli": placement.total_milli}))
         except Exception:
             self.state.release(placement)
             raise
-        self.store.record("allocate", f"{w.label} holds {format_gpus(placement.total_milli)}"
-                          f" on {placement.node} GPU {list(placement.gpus)}",
-                          owner=w.owner, name=w.name, milli=placement.total_milli)
         log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
                  placement.node, list(placement.gpus))
         return row
@@ -156,25 +185,46 @@ class PoolManager:
             if row is not None:
                 row.state, row.pid = "running", pid
 
-    def release(self, w: Workload, reason: str) -> bool:
-        """Give a workload's share back. Idempotent: releasing twice is harmless."""
-        row = self.allocation(w)
-        if row is None:
+    def newcomer_view(self) -> ClusterState:
+        """The pool as a new spawn or train job may see it: room kept for resume claims."""
+        return newcomer_view(self.state, self.parked_without_gpu(), self.policy, self.rng)
+
+    def release(self, w: Workload, reason: str, keep_parked: bool = False) -> bool:
+        """Give a workload's share back. Idempotent: releasing twice is harmless. A stopped
+        workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
+        if w.kind == "build" and not keep_parked and self.forget_parked(w):
+            self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
+        with self.store.session() as s:
+            placement = self.release_in(s, w, reason)
+        if placement is None:
             return False
-        self._delete(row.id, reason=reason)
-        self.state.release(_placement(row))
+        self.state.release(placement)
         log.info("released %s (%s)", w.label, reason)
         return True
+
+    def release_in(self, s: Session, w: Workload, reason: str) -> Placement | None:
+        """The database half of a release, inside the caller's transaction (so that, e.g., a
+        job's end and the return of its GPUs commit together). The caller gives the returned
+        placement to `state.release` once that transaction has committed."""
+        row = s.scalar(select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name))
+        if row is None:
+            return None
+        placement = _placement(row)
+        self._delete_in(s, row, reason)
+        return placement
 
     def _delete(self, row_id: int, reason: str) -> None:
         with self.store.session() as s:
             row = s.get(Allocation, row_id)
-            if row is None:
-                return
-            label, owner, name, milli = _label(row), row.owner, row.name, row.total_milli
-            s.delete(row)
-        self.store.record("release", f"{label} released {format_gpus(milli)}: {reason}",
-                          owner=owner, name=name, milli=milli)
+            if row is not None:
+                self._delete_in(s, row, reason)
+
+    @staticmethod
+    def _delete_in(s: Session, row: Allocation, reason: str) -> None:
+        milli = row.total_milli
+        s.delete(row)
+        s.add(Event(kind="release", message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
+                    owner=row.owner, name=row.name, data={"milli": milli}))
 
     def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""
@@ -183,6 +233,12 @@ class PoolManager:
             if not is_running(row):
                 self.release(Workload(row.kind, row.owner, row.name), reason="not running (reconciled)")
                 released.append(_label(row))
+        if kind == "build":
+            for p in self.parked_shares():
+                w = Workload("build", p.owner, p.name)
+                if self.allocation(w) is None and not is_running(Allocation(kind="build", owner=p.owner, name=p.name)):
+                    self.release(w, reason="not running (reconciled)")
+                    released.append(f"{w.label} (parked)")
         return released
 
     def _free_summary(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import os
 import secrets
@@ -25,6 +26,7 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
+MAX_BODY_BYTES = 8 * 1024 * 1024  # over any handler's own limit (413); beyond it tornado drops the connection
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -108,7 +110,9 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    loop.create_task(_serve(c, token, ip, port))
+    from . import tasks
+
+    tasks.start(_serve(c, token, ip, port), "the gpupool API and its start-up reconcile", loop)
 
 
 async def _serve(c: Config, token: str, ip: str, port: int) -> None:
@@ -135,15 +139,15 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
         cache_max_age=60,
     )
     training = await _start_training(hub, pool)
-    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training})
+    parking = _start_parking(hub, pool)
+    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
-    app.listen(port, address=ip)
+    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
-    # the hub waits for this service to answer before it finishes starting, so we listen
-    # first and reconcile once its own start-up check of running servers is done
-    started = getattr(hub, "_start_future", None)  # private in JupyterHub, so guarded
-    if started is not None:
-        await started
+    # The hub waits for this service to answer before it finishes starting, so we listen first.
+    # The hub binds its own REST API only after initialize() has checked every server it had
+    # running, so once that API answers, the spawners say truthfully what is running.
+    await _hub_answers(hub_api)
     def is_running(row: Any) -> bool:
         if _is_active(hub, row):
             return True
@@ -156,6 +160,29 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+
+
+def _start_parking(hub: Any, pool: Any) -> Any:
+    """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .gpu.parking import ParkingError
+    from .parking import build_parking
+
+    try:
+        parking = build_parking(hub.config, pool, state_dir())
+    except ParkingError as err:
+        log.warning("parking is off: %s", err)
+        return None
+
+    def grant() -> None:
+        try:
+            parking.grant()
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("granting resume claims failed")
+
+    PeriodicCallback(grant, parking.cfg.grant_interval_s * 1000).start()
+    return parking
 
 
 async def _start_training(hub: Any, pool: Any) -> Any:
@@ -173,14 +200,18 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
         training = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
         # the API answers at once; the watches catch up (and settle rows) in the background
-        task = asyncio.create_task(training.start())
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                               or log.error("following train Jobs on Kubernetes failed: %s", t.exception()))
+        from . import tasks
+
+        tasks.start(training.start(), "following train Jobs on Kubernetes")
     else:
         from .train.service import TrainingService
 
         training = TrainingService(pool, cfg)
         training.adopt_after_restart()
+        if training.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
+            from gpupool.idle_culler.sampler import make_sampler
+
+            training.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
 
     async def tick() -> None:
         try:
@@ -192,6 +223,42 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(tick, cfg.tick_s * 1000).start()
     return training
+
+
+async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
+    """Wait until the hub's REST API answers (its root needs no token)."""
+    from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+    client = AsyncHTTPClient()
+    for attempt in itertools.count(1):
+        try:
+            await client.fetch(f"{hub_api}/", request_timeout=5)
+            return
+        except (HTTPClientError, OSError) as err:
+            if attempt % int(60 / every_s) == 0:  # once a minute
+                log.warning("still waiting for the hub's API at %s to reconcile allocations: %s", hub_api, err)
+        await asyncio.sleep(every_s)
+
+
+def job_gpu_use(sampler: Any, pool: Any) -> Any:
+    """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
+    A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
+    from gpupool.idle_culler.sampler import Target
+
+    from .manager import Workload
+
+    def use(rows: list) -> dict[str, float | None]:
+        targets = []
+        for r in rows:
+            alloc = pool.allocation(Workload("train", r.owner, r.id))
+            gpus = pool.inventory.node(alloc.node).gpus if alloc is not None else ()
+            uuids = tuple(gpus[i].uuid for i in alloc.gpus) if alloc is not None else ()
+            whole = alloc is not None and alloc.gpu_milli >= 1000
+            targets.append(Target(r.owner, r.id, pid=r.pid, gpu_uuids=uuids, whole_gpus=whole))
+        got = sampler.sample(targets)
+        return {t.name: got[t.key].util_pct if t.key in got else None for t in targets}
+
+    return use
 
 
 async def _kube_api_client() -> Any:

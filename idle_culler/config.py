@@ -103,6 +103,19 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.memory_grace_s = 600
         """)
+    park_after_s = Float(0.0, config=True, help="""Park a workspace whose GPU stayed idle this long: its
+        kernels' GPU memory moves to host memory (CUDA driver r570+, see c.GPUParking), its share
+        goes back to the pool and the notebook stays open; the GPU comes back when the user runs
+        a cell. Parking replaces the GPU-idle stop (idle_limit_s, gpu_idle_hard_s); the time
+        limits still apply. 0: never park. Example (10 minutes)::
+
+            c.IdleCuller.park_after_s = 600
+        """)
+    parked_stop_s = Float(0.0, config=True, help="""Stop a parked workspace whose owner has not used
+        Jupyter for this long (0: only max_age_s and workday_end end a parked session). Example::
+
+            c.IdleCuller.parked_stop_s = 24 * 3600
+        """)
     group_overrides = Dict(config=True, help="""Per-group limits (keys as the options above, in seconds);
         several groups: the most generous. Example::
 
@@ -128,7 +141,7 @@ class IdleCuller(Configurable):
         """)
     sampler_arg = Unicode("", config=True, help="""Argument of the sampler (see sampler). Example::
 
-            c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9400/pods"
+            c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9402/pods"
         """)
     metrics_port = Int(0, config=True, help="""Serve Prometheus metrics on this port (0: off). Example::
 
@@ -144,12 +157,22 @@ class IdleCuller(Configurable):
                 unknown = set(over) - LIMIT_FIELDS
                 if unknown:
                     raise ValueError(f"IdleCuller.{where}[{key!r}]: unknown keys {sorted(unknown)}")
+                for key_s in ("park_after_s", "parked_stop_s"):
+                    value = over.get(key_s, 0)
+                    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10**9:
+                        raise ValueError(f"IdleCuller.{where}[{key!r}]: {key_s} must be seconds >= 0, got {value!r}")
                 resolver = over.get("memory_resolver", "warn")
                 if resolver not in RESOLVERS:
                     raise ValueError(f"IdleCuller.{where}[{key!r}]: memory_resolver {resolver!r} is not one of"
                                      f" {list(RESOLVERS)}")
         return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
                             profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
+
+    def parks(self) -> bool:
+        """Does any rule park GPUs (then the culler calls the gpupool parking API)?"""
+        overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
+        return any(float(o.get("park_after_s", 0) or 0) > 0 for o in [{"park_after_s": self.park_after_s},
+                                                                      *overrides])
 
     def restarts_kernels(self) -> bool:
         """Does any rule restart kernels (then the culler needs access to the servers)?"""

@@ -10,6 +10,12 @@ longer limit idle_limit_s + jupyter_idle_s, as in jupyterhub-idle-culler. Limits
 optional end-of-workday cut-off. A warning comes `warn_before_s` before any cull; a user
 may extend once. Fail-safe: without fresh GPU data nobody is culled for GPU idleness —
 the decision falls back to Jupyter activity.
+
+Parking (`park_after_s` > 0) comes between warning and stopping: a GPU idle that long is
+parked — the kernels' GPU memory moves to host memory, the share goes back to the pool and
+the session stays open — instead of being stopped by the GPU-idle rules. A parked workspace
+holds no GPU, so only the time limits (and, if set, `parked_stop_s` of Jupyter silence) end
+it; when parking fails the GPU-idle rules apply as before.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class Limits:
     stale_after_s: float = 180.0  # GPU data older than this is missing data
     memory_resolver: str = "warn"  # warn | restart-kernel | stop
     memory_grace_s: float = 300.0  # over its memory share this long -> resolver acts
+    park_after_s: float = 0.0  # GPU idle this long -> park (0: never park)
+    parked_stop_s: float = 0.0  # parked and Jupyter quiet this long -> stop (0: only time limits)
 
 
 @dataclass
@@ -77,11 +85,13 @@ class Workspace:
     memory_over_since: float | None = None
     extended: bool = False
     exempt: bool = False
+    parked: bool = False  # its GPU is parked: it holds no share now
+    park_failed: bool = False  # the last park did not work: the GPU-idle rules stop it instead
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # keep | warn | cull | resolve-memory
+    action: str  # keep | park | warn | cull | resolve-memory
     reason: str = ""  # idle-gpu | idle-jupyter | max-age | workday-end | memory
     cull_at: float | None = None  # when the earliest limit ends the session
     message: str = ""
@@ -117,7 +127,15 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
             if reason in out and out[reason] <= now:
                 out[reason] = min(now + limits.window_s, out[reason] + limits.busy_grace_s)
     last = ws.last_activity if ws.last_activity is not None else ws.started
-    if ws.gpu_idle_s is not None:
+    if ws.parked:
+        # no GPU held: nothing to reclaim for idleness, only the session's own limits
+        if limits.parked_stop_s:
+            out["parked-idle"] = last + limits.parked_stop_s + bonus
+        return out
+    if parks(ws, limits):
+        # the GPU-idle rules end in a park, not a stop
+        out["park"] = now - ws.gpu_idle_s + limits.park_after_s
+    elif ws.gpu_idle_s is not None:
         gpu_idle_since = now - ws.gpu_idle_s
         # GPU data confirms the idleness, so a short Jupyter silence is enough ...
         out["idle-gpu"] = max(gpu_idle_since + limits.idle_limit_s, last + limits.jupyter_idle_s) + bonus
@@ -130,7 +148,15 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     return out
 
 
+def parks(ws: Workspace, limits: Limits) -> bool:
+    """Parking replaces the GPU-idle stop for this workspace (needs fresh GPU data)."""
+    return bool(limits.park_after_s) and ws.gpu_idle_s is not None and not ws.park_failed and not ws.parked
+
+
+PARKED = "GPU parked — it comes back when you run a cell"
+
 MESSAGES = {
+    "parked-idle": "nobody has used it since its GPU was parked",
     "idle-gpu": "its GPU has been idle",
     "idle-gpu-long": "its GPU has been idle for hours",
     "idle-jupyter": "nobody has used it",
@@ -150,7 +176,10 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
             return Decision("resolve-memory", "memory", now, msg)
         return Decision("warn", "memory", None, msg)
     ends = deadlines(ws, now, limits)
+    park_at = ends.pop("park", None)
     reason, cull_at = min(ends.items(), key=lambda kv: kv[1])
+    if park_at is not None and park_at <= now and cull_at > now:
+        return Decision("park", "idle-gpu", cull_at, PARKED)
     left = cull_at - now
     if left <= 0:
         return Decision("cull", reason, cull_at, f"stopped because {MESSAGES[reason]}")
@@ -161,7 +190,7 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
         hint = "" if ws.extended else " (you may extend once)"
         return Decision("warn", reason, cull_at,
                         f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}")
-    return Decision("keep", reason, cull_at)
+    return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
 
 
 @dataclass(frozen=True)

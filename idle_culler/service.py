@@ -22,7 +22,7 @@ from typing import Any
 
 from .config import IdleCuller
 from .metrics import Metrics
-from .policy import IdleTracker, Workspace, decide
+from .policy import PARKED, IdleTracker, Workspace, decide
 from .sampler import Sampler, Target, make_sampler
 
 log = logging.getLogger("gpupool.culler")
@@ -34,7 +34,8 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
     service = {
         "name": name,
         "command": [sys.executable, "-m", "gpupool.idle_culler", f"--gpupool-url={api_url}"],
-        "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {})},
+        # configure(c) runs in the hub process: its pid tells the culler whom to live and die with
+        "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {}), HUB_PID: str(os.getpid())},
     }
     scopes = ["list:users", "read:users:activity", "read:servers", "delete:servers",
               "access:services!service=gpupool"]
@@ -51,17 +52,38 @@ def parse_time(text: str | None) -> float | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+HUB_PID = "GPUPOOL_HUB_PID"
+PAGINATION = "application/jupyterhub-pagination+json"
+MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
+
+
 class Client:
     def __init__(self, token: str, timeout: float = 30) -> None:
         self.token, self.timeout = token, timeout
 
-    def call(self, method: str, url: str, body: Any = None) -> Any:
+    def call(self, method: str, url: str, body: Any = None, accept: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+                                     headers={"Authorization": f"token {self.token}", "Accept": accept})
         with urllib.request.urlopen(req, timeout=self.timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
+
+    def paginated(self, url: str) -> list:
+        """Every item of a JupyterHub list, page by page (jupyterhub-idle-culler's
+        fetch_paginated habit): the hub returns at most its page limit (200 by default) per
+        request, so one plain GET misses the rest of a large class."""
+        items: list = []
+        for _ in range(MAX_PAGES):
+            page = self.call("GET", url, accept=PAGINATION)
+            if isinstance(page, list):  # a hub too old to paginate answers with everything
+                return items + page
+            items.extend(page["items"])
+            nxt = (page.get("_pagination") or {}).get("next")
+            if not nxt:
+                return items
+            url = nxt["url"]
+        raise ValueError(f"more than {MAX_PAGES} pages at {url}")
 
 
 class Culler:
@@ -74,9 +96,10 @@ class Culler:
         self.trackers: dict[str, IdleTracker] = {}
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
+        self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
-        users = self.client.call("GET", f"{self.hub_api}/users?state=active")
+        users = self.client.paginated(f"{self.hub_api}/users?state=active")
         out = {}
         for user in users:
             for name, server in (user.get("servers") or {}).items():
@@ -90,7 +113,7 @@ class Culler:
         uses = self.sampler.sample([
             Target(t["owner"], t["name"], t.get("pid"), pod_uid=t.get("pod_uid", ""), gpu_uuids=tuple(t["gpu_uuids"]),
                    whole_gpus=t["whole_gpus"])
-            for t in targets
+            for t in targets if not t.get("parked")  # a parked workspace holds no GPU to sample
         ])
         report, events = [], []
         for t in targets:
@@ -116,13 +139,15 @@ class Culler:
                 memory_mib=use.memory_mib if use else 0, memory_limit_mib=t["memory_limit_mib"],
                 memory_over_since=self.memory_over.get(key), extended=t["extended"],
                 exempt=t["owner"] in self.policy.exempt_users or (self.cfg.exempt_admins and t["admin"]),
+                parked=bool(t.get("parked")), park_failed=key in self.park_failed,
             )
             d = decide(ws, now, limits)
             report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,
                            "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
                            "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
                            "memory_limit_mib": ws.memory_limit_mib, "extended": ws.extended,
-                           "gpu_data": fresh})
+                           # the JupyterLab item shows this text and offers Resume ("" when not parked)
+                           "gpu_data": fresh, "parked": PARKED if ws.parked else ""})
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
             if d.action == "warn" and self.warned.get(key) != d.reason:
@@ -139,6 +164,15 @@ class Culler:
                                               f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"})
                     if self.metrics:
                         self.metrics.culls.labels(reason="memory-restart").inc()
+            elif d.action == "park":
+                dry = " (dry run: not parked)" if self.cfg.dry_run else ""
+                if self.cfg.dry_run or self.park(ws.owner, ws.name, key):
+                    events.append({"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
+                                   "message": f"{key} {d.message}{dry}"})
+                    report[-1].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
+                    self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
+                    if self.metrics:
+                        self.metrics.culls.labels(reason="park").inc()
             elif d.action in ("cull", "resolve-memory"):
                 dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
                 events.append({"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
@@ -164,6 +198,16 @@ class Culler:
         except urllib.error.HTTPError as err:
             log.error("could not stop %s/%s: %s", owner, name, err)
 
+    def park(self, owner: str, name: str, key: str) -> bool:
+        """Ask the hub to park the workspace's GPU; on failure the stop rules take over."""
+        try:
+            self.client.call("POST", self.gpupool + "api/parking/park", {"owner": owner, "server": name})
+        except (OSError, ValueError) as err:  # URLError/HTTPError are OSErrors
+            log.error("could not park %s: %s; its GPU-idle limits apply instead", key, err)
+            self.park_failed.add(key)
+            return False
+        return True
+
     def restart_kernels(self, server_url: str, key: str) -> bool:
         """Restart every kernel of a server through its Jupyter Server API (the token's
         access:servers scope); False (logged, retried next pass) when that fails."""
@@ -184,6 +228,7 @@ class Culler:
         self.trackers.pop(key, None)
         self.memory_over.pop(key, None)
         self.warned.pop(key, None)
+        self.park_failed.discard(key)
 
 
 def file_clock(path: str) -> Callable[[], float]:
@@ -213,14 +258,42 @@ def main(argv: list[str] | None = None) -> int:
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
                     make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
+    parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
+    die_with_parent()
+    if hub_gone(parent):  # it died before we could ask to die with it
+        log.warning("the hub that started this culler is gone: not starting")
+        return 0
     try:
-        return _loop(culler, cfg, args.once)
+        return _loop(culler, cfg, args.once, parent)
     except KeyboardInterrupt:  # the hub stops its services with SIGINT
         return 0
 
 
-def _loop(culler: Culler, cfg: IdleCuller, once: bool) -> int:
+def die_with_parent() -> None:
+    """The culler is the hub's child: when the hub dies (even by kill -9) the kernel sends us
+    SIGTERM, so a restarted hub never finds a second culler acting with a valid token."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1  # noqa: N806 - the name in <linux/prctl.h>
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError) as err:
+        log.warning("cannot ask to die with the hub (%s); checking the parent each pass", err)
+
+
+def hub_gone(parent: int) -> bool:
+    """Our parent changed (re-parented to init or a subreaper): the hub that started us is gone."""
+    return os.getppid() != parent
+
+
+def _loop(culler: Culler, cfg: IdleCuller, once: bool, parent: int | None = None) -> int:
     while True:
+        if parent is not None and hub_gone(parent):
+            log.warning("the hub that started this culler is gone: stopping")
+            return 0
         try:
             result = culler.run_pass()
             if result["events"]:
@@ -230,4 +303,10 @@ def _loop(culler: Culler, cfg: IdleCuller, once: bool) -> int:
             log.error("culler pass failed, retrying next pass: %s", err)
         if once:
             return 0
-        time.sleep(cfg.interval_s)
+        # wait for the next pass, looking at the parent every second: the parent-death signal
+        # is not delivered in every set-up (seen under JupyterHub's service spawner)
+        until = time.monotonic() + cfg.interval_s
+        while time.monotonic() < until:
+            if parent is not None and hub_gone(parent):
+                break
+            time.sleep(min(1.0, max(0.0, until - time.monotonic())))

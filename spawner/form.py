@@ -85,6 +85,8 @@ def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:
 
 def requested_milli(user_options: Mapping[str, object]) -> int:
     """user_options (from the form or the REST API) -> milli-GPU, with a clear error."""
+    if not isinstance(user_options, Mapping):
+        raise InvalidRequest(f"user options must be an object, e.g. {{\"{FIELD}\": 0.25}}")
     if FIELD not in user_options:
         raise InvalidRequest(f"say how many GPUs you want: user option '{FIELD}', e.g. {{\"{FIELD}\": 0.25}}")
     try:

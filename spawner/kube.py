@@ -18,10 +18,10 @@ from gpupool.store import Allocation
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
-from traitlets import Bool, Dict, Unicode, default, validate
+from traitlets import Bool, Dict, List, Unicode, default, validate
 
 from .form import requested_milli as form_milli
-from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, profile_milli
+from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, pod_environment, profile_milli
 from .mixin import GPUSpawnerMixin, http_error
 
 _CHECKED = "_gpupool_checked"
@@ -43,10 +43,30 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         "{group}",
         config=True,
         help="""KAI leaf queue of build workspaces (label kai.scheduler/queue); {username} and
-        {group} (the user's first group in alphabetical order, or 'default') are replaced. The
-        queue must exist: the gpupool chart renders one per project. Example::
+        {group} are replaced. {group} is the first group of `kai_queue_groups` the user belongs
+        to, else `kai_default_group`: an explicit choice, never whichever group sorts first.
+        The queue must exist: the gpupool chart renders one per project. Example::
 
             c.GPUKubeSpawner.kai_queue = "build-{group}"
+        """,
+    )
+    kai_queue_groups = List(
+        Unicode(),
+        config=True,
+        help="""Groups that have a KAI queue for their members' workspaces, in order of preference
+        (a user in two of them uses the first). The chart's `build.queues`, or its projects.
+        Example::
+
+            c.GPUKubeSpawner.kai_queue_groups = ["vision", "nlp"]
+        """,
+    )
+    kai_default_group = Unicode(
+        "default",
+        config=True,
+        help="""{group} of a user in none of `kai_queue_groups` (the chart's default project).
+        Example::
+
+            c.GPUKubeSpawner.kai_default_group = "students"
         """,
     )
     fraction_by_memory = Bool(
@@ -88,8 +108,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
         return make_backend(self.gpu_sharing, self.fraction_by_memory, self.mig_table())
 
     def queue_name(self) -> str:
-        groups = self.user_groups or ["default"]
-        return self.kai_queue.format(username=self.user.name, group=groups[0])
+        mine = set(self.user_groups)
+        group = next((g for g in self.kai_queue_groups if g in mine), self.kai_default_group)
+        return self.kai_queue.format(username=self.user.name, group=group)
 
     def pod_uid(self) -> str:
         """From the pod reflector's cache (no API call): the node agents report pods by uid."""
@@ -129,16 +150,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             p.setdefault("slug", slugify(p.get("display_name", "")))
         return out
 
-    @default("options_form")
-    def _gpu_options_form(self) -> Any:
-        if self.profile_list:
-            return KubeSpawner._options_form_default(self)
-        return self.render_gpu_form
-
-    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        if self.profile_list:
-            return KubeSpawner._options_from_form(self, formdata)
-        return super().options_from_form(formdata)
+    def uses_gpu_form(self) -> bool:
+        # with a profile list, kubespawner's own form and parser (its trait defaults) apply
+        return not self.profile_list
 
     def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
         if self.profile_list:
@@ -184,7 +198,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
                                            self.build_priority_class)
         except InvalidRequest as err:
             raise http_error(err) from None
-        return apply_pod_gpu(pod, patch, self.gpu_environment())
+        return apply_pod_gpu(pod, patch, pod_environment(self.gpu_environment()))
 
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.

@@ -13,6 +13,18 @@ from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
 
 PROFILE_KEY = "gpupool"  # profile_list entries: {"gpupool": {"gpus": 0.25, "groups": ["students"]}}
 
+# The hub's inventory on Kubernetes is nominal: the device a pod gets is chosen by the scheduler
+# and exposed by the device plugin (KAI's fraction: its reservation pod's GPU). An index or UUID
+# from the hub would hide that device (any index but 0 hides a pod's only GPU); PYTHONPATH and
+# the MPS pipe are paths on the hub's machine, not in the notebook image.
+HUB_ONLY_ENV = ("CUDA_VISIBLE_DEVICES", "GPUPOOL_GPU_UUIDS", "GPUPOOL_GPU_VIRTUAL", "PYTHONPATH",
+                "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+
+
+def pod_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The share's variables that hold inside a pod: its size and framework knobs, the API URL."""
+    return {k: v for k, v in env.items() if k not in HUB_ONLY_ENV}
+
 
 def apply_pod_gpu(pod: V1Pod, patch: PodGPU, env: Mapping[str, str]) -> V1Pod:
     """Put a GPU share on the notebook container (the first) and the pod; returns the pod."""

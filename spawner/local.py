@@ -23,6 +23,14 @@ class _LocalGPU(GPUSpawnerMixin):
     def server_pid(self) -> int | None:
         return self.pid
 
+    async def end_orphans(self, grace_s: float = 10.0) -> None:
+        """SIGTERM this workspace's untracked server processes, SIGKILL what is left after
+        `grace_s`: only then may its GPU share go to someone else."""
+        pids = stop_orphans(self.user.name, self.name)
+        if pids:
+            self.log.warning("stopped orphaned server processes %s of %s", pids, self.server_label)
+        await wait_gone(pids, grace_s)
+
 
 WORKSPACE_VAR = "GPUPOOL_WORKSPACE"
 
@@ -53,6 +61,29 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc") -> list[int]:
             except ProcessLookupError:
                 pass
     return stopped
+
+
+async def wait_gone(pids: list[int], grace_s: float, step_s: float = 0.1) -> None:
+    import asyncio
+
+    for _ in range(int(grace_s / step_s)):
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            return
+        await asyncio.sleep(step_s)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool import runtime
+from gpupool import failpoints, runtime
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError
@@ -42,16 +42,31 @@ class GPUSpawnerMixin(HasTraits):
         return Workload("build", self.user.name, self.name)
 
     @property
+    def server_label(self) -> str:
+        """user/server, for the log."""
+        return f"{self.user.name}/{self.name}" if self.name else self.user.name
+
+    @property
     def user_groups(self) -> list[str]:
         return sorted(g.name for g in self.user.groups)
 
     # --- the spawn form ------------------------------------------------------
-    @default("options_form")
-    def _options_form_default(self) -> Any:
-        return self.render_gpu_form
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The GPU form, unless the admin configured a form of their own (or, on Kubernetes, a
+        # profile list brings kubespawner's). Set as values, not trait defaults, so that the
+        # parent class's defaults stay reachable without naming its private methods.
+        if self.uses_gpu_form():
+            if not self.trait_has_value("options_form"):
+                self.options_form = self.render_gpu_form
+            if not self.trait_has_value("options_from_form"):
+                self.options_from_form = self.gpu_options_from_form
+
+    def uses_gpu_form(self) -> bool:
+        return True
 
     @default("apply_user_options")
-    def _apply_user_options_default(self) -> Any:
+    def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
 
     def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
@@ -74,7 +89,7 @@ class GPUSpawnerMixin(HasTraits):
                            gpu_free=pool.state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
                            this_server=self.name)
 
-    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
+    def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
             options = parse_form(formdata)
             milli = requested_milli(options)
@@ -105,12 +120,15 @@ class GPUSpawnerMixin(HasTraits):
 
     def refused(self, err: PoolError) -> web.HTTPError:
         self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
-        self.log.warning("refused %s: %s", self._log_name, err)
+        self.log.warning("refused %s: %s", self.server_label, err)
         return http_error(err)
 
     async def reserve_share(self) -> Allocation | None:
         """The share this start needs (subclasses may take it from a profile)."""
         return self.reserve_gpus()
+
+    async def end_orphans(self) -> None:
+        """Stop server processes of this workspace the hub does not know (local spawners)."""
 
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
@@ -122,24 +140,44 @@ class GPUSpawnerMixin(HasTraits):
 
     async def start(self):
         await self.reserve_share()
+        failpoints.reach("spawn.reserved")
         try:
             url = await super().start()
         except BaseException:
             self.release_gpus("start failed")
             raise
+        failpoints.reach("spawn.started")
         if self.gpupool_allocation is not None:
             self.pool.mark_running(self.workload, self.server_pid())
         return url
 
     async def stop(self, now: bool = False) -> None:
+        """Stop the server; its share goes back only once the server is gone. A stop that
+        failed while the process still runs keeps the share: the process still uses the GPU,
+        and releasing it would let a second user onto the same memory."""
         try:
             await super().stop(now=now)
-        finally:
-            self.release_gpus("stopped")
+        except BaseException:
+            if await self._still_running():
+                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
+                raise
+            self.release_gpus("stopped (the stop reported an error, but the server is gone)")
+            raise
+        failpoints.reach("stop.stopped")
+        self.release_gpus("stopped")
+
+    async def _still_running(self) -> bool:
+        try:
+            return await super().poll() is None
+        except Exception:  # noqa: BLE001 - cannot tell: assume it runs, the safe side for a GPU
+            return True
 
     async def poll(self) -> int | None:
         status = await super().poll()
-        if status is not None and not self._spawn_pending:
+        if status is not None and self.pending != "spawn":
+            # the server the hub knew is gone, but a hub that died mid-spawn never learned the
+            # pid of the one it started: that one must end before its GPU is handed on
+            await self.end_orphans()
             self.release_gpus(f"server ended (status {status})")
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running
@@ -164,5 +202,5 @@ class GPUSpawnerMixin(HasTraits):
 
     def release_gpus(self, reason: str) -> None:
         if self.pool.release(self.workload, reason=reason):
-            self.log.info("released GPU share of %s (%s)", self._log_name, reason)
+            self.log.info("released GPU share of %s (%s)", self.server_label, reason)
         self.gpupool_allocation = None

@@ -137,7 +137,9 @@ class Hub:
         out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
         for line in out.splitlines()[1:]:
             pid, _, args = line.strip().partition(" ")
+            # the culler service names the hub's gpupool API port on its command line
             if str(self.state) in args or f"127.0.0.1:{self.proxy_api_port}" in args or (
+                f"127.0.0.1:{self.api_port}/" in args and "gpupool.idle_culler" in args) or (
                 "configurable-http-proxy" in args and f"--port {self.port}" in args
             ):
                 try:

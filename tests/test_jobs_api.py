@@ -114,21 +114,25 @@ def test_oversized_body_and_queue_cap(jobhub: Hub) -> None:
 
 
 def test_a_running_job_survives_a_hub_crash_and_runs_exactly_once(make_hub) -> None:
+    from pathlib import Path
+
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     token = hub.user_token("kai")
+    # the job ends when the test says so (a file it writes), never on the clock: a slow
+    # restart on a loaded machine cannot outlast it
     script = ("import os, time\n"
               "open('starts.txt', 'a').write(f'{os.getpid()}\\n')\n"
-              "time.sleep(6)\nprint('done once')\n")
+              "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
+              "print('done once')\n")
     job = hub.api("POST", J, {"project": "vision", "gpus": 1, "script": script}, token=token)
     running = wait_state(hub, job["id"], {"running"}, token)
     hub.kill9()
     hub.start()
     adopted = hub.api("GET", f"{J}/{job['id']}", token=token)
     assert adopted["state"] == "running" and adopted["runs"] == 1  # re-adopted, not restarted
+    Path(running["workdir"], "go").touch()
     done = wait_state(hub, job["id"], {"succeeded", "failed"}, token)
     assert done["state"] == "succeeded" and done["runs"] == 1
-    from pathlib import Path
-
     assert len(Path(running["workdir"], "starts.txt").read_text().split()) == 1  # ran exactly once
     assert not [s for s in hub.allocations() if s["kind"] == "train"]  # its GPU came back
 

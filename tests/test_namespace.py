@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import pkgutil
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -61,7 +62,7 @@ def test_every_module_imports_once_under_gpupool():
     assert not foreign, f"modules loaded outside gpupool: {foreign}"
     from gpupool.store.models import Base
 
-    tables = [m for m in sys.modules.values() if getattr(m, "Base", None) is not None
+    tables = [m for m in list(sys.modules.values()) if getattr(m, "Base", None) is not None
               and hasattr(m.Base, "metadata") and m.__name__.startswith("gpupool")]
     assert {id(m.Base.metadata) for m in tables} == {id(Base.metadata)}
 
@@ -75,8 +76,13 @@ def test_the_folders_are_not_importable_by_their_own_names():
 
 
 def test_wheel_installs_nothing_but_gpupool(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    had_build = (REPO / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    finally:
+        if not had_build:  # pip builds in the source tree
+            shutil.rmtree(REPO / "build", ignore_errors=True)
     (wheel,) = tmp_path.glob("gpupool-*.whl")
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
     assert {t for t in tops if not t.endswith((".dist-info", ".data"))} == {"gpupool"}

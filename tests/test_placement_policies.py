@@ -43,6 +43,7 @@ def test_policies_never_over_allocate_and_respect_models(name, shapes, requests,
     state = ClusterState(inv)
     policy, rng = get_policy(name), random.Random(seed)
     for req in requests:
+        policy.learn(req)
         fits_somewhere = bool(state.feasible(req).any())
         placement = policy.choose(state, req, rng)
         assert (placement is not None) == fits_somewhere  # a policy never refuses what fits
@@ -96,6 +97,7 @@ def test_frag_aware_keeps_whole_gpus_whole() -> None:
     fa = get_policy("frag-aware")
     rng = random.Random(0)
     for _ in range(2):
+        fa.learn(Request(1, 500, 1000, 0))
         state.apply(fa.choose(state, Request(1, 500, 1000, 0), rng))
     assert state.node_gpu_free(0) in ([0, 1000], [1000, 0])
 

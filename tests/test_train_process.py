@@ -89,15 +89,22 @@ def test_preempted_three_times_and_resumed_gives_the_uninterrupted_result(tmp_pa
     assert svc.pool.store.allocations() == []  # every GPU given back
 
 
+# runs until the test lets it end (a file in its folder), however slow the machine is
+UNTIL_RELEASED = "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.02)\n"
+
+
 def test_in_quota_jobs_are_never_preempted(tmp_path: Path) -> None:
     svc = service(tmp_path, {"a": {"guarantee": 1}, "b": {"guarantee": 1}})
-    first = submit(svc, "ann", "a").id
+    first = svc.submit("ann", "a", "hold", 1, 1000, [sys.executable, "job.py"],
+                       files={"job.py": UNTIL_RELEASED.encode()}).id
     run_until(svc, lambda: svc.job(first).state == "running")
     second = submit(svc, "bob", "b").id
     for _ in range(20):
         svc.tick(time.time())
     assert svc.job(first).state == "running" and svc.job(second).state == "queued"
     assert svc.job(first).preemptions == 0
+    Path(svc.job(first).workdir, "release").touch()
+    run_until(svc, lambda: svc.job(second).state == "succeeded")  # the queue goes on once it ends
 
 
 @pytest.mark.parametrize("how", ["cancel", "max-runtime"])

@@ -8,12 +8,17 @@
         state["step"] += 1
         if ckpt.preempted:                 # SIGTERM arrived: save and leave; the job resumes later
             ckpt.save(state)
-            ckpt.exit()
+            ckpt.exit()                    # exit code 75: "preempted, resume me"
     ckpt.save(state)
 
 With PyTorch, keep tensors out of the JSON and save them beside it:
 `torch.save(model.state_dict(), ckpt.path("model.pt"))` before `ckpt.save(...)`, and
 `model.load_state_dict(torch.load(ckpt.path("model.pt")))` when `ckpt.load()` found a state.
+
+Elastic jobs resume at another size: `int(os.environ["GPUPOOL_GPUS"])` is this run's number of
+GPUs. Save what does not depend on it (unwrapped model weights, the optimizer state gathered
+to one rank, the step, the samples seen) and derive the rest on start: world size, per-GPU
+batch = global batch // GPUPOOL_GPUS, the sampler's position (docs/training.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+from gpupool.train.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
 
 
 class Checkpoint:
@@ -53,5 +60,6 @@ class Checkpoint:
         os.replace(tmp, self.file)  # atomic: a kill mid-save leaves the previous checkpoint
 
     def exit(self) -> None:
+        """Leave after a preemption with PREEMPTED_EXIT_CODE: the job is resumed, not finished."""
         print("gpupool: preempted, checkpoint saved; the job resumes when GPUs are free", flush=True)
-        sys.exit(0)
+        sys.exit(PREEMPTED_EXIT_CODE)

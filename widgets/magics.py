@@ -22,6 +22,8 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--priority", type=int, default=0, help="-10..10 within the project (default 0)")
     ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON",
                     help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
+    ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                    help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64")
     ap.add_argument("-h", "--help", action="store_true", help="this help, with your projects")
     return ap
 
@@ -36,7 +38,18 @@ def train_args(line: str) -> argparse.Namespace:
         except ValueError:
             params[key] = value  # a bare word is a string
     args.parameters = params
+    args.sweep_spec = {}
+    for item in args.sweep:  # one job per combination of the values (the hub checks the bounds)
+        key, _, values = item.partition("=")
+        args.sweep_spec[key] = [_value(v) for v in values.split(",")]
     return args
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word is a string
 
 
 def _gpus(milli: int) -> str:
@@ -54,8 +67,14 @@ def projects_text(projects: list[dict]) -> str:
         free = max(0, p["guarantee_milli"] - p["used_milli"])
         limit = f", at most {_gpus(p['limit_milli'])}" if p.get("limit_milli", -1) >= 0 else ""
         lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed, {_gpus(free)} of them free"
-                     f" now{limit}; {p.get('queued', 0)} queued")
+                     f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
+                     f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}")
     return "\n".join(lines)
+
+
+def _pools(project: dict) -> str:
+    pools = project.get("pools") or []
+    return f"; GPUs from {', '.join(pools)}" if pools else ""
 
 
 def train_help(projects: list[dict] | None) -> str:
@@ -77,8 +96,9 @@ def register(ipython: Any) -> None:
         display(WorkspaceStatus())
 
     def train(line: str, cell: str | None = None) -> None:
-        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...]
-        Runs this cell as a train job in the shared pool and shows its progress (%%train --help)."""
+        """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...] [--sweep key=v1,v2 ...]
+        Runs this cell as a train job in the shared pool and shows its progress; with --sweep, one
+        job per combination of the values (%%train --help)."""
         try:
             wants_help = bool({"-h", "--help"} & set(shlex.split(line)))
             args = None if wants_help else train_args(line)
@@ -92,12 +112,19 @@ def register(ipython: Any) -> None:
                 projects = None
             print(train_help(projects))
             return
+        payload = {"project": args.project, "gpus": args.gpus, "name": args.name, "priority": args.priority,
+                   "code": cell, "parameters": args.parameters}
+        if args.sweep_spec:
+            payload["sweep"] = args.sweep_spec
         try:
-            job = Client().post("api/jobs", {"project": args.project, "gpus": args.gpus, "name": args.name,
-                                             "priority": args.priority, "code": cell,
-                                             "parameters": args.parameters})
+            job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
             print(f"not submitted: {err}")
+            return
+        if "sweep" in job:  # GET api/sweeps/<id> gives each run's parameters and final metrics
+            print(f"submitted sweep {job['sweep']}: {len(job['jobs'])} jobs to {args.project}")
+            for run in job["jobs"]:
+                display(JobMonitor(job_id=run["id"]))
             return
         print(f"submitted job {job['id']} to {args.project}")
         display(JobMonitor(job_id=job["id"]))

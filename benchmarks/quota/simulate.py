@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpupool.pool import ClusterState, Request, get_policy
+from gpupool.pool import MILLI_PER_GPU, ClusterState, Request, get_policy
+from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
 
 from .workload import SimJob, Workload
@@ -31,16 +34,25 @@ class Result:
     in_quota_waits: list[float] = field(default_factory=list)  # every in-quota job
     late: list[str] = field(default_factory=list)  # in-quota jobs that waited > CYCLE + GRACE
     moves: int = 0
+    pool_alloc: dict[str, list[float]] = field(default_factory=dict)  # per node pool, per cycle
 
 
-def simulate(w: Workload, static: bool) -> Result:
+def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, declared: bool = False,
+             pools: dict[str, NodePool] | None = None,
+             job_pools: Callable[[SimJob], tuple[str, ...]] | None = None) -> Result:
     """(static) each project may use its guarantee and never more; (not static) guaranteed
-    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed."""
+    quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed.
+    `reserve_after_s`: reserve a node for an in-quota gang job after that wait (None: never).
+    `declared`: each run declares a max runtime (what it still needs, rounded up to the hour),
+    which lets the scheduler know when a reserved node frees and backfill short runs; else
+    runs declare none (as most users). `pools` and `job_pools`: node pools, and which a job
+    may use in order of preference (benchmarks/quota/pools.py)."""
     projects = w.projects
     if static:
         projects = {n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
                     for n, p in projects.items()}
     state = ClusterState(w.inventory)
+    masks = {n: p.mask(w.inventory, state.gpu_free.shape[1]) for n, p in (pools or {}).items()}
     policy = get_policy("best-fit")
     rng = random.Random(0)
     res = Result()
@@ -91,11 +103,16 @@ def simulate(w: Workload, static: bool) -> Result:
         last_pass = now
 
         def as_job(j: SimJob) -> Job:
+            bound = math.ceil((j.work - j.done) / 3600) * 3600.0 if declared else 0.0
             return Job(j.id, j.project, Request.for_gpus(j.gpus * 1000), j.submitted, started=j.started,
-                       placement=j.placement)
+                       placement=j.placement, max_runtime_s=bound, pools=job_pools(j) if job_pools else ())
         plan = schedule(state, projects, [as_job(j) for j in pending.values()],
                         [as_job(j) for j in running.values()], now, policy, rng,
-                        stopping=[as_job(j) for _, _, j in stopping])
+                        stopping=[as_job(j) for _, _, j in stopping], reserve_after_s=reserve_after_s,
+                        pools=pools)
+        for r in plan.reserve:  # pinned to its reserved spot, as the hub does
+            pins[r.job] = r.placement
+            pending[r.job].placement = r.placement
         stops = [(p.job, p.for_job) for p in plan.preempt]
         for m in plan.move:
             stops.append((m.job, m.for_job))
@@ -130,6 +147,9 @@ def simulate(w: Workload, static: bool) -> Result:
         if now >= next_cycle:  # time averages over the regular cycles
             used = state.used_milli() / cap
             res.alloc_samples.append(used)
+            for name, mask in masks.items():
+                res.pool_alloc.setdefault(name, []).append(
+                    1 - state.gpu_free[mask].sum() / (MILLI_PER_GPU * mask.sum()))
             if sum(j.gpus for j in pending.values()) * 1000 + state.used_milli() > cap:
                 res.contended_alloc.append(used)
             next_cycle += CYCLE

@@ -15,6 +15,7 @@ from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
 from .extend_page import ExtendPage
 from .jobs import ROUTES as JOB_ROUTES
 from .page import StatusPage
+from .parking import ROUTES as PARKING_ROUTES
 from .pool import EventsHandler, MeHandler, PoolHandler
 from .quotas import QuotasHandler
 
@@ -30,6 +31,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("api/culler/extend", ExtendHandler),
     ("culler/extend", ExtendPage),
     *JOB_ROUTES,
+    *PARKING_ROUTES,
     ("", StatusPage),
 ]
 

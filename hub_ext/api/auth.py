@@ -11,7 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
-from tornado import web
+from tornado import httputil, web
+
+from ..store.db import bounded
+
+MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
 
 @dataclass(frozen=True)
@@ -70,11 +74,12 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
     async def prepare(self) -> None:
         # Identify the caller without blocking: this API lives in the hub process, and
         # the mixin's synchronous lookup would wait on the very loop that must answer it.
+        # Tornado lets prepare() set current_user, so the mixin's own lookup never runs.
         model = await self.hub_auth.get_user(self, sync=False)
         try:
-            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+            self.current_user = self.check_hub_user(model) if model else None
         except UserNotAllowed:
-            self._hub_auth_user_cache = None
+            self.current_user = None
 
     @property
     def pool(self):
@@ -104,15 +109,21 @@ class APIHandler(BaseHandler):
             return
         super().check_xsrf_cookie()
 
-    def json_body(self, max_bytes: int = 64 * 1024) -> dict[str, Any]:
+    def json_body(self, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+        """The request's JSON object, bounded in size and nesting depth (a 400/413, never a
+        500, for anything else)."""
         if len(self.request.body) > max_bytes:
             raise web.HTTPError(413, f"request body over {max_bytes} bytes")
         try:
             body = json.loads(self.request.body or b"{}")
+        except RecursionError:
+            raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels") from None
         except ValueError as err:
-            raise web.HTTPError(400, f"body is not JSON: {err}") from None
+            raise web.HTTPError(400, bounded(f"body is not JSON: {err}")) from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "body must be a JSON object")
+        if _depth(body, max_depth) > max_depth:
+            raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels")
         return body
 
     def write_json(self, data: Any, status: int = 200) -> None:
@@ -122,6 +133,19 @@ class APIHandler(BaseHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = getattr(exc, "log_message", None) or self._reason
+        message = bounded(str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error")))
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"status": status_code, "message": message}))
+
+
+def _depth(value: Any, stop: int) -> int:
+    """Nesting depth of parsed JSON, without recursion; stops counting past `stop`."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, d)
+            if d > stop:
+                return d
+            todo.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest

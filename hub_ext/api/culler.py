@@ -13,6 +13,7 @@ from tornado import web
 
 from .auth import APIHandler
 from .page import record_history
+from .parking import parked_targets
 
 EXTENSION = "extension:{owner}/{name}"
 
@@ -50,7 +51,7 @@ class TargetsHandler(APIHandler):
                 "extended": ext.get("allocation") == row.id,
                 "started": row.created.isoformat() + "Z",
             })
-        self.write_json({"workspaces": out})
+        self.write_json({"workspaces": out + parked_targets(pool, app)})
 
 
 class ReportHandler(APIHandler):
@@ -67,7 +68,7 @@ class ReportHandler(APIHandler):
         state["pass_time"] = body.get("pass_time", time.time())
         record_history(self.settings, self.pool, body.get("workspaces", []), state["pass_time"])
         for e in body.get("events", []):
-            if e.get("kind") not in ("warn", "cull", "memory"):
+            if e.get("kind") not in ("warn", "cull", "memory", "park"):
                 raise web.HTTPError(400, f"unknown event kind {e.get('kind')!r}")
             self.pool.store.record(e["kind"], e.get("message", ""), owner=e.get("owner", ""),
                                    name=e.get("name", ""), reason=e.get("reason", ""))
@@ -110,8 +111,10 @@ class ExtendHandler(APIHandler):
         caller = self.caller
         body = self.json_body()
         name = body.get("server", "")
-        if not isinstance(name, str):
+        if not isinstance(name, str) or len(name) > 255:
             raise web.HTTPError(400, "server must be a server name ('' for the default server)")
         owner = body.get("owner", caller.name) if caller.admin else caller.name
+        if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
+            raise web.HTTPError(400, "owner must be a user name")
         extend_workspace(self.settings, self.pool, caller.name, owner, name)
         self.write_json({"extended": True})

@@ -1,4 +1,4 @@
-"""Train jobs over REST: submit, list, get, cancel, logs.
+"""Train jobs over REST: submit (one job, or a sweep of them), list, get, cancel, logs.
 
 Users see and cancel only their own jobs (another user's job is a 404: its existence is not
 revealed); admins see all. Every bad input is a 4xx with a message, and changes nothing.
@@ -14,13 +14,16 @@ from typing import Any
 from tornado import web
 
 from ..pool import InvalidRequest, Request
-from ..pool.units import UnitError, parse_gpus
+from ..pool.units import UnitError, parse_gpus, shown
+from ..train.sweep import SweepError, combinations
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
+from .sweeps import SweepHandler, record_sweep
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
 LOG_TAIL_MAX = 10_000
+MAX_ARGS, MAX_ARG_CHARS = 1000, 16 * 1024  # a command line, not a data set
 
 
 class JobsBase(APIHandler):
@@ -50,9 +53,9 @@ class JobsBase(APIHandler):
 def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise web.HTTPError(400, f"{key} must be a number, got {value!r}")
+        raise web.HTTPError(400, f"{key} must be a number, got {shown(value)}")
     if not lo <= value <= hi:
-        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {value!r}")
+        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {shown(value)}")
     return value
 
 
@@ -72,8 +75,11 @@ class JobsHandler(JobsBase):
         body = self.json_body(max_bytes=MAX_BODY)
         svc = self.training
         project = body.get("project")
-        if project not in svc.projects:
-            raise web.HTTPError(400, f"unknown project {project!r}; choose one of {sorted(svc.projects)}")
+        if not isinstance(project, str) or project not in svc.projects:
+            raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
+        if not svc.cfg.may_submit(project, caller.name, caller.groups, caller.admin):
+            mine = svc.cfg.projects_for(caller.name, caller.groups, caller.admin)
+            raise web.HTTPError(403, f"you may not submit to project {project!r}; your projects: {mine}")
         try:
             milli = parse_gpus(body.get("gpus"))
             request = Request.for_gpus(milli)
@@ -88,22 +94,54 @@ class JobsHandler(JobsBase):
         name = body.get("name", "job")
         if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
             raise web.HTTPError(400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'")
-        files, command = self.job_code(body)
+        min_gpus = 0
+        if "min_gpus" in body:  # an elastic job: min_gpus to gpus whole GPUs
+            min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
+            if request.gpu_milli != 1000 or min_gpus != body["min_gpus"]:
+                raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
+            if svc.cfg.runner != "local":
+                raise web.HTTPError(400, "min_gpus: elastic jobs run on the embedded training pool only (yet)")
+        runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
+        codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
         priority = int(_number(body, "priority", 0, -100, 100))
         min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
         max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
         queued = [j for j in svc.jobs(owner=caller.name) if j.state == "queued"]
-        if len(queued) >= svc.cfg.max_queued_per_user:
+        if len(queued) + len(runs) > svc.cfg.max_queued_per_user:
             raise web.HTTPError(429, f"you have {len(queued)} jobs waiting (at most"
                                      f" {svc.cfg.max_queued_per_user}): cancel one or wait")
+        rows = []
+        for (run_name, _), (files, command) in zip(runs, codes, strict=True):
+            try:
+                extra = {"min_gpus": min_gpus} if min_gpus else {}
+                row = svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
+                                 priority, min_runtime, max_runtime, files, **extra)
+                if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
+                    row = await row
+            except PermissionError as err:
+                raise web.HTTPError(403, str(err)) from None
+            rows.append(row)
+        if "sweep" not in body:
+            self.write_json(self.job_json(rows[0]), status=201)
+            return
+        sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
+        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r) for r in rows]}, status=201)
+
+    def sweep_runs(self, body: dict, name: str) -> list[tuple[str, dict | None]]:
+        """Without "sweep": the job itself. With it: one run per combination, its values
+        injected into the code's parameters (so only for "code" and "notebook")."""
+        if "sweep" not in body:
+            return [(name, None)]
+        if "code" not in body and "notebook" not in body:
+            raise web.HTTPError(400, "sweep: only for code or notebook jobs (their parameters get the values)")
+        base = body.get("parameters") or {}
+        if not isinstance(base, dict):
+            raise web.HTTPError(400, "parameters must be an object")
         try:
-            row = svc.submit(caller.name, project, name, request.num_gpu, request.gpu_milli, command, priority,
-                             min_runtime, max_runtime, files)
-            if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
-                row = await row
-        except PermissionError as err:
-            raise web.HTTPError(403, str(err)) from None
-        self.write_json(self.job_json(row), status=201)
+            combos = combinations(body["sweep"])
+        except SweepError as err:
+            raise web.HTTPError(400, str(err)) from None
+        return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
 
     def job_code(self, body: dict) -> tuple[dict[str, bytes], list[str]]:
         """A command, a script, a cell's code or a notebook: snapshotted into the job folder."""
@@ -115,29 +153,39 @@ class JobsHandler(JobsBase):
         kind, value = given[0], body[given[0]]
         if kind == "command":
             if isinstance(value, str):
-                value = shlex.split(value)
-            if not value or not all(isinstance(v, str) for v in value):
-                raise web.HTTPError(400, "command must be a list of strings or a shell-like string")
+                try:
+                    value = shlex.split(value)
+                except ValueError as err:  # unbalanced quotes
+                    raise web.HTTPError(400, f"command: {err}") from None
+            if (not isinstance(value, list) or not value or len(value) > MAX_ARGS
+                    or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)):
+                raise web.HTTPError(400, f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
+                                         " string), e.g. [\"python\", \"train.py\"]")
             return {}, value
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
             return {"job.py": value.encode()}, [sys.executable, "job.py"]
+        if kind == "code" and not (isinstance(value, str) or
+                                   (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
+        if kind == "notebook" and not isinstance(value, dict):
+            raise web.HTTPError(400, "notebook must be a notebook document (a JSON object, as in a .ipynb file)")
+        parameters = body.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise web.HTTPError(400, "parameters must be an object of names and values")
+        import nbformat
         from gpupool.snapshot import SnapshotError, from_code, with_parameters
 
         try:
-            if kind == "code":
-                nb = from_code(value if isinstance(value, list) else str(value))
-            else:
-                import nbformat
-
-                nb = nbformat.reads(json.dumps(value), as_version=4)
-            nb = with_parameters(nb, body.get("parameters") or {})
-        except (SnapshotError, ValueError, TypeError) as err:
+            nb = from_code(value) if kind == "code" else nbformat.reads(json.dumps(value), as_version=4)
+            nb = with_parameters(nb, parameters)
+            text = nbformat.writes(nb)
+        except SnapshotError as err:
             raise web.HTTPError(400, f"{kind}: {err}") from None
-        import nbformat
-
-        return ({"input.ipynb": nbformat.writes(nb).encode()},
+        except Exception as err:  # noqa: BLE001 - nbformat rejects a malformed document in many ways
+            raise web.HTTPError(400, f"{kind}: not a valid notebook: {type(err).__name__}: {err}") from None
+        return ({"input.ipynb": text.encode()},
                 [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
 
 
@@ -161,13 +209,17 @@ class LogsHandler(JobsBase):
     @web.authenticated
     async def get(self, job_id: str) -> None:
         row = self.visible_job(job_id)
-        try:
-            lines = int(self.get_argument("tail", "200"))
-        except ValueError:
-            raise web.HTTPError(400, "tail must be a whole number") from None
-        if not 1 <= lines <= LOG_TAIL_MAX:
-            raise web.HTTPError(400, f"tail must be between 1 and {LOG_TAIL_MAX}")
-        self.write_json({"id": job_id, "state": row.state, **await self.training.logs(row, lines)})
+        lines = _whole(self.get_argument("tail", "200"), "tail", 1, LOG_TAIL_MAX)
+        before = self.get_argument("before", None)
+        more = {} if before is None else {"before": _whole(before, "before", 0, 2**62)}
+        self.write_json({"id": job_id, "state": row.state, **await self.training.logs(row, lines, **more)})
+
+
+def _whole(text: str, key: str, lo: int, hi: int) -> int:
+    """A whole number from the query string, its length bounded before it is converted."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(hi)) or not lo <= int(text) <= hi:
+        raise web.HTTPError(400, f"{key} must be a whole number between {lo} and {hi}")
+    return int(text)
 
 
 class ProjectsHandler(JobsBase):
@@ -177,16 +229,21 @@ class ProjectsHandler(JobsBase):
         running = [j for j in svc.jobs() if j.state in ("running", "preempting")]
         queued = [j for j in svc.jobs() if j.state == "queued"]
         out = []
+        caller = self.caller
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
+                        "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
                         "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
+                        "pools": list(p.pools),
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
         depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
                   "projects": [p["name"] for p in out if p["department"] == d.name],
                   "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
                  for d in svc.departments.values()]
-        self.write_json({"projects": out, "departments": depts})
+        pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
+                 for n, p in getattr(svc, "pools", {}).items()}
+        self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
 
 ROUTES: list[tuple[str, Any]] = [
@@ -194,4 +251,5 @@ ROUTES: list[tuple[str, Any]] = [
     (r"api/jobs/([^/]+)", JobHandler),
     (r"api/jobs/([^/]+)/logs", LogsHandler),
     ("api/projects", ProjectsHandler),
+    (r"api/sweeps/([^/]+)", SweepHandler),
 ]

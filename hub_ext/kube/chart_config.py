@@ -36,6 +36,7 @@ def job_options(values: dict[str, Any]) -> JobOptions:
     return JobOptions(namespace=values.get("hubNamespace", "default"), queue="{project}",
                       checkpoint_size=jobs.get("checkpointSize", "10Gi"),
                       storage_class=jobs.get("storageClass") or None, grace_s=int(jobs.get("graceSeconds", 60)),
+                      high_priority_class=jobs.get("highPriorityClass", "gpupool-train-high"),
                       kueue=bool((values.get("kueue") or {}).get("enabled")))
 
 
@@ -51,6 +52,8 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
         c.GPUKubeSpawner.gpu_sharing = sharing["backend"]
     if "fractionByMemory" in sharing:
         c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
+    # the workspace queue is an explicit choice: the listed groups in order, else the projects
+    c.GPUKubeSpawner.kai_queue_groups = list(build.get("queues") or sorted(values.get("projects") or {}))
     c.TrainPool.projects = train_projects(values)
     c.TrainPool.departments = {
         name: {"guarantee": d.get("quota", 0), "limit": None if d.get("limit", -1) < 0 else d["limit"]}

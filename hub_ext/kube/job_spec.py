@@ -24,6 +24,7 @@ class TrainJobSpec:
     env: dict[str, str] = field(default_factory=dict)
     max_runtime_s: float = 0.0  # 0: none
     files: tuple[str, ...] = ()  # code snapshotted at submission (a ConfigMap), in the working folder
+    priority: int = 0  # within its project: above 0 gets JobOptions.high_priority_class
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
@@ -50,4 +51,4 @@ class TrainJobSpec:
         """From the training pool's job row (gpupool.store.TrainJob)."""
         return cls(id=row.id, owner=row.owner, project=row.project, num_gpu=row.num_gpu, gpu_milli=row.gpu_milli,
                    command=list(row.command), image=image, env=dict(env or {}),
-                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files))
+                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files), priority=int(row.priority or 0))

@@ -1,8 +1,9 @@
 """A train job as a batch/v1 Job and its checkpoint claim: pure functions of the spec.
 
 Preemption on Kubernetes: KAI-Scheduler (or Kueue) evicts an over-quota pod, the pod gets the
-DisruptionTarget condition and is deleted. The podFailurePolicy ignores such failures (they
-do not count toward backoffLimit) and the Job controller creates a new pod once the old one
+DisruptionTarget condition (KAI only with --update-pod-eviction-condition) and is deleted; the
+checkpoint helper saves and exits with exit_codes.PREEMPTED. The podFailurePolicy ignores
+both (they do not count toward backoffLimit) and the Job controller creates a new pod once the old one
 has stopped (podReplacementPolicy: Failed, so two runs never write one checkpoint). The new
 pod mounts the same claim at GPUPOOL_CHECKPOINT_DIR and resumes from it.
 """
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.train.exit_codes import PREEMPTED
 
 from .job_spec import TrainJobSpec
 
@@ -33,6 +35,7 @@ class JobOptions:
     namespace: str = "default"
     queue: str = "{project}"  # KAI leaf queue; {project} and {owner} are replaced
     priority_class: str = "train"
+    high_priority_class: str = "gpupool-train-high"  # jobs with priority > 0 (the chart renders it, value 75)
     checkpoint_dir: str = "/checkpoint"
     checkpoint_size: str = "10Gi"
     storage_class: str | None = None
@@ -112,13 +115,15 @@ def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") ->
 def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None) -> dict:
     """The batch/v1 Job of a train job; GPUs through `backend` (whole GPUs by default)."""
     backend = backend or WholeGPUs()
+    # KAI orders a queue's jobs, and picks whom to preempt, by the pod's priority class
+    priority_class = opts.high_priority_class if spec.priority > 0 else opts.priority_class
     pod_labels = labels(spec)
     annotations = {OWNER: spec.owner}
     limits: dict[str, str] = {}
     scheduler = None
     queue = queue_name(spec.project, spec.owner, opts)
     if spec.num_gpu:
-        share = backend.pod_gpu(spec.num_gpu, spec.gpu_milli, opts.device_memory_mib, queue, opts.priority_class)
+        share = backend.pod_gpu(spec.num_gpu, spec.gpu_milli, opts.device_memory_mib, queue, priority_class)
         pod_labels.update(share.labels)
         annotations.update(share.annotations)
         limits.update(share.limits)
@@ -153,7 +158,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
                         {"name": "code", "configMap": {"name": code_name(spec.id)}}]
     pod_spec: dict = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
-        "priorityClassName": opts.priority_class,
+        "priorityClassName": priority_class,
         "terminationGracePeriodSeconds": opts.grace_s,
         "containers": [container],
         "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}},
@@ -169,6 +174,10 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         "podFailurePolicy": {"rules": [
             # preempted or evicted: not the job's fault; a new pod resumes from the checkpoint
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            # the checkpoint helper's "preempted, resume me" (a scheduler that deletes the pod without
+            # the DisruptionTarget condition still lets it save and exit with this)
+            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
+                                                 "values": [PREEMPTED]}},
         ]},
         "ttlSecondsAfterFinished": opts.ttl_after_finished_s,
         "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},

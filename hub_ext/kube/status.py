@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from gpupool.train.exit_codes import PREEMPTED
+
 STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -54,6 +56,8 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
         term = (c.get("state") or {}).get("terminated")
         if term and term.get("exitCode") is not None:
             exit_code = int(term["exitCode"])
+    if exit_code == PREEMPTED and not disrupted:  # saved its checkpoint on SIGTERM: the Job resumes it
+        disrupted = "checkpointed and stopped"
     return replace(view, phase=phase, ran=ran, disrupted=disrupted, exit_code=exit_code,
                    gone=view.gone or deleted or bool(meta.get("deletionTimestamp")))
 

@@ -55,31 +55,38 @@ class ShapeArrays:
 
 
 class TargetWorkload:
-    """The shapes requested so far; the most frequent ones covering `coverage` of requests."""
+    """The shapes requested so far; the most frequent ones covering `coverage` of requests.
 
-    def __init__(self, coverage: float = 0.95, refresh: int = 64) -> None:
+    `learn()` counts a request and, on the refresh schedule, takes the snapshot that
+    `arrays()` compiles; `arrays()` only reads, so trial placements change nothing.
+    At most `max_shapes` distinct shapes are counted (the rarest go first)."""
+
+    def __init__(self, coverage: float = 0.95, refresh: int = 64, max_shapes: int = 1024) -> None:
         self.coverage = coverage
         self.refresh = refresh
+        self.max_shapes = max_shapes
         self.counts: Counter[Shape] = Counter()
         self.seen = 0
-        self._arrays: ShapeArrays | None = None
+        self._chosen = self._choose()
         self._built_at = -1
+        self._arrays: ShapeArrays | None = None
         self._models: list[str] = []
 
-    def observe(self, req: Request) -> None:
+    def learn(self, req: Request) -> None:
         self.counts[shape_of(req)] += 1
         self.seen += 1
+        if len(self.counts) > self.max_shapes:
+            self.counts = Counter(dict(self.counts.most_common(self.max_shapes * 3 // 4)))
+        # early on every request changes the picture; later the mix is stable
+        if self.seen - self._built_at >= min(self.refresh, max(1, self._built_at)):
+            self._chosen, self._built_at, self._arrays = self._choose(), self.seen, None
 
     def arrays(self, models: list[str]) -> ShapeArrays:
-        stale = self._arrays is None or models != self._models
-        # early on every request changes the picture; later the mix is stable
-        due = self.seen - self._built_at >= min(self.refresh, max(1, self._built_at))
-        if stale or due:
-            self._arrays = self._build(models)
-            self._built_at, self._models = self.seen, list(models)
+        if self._arrays is None or models != self._models:
+            self._arrays, self._models = self._build(models), list(models)
         return self._arrays
 
-    def _build(self, models: list[str]) -> ShapeArrays:
+    def _choose(self) -> list[tuple[Shape, int]]:
         total = sum(self.counts.values())
         chosen: list[tuple[Shape, int]] = []
         covered = 0
@@ -88,8 +95,10 @@ class TargetWorkload:
             covered += n
             if covered >= self.coverage * total:
                 break
-        if not chosen:
-            chosen = [((0, 1, MILLI_PER_GPU, frozenset()), 1)]
+        return chosen or [((0, 1, MILLI_PER_GPU, frozenset()), 1)]
+
+    def _build(self, models: list[str]) -> ShapeArrays:
+        chosen = self._chosen
         cpu = np.array([s[0] for s, _ in chosen], dtype=np.int64)
         num = np.array([s[1] for s, _ in chosen], dtype=np.int64)
         milli = np.array([s[2] for s, _ in chosen], dtype=np.int64)
@@ -137,9 +146,10 @@ def bestfit_score(state: ClusterState, idx: np.ndarray, req: Request) -> np.ndar
     return np.floor(100 * (1 - 0.5 * cpu_left / 128000 - 0.5 * gpu_left / 8000)).astype(np.int64)
 
 
-class FragmentationAware:
+class FGD:
     """FGD as published (the 0..100 score), with the workload learned online: the in-run
-    baseline of the default policy (capacity.UsableCapacity)."""
+    baseline of the default policy (capacity.FragAware). Pure when choosing; `learn()`
+    counts a request that really arrived."""
 
     name = "fgd"
 
@@ -149,8 +159,10 @@ class FragmentationAware:
         rnd = np.random.default_rng(12345)
         self._hash_w = rnd.integers(1, 2**61, size=64, dtype=np.int64)
 
+    def learn(self, req: Request) -> None:
+        self.target.learn(req)
+
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
-        self.target.observe(req)
         idx = np.flatnonzero(state.feasible(req))
         if idx.size == 0:
             return None

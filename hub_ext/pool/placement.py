@@ -1,7 +1,9 @@
 """Placement policies: given the cluster state and a request, choose node and GPUs.
 
 Every policy only *chooses*; ClusterState.apply enforces the invariants, so a buggy
-policy cannot over-allocate. Policies are pure: randomness comes in as an argument.
+policy cannot over-allocate. Choosing is pure: randomness comes in as an argument, and a
+policy that learns the workload (frag-aware, fgd) learns only in `learn()`, called once per
+request that really arrives, never while a scheduler tries placements out.
 Scores are computed for all nodes at once (numpy); ties go to `state.rank`, inventory
 order unless the run shuffled it.
 """
@@ -13,8 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from .capacity import UsableCapacity
-from .fragmentation import FragmentationAware, bestfit_score
+from .capacity import FragAware
+from .fragmentation import FGD, bestfit_score
 from .request import Placement, Request
 from .state import ClusterState
 from .units import MILLI_PER_GPU
@@ -24,8 +26,21 @@ class Policy(Protocol):
     name: str
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
-        """A placement for `req`, or None when it fits nowhere. Must not change `state`."""
+        """A placement for `req`, or None when it fits nowhere. Changes neither `state`
+        nor anything the policy has learned."""
         ...
+
+    def learn(self, req: Request) -> None:
+        """Take into account one request that really arrived (a spawn, an admitted job,
+        a simulated arrival); never called for trial placements."""
+        ...
+
+
+class Stateless:
+    """A policy that learns nothing: its decisions depend on the state alone."""
+
+    def learn(self, req: Request) -> None:
+        pass
 
 
 def gpus_for(state: ClusterState, i: int, req: Request, how: str = "tightest",
@@ -51,7 +66,7 @@ def best_node(state: ClusterState, idx: np.ndarray, score: np.ndarray) -> int:
     return int(idx[order[0]])
 
 
-class FirstFit:
+class FirstFit(Stateless):
     """The first node in inventory order that fits: simple and predictable."""
 
     name = "first-fit"
@@ -64,7 +79,7 @@ class FirstFit:
         return state.placement_on(i, req, gpus_for(state, i, req, "lowest"))
 
 
-class BestFit:
+class BestFit(Stateless):
     """The node with the least CPU and GPU left after placing (the FGD paper's BestFit)."""
 
     name = "best-fit"
@@ -77,7 +92,7 @@ class BestFit:
         return state.placement_on(i, req, gpus_for(state, i, req, "tightest"))
 
 
-class GpuPacking:
+class GpuPacking(Stateless):
     """Fill partly used GPUs first, then nodes already in use, then empty nodes."""
 
     name = "gpu-packing"
@@ -98,7 +113,7 @@ class GpuPacking:
         return state.placement_on(i, req, gpus_for(state, i, req, "tightest"))
 
 
-class Spread:
+class Spread(Stateless):
     """The least allocated node, like the default Kubernetes scheduler (a baseline)."""
 
     name = "spread"
@@ -112,7 +127,7 @@ class Spread:
         return state.placement_on(i, req, gpus_for(state, i, req, "lowest"))
 
 
-class RandomFit:
+class RandomFit(Stateless):
     """A uniformly random node that fits; a share goes to a random fitting GPU."""
 
     name = "random"
@@ -126,13 +141,13 @@ class RandomFit:
 
 
 POLICIES: dict[str, type] = {
-    p.name: p for p in (UsableCapacity, FragmentationAware, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
+    p.name: p for p in (FragAware, FGD, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
 }
-DEFAULT_POLICY = UsableCapacity.name
+DEFAULT_POLICY = FragAware.name
 
 
 def get_policy(name: str) -> Policy:
-    """A fresh policy object (a fragmentation-aware one learns from what it is asked)."""
+    """A fresh policy object (frag-aware and fgd learn from what `learn()` is given)."""
     try:
         return POLICIES[name]()
     except KeyError:

@@ -1,6 +1,6 @@
 """Train jobs as local processes pinned to their GPUs.
 
-Each run: `python -m gpupool.runners.wrap` around the command, in the job's folder, with a
+Each run: the wrapper `runners/wrap.py` around the command, in the job's folder, with a
 log file and GPUPOOL_CHECKPOINT_DIR that survives preemption. Preemption is SIGTERM, a grace
 period, then SIGKILL; resuming starts the same command with the same checkpoint folder.
 """
@@ -14,6 +14,18 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .safe_files import ensure_folder, folder, open_file, read_small
+
+EXIT_FILE = ".exit_code"
+# run by path, not as a module: the job's account may run a Python that has no gpupool
+# (the wrapper needs only the standard library)
+WRAPPER = str(Path(__file__).with_name("wrap.py"))
+# what a job keeps of the hub's environment: where programs and libraries are, the locale;
+# never the hub's tokens, the proxy's secret or the demo password
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+            "LD_LIBRARY_PATH", "CUDA_HOME")
+KEEP_PREFIXES = ("LC_", "NVIDIA_")
 
 
 @dataclass(frozen=True)
@@ -35,11 +47,52 @@ def account_of(name: str) -> Account | None:
     return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
 
 
-def give_to(folder: Path, account: Account) -> None:
-    """The job's folder belongs to its owner alone (0700): other users' jobs cannot read it."""
-    for path in [folder, *folder.rglob("*")]:
-        os.chown(path, account.uid, account.gid, follow_symlinks=False)
-    folder.chmod(0o700)
+def give_to(path: Path, account: Account) -> None:
+    """A folder the hub has just made belongs to its owner alone (0700): other users' jobs
+    cannot read it. Only for fresh folders: once the owner can write in it, the hub never
+    walks it again (a hard link planted there would hand the linked file over)."""
+    for top, dirs, files in os.walk(path, followlinks=False):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(top, name), account.uid, account.gid, follow_symlinks=False)
+    os.chown(path, account.uid, account.gid, follow_symlinks=False)
+    path.chmod(0o700)
+
+
+def owner_ids(account: Account | None) -> tuple[int, int]:
+    """The uid/gid that owns a job's files: its account's, else the hub's own."""
+    return (account.uid, account.gid) if account is not None else (os.geteuid(), os.getegid())
+
+
+def job_base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(KEEP_PREFIXES)}
+
+
+def read_exit(workdir: str, uid: int) -> tuple[int, str]:
+    """How a run ended, from the wrapper's record: (code, reason)."""
+    try:
+        with folder(workdir, uid) as dir_fd:
+            text = read_small(dir_fd, EXIT_FILE, uid).decode(errors="replace")
+    except FileNotFoundError:
+        return -signal.SIGKILL, ""  # killed before the wrapper could record anything
+    except OSError as err:
+        return -signal.SIGKILL, f"its exit record was not readable: {err}"
+    first, _, reason = text.partition("\n")
+    try:
+        code = int(first.strip()[:8])
+    except ValueError:
+        return -signal.SIGKILL, "its exit record was not a number"
+    return (code if -256 < code < 256 else -signal.SIGKILL), reason.strip()[:500]
+
+
+def is_run(pid: int, workdir: str = "") -> bool:
+    """Is `pid` alive and still the wrapper of this job's run (not a recycled pid)?"""
+    if not _alive(pid):
+        return False
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc to ask: trust the pid
+    return WRAPPER.encode() in args and (not workdir or str(Path(workdir, EXIT_FILE)).encode() in args)
 
 
 class LocalRunner:
@@ -47,6 +100,7 @@ class LocalRunner:
         self.grace_s, self.python = grace_s, python
         self.procs: dict[int, subprocess.Popen] = {}
         self.term_sent: dict[int, float] = {}
+        self.workdirs: dict[int, str] = {}
 
     @staticmethod
     def paths(workdir: str) -> dict[str, Path]:
@@ -56,55 +110,96 @@ class LocalRunner:
 
     def start(self, job_id: str, command: list[str], workdir: str, env: dict[str, str], run: int,
               account: Account | None = None) -> int:
-        """Start a run; with `account`, as that Unix user (the job's owner), never as the hub."""
+        """Start a run; with `account`, as that Unix user (the job's owner), never as the hub.
+
+        Raises OSError (UnsafePath among them) with a plain reason when the run cannot start:
+        the folder is not the job's any more, `checkpoint` is not a folder, the log is a link.
+        Nothing in the folder is opened by path (see safe_files)."""
+        uid, gid = owner_ids(account)
         p = self.paths(workdir)
-        p["checkpoint"].mkdir(parents=True, exist_ok=True)
-        p["exit"].unlink(missing_ok=True)
-        full_env = {**os.environ, **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
+        with folder(workdir, uid) as dir_fd:
+            ensure_folder(dir_fd, "checkpoint", uid, gid)
+            try:
+                os.unlink(EXIT_FILE, dir_fd=dir_fd)  # unlink never follows a link
+            except FileNotFoundError:
+                pass
+            log_fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, uid, gid, create=True)
+        # a clean environment: the hub's secrets (its tokens, the proxy's) are not the job's
+        full_env = {**job_base_env(), **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
                     "GPUPOOL_CHECKPOINT_DIR": str(p["checkpoint"]), "PYTHONUNBUFFERED": "1"}
         as_user: dict = {}
         if account is not None:
-            give_to(p["root"], account)
             full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
             as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}
-        with open(p["log"], "ab") as log:
-            log.write(f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
-            log.flush()
+        try:
+            os.write(log_fd, f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             proc = subprocess.Popen(
-                [self.python, "-m", "gpupool.runners.wrap", str(p["exit"]), "--", *command],
-                cwd=p["root"], env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [self.python, WRAPPER, str(p["exit"]), "--", *command],
+                cwd=p["root"], env=full_env, stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
                 **as_user,
             )
+        finally:
+            os.close(log_fd)
         self.procs[proc.pid] = proc
+        self.workdirs[proc.pid] = workdir
         return proc.pid
 
-    def exit_code(self, pid: int, workdir: str) -> int | None:
+    def exit_code(self, pid: int, workdir: str, account: Account | None = None) -> int | None:
         """None while the run is alive; its exit code once it ended (negative: killed by signal)."""
+        ended = self.ended(pid, workdir, account)
+        return None if ended is None else ended[0]
+
+    def ended(self, pid: int, workdir: str, account: Account | None = None) -> tuple[int, str] | None:
+        """None while the run is alive; (exit code, reason) once it ended. The reason is the
+        wrapper's plain words when the command could not start (e.g. the errno message)."""
         proc = self.procs.get(pid)
         if proc is not None and proc.poll() is None:
             return None
-        if proc is None and _alive(pid):
+        if proc is None and is_run(pid, workdir):
             return None  # a run adopted after a hub restart, still going
         self.procs.pop(pid, None)
         self.term_sent.pop(pid, None)
-        try:
-            return int(self.paths(workdir)["exit"].read_text())
-        except (OSError, ValueError):
-            return -signal.SIGKILL  # killed before the wrapper could record anything
+        self.workdirs.pop(pid, None)
+        return read_exit(workdir, owner_ids(account)[0])
 
-    def preempt(self, pid: int, now: float) -> None:
-        """SIGTERM now; `enforce` sends SIGKILL once the grace period is over."""
+    def preempt(self, pid: int, now: float, workdir: str = "", sent: float | None = None) -> None:
+        """SIGTERM now; `enforce` sends SIGKILL once the grace period is over. `sent`: when
+        the first SIGTERM went out (persisted), so that a restarted hub keeps the deadline."""
         if pid not in self.term_sent:
-            self.term_sent[pid] = now
-            _signal(pid, signal.SIGTERM)
+            self.term_sent[pid] = sent if sent is not None else now
+            self.workdirs.setdefault(pid, workdir)
+            self._signal(pid, signal.SIGTERM)
 
     def enforce(self, now: float) -> None:
         for pid, sent in list(self.term_sent.items()):
             if now - sent >= self.grace_s:
-                _signal(pid, signal.SIGKILL)
+                self._signal(pid, signal.SIGKILL)
 
-    def kill(self, pid: int) -> None:
-        _signal(pid, signal.SIGKILL)
+    def kill(self, pid: int, workdir: str = "") -> None:
+        self.workdirs.setdefault(pid, workdir)
+        self._signal(pid, signal.SIGKILL)
+
+    def _signal(self, pid: int, sig: int) -> None:
+        # a child not yet reaped keeps its pid; any other pid must still be this job's
+        # wrapper, or a hub restarted long after would signal whoever has the pid now
+        if pid in self.procs or is_run(pid, self.workdirs.get(pid, "")):
+            _signal(pid, sig)
+
+
+def find_run(workdir: str, proc_root: str = "/proc") -> int | None:
+    """The wrapper of this job's run, if one is alive (started just before a hub crash,
+    before its pid was written)."""
+    needle = str(Path(workdir, EXIT_FILE)).encode()
+    for proc in Path(proc_root).iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if WRAPPER.encode() in args and needle in args and _alive(int(proc.name)):
+            return int(proc.name)
+    return None
 
 
 def _alive(pid: int) -> bool:

@@ -45,6 +45,7 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, infl
     for n, pod in enumerate(order):
         req = pod.request
         arrived += req.total_milli
+        chooser.learn(req)  # an arrival: the only thing a policy learns from
         placement = chooser.choose(state, req, rng)
         if placement is None:
             failed += 1

@@ -70,6 +70,7 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, queu
                 waiting.popleft()
         else:
             done += 1
+            chooser.learn(payload.request)  # learned once per arrival, not per retry from the queue
             if not try_place(payload, now, now):
                 if queue:
                     waiting.append((now, payload))

@@ -35,6 +35,10 @@ class TrainJob(Base):
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
+    # what the hub has decided to do to the current run, written before it acts, so that a
+    # restarted hub carries it out: "cancel", "max-runtime" or "" (a preemption: requeue)
+    intent: Mapped[str] = mapped_column(String(16), default="")
+    term_sent: Mapped[float | None] = mapped_column(Float, nullable=True)  # first SIGTERM: kill deadline - grace
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property

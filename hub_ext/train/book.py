@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +14,9 @@ from sqlalchemy import select
 
 from ..manager import PoolManager
 from ..pool.training import Department, Project
-from ..store import TrainJob
+from ..runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
+from ..store import Event, TrainJob
+from ..store.db import bounded
 from .config import TrainPool
 
 
@@ -20,6 +25,7 @@ class JobBook:
         self.pool, self.cfg = pool, cfg
         self.projects: dict[str, Project] = cfg.project_table()
         self.departments: dict[str, Department] = cfg.department_table()
+        self.pools = cfg.pool_table()  # node pools (gpupool.pool.pools)
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:
@@ -41,10 +47,16 @@ class JobBook:
         """A new queued job: its folder under jobs_root with the snapshotted code (`prepare`
         may adjust the folder, e.g. hand it to the owner), its row and its event."""
         job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
-        workdir = Path(self.cfg.jobs_root.format(username=owner)).resolve() / f"{name}-{job_id}"
-        workdir.mkdir(parents=True, exist_ok=False)
-        for fname, content in (files or {}).items():
-            (workdir / fname).write_bytes(content)
+        parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
+        parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        workdir = parent / f"{name}-{job_id}"
+        with folder(str(parent), _parent_owner(parent)) as parent_fd:
+            os.mkdir(workdir.name, 0o700, dir_fd=parent_fd)
+            with folder(str(workdir), os.geteuid()) as dir_fd:
+                for fname, content in (files or {}).items():
+                    fd = open_file(dir_fd, fname, os.O_WRONLY, os.geteuid(), create=True)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(content)
         if prepare is not None:
             prepare(workdir)
         row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
@@ -53,19 +65,51 @@ class JobBook:
                        max_runtime_s=max_runtime_s, message=message)
         with self.pool.store.session() as s:
             s.add(row)
-        self.pool.store.record("job", f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
-                               name=job_id)
+            s.add(Event(kind="job", message=f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
+                        name=job_id, data={}))
         return row
 
     def _set(self, job_id: str, **values) -> None:
+        if "message" in values:
+            values["message"] = bounded(values["message"])
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             for k, v in values.items():
                 setattr(row, k, v)
 
-    async def logs(self, row: TrainJob, tail: int) -> dict:
-        """The last `tail` lines of the job's log and its output notebook, if any."""
-        log = Path(row.workdir, "job.log")
-        text = log.read_text(errors="replace") if log.exists() else ""
-        output = Path(row.workdir, "output.ipynb")
-        return {"lines": text.splitlines()[-tail:], "output_notebook": str(output) if output.exists() else None}
+    def file_owner(self, owner: str) -> int:
+        """The uid that owns a job's files (the hub's own unless jobs run as their owner)."""
+        return os.geteuid()
+
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> dict:
+        """The last `tail` lines of the job's log (before byte offset `before`, to page back),
+        read from the end, and its output notebook, if any. Nothing in the user's folder is
+        followed (see runners/safe_files)."""
+        return await asyncio.to_thread(self._read_logs, row, tail, before, self.file_owner(row.owner))
+
+    @staticmethod
+    def _read_logs(row: TrainJob, tail: int, before: int | None, uid: int) -> dict:
+        lines: list[str] = []
+        start, output = 0, False
+        try:
+            with folder(row.workdir, uid) as dir_fd:
+                output = is_file(dir_fd, "output.ipynb")
+                fd = open_file(dir_fd, "job.log", os.O_RDONLY, uid)
+                try:
+                    lines, start = tail_lines(fd, tail, before)
+                finally:
+                    os.close(fd)
+        except FileNotFoundError:
+            pass
+        except UnsafePath as err:
+            lines = [f"gpupool: the log is not shown: {err}"]
+        return {"lines": lines, "before": start,
+                "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None}
+
+
+def _parent_owner(parent: Path) -> int:
+    """The folder of a user's jobs must be a real folder that only its owner may change."""
+    st = parent.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_mode & 0o022:
+        raise UnsafePath(f"{parent} must be a folder that only its owner may write to")
+    return st.st_uid

@@ -10,7 +10,11 @@ from traitlets.config import Configurable
 from ..pool.training import Department, Project
 from ..pool.units import UnitError, parse_gpus
 
-PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department"}
+PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
+PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
+PROJECT_KEYS |= {"pools"}  # node pools, in order of preference
+POOL_KEYS = {"models", "nodes", "gpus"}
+MAX_IDLE_S = 7 * 86400
 DEPARTMENT_KEYS = {"guarantee", "limit"}
 
 
@@ -23,13 +27,17 @@ class TrainPool(Configurable):
         help="""Projects (queues) with their guaranteed quota and how they borrow idle GPUs.
         Keys: guarantee (GPUs, always reclaimable), weight (share of idle GPUs lent beyond the
         guarantee, default 1), limit (GPUs at most, default none), priority (higher is served and
-        kept first), department (a level above projects, for reports and Kubernetes queues).
-        Example::
+        kept first), department (a level above projects, for reports and Kubernetes queues),
+        idle_gpu_s (stop a train job whose GPUs stay idle this long; default: never), pools (the
+        node pools its jobs may use, in order of preference; default: every GPU),
+        users and groups (who may submit: hub user names and hub group names; a project with
+        neither list is open to every user; admins may always submit). Example::
 
             c.TrainPool.projects = {
-                "vision": {"guarantee": 2, "weight": 2, "limit": 4, "department": "research"},
-                "nlp": {"guarantee": 1, "weight": 1, "department": "research"},
-                "teaching": {"guarantee": 1, "limit": 1, "priority": 1},
+                "vision": {"guarantee": 2, "weight": 2, "limit": 4, "department": "research",
+                           "groups": ["vision-lab"], "users": ["ada"]},
+                "nlp": {"guarantee": 1, "weight": 1, "department": "research", "groups": ["nlp"]},
+                "teaching": {"guarantee": 1, "limit": 1, "priority": 1},  # everyone
             }
         """,
     )
@@ -44,6 +52,14 @@ class TrainPool(Configurable):
             c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 5}}
         """,
     )
+    reserve_after_s = Float(1800.0, config=True, help="""Seconds an in-quota job of several GPUs
+        waits before a node is reserved for it, so that a stream of small jobs cannot starve it:
+        the reserved node's free GPUs are held for it, backfilled only by jobs whose declared
+        max runtime ends before it could start, or by other projects' borrowers (reclaimable).
+        A negative value turns reservations off. Example::
+
+            c.TrainPool.reserve_after_s = 600
+        """)
     grace_s = Float(60.0, config=True, help="""Seconds between SIGTERM and SIGKILL when a job is
         preempted or cancelled: time to write a checkpoint. Example::
 
@@ -75,6 +91,78 @@ class TrainPool(Configurable):
 
             c.TrainPool.run_as = "owner"
         """)
+
+    node_pools = Dict({}, config=True, help="""Named groups of GPUs (KAI-Scheduler's node pools) that
+        projects choose with their "pools" key, in order of preference. A pool takes the GPUs
+        that match every key it gives: models (GPU model names), nodes (node names), gpus (GPU
+        indices). Example::
+
+            c.TrainPool.node_pools = {
+                "workstations": {"models": ["NVIDIA RTX A2000"]},
+                "dgx": {"models": ["NVIDIA H100 80GB HBM3"]},
+            }
+            c.TrainPool.projects = {"vision": {"guarantee": 8, "pools": ["dgx", "workstations"]}}
+        """)
+
+    def pool_table(self):
+        """The node pools, checked, and checked against the projects that name them."""
+        from ..pool.pools import NodePool
+
+        out = {}
+        for name, spec in self.node_pools.items():
+            if not isinstance(spec, dict) or not spec or set(spec) - POOL_KEYS:
+                raise TraitError(f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}")
+            models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
+            if not all(isinstance(v, list) for v in (models, nodes, gpus)) \
+                    or not all(isinstance(m, str) for m in models + nodes) \
+                    or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024 for g in gpus):
+                raise TraitError(f"TrainPool.node_pools[{name!r}]: models and nodes are lists of names,"
+                                 " gpus a list of GPU indices")
+            out[name] = NodePool(name, frozenset(models), frozenset(nodes), frozenset(gpus))
+        for p in self.project_table().values():
+            unknown = set(p.pools) - set(out)
+            if unknown:
+                raise TraitError(f"TrainPool.projects[{p.name!r}]: pools {sorted(unknown)} are not in"
+                                 f" TrainPool.node_pools ({sorted(out)})")
+        return out
+
+    idle_warn_s = Float(300.0, config=True, help="""Seconds before an idle train job is stopped (a
+        project's idle_gpu_s) that a warning is written to its log. Example::
+
+            c.TrainPool.idle_warn_s = 600
+        """)
+    idle_util_pct = Float(1.0, config=True, help="""GPU utilization (percent) at or below which a
+        train job counts as idle. Example::
+
+            c.TrainPool.idle_util_pct = 5
+        """)
+    idle_sampler = Unicode("nvml", config=True, help="""Where the GPU use of train jobs comes from,
+        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine) or file
+        (tests; idle_sampler_arg is the JSON file, keyed "owner/job id"). Example::
+
+            c.TrainPool.idle_sampler = "nvml"
+        """)
+    idle_sampler_arg = Unicode("", config=True, help="""Argument of idle_sampler. Example::
+
+            c.TrainPool.idle_sampler_arg = "/tmp/gpu-samples.json"
+        """)
+
+    def idle_rules(self):
+        """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""
+        from .idle import IdleRule
+
+        out = {}
+        for name, spec in self.projects.items():
+            raw = spec.get("idle_gpu_s", 0)
+            try:
+                idle_s = float(raw)
+            except (TypeError, ValueError):
+                raise TraitError(f"TrainPool.projects[{name!r}]: idle_gpu_s must be seconds, got {raw!r}") from None
+            if not 0 <= idle_s <= MAX_IDLE_S:
+                raise TraitError(f"TrainPool.projects[{name!r}]: idle_gpu_s must be between 0 and {MAX_IDLE_S}")
+            if idle_s:
+                out[name] = IdleRule(idle_s, min(self.idle_warn_s, idle_s), self.idle_util_pct)
+        return out
 
     @validate("run_as")
     def _check_run_as(self, proposal: dict) -> str:
@@ -109,7 +197,7 @@ class TrainPool(Configurable):
             c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
         """)
     kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
-        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, checkpoint_dir,
+        gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
         service_account, kueue, device_memory_mib; grace_s comes from TrainPool.grace_s).
         Example::
@@ -148,7 +236,24 @@ class TrainPool(Configurable):
             if unknown:
                 raise TraitError(f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
                                  f" use {sorted(PROJECT_KEYS)}")
+            for key in ("users", "groups"):
+                names = spec.get(key, [])
+                if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+                    raise TraitError(f"TrainPool.projects[{name!r}][{key!r}] must be a list of names")
         return proposal["value"]
+
+    def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
+        """Membership: admins always; a project without users and groups lists is open to all."""
+        spec = self.projects.get(project)
+        if spec is None:
+            return False
+        users, allowed_groups = spec.get("users"), spec.get("groups")
+        if admin or (users is None and allowed_groups is None):
+            return True
+        return user in (users or ()) or bool(set(groups) & set(allowed_groups or ()))
+
+    def projects_for(self, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> list[str]:
+        return sorted(p for p in self.projects if self.may_submit(p, user, groups, admin))
 
     def department_table(self) -> dict[str, Department]:
         """Departments, checked against the projects that name them."""
@@ -189,6 +294,9 @@ class TrainPool(Configurable):
             weight = float(spec.get("weight", 1))
             if weight <= 0:
                 raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
+            pools = spec.get("pools", [])
+            if not isinstance(pools, list) or not all(isinstance(x, str) for x in pools):
+                raise TraitError(f"TrainPool.projects[{name!r}]: pools must be a list of node pool names")
             out[name] = Project(name, guarantee, weight, limit, int(spec.get("priority", 0)),
-                                str(spec.get("department", "")))
+                                str(spec.get("department", "")), tuple(pools))
         return out

@@ -7,13 +7,15 @@ sees into the job row, so the REST API, widgets and admin page work as in the em
 
 Never twice: a job is created on the cluster once (Job names are the job ids, creation is
 idempotent). Its code is snapshotted into the job's folder under TrainPool.jobs_root first, so
-a row the hub had not yet sent when it died is sent after a restart.
+a row the hub had not yet sent when it died is sent after a restart; once the cluster holds the
+Job and its code, the folder is removed.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -83,6 +85,7 @@ class KubeTrainingService(JobBook):
                 self.unsent.discard(job_id)
                 self._set(job_id, state="failed", finished=time.time(),
                           message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}")
+                self._drop_folder(row)
                 return
             log.warning("could not create the Job of %s (%s); retrying", job_id, err.status)
             self._set(job_id, message=f"{SUBMITTING} (retrying: {err.status} {err.reason})")
@@ -92,9 +95,19 @@ class KubeTrainingService(JobBook):
             self._set(job_id, message=f"{SUBMITTING} (retrying: {err})")
             return
         self.unsent.discard(job_id)
+        self._drop_folder(row)  # the code is on the cluster now (its ConfigMap)
         row = self.job(job_id)
         if row.message.startswith(SUBMITTING):  # the watch may have said more already
             self._set(job_id, message=self._waiting(row))
+
+    def _drop_folder(self, row: TrainJob) -> None:
+        """The job's folder on the hub's volume only carries its code until the cluster has it;
+        then it goes (it was never cleaned, and filled the hub's volume). Only a folder directly
+        in the owner's jobs_root is removed: a path from the database is not followed elsewhere."""
+        folder = Path(row.workdir)
+        root = Path(self.cfg.jobs_root.format(username=row.owner)).resolve()
+        if folder.parent == root and folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
 
     async def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
         if job_id in self.unsent:  # never reached the cluster

@@ -6,20 +6,29 @@ a GPU) and the runner. `tick(now)` takes the time, so tests travel instead of sl
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
+from collections.abc import Callable
 
+from sqlalchemy import select
+
+from .. import failpoints
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
+from ..pool.actions import reclaimable
 from ..pool.request import Placement
-from ..pool.training import Job, schedule
-from ..runners.local import Account, LocalRunner, account_of, give_to
-from ..store import TrainJob
+from ..pool.training import Job, in_quota_split, schedule
+from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
+from ..store import Allocation, ElasticRange, Event, TrainJob
+from ..store.db import bounded
 from .book import JobBook
 from .config import TrainPool
+from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 ACTIVE = ("running", "preempting")
+NEVER_BEGAN = "the hub stopped before its run began"
 
 
 class TrainingService(JobBook):
@@ -30,10 +39,14 @@ class TrainingService(JobBook):
         self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
-        self.cancel_requested: set[str] = set()
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
         # GPUs freed for a build workspace are held for it, not handed back to train jobs
         self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
+        # idle train jobs: the hub's set-up plugs in the idle culler's sampler (GPU utilization
+        # per job id, None when unknown) for projects with idle_gpu_s
+        self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
+        self.idle_rules = cfg.idle_rules()
+        self.idle = IdleClock()
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
@@ -46,25 +59,41 @@ class TrainingService(JobBook):
             raise PermissionError(f"user {owner} has no Unix account on this machine to run jobs as")
         return account
 
+    def file_owner(self, owner: str) -> int:
+        try:
+            return owner_ids(self.account(owner))[0]
+        except PermissionError:
+            return owner_ids(None)[0]
+
     # --- changes from the API -------------------------------------------------
     def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-               files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+               files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0) -> TrainJob:
+        """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs."""
         account = self.account(owner)  # refused before anything is written
-        return self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
-                                max_runtime_s, files, now,
-                                prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
+        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
+                               max_runtime_s, files, now,
+                               prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
+        if min_gpus:
+            with self.pool.store.session() as s:
+                s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
+        return row
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+        """The intent is written first; the signal follows (and is sent again by a restarted
+        hub), so a cancelled job never comes back."""
         now = now if now is not None else time.time()
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             if row.state == "queued":
                 row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
             elif row.state in ACTIVE:
-                self.cancel_requested.add(job_id)
-                self.runner.preempt(row.pid, now)
-                row.state, row.message = "preempting", "cancelling"
+                row.intent, row.state, row.message = "cancel", "preempting", "cancelling"
+                row.term_sent = row.term_sent or now
+            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+        failpoints.reach("train.cancel.persisted")
+        if pid and sent is not None:
+            self.runner.preempt(pid, now, workdir, sent=sent)
         return self.job(job_id)
 
     # --- the loop ------------------------------------------------------------
@@ -72,58 +101,135 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         self._observe(now)
+        self._stop_idle(now)
         plan = self._plan(now)
         for p in plan.preempt:
             self._preempt(p.job, p.reason, now)
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
             self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
+        for z in plan.resize:  # an elastic job restarts from its checkpoint at another size
+            self.pins[z.job] = z.to
+            self._preempt(z.job, z.reason, now)
+        for r in plan.reserve:
+            if self.pins.get(r.job) != r.placement:
+                self._reserved(r, now)
+            self.pins[r.job] = r.placement
         for a in plan.admit:
             self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
         return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt],
-                "moved": [m.job for m in plan.move]}
+                "moved": [m.job for m in plan.move], "resized": [z.job for z in plan.resize]}
 
     def _observe(self, now: float) -> None:
         for row in self.jobs():
             if row.state not in ACTIVE:
                 continue
-            code = self.runner.exit_code(row.pid, row.workdir) if row.pid else -9
-            if code is None:
-                if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
-                    self.cancel_requested.add(row.id)
-                    self._set(row.id, state="preempting", message="reached its max runtime")
-                    self.runner.preempt(row.pid, now)
-                continue
-            self.pool.release(Workload("train", row.owner, row.id), reason=f"run ended ({code})")
-            if row.id in self.cancel_requested:
-                self.cancel_requested.discard(row.id)
-                cancelled = "max runtime" not in row.message
-                self._set(row.id, state="cancelled" if cancelled else "failed", finished=now, exit_code=code,
-                          pid=None, message="cancelled" if cancelled else "stopped at its max runtime")
-            elif row.state == "preempting":
-                # back in the queue with its original submit time: it keeps its place
-                self._set(row.id, state="queued", pid=None, exit_code=code, message="preempted; will resume")
-                self.pool.store.record("requeue", f"job {row.id} requeued after preemption", owner=row.owner,
-                                       name=row.id)
+            if row.pid is None:  # the hub died between recording the run and starting it
+                ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
             else:
-                state = "succeeded" if code == 0 else "failed"
-                self._set(row.id, state=state, finished=now, exit_code=code, pid=None,
-                          message="" if code == 0 else f"exit code {code}")
+                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
+            if ended is None:
+                if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
+                    self._set(row.id, state="preempting", intent="max-runtime", term_sent=now,
+                              message="reached its max runtime")
+                    self.runner.preempt(row.pid, now, row.workdir)
+                continue
+            self._settle(row.id, *ended, now=now)
+
+    def _settle(self, job_id: str, code: int, reason: str, now: float) -> None:
+        """A run ended: its GPUs go back and the job's next state is written in one transaction."""
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
+            row.pid, row.exit_code, row.term_sent = None, code, None
+            if row.intent == "cancel":
+                row.state, row.finished, row.message = "cancelled", now, "cancelled"
+            elif row.intent == "max-runtime":
+                row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
+            elif row.intent == "idle":
+                row.state, row.finished, row.message = "failed", now, "idle GPU"
+            elif row.state == "preempting" or reason == NEVER_BEGAN:
+                # back in the queue with its original submit time: it keeps its place
+                row.state = "queued"
+                row.message = "preempted; will resume" if reason != NEVER_BEGAN else f"requeued: {reason}"
+                s.add(Event(kind="requeue", message=f"job {row.id} requeued after preemption", owner=row.owner,
+                            name=row.id, data={}))
+            else:
+                row.state, row.finished = ("succeeded" if code == 0 else "failed"), now
+                row.message = "" if code == 0 else bounded(reason or f"exit code {code}")
+            row.intent = ""
+        if placement is not None:
+            self.pool.state.release(placement)
+
+    def _account_or_none(self, owner: str) -> Account | None:
+        try:
+            return self.account(owner)
+        except PermissionError:
+            return None
+
+    def _stop_idle(self, now: float) -> None:
+        """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s."""
+        if self.gpu_use is None or not self.idle_rules:
+            return
+        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        util = self.gpu_use(rows) if rows else {}
+        by_id = {r.id: r for r in rows}
+        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
+                                                    util, now):
+            row = by_id[job_id]
+            rule = self.idle_rules[row.project]
+            if verdict == "warn":
+                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                self._log_line(row, f"--- gpupool: {msg} ---")
+                self._set(job_id, message=f"warning: {msg}")
+                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                continue
+            self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
+            # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
+            self._set(job_id, state="preempting", intent="idle", term_sent=now, message="stopping: idle GPU")
+            self.runner.preempt(row.pid, now, row.workdir)
+            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+
+    @staticmethod
+    def _log_line(row: TrainJob, line: str) -> None:
+        """Append to the job's log without following a link its owner may have put there."""
+        try:
+            fd = os.open(os.path.join(row.workdir, "job.log"), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        except OSError as err:
+            log.warning("cannot write to the log of job %s: %s", row.id, err)
+            return
+        with os.fdopen(fd, "a") as f:
+            f.write(line + "\n")
 
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         rows = self.jobs()
-        pending = [self._job(r, self.pins.get(r.id)) for r in rows
+        with self.pool.store.session() as s:
+            elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
+        pending = [self._job(r, self.pins.get(r.id), elastic.get(r.id)) for r in rows
                    if r.state == "queued" and r.project in self.projects]
-        running = [self._job(r) for r in rows if r.state == "running"]
+        running = [self._job(r, None, elastic.get(r.id)) for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
-                        stopping=stopping, departments=self.departments)
+                        stopping=stopping, departments=self.departments,
+                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
+                        pools=self.pools)
+
+    def _reserved(self, r, now: float) -> None:
+        """Tell the job's owner where it will start, and from when at the latest (if known)."""
+        row = self.job(r.job)
+        by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
+        msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
+        self._set(r.job, message=msg)
+        self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
     def _train_view(self):
-        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full."""
-        view = self.pool.state.copy()
+        """The pool as train jobs may see it: every allocation counts, excluded GPUs look full,
+        room is kept for parked workspaces asking for their GPU back (gpupool.pool.parking)."""
+        view = self.pool.newcomer_view().copy()
         for request, _ in self.build_holds.values():
             spot = self.policy.choose(view, request, self.rng)
             if spot is not None:
@@ -134,36 +240,73 @@ class TrainingService(JobBook):
                     view.gpu_free[:, g] = -1
         return view
 
-    def _job(self, row: TrainJob, pin: Placement | None = None) -> Job:
+    def _job(self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None) -> Job:
+        """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
+        while queued, and runs at its current size (num_gpu)."""
         alloc = self.pool.allocation(Workload("train", row.owner, row.id))
         placement = pin
         if alloc is not None:
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
-        return Job(id=row.id, project=row.project, request=Request(row.num_gpu, row.gpu_milli),
+        request = Request(row.num_gpu, row.gpu_milli)
+        if elastic is not None:
+            request = Request(row.num_gpu if row.state != "queued" else elastic[0])
+        return Job(id=row.id, project=row.project, request=request,
+                   min_gpus=elastic[0] if elastic else 0, max_gpus=elastic[1] if elastic else 0,
                    submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
-                   started=row.started, placement=placement)
+                   started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
+        """Reserve, record the run, start the process, record its pid. A crash between any
+        two steps is repaired by `adopt_after_restart`; a start that fails ends the job
+        `failed` with the reason, its GPUs returned in the same transaction."""
         row = self.job(job_id)
-        self.pool.reserve_at(Workload("train", row.owner, row.id), placement)
+        w = Workload("train", row.owner, row.id)
+        self.pool.reserve_at(w, placement)
+        if row.runs == 0:  # an admission the placement policy learns from; a resume is the same job
+            self.policy.learn(Request(row.num_gpu, row.gpu_milli))
+        failpoints.reach("train.start.reserved")
+        resumed = row.runs > 0
+        self._set(job_id, state="running", started=now, pid=None, runs=row.runs + 1, intent="", term_sent=None,
+                  message="resumed from its checkpoint" if resumed else "")
+        failpoints.reach("train.resume.recorded" if resumed else "train.start.recorded")
         node = self.pool.inventory.node(placement.node)
         gpus = [node.gpus[i] for i in placement.gpus]
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
-               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000)}
-        pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
-        self.pool.mark_running(Workload("train", row.owner, row.id), pid)
-        resumed = row.runs > 0
-        self._set(job_id, state="running", started=now, pid=pid, runs=row.runs + 1,
-                  message="resumed from its checkpoint" if resumed else "")
-        self.pool.store.record("resume" if resumed else "start", f"job {job_id} {'resumed' if resumed else 'started'}"
-                               f" on {placement.node} GPU {list(placement.gpus)}", owner=row.owner, name=job_id)
+               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000),
+               "GPUPOOL_GPUS": str(len(gpus))}  # this run's size (an elastic job's changes between runs)
+        if len(gpus) != row.num_gpu and placement.gpu_milli == 1000:
+            self._set(job_id, num_gpu=len(gpus))  # an elastic job runs at another size now
+        try:
+            pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
+        except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError
+            log.warning("job %s could not start: %s", job_id, err)
+            self._fail_start(job_id, f"could not start: {err}", now)
+            return
+        failpoints.reach("train.start.spawned")
+        with self.pool.store.session() as s:
+            r = s.get(TrainJob, job_id)
+            r.pid = pid
+            alloc = s.scalar(_alloc_query(w))
+            if alloc is not None:
+                alloc.state, alloc.pid = "running", pid
+            s.add(Event(kind="resume" if resumed else "start", owner=row.owner, name=job_id, data={},
+                        message=f"job {job_id} {'resumed' if resumed else 'started'}"
+                                f" on {placement.node} GPU {list(placement.gpus)}"))
+
+    def _fail_start(self, job_id: str, reason: str, now: float) -> None:
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
+            row.state, row.finished, row.pid, row.message = "failed", now, None, bounded(reason)
+            s.add(Event(kind="fail", message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
+                        name=job_id, data={}))
+        if placement is not None:
+            self.pool.state.release(placement)
 
     def make_room_for_build(self, w: Workload, request: Request, now: float | None = None) -> bool:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
         `request` fits; False when even that would not make room. Build workspaces are never
         preempted; in-quota train jobs neither."""
-        from ..pool.training import in_quota_split
-
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
@@ -178,11 +321,8 @@ class TrainingService(JobBook):
         if self.policy.choose(trial, request, self.rng) is not None:
             self.build_holds[(w.owner, w.name)] = hold
             return True  # GPUs already on their way back
-        candidates = sorted((j for j in running if j.id in over and j.placement is not None
-                             and now - (j.started or now) >= j.min_runtime_s),
-                            key=lambda j: (self.projects[j.project].priority, j.priority, -(j.started or 0)))
         chosen = []
-        for job in candidates:
+        for job in reclaimable(running, over, self.projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
             chosen.append(job)
             if self.policy.choose(trial, request, self.rng) is not None:
@@ -193,15 +333,42 @@ class TrainingService(JobBook):
         return False
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
-        row = self.job(job_id)
-        self.runner.preempt(row.pid, now)
-        self._set(job_id, state="preempting", preemptions=row.preemptions + 1, message=f"preempted: {reason}")
-        self.pool.store.record("preempt", f"job {job_id} of {row.project} preempted: {reason}", owner=row.owner,
-                               name=job_id)
+        with self.pool.store.session() as s:
+            row = s.get(TrainJob, job_id)
+            row.state, row.preemptions = "preempting", row.preemptions + 1
+            row.message, row.term_sent = bounded(f"preempted: {reason}"), row.term_sent or now
+            s.add(Event(kind="preempt", message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
+                        owner=row.owner, name=job_id, data={}))
+            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+        failpoints.reach("train.preempt.persisted")
+        if pid:
+            self.runner.preempt(pid, now, workdir, sent=sent)
 
-    def adopt_after_restart(self) -> None:
+    def adopt_after_restart(self, now: float | None = None) -> None:
         """After a hub restart: runs still alive keep going (the runner reads their exit file
-        when they end); runs that died with the hub go back to the queue, never twice."""
+        when they end), with their persisted SIGTERM/SIGKILL deadlines; a run started just
+        before the crash is found by its folder; GPUs held for a job that is not running go
+        back. Runs that died with the hub are settled by the next tick, never run twice."""
+        now = now if now is not None else time.time()
         for row in self.jobs():
-            if row.state in ACTIVE and row.pid and self.runner.exit_code(row.pid, row.workdir) is None:
+            if row.state not in ACTIVE:
+                if self.pool.release(Workload("train", row.owner, row.id), reason="not running (reconciled)"):
+                    log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
+                continue
+            if row.pid is None:
+                pid = find_run(row.workdir)
+                if pid is None:
+                    continue  # the next tick settles it: requeued, cancelled or failed by its intent
+                self._set(row.id, pid=pid)
+                self.pool.mark_running(Workload("train", row.owner, row.id), pid)
+                row.pid = pid
+            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner)) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
+                if row.state == "preempting":  # the signal may not have gone out before the crash
+                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now)
+
+
+def _alloc_query(w: Workload):
+    from sqlalchemy import select
+
+    return select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name)

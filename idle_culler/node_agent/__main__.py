@@ -1,4 +1,4 @@
-"""python -m gpupool.idle_culler.node_agent --port 9400 --interval 10 [--proc /proc]"""
+"""python -m gpupool.idle_culler.node_agent --port 9402 --interval 10 [--proc /proc]"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .server import Agent, serve
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpupool.idle_culler.node_agent",
                                  description="Per-pod GPU use from NVML, served at /pods and /metrics.")
-    ap.add_argument("--port", type=int, default=9400)
+    ap.add_argument("--port", type=int, default=9402, help="9402: beside dcgm-exporter's 9400")
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between NVML samples")
     ap.add_argument("--proc", default=os.environ.get("GPUPOOL_PROC_ROOT", "/proc"),

@@ -24,3 +24,15 @@ def pod_of(pid: int, proc: Path = Path("/proc")) -> str | None:
         return pod_uid((proc / str(pid) / "cgroup").read_text())
     except OSError:
         return None
+
+
+def pods_on_node(proc: Path = Path("/proc")) -> set[str]:
+    """Every pod with a process on this node (the agent runs with hostPID): a pod on a GPU node
+    with no GPU process has never opened CUDA, and counts as GPU-idle rather than unknown."""
+    out = set()
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            uid = pod_of(int(entry.name), proc)
+            if uid:
+                out.add(uid)
+    return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from .cgroups import pod_of
+from .cgroups import pod_of, pods_on_node
 from .collect import per_gpu, per_pod
 
 log = logging.getLogger("gpupool.node_agent")
@@ -29,6 +29,9 @@ class Agent:
     def refresh(self) -> dict:
         try:
             pods = per_pod(self.nvml.process_samples(), lambda pid: pod_of(pid, self.proc))
+            using = {p["uid"] for p in pods}
+            pods += [{"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
+                     for uid in sorted(pods_on_node(self.proc) - using)]
             snap = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
         except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
             log.warning("NVML sample failed: %s", err)

@@ -54,7 +54,7 @@ def test_every_rendered_manifest_validates(example, schemas: Path) -> None:
     assert {"Queue", "DaemonSet", "Role", "RoleBinding", "ConfigMap"} <= kinds
     if example and "research" in example.name:
         queues = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Queue"}
-        assert queues["vision"]["parentQueue"] == "research"
+        assert queues["vision"]["parentQueue"] == "department-research"
         assert queues["vision"]["resources"]["gpu"] == {"quota": 8, "overQuotaWeight": 2, "limit": 16}
         cq = next(d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "nlp")
         quota = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
@@ -63,7 +63,7 @@ def test_every_rendered_manifest_validates(example, schemas: Path) -> None:
     if example and "teaching" in example.name:
         assert sum(d["kind"] == "Namespace" for d in docs) == 3
         classes = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
-        assert classes == {"build": 100, "train": 50}
+        assert classes == {"build": 100, "train": 50, "gpupool-train-high": 75}
 
 
 def test_chart_lints_clean_in_strict_mode() -> None:
@@ -126,6 +126,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
     assert c.GPUKubeSpawner.gpu_sharing == "kai"
+    assert c.GPUKubeSpawner.kai_queue_groups == ["default", "nlp", "robotics", "vision"]  # no build.queues
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
     assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from gpupool import runtime
+from gpupool.spawner.form import requested_milli
 from gpupool.spawner.kube import GPUKubeSpawner
 from kubernetes_asyncio.config import kube_config
 from tornado import web
@@ -77,7 +78,7 @@ def pod_posts(apiserver: FakeAPIServer) -> list:
 
 async def test_start_creates_a_kai_pod_for_the_share_and_stop_deletes_it(make_spawner, cluster: Cluster,
                                                                          apiserver: FakeAPIServer) -> None:
-    sp = make_spawner()
+    sp = make_spawner(kai_queue_groups=["students"])
     pod = await start_and_run(sp, cluster)
     # the pod as the API server received it (strictly validated there)
     assert pod["spec"]["schedulerName"] == "kai-scheduler"
@@ -86,6 +87,8 @@ async def test_start_creates_a_kai_pod_for_the_share_and_stop_deletes_it(make_sp
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.25"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    # the hub's nominal device index and its own paths would hide the pod's GPU / point nowhere
+    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "GPUPOOL_GPU_UUIDS", "CUDA_MPS_PIPE_DIRECTORY"} & set(env)
     assert [a.total_milli for a in sp.pool.store.allocations(owner="ann")] == [250]
     assert await sp.poll() is None
     assert sp.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about
@@ -93,6 +96,13 @@ async def test_start_creates_a_kai_pod_for_the_share_and_stop_deletes_it(make_sp
     await sp.stop()
     assert apiserver.get("api/v1", "pods", NS, sp.pod_name) is None
     assert sp.pool.store.allocations(owner="ann") == []  # the share is back in the pool
+
+
+async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(make_spawner) -> None:
+    listed = ["vision", "nlp"]  # the order of preference, not the alphabet
+    assert make_spawner(groups=("admins", "nlp", "vision"), kai_queue_groups=listed).queue_name() == "vision"
+    assert make_spawner(groups=("nlp", "admins"), kai_queue_groups=listed).queue_name() == "nlp"
+    assert make_spawner(groups=("admins",), kai_queue_groups=listed).queue_name() == "default"  # no queue of its own
 
 
 async def test_over_quota_is_refused_before_any_pod_exists(make_spawner, apiserver: FakeAPIServer) -> None:
@@ -142,6 +152,19 @@ async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(make_sp
     assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.5"
     assert pod["spec"]["containers"][0]["image"] == "registry.example.org/staff:1"
     await staff.stop()
+
+
+async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(make_spawner) -> None:
+    gpu = make_spawner()
+    assert "0.25" in await gpu.get_options_form()
+    assert requested_milli(gpu.run_options_from_form({"gpus": ["500"]})) == 500
+
+    with_profiles = make_spawner(profile_list=PROFILES)
+    assert "Quarter GPU" in await with_profiles.get_options_form()
+    assert with_profiles.run_options_from_form({"profile": ["quarter"]}) == {"profile": "quarter"}
+
+    admins = make_spawner(options_form="<p>our own form</p>")
+    assert await admins.get_options_form() == "<p>our own form</p>"
 
 
 async def test_a_profile_that_asks_for_more_than_it_says_is_refused(make_spawner, apiserver: FakeAPIServer) -> None:

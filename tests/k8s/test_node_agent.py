@@ -141,6 +141,18 @@ def test_the_cullers_node_agent_sampler_reads_the_agent(served) -> None:
     assert use["ann/"].util_pct == 100.0 and use["ann/"].memory_mib == 1500
 
 
+def test_a_pod_that_never_opened_cuda_is_reported_idle_not_missing(proc: Path) -> None:
+    """Its processes are on the node (in /proc) but none holds a GPU context: 0 %, 0 MiB, so the
+    culler's GPU rules apply to it instead of treating it as 'no data'."""
+    nvml = FakeNVML()
+    nvml.processes = [p for p in nvml.processes if p.pid == 14]  # only UID2 runs CUDA
+    snap = Agent(nvml, proc, clock=lambda: 1000.0).refresh()
+    pods = {p["uid"]: p for p in snap["pods"]}
+    assert pods[UID] == {"uid": UID, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}
+    assert pods[UID2]["gpu_util_pct"] == 30.0
+    assert len(pods) == 2  # the host's process (pid 13) is no pod
+
+
 def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> None:
     """Two agents (two nodes) on one port; the Service name resolves to both, as the chart's
     headless Service does; a third address that does not answer is skipped."""
@@ -153,7 +165,10 @@ def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> N
     for host, processes in (("127.0.0.1", [(11, "GPU-a", 40, 1000)]), ("127.0.0.2", [(14, "GPU-b", 30, 2000)])):
         nvml = FakeNVML()
         nvml.processes = [p for p in nvml.processes if (p.pid, p.gpu_uuid) == processes[0][:2]]
-        agent = Agent(nvml, proc, clock=lambda: 1000.0)
+        node_proc = proc / host  # each node's /proc holds its own pods' processes only
+        node_proc.mkdir()
+        (node_proc / str(processes[0][0])).symlink_to(proc / str(processes[0][0]))
+        agent = Agent(nvml, node_proc, clock=lambda: 1000.0)
         agent.refresh()
         server = serve(agent, port, host=host)
         threading.Thread(target=server.serve_forever, daemon=True).start()

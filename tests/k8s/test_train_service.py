@@ -69,6 +69,7 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
     code = apiserver.get("api/v1", "configmaps", NS, code_name(row.id))
     assert base64.b64decode(code["binaryData"]["job.py"]) == b"print('epoch 1')\n"
     assert code["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]  # deleted with its Job
+    assert not Path(row.workdir).exists()  # the cluster holds the code now: nothing left on the hub's volume
 
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
@@ -134,6 +135,7 @@ async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart
         await up.tick()
         code = apiserver.get("api/v1", "configmaps", NS, code_name(row.id))
         assert base64.b64decode(code["binaryData"]["job.py"]) == b"print(1)"
+        assert not Path(row.workdir).exists()
         creates = [r for r in apiserver.requests() if r[0] == "POST" and r[1].endswith("/jobs")]
         assert len(creates) == 1
         await until(lambda: "waiting for GPUs" in up.job(row.id).message, what="queued on the cluster")

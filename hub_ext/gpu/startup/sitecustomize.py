@@ -1,5 +1,6 @@
 """Caps PyTorch's CUDA allocator at the workspace's GPU share, in every Python process
-of a gpupool workspace (kernels, terminals, scripts).
+of a gpupool workspace (kernels, terminals, scripts), and hooks IPython shells so that a
+parked GPU comes back before the next cell runs (gpupool_resume.py).
 
 Lazy on purpose: nothing happens until the user imports torch, and the cap is applied
 when torch initialises CUDA, so importing torch stays as fast as ever and forked
@@ -73,5 +74,52 @@ def _install() -> None:
     sys.meta_path.insert(0, TorchWatcher())
 
 
+def _install_resume_hook() -> None:
+    """Parked GPUs come back before the next cell (gpupool_resume.py): hook every IPython
+    shell once it has its event manager; nothing is imported until IPython itself is."""
+    if not os.environ.get("GPUPOOL_API_URL") or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
+        return
+    import importlib.abc
+    import importlib.machinery
+
+    def patch(module) -> None:
+        shell_class = module.InteractiveShell
+        original = shell_class.init_events
+
+        def init_events(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            try:
+                import gpupool_resume
+
+                gpupool_resume.install(self)
+            except Exception as err:  # never break the kernel
+                print(f"gpupool: could not install the GPU resume hook: {err}", file=sys.stderr)
+
+        shell_class.init_events = init_events
+
+    class ShellWatcher(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name != "IPython.core.interactiveshell":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            original = spec.loader.exec_module
+
+            def exec_module(module):
+                original(module)
+                try:
+                    patch(module)
+                except Exception as err:  # an IPython without init_events: no hook, no harm
+                    print(f"gpupool: no GPU resume hook: {err}", file=sys.stderr)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, ShellWatcher())
+
+
 _install()
+_install_resume_hook()
 _chain_next_sitecustomize()

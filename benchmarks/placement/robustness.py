@@ -1,0 +1,139 @@
+"""The default policy against the better of FGD and BestFit on every workload mix.
+
+Each workload (a resampled mix from `mixes.grid()`, or a shared openb variant) is run
+through the FGD protocol at 130 % arrived with the default policy, `fgd` and `best-fit`
+in the same run, for the same seeds. The margin of a workload is the default's mean
+allocation minus the better of the two others' means; the worst margin is the smallest
+over all workloads.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.placement import DEFAULT_POLICY
+from gpupool.sim import fgd
+from gpupool.sim.traces import TracePod, read_nodes, read_pods
+
+from benchmarks.data import shared_data
+from benchmarks.placement.mixes import Mix, grid, resample, shares_of
+
+VARIANTS = ["default", "gpushare40", "multigpu20", "cpu050", "gpuspec10"]
+RIVALS = ["fgd", "best-fit"]
+LEVEL = 130
+
+
+@dataclass(frozen=True)
+class Workload:
+    label: str
+    pods: list[TracePod]
+    shares: dict[str, float]
+    variant: bool  # a shared openb variant (published FGD figures exist)
+
+
+def workloads(mixes: list[Mix] | None = None, variants: list[str] | None = None) -> list[Workload]:
+    default = read_pods(shared_data("openb", "openb_pod_list_default.csv"))
+    out = []
+    for mix in grid() if mixes is None else mixes:
+        pods = resample(default, mix)
+        out.append(Workload(mix.label, pods, shares_of(pods), False))
+    for name in VARIANTS if variants is None else variants:
+        pods = default if name == "default" else read_pods(shared_data("openb", f"openb_pod_list_{name}.csv"))
+        out.append(Workload(name, pods, shares_of(pods), True))
+    return out
+
+
+def _alloc_at(result: dict, level: int) -> float:
+    levels = result["arrived_pct"]
+    return result["alloc_ratio_pct"][levels.index(level)] if level in levels else result["alloc_ratio_pct"][-1]
+
+
+_INVENTORY: Inventory | None = None
+
+
+def _one(task: tuple[int, str, list[TracePod], str, int]) -> tuple[int, str, int, float, float]:
+    global _INVENTORY
+    n, _, pods, policy, seed = task
+    if _INVENTORY is None:
+        _INVENTORY = read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv"))
+    result = fgd.run(_INVENTORY, pods, policy, seed)
+    return n, policy, seed, _alloc_at(result, LEVEL), result["wall_s"]
+
+
+@dataclass
+class Row:
+    workload: Workload
+    alloc: dict[str, float]  # policy -> mean allocation % at 130 % arrived
+    walls: dict[str, list[float]]
+
+    @property
+    def margin(self) -> float:
+        return self.alloc[DEFAULT_POLICY] - max(self.alloc[p] for p in RIVALS)
+
+
+def run(loads: list[Workload], seeds: list[int], jobs: int = 1, progress=None) -> list[Row]:
+    """Every workload x policy x seed, in `jobs` processes."""
+    tasks = [(n, w.label, w.pods, p, s) for n, w in enumerate(loads) for p in [DEFAULT_POLICY, *RIVALS]
+             for s in seeds]
+    allocs: dict[tuple[int, str], list[float]] = {}
+    walls: dict[tuple[int, str], list[float]] = {}
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = pool.map(_one, tasks, chunksize=1)
+            for done, (n, p, _, a, w) in enumerate(results, 1):
+                allocs.setdefault((n, p), []).append(a)
+                walls.setdefault((n, p), []).append(w)
+                if progress:
+                    progress(done, len(tasks))
+    else:
+        for done, task in enumerate(tasks, 1):
+            n, p, _, a, w = _one(task)
+            allocs.setdefault((n, p), []).append(a)
+            walls.setdefault((n, p), []).append(w)
+            if progress:
+                progress(done, len(tasks))
+    return [Row(w, {p: statistics.mean(allocs[(n, p)]) for p in [DEFAULT_POLICY, *RIVALS]},
+                {p: walls[(n, p)] for p in [DEFAULT_POLICY, *RIVALS]}) for n, w in enumerate(loads)]
+
+
+def table(rows: list[Row], published: dict[str, float]) -> str:
+    head = ("| workload | CPU-only % | sharing % | whole % | multi % | default (frag-aware) | fgd | best-fit"
+            " | margin | published FGD | default − published |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        s = r.workload.shares
+        pub = published.get(r.workload.label)
+        extra = f"{pub:.2f} | {r.alloc[DEFAULT_POLICY] - pub:+.2f}" if pub is not None else " | "
+        lines.append(f"| {r.workload.label} | {s['cpu']:.0f} | {s['share']:.0f} | {s['whole']:.0f} | {s['multi']:.0f}"
+                     f" | {r.alloc[DEFAULT_POLICY]:.2f} | {r.alloc['fgd']:.2f} | {r.alloc['best-fit']:.2f}"
+                     f" | {r.margin:+.2f} | {extra} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: str) -> bool:
+    """A bar per workload: the margin over the better of fgd and best-fit. False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [r.workload.label.replace("-", "\n") if not r.workload.variant else r.workload.label for r in rows]
+    margins = [r.margin for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, 0.62 * len(rows)), 4.2))
+    colors = ["#2a7" if m >= 0 else "#c33" for m in margins]
+    ax.bar(range(len(rows)), margins, color=colors)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=6.5)
+    ax.set_ylabel("default − max(fgd, best-fit)\n(points of GPU allocated at 130 % arrived)")
+    ax.set_title("Margin of the default placement policy on every workload mix")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

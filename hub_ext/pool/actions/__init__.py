@@ -1,0 +1,33 @@
+"""Train scheduling as named actions, like KAI-Scheduler's `pkg/scheduler/actions`.
+
+One cycle (`gpupool.pool.training.schedule`) runs them in this order on one `Cycle`:
+
+- reserve (when enabled): a big in-quota gang job that waited too long gets a node reserved;
+  its free GPUs are held from everyone but backfill;
+- allocate: the queue in order, each job onto free capacity;
+- shrink (elastic jobs): for an in-quota job that does not fit, other projects' elastic jobs
+  restart at their minimum size first;
+- reclaim: for an in-quota job that does not fit, other projects' over-quota jobs are
+  preempted (called by allocate at that job's turn, so the queue order decides who is served);
+- preempt: a job that still does not fit stops its own project's lower-priority jobs, when it
+  is within the guarantee counting only work of its priority or higher;
+- consolidate: in-quota jobs still blocked get room by preempting and moving jobs on one node;
+- expand (elastic jobs): when every pending job was placed, one elastic job grows onto idle GPUs
+  of its node.
+
+Each action is pure: it changes only the cycle's working copy of the pool and its plan.
+`victims` holds the one order in which over-quota jobs are stopped.
+"""
+
+from .allocate import allocate
+from .consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
+from .cycle import Cycle
+from .elastic import expand, shrink
+from .preempt import preempt
+from .reclaim import reclaim
+from .reservation import Reservation
+from .reserve import RESERVATIONS_PER_CYCLE, reserve
+from .victims import reclaimable, victim_key
+
+__all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Reservation", "allocate", "consolidate", "expand",
+           "preempt", "shrink", "reclaim", "reclaimable", "reserve", "victim_key"]

@@ -1,0 +1,83 @@
+"""reclaim: give an in-quota job its guarantee back from other projects' over-quota jobs.
+
+First the GPUs of jobs already stopping (their grace period) are counted: when they will do,
+nobody else is preempted. Otherwise the fewest victims, in the one victim order, whose
+stopping lets the job fit; the free part of the spot it will take is held for it in this
+cycle, so nobody is admitted there while the victims stop.
+"""
+
+from __future__ import annotations
+
+from ..jobs import Job, Preempt
+from .cycle import Cycle
+from .victims import reclaimable
+
+
+def reclaim(cycle: Cycle, job: Job) -> bool:
+    """True when the job's room is on its way (stopping jobs, or victims preempted now); the
+    job then counts toward its project in this cycle. False: the job is still blocked."""
+    if waits_for_stopping(cycle, job):
+        cycle.count(job)
+        return True  # GPUs already being freed will do: preempt nobody else
+    victims = choose_victims(cycle, job)
+    if victims is None:
+        return False
+    hold(cycle, job, victims)
+    for v in victims:
+        cycle.preempted.add(v.id)
+        cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
+    # the victims keep their GPUs until they have stopped, so nobody else can be admitted onto
+    # them in this cycle; next cycle this job, in quota, comes first
+    cycle.count(job)
+    return True
+
+
+def waits_for_stopping(cycle: Cycle, job: Job) -> bool:
+    """Would the GPUs of jobs already stopping fit `job`?"""
+    if not cycle.stopping:
+        return False
+    trial = cycle.view(job).copy()
+    for s in cycle.stopping:
+        if s.placement is not None:
+            trial.release(s.placement)
+    return cycle.policy.choose(trial, job.request, cycle.rng) is not None
+
+
+def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
+    """The fewest over-quota jobs of other projects whose stopping lets `job` fit, or None."""
+    candidates = reclaimable(cycle.running.values(), cycle.over, cycle.projects, cycle.now,
+                             skip=cycle.preempted, not_of=job.project)
+    trial = cycle.view(job).copy()
+    chosen: list[Job] = []
+    for victim in candidates:
+        trial.release(victim.placement)
+        chosen.append(victim)
+        if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
+            return trim(cycle, job, chosen)
+    return None
+
+
+def trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
+    """Drop victims that turned out unnecessary (freed on another node), youngest kept last."""
+    needed = list(chosen)
+    for victim in list(chosen):
+        rest = [v for v in needed if v is not victim]
+        trial = cycle.view(job).copy()
+        for v in rest:
+            trial.release(v.placement)
+        if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
+            needed = rest
+    return needed
+
+
+def hold(cycle: Cycle, job: Job, victims: list[Job]) -> None:
+    """Keep the free part of the spot `job` will take once its victims stop from anyone else
+    in this cycle: otherwise a borrower (often a victim of an earlier cycle) lands there and
+    the next cycle must preempt again."""
+    trial = cycle.view(job).copy()
+    for v in victims:
+        trial.release(v.placement)
+    spot = cycle.policy.choose(trial, job.request, cycle.rng)
+    if spot is None:
+        return
+    cycle.work.hold(cycle.work.inventory.index_of(spot.node), spot.gpus)

@@ -1,0 +1,146 @@
+"""Builds the real control plane the cluster tests start, from Go modules at pinned versions.
+
+Each component is a small wrapper module under tests/cluster/go/<name>/: its go.mod and go.sum
+are the pins, its `tool` lines name the commands to build. Binaries land in the user cache
+directory under a key made of the pins and the Go version, so a build runs once per pin
+change; Go's module and build caches sit beside them (a warm rebuild compiles nothing).
+
+    python tests/cluster/build.py            # build what is missing, print where it is
+    python tests/cluster/build.py --check    # exit 1 when something is not built yet
+
+Nothing is downloaded outside the Go module proxy. Components the proxy refuses are listed
+in UNAVAILABLE with the exact error, and the tests that need them say so when skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str  # a folder under tests/cluster/go
+    binaries: tuple[str, ...]  # what `go build tool` writes (the last element of each tool path)
+
+
+COMPONENTS = (
+    Component("etcd", ("server",)),  # go.etcd.io/etcd/server/v3: Go names it "server"
+    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
+    Component("kwok", ("kwok",)),
+)
+
+# Tried here with the module proxy (the only source this project may download from):
+UNAVAILABLE = {
+    "kai-scheduler": "go: github.com/kai-scheduler/KAI-scheduler@v0.17.0: reading https://proxy.golang.org/"
+                     "github.com/kai-scheduler/%21k%21a%21i-scheduler/@v/v0.17.0.info: 403 Forbidden "
+                     "(every version, also under github.com/NVIDIA/KAI-scheduler)",
+    "kueue": "go: module sigs.k8s.io/kueue: reading https://proxy.golang.org/sigs.k8s.io/kueue/@v/list: "
+             "403 Forbidden",
+}
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpupool"
+
+
+def go_env() -> dict[str, str]:
+    root = cache_root() / "go"
+    return {**os.environ, "GOMODCACHE": str(root / "mod"), "GOCACHE": str(root / "build"),
+            "GOFLAGS": "-buildvcs=false -mod=readonly", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+
+
+def go_version() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise FileNotFoundError("go is not installed (https://go.dev/doc/install); the cluster tests need it")
+    return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def key(component: Component, version: str) -> str:
+    """Changes when a pin (go.mod, go.sum) or the Go toolchain changes: then it is rebuilt."""
+    h = hashlib.sha256(version.encode())
+    for f in ("go.mod", "go.sum"):
+        h.update((GO_DIR / component.name / f).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def bin_dir(component: Component, version: str) -> Path:
+    return cache_root() / "cluster" / f"{component.name}-{key(component, version)}"
+
+
+def built(component: Component, version: str) -> bool:
+    return (bin_dir(component, version) / ".complete").exists()
+
+
+def build(component: Component, version: str, log=print) -> Path:
+    """Builds one component unless its pins are built already; returns its binaries' folder."""
+    out = bin_dir(component, version)
+    if built(component, version):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
+        proc = subprocess.run(["go", "build", "-o", tmp + os.sep, "tool"], cwd=GO_DIR / component.name,
+                              env=go_env(), capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"building {component.name} failed:\n{proc.stderr[-4000:]}")
+        Path(tmp, ".complete").write_text(f"{version}\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)  # whole or nothing: an interrupted build leaves no half folder
+        os.chmod(out, 0o755)
+    log(f"built {component.name} in {time.monotonic() - start:.0f} s -> {out}")
+    return out
+
+
+def binaries(log=print) -> dict[str, Path]:
+    """Every binary of every component, built if needed: {"kube-apiserver": Path, "etcd": Path, …}."""
+    version = go_version()
+    found: dict[str, Path] = {}
+    for c in COMPONENTS:
+        folder = build(c, version, log)
+        for b in c.binaries:
+            found["etcd" if c.name == "etcd" else b] = folder / b
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="only report whether every component is built")
+    args = ap.parse_args(argv)
+    try:
+        version = go_version()
+    except FileNotFoundError as err:
+        print(err, file=sys.stderr)
+        return 1
+    if args.check:
+        missing = [c.name for c in COMPONENTS if not built(c, version)]
+        print("missing: " + ", ".join(missing) if missing else "all built")
+        return 1 if missing else 0
+    start = time.monotonic()
+    try:
+        found = binaries()
+    except RuntimeError as err:
+        print(err, file=sys.stderr)
+        return 1
+    for name, path in sorted(found.items()):
+        print(f"{name}: {path}")
+    for name, why in UNAVAILABLE.items():
+        print(f"not built: {name}: {why}")
+    print(f"total {time.monotonic() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""`gpupool up` (and so `make up ARGS=...`): every port is an option, with its environment
+variable as the default, and reaches the hub's config through that variable."""
+
+from __future__ import annotations
+
+import pytest
+from gpupool.cli import accounts_note, build_parser, port_env
+
+
+def test_ports_are_options_that_reach_the_embedded_config(monkeypatch) -> None:
+    monkeypatch.setenv("GPUPOOL_API_PORT", "9095")
+    args = build_parser().parse_args(["up", "--port", "9000", "--hub-port", "9081", "--proxy-api-port", "9001"])
+    assert port_env(args) == {"GPUPOOL_PORT": "9000", "GPUPOOL_HUB_PORT": "9081",
+                              "GPUPOOL_PROXY_API_PORT": "9001", "GPUPOOL_API_PORT": "9095"}
+    assert port_env(build_parser().parse_args(["up"]))["GPUPOOL_HUB_PORT"] == "8081"
+
+
+@pytest.mark.parametrize("bad", ["0", "70000", "80a", "-1"])
+def test_a_port_out_of_range_is_refused(bad: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", f"--api-port={bad}"])
+    assert "not a port number" in capsys.readouterr().err
+
+
+def test_up_says_plainly_whose_account_users_run_as() -> None:
+    assert "users share it" in accounts_note(1000)
+    assert "NOT isolated" in accounts_note(0)

@@ -1,0 +1,125 @@
+"""The hub (root) never follows a link in a job's folder, which belongs to the job's account:
+a job that turns job.log into a symbolic link to a root-only file gets neither the file's
+content through the logs API nor a handle to append to it when it is resumed; hard links
+and a replaced checkpoint folder are refused the same way. Needs root and the nobody
+account (as CI has); skipped elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.service import TrainingService
+from traitlets.config import Config
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = "/usr/bin/python3"
+
+
+def usable() -> bool:
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return False
+    reachable = all(p.stat().st_mode & 0o001 for p in [REPO, *REPO.parents])
+    return os.geteuid() == 0 and os.access(PYTHON, os.X_OK) and reachable
+
+
+pytestmark = pytest.mark.skipif(not usable(), reason="needs root, the nobody account and /usr/bin/python3")
+SECRET = "TOP-SECRET-ROOT-ONLY"
+DONE = ("succeeded", "failed", "cancelled")
+
+
+@pytest.fixture
+def secret():
+    d = Path(tempfile.mkdtemp(prefix="gpupool-secret-"))
+    f = d / "secret"
+    f.write_text(SECRET + "\n")
+    f.chmod(0o600)  # root's alone
+    yield f
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def svc(tmp_path: Path):
+    root = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
+    root.chmod(0o755)
+    c = Config()
+    c.TrainPool.python = PYTHON
+    c.TrainPool.projects = {"p": {"guarantee": 1}}
+    c.TrainPool.jobs_root = str(root / "{username}")
+    c.TrainPool.run_as = "owner"
+    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 1)), get_policy("best-fit"))
+    yield TrainingService(pool, TrainPool(config=c))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def finish(svc: TrainingService, job_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while svc.job(job_id).state not in DONE:
+        assert time.monotonic() < deadline, svc.job(job_id).to_json()
+        svc.tick(time.time())
+        time.sleep(0.05)
+
+
+def resume(svc: TrainingService, job_id: str) -> None:
+    """As after a preemption: the job is queued again and the next cycle starts it."""
+    svc._set(job_id, state="queued")
+    svc.tick(time.time())
+
+
+def logs(svc: TrainingService, job_id: str) -> str:
+    return "\n".join(asyncio.run(svc.logs(svc.job(job_id), 100))["lines"])
+
+
+def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(svc, secret: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    script = f"import os\nos.remove('job.log')\nos.symlink({str(secret)!r}, 'job.log')\n"
+    job = svc.submit("nobody", "p", "link", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
+    finish(svc, job.id)
+    assert Path(job.workdir, "job.log").is_symlink()
+    shown = logs(svc, job.id)
+    assert SECRET not in shown and "not shown" in shown
+    resume(svc, job.id)
+    row = svc.job(job.id)
+    assert row.state == "failed" and "job.log" in row.message
+    assert secret.read_text() == SECRET + "\n" and secret.stat().st_uid == 0
+    assert svc.pool.store.allocations() == []
+
+
+def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    job = svc.submit("nobody", "p", "hard", 1, 1000, [PYTHON, "-c", "pass"])
+    finish(svc, job.id)
+    folder = Path(job.workdir)
+    # where fs.protected_hardlinks is off, a user may link any file it can see into its folder
+    (folder / "job.log").unlink()
+    os.link(secret, folder / "job.log")
+    os.link(secret, folder / "planted")
+    assert SECRET not in logs(svc, job.id)
+    resume(svc, job.id)
+    assert svc.job(job.id).state == "failed"
+    assert secret.stat().st_uid == 0 and secret.read_text() == SECRET + "\n"  # not chowned to the job
+
+
+def test_a_checkpoint_folder_replaced_by_a_link_is_not_followed(svc, secret: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    script = f"import os, shutil\nshutil.rmtree('checkpoint')\nos.symlink({str(secret.parent)!r}, 'checkpoint')\n"
+    job = svc.submit("nobody", "p", "ckpt", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
+    finish(svc, job.id)
+    assert svc.job(job.id).state == "succeeded"
+    resume(svc, job.id)
+    row = svc.job(job.id)
+    assert row.state == "failed" and "checkpoint is not a folder" in row.message
+    assert secret.parent.stat().st_uid == 0 and secret.stat().st_uid == 0

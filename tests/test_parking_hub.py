@@ -1,0 +1,116 @@
+"""Parking on a real hub with one virtual GPU: the culler parks an idle workspace (its kernel
+checkpointed by the virtual backend, its share released), another user spawns on the freed
+GPU, the first user's resume waits and says who holds the GPU, and completes once it frees.
+Culler time is travelled; the hub's grant pass runs every 0.3 s."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.sampler import FileSampler
+from gpupool.idle_culler.service import Client, Culler, service_definition
+
+from tests.hubtools import Hub
+
+pytestmark = pytest.mark.hub
+TOKEN = "test-culler-token-0123456789abcdef"
+_, ROLE = service_definition("test-culler", "", {"park_after_s": 600})
+CONFIG = f"""
+c.JupyterHub.services.append({{"name": "test-culler", "api_token": "{TOKEN}"}})
+c.JupyterHub.load_roles.append({json.dumps({**ROLE, "name": "test-culler", "services": ["test-culler"]})})
+c.GPUPool.virtual_gpus = 1
+c.GPUParking.virtual_fixed_s = 0.05
+c.GPUParking.virtual_per_gib_s = 0.0
+c.GPUParking.grant_interval_s = 0.3
+c.GPUParking.resume_wait_s = 60
+"""
+
+
+def wait_for(check, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition not reached")
+
+
+def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path: Path) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()  # this test drives the culler
+    hub.spawn("ann", "1")
+    ann = hub.user_token("ann")
+    kernel = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
+    samples = tmp_path / "samples.json"
+    samples.write_text(json.dumps({"ann/": {"util_pct": 0}}))
+    cfg = IdleCuller(sampler="file", park_after_s=600, idle_limit_s=1800, jupyter_idle_s=900, window_s=30,
+                     stale_after_s=900, max_age_s=10**6)
+    t0 = time.time()
+    now = [t0]
+    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+                    FileSampler(str(samples)), clock=lambda: now[0])
+    status_path = "/services/gpupool/api/parking/status?server="
+
+    for minutes in (0, 5):
+        now[0] = t0 + minutes * 60
+        assert culler.run_pass()["events"] == []
+    now[0] = t0 + 11 * 60
+    events = culler.run_pass()["events"]
+    assert [(e["kind"], e["owner"]) for e in events] == [("park", "ann")]
+
+    # ann's share is free, the notebook server and its kernel still run
+    status = hub.api("GET", status_path, token=ann)
+    assert status["state"] == "parked"
+    assert status["message"] == "GPU parked — it comes back when you run a cell"
+    assert not [s for s in hub.allocations() if s["owner"] == "ann"]
+    assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]
+    parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
+    assert list(parked.values()) == ["checkpointed"]  # the kernel, not the server: it has no CUDA context
+    # the culler's next pass sees a parked workspace: kept, not stopped for GPU idleness
+    now[0] = t0 + 60 * 60
+    report = culler.run_pass()
+    assert [(w["owner"], w["action"], w["parked"]) for w in report["workspaces"]] == [
+        ("ann", "keep", "GPU parked — it comes back when you run a cell")]
+
+    # another user spawns on the freed GPU
+    hub.spawn("ben", "1")
+    assert [s["owner"] for s in hub.allocations()] == ["ben"]
+
+    # ann runs a cell (the hook's claim): she waits, and is told who holds the GPU
+    waiting = hub.api("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=ann)
+    assert waiting["state"] == "waiting" and waiting["position"] == 1
+    assert "another user's workspace (1 GPU)" in waiting["message"]
+    assert hub.api("GET", status_path, token=ann)["state"] == "waiting"
+    hub.stop_server("ben")
+    freed = time.monotonic()
+    resumed = wait_for(lambda: hub.api("GET", status_path, token=ann)["state"] == "running")
+    assert resumed and time.monotonic() - freed < 10
+    assert [s["owner"] for s in hub.allocations()] == ["ann"]
+    parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
+    assert list(parked.values()) == ["running"]
+    events = hub.api("GET", "/services/gpupool/api/events?kind=resume")["events"]
+    assert events and "resumed after" in events[0]["message"]
+
+
+def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("cat", "0.5")
+    dan = hub.user_token("dan")
+    code, message = hub.api_error("POST", "/services/gpupool/api/parking/park", {"owner": "cat", "server": ""},
+                                  token=dan)
+    assert code == 403
+    code, _ = hub.api_error("POST", "/services/gpupool/api/parking/park", {"server": ["x"]}, token=dan)
+    assert code == 400
+    code, message = hub.api_error("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=dan)
+    assert code == 404 and "no GPU workspace" in message
+    cat = hub.user_token("cat")
+    parked = hub.api("POST", "/services/gpupool/api/parking/park", {"server": ""}, token=cat)
+    assert parked["state"] == "parked"
+    # the JupyterLab item's Resume button posts to api/culler/resume: the same claim
+    back = hub.api("POST", "/services/gpupool/api/culler/resume", {"server": ""}, token=cat)
+    assert back["state"] in ("resuming", "running")
+    wait_for(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running")

@@ -1,0 +1,89 @@
+"""Sweeps: one job per combination, parameters injected, each run's final metrics; the pure
+parsing with its bounds, the magic's option, and a real hub."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from gpupool.train.sweep import MAX_RUNS, SweepError, combinations, final_metrics
+from gpupool.widgets.magics import train_args
+
+from tests.hubtools import Hub
+
+J = "/services/gpupool/api/jobs"
+CONFIG = """
+c.TrainPool.tick_s = 0.3
+c.TrainPool.max_queued_per_user = 6
+c.TrainPool.projects = {"vision": {"guarantee": 4}}
+"""
+
+
+def test_combinations_are_the_product_in_order_within_bounds() -> None:
+    assert combinations({"lr": [0.1, 0.01], "batch": [32, 64]}) == [
+        {"lr": 0.1, "batch": 32}, {"lr": 0.1, "batch": 64}, {"lr": 0.01, "batch": 32}, {"lr": 0.01, "batch": 64}]
+    for bad in ({}, [], {"lr": []}, {"lr": 0.1}, {"1x": [1]}, {"lr": [float("nan")]}, {"lr": [[1]]},
+                {"lr": [None]}, {"a": list(range(8)), "b": list(range(5))}, {f"k{i}": [1] for i in range(9)}):
+        with pytest.raises(SweepError):
+            combinations(bad)
+    assert len(combinations({"a": list(range(8)), "b": list(range(4))})) == MAX_RUNS
+
+
+def test_final_metrics_are_the_last_line_that_prints_some() -> None:
+    lines = ["epoch 1 loss=0.9", "epoch 2 loss=0.5 acc: 0.81", "[cell 2/2] done in 0.1s", "saved"]
+    assert final_metrics(lines) == {"loss": 0.5, "acc": 0.81}
+    assert final_metrics(["nothing to see"]) == {}
+    assert final_metrics(["x=1e-3 y=-2"]) == {"x": 0.001, "y": -2.0}
+
+
+def test_the_magic_turns_sweep_options_into_the_request() -> None:
+    args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3")
+    assert args.sweep_spec == {"lr": [0.1, 0.01], "opt": ["adam", "sgd"]} and args.parameters == {"epochs": 3}
+
+
+@pytest.mark.hub
+def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp_path) -> None:
+    from tests.conftest import require_chp
+
+    require_chp()
+    hub = Hub(state=tmp_path, extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    try:
+        token = hub.user_token("ada")
+        code = "loss = 1 / (lr * batch)\nprint(f'final loss={loss:.4f} lr={lr}')"
+        out = hub.api("POST", J, {"project": "vision", "gpus": 1, "name": "grid", "code": code,
+                                  "sweep": {"lr": [0.5, 0.25], "batch": [2, 4]}}, token=token)
+        assert [j["name"] for j in out["jobs"]] == ["grid-1", "grid-2", "grid-3", "grid-4"]
+        deadline = time.monotonic() + 120
+        while True:
+            sweep = hub.api("GET", f"/services/gpupool/api/sweeps/{out['sweep']}", token=token)
+            if all(r["job"]["state"] in ("succeeded", "failed") for r in sweep["runs"]):
+                break
+            assert time.monotonic() < deadline, hub.tail()
+            time.sleep(0.5)
+        assert sweep["parameters"] == ["batch", "lr"]
+        got = {(r["parameters"]["lr"], r["parameters"]["batch"]): r["metrics"] for r in sweep["runs"]}
+        assert got == {(lr, b): {"loss": round(1 / (lr * b), 4), "lr": lr} for lr in (0.5, 0.25) for b in (2, 4)}
+        # another user does not see it; bounds and kinds are checked before anything is submitted
+        status, _ = hub.api_error("GET", f"/services/gpupool/api/sweeps/{out['sweep']}",
+                                  token=hub.user_token("eve"))
+        assert status == 404
+        for body, why in (({"script": "print(1)", "sweep": {"lr": [1]}}, "only for code or notebook"),
+                          ({"code": "1", "sweep": {"lr": list(range(7))}}, "at most 6"),
+                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list")):
+            status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, **body}, token=token)
+            assert status in (400, 429) and why in message, message
+        assert len(hub.api("GET", J, token=token)["jobs"]) == 4
+        projects = hub.api("GET", "/services/gpupool/api/projects", token=token)  # what --help lists
+        assert projects["projects"][0]["pools"] == [] and projects["node_pools"] == {}
+    finally:
+        hub.stop()
+
+
+def test_train_help_lists_projects_with_their_pools() -> None:
+    from gpupool.widgets.magics import projects_text
+
+    text = projects_text([{"name": "vision", "guarantee_milli": 8000, "used_milli": 0, "pools": ["dgx", "ws"]},
+                          {"name": "teach", "guarantee_milli": 1000, "used_milli": 0, "pools": []}])
+    vision, teach = (line for line in text.splitlines() if line.strip().startswith(("vision", "teach")))
+    assert "8 GPUs guaranteed" in vision and "GPUs from dgx, ws" in vision
+    assert "1 GPU guaranteed" in teach and "GPUs from" not in teach

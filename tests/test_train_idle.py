@@ -1,0 +1,91 @@
+"""Idle train jobs: warned in their log, then stopped (failed, "idle GPU"), measured by the idle
+culler's own sampler (the file sampler standing in for NVML)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.idle import IdleClock, IdleRule
+from gpupool.train.service import TrainingService
+from traitlets import TraitError
+from traitlets.config import Config
+
+UNTIL_TOLD = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('stop'): time.sleep(0.05)"]
+
+
+def test_the_clock_warns_once_then_stops_and_forgets_busy_or_unknown_runs() -> None:
+    rule = IdleRule(idle_s=600, warn_s=120)
+    clock = IdleClock()
+    run = {("j", 1): rule}
+    assert clock.step(run, {"j": 0.0}, now=0) == []
+    assert clock.step(run, {"j": 0.5}, now=470) == []
+    assert clock.step(run, {"j": 0.0}, now=480) == [("j", "warn", 480)]
+    assert clock.step(run, {"j": 0.0}, now=500) == []  # warned once
+    assert clock.step(run, {"j": 0.0}, now=600) == [("j", "stop", 600)]
+    for busy in ({"j": 80.0}, {"j": None}, {}):  # busy again, or no data: the clock starts over
+        clock.step(run, {"j": 0.0}, now=0)
+        clock.step(run, busy, now=100)
+        assert clock.step(run, {"j": 0.0}, now=650) == []
+    clock.step(run, {"j": 0.0}, now=700)
+    assert clock.step({("j", 2): rule}, {"j": 0.0}, now=1400) == []  # a resumed run starts over
+
+
+def test_idle_gpu_s_is_checked_per_project() -> None:
+    c = Config()
+    c.TrainPool.projects = {"a": {"guarantee": 1, "idle_gpu_s": 3600}, "b": {"guarantee": 1}}
+    assert set(TrainPool(config=c).idle_rules()) == {"a"}
+    for bad in (-1, "soon", 10 * 86400, float("nan")):
+        c.TrainPool.projects = {"a": {"guarantee": 1, "idle_gpu_s": bad}}
+        with pytest.raises(TraitError, match="idle_gpu_s"):
+            TrainPool(config=c).idle_rules()
+
+
+def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_path: Path) -> None:
+    from gpupool.idle_culler.sampler import FileSampler
+    from gpupool.setup import job_gpu_use
+
+    c = Config()
+    c.TrainPool.projects = {"lab": {"guarantee": 2, "idle_gpu_s": 1800}, "free": {"guarantee": 1}}
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.idle_warn_s = 600
+    c.TrainPool.grace_s = 1
+    pool = PoolManager(virtual_inventory(3), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
+    svc = TrainingService(pool, TrainPool(config=c))
+    samples = tmp_path / "samples.json"
+    svc.gpu_use = job_gpu_use(FileSampler(str(samples)), pool)
+    try:
+        hung = svc.submit("ann", "lab", "hung", 1, 1000, UNTIL_TOLD, now=0).id
+        busy = svc.submit("ann", "lab", "busy", 1, 1000, UNTIL_TOLD, now=0).id
+        other = svc.submit("bob", "free", "other", 1, 1000, UNTIL_TOLD, now=0).id
+        svc.tick(now=1)
+        samples.write_text(json.dumps({f"ann/{hung}": {"util_pct": 0}, f"ann/{busy}": {"util_pct": 97},
+                                       f"bob/{other}": {"util_pct": 0}}))
+        for now in (10, 600, 1210):
+            svc.tick(now)
+        assert "it will be stopped in 10 min" in svc.job(hung).message
+        assert "idle for 20 min" in Path(svc.job(hung).workdir, "job.log").read_text()
+        svc.tick(now=1810)
+        assert svc.job(hung).state == "preempting"
+        deadline = time.monotonic() + 30
+        while svc.job(hung).state == "preempting":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            svc.tick(now=1811)
+        row = svc.job(hung)
+        assert (row.state, row.message) == ("failed", "idle GPU")
+        assert svc.job(busy).state == "running"  # it uses its GPU
+        assert svc.job(other).state == "running"  # its project has no idle rule (off by default)
+        kinds = [e.kind for e in pool.store.events(limit=50) if e.name == hung]
+        assert kinds.count("idle-warning") == 1 and kinds.count("idle-stop") == 1
+    finally:
+        for row in svc.jobs():
+            Path(row.workdir, "stop").touch()
