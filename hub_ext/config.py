@@ -69,9 +69,10 @@ class GPUPool(LoggingConfigurable):
     placement_policy = Unicode(
         "frag-aware",
         config=True,
-        help="""How workspaces and jobs are placed onto GPUs: frag-aware (default; keeps GPUs
+        help="""How build workspaces are placed onto GPUs: frag-aware (default; keeps GPUs
         from fragmenting, learning the workload online), fgd, best-fit, first-fit, gpu-packing,
-        spread, random. `gpupool simulate --help` compares them. Example::
+        spread, random. `gpupool simulate --help` compares them. Train jobs have their own,
+        c.TrainPool.placement_policy. Example::
 
             c.GPUPool.placement_policy = "best-fit"
         """,

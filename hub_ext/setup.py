@@ -89,14 +89,15 @@ def _home_page_warnings(c: Config) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from .api.warnings import warnings_for
+    from .api.warnings import shares_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
     c.JupyterHub.template_paths = [*paths, ours] if ours not in paths else paths
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
     c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
-                                  "gpupool_warnings": lambda user: warnings_for(user, base)}
+                                  "gpupool_warnings": lambda user: warnings_for(user, base),
+                                  "gpupool_shares": shares_for}
 
 
 def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:

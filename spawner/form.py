@@ -3,39 +3,71 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from html import escape
 
 from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
-from gpupool.pool.units import UnitError
+from gpupool.pool.units import MILLI_PER_GPU, UnitError
 
 FIELD = "gpus"
 
 
+def gpus_value(milli: int) -> str:
+    """The form's value for a size, in GPUs like the REST API ('0.25', '2'), never milli-GPU."""
+    return format(Decimal(milli) / MILLI_PER_GPU, "f").rstrip("0").rstrip(".") if milli % MILLI_PER_GPU \
+        else str(milli // MILLI_PER_GPU)
+
+
+def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
+    """How many workspaces of `milli` fit in the pool now (fractions on one GPU, whole GPUs on one node)."""
+    if milli < MILLI_PER_GPU:
+        return sum(f // milli for node in gpu_free for f in node if f > 0)
+    need = milli // MILLI_PER_GPU
+    return sum(sum(1 for f in node if f >= MILLI_PER_GPU) // need for node in gpu_free)
+
+
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
-                virtual: bool) -> str:
-    """Radio buttons for the sizes the user's groups allow; sizes over the quota left
-    are shown disabled with the reason, so nobody has to guess why."""
-    used = sum(h.milli for h in held)
+                virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
+                max_workspaces: int = 0, this_server: str | None = None) -> str:
+    """Radio buttons for the sizes the user's groups allow, each with its memory and how many
+    would fit in the pool now; sizes over the quota left or without room are disabled with the
+    reason, so nobody has to guess why. `held` is every server of the user (the one being
+    started, `this_server`, does not count against its own form)."""
+    others = [h for h in held if this_server is None or h.server_name != this_server]
+    used = sum(h.milli for h in others)
     lines = [
         '<div class="form-group gpupool-form">',
         f'<p class="gpupool-quota">Your build quota: <b>{format_gpus(quota_milli)}</b>;'
-        f" in use: <b>{format_gpus(used)}</b>.</p>",
+        f" in use: <b>{format_gpus(used)}</b>"
+        + (f'; workspaces <b class="gpupool-workspaces">{len(others)} of {max_workspaces}</b>' if max_workspaces else "")
+        + ".</p>",
     ]
-    if held:
-        items = "".join(f"<li>{escape(h.label)}: {format_gpus(h.milli)}</li>" for h in held)
+    if others:
+        items = "".join(f"<li>{escape(h.label)}: {format_gpus(h.milli)}</li>" for h in others)
         lines.append(f'<ul class="gpupool-held">{items}</ul>')
+    if max_workspaces and len(others) >= max_workspaces:
+        lines.append(f'<p class="gpupool-limit alert alert-warning">You run {len(others)} of {max_workspaces}'
+                     " GPU workspaces allowed: stop one to start another.</p>")
     if virtual:
         lines.append('<p class="gpupool-virtual"><i>These GPUs are virtual (no NVIDIA GPU was found):'
                      " the workspace starts with the GPU settings but no real GPU.</i></p>")
     first = True
     for milli, fits in offered:
-        checked = " checked" if fits and first else ""
-        first = first and not fits
-        disabled = "" if fits else " disabled"
+        room = free_slots(gpu_free, milli) if gpu_free is not None else None
+        ok = fits and room != 0 and not (max_workspaces and len(others) >= max_workspaces)
+        checked = " checked" if ok and first else ""
+        first = first and not ok
+        disabled = "" if ok else " disabled"
+        facts = []
+        if memory_mib_per_gpu:
+            facts.append(f"{memory_mib_per_gpu * milli // MILLI_PER_GPU:,} MiB")
+        if room is not None:
+            facts.append(f"room for {room} now" if room else "no room in the pool now")
         note = "" if fits else " — over your quota left"
+        detail = f' <small class="gpupool-facts">({", ".join(facts)})</small>' if facts else ""
         lines.append(
-            f'<div class="radio"><label><input type="radio" name="{FIELD}" value="{milli}"'
-            f'{checked}{disabled}> {format_gpus(milli)}{note}</label></div>'
+            f'<div class="radio"><label><input type="radio" name="{FIELD}" value="{gpus_value(milli)}"'
+            f"{checked}{disabled}> {format_gpus(milli)}{detail}{note}</label></div>"
         )
     if not any(fits for _, fits in offered):
         lines.append('<p class="gpupool-none">No size fits your quota now: stop a running server first.</p>')
@@ -48,7 +80,7 @@ def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:
     values = formdata.get(FIELD) or []
     if len(values) != 1:
         raise InvalidRequest("choose one GPU size on the form")
-    return {FIELD: f"{values[0].strip()}m"}
+    return {FIELD: values[0].strip()}  # GPUs, as the REST API takes them
 
 
 def requested_milli(user_options: Mapping[str, object]) -> int:

@@ -79,11 +79,15 @@ class GPUSpawnerMixin(HasTraits):
 
     def render_gpu_form(self, spawner: Any = None) -> str:
         pool = self.pool
-        held = [h for h in pool.holdings(self.user.name) if h.server_name != self.name]
+        every = pool.holdings(self.user.name)  # every server counts on the form, re-rendered or fresh
+        held = [h for h in every if h.server_name != self.name]
         limits = pool.quotas.limits_for(self.user_groups)
-        virtual = any(g.virtual for n in pool.inventory.nodes for g in n.gpus)
+        gpus = [g for n in pool.inventory.nodes for g in n.gpus]
         offered = pool.quotas.offered_sizes(self.user_groups, held)
-        return render_form(offered, held, limits.quota_milli, virtual)
+        return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
+                           memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
+                           gpu_free=pool.state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
+                           this_server=self.name)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:

@@ -34,7 +34,7 @@ def test_spawn_form_to_jupyterlab_kernel_sees_its_gpu_share(make_hub) -> None:
         form.wait_for()
         assert "Your build quota: 1 GPU" in form.inner_text()
         assert "virtual" in form.inner_text()
-        page.check('input[name="gpus"][value="250"]')
+        page.check('input[name="gpus"][value="0.25"]')
         shot(page, "e2e-1-spawn-form")
         page.click('#spawn_form button[type="submit"]')
 
@@ -63,7 +63,7 @@ def test_a_tampered_spawn_form_shows_the_refusal_and_starts_nothing(make_hub) ->
     with browser_page("e2e-refusal") as page:
         login(page, hub.url, "hopper", PASSWORD)
         page.goto(f"{hub.url}/hub/spawn/hopper/exp2")
-        one_gpu = page.locator('input[name="gpus"][value="1000"]')
+        one_gpu = page.locator('input[name="gpus"][value="1"]')
         assert one_gpu.is_disabled()  # over the quota left: offered, but greyed out
         # tamper: re-enable the option in the page and submit it anyway
         one_gpu.evaluate("el => { el.disabled = false; el.checked = true; }")
@@ -73,5 +73,8 @@ def test_a_tampered_spawn_form_shows_the_refusal_and_starts_nothing(make_hub) ->
         shot(page, "e2e-4-refusal")
         assert "your build quota is 1 GPU and server 'exp1' holds 0.5 GPU" in error.inner_text()
         assert "stop it or choose a smaller fraction" in error.inner_text()
+        # the re-rendered form counts every server and keeps the size that does not fit disabled
+        assert "in use: 0.5 GPU; workspaces 1 of 2" in page.inner_text(".gpupool-quota")
+        assert page.locator('input[name="gpus"][value="1"]').is_disabled()
     assert [(s["name"], s["milli"]) for s in hub.allocations()] == [("exp1", 500)]
     assert "exp2" not in hub.api("GET", "/hub/api/users/hopper")["servers"]

@@ -49,6 +49,14 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         assert "GPU use 0 %" in title and "if its GPU stays idle" in title
         shot(page, "lab-1-status-bar")
 
+        # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
+        hub.api("PUT", "/user/lena/lab/api/settings/gpupool-lab:plugin",
+                {"raw": '{"warnMinutesBefore": 45}'}, token=hub.user_token("lena"))
+        page.reload()
+        early = page.locator(".Toastify__toast").filter(has_text="if its GPU stays idle: save your work.")
+        early.wait_for(timeout=60_000)
+        assert "This server stops in 2" in early.inner_text()  # 29 or 28 min, on a busy machine
+
         now[0] += 22 * 60  # nobody touched the GPU or the notebook since: the culler warns
         assert [e["owner"] for e in culler.run_pass()["events"]] == ["lena"]
         page.reload()  # (the item polls by itself; a reload just saves the test the poll interval)
@@ -59,11 +67,15 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         shot(page, "lab-2-cull-warning")
         toast.get_by_role("button", name="Extend").click()
         page.locator(".Toastify__toast").filter(has_text="Extended").wait_for(timeout=30_000)
+        # the status item says so at once (the extension reads again after Extend), not the old end time
+        page.wait_for_function("document.querySelector('.gpupool-StatusItem').textContent === 'GPU 0.25'",
+                               timeout=60_000)
+        assert "extended once" in page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute("title")
         shot(page, "lab-3-extended")
     events = hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]
     assert [(e["kind"], e["owner"]) for e in events] == [("extend", "lena")]
     found = hub.api("GET", "/services/gpupool/api/culler/status")["workspaces"][0]
-    assert found["extended"] and found["action"] == "keep"
+    assert found["extended"] and found["action"] == "keep" and found["cull_at"] is None
 
 
 def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:

@@ -18,10 +18,26 @@ H100 = GPU(index=3, uuid="GPU-4f1c", model="NVIDIA H100 80GB HBM3", memory_mib=8
 
 def test_form_offers_sizes_and_disables_those_over_the_quota_left() -> None:
     html = render_form([(250, True), (500, False)], [Holding("exp1", 500)], 1000, virtual=True)
-    assert 'value="250" checked>' in html
-    assert 'value="500" disabled>' in html and "over your quota left" in html
+    assert 'value="0.25" checked>' in html  # in GPUs, as the REST API takes them
+    assert 'value="0.5" disabled>' in html and "over your quota left" in html
     assert "server &#x27;exp1&#x27;: 0.5 GPU" in html
     assert "virtual" in html
+
+
+def test_form_counts_every_server_and_says_memory_room_and_workspaces() -> None:
+    held = [Holding("", 250), Holding("exp1", 500)]
+    free = [[250, 1000, 1000, -1]]  # one node: a quarter and two whole GPUs free
+    html = render_form([(250, True), (1000, False), (2000, False)], held, 2000, virtual=False,
+                       memory_mib_per_gpu=16384, gpu_free=free, max_workspaces=3, this_server="exp2")
+    assert "in use: <b>0.75 GPU</b>" in html and "workspaces <b class=\"gpupool-workspaces\">2 of 3</b>" in html
+    assert html.count("<li>") == 2  # both servers listed
+    assert "0.25 GPU <small class=\"gpupool-facts\">(4,096 MiB, room for 9 now)</small>" in html
+    assert "2 GPUs <small class=\"gpupool-facts\">(32,768 MiB, room for 1 now)</small> — over your quota left" in html
+    assert 'value="2" disabled>' in html
+    full = render_form([(250, True)], held, 2000, virtual=False, max_workspaces=2, this_server="exp2")
+    assert "You run 2 of 2 GPU workspaces allowed" in full and 'value="0.25" disabled>' in full
+    no_room = render_form([(1000, True)], [], 2000, virtual=False, gpu_free=[[500, 500]])
+    assert "no room in the pool now" in no_room and 'value="1" disabled>' in no_room
 
 
 def test_form_says_so_when_nothing_fits() -> None:
@@ -29,16 +45,16 @@ def test_form_says_so_when_nothing_fits() -> None:
     assert "No size fits your quota now" in html and "checked" not in html
 
 
-@pytest.mark.parametrize("form", [{}, {"gpus": []}, {"gpus": ["250", "500"]}])
+@pytest.mark.parametrize("form", [{}, {"gpus": []}, {"gpus": ["0.25", "0.5"]}])
 def test_tampered_form_is_refused(form) -> None:
     with pytest.raises(InvalidRequest, match="choose one GPU size"):
         parse_form(form)
 
 
 def test_form_value_round_trips_to_milli() -> None:
-    assert requested_milli(parse_form({"gpus": ["250"]})) == 250
+    assert requested_milli(parse_form({"gpus": ["0.25"]})) == 250
     with pytest.raises(InvalidRequest, match="not a GPU amount"):
-        requested_milli(parse_form({"gpus": ["250; rm -rf /"]}))
+        requested_milli(parse_form({"gpus": ["0.25; rm -rf /"]}))
 
 
 def test_env_pins_the_gpu_by_uuid_and_states_the_share() -> None:

@@ -14,6 +14,7 @@ from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inve
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
+from gpupool.train.waiting import last_preemption
 from traitlets.config import Config
 
 JOB = textwrap.dedent("""
@@ -73,6 +74,11 @@ def test_preempted_three_times_and_resumed_gives_the_uninterrupted_result(tmp_pa
         # the guarantee comes back within a cycle plus the grace period: ann's job is preempted
         run_until(svc, lambda owner=owner: svc.job(owner).state in ("running", "succeeded"))
         assert svc.job(borrower).state == "queued"  # kept its place, waiting to resume
+        line = last_preemption(svc.pool, svc.job(borrower))  # what the job monitor shows, in one line
+        saved = any(Path(svc.job(borrower).workdir, "checkpoint").iterdir())  # SIGTERM may beat the handler
+        assert line.startswith("preempted at ") and "so that project paper gets its guarantee back; " + (
+            "resumes from the checkpoint saved at " if saved else "restarts from the beginning: no checkpoint") \
+            in line, line
         run_until(svc, lambda owner=owner: svc.job(owner).state == "succeeded")
     run_until(svc, lambda: svc.job(borrower).state == "succeeded")
     job = svc.job(borrower)

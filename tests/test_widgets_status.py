@@ -62,5 +62,8 @@ def test_culler_findings_become_rows_with_the_warning() -> None:
     assert rows["Warning"].startswith("will stop in 10 min")
     assert culler_rows({"workspaces": [finding]}, "bob", "", now=1000) == [("GPU use", "no GPU data yet")]
     assert culler_rows(None, "ann", "", now=1000, virtual=True) == [("GPU use", "no GPU data: virtual GPU")]
-    extended = dict(culler_rows({"workspaces": [{**finding, "action": "keep", "extended": True}]}, "ann", "", 1000))
-    assert extended["Session"].startswith("extended once")  # at once, not the old end time
+    just_extended = {**finding, "action": "keep", "extended": True, "cull_at": None}  # as the API leaves it
+    assert dict(culler_rows({"workspaces": [just_extended]}, "ann", "", 1000))["Session"].startswith(
+        "extended once")  # at once, not the old end time
+    later = {**just_extended, "cull_at": 1000 + 3600}  # the culler's next pass
+    assert dict(culler_rows({"workspaces": [later]}, "ann", "", 1000))["Session"].endswith("(in 1 h) if its GPU stays idle")

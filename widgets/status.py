@@ -33,7 +33,7 @@ def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: 
         rows.append(("GPU use", "no GPU data: virtual GPU" if virtual else "no GPU data yet"))
     if found.get("gpu_idle_s") is not None:
         rows.append(("GPU idle", left_text(found["gpu_idle_s"])))
-    if found.get("extended") and found.get("action") != "warn":
+    if found.get("extended") and not found.get("cull_at"):
         rows.append(("Session", "extended once: the new end time comes with the idle culler's next pass"))
     elif found.get("cull_at"):
         why = REASONS.get(found.get("reason", ""), "")

@@ -76,6 +76,8 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
         lines.append("no GPU use data: virtual GPU")
     if out["gpu_idle_s"] is not None:
         lines.append(f"GPU idle for {left_text(out['gpu_idle_s'])}")
+    if found.get("extended") and not out["cull_at"]:
+        lines.append("extended once: the new end time comes with the idle culler's next pass")
     if out["cull_at"]:
         why = f" {out['reason_text']}" if out["reason_text"] else ""
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")

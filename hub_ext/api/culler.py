@@ -99,7 +99,8 @@ def extend_workspace(settings: dict, pool, by: str, owner: str, name: str) -> No
     pool.store.record("extend", f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("action") == "warn" and found.get("reason") != "memory":
-        found.update(action="keep", extended=True, message="extended once")
+        # the old end time no longer holds: the culler's next pass reports the new one
+        found.update(action="keep", extended=True, message="extended once", cull_at=None)
 
 
 class ExtendHandler(APIHandler):

@@ -1,11 +1,13 @@
-"""The culler's warnings for one user, for JupyterHub's home page (a template variable)."""
+"""The culler's warnings and the GPU shares of one user, for JupyterHub's home page (template variables)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import quote
 
 from .. import runtime
+from ..pool import format_gpus
 from .culler import culler_state
 
 
@@ -22,3 +24,24 @@ def warnings_for(user: Any, base_url: str = "") -> list[dict]:
         link = f"{base_url}/services/gpupool/culler/extend?server={quote(w.get('name', ''))}"
         out.append({**w, "extend_url": link if can_extend else ""})
     return sorted(out, key=lambda w: w.get("name", ""))
+
+
+def shares_for(user: Any, now: float | None = None) -> list[dict]:
+    """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
+    for the hub's home page: [{"name", "share", "stops"}], sorted by server name."""
+    if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
+        return []
+    pool = runtime.api_settings["gpupool"]
+    found = culler_state(runtime.api_settings)["workspaces"]
+    now = time.time() if now is None else now
+    out = []
+    for row in pool.store.allocations(kind="build", owner=user.name):
+        w = found.get(f"{user.name}/{row.name}") or {}
+        stops = ""
+        if w.get("cull_at"):
+            left = max(0, int((w["cull_at"] - now) // 60))
+            stops = f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))}" \
+                    f" (in {left // 60} h {left % 60} min)" if left >= 60 else \
+                    f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
+        out.append({"name": row.name, "share": format_gpus(row.total_milli), "stops": stops})
+    return sorted(out, key=lambda s: s["name"])

@@ -175,7 +175,8 @@ class TrainPool(Configurable):
 
             c.TrainPool.python = "/usr/bin/python3"
         """)
-    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs.
+    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs
+        (best-fit by default); build workspaces have their own, c.GPUPool.placement_policy.
         Example::
 
             c.TrainPool.placement_policy = "gpu-packing"

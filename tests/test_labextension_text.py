@@ -1,0 +1,44 @@
+"""What the JupyterLab status item and its notification say (widgets/labextension/src/text.js),
+run by Node as JupyterLab runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tests.hubtools import REPO
+
+TEXT_JS = REPO / "widgets" / "labextension" / "src" / "text.js"
+
+
+def run(expr: str):
+    node = shutil.which("node")
+    if not node:
+        pytest.skip("node is not installed")
+    script = f"import * as t from {json.dumps(TEXT_JS.as_uri())}; console.log(JSON.stringify({expr}));"
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_status_item_text() -> None:
+    assert run("t.itemText({share: '0.25', cull_at: 4900, now: 1000})") == "GPU 0.25 · 1 h 5 min left"
+    assert run("t.itemText({share: '0.5', cull_at: null, now: 1000})") == "GPU 0.5"
+    assert run("t.itemText({share: '', now: 1})") == "no GPU"
+    assert run("t.itemText({share: '0.25', parked: 'idle for 2 h', now: 1})") == "GPU 0.25 · parked"
+    assert run("t.itemTitle({lines: ['a'], stale: 'HTTP 502'})") == "gpupool\na\n(not updated just now: HTTP 502)"
+
+
+def test_the_warning_comes_from_the_culler_or_the_users_own_lead_time() -> None:
+    soon = "{cull_at: 2000, now: 1000, action: 'keep', reason: 'idle-gpu', reason_text: 'if its GPU stays idle'," \
+           " extendable: true}"
+    assert run(f"t.warning({soon}, 20)") == {
+        "key": "idle-gpu:2000", "extendable": True,
+        "message": "This server stops in 16 min if its GPU stays idle: save your work."}
+    assert run(f"t.warning({soon}, 10)") is None  # 16 min left, warn 10 min before: not yet
+    culler = "{cull_at: 9000, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 133 min'}"
+    assert run(f"t.warning({culler}, 10)")["message"] == "This server will stop in 133 min"
+    assert run("t.warning({error: 'x'}, 10)") is None
