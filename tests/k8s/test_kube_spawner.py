@@ -157,7 +157,7 @@ async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(make_sp
 async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(make_spawner) -> None:
     gpu = make_spawner()
     assert "0.25" in await gpu.get_options_form()
-    assert requested_milli(gpu.run_options_from_form({"gpus": ["500"]})) == 500
+    assert requested_milli(gpu.run_options_from_form({"gpus": ["0.5"]})) == 500  # the form posts GPUs
 
     with_profiles = make_spawner(profile_list=PROFILES)
     assert "Quarter GPU" in await with_profiles.get_options_form()
