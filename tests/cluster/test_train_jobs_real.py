@@ -318,7 +318,11 @@ class PausableProxy:
 async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: ControlPlane, chart: list[dict],
                                                                       admin: Resources, tmp_path: Path) -> None:
     """The hub loses the API server; meanwhile a Job is deleted and etcd compacts its history,
-    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion."""
+    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion.
+    The controller follows Jobs with kubespawner's ResourceReflector, which lists again after
+    any broken watch (a 410 ERROR event included, raised by kubernetes_asyncio's watch) instead
+    of resuming from its last resourceVersion; the controller's next level-triggered pass then
+    finds the Job missing from the reflector's copy."""
     proxy = PausableProxy(int(plane.url.rsplit(":", 1)[1]))
     port = await proxy.start()
     path = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
