@@ -25,7 +25,7 @@ async def start(sp) -> None:
 
 
 def created(plane: ControlPlane, name: str) -> int:
-    return plane.pods_created(HUB_NS).count(name)
+    return plane.created("pods", HUB_NS).count(name)
 
 
 async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(make_spawner, plane: ControlPlane,
