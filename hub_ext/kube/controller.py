@@ -148,7 +148,8 @@ class KubeJobController:
             list_method_name="list_namespaced_job" if kind == "jobs" else "list_namespaced_pod",
             api_group_name="BatchV1Api" if kind == "jobs" else "CoreV1Api",
             timeout_seconds=self.watch_timeout_s, restart_seconds=max(30, self.watch_timeout_s),
-            request_timeout=self.watch_timeout_s + 30, on_failure=lambda: self._gave_up(kind))
+            request_timeout=self.watch_timeout_s + 30, on_failure=lambda: self._gave_up(kind),
+            log=log)  # its warnings in the hub's log, under gpupool's name
         reflector.api = self.batch if kind == "jobs" else self.core
         await reflector.start()
         return reflector
