@@ -148,6 +148,9 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     # The hub binds its own REST API only after initialize() has checked every server it had
     # running, so once that API answers, the spawners say truthfully what is running.
     await _hub_answers(hub_api)
+    from .admin import register
+
+    register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
     def is_running(row: Any) -> bool:
         if _is_active(hub, row):
             return True
