@@ -116,6 +116,9 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 2 GPUs").wait_for(
             timeout=20_000)  # the page refreshed itself
         assert group_row(page, "class-a").locator(".gpupool-group-quota").inner_text() == "0.5 GPU"
+        assert "admin set group class-a's build quota to 0.5 GPU" in page.inner_text("table.gpupool-events")
+        page.locator("table.gpupool-groups").scroll_into_view_if_needed()
+        shot(page, "admin-3-quotas")
         page.evaluate("window.scrollTo(0, 0)")
         shot(page, "admin-1-page")
 
@@ -132,6 +135,7 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert response.status == 403
         assert page.locator("table.gpupool-gpus").count() == 0
         assert "for hub admins" in page.inner_text("body")
+        shot(page, "admin-4-not-for-users")
         # nor can a user change a quota from a page of their own, even with the hub's XSRF token
         status = page.evaluate("""() => fetch('/hub/gpupool/quotas', {method: 'POST',
             headers: {'X-XSRFToken': window.jhdata.xsrf_token}, body: JSON.stringify({default_build_quota: 8})})

@@ -18,7 +18,7 @@ from tornado import web
 
 from ..api.auth import Caller
 from ..api.quotas import QuotaRefused, change_quotas, group_quota_change
-from ..pool.units import shown
+from ..pool.units import UnitError, format_gpus, parse_gpus, shown
 from .view import admin_view
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
@@ -80,14 +80,24 @@ class QuotaAction(ActionBase):
         try:
             if "group" in body:
                 change = group_quota_change(pool, body.get("group"), body.get("quota"))
+                what = f"set group {body['group']}'s build quota to {amount(body.get('quota'))}"
             elif set(body) == {"default_build_quota"}:
                 change = body
+                what = f"set the default build quota to {amount(body['default_build_quota'])}"
             else:
                 raise QuotaRefused(f"send default_build_quota, or group and quota; got {shown(sorted(body))}")
-            change_quotas(pool, caller.name, change)
+            change_quotas(pool, caller.name, change, what)
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
         self.finish({"saved": True})
+
+
+def amount(value: object) -> str:
+    """A quota for the event log: '0.5 GPU' (or the value as given; the change is refused then)."""
+    try:
+        return format_gpus(parse_gpus(value))
+    except UnitError:
+        return shown(value)
 
 
 class CancelAction(ActionBase):

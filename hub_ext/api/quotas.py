@@ -29,7 +29,7 @@ def current_quotas(pool: Any) -> dict:
     return {**quota_document(runtime.settings()), **changed}
 
 
-def change_quotas(pool: Any, who: str, body: dict) -> dict:
+def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
@@ -40,7 +40,7 @@ def change_quotas(pool: Any, who: str, body: dict) -> dict:
         raise QuotaRefused(str(err)) from None
     pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
     pool.quotas = policy
-    pool.store.record("quota", f"{who} changed {sorted(body)}", owner=who, changes=body)
+    pool.store.record("quota", f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
     return changed
 
 
