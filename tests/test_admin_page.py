@@ -93,6 +93,11 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         form.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
         assert hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
 
+        # the hub's XSRF check guards the page's actions: a post from elsewhere changes nothing
+        status = page.evaluate("""() => fetch('/hub/gpupool/quotas', {method: 'POST',
+            body: JSON.stringify({default_build_quota: 8})}).then(r => r.status)""")
+        assert status == 403 and hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
+
         # a class's quota: cara (class-a, 0.25 GPU each) cannot take 0.5 GPU ...
         status, message = hub.api_error("POST", "/hub/api/users/cara/server", {"gpus": 0.5})
         assert status == 403 and "your build quota is 0.25 GPU" in message
