@@ -217,6 +217,12 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         page.goto(f"{hub.url}/services/gpupool/culler/extend")
         page.click("#gpupool-extend")
         assert "already extended once" in page.inner_text(".gpupool-error")
+        # stopped from the home page: the share line goes with it, without a reload
+        page.goto(f"{hub.url}/hub/home")
+        page.locator(".gpupool-default-share").wait_for()
+        page.click("#stop")
+        page.locator(".gpupool-default-share").wait_for(state="detached", timeout=60_000)
+        assert [s["owner"] for s in hub.allocations()] == ["xavi"]
     assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == ["extend"]
 
 

@@ -107,3 +107,9 @@ def test_time_left_shows_in_each_row_of_the_home_page_right_after_the_spawn(make
             assert row.locator("a.stop-server").count() == 1  # the hub's own row, with its actions
         assert page.locator(".gpupool-default-share").count() == 0  # no default server running
         shot(page, "home-0-shares")
+        # stopped from the page: its row no longer claims a share, without a reload
+        small = page.locator("tr.home-server-row[data-server-name='small']")
+        small.locator("a.stop-server").click()
+        small.locator("td.gpupool-share", has_text="—").wait_for(timeout=60_000)
+        assert small.locator("td.gpupool-time-left").inner_text() == ""
+        assert [s["name"] for s in hub.allocations()] == ["big"]
