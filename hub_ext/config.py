@@ -7,7 +7,7 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
@@ -66,17 +66,31 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    placement_policy = Unicode(
+    build_placement_policy = Unicode(
         "frag-aware",
         config=True,
-        help="""How build workspaces are placed onto GPUs: frag-aware (default; keeps GPUs
-        from fragmenting, learning the workload online), fgd, best-fit, first-fit, gpu-packing,
-        spread, random. `gpupool simulate --help` compares them. Train jobs have their own,
-        c.TrainPool.placement_policy. Example::
+        help="""How build workspaces (notebook servers) are placed onto GPUs: frag-aware
+        (default; keeps GPUs from fragmenting, learning the workload online), fgd, best-fit,
+        first-fit, gpu-packing, spread, random. `gpupool simulate --help` compares them. Train
+        jobs are placed by c.TrainPool.placement_policy. Example::
 
-            c.GPUPool.placement_policy = "best-fit"
+            c.GPUPool.build_placement_policy = "best-fit"
         """,
     )
+
+    # the old name, read from older configs with a warning; --generate-config leaves it out
+    placement_policy = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: the old name of c.GPUPool.build_placement_policy.""",
+    ).tag(deprecated="build_placement_policy")
+
+    @observe("placement_policy")
+    def _old_placement_policy(self, change: dict) -> None:
+        self.log.warning("c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy"
+                         " (build workspaces; train jobs: c.TrainPool.placement_policy)")
+        if "build_placement_policy" not in self.config.get("GPUPool", {}):  # the new name wins
+            self.build_placement_policy = change["new"]
 
     default_build_quota = Float(
         1.0,

@@ -53,7 +53,7 @@ def pool(config: Config | None = None) -> PoolManager:
             inventory=build_inventory(cfg),
             store=store,
             quotas=quotas,
-            policy=get_policy(cfg.placement_policy),
+            policy=get_policy(cfg.build_placement_policy),
         )
     return _pool
 

@@ -175,9 +175,9 @@ class TrainPool(Configurable):
 
             c.TrainPool.python = "/usr/bin/python3"
         """)
-    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs
-        (best-fit by default); build workspaces have their own, c.GPUPool.placement_policy.
-        Example::
+    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs:
+        best-fit (default), first-fit, gpu-packing, spread, random, fgd, frag-aware. Build
+        workspaces are placed by c.GPUPool.build_placement_policy. Example::
 
             c.TrainPool.placement_policy = "gpu-packing"
         """)
