@@ -18,6 +18,7 @@ from .. import failpoints
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
+from ..pool.pool_quotas import split_by_pool
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
@@ -323,8 +324,11 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
-        _, over = in_quota_split(self.projects, running)
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        # per-pool guarantees: who is over quota is decided within each pool
+        projects, _, running, stopping = split_by_pool(self.projects, self.pools, self.pool.inventory, [],
+                                                       running, stopping)
+        _, over = in_quota_split(projects, running)
         trial = self.pool.state.copy()
         for s in stopping:
             if s.placement is not None:
@@ -335,7 +339,7 @@ class TrainingService(JobBook):
             self.build_holds[(w.owner, w.name)] = hold
             return True  # GPUs already on their way back
         chosen = []
-        for job in reclaimable(running, over, self.projects, now):  # the same victim order as a reclaim
+        for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
             chosen.append(job)
             if self.policy.choose(trial, request, self.rng) is not None:
