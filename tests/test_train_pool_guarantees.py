@@ -160,3 +160,67 @@ def test_the_config_takes_a_guarantee_per_pool_and_refuses_what_cannot_be_meant(
         TrainPool(config=config({"v": {"guarantee": {"cloud": 1}}})).pool_table()
     with pytest.raises(TraitError, match="guarantee per pool is a dict"):
         TrainPool(config=config({"v": {"guarantee": {f"p{i}": 1 for i in range(17)}}})).project_table()
+
+
+HUB_CONFIG = """
+c.GPUPool.use_nvml = False
+c.GPUPool.virtual_gpus = 4
+c.TrainPool.tick_s = 0.3
+c.TrainPool.grace_s = 1
+c.TrainPool.train_gpus = [0, 1, 2, 3]
+c.TrainPool.node_pools = {"ws": {"gpus": [0, 1]}, "dgx": {"gpus": [2, 3]}}
+c.TrainPool.projects = {"vision": {"guarantee": {"dgx": 1, "ws": 1}, "limit": 4},
+                        "lab": {"guarantee": 0, "limit": 4, "pools": ["dgx"]}}
+"""
+
+
+@pytest.mark.hub
+def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> None:
+    """lab borrows both DGX GPUs; vision runs a 2-GPU job on the workstations (its guarantee
+    there and one borrowed GPU: as much as its whole guarantee), then a job within its DGX
+    guarantee: lab's youngest job is preempted for it (the reason names the pool; with one
+    project-wide guarantee vision would only borrow), and api/projects (what %%train --help
+    prints) shows the guarantee and use per pool."""
+    import time
+
+    from gpupool.widgets.magics import projects_text
+
+    from tests.conftest import require_chp
+    from tests.hubtools import Hub
+
+    require_chp()
+    hub = Hub(state=tmp_path, extra_config=HUB_CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    J = "/services/gpupool/api/jobs"
+    try:
+        ann, bob = hub.user_token("ann"), hub.user_token("bob")
+        sleep = ["sleep", "600"]
+        lab = [hub.api("POST", J, {"project": "lab", "gpus": 1, "name": f"lab{i}", "command": sleep}, token=bob)["id"]
+               for i in range(2)]
+
+        def state(job_id: str, token: str) -> dict:
+            return hub.api("GET", f"{J}/{job_id}", token=token)
+
+        def until(cond, what: str) -> None:
+            deadline = time.monotonic() + 60
+            while not cond():
+                assert time.monotonic() < deadline, f"{what}:\n{hub.tail()}"
+                time.sleep(0.3)
+
+        until(lambda: all(state(j, bob)["state"] == "running" for j in lab), "lab borrows the DGX")
+        ws = hub.api("POST", J, {"project": "vision", "gpus": 2, "name": "ws", "command": sleep, "pools": ["ws"]},
+                     token=ann)["id"]
+        until(lambda: state(ws, ann)["state"] == "running", "vision's workstation job")
+        assert state(ws, ann)["gpu"][0]["gpus"] == [0, 1], state(ws, ann)
+        dgx = hub.api("POST", J, {"project": "vision", "gpus": 1, "name": "dgx", "command": sleep}, token=ann)["id"]
+        until(lambda: state(dgx, ann)["state"] == "running", "vision's DGX guarantee comes back")
+        assert state(dgx, ann)["gpu"][0]["gpus"] in ([2], [3])
+        preempted = [state(j, bob) for j in lab if state(j, bob)["preemptions"]]
+        assert len(preempted) == 1 and "vision (pool dgx)" in preempted[0]["preemption"], preempted
+        projects = hub.api("GET", "/services/gpupool/api/projects", token=ann)["projects"]
+        vision = next(p for p in projects if p["name"] == "vision")
+        assert vision["guarantee_milli"] == 2000 and vision["pools"] == ["dgx", "ws"]
+        assert vision["pool_guarantees"] == [{"pool": "dgx", "guarantee_milli": 1000, "used_milli": 1000},
+                                             {"pool": "ws", "guarantee_milli": 1000, "used_milli": 2000}]
+        assert "2 GPUs guaranteed (dgx 1, ws 1)" in projects_text(projects)
+    finally:
+        hub.stop()

@@ -68,7 +68,11 @@ def projects_text(projects: list[dict]) -> str:
     for p in projects:
         free = max(0, p["guarantee_milli"] - p["used_milli"])
         limit = f", at most {_gpus(p['limit_milli'])}" if p.get("limit_milli", -1) >= 0 else ""
-        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed, {_gpus(free)} of them free"
+        per_pool = ", ".join(f"{g['pool']} {_gpus(g['guarantee_milli']).split()[0]}"
+                             for g in p.get("pool_guarantees") or [])
+        per_pool = f" ({per_pool})" if per_pool else ""
+        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed{per_pool},"
+                     f" {_gpus(free)} of them free"
                      f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
                      f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}")
     return "\n".join(lines)

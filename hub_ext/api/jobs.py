@@ -248,6 +248,7 @@ class ProjectsHandler(JobsBase):
         queued = [j for j in svc.jobs() if j.state == "queued"]
         out = []
         caller = self.caller
+        by_pool = self.used_by_pool(running)
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
                         "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
@@ -255,6 +256,11 @@ class ProjectsHandler(JobsBase):
                         "pools": list(p.pools),
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
+            if p.pool_guarantees:  # a guarantee per node pool, and what runs there (embedded: known)
+                out[-1]["pool_guarantees"] = [
+                    {"pool": pool, "guarantee_milli": g,
+                     "used_milli": None if by_pool is None else by_pool.get((p.name, pool), 0)}
+                    for pool, g in p.pool_guarantees]
         depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
                   "projects": [p["name"] for p in out if p["department"] == d.name],
                   "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
@@ -262,6 +268,26 @@ class ProjectsHandler(JobsBase):
         pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
                  for n, p in getattr(svc, "pools", {}).items()}
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
+
+    def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:
+        """(project, pool) -> milli-GPU its running jobs use in that pool, for projects with a
+        guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
+        from ..pool.pool_quotas import in_pool
+
+        svc = self.training
+        if not hasattr(svc, "_job"):
+            return None
+        out: dict[tuple[str, str], int] = {}
+        for row in running:
+            p = svc.projects.get(row.project)
+            if p is None or not p.pool_guarantees:
+                continue
+            job = svc._job(row)
+            for pool, _ in p.pool_guarantees:
+                if in_pool(svc.pools.get(pool), self.pool.inventory, job):
+                    out[(p.name, pool)] = out.get((p.name, pool), 0) + job.milli
+                    break
+        return out
 
 
 ROUTES: list[tuple[str, Any]] = [
