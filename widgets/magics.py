@@ -40,18 +40,10 @@ def train_args(line: str) -> argparse.Namespace:
         except ValueError:
             params[key] = value  # a bare word is a string
     args.parameters = params
-    args.sweep_spec = {}
-    for item in args.sweep:  # one job per combination of the values (the hub checks the bounds)
-        key, _, values = item.partition("=")
-        args.sweep_spec[key] = [_value(v) for v in values.split(",")]
+    from .sweep import sweep_spec  # the widget's sweep field reads the same syntax
+
+    args.sweep_spec = sweep_spec(args.sweep)  # one job per combination (the hub checks the bounds)
     return args
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text  # a bare word is a string
 
 
 def _gpus(milli: int) -> str:
