@@ -19,6 +19,7 @@ from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
 from ..pool.pool_quotas import split_by_pool
+from ..pool.pools import within
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
@@ -317,10 +318,11 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
-    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None) -> bool:
+    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
+                            pools: tuple[str, ...] = ()) -> bool:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
-        `request` fits; False when even that would not make room. Build workspaces are never
-        preempted; in-quota train jobs neither."""
+        `request` fits (within the workspace's node `pools`, if any); False when even that would
+        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
@@ -330,6 +332,8 @@ class TrainingService(JobBook):
                                                        running, stopping)
         _, over = in_quota_split(projects, running)
         trial = self.pool.state.copy()
+        if pools:  # only the GPUs of the workspace's node pools count
+            trial = within(trial, [self.pool.node_pools[p] for p in pools if p in self.pool.node_pools])
         for s in stopping:
             if s.placement is not None:
                 trial.release(s.placement)
