@@ -99,8 +99,6 @@ class JobsHandler(JobsBase):
             min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
             if request.gpu_milli != 1000 or min_gpus != body["min_gpus"]:
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
-            if svc.cfg.runner != "local":
-                raise web.HTTPError(400, "min_gpus: elastic jobs run on the embedded training pool only (yet)")
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
         codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
@@ -121,6 +119,8 @@ class JobsHandler(JobsBase):
                     row = await row
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
+            except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
+                raise web.HTTPError(400, str(err)) from None
             except OSError as err:  # e.g. the folder for the user's jobs is writable by others
                 raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
             rows.append(row)
@@ -141,8 +141,6 @@ class JobsHandler(JobsBase):
         if not isinstance(chosen, list) or not 1 <= len(chosen) <= 16 or not all(isinstance(p, str) for p in chosen) \
                 or len(set(chosen)) != len(chosen) or set(chosen) - set(allowed):
             raise web.HTTPError(400, f"pools: a list of node pools of project {project}: {list(allowed)}")
-        if svc.cfg.runner != "local":
-            raise web.HTTPError(400, "pools: a job's own choice of pools is for the embedded training pool (yet)")
         return tuple(chosen)
 
     def sweep_runs(self, body: dict, name: str) -> list[tuple[str, dict | None]]:

@@ -95,3 +95,23 @@ def split_by_pool(projects: dict[str, Project], pools: dict[str, NodePool], inve
         else:
             pending2.append(replace(job, pools=tuple(chosen)))
     return out, pending2, running2, stopping2
+
+
+def queue_pool(project: Project, chosen: tuple[str, ...], used_by_pool: dict[str, int], milli: int) -> str | None:
+    """Where a job goes where the cluster's scheduler decides inside one queue per pool
+    (Kubernetes: KAI's queues of a project with a guarantee per pool): the first of its pools
+    (`chosen`, else its project's) that has a guarantee and where the job is within it,
+    counting `used_by_pool` (what the project's jobs hold or wait for there); else the first
+    of its pools that has a guarantee, where it borrows. None for a project without a guarantee
+    per pool; ValueError when none of the job's pools has one (no queue to wait in)."""
+    if not project.pool_guarantees:
+        return None
+    guarantees = dict(project.pool_guarantees)
+    order = [p for p in (chosen or project.pools) if p in guarantees]
+    if not order:
+        raise ValueError(f"project {project.name} has a guarantee only in {sorted(guarantees)}: a job must be"
+                         " able to use one of them")
+    for pool in order:
+        if used_by_pool.get(pool, 0) + milli <= guarantees[pool]:
+            return pool
+    return order[0]
