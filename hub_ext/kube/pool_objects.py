@@ -66,7 +66,7 @@ def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict:
     affinity: dict = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
     if len(pools) > 1:  # the first pool weighs most
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": max(1, 100 - 10 * i), "preference": t} for i, t in enumerate(terms)]
+            {"weight": max(1, 100 >> i), "preference": t} for i, t in enumerate(terms)]
     return {"nodeAffinity": affinity}
 
 

@@ -39,7 +39,7 @@ def test_pools_become_required_affinity_with_the_order_as_preference(schemas: Pa
                                             "values": ["NVIDIA-H100-80GB-HBM3"]}]},
                      {"matchExpressions": [{"key": "gpupool.io/node-pool", "operator": "In", "values": ["ws"]}]}]
     assert [(p["weight"], p["preference"]) for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == \
-        [(100, terms[0]), (90, terms[1])]
+        [(100, terms[0]), (50, terms[1])]
     one = train_job(spec(pools=(WS,)), OPTS, KAISharing())["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     assert "preferredDuringSchedulingIgnoredDuringExecution" not in one
     assert "affinity" not in train_job(spec(), OPTS, KAISharing())["spec"]["template"]["spec"]
