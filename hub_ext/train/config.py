@@ -160,10 +160,13 @@ class TrainPool(Configurable):
             c.TrainPool.idle_util_pct = 5
         """)
     idle_sampler = Unicode("nvml", config=True, help="""Where the GPU use of train jobs comes from,
-        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine) or file
-        (tests; idle_sampler_arg is the JSON file, keyed "owner/job id"). Example::
+        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine),
+        node-agent (Kubernetes: the node agents' per-pod samples; idle_sampler_arg is their URL,
+        as the culler's) or file (tests; idle_sampler_arg is the JSON file, keyed "owner/job id",
+        on Kubernetes "owner/job id/pod uid"). Example::
 
-            c.TrainPool.idle_sampler = "nvml"
+            c.TrainPool.idle_sampler = "node-agent"
+            c.TrainPool.idle_sampler_arg = "http://node-agent.gpupool:9402/pods"
         """)
     idle_sampler_arg = Unicode("", config=True, help="""Argument of idle_sampler. Example::
 

@@ -18,6 +18,7 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..pool.pool_quotas import queue_pool
 from ..store import ElasticRange, JobPools, TrainJob
 from .book import JobBook
 from .config import TrainPool
+from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
@@ -59,6 +61,11 @@ class KubeTrainingService(JobBook):
             pool_term(pool, self.opts.node_pool_label)
         self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
+        # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
+        # agents' per-pod samples (gpupool.setup.kube_job_gpu_use), None when unknown
+        self.gpu_use: Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]] | None = None
+        self.idle_rules = cfg.idle_rules()
+        self.idle = IdleClock()
 
     async def start(self) -> None:
         """Follow the cluster, then settle rows that changed while the hub was down."""
@@ -172,13 +179,49 @@ class KubeTrainingService(JobBook):
 
     # --- the loop ------------------------------------------------------------
     async def tick(self, now: float | None = None) -> dict:
-        """Retry Jobs the cluster could not take yet; the cluster's scheduler does the rest."""
+        """Retry Jobs the cluster could not take yet, and stop idle ones; the cluster's
+        scheduler does the rest."""
         sent = []
         for job_id in list(self.unsent):
             await self._send(job_id)
             if job_id not in self.unsent:
                 sent.append(job_id)
-        return {"sent": sent}
+        stopped = await self._stop_idle(now if now is not None else time.time())
+        return {"sent": sent, "idle_stopped": stopped}
+
+    def running_pods(self, job_id: str) -> list[str]:
+        """The uids of the job's pods that run now (an elastic job has several)."""
+        return [v.uid for v in self.controller.pods.get(job_id, {}).values() if v.phase == "Running" and not v.gone]
+
+    async def _stop_idle(self, now: float) -> list[str]:
+        """The embedded rule (train/idle.py) on the node agents' samples: warn in the job's
+        message and an event, then delete its Job; the intent is written first, so the job
+        ends `failed` with "idle GPU" (also when the hub restarts in between)."""
+        if self.gpu_use is None or not self.idle_rules:
+            return []
+        stopped = []
+        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        for r in rows:
+            if r.intent == "idle" and r.id not in self.controller.cancel_requested:
+                await self.controller.cancel(r.id)  # decided before a hub restart: carry it out
+        rows = [r for r in rows if r.intent != "idle"]
+        util = self.gpu_use([(r, self.running_pods(r.id)) for r in rows]) if rows else {}
+        by_id = {r.id: r for r in rows}
+        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
+                                                    util, now):
+            row, rule = by_id[job_id], self.idle_rules[by_id[job_id].project]
+            if verdict == "warn":
+                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                self._set(job_id, message=f"warning: {msg}")
+                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                continue
+            self._set(job_id, intent="idle", message="stopping: idle GPU")
+            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+            await self.controller.cancel(job_id)
+            stopped.append(job_id)
+        return stopped
 
     def _on_change(self, job_id: str, st: JobStatus) -> None:
         row = self.job(job_id)
@@ -188,7 +231,10 @@ class KubeTrainingService(JobBook):
         # preempted: the Job makes a new pod that waits in its queue and resumes, as the
         # embedded runner requeues a preempted job
         state = "queued" if st.state == "preempted" else st.state
-        values: dict[str, Any] = {"state": state, "message": st.message, "runs": max(row.runs, st.runs),
+        message = st.message
+        if row.intent == "idle":  # the hub deleted its Job because its GPUs stayed idle
+            state, message = ("failed", "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
+        values: dict[str, Any] = {"state": state, "message": message, "runs": max(row.runs, st.runs),
                                   "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
         if state == "running" and row.state != "running":
             values["started"] = now

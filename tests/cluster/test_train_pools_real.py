@@ -11,6 +11,7 @@ score it."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def volume(admin: Resources, name: str, mode: str) -> None:
                           "persistentVolumeReclaimPolicy": "Delete"}})
 
 
-def service(tmp_path: Path, api):
+def service(tmp_path: Path, api, projects: dict | None = None):
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
@@ -54,8 +55,8 @@ def service(tmp_path: Path, api):
 
     c = Config()
     c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": [WS_NODE]}}
-    c.TrainPool.projects = {"vision": {"guarantee": {"dgx": 2, "ws": 1}, "limit": 6},
-                            "lab": {"guarantee": 1, "pools": ["ws", "dgx"]}}
+    c.TrainPool.projects = projects or {"vision": {"guarantee": {"dgx": 2, "ws": 1}, "limit": 6},
+                                        "lab": {"guarantee": 1, "pools": ["ws", "dgx"]}}
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
@@ -110,5 +111,50 @@ async def test_pools_queues_per_pool_and_elastic_jobs_are_admitted_and_land_on_t
         assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
         for row in (lab, *vision, elastic):
             await svc.cancel(row.id)
+    finally:
+        await svc.stop()
+
+
+async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
+        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811 (fixture)
+    """The embedded idle rule on Kubernetes: the running pod's sample (keyed by its uid, as the
+    node agent reports pods; here the file sampler stands in for the agents) stays at 0 %;
+    the job is warned, then its Job is deleted and the job ends failed, "idle GPU"."""
+    import json
+    import time
+
+    from gpupool.idle_culler.sampler import FileSampler
+    from gpupool.setup import kube_job_gpu_use
+
+    svc = service(tmp_path, hub_api, {"lab": {"guarantee": 1, "idle_gpu_s": 600}})
+    samples = tmp_path / "samples.json"
+    svc.gpu_use = kube_job_gpu_use(FileSampler(str(samples)))
+    await svc.start()
+    try:
+        row = await svc.submit("ann", "lab", "hung", 1, 1000, ["python", "train.py"])
+        volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
+        deadline = time.monotonic() + 60
+        while svc.job(row.id).state != "running" or not svc.running_pods(row.id):
+            assert time.monotonic() < deadline, svc.job(row.id).to_json()
+            await asyncio.sleep(0.2)
+        uid = svc.running_pods(row.id)[0]
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 0}}))
+        t0 = time.time()
+        assert (await svc.tick(now=t0))["idle_stopped"] == []
+        await svc.tick(now=t0 + 301)
+        assert svc.job(row.id).message.startswith("warning: its GPUs have been idle for 5 min")
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 40}}))  # busy: the clock starts over
+        await svc.tick(now=t0 + 400)
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 0.5}}))
+        await svc.tick(now=t0 + 500)
+        assert (await svc.tick(now=t0 + 1050))["idle_stopped"] == []  # idle 550 s only
+        assert (await svc.tick(now=t0 + 1101))["idle_stopped"] == [row.id]
+        while svc.job(row.id).state != "failed":
+            assert time.monotonic() < deadline + 60, svc.job(row.id).to_json()
+            await asyncio.sleep(0.2)
+        assert svc.job(row.id).message == "idle GPU"
+        assert admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}") is None \
+            or admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}")["metadata"].get(
+                "deletionTimestamp")
     finally:
         await svc.stop()
