@@ -122,9 +122,11 @@ class PoolManager:
         return allowed_pools(self.quotas.limits_for(groups).pools, list(self.node_pools), chosen)
 
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
-                      cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None) -> Allocation:
-        """Check the fixed quota, place (within the groups' node pools, or `pool` of them),
-        persist. Raises a PoolError that says what to do."""
+                      cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
+                      in_pools: bool = True) -> Allocation:
+        """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
+        `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
+        affinity keeps it there), persist. Raises a PoolError that says what to do."""
         w = Workload("build", owner, server_name)
         existing = self.allocation(w)
         if existing is not None:
@@ -133,7 +135,9 @@ class PoolManager:
                 return existing
             self.release(w, reason="replaced by a new start with another size")
         groups = sorted(set(groups))
-        pools = self.build_pools(groups, pool)
+        pools = self.build_pools(groups, pool)  # a pool not theirs is refused wherever it is placed
+        if not in_pools:
+            pools = ()
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())

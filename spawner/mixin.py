@@ -66,6 +66,11 @@ class GPUSpawnerMixin(HasTraits):
     def uses_gpu_form(self) -> bool:
         return True
 
+    def places_in_pools(self) -> bool:
+        """Whether the hub's own placement keeps a workspace on its node pools' GPUs (embedded);
+        on Kubernetes the hub's inventory is nominal and the pod's node affinity does it."""
+        return True
+
     @default("apply_user_options")
     def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
@@ -87,8 +92,8 @@ class GPUSpawnerMixin(HasTraits):
         gpus = [g for n in pool.inventory.nodes for g in n.gpus]
         offered = pool.quotas.offered_sizes(self.user_groups, held)
         pools = pool.build_pools(self.user_groups)
-        state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) if pools \
-            else pool.state
+        state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
+            if pools and self.places_in_pools() else pool.state
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
                            gpu_free=state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
@@ -119,7 +124,8 @@ class GPUSpawnerMixin(HasTraits):
         """Quota check, placement (in the user's node pools, or `pool` of them) and the
         persisted share; a refusal is recorded and raised as the 4xx JupyterHub shows."""
         try:
-            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool)
+            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
+                                            in_pools=self.places_in_pools())
         except PoolError as err:
             raise self.refused(err) from None
         self.gpupool_allocation = alloc
