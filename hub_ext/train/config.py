@@ -118,7 +118,9 @@ class TrainPool(Configurable):
     node_pools = Dict({}, config=True, help="""Named groups of GPUs (KAI-Scheduler's node pools) that
         projects choose with their "pools" key, in order of preference. A pool takes the GPUs
         that match every key it gives: models (GPU model names), nodes (node names), gpus (GPU
-        indices). Example::
+        indices). On Kubernetes, models match GPU feature discovery's nvidia.com/gpu.product,
+        nodes the host name, and a pool given as {} is the nodes labelled
+        gpupool.io/node-pool=<name>; GPU indices mean nothing there. Example::
 
             c.TrainPool.node_pools = {
                 "workstations": {"models": ["NVIDIA RTX A2000"]},
@@ -133,7 +135,7 @@ class TrainPool(Configurable):
 
         out = {}
         for name, spec in self.node_pools.items():
-            if not isinstance(spec, dict) or not spec or set(spec) - POOL_KEYS:
+            if not isinstance(spec, dict) or set(spec) - POOL_KEYS:  # {}: by label, Kubernetes only
                 raise TraitError(f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}")
             models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
             if not all(isinstance(v, list) for v in (models, nodes, gpus)) \

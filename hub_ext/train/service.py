@@ -50,6 +50,9 @@ class TrainingService(JobBook):
         self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
         self.idle_rules = cfg.idle_rules()
         self.idle = IdleClock()
+        empty = sorted(n for n, p in self.pools.items() if not (p.models or p.nodes or p.gpus))
+        if empty:  # a pool by node label exists on Kubernetes only; here it would be every GPU
+            raise ValueError(f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus")
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)

@@ -91,3 +91,46 @@ def test_an_elastic_job_is_one_pod_per_gpu_with_kais_min_member(schemas: Path) -
     assert "parallelism" not in fixed["spec"] and "kai.scheduler/batch-min-member" not in fixed["metadata"]["annotations"]
     with pytest.raises(InvalidRequest, match="whole GPUs"):
         spec(num_gpu=2, min_gpus=3)
+
+
+POOL_VALUES = {
+    "departments": {"research": {"quota": 8}},
+    "projects": {"vision": {"department": "research", "guarantee": {"dgx": 4, "ws": 2}, "limit": 8,
+                            "overQuotaWeight": 2},
+                 "lab": {"department": "research", "guarantee": 1, "pools": ["ws", "dgx"]}},
+    "nodePools": {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {}},
+}
+
+
+def test_the_chart_renders_the_same_per_pool_queues_and_the_hub_reads_the_pools(schemas: Path,
+                                                                                 tmp_path: Path) -> None:
+    """One source of truth: the chart's queues for a guarantee per pool are what
+    gpupool.kube.pool_objects renders from the project table the hub reads from the chart."""
+    from gpupool.kube.chart_config import apply_chart_config
+    from gpupool.train.config import TrainPool
+    from traitlets.config import Config
+
+    from tests.k8s.test_chart import render
+
+    docs = render(POOL_VALUES)
+    for d in docs:
+        validate(d, schemas)
+    queues = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Queue"}
+    assert queues["vision"]["spec"]["resources"]["gpu"]["quota"] == 6  # the project's own: the sum
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    (tmp_path / "gpupool.json").write_text(cm["data"]["gpupool.json"])
+    c = Config()
+    apply_chart_config(c, tmp_path / "gpupool.json")
+    train = TrainPool(config=c)
+    projects = train.project_table()
+    assert projects["vision"].pool_guarantees == (("dgx", 4000), ("ws", 2000)) and projects["lab"].pools == ("ws", "dgx")
+    assert train.pool_table()["ws"] == NodePool("ws")
+    for q in pool_queues(list(projects.values())):
+        chart = queues[q["metadata"]["name"]]
+        assert chart["metadata"]["labels"]["kai.scheduler/node-pool"] == q["metadata"]["labels"]["kai.scheduler/node-pool"]
+        assert chart["spec"] == q["spec"], q["metadata"]["name"]
+    assert {n for n in queues if n.startswith(("pool-", "vision-"))} == {"pool-dgx", "pool-ws", "vision-dgx", "vision-ws"}
+    from tests.k8s.test_chart import render as again
+
+    with pytest.raises(Exception, match="node pool cloud, which is not in .Values.nodePools"):
+        again({**POOL_VALUES, "projects": {"v": {"department": "research", "guarantee": {"cloud": 1}}}})
