@@ -224,3 +224,14 @@ def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> No
         assert "2 GPUs guaranteed (dgx 1, ws 1)" in projects_text(projects)
     finally:
         hub.stop()
+
+
+def test_a_job_pinned_to_a_spot_is_seen_through_that_spots_pool() -> None:
+    """A job pinned to the workstations (say, by a reservation) that is within both pools'
+    guarantees goes to its workstation part, where its spot is, not to the DGX it prefers."""
+    state = ClusterState(mixed())
+    projects = {"vision": VISION}
+    spot = state.placement_on(state.inventory.index_of("ws1"), Request(2), [0, 1])
+    plan = schedule(state, projects, [Job("p", "vision", Request(2), submitted=0, placement=spot)], [], now=10,
+                    policy=POLICY, pools=POOLS)
+    assert [(a.job, a.placement.node) for a in plan.admit] == [("p", "ws1")]

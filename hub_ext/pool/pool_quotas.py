@@ -84,7 +84,10 @@ def split_by_pool(projects: dict[str, Project], pools: dict[str, NodePool], inve
             continue
         guarantees = dict(proj.pool_guarantees)
         chosen = job.pools or proj.pools
-        for pool in chosen:
+        # a job pinned to a spot (a reservation, a consolidation) tries that spot's pool first,
+        # so that it is not seen through another pool that hides its spot
+        pin = [p for p in chosen if in_pool(pools.get(p), inventory, job)]
+        for pool in [*pin[:1], *(p for p in chosen if p not in pin[:1])]:
             if pool not in guarantees:
                 continue
             part = part_name(proj.name, pool)
