@@ -235,3 +235,31 @@ def test_a_job_pinned_to_a_spot_is_seen_through_that_spots_pool() -> None:
     plan = schedule(state, projects, [Job("p", "vision", Request(2), submitted=0, placement=spot)], [], now=10,
                     policy=POLICY, pools=POOLS)
     assert [(a.job, a.placement.node) for a in plan.admit] == [("p", "ws1")]
+
+
+def _per_pool_machine():
+    """The second-level state machine (tests/test_train_second_level.py) with project "a"
+    guaranteed 3 GPUs on the DGX and 1 on the workstations: whatever is submitted, finished and
+    scheduled, nothing is over-allocated, a job runs only on its pools, and no job within its
+    pool's guarantee is stopped whole for another project."""
+    from gpupool.pool.pool_quotas import split_by_pool
+    from gpupool.pool.training import in_quota_split
+
+    from tests.test_train_second_level import POOLS as SL_POOLS
+    from tests.test_train_second_level import PROJECTS as SL_PROJECTS
+    from tests.test_train_second_level import SecondLevel
+
+    class PerPool(SecondLevel):
+        PROJECTS = {**SL_PROJECTS, "a": Project("a", 4000, pools=("dgx", "ws"),
+                                                pool_guarantees=(("dgx", 3000), ("ws", 1000)))}
+
+        def over_quota(self) -> set[str]:
+            parts, _, running, _ = split_by_pool(self.PROJECTS, SL_POOLS, self.state.inventory, [],
+                                                 list(self.running.values()))
+            return in_quota_split(parts, running)[1]
+
+    PerPool.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+    return PerPool.TestCase
+
+
+TestPerPoolSecondLevel = _per_pool_machine()
