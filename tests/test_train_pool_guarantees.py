@@ -263,3 +263,40 @@ def _per_pool_machine():
 
 
 TestPerPoolSecondLevel = _per_pool_machine()
+
+
+def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_path) -> None:
+    """lab borrows both DGX GPUs; vision's queued job is within its DGX guarantee, and its
+    owner is told so (with one project-wide guarantee the sentence would say vision's whole)."""
+    import time
+
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
+    from gpupool.store import Store
+    from gpupool.train.config import TrainPool
+    from gpupool.train.service import TrainingService
+    from gpupool.train.waiting import explain
+
+    c = Config()
+    c.TrainPool.node_pools = {"ws": {"gpus": [0, 1]}, "dgx": {"gpus": [2, 3]}}
+    c.TrainPool.projects = {"vision": {"guarantee": {"dgx": 1, "ws": 1}}, "lab": {"guarantee": 0, "pools": ["dgx"]}}
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.grace_s = 1
+    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 2)), POLICY)
+    svc = TrainingService(pool, TrainPool(config=c))
+    lab = [svc.submit("bob", "lab", f"l{i}", 1, 1000, ["sleep", "600"], now=i).id for i in range(2)]
+    svc.tick(now=10)
+    assert all(svc.job(j).state == "running" for j in lab)
+    want = svc.submit("ann", "vision", "v", 1, 1000, ["sleep", "600"], now=11)
+    try:
+        assert explain(svc, svc.job(want.id)) == ("waiting: no node has a free GPU; within its guarantee, project"
+                                                 " vision (pool dgx) gets GPUs back from jobs running beyond theirs")
+    finally:
+        for j in [*lab, want.id]:
+            svc.cancel(j, now=20)
+        deadline = time.monotonic() + 30
+        while any(svc.job(j).state not in ("cancelled", "failed", "succeeded") for j in [*lab, want.id]):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+            svc.tick(now=30)
