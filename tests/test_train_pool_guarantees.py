@@ -300,3 +300,20 @@ def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_pa
             assert time.monotonic() < deadline
             time.sleep(0.1)
             svc.tick(now=30)
+
+
+def test_a_pool_by_label_is_refused_on_one_machine(tmp_path) -> None:
+    """{} is a pool of labelled nodes on Kubernetes; on one machine it would be every GPU."""
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
+    from gpupool.store import Store
+    from gpupool.train.config import TrainPool
+    from gpupool.train.service import TrainingService
+
+    c = Config()
+    c.TrainPool.node_pools = {"ws": {}, "dgx": {"gpus": [2, 3]}}
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 2)), POLICY)
+    with pytest.raises(ValueError, match=r"TrainPool.node_pools \['ws'\]: on one machine a pool needs models"):
+        TrainingService(pool, TrainPool(config=c))
