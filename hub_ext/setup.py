@@ -216,6 +216,10 @@ async def _start_training(hub: Any, pool: Any) -> Any:
         from . import tasks
 
         tasks.start(training.start(), "following train Jobs on Kubernetes")
+        if training.idle_rules:  # idle train jobs, from the node agents' per-pod samples
+            from gpupool.idle_culler.sampler import make_sampler
+
+            training.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg))
     else:
         from .train.service import TrainingService
 
@@ -270,6 +274,24 @@ def job_gpu_use(sampler: Any, pool: Any) -> Any:
             targets.append(Target(r.owner, r.id, pid=r.pid, gpu_uuids=uuids, whole_gpus=whole))
         got = sampler.sample(targets)
         return {t.name: got[t.key].util_pct if t.key in got else None for t in targets}
+
+    return use
+
+
+def kube_job_gpu_use(sampler: Any) -> Any:
+    """The idle culler's sampler over train jobs on Kubernetes: each running pod of a job is a
+    target (its uid, as the node agent reports it; key owner/job id/pod uid), and a job's
+    utilization is its busiest pod's (None: no pod sampled)."""
+    from gpupool.idle_culler.sampler import Target
+
+    def use(jobs: list) -> dict[str, float | None]:
+        targets = [(row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids]
+        got = sampler.sample([t for _, t in targets])
+        out: dict[str, float | None] = {row.id: None for row, _ in jobs}
+        for job_id, t in targets:
+            if t.key in got:
+                out[job_id] = max(out[job_id] or 0.0, got[t.key].util_pct)
+        return out
 
     return use
 
