@@ -122,7 +122,8 @@ async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
     made: list[GPUKubeSpawner] = []
 
     def make(user: str = "ann", server: str = "", options: dict | None = None,
-             groups: tuple[str, ...] = ("students",), **settings) -> GPUKubeSpawner:
+             groups: tuple[str, ...] = ("students",), more: Callable[[Config], None] | None = None,
+             **settings) -> GPUKubeSpawner:
         c = Config()
         c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
         c.GPUPool.use_nvml = False
@@ -139,6 +140,8 @@ async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
         c.GPUKubeSpawner.kai_queue = "default"
         for key, value in settings.items():
             setattr(c.GPUKubeSpawner, key, value)
+        if more is not None:  # other sections (GPUPool, TrainPool, KubeSpawner)
+            more(c)
         hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
                               api_url="http://hub:8081/hub/api")
         # a named server's name lives on its ORM row (JupyterHub's own class, not in a database)

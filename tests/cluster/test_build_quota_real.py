@@ -13,6 +13,7 @@ import asyncio
 import pytest
 from gpupool.spawner.form import requested_milli
 from tornado import web
+from traitlets.config import Config
 
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import ControlPlane
@@ -161,3 +162,45 @@ async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_
 
     admins = make_spawner(options_form="<p>our own form</p>")
     assert await admins.get_options_form() == "<p>our own form</p>"
+
+
+def pools_config(c: Config) -> None:
+    c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": ["gpu-node-1"]}}
+    c.GPUPool.build_pools = ["ws"]
+    c.GPUPool.group_overrides = {"research": {"pools": ["dgx", "ws"]}}
+    c.KubeSpawner.node_affinity_required = [{"matchExpressions": [{"key": "zone", "operator": "In",
+                                                                    "values": ["a"]}]}]
+
+
+async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawner, plane: ControlPlane,
+                                                                       admin: Resources) -> None:
+    """The nominal placement ignores pools (the hub's inventory on Kubernetes has none); the
+    pod's node affinity keeps it on the user's pools, ANDed with what the profile asks, and the
+    real scheduler places it accordingly."""
+    for node in ("gpu-node-0", "gpu-node-1"):  # the profile's own requirement: zone a
+        admin.http.patch(f"/api/v1/nodes/{node}", json={"metadata": {"labels": {"zone": "a"}}},
+                         headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+    sp = make_spawner(user="rex", groups=("research",), more=pools_config)
+    await start(sp)
+    pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
+    aff = pod["spec"]["affinity"]["nodeAffinity"]
+    terms = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    assert terms == [
+        {"matchExpressions": [zone, {"key": "nvidia.com/gpu.product", "operator": "In",
+                                     "values": ["NVIDIA-H100-80GB-HBM3"]}]},
+        {"matchExpressions": [zone, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]}]}]
+    assert [p["weight"] for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == [100, 50]
+    await sp.stop()
+    one = make_spawner(user="rex", groups=("research",), options={"gpus": "0.25", "pool": "ws"}, more=pools_config)
+    await start(one)
+    pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{one.pod_name}")
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["matchExpressions"][1]["key"] for t in terms["nodeSelectorTerms"]] == ["kubernetes.io/hostname"]
+    assert pod["spec"]["nodeName"] == "gpu-node-1"  # the scheduler kept it on the pool's node
+    await one.stop()
+    other = make_spawner(user="ivy", options={"gpus": "0.25", "pool": "dgx"}, more=pools_config)
+    with pytest.raises(web.HTTPError) as err:
+        await other.start()
+    assert err.value.status_code == 403 and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message
+    assert created(plane, other.pod_name) == 0 and other.pool.store.allocations(owner="ivy") == []
