@@ -219,7 +219,8 @@ async def _start_training(hub: Any, pool: Any) -> Any:
         if training.idle_rules:  # idle train jobs, from the node agents' per-pod samples
             from gpupool.idle_culler.sampler import make_sampler
 
-            training.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg))
+            training.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg,
+                                                             cfg.idle_sampler_token_file))
     else:
         from .train.service import TrainingService
 

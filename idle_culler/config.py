@@ -145,6 +145,13 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9402/pods"
         """)
+    node_agent_token_file = Unicode("", config=True, help="""File holding the token the node agents
+        require (sampler node-agent): the gpupool chart's Secret `gpupool-node-agent-token`, mounted in
+        the hub pod (see helm/z2jh-values.yaml). Empty: requests carry none, and agents started with
+        a token answer 401. Example::
+
+            c.IdleCuller.node_agent_token_file = "/etc/gpupool-agent/token"
+        """)
     metrics_port = Int(0, config=True, help="""Serve Prometheus metrics on this port (0: off). Example::
 
             c.IdleCuller.metrics_port = 9401

@@ -104,11 +104,22 @@ def resolve_all(host: str, port: int) -> list[str]:
 class NodeAgentSampler:
     """Reads `{"pods": [{"uid", "gpu_util_pct", "memory_mib"}]}` from every node agent: each
     URL's host is resolved to all its addresses (the chart's headless Service names every agent
-    pod), and each address is asked; an agent that does not answer is logged and skipped."""
+    pod), and each address is asked; an agent that does not answer is logged and skipped.
+    With `token_file` (the chart's Secret, mounted in the hub pod) each request carries its
+    token: the agents answer nobody else. It is read at each pass, so a rotated Secret applies."""
 
     def __init__(self, urls: list[str], timeout: float = 5,
-                 resolve: Callable[[str, int], list[str]] = resolve_all) -> None:
-        self.urls, self.timeout, self.resolve = urls, timeout, resolve
+                 resolve: Callable[[str, int], list[str]] = resolve_all, token_file: str = "") -> None:
+        self.urls, self.timeout, self.resolve, self.token_file = urls, timeout, resolve, token_file
+
+    def headers(self) -> dict[str, str]:
+        if not self.token_file:
+            return {}
+        try:
+            return {"Authorization": f"Bearer {Path(self.token_file).read_text().strip()}"}
+        except OSError as err:
+            log.error("cannot read the node agents' token from %s: %s", self.token_file, err)
+            return {}
 
     def agent_urls(self) -> list[str]:
         out = []
@@ -126,9 +137,10 @@ class NodeAgentSampler:
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
         pods: dict[str, GPUUse] = {}
+        headers = self.headers()
         for url in self.agent_urls():
             try:
-                with urllib.request.urlopen(url, timeout=self.timeout) as r:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as r:
                     for p in json.load(r).get("pods", []):
                         pods[p["uid"]] = GPUUse(float(p["gpu_util_pct"]), int(p["memory_mib"]))
             except (OSError, ValueError, KeyError) as err:
@@ -152,11 +164,11 @@ class FileSampler:
                 for t in targets if t.key in data}
 
 
-def make_sampler(kind: str, arg: str = "") -> Sampler:
+def make_sampler(kind: str, arg: str = "", token_file: str = "") -> Sampler:
     if kind == "nvml":
         return NVMLSampler()
     if kind == "node-agent":
-        return NodeAgentSampler([u for u in arg.split(",") if u])
+        return NodeAgentSampler([u for u in arg.split(",") if u], token_file=token_file)
     if kind == "file":
         return FileSampler(arg or os.environ.get("GPUPOOL_CULLER_SAMPLES", ""))
     raise ValueError(f"unknown sampler {kind!r}: use nvml, node-agent or file")

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = file_clock(args.clock_file) if args.clock_file else time.time
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
-                    make_sampler(cfg.sampler, cfg.sampler_arg), clock, metrics)
+                    make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file), clock, metrics)
     parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()
     if hub_gone(parent):  # it died before we could ask to die with it

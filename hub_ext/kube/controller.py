@@ -1,9 +1,16 @@
-"""Creates train Jobs through kubernetes_asyncio and follows them with watches on Jobs and pods.
+"""Creates train Jobs through kubernetes_asyncio and follows them with kubespawner's reflectors.
 
-One watch per kind (label selector: gpupool's train jobs), each a list followed by a watch
-from its resourceVersion, restarted on timeouts and relisted on 410 Gone, as client-go's
-informers do. Every event updates a cache and recomputes the job's state (status.py);
-`on_change(job_id, JobStatus)` hears each change.
+Two `kubespawner.reflector.NamespacedResourceReflector`s (Jobs and pods labelled as gpupool's)
+keep an up-to-date copy of what the cluster holds: they list, watch, and list again after any
+broken watch (a `410 Gone` included). They have no per-event hook, so the controller
+reconciles level-triggered, the Kubernetes way: every `resync_s` it compares the reflectors'
+copies with what it saw last (by resourceVersion), folds what changed into its job states
+(status.py) and calls `on_change(job_id, JobStatus)` for each change. A Job missing from the
+copy was deleted; a pod missing from it is gone.
+
+Level-triggered means a pod that came and went between two passes is never seen; what the
+rows need survives that: a preemption that began and ended between passes (the Job already
+runs its next pod) is reported as `preempted` then `running`, in that order.
 """
 
 from __future__ import annotations
@@ -12,14 +19,16 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubespawner.reflector import NamespacedResourceReflector
 
 from .job_spec import TrainJobSpec
-from .objects import JOB_ID, SELECTOR, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
+from .objects import JOB_ID, MANAGED_BY, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
 from .status import FINAL, JobStatus, PodView, job_status, observe_pod
 
 log = logging.getLogger("gpupool.kube")
@@ -28,19 +37,21 @@ OnChange = Callable[[str, JobStatus], Awaitable[None] | None]
 
 class KubeJobController:
     def __init__(self, api_client: client.ApiClient, opts: JobOptions, backend: SharingBackend | None = None,
-                 on_change: OnChange | None = None, watch_timeout_s: int = 60) -> None:
+                 on_change: OnChange | None = None, watch_timeout_s: int = 60, resync_s: float = 0.5) -> None:
+        self.api_client = api_client
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.opts, self.backend, self.on_change = opts, backend, on_change
-        self.watch_timeout_s = watch_timeout_s
-        self.jobs: dict[str, dict] = {}  # job id -> Job object
-        self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view
+        self.watch_timeout_s, self.resync_s = watch_timeout_s, resync_s
+        self.jobs: dict[str, dict] = {}  # job id -> Job object (the last one seen, kept after deletion)
+        self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view (kept after it is gone)
         self.deleted: set[str] = set()
         self.cancel_requested: set[str] = set()
         self.statuses: dict[str, JobStatus] = {}
         self.synced = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
-        self._listed: set[str] = set()
+        self.reflectors: dict[str, NamespacedResourceReflector] = {}
+        self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
+        self._task: asyncio.Task | None = None
 
     # --- commands ------------------------------------------------------------
     async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict:
@@ -63,7 +74,8 @@ class KubeJobController:
         if files:
             await _create_or_keep(self.core.create_namespaced_config_map, ns,
                                   code_config_map(spec, self.opts, files, uid))
-        self.statuses.setdefault(spec.id, JobStatus("queued", "submitted"))
+        if spec.id not in self.statuses:  # news now: the next pass may already see it running
+            await self._tell(spec.id, JobStatus("queued", "waiting for GPUs in its queue"))
         return job
 
     async def logs(self, job_id: str, tail: int) -> list[str]:
@@ -94,88 +106,117 @@ class KubeJobController:
     def status(self, job_id: str) -> JobStatus | None:
         return self.statuses.get(job_id)
 
-    # --- watches -------------------------------------------------------------
+    # --- following the cluster ----------------------------------------------------
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._follow("jobs", self.batch.list_namespaced_job)),
-                       asyncio.create_task(self._follow("pods", self.core.list_namespaced_pod))]
-        await self.synced.wait()
-
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
-                pass
-        self._tasks = []
-
-    async def _follow(self, kind: str, list_fn: Callable[..., Any]) -> None:
-        ns = self.opts.namespace
-        rv: str | None = None
+        """List Jobs and pods, fold them in, then keep following (returns once synced; until
+        the API server answers, it keeps trying)."""
         delay = 0.1
         while True:
             try:
-                if rv is None:
-                    listing = await list_fn(ns, label_selector=SELECTOR, _preload_content=False)
-                    body = await listing.json()
-                    await self._relist(kind, body["items"])
-                    rv = body["metadata"]["resourceVersion"]
-                w = watch.Watch()
-                async with w.stream(list_fn, ns, label_selector=SELECTOR, resource_version=rv,
-                                    timeout_seconds=self.watch_timeout_s, allow_watch_bookmarks=True) as stream:
-                    async for event in stream:
-                        obj = event["raw_object"]
-                        if event["type"] == "ERROR":
-                            if obj.get("code") == 410:  # too old: list again
-                                rv = None
-                                break
-                            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                        rv = obj["metadata"].get("resourceVersion", rv)
-                        if event["type"] != "BOOKMARK":
-                            await self._apply(kind, event["type"], obj)
-                delay = 0.1
+                await self._reflect()
+                break
+            except Exception as err:  # noqa: BLE001 - network: keep trying, as the reflector does
+                log.warning("listing train Jobs on Kubernetes failed: %s; retrying in %.1f s", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+        await self.reconcile()
+        self.synced.set()
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                pass
+            self._task = None
+        for reflector in self.reflectors.values():
+            await reflector.stop()
+        self.reflectors = {}
+
+    async def _reflect(self) -> None:
+        for kind in ("jobs", "pods"):
+            if kind not in self.reflectors:
+                self.reflectors[kind] = await self._reflector(kind)
+
+    async def _reflector(self, kind: str) -> NamespacedResourceReflector:
+        """kubespawner's reflector on our API client (its default is kubespawner's shared
+        client, configured for the spawner: the hub's jobs may use another account)."""
+        reflector = NamespacedResourceReflector(
+            kind=kind, namespace=self.opts.namespace, labels={MANAGED_BY: "gpupool"},
+            list_method_name="list_namespaced_job" if kind == "jobs" else "list_namespaced_pod",
+            api_group_name="BatchV1Api" if kind == "jobs" else "CoreV1Api",
+            timeout_seconds=self.watch_timeout_s, restart_seconds=max(30, self.watch_timeout_s),
+            request_timeout=self.watch_timeout_s + 30, on_failure=lambda: self._gave_up(kind),
+            log=log)  # its warnings in the hub's log, under gpupool's name
+        reflector.api = self.batch if kind == "jobs" else self.core
+        await reflector.start()
+        return reflector
+
+    def _gave_up(self, kind: str) -> None:
+        """The reflector stops after ~1 min of failures (kubespawner then stops the hub);
+        the training pool starts a fresh one instead, which retries with its own backoff."""
+        log.error("following %s on Kubernetes failed for a minute; starting over", kind)
+        self.reflectors.pop(kind, None)
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_s)
+            try:
+                await self._reflect()
+                await self.reconcile()
             except asyncio.CancelledError:
                 raise
-            except ApiException as err:
-                if err.status == 410:
-                    rv = None
-                    continue
-                log.warning("watch of %s failed (%s); retrying", kind, err.status)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10)
-            except Exception as err:  # noqa: BLE001 - network: keep following
-                log.warning("watch of %s broke: %s; retrying", kind, err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10)
+            except Exception as err:  # noqa: BLE001 - network or a bad object: next pass
+                log.warning("reconciling train Jobs failed: %s", err)
 
-    async def _relist(self, kind: str, items: list[dict]) -> None:
-        seen = set()
-        for obj in items:
-            seen.add(_job_id(obj))
-            await self._apply(kind, "ADDED", obj)
-        if kind == "jobs":  # Jobs deleted while nobody watched
-            for job_id in set(self.jobs) - seen:
-                await self._apply(kind, "DELETED", self.jobs[job_id])
-        self._listed.add(kind)
-        if self._listed >= {"jobs", "pods"}:
-            self.synced.set()
-
-    async def _apply(self, kind: str, event: str, obj: dict) -> None:
-        job_id = _job_id(obj)
-        if not job_id:
-            return
-        if kind == "jobs":
-            if event == "DELETED":
-                self.deleted.add(job_id)
-            else:
+    async def reconcile(self) -> None:
+        """One level-triggered pass: what changed in the reflectors' copies since the last one."""
+        jobs, pods = (list(self.reflectors[k].resources.values()) for k in ("jobs", "pods"))
+        changed: set[str] = set()
+        present: set[str] = set()
+        for obj in jobs:
+            job_id = _job_id(obj)
+            if not job_id:
+                continue
+            present.add(job_id)
+            if self._fresh(obj) or job_id in self.deleted:
                 self.jobs[job_id] = obj
                 self.deleted.discard(job_id)
-        else:
-            views = self.pods.setdefault(job_id, {})
-            uid = obj["metadata"].get("uid", "")
-            views[uid] = observe_pod(views.get(uid), obj, deleted=event == "DELETED", order=len(views))
-        await self._update(job_id)
+                changed.add(job_id)
+        for job_id in set(self.jobs) - present - self.deleted:  # deleted (maybe while nobody watched)
+            self.deleted.add(job_id)
+            changed.add(job_id)
+        live: set[str] = set()
+        for obj in pods:
+            job_id, uid = _job_id(obj), (obj.get("metadata") or {}).get("uid", "")
+            if not job_id or not uid:
+                continue
+            live.add(uid)
+            if self._fresh(obj):
+                views = self.pods.setdefault(job_id, {})
+                views[uid] = observe_pod(views.get(uid), obj, order=len(views))
+                changed.add(job_id)
+        for job_id, views in self.pods.items():
+            for uid, view in views.items():
+                if not view.gone and uid not in live:
+                    # last seen running, then gone without an end we saw: evicted (a pass
+                    # missed its DisruptionTarget), as the Job's replacement pod will show
+                    why = view.disrupted or ("its pod was deleted" if view.phase == "Running" else "")
+                    views[uid] = replace(view, gone=True, disrupted=why)
+                    self._seen.pop(uid, None)
+                    changed.add(job_id)
+        for job_id in sorted(changed):
+            await self._update(job_id)
+
+    def _fresh(self, obj: dict) -> bool:
+        meta = obj.get("metadata") or {}
+        uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
+        if self._seen.get(uid) == rv:
+            return False
+        self._seen[uid] = rv
+        return True
 
     async def _update(self, job_id: str) -> None:
         old = self.statuses.get(job_id)
@@ -187,6 +228,14 @@ class KubeJobController:
             return  # pods seen before their Job: wait for it
         if new == old:
             return
+        if (old is not None and old.state != "preempted" and new.preemptions > old.preemptions
+                and new.state not in ("preempted", "cancelled")):
+            # preempted and already resumed (or ended) between two passes: the preemption is news too
+            await self._tell(job_id, replace(new, state="preempted", runs=old.runs,
+                                             message="preempted; it resumes from its checkpoint"))
+        await self._tell(job_id, new)
+
+    async def _tell(self, job_id: str, new: JobStatus) -> None:
         self.statuses[job_id] = new
         log.info("train job %s: %s %s", job_id, new.state, new.message)
         if self.on_change is not None:

@@ -174,6 +174,14 @@ class TrainPool(Configurable):
 
             c.TrainPool.idle_sampler_arg = "/tmp/gpu-samples.json"
         """)
+    idle_sampler_token_file = Unicode("", config=True, help="""With idle_sampler node-agent: the file
+        holding the token the node agents require (the chart's Secret gpupool-node-agent-token,
+        mounted in the hub pod by helm/z2jh-values.yaml; the same file as
+        c.IdleCuller.node_agent_token_file). Without it the agents answer 401 and no train job
+        counts as idle. Example::
+
+            c.TrainPool.idle_sampler_token_file = "/etc/gpupool-agent/token"
+        """)
 
     def idle_rules(self):
         """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""

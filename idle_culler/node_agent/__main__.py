@@ -1,4 +1,4 @@
-"""python -m gpupool.idle_culler.node_agent --port 9402 --interval 10 [--proc /proc]"""
+"""python -m gpupool.idle_culler.node_agent --token-file /etc/gpupool-agent/token [--port 9402] [--interval 10]"""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import os
 import threading
 from pathlib import Path
 
-from gpupool.nvml import NVML
+from gpupool.nvml import NVML, NVMLUnavailable
 
-from .server import Agent, serve
+from .server import Agent, file_token, serve
+
+log = logging.getLogger("gpupool.node_agent")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,19 +23,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between NVML samples")
     ap.add_argument("--proc", default=os.environ.get("GPUPOOL_PROC_ROOT", "/proc"),
                     help="the host's /proc (the DaemonSet runs with hostPID)")
+    ap.add_argument("--token-file", default=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""),
+                    help="file holding the token /pods and /metrics require (the chart's Secret)")
+    ap.add_argument("--no-token", action="store_true",
+                    help="serve /pods and /metrics to anyone who can reach the port (not on a shared cluster)")
     args = ap.parse_args(argv)
+    if not args.token_file and not args.no_token:
+        ap.error("--token-file is required (or --no-token to serve without one)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     nvml = NVML()
-    nvml.open()
     agent = Agent(nvml, Path(args.proc))
     stop = threading.Event()
-    threading.Thread(target=agent.sample_forever, args=(args.interval, stop), daemon=True).start()
+    threading.Thread(target=_sample, args=(agent, nvml, args.interval, stop), daemon=True).start()
+    token = (lambda: None) if args.no_token else file_token(Path(args.token_file))
     try:
-        serve(agent, args.port, args.host).serve_forever()
+        serve(agent, args.port, args.host, token).serve_forever()
     finally:
         stop.set()
         nvml.close()
     return 0
+
+
+def _sample(agent: Agent, nvml: NVML, interval_s: float, stop: threading.Event) -> None:
+    """Open NVML (again each interval until it opens: the driver may come up after the agent,
+    and the agent says meanwhile why it has no data), then sample."""
+    while not stop.is_set():
+        try:
+            nvml.open()
+            break
+        except NVMLUnavailable as err:
+            log.error("%s; trying again in %.0f s", err, interval_s)
+            agent.fail(f"NVML: {err}")
+            stop.wait(interval_s)
+    agent.sample_forever(interval_s, stop)
 
 
 if __name__ == "__main__":

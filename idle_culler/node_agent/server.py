@@ -1,9 +1,14 @@
 """The agent: samples NVML every `interval_s` in one thread and serves the last snapshot, so
 every reader (the culler's /pods, Prometheus' /metrics) sees the same window; reading NVML
-per request would split its per-process samples between the readers."""
+per request would split its per-process samples between the readers.
+
+/pods and /metrics tell which pods idle on which GPUs: they answer only a request carrying the
+chart's shared token (`Authorization: Bearer <token>`): 401 without one, 403 with another.
+/healthz stays open for the kubelet's probe (it says only whether NVML answers)."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -40,6 +45,11 @@ class Agent:
             self.snapshot = snap
         return snap
 
+    def fail(self, error: str) -> None:
+        """No sample can be taken (NVML did not open): say so, keep serving."""
+        with self.lock:
+            self.snapshot = {**self.snapshot, "error": error}
+
     def current(self) -> dict:
         with self.lock:
             return self.snapshot
@@ -69,10 +79,12 @@ class Agent:
             stop.wait(interval_s)
 
 
-def make_handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+def make_handler(agent: Agent, token: Callable[[], str | None]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
+            if path in ("/pods", "/metrics") and not self.authorized():
+                return None
             snap = agent.current()
             if path == "/pods":
                 if snap["error"] and snap["time"] is None:
@@ -85,8 +97,24 @@ def make_handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 return self.send(200 if ok else 503, (b"ok" if ok else snap["error"].encode()), "text/plain")
             self.send(404, b"use /pods, /metrics or /healthz", "text/plain")
 
-        def send(self, code: int, body: bytes, ctype: str) -> None:
+        def authorized(self) -> bool:
+            expected = token()
+            if expected is None:  # started with --no-token: anyone on the network may read
+                return True
+            scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or not given:
+                self.send(401, b"a bearer token is required", "text/plain",
+                          {"WWW-Authenticate": 'Bearer realm="gpupool-node-agent"'})
+                return False
+            if not expected or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+                self.send(403, b"wrong token", "text/plain")
+                return False
+            return True
+
+        def send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -98,5 +126,21 @@ def make_handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(agent: Agent, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-    return ThreadingHTTPServer((host, port), make_handler(agent))
+def file_token(path: Path) -> Callable[[], str]:
+    """The token as the mounted Secret holds it now (read per request: a rotated Secret applies
+    without a restart); "" (every request refused) while the file cannot be read."""
+
+    def read() -> str:
+        try:
+            return path.read_text().strip()
+        except OSError as err:
+            log.error("cannot read the token file %s: %s", path, err)
+            return ""
+
+    return read
+
+
+def serve(agent: Agent, port: int, host: str = "0.0.0.0",
+          token: Callable[[], str | None] = lambda: None) -> ThreadingHTTPServer:
+    """`token` gives the token requests must carry, None for none (tests of the data alone)."""
+    return ThreadingHTTPServer((host, port), make_handler(agent, token))

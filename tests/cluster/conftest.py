@@ -6,8 +6,9 @@ where they fail; with Go, a control plane that does not start fails them everywh
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,3 +95,67 @@ def chart(plane: ControlPlane) -> list[dict]:
     with plane.client() as http:
         Resources(http).apply_all(crds + z2jh + docs)
     return docs
+
+
+# --- workspaces spawned by GPUKubeSpawner as the chart's hub account -----------------------
+def make_user(name: str, groups: tuple[str, ...] = ("students",)) -> SimpleNamespace:
+    return SimpleNamespace(name=name, id=7, url=f"/user/{name}/", escaped_name=name,
+                           groups=[SimpleNamespace(name=g) for g in groups])
+
+
+@pytest.fixture
+async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
+    """GPUKubeSpawners sharing one pool (quota 0.5 GPU per user, two 80 GB GPUs declared), whose
+    kubespawner calls the API server with a TokenRequest token of the chart's hub account."""
+    from gpupool import runtime
+    from gpupool.spawner.kube import GPUKubeSpawner
+    from jupyterhub import orm
+    from kubernetes_asyncio.config import kube_config
+    from kubespawner import clients
+    from traitlets.config import Config
+
+    kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    clients.load_config.cache_clear()  # kubespawner loads the kubeconfig once per process
+    runtime.reset()
+    made: list[GPUKubeSpawner] = []
+
+    def make(user: str = "ann", server: str = "", options: dict | None = None,
+             groups: tuple[str, ...] = ("students",), more: Callable[[Config], None] | None = None,
+             **settings) -> GPUKubeSpawner:
+        c = Config()
+        c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+        c.GPUPool.use_nvml = False
+        c.GPUPool.virtual_gpus = 2
+        c.GPUPool.virtual_gpu_memory_mib = 81559
+        c.GPUPool.default_build_quota = 0.5
+        c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
+        c.GPUPool.mps_pipe_directory = "/tmp/nvidia-mps"  # the hub's, never a pod's
+        c.KubeSpawner.namespace = HUB_NS
+        c.KubeSpawner.k8s_api_host = plane.url
+        c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
+        c.KubeSpawner.start_timeout = 60
+        c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+        c.GPUKubeSpawner.kai_queue = "default"
+        for key, value in settings.items():
+            setattr(c.GPUKubeSpawner, key, value)
+        if more is not None:  # other sections (GPUPool, TrainPool, KubeSpawner)
+            more(c)
+        hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
+                              api_url="http://hub:8081/hub/api")
+        # a named server's name lives on its ORM row (JupyterHub's own class, not in a database)
+        sp = GPUKubeSpawner(user=make_user(user, groups), hub=hub, config=c, orm_spawner=orm.Spawner(name=server))
+        sp.api_token = "token"
+        sp.user_options = options if options is not None else {"gpus": "0.25"}
+        made.append(sp)
+        return sp
+
+    yield make
+    with plane.client() as http:  # what a test left running
+        for sp in made:
+            http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}", params={"gracePeriodSeconds": "0"})
+    for reflector in list(GPUKubeSpawner.reflectors.values()):
+        await reflector.stop()
+    GPUKubeSpawner.reflectors.clear()
+    runtime.reset()

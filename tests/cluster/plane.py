@@ -154,6 +154,9 @@ class ControlPlane:
             f"--service-account-signing-key-file={c.sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc", "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--v=0",
+            # every pod and Job create, with its body: what a test says was never created is read here
+            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.folder / 'audit.log'}",
+            "--audit-log-mode=blocking",
             "--endpoint-reconciler-type=none",  # 127.0.0.1 may not be an Endpoints address
             # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
             # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
@@ -180,6 +183,29 @@ class ControlPlane:
         self._wait(lambda: self.client().get("/api/v1/namespaces/default/serviceaccounts/default")
                    .status_code == 200, "kube-controller-manager", timeout)
         return self
+
+    def _audit_policy(self) -> Path:
+        path = self.folder / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Request", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]},
+                                                                            {"group": "batch", "resources": ["jobs"]}]},
+                      {"level": "None"}]}))
+        return path
+
+    def created(self, resource: str, namespace: str) -> list[str]:
+        """Names of the `resource` (pods, jobs) anyone asked the API server to create in
+        `namespace` (from its audit log), refused requests included: what no test can miss by
+        looking too late."""
+        import json
+
+        names = []
+        for line in (self.folder / "audit.log").read_text().splitlines():
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if ref.get("resource") == resource and ref.get("namespace") == namespace and not ref.get("subresource"):
+                names.append(((event.get("requestObject") or {}).get("metadata") or {}).get("name", ""))
+        return names
 
     def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):

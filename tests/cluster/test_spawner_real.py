@@ -10,55 +10,19 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from gpupool import runtime
 from gpupool.idle_culler.node_agent.server import Agent, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from gpupool.nvml import DeviceSample
-from gpupool.spawner.kube import GPUKubeSpawner
-from kubernetes_asyncio.config import kube_config
-from kubespawner import clients
-from traitlets.config import Config
 
 from tests.cluster.conftest import HUB_NS
-from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
 
 
 @pytest.fixture
-async def spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
-    clients.load_config.cache_clear()  # kubespawner loads the kubeconfig once per process
-    runtime.reset()
-    c = Config()
-    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
-    c.GPUPool.use_nvml = False
-    c.GPUPool.virtual_gpus = 2
-    c.GPUPool.virtual_gpu_memory_mib = 81559
-    c.GPUPool.default_build_quota = 0.5
-    c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
-    c.GPUPool.mps_pipe_directory = "/tmp/nvidia-mps"  # the hub's, never a pod's
-    c.KubeSpawner.namespace = HUB_NS
-    c.KubeSpawner.k8s_api_host = plane.url
-    c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
-    c.KubeSpawner.start_timeout = 60
-    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
-    c.GPUKubeSpawner.kai_queue = "default"
-    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
-                          api_url="http://hub:8081/hub/api")
-    user = SimpleNamespace(name="ann", id=7, url="/user/ann/", escaped_name="ann",
-                           groups=[SimpleNamespace(name="students")])
-    sp = GPUKubeSpawner(user=user, hub=hub, config=c, name="")
-    sp.api_token = "token"
-    sp.user_options = {"gpus": "0.25"}
-    yield sp
-    for reflector in list(GPUKubeSpawner.reflectors.values()):
-        await reflector.stop()
-    GPUKubeSpawner.reflectors.clear()
-    runtime.reset()
+async def spawner(make_spawner):  # kubespawner's clients need the running loop
+    return make_spawner("ann")
 
 
 class NoGPUProcesses:
@@ -105,6 +69,7 @@ async def test_a_quarter_gpu_workspace_runs_with_the_pods_own_environment(spawne
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
     assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "CUDA_MPS_PIPE_DIRECTORY", "GPUPOOL_GPU_UUIDS"} & set(env)
     assert [a.total_milli for a in spawner.pool.store.allocations(owner="ann")] == [250]
+    assert await spawner.poll() is None
     assert spawner.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about
     # the culler's view: the node agent on its node (its /proc holds the pod's process, NVML shows
     # no GPU process: the notebook never opened CUDA) reports it idle, not missing

@@ -119,6 +119,8 @@ async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when
     seen: list[str] = []
 
     def on_change(job_id: str, st: JobStatus) -> None:
+        if job_id != "resume1":  # Jobs other tests left in the namespace are followed too
+            return
         if not seen or seen[-1] != st.state:
             seen.append(st.state)
 
@@ -180,6 +182,23 @@ async def test_a_real_failure_still_fails_the_job(hub_api, admin: Resources) -> 
         await ctl.stop()
 
 
+async def test_a_job_past_its_max_runtime_is_stopped_by_the_job_controller(hub_api, admin: Resources) -> None:
+    """max_runtime_s is the Job's activeDeadlineSeconds: the real Job controller ends it."""
+    ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
+    job = TrainJobSpec(id="deadline1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
+                       command=["python", "train.py"], image="registry.example.org/train:1", max_runtime_s=2)
+    volume_for(admin, job.id)
+    await ctl.start()
+    try:
+        await ctl.submit(job)
+        await wait_for(lambda: running_pod(admin, job.id, set()), what="the pod to run")
+        await wait_for(lambda: ctl.status(job.id).state == "failed", timeout=60, what="failed at its deadline")
+        assert ctl.status(job.id).message == "stopped at its max runtime"
+    finally:
+        await ctl.cancel(job.id)
+        await ctl.stop()
+
+
 async def test_without_the_kai_flag_a_program_without_the_helper_fails_its_job(hub_api, admin: Resources) -> None:
     """Why the chart asks for --update-pod-eviction-condition: a bare delete of a pod whose
     program simply dies of SIGTERM (143) is a failure to the Job."""
@@ -221,7 +240,7 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await ctl.stop()
 
 
-def make_service(tmp_path: Path, api):
+def make_service(tmp_path: Path, api, **job_options):
     """The hub's training pool in Kubernetes mode, as the chart configures it."""
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
@@ -236,7 +255,8 @@ def make_service(tmp_path: Path, api):
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi"}
+    c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi",
+                                    **job_options}
     pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
                        BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
     svc = KubeTrainingService(pool, TrainPool(config=c), api, KAISharing())
@@ -318,7 +338,11 @@ class PausableProxy:
 async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: ControlPlane, chart: list[dict],
                                                                       admin: Resources, tmp_path: Path) -> None:
     """The hub loses the API server; meanwhile a Job is deleted and etcd compacts its history,
-    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion."""
+    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion.
+    The controller follows Jobs with kubespawner's ResourceReflector, which lists again after
+    any broken watch (a 410 ERROR event included, raised by kubernetes_asyncio's watch) instead
+    of resuming from its last resourceVersion; the controller's next level-triggered pass then
+    finds the Job missing from the reflector's copy."""
     proxy = PausableProxy(int(plane.url.rsplit(":", 1)[1]))
     port = await proxy.start()
     path = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")

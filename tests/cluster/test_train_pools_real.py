@@ -158,3 +158,43 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
                 "deletionTimestamp")
     finally:
         await svc.stop()
+
+
+@pytest.mark.hub
+def test_a_hub_in_kubernetes_mode_takes_pools_and_elastic_jobs(make_hub, plane, chart, admin: Resources,
+                                                               tmp_path: Path) -> None:
+    """Through the REST API of a real hub whose Kubernetes calls go to the real API server as the
+    chart's hub account: pools and min_gpus are taken, the Jobs as admitted carry the mapping,
+    and a job whose pools have no queue for its project is refused (400)."""
+    from gpupool.kube.objects import name_of
+
+    ns = HUB_NS
+    kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
+    jobs = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    hub = make_hub(f"""
+        c.TrainPool.runner = "kubernetes"
+        c.TrainPool.image = "registry.example.org/train:1"
+        c.TrainPool.node_pools = {{"dgx": {{"models": ["NVIDIA H100 80GB HBM3"]}}, "ws": {{}}, "cloud": {{}}}}
+        c.TrainPool.projects = {{"vision": {{"guarantee": {{"dgx": 4, "ws": 2}}, "pools": ["dgx", "ws", "cloud"]}},
+                                 "lab": {{"guarantee": 1}}}}
+        c.TrainPool.kube_job_options = {{"namespace": "{ns}", "storage_class": "{STORAGE}", "checkpoint_size": "1Gi"}}
+    """, env={"KUBECONFIG": str(kubeconfig), "GPUPOOL_CULLER": "0"}).start()
+    J = "/services/gpupool/api/jobs"
+    token = hub.user_token("ann")
+    elastic = hub.api("POST", J, {"project": "lab", "gpus": 4, "min_gpus": 2, "pools": ["ws", "dgx"],
+                                  "command": "python train.py"}, token=token)
+    job = admin.get(f"{jobs}/{name_of(elastic['id'])}")
+    assert job["spec"]["parallelism"] == 4 and job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "2"
+    terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert [t["matchExpressions"][0]["values"] for t in
+            terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]] == [
+        ["ws"], ["NVIDIA-H100-80GB-HBM3"]]
+    per_pool = hub.api("POST", J, {"project": "vision", "gpus": 2, "pools": ["ws", "dgx"], "command": "true"},
+                       token=token)
+    labels = admin.get(f"{jobs}/{name_of(per_pool['id'])}")["spec"]["template"]["metadata"]["labels"]
+    assert labels["kai.scheduler/queue"] == "vision-ws" and labels["kai.scheduler/node-pool"] == "ws"
+    code, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, "pools": ["cloud"], "command": "true"},
+                                  token=token)
+    assert code == 400 and "has a guarantee only in ['dgx', 'ws']" in message
+    for made in (elastic, per_pool):  # pods that wait for pools these kwok nodes lack: not kept
+        admin.http.delete(f"{jobs}/{name_of(made['id'])}", params={"propagationPolicy": "Background"})

@@ -1,6 +1,7 @@
 """Kubernetes tests without a cluster: schemas from ../shared/schemas beside the repository
-(GPUPOOL_SHARED_DIR overrides) and a fake API server speaking the real REST and watch protocol.
-The real control plane's tests are in tests/cluster."""
+(GPUPOOL_SHARED_DIR overrides) and a fake API server speaking the real REST and watch protocol,
+kept only for what the real control plane cannot serve (pod logs: kwok runs no container; see
+docs/kubernetes.md). The real control plane's tests are in tests/cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
 from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
@@ -46,19 +46,6 @@ def apiserver(fake_api: FakeAPIServer) -> FakeAPIServer:
 @pytest.fixture
 def cluster(apiserver: FakeAPIServer) -> Cluster:
     return Cluster(apiserver)
-
-
-@pytest.fixture
-def kubeconfig(apiserver: FakeAPIServer, tmp_path: Path) -> Path:
-    """A kubeconfig that points at the fake server, as kubespawner reads one."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": apiserver.url}}],
-        "users": [{"name": "tester", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester", "namespace": "default"}}],
-    }))
-    return path
 
 
 @pytest.fixture

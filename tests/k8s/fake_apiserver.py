@@ -8,6 +8,9 @@ real API server would refuse a malformed manifest.
 It has no scheduler, kubelet or Job controller: `Cluster` plays those in tests (start a
 Job's pod, mark it Running, evict it, finish it). It runs its own event loop in a thread, so
 every test's loop can talk to it; call its methods from any thread.
+
+Kept only for what the real control plane of tests/cluster cannot serve: `pods/log` (the API
+server proxies it to the pod's kubelet; kwok's nodes run no container and serve no logs).
 """
 
 from __future__ import annotations

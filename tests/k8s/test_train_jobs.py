@@ -1,5 +1,6 @@
-"""Train jobs on Kubernetes: the Job builder, the state mapping and the controller against the
-fake API server (real REST and watch protocol through kubernetes_asyncio)."""
+"""Train jobs on Kubernetes without an API server: the Job builder (validated against the
+Kubernetes OpenAPI schemas), the Kueue objects and the pure state mapping. The controller itself
+runs against the real control plane (tests/cluster/test_train_jobs_real.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ import kubernetes_validate
 import pytest
 from gpupool.gpu.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
 from gpupool.kube import TrainJobSpec
-from gpupool.kube.controller import KubeJobController
 from gpupool.kube.kueue import kueue_objects
-from gpupool.kube.objects import JobOptions, checkpoint_claim, name_of, train_job
+from gpupool.kube.objects import JobOptions, checkpoint_claim, train_job
 from gpupool.kube.status import PodView, job_status
 from gpupool.pool import InvalidRequest
 from gpupool.pool.training import Project
 
-from tests.k8s.conftest import until
-from tests.k8s.fake_apiserver import Cluster, FakeAPIServer
 from tests.k8s.test_chart import crd_schema
 
 K8S = kubernetes_validate.latest_version()
@@ -145,114 +143,3 @@ def pv(name: str, **kw) -> PodView:
 def test_job_states(job, pods, kw, state, message) -> None:
     st = job_status(job, pods, **kw)
     assert st.state == state and message in st.message
-
-
-# --- the controller against the fake API server -----------------------------------------
-class Recorder:
-    def __init__(self) -> None:
-        self.states: list[str] = []
-        self.last = None
-
-    def __call__(self, job_id: str, status) -> None:
-        if self.states[-1:] != [status.state]:  # transitions; a new message alone is not one
-            self.states.append(status.state)
-        self.last = status
-
-
-@pytest.fixture
-async def controller(api_client):
-    rec = Recorder()
-    ctl = KubeJobController(api_client, OPTS, KAISharing(), on_change=rec, watch_timeout_s=2)
-    await ctl.start()
-    ctl.recorder = rec
-    yield ctl
-    await ctl.stop()
-
-
-def pod_names(cluster: Cluster, job_id: str) -> list[str]:
-    return [p["metadata"]["name"] for p in cluster.pods(NS, f"batch.kubernetes.io/job-name={name_of(job_id)}")]
-
-
-async def test_a_job_is_queued_runs_is_preempted_resumes_and_succeeds(controller, cluster: Cluster,
-                                                                      apiserver: FakeAPIServer) -> None:
-    rec = controller.recorder
-    await controller.submit(spec())
-    job = cluster.job(NS, name_of("a1b2c3"))
-    assert job is not None and apiserver.get("api/v1", "persistentvolumeclaims", NS, "gpupool-ckpt-a1b2c3")
-    assert job["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] == "0.25"
-
-    first = cluster.start_job_pod(NS, name_of("a1b2c3"))["metadata"]["name"]
-    await until(lambda: rec.states[-1:] == ["queued"], what="queued")
-    cluster.run_pod(NS, first)
-    await until(lambda: rec.states[-1:] == ["running"], what="running")
-
-    cluster.evict_pod(NS, first)  # KAI reclaims the GPU for another project's guarantee
-    await until(lambda: rec.states[-1:] == ["preempted"], what="preempted")
-    assert rec.last.preemptions == 1 and "resumes" in rec.last.message
-
-    second = cluster.start_job_pod(NS, name_of("a1b2c3"))["metadata"]["name"]  # the Job replaces the pod
-    cluster.run_pod(NS, second)
-    await until(lambda: rec.states[-1:] == ["running"], what="running again")
-    assert (rec.last.runs, rec.last.preemptions) == (2, 1) and "resumed" in rec.last.message
-
-    cluster.finish_job(NS, name_of("a1b2c3"), succeeded=True)
-    await until(lambda: rec.states[-1:] == ["succeeded"], what="succeeded")
-    assert rec.states == ["queued", "running", "preempted", "running", "succeeded"]
-
-
-async def test_a_failing_job_reports_its_exit_code_and_a_deadline(controller, cluster: Cluster) -> None:
-    await controller.submit(spec("f1"))
-    await controller.submit(spec("f2", max_runtime_s=60))
-    pod = cluster.start_job_pod(NS, name_of("f1"))["metadata"]["name"]
-    cluster.run_pod(NS, pod)
-    cluster.api.patch("api/v1", "pods", NS, pod, lambda p: p["status"].update(
-        phase="Failed", containerStatuses=[{"name": "train", "ready": False, "restartCount": 0, "image": "x",
-                                            "imageID": "", "state": {"terminated": {"exitCode": 3}}}]))
-    cluster.finish_job(NS, name_of("f1"), succeeded=False)
-    cluster.finish_job(NS, name_of("f2"), succeeded=False, reason="DeadlineExceeded")
-    await until(lambda: controller.status("f1").state == "failed" and controller.status("f2").state == "failed")
-    assert controller.status("f1").message == "exit code 3"
-    assert controller.status("f2").message == "stopped at its max runtime"
-
-
-async def test_cancel_deletes_the_job_and_its_pods(controller, cluster: Cluster) -> None:
-    await controller.submit(spec("c1"))
-    pod = cluster.start_job_pod(NS, name_of("c1"))["metadata"]["name"]
-    cluster.run_pod(NS, pod)
-    await until(lambda: controller.status("c1").state == "running")
-    await controller.cancel("c1")
-    await until(lambda: controller.status("c1").state == "cancelled", what="cancelled")
-    assert cluster.job(NS, name_of("c1")) is None
-    assert pod_names(cluster, "c1") == []  # propagationPolicy Background: the pods go too
-    assert controller.recorder.states[-2:] == ["running", "cancelled"]
-
-
-async def test_a_restarted_controller_finds_running_jobs_and_resubmits_nothing(api_client, cluster: Cluster,
-                                                                               apiserver: FakeAPIServer) -> None:
-    first = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=2)
-    await first.submit(spec("r1"))
-    pod = cluster.start_job_pod(NS, name_of("r1"))["metadata"]["name"]
-    cluster.run_pod(NS, pod)
-    # the hub restarts: a new controller lists what is there, and a resubmission is a no-op
-    second = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=2)
-    await second.start()
-    try:
-        assert second.status("r1").state == "running"
-        await second.submit(spec("r1"))
-        creates = [r for r in apiserver.requests() if r[0] == "POST" and r[1].endswith("/jobs")]
-        assert len(creates) == 2 and len(apiserver.list("apis/batch/v1", "jobs", NS)) == 1
-    finally:
-        await second.stop()
-
-
-async def test_a_job_deleted_while_the_watch_was_down_is_noticed(api_client, cluster: Cluster) -> None:
-    ctl = KubeJobController(api_client, OPTS, KAISharing(), watch_timeout_s=1)
-    await ctl.submit(spec("w1"))
-    await ctl.start()
-    try:
-        await until(lambda: ctl.status("w1") and ctl.status("w1").state == "queued")
-        cluster.api.remove("apis/batch/v1", "jobs", NS, name_of("w1"))
-        await until(lambda: ctl.status("w1").state == "cancelled", what="deletion seen")
-        assert "outside gpupool" in ctl.status("w1").message
-    finally:
-        await ctl.stop()

@@ -134,37 +134,3 @@ def test_the_chart_renders_the_same_per_pool_queues_and_the_hub_reads_the_pools(
 
     with pytest.raises(Exception, match="node pool cloud, which is not in .Values.nodePools"):
         again({**POOL_VALUES, "projects": {"v": {"department": "research", "guarantee": {"cloud": 1}}}})
-
-
-@pytest.mark.hub
-def test_a_hub_in_kubernetes_mode_takes_pools_and_elastic_jobs(make_hub, kubeconfig: Path, cluster) -> None:
-    """Through the REST API: pools and min_gpus are no longer refused on Kubernetes; the Jobs
-    carry the mapping, and a job whose pools have no queue for its project is refused (400)."""
-    from gpupool.kube.objects import name_of
-
-    ns = "jobs"
-    hub = make_hub(f"""
-        c.TrainPool.runner = "kubernetes"
-        c.TrainPool.image = "registry.example.org/train:1"
-        c.TrainPool.node_pools = {{"dgx": {{"models": ["NVIDIA H100 80GB HBM3"]}}, "ws": {{}}, "cloud": {{}}}}
-        c.TrainPool.projects = {{"vision": {{"guarantee": {{"dgx": 4, "ws": 2}}, "pools": ["dgx", "ws", "cloud"]}},
-                                 "lab": {{"guarantee": 1}}}}
-        c.TrainPool.kube_job_options = {{"namespace": "{ns}"}}
-    """, env={"KUBECONFIG": str(kubeconfig), "GPUPOOL_CULLER": "0"}).start()
-    J = "/services/gpupool/api/jobs"
-    token = hub.user_token("ann")
-    elastic = hub.api("POST", J, {"project": "lab", "gpus": 4, "min_gpus": 2, "pools": ["ws", "dgx"],
-                                  "command": "python train.py"}, token=token)
-    job = cluster.job(ns, name_of(elastic["id"]))
-    assert job["spec"]["parallelism"] == 4 and job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "2"
-    terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-    assert [t["matchExpressions"][0]["values"] for t in
-            terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]] == [
-        ["ws"], ["NVIDIA-H100-80GB-HBM3"]]
-    per_pool = hub.api("POST", J, {"project": "vision", "gpus": 2, "pools": ["ws", "dgx"], "command": "true"},
-                       token=token)
-    labels = cluster.job(ns, name_of(per_pool["id"]))["spec"]["template"]["metadata"]["labels"]
-    assert labels["kai.scheduler/queue"] == "vision-ws" and labels["kai.scheduler/node-pool"] == "ws"
-    code, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, "pools": ["cloud"], "command": "true"},
-                                  token=token)
-    assert code == 400 and "has a guarantee only in ['dgx', 'ws']" in message

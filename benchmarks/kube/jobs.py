@@ -1,0 +1,132 @@
+"""Train jobs at scale: gpupool's controller (kubespawner reflectors, level-triggered passes)
+next to a bare pod watch and bare Job creates, in the same process on the same plane."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gpupool.kube import TrainJobSpec
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.objects import JobOptions, name_of, train_job
+from kubernetes_asyncio import client, config, watch
+
+from tests.cluster.plane import EXIT_CODE, ControlPlane
+from tests.cluster.resources import Resources
+
+from .common import pct, rss_mib
+
+NS = "bench"
+
+
+def spec(i: int, prefix: str) -> TrainJobSpec:
+    return TrainJobSpec(id=f"{prefix}{i}", owner="bench", project="default", num_gpu=1, gpu_milli=1000,
+                        command=["python", "train.py"], image="registry.example.org/train:1")
+
+
+def prepare(res: Resources) -> JobOptions:
+    res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    res.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "train"},
+               "value": 50})  # KAI's chart installs it
+    res.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "bench"},
+               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "bench",
+                        "hostPath": {"path": "/tmp/bench"}}})
+    res.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": NS},
+               "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "bench",
+                        "resources": {"requests": {"storage": "1Gi"}}}})
+    return JobOptions(namespace=NS, queue="default", checkpoint_claim="shared", ttl_after_finished_s=3600)
+
+
+async def bare_pod_watch(api: client.ApiClient, phases: dict[str, dict[str, float]]) -> None:
+    """The baseline observer: a plain pod watch, first time each job's pod is seen per phase."""
+    core = client.CoreV1Api(api)
+    rv = None
+    while True:
+        w = watch.Watch()
+        kw = {"resource_version": rv} if rv else {}
+        async with w.stream(core.list_namespaced_pod, NS, label_selector="app.kubernetes.io/managed-by=gpupool",
+                            timeout_seconds=600, **kw) as stream:
+            async for ev in stream:
+                pod = ev["raw_object"]
+                rv = pod["metadata"].get("resourceVersion", rv)
+                jid = pod["metadata"].get("labels", {}).get("gpupool.io/job-id", "")
+                phases.setdefault(pod["status"].get("phase", ""), {}).setdefault(jid, time.perf_counter())
+
+
+async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s: float) -> dict:
+    res = Resources(plane.client())
+    opts = prepare(res)
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=cfg)
+    out: dict = {"jobs": jobs}
+    async with client.ApiClient(cfg) as api:
+        ours: dict[str, dict[str, float]] = {}  # state -> job id -> first time gpupool said it
+        bare: dict[str, dict[str, float]] = {}  # pod phase -> job id -> first time the bare watch saw it
+
+        def heard(jid: str, st) -> None:
+            ours.setdefault(st.state, {}).setdefault(jid, time.perf_counter())
+
+        watcher = asyncio.create_task(bare_pod_watch(api, bare))
+        ctl = KubeJobController(api, opts, None, on_change=heard)
+        await ctl.start()
+        out["rss_start"] = rss_mib()
+        t0 = time.perf_counter()
+        for i in range(jobs):
+            await ctl.submit(spec(i, "g"))
+        out["submit_ours"] = jobs / (time.perf_counter() - t0)
+        print(f"submitted {jobs} jobs through gpupool in {time.perf_counter() - t0:.0f} s", flush=True)
+        batch = client.BatchV1Api(api)
+        t0 = time.perf_counter()
+        for i in range(bare_jobs):
+            await batch.create_namespaced_job(NS, train_job(spec(i, "b"), opts))
+        out["submit_bare"] = bare_jobs / (time.perf_counter() - t0)
+        for i in range(bare_jobs):  # the baseline's Jobs only cost the plane time from here on
+            await batch.delete_namespaced_job(name_of(spec(i, "b").id), NS, propagation_policy="Background")
+
+        mine = {spec(i, "g").id for i in range(jobs)}
+        deadline = time.monotonic() + wait_s
+        while len(mine & set(ours.get("running", {}))) < jobs and time.monotonic() < deadline:
+            await asyncio.sleep(1)
+        ran = [j for j in mine if j in ours.get("running", {}) and j in bare.get("Running", {})]
+        out["running"] = len(mine & set(ours.get("running", {})))
+        out["lag_run"] = [ours["running"][j] - bare["Running"][j] for j in ran]
+        out["rss_following"] = rss_mib()
+        print(f"{out['running']} of {jobs} running; exiting {exits}", flush=True)
+
+        # exits, paced: the kwok stage ends the container, the Job controller completes the Job
+        exited: dict[str, float] = {}
+        pods = res.get(f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io/managed-by=gpupool")["items"]
+        for pod in [p for p in pods if p["status"].get("phase") == "Running"][:exits]:
+            jid = pod["metadata"]["labels"]["gpupool.io/job-id"]
+            exited[jid] = time.perf_counter()
+            res.http.patch(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}",
+                           json={"metadata": {"annotations": {EXIT_CODE: "0"}}},
+                           headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+            await asyncio.sleep(0.2)
+        deadline = time.monotonic() + 120
+        while len(set(exited) & set(ours.get("succeeded", {}))) < len(exited) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        done = ours.get("succeeded", {})
+        out["lag_exit_ours"] = [done[j] - exited[j] for j in exited if j in done]
+        out["lag_exit_bare"] = [bare["Succeeded"][j] - exited[j] for j in exited if j in bare.get("Succeeded", {})]
+        out["exited"] = (len(out["lag_exit_ours"]), len(exited))
+        watcher.cancel()
+        await ctl.stop()
+    res.http.close()
+    return out
+
+
+def report(r: dict) -> None:
+    lag = r["lag_run"]
+    print(f"submit, jobs/s                 gpupool {r['submit_ours']:7.1f}   bare create_namespaced_job "
+          f"{r['submit_bare']:7.1f}")
+    print(f"pods running, seen by gpupool  {r['running']} of {r['jobs']}")
+    print(f"pod Running -> job row running, s (after the bare watch saw it): p50 {pct(lag, 50):.2f}"
+          f"  p90 {pct(lag, 90):.2f}  p99 {pct(lag, 99):.2f}  (n={len(lag)})")
+    o, b = r["lag_exit_ours"], r["lag_exit_bare"]
+    print(f"exit -> seen, s p50            gpupool succeeded {pct(o, 50):6.2f}   bare pod watch Succeeded "
+          f"{pct(b, 50):6.2f}")
+    print(f"exit -> seen, s p90            gpupool succeeded {pct(o, 90):6.2f}   bare pod watch Succeeded "
+          f"{pct(b, 90):6.2f}   ({r['exited'][0]} of {r['exited'][1]} seen)")
+    print(f"RSS of this process, MiB       controller started {r['rss_start']:.0f}   following "
+          f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}")

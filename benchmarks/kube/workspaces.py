@@ -1,0 +1,204 @@
+"""Workspaces at scale: N users spawn one 0.25-GPU workspace each through GPUKubeSpawner
+(kubespawner's own code, the hub's pool and quotas) next to bare pod creates of the same pod;
+then one culler sampling pass over their pods through one node agent per kwok node."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
+from gpupool.idle_culler.sampler import NodeAgentSampler, Target
+from kubernetes_asyncio import client, config, watch
+
+from tests.cluster.plane import ControlPlane
+from tests.cluster.resources import Resources
+
+from .common import pct, rss_mib
+
+NS = "bench-ws"
+CONCURRENCY = 20  # spawns in flight at once, on each side
+
+
+def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
+    from gpupool.spawner.kube import GPUKubeSpawner
+    from traitlets.config import Config
+
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{db}"
+    c.GPUPool.use_nvml = False
+    c.GPUPool.virtual_gpus = nodes * 8
+    c.GPUPool.virtual_gpu_memory_mib = 81559
+    c.GPUPool.default_build_quota = 0.5
+    c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
+    c.KubeSpawner.namespace = NS
+    c.KubeSpawner.k8s_api_host = plane.url
+    c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
+    c.KubeSpawner.start_timeout = 300
+    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+    c.GPUKubeSpawner.kai_queue = "default"
+    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
+                          api_url="http://hub:8081/hub/api")
+    u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
+    sp = GPUKubeSpawner(user=u, hub=hub, config=c)
+    sp.api_token = "token"
+    sp.user_options = {"gpus": "0.25"}
+    return sp
+
+
+async def timed(sem: asyncio.Semaphore, coro) -> float:
+    async with sem:
+        t0 = time.perf_counter()
+        await coro
+        return time.perf_counter() - t0
+
+
+async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> dict:
+    from kubernetes_asyncio.config import kube_config
+    from kubespawner import clients
+
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(plane.kubeconfig)
+    clients.load_config.cache_clear()
+    out: dict = {"rss_before": rss_mib()}
+    spawners = [spawner(plane, tmp / "gpupool.sqlite", nodes, f"u{i}") for i in range(users)]
+    sem = asyncio.Semaphore(CONCURRENCY)
+    t0 = time.perf_counter()
+    out["spawn_ours_s"] = await asyncio.gather(*(timed(sem, sp.start()) for sp in spawners))
+    out["spawn_ours_rate"] = users / (time.perf_counter() - t0)
+    out["rss_after"] = rss_mib()
+    print(f"{users} workspaces spawned through GPUKubeSpawner in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    # the baseline: the same pod, created bare and awaited Running through a watch
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=cfg)
+    async with client.ApiClient(cfg) as api:
+        core = client.CoreV1Api(api)
+        ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
+        spec = {k: v for k, v in ref["spec"].items() if k != "nodeName"}
+        labels = {**{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")}, "bench": "bare"}
+        running: dict[str, asyncio.Future] = {}
+
+        async def follow() -> None:
+            w = watch.Watch()
+            async with w.stream(core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=600) as s:
+                async for ev in s:
+                    pod = ev["raw_object"]
+                    fut = running.get(pod["metadata"]["name"])
+                    if fut and not fut.done() and pod["status"].get("phase") == "Running":
+                        fut.set_result(None)
+
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0.5)
+
+        async def bare(i: int) -> None:
+            name = f"bare-{i}"
+            running[name] = asyncio.get_running_loop().create_future()
+            await core.create_namespaced_pod(NS, {
+                "apiVersion": "v1", "kind": "Pod", "spec": spec,
+                "metadata": {"name": name, "labels": labels, "annotations": ref["metadata"].get("annotations", {})}})
+            await running[name]
+
+        t0 = time.perf_counter()
+        out["spawn_bare_s"] = await asyncio.gather(*(timed(sem, bare(i)) for i in range(users)))
+        out["spawn_bare_rate"] = users / (time.perf_counter() - t0)
+        follower.cancel()
+    out["pods"] = [(sp.pod_uid(), sp.pod_reflector.pods[f"{NS}/{sp.pod_name}"]["spec"]["nodeName"], sp.user.name)
+                   for sp in spawners]
+    for reflector in list(type(spawners[0]).reflectors.values()):
+        await reflector.stop()
+    return out
+
+
+class Agents(ThreadingHTTPServer):
+    """One node agent per kwok node, each at its own loopback address (127.0.x.y), served by one
+    server that hands each connection to the agent of the address it arrived at."""
+
+    daemon_threads = True
+
+    def __init__(self, handlers: dict[str, type], port: int) -> None:
+        self.handlers = handlers
+        super().__init__(("0.0.0.0", port), BaseHTTPRequestHandler)
+
+    def finish_request(self, request, client_address) -> None:
+        self.handlers[request.getsockname()[0]](request, client_address, self)
+
+
+class NoGPUProcesses:
+    def process_samples(self) -> list:
+        return []
+
+    def device_samples(self) -> list:
+        return []
+
+
+def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict:
+    token = tmp / "token"
+    token.write_text("bench-token-" + "x" * 40)
+    by_node: dict[str, list[str]] = {}
+    for uid, node, _user in pods:
+        by_node.setdefault(node, []).append(uid)
+    handlers, ips = {}, []
+    for i in range(nodes):
+        ip = f"127.0.{1 + i // 250}.{1 + i % 250}"
+        proc = tmp / "proc" / str(i)
+        proc.mkdir(parents=True)
+        for pid, uid in enumerate(by_node.get(f"gpu-node-{i}", []), start=100):
+            (proc / str(pid)).mkdir()
+            (proc / str(pid) / "cgroup").write_text(f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/c\n")
+        agent = Agent(NoGPUProcesses(), proc)
+        agent.refresh()
+        handlers[ip] = make_handler(agent, file_token(token))
+        ips.append(ip)
+    server = Agents(handlers, 0)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sampler = NodeAgentSampler([f"http://agents.bench:{port}/pods"], resolve=lambda _h, _p: ips,
+                                   token_file=str(token))
+        targets = [Target(user, "", pod_uid=uid) for uid, _node, user in pods]
+        t0 = time.perf_counter()
+        got = sampler.sample(targets)
+        ours = time.perf_counter() - t0
+        headers = {"Authorization": f"Bearer {token.read_text()}"}
+        t0 = time.perf_counter()
+        for ip in ips:  # the floor: the same requests, bodies read, nothing parsed
+            with urllib.request.urlopen(urllib.request.Request(f"http://{ip}:{port}/pods", headers=headers),
+                                        timeout=5) as r:
+                r.read()
+        bare = time.perf_counter() - t0
+    finally:
+        server.shutdown()
+        server.server_close()
+    return {"culler_ours_s": ours, "culler_bare_s": bare, "culler_seen": (len(got), len(targets))}
+
+
+async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
+    res = Resources(plane.client())
+    res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    res.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"},
+               "value": 100})
+    res.http.close()
+    tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-ws-"))
+    out = await spawn_both(plane, nodes, users, tmp)
+    out.update(culler_pass(nodes, out["pods"], tmp))
+    out["users"], out["nodes"] = users, nodes
+    return out
+
+
+def report(r: dict) -> None:
+    o, b = r["spawn_ours_s"], r["spawn_bare_s"]
+    print(f"spawns/s ({CONCURRENCY} in flight)      GPUKubeSpawner {r['spawn_ours_rate']:6.2f}   bare pod create "
+          f"{r['spawn_bare_rate']:6.2f}")
+    print(f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   bare pod create "
+          f"{pct(b, 50):.2f}/{pct(b, 90):.2f}")
+    print(f"culler sampling pass over {r['users']} pods on {r['nodes']} node agents, s: gpupool "
+          f"{r['culler_ours_s']:.2f} (found {r['culler_seen'][0]} of {r['culler_seen'][1]})   bare GETs "
+          f"{r['culler_bare_s']:.2f}")
+    print(f"RSS of this process, MiB      before spawning {r['rss_before']:.0f}   with {r['users']} workspaces "
+          f"{r['rss_after']:.0f}")

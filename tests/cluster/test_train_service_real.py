@@ -1,0 +1,203 @@
+"""The hub's training pool in Kubernetes mode (gpupool.train.kube_service) on the real control
+plane, as the chart's hub account: a submission becomes a Job with its code in a ConfigMap the
+Job owns, the job row follows what the real Job controller and kwok do, nothing is lost or sent
+twice across a hub restart (Job creates counted in the API server's audit log), and a Job the
+API server refuses fails its row with the server's reason. The last test runs a whole
+JupyterHub in Kubernetes mode against the same plane.
+
+Simulated, as in test_train_jobs_real.py: a container's exit (our kwok stage) and KAI's eviction
+(done as KAI does it). Not here: pod logs (kwok runs no container and serves no logs), see
+tests/k8s/test_train_service.py."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gpupool.kube.objects import code_name, name_of
+from kubernetes_asyncio import client
+
+from tests.cluster.conftest import HUB_NS
+from tests.cluster.plane import ControlPlane
+from tests.cluster.resources import Resources
+from tests.cluster.test_train_jobs_real import (
+    STORAGE,
+    evict_as_kai,
+    exit_pod,
+    hub_api,  # noqa: F401 - the fixture
+    make_service,
+    pods_of,
+    running_pod,
+    volume_for,
+    wait_for,
+)
+
+JOBS = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
+
+
+def jobs_created(plane: ControlPlane, job_id: str) -> int:
+    return plane.created("jobs", HUB_NS).count(name_of(job_id))
+
+
+async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_cluster(
+        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    service = make_service(tmp_path, hub_api)
+    await service.start()
+    try:
+        row = await service.submit("ann", "default", "resnet", 1, 500, [sys.executable, "job.py"],
+                                   files={"job.py": b"print('epoch 1')\n"})
+        assert row.state == "queued" and "waiting for GPUs in queue default" in row.message
+        volume_for(admin, row.id)
+        job = admin.get(f"{JOBS}/{name_of(row.id)}")
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"] == ["python", "job.py"]  # the image's python, not the hub's
+        assert job["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] == "0.5"
+        assert container["workingDir"] == "/gpupool/job"
+        assert {"name": "code", "mountPath": "/gpupool/job/job.py", "subPath": "job.py", "readOnly": True} \
+            in container["volumeMounts"]
+        code = admin.get(f"/api/v1/namespaces/{HUB_NS}/configmaps/{code_name(row.id)}")
+        assert base64.b64decode(code["binaryData"]["job.py"]) == b"print('epoch 1')\n"
+        assert code["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]  # deleted with its Job
+        assert not Path(row.workdir).exists()  # the cluster holds the code: nothing left on the hub's volume
+
+        first = await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")
+        await wait_for(lambda: service.job(row.id).state == "running", what="row running")
+        assert service.job(row.id).started is not None
+        evict_as_kai(admin, first)  # KAI reclaims the GPU for another queue's guarantee
+        second = await wait_for(lambda: running_pod(admin, row.id, {first["metadata"]["uid"]}),
+                                what="the replacement pod")
+        await wait_for(lambda: service.job(row.id).state == "running" and service.job(row.id).runs == 2,
+                       what="resumed")
+        got = service.job(row.id)
+        assert (got.preemptions, got.message) == (1, "resumed from its checkpoint")
+        exit_pod(admin, second, 0)
+        await wait_for(lambda: service.job(row.id).state == "succeeded", what="succeeded")
+        assert service.job(row.id).finished is not None
+        kinds = [e.kind for e in reversed(service.pool.store.events(name=row.id))]
+        assert kinds == ["job", "start", "preempt", "resume", "job"]
+    finally:
+        await service.stop()
+
+
+async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes_everything(
+        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    service = make_service(tmp_path, hub_api)
+    await service.start()
+    try:
+        row = await service.submit("bob", "default", "nb", 1, 1000,
+                                   [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"],
+                                   files={"input.ipynb": b"{}"})
+        volume_for(admin, row.id)
+        job = admin.get(f"{JOBS}/{name_of(row.id)}")
+        assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+            "python", "-m", "gpupool.widgets.execute", "input.ipynb", "/checkpoint/output.ipynb"]
+        await wait_for(lambda: service.job(row.id).state == "running", what="running")
+        await service.cancel(row.id)
+        await wait_for(lambda: service.job(row.id).state == "cancelled", what="cancelled")
+        ns = f"/api/v1/namespaces/{HUB_NS}"
+        await wait_for(lambda: admin.get(f"{ns}/configmaps/{code_name(row.id)}") is None, what="code gone")
+        await wait_for(lambda: not pods_of(admin, row.id), what="pods gone")
+        assert admin.get(f"{JOBS}/{name_of(row.id)}") is None
+    finally:
+        await service.stop()
+
+
+async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart(
+        hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    # the API server cannot be reached when the job is submitted: the row waits, nothing is lost
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as dead:
+        down = make_service(tmp_path, dead)
+        row = await down.submit("ann", "default", "later", 1, 1000, ["python", "job.py"],
+                                files={"job.py": b"print(1)"})
+    assert row.state == "queued" and "retrying" in row.message
+    # the hub restarts with the cluster back: the job is sent, once, with its code
+    up = make_service(tmp_path, hub_api)
+    await up.start()
+    try:
+        assert up.unsent == {row.id}
+        assert (await up.tick())["sent"] == [row.id]
+        assert (await up.tick())["sent"] == []
+        code = admin.get(f"/api/v1/namespaces/{HUB_NS}/configmaps/{code_name(row.id)}")
+        assert base64.b64decode(code["binaryData"]["job.py"]) == b"print(1)"
+        assert not Path(row.workdir).exists()
+        assert jobs_created(plane, row.id) == 1
+    finally:
+        await up.cancel(row.id)
+        await up.stop()
+
+
+async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
+        hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    first = make_service(tmp_path, hub_api)
+    await first.start()
+    keep = await first.submit("ann", "default", "keep", 1, 1000, ["python", "-c", "1"])
+    gone = await first.submit("ann", "default", "gone", 1, 1000, ["python", "-c", "1"])
+    for row in (keep, gone):
+        volume_for(admin, row.id)
+    await wait_for(lambda: first.job(keep.id).state == "running", what="running")
+    await first.stop()
+    # while the hub is down one Job runs on, the other is deleted by hand
+    admin.http.delete(f"{JOBS}/{name_of(gone.id)}", params={"propagationPolicy": "Background"}).raise_for_status()
+    second = make_service(tmp_path, hub_api)
+    await second.start()
+    try:
+        assert second.job(keep.id).state == "running"
+        assert second.job(gone.id).state in ("failed", "cancelled")
+        assert "outside gpupool" in second.job(gone.id).message or "gone" in second.job(gone.id).message
+        assert second.unsent == set()
+        assert (jobs_created(plane, keep.id), jobs_created(plane, gone.id)) == (1, 1)  # nothing sent again
+    finally:
+        await second.cancel(keep.id)
+        await second.stop()
+
+
+async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:  # noqa: F811
+    """An admin's typo the real API server refuses (backoffLimit must be an integer)."""
+    svc = make_service(tmp_path, hub_api, backoff_limit="many")
+    row = await svc.submit("ann", "default", "typo", 1, 1000, ["python", "-c", "1"])
+    assert row.state == "failed" and row.message.startswith("Kubernetes refused the Job (4"), row.message
+    assert "backoffLimit" in row.message or "many" in row.message, row.message
+    assert svc.unsent == set() and (await svc.tick())["sent"] == []  # not retried
+
+
+# --- the same through a real hub's jobs API ------------------------------------------------
+@pytest.mark.hub
+def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(make_hub, plane: ControlPlane, chart, admin: Resources,
+                                                    tmp_path: Path) -> None:
+    kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
+    hub = make_hub(f"""
+        c.TrainPool.runner = "kubernetes"
+        c.TrainPool.image = "registry.example.org/train:1"
+        c.TrainPool.tick_s = 0.3
+        c.TrainPool.projects = {{"vision": {{"guarantee": 1}}}}
+        c.TrainPool.kube_job_options = {{"namespace": "{HUB_NS}", "storage_class": "{STORAGE}",
+                                         "checkpoint_size": "1Gi"}}
+    """, env={"KUBECONFIG": str(kubeconfig), "GPUPOOL_CULLER": "0"}).start()
+    J = "/services/gpupool/api/jobs"
+    token = hub.user_token("ann")
+    code, message = hub.api_error("POST", J, {"project": "nope", "gpus": 1, "command": "true"}, token=token)
+    assert code == 400 and "unknown project" in message
+    job = hub.api("POST", J, {"project": "vision", "gpus": 0.5, "name": "train",
+                              "script": "print('hello from the pod')"}, token=token)
+    assert job["state"] == "queued"
+    assert admin.get(f"{JOBS}/{name_of(job['id'])}") is not None
+    volume_for(admin, job["id"])
+
+    def state() -> dict:
+        return hub.api("GET", f"{J}/{job['id']}", token=token)
+
+    deadline = time.monotonic() + 60
+    while state()["state"] != "running":
+        assert time.monotonic() < deadline, hub.tail()
+        time.sleep(0.3)
+    code, _ = hub.api_error("DELETE", f"{J}/{job['id']}", token=hub.user_token("bob"))
+    assert code == 404 and admin.get(f"{JOBS}/{name_of(job['id'])}") is not None  # not bob's to cancel
+    hub.api("DELETE", f"{J}/{job['id']}", token=token)
+    while state()["state"] != "cancelled":
+        assert time.monotonic() < deadline + 30, hub.tail()
+        time.sleep(0.3)
+    assert admin.get(f"{JOBS}/{name_of(job['id'])}") is None
+

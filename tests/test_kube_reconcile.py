@@ -1,0 +1,73 @@
+"""The train-Job controller's level-triggered pass (gpupool.kube.controller.reconcile) on the
+copies kubespawner's reflectors keep: plain dicts, no API server (the reflectors themselves
+meet the real one in tests/cluster/test_train_jobs_real.py). What a pass cannot see, a pod that
+came and went between two passes, must not hide a preemption from the job row."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.objects import JOB_ID, MANAGED_BY, JobOptions
+from gpupool.kube.status import JobStatus
+from kubernetes_asyncio import client
+
+LABELS = {MANAGED_BY: "gpupool", JOB_ID: "j1"}
+
+
+def job(rv: str, **status) -> dict:
+    return {"metadata": {"name": "gpupool-j1", "namespace": "ns", "uid": "job-uid", "resourceVersion": rv,
+                         "labels": LABELS}, "spec": {}, "status": status}
+
+
+def pod(uid: str, rv: str, phase: str) -> dict:
+    return {"metadata": {"name": f"gpupool-j1-{uid}", "namespace": "ns", "uid": uid, "resourceVersion": rv,
+                         "labels": LABELS}, "status": {"phase": phase}}
+
+
+@pytest.fixture
+async def api():
+    async with client.ApiClient(client.Configuration()) as api:  # never called: no server here
+        yield api
+
+
+def controller(api: client.ApiClient, seen: list[JobStatus]) -> KubeJobController:
+    ctl = KubeJobController(api, JobOptions(namespace="ns"), on_change=lambda _id, st: seen.append(st))
+    ctl.reflectors = {"jobs": SimpleNamespace(resources={}), "pods": SimpleNamespace(resources={})}
+    return ctl
+
+
+def cluster(ctl: KubeJobController, jobs: list[dict], pods: list[dict]) -> None:
+    """What the reflectors hold now (keyed as kubespawner keys them)."""
+    for kind, objs in (("jobs", jobs), ("pods", pods)):
+        ctl.reflectors[kind].resources = {f"ns/{o['metadata']['name']}": o for o in objs}
+
+
+async def test_a_preemption_between_two_passes_is_still_reported_before_the_resume(api) -> None:
+    seen: list[JobStatus] = []
+    ctl = controller(api, seen)
+    cluster(ctl, [job("1")], [pod("p1", "2", "Running")])
+    await ctl.reconcile()
+    assert [s.state for s in seen] == ["running"]
+    # between two passes: p1 evicted and deleted, the Job's replacement p2 already runs
+    cluster(ctl, [job("3")], [pod("p2", "5", "Running")])
+    await ctl.reconcile()
+    assert [s.state for s in seen] == ["running", "preempted", "running"]
+    assert (seen[-1].runs, seen[-1].preemptions) == (2, 1) and "resumed" in seen[-1].message
+    # nothing changed: a pass reports nothing
+    await ctl.reconcile()
+    assert len(seen) == 3
+
+
+async def test_a_job_gone_from_the_copy_was_deleted_and_a_finished_pods_removal_is_no_preemption(api) -> None:
+    seen: list[JobStatus] = []
+    ctl = controller(api, seen)
+    cluster(ctl, [job("1")], [pod("p1", "2", "Running")])
+    await ctl.reconcile()
+    cluster(ctl, [job("1")], [pod("p1", "3", "Succeeded")])
+    await ctl.reconcile()
+    cluster(ctl, [], [])  # the relist after an outage: Job and pod gone
+    await ctl.reconcile()
+    assert seen[-1].preemptions == 0
+    assert seen[-1].state == "cancelled" and "outside gpupool" in seen[-1].message
