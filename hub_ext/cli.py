@@ -106,12 +106,14 @@ def up(args: argparse.Namespace) -> int:
 
 
 def banner(port: int, password: str, admin_password: str, state: str) -> str:
+    from .embedded import isolation
+
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
         f"  log in with any user name and the password: {password}\n"
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
-        f"  {accounts_note(os.geteuid())}\n"
+        f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
     )
 
 
@@ -139,13 +141,18 @@ def port_env(args: argparse.Namespace) -> dict[str, str]:
     return {var: str(getattr(args, opt)) for opt, (var, _, _) in PORTS.items()}
 
 
-def accounts_note(euid: int) -> str:
+def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
+    from .embedded import ACCOUNT_PREFIX
+
+    if mode == "accounts":
+        return (f"each user runs as a Unix account of their own ({ACCOUNT_PREFIX}<name>, made on first use,"
+                " home readable only by it): users cannot read each other's files (docs/security.md)")
     if euid != 0:
         return ("workspaces and jobs run as this account: users share it and can read each other's files"
-                " (run as root with system accounts for isolation; see docs/security.md)")
-    return ("running as root: the demo spawner runs workspaces as root, so users are NOT isolated;"
-            " jobs run as their owner's Unix account where one exists (see docs/security.md)")
+                " (run as root for an account per user; see docs/security.md)")
+    return (f"running as root, but users are NOT isolated: workspaces run as root ({reason});"
+            " see docs/security.md")
 
 
 def _port(text: str) -> int:

@@ -3,8 +3,11 @@ variable as the default, and reaches the hub's config through that variable."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from gpupool.cli import accounts_note, build_parser, port_env
+from gpupool.embedded import isolation
 
 
 def test_ports_are_options_that_reach_the_embedded_config(monkeypatch) -> None:
@@ -22,6 +25,15 @@ def test_a_port_out_of_range_is_refused(bad: str, capsys) -> None:
     assert "not a port number" in capsys.readouterr().err
 
 
-def test_up_says_plainly_whose_account_users_run_as() -> None:
-    assert "users share it" in accounts_note(1000)
-    assert "NOT isolated" in accounts_note(0)
+def test_up_says_plainly_whose_account_users_run_as(tmp_path: Path) -> None:
+    assert "users share it" in accounts_note(1000, *isolation(str(tmp_path), euid=1000, spawner=""))
+    assert "jupyter-<name>" in accounts_note(0, "accounts", "")
+    # root, but the admin picked the shared spawner: said plainly, with the reason
+    note = accounts_note(0, *isolation(str(tmp_path), euid=0, spawner="gpupool-simple"))
+    assert "NOT isolated" in note and "GPUPOOL_SPAWNER" in note
+    # root, but other accounts cannot reach the state folder: no accounts, and it says why
+    hidden = tmp_path / "hidden"
+    (hidden / "state").mkdir(parents=True)
+    hidden.chmod(0o700)
+    mode, why = isolation(str(hidden / "state"), euid=0, spawner="")
+    assert mode == "shared" and "other accounts may not pass through" in why

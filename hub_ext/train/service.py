@@ -15,6 +15,7 @@ from dataclasses import replace
 from sqlalchemy import select
 
 from .. import failpoints
+from ..accounts import AccountError, SystemAccounts
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
@@ -55,7 +56,10 @@ class TrainingService(JobBook):
     def account(self, owner: str) -> Account | None:
         if self.cfg.run_as == "hub":
             return None
-        account = account_of(owner)
+        try:
+            account = account_of(owner, SystemAccounts(config=self.cfg.config))
+        except AccountError as err:  # never falls back to the hub's account: that may be root
+            raise PermissionError(str(err)) from None
         if account is None and self.cfg.run_as == "owner":
             raise PermissionError(f"user {owner} has no Unix account on this machine to run jobs as")
         return account
