@@ -8,7 +8,7 @@ Hub names are not Unix names (`alice.smith@uni.edu`, 60 characters, capitals). A
 a valid Unix name after the prefix is used as it is; any other is normalized — characters
 outside `[a-z0-9_-]` become `-`, it is cut to 32 characters — and gets a hash of the whole
 hub name, so two hub names never normalize to the same account by accident. The account's
-comment field records which hub user it was made for (`gpupool:<hub name>`): an account that
+comment field records which hub user it was made for (`gpupool user <hub name>`): an account that
 exists but was made for someone else, or not by gpupool, is refused rather than shared, so a
 hub user who picks a name that normalizes onto another's account gets a clear error, not their
 files.
@@ -32,7 +32,7 @@ from traitlets.config import Configurable
 UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 MAX_UNIX_NAME = 32  # useradd's limit on Linux
 MAX_HUB_NAME = 255  # the longest hub name gpupool maps (JupyterHub's own column is 255)
-MARKER = "gpupool:"
+MARKER = "gpupool user "  # the comment (GECOS) of an account gpupool made; no ':' or ',' allowed there
 _lock = threading.Lock()  # two spawns of one user must not both run useradd
 
 
@@ -116,7 +116,7 @@ class SystemAccounts(Configurable):
             raise AccountError(f"cannot make a Unix account named {name[:64]!r} (not a Unix name): set"
                                " c.SystemAccounts.prefix so that hub names are mapped to valid ones")
         cmd = ["useradd", "--create-home", "--user-group", "--shell", self.shell,
-               "--comment", MARKER + hub_name, "-K", "UMASK=0077"]
+               "--comment", comment_for(hub_name), "-K", "UMASK=0077"]
         if self.home_root:
             root = Path(self.home_root)
             root.mkdir(parents=True, exist_ok=True)
@@ -136,11 +136,19 @@ class SystemAccounts(Configurable):
         if pw.pw_uid == 0 or pw.pw_gid == 0:
             raise AccountError(f"the Unix account {pw.pw_name!r} is root's or in root's group:"
                                " workspaces and jobs never run as root")
-        if comment.startswith(MARKER) and comment != MARKER + hub_name:
+        if comment.startswith(MARKER) and comment != comment_for(hub_name):
             raise AccountError(f"the Unix account {pw.pw_name!r} belongs to hub user"
                                f" {comment[len(MARKER):][:64]!r}, not {hub_name[:64]!r}: this name cannot be"
                                " used on this hub (ask an admin)")
         return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def comment_for(hub_name: str) -> str:
+    """The account comment that names its hub user: the name where the passwd file can hold it,
+    else a hash of it."""
+    if re.fullmatch(r"[A-Za-z0-9_.@+-]{1,128}", hub_name):
+        return MARKER + hub_name
+    return MARKER + "sha256 " + hashlib.sha256(hub_name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def unix_name(hub_name: str, prefix: str = "") -> str:
@@ -165,8 +173,8 @@ def unix_name(hub_name: str, prefix: str = "") -> str:
 def unreachable(paths: list[str]) -> str:
     """Why an unprivileged account could not use these paths (a folder on the way it may not
     pass through, a file it may not read); "" when every one is usable."""
-    for raw in paths:
-        path = Path(raw).absolute()
+    # a link is followed by whoever opens it: the folders on the way to its target count too
+    for path in dict.fromkeys(q for raw in paths for q in (Path(raw).absolute(), Path(raw).resolve())):
         for folder in [*reversed(path.parents)]:
             try:
                 mode = folder.stat().st_mode

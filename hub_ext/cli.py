@@ -21,10 +21,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
+    from .accounts import SystemAccounts
     from .parking import GPUParking
     from .train.config import TrainPool
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -92,6 +93,8 @@ def up(args: argparse.Namespace) -> int:
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
                **port_env(args))
+    if args.user_env:
+        env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -181,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
+                      help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
+                           " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
+                           " account can run")
     for opt, (var, default, what) in PORTS.items():
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")

@@ -52,13 +52,27 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
     if shutil.which("useradd") is None:
         return "shared", "useradd is missing, so no account can be made"
     here = os.path.dirname(os.path.abspath(__file__))
-    why = unreachable([sys.executable, singleuser_command(), os.path.join(here, "runners", "wrap.py"),
+    why = unreachable([user_python(), singleuser_command(), os.path.join(here, "runners", "wrap.py"),
                        os.path.join(here, "gpu", "startup"), state])
-    return ("shared", f"other accounts could not run this installation: {why}") if why else ("accounts", "")
+    if why:
+        return "shared", (f"other accounts could not run the users' Python environment: {why}; point"
+                          " --user-env at one they can run")
+    return "accounts", ""
+
+
+def user_env_dir() -> str:
+    """The Python environment workspaces and jobs run in (GPUPOOL_USER_ENV, `gpupool up --user-env`):
+    by default the hub's own. A hub that switches accounts needs one every account can run: the
+    hub's may live in a private folder (a Python built under /root)."""
+    return os.environ.get("GPUPOOL_USER_ENV") or os.path.dirname(os.path.dirname(sys.executable))
+
+
+def user_python() -> str:
+    return os.path.join(user_env_dir(), "bin", "python")
 
 
 def singleuser_command() -> str:
-    return os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")
+    return os.path.join(user_env_dir(), "bin", "jupyterhub-singleuser")
 
 
 def private_state(state: str) -> None:

@@ -16,6 +16,7 @@ from gpupool.embedded import (
     load_user_config,
     private_state,
     singleuser_command,
+    user_python,
 )
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
@@ -43,6 +44,7 @@ c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
 c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
 c.Spawner.default_url = "/lab"
 c.Spawner.cmd = [singleuser_command()]
+c.TrainPool.python = user_python()
 
 mode, _ = isolation(state)
 if mode == "accounts":
