@@ -87,6 +87,7 @@ FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 
 
+KINDS = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
 ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
 DEFAULTS: dict[str, Any] = {"action": "keep", "reason": "", "message": "", "parked": "", "cull_at": None,
@@ -106,8 +107,9 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key, (types, nullable) in FINDINGS.items():
             if key not in w or _fits(w[key], types, nullable):
                 continue
-            raise ValueError(f"workspaces[{i}].{key} must be {' or '.join(t.__name__ for t in types)}"
-                             f"{' or null' if nullable else ''}")
+            raise ValueError(f"workspaces[{i}].{key} must be {KINDS[types]}{' or null' if nullable else ''}")
+        if w.get("action", "keep") not in ACTIONS:
+            raise ValueError(f"workspaces[{i}].action must be one of {', '.join(ACTIONS)}")
     events = _items(body, "events")
     for i, e in enumerate(events):
         _names(e, f"events[{i}]")
@@ -116,8 +118,6 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
-        if w.get("action", "keep") not in ACTIONS:
-            raise ValueError(f"workspaces[{i}].action must be one of {', '.join(ACTIONS)}")
     return (float(pass_time),
             [{"owner": w["owner"], "name": w["name"],
               **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()}} for w in workspaces],
