@@ -47,9 +47,11 @@ class _Ok(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int = 10) -> dict:
+def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int = 10, stops: int = 0) -> dict:
     """Start a hub with `hub_for(extra_config, env=...)` (a Hub factory), fill it with `users`
-    running workspaces and time the culler on it. Returns the figures and what each pass saw."""
+    running workspaces and time the culler on it: reads, a pass that judges all, and passes that
+    stop `stops` of them (all by default), half one at a time, half `concurrency` at once.
+    Returns the figures and what each pass saw."""
     responder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
     threading.Thread(target=responder.serve_forever, daemon=True).start()
     try:
@@ -92,25 +94,27 @@ def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int =
         # two days on, GPUs idle: past the 12 h max age, every workspace is stopped; half of the
         # class with one request at a time, the other half `concurrency` at once (the first half
         # is exempt from the second pass and the other way round)
-        half = users // 2
-        for label, conc, mine, others in (("sequential", 1, names[:half], names[half:]),
-                                          ("concurrent", concurrency, names[half:], names[:half])):
+        stops = stops or users
+        half = stops // 2
+        first, second = names[:half], names[half:stops]
+        for label, conc, mine in (("sequential", 1, first), ("concurrent", concurrency, second)):
+            others = [n for n in names if n not in set(mine)]
             t = time.perf_counter()
             result = culler(0, conc, exempt=others, clock_s=2 * 86400).run_pass()
             out[f"stop_{label}_s"] = time.perf_counter() - t
             out[f"stop_{label}_culled"] = sorted(e["owner"] for e in result["events"] if e["kind"] == "cull")
             out[f"stop_{label}_expected"] = sorted(mine)
         deadline = time.monotonic() + 120
-        while hub.allocations() and time.monotonic() < deadline:
+        while len(hub.allocations()) > users - stops and time.monotonic() < deadline:
             time.sleep(0.5)
-        out["left_running"] = len(hub.allocations())
+        out["stops"], out["left_running"] = stops, len(hub.allocations())
         return out
     finally:
         responder.shutdown()
 
 
 def table(f: dict) -> str:
-    n, half, c = f["users"], f["users"] // 2, f["concurrency"]
+    n, half, c = f["users"], f["stops"] // 2, f["concurrency"]
     return "\n".join([
         f"| {n} workspaces, real hub (page limit 200) | time | seen / stopped |",
         "|---|---|---|",
@@ -121,6 +125,6 @@ def table(f: dict) -> str:
         f"| whole pass, all busy (nothing to stop) | {f['judge_s']:.2f} s | {len(f['judged'])} judged |",
         f"| pass stopping {half}, one stop at a time (concurrency 1) | {f['stop_sequential_s']:.2f} s |"
         f" {len(f['stop_sequential_culled'])} stopped |",
-        f"| pass stopping {n - half}, {c} stops at once (concurrency {c}) | {f['stop_concurrent_s']:.2f} s |"
+        f"| pass stopping {f['stops'] - half}, {c} stops at once (concurrency {c}) | {f['stop_concurrent_s']:.2f} s |"
         f" {len(f['stop_concurrent_culled'])} stopped |",
     ])
