@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from traitlets import Bool, Unicode, validate
+from traitlets import Bool, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
@@ -79,7 +79,7 @@ class SystemAccounts(Configurable):
     def _check_prefix(self, proposal: dict) -> str:
         value = proposal["value"]
         if value and (not UNIX_NAME.match(value) or len(value) > 16):
-            raise ValueError(f"SystemAccounts.prefix must be empty or a Unix name start of at most 16"
+            raise TraitError(f"SystemAccounts.prefix must be empty or a Unix name start of at most 16"
                              f" characters ([a-z_][a-z0-9_-]*), not {value[:40]!r}")
         return value
 
@@ -122,6 +122,9 @@ class SystemAccounts(Configurable):
             root.mkdir(parents=True, exist_ok=True)
             if root.stat().st_mode & 0o011 != 0o011:
                 root.chmod(root.stat().st_mode | 0o011)  # every account passes through to its own home
+            if os.path.lexists(root / name):  # a former account's: its files are not handed to a new uid
+                raise AccountError(f"cannot make the Unix account {name!r}: its home {root / name} already"
+                                   " exists (left by an earlier account?); an admin must move it away first")
             cmd += ["--home-dir", str(root / name)]
         done = subprocess.run([*cmd, "--", name], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:

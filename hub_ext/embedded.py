@@ -60,19 +60,16 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
     return "accounts", ""
 
 
-def user_env_dir() -> str:
-    """The Python environment workspaces and jobs run in (GPUPOOL_USER_ENV, `gpupool up --user-env`):
-    by default the hub's own. A hub that switches accounts needs one every account can run: the
-    hub's may live in a private folder (a Python built under /root)."""
-    return os.environ.get("GPUPOOL_USER_ENV") or os.path.dirname(os.path.dirname(sys.executable))
-
-
 def user_python() -> str:
-    return os.path.join(user_env_dir(), "bin", "python")
+    """The Python workspaces and jobs run with: the one of GPUPOOL_USER_ENV (`gpupool up
+    --user-env`), else the hub's own. A hub that switches accounts needs one every account can
+    run: the hub's may live in a private folder (a Python built under /root)."""
+    env = os.environ.get("GPUPOOL_USER_ENV")
+    return os.path.join(env, "bin", "python") if env else sys.executable
 
 
 def singleuser_command() -> str:
-    return os.path.join(user_env_dir(), "bin", "jupyterhub-singleuser")
+    return os.path.join(os.path.dirname(user_python()), "jupyterhub-singleuser")
 
 
 def private_state(state: str) -> None:

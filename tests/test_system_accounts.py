@@ -269,3 +269,13 @@ def test_root_is_never_an_account_for_a_user() -> None:
     with pytest.raises(AccountError, match="never run as root"):
         SystemAccounts(prefix="").lookup("root")
 
+
+
+@real_accounts
+def test_a_home_left_by_an_earlier_account_is_not_handed_to_a_new_one(tmp_path: Path) -> None:
+    hub_name = f"gone{secrets.token_hex(3)}"
+    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path))
+    (tmp_path / f"jupyter-{hub_name}").mkdir()  # an earlier jupyter-<name>'s files
+    with pytest.raises(AccountError, match="already exists"):
+        accounts.ensure(hub_name)
+    assert accounts.lookup(hub_name) is None  # no account was made
