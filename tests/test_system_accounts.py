@@ -217,8 +217,13 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
                hub.state / "demo-admin-password", hub.state / "hub.log"]
     assert all(t.exists() for t in targets)
     assert set(open_as(b.pw_uid, b.pw_gid, targets).values()) == {errno.errorcode[errno.EACCES]}
-    # alice herself reads her own files (the refusals above are about who asks)
-    assert open_as(a.pw_uid, a.pw_gid, targets[:3]) == {str(t): "READ" for t in targets[:3]}
+    # alice herself reads her own files (the refusals above are about who asks), her job's
+    # output also through ~/gpupool-jobs, the link JupyterLab opens it by
+    via_home = Path(a.pw_dir, "gpupool-jobs", folder.name, "alice-output.txt")
+    assert Path(a.pw_dir, "gpupool-jobs").is_symlink()
+    mine = [*targets[:3], via_home]
+    assert open_as(a.pw_uid, a.pw_gid, mine) == {str(t): "READ" for t in mine}
+    assert open_as(b.pw_uid, b.pw_gid, [via_home]) == {str(via_home): errno.errorcode[errno.EACCES]}
 
     # no hub secret in the environment of a workspace or a job
     hidden = secrets_of(hub)
@@ -279,3 +284,16 @@ def test_a_home_left_by_an_earlier_account_is_not_handed_to_a_new_one(tmp_path: 
     with pytest.raises(AccountError, match="already exists"):
         accounts.ensure(hub_name)
     assert accounts.lookup(hub_name) is None  # no account was made
+
+
+def test_the_monitor_links_a_job_output_through_the_home_link(tmp_path: Path) -> None:
+    from gpupool.widgets.jobs import output_link
+
+    home, jobs = tmp_path / "home", tmp_path / "jobs" / "alice"
+    (jobs / "train-1").mkdir(parents=True)
+    home.mkdir()
+    (home / "gpupool-jobs").symlink_to(jobs)
+    env = {"HOME": str(home), "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}
+    link = output_link(str(jobs / "train-1" / "output.ipynb"), env)
+    assert "href='/user/alice/lab/tree/gpupool-jobs/train-1/output.ipynb'" in link
+    assert "href" not in output_link(str(tmp_path / "elsewhere" / "output.ipynb"), env)
