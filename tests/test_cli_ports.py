@@ -37,3 +37,20 @@ def test_up_says_plainly_whose_account_users_run_as(tmp_path: Path) -> None:
     hidden.chmod(0o700)
     mode, why = isolation(str(hidden / "state"), euid=0, spawner="")
     assert mode == "shared" and "other accounts may not pass through" in why
+
+
+def test_up_takes_the_users_python_environment(monkeypatch, tmp_path: Path) -> None:
+    """--user-env (or $GPUPOOL_USER_ENV): where workspaces and jobs find Python and JupyterHub."""
+    from gpupool.embedded import singleuser_command, user_python
+
+    assert build_parser().parse_args(["up", "--user-env", "/opt/users"]).user_env == "/opt/users"
+    monkeypatch.setenv("GPUPOOL_USER_ENV", str(tmp_path / "env"))
+    assert build_parser().parse_args(["up"]).user_env == str(tmp_path / "env")
+    assert user_python() == str(tmp_path / "env" / "bin" / "python")
+    assert singleuser_command() == str(tmp_path / "env" / "bin" / "jupyterhub-singleuser")
+    # an environment no other account can reach is named in the reason, and users share one account
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "bin" / "python").write_text("")
+    tmp_path.chmod(0o700)
+    mode, why = isolation(str(tmp_path), euid=0, spawner="")
+    assert mode == "shared" and "--user-env" in why
