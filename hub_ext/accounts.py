@@ -196,6 +196,21 @@ def unreachable(paths: list[str]) -> str:
     return ""
 
 
+async def make_on_login(authenticator: object, handler: object, authentication: dict | None) -> dict | None:
+    """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
+    create_system_users habit). A user whose account cannot be made still logs in: the spawn page
+    then says why no server can start."""
+    import asyncio
+    import logging
+
+    if authentication:
+        try:
+            await asyncio.to_thread(SystemAccounts(config=authenticator.config).ensure, authentication["name"])
+        except AccountError as err:
+            logging.getLogger("gpupool").warning("no Unix account for %s: %s", authentication["name"][:64], err)
+    return authentication
+
+
 def made_by_gpupool(name: str) -> bool:
     try:
         return pwd.getpwnam(name).pw_gecos.startswith(MARKER)

@@ -7,6 +7,7 @@ Loaded by `gpupool up`; an admin's own settings come from the file named by
 import os
 
 from gpupool import configure
+from gpupool.accounts import make_on_login
 from gpupool.embedded import (
     ACCOUNT_PREFIX,
     apply_demo,
@@ -54,6 +55,7 @@ if mode == "accounts":
     c.SystemAccounts.prefix = ACCOUNT_PREFIX
     c.SystemAccounts.create = True
     c.SystemAccounts.home_root = f"{state}/home"
+    c.Authenticator.post_auth_hook = make_on_login  # the account is made at log-in (and at spawn)
     c.TrainPool.jobs_root = f"{state}/jobs/{{username}}"
     c.TrainPool.run_as = "owner"
     spawner = "gpupool-local"

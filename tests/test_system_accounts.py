@@ -153,6 +153,22 @@ def remove_accounts(state: Path) -> None:
             subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True, timeout=60)
 
 
+def log_in(hub: Hub, user: str) -> None:
+    """The hub's log-in form with the demo password, as a browser posts it."""
+    import http.cookiejar
+    import urllib.parse
+    import urllib.request
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{hub.url}/hub/login", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    form = urllib.parse.urlencode({"username": user, "password": (hub.state / "demo-password").read_text().strip(),
+                                   "_xsrf": xsrf}).encode()
+    opener.open(f"{hub.url}/hub/login?next=/hub/home", data=form, timeout=60).read()
+    assert any(c.name.startswith("jupyterhub-hub-login") for c in jar), "not logged in"
+
+
 def wait_state(hub: Hub, job_id: str, states: set[str], token: str, timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -188,8 +204,9 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     for user in (alice, bob):
         assert accounts.lookup(user) is None  # a name no real account has
 
-    hub.spawn(alice, 0.25)
+    log_in(hub, alice)  # the account is made at log-in, before any server
     a = pwd.getpwnam(f"jupyter-{alice}")
+    hub.spawn(alice, 0.25)
     assert a.pw_uid != 0 and a.pw_gid != 0 and a.pw_gecos == comment_for(alice) == MARKER + alice
     assert a.pw_dir == f"{hub.state}/home/jupyter-{alice}"
     home = os.stat(a.pw_dir)
