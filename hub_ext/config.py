@@ -7,16 +7,17 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
 from .pool.units import UnitError
 
-LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces"}
+LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
 # the options an admin may also change at run time through the API (PUT api/quotas)
 QUOTA_KEYS = ("default_build_quota", "allowed_fractions", "max_gpus_per_workspace",
-              "max_workspaces_per_user", "group_overrides", "group_totals")
+              "max_workspaces_per_user", "group_overrides", "group_totals", "build_pools")
+MAX_POOLS = 16
 
 
 class GPUPool(LoggingConfigurable):
@@ -66,17 +67,31 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    placement_policy = Unicode(
+    build_placement_policy = Unicode(
         "frag-aware",
         config=True,
-        help="""How build workspaces are placed onto GPUs: frag-aware (default; keeps GPUs
-        from fragmenting, learning the workload online), fgd, best-fit, first-fit, gpu-packing,
-        spread, random. `gpupool simulate --help` compares them. Train jobs have their own,
-        c.TrainPool.placement_policy. Example::
+        help="""How build workspaces (notebook servers) are placed onto GPUs: frag-aware
+        (default; keeps GPUs from fragmenting, learning the workload online), fgd, best-fit,
+        first-fit, gpu-packing, spread, random. `gpupool simulate --help` compares them. Train
+        jobs are placed by c.TrainPool.placement_policy. Example::
 
-            c.GPUPool.placement_policy = "best-fit"
+            c.GPUPool.build_placement_policy = "best-fit"
         """,
     )
+
+    # the old name, read from older configs with a warning; --generate-config leaves it out
+    placement_policy = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: the old name of c.GPUPool.build_placement_policy.""",
+    ).tag(deprecated="build_placement_policy")
+
+    @observe("placement_policy")
+    def _old_placement_policy(self, change: dict) -> None:
+        self.log.warning("c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy"
+                         " (build workspaces; train jobs: c.TrainPool.placement_policy)")
+        if "build_placement_policy" not in self.config.get("GPUPool", {}):  # the new name wins
+            self.build_placement_policy = change["new"]
 
     default_build_quota = Float(
         1.0,
@@ -121,13 +136,26 @@ class GPUPool(LoggingConfigurable):
     group_overrides = Dict(
         config=True,
         help="""Per-group build limits. A user in several groups gets the most generous value of
-        each key. Keys: quota, fractions, max_per_workspace (GPUs), max_workspaces. Missing
-        keys fall back to the defaults above. Example::
+        each key. Keys: quota, fractions, max_per_workspace (GPUs), max_workspaces, pools (the
+        node pools of c.TrainPool.node_pools its workspaces may use, in order of preference).
+        Missing keys fall back to the defaults above. Example::
 
             c.GPUPool.group_overrides = {
-                "researchers": {"quota": 2, "fractions": [0.5, 1, 2], "max_per_workspace": 2},
+                "researchers": {"quota": 2, "fractions": [0.5, 1, 2], "max_per_workspace": 2,
+                                "pools": ["workstations", "dgx"]},
                 "students": {"quota": 0.25, "fractions": [0.1, 0.25], "max_workspaces": 1},
             }
+        """,
+    )
+
+    build_pools = List(
+        Unicode(),
+        config=True,
+        help="""Node pools (defined in c.TrainPool.node_pools) that build workspaces may use, in
+        order of preference; empty: every GPU. A group's "pools" in group_overrides replaces
+        it for its members. The spawn form lets a user pick one of them. Example::
+
+            c.GPUPool.build_pools = ["workstations"]
         """,
     )
 
@@ -218,6 +246,7 @@ class GPUPool(LoggingConfigurable):
             sizes_milli=tuple(sorted(_milli(f, "allowed_fractions") for f in self.allowed_fractions)),
             max_per_workspace_milli=_milli(self.max_gpus_per_workspace, "max_gpus_per_workspace"),
             max_workspaces=self.max_workspaces_per_user,
+            pools=_pools(self.build_pools, "build_pools"),
         )
         overrides = {}
         for group, lim in self.group_overrides.items():
@@ -231,6 +260,7 @@ class GPUPool(LoggingConfigurable):
                     lim.get("max_per_workspace", self.max_gpus_per_workspace), where
                 ),
                 max_workspaces=_count(lim.get("max_workspaces", self.max_workspaces_per_user), where),
+                pools=_pools(lim.get("pools", self.build_pools), where),
             )
         totals = {g: _milli(v, f"group_totals[{g!r}]") for g, v in self.group_totals.items()}
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
@@ -242,6 +272,16 @@ def _size(value: object, where: str) -> int:
     if milli <= 0:
         raise TraitError(f"GPUPool.{where}: a GPU size must be more than 0, got {value!r}")
     return milli
+
+
+def _pools(value: object, where: str) -> tuple[str, ...]:
+    """Node pool names, in order of preference: at most MAX_POOLS, no repeats (the names are
+    checked against c.TrainPool.node_pools when the hub starts)."""
+    if not isinstance(value, list | tuple) or len(value) > MAX_POOLS \
+            or not all(isinstance(v, str) and 0 < len(v) <= 63 for v in value) or len(set(value)) != len(value):
+        raise TraitError(f"GPUPool.{where}: pools must be a list of at most {MAX_POOLS} node pool names,"
+                         f" each once, e.g. [\"workstations\", \"dgx\"]; got {value!r}"[:300])
+    return tuple(value)
 
 
 def _list(value: object, where: str) -> list:

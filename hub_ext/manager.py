@@ -28,6 +28,7 @@ from .pool import (
 )
 from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
+from .pool.pools import NodePool, allowed_pools, choose_in_pools
 from .store import Allocation, Event, Parked, Store
 
 log = logging.getLogger("gpupool")
@@ -58,10 +59,11 @@ class PoolManager:
         self.store = store
         self.quotas = quotas
         self.policy = policy
+        self.node_pools: dict[str, NodePool] = {}  # c.TrainPool.node_pools, for build workspaces too
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
         # set by the training pool: stop over-quota train jobs so a build request fits
-        self.make_room_for_build: Callable[[Workload, Request], bool] | None = None
+        self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         self.build_reserved: Callable[[Workload], None] | None = None
         self._load()
 
@@ -114,9 +116,17 @@ class PoolManager:
         return row is not None
 
     # --- changes -------------------------------------------------------------
+    def build_pools(self, groups: Iterable[str], chosen: str | None = None) -> tuple[str, ...]:
+        """The node pools a workspace of a user in `groups` goes to, in order of preference
+        (empty: any GPU); `chosen` narrows them to one, or raises PoolNotAllowed."""
+        return allowed_pools(self.quotas.limits_for(groups).pools, list(self.node_pools), chosen)
+
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
-                      cpu_milli: int = 0, memory_mib: int = 0) -> Allocation:
-        """Check the fixed quota, place, persist. Raises a PoolError that says what to do."""
+                      cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
+                      in_pools: bool = True) -> Allocation:
+        """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
+        `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
+        affinity keeps it there), persist. Raises a PoolError that says what to do."""
         w = Workload("build", owner, server_name)
         existing = self.allocation(w)
         if existing is not None:
@@ -125,15 +135,18 @@ class PoolManager:
                 return existing
             self.release(w, reason="replaced by a new start with another size")
         groups = sorted(set(groups))
+        pools = self.build_pools(groups, pool)  # a pool not theirs is refused wherever it is placed
+        if not in_pools:
+            pools = ()
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
-            row = self.reserve(w, req, groups)
+            row = self.reserve(w, req, groups, pools)
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
-            if self.make_room_for_build is not None and self.make_room_for_build(w, req):
+            if self.make_room_for_build is not None and self.make_room_for_build(w, req, pools=pools):
                 raise NoCapacity(
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
@@ -143,11 +156,12 @@ class PoolManager:
             self.build_reserved(w)
         return row
 
-    def reserve(self, w: Workload, req: Request, groups: Iterable[str] = ()) -> Allocation:
+    def reserve(self, w: Workload, req: Request, groups: Iterable[str] = (), pools: tuple[str, ...] = ()) -> Allocation:
         # resume claims of parked workspaces come before newcomers (gpupool.pool.parking)
-        placement = self.policy.choose(self.newcomer_view(), req, self.rng)
+        placement = choose_in_pools(self.policy, self.newcomer_view(), req, self.rng,
+                                    [self.node_pools.get(p, NodePool(p, gpus=frozenset({-1}))) for p in pools])
         if placement is None:
-            free = self._free_summary()
+            free = self._free_summary() + (f" (your node pools: {', '.join(pools)})" if pools else "")
             raise NoCapacity(
                 f"no GPU has room for {format_gpus(req.total_milli)} right now ({free}):"
                 " choose a smaller fraction or try again when others stop"

@@ -22,6 +22,7 @@ from sqlalchemy import select
 from traitlets import Enum, Float, Int
 from traitlets.config import Configurable
 
+from .config import GPUPool
 from .gpu.parking import Delays, ParkingBackend, ParkingError, make_backend, park_process, resume_process
 from .manager import PoolManager, Workload
 from .pool import format_gpus
@@ -304,6 +305,11 @@ def build_parking(config: Any, pool: PoolManager, state_folder: str) -> ParkingS
     if kind == "auto":
         virtual = any(g.virtual for n in pool.inventory.nodes for g in n.gpus)
         kind = "virtual" if virtual else "cuda"
+    if kind == "cuda" and GPUPool(config=config).mps_pipe_directory:
+        # seen on an H100 with driver 580: cuCheckpointProcessLock answers CUDA_ERROR_NOT_SUPPORTED
+        # for an MPS client, so every park would fail; say so once instead of at every idle workspace
+        raise ParkingError("the CUDA driver cannot checkpoint CUDA MPS clients, and"
+                           " c.GPUPool.mps_pipe_directory is set: idle workspaces are culled, not parked")
     delays = Delays(cfg.virtual_fixed_s, cfg.virtual_per_gib_s)
     backend = make_backend(kind, str(Path(state_folder) / "parking"), delays)
     if kind == "virtual":

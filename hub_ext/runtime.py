@@ -53,9 +53,26 @@ def pool(config: Config | None = None) -> PoolManager:
             inventory=build_inventory(cfg),
             store=store,
             quotas=quotas,
-            policy=get_policy(cfg.placement_policy),
+            policy=get_policy(cfg.build_placement_policy),
         )
+        _pool.node_pools = node_pools(config or Config(), quotas)
     return _pool
+
+
+def node_pools(config: Config, quotas) -> dict:
+    """c.TrainPool.node_pools (one definition for train jobs and build workspaces), checked
+    against the pools the build quotas name."""
+    from traitlets import TraitError
+
+    from .train.config import TrainPool
+
+    pools = TrainPool(config=config).pool_table()
+    for group, limits in [("build_pools", quotas.default), *quotas.group_overrides.items()]:
+        unknown = set(limits.pools) - set(pools)
+        if unknown:
+            where = "GPUPool.build_pools" if group == "build_pools" else f"GPUPool.group_overrides[{group!r}]"
+            raise TraitError(f"{where}: pools {sorted(unknown)} are not in TrainPool.node_pools ({sorted(pools)})")
+    return pools
 
 
 def reset() -> None:

@@ -67,7 +67,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.load_roles = roles
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
     _home_page_warnings(c)
-    _start_in_hub(c, token, settings.api_ip, settings.api_port)
+    _start_in_hub(c, token, settings.api_ip, settings.api_port, culler)
 
 
 def validate(c: Config) -> None:
@@ -102,7 +102,7 @@ def _home_page_warnings(c: Config) -> None:
                                   "gpupool_shares": shares_for}
 
 
-def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
+def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
     """Schedule the API server and the start-up reconcile on the hub's event loop.
 
     jupyterhub_config.py is loaded inside JupyterHub.initialize(), on the running loop;
@@ -114,10 +114,10 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int) -> None:
         return
     from . import tasks
 
-    tasks.start(_serve(c, token, ip, port), "the gpupool API and its start-up reconcile", loop)
+    tasks.start(_serve(c, token, ip, port, culler), "the gpupool API and its start-up reconcile", loop)
 
 
-async def _serve(c: Config, token: str, ip: str, port: int) -> None:
+async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
     from jupyterhub.app import JupyterHub
     from jupyterhub.services.auth import HubOAuth
 
@@ -142,7 +142,8 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     )
     training = await _start_training(hub, pool)
     parking = _start_parking(hub, pool)
-    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking})
+    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
+                                                             "session_end": _session_end(hub.config, culler)})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
@@ -150,6 +151,9 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     # The hub binds its own REST API only after initialize() has checked every server it had
     # running, so once that API answers, the spawners say truthfully what is running.
     await _hub_answers(hub_api)
+    from .admin import register
+
+    register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
     def is_running(row: Any) -> bool:
         if _is_active(hub, row):
             return True
@@ -162,6 +166,15 @@ async def _serve(c: Config, token: str, ip: str, port: int) -> None:
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+
+
+def _session_end(config: Config, culler: bool) -> Any:
+    """The culler's time rules, so pages show when a session ends from its spawn on (None: no culler)."""
+    if not culler:
+        return None
+    from gpupool.idle_culler.config import IdleCuller
+
+    return IdleCuller(config=config).session_end()
 
 
 def _start_parking(hub: Any, pool: Any) -> Any:
@@ -205,6 +218,10 @@ async def _start_training(hub: Any, pool: Any) -> Any:
         from . import tasks
 
         tasks.start(training.start(), "following train Jobs on Kubernetes")
+        if training.idle_rules:  # idle train jobs, from the node agents' per-pod samples
+            from gpupool.idle_culler.sampler import make_sampler
+
+            training.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg))
     else:
         from .train.service import TrainingService
 
@@ -259,6 +276,24 @@ def job_gpu_use(sampler: Any, pool: Any) -> Any:
             targets.append(Target(r.owner, r.id, pid=r.pid, gpu_uuids=uuids, whole_gpus=whole))
         got = sampler.sample(targets)
         return {t.name: got[t.key].util_pct if t.key in got else None for t in targets}
+
+    return use
+
+
+def kube_job_gpu_use(sampler: Any) -> Any:
+    """The idle culler's sampler over train jobs on Kubernetes: each running pod of a job is a
+    target (its uid, as the node agent reports it; key owner/job id/pod uid), and a job's
+    utilization is its busiest pod's (None: no pod sampled)."""
+    from gpupool.idle_culler.sampler import Target
+
+    def use(jobs: list) -> dict[str, float | None]:
+        targets = [(row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids]
+        got = sampler.sample([t for _, t in targets])
+        out: dict[str, float | None] = {row.id: None for row, _ in jobs}
+        for job_id, t in targets:
+            if t.key in got:
+                out[job_id] = max(out[job_id] or 0.0, got[t.key].util_pct)
+        return out
 
     return use
 

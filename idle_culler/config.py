@@ -5,10 +5,12 @@ The hub hands this section to the culler service when it starts it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 from traitlets.config import Configurable
 
-from .policy import CullerPolicy, Limits
+from .policy import CullerPolicy, Limits, session_end
 
 LIMIT_FIELDS = set(Limits.__dataclass_fields__)
 RESOLVERS = ("warn", "restart-kernel", "stop")
@@ -175,6 +177,23 @@ class IdleCuller(Configurable):
                                      f" {list(RESOLVERS)}")
         return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
                             profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
+
+    def exempt(self, owner: str, admin: bool) -> bool:
+        """Never culled: a listed user, or an admin when exempt_admins is on."""
+        return owner in self.exempt_users or (self.exempt_admins and admin)
+
+    def session_end(self) -> Callable[[str, Sequence[str], bool, str, float, bool], tuple[str, float] | None]:
+        """The culler's time rules as one function the hub calls before the culler's first pass:
+        (owner, groups, admin, profile, started, extended) -> (reason, end) or None (exempt)."""
+        policy = self.policy()
+
+        def end(owner: str, groups: Sequence[str], admin: bool, profile: str, started: float,
+                extended: bool) -> tuple[str, float] | None:
+            if self.exempt(owner, admin):
+                return None
+            return session_end(started, extended, policy.limits_for(list(groups), profile))
+
+        return end
 
     def parks(self) -> bool:
         """Does any rule park GPUs (then the culler calls the gpupool parking API)?"""

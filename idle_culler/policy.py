@@ -113,13 +113,26 @@ def workday_cutoff(started: float, limits: Limits) -> float | None:
 TIME_LIMITS = ("max-age", "workday-end")
 
 
+def time_limits(started: float, extended: bool, limits: Limits) -> dict[str, float]:
+    """The session's own time limits (maximum length, end of the workday), known from its start."""
+    bonus = limits.extension_s if extended else 0.0
+    out = {"max-age": started + limits.max_age_s + bonus}
+    cut = workday_cutoff(started, limits)
+    if cut is not None:
+        out["workday-end"] = cut + bonus
+    return out
+
+
+def session_end(started: float, extended: bool, limits: Limits) -> tuple[str, float]:
+    """(reason, epoch seconds): when the session ends at the latest, whatever the user does;
+    pages show it from the spawn on, before the culler's first pass judges the idle rules."""
+    return min(time_limits(started, extended, limits).items(), key=lambda kv: kv[1])
+
+
 def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     """Every limit that applies, as the time it ends the session."""
     bonus = limits.extension_s if ws.extended else 0.0
-    out = {"max-age": ws.started + limits.max_age_s + bonus}
-    cut = workday_cutoff(ws.started, limits)
-    if cut is not None:
-        out["workday-end"] = cut + bonus
+    out = time_limits(ws.started, ws.extended, limits)
     if limits.busy_grace_s and ws.gpu_idle_s is not None and ws.gpu_idle_s < limits.window_s:
         # the GPU is running something: a time limit waits for it to end (up to busy_grace_s)
         # rather than kill a training run; missing GPU data gets no such grace

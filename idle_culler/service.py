@@ -172,7 +172,7 @@ class Culler:
                 gpu_idle_s=tracker.idle_s if fresh else None,
                 memory_mib=use.memory_mib if use else 0, memory_limit_mib=t["memory_limit_mib"],
                 memory_over_since=self.memory_over.get(key), extended=t["extended"],
-                exempt=t["owner"] in self.policy.exempt_users or (self.cfg.exempt_admins and t["admin"]),
+                exempt=self.cfg.exempt(t["owner"], t["admin"]),
                 parked=bool(t.get("parked")), park_failed=key in self.park_failed,
             )
             d = decide(ws, now, limits)

@@ -10,6 +10,8 @@ from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
 from gpupool.pool.units import MILLI_PER_GPU, UnitError
 
 FIELD = "gpus"
+POOL_FIELD = "pool"  # optional: one of the node pools the user's groups may use
+MAX_POOL_NAME = 63
 
 
 def gpus_value(milli: int) -> str:
@@ -28,11 +30,13 @@ def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
 
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
                 virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
-                max_workspaces: int = 0, this_server: str | None = None) -> str:
+                max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = ()) -> str:
     """Radio buttons for the sizes the user's groups allow, each with its memory and how many
     would fit in the pool now; sizes over the quota left or without room are disabled with the
     reason, so nobody has to guess why. `held` is every server of the user (the one being
-    started, `this_server`, does not count against its own form)."""
+    started, `this_server`, does not count against its own form). `pools`: the node pools the
+    user may use, in order of preference (`gpu_free` then shows only their GPUs); with more
+    than one, the user may pick one."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     used = sum(h.milli for h in others)
     lines = [
@@ -71,16 +75,53 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
         )
     if not any(fits for _, fits in offered):
         lines.append('<p class="gpupool-none">No size fits your quota now: stop a running server first.</p>')
+    lines.extend(pool_choice(pools))
     lines.append("</div>")
     return "\n".join(lines)
 
 
+def pool_choice(pools: Sequence[str]) -> list[str]:
+    """The node pools part of the form: one pool is said, several are offered (the first
+    choice: any of them, in order of preference)."""
+    if not pools:
+        return []
+    if len(pools) == 1:
+        return [f'<p class="gpupool-pools">GPUs from node pool <b>{escape(pools[0])}</b>.</p>']
+    lines = ['<fieldset class="gpupool-pools"><legend>Node pool</legend>',
+             f'<div class="radio"><label><input type="radio" name="{POOL_FIELD}" value="" checked>'
+             f' any of yours, in this order: {escape(", ".join(pools))}</label></div>']
+    lines += [f'<div class="radio"><label><input type="radio" name="{POOL_FIELD}" value="{escape(p)}">'
+              f" {escape(p)} only</label></div>" for p in pools]
+    lines.append("</fieldset>")
+    return lines
+
+
 def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:
-    """Form fields -> user_options. Only the GPU size is taken; anything else is ignored."""
+    """Form fields -> user_options. Only the GPU size and the node pool are taken; anything
+    else is ignored."""
     values = formdata.get(FIELD) or []
     if len(values) != 1:
         raise InvalidRequest("choose one GPU size on the form")
-    return {FIELD: values[0].strip()}  # GPUs, as the REST API takes them
+    options = {FIELD: values[0].strip()}  # GPUs, as the REST API takes them
+    pools = formdata.get(POOL_FIELD) or []
+    if len(pools) > 1:
+        raise InvalidRequest("choose one node pool on the form")
+    if pools and pools[0].strip():
+        options[POOL_FIELD] = pools[0].strip()
+    requested_pool(options)
+    return options
+
+
+def requested_pool(user_options: Mapping[str, object]) -> str | None:
+    """The node pool asked for (form or REST API), None for any of the user's; its bounds
+    here, whether the user may use it where the share is reserved."""
+    pool = user_options.get(POOL_FIELD) if isinstance(user_options, Mapping) else None
+    if pool is None or pool == "":
+        return None
+    if not isinstance(pool, str) or len(pool) > MAX_POOL_NAME:
+        raise InvalidRequest(f"user option '{POOL_FIELD}' must be the name of a node pool"
+                             f" (at most {MAX_POOL_NAME} characters), e.g. {{\"{POOL_FIELD}\": \"workstations\"}}")
+    return pool
 
 
 def requested_milli(user_options: Mapping[str, object]) -> int:

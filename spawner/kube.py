@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.kube.pool_objects import node_affinity
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.store import Allocation
 from kubespawner import KubeSpawner
@@ -21,7 +22,15 @@ from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, validate
 
 from .form import requested_milli as form_milli
-from .kube_objects import apply_pod_gpu, filter_profiles, find_profile, pod_environment, profile_milli
+from .form import requested_pool
+from .kube_objects import (
+    apply_pod_gpu,
+    filter_profiles,
+    find_profile,
+    merged_affinity,
+    pod_environment,
+    profile_milli,
+)
 from .mixin import GPUSpawnerMixin, http_error
 
 _CHECKED = "_gpupool_checked"
@@ -95,6 +104,28 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             c.GPUKubeSpawner.build_priority_class = "build"
         """,
     )
+
+    node_pool_label = Unicode(
+        "gpupool.io/node-pool",
+        config=True,
+        help="""Node label of the node pools (c.TrainPool.node_pools) defined by neither models
+        nor nodes: a workspace on such a pool gets node affinity to `<label>=<pool>`. Pools by
+        model match GPU feature discovery's nvidia.com/gpu.product, pools by node the host
+        name. Example::
+
+            c.GPUKubeSpawner.node_pool_label = "gpupool.io/node-pool"
+        """,
+    )
+
+    def places_in_pools(self) -> bool:
+        return False  # the nominal inventory has no pools: the pod's node affinity keeps it there
+
+    def pools_affinity(self, current: dict) -> dict:
+        """The pod's affinity with its node pools' (the user's groups', or the one chosen)
+        added; `current` is what kubespawner and the profile set."""
+        names = self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
+        pools = [self.pool.node_pools[n] for n in names if n in self.pool.node_pools]
+        return merged_affinity(current, node_affinity(pools, self.node_pool_label)) if pools else current
 
     # --- backends ------------------------------------------------------------
     @default("scheduler_name")
@@ -189,6 +220,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
+        try:
+            current = self.api.api_client.sanitize_for_serialization(pod.spec.affinity) if pod.spec.affinity else {}
+            affinity = self.pools_affinity(current or {})
+        except PoolError as err:
+            raise http_error(err) from None
+        if affinity:
+            pod.spec.affinity = affinity  # a plain dict: serialized as it is when the pod is created
         alloc = self.gpupool_allocation
         if alloc is None:
             return pod

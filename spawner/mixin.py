@@ -13,11 +13,12 @@ from gpupool import failpoints, runtime
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError
+from gpupool.pool.pools import within
 from gpupool.store import Allocation
 from tornado import web
 from traitlets import HasTraits, default
 
-from .form import parse_form, render_form, requested_milli
+from .form import parse_form, render_form, requested_milli, requested_pool
 
 
 def http_error(err: PoolError) -> web.HTTPError:
@@ -65,6 +66,11 @@ class GPUSpawnerMixin(HasTraits):
     def uses_gpu_form(self) -> bool:
         return True
 
+    def places_in_pools(self) -> bool:
+        """Whether the hub's own placement keeps a workspace on its node pools' GPUs (embedded);
+        on Kubernetes the hub's inventory is nominal and the pod's node affinity does it."""
+        return True
+
     @default("apply_user_options")
     def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
@@ -74,6 +80,7 @@ class GPUSpawnerMixin(HasTraits):
         JupyterHub answers 400 with this message."""
         try:
             requested_milli(user_options or {})
+            requested_pool(user_options or {})
         except PoolError as err:
             raise http_error(err) from None
 
@@ -84,15 +91,19 @@ class GPUSpawnerMixin(HasTraits):
         limits = pool.quotas.limits_for(self.user_groups)
         gpus = [g for n in pool.inventory.nodes for g in n.gpus]
         offered = pool.quotas.offered_sizes(self.user_groups, held)
+        pools = pool.build_pools(self.user_groups)
+        state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
+            if pools and self.places_in_pools() else pool.state
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
-                           gpu_free=pool.state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
-                           this_server=self.name)
+                           gpu_free=state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
+                           this_server=self.name, pools=pools)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
             options = parse_form(formdata)
             milli = requested_milli(options)
+            self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
             self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage())
@@ -104,15 +115,17 @@ class GPUSpawnerMixin(HasTraits):
     def reserve_gpus(self) -> Allocation:
         try:
             milli = requested_milli(self.user_options or {})
+            pool = requested_pool(self.user_options or {})
         except PoolError as err:
             raise self.refused(err) from None
-        return self.reserve_milli(milli)
+        return self.reserve_milli(milli, pool)
 
-    def reserve_milli(self, milli: int) -> Allocation:
-        """Quota check, placement and the persisted share; a refusal is recorded and raised
-        as the 4xx JupyterHub shows."""
+    def reserve_milli(self, milli: int, pool: str | None = None) -> Allocation:
+        """Quota check, placement (in the user's node pools, or `pool` of them) and the
+        persisted share; a refusal is recorded and raised as the 4xx JupyterHub shows."""
         try:
-            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli)
+            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
+                                            in_pools=self.places_in_pools())
         except PoolError as err:
             raise self.refused(err) from None
         self.gpupool_allocation = alloc

@@ -1,4 +1,5 @@
-"""The gpupool page: the plot is a pure function, and the page shows each caller their part."""
+"""The GPU pool admin page: the plot is a pure function; the page is JupyterHub's own page.html
+around gpupool's tables, for hub admins only, and its actions (Cancel, quotas) work from it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from gpupool.api.page import svg_plot
 
 from tests.browser import browser_page, login, shot
 from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub
+
+Q = "/services/gpupool/api/quotas"
 
 
 def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
@@ -20,20 +23,36 @@ def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
     assert svg.count("class='time-tick'") == 5  # a time axis under the plot
 
 
+def group_row(page, group: str):
+    return page.locator("table.gpupool-groups tr", has=page.locator(f"form[data-group='{group}']"))
+
+
 @pytest.mark.hub
 @pytest.mark.browser
-def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
+def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
     hub: Hub = make_hub("c.TrainPool.projects = {'vision': {'guarantee': 2, 'department': 'research'}}\n"
                         "c.TrainPool.departments = {'research': {'guarantee': 3, 'limit': 4}}\n"
-                        "c.GPUPool.group_totals = {'cs101': 2}\n"
+                        "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n"
+                        "c.GPUPool.group_totals = {'class-a': 2}\n"
                         "c.IdleCuller.interval_s = 1\n").start()  # the culler's passes feed the plot
+    hub.api("POST", "/hub/api/users/cara")
+    hub.api("POST", "/hub/api/groups/class-a")
+    hub.api("POST", "/hub/api/groups/class-a/users", {"users": ["cara"]})
     hub.spawn("uma", "0.5")
     hub.spawn("vic", "0.25")
     with browser_page("admin-page") as page:
         login(page, hub.url, "admin", ADMIN_PASSWORD)
-        page.goto(f"{hub.url}/services/gpupool/")
+        page.goto(f"{hub.url}/hub/gpupool")
         page.wait_for_selector("table.gpupool-gpus")
-        text = page.inner_text("body")
+        # JupyterHub's own page.html: its navigation, user menu, theme toggle and page data
+        assert page.evaluate("window.jhdata.base_url") == "/hub/"
+        assert page.inner_text("#login_widget").startswith("admin")
+        assert page.locator("#dark-theme-toggle").count() == 1
+        nav = page.locator("#thenavbar")
+        for link in ("Home", "Token", "Admin"):
+            assert nav.get_by_role("link", name=link, exact=True).count() == 1
+        assert nav.locator("a.nav-link.active").inner_text() == "GPU pool"
+        text = page.inner_text("#gpupool-main")
         assert "uma (0.5 GPU, build)" in text and "vic (0.25 GPU, build)" in text
         assert "vision" in page.inner_text("table.gpupool-projects") and "research" in text
         assert page.inner_text("table.gpupool-departments").split("\n")[-1].split("\t")[:4] == [
@@ -47,43 +66,85 @@ def test_page_shows_admins_everyone_and_users_their_part(make_hub) -> None:
         assert len(points) >= 2
         assert float(points[-1].split(",")[1]) == pytest.approx(220 - 40 - 0.75 / 4 * 140, abs=0.2)  # 0.75 GPU
         assert page.locator("svg.gpupool-plot text.time-tick").count() == 5  # a time axis
-        assert page.locator("nav.navbar a.nav-link", has_text="Home").count() == 1  # the hub's navigation
-        assert page.inner_text("table.gpupool-groups").split("\n")[-1].split() == ["cs101", "0", "GPU", "of", "2", "GPUs"]  # a class's total
-        shot(page, "admin-1-page")
 
         # a job that cannot start: the table says why, and Cancel works from the page
-        token = hub.user_token("uma")
         job = hub.api("POST", "/services/gpupool/api/jobs", {"project": "vision", "gpus": 4, "command": "true"},
-                      token=token)
+                      token=hub.user_token("uma"))
         page.reload()
         row = page.locator("table.gpupool-jobs tr", has_text=job["id"])
         assert "waiting for GPUs: no node has 4 free GPUs; project vision uses 0 of its 2-GPU guarantee" in \
             row.inner_text()  # the workspaces hold parts of two GPUs
         shot(page, "admin-2-jobs")
         row.get_by_role("button", name="Cancel").click()
-        # the page reads itself again (every 15 s): no reload
+        # the page reads itself again: no reload
         page.locator("table.gpupool-jobs tr", has_text=job["id"]).filter(has_text="cancelled").wait_for(
             timeout=40_000)
         assert page.locator(".gpupool-action-error").count() == 0
+        assert hub.api("GET", f"/services/gpupool/api/jobs/{job['id']}")["state"] == "cancelled"
 
-        # quotas: a bad value is refused with the reason, a good one applies to the next spawn
-        form = page.locator("form.gpupool-quota")
+        # the default quota: a bad value is refused with the reason, a good one is stored
+        form = page.locator("form.gpupool-quota[data-kind='default']")
         form.locator("input").fill("-1")
         form.get_by_role("button", name="Save").click()
-        page.locator(".gpupool-quota-result", has_text="must not be negative").wait_for(timeout=10_000)
+        form.locator(".gpupool-quota-result", has_text="must not be negative").wait_for(timeout=10_000)
+        assert hub.api("GET", Q)["quotas"]["default_build_quota"] == 1.0
         form.locator("input").fill("2")
         form.get_by_role("button", name="Save").click()
-        page.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
-        assert hub.api("GET", "/services/gpupool/api/quotas")["quotas"]["default_build_quota"] == 2
+        form.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
+        assert hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
 
-        # linked from JupyterHub's own admin page
+        # the hub's XSRF check guards the page's actions: a post from elsewhere changes nothing
+        status = page.evaluate("""() => fetch('/hub/gpupool/quotas', {method: 'POST',
+            body: JSON.stringify({default_build_quota: 8})}).then(r => r.status)""")
+        assert status == 403 and hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
+
+        # a class's quota: cara (class-a, 0.25 GPU each) cannot take 0.5 GPU ...
+        status, message = hub.api_error("POST", "/hub/api/users/cara/server", {"gpus": 0.5})
+        assert status == 403 and "your build quota is 0.25 GPU" in message
+        row = group_row(page, "class-a")
+        assert row.locator(".gpupool-group-quota").inner_text() == "0.25 GPU"
+        assert row.locator(".gpupool-group-use").inner_text().strip() == "0 GPU of 2 GPUs"  # the class's total
+        # ... a bad value is refused in the page and stores nothing ...
+        row.locator("input").fill("-1")
+        row.get_by_role("button", name="Save").click()
+        row.locator(".gpupool-quota-result.text-danger", has_text="must not be negative").wait_for(timeout=10_000)
+        assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.25}}
+        row.locator("input").fill("0.3x")
+        row.get_by_role("button", name="Save").click()
+        row.locator(".gpupool-quota-result", has_text="not a GPU amount").wait_for(timeout=10_000)
+        # ... the admin gives the class 0.5 GPU each, and cara's next spawn gets it
+        row.locator("input").fill("0.5")
+        row.get_by_role("button", name="Save").click()
+        row.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
+        assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.5}}
+        hub.spawn("cara", "0.5")
+        group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 2 GPUs").wait_for(
+            timeout=20_000)  # the page refreshed itself
+        assert group_row(page, "class-a").locator(".gpupool-group-quota").inner_text() == "0.5 GPU"
+        assert "admin set group class-a's build quota to 0.5 GPU" in page.inner_text("table.gpupool-events")
+        page.locator("table.gpupool-groups").scroll_into_view_if_needed()
+        shot(page, "admin-3-quotas")
+        page.evaluate("window.scrollTo(0, 0)")
+        shot(page, "admin-1-page")
+
+        # linked from JupyterHub's admin page; the service's address leads here too
         page.goto(f"{hub.url}/hub/admin")
         page.locator(".gpupool-admin-link a").click()
         page.wait_for_selector("table.gpupool-gpus")
-    with browser_page("user-page") as page:
-        login(page, hub.url, "uma", PASSWORD)
         page.goto(f"{hub.url}/services/gpupool/")
         page.wait_for_selector("table.gpupool-gpus")
-        text = page.inner_text("table.gpupool-gpus")
-        assert "uma (0.5 GPU, build)" in text and "vic" not in text and "(another user)" in text
-        shot(page, "admin-3-user-view")
+        assert page.url == f"{hub.url}/hub/gpupool"
+    with browser_page("user-page") as page:
+        login(page, hub.url, "uma", PASSWORD)
+        response = page.goto(f"{hub.url}/hub/gpupool")
+        assert response.status == 403
+        assert page.locator("table.gpupool-gpus").count() == 0
+        assert "for hub admins" in page.inner_text("body")
+        shot(page, "admin-4-not-for-users")
+        # nor can a user change a quota from a page of their own, even with the hub's XSRF token
+        status = page.evaluate("""() => fetch('/hub/gpupool/quotas', {method: 'POST',
+            headers: {'X-XSRFToken': window.jhdata.xsrf_token}, body: JSON.stringify({default_build_quota: 8})})
+            .then(r => r.status)""")
+        assert status == 403 and hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
+        page.goto(f"{hub.url}/services/gpupool/")  # the Services menu's link: a user's shares are at home
+        page.wait_for_url("**/hub/home")

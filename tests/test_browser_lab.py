@@ -6,6 +6,7 @@ The culler runs for real, its clock travelled; GPU use comes from a file standin
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -89,6 +90,9 @@ def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
         page.wait_for_function("document.querySelector('#gpupool-status').textContent.startsWith('GPU 0.5')",
                                timeout=30_000)
         assert "no GPU use data: virtual GPU" in item.get_attribute("title")  # the culler has not sampled yet
+        # ... yet the session's end is known from the spawn on (12 h by default)
+        assert re.search(r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
+                         item.get_attribute("title")), item.get_attribute("title")
         shot(page, "lab-4-notebook7-top-bar")
 
 

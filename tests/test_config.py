@@ -20,15 +20,21 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     result = gpupool("up", "--generate-config", "gp.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "gp.py").read_text()
-    for option in GPUPool.class_own_traits(config=True):
+    for option in current(GPUPool):
         assert f"c.GPUPool.{option} =" in text
     assert "c.GPUPool.group_overrides = {" in text  # the example survives into the file
     from gpupool.idle_culler.config import IdleCuller
     from gpupool.train.config import TrainPool
 
     for cls in (TrainPool, IdleCuller):  # the training pool and the culler too
-        for option in cls.class_own_traits(config=True):
+        for option in current(cls):
             assert f"c.{cls.__name__}.{option} =" in text
+    # each setting once: the build and train placement policies under their own names, the
+    # old name of the build one left out
+    assert "c.GPUPool.placement_policy" not in text
+    settings = [line.split(" = ")[0] for line in text.splitlines() if line.startswith("# c.")]
+    assert len(settings) == len(set(settings))
+    assert "# c.GPUPool.build_placement_policy" in settings and "# c.TrainPool.placement_policy" in settings
     # the generated file is a valid config that passes validation as it is
     c = Config()
     exec(compile(text, "gp.py", "exec"), {"c": c, "get_config": lambda: c})
@@ -41,6 +47,22 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
         for name, value in settings.items():
             assert c[cls][name] == value
     assert sys.executable not in text and str(Path(__file__).resolve().parent.parent) not in text
+
+
+def current(cls: type) -> list[str]:
+    """A class's options under their current names (old names are tagged `deprecated`)."""
+    return [name for name, trait in cls.class_own_traits(config=True).items() if not trait.metadata.get("deprecated")]
+
+
+def test_the_old_build_placement_name_still_works_with_a_warning(caplog) -> None:
+    c = Config()
+    c.GPUPool.placement_policy = "best-fit"
+    with caplog.at_level("WARNING"):
+        assert GPUPool(config=c).build_placement_policy == "best-fit"
+    assert "c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy" in caplog.text
+    c.GPUPool.build_placement_policy = "spread"  # both set: the new name wins
+    assert GPUPool(config=c).build_placement_policy == "spread"
+    assert GPUPool().build_placement_policy == "frag-aware"
 
 
 def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -92,7 +114,7 @@ def test_override_must_be_a_dict() -> None:
 
 def test_every_option_is_documented() -> None:
     docs = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
-    for option in GPUPool.class_own_traits(config=True):
+    for option in current(GPUPool):
         assert f"c.GPUPool.{option}`" in docs, f"document c.GPUPool.{option} in docs/configuration.md"
 
 

@@ -204,7 +204,7 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         banner = page.locator(".gpupool-warning")
         assert "will stop in 8 min because its GPU has been idle" in banner.inner_text()
         assert page.locator("#stop").count() == 1  # the stock page is still there
-        share = page.inner_text(".gpupool-shares tr[data-server='']")
+        share = page.inner_text(".gpupool-default-share")  # under the hub's own Stop/My Server buttons
         assert "0.25 GPU" in share and "stops at" in share and " min)" in share  # (the culler's clock is travelled)
         shot(page, "home-1-warning")
         page.click(".gpupool-extend")
@@ -217,6 +217,12 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         page.goto(f"{hub.url}/services/gpupool/culler/extend")
         page.click("#gpupool-extend")
         assert "already extended once" in page.inner_text(".gpupool-error")
+        # stopped from the home page: the share line goes with it, without a reload
+        page.goto(f"{hub.url}/hub/home")
+        page.locator(".gpupool-default-share").wait_for()
+        page.click("#stop")
+        page.locator(".gpupool-default-share").wait_for(state="detached", timeout=60_000)
+        assert [s["owner"] for s in hub.allocations()] == ["xavi"]
     assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == ["extend"]
 
 

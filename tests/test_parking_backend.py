@@ -109,3 +109,17 @@ def test_a_record_about_an_earlier_process_with_the_same_pid_is_ignored(tmp_path
     record = json.loads((tmp_path / f"{me}.json").read_text())
     (tmp_path / f"{me}.json").write_text(json.dumps({**record, "started": record["started"] - 1}))
     assert b.state(me) == "running"  # the pid was reused: this process was never parked
+
+
+def test_parking_is_off_with_mps_and_says_why(tmp_path):
+    """The driver refuses to lock an MPS client (CUDA_ERROR_NOT_SUPPORTED, seen on an H100 with
+    driver 580 in tests/test_gpu_real.py): with MPS configured the hub turns parking off at start
+    with the reason, instead of failing at every idle workspace."""
+    from gpupool.parking import build_parking
+    from traitlets.config import Config
+
+    c = Config()
+    c.GPUParking.backend = "cuda"
+    c.GPUPool.mps_pipe_directory = "/tmp/nvidia-mps"
+    with pytest.raises(ParkingError, match="cannot checkpoint CUDA MPS clients.*culled, not parked"):
+        build_parking(c, pool=None, state_folder=str(tmp_path))

@@ -40,6 +40,19 @@ def test_the_magic_turns_sweep_options_into_the_request() -> None:
     args = train_args("--project vision --sweep lr=0.1,0.01 --sweep opt=adam,sgd -p epochs=3 --pool ws")
     assert args.sweep_spec == {"lr": [0.1, 0.01], "opt": ["adam", "sgd"]} and args.parameters == {"epochs": 3}
     assert args.pool == ["ws"]
+    with pytest.raises(ValueError, match="lr needs values"):  # the widget's sweep field reads the same
+        train_args("--project vision --sweep lr=")
+
+
+def test_the_widgets_sweep_field_counts_the_jobs_it_would_submit() -> None:
+    from gpupool.widgets.sweep import parse_sweep_field
+
+    assert parse_sweep_field("lr=0.1,0.01 opt=adam,sgd,'a b'") == (
+        {"lr": [0.1, 0.01], "opt": ["adam", "sgd", "a b"]}, 6)
+    assert parse_sweep_field("  ") == ({}, 1)
+    for bad in ("x" * 5000, "lr=1,,2", "=1", "lr=[1]", "k=" + ",".join(map(str, range(17)))):
+        with pytest.raises(SweepError):
+            parse_sweep_field(bad)
 
 
 @pytest.mark.hub

@@ -26,6 +26,11 @@ def cluster() -> Inventory:
 
 
 class SecondLevel(RuleBasedStateMachine):
+    PROJECTS = PROJECTS
+
+    def over_quota(self) -> set[str]:
+        return in_quota_split(self.PROJECTS, self.running.values())[1]
+
     @initialize()
     def setup(self) -> None:
         self.state = ClusterState(cluster())
@@ -53,8 +58,8 @@ class SecondLevel(RuleBasedStateMachine):
     @rule()
     def cycle(self) -> None:
         self.now += 600
-        _, over = in_quota_split(PROJECTS, self.running.values())
-        plan = schedule(self.state, PROJECTS, list(self.pending.values()), list(self.running.values()), self.now,
+        over = self.over_quota()
+        plan = schedule(self.state, self.PROJECTS, list(self.pending.values()), list(self.running.values()), self.now,
                         get_policy("best-fit"), random.Random(1), reserve_after_s=1200, pools=POOLS)
         for a in plan.admit:
             job = self.pending.pop(a.job)
@@ -64,7 +69,7 @@ class SecondLevel(RuleBasedStateMachine):
                 self.bad.append(f"{job.id} runs on {k} GPUs")
             for g in a.placement.gpus:
                 model = self.state.inventory.node(a.placement.node).gpus[g].model
-                if not any(POOLS[p].has(a.placement.node, g, model) for p in PROJECTS[job.project].pools or POOLS):
+                if not any(POOLS[p].has(a.placement.node, g, model) for p in self.PROJECTS[job.project].pools or POOLS):
                     self.bad.append(f"{job.id} of {job.project} on {a.placement.node} GPU {g}")
             request = Request(k) if job.elastic else job.request
             self.running[job.id] = Job(**{**job.__dict__, "request": request, "started": self.now,

@@ -144,3 +144,36 @@ def test_promote_a_script_as_it_is_now(tmp_path) -> None:
     assert Recorder.sent["script"] == "print('v1')" and "code" not in Recorder.sent
     with pytest.raises(Exception, match="cannot read"):
         PromoteToTraining.from_script(str(tmp_path / "missing.py"), client=Recorder())
+
+
+def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_hub) -> None:
+    """The promotion widget's sweep field (the syntax of %%train --sweep) is checked as it is
+    typed, shows how many jobs Submit will send, and submits one job per combination that the
+    sweep table then shows with each run's final metrics."""
+    hub: Hub = make_hub(CONFIG.replace('"limit": 2', '"limit": 4') + "c.TrainPool.max_queued_per_user = 8\n",
+                        env={"GPUPOOL_CULLER": "0"}).start()
+    client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", hub.user_token("ivy"))
+    promote = PromoteToTraining(code="print(f'final loss={1 / (lr * batch):.4f}')", client=client)
+    promote.gpus.value = 0.25
+    for text, why in (("lr=", "lr needs values separated by commas"), ("lr", "is not KEY=V1,V2"),
+                      ("lr=1 lr=2", "lr is given twice"), ("1x=1,2", "is not a parameter name"),
+                      ("a=1,2,3,4,5,6 b=1,2,3,4,5,6", "36 combinations, at most 32"), ("lr='0.1", "quotation")):
+        promote.sweep.value = text
+        assert promote.submit_button.disabled and why in promote.problems.value, (text, promote.problems.value)
+    promote.sweep.value = "lr=0.5,0.25 batch=2,4"
+    assert not promote.submit_button.disabled
+    assert "4 jobs: one per combination of lr, batch" in promote.problems.value
+    assert promote.submit_button.description == "Submit 4 jobs to training"
+    out = promote.submit()
+    assert [j["name"] for j in out["jobs"]] == ["promoted-1", "promoted-2", "promoted-3", "promoted-4"]
+    table = promote.monitor_box.children[0]
+    assert "<th>lr</th>" in table.table.value and "<th>batch</th>" in table.table.value
+    import time
+
+    deadline = time.monotonic() + 120
+    while table.refresh() and table.table.value.count("succeeded") < 4:
+        assert time.monotonic() < deadline, table.table.value
+        time.sleep(0.5)
+    assert "<th>loss</th>" in table.table.value and "<td>1</td>" in table.table.value  # 1 / (0.5 * 2)
+    promote.sweep.value = ""
+    assert promote.submit_button.description == "Submit to training"

@@ -11,8 +11,10 @@ from typing import Any
 from urllib.parse import quote
 
 import ipywidgets as w
+from gpupool.train.sweep import SweepError
 
 from .client import Client, GPUPoolError
+from .sweep import SweepTable, parse_sweep_field
 
 ACTIVE = ("queued", "running", "preempting")
 STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "preempting": "#cb4b16", "succeeded": "#2aa198",
@@ -182,15 +184,17 @@ class PromoteToTraining(w.VBox):
         self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority", **label)
         self.name = w.Text(value="promoted", description="Name", **label)
         self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters", **label)
+        # one job per combination, as %%train --sweep: KEY=V1,V2 items separated by spaces
+        self.sweep = w.Text(placeholder="lr=0.1,0.01 batch=32,64", description="Sweep", **label)
         self.problems = w.HTML()
         self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary",
                                       layout=w.Layout(width="auto"))
         self.submit_button.on_click(lambda _: self.submit())
         self.monitor_box = w.VBox()
-        for widget in (self.project, self.gpus, self.params):
+        for widget in (self.project, self.gpus, self.params, self.sweep):
             widget.observe(lambda _: self.check(), names="value")
-        super().__init__([self.project, self.gpus, self.priority, self.name, self.params, self.problems,
-                          self.submit_button, self.monitor_box], **kwargs)
+        super().__init__([self.project, self.gpus, self.priority, self.name, self.params, self.sweep,
+                          self.problems, self.submit_button, self.monitor_box], **kwargs)
         self.check()
 
     @classmethod
@@ -235,7 +239,19 @@ class PromoteToTraining(w.VBox):
     def check(self) -> tuple[list[str], dict]:
         problems, params = validate_choices(self.project.value or "", float(self.gpus.value), self.projects,
                                             self.params.value)
+        self.sweep_spec, runs = {}, 1
+        try:
+            self.sweep_spec, runs = parse_sweep_field(self.sweep.value)
+        except SweepError as err:
+            problems.append(str(err))
+        if self.sweep_spec and self.script is not None:
+            problems.append("sweep: only for code or a notebook (their parameters get the values), not a script")
         self.problems.value = "".join(f"<div style='color:#b00'>{escape(p)}</div>" for p in problems)
+        if self.sweep_spec and not problems:  # how many jobs, before anything is submitted
+            names = ", ".join(self.sweep_spec)
+            self.problems.value = f"<div>{runs} jobs: one per combination of {escape(names)}</div>"
+        self.submit_button.description = f"Submit {runs} jobs to training" if self.sweep_spec else \
+            "Submit to training"
         self.submit_button.disabled = bool(problems)
         return problems, params
 
@@ -245,6 +261,8 @@ class PromoteToTraining(w.VBox):
             return None
         body: dict[str, Any] = {"project": self.project.value, "gpus": self.gpus.value, "name": self.name.value,
                                 "priority": self.priority.value, "parameters": params}
+        if self.sweep_spec:
+            body["sweep"] = self.sweep_spec
         if self.script is not None:
             body["script"] = self.script
         elif self.notebook is not None:
@@ -259,6 +277,10 @@ class PromoteToTraining(w.VBox):
             self.problems.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             self.submit_button.disabled = False
             return None
+        if "sweep" in job:  # its runs side by side, with their final metrics
+            self.problems.value = f"Submitted sweep <code>{escape(str(job['sweep']))}</code>: {len(job['jobs'])} jobs."
+            self.monitor_box.children = [SweepTable(str(job["sweep"]), self.client)]
+            return job
         self.problems.value = f"Submitted job <code>{escape(job['id'])}</code>."
         self.monitor_box.children = [JobMonitor(client=self.client, job_id=job["id"])]
         return job

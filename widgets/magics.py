@@ -40,18 +40,10 @@ def train_args(line: str) -> argparse.Namespace:
         except ValueError:
             params[key] = value  # a bare word is a string
     args.parameters = params
-    args.sweep_spec = {}
-    for item in args.sweep:  # one job per combination of the values (the hub checks the bounds)
-        key, _, values = item.partition("=")
-        args.sweep_spec[key] = [_value(v) for v in values.split(",")]
+    from .sweep import sweep_spec  # the widget's sweep field reads the same syntax
+
+    args.sweep_spec = sweep_spec(args.sweep)  # one job per combination (the hub checks the bounds)
     return args
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text  # a bare word is a string
 
 
 def _gpus(milli: int) -> str:
@@ -68,7 +60,11 @@ def projects_text(projects: list[dict]) -> str:
     for p in projects:
         free = max(0, p["guarantee_milli"] - p["used_milli"])
         limit = f", at most {_gpus(p['limit_milli'])}" if p.get("limit_milli", -1) >= 0 else ""
-        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed, {_gpus(free)} of them free"
+        per_pool = ", ".join(f"{g['pool']} {_gpus(g['guarantee_milli']).split()[0]}"
+                             for g in p.get("pool_guarantees") or [])
+        per_pool = f" ({per_pool})" if per_pool else ""
+        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed{per_pool},"
+                     f" {_gpus(free)} of them free"
                      f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
                      f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}")
     return "\n".join(lines)

@@ -4,14 +4,57 @@
 from __future__ import annotations
 
 import html
+import json
+import shlex
 import threading
 from typing import Any
 
 import ipywidgets as w
+from gpupool.train.sweep import SweepError, combinations
 
 from .client import Client, GPUPoolError
 
 ACTIVE = ("queued", "running", "preempting")
+MAX_TEXT = 4000  # a sweep field longer than this is not a sweep anyone typed
+
+
+def sweep_spec(items: list[str]) -> dict[str, list]:
+    """`["lr=0.1,0.01", "opt=adam,sgd"]` (each `%%train --sweep`, or the widget's field split
+    at spaces) -> `{"lr": [0.1, 0.01], "opt": ["adam", "sgd"]}`. Values are JSON, else bare
+    words (strings). The hub checks the same bounds again."""
+    spec: dict[str, list] = {}
+    for item in items:
+        key, eq, values = item.partition("=")
+        if not eq or not key:
+            raise SweepError(f"sweep: {item!r} is not KEY=V1,V2 (e.g. lr=0.1,0.01)")
+        if key in spec:
+            raise SweepError(f"sweep: {key} is given twice; list its values once, separated by commas")
+        if not values or "" in values.split(","):
+            raise SweepError(f"sweep: {key} needs values separated by commas, e.g. {key}=0.1,0.01")
+        spec[key] = [_value(v) for v in values.split(",")]
+    return spec
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word is a string
+
+
+def parse_sweep_field(text: str) -> tuple[dict[str, list], int]:
+    """The widget's sweep field (`lr=0.1,0.01 batch=32,64`, as `%%train --sweep`): the spec and
+    how many jobs it submits ({} and 1 when empty). Raises SweepError with what to fix."""
+    if len(text) > MAX_TEXT:
+        raise SweepError(f"sweep: at most {MAX_TEXT} characters")
+    try:
+        items = shlex.split(text)
+    except ValueError as err:  # unbalanced quotes
+        raise SweepError(f"sweep: {err}") from None
+    if not items:
+        return {}, 1
+    spec = sweep_spec(items)
+    return spec, len(combinations(spec))
 
 
 def sweep_html(data: dict) -> str:

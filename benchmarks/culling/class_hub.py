@@ -32,7 +32,7 @@ c.JupyterHub.services.append({{"name": "test-culler", "api_token": "{TOKEN}"}})
 c.JupyterHub.load_roles.append({json.dumps({**role, "name": "test-culler", "services": ["test-culler"]})})
 c.GPUPool.virtual_gpus = {max(1, users // 10)}
 c.GPUPool.allowed_fractions = [0.1]
-c.GPUPool.placement_policy = "first-fit"
+c.GPUPool.build_placement_policy = "first-fit"
 c.JupyterHub.concurrent_spawn_limit = 0
 c.JupyterHub.init_spawners_timeout = 1
 """

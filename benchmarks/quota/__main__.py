@@ -26,7 +26,7 @@ import argparse
 import statistics
 import sys
 
-from .pools import POOLS, heterogeneous, prefer, split
+from .pools import POOLS, heterogeneous, per_pool_guarantees, prefer, split
 from .simulate import CYCLE, GRACE, Result, simulate
 from .workload import Bursts, load
 
@@ -171,12 +171,16 @@ def two_pools(days: float, seed: int, bursts: Bursts, which: str) -> None:
     for model in (("open", "closed") if which == "both" else (which,)):
         w = heterogeneous(load(days, seed, model, bursts))
         capacity_gpu_h = w.inventory.gpu_count * w.horizon / 3600
-        for label, rule, reserve_after_s in (("flat (no pools)", None, None),
-                                             ("two pools, small jobs prefer workstations", prefer, None),
-                                             ("two pools, split by job size", split, None),
-                                             ("split + reservations", split, RESERVE_AFTER_S)):
+        per_pool = per_pool_guarantees(w)
+        for label, rule, reserve_after_s, wl in (("flat (no pools)", None, None, w),
+                                                 ("two pools, small jobs prefer workstations", prefer, None, w),
+                                                 ("two pools, split by job size", split, None, w),
+                                                 ("split + reservations", split, RESERVE_AFTER_S, w),
+                                                 ("split, guarantees per pool", split, None, per_pool),
+                                                 ("split, guarantees per pool + reservations", split,
+                                                  RESERVE_AFTER_S, per_pool)):
             print(f"simulating {label} on two pools ({model})...", file=sys.stderr, flush=True)
-            res = simulate(w, False, reserve_after_s, pools=POOLS, job_pools=rule)
+            res = simulate(wl, False, reserve_after_s, pools=POOLS, job_pools=rule)
             r = summarize(label, res, capacity_gpu_h, w.horizon)
             ws, dgx = (100 * statistics.mean(res.pool_alloc[p]) for p in ("workstations", "dgx"))
             small = sorted(((j.first_start if j.first_start is not None else w.horizon) - j.submitted) / 60

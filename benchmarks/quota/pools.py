@@ -7,7 +7,9 @@ Three ways to run the same jobs on it:
 * prefer: jobs of up to 2 GPUs prefer the workstations and go to the DGXs when the workstations
   are full (with best-fit packing this is what flat placement does anyway);
 * split: jobs of up to 2 GPUs only on the workstations, larger ones only on the DGXs (the DGXs
-  kept for big jobs).
+  kept for big jobs);
+* split with per-pool guarantees: the same, each project's guarantee split between the pools
+  by their share of the GPUs (`per_pool_guarantees`), so each is reclaimed within its pool.
 """
 
 from __future__ import annotations
@@ -41,3 +43,16 @@ def prefer(j: SimJob) -> tuple[str, ...]:
 
 def split(j: SimJob) -> tuple[str, ...]:
     return ("workstations",) if j.gpus <= 2 else ("dgx",)
+
+
+def per_pool_guarantees(w: Workload) -> Workload:
+    """Each project's guarantee split between the pools by their share of the GPUs (whole
+    GPUs; the workstations get the rounded share, the DGXs the rest)."""
+    ws = sum(len(n.gpus) for n in w.inventory.nodes if n.model == "A2000")
+    share = ws / w.inventory.gpu_count
+    projects = {}
+    for name, p in w.projects.items():
+        on_ws = round(p.guarantee_milli * share / 1000) * 1000
+        projects[name] = replace(p, pools=("dgx", "workstations"),
+                                 pool_guarantees=(("dgx", p.guarantee_milli - on_ws), ("workstations", on_ws)))
+    return replace(w, projects=projects)

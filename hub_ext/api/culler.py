@@ -6,7 +6,9 @@ its findings so notebooks and the hub page can show warnings.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tornado import web
@@ -20,6 +22,41 @@ EXTENSION = "extension:{owner}/{name}"
 
 def culler_state(settings: dict) -> dict[str, Any]:
     return settings.setdefault("culler_state", {"workspaces": {}, "pass_time": None})
+
+
+# (owner, groups, admin, profile, started, extended) -> (reason, end) or None: the culler's own
+# time rules, handed in by the wiring (gpupool.setup) when the culler runs
+SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, float] | None"]
+
+
+def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None = None) -> dict[str, dict]:
+    """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
+    yet (or whose end an extension just moved) the end of its session from its start, by the
+    culler's own time rules (settings["session_end"]): known from the spawn on, not only after
+    the culler's first pass. The culler's next pass replaces these with what it decides."""
+    found = dict(culler_state(settings)["workspaces"])
+    session_end: SessionEnd | None = settings.get("session_end")
+    if session_end is None:  # no culler: no time limit to show
+        return found
+    for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
+        key = f"{row.owner}/{row.name}"
+        seen = found.get(key)
+        if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
+            continue
+        ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
+        extended = ext.get("allocation") == row.id
+        user = hub_app.users[row.owner] if hub_app is not None and row.owner in hub_app.users else None
+        spawner = user.spawners.get(row.name) if user is not None else None
+        options = getattr(spawner, "user_options", None)
+        profile = str(options.get("profile") or "") if isinstance(options, dict) else ""
+        started = row.created.replace(tzinfo=dt.UTC).timestamp()
+        end = session_end(row.owner, tuple(row.groups or ()), bool(user.admin) if user else False, profile,
+                          started, extended)
+        if end is None:
+            continue
+        found[key] = {**(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
+                      "reason": end[0], "cull_at": end[1], "extended": extended, "planned": True}
+    return found
 
 
 class TargetsHandler(APIHandler):
@@ -166,7 +203,8 @@ class StatusHandler(APIHandler):
     def get(self) -> None:
         caller = self.caller
         state = culler_state(self.settings)
-        items = [w for w in state["workspaces"].values() if caller.sees_all or w["owner"] == caller.name]
+        found = findings(self.settings, self.pool, self.directory.hub_app, None if caller.sees_all else caller.name)
+        items = [w for w in found.values() if caller.sees_all or w["owner"] == caller.name]
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 

@@ -99,8 +99,6 @@ class JobsHandler(JobsBase):
             min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
             if request.gpu_milli != 1000 or min_gpus != body["min_gpus"]:
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
-            if svc.cfg.runner != "local":
-                raise web.HTTPError(400, "min_gpus: elastic jobs run on the embedded training pool only (yet)")
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
         codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
@@ -121,6 +119,8 @@ class JobsHandler(JobsBase):
                     row = await row
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
+            except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
+                raise web.HTTPError(400, str(err)) from None
             except OSError as err:  # e.g. the folder for the user's jobs is writable by others
                 raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
             rows.append(row)
@@ -141,8 +141,6 @@ class JobsHandler(JobsBase):
         if not isinstance(chosen, list) or not 1 <= len(chosen) <= 16 or not all(isinstance(p, str) for p in chosen) \
                 or len(set(chosen)) != len(chosen) or set(chosen) - set(allowed):
             raise web.HTTPError(400, f"pools: a list of node pools of project {project}: {list(allowed)}")
-        if svc.cfg.runner != "local":
-            raise web.HTTPError(400, "pools: a job's own choice of pools is for the embedded training pool (yet)")
         return tuple(chosen)
 
     def sweep_runs(self, body: dict, name: str) -> list[tuple[str, dict | None]]:
@@ -250,6 +248,7 @@ class ProjectsHandler(JobsBase):
         queued = [j for j in svc.jobs() if j.state == "queued"]
         out = []
         caller = self.caller
+        by_pool = self.used_by_pool(running)
         for p in svc.projects.values():
             out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
                         "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
@@ -257,6 +256,11 @@ class ProjectsHandler(JobsBase):
                         "pools": list(p.pools),
                         "used_milli": sum(j.total_milli for j in running if j.project == p.name),
                         "queued": sum(1 for j in queued if j.project == p.name)})
+            if p.pool_guarantees:  # a guarantee per node pool, and what runs there (embedded: known)
+                out[-1]["pool_guarantees"] = [
+                    {"pool": pool, "guarantee_milli": g,
+                     "used_milli": None if by_pool is None else by_pool.get((p.name, pool), 0)}
+                    for pool, g in p.pool_guarantees]
         depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
                   "projects": [p["name"] for p in out if p["department"] == d.name],
                   "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
@@ -264,6 +268,26 @@ class ProjectsHandler(JobsBase):
         pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
                  for n, p in getattr(svc, "pools", {}).items()}
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
+
+    def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:
+        """(project, pool) -> milli-GPU its running jobs use in that pool, for projects with a
+        guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
+        from ..pool.pool_quotas import in_pool
+
+        svc = self.training
+        if not hasattr(svc, "_job"):
+            return None
+        out: dict[tuple[str, str], int] = {}
+        for row in running:
+            p = svc.projects.get(row.project)
+            if p is None or not p.pool_guarantees:
+                continue
+            job = svc._job(row)
+            for pool, _ in p.pool_guarantees:
+                if in_pool(svc.pools.get(pool), self.pool.inventory, job):
+                    out[(p.name, pool)] = out.get((p.name, pool), 0) + job.milli
+                    break
+        return out
 
 
 ROUTES: list[tuple[str, Any]] = [

@@ -6,12 +6,58 @@ Running workspaces keep their shares: a fixed quota is never taken back.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tornado import web
 from traitlets import TraitError
 
 from .. import runtime
 from ..config import policy_from_document, quota_document
+from ..pool.units import UnitError, parse_gpus, shown
 from .auth import APIHandler
+
+MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
+
+
+class QuotaRefused(ValueError):
+    """A quota change that is not stored, with the reason to show."""
+
+
+def current_quotas(pool: Any) -> dict:
+    """The quota options in force: the config file's, with the API's changes over them."""
+    changed = pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
+    return {**quota_document(runtime.settings()), **changed}
+
+
+def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
+    """Change some quota options (`body` holds only the keys to change): validated exactly as
+    the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
+    The API and the hub's GPU pool page both change quotas through here."""
+    changed = {**(pool.store.get_setting(runtime.QUOTAS_SETTING) or {}), **body}
+    try:
+        policy = policy_from_document({**quota_document(runtime.settings()), **changed})
+    except (TraitError, ValueError) as err:
+        raise QuotaRefused(str(err)) from None
+    pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
+    pool.quotas = policy
+    pool.store.record("quota", f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
+    return changed
+
+
+def group_quota_change(pool: Any, group: object, quota: object) -> dict:
+    """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
+    other limits. A group without an override gets one holding only its quota."""
+    if not isinstance(group, str) or not group.strip() or len(group) > MAX_GROUP_CHARS:
+        raise QuotaRefused(f"a group name of 1 to {MAX_GROUP_CHARS} characters, got {shown(group)}")
+    try:
+        milli = parse_gpus(quota)
+    except UnitError as err:
+        raise QuotaRefused(f"group {group!r}: {err}") from None
+    # kept as a number in GPUs, like the config file; the bounds are checked with the rest
+    gpus = milli // 1000 if milli % 1000 == 0 else milli / 1000
+    overrides = dict(current_quotas(pool).get("group_overrides") or {})
+    overrides[group] = {**(overrides.get(group) or {}), "quota": gpus}
+    return {"group_overrides": overrides}
 
 
 class QuotasHandler(APIHandler):
@@ -19,32 +65,21 @@ class QuotasHandler(APIHandler):
         if not self.caller.admin:
             raise web.HTTPError(403, "only admins may read or change quotas; see your own in api/me")
 
-    def current(self) -> dict:
-        base = quota_document(runtime.settings())
-        changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-        return {**base, **changed}
-
     @web.authenticated
     def get(self) -> None:
         self.admin_only()
         changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-        self.write_json({"quotas": self.current(), "changed_through_api": sorted(changed)})
+        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed)})
 
     @web.authenticated
     def put(self) -> None:
         """Change some quota options; the body holds only the keys to change."""
         self.admin_only()
-        body = self.json_body()
-        changed = {**(self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}), **body}
         try:
-            policy = policy_from_document({**quota_document(runtime.settings()), **changed})
-        except (TraitError, ValueError) as err:
+            changed = change_quotas(self.pool, self.caller.name, self.json_body())
+        except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
-        self.pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
-        self.pool.quotas = policy
-        self.pool.store.record("quota", f"{self.caller.name} changed {sorted(body)}", owner=self.caller.name,
-                               changes=body)
-        self.write_json({"quotas": self.current(), "changed_through_api": sorted(changed)})
+        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed)})
 
     @web.authenticated
     def delete(self) -> None:
@@ -54,4 +89,4 @@ class QuotasHandler(APIHandler):
         self.pool.quotas = runtime.settings().quota_policy()
         self.pool.store.record("quota", f"{self.caller.name} reset quotas to the config",
                                owner=self.caller.name)
-        self.write_json({"quotas": self.current(), "changed_through_api": []})
+        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": []})

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from .. import runtime
 from ..pool import format_gpus
-from .culler import culler_state
+from .culler import culler_state, findings
 
 
 def warnings_for(user: Any, base_url: str = "") -> list[dict]:
@@ -32,12 +32,12 @@ def shares_for(user: Any, now: float | None = None) -> list[dict]:
     if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
         return []
     pool = runtime.api_settings["gpupool"]
-    found = culler_state(runtime.api_settings)["workspaces"]
+    found = findings(runtime.api_settings, pool, runtime.api_settings["directory"].hub_app, user.name)
     now = time.time() if now is None else now
     out = []
     for row in pool.store.allocations(kind="build", owner=user.name):
         w = found.get(f"{user.name}/{row.name}") or {}
-        stops = ""
+        stops = "no time limit"
         if w.get("cull_at"):
             left = max(0, int((w["cull_at"] - now) // 60))
             stops = f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))}" \

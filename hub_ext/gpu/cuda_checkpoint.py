@@ -4,7 +4,8 @@
 another GPU through `CUcheckpointRestoreArgs.gpuPairs`, newer drivers) act on another
 process by pid, so the hub parks a kernel without the kernel's help. Imported lazily by
 `gpupool.gpu.parking.make_backend("cuda")`; never imported in CI (no driver there).
-Not exercised on a real GPU yet: no GPU was lent to the work that wrote it.
+Run on an H100 (driver 580, cuda-bindings 13.3): tests/test_parking_gpu.py and
+tests/test_gpu_real.py (`gpu` marker).
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ def train_projects(values: dict[str, Any]) -> dict[str, dict]:
         out[name] = {"guarantee": p["guarantee"], "weight": p.get("overQuotaWeight", 1),
                      "limit": None if limit is None or limit < 0 else limit,
                      "priority": p.get("priority", 100), "department": p.get("department", "")}
+        if p.get("pools"):
+            out[name]["pools"] = list(p["pools"])
     return out
 
 
@@ -55,6 +57,8 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
     # the workspace queue is an explicit choice: the listed groups in order, else the projects
     c.GPUKubeSpawner.kai_queue_groups = list(build.get("queues") or sorted(values.get("projects") or {}))
     c.TrainPool.projects = train_projects(values)
+    c.TrainPool.node_pools = {name: {k: list(v) for k, v in (pool or {}).items() if v}
+                              for name, pool in (values.get("nodePools") or {}).items()}
     c.TrainPool.departments = {
         name: {"guarantee": d.get("quota", 0), "limit": None if d.get("limit", -1) < 0 else d["limit"]}
         for name, d in (values.get("departments") or {}).items()}

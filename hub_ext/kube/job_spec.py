@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..pool import MILLI_PER_GPU, InvalidRequest
+from ..pool.pools import NodePool
 
 _ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _FILE = re.compile(r"^[A-Za-z0-9_][-._A-Za-z0-9]{0,99}$")  # a ConfigMap key, never a path
@@ -25,6 +26,9 @@ class TrainJobSpec:
     max_runtime_s: float = 0.0  # 0: none
     files: tuple[str, ...] = ()  # code snapshotted at submission (a ConfigMap), in the working folder
     priority: int = 0  # within its project: above 0 gets JobOptions.high_priority_class
+    pools: tuple[NodePool, ...] = ()  # node pools its pods may use, in order of preference (empty: any node)
+    queue_pool: str = ""  # a guarantee per pool: the pool whose queue it waits in (KAI's node-pool label)
+    min_gpus: int = 0  # elastic: min_gpus to num_gpu pods of one GPU each (0: a fixed-size job)
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
@@ -37,6 +41,8 @@ class TrainJobSpec:
             raise InvalidRequest(f"{self.num_gpu} x {self.gpu_milli} milli-GPU is not a GPU request")
         if self.max_runtime_s < 0:
             raise InvalidRequest("max_runtime_s must be 0 (none) or more")
+        if self.min_gpus and not (1 <= self.min_gpus <= self.num_gpu and self.gpu_milli == MILLI_PER_GPU):
+            raise InvalidRequest("an elastic job runs on min_gpus to num_gpu whole GPUs (1 <= min_gpus <= num_gpu)")
         for name in self.files:
             if not _FILE.match(name):
                 raise InvalidRequest(f"file name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -47,8 +53,10 @@ class TrainJobSpec:
 
     @classmethod
     def from_train_job(cls, row: Any, image: str, env: dict[str, str] | None = None,
-                       files: tuple[str, ...] = ()) -> TrainJobSpec:
-        """From the training pool's job row (gpupool.store.TrainJob)."""
+                       files: tuple[str, ...] = (), **more: Any) -> TrainJobSpec:
+        """From the training pool's job row (gpupool.store.TrainJob); `more`: pools,
+        queue_pool, min_gpus."""
         return cls(id=row.id, owner=row.owner, project=row.project, num_gpu=row.num_gpu, gpu_milli=row.gpu_milli,
                    command=list(row.command), image=image, env=dict(env or {}),
-                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files), priority=int(row.priority or 0))
+                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files), priority=int(row.priority or 0),
+                   **more)

@@ -17,6 +17,7 @@ from gpupool.gpu.sharing import SharingBackend, WholeGPUs
 from gpupool.train.exit_codes import PREEMPTED
 
 from .job_spec import TrainJobSpec
+from .pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_ID = "gpupool.io/job-id"
@@ -46,6 +47,7 @@ class JobOptions:
     service_account: str | None = None
     kueue: bool = False  # label the Job for Kueue (queue-name) instead of relying on KAI alone
     device_memory_mib: int = 0  # one GPU's memory, for memory-based shares
+    node_pool_label: str = "gpupool.io/node-pool"  # nodes of a pool defined by neither models nor nodes
 
 
 def name_of(job_id: str) -> str:
@@ -101,11 +103,13 @@ def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
 def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") -> dict:
     """A claim of its own for the job's checkpoints: it outlives preempted pods, and goes with
     its Job when `job_uid` is given."""
+    # an elastic job's workers may run on several nodes at once: they share the claim
+    mode = "ReadWriteMany" if spec.min_gpus else "ReadWriteOnce"
     claim: dict = {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": claim_name(spec, opts), "namespace": opts.namespace, "labels": labels(spec),
                      **owned_by(spec, job_uid)},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": opts.checkpoint_size}}},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": opts.checkpoint_size}}},
     }
     if opts.storage_class:
         claim["spec"]["storageClassName"] = opts.storage_class
@@ -122,8 +126,12 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     limits: dict[str, str] = {}
     scheduler = None
     queue = queue_name(spec.project, spec.owner, opts)
+    if spec.queue_pool:  # a guarantee per pool: the queue of that pool, in that pool's KAI shard
+        queue = pool_queue_name(queue, spec.queue_pool)
+        pod_labels[KAI_NODE_POOL] = spec.queue_pool
+    per_pod = 1 if spec.min_gpus else spec.num_gpu  # elastic: one pod per GPU
     if spec.num_gpu:
-        share = backend.pod_gpu(spec.num_gpu, spec.gpu_milli, opts.device_memory_mib, queue, priority_class)
+        share = backend.pod_gpu(per_pod, spec.gpu_milli, opts.device_memory_mib, queue, priority_class)
         pod_labels.update(share.labels)
         annotations.update(share.annotations)
         limits.update(share.limits)
@@ -132,11 +140,16 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         pod_labels["kai.scheduler/queue"] = queue
         scheduler = backend.scheduler_name
     job_labels = labels(spec)
+    if spec.queue_pool:  # KAI's pod grouper copies it from the Job to the PodGroup
+        job_labels[KAI_NODE_POOL] = spec.queue_pool
     if opts.kueue:
         job_labels[KUEUE_QUEUE] = queue
     sub_path = f"gpupool-jobs/{spec.id}" if opts.checkpoint_claim else None
     env = {**spec.env, "GPUPOOL_JOB_ID": spec.id, "GPUPOOL_CHECKPOINT_DIR": opts.checkpoint_dir,
-           "GPUPOOL_GPU_FRACTION": f"{spec.total_milli / 1000:g}", "PYTHONUNBUFFERED": "1"}
+           "GPUPOOL_GPU_FRACTION": f"{per_pod * spec.gpu_milli / 1000:g}", "PYTHONUNBUFFERED": "1"}
+    if spec.min_gpus:  # each pod is one worker of an elastic job: it rendezvouses with the others
+        env.update({"GPUPOOL_GPUS": "1", "GPUPOOL_MIN_WORKERS": str(spec.min_gpus),
+                    "GPUPOOL_MAX_WORKERS": str(spec.num_gpu)})
     mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
     if sub_path:
         mount["subPath"] = sub_path
@@ -166,6 +179,9 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     }
     if scheduler:
         pod_spec["schedulerName"] = scheduler
+    affinity = node_affinity(spec.pools, opts.node_pool_label)
+    if affinity:
+        pod_spec["affinity"] = affinity
     if opts.service_account:
         pod_spec["serviceAccountName"] = opts.service_account
     job_spec: dict = {
@@ -184,9 +200,15 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     }
     if spec.max_runtime_s:
         job_spec["activeDeadlineSeconds"] = int(spec.max_runtime_s)
+    job_annotations = {OWNER: spec.owner}
+    if spec.min_gpus:
+        # up to num_gpu workers at once; done when one succeeds and all have ended (no completions:
+        # a worker that exits 0 means the training is over, and no new pod starts after it)
+        job_spec["parallelism"] = spec.num_gpu
+        job_annotations[MIN_MEMBER] = str(spec.min_gpus)  # KAI gang-schedules this many
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name_of(spec.id), "namespace": opts.namespace, "labels": job_labels,
-                     "annotations": {OWNER: spec.owner}},
+                     "annotations": job_annotations},
         "spec": job_spec,
     }

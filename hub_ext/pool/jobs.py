@@ -21,6 +21,9 @@ class Project:
     priority: int = 0
     department: str = ""
     pools: tuple[str, ...] = ()  # node pools its jobs may use, in order of preference (empty: any)
+    # a guarantee per node pool (pool, milli), in the order of `pools`; guarantee_milli is their sum
+    pool_guarantees: tuple[tuple[str, int], ...] = ()
+    parent: str = ""  # for one of a project's per-pool parts (pool/pool_quotas.py): the project
 
     def cap(self) -> float:
         return float("inf") if self.limit_milli < 0 else self.limit_milli

@@ -19,14 +19,19 @@ class BuildLimits:
     sizes_milli: tuple[int, ...]  # fraction sizes offered on the spawn form
     max_per_workspace_milli: int
     max_workspaces: int
+    pools: tuple[str, ...] = ()  # node pools its workspaces may use, in order of preference (empty: any GPU)
 
     def merged(self, other: BuildLimits) -> BuildLimits:
-        """The more generous of two limits, field by field (a user in several groups)."""
+        """The more generous of two limits, field by field (a user in several groups); pools:
+        either's (in this one's order first), or every GPU when either allows every GPU."""
+        pools = () if not self.pools or not other.pools else \
+            self.pools + tuple(p for p in other.pools if p not in self.pools)
         return BuildLimits(
             quota_milli=max(self.quota_milli, other.quota_milli),
             sizes_milli=tuple(sorted(set(self.sizes_milli) | set(other.sizes_milli))),
             max_per_workspace_milli=max(self.max_per_workspace_milli, other.max_per_workspace_milli),
             max_workspaces=max(self.max_workspaces, other.max_workspaces),
+            pools=pools,
         )
 
 

@@ -43,6 +43,7 @@ from .actions import (
 )
 from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, Resize, in_quota_split
 from .placement import Policy
+from .pool_quotas import split_by_pool
 from .pools import NodePool
 from .state import ClusterState
 
@@ -58,7 +59,11 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
     `departments` cap what their projects use together; `reserve_after_s` (None: never) is how
     long an in-quota gang job waits before a node is reserved for it; `pools` are the node pools
-    jobs name in `Job.pools`."""
+    jobs name in `Job.pools`. A project with a guarantee per pool is split into its per-pool
+    parts first (`gpupool.pool.pool_quotas`)."""
+    if pools and any(p.pool_guarantees for p in projects.values()):
+        projects, pending, running, stopping = split_by_pool(projects, pools, state.inventory, pending, running,
+                                                             stopping)
     cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments, pools)
     if reserve_after_s is not None:
         reserve(cycle, pending, reserve_after_s)

@@ -16,6 +16,27 @@ PROJECT_KEYS |= {"pools"}  # node pools, in order of preference
 POOL_KEYS = {"models", "nodes", "gpus"}
 MAX_IDLE_S = 7 * 86400
 DEPARTMENT_KEYS = {"guarantee", "limit"}
+MAX_POOLS = 16  # node pools a project names
+
+
+def _pool_guarantees(project: str, raw: object) -> tuple[tuple[str, int], ...]:
+    """A project's `guarantee` given per node pool ({"dgx": 4, "workstations": 2}), checked;
+    () for a plain number."""
+    if not isinstance(raw, dict):
+        return ()
+    if not 1 <= len(raw) <= MAX_POOLS or not all(isinstance(k, str) and k for k in raw):
+        raise TraitError(f"TrainPool.projects[{project!r}]: guarantee per pool is a dict of 1 to {MAX_POOLS}"
+                         " node pool names and GPUs, e.g. {\"dgx\": 4, \"workstations\": 2}")
+    out = []
+    for pool, value in raw.items():
+        try:
+            milli = parse_gpus(value)
+        except UnitError as err:
+            raise TraitError(f"TrainPool.projects[{project!r}]: guarantee[{pool!r}]: {err}") from None
+        if milli < 0:
+            raise TraitError(f"TrainPool.projects[{project!r}]: guarantee[{pool!r}] must be >= 0")
+        out.append((pool, milli))
+    return tuple(out)
 
 
 class TrainPool(Configurable):
@@ -25,7 +46,8 @@ class TrainPool(Configurable):
         {"default": {"guarantee": 1}},
         config=True,
         help="""Projects (queues) with their guaranteed quota and how they borrow idle GPUs.
-        Keys: guarantee (GPUs, always reclaimable), weight (share of idle GPUs lent beyond the
+        Keys: guarantee (GPUs, always reclaimable; or GPUs per node pool, {"dgx": 4,
+        "workstations": 2}, each reclaimed within its pool), weight (share of idle GPUs lent beyond the
         guarantee, default 1), limit (GPUs at most, default none), priority (higher is served and
         kept first), department (a level above projects, for reports and Kubernetes queues),
         idle_gpu_s (stop a train job whose GPUs stay idle this long; default: never), pools (the
@@ -38,6 +60,7 @@ class TrainPool(Configurable):
                            "groups": ["vision-lab"], "users": ["ada"]},
                 "nlp": {"guarantee": 1, "weight": 1, "department": "research", "groups": ["nlp"]},
                 "teaching": {"guarantee": 1, "limit": 1, "priority": 1},  # everyone
+                "robots": {"guarantee": {"dgx": 4, "workstations": 2}, "limit": 8},  # per pool
             }
         """,
     )
@@ -95,7 +118,9 @@ class TrainPool(Configurable):
     node_pools = Dict({}, config=True, help="""Named groups of GPUs (KAI-Scheduler's node pools) that
         projects choose with their "pools" key, in order of preference. A pool takes the GPUs
         that match every key it gives: models (GPU model names), nodes (node names), gpus (GPU
-        indices). Example::
+        indices). On Kubernetes, models match GPU feature discovery's nvidia.com/gpu.product,
+        nodes the host name, and a pool given as {} is the nodes labelled
+        gpupool.io/node-pool=<name>; GPU indices mean nothing there. Example::
 
             c.TrainPool.node_pools = {
                 "workstations": {"models": ["NVIDIA RTX A2000"]},
@@ -110,7 +135,7 @@ class TrainPool(Configurable):
 
         out = {}
         for name, spec in self.node_pools.items():
-            if not isinstance(spec, dict) or not spec or set(spec) - POOL_KEYS:
+            if not isinstance(spec, dict) or set(spec) - POOL_KEYS:  # {}: by label, Kubernetes only
                 raise TraitError(f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}")
             models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
             if not all(isinstance(v, list) for v in (models, nodes, gpus)) \
@@ -137,10 +162,13 @@ class TrainPool(Configurable):
             c.TrainPool.idle_util_pct = 5
         """)
     idle_sampler = Unicode("nvml", config=True, help="""Where the GPU use of train jobs comes from,
-        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine) or file
-        (tests; idle_sampler_arg is the JSON file, keyed "owner/job id"). Example::
+        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine),
+        node-agent (Kubernetes: the node agents' per-pod samples; idle_sampler_arg is their URL,
+        as the culler's) or file (tests; idle_sampler_arg is the JSON file, keyed "owner/job id",
+        on Kubernetes "owner/job id/pod uid"). Example::
 
-            c.TrainPool.idle_sampler = "nvml"
+            c.TrainPool.idle_sampler = "node-agent"
+            c.TrainPool.idle_sampler_arg = "http://node-agent.gpupool:9402/pods"
         """)
     idle_sampler_arg = Unicode("", config=True, help="""Argument of idle_sampler. Example::
 
@@ -175,9 +203,9 @@ class TrainPool(Configurable):
 
             c.TrainPool.python = "/usr/bin/python3"
         """)
-    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs
-        (best-fit by default); build workspaces have their own, c.GPUPool.placement_policy.
-        Example::
+    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs:
+        best-fit (default), first-fit, gpu-packing, spread, random, fgd, frag-aware. Build
+        workspaces are placed by c.GPUPool.build_placement_policy. Example::
 
             c.TrainPool.placement_policy = "gpu-packing"
         """)
@@ -284,19 +312,28 @@ class TrainPool(Configurable):
     def project_table(self) -> dict[str, Project]:
         out = {}
         for name, spec in self.projects.items():
+            per_pool = _pool_guarantees(name, spec.get("guarantee", 0))
             try:
-                guarantee = parse_gpus(spec.get("guarantee", 0))
+                guarantee = sum(g for _, g in per_pool) if per_pool else parse_gpus(spec.get("guarantee", 0))
                 limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
             except UnitError as err:
                 raise TraitError(f"TrainPool.projects[{name!r}]: {err}") from None
             if guarantee < 0 or (limit >= 0 and limit < guarantee):
-                raise TraitError(f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit")
+                raise TraitError(f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit"
+                                 + (" (the guarantee is the sum of its pools' guarantees)" if per_pool else ""))
             weight = float(spec.get("weight", 1))
             if weight <= 0:
                 raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
-            pools = spec.get("pools", [])
-            if not isinstance(pools, list) or not all(isinstance(x, str) for x in pools):
-                raise TraitError(f"TrainPool.projects[{name!r}]: pools must be a list of node pool names")
+            pools = spec.get("pools", [g for g, _ in per_pool])  # per-pool guarantees: their order by default
+            if not isinstance(pools, list) or not all(isinstance(x, str) for x in pools) or len(pools) > MAX_POOLS:
+                raise TraitError(f"TrainPool.projects[{name!r}]: pools must be a list of at most {MAX_POOLS}"
+                                 " node pool names")
+            missing = [g for g, _ in per_pool if g not in pools]
+            if missing:
+                raise TraitError(f"TrainPool.projects[{name!r}]: guarantee names pools {missing} that are not in"
+                                 f" its pools {pools}")
+            order = {g: i for i, g in enumerate(pools)}
             out[name] = Project(name, guarantee, weight, limit, int(spec.get("priority", 0)),
-                                str(spec.get("department", "")), tuple(pools))
+                                str(spec.get("department", "")), tuple(pools),
+                                tuple(sorted(per_pool, key=lambda pg: order[pg[0]])))
         return out

@@ -18,19 +18,25 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
+from sqlalchemy import select
 
 from ..kube.controller import KubeJobController
 from ..kube.job_spec import TrainJobSpec
 from ..kube.objects import queue_name
+from ..kube.pool_objects import pool_queue_name, pool_term
 from ..kube.status import FINAL, JobStatus
 from ..manager import PoolManager
-from ..store import TrainJob
+from ..pool import InvalidRequest
+from ..pool.pool_quotas import queue_pool
+from ..store import ElasticRange, JobPools, TrainJob
 from .book import JobBook
 from .config import TrainPool
+from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
@@ -51,8 +57,15 @@ class KubeTrainingService(JobBook):
         if not cfg.image:
             raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
         self.opts = cfg.job_options()
+        for pool in self.pools.values():  # a pool that cannot be said on a cluster stops the hub here
+            pool_term(pool, self.opts.node_pool_label)
         self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
+        # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
+        # agents' per-pod samples (gpupool.setup.kube_job_gpu_use), None when unknown
+        self.gpu_use: Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]] | None = None
+        self.idle_rules = cfg.idle_rules()
+        self.idle = IdleClock()
 
     async def start(self) -> None:
         """Follow the cluster, then settle rows that changed while the hub was down."""
@@ -65,18 +78,59 @@ class KubeTrainingService(JobBook):
     # --- changes from the API -------------------------------------------------
     async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     files: dict[str, bytes] | None = None, now: float | None = None) -> TrainJob:
+                     files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
+                     pools: tuple[str, ...] = ()) -> TrainJob:
+        """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
+        it may use, in its order. For a project with a guarantee per pool, the pure core picks
+        the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool)."""
+        chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
         row = self._record_new(owner, project, name, num_gpu, gpu_milli, _in_pod(command, self.opts.checkpoint_dir),
                                priority, min_runtime_s, max_runtime_s, files, now, message=SUBMITTING)
+        if min_gpus or pools or chosen:
+            with self.pool.store.session() as s:
+                if min_gpus:
+                    s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
+                if pools or chosen:
+                    s.add(JobPools(job_id=row.id, pools=[chosen] if chosen else list(pools)))
         self.unsent.add(row.id)
         await self._send(row.id)
         return self.job(row.id)
+
+    def queue_pool(self, project: str, pools: tuple[str, ...], milli: int) -> str | None:
+        """The pool whose queue a job of a project with a guarantee per pool waits in (None
+        otherwise), from what the project's unfinished jobs already hold or wait for there."""
+        p = self.projects[project]
+        if not p.pool_guarantees:
+            return None
+        with self.pool.store.session() as s:
+            where = {j.job_id: j.pools[0] for j in s.scalars(select(JobPools)) if j.pools}
+        used: dict[str, int] = {}
+        for row in self.jobs(project=project):
+            if row.state not in FINAL and row.id in where:
+                used[where[row.id]] = used.get(where[row.id], 0) + row.num_gpu * row.gpu_milli
+        try:
+            return queue_pool(p, pools, used, milli)
+        except ValueError as err:
+            raise InvalidRequest(str(err)) from None
+
+    def _placement_of(self, row: TrainJob) -> dict:
+        """The spec's pools, queue pool and elastic minimum, from what submit recorded."""
+        with self.pool.store.session() as s:
+            chosen = s.get(JobPools, row.id)
+            elastic = s.get(ElasticRange, row.id)
+            names = tuple(chosen.pools) if chosen is not None else ()
+            min_gpus = elastic.min_gpus if elastic is not None else 0
+        project = self.projects.get(row.project)
+        names = names or (project.pools if project is not None else ())
+        per_pool = project is not None and bool(project.pool_guarantees)
+        return {"pools": tuple(self.pools[n] for n in names if n in self.pools),
+                "queue_pool": names[0] if per_pool and names else "", "min_gpus": min_gpus}
 
     async def _send(self, job_id: str) -> None:
         row = self.job(job_id)
         folder = Path(row.workdir)
         files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
-        spec = TrainJobSpec.from_train_job(row, self.cfg.image, files=tuple(sorted(files)))
+        spec = TrainJobSpec.from_train_job(row, self.cfg.image, files=tuple(sorted(files)), **self._placement_of(row))
         try:
             await self.controller.submit(spec, files)
         except ApiException as err:
@@ -125,13 +179,49 @@ class KubeTrainingService(JobBook):
 
     # --- the loop ------------------------------------------------------------
     async def tick(self, now: float | None = None) -> dict:
-        """Retry Jobs the cluster could not take yet; the cluster's scheduler does the rest."""
+        """Retry Jobs the cluster could not take yet, and stop idle ones; the cluster's
+        scheduler does the rest."""
         sent = []
         for job_id in list(self.unsent):
             await self._send(job_id)
             if job_id not in self.unsent:
                 sent.append(job_id)
-        return {"sent": sent}
+        stopped = await self._stop_idle(now if now is not None else time.time())
+        return {"sent": sent, "idle_stopped": stopped}
+
+    def running_pods(self, job_id: str) -> list[str]:
+        """The uids of the job's pods that run now (an elastic job has several)."""
+        return [v.uid for v in self.controller.pods.get(job_id, {}).values() if v.phase == "Running" and not v.gone]
+
+    async def _stop_idle(self, now: float) -> list[str]:
+        """The embedded rule (train/idle.py) on the node agents' samples: warn in the job's
+        message and an event, then delete its Job; the intent is written first, so the job
+        ends `failed` with "idle GPU" (also when the hub restarts in between)."""
+        if self.gpu_use is None or not self.idle_rules:
+            return []
+        stopped = []
+        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        for r in rows:
+            if r.intent == "idle" and r.id not in self.controller.cancel_requested:
+                await self.controller.cancel(r.id)  # decided before a hub restart: carry it out
+        rows = [r for r in rows if r.intent != "idle"]
+        util = self.gpu_use([(r, self.running_pods(r.id)) for r in rows]) if rows else {}
+        by_id = {r.id: r for r in rows}
+        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
+                                                    util, now):
+            row, rule = by_id[job_id], self.idle_rules[by_id[job_id].project]
+            if verdict == "warn":
+                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                self._set(job_id, message=f"warning: {msg}")
+                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                continue
+            self._set(job_id, intent="idle", message="stopping: idle GPU")
+            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+            await self.controller.cancel(job_id)
+            stopped.append(job_id)
+        return stopped
 
     def _on_change(self, job_id: str, st: JobStatus) -> None:
         row = self.job(job_id)
@@ -141,7 +231,10 @@ class KubeTrainingService(JobBook):
         # preempted: the Job makes a new pod that waits in its queue and resumes, as the
         # embedded runner requeues a preempted job
         state = "queued" if st.state == "preempted" else st.state
-        values: dict[str, Any] = {"state": state, "message": st.message, "runs": max(row.runs, st.runs),
+        message = st.message
+        if row.intent == "idle":  # the hub deleted its Job because its GPUs stayed idle
+            state, message = ("failed", "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
+        values: dict[str, Any] = {"state": state, "message": message, "runs": max(row.runs, st.runs),
                                   "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
         if state == "running" and row.state != "running":
             values["started"] = now
@@ -158,7 +251,9 @@ class KubeTrainingService(JobBook):
                                    name=job_id)
 
     def _waiting(self, row: TrainJob) -> str:
-        return f"waiting for GPUs in queue {queue_name(row.project, row.owner, self.opts)}"
+        queue = queue_name(row.project, row.owner, self.opts)
+        pool = self._placement_of(row)["queue_pool"]
+        return f"waiting for GPUs in queue {pool_queue_name(queue, pool) if pool else queue}"
 
     def adopt_after_restart(self) -> None:
         """Rows the hub was sending when it died are sent again (creation is idempotent);

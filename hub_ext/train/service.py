@@ -20,6 +20,8 @@ from ..accounts import AccountError, SystemAccounts, made_by_gpupool
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
+from ..pool.pool_quotas import split_by_pool
+from ..pool.pools import within
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
@@ -50,6 +52,9 @@ class TrainingService(JobBook):
         self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
         self.idle_rules = cfg.idle_rules()
         self.idle = IdleClock()
+        empty = sorted(n for n, p in self.pools.items() if not (p.models or p.nodes or p.gpus))
+        if empty:  # a pool by node label exists on Kubernetes only; here it would be every GPU
+            raise ValueError(f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus")
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
@@ -351,16 +356,22 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
-    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None) -> bool:
+    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
+                            pools: tuple[str, ...] = ()) -> bool:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
-        `request` fits; False when even that would not make room. Build workspaces are never
-        preempted; in-quota train jobs neither."""
+        `request` fits (within the workspace's node `pools`, if any); False when even that would
+        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
-        _, over = in_quota_split(self.projects, running)
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        # per-pool guarantees: who is over quota is decided within each pool
+        projects, _, running, stopping = split_by_pool(self.projects, self.pools, self.pool.inventory, [],
+                                                       running, stopping)
+        _, over = in_quota_split(projects, running)
         trial = self.pool.state.copy()
+        if pools:  # only the GPUs of the workspace's node pools count
+            trial = within(trial, [self.pool.node_pools[p] for p in pools if p in self.pool.node_pools])
         for s in stopping:
             if s.placement is not None:
                 trial.release(s.placement)
@@ -370,7 +381,7 @@ class TrainingService(JobBook):
             self.build_holds[(w.owner, w.name)] = hold
             return True  # GPUs already on their way back
         chosen = []
-        for job in reclaimable(running, over, self.projects, now):  # the same victim order as a reclaim
+        for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
             chosen.append(job)
             if self.policy.choose(trial, request, self.rng) is not None:

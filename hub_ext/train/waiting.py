@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..pool.pools import within
 from ..pool.units import MILLI_PER_GPU
 
 
@@ -51,12 +52,34 @@ def explain(training: Any, row: Any) -> str:
         return ""
     project = training.projects[row.project]
     jobs = training.jobs()
-    used = sum(j.total_milli for j in jobs if j.project == row.project and j.state in ("running", "preempting"))
+    active = [j for j in jobs if j.project == row.project and j.state in ("running", "preempting")]
+    used = sum(j.total_milli for j in active)
     queued = [j.id for j in jobs if j.state == "queued"]
     ahead = queued.index(row.id) if row.id in queued else 0
     view = training._train_view() if hasattr(training, "_train_view") else training.pool.state
+    if project.pool_guarantees and hasattr(training, "_job"):
+        # a guarantee per pool (embedded): the pool whose guarantee the job fits, as the scheduler sees it
+        pool, in_pool_used = _pool_of(training, project, [training._job(j) for j in active], row)
+        if pool is not None:
+            mask = within(view, [training.pools[pool]])
+            return wait_reason(row.num_gpu, row.gpu_milli, f"{row.project} (pool {pool})",
+                               dict(project.pool_guarantees)[pool], project.limit_milli, in_pool_used, ahead,
+                               mask.gpu_free.tolist())
     return wait_reason(row.num_gpu, row.gpu_milli, row.project, project.guarantee_milli, project.limit_milli,
                        used, ahead, view.gpu_free.tolist())
+
+
+def _pool_of(training: Any, project: Any, running: list, row: Any) -> tuple[str | None, int]:
+    """The first of the project's pools where `row` is within that pool's guarantee, and what
+    the project uses there; (None, 0) when it is within none (it borrows)."""
+    from ..pool.pool_quotas import in_pool
+
+    inventory = training.pool.inventory
+    for pool, guarantee in project.pool_guarantees:
+        used = sum(j.milli for j in running if in_pool(training.pools.get(pool), inventory, j))
+        if used + row.num_gpu * row.gpu_milli <= guarantee:
+            return pool, used
+    return None, 0
 
 
 def _clock(epoch: float) -> str:

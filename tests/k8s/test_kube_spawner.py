@@ -4,6 +4,7 @@ watches and deletes the pod through kubernetes_asyncio; the test plays the kubel
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,7 +35,7 @@ async def make_spawner(kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.Mon
     made: list[GPUKubeSpawner] = []
 
     def make(user: str = "ann", groups: tuple[str, ...] = ("students",), options: dict | None = None,
-             **settings) -> GPUKubeSpawner:
+             more: Callable[[Config], None] | None = None, **settings) -> GPUKubeSpawner:
         c = Config()
         c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
         c.GPUPool.use_nvml = False
@@ -48,6 +49,8 @@ async def make_spawner(kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.Mon
         c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
         for key, value in settings.items():
             setattr(c.GPUKubeSpawner, key, value)
+        if more is not None:  # other sections (GPUPool, TrainPool, KubeSpawner)
+            more(c)
         hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
                               api_url="http://hub:8081/hub/api")
         sp = GPUKubeSpawner(user=make_user(user, list(groups)), hub=hub, config=c, name="")
@@ -190,3 +193,38 @@ async def test_a_pod_that_dies_gives_its_share_back_on_poll(make_spawner, cluste
     await until(lambda: sp.pod_reflector.pods.get(f"{NS}/{sp.pod_name}") is None, what="the reflector")
     assert await sp.poll() is not None
     assert sp.pool.store.allocations() == []
+
+
+def pools_config(c: Config) -> None:
+    c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": ["ws-1"]}}
+    c.GPUPool.build_pools = ["ws"]
+    c.GPUPool.group_overrides = {"research": {"pools": ["dgx", "ws"]}}
+    c.KubeSpawner.node_affinity_required = [{"matchExpressions": [{"key": "zone", "operator": "In",
+                                                                    "values": ["a"]}]}]
+
+
+async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawner, cluster: Cluster,
+                                                                       apiserver: FakeAPIServer) -> None:
+    """The nominal placement ignores pools (the hub's inventory on Kubernetes has none); the
+    pod's node affinity keeps it on the user's pools, ANDed with what the profile asks."""
+    sp = make_spawner(user="rex", groups=("research",), more=pools_config)
+    pod = await start_and_run(sp, cluster)
+    aff = pod["spec"]["affinity"]["nodeAffinity"]
+    terms = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    assert terms == [
+        {"matchExpressions": [zone, {"key": "nvidia.com/gpu.product", "operator": "In",
+                                     "values": ["NVIDIA-H100-80GB-HBM3"]}]},
+        {"matchExpressions": [zone, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["ws-1"]}]}]
+    assert [p["weight"] for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == [100, 50]
+    await sp.stop()
+    one = make_spawner(user="rex", groups=("research",), options={"gpus": "0.25", "pool": "ws"}, more=pools_config)
+    pod = await start_and_run(one, cluster)
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["matchExpressions"][1]["key"] for t in terms["nodeSelectorTerms"]] == ["kubernetes.io/hostname"]
+    await one.stop()
+    other = make_spawner(user="ann", options={"gpus": "0.25", "pool": "dgx"}, more=pools_config)
+    with pytest.raises(web.HTTPError) as err:
+        await other.start()
+    assert err.value.status_code == 403 and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message
+    assert len(pod_posts(apiserver)) == 2 and other.pool.store.allocations(owner="ann") == []

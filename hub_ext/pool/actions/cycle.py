@@ -41,6 +41,11 @@ class Cycle:
         self.reservations: dict[str, Reservation] = {}  # by job id (actions/reserve.py)
         self.counted: list[Job] = []  # admitted, or room on its way, in this cycle
         self.pools = pools or {}
+        # a project's per-pool parts (pool/pool_quotas.py), by the project: its limit caps them together
+        self.parts: dict[str, list[str]] = {}
+        for p in projects.values():
+            if p.parent:
+                self.parts.setdefault(p.parent, []).append(p.name)
         self._masks: dict[tuple[str, ...], np.ndarray] = {}
 
     def view(self, job: Job, pool: str | None = None) -> ClusterState:
@@ -99,7 +104,9 @@ class Cycle:
     def within_limits(self, job: Job) -> bool:
         """Under its project's limit and its department's limit."""
         proj = self.projects[job.project]
-        if self.usage.get(job.project, 0) + job.milli > proj.cap():
+        used = sum(self.usage.get(q, 0) for q in self.parts[proj.parent]) if proj.parent else \
+            self.usage.get(job.project, 0)
+        if used + job.milli > proj.cap():
             return False
         dept = self.departments.get(proj.department)
         return dept is None or self.dept_usage.get(dept.name, 0) + job.milli <= dept.cap()

@@ -1,0 +1,128 @@
+"""The admin page's handlers: built on JupyterHub's own BaseHandler and rendered with its
+`render_template`, so the page extends the hub's `page.html` (its navigation, user menu and
+theme) and checks the hub's login cookie and XSRF token like every hub page.
+
+They are added to the hub's tornado application once it exists (tornado's public
+`Application.add_handlers`); `c.JupyterHub.extra_handlers` would do the same but is deprecated
+and logs a warning on every start.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any
+
+from jupyterhub.handlers import BaseHandler
+from tornado import web
+
+from ..api.auth import Caller
+from ..api.quotas import QuotaRefused, change_quotas, group_quota_change
+from ..pool.units import UnitError, format_gpus, parse_gpus, shown
+from .view import admin_view
+
+PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
+MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
+
+
+class AdminBase(BaseHandler):
+    def initialize(self, api_settings: dict[str, Any]) -> None:
+        self.api_settings = api_settings
+
+    def admin_caller(self) -> Caller:
+        """The signed-in hub admin (the rule the gpupool API uses: the hub's admin flag)."""
+        user = self.current_user
+        if user is None:
+            raise web.HTTPError(403, "sign in to the hub first")
+        if not user.admin:
+            raise web.HTTPError(403, "the GPU pool page is for hub admins; your GPU shares are on the home page")
+        return Caller(name=user.name, kind="user", admin=True, groups=tuple(sorted(g.name for g in user.groups)))
+
+
+class AdminPage(AdminBase):
+    @web.authenticated
+    async def get(self) -> None:
+        caller = self.admin_caller()
+        html = await self.render_template("gpupool-admin.html", admin_access=True,
+                                          **admin_view(self.api_settings, caller))
+        self.finish(html)
+
+
+class ActionBase(AdminBase):
+    """JSON in, JSON out: {"message"} on an error, shown in the page as it is."""
+
+    def body(self) -> dict[str, Any]:
+        if len(self.request.body) > MAX_ACTION_BYTES:
+            raise web.HTTPError(413, f"request body over {MAX_ACTION_BYTES} bytes")
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        return body
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": str(message)[:500]}))
+
+
+class QuotaAction(ActionBase):
+    """Change the default build quota ({"default_build_quota": 0.5}) or one group's
+    ({"group": "class-a", "quota": 0.5}), validated as the config file and the API are."""
+
+    async def post(self) -> None:
+        caller = self.admin_caller()
+        body = self.body()
+        pool = self.api_settings["gpupool"]
+        try:
+            if "group" in body:
+                change = group_quota_change(pool, body.get("group"), body.get("quota"))
+                what = f"set group {body['group']}'s build quota to {amount(body.get('quota'))}"
+            elif set(body) == {"default_build_quota"}:
+                change = body
+                what = f"set the default build quota to {amount(body['default_build_quota'])}"
+            else:
+                raise QuotaRefused(f"send default_build_quota, or group and quota; got {shown(sorted(body))}")
+            change_quotas(pool, caller.name, change, what)
+        except QuotaRefused as err:
+            raise web.HTTPError(400, str(err)) from None
+        self.finish({"saved": True})
+
+
+def amount(value: object) -> str:
+    """A quota for the event log: '0.5 GPU' (or the value as given; the change is refused then)."""
+    try:
+        return format_gpus(parse_gpus(value))
+    except UnitError:
+        return shown(value)
+
+
+class CancelAction(ActionBase):
+    async def post(self, job_id: str) -> None:
+        self.admin_caller()
+        training = self.api_settings.get("training")
+        if training is None:
+            raise web.HTTPError(503, "the training pool is not running on this hub")
+        row = training.job(job_id)
+        if row is None:
+            raise web.HTTPError(404, f"no job {shown(job_id)}")
+        if row.state not in ("queued", "running", "preempting"):
+            raise web.HTTPError(409, f"job {job_id} already {row.state}")
+        row = training.cancel(job_id)
+        if inspect.isawaitable(row):
+            row = await row
+        self.finish({"id": row.id, "state": row.state})
+
+
+def register(hub: Any, api_settings: dict[str, Any]) -> None:
+    """Add the page and its actions to the running hub's tornado application."""
+    prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
+    kwargs = {"api_settings": api_settings}
+    hub.tornado_application.add_handlers(".*$", [
+        (prefix, AdminPage, kwargs),
+        (f"{prefix}/quotas", QuotaAction, kwargs),
+        (f"{prefix}/jobs/([A-Za-z0-9._-]{{1,32}})/cancel", CancelAction, kwargs),
+    ])

@@ -1,0 +1,100 @@
+"""What the admin page shows, as plain data for its template (no HTML here but the plot)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.auth import Caller
+from ..api.page import History, svg_plot
+from ..api.pool import gpu_table
+from ..api.quotas import current_quotas
+from ..pool import format_gpus
+from ..pool.units import parse_gpus
+
+ACTIVE = ("queued", "running", "preempting")
+EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota")
+
+
+def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
+    """Everything the page renders, read from the gpupool API's settings (the pool, the
+    training service, the culler's history) in the hub process."""
+    pool = settings["gpupool"]
+    training = settings.get("training")
+    history: History = settings.setdefault("history", History())
+    return {
+        "gpus": gpus(pool, caller),
+        "plot": svg_plot(list(history.points), pool.inventory.gpu_count),
+        "jobs": jobs(training) if training is not None else None,
+        "projects": projects(training) if training is not None else [],
+        "departments": departments(training) if training is not None else [],
+        "groups": groups(pool),
+        "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
+        "events": [{"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
+                   for e in pool.store.events(limit=300) if e.kind in EVENT_KINDS][:30],
+    }
+
+
+def gpus(pool: Any, caller: Caller) -> list[dict[str, Any]]:
+    out = []
+    for gpu in gpu_table(pool, caller):
+        held = ", ".join(f"{s['owner']}{'/' + s['name'] if s['name'] else ''} ({format_gpus(s['milli'])},"
+                         f" {s['kind']})" for s in gpu["shares"])
+        out.append({**gpu, "allocated_milli": 1000 - gpu["free_milli"], "held_by": held or "—"})
+    return out
+
+
+def jobs(training: Any) -> list[dict[str, Any]]:
+    """Active jobs and the last ten ended ones: why each waits or its last preemption."""
+    from ..train.waiting import explain, last_preemption
+
+    rows = training.jobs()
+    active = [j for j in rows if j.state in ACTIVE]
+    ended = sorted((j for j in rows if j.state not in ACTIVE), key=lambda j: j.finished or 0, reverse=True)[:10]
+    return [{"id": j.id, "name": j.name, "owner": j.owner, "project": j.project, "state": j.state,
+             "gpus": format_gpus(j.total_milli), "active": j.state in ACTIVE,
+             "why": explain(training, j) or last_preemption(training.pool, j) or j.message or ""}
+            for j in active + ended]
+
+
+def _in_use(jobs: list, projects: set[str]) -> int:
+    return sum(j.total_milli for j in jobs if j.project in projects and j.state in ("running", "preempting"))
+
+
+def _limit(milli: int) -> str:
+    return "none" if milli < 0 else format_gpus(milli)
+
+
+def projects(training: Any) -> list[dict[str, Any]]:
+    rows = training.jobs()
+    return [{"name": p.name, "department": p.department, "guarantee": format_gpus(p.guarantee_milli),
+             "limit": _limit(p.limit_milli), "in_use": format_gpus(_in_use(rows, {p.name})),
+             "queued": sum(1 for j in rows if j.project == p.name and j.state == "queued")}
+            for p in training.projects.values()]
+
+
+def departments(training: Any) -> list[dict[str, Any]]:
+    rows = training.jobs()
+    out = []
+    for d in training.departments.values():
+        members = [p.name for p in training.projects.values() if p.department == d.name]
+        out.append({"name": d.name, "projects": ", ".join(members), "guarantee": format_gpus(d.guarantee_milli),
+                    "limit": _limit(d.limit_milli), "in_use": format_gpus(_in_use(rows, set(members)))})
+    return out
+
+
+def groups(pool: Any) -> list[dict[str, Any]]:
+    """Every group with a build override or a total (teaching labs): its quota per member,
+    what its members hold together and, where set, its `group_totals` ceiling."""
+    quotas = current_quotas(pool)
+    overrides: dict = quotas.get("group_overrides") or {}
+    totals = getattr(pool.quotas, "group_totals_milli", {}) or {}
+    usage = pool.group_usage()
+    default_milli = pool.quotas.limits_for([]).quota_milli
+    out = []
+    for g in sorted(set(overrides) | set(totals)):
+        quota = (overrides.get(g) or {}).get("quota")
+        quota_milli = parse_gpus(quota) if quota is not None else default_milli
+        out.append({"name": g, "quota": format_gpus(quota_milli), "own_quota": quota is not None,
+                    "used_milli": usage.get(g, 0), "used": format_gpus(usage.get(g, 0)),
+                    "total_milli": totals.get(g), "total": format_gpus(totals[g]) if g in totals else ""})
+    return out

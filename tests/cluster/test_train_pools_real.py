@@ -1,0 +1,160 @@
+"""Node pools, a guarantee per pool and elastic jobs on a real API server: the objects the hub
+renders are admitted (kube-apiserver's validation, KAI's Queue CRD, the hub's RBAC), the Job
+controller makes the pods, and kube-scheduler (standing in for KAI, see plane.py) puts them on
+their pools' kwok nodes.
+
+Untested here (KAI cannot be built, see build.UNAVAILABLE): that KAI's shards own the per-pool
+queues, that KAI's pod grouper turns kai.scheduler/batch-min-member into the PodGroup's
+minMember and gang-schedules that many, and that KAI evicts an elastic job's pods above it
+first. kube-scheduler honours the preferred node affinity (the pools' order); KAI does not
+score it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from gpupool.pool.training import Project
+
+from tests.cluster.conftest import HUB_NS
+from tests.cluster.resources import Resources, gpu_node, until
+from tests.cluster.test_train_jobs_real import STORAGE, hub_api, pods_of  # noqa: F401 (a fixture)
+
+WS_NODE = "ws-node-0"
+H100 = ("gpu-node-0", "gpu-node-1")  # the session's kwok nodes: NVIDIA-H100-80GB-HBM3
+
+
+@pytest.fixture
+def workstation(admin: Resources):
+    """A 2-GPU workstation node with low-end cards, for this test only."""
+    admin.apply(gpu_node(WS_NODE, gpus=2, product="NVIDIA-RTX-A2000", memory_mib=12282))
+    until(lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in
+                      (admin.get(f"/api/v1/nodes/{WS_NODE}") or {}).get("status", {}).get("conditions", [])),
+          60, "the workstation node Ready")
+    yield WS_NODE
+    admin.http.delete(f"/api/v1/nodes/{WS_NODE}")
+
+
+def volume(admin: Resources, name: str, mode: str) -> None:
+    """A PV a job's checkpoint claim binds to (what a provisioner would make)."""
+    admin.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
+                 "spec": {"capacity": {"storage": "1Gi"}, "accessModes": [mode], "storageClassName": STORAGE,
+                          "hostPath": {"path": f"/tmp/gpupool-test/{name}"},
+                          "persistentVolumeReclaimPolicy": "Delete"}})
+
+
+def service(tmp_path: Path, api, projects: dict | None = None):
+    from gpupool.gpu.sharing import KAISharing
+    from gpupool.manager import PoolManager
+    from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+    from gpupool.store import Store
+    from gpupool.train.config import TrainPool
+    from gpupool.train.kube_service import KubeTrainingService
+    from traitlets.config import Config
+
+    c = Config()
+    c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": [WS_NODE]}}
+    c.TrainPool.projects = projects or {"vision": {"guarantee": {"dgx": 2, "ws": 1}, "limit": 6},
+                                        "lab": {"guarantee": 1, "pools": ["ws", "dgx"]}}
+    c.TrainPool.runner = "kubernetes"
+    c.TrainPool.image = "registry.example.org/train:1"
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi"}
+    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
+    return KubeTrainingService(pool, TrainPool(config=c), api, KAISharing())
+
+
+def node_of(admin: Resources, job_id: str, count: int = 1) -> list[str]:
+    def placed() -> list[str] | None:
+        nodes = [p["spec"].get("nodeName") for p in pods_of(admin, job_id)]
+        return sorted(nodes) if len(nodes) >= count and all(nodes) else None
+    return until(placed, 60, f"the pods of job {job_id} placed")
+
+
+async def test_pools_queues_per_pool_and_elastic_jobs_are_admitted_and_land_on_their_pools(
+        hub_api, admin: Resources, workstation: str, tmp_path: Path) -> None:  # noqa: F811 (fixture)
+    from gpupool.kube.pool_objects import pool_queues
+
+    svc = service(tmp_path, hub_api)
+    # the per-pool queues, applied as the chart's admin would: admitted by KAI's Queue CRD
+    for q in pool_queues([svc.projects["vision"], Project("lab", 1000)]):
+        admin.apply(q)
+    leaf = admin.get("/apis/scheduling.run.ai/v2/queues/vision-ws")
+    assert leaf["spec"]["parentQueue"] == "pool-ws" and leaf["metadata"]["labels"]["kai.scheduler/node-pool"] == "ws"
+    await svc.start()
+    try:
+        cmd = ["python", "train.py"]
+        lab = await svc.submit("ann", "lab", "lab", 1, 1000, cmd)  # its pools: ws first, then dgx
+        vision = [await svc.submit("bob", "vision", f"v{i}", 1, 1000, cmd) for i in range(3)]
+        elastic = await svc.submit("ann", "lab", "elastic", 3, 1000, cmd, min_gpus=1, pools=("dgx",))
+        for row in (lab, *vision):
+            volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
+        volume(admin, f"gpupool-ckpt-{elastic.id}", "ReadWriteMany")
+        # the core sent vision's first two jobs to its DGX guarantee, the third to its workstation one
+        queues = []
+        for row in vision:
+            job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}")
+            queues.append((job["metadata"]["labels"]["kai.scheduler/node-pool"],
+                           job["spec"]["template"]["metadata"]["labels"]["kai.scheduler/queue"]))
+        assert queues == [("dgx", "vision-dgx"), ("dgx", "vision-dgx"), ("ws", "vision-ws")]
+        assert svc.job(vision[2].id).message == "waiting for GPUs in queue vision-ws"
+        assert node_of(admin, lab.id) == [WS_NODE]  # its preferred pool (kube-scheduler scores it)
+        assert set(node_of(admin, vision[0].id) + node_of(admin, vision[1].id)) <= set(H100)
+        assert node_of(admin, vision[2].id) == [WS_NODE]
+        # elastic: one pod per GPU up to its maximum, its minimum for KAI's pod grouper
+        job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{elastic.id}")
+        assert job["spec"]["parallelism"] == 3 and job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"
+        assert set(node_of(admin, elastic.id, count=3)) <= set(H100)
+        claim = admin.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims/gpupool-ckpt-{elastic.id}")
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        for row in (lab, *vision, elastic):
+            await svc.cancel(row.id)
+    finally:
+        await svc.stop()
+
+
+async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
+        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811 (fixture)
+    """The embedded idle rule on Kubernetes: the running pod's sample (keyed by its uid, as the
+    node agent reports pods; here the file sampler stands in for the agents) stays at 0 %;
+    the job is warned, then its Job is deleted and the job ends failed, "idle GPU"."""
+    import json
+    import time
+
+    from gpupool.idle_culler.sampler import FileSampler
+    from gpupool.setup import kube_job_gpu_use
+
+    svc = service(tmp_path, hub_api, {"lab": {"guarantee": 1, "idle_gpu_s": 600}})
+    samples = tmp_path / "samples.json"
+    svc.gpu_use = kube_job_gpu_use(FileSampler(str(samples)))
+    await svc.start()
+    try:
+        row = await svc.submit("ann", "lab", "hung", 1, 1000, ["python", "train.py"])
+        volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
+        deadline = time.monotonic() + 60
+        while svc.job(row.id).state != "running" or not svc.running_pods(row.id):
+            assert time.monotonic() < deadline, svc.job(row.id).to_json()
+            await asyncio.sleep(0.2)
+        uid = svc.running_pods(row.id)[0]
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 0}}))
+        t0 = time.time()
+        assert (await svc.tick(now=t0))["idle_stopped"] == []
+        await svc.tick(now=t0 + 301)
+        assert svc.job(row.id).message.startswith("warning: its GPUs have been idle for 5 min")
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 40}}))  # busy: the clock starts over
+        await svc.tick(now=t0 + 400)
+        samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 0.5}}))
+        await svc.tick(now=t0 + 500)
+        assert (await svc.tick(now=t0 + 1050))["idle_stopped"] == []  # idle 550 s only
+        assert (await svc.tick(now=t0 + 1101))["idle_stopped"] == [row.id]
+        while svc.job(row.id).state != "failed":
+            assert time.monotonic() < deadline + 60, svc.job(row.id).to_json()
+            await asyncio.sleep(0.2)
+        assert svc.job(row.id).message == "idle GPU"
+        assert admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}") is None \
+            or admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}")["metadata"].get(
+                "deletionTimestamp")
+    finally:
+        await svc.stop()
