@@ -21,10 +21,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
+    from .accounts import SystemAccounts
     from .parking import GPUParking
     from .train.config import TrainPool
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -101,6 +102,8 @@ def up(args: argparse.Namespace) -> int:
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
                **port_env(args))
+    if args.user_env:
+        env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -115,12 +118,14 @@ def up(args: argparse.Namespace) -> int:
 
 
 def banner(port: int, password: str, admin_password: str, state: str) -> str:
+    from .embedded import isolation
+
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
         f"  log in with any user name and the password: {password}\n"
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
-        f"  {accounts_note(os.geteuid())}\n"
+        f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
     )
 
 
@@ -148,13 +153,18 @@ def port_env(args: argparse.Namespace) -> dict[str, str]:
     return {var: str(getattr(args, opt)) for opt, (var, _, _) in PORTS.items()}
 
 
-def accounts_note(euid: int) -> str:
+def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
+    from .embedded import ACCOUNT_PREFIX
+
+    if mode == "accounts":
+        return (f"each user runs as a Unix account of their own ({ACCOUNT_PREFIX}<name>, made on first use,"
+                " home readable only by it): users cannot read each other's files (docs/security.md)")
     if euid != 0:
         return ("workspaces and jobs run as this account: users share it and can read each other's files"
-                " (run as root with system accounts for isolation; see docs/security.md)")
-    return ("running as root: the demo spawner runs workspaces as root, so users are NOT isolated;"
-            " jobs run as their owner's Unix account where one exists (see docs/security.md)")
+                " (run as root for an account per user; see docs/security.md)")
+    return (f"running as root, but users are NOT isolated: workspaces run as root ({reason});"
+            " see docs/security.md")
 
 
 def _port(text: str) -> int:
@@ -183,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
+                      help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
+                           " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
+                           " account can run")
     for opt, (var, default, what) in PORTS.items():
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")

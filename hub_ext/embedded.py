@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 
 from traitlets.config import Config, PyFileConfigLoader
 
@@ -27,6 +28,59 @@ def apply_demo(c: Config) -> None:
 def demo_lines() -> str:
     return "".join(f"c.{cls}.{name} = {value!r}\n" for cls, settings in DEMO_SETTINGS.items()
                    for name, value in settings.items())
+
+
+ACCOUNT_PREFIX = "jupyter-"  # TLJH's convention
+
+
+def isolation(state: str, euid: int | None = None, spawner: str | None = None) -> tuple[str, str]:
+    """How `gpupool up` keeps users apart, and why when it cannot:
+
+    - ("accounts", ""): the hub runs as root, so each hub user gets a Unix account of their own
+      (jupyter-<name>) and workspaces and jobs run as it;
+    - ("shared", reason): everyone runs as the hub's account — it is not root, an admin chose
+      another spawner (GPUPOOL_SPAWNER), or other accounts could not run this installation.
+    """
+    from .accounts import unreachable
+
+    euid = os.geteuid() if euid is None else euid
+    spawner = os.environ.get("GPUPOOL_SPAWNER", "") if spawner is None else spawner
+    if euid != 0:
+        return "shared", "the hub does not run as root, so it cannot switch accounts"
+    if spawner:
+        return "shared", f"the spawner {spawner!r} was chosen with GPUPOOL_SPAWNER"
+    if shutil.which("useradd") is None:
+        return "shared", "useradd is missing, so no account can be made"
+    here = os.path.dirname(os.path.abspath(__file__))
+    why = unreachable([user_python(), singleuser_command(), os.path.join(here, "runners", "wrap.py"),
+                       os.path.join(here, "gpu", "startup"), state])
+    if why:
+        return "shared", (f"other accounts could not run the users' Python environment: {why}; point"
+                          " --user-env at one they can run")
+    return "accounts", ""
+
+
+def user_python() -> str:
+    """The Python workspaces and jobs run with: the one of GPUPOOL_USER_ENV (`gpupool up
+    --user-env`), else the hub's own. A hub that switches accounts needs one every account can
+    run: the hub's may live in a private folder (a Python built under /root)."""
+    env = os.environ.get("GPUPOOL_USER_ENV")
+    return os.path.join(env, "bin", "python") if env else sys.executable
+
+
+def singleuser_command() -> str:
+    return os.path.join(os.path.dirname(user_python()), "jupyterhub-singleuser")
+
+
+def private_state(state: str) -> None:
+    """The state folder of a hub with user accounts: accounts pass through it to their homes but
+    cannot list it, and every file the hub makes there (databases, logs) is its own."""
+    os.umask(0o077)
+    os.chmod(state, 0o711)
+    for name in os.listdir(state):
+        path = os.path.join(state, name)
+        if name.endswith((".sqlite", ".sqlite-wal", ".sqlite-shm", ".log", ".pid")) and os.path.isfile(path):
+            os.chmod(path, 0o600)  # made before this hub had accounts (or by the proxy)
 
 
 def demo_password(state_dir: str, admin: bool = False) -> str:

@@ -5,10 +5,20 @@ Loaded by `gpupool up`; an admin's own settings come from the file named by
 """
 
 import os
-import sys
 
 from gpupool import configure
-from gpupool.embedded import apply_demo, chp_command, demo_password, load_user_config
+from gpupool.accounts import make_on_login
+from gpupool.embedded import (
+    ACCOUNT_PREFIX,
+    apply_demo,
+    chp_command,
+    demo_password,
+    isolation,
+    load_user_config,
+    private_state,
+    singleuser_command,
+    user_python,
+)
 
 c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
 
@@ -33,14 +43,30 @@ c.Authenticator.admin_users = {"admin"}
 
 c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
 c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
-c.Spawner.home_dir_template = f"{state}/home/{{username}}"
-c.TrainPool.jobs_root = f"{state}/home/{{username}}/gpupool-jobs"
 c.Spawner.default_url = "/lab"
-c.Spawner.cmd = [os.path.join(os.path.dirname(sys.executable), "jupyterhub-singleuser")]
-if os.getuid() == 0:
-    c.Spawner.args = ["--allow-root"]
+c.Spawner.cmd = [singleuser_command()]
+c.TrainPool.python = user_python()
+
+mode, _ = isolation(state)
+if mode == "accounts":
+    # the hub is root: hub user alice runs as the Unix account jupyter-alice, made on first use,
+    # home <state>/home/jupyter-alice (0700); her jobs' folders under <state>/jobs/alice (0700)
+    private_state(state)
+    c.SystemAccounts.prefix = ACCOUNT_PREFIX
+    c.SystemAccounts.create = True
+    c.SystemAccounts.home_root = f"{state}/home"
+    c.Authenticator.post_auth_hook = make_on_login  # the account is made at log-in (and at spawn)
+    c.TrainPool.jobs_root = f"{state}/jobs/{{username}}"
+    c.TrainPool.run_as = "owner"
+    spawner = "gpupool-local"
+else:  # everyone shares the hub's account (`gpupool up` says so)
+    c.Spawner.home_dir_template = f"{state}/home/{{username}}"
+    c.TrainPool.jobs_root = f"{state}/home/{{username}}/gpupool-jobs"
+    if os.getuid() == 0:
+        c.Spawner.args = ["--allow-root"]
+    spawner = os.environ.get("GPUPOOL_SPAWNER") or "gpupool-simple"
 
 apply_demo(c)  # virtual GPUs where NVML finds none, two training projects (gpupool.embedded.DEMO_SETTINGS)
 
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
-configure(c, spawner=os.environ.get("GPUPOOL_SPAWNER", "gpupool-simple"), culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")
+configure(c, spawner=spawner, culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

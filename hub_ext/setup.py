@@ -72,11 +72,13 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
 
 def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
+    from .accounts import SystemAccounts
     from .config import GPUPool
     from .train.config import TrainPool
 
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()  # checks the projects too
+    SystemAccounts(config=c)  # the account name prefix
     try:
         from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional

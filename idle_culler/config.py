@@ -156,6 +156,14 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.metrics_port = 9401
         """)
+    concurrency = Int(10, min=1, max=100, config=True, help="""At most this many requests to the hub at once
+        in a pass (jupyterhub-idle-culler's --concurrency): pages of the user list after the first,
+        and the per-workspace stops, parks and kernel restarts. 1 does everything one after
+        another; more finishes a pass that stops a whole class at the end of a workday sooner,
+        at the price of more load on the hub at that moment. Example::
+
+            c.IdleCuller.concurrency = 4
+        """)
 
     def limits(self) -> Limits:
         return Limits(**{f: getattr(self, f) for f in LIMIT_FIELDS})

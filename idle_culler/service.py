@@ -18,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .config import IdleCuller
@@ -69,21 +70,52 @@ class Client:
             text = r.read().decode()
         return json.loads(text) if text else None
 
-    def paginated(self, url: str) -> list:
+    def paginated(self, url: str, concurrency: int = 1) -> list:
         """Every item of a JupyterHub list, page by page (jupyterhub-idle-culler's
         fetch_paginated habit): the hub returns at most its page limit (200 by default) per
-        request, so one plain GET misses the rest of a large class."""
-        items: list = []
-        for _ in range(MAX_PAGES):
-            page = self.call("GET", url, accept=PAGINATION)
-            if isinstance(page, list):  # a hub too old to paginate answers with everything
-                return items + page
+        request, so one plain GET misses the rest of a large class. After the first page, which
+        says how many there are, at most `concurrency` pages are read at once."""
+        first = self.call("GET", url, accept=PAGINATION)
+        if isinstance(first, list):  # a hub too old to paginate answers with everything
+            return first
+        items: list = list(first["items"])
+        pages = 1
+        nxt = (first.get("_pagination") or {}).get("next")
+        offsets = _remaining_offsets(first.get("_pagination") or {}, concurrency)
+        if offsets:
+            with ThreadPoolExecutor(min(concurrency, len(offsets))) as pool:
+                answers = list(pool.map(lambda o: self.call("GET", _at_offset(url, *o), accept=PAGINATION),
+                                        offsets))
+            for page in answers:
+                items.extend(page["items"])
+            pages += len(answers)
+            nxt = (answers[-1].get("_pagination") or {}).get("next")  # users who joined meanwhile
+        while nxt:
+            if pages >= MAX_PAGES:
+                raise ValueError(f"more than {MAX_PAGES} pages at {url}")
+            page = self.call("GET", nxt["url"], accept=PAGINATION)
             items.extend(page["items"])
+            pages += 1
             nxt = (page.get("_pagination") or {}).get("next")
-            if not nxt:
-                return items
-            url = nxt["url"]
-        raise ValueError(f"more than {MAX_PAGES} pages at {url}")
+        return items
+
+
+def _remaining_offsets(pagination: dict, concurrency: int) -> list[tuple[int, int]]:
+    """(offset, limit) of the pages after the first, from the first page's _pagination; none
+    when reading them one by one (concurrency 1) or when the hub's numbers are not sane."""
+    nxt, total, limit = pagination.get("next"), pagination.get("total"), pagination.get("limit")
+    if concurrency <= 1 or not nxt or not all(type(v) is int for v in (total, limit, nxt.get("offset"))):
+        return []
+    if limit <= 0 or not 0 < nxt["offset"] < total or (total - nxt["offset"]) // limit >= MAX_PAGES:
+        return []
+    return [(offset, limit) for offset in range(nxt["offset"], total, limit)]
+
+
+def _at_offset(url: str, offset: int, limit: int) -> str:
+    parts = urllib.parse.urlsplit(url)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k not in ("offset", "limit")]
+    query += [("offset", str(offset)), ("limit", str(limit))]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
 class Culler:
@@ -99,7 +131,7 @@ class Culler:
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
-        users = self.client.paginated(f"{self.hub_api}/users?state=active")
+        users = self.client.paginated(f"{self.hub_api}/users?state=active", self.cfg.concurrency)
         out = {}
         for user in users:
             for name, server in (user.get("servers") or {}).items():
@@ -115,7 +147,9 @@ class Culler:
                    whole_gpus=t["whole_gpus"])
             for t in targets if not t.get("parked")  # a parked workspace holds no GPU to sample
         ])
-        report, events = [], []
+        report: list[dict] = []
+        events: list[dict | None] = []
+        todo: list[tuple] = []
         for t in targets:
             key = f"{t['owner']}/{t['name']}"
             server = servers.get(key)
@@ -154,41 +188,72 @@ class Culler:
                 self.warned[key] = d.reason
                 events.append({"kind": "memory" if d.reason == "memory" else "warn", "owner": ws.owner,
                                "name": ws.name, "reason": d.reason, "message": f"{key} {d.message}"})
-            elif d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel":
-                dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
-                if self.cfg.dry_run or self.restart_kernels(t.get("server_url", ""), key):
-                    self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
-                    self.warned.pop(key, None)  # and a fresh warning if it is over again
-                    events.append({"kind": "memory", "owner": ws.owner, "name": ws.name, "reason": "restart-kernel",
-                                   "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
-                                              f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"})
-                    if self.metrics:
-                        self.metrics.culls.labels(reason="memory-restart").inc()
-            elif d.action == "park":
-                dry = " (dry run: not parked)" if self.cfg.dry_run else ""
-                if self.cfg.dry_run or self.park(ws.owner, ws.name, key):
-                    events.append({"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
-                                   "message": f"{key} {d.message}{dry}"})
-                    report[-1].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
-                    self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
-                    if self.metrics:
-                        self.metrics.culls.labels(reason="park").inc()
-            elif d.action in ("cull", "resolve-memory"):
-                dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
-                events.append({"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
-                               "message": f"{key} {d.message}{dry}"})
-                if not self.cfg.dry_run:
-                    self.stop(ws.owner, ws.name)
-                    self.forget(key)
-                if self.metrics:
-                    self.metrics.culls.labels(reason=d.reason).inc()
             elif d.action == "keep":
                 self.warned.pop(key, None)
+            elif d.action in ("park", "cull", "resolve-memory"):
+                kind = "restart" if d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel" \
+                    else "park" if d.action == "park" else "cull"
+                events.append(None)  # its place: the event follows the outcome
+                todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1))
+        # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
+        done = self._bounded([lambda item=item: self._act(item) for item in todo])
+        for item, ok in zip(todo, done, strict=True):
+            self._record(item, ok, report, events)
+        events = [e for e in events if e is not None]
         for key in set(self.trackers) - {f"{t['owner']}/{t['name']}" for t in targets}:
             self.forget(key)  # a new session starts with a clean idle count
         self.client.call("POST", self.gpupool + "api/culler/report",
                          {"pass_time": now, "workspaces": report, "events": events})
         return {"workspaces": report, "events": events}
+
+    def _bounded(self, calls: list[Callable[[], bool]]) -> list[bool]:
+        if self.cfg.concurrency <= 1 or len(calls) <= 1:
+            return [call() for call in calls]
+        with ThreadPoolExecutor(min(self.cfg.concurrency, len(calls))) as pool:
+            return list(pool.map(lambda call: call(), calls))
+
+    def _act(self, item: tuple) -> bool:
+        """The hub call of one decision (in a worker thread): did it work?"""
+        kind, key, ws, _, t, _, _ = item
+        if self.cfg.dry_run:
+            return True
+        if kind == "restart":
+            return self.restart_kernels(t.get("server_url", ""), key)
+        if kind == "park":
+            return self.park(ws.owner, ws.name, key)
+        self.stop(ws.owner, ws.name)
+        return True
+
+    def _record(self, item: tuple, ok: bool, report: list[dict], events: list[dict | None]) -> None:
+        """What a decision's outcome changes: events, the report, the idle counts, the metrics."""
+        kind, key, ws, d, _, row, at = item
+        if kind == "restart":
+            if ok:
+                dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
+                self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
+                self.warned.pop(key, None)  # and a fresh warning if it is over again
+                events[at] = {"kind": "memory", "owner": ws.owner, "name": ws.name, "reason": "restart-kernel",
+                              "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
+                                         f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"}
+                if self.metrics:
+                    self.metrics.culls.labels(reason="memory-restart").inc()
+        elif kind == "park":
+            if ok:
+                dry = " (dry run: not parked)" if self.cfg.dry_run else ""
+                events[at] = {"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
+                              "message": f"{key} {d.message}{dry}"}
+                report[row].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
+                self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
+                if self.metrics:
+                    self.metrics.culls.labels(reason="park").inc()
+        else:
+            dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
+            events[at] = {"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
+                          "message": f"{key} {d.message}{dry}"}
+            if not self.cfg.dry_run:
+                self.forget(key)
+            if self.metrics:
+                self.metrics.culls.labels(reason=d.reason).inc()
 
     def stop(self, owner: str, name: str) -> None:
         quoted = urllib.parse.quote(owner)

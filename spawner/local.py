@@ -6,7 +6,9 @@ import os
 import signal
 from pathlib import Path
 
-from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner
+from gpupool.accounts import Account, AccountError, SystemAccounts
+from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
+from tornado import web
 
 from .mixin import GPUSpawnerMixin
 
@@ -100,9 +102,47 @@ def _alive(pid: int) -> bool:
 
 
 class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
-    """LocalProcessSpawner on a GPU share (users are system accounts)."""
+    """LocalProcessSpawner on a GPU share: each hub user's server runs as their Unix account,
+    named and (optionally) created by `c.SystemAccounts` (TLJH's `jupyter-<name>` when
+    `gpupool up` runs as root; the hub name itself by default, as LocalProcessSpawner does)."""
 
     cleanup_orphans = staticmethod(stop_orphans)
+    account: Account | None = None
+
+    async def start(self):
+        # before the share is reserved: a user who cannot have an account holds no GPU
+        import asyncio
+
+        accounts = SystemAccounts(config=self.config)
+        try:
+            self.account = await asyncio.to_thread(accounts.ensure, self.user.name)
+        except AccountError as err:
+            raise _refused(str(err)) from None
+        if self.account is None:
+            raise _refused(f"hub user {self.user.name[:64]!r} has no Unix account"
+                           f" {accounts.name_for(self.user.name)!r} on this machine to run a server as"
+                           " (an admin can turn on c.SystemAccounts.create)")
+        return await super().start()
+
+    def make_preexec_fn(self, name: str):
+        # LocalProcessSpawner passes the hub name; the server runs as the mapped account
+        return set_user_setuid(self.account.name if self.account is not None else name)
+
+    def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        if self.account is None:
+            return super().user_env(env)
+        env.update(USER=self.account.name, LOGNAME=self.account.name, HOME=self.account.home,
+                   SHELL=_TERMINAL_SHELL)  # the account's own shell is nologin: terminals need a real one
+        return env
+
+
+_TERMINAL_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+def _refused(message: str) -> web.HTTPError:
+    err = web.HTTPError(403, reason="no Unix account")
+    err.jupyterhub_message = message  # shown on the spawn page and in API replies
+    return err
 
 
 class GPUSimpleLocalProcessSpawner(_LocalGPU, SimpleLocalProcessSpawner):

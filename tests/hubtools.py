@@ -88,8 +88,10 @@ class Hub:
             GPUPOOL_DEMO_ADMIN_PASSWORD=ADMIN_PASSWORD,
             PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
                  f"{os.pathsep}{os.environ.get('PATH', '')}",
-            **self.env,
         )
+        # test hubs share one account unless a test asks for accounts per user (tests/test_system_accounts.py)
+        env.setdefault("GPUPOOL_SPAWNER", "gpupool-simple")
+        env.update(self.env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(EMBEDDED_CONFIG)],

@@ -3,8 +3,11 @@ variable as the default, and reaches the hub's config through that variable."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from gpupool.cli import accounts_note, build_parser, port_env
+from gpupool.embedded import isolation
 
 
 def test_ports_are_options_that_reach_the_embedded_config(monkeypatch) -> None:
@@ -22,6 +25,32 @@ def test_a_port_out_of_range_is_refused(bad: str, capsys) -> None:
     assert "not a port number" in capsys.readouterr().err
 
 
-def test_up_says_plainly_whose_account_users_run_as() -> None:
-    assert "users share it" in accounts_note(1000)
-    assert "NOT isolated" in accounts_note(0)
+def test_up_says_plainly_whose_account_users_run_as(tmp_path: Path) -> None:
+    assert "users share it" in accounts_note(1000, *isolation(str(tmp_path), euid=1000, spawner=""))
+    assert "jupyter-<name>" in accounts_note(0, "accounts", "")
+    # root, but the admin picked the shared spawner: said plainly, with the reason
+    note = accounts_note(0, *isolation(str(tmp_path), euid=0, spawner="gpupool-simple"))
+    assert "NOT isolated" in note and "GPUPOOL_SPAWNER" in note
+    # root, but other accounts cannot reach the state folder: no accounts, and it says why
+    hidden = tmp_path / "hidden"
+    (hidden / "state").mkdir(parents=True)
+    hidden.chmod(0o700)
+    mode, why = isolation(str(hidden / "state"), euid=0, spawner="")
+    assert mode == "shared" and "other accounts may not pass through" in why
+
+
+def test_up_takes_the_users_python_environment(monkeypatch, tmp_path: Path) -> None:
+    """--user-env (or $GPUPOOL_USER_ENV): where workspaces and jobs find Python and JupyterHub."""
+    from gpupool.embedded import singleuser_command, user_python
+
+    assert build_parser().parse_args(["up", "--user-env", "/opt/users"]).user_env == "/opt/users"
+    monkeypatch.setenv("GPUPOOL_USER_ENV", str(tmp_path / "env"))
+    assert build_parser().parse_args(["up"]).user_env == str(tmp_path / "env")
+    assert user_python() == str(tmp_path / "env" / "bin" / "python")
+    assert singleuser_command() == str(tmp_path / "env" / "bin" / "jupyterhub-singleuser")
+    # an environment no other account can reach is named in the reason, and users share one account
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "bin" / "python").write_text("")
+    tmp_path.chmod(0o700)
+    mode, why = isolation(str(tmp_path), euid=0, spawner="")
+    assert mode == "shared" and "--user-env" in why

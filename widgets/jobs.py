@@ -77,6 +77,11 @@ def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
     """A link that opens the executed notebook in this JupyterLab, when it lies under HOME."""
     env = os.environ if env is None else env
     home, prefix = env.get("HOME", ""), env.get("JUPYTERHUB_SERVICE_PREFIX", "")
+    # with an account per user the jobs live outside the home, linked from it as ~/gpupool-jobs
+    link = os.path.join(home, "gpupool-jobs") if home else ""
+    if link and os.path.islink(link) and os.path.commonpath([os.path.realpath(link), path]) == \
+            os.path.realpath(link):
+        path = os.path.join(link, os.path.relpath(path, os.path.realpath(link)))
     if home and prefix and os.path.commonpath([home, path]) == os.path.abspath(home):
         rel = os.path.relpath(path, home)
         return (f"Executed notebook: <a href='{escape(prefix)}lab/tree/{escape(quote(rel))}' target='_blank'>"

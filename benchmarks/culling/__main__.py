@@ -1,7 +1,10 @@
 """Culling on interactive sessions from Adobe's notebook service, through the culler's own
 policy code (gpupool.idle_culler.policy), against reserving for life and the stock culler.
 
-    python -m benchmarks.culling [--sessions 2000] [--seed 1]
+    python -m benchmarks.culling [--sessions 2000] [--seed 1] [--class-size 500 [--concurrency 10]]
+
+--class-size N also times the culler on a real hub with N running workspaces (minutes): paged
+reads and stops one at a time vs `concurrency` at once, in the same run (class_hub.py).
 
 A culled user who comes back starts a new session (a new reservation) at their next cell;
 a cull is *false* when the user runs GPU work again within 30 minutes of it.
@@ -107,11 +110,39 @@ def pass_cost(n: int = 1000) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def class_size(users: int, concurrency: int) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.culling.class_hub import measure, table
+    from tests.hubtools import Hub
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hubs: list[Hub] = []
+
+        def hub_for(extra_config: str, env: dict) -> Hub:
+            hubs.append(Hub(state=Path(tmp) / "hub", extra_config=extra_config, env=env))
+            return hubs[-1]
+
+        print(f"[class size] {users} workspaces on a real hub ...", file=sys.stderr, flush=True)
+        try:
+            figures = measure(hub_for, Path(tmp) / "samples.json", users, concurrency)
+        finally:
+            for h in hubs:
+                h.stop()
+    print(table(figures) + "\n", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.culling", description=__doc__)
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--class-size", type=int, default=0, help="also time the culler on a real hub with this many"
+                    " running workspaces (0: skip; takes minutes)")
+    ap.add_argument("--concurrency", type=int, default=10, help="the culler's concurrency for --class-size")
     args = ap.parse_args(argv)
+    if args.class_size:
+        class_size(args.class_size, args.concurrency)
     sessions = make_sessions(args.sessions, args.seed)
     life = [s.lifetime_s / 3600 for s in sessions]
     busy = [s.busy_s / s.lifetime_s for s in sessions]

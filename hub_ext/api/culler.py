@@ -100,16 +100,100 @@ class ReportHandler(APIHandler):
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
         body = self.json_body(max_bytes=4 * 1024 * 1024)
+        try:
+            pass_time, workspaces, events = parse_report(body, time.time())
+        except ValueError as err:  # checked whole before anything is kept
+            raise web.HTTPError(400, str(err)) from None
         state = culler_state(self.settings)
-        state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in body.get("workspaces", [])}
-        state["pass_time"] = body.get("pass_time", time.time())
-        record_history(self.settings, self.pool, body.get("workspaces", []), state["pass_time"])
-        for e in body.get("events", []):
-            if e.get("kind") not in ("warn", "cull", "memory", "park"):
-                raise web.HTTPError(400, f"unknown event kind {e.get('kind')!r}")
-            self.pool.store.record(e["kind"], e.get("message", ""), owner=e.get("owner", ""),
-                                   name=e.get("name", ""), reason=e.get("reason", ""))
+        state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in workspaces}
+        state["pass_time"] = pass_time
+        record_history(self.settings, self.pool, workspaces, pass_time)
+        for e in events:
+            self.pool.store.record(e["kind"], e["message"], owner=e["owner"], name=e["name"], reason=e["reason"])
         self.write_json({"ok": True})
+
+
+EVENT_KINDS = ("warn", "cull", "memory", "park")
+MAX_REPORTED = 100_000  # workspaces (and events) in one pass: far over any hub, under the body limit
+# a workspace's findings as the culler sends them: key -> (types, may be null)
+FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "action": ((str,), False), "reason": ((str,), False), "message": ((str,), False), "parked": ((str,), False),
+    "cull_at": ((int, float), True), "gpu_idle_s": ((int, float), True), "gpu_util_pct": ((int, float), True),
+    "memory_mib": ((int, float), False), "memory_limit_mib": ((int, float), False), "extended": ((bool,), False),
+    "gpu_data": ((bool,), False),
+}
+
+
+KINDS = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
+ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
+# what the pages and widgets read of each finding, whole even when the report left a key out
+DEFAULTS: dict[str, Any] = {"action": "keep", "reason": "", "message": "", "parked": "", "cull_at": None,
+                            "gpu_idle_s": None, "gpu_util_pct": None, "memory_mib": 0, "memory_limit_mib": 0,
+                            "extended": False, "gpu_data": False}
+
+
+def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]:
+    """A culler pass's report, checked: (pass time, workspaces, events). ValueError says what is
+    wrong; unknown keys are dropped, text is cut to the lengths the pages show."""
+    pass_time = body.get("pass_time", now)
+    if not _number(pass_time) or not 0 <= pass_time <= 10**11:
+        raise ValueError("pass_time must be a time in seconds since 1970")
+    workspaces = _items(body, "workspaces")
+    for i, w in enumerate(workspaces):
+        _names(w, f"workspaces[{i}]")
+        for key, (types, nullable) in FINDINGS.items():
+            if key not in w or _fits(w[key], types, nullable):
+                continue
+            raise ValueError(f"workspaces[{i}].{key} must be {KINDS[types]}{' or null' if nullable else ''}")
+        if w.get("action", "keep") not in ACTIONS:
+            raise ValueError(f"workspaces[{i}].action must be one of {', '.join(ACTIONS)}")
+    events = _items(body, "events")
+    for i, e in enumerate(events):
+        _names(e, f"events[{i}]")
+        if e.get("kind") not in EVENT_KINDS:
+            raise ValueError(f"events[{i}].kind must be one of {', '.join(EVENT_KINDS)}")
+        for key in ("message", "reason"):
+            if not isinstance(e.get(key, ""), str):
+                raise ValueError(f"events[{i}].{key} must be text")
+    return (float(pass_time),
+            [{"owner": w["owner"], "name": w["name"],
+              **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()}} for w in workspaces],
+            [{"kind": e["kind"], "owner": e["owner"], "name": e["name"], "message": _cut(e.get("message", "")),
+              "reason": _cut(e.get("reason", ""), 200)} for e in events])
+
+
+def _fits(value: Any, types: tuple[type, ...], nullable: bool) -> bool:
+    if value is None:
+        return nullable
+    if isinstance(value, bool):  # JSON true is not a number here
+        return bool in types
+    if isinstance(value, float) and not (value == value and abs(value) < 1e15):
+        return False
+    return isinstance(value, types)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _items(body: dict, key: str) -> list[dict]:
+    items = body.get(key, [])
+    if not isinstance(items, list) or len(items) > MAX_REPORTED or not all(isinstance(x, dict) for x in items):
+        raise ValueError(f"{key} must be a list of at most {MAX_REPORTED} objects")
+    return items
+
+
+def _names(item: dict, where: str) -> None:
+    owner, name = item.get("owner"), item.get("name", "")
+    if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
+        raise ValueError(f"{where}.owner must be a user name (1 to 255 characters)")
+    if not isinstance(name, str) or len(name) > 255:
+        raise ValueError(f"{where}.name must be a server name (at most 255 characters; '' for the default)")
+    item.setdefault("name", "")
+
+
+def _cut(value: Any, limit: int = 2000) -> Any:
+    return value[:limit] if isinstance(value, str) else value
 
 
 class StatusHandler(APIHandler):

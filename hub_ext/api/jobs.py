@@ -163,6 +163,8 @@ class JobsHandler(JobsBase):
         """A command, a script, a cell's code or a notebook: snapshotted into the job folder."""
         import sys
 
+        # the Python jobs run with: TrainPool.python, which the jobs' accounts can run
+        python = getattr(getattr(self.training, "cfg", None), "python", "") or sys.executable
         given = [k for k in ("command", "script", "code", "notebook") if k in body]
         if len(given) != 1:
             raise web.HTTPError(400, "give exactly one of: command, script, code, notebook")
@@ -181,7 +183,7 @@ class JobsHandler(JobsBase):
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
-            return {"job.py": value.encode()}, [sys.executable, "job.py"]
+            return {"job.py": value.encode()}, [python, "job.py"]
         if kind == "code" and not (isinstance(value, str) or
                                    (isinstance(value, list) and all(isinstance(v, str) for v in value))):
             raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
@@ -202,7 +204,7 @@ class JobsHandler(JobsBase):
         except Exception as err:  # noqa: BLE001 - nbformat rejects a malformed document in many ways
             raise web.HTTPError(400, f"{kind}: not a valid notebook: {type(err).__name__}: {err}") from None
         return ({"input.ipynb": text.encode()},
-                [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
+                [python, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
 
 
 class JobHandler(JobsBase):

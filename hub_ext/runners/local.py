@@ -8,13 +8,12 @@ period, then SIGKILL; resuming starts the same command with the same checkpoint 
 from __future__ import annotations
 
 import os
-import pwd
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..accounts import Account, SystemAccounts
 from .safe_files import ensure_folder, folder, open_file, read_small
 
 EXIT_FILE = ".exit_code"
@@ -28,23 +27,12 @@ KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_E
 KEEP_PREFIXES = ("LC_", "NVIDIA_")
 
 
-@dataclass(frozen=True)
-class Account:
-    name: str
-    uid: int
-    gid: int
-    home: str
-
-
-def account_of(name: str) -> Account | None:
-    """The Unix account of a hub user, when the hub may switch to it (it runs as root)."""
+def account_of(name: str, accounts: SystemAccounts | None = None) -> Account | None:
+    """The Unix account of hub user `name` (made now where `accounts.create` says so), when the
+    hub may switch to it (it runs as root)."""
     if os.geteuid() != 0:
         return None
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
-        return None
-    return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+    return (accounts or SystemAccounts()).ensure(name)
 
 
 def give_to(path: Path, account: Account) -> None:

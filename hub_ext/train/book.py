@@ -48,7 +48,7 @@ class JobBook:
         may adjust the folder, e.g. hand it to the owner), its row and its event."""
         job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
         parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
-        parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_job_folders(parent)
         workdir = parent / f"{name}-{job_id}"
         with folder(str(parent), _parent_owner(parent)) as parent_fd:
             os.mkdir(workdir.name, 0o700, dir_fd=parent_fd)
@@ -105,6 +105,15 @@ class JobBook:
             lines = [f"gpupool: the log is not shown: {err}"]
         return {"lines": lines, "before": start,
                 "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None}
+
+
+def make_job_folders(parent: Path) -> None:
+    """The folders above the job folders, made 0711 whatever the hub's umask: each job's account
+    passes through to its own folder, and no account lists the others' jobs."""
+    for path in reversed([parent, *parent.parents]):
+        if not path.exists():
+            path.mkdir(mode=0o711, exist_ok=True)
+            path.chmod(0o711)
 
 
 def _parent_owner(parent: Path) -> int:

@@ -11,10 +11,12 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from sqlalchemy import select
 
 from .. import failpoints
+from ..accounts import AccountError, SystemAccounts, made_by_gpupool
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
@@ -25,7 +27,7 @@ from ..pool.training import Job, in_quota_split, schedule
 from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
 from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from ..store.db import bounded
-from .book import JobBook
+from .book import JobBook, make_job_folders
 from .config import TrainPool
 from .idle import IdleClock
 
@@ -60,7 +62,10 @@ class TrainingService(JobBook):
     def account(self, owner: str) -> Account | None:
         if self.cfg.run_as == "hub":
             return None
-        account = account_of(owner)
+        try:
+            account = account_of(owner, SystemAccounts(config=self.cfg.config))
+        except AccountError as err:  # never falls back to the hub's account: that may be root
+            raise PermissionError(str(err)) from None
         if account is None and self.cfg.run_as == "owner":
             raise PermissionError(f"user {owner} has no Unix account on this machine to run jobs as")
         return account
@@ -79,6 +84,8 @@ class TrainingService(JobBook):
         """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs.
         `pools`: the node pools this job may use, in its order (checked by the caller)."""
         account = self.account(owner)  # refused before anything is written
+        if account is not None:
+            self._show_jobs_to(owner, account)
         row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
                                max_runtime_s, files, now,
                                prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
@@ -89,6 +96,34 @@ class TrainingService(JobBook):
                 if pools:
                     s.add(JobPools(job_id=row.id, pools=list(pools)))
         return row
+
+    def _show_jobs_to(self, owner: str, account: Account) -> None:
+        """A user's own jobs folder (hub-owned, so the hub never works in a folder the user may
+        change) is listable by the user's group only, and linked from their home as
+        ~/gpupool-jobs, so JupyterLab opens the executed notebooks."""
+        if "{username}" not in self.cfg.jobs_root or os.geteuid() != 0:
+            return  # a folder shared by every user stays the hub's alone
+        parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
+        make_job_folders(parent)
+        st = parent.lstat()
+        if st.st_uid == os.geteuid() and (st.st_gid, st.st_mode & 0o777) != (account.gid, 0o750):
+            os.chown(parent, -1, account.gid, follow_symlinks=False)
+            parent.chmod(0o750)  # the owner's group reads it; nobody but the hub writes it
+        if not made_by_gpupool(account.name):
+            return  # an admin's or a system account's home is left as it is
+        try:
+            home = os.open(account.home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        try:
+            if os.fstat(home).st_uid != account.uid:
+                return
+            os.symlink(str(parent), "gpupool-jobs", dir_fd=home)  # never replaces what the user has there
+            os.chown("gpupool-jobs", account.uid, account.gid, dir_fd=home, follow_symlinks=False)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(home)
 
     def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
         """The intent is written first; the signal follows (and is sent again by a restarted

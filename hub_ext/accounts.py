@@ -1,0 +1,218 @@
+"""Hub users as unprivileged Unix accounts (TLJH's convention: hub user `alice` runs as `jupyter-alice`).
+
+When the hub runs as root, a workspace or a train job must never run as root: each hub user
+gets an account of their own, made with `useradd` the first time it is needed (JupyterHub's
+`LocalAuthenticator.create_system_users` habit), with a home only it can read (0700).
+
+Hub names are not Unix names (`alice.smith@uni.edu`, 60 characters, capitals). A name that is
+a valid Unix name after the prefix is used as it is; any other is normalized — characters
+outside `[a-z0-9_-]` become `-`, it is cut to 32 characters — and gets a hash of the whole
+hub name, so two hub names never normalize to the same account by accident. The account's
+comment field records which hub user it was made for (`gpupool user <hub name>`): an account that
+exists but was made for someone else, or not by gpupool, is refused rather than shared, so a
+hub user who picks a name that normalizes onto another's account gets a clear error, not their
+files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import stat
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from traitlets import Bool, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
+MAX_UNIX_NAME = 32  # useradd's limit on Linux
+MAX_HUB_NAME = 255  # the longest hub name gpupool maps (JupyterHub's own column is 255)
+MARKER = "gpupool user "  # the comment (GECOS) of an account gpupool made; no ':' or ',' allowed there
+_lock = threading.Lock()  # two spawns of one user must not both run useradd
+
+
+class AccountError(Exception):
+    """A hub user that cannot have (or use) a Unix account; the message says why, in plain words."""
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+class SystemAccounts(Configurable):
+    """Which Unix account a hub user's workspaces and train jobs run as."""
+
+    prefix = Unicode("", config=True, help="""Put before a hub user's name to make the Unix account name.
+        Empty: the hub name is the account name (JupyterHub's LocalProcessSpawner rule, e.g. with
+        PAM log-in). `gpupool up` run as root uses TLJH's convention, "jupyter-". Example::
+
+            c.SystemAccounts.prefix = "jupyter-"
+        """)
+    create = Bool(False, config=True, help="""Create a missing account with useradd the first time its
+        hub user spawns a workspace or submits a job (the hub must run as root). The account gets no
+        password, no login shell and a home only it can read (0700). Example::
+
+            c.SystemAccounts.create = True
+        """)
+    home_root = Unicode("", config=True, help="""Folder for the homes of created accounts (each gets
+        <home_root>/<account name>); empty: useradd's default (/home). Other accounts must be able to
+        pass through it (mode 0711 or 0755). Example::
+
+            c.SystemAccounts.home_root = "/srv/gpupool/home"
+        """)
+    shell = Unicode("/usr/sbin/nologin", config=True, help="""Login shell of created accounts (they
+        never log in; workspaces start their own programs). Example::
+
+            c.SystemAccounts.shell = "/bin/bash"
+        """)
+
+    @validate("prefix")
+    def _check_prefix(self, proposal: dict) -> str:
+        value = proposal["value"]
+        if value and (not UNIX_NAME.match(value) or len(value) > 16):
+            raise TraitError(f"SystemAccounts.prefix must be empty or a Unix name start of at most 16"
+                             f" characters ([a-z_][a-z0-9_-]*), not {value[:40]!r}")
+        return value
+
+    def name_for(self, hub_name: str) -> str:
+        return unix_name(hub_name, self.prefix)
+
+    def lookup(self, hub_name: str) -> Account | None:
+        """The account of `hub_name` if it exists and may be used; None when there is none."""
+        name = self.name_for(hub_name)
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            return None
+        return self._checked(pw, hub_name)
+
+    def ensure(self, hub_name: str) -> Account | None:
+        """The account, made now if `create` is on and it is missing; None when there is none.
+        Blocking (useradd): call it off the event loop."""
+        with _lock:
+            found = self.lookup(hub_name)
+            if found is not None or not self.create:
+                return found
+            if os.geteuid() != 0:
+                raise AccountError("the hub must run as root to create Unix accounts (SystemAccounts.create)")
+            self._useradd(hub_name)
+            found = self.lookup(hub_name)
+        if found is None:
+            raise AccountError(f"useradd did not create the account {self.name_for(hub_name)!r}")
+        return found
+
+    def _useradd(self, hub_name: str) -> None:
+        name = self.name_for(hub_name)
+        if not UNIX_NAME.match(name) or len(name) > MAX_UNIX_NAME:
+            raise AccountError(f"cannot make a Unix account named {name[:64]!r} (not a Unix name): set"
+                               " c.SystemAccounts.prefix so that hub names are mapped to valid ones")
+        cmd = ["useradd", "--create-home", "--user-group", "--shell", self.shell,
+               "--comment", comment_for(hub_name), "-K", "UMASK=0077"]
+        if self.home_root:
+            root = Path(self.home_root)
+            root.mkdir(parents=True, exist_ok=True)
+            if root.stat().st_mode & 0o011 != 0o011:
+                root.chmod(root.stat().st_mode | 0o011)  # every account passes through to its own home
+            if os.path.lexists(root / name):  # a former account's: its files are not handed to a new uid
+                raise AccountError(f"cannot make the Unix account {name!r}: its home {root / name} already"
+                                   " exists (left by an earlier account?); an admin must move it away first")
+            cmd += ["--home-dir", str(root / name)]
+        done = subprocess.run([*cmd, "--", name], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise AccountError(f"could not create the Unix account {name!r} for hub user"
+                               f" {hub_name[:64]!r}: {(done.stderr or done.stdout).strip()[:300]}")
+        home = pwd.getpwnam(name).pw_dir
+        os.chmod(home, 0o700)  # whatever HOME_MODE the system's login.defs says
+
+    @staticmethod
+    def _checked(pw: pwd.struct_passwd, hub_name: str) -> Account:
+        comment = pw.pw_gecos.split(",")[0]
+        if pw.pw_uid == 0 or pw.pw_gid == 0:
+            raise AccountError(f"the Unix account {pw.pw_name!r} is root's or in root's group:"
+                               " workspaces and jobs never run as root")
+        if comment.startswith(MARKER) and comment != comment_for(hub_name):
+            raise AccountError(f"the Unix account {pw.pw_name!r} belongs to hub user"
+                               f" {comment[len(MARKER):][:64]!r}, not {hub_name[:64]!r}: this name cannot be"
+                               " used on this hub (ask an admin)")
+        return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def comment_for(hub_name: str) -> str:
+    """The account comment that names its hub user: the name where the passwd file can hold it,
+    else a hash of it."""
+    if re.fullmatch(r"[A-Za-z0-9_.@+-]{1,128}", hub_name):
+        return MARKER + hub_name
+    return MARKER + "sha256 " + hashlib.sha256(hub_name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def unix_name(hub_name: str, prefix: str = "") -> str:
+    """The Unix account name of hub user `hub_name`: without a prefix the hub name itself;
+    with one, prefix + name when that is a valid Unix name of at most 32 characters, otherwise a
+    normalized name with a hash of the hub name. AccountError for an empty or over-long name."""
+    if not hub_name or len(hub_name) > MAX_HUB_NAME:
+        raise AccountError(f"a hub user name must be 1 to {MAX_HUB_NAME} characters to get a Unix account")
+    if not prefix:  # LocalProcessSpawner's rule: the hub name is the account's (PAM names are as they are)
+        return hub_name
+    whole = prefix + hub_name
+    if UNIX_NAME.match(whole) and len(whole) <= MAX_UNIX_NAME:
+        return whole
+    digest = hashlib.sha256(hub_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    clean = re.sub(r"[^a-z0-9_-]+", "-", hub_name.lower()).strip("-") or "user"
+    head = (prefix + clean)[: MAX_UNIX_NAME - len(digest) - 1].rstrip("-")
+    if not UNIX_NAME.match(head):  # no prefix and a name that starts with a digit or '-'
+        head = ("u" + head)[: MAX_UNIX_NAME - len(digest) - 1]
+    return f"{head}-{digest}"
+
+
+def unreachable(paths: list[str]) -> str:
+    """Why an unprivileged account could not use these paths (a folder on the way it may not
+    pass through, a file it may not read); "" when every one is usable."""
+    # a link is followed by whoever opens it: the folders on the way to its target count too
+    for path in dict.fromkeys(q for raw in paths for q in (Path(raw).absolute(), Path(raw).resolve())):
+        for folder in [*reversed(path.parents)]:
+            try:
+                mode = folder.stat().st_mode
+            except OSError as err:
+                return f"{folder}: {err.strerror}"
+            if not mode & stat.S_IXOTH:
+                return f"other accounts may not pass through {folder} (mode {oct(mode & 0o777)})"
+        try:
+            mode = path.stat().st_mode
+        except OSError as err:
+            return f"{path}: {err.strerror}"
+        need = stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
+        if not mode & need:
+            return f"other accounts may not {'pass through' if need == stat.S_IXOTH else 'read'} {path}" \
+                   f" (mode {oct(mode & 0o777)})"
+    return ""
+
+
+async def make_on_login(authenticator: object, handler: object, authentication: dict | None) -> dict | None:
+    """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
+    create_system_users habit). A user whose account cannot be made still logs in: the spawn page
+    then says why no server can start."""
+    import asyncio
+    import logging
+
+    if authentication:
+        try:
+            await asyncio.to_thread(SystemAccounts(config=authenticator.config).ensure, authentication["name"])
+        except AccountError as err:
+            logging.getLogger("gpupool").warning("no Unix account for %s: %s", authentication["name"][:64], err)
+    return authentication
+
+
+def made_by_gpupool(name: str) -> bool:
+    try:
+        return pwd.getpwnam(name).pw_gecos.startswith(MARKER)
+    except KeyError:
+        return False

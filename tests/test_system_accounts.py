@@ -1,0 +1,321 @@
+"""Users never run as root: a root hub (as `make up` runs on a fresh machine) gives each hub user
+a Unix account of their own (jupyter-<name>) and runs their workspaces and jobs as it.
+
+Real hub, real accounts made by useradd, real open() calls as another user's uid. Needs root,
+useradd and a checkout other accounts can run; skipped with the reason elsewhere. The hub
+users' names carry a random part, so the accounts cannot collide with real ones, and every
+account the test made is removed (userdel) at the end.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
+from gpupool.embedded import ACCOUNT_PREFIX, isolation
+
+from tests.hubtools import ADMIN_TOKEN, Hub
+
+J = "/services/gpupool/api/jobs"
+
+
+def _why_not() -> str:
+    if os.geteuid() != 0:
+        return "needs root (the hub switches accounts)"
+    if not (shutil.which("useradd") and shutil.which("userdel")):
+        return "needs useradd and userdel"
+    return ""
+
+
+WHY_NOT = _why_not()
+real_accounts = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
+
+
+def user_env(top: Path) -> Path:
+    """A Python environment every account can run. The test's own venv may sit on an interpreter
+    in a private folder (pyenv under /root): then a venv of the system's Python of the same
+    version that reads the test venv's packages (same ABI), as an admin would point
+    `gpupool up --user-env` at an environment users can run."""
+    own = Path(sys.executable).parent.parent
+    if not os.environ.get("GPUPOOL_USER_ENV") and isolation(str(top), euid=0, spawner="")[0] == "accounts":
+        return own
+    system = Path("/usr/bin/python3")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    probe = subprocess.run([str(system), "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
+                           capture_output=True, text=True) if system.exists() else None
+    if probe is None or probe.stdout.strip() != version:
+        pytest.skip(f"the test venv's Python is not one other accounts can run, and no system Python {version}")
+    env = top / "user-env"
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    site = env / "lib" / f"python{version}" / "site-packages"
+    packages = next(p for p in map(Path, sys.path) if p.name == "site-packages" and str(p).startswith(str(own)))
+    (site / "test-venv.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
+    script = env / "bin" / "jupyterhub-singleuser"
+    script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return env
+
+
+JOB = """
+import os, time
+fd = os.open("alice-output.txt", os.O_WRONLY | os.O_CREAT, 0o644)  # readable by all: only the folder protects it
+os.write(fd, b"alice's results")
+os.close(fd)
+print("alice's job log line", flush=True)
+while not os.path.exists("go"):  # the test says when to end: no clock to race
+    time.sleep(0.1)
+"""
+
+
+def uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])  # real uid
+    raise AssertionError(f"no Uid in /proc/{pid}/status")
+
+
+def pids_with(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (KEY=VALUE)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def open_as(uid: int, gid: int, paths: list[Path]) -> dict[str, str]:
+    """open() each path for reading in a process with this uid (no other groups): its errno name."""
+    code = ("import errno, sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        open(p, 'rb').read(1); print('READ')\n"
+            "    except OSError as e:\n"
+            "        print(errno.errorcode[e.errno])\n")
+    out = subprocess.run(["/usr/bin/env", "python3", "-c", code, *map(str, paths)], user=uid, group=gid,
+                         extra_groups=[], capture_output=True, text=True, timeout=30, cwd="/")
+    assert out.returncode == 0, out.stderr
+    return dict(zip(map(str, paths), out.stdout.split(), strict=True))
+
+
+@pytest.fixture
+def hub() -> Iterator[Hub]:
+    top = Path(tempfile.mkdtemp(prefix="gpupool-accounts-"))
+    top.chmod(0o711)  # the accounts pass through to their homes in the state folder below
+    try:
+        env = user_env(top)
+        with pytest.MonkeyPatch.context() as mp:  # what the hub will decide with that environment
+            mp.setenv("GPUPOOL_USER_ENV", str(env))
+            mode, why = isolation(str(top), euid=0, spawner="")
+        if mode != "accounts":
+            pytest.skip(f"the hub would not make accounts here: {why}")
+    except BaseException:
+        shutil.rmtree(top, ignore_errors=True)
+        raise
+    h = Hub(state=top / "state", env={"GPUPOOL_SPAWNER": "", "GPUPOOL_CULLER": "0", "GPUPOOL_USER_ENV": str(env),
+                                      # the demo passwords kept in files, as `make up` keeps them
+                                      "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
+                                      # secrets an admin hands JupyterHub in its environment
+                                      "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32),
+                                      "JPY_COOKIE_SECRET": secrets.token_hex(32)})
+    try:
+        yield h.start()
+    finally:
+        h.stop()
+        remove_accounts(h.state)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def remove_accounts(state: Path) -> None:
+    """userdel every account gpupool made with a home in this hub's state folder."""
+    for pw in pwd.getpwall():
+        if pw.pw_gecos.startswith(MARKER) and pw.pw_dir.startswith(f"{state}/"):
+            for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
+                try:
+                    if uid_of(pid) == pw.pw_uid:
+                        os.kill(pid, 9)
+                except (OSError, AssertionError):
+                    pass
+            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True, timeout=60)
+
+
+def log_in(hub: Hub, user: str) -> None:
+    """The hub's log-in form with the demo password, as a browser posts it."""
+    import http.cookiejar
+    import urllib.parse
+    import urllib.request
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{hub.url}/hub/login", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    form = urllib.parse.urlencode({"username": user, "password": (hub.state / "demo-password").read_text().strip(),
+                                   "_xsrf": xsrf}).encode()
+    opener.open(f"{hub.url}/hub/login?next=/hub/home", data=form, timeout=60).read()
+    assert any(c.name.startswith("jupyterhub-hub-login") for c in jar), "not logged in"
+
+
+def wait_state(hub: Hub, job_id: str, states: set[str], token: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = hub.api("GET", f"{J}/{job_id}", token=token)
+        if job["state"] in states:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never reached {states}:\n{hub.tail()}")
+
+
+def secrets_of(hub: Hub) -> dict[str, str]:
+    """What no workspace or job may see: the proxy's token and the cookie secret (in the hub's
+    environment), the admin token, the demo passwords."""
+    state = hub.state
+    proxy_pid = int((state / "proxy.pid").read_text().strip())
+    proxy_env = dict(item.split(b"=", 1) for item in Path(f"/proc/{proxy_pid}/environ").read_bytes().split(b"\0")
+                     if b"=" in item)
+    found = {"proxy token": proxy_env[b"CONFIGPROXY_AUTH_TOKEN"].decode(), "admin token": ADMIN_TOKEN,
+             "cookie secret": hub.env["JPY_COOKIE_SECRET"]}
+    for name in ("demo-password", "demo-admin-password"):
+        found[name] = (state / name).read_text().strip()
+    assert found["proxy token"] == hub.env["CONFIGPROXY_AUTH_TOKEN"]
+    assert all(len(v) >= 8 for v in found.values()), found
+    return found
+
+
+@pytest.mark.hub
+@real_accounts
+def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_other(hub: Hub) -> None:
+    tag = secrets.token_hex(3)
+    alice, bob = f"alice{tag}", f"bob{tag}"
+    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX)
+    for user in (alice, bob):
+        assert accounts.lookup(user) is None  # a name no real account has
+
+    log_in(hub, alice)  # the account is made at log-in, before any server
+    a = pwd.getpwnam(f"jupyter-{alice}")
+    hub.spawn(alice, 0.25)
+    assert a.pw_uid != 0 and a.pw_gid != 0 and a.pw_gecos == comment_for(alice) == MARKER + alice
+    assert a.pw_dir == f"{hub.state}/home/jupyter-{alice}"
+    home = os.stat(a.pw_dir)
+    assert (home.st_uid, home.st_mode & 0o777) == (a.pw_uid, 0o700)
+    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={alice}/") if "singleuser" in Path(f"/proc/{p}/cmdline")
+                .read_text(errors="replace")]
+    assert uid_of(server) == a.pw_uid  # not 0
+
+    token = hub.user_token(alice)
+    job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": "secret", "script": JOB}, token=token)
+    folder = next((hub.state / "jobs" / alice).glob(f"*-{job['id']}"))
+    deadline = time.monotonic() + 60
+    while not (folder / "alice-output.txt").exists():
+        now = hub.api("GET", f"{J}/{job['id']}", token=token)
+        assert now["state"] in ("queued", "running") and time.monotonic() < deadline, (now["message"], hub.tail())
+        time.sleep(0.2)
+    job_pids = pids_with(f"GPUPOOL_JOB_ID={job['id']}")
+    assert job_pids and {uid_of(p) for p in job_pids} == {a.pw_uid}
+
+    hub.spawn(bob, 0.25)
+    b = pwd.getpwnam(f"jupyter-{bob}")
+    [bob_server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={bob}/")
+                    if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    assert uid_of(bob_server) == b.pw_uid != a.pw_uid
+    (Path(a.pw_dir) / "notes.txt").write_text("alice's notes")
+    os.chown(Path(a.pw_dir) / "notes.txt", a.pw_uid, a.pw_gid)
+    os.chmod(Path(a.pw_dir) / "notes.txt", 0o644)
+    targets = [folder / "alice-output.txt", folder / "job.log", Path(a.pw_dir) / "notes.txt",
+               hub.state / "jupyterhub.sqlite", hub.state / "gpupool.sqlite", hub.state / "demo-password",
+               hub.state / "demo-admin-password", hub.state / "hub.log"]
+    assert all(t.exists() for t in targets)
+    assert set(open_as(b.pw_uid, b.pw_gid, targets).values()) == {errno.errorcode[errno.EACCES]}
+    # alice herself reads her own files (the refusals above are about who asks), her job's
+    # output also through ~/gpupool-jobs, the link JupyterLab opens it by
+    via_home = Path(a.pw_dir, "gpupool-jobs", folder.name, "alice-output.txt")
+    assert Path(a.pw_dir, "gpupool-jobs").is_symlink()
+    mine = [*targets[:3], via_home]
+    assert open_as(a.pw_uid, a.pw_gid, mine) == {str(t): "READ" for t in mine}
+    assert open_as(b.pw_uid, b.pw_gid, [via_home]) == {str(via_home): errno.errorcode[errno.EACCES]}
+
+    # no hub secret in the environment of a workspace or a job
+    hidden = secrets_of(hub)
+    for pid in [server, *job_pids]:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        leaked = [name for name, value in hidden.items() if value in environ]
+        assert leaked == [], f"process {pid} sees {leaked}"
+
+    (folder / "go").write_text("")
+    done = wait_state(hub, job["id"], {"succeeded", "failed"}, token)
+    assert done["state"] == "succeeded", done
+
+
+@pytest.mark.hub
+@real_accounts
+def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes_anothers(hub: Hub) -> None:
+    tag = secrets.token_hex(3)
+    odd = f"Eve.{tag}@Example.org"
+    hub.spawn(odd, 0.25)
+    name = unix_name(odd, ACCOUNT_PREFIX)
+    pw = pwd.getpwnam(name)
+    assert name.startswith("jupyter-eve-") and len(name) <= 32 and pw.pw_gecos == comment_for(odd)
+    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={odd}/")
+                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    assert uid_of(server) == pw.pw_uid != 0
+    # a hub user whose name is that account's name is refused, not handed eve's account
+    squatter = name[len(ACCOUNT_PREFIX):]
+    hub.api("POST", f"/hub/api/users/{squatter}")
+    status, message = hub.api_error("POST", f"/hub/api/users/{squatter}/server", {"gpus": 0.25})
+    assert status == 403 and "belongs to hub user" in message, message
+    assert hub.allocations() == [s for s in hub.allocations() if s["owner"] != squatter]
+
+
+def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:
+    assert unix_name("alice", "jupyter-") == "jupyter-alice"
+    assert unix_name("alice", "") == "alice"  # no prefix: LocalProcessSpawner's rule, the hub name
+    long = unix_name("x" * 200, "jupyter-")
+    assert len(long) <= 32 and long.startswith("jupyter-x")
+    assert unix_name("A.b", "jupyter-") != unix_name("a-b", "jupyter-")  # normalized names keep a hash
+    for bad in ("", "x" * 256):
+        with pytest.raises(AccountError):
+            unix_name(bad, "jupyter-")
+    with pytest.raises(Exception, match="prefix"):
+        SystemAccounts(prefix="Bad Prefix")
+
+
+def test_root_is_never_an_account_for_a_user() -> None:
+    with pytest.raises(AccountError, match="never run as root"):
+        SystemAccounts(prefix="").lookup("root")
+
+
+
+@real_accounts
+def test_a_home_left_by_an_earlier_account_is_not_handed_to_a_new_one(tmp_path: Path) -> None:
+    hub_name = f"gone{secrets.token_hex(3)}"
+    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path))
+    (tmp_path / f"jupyter-{hub_name}").mkdir()  # an earlier jupyter-<name>'s files
+    with pytest.raises(AccountError, match="already exists"):
+        accounts.ensure(hub_name)
+    assert accounts.lookup(hub_name) is None  # no account was made
+
+
+def test_the_monitor_links_a_job_output_through_the_home_link(tmp_path: Path) -> None:
+    from gpupool.widgets.jobs import output_link
+
+    home, jobs = tmp_path / "home", tmp_path / "jobs" / "alice"
+    (jobs / "train-1").mkdir(parents=True)
+    home.mkdir()
+    (home / "gpupool-jobs").symlink_to(jobs)
+    env = {"HOME": str(home), "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}
+    link = output_link(str(jobs / "train-1" / "output.ipynb"), env)
+    assert "href='/user/alice/lab/tree/gpupool-jobs/train-1/output.ipynb'" in link
+    assert "href" not in output_link(str(tmp_path / "elsewhere" / "output.ipynb"), env)
