@@ -102,6 +102,8 @@ def up(args: argparse.Namespace) -> int:
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
                **port_env(args))
+    if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
+        args.user_env = users_python(state)
     if args.user_env:
         env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
     password, admin_password = demo_password(state), demo_password(state, admin=True)
@@ -115,6 +117,21 @@ def up(args: argparse.Namespace) -> int:
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
+
+
+def users_python(state: str) -> str:
+    """As root, users run as accounts of their own, which must be able to run the hub's Python.
+    When they cannot (an interpreter in a private folder), make one they can in the state folder;
+    "" leaves it to the banner to say why users are not isolated."""
+    from .accounts import shared_python_env, unreachable
+    from .embedded import singleuser_command, user_python
+
+    if not unreachable([user_python(), singleuser_command()]):
+        return ""
+    folder, why = shared_python_env(os.path.join(state, "user-env"))
+    if why:
+        print(f"gpupool: users cannot run this Python: {why}; pass --user-env", file=sys.stderr)
+    return folder
 
 
 def banner(port: int, password: str, admin_password: str, state: str) -> str:

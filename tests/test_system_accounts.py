@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
+from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, shared_python_env, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
 
 from tests.hubtools import ADMIN_TOKEN, Hub
@@ -44,27 +44,14 @@ real_accounts = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 
 def user_env(top: Path) -> Path:
     """A Python environment every account can run. The test's own venv may sit on an interpreter
-    in a private folder (pyenv under /root): then a venv of the system's Python of the same
-    version that reads the test venv's packages (same ABI), as an admin would point
-    `gpupool up --user-env` at an environment users can run."""
+    in a private folder (pyenv under /root): then the one `gpupool up` makes for that case."""
     own = Path(sys.executable).parent.parent
     if not os.environ.get("GPUPOOL_USER_ENV") and isolation(str(top), euid=0, spawner="")[0] == "accounts":
         return own
-    system = Path("/usr/bin/python3")
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    probe = subprocess.run([str(system), "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
-                           capture_output=True, text=True) if system.exists() else None
-    if probe is None or probe.stdout.strip() != version:
-        pytest.skip(f"the test venv's Python is not one other accounts can run, and no system Python {version}")
-    env = top / "user-env"
-    subprocess.run([str(system), "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
-    site = env / "lib" / f"python{version}" / "site-packages"
-    packages = next(p for p in map(Path, sys.path) if p.name == "site-packages" and str(p).startswith(str(own)))
-    (site / "test-venv.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
-    script = env / "bin" / "jupyterhub-singleuser"
-    script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\nsys.exit(main())\n")
-    script.chmod(0o755)
-    return env
+    env, why = shared_python_env(str(top / "user-env"))  # what `gpupool up` makes as root
+    if why:
+        pytest.skip(f"the test venv's Python is not one other accounts can run: {why}")
+    return Path(env)
 
 
 JOB = """
@@ -319,3 +306,34 @@ def test_the_monitor_links_a_job_output_through_the_home_link(tmp_path: Path) ->
     link = output_link(str(jobs / "train-1" / "output.ipynb"), env)
     assert "href='/user/alice/lab/tree/gpupool-jobs/train-1/output.ipynb'" in link
     assert "href" not in output_link(str(tmp_path / "elsewhere" / "output.ipynb"), env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root hub makes accounts")
+def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
+    """`gpupool up` as root on a machine whose Python lives in a private folder (pyenv under
+    /root) must still isolate users: it makes a Python environment they can run, not fall back to
+    running every workspace as root."""
+    from gpupool.accounts import unreachable
+    from gpupool.cli import users_python
+
+    top = Path(tempfile.mkdtemp(prefix="gpupool-up-"))
+    top.chmod(0o711)
+    try:
+        state = top / "state"
+        state.mkdir()
+        monkeypatch.delenv("GPUPOOL_USER_ENV", raising=False)
+        folder = users_python(str(state))
+        if not unreachable([sys.executable]):
+            assert folder == ""  # the hub's own Python will do
+            return
+        minor = f"{sys.version_info.major}.{sys.version_info.minor}"
+        if not os.path.exists(f"/usr/bin/python{minor}"):
+            pytest.skip(f"no system Python {minor} here")
+        assert folder, "gpupool up would run every workspace as root"
+        monkeypatch.setenv("GPUPOOL_USER_ENV", folder)
+        assert isolation(str(state), euid=0, spawner="") == ("accounts", "")
+        out = subprocess.run([f"{folder}/bin/python", "-c", "import gpupool, jupyterhub; print('ok')"], user=65534,
+                             group=65534, extra_groups=[], capture_output=True, text=True, timeout=60, cwd="/")
+        assert out.stdout.strip() == "ok", out.stderr  # as nobody
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
