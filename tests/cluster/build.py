@@ -33,11 +33,14 @@ GO_DIR = Path(__file__).resolve().parent / "go"
 class Component:
     name: str  # a folder under tests/cluster/go
     binaries: tuple[str, ...]  # what `go build tool` writes (the last element of each tool path)
+    # a module whose pinned version the binaries report as their Kubernetes version (`/version`):
+    # unstamped they say v0.0.0-master, which clients that parse it refuse (Kueue does)
+    stamp: str = ""
 
 
 COMPONENTS = (
     Component("etcd", ("server",)),  # go.etcd.io/etcd/server/v3: Go names it "server"
-    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
+    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler"), stamp="k8s.io/kubernetes"),
     Component("kwok", ("kwok",)),
 )
 # Built only for the tests that need them (their fixture asks): a failure to build one skips
@@ -72,9 +75,18 @@ def go_version() -> str:
     return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def ldflags(component: Component) -> str:
+    if not component.stamp:
+        return ""
+    version = module_version(component.name, component.stamp)  # v1.35.4
+    major, minor = version.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor}"
+
+
 def key(component: Component, version: str) -> str:
-    """Changes when a pin (go.mod, go.sum) or the Go toolchain changes: then it is rebuilt."""
-    h = hashlib.sha256(version.encode())
+    """Changes when a pin (go.mod, go.sum), the Go toolchain or the flags change: then it is rebuilt."""
+    h = hashlib.sha256((version + ldflags(component)).encode())
     for f in ("go.mod", "go.sum"):
         h.update((GO_DIR / component.name / f).read_bytes())
     return h.hexdigest()[:16]
@@ -96,7 +108,8 @@ def build(component: Component, version: str, log=print) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
-        proc = subprocess.run(["go", "build", "-o", tmp + os.sep, "tool"], cwd=GO_DIR / component.name,
+        proc = subprocess.run(["go", "build", f"-ldflags={ldflags(component)}", "-o", tmp + os.sep, "tool"],
+                              cwd=GO_DIR / component.name,
                               env=go_env(), capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"building {component.name} failed:\n{proc.stderr[-4000:]}")
@@ -125,12 +138,16 @@ def optional(name: str, log=print) -> Path:
     return build(component, go_version(), log)
 
 
+def module_version(component: str, module: str) -> str:
+    """The version of `module` that `component`'s go.mod pins."""
+    mod = (GO_DIR / component / "go.mod").read_text()
+    return re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", mod, re.M).group(1)
+
+
 def module_dir(component: str, module: str) -> Path:
     """`module`'s source in the Go module cache, at the version `component`'s go.mod pins
     (where the tests read CRDs and stage definitions from)."""
-    mod = (GO_DIR / component / "go.mod").read_text()
-    version = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", mod, re.M).group(1)
-    return Path(go_env()["GOMODCACHE"]) / f"{module}@{version}"
+    return Path(go_env()["GOMODCACHE"]) / f"{module}@{module_version(component, module)}"
 
 
 def main(argv: list[str] | None = None) -> int:
