@@ -20,9 +20,9 @@ from gpupool.pool.jobs import Project
 
 from tests.cluster import build, kueue
 from tests.cluster.conftest import HUB_NS
-from tests.cluster.plane import ControlPlane, env_flag
+from tests.cluster.plane import SIGTERM_EXIT_CODE, ControlPlane, env_flag
 from tests.cluster.resources import Resources
-from tests.cluster.test_train_jobs_real import exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401
+from tests.cluster.test_train_jobs_real import annotate, exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401 (hub_api: a fixture)
 
 COHORT, FLAVOR, PROJECT = "kueue-test", "kueue-test-gpu", "optics"
 API = "/apis/kueue.x-k8s.io/v1beta2"
@@ -142,5 +142,60 @@ async def test_kueue_admits_a_train_job_within_its_quota_and_holds_the_next(
         await wait_for(lambda: ctl.status(second.id).state == "running", 30, "the second row running")
     finally:
         for s in (first, second):
+            await ctl.cancel(s.id)
+        await ctl.stop()
+
+
+async def test_kueue_reclaims_a_borrowed_gpu_and_the_job_resumes(
+        kueue_manager: ControlPlane, hub_api, admin: Resources) -> None:  # noqa: F811
+    """reclaimWithinCohort, for real: `lenses` (guarantee 1, limit 2) borrows the idle GPU of
+    `mirrors` (guarantee 1) in their own cohort; a job of `mirrors` takes it back. Kueue evicts
+    the borrower (suspends its Job, the Job controller stops its pod; the program saves and exits
+    with the checkpoint helper's 75, which the Job does not count); when `mirrors` is done,
+    Kueue admits `lenses` again and a new pod resumes. The row: running, preempted, running."""
+    projects = {"lenses": Project("lenses", 1000, 1.0, 2000, 0), "mirrors": Project("mirrors", 1000, 1.0, 1000, 0)}
+    admin.apply_all(kueue_objects(projects, HUB_NS, cohort="kueue-reclaim", flavor=FLAVOR))
+    log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
+    for name in projects:
+        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
+                   .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
+    seen: list[str] = []
+
+    def on_change(job_id: str, st) -> None:
+        if job_id == "kueue-borrow" and (not seen or seen[-1] != st.state):
+            seen.append(st.state)
+
+    ctl = KubeJobController(hub_api, OPTS, None, on_change=on_change, watch_timeout_s=20)
+    borrower = TrainJobSpec(id="kueue-borrow", owner="ann", project="lenses", num_gpu=2, gpu_milli=1000,
+                            command=["python", "train.py"], image="registry.example.org/train:1")
+    owner = TrainJobSpec(id="kueue-own", owner="bob", project="mirrors", num_gpu=1, gpu_milli=1000,
+                         command=["python", "train.py"], image="registry.example.org/train:1")
+    for s in (borrower, owner):
+        volume_for(admin, s.id)
+    await ctl.start()
+    try:
+        await ctl.submit(borrower)
+        pod = await wait_for(lambda: running_pod(admin, borrower.id, set()), 30, "the borrower's pod to run")
+        await wait_for(lambda: ctl.status(borrower.id).state == "running", 30, "borrower running")
+        annotate(admin, pod, SIGTERM_EXIT_CODE, "75")  # its program saves and exits as the helper does
+
+        await ctl.submit(owner)
+        wl = await wait_for(lambda: (w := workload_of(admin, borrower.id)) and kueue.condition(w, "Evicted")
+                            .get("status") == "True" and w, 60, "Kueue to evict the borrower")
+        assert kueue.condition(wl, "Preempted").get("reason") == "InCohortReclamation", wl["status"]
+        await wait_for(lambda: running_pod(admin, owner.id, set()), 60, "the owner's pod to run")
+        assert job(admin, borrower.id)["spec"]["suspend"] is True
+        await wait_for(lambda: ctl.status(borrower.id).state == "preempted", 30, "borrower row preempted")
+
+        exit_pod(admin, running_pod(admin, owner.id, set()), 0)
+        await wait_for(lambda: ctl.status(owner.id).state == "succeeded", 60, "the owner to succeed")
+        await wait_for(lambda: running_pod(admin, borrower.id, {pod["metadata"]["uid"]}), 60,
+                       "the borrower resumed in a new pod")
+        await wait_for(lambda: ctl.status(borrower.id).state == "running", 30, "borrower running again")
+        jobobj = job(admin, borrower.id)
+        assert not jobobj["status"].get("failed"), jobobj["status"]  # the eviction was not counted
+        assert seen == ["queued", "running", "preempted", "running"], seen
+    finally:
+        for s in (borrower, owner):
             await ctl.cancel(s.id)
         await ctl.stop()
