@@ -199,3 +199,25 @@ async def test_kueue_reclaims_a_borrowed_gpu_and_the_job_resumes(
         for s in (borrower, owner):
             await ctl.cancel(s.id)
         await ctl.stop()
+
+
+def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin: Resources) -> None:
+    """The chart's own Kueue objects (what a cluster admin installs with `kueue.enabled`) pass
+    Kueue's webhooks and become active with the quotas the values give."""
+    from tests.k8s.test_chart import render
+
+    values = {"kueue": {"enabled": True, "cohort": "kueue-chart", "namespace": HUB_NS, "flavor": FLAVOR},
+              "projects": {"prisms": {"department": "default", "guarantee": 1.5, "limit": 3},
+                           "filters": {"department": "default", "guarantee": 1}}}
+    docs = [d for d in render(values) if d["apiVersion"].startswith("kueue.x-k8s.io/")]
+    assert {d["kind"] for d in docs} == {"Cohort", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    admin.apply_all(docs)
+    log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
+    for name in ("prisms", "filters"):
+        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
+                   .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
+        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/namespaces/{HUB_NS}/localqueues/{n}"), "Active")
+                   .get("status") == "True", 30, f"LocalQueue {name} Active", log)
+    quota = admin.get(f"{API}/clusterqueues/prisms")["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    # quantities, as Kueue's conversion webhook writes them: "2"
+    assert (str(quota["nominalQuota"]), str(quota["borrowingLimit"])) == ("2", "1")  # 1.5 rounds up; limit 3
