@@ -49,8 +49,9 @@ browser:
 	fi
 
 # The real control plane of the cluster tests (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok), built from Go modules at the pins in tests/cluster/go/ and cached under
-# ~/.cache/gpupool: the first build takes minutes, later ones nothing until a pin changes.
+# kube-scheduler, kwok; Kueue for its own tests, which alone skip if it fails to build), built
+# from Go modules at the pins in tests/cluster/go/ and cached under ~/.cache/gpupool: the first
+# build takes minutes, later ones nothing until a pin changes.
 cluster: venv
 	@if command -v go >/dev/null 2>&1; then nice -n 10 $(PY) tests/cluster/build.py; \
 	else echo "go missing: the cluster tests skip (and fail in CI)"; fi

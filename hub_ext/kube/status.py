@@ -1,8 +1,8 @@
 """A train Job and its pods -> gpupool's job state: pure, fed by the controller's watch.
 
 States: queued (waiting for GPUs in its queue, or suspended by Kueue), running, preempted
-(its pod was evicted; the Job makes a new one that resumes from the checkpoint), succeeded,
-failed, cancelled.
+(its pod was evicted, or Kueue suspended the Job after it ran; a new pod resumes from the
+checkpoint), succeeded, failed, cancelled.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
         return JobStatus("cancelled", "cancelled" if cancel_requested else "its Job was deleted outside gpupool",
                          **counts)
     if ((job or {}).get("spec") or {}).get("suspend"):
+        if runs:  # Kueue evicted it (reclaim, priority): it suspends the Job, which stops its pods
+            return JobStatus("preempted", "preempted by Kueue; it resumes from its checkpoint when Kueue admits "
+                             "it again", **counts)
         return JobStatus("queued", "waiting for Kueue to admit it", **counts)
     live = [p for p in pods if not p.gone and not p.disrupted and p.phase in ("Pending", "Running")]
     if any(p.phase == "Running" for p in live):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,12 +33,20 @@ GO_DIR = Path(__file__).resolve().parent / "go"
 class Component:
     name: str  # a folder under tests/cluster/go
     binaries: tuple[str, ...]  # what `go build tool` writes (the last element of each tool path)
+    # a module whose pinned version the binaries report as their Kubernetes version (`/version`):
+    # unstamped they say v0.0.0-master, which clients that parse it refuse (Kueue does)
+    stamp: str = ""
 
 
 COMPONENTS = (
     Component("etcd", ("server",)),  # go.etcd.io/etcd/server/v3: Go names it "server"
-    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler")),
+    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler"), stamp="k8s.io/kubernetes"),
     Component("kwok", ("kwok",)),
+)
+# Built only for the tests that need them (their fixture asks): a failure to build one skips
+# those tests with the error (fails them in CI) and never stops the rest of the plane.
+OPTIONAL = (
+    Component("kueue", ("kueue",)),  # sigs.k8s.io/kueue/cmd/kueue: Kueue's controller manager
 )
 
 # Tried here with the module proxy (the only source this project may download from):
@@ -45,8 +54,6 @@ UNAVAILABLE = {
     "kai-scheduler": "go: github.com/kai-scheduler/KAI-scheduler@v0.17.0: reading https://proxy.golang.org/"
                      "github.com/kai-scheduler/%21k%21a%21i-scheduler/@v/v0.17.0.info: 403 Forbidden "
                      "(every version, also under github.com/NVIDIA/KAI-scheduler)",
-    "kueue": "go: module sigs.k8s.io/kueue: reading https://proxy.golang.org/sigs.k8s.io/kueue/@v/list: "
-             "403 Forbidden",
 }
 
 
@@ -68,9 +75,18 @@ def go_version() -> str:
     return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def ldflags(component: Component) -> str:
+    if not component.stamp:
+        return ""
+    version = module_version(component.name, component.stamp)  # v1.35.4
+    major, minor = version.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    return f"-X {pkg}.gitVersion={version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor}"
+
+
 def key(component: Component, version: str) -> str:
-    """Changes when a pin (go.mod, go.sum) or the Go toolchain changes: then it is rebuilt."""
-    h = hashlib.sha256(version.encode())
+    """Changes when a pin (go.mod, go.sum), the Go toolchain or the flags change: then it is rebuilt."""
+    h = hashlib.sha256((version + ldflags(component)).encode())
     for f in ("go.mod", "go.sum"):
         h.update((GO_DIR / component.name / f).read_bytes())
     return h.hexdigest()[:16]
@@ -92,7 +108,8 @@ def build(component: Component, version: str, log=print) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
-        proc = subprocess.run(["go", "build", "-o", tmp + os.sep, "tool"], cwd=GO_DIR / component.name,
+        proc = subprocess.run(["go", "build", f"-ldflags={ldflags(component)}", "-o", tmp + os.sep, "tool"],
+                              cwd=GO_DIR / component.name,
                               env=go_env(), capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"building {component.name} failed:\n{proc.stderr[-4000:]}")
@@ -115,6 +132,24 @@ def binaries(log=print) -> dict[str, Path]:
     return found
 
 
+def optional(name: str, log=print) -> Path:
+    """The folder of one OPTIONAL component's binaries, built if needed (RuntimeError if it fails)."""
+    component = next(c for c in OPTIONAL if c.name == name)
+    return build(component, go_version(), log)
+
+
+def module_version(component: str, module: str) -> str:
+    """The version of `module` that `component`'s go.mod pins."""
+    mod = (GO_DIR / component / "go.mod").read_text()
+    return re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)", mod, re.M).group(1)
+
+
+def module_dir(component: str, module: str) -> Path:
+    """`module`'s source in the Go module cache, at the version `component`'s go.mod pins
+    (where the tests read CRDs and stage definitions from)."""
+    return Path(go_env()["GOMODCACHE"]) / f"{module}@{module_version(component, module)}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report whether every component is built")
@@ -125,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 1
     if args.check:
-        missing = [c.name for c in COMPONENTS if not built(c, version)]
+        missing = [c.name for c in COMPONENTS + OPTIONAL if not built(c, version)]
         print("missing: " + ", ".join(missing) if missing else "all built")
         return 1 if missing else 0
     start = time.monotonic()
@@ -134,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as err:
         print(err, file=sys.stderr)
         return 1
+    for c in OPTIONAL:  # reported, never fatal: only the tests that need it skip (or fail in CI)
+        try:
+            folder = build(c, version)
+        except RuntimeError as err:
+            print(f"not built: {c.name} (its tests will skip, and fail in CI): {err}", file=sys.stderr)
+            continue
+        found.update({b: folder / b for b in c.binaries})
     for name, path in sorted(found.items()):
         print(f"{name}: {path}")
     for name, why in UNAVAILABLE.items():

@@ -194,9 +194,9 @@ class ControlPlane:
         return path
 
     def created(self, resource: str, namespace: str) -> list[str]:
-        """Names of the `resource` (pods, jobs) anyone asked the API server to create in
-        `namespace` (from its audit log), refused requests included: what no test can miss by
-        looking too late."""
+        """Names (a Job's pods: generateName prefixes) of the `resource` (pods, jobs) anyone asked
+        the API server to create in `namespace` (from its audit log), refused requests included:
+        what no test can miss by looking too late."""
         import json
 
         names = []
@@ -204,7 +204,8 @@ class ControlPlane:
             event = json.loads(line)
             ref = event.get("objectRef") or {}
             if ref.get("resource") == resource and ref.get("namespace") == namespace and not ref.get("subresource"):
-                names.append(((event.get("requestObject") or {}).get("metadata") or {}).get("name", ""))
+                meta = (event.get("requestObject") or {}).get("metadata") or {}
+                names.append(meta.get("name") or meta.get("generateName", ""))  # a Job's pods: generateName
         return names
 
     def stop(self) -> None:

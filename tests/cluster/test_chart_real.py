@@ -136,7 +136,7 @@ def test_only_the_hub_may_ask_the_node_agent(admin: Resources, chart: list[dict]
 
 def test_the_kueue_adapters_queues_pass_kueues_own_validation(admin: Resources, chart: list[dict]) -> None:
     """Kueue's CRDs (v1beta2, Kueue >= v0.15.0) on the real server run their CEL rules, which an
-    offline schema check does not; Kueue's controller itself could not be built here."""
+    offline schema check does not (test_kueue_real.py runs Kueue's controller on them)."""
     import yaml
     from gpupool.kube.kueue import kueue_objects
     from gpupool.pool.training import Project

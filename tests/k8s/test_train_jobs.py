@@ -125,6 +125,9 @@ def pv(name: str, **kw) -> PodView:
 @pytest.mark.parametrize("job, pods, kw, state, message", [
     ({}, [], {}, "queued", "waiting for GPUs"),
     ({"spec": {"suspend": True}}, [], {}, "queued", "Kueue"),
+    # Kueue's eviction (reclaim): the Job suspended again after it ran, its pod checkpointed and gone
+    ({"spec": {"suspend": True}}, [pv("p1", phase="Failed", ran=True, disrupted="checkpointed and stopped",
+                                      exit_code=75, gone=True)], {}, "preempted", "preempted by Kueue"),
     ({}, [pv("p1", phase="Running", ran=True)], {}, "running", ""),
     ({}, [pv("p1", phase="Failed", ran=True, disrupted="PreemptionByScheduler", gone=True)], {}, "preempted",
      "resumes from its checkpoint"),
