@@ -151,9 +151,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     # The hub binds its own REST API only after initialize() has checked every server it had
     # running, so once that API answers, the spawners say truthfully what is running.
     await _hub_answers(hub_api)
-    from .admin import register
 
-    register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
     def is_running(row: Any) -> bool:
         if _is_active(hub, row):
             return True
@@ -166,6 +164,9 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+    from .admin import register
+
+    register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
 
 
 def _session_end(config: Config, culler: bool) -> Any:

@@ -6,6 +6,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import time
 
 import pytest
 
@@ -45,7 +46,10 @@ def test_kill_9_and_restart_keeps_running_shares_and_drops_half_made_ones(make_h
                                                      "CUDA_VISIBLE_DEVICES": "3"})
 
     hub.start()
-    after = shares_by_owner(hub)
+    # the start-up reconcile runs once the hub's own API answers, just after the hub comes up
+    deadline = time.monotonic() + 30
+    while (after := shares_by_owner(hub)) != before and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert after == before  # same shares, same server processes, and u3's half-made one gone
     per_gpu: dict[int, int] = {}
     for s in hub.allocations():

@@ -94,11 +94,15 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     pool = PoolManager(Inventory(nodes=(Node("localhost", gpus),)), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
                        BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
     svc = TrainingService(pool, TrainPool(config=c))
-    show = [sys.executable, "-c", "import os; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'])"]
+    go = tmp_path / "go"  # runs hold their GPUs until the test says so: placements never race exits
+    show = [sys.executable, "-c", "import os, sys, time; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.05)", str(go)]
     ids = [svc.submit("ann", "vision", f"v{i}", 1, 1000, show, now=i).id for i in range(3)]
     ids.append(svc.submit("bob", "teach", "t", 1, 1000, show, now=5).id)
     ids.append(svc.submit("ann", "vision", "low-end", 1, 1000, show, now=6, pools=("workstations",)).id)
     svc.tick(now=10)
+    assert [svc.job(i).state for i in ids] == ["running"] * 4 + ["queued"]  # 4 GPUs, 4 in quota
+    go.touch()
     deadline = time.monotonic() + 30
     while any(svc.job(i).state != "succeeded" for i in ids):
         assert time.monotonic() < deadline, [svc.job(i).to_json() for i in ids]
