@@ -136,7 +136,8 @@ class Hub:
 
     def kill_leftovers(self) -> None:
         """Servers and proxy run in their own sessions; find them by the state folder."""
-        out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        # -ww: ps cuts lines at $COLUMNS when it is set (pytest sets it), hiding the state folder
         for line in out.splitlines()[1:]:
             pid, _, args = line.strip().partition(" ")
             # the culler service names the hub's gpupool API port on its command line
