@@ -115,6 +115,17 @@ class Hub:
         except OSError:
             return ""
 
+    def wait_job(self, job_id: str, states: set[str], token: str, timeout: float = 120) -> dict:
+        """Poll a train job through the gpupool API until it reaches one of `states`."""
+        deadline = time.monotonic() + timeout
+        job: dict = {}
+        while time.monotonic() < deadline:
+            job = self.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token)
+            if job["state"] in states:
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} never reached {states} (now {job.get('state')}):\n{self.tail()}")
+
     def kill9(self) -> None:
         """Crash the hub process only (servers and the proxy survive, as in a real crash)."""
         assert self.proc is not None

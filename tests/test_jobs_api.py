@@ -20,15 +20,6 @@ c.TrainPool.departments = {"lab": {"guarantee": 1, "limit": 1}}
 """
 
 
-def wait_state(hub: Hub, job_id: str, states: set[str], token: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = hub.api("GET", f"{J}/{job_id}", token=token)
-        if job["state"] in states:
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} stuck in {job['state']}:\n{hub.tail()}")
-
 
 @pytest.fixture(scope="module")
 def jobhub(tmp_path_factory) -> Hub:
@@ -46,7 +37,7 @@ def test_submit_run_and_read_the_log_of_a_cell(jobhub: Hub) -> None:
                                  "code": "print('sum of squares', sum(i*i for i in range(n)))",
                                  "parameters": {"n": 10}}, token=token)
     assert job["state"] == "queued" and job["gpus"] == 0.5
-    done = wait_state(jobhub, job["id"], {"succeeded", "failed"}, token)
+    done = jobhub.wait_job(job["id"], {"succeeded", "failed"}, token)
     assert done["state"] == "succeeded", done
     logs = jobhub.api("GET", f"{J}/{job['id']}/logs", token=token)
     assert "sum of squares 285" in "\n".join(logs["lines"])
@@ -58,14 +49,14 @@ def test_cancel_a_running_job_and_nobody_else_can_see_it(jobhub: Hub) -> None:
     token = jobhub.user_token("bea")
     job = jobhub.api("POST", J, {"project": "nlp", "gpus": 1, "script": "import time\ntime.sleep(120)"},
                      token=token)
-    wait_state(jobhub, job["id"], {"running"}, token)
+    jobhub.wait_job(job["id"], {"running"}, token)
     other = jobhub.user_token("cal")
     for method in ("GET", "DELETE"):
         status, message = jobhub.api_error(method, f"{J}/{job['id']}", token=other)
         assert status == 404 and "no job" in message
     assert job["id"] not in [j["id"] for j in jobhub.api("GET", J, token=other)["jobs"]]
     jobhub.api("DELETE", f"{J}/{job['id']}", token=token)
-    done = wait_state(jobhub, job["id"], {"cancelled"}, token)
+    done = jobhub.wait_job(job["id"], {"cancelled"}, token)
     assert done["message"] == "cancelled"
     status, message = jobhub.api_error("DELETE", f"{J}/{job['id']}", token=token)
     assert status == 409 and "already cancelled" in message
@@ -103,7 +94,7 @@ def test_oversized_body_and_queue_cap(jobhub: Hub) -> None:
     # nlp runs one 2-GPU job (its limit): further nlp jobs wait, and the fourth waiting one is refused
     first = jobhub.api("POST", J, {"project": "nlp", "gpus": 2, "script": "import time\ntime.sleep(120)"},
                        token=token)["id"]
-    wait_state(jobhub, first, {"running"}, token)
+    jobhub.wait_job(first, {"running"}, token)
     ids = [jobhub.api("POST", J, {"project": "nlp", "gpus": 1, "command": "true", "name": f"w{i}"},
                       token=token)["id"] for i in range(3)]
     status, message = jobhub.api_error("POST", J, {"project": "nlp", "gpus": 1, "command": "true"}, token=token)
@@ -125,13 +116,13 @@ def test_a_running_job_survives_a_hub_crash_and_runs_exactly_once(make_hub) -> N
               "while not os.path.exists('go'):\n    time.sleep(0.05)\n"
               "print('done once')\n")
     job = hub.api("POST", J, {"project": "vision", "gpus": 1, "script": script}, token=token)
-    running = wait_state(hub, job["id"], {"running"}, token)
+    running = hub.wait_job(job["id"], {"running"}, token)
     hub.kill9()
     hub.start()
     adopted = hub.api("GET", f"{J}/{job['id']}", token=token)
     assert adopted["state"] == "running" and adopted["runs"] == 1  # re-adopted, not restarted
     Path(running["workdir"], "go").touch()
-    done = wait_state(hub, job["id"], {"succeeded", "failed"}, token)
+    done = hub.wait_job(job["id"], {"succeeded", "failed"}, token)
     assert done["state"] == "succeeded" and done["runs"] == 1
     assert len(Path(running["workdir"], "starts.txt").read_text().split()) == 1  # ran exactly once
     assert not [s for s in hub.allocations() if s["kind"] == "train"]  # its GPU came back
@@ -141,7 +132,7 @@ def test_a_department_limit_holds_its_projects_back_though_gpus_are_idle(jobhub:
     token = jobhub.user_token("tia")
     jobs = [jobhub.api("POST", J, {"project": "teaching", "gpus": 1, "name": f"t{i}",
                                    "script": "import time\ntime.sleep(120)"}, token=token) for i in range(2)]
-    wait_state(jobhub, jobs[0]["id"], {"running"}, token)
+    jobhub.wait_job(jobs[0]["id"], {"running"}, token)
     for _ in range(10):  # a few scheduling cycles (0.3 s each)
         time.sleep(0.3)
         assert jobhub.api("GET", f"{J}/{jobs[1]['id']}", token=token)["state"] == "queued"

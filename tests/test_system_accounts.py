@@ -156,15 +156,6 @@ def log_in(hub: Hub, user: str) -> None:
     assert any(c.name.startswith("jupyterhub-hub-login") for c in jar), "not logged in"
 
 
-def wait_state(hub: Hub, job_id: str, states: set[str], token: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = hub.api("GET", f"{J}/{job_id}", token=token)
-        if job["state"] in states:
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} never reached {states}:\n{hub.tail()}")
-
 
 def secrets_of(hub: Hub) -> dict[str, str]:
     """What no workspace or job may see: the proxy's token and the cookie secret (in the hub's
@@ -242,7 +233,7 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
         assert leaked == [], f"process {pid} sees {leaked}"
 
     (folder / "go").write_text("")
-    done = wait_state(hub, job["id"], {"succeeded", "failed"}, token)
+    done = hub.wait_job(job["id"], {"succeeded", "failed"}, token)
     assert done["state"] == "succeeded", done
 
 
