@@ -10,7 +10,10 @@ copy was deleted; a pod missing from it is gone.
 
 Level-triggered means a pod that came and went between two passes is never seen; what the
 rows need survives that: a preemption that began and ended between passes (the Job already
-runs its next pod) is reported as `preempted` then `running`, in that order.
+runs its next pod) is reported as `preempted` then `running`, in that order. A Job deleted
+before its watch ever showed it (created, then the connection dropped) is caught too: a Job
+this controller submitted and has not seen in the copy after `confirm_after_s` is read once
+from the API server, and a 404 there means deleted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -37,12 +41,15 @@ OnChange = Callable[[str, JobStatus], Awaitable[None] | None]
 
 class KubeJobController:
     def __init__(self, api_client: client.ApiClient, opts: JobOptions, backend: SharingBackend | None = None,
-                 on_change: OnChange | None = None, watch_timeout_s: int = 60, resync_s: float = 0.5) -> None:
+                 on_change: OnChange | None = None, watch_timeout_s: int = 60, resync_s: float = 0.5,
+                 confirm_after_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.api_client = api_client
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.opts, self.backend, self.on_change = opts, backend, on_change
         self.watch_timeout_s, self.resync_s = watch_timeout_s, resync_s
+        self.confirm_after_s, self.clock = confirm_after_s, clock
+        self.unseen: dict[str, float] = {}  # job id -> when submitted (or last read), not yet in the copy
         self.jobs: dict[str, dict] = {}  # job id -> Job object (the last one seen, kept after deletion)
         self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view (kept after it is gone)
         self.deleted: set[str] = set()
@@ -74,6 +81,8 @@ class KubeJobController:
         if files:
             await _create_or_keep(self.core.create_namespaced_config_map, ns,
                                   code_config_map(spec, self.opts, files, uid))
+        if spec.id not in self.jobs:
+            self.unseen[spec.id] = self.clock()
         if spec.id not in self.statuses:  # news now: the next pass may already see it running
             await self._tell(spec.id, JobStatus("queued", "waiting for GPUs in its queue"))
         return job
@@ -188,6 +197,7 @@ class KubeJobController:
         for job_id in set(self.jobs) - present - self.deleted:  # deleted (maybe while nobody watched)
             self.deleted.add(job_id)
             changed.add(job_id)
+        changed |= await self._confirm_unseen(present)
         live: set[str] = set()
         for obj in pods:
             job_id, uid = _job_id(obj), (obj.get("metadata") or {}).get("uid", "")
@@ -209,6 +219,28 @@ class KubeJobController:
                     changed.add(job_id)
         for job_id in sorted(changed):
             await self._update(job_id)
+
+    async def _confirm_unseen(self, present: set[str]) -> set[str]:
+        """Jobs submitted here that the copy has not shown for `confirm_after_s`: read each from
+        the API server (a consistent read, not the watch cache); gone there means deleted."""
+        deleted: set[str] = set()
+        for job_id, since in list(self.unseen.items()):
+            if job_id in present or job_id in self.jobs:
+                del self.unseen[job_id]
+                continue
+            if self.clock() - since < self.confirm_after_s:
+                continue
+            self.unseen[job_id] = self.clock()  # still missing next time: read it again then
+            try:
+                await self.batch.read_namespaced_job(name_of(job_id), self.opts.namespace)
+            except Exception as err:  # noqa: BLE001 - the pass's other news must not be lost
+                if not (isinstance(err, ApiException) and err.status == 404):
+                    log.warning("reading train Job %s failed: %s; trying again later", job_id, err)
+                    continue
+                del self.unseen[job_id]
+                self.deleted.add(job_id)
+                deleted.add(job_id)
+        return deleted
 
     def _fresh(self, obj: dict) -> bool:
         meta = obj.get("metadata") or {}
