@@ -148,3 +148,41 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert status == 403 and hub.api("GET", Q)["quotas"]["default_build_quota"] == 2
         page.goto(f"{hub.url}/services/gpupool/")  # the Services menu's link: a user's shares are at home
         page.wait_for_url("**/hub/home")
+
+
+def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(make_hub) -> None:
+    """The page's actions parse their body as the gpupool API does: bounded in size and depth
+    (a nesting bomb once made Python's parser raise RecursionError: a 500). Sent as the page
+    sends them: the admin's login cookie and the hub's XSRF token."""
+    import http.cookiejar
+    import json
+    import re
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    hub: Hub = make_hub().start()
+    before = hub.api("GET", Q)["quotas"]
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{hub.url}/hub/login", timeout=30) as r:
+        token = re.search(r'name="_xsrf" value="([^"]+)"', r.read().decode()).group(1)
+    form = urllib.parse.urlencode({"username": "admin", "password": ADMIN_PASSWORD, "_xsrf": token}).encode()
+    opener.open(f"{hub.url}/hub/login", data=form, timeout=30).close()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+
+    def post(raw: bytes) -> tuple[int, str]:
+        req = urllib.request.Request(f"{hub.url}/hub/gpupool/quotas", data=raw, method="POST",
+                                     headers={"X-XSRFToken": xsrf})
+        try:
+            with opener.open(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read()).get("message", "")
+
+    assert post(b'{"default_build_quota": 2}')[0] == 200  # the session reaches the action: a change is saved
+    assert post(b"[" * 1500 + b"]" * 1500) == (400, "body is nested deeper than 32 levels")
+    assert post(b'{"group": "class-a", "quota": ' + b"[" * 40 + b"]" * 40 + b"}")[0] == 400
+    assert post(b"{not json")[0] == 400 and post(b"[1, 2]")[0] == 400
+    assert post(b'{"default_build_quota": "' + b"9" * 5000 + b'"}')[0] == 413
+    assert hub.api("GET", Q)["quotas"] == {**before, "default_build_quota": 2}

@@ -16,7 +16,7 @@ from typing import Any
 from jupyterhub.handlers import BaseHandler
 from tornado import web
 
-from ..api.auth import Caller
+from ..api.auth import Caller, json_object
 from ..api.quotas import QuotaRefused, change_quotas, group_quota_change
 from ..pool.units import UnitError, format_gpus, parse_gpus, shown
 from .view import admin_view
@@ -52,15 +52,7 @@ class ActionBase(AdminBase):
     """JSON in, JSON out: {"message"} on an error, shown in the page as it is."""
 
     def body(self) -> dict[str, Any]:
-        if len(self.request.body) > MAX_ACTION_BYTES:
-            raise web.HTTPError(413, f"request body over {MAX_ACTION_BYTES} bytes")
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "the body must be a JSON object")
-        return body
+        return json_object(self.request.body, MAX_ACTION_BYTES)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

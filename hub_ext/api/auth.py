@@ -110,21 +110,7 @@ class APIHandler(BaseHandler):
         super().check_xsrf_cookie()
 
     def json_body(self, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-        """The request's JSON object, bounded in size and nesting depth (a 400/413, never a
-        500, for anything else)."""
-        if len(self.request.body) > max_bytes:
-            raise web.HTTPError(413, f"request body over {max_bytes} bytes")
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except RecursionError:
-            raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels") from None
-        except ValueError as err:
-            raise web.HTTPError(400, bounded(f"body is not JSON: {err}")) from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "body must be a JSON object")
-        if _depth(body, max_depth) > max_depth:
-            raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels")
-        return body
+        return json_object(self.request.body, max_bytes, max_depth)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -136,6 +122,24 @@ class APIHandler(BaseHandler):
         message = bounded(str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error")))
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"status": status_code, "message": message}))
+
+
+def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """A request body's JSON object, bounded in size and nesting depth: a 400 or 413 with the
+    reason, never a 500 (Python's parser raises RecursionError on a nesting bomb)."""
+    if len(raw) > max_bytes:
+        raise web.HTTPError(413, f"request body over {max_bytes} bytes")
+    try:
+        body = json.loads(raw or b"{}")
+    except RecursionError:
+        raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels") from None
+    except ValueError as err:
+        raise web.HTTPError(400, bounded(f"body is not JSON: {err}")) from None
+    if not isinstance(body, dict):
+        raise web.HTTPError(400, "body must be a JSON object")
+    if _depth(body, max_depth) > max_depth:
+        raise web.HTTPError(400, f"body is nested deeper than {max_depth} levels")
+    return body
 
 
 def _depth(value: Any, stop: int) -> int:
