@@ -147,7 +147,20 @@ def module_version(component: str, module: str) -> str:
 def module_dir(component: str, module: str) -> Path:
     """`module`'s source in the Go module cache, at the version `component`'s go.mod pins
     (where the tests read CRDs and stage definitions from)."""
-    return Path(go_env()["GOMODCACHE"]) / f"{module}@{module_version(component, module)}"
+    escaped = re.sub(r"[A-Z]", lambda m: "!" + m.group().lower(), module)  # the cache's case encoding
+    return Path(go_env()["GOMODCACHE"]) / f"{escaped}@{module_version(component, module)}"
+
+
+def download(component: str, module: str) -> Path:
+    """`module`'s source at the pinned version, downloaded into the module cache if missing
+    (without building anything): where CRDs are read from. RuntimeError if the proxy refuses."""
+    folder = module_dir(component, module)
+    if not folder.exists():
+        proc = subprocess.run(["go", "mod", "download", module], cwd=GO_DIR / component, env=go_env(),
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"go mod download {module} failed:\n{proc.stderr[-2000:]}")
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,127 @@
+"""gpupool on KAI-Scheduler's real components (v0.12.0, built from its Go module, started by
+tests/cluster/kai.py as its operator deploys them; this module's fixture only).
+
+What is real: KAI's admission webhook, pod grouper, scheduler (its allocate and reclaim
+actions, fair shares from the chart's queues, `--update-pod-eviction-condition`), binder (GPU
+sharing: one reservation pod per shared GPU, the pods' GPU group and their GPU-sharing
+ConfigMaps), the queue and pod-group controllers; the API server, the Job controller and its
+podFailurePolicy; kwok nodes. SIMULATED: the reservation pod's program (it reads NVML and
+annotates its pod with its GPU's UUID; kwok runs no program and there is no GPU here:
+kai.ReservationStandIn does that write) and a container's exit (our kwok stages, plane.py).
+Waits on KAI are real time and bounded; gpupool's own logic needs no clock here.
+
+While these tests run, the session's two GPU nodes are cordoned and one 2-GPU kwok node
+(`kai-node-0`) takes the work, so that a 2-GPU cluster is full with two jobs: KAI counts only
+schedulable nodes in its fair shares, so the reclaim below happens exactly as it would on a
+cluster of that size. kube-scheduler's `kai-scheduler` stand-in is off meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+from tornado import web
+
+from tests.cluster import build, kai
+from tests.cluster.conftest import GPU_NODES, HUB_NS
+from tests.cluster.plane import ControlPlane, env_flag
+from tests.cluster.resources import Resources, gpu_node
+
+KAI_NODE = "kai-node-0"
+
+
+@pytest.fixture(scope="module")
+def kai_plane(plane: ControlPlane, chart: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """KAI's processes beside the plane for this module. If KAI does not build, its tests skip
+    with the error (fail in CI); the rest of the plane never needs it."""
+    try:
+        build.optional("kai", log=lambda line: print(line, flush=True))
+    except RuntimeError as err:
+        if env_flag("CI"):
+            pytest.fail(f"KAI-Scheduler could not be built: {err}")
+        pytest.skip(f"KAI-Scheduler could not be built: {err}")
+    with plane.client() as http:
+        res = Resources(http)
+        for i in range(GPU_NODES):
+            cordon(res, f"gpu-node-{i}", True)
+        res.apply(gpu_node(KAI_NODE, gpus=2))
+        kai.wait(lambda: node_ready(res, KAI_NODE), 60, "the KAI test node to be Ready")
+        try:
+            kai.start(plane, tmp_path_factory.mktemp("kai"))
+            with kai.ReservationStandIn(plane) as standin:
+                yield SimpleNamespace(plane=plane, standin=standin,
+                                      log=lambda: "\n".join(f"--- {n}\n{plane.log_tail(n, 1500)}" for n in
+                                                            ("kai-scheduler", "kai-binder", "kai-podgrouper")))
+        finally:
+            kai.stop(plane)
+            for pod in res.get(f"/api/v1/pods?fieldSelector=spec.nodeName={KAI_NODE}")["items"]:
+                res.http.delete(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}",
+                                params={"gracePeriodSeconds": "0"})
+            res.http.delete(f"/api/v1/nodes/{KAI_NODE}")
+            for i in range(GPU_NODES):
+                cordon(res, f"gpu-node-{i}", False)
+
+
+def cordon(res: Resources, node: str, on: bool) -> None:
+    res.http.patch(f"/api/v1/nodes/{node}", json={"spec": {"unschedulable": on}},
+                   headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+
+
+def node_ready(res: Resources, node: str) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in ((res.get(f"/api/v1/nodes/{node}") or {}).get("status") or {}).get("conditions") or [])
+
+
+def reservation_pods(res: Resources) -> list[dict]:
+    return res.get(f"/api/v1/namespaces/{kai.RESERVATION_NS}/pods")["items"]
+
+
+async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reservation_pod(
+        kai_plane: SimpleNamespace, make_spawner, admin: Resources) -> None:
+    """GPUKubeSpawner as the hub's account, two 0.25-GPU workspaces of one user in the chart's
+    queue: KAI (not kube-scheduler: it is not serving `kai-scheduler` now) groups, places and
+    binds them onto one GPU of the node, reserved by one reservation pod; the third workspace
+    is refused by the build quota before anything reaches the API server."""
+    a, b = make_spawner("ann", server="a"), make_spawner("ann", server="b")
+    await asyncio.wait_for(a.start(), 90)
+    await asyncio.wait_for(b.start(), 90)
+    pods = [admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}") for sp in (a, b)]
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == KAI_NODE
+        assert pod["spec"]["schedulerName"] == "kai-scheduler"
+        assert pod["metadata"]["labels"][kai.QUEUE_LABEL] == "default"
+    # KAI's binder put both into one GPU group: one shared device
+    groups = {pod["metadata"]["labels"].get(kai.GPU_GROUP) for pod in pods}
+    assert len(groups) == 1 and None not in groups, groups
+    group = groups.pop()
+    reservations = [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group]
+    assert len(reservations) == 1 and reservations[0]["spec"]["nodeName"] == KAI_NODE
+    uuid = reservations[0]["metadata"]["annotations"][kai.GPU_INDEX]
+    # KAI's PodGroups, made by its pod grouper, in the chart's queue, with the build class
+    groups_api = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{HUB_NS}/podgroups"
+    pgs = {o["metadata"]["name"]: o for o in admin.get(groups_api)["items"]}
+    for pod in pods:
+        pg = pgs[pod["metadata"]["annotations"]["pod-group-name"]]
+        assert pg["spec"]["queue"] == "default" and pg["spec"]["priorityClassName"] == "build", pg["spec"]
+    # the pod's environment: gpupool's own, plus KAI's GPU-sharing ConfigMaps with the device
+    env = {e["name"]: e for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["GPUPOOL_GPU_FRACTION"]["value"] == "0.25"
+    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "GPUPOOL_GPU_UUIDS"} & set(env)
+    cm_name = pods[0]["metadata"]["annotations"]["runai/shared-gpu-configmap"] + "-0"
+    cm = admin.get(f"/api/v1/namespaces/{HUB_NS}/configmaps/{cm_name}")
+    assert cm["data"]["NVIDIA_VISIBLE_DEVICES"] == uuid, cm["data"]
+    assert float(cm["data"]["GPU_PORTION"]) == 0.25, cm["data"]
+    # the build quota (0.5 GPU, two workspaces) holds: a third is refused before any create
+    c = make_spawner("ann", server="c")
+    with pytest.raises(web.HTTPError) as err:
+        await c.start()
+    assert err.value.status_code == 403 and "2 GPU workspace(s) at once" in err.value.jupyterhub_message
+    assert not [n for n in kai_plane.plane.created("pods", HUB_NS) if n == c.pod_name]
+    await a.stop()
+    await b.stop()
+    # with no pod left in its GPU group, KAI's binder lets the reservation go
+    kai.wait(lambda: not [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group],
+             60, "the reservation pod to go", kai_plane.log)
