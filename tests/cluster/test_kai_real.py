@@ -19,16 +19,26 @@ cluster of that size. kube-scheduler's `kai-scheduler` stand-in is off meanwhile
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import httpx
 import pytest
+from gpupool.gpu.sharing import KAISharing
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.objects import JobOptions, name_of
+from gpupool.kube.status import JobStatus
 from tornado import web
 
 from tests.cluster import build, kai
 from tests.cluster.conftest import GPU_NODES, HUB_NS
 from tests.cluster.plane import ControlPlane, env_flag
 from tests.cluster.resources import Resources, gpu_node
+from tests.cluster.test_train_jobs_real import STORAGE, exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401 (hub_api: a fixture)
 
 KAI_NODE = "kai-node-0"
 
@@ -125,3 +135,114 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
     # with no pod left in its GPU group, KAI's binder lets the reservation go
     kai.wait(lambda: not [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group],
              60, "the reservation pod to go", kai_plane.log)
+
+
+# --- KAI's reclaim ------------------------------------------------------------------------
+DEPARTMENT, BORROWER, OWNER = "reclaim", "reclaim-a", "reclaim-b"
+OPTS = JobOptions(namespace=HUB_NS, queue="{project}", storage_class=STORAGE, checkpoint_size="1Gi",
+                  grace_s=5, ttl_after_finished_s=600)
+
+
+def chart_queues() -> list[dict]:
+    """The chart's own Queue objects for a department of 2 GPUs and two projects guaranteed 1
+    GPU each (rendered with helm-python-sdk, as the session's chart is)."""
+    from tests.k8s.test_chart import render
+
+    values = {"departments": {DEPARTMENT: {"quota": 2, "limit": -1}},
+              "projects": {p: {"department": DEPARTMENT, "guarantee": 1, "limit": -1} for p in (BORROWER, OWNER)}}
+    return [d for d in render(values) if d["kind"] == "Queue"
+            and d["metadata"]["name"] in (f"department-{DEPARTMENT}", BORROWER, OWNER)]
+
+
+def job_spec(job_id: str, project: str) -> TrainJobSpec:
+    return TrainJobSpec(id=job_id, owner="ann", project=project, num_gpu=1, gpu_milli=1000,
+                        command=["python", "train.py"], image="registry.example.org/train:1")
+
+
+class PodHistory:
+    """Every version of the pods matching `selector` the API server reports (a watch): an evicted
+    pod lives for a moment only, its conditions are read here."""
+
+    def __init__(self, plane: ControlPlane, selector: str) -> None:
+        self.plane, self.selector, self.versions = plane, selector, []
+        self.thread = threading.Thread(target=self._run, daemon=True, name="pod-history")
+        self.thread.start()
+
+    def _run(self) -> None:
+        params = {"watch": "1", "labelSelector": self.selector, "timeoutSeconds": "240"}
+        with (self.plane.client() as http, contextlib.suppress(httpx.HTTPError),
+              http.stream("GET", f"/api/v1/namespaces/{HUB_NS}/pods", params=params, timeout=None) as r):
+            for line in r.iter_lines():
+                if line:
+                    self.versions.append(json.loads(line)["object"])
+
+    def disruption(self, uid: str) -> dict:
+        """The DisruptionTarget condition a version of the pod `uid` carried ({} if none did)."""
+        for pod in self.versions:
+            if pod["metadata"]["uid"] == uid:
+                for cond in (pod.get("status") or {}).get("conditions") or []:
+                    if cond["type"] == "DisruptionTarget" and cond["status"] == "True":
+                        return cond
+        return {}
+
+
+async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure(
+        kai_plane: SimpleNamespace, hub_api, admin: Resources) -> None:  # noqa: F811
+    """Project A (guarantee 1) runs two 1-GPU train Jobs on the 2-GPU cluster: one borrowed.
+    Project B (guarantee 1) submits one: KAI's reclaim evicts one of A's pods, with the
+    DisruptionTarget condition (its scheduler runs with --update-pod-eviction-condition), the
+    Job ignores that failure (gpupool's podFailurePolicy) and makes a new pod, which waits until
+    B's job ends, then runs and succeeds: queued -> running -> preempted -> running -> succeeded.
+    The pod's exit on SIGTERM is our kwok stage's 143: without the condition it would fail the Job."""
+    admin.apply_all(chart_queues())
+    seen: dict[str, list[str]] = {}
+
+    def on_change(job_id: str, st: JobStatus) -> None:
+        states = seen.setdefault(job_id, [])
+        if not states or states[-1] != st.state:
+            states.append(st.state)
+
+    ids = ("reclaim-a1", "reclaim-a2", "reclaim-b1")
+    history = PodHistory(kai_plane.plane, f"gpupool.io/job-id in ({','.join(ids)})")
+    ctl = KubeJobController(hub_api, OPTS, KAISharing(), on_change=on_change, watch_timeout_s=20)
+    for job_id in ids:
+        volume_for(admin, job_id)
+    await ctl.start()
+    try:
+        for job_id in ids[:2]:
+            await ctl.submit(job_spec(job_id, BORROWER))
+        first = {}
+        for job_id in ids[:2]:
+            first[job_id] = await wait_for(lambda j=job_id: running_pod(admin, j, set()), 60,
+                                           f"{job_id} to run (A borrows the second GPU)")
+            assert first[job_id]["spec"]["nodeName"] == KAI_NODE
+            assert first[job_id]["spec"]["schedulerName"] == "kai-scheduler"
+        await wait_for(lambda: all(ctl.status(j).state == "running" for j in ids[:2]), 30, "A's rows running")
+
+        await ctl.submit(job_spec("reclaim-b1", OWNER))
+        b_pod = await wait_for(lambda: running_pod(admin, "reclaim-b1", set()), 90,
+                               f"B's job to run after KAI's reclaim\n{kai_plane.log()}")
+        victims = [j for j in ids[:2] if "preempted" in seen.get(j, [])]
+        assert len(victims) == 1, seen  # KAI takes back what B is owed, no more
+        victim, survivor = victims[0], next(j for j in ids[:2] if j not in victims)
+        evicted = first[victim]["metadata"]["uid"]
+        cond = history.disruption(evicted)
+        assert cond, "KAI deleted the pod without the DisruptionTarget condition"
+        job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(victim)}")
+        assert not job["status"].get("failed") and not [c for c in job["status"].get("conditions") or []
+                                                        if c["type"] == "Failed"], job["status"]
+        assert ctl.status(survivor).state == "running"
+        assert running_pod(admin, victim, {evicted}) is None  # its new pod waits: the cluster is full
+
+        # B's job ends; KAI binds A's new pod, which (as the checkpoint helper would) resumes and ends
+        exit_pod(admin, b_pod, 0)
+        again = await wait_for(lambda: running_pod(admin, victim, {evicted}), 90,
+                               f"A's new pod to run\n{kai_plane.log()}")
+        exit_pod(admin, again, 0)
+        await wait_for(lambda: ctl.status(victim).state == "succeeded", 60, "succeeded")
+        assert seen[victim] == ["queued", "running", "preempted", "running", "succeeded"], seen
+        assert (ctl.status(victim).runs, ctl.status(victim).preemptions) == (2, 1)
+    finally:
+        for job_id in ids:
+            await ctl.cancel(job_id)
+        await ctl.stop()
