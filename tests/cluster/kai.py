@@ -156,6 +156,9 @@ def stop(plane: ControlPlane) -> None:
     with plane.client() as http:
         for kind, name in WEBHOOKS:
             http.delete(f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/{name}")
+    for name in PROCESSES:  # all asked at once, then waited for one by one
+        if (proc := plane.procs.get(name)) is not None and proc.poll() is None:
+            proc.terminate()
     for name in PROCESSES:
         plane.stop_process(name)
     plane.start_kube_scheduler(standin=True)

@@ -3,7 +3,8 @@ gpupool's controller with the chart's hub service account (its Role is all it ma
 
 What is real: admission, RBAC, the Job controller's podFailurePolicy and pod replacement, the
 garbage collector, the PV controller binding the checkpoint claim, scheduling onto kwok GPU
-nodes (kube-scheduler standing in for KAI, see plane.py). What is simulated: inside a
+nodes (kube-scheduler standing in for KAI, see plane.py; KAI's own reclaim of a train pod is in
+test_kai_real.py). What is simulated: inside a
 container nothing runs, so its exit is one of our kwok stages (plane.py: an exit code on
 request, or the code a deleted pod's program returns on SIGTERM), with the code a REAL local
 run of the checkpoint helper returned; KAI's eviction is done as KAI does it: with
