@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import threading
 from collections.abc import Iterator
@@ -41,6 +42,11 @@ from tests.cluster.resources import Resources, gpu_node
 from tests.cluster.test_train_jobs_real import STORAGE, exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401 (hub_api: a fixture)
 
 KAI_NODE = "kai-node-0"
+MIN_RUNTIME_S = 15
+
+
+def parse_time(stamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +116,7 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
     reservations = [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group]
     assert len(reservations) == 1 and reservations[0]["spec"]["nodeName"] == KAI_NODE
     uuid = reservations[0]["metadata"]["annotations"][kai.GPU_INDEX]
+    assert (reservations[0]["metadata"]["name"], uuid) in kai_plane.standin.annotated  # the simulated write
     # KAI's PodGroups, made by its pod grouper, in the chart's queue, with the build class
     groups_api = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{HUB_NS}/podgroups"
     pgs = {o["metadata"]["name"]: o for o in admin.get(groups_api)["items"]}
@@ -143,13 +150,16 @@ OPTS = JobOptions(namespace=HUB_NS, queue="{project}", storage_class=STORAGE, ch
                   grace_s=5, ttl_after_finished_s=600)
 
 
-def chart_queues() -> list[dict]:
+def chart_queues(min_runtime_s: int = 0) -> list[dict]:
     """The chart's own Queue objects for a department of 2 GPUs and two projects guaranteed 1
-    GPU each (rendered with helm-python-sdk, as the session's chart is)."""
+    GPU each (rendered with helm-python-sdk, as the session's chart is); the borrower's jobs
+    protected for `min_runtime_s` (the project's `minRuntime`) if given."""
     from tests.k8s.test_chart import render
 
     values = {"departments": {DEPARTMENT: {"quota": 2, "limit": -1}},
               "projects": {p: {"department": DEPARTMENT, "guarantee": 1, "limit": -1} for p in (BORROWER, OWNER)}}
+    if min_runtime_s:
+        values["projects"][BORROWER]["minRuntime"] = f"{min_runtime_s}s"
     return [d for d in render(values) if d["kind"] == "Queue"
             and d["metadata"]["name"] in (f"department-{DEPARTMENT}", BORROWER, OWNER)]
 
@@ -186,15 +196,18 @@ class PodHistory:
         return {}
 
 
+@pytest.mark.parametrize("min_runtime_s", [0, MIN_RUNTIME_S], ids=["reclaim", "after-min-runtime"])
 async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure(
-        kai_plane: SimpleNamespace, hub_api, admin: Resources) -> None:  # noqa: F811
+        kai_plane: SimpleNamespace, hub_api, admin: Resources, min_runtime_s: int) -> None:  # noqa: F811
     """Project A (guarantee 1) runs two 1-GPU train Jobs on the 2-GPU cluster: one borrowed.
     Project B (guarantee 1) submits one: KAI's reclaim evicts one of A's pods, with the
     DisruptionTarget condition (its scheduler runs with --update-pod-eviction-condition), the
     Job ignores that failure (gpupool's podFailurePolicy) and makes a new pod, which waits until
     B's job ends, then runs and succeeds: queued -> running -> preempted -> running -> succeeded.
-    The pod's exit on SIGTERM is our kwok stage's 143: without the condition it would fail the Job."""
-    admin.apply_all(chart_queues())
+    The pod's exit on SIGTERM is our kwok stage's 143: without the condition it would fail the Job.
+    With the project's `minRuntime` (the chart renders KAI's reclaimMinRuntime), KAI waits until
+    the borrowed pod has run that long; without it, it reclaims at once (the control)."""
+    admin.apply_all(chart_queues(min_runtime_s))
     seen: dict[str, list[str]] = {}
 
     def on_change(job_id: str, st: JobStatus) -> None:
@@ -202,7 +215,7 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         if not states or states[-1] != st.state:
             states.append(st.state)
 
-    ids = ("reclaim-a1", "reclaim-a2", "reclaim-b1")
+    ids = tuple(f"reclaim{min_runtime_s}-{j}" for j in ("a1", "a2", "b1"))
     history = PodHistory(kai_plane.plane, f"gpupool.io/job-id in ({','.join(ids)})")
     ctl = KubeJobController(hub_api, OPTS, KAISharing(), on_change=on_change, watch_timeout_s=20)
     for job_id in ids:
@@ -219,8 +232,8 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
             assert first[job_id]["spec"]["schedulerName"] == "kai-scheduler"
         await wait_for(lambda: all(ctl.status(j).state == "running" for j in ids[:2]), 30, "A's rows running")
 
-        await ctl.submit(job_spec("reclaim-b1", OWNER))
-        b_pod = await wait_for(lambda: running_pod(admin, "reclaim-b1", set()), 90,
+        await ctl.submit(job_spec(ids[2], OWNER))
+        b_pod = await wait_for(lambda: running_pod(admin, ids[2], set()), 90,
                                f"B's job to run after KAI's reclaim\n{kai_plane.log()}")
         victims = [j for j in ids[:2] if "preempted" in seen.get(j, [])]
         assert len(victims) == 1, seen  # KAI takes back what B is owed, no more
@@ -228,6 +241,11 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         evicted = first[victim]["metadata"]["uid"]
         cond = history.disruption(evicted)
         assert cond, "KAI deleted the pod without the DisruptionTarget condition"
+        ran_s = (parse_time(cond["lastTransitionTime"]) - parse_time(first[victim]["status"]["startTime"])).total_seconds()
+        if min_runtime_s:
+            assert ran_s >= min_runtime_s - 1, f"evicted after {ran_s} s, before its minRuntime"
+        else:
+            assert ran_s < MIN_RUNTIME_S - 1, f"evicted only after {ran_s} s"  # the control: at once
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(victim)}")
         assert not job["status"].get("failed") and not [c for c in job["status"].get("conditions") or []
                                                         if c["type"] == "Failed"], job["status"]
