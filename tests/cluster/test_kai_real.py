@@ -256,6 +256,8 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         exit_pod(admin, b_pod, 0)
         again = await wait_for(lambda: running_pod(admin, victim, {evicted}), 90,
                                f"A's new pod to run\n{kai_plane.log()}")
+        await wait_for(lambda: ctl.status(victim).state == "running" and ctl.status(victim).runs == 2, 30,
+                       "the row running again")  # the controller's pass is every 0.5 s: exit only after it
         exit_pod(admin, again, 0)
         await wait_for(lambda: ctl.status(victim).state == "succeeded", 60, "succeeded")
         assert seen[victim] == ["queued", "running", "preempted", "running", "succeeded"], seen
