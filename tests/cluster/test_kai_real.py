@@ -24,22 +24,26 @@ import datetime
 import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import pytest
-from gpupool.gpu.sharing import KAISharing
-from gpupool.kube.controller import KubeJobController
-from gpupool.kube.job_spec import TrainJobSpec
-from gpupool.kube.objects import JobOptions, name_of
-from gpupool.kube.status import JobStatus
+from gpupool.kube.objects import name_of
 from tornado import web
 
 from tests.cluster import build, kai
 from tests.cluster.conftest import GPU_NODES, HUB_NS
 from tests.cluster.plane import ControlPlane, env_flag
 from tests.cluster.resources import Resources, gpu_node
-from tests.cluster.test_train_jobs_real import STORAGE, exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401 (hub_api: a fixture)
+from tests.cluster.test_train_jobs_real import (  # noqa: F401 (hub_api: a fixture)
+    exit_pod,
+    hub_api,
+    make_service,
+    running_pod,
+    volume_for,
+    wait_for,
+)
 
 KAI_NODE = "kai-node-0"
 MIN_RUNTIME_S = 15
@@ -146,8 +150,6 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
 
 # --- KAI's reclaim ------------------------------------------------------------------------
 DEPARTMENT, BORROWER, OWNER = "reclaim", "reclaim-a", "reclaim-b"
-OPTS = JobOptions(namespace=HUB_NS, queue="{project}", storage_class=STORAGE, checkpoint_size="1Gi",
-                  grace_s=5, ttl_after_finished_s=600)
 
 
 def chart_queues(min_runtime_s: int = 0) -> list[dict]:
@@ -162,11 +164,6 @@ def chart_queues(min_runtime_s: int = 0) -> list[dict]:
         values["projects"][BORROWER]["minRuntime"] = f"{min_runtime_s}s"
     return [d for d in render(values) if d["kind"] == "Queue"
             and d["metadata"]["name"] in (f"department-{DEPARTMENT}", BORROWER, OWNER)]
-
-
-def job_spec(job_id: str, project: str) -> TrainJobSpec:
-    return TrainJobSpec(id=job_id, owner="ann", project=project, num_gpu=1, gpu_milli=1000,
-                        command=["python", "train.py"], image="registry.example.org/train:1")
 
 
 class PodHistory:
@@ -198,46 +195,43 @@ class PodHistory:
 
 @pytest.mark.parametrize("min_runtime_s", [0, MIN_RUNTIME_S], ids=["reclaim", "after-min-runtime"])
 async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure(
-        kai_plane: SimpleNamespace, hub_api, admin: Resources, min_runtime_s: int) -> None:  # noqa: F811
-    """Project A (guarantee 1) runs two 1-GPU train Jobs on the 2-GPU cluster: one borrowed.
-    Project B (guarantee 1) submits one: KAI's reclaim evicts one of A's pods, with the
-    DisruptionTarget condition (its scheduler runs with --update-pod-eviction-condition), the
-    Job ignores that failure (gpupool's podFailurePolicy) and makes a new pod, which waits until
-    B's job ends, then runs and succeeds: queued -> running -> preempted -> running -> succeeded.
-    The pod's exit on SIGTERM is our kwok stage's 143: without the condition it would fail the Job.
-    With the project's `minRuntime` (the chart renders KAI's reclaimMinRuntime), KAI waits until
-    the borrowed pod has run that long; without it, it reclaims at once (the control)."""
+        kai_plane: SimpleNamespace, hub_api, admin: Resources, tmp_path: Path, min_runtime_s: int) -> None:  # noqa: F811
+    """The hub's training service (Kubernetes mode, KAI sharing, as the hub's account): project
+    A (guarantee 1) runs two 1-GPU jobs on the 2-GPU cluster, one borrowed; project B
+    (guarantee 1) submits one: KAI's reclaim evicts one of A's pods, with the DisruptionTarget
+    condition (its scheduler runs with --update-pod-eviction-condition), the Job ignores that
+    failure (gpupool's podFailurePolicy) and makes a new pod, which waits until B's job ends,
+    then runs and succeeds. The pod's exit on SIGTERM is our kwok stage's 143: without the
+    condition it would fail the Job. With the project's `minRuntime` (the chart renders KAI's
+    reclaimMinRuntime), KAI waits until the borrowed pod has run that long; without it, it
+    reclaims at once (the control)."""
     admin.apply_all(chart_queues(min_runtime_s))
-    seen: dict[str, list[str]] = {}
-
-    def on_change(job_id: str, st: JobStatus) -> None:
-        states = seen.setdefault(job_id, [])
-        if not states or states[-1] != st.state:
-            states.append(st.state)
-
-    ids = tuple(f"reclaim{min_runtime_s}-{j}" for j in ("a1", "a2", "b1"))
-    history = PodHistory(kai_plane.plane, f"gpupool.io/job-id in ({','.join(ids)})")
-    ctl = KubeJobController(hub_api, OPTS, KAISharing(), on_change=on_change, watch_timeout_s=20)
-    for job_id in ids:
-        volume_for(admin, job_id)
-    await ctl.start()
+    projects = {BORROWER: {"guarantee": 1}, OWNER: {"guarantee": 1}}
+    svc = make_service(tmp_path, hub_api, projects=projects)
+    history = PodHistory(kai_plane.plane, "gpupool.io/job-id")
+    for i in range(3):  # PVs first: a claim made before its PV binds only at the PV controller's next resync (15 s)
+        volume_for(admin, f"kai{min_runtime_s}-{i}")
+    await svc.start()
+    rows = []
     try:
-        for job_id in ids[:2]:
-            await ctl.submit(job_spec(job_id, BORROWER))
+        for name in ("a1", "a2"):
+            rows.append(await svc.submit("ann", BORROWER, name, 1, 1000, ["python", "train.py"]))
         first = {}
-        for job_id in ids[:2]:
-            first[job_id] = await wait_for(lambda j=job_id: running_pod(admin, j, set()), 60,
-                                           f"{job_id} to run (A borrows the second GPU)")
-            assert first[job_id]["spec"]["nodeName"] == KAI_NODE
-            assert first[job_id]["spec"]["schedulerName"] == "kai-scheduler"
-        await wait_for(lambda: all(ctl.status(j).state == "running" for j in ids[:2]), 30, "A's rows running")
+        for row in rows:
+            first[row.id] = await wait_for(lambda r=row: running_pod(admin, r.id, set()), 60,
+                                           f"{row.name} to run (A borrows the second GPU)\n{kai_plane.log()}")
+            assert first[row.id]["spec"]["nodeName"] == KAI_NODE
+            assert first[row.id]["spec"]["schedulerName"] == "kai-scheduler"
+        await wait_for(lambda: all(svc.job(r.id).state == "running" for r in rows), 30, "A's rows running")
 
-        await ctl.submit(job_spec(ids[2], OWNER))
-        b_pod = await wait_for(lambda: running_pod(admin, ids[2], set()), 90,
+        rows.append(await svc.submit("bob", OWNER, "b1", 1, 1000, ["python", "train.py"]))
+        b = rows[-1]
+        b_pod = await wait_for(lambda: running_pod(admin, b.id, set()), 90,
                                f"B's job to run after KAI's reclaim\n{kai_plane.log()}")
-        victims = [j for j in ids[:2] if "preempted" in seen.get(j, [])]
-        assert len(victims) == 1, seen  # KAI takes back what B is owed, no more
-        victim, survivor = victims[0], next(j for j in ids[:2] if j not in victims)
+        await wait_for(lambda: any(svc.job(r.id).preemptions for r in rows[:2]), 30, "A's row to show it")
+        victims = [r for r in rows[:2] if svc.job(r.id).preemptions]
+        assert len(victims) == 1, [svc.job(r.id) for r in rows]  # KAI takes back what B is owed, no more
+        victim, survivor = victims[0].id, next(r.id for r in rows[:2] if r is not victims[0])
         evicted = first[victim]["metadata"]["uid"]
         cond = history.disruption(evicted)
         assert cond, "KAI deleted the pod without the DisruptionTarget condition"
@@ -249,20 +243,24 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(victim)}")
         assert not job["status"].get("failed") and not [c for c in job["status"].get("conditions") or []
                                                         if c["type"] == "Failed"], job["status"]
-        assert ctl.status(survivor).state == "running"
+        # the hub's row: waiting again, to resume from its checkpoint; the other A job runs on
+        assert svc.job(victim).state == "queued" and svc.job(survivor).state == "running"
         assert running_pod(admin, victim, {evicted}) is None  # its new pod waits: the cluster is full
 
         # B's job ends; KAI binds A's new pod, which (as the checkpoint helper would) resumes and ends
         exit_pod(admin, b_pod, 0)
         again = await wait_for(lambda: running_pod(admin, victim, {evicted}), 90,
                                f"A's new pod to run\n{kai_plane.log()}")
-        await wait_for(lambda: ctl.status(victim).state == "running" and ctl.status(victim).runs == 2, 30,
+        await wait_for(lambda: svc.job(victim).state == "running" and svc.job(victim).runs == 2, 30,
                        "the row running again")  # the controller's pass is every 0.5 s: exit only after it
         exit_pod(admin, again, 0)
-        await wait_for(lambda: ctl.status(victim).state == "succeeded", 60, "succeeded")
-        assert seen[victim] == ["queued", "running", "preempted", "running", "succeeded"], seen
-        assert (ctl.status(victim).runs, ctl.status(victim).preemptions) == (2, 1)
+        await wait_for(lambda: svc.job(victim).state == "succeeded", 60, "succeeded")
+        assert (svc.job(victim).runs, svc.job(victim).preemptions) == (2, 1)
+        # queued -> running -> preempted (queued again) -> running -> succeeded, as the hub recorded it
+        kinds = [e.kind for e in reversed(svc.pool.store.events(name=victim))]
+        assert kinds == ["job", "start", "preempt", "resume", "job"], kinds
     finally:
-        for job_id in ids:
-            await ctl.cancel(job_id)
-        await ctl.stop()
+        for row in rows:
+            if svc.job(row.id).state not in ("succeeded", "failed", "cancelled"):
+                await svc.cancel(row.id)
+        await svc.stop()

@@ -241,8 +241,9 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await ctl.stop()
 
 
-def make_service(tmp_path: Path, api, **job_options):
-    """The hub's training pool in Kubernetes mode, as the chart configures it."""
+def make_service(tmp_path: Path, api, projects: dict | None = None, **job_options):
+    """The hub's training pool in Kubernetes mode, as the chart configures it (`projects`:
+    c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given)."""
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
@@ -252,7 +253,7 @@ def make_service(tmp_path: Path, api, **job_options):
     from traitlets.config import Config
 
     c = Config()
-    c.TrainPool.projects = {"default": {"guarantee": 4}}
+    c.TrainPool.projects = projects or {"default": {"guarantee": 4}}
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
