@@ -65,11 +65,11 @@ def kai_plane(plane: ControlPlane, chart: list[dict], tmp_path_factory: pytest.T
         pytest.skip(f"KAI-Scheduler could not be built: {err}")
     with plane.client() as http:
         res = Resources(http)
-        for i in range(GPU_NODES):
-            cordon(res, f"gpu-node-{i}", True)
-        res.apply(gpu_node(KAI_NODE, gpus=2))
-        kai.wait(lambda: node_ready(res, KAI_NODE), 60, "the KAI test node to be Ready")
         try:
+            for i in range(GPU_NODES):
+                cordon(res, f"gpu-node-{i}", True)
+            res.apply(gpu_node(KAI_NODE, gpus=2))
+            kai.wait(lambda: node_ready(res, KAI_NODE), 60, "the KAI test node to be Ready")
             kai.start(plane, tmp_path_factory.mktemp("kai"))
             with kai.ReservationStandIn(plane) as standin:
                 yield SimpleNamespace(plane=plane, standin=standin,
