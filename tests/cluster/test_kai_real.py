@@ -129,6 +129,8 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
         assert pg["spec"]["queue"] == "default" and pg["spec"]["priorityClassName"] == "build", pg["spec"]
     # the pod's environment: gpupool's own, plus KAI's GPU-sharing ConfigMaps with the device
     env = {e["name"]: e for e in pods[0]["spec"]["containers"][0]["env"]}
+    # KAI's admission adds its own variables beside gpupool's: none twice (the last would win)
+    assert len(env) == len(pods[0]["spec"]["containers"][0]["env"]), sorted(env)
     assert env["GPUPOOL_GPU_FRACTION"]["value"] == "0.25"
     assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "GPUPOOL_GPU_UUIDS"} & set(env)
     cm_name = pods[0]["metadata"]["annotations"]["runai/shared-gpu-configmap"] + "-0"
