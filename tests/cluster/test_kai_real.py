@@ -139,10 +139,11 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
     assert float(cm["data"]["GPU_PORTION"]) == 0.25, cm["data"]
     # the build quota (0.5 GPU, two workspaces) holds: a third is refused before any create
     c = make_spawner("ann", server="c")
+    asked = kai_plane.plane.created("pods", HUB_NS).count(c.pod_name)  # earlier tests may have used the name
     with pytest.raises(web.HTTPError) as err:
         await c.start()
     assert err.value.status_code == 403 and "2 GPU workspace(s) at once" in err.value.jupyterhub_message
-    assert not [n for n in kai_plane.plane.created("pods", HUB_NS) if n == c.pod_name]
+    assert kai_plane.plane.created("pods", HUB_NS).count(c.pod_name) == asked  # never asked for
     await a.stop()
     await b.stop()
     # with no pod left in its GPU group, KAI's binder lets the reservation go
