@@ -49,7 +49,8 @@ browser:
 	fi
 
 # The real control plane of the cluster tests (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok; Kueue for its own tests, which alone skip if it fails to build), built
+# kube-scheduler, kwok; Kueue and KAI-Scheduler for their own tests, which alone skip if they
+# fail to build), built
 # from Go modules at the pins in tests/cluster/go/ and cached under ~/.cache/gpupool: the first
 # build takes minutes, later ones nothing until a pin changes.
 cluster: venv

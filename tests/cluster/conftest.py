@@ -67,19 +67,19 @@ CHART_VALUES = {"hub": {"namespace": HUB_NS, "serviceAccountName": "hub"}, "prio
 
 @pytest.fixture(scope="session")
 def chart(plane: ControlPlane) -> list[dict]:
-    """KAI's CRDs (from the shared schemas: KAI's module is not in the proxy), the namespace
-    and service account z2jh would make for its hub, then every object the chart renders."""
-    import yaml
-
-    from tests.k8s.conftest import SCHEMAS
+    """KAI's CRDs (from KAI-Scheduler's module at the version tests/cluster/go/kai pins, as its
+    chart installs them), the namespace and service account z2jh would make for its hub, then
+    every object the chart renders."""
+    from tests.cluster import kai
     from tests.k8s.test_chart import render
 
-    if not SCHEMAS.exists():
+    try:
+        crds = kai.crds()
+    except RuntimeError as err:
         if env_flag("CI"):
-            pytest.fail(f"KAI's CRDs are read from {SCHEMAS}, which is missing")
-        pytest.skip(f"KAI's CRDs are read from {SCHEMAS}, which is missing (GPUPOOL_SHARED_DIR)")
+            pytest.fail(f"KAI-Scheduler's CRDs could not be read from its module: {err}")
+        pytest.skip(f"KAI-Scheduler's CRDs could not be read from its module: {err}")
     docs = render(CHART_VALUES)
-    crds = [yaml.safe_load(f.read_text()) for f in sorted((SCHEMAS / "crds").glob("scheduling.run.ai_*.yaml"))]
     z2jh = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpupool"}},  # helm --create-namespace
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub", "namespace": HUB_NS}},

@@ -161,14 +161,7 @@ def start(plane: ControlPlane, binary: Path, folder: Path, timeout: float = 90.0
 def stop(plane: ControlPlane) -> None:
     """Kueue goes, and with it the webhooks that would call it: what is left of the plane works
     without it (Kueue's own objects can no longer be converted; nothing else needs them)."""
-    proc = plane.procs.pop("kueue", None)
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    plane.stop_process("kueue")
     with plane.client() as http:
         for kind in ("mutating", "validating"):
             http.delete(f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/kueue-{kind}-webhook-configuration")

@@ -3,9 +3,11 @@
 (Job controller, garbage collector, namespace and service-account controllers), kube-scheduler
 and kwok (fake GPU nodes; pods "run" through kwok's stages, no code runs in them).
 
-KAI-Scheduler could not be built here (see build.UNAVAILABLE): kube-scheduler serves a profile
-named `kai-scheduler` as a STAND-IN that only binds pods to nodes; KAI's queues, fractions and
-reclaim are not exercised by it. Tests that need them say so.
+kube-scheduler also serves a profile named `kai-scheduler` as a STAND-IN that only binds pods
+to nodes, so that most tests need no KAI process; KAI's queues, fractions and reclaim are not
+exercised by it. The tests of KAI itself (test_kai_real.py) start KAI-Scheduler's real
+components (tests/cluster/kai.py) and take the stand-in away while they run: two schedulers
+must not answer to one name.
 """
 
 from __future__ import annotations
@@ -169,12 +171,7 @@ class ControlPlane:
             self.bins["kube-controller-manager"], f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
             "--secure-port=0", f"--root-ca-file={c.ca}", f"--service-account-private-key-file={c.sa_key}",
             "--controllers=*", "--concurrent-job-syncs=10", "--v=0"])
-        sched = self.folder / "scheduler.yaml"
-        sched.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "leaderElection": {"leaderElect": False},
-            "profiles": [{"schedulerName": "default-scheduler"}, {"schedulerName": SCHEDULER_STANDIN}]}))
-        self._spawn("kube-scheduler", [self.bins["kube-scheduler"], f"--config={sched}", "--secure-port=0"])
+        self.start_kube_scheduler(standin=True)
         stages = self.folder / "kwok.yaml"
         stages.write_text(kwok_stages())
         self._spawn("kwok", [self.bins["kwok"], f"--kubeconfig={self.kubeconfig}", f"-c={stages}",
@@ -183,6 +180,29 @@ class ControlPlane:
         self._wait(lambda: self.client().get("/api/v1/namespaces/default/serviceaccounts/default")
                    .status_code == 200, "kube-controller-manager", timeout)
         return self
+
+    def start_kube_scheduler(self, standin: bool) -> None:
+        """(Re)starts kube-scheduler: with the `kai-scheduler` stand-in profile, or, while the real
+        KAI-Scheduler runs, with the default profile only."""
+        self.stop_process("kube-scheduler")
+        profiles = [{"schedulerName": "default-scheduler"}] + ([{"schedulerName": SCHEDULER_STANDIN}] if standin else [])
+        sched = self.folder / "scheduler.yaml"
+        sched.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "leaderElection": {"leaderElect": False},
+            "profiles": profiles}))
+        self._spawn("kube-scheduler", [self.bins["kube-scheduler"], f"--config={sched}", "--secure-port=0"])
+
+    def stop_process(self, name: str) -> None:
+        """Stops one of the plane's processes (SIGTERM, then SIGKILL after 10 s), if it runs."""
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def _audit_policy(self) -> Path:
         path = self.folder / "audit-policy.yaml"
@@ -220,11 +240,11 @@ class ControlPlane:
                 proc.wait()
         self.procs.clear()
 
-    def _spawn(self, name: str, argv: list) -> None:
-        log = open(self.folder / f"{name}.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    def _spawn(self, name: str, argv: list, env: dict[str, str] | None = None) -> None:
+        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 (lives as long as the process)
         self.procs[name] = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
+                                            env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
 
     def _wait(self, ready, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -3,8 +3,9 @@ account: kubespawner's own code creates the pods, the scheduler binds them to kw
 A refused spawn creates nothing: the API server's audit log (plane.py) lists every pod create
 anyone asked for, refused ones included, so "no pod" cannot be a pod that came and went.
 
-The quota is the hub's (gpupool's pool, 0.5 GPU per user here); KAI's queue quota is not
-exercised (KAI is not built here, see plane.py)."""
+The quota is the hub's (gpupool's pool, 0.5 GPU per user here); the binding is kube-scheduler's
+`kai-scheduler` stand-in (plane.py). KAI-Scheduler's own binding of quarter-GPU workspaces, with a
+quota refusal beside it, is in test_kai_real.py."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 own code creates the pod, the scheduler binds it to a kwok GPU node, kwok runs it (no code runs
 inside), kubespawner sees it ready; stop deletes it and the share goes back to the pool.
 
-KAI is not built here (see plane.py): the binding is kube-scheduler's stand-in profile, so the
-gpu-fraction is checked as admitted on the pod, not as a reservation pod on a device."""
+The binding here is kube-scheduler's `kai-scheduler` stand-in profile (plane.py), so the
+gpu-fraction is checked as admitted on the pod; KAI-Scheduler's own binding onto a device with its
+reservation pod is in test_kai_real.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ gpupool's controller with the chart's hub service account (its Role is all it ma
 
 What is real: admission, RBAC, the Job controller's podFailurePolicy and pod replacement, the
 garbage collector, the PV controller binding the checkpoint claim, scheduling onto kwok GPU
-nodes (kube-scheduler standing in for KAI, see plane.py). What is simulated: inside a
+nodes (kube-scheduler standing in for KAI, see plane.py; KAI's own reclaim of a train pod is in
+test_kai_real.py). What is simulated: inside a
 container nothing runs, so its exit is one of our kwok stages (plane.py: an exit code on
 request, or the code a deleted pod's program returns on SIGTERM), with the code a REAL local
 run of the checkpoint helper returned; KAI's eviction is done as KAI does it: with
@@ -240,8 +241,9 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await ctl.stop()
 
 
-def make_service(tmp_path: Path, api, **job_options):
-    """The hub's training pool in Kubernetes mode, as the chart configures it."""
+def make_service(tmp_path: Path, api, projects: dict | None = None, **job_options):
+    """The hub's training pool in Kubernetes mode, as the chart configures it (`projects`:
+    c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given)."""
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
@@ -251,7 +253,7 @@ def make_service(tmp_path: Path, api, **job_options):
     from traitlets.config import Config
 
     c = Config()
-    c.TrainPool.projects = {"default": {"guarantee": 4}}
+    c.TrainPool.projects = projects or {"default": {"guarantee": 4}}
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")

@@ -3,8 +3,8 @@ renders are admitted (kube-apiserver's validation, KAI's Queue CRD, the hub's RB
 controller makes the pods, and kube-scheduler (standing in for KAI, see plane.py) puts them on
 their pools' kwok nodes.
 
-Untested here (KAI cannot be built, see build.UNAVAILABLE): that KAI's shards own the per-pool
-queues, that KAI's pod grouper turns kai.scheduler/batch-min-member into the PodGroup's
+Untested here (KAI-Scheduler runs only in test_kai_real.py, which has no node pools): that
+KAI's shards own the per-pool queues, that KAI's pod grouper turns kai.scheduler/batch-min-member into the PodGroup's
 minMember and gang-schedules that many, and that KAI evicts an elastic job's pods above it
 first. kube-scheduler honours the preferred node affinity (the pools' order); KAI does not
 score it."""
