@@ -29,7 +29,6 @@ import base64
 import contextlib
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -205,13 +204,3 @@ class ReservationStandIn:
             if r.status_code < 400:
                 self.annotated.append((meta["name"], free))
                 pod["metadata"].setdefault("annotations", {})[GPU_INDEX] = free
-
-
-def wait(check, timeout: float, what: str, log=lambda: "") -> object:
-    """Real time: KAI acts on its own clock (a scheduling cycle a second). Bounded."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
-        time.sleep(0.2)
-    return value

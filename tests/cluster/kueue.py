@@ -18,7 +18,6 @@ import base64
 import datetime
 import ipaddress
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -169,13 +168,3 @@ def stop(plane: ControlPlane) -> None:
 
 def condition(obj: dict | None, kind: str) -> dict:
     return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
-
-
-def wait(check, timeout: float, what: str, log=lambda: "") -> object:
-    """Real time: Kueue's controller acts on its own clock. Bounded, and says what it waited for."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
-        time.sleep(0.2)
-    return value

@@ -79,13 +79,16 @@ def gpu_node(name: str, gpus: int = 8, product: str = "NVIDIA-H100-80GB-HBM3", m
     }
 
 
-def until(check: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll `check` until it returns something truthy: the control plane acts asynchronously."""
+def until(check: Callable[[], object], timeout: float = 30.0, what: str = "condition",
+          log: Callable[[], str] = lambda: "") -> object:
+    """Poll `check` until it returns something truthy: the control plane (and KAI or Kueue, on
+    their own clocks) acts asynchronously. Bounded; on a timeout says what it waited for, and
+    `log()` (a component's log tail) if given."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}".rstrip())
         time.sleep(0.1)

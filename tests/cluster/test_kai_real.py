@@ -35,7 +35,7 @@ from tornado import web
 from tests.cluster import build, kai
 from tests.cluster.conftest import GPU_NODES, HUB_NS
 from tests.cluster.plane import ControlPlane, env_flag
-from tests.cluster.resources import Resources, gpu_node
+from tests.cluster.resources import Resources, gpu_node, until
 from tests.cluster.test_train_jobs_real import (  # noqa: F401 (hub_api: a fixture)
     exit_pod,
     hub_api,
@@ -69,7 +69,7 @@ def kai_plane(plane: ControlPlane, chart: list[dict], tmp_path_factory: pytest.T
             for i in range(GPU_NODES):
                 cordon(res, f"gpu-node-{i}", True)
             res.apply(gpu_node(KAI_NODE, gpus=2))
-            kai.wait(lambda: node_ready(res, KAI_NODE), 60, "the KAI test node to be Ready")
+            until(lambda: node_ready(res, KAI_NODE), 60, "the KAI test node to be Ready")
             kai.start(plane, tmp_path_factory.mktemp("kai"))
             with kai.ReservationStandIn(plane) as standin:
                 yield SimpleNamespace(plane=plane, standin=standin,
@@ -147,8 +147,8 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
     await a.stop()
     await b.stop()
     # with no pod left in its GPU group, KAI's binder lets the reservation go
-    kai.wait(lambda: not [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group],
-             60, "the reservation pod to go", kai_plane.log)
+    until(lambda: not [p for p in reservation_pods(admin) if p["metadata"]["labels"].get(kai.GPU_GROUP) == group],
+          60, "the reservation pod to go", kai_plane.log)
 
 
 # --- KAI's reclaim ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from gpupool.pool.jobs import Project
 from tests.cluster import build, kueue
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import SIGTERM_EXIT_CODE, ControlPlane, env_flag
-from tests.cluster.resources import Resources
+from tests.cluster.resources import Resources, until
 from tests.cluster.test_train_jobs_real import annotate, exit_pod, hub_api, running_pod, volume_for, wait_for  # noqa: F401 (hub_api: a fixture)
 
 COHORT, FLAVOR, PROJECT = "kueue-test", "kueue-test-gpu", "optics"
@@ -77,11 +77,11 @@ def test_kueue_admits_the_adapters_queues(kueue_manager: ControlPlane, admin: Re
     (a queue Kueue finds wrong, e.g. with a flavor that does not exist, stays inactive)."""
     queues(admin)
     log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
-    cq = kueue.wait(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/{PROJECT}"), "Active")
-                    .get("status") == "True", 30, "the ClusterQueue to be Active", log)
+    cq = until(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/{PROJECT}"), "Active")
+               .get("status") == "True", 30, "the ClusterQueue to be Active", log)
     assert cq
-    kueue.wait(lambda: kueue.condition(admin.get(f"{API}/namespaces/{HUB_NS}/localqueues/{PROJECT}"), "Active")
-               .get("status") == "True", 30, "the LocalQueue to be Active", log)
+    until(lambda: kueue.condition(admin.get(f"{API}/namespaces/{HUB_NS}/localqueues/{PROJECT}"), "Active")
+          .get("status") == "True", 30, "the LocalQueue to be Active", log)
     # stored through Kueue's conversion webhook and read back as v1beta2: the cohort survives
     assert admin.get(f"{API}/clusterqueues/{PROJECT}")["spec"]["cohortName"] == COHORT
     # the control: a queue naming a flavor that does not exist is admitted but never active
@@ -90,8 +90,8 @@ def test_kueue_admits_the_adapters_queues(kueue_manager: ControlPlane, admin: Re
                   "coveredResources": ["nvidia.com/gpu"],
                   "flavors": [{"name": "no-such-flavor", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]}]}]}}
     admin.apply(broken)
-    cond = kueue.wait(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/kueue-test-broken"), "Active"),
-                      30, "Kueue's verdict on the broken queue", log)
+    cond = until(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/kueue-test-broken"), "Active"),
+                 30, "Kueue's verdict on the broken queue", log)
     assert cond["status"] == "False" and "FlavorNotFound" in cond["reason"], cond
     admin.http.delete(f"{API}/clusterqueues/kueue-test-broken")
 
@@ -103,8 +103,8 @@ async def test_kueue_admits_a_train_job_within_its_quota_and_holds_the_next(
     the second stays suspended, its job row `queued`, no pod made, until the first ends."""
     queues(admin)
     log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
-    kueue.wait(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/{PROJECT}"), "Active").get("status") == "True",
-               30, "the ClusterQueue to be Active", log)
+    until(lambda: kueue.condition(admin.get(f"{API}/clusterqueues/{PROJECT}"), "Active").get("status") == "True",
+          30, "the ClusterQueue to be Active", log)
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
     first, second = spec("kueue-a"), spec("kueue-b")
     for s in (first, second):
@@ -157,8 +157,8 @@ async def test_kueue_reclaims_a_borrowed_gpu_and_the_job_resumes(
     admin.apply_all(kueue_objects(projects, HUB_NS, cohort="kueue-reclaim", flavor=FLAVOR))
     log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
     for name in projects:
-        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
-                   .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
+        until(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
+              .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
     seen: list[str] = []
 
     def on_change(job_id: str, st) -> None:
@@ -214,10 +214,10 @@ def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin
     admin.apply_all(docs)
     log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
     for name in ("prisms", "filters"):
-        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
-                   .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
-        kueue.wait(lambda n=name: kueue.condition(admin.get(f"{API}/namespaces/{HUB_NS}/localqueues/{n}"), "Active")
-                   .get("status") == "True", 30, f"LocalQueue {name} Active", log)
+        until(lambda n=name: kueue.condition(admin.get(f"{API}/clusterqueues/{n}"), "Active")
+              .get("status") == "True", 30, f"ClusterQueue {name} Active", log)
+        until(lambda n=name: kueue.condition(admin.get(f"{API}/namespaces/{HUB_NS}/localqueues/{n}"), "Active")
+              .get("status") == "True", 30, f"LocalQueue {name} Active", log)
     quota = admin.get(f"{API}/clusterqueues/prisms")["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     # quantities, as Kueue's conversion webhook writes them: "2"
     assert (str(quota["nominalQuota"]), str(quota["borrowingLimit"])) == ("2", "1")  # 1.5 rounds up; limit 3
