@@ -13,15 +13,18 @@ must not answer to one name.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 import yaml
@@ -38,6 +41,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def machine_lock() -> TextIO:
+    """One plane per machine at a time: some components bind fixed ports whatever flags they get
+    (KAI's pod-group controller takes :8080), so a second plane started beside a running one (a
+    second checkout's tests, a benchmark) would break both. Blocks until the running one stops,
+    saying whose it is; the lock goes with the process, so a killed run never leaves it held."""
+    path = build.cache_root() / "plane.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")  # noqa: SIM115 (held for the plane's life)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        print(f"waiting for the control plane of another run on this machine to stop ({f.read().strip()})",
+              flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}, {' '.join(sys.argv)[:200]}\n")
+    f.flush()
+    return f
 
 
 def kwok_module_dir() -> Path:
@@ -132,10 +157,12 @@ class ControlPlane:
     url: str = ""
     kubeconfig: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    lock: TextIO | None = None  # the machine-wide plane lock's open file, held from start() to stop()
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.lock = machine_lock()
         self.certs = make_certs(self.folder / "pki")
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd = f"http://127.0.0.1:{etcd_port}"
@@ -239,6 +266,9 @@ class ControlPlane:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        if self.lock is not None:
+            self.lock.close()  # closing the file releases the flock
+            self.lock = None
 
     def _spawn(self, name: str, argv: list, env: dict[str, str] | None = None) -> None:
         log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 (lives as long as the process)
