@@ -36,11 +36,13 @@ class Component:
     # a module whose pinned version the binaries report as their Kubernetes version (`/version`):
     # unstamped they say v0.0.0-master, which clients that parse it refuse (Kueue does)
     stamp: str = ""
+    packages: tuple[str, ...] = ()  # packages of the wrapper module itself, built beside the tools
 
 
 COMPONENTS = (
     Component("etcd", ("server",)),  # go.etcd.io/etcd/server/v3: Go names it "server"
-    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler"), stamp="k8s.io/kubernetes"),
+    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
+                       "deviceplugin"), stamp="k8s.io/kubernetes", packages=("./deviceplugin",)),
     Component("kwok", ("kwok",)),
 )
 # Built only for the tests that need them (their fixture asks): a failure to build one skips
@@ -50,6 +52,10 @@ OPTIONAL = (
     # github.com/NVIDIA/KAI-scheduler/cmd/*: what queues, GPU fractions and reclaim need. KAI's own
     # k8s.io pins (v0.34): v0.12.0 does not compile against 1.35's scheduler framework.
     Component("kai", ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")),
+    # the real node's tests (tests/cluster/node.py): helm.sh/helm/v3/cmd/helm, and CoreDNS (our
+    # main with the plugins a cluster's Corefile uses) for the node's cluster DNS
+    Component("helm", ("helm",)),
+    Component("coredns", ("coredns",), packages=(".",)),
 )
 
 # Components the module proxy (the only source this project may download from) refuses, with
@@ -87,8 +93,11 @@ def ldflags(component: Component) -> str:
 def key(component: Component, version: str) -> str:
     """Changes when a pin (go.mod, go.sum), the Go toolchain or the flags change: then it is rebuilt."""
     h = hashlib.sha256((version + ldflags(component)).encode())
+    folder = GO_DIR / component.name
     for f in ("go.mod", "go.sum"):
-        h.update((GO_DIR / component.name / f).read_bytes())
+        h.update((folder / f).read_bytes())
+    for f in sorted(folder.rglob("*.go")):  # the wrapper's own packages (packages=)
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -108,7 +117,10 @@ def build(component: Component, version: str, log=print) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
-        proc = subprocess.run(["go", "build", f"-ldflags={ldflags(component)}", "-o", tmp + os.sep, "tool"],
+        mod = (GO_DIR / component.name / "go.mod").read_text()
+        tools = ["tool"] if re.search(r"^tool\b", mod, re.M) else []
+        proc = subprocess.run(["go", "build", f"-ldflags={ldflags(component)}", "-o", tmp + os.sep, *tools,
+                               *component.packages],
                               cwd=GO_DIR / component.name,
                               env=go_env(), capture_output=True, text=True)
         if proc.returncode:

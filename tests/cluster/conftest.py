@@ -24,6 +24,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.cluster)
+    # the real node's tests last: they install gpupool's chart with helm over what the `chart`
+    # fixture applied, and their node must not take the kwok tests' pods
+    items.sort(key=lambda item: item.get_closest_marker("node") is not None)
 
 
 @pytest.fixture(scope="session")

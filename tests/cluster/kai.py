@@ -89,12 +89,22 @@ def cluster_objects() -> list[dict]:
     return [ns(NAMESPACE), ns(RESERVATION_NS), ns(SCALE_ADJUST_NS),
             {"apiVersion": "v1", "kind": "ServiceAccount",
              "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS}},
+            # what the reservation pod's program may do: annotate its own pod (KAI's chart's rbac/)
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": RESERVATION_NS},
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "update", "watch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS},
+             "subjects": [{"kind": "ServiceAccount", "name": RESERVATION_NS, "namespace": RESERVATION_NS}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RESERVATION_NS}},
             # the admission webhook sets it on GPU pods (its default, the GPU operator's class)
             {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
              "handler": "nvidia"}]
 
 
-def start(plane: ControlPlane, folder: Path, timeout: float = 90.0) -> None:
+RESERVATION_IMAGE = "ghcr.io/nvidia/kai-scheduler/resource-reservation:v0.12.0"
+
+
+def start(plane: ControlPlane, folder: Path, timeout: float = 90.0, reservation_image: str = RESERVATION_IMAGE) -> None:
     """Installs what KAI needs on `plane`, takes kube-scheduler's stand-in profile away and
     starts KAI's processes (they join the plane's: logs beside theirs, stopped with them)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -119,7 +129,7 @@ def start(plane: ControlPlane, folder: Path, timeout: float = 90.0) -> None:
     plane._spawn("kai-binder", [
         bins / "binder", f"--scheduler-name={SCHEDULER_NAME}", f"--resource-reservation-namespace={RESERVATION_NS}",
         f"--resource-reservation-service-account={RESERVATION_NS}", f"--resource-reservation-app-label={RESERVATION_NS}",
-        "--resource-reservation-pod-image=ghcr.io/nvidia/kai-scheduler/resource-reservation:v0.12.0",
+        f"--resource-reservation-pod-image={reservation_image}",
         f"--scale-adjust-namespace={SCALE_ADJUST_NS}", f"--health-probe-bind-address=127.0.0.1:{probes['binder']}",
         "--metrics-bind-address=0", "--cdi-enabled=false", "--resource-reservation-allocation-timeout=20"], env=env)
     plane._spawn("kai-podgrouper", [

@@ -43,6 +43,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+API_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's address: the first of --service-cluster-ip-range
+
+
+def host_ip() -> str:
+    """The host's address on its default route (where a real node's pods reach the API server),
+    or 127.0.0.1 where it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # no packet is sent: only the route is looked up
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
 def machine_lock() -> TextIO:
     """One plane per machine at a time: some components bind fixed ports whatever flags they get
     (KAI's pod-group controller takes :8080), so a second plane started beside a running one (a
@@ -158,12 +172,15 @@ class ControlPlane:
     kubeconfig: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     lock: TextIO | None = None  # the machine-wide plane lock's open file, held from start() to stop()
+    host_ip: str = "127.0.0.1"  # the address the API server advertises (the host's, when it has one)
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.lock = machine_lock()
-        self.certs = make_certs(self.folder / "pki")
+        self.host_ip = host_ip()
+        self.certs = make_certs(self.folder / "pki", api_ips=tuple(dict.fromkeys(("127.0.0.1", API_SERVICE_IP,
+                                                                                  self.host_ip))))
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd = f"http://127.0.0.1:{etcd_port}"
         self._spawn("etcd", [self.bins["etcd"], "--name=test", f"--data-dir={self.folder / 'etcd'}",
@@ -176,17 +193,21 @@ class ControlPlane:
         c = self.certs
         self.url = f"https://127.0.0.1:{api_port}"
         self._spawn("kube-apiserver", [
-            self.bins["kube-apiserver"], f"--etcd-servers={etcd}", "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1", f"--secure-port={api_port}", f"--cert-dir={self.folder / 'pki'}",
+            self.bins["kube-apiserver"], f"--etcd-servers={etcd}", f"--secure-port={api_port}",
+            f"--cert-dir={self.folder / 'pki'}", *self._address_flags(),
             f"--tls-cert-file={c.server_cert}", f"--tls-private-key-file={c.server_key}",
             f"--client-ca-file={c.ca}", f"--service-account-key-file={c.sa_pub}",
             f"--service-account-signing-key-file={c.sa_key}",
-            "--service-account-issuer=https://kubernetes.default.svc", "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            # a real node's kubelet may touch only its own Node and its pods' objects, as on a cluster
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            # logs, exec and port-forward reach the real node's kubelet at its address, as the admin
+            f"--kubelet-client-certificate={c.admin_cert}", f"--kubelet-client-key={c.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--v=0",
             # every pod and Job create, with its body: what a test says was never created is read here
             f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.folder / 'audit.log'}",
             "--audit-log-mode=blocking",
-            "--endpoint-reconciler-type=none",  # 127.0.0.1 may not be an Endpoints address
             # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
             # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
             "--watch-cache-sizes=jobs.batch#0", "--etcd-compaction-interval=3s"])
@@ -207,6 +228,14 @@ class ControlPlane:
         self._wait(lambda: self.client().get("/api/v1/namespaces/default/serviceaccounts/default")
                    .status_code == 200, "kube-controller-manager", timeout)
         return self
+
+    def _address_flags(self) -> list[str]:
+        """Where the API server listens and what it advertises: the host's own address (and
+        127.0.0.1) when it has one, so that pods on the real node reach it through the
+        `kubernetes` Service; else 127.0.0.1 alone, which may not be an Endpoints address."""
+        if self.host_ip == "127.0.0.1":
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        return ["--bind-address=0.0.0.0", f"--advertise-address={self.host_ip}"]
 
     def start_kube_scheduler(self, standin: bool) -> None:
         """(Re)starts kube-scheduler: with the `kai-scheduler` stand-in profile, or, while the real

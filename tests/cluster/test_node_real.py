@@ -1,0 +1,286 @@
+"""Real pods on a real node: the kubelet, containerd, runc, CNI and kube-proxy of
+tests/cluster/node.py, joined to the session's control plane beside the kwok nodes, running
+images built on this machine from the project's own Dockerfiles (tests/cluster/images.py).
+
+These tests carry the `node` marker, run after every other cluster test (conftest.py orders
+them last: they install gpupool's chart with helm, over what the other tests applied by hand)
+and share one node for the module. While they run, the kwok nodes are cordoned: every pod here
+must run for real. What still stands in is listed in node.py, addons.py and docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import addons, build, images, kai
+from tests.cluster.conftest import GPU_NODES
+from tests.cluster.helm import Helm
+from tests.cluster.node import GPU_RESOURCE, RealNode, missing
+from tests.cluster.plane import ControlPlane, env_flag
+from tests.cluster.resources import Resources, until
+from tests.cluster.webuser import WebUser
+
+pytestmark = pytest.mark.node
+
+IMAGES = ("hub", "singleuser", "chp", "reservation")
+
+
+def _unavailable(what: str) -> None:
+    if env_flag("CI"):
+        pytest.fail(f"the real node cannot run in CI: {what}")
+    pytest.skip(f"the real node cannot run here: {what}")
+
+
+@pytest.fixture(scope="module")
+def node_images() -> dict[str, str]:
+    """Every image the node runs, built (or found in the cache) and named by its inputs."""
+    if problems := missing():
+        _unavailable("missing " + "; ".join(problems))
+    if not shutil.which("go"):
+        _unavailable("Go is not installed")
+    builder = images.Builder(log=lambda line: print(line, flush=True))
+    archives = {"pause": images.pause_image()}
+    archives["coredns"] = images.image("coredns", builder, context=build.optional("coredns"))
+    for name in IMAGES:
+        archives[name] = images.image(name, builder)
+    return archives
+
+
+@pytest.fixture(scope="module")
+def real_node(plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    bins = build.binaries(log=lambda line: print(line, flush=True))
+    folder = tmp_path_factory.mktemp("node")
+    node = RealNode(plane, folder, bins, gpus=2, images=dict(node_images.values()))
+    with plane.client() as http:
+        admin = Resources(http)
+        kwok = [f"gpu-node-{i}" for i in range(GPU_NODES)]
+        for name in kwok:  # every pod of this module must run for real
+            http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": True}},
+                       headers={"Content-Type": "application/merge-patch+json"})
+        try:
+            node.start()
+            admin.apply_all(addons.coredns_objects(node_images["coredns"][0]) + [addons.storage_class()])
+            until(lambda: (admin.get("/apis/apps/v1/namespaces/kube-system/deployments/coredns") or {})
+                  .get("status", {}).get("readyReplicas") == 1, 120, "CoreDNS ready",
+                  lambda: plane.log_tail("kubelet"))
+            with addons.LocalVolumes(plane.client, folder / "volumes", node.name):
+                yield node
+        finally:
+            node.stop()
+            for name in kwok:
+                http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": False}},
+                           headers={"Content-Type": "application/merge-patch+json"})
+
+
+def pod_log(http, namespace: str, name: str) -> str:
+    r = http.get(f"/api/v1/namespaces/{namespace}/pods/{name}/log")
+    return r.text if r.status_code == 200 else f"(no log: {r.status_code} {r.text[:300]})"
+
+
+def phase(admin: Resources, namespace: str, name: str) -> str:
+    return ((admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("status") or {}).get("phase", "")
+
+
+PROBE = r"""
+import json, os, socket, ssl, urllib.request
+out = {"uid": os.getuid(), "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES", "")}
+out["dns"] = socket.gethostbyname("kubernetes.default.svc.cluster.local")
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+req = urllib.request.Request("https://kubernetes.default.svc/version",
+                             headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+out["api"] = json.load(urllib.request.urlopen(req, context=ssl.create_default_context(cafile=sa + "/ca.crt")))["gitVersion"]
+out["web"] = urllib.request.urlopen("http://web.node-test.svc.cluster.local/hello.txt", timeout=10).read().decode()
+open("/data/written", "w").write("kept")
+out["volume"] = open("/data/written").read()
+print(json.dumps(out))
+"""
+
+
+def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node: RealNode, node_images: dict,
+                                                                    admin: Resources) -> None:
+    """A pod's code runs as its image's non-root user; it is given the GPU device the kubelet
+    assigned from the device plugin's, resolves and reaches a Service (CoreDNS and kube-proxy),
+    the API server through the `kubernetes` Service with its service-account token, and writes
+    to a claim the StorageClass provisioned; its exit code and log come back through the API."""
+    image = node_images["singleuser"][0]
+    ns = "node-test"
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        admin.apply_all([
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
+             "spec": {"containers": [{"name": "web", "image": image, "workingDir": "/tmp", "command": [
+                 "sh", "-c", "echo hello > hello.txt && exec python -m http.server 8080"],
+                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
+             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+        ])
+        until(lambda: phase(admin, ns, "web") == "Running", 120, "the web pod running",
+              lambda: real_node.plane.log_tail("kubelet"))
+        admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},
+                     "spec": {"restartPolicy": "Never", "containers": [{
+                         "name": "probe", "image": image, "command": ["python", "-c", PROBE],
+                         "resources": {"limits": {GPU_RESOURCE: "1"}},
+                         "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}})
+        until(lambda: phase(admin, ns, "probe") in ("Succeeded", "Failed"), 180, "the probe pod to finish",
+              lambda: pod_log(admin.http, ns, "probe") + real_node.plane.log_tail("kubelet"))
+        log = pod_log(admin.http, ns, "probe")
+        assert phase(admin, ns, "probe") == "Succeeded", log
+        out = json.loads(log.strip().splitlines()[-1])
+        assert out["uid"] == 1000  # the image's user, never root
+        assert out["gpus"].startswith(f"GPU-{real_node.name}-")  # one device, from the kubelet's device manager
+        assert out["dns"] == "10.96.0.1" and out["api"] == "v1.35.4"
+        assert out["web"] == "hello\n" and out["volume"] == "kept"
+        pod = admin.get(f"/api/v1/namespaces/{ns}/pods/probe")
+        assert pod["spec"]["nodeName"] == real_node.name
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    finally:
+        admin.http.delete(f"/api/v1/namespaces/{ns}")
+        with contextlib.suppress(AssertionError):
+            until(lambda: admin.get(f"/api/v1/namespaces/{ns}") is None, 90, "the test namespace gone")
+
+
+def _kai_running(plane: ControlPlane) -> bool:
+    return "kai-scheduler" in plane.procs
+
+
+@pytest.fixture(scope="module")
+def kai_on_node(plane: ControlPlane, real_node: RealNode, node_images: dict,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """KAI-Scheduler's components as processes (as in test_kai_real.py), its reservation pods
+    running our stand-in program on the real node."""
+    try:
+        build.optional("kai")
+    except RuntimeError as err:
+        _unavailable(f"KAI-Scheduler does not build: {err}")
+    kai.start(plane, tmp_path_factory.mktemp("kai"), reservation_image=node_images["reservation"][0])
+    try:
+        yield
+    finally:
+        kai.stop(plane)
+
+
+
+
+
+# --- gpupool and JupyterHub, installed with helm as an admin installs them -------------------
+HUB_NS = "jupyterhub"  # helm/z2jh-values.yaml's NetworkPolicy names the release's namespace
+GPUPOOL_NS = "gpupool"
+PASSWORD = "a-test-password"
+REPO = Path(__file__).resolve().parents[2]
+Z2JH = REPO.parent / "shared" / "charts" / "jupyterhub-4.4.0"
+
+
+def image_values(ref: str) -> dict:
+    name, tag = ref.rsplit(":", 1)
+    return {"name": name, "tag": tag}
+
+
+def gpupool_values(node_images: dict) -> dict:
+    """The chart's values for the node's two GPUs: a department of 2, workspaces in `default`
+    (guaranteed 1), projects nlp (guaranteed 1) and vision (guaranteed none: it borrows)."""
+    project = {"department": "research", "overQuotaWeight": 1, "limit": -1, "priority": 100}
+    return {
+        "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
+        "priorityClasses": {"create": True},  # KAI's chart would install them; KAI runs as processes here
+        "departments": {"research": {"quota": 2, "overQuotaWeight": 1, "limit": -1}},
+        "projects": {"default": {**project, "guarantee": 1}, "nlp": {**project, "guarantee": 1},
+                     "vision": {**project, "guarantee": 0}},
+        "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
+        "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
+        "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2},
+    }
+
+
+def z2jh_values(node_images: dict) -> dict:
+    """Over helm/z2jh-values.yaml: the local images, the dummy authenticator, the proxy on a
+    node port (no cloud load balancer here), the node's 2 GPUs, and off what needs images
+    nobody built (the pre-puller, the user placeholders, the cloud metadata blocker)."""
+    return {
+        "hub": {"image": image_values(node_images["hub"][0]),
+                "config": {"JupyterHub": {"authenticator_class": "dummy"},
+                           "DummyAuthenticator": {"password": PASSWORD},
+                           "Authenticator": {"allow_all": True}},
+                "extraConfig": {"zz-node-test": "c.GPUPool.virtual_gpus = 2\n"}},
+        "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
+        "singleuser": {"image": image_values(node_images["singleuser"][0]),
+                       "cloudMetadata": {"blockWithIptables": False}, "startTimeout": 240},
+        "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
+        "scheduling": {"userPlaceholder": {"enabled": False}},
+    }
+
+
+def clear_applied_chart(admin: Resources) -> None:
+    """Deletes what the session's `chart` fixture applied without helm (conftest.CHART_VALUES),
+    whose cluster-wide objects (queues, priority classes) a helm release cannot take over."""
+    from tests.cluster.conftest import CHART_VALUES
+    from tests.k8s.test_chart import render
+
+    for doc in render(CHART_VALUES):
+        with contextlib.suppress(KeyError):
+            path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
+                              doc["metadata"].get("namespace", ""))
+            admin.http.delete(path)
+
+
+@pytest.fixture(scope="module")
+def helm_cli(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    try:
+        folder = build.optional("helm")
+    except RuntimeError as err:
+        _unavailable(f"helm does not build: {err}")
+    return Helm(folder / "helm", plane.kubeconfig, tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module")
+def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict, admin_module: Resources) -> dict:
+    """`helm install` of gpupool's chart, then of the JupyterHub chart with the overlay, as
+    docs/kubernetes.md tells an admin; waits for the hub and the proxy to be ready."""
+    if not Z2JH.exists():
+        _unavailable(f"the JupyterHub chart is missing: {Z2JH}")
+    clear_applied_chart(admin_module)
+    gp = helm_cli.values_file("gpupool", gpupool_values(node_images))
+    helm_cli("install", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS, "--create-namespace",
+             "-f", str(gp), "--wait", "--timeout", "5m")
+    jh = helm_cli.values_file("jupyterhub", z2jh_values(node_images))
+    helm_cli("install", "jupyterhub", str(Z2JH), "-n", HUB_NS, "--create-namespace",
+             "-f", str(REPO / "helm" / "z2jh-values.yaml"), "-f", str(jh), "--wait", "--timeout", "8m")
+    svc = admin_module.get(f"/api/v1/namespaces/{HUB_NS}/services/proxy-public")
+    port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "http")
+    return {"url": f"http://{real_node.ip}:{port}", "gpupool_values": gp, "z2jh_values": jh}
+
+
+@pytest.fixture(scope="module")
+def admin_module(plane: ControlPlane) -> Iterator[Resources]:
+    with plane.client() as http:
+        yield Resources(http)
+
+
+def test_an_admin_installs_with_helm_and_a_user_works_on_the_real_node(release: dict, real_node: RealNode,
+                                                                      admin: Resources) -> None:
+    user = WebUser(release["url"], "ann", PASSWORD)
+    try:
+        user.login()
+        r = user.spawn_form(gpus="0.25")
+        assert r.status_code == 302, r.text[:1000]
+        server = user.wait_ready()
+        pods = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
+                              params={"labelSelector": "component=singleuser-server"}).json()["items"]
+        assert len(pods) == 1, pods
+        pod = pods[0]
+        assert pod["spec"]["nodeName"] == real_node.name and pod["status"]["phase"] == "Running"
+        assert pod["metadata"]["annotations"].get("gpu-fraction") == "0.25"
+        lab = user.lab()
+        assert lab.status_code == 200, lab.text[:500]
+        out = user.execute("from gpupool.widgets.client import Client\nprint(Client().get('api/me'))")
+        print(out, server)
+    finally:
+        user.close()
