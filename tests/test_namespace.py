@@ -96,6 +96,17 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
     for expected in ("gpupool/spawner/local.py", "gpupool/idle_culler/__main__.py", "gpupool/widgets/magics.py",
                      "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html"):
         assert expected in files
+    # every module of the four folders, sub-packages included (a package missing from
+    # pyproject's list installs from a checkout but not from the wheel the images install)
+    folders = {"hub_ext": "gpupool", "spawner": "gpupool/spawner", "idle_culler": "gpupool/idle_culler",
+               "widgets": "gpupool/widgets"}
+    for folder, prefix in folders.items():
+        for module in (REPO / folder).rglob("*.py"):
+            rel = module.relative_to(REPO / folder).as_posix()
+            if "labextension" in rel or (folder == "hub_ext" and rel.split("/")[0] in ("spawner", "idle_culler",
+                                                                                     "widgets")):
+                continue
+            assert f"{prefix}/{rel}" in files, f"{folder}/{rel} is not in the wheel"
 
 
 def test_spawners_are_jupyterhub_entry_points():
