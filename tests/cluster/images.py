@@ -534,8 +534,13 @@ def wheel_stage(log: Callable[[str], None] = print) -> Path:
     start = time.monotonic()
     shutil.rmtree(root, ignore_errors=True)
     (root / "wheels").mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(root / "wheels"), str(REPO)], capture_output=True, text=True, cwd=REPO)
+    had_build = (REPO / "build").exists()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                               "-w", str(root / "wheels"), str(REPO)], capture_output=True, text=True, cwd=root)
+    finally:
+        if not had_build:  # setuptools builds in the source tree
+            shutil.rmtree(REPO / "build", ignore_errors=True)
     if proc.returncode:
         raise RuntimeError(f"building gpupool's wheel failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
     (root / ".complete").touch()

@@ -247,6 +247,9 @@ def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
     if not Z2JH.exists():
         _unavailable(f"the JupyterHub chart is missing: {Z2JH}")
     clear_applied_chart(admin_module)
+    # the hub's namespace first: gpupool's chart puts its ConfigMap, Role and Secret there, and
+    # the hub mounts them (docs/kubernetes.md: `kubectl create namespace jupyterhub`)
+    admin_module.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}})
     gp = helm_cli.values_file("gpupool", gpupool_values(node_images))
     helm_cli("install", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS, "--create-namespace",
              "-f", str(gp), "--wait", "--timeout", "5m")
