@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import sys
+import urllib.parse
 from typing import Any
 
 from traitlets.config import Config
@@ -39,7 +40,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.spawner_class = spawner
     settings = GPUPool(config=c)  # only to read the API address; the hub builds its own later
     token = secrets.token_hex(32)
-    api_url = f"http://{settings.api_ip}:{settings.api_port}"
+    api_url = _service_url(settings)
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
     services.append({
         "name": SERVICE,
@@ -68,6 +69,16 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
     _home_page_warnings(c)
     _start_in_hub(c, token, settings.api_ip, settings.api_port, culler)
+
+
+def _service_url(settings: Any) -> str:
+    """Where the proxy and the culler reach the API: the origin of `api_url` when one is set
+    (in a hub pod, the hub Service's name: JupyterHub would route a service bound to 0.0.0.0
+    to the pod's hostname, which no cluster DNS resolves), else api_ip and api_port."""
+    if settings.api_url:
+        parts = urllib.parse.urlsplit(settings.api_url)
+        return f"{parts.scheme}://{parts.netloc}"
+    return f"http://{settings.api_ip}:{settings.api_port}"
 
 
 def validate(c: Config) -> None:
@@ -214,6 +225,7 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
         from .train.kube_service import KubeTrainingService
 
+        _configure_kubespawner_clients(hub.config)
         training = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
         # the API answers at once; the watches catch up (and settle rows) in the background
         from . import tasks
@@ -298,6 +310,23 @@ def kube_job_gpu_use(sampler: Any) -> Any:
         return out
 
     return use
+
+
+def _configure_kubespawner_clients(config: Any) -> None:
+    """Set up kubespawner's process-wide client configuration now, as KubeSpawner does when
+    the first spawner is made (`kubespawner.clients.load_config`, with the spawner's own
+    settings). Every kubespawner reflector, ours included, takes kubespawner's shared client
+    when it is made, and that client is cached for the loop: made before the configuration it
+    has no host, and every spawn after it fails ("InvalidUrlClientError: /api/v1/namespaces/...")."""
+    from kubernetes_asyncio.config import ConfigException
+    from kubespawner.clients import load_config
+
+    settings = {**config.KubeSpawner, **config.GPUKubeSpawner}
+    try:
+        load_config(host=settings.get("k8s_api_host"), ssl_ca_cert=settings.get("k8s_api_ssl_ca_cert"),
+                    verify_ssl=settings.get("k8s_api_verify_ssl"))
+    except ConfigException as err:  # neither in a pod nor a kubeconfig: the API client says so next
+        log.warning("kubespawner's client configuration could not be loaded: %s", err)
 
 
 async def _kube_api_client() -> Any:

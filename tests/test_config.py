@@ -125,3 +125,21 @@ def test_configure_refuses_a_broken_project_table_while_the_hub_reads_its_config
     c.TrainPool.projects = {"vision": {"guarantee": 2, "limit": 1}}
     with pytest.raises(TraitError, match="need 0 <= guarantee <= limit"):
         configure(c)
+
+
+def test_in_a_hub_pod_the_proxy_reaches_the_api_by_the_hub_services_name() -> None:
+    """z2jh's overlay binds the API to 0.0.0.0 and names the hub Service in api_url: the proxy's
+    route (the service's url) must name that Service, not the pod's hostname JupyterHub would
+    put for 0.0.0.0, which no cluster DNS resolves."""
+    from gpupool import configure
+
+    c = Config()
+    c.GPUPool.api_ip = "0.0.0.0"
+    c.GPUPool.api_url = "http://hub:8095/services/gpupool/"
+    configure(c, spawner="gpupool-kubernetes", culler=True)
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    assert services["gpupool"]["url"] == "http://hub:8095"
+    assert "--gpupool-url=http://hub:8095/services/gpupool/" in services["gpupool-culler"]["command"]
+    plain = Config()  # the embedded hub: api_ip and api_port, as before
+    configure(plain)
+    assert {s["name"]: s for s in plain.JupyterHub.services}["gpupool"]["url"] == "http://127.0.0.1:8095"

@@ -88,6 +88,10 @@ class RealNode:
             raise RuntimeError("the real node needs a host address other than 127.0.0.1 (a default route): "
                                "its pods reach the API server there")
         self.folder.mkdir(parents=True, exist_ok=True)
+        # what a killed run left: the kubelet's folders (pod volumes still mounted); its
+        # containers are stopped by the new kubelet, which finds them unknown to the API server
+        unmount_under(self.kubelet_dir)
+        shutil.rmtree(self.kubelet_dir, ignore_errors=True)
         for knob in ("net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"):
             Path("/proc/sys", knob).write_text("1")  # pod traffic is routed, bridged traffic filtered
         self._start_containerd(timeout)
@@ -109,11 +113,14 @@ class RealNode:
         """Pods first (the kubelet stops their containers and frees their addresses), then the
         node's processes; whatever a killed run left in containerd is removed here too."""
         with contextlib.suppress(httpx.HTTPError, AssertionError), self.plane.client() as http:
+            # cordoned first, so that what a controller makes again is not started here
+            http.patch(f"/api/v1/nodes/{self.name}", json={"spec": {"unschedulable": True}},
+                       headers={"Content-Type": "application/merge-patch+json"})
             pods = http.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.name}"}).json()
             for pod in pods.get("items", []):
                 m = pod["metadata"]
                 http.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", params={"gracePeriodSeconds": "1"})
-            until(lambda: not self._sandboxes(), 60, "the node's pods to stop")
+            until(lambda: not self._sandboxes(), 20, "the node's pods to stop")  # then the rest is killed
         for name in ("deviceplugin", "kube-proxy", "kubelet"):
             self.plane.stop_process(name)
         if "kube-proxy" in self.bins:
@@ -121,9 +128,15 @@ class RealNode:
                            capture_output=True, timeout=60)
         self._remove_containers()
         self.plane.stop_process("containerd")
-        unmount_under(self.folder)  # the kubelet makes its root folder a shared mount, pods' volumes below it
+        unmount_under(self.kubelet_dir)  # the kubelet makes its root folder a shared mount, pods' volumes below it
         with contextlib.suppress(httpx.HTTPError), self.plane.client() as http:
             http.delete(f"/api/v1/nodes/{self.name}")
+
+    @property
+    def kubelet_dir(self) -> Path:
+        """The kubelet's root folder and pod logs: at a fixed place, so that the next run
+        unmounts and removes what a killed one left."""
+        return RUN / "kubelet"
 
     # --- containerd --------------------------------------------------------------------
     def _start_containerd(self, timeout: float) -> None:
@@ -200,7 +213,7 @@ class RealNode:
             "address": self.ip, "port": free_port(), "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
             "clusterDomain": "cluster.local", "clusterDNS": [CLUSTER_DNS],
-            "podLogsDir": str(self.folder / "pod-logs"), "failSwapOn": False,
+            "podLogsDir": str(self.kubelet_dir / "pod-logs"), "failSwapOn": False,
             "serializeImagePulls": False, "registerNode": True,
             # images come from no registry: never collect them
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
@@ -211,7 +224,7 @@ class RealNode:
         path = self.folder / "kubelet.yaml"
         path.write_text(yaml.safe_dump(config))
         self.plane._spawn("kubelet", [self.bins["kubelet"], f"--config={path}", f"--kubeconfig={kubeconfig}",
-                                      f"--root-dir={self.folder / 'kubelet'}", f"--hostname-override={self.name}",
+                                      f"--root-dir={self.kubelet_dir / 'root'}", f"--hostname-override={self.name}",
                                       f"--node-ip={self.ip}", "--v=1"])
 
     def _start_kube_proxy(self) -> None:

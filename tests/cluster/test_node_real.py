@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +77,29 @@ def real_node(plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.T
             for name in kwok:
                 http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": False}},
                            headers={"Content-Type": "application/merge-patch+json"})
+
+
+# what a diagnosis leaves out of log tails: the test's own polling and the proxy's route checks
+NOISE = re.compile(r"200 GET /hub/api/users/\w+ |GET /api/routes|200 GET /hub/api/user \(gpupool-culler")
+
+
+def diagnose(admin: Resources, *namespaces: str) -> str:
+    """Each pod's phase, its containers' states and their last log lines: what a failed install
+    or spawn shows (kubectl get pods; kubectl logs --tail)."""
+    out = []
+    for ns in namespaces:
+        for pod in admin.http.get(f"/api/v1/namespaces/{ns}/pods").json().get("items", []):
+            name = pod["metadata"]["name"]
+            states = {c["name"]: c.get("state") for c in pod.get("status", {}).get("containerStatuses") or []}
+            out.append(f"--- {ns}/{name}: {pod.get('status', {}).get('phase')} {json.dumps(states)[:600]}")
+            for c in pod["spec"]["containers"]:
+                r = admin.http.get(f"/api/v1/namespaces/{ns}/pods/{name}/log", params={"container": c["name"]})
+                if r.status_code != 200:
+                    out.append(f"(no log: {r.status_code})")
+                    continue
+                lines = [line for line in r.text.splitlines() if not NOISE.search(line)]
+                out.append("\n".join(lines[-60:])[-6000:])
+    return "\n".join(out)
 
 
 def pod_log(http, namespace: str, name: str) -> str:
@@ -196,7 +220,9 @@ def gpupool_values(node_images: dict) -> dict:
                      "vision": {**project, "guarantee": 0}},
         "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
         "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
-        "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2},
+        # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
+        "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2,
+                      "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"}},
     }
 
 
@@ -241,7 +267,8 @@ def helm_cli(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> H
 
 
 @pytest.fixture(scope="module")
-def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict, admin_module: Resources) -> dict:
+def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
+            admin_module: Resources) -> Iterator[dict]:
     """`helm install` of gpupool's chart, then of the JupyterHub chart with the overlay, as
     docs/kubernetes.md tells an admin; waits for the hub and the proxy to be ready."""
     if not Z2JH.exists():
@@ -254,11 +281,17 @@ def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
     helm_cli("install", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS, "--create-namespace",
              "-f", str(gp), "--wait", "--timeout", "5m")
     jh = helm_cli.values_file("jupyterhub", z2jh_values(node_images))
-    helm_cli("install", "jupyterhub", str(Z2JH), "-n", HUB_NS, "--create-namespace",
-             "-f", str(REPO / "helm" / "z2jh-values.yaml"), "-f", str(jh), "--wait", "--timeout", "8m")
+    try:
+        helm_cli("install", "jupyterhub", str(Z2JH), "-n", HUB_NS, "--create-namespace",
+                 "-f", str(REPO / "helm" / "z2jh-values.yaml"), "-f", str(jh), "--wait", "--timeout", "8m")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{diagnose(admin_module, HUB_NS, GPUPOOL_NS)}") from None
     svc = admin_module.get(f"/api/v1/namespaces/{HUB_NS}/services/proxy-public")
     port = next(p["nodePort"] for p in svc["spec"]["ports"] if p["name"] == "http")
-    return {"url": f"http://{real_node.ip}:{port}", "gpupool_values": gp, "z2jh_values": jh}
+    yield {"url": f"http://{real_node.ip}:{port}", "gpupool_values": gp, "z2jh_values": jh}
+    for name, ns in (("jupyterhub", HUB_NS), ("gpupool", GPUPOOL_NS)):  # what a test left installed
+        if name in helm_cli.releases(ns):
+            helm_cli("uninstall", name, "-n", ns, "--wait", "--timeout", "2m")
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +304,23 @@ def test_an_admin_installs_with_helm_and_a_user_works_on_the_real_node(release: 
                                                                       admin: Resources) -> None:
     user = WebUser(release["url"], "ann", PASSWORD)
     try:
+        with explained(admin):
+            flow(user, real_node, admin)
+    finally:
+        user.close()
+
+
+@contextlib.contextmanager
+def explained(admin: Resources) -> Iterator[None]:
+    """A failed step says what the pods of both releases were doing (states and log tails)."""
+    try:
+        yield
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{diagnose(admin, HUB_NS, GPUPOOL_NS)}") from None
+
+
+def flow(user: WebUser, real_node: RealNode, admin: Resources) -> None:
+    if True:
         user.login()
         r = user.spawn_form(gpus="0.25")
         assert r.status_code == 302, r.text[:1000]
@@ -285,5 +335,3 @@ def test_an_admin_installs_with_helm_and_a_user_works_on_the_real_node(release: 
         assert lab.status_code == 200, lab.text[:500]
         out = user.execute("from gpupool.widgets.client import Client\nprint(Client().get('api/me'))")
         print(out, server)
-    finally:
-        user.close()
