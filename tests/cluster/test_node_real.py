@@ -300,38 +300,132 @@ def admin_module(plane: ControlPlane) -> Iterator[Resources]:
         yield Resources(http)
 
 
-def test_an_admin_installs_with_helm_and_a_user_works_on_the_real_node(release: dict, real_node: RealNode,
-                                                                      admin: Resources) -> None:
-    user = WebUser(release["url"], "ann", PASSWORD)
-    try:
-        with explained(admin):
-            flow(user, real_node, admin)
-    finally:
-        user.close()
-
-
 @contextlib.contextmanager
 def explained(admin: Resources) -> Iterator[None]:
     """A failed step says what the pods of both releases were doing (states and log tails)."""
     try:
         yield
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{diagnose(admin, HUB_NS, GPUPOOL_NS)}") from None
+        raise AssertionError(f"{err}\n{diagnose(admin, HUB_NS, GPUPOOL_NS, kai.RESERVATION_NS)}") from None
 
 
-def flow(user: WebUser, real_node: RealNode, admin: Resources) -> None:
-    if True:
-        user.login()
-        r = user.spawn_form(gpus="0.25")
+@pytest.fixture(scope="module")
+def ann(release: dict) -> Iterator[WebUser]:
+    user = WebUser(release["url"], "ann", PASSWORD)
+    user.login()
+    yield user
+    user.close()
+
+
+def workspace_pod(admin: Resources, user: str) -> dict:
+    pods = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
+                          params={"labelSelector": f"component=singleuser-server,hub.jupyter.org/username={user}"})
+    items = pods.json()["items"]
+    assert len(items) == 1, [p["metadata"]["name"] for p in items]
+    return items[0]
+
+
+TRAIN = """%%train --project vision --gpus 1 --name resumable
+import time
+from gpupool.widgets.checkpoint import Checkpoint
+ck = Checkpoint()
+state = ck.load({"step": 0, "runs": 0})
+state["runs"] += 1
+ck.save(state)
+print("run", state["runs"], "from step", state["step"], flush=True)
+while state["step"] < 40:
+    time.sleep(0.5)
+    state["step"] += 1
+    ck.save(state)
+    print("step", state["step"], flush=True)
+    if ck.preempted:
+        ck.exit()
+print("finished after", state["runs"], "runs", flush=True)
+"""
+
+PROBE_KERNEL = """
+import json, os
+from gpupool.widgets.client import Client
+print(json.dumps({"env": {k: os.environ.get(k, "") for k in
+                          ("GPUPOOL_GPU_FRACTION", "NVIDIA_VISIBLE_DEVICES", "GPU_PORTION", "CUDA_VISIBLE_DEVICES")},
+                  "me": Client().get("api/me")}))
+"""
+
+
+def job(user: WebUser, job_id: str) -> dict:
+    """The job's row from the gpupool API, through the proxy's route to it."""
+    r = user.api("GET", f"/services/gpupool/api/jobs/{job_id}")
+    assert r.status_code == 200, r.text[:500]
+    return r.json()
+
+
+def log_lines(user: WebUser, job_id: str) -> list[str]:
+    r = user.api("GET", f"/services/gpupool/api/jobs/{job_id}/logs")
+    return r.json().get("lines", []) if r.status_code == 200 else []
+
+
+def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
+        release: dict, real_node: RealNode, admin: Resources, ann: WebUser) -> None:
+    """Through the proxy's node port, as a browser: log in, spawn a 0.25-GPU workspace (the
+    spawn form), whose pod runs on the real node with the share's environment and KAI's
+    fraction binding (its reservation pod holds the GPU the device plugin gave it, and the
+    workspace's container sees that GPU); JupyterLab answers; a kernel reaches the gpupool API
+    across namespaces (%gpupool) and promotes a cell (%%train). The Job's pod runs the cell in
+    a container and checkpoints to its claim; when project nlp asks for its guarantee, KAI
+    reclaims the GPU (vision borrows it), the pod saves and exits 75, the Job makes a new pod
+    that resumes from the checkpoint and succeeds."""
+    with explained(admin):
+        r = ann.spawn_form(gpus="0.25")
         assert r.status_code == 302, r.text[:1000]
-        server = user.wait_ready()
-        pods = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
-                              params={"labelSelector": "component=singleuser-server"}).json()["items"]
-        assert len(pods) == 1, pods
-        pod = pods[0]
+        ann.wait_ready()
+        pod = workspace_pod(admin, "ann")
         assert pod["spec"]["nodeName"] == real_node.name and pod["status"]["phase"] == "Running"
+        assert pod["spec"]["schedulerName"] == "kai-scheduler"
         assert pod["metadata"]["annotations"].get("gpu-fraction") == "0.25"
-        lab = user.lab()
-        assert lab.status_code == 200, lab.text[:500]
-        out = user.execute("from gpupool.widgets.client import Client\nprint(Client().get('api/me'))")
-        print(out, server)
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+        assert env.get("GPUPOOL_GPU_FRACTION") == "0.25" and "CUDA_VISIBLE_DEVICES" not in env
+        group = pod["metadata"]["labels"][kai.GPU_GROUP]  # the binder put it in a GPU group
+        reservations = admin.http.get(f"/api/v1/namespaces/{kai.RESERVATION_NS}/pods",
+                                      params={"labelSelector": f"{kai.GPU_GROUP}={group}"}).json()["items"]
+        assert len(reservations) == 1
+        reservation = reservations[0]
+        assert reservation["spec"]["nodeName"] == real_node.name
+        until(lambda: phase(admin, kai.RESERVATION_NS, reservation["metadata"]["name"]) == "Running", 60,
+              "the reservation pod running")
+        gpu = reservation["metadata"]["annotations"][kai.GPU_INDEX]  # written by the pod's own program
+        assert gpu.startswith(f"GPU-{real_node.name}-")
+
+        assert ann.lab().status_code == 200  # JupyterLab's page, through the proxy
+        probe = json.loads(ann.execute(PROBE_KERNEL).strip().splitlines()[-1])
+        assert probe["env"]["NVIDIA_VISIBLE_DEVICES"] == gpu  # KAI's binding, inside the container
+        assert probe["env"]["GPU_PORTION"] == "0.25" and probe["env"]["CUDA_VISIBLE_DEVICES"] == ""
+        assert probe["me"]["name"] == "ann", probe["me"]
+        out = ann.execute("%load_ext gpupool", "%gpupool", TRAIN)  # the status widget, then a promoted cell
+        job_id = re.search(r"submitted job (\S+) to vision", out).group(1)
+        until(lambda: job(ann, job_id)["state"] == "running", 180, "the train job running")
+        runs = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{job_id}"})
+        first = runs.json()["items"][0]
+        assert first["spec"]["nodeName"] == real_node.name
+        until(lambda: "step 3" in log_lines(ann, job_id), 120, "the cell running and checkpointing")
+
+        # project nlp wants its guarantee: bob submits within it, the cluster has no whole GPU left
+        bob = WebUser(release["url"], "bob", PASSWORD)
+        bob.login()
+        try:
+            r = bob.api("POST", "/services/gpupool/api/jobs",
+                        json={"project": "nlp", "gpus": 1, "name": "nlp", "code": "print('nlp ran')"})
+            assert r.status_code in (200, 201), r.text[:500]
+            nlp_id = r.json()["id"]
+            until(lambda: job(ann, job_id)["preemptions"] >= 1, 120, "vision's job reclaimed for nlp")
+            until(lambda: job(bob, nlp_id)["state"] == "succeeded", 180, "nlp's job done")
+        finally:
+            bob.close()
+        until(lambda: job(ann, job_id)["state"] in ("succeeded", "failed"), 240, "vision's job done")
+        row = job(ann, job_id)
+        lines = log_lines(ann, job_id)  # the newest pod's: the resumed run
+        resumed = next((int(line.split()[-1]) for line in lines if line.startswith("run 2 from step")), -1)
+        assert resumed >= 3 and "finished after 2 runs" in lines, (row, lines[-10:])
+        assert row["state"] == "succeeded" and row["runs"] >= 2 and row["preemptions"] >= 1, row
+        terminated = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{first['metadata']['name']}")
+        if terminated is not None:  # the reclaimed pod, if the Job keeps it: saved and said "resume me"
+            assert terminated["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 75

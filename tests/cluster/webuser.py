@@ -69,14 +69,17 @@ class WebUser:
     def lab(self, path: str = "lab") -> httpx.Response:
         return self.api("GET", f"/user/{self.name}/{path}")
 
-    def execute(self, code: str, timeout: float = 120) -> str:
-        """Runs `code` in a new kernel of the user's server; returns what it printed (stdout,
-        stderr, results), or raises with the traceback."""
+    def execute(self, *cells: str, timeout: float = 120) -> str:
+        """Runs `cells` one after another in a new kernel of the user's server; returns what the
+        last printed (stdout, stderr, results), or raises with the traceback."""
         r = self.api("POST", f"/user/{self.name}/api/kernels", json={"name": "python3"})
         assert r.status_code == 201, r.text[:500]
         kernel = r.json()["id"]
         try:
-            return asyncio.run(self._execute(kernel, code, timeout))
+            out = ""
+            for code in cells:
+                out = asyncio.run(self._execute(kernel, code, timeout))
+            return out
         finally:
             self.api("DELETE", f"/user/{self.name}/api/kernels/{kernel}")
 
