@@ -8,12 +8,12 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint unit venv browser cluster bench clean
+.PHONY: up test lint unit venv browser node cluster bench clean
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
 
-test: venv browser cluster
+test: venv browser node cluster
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -46,6 +46,19 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	      || echo "could not install Debian chromium"; \
 	  else echo "chromium missing: apt-get install chromium (browser tests fail in CI, skip elsewhere)"; fi; \
+	fi
+
+# The real node of the cluster tests (tests/cluster/node.py): Debian's containerd, runc, CNI
+# plugins, nftables and iptables, and debootstrap for its images; installed where we may (root,
+# as in CI). Without them the `node` tests skip (and fail in CI).
+NODE_PACKAGES := containerd runc containernetworking-plugins nftables iptables debootstrap
+node:
+	@if ! (command -v containerd && command -v runc && command -v nft && command -v iptables \
+	       && command -v debootstrap && test -x /usr/lib/cni/bridge) >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PACKAGES) >/dev/null) \
+	      || echo "could not install $(NODE_PACKAGES)"; \
+	  else echo "missing for the real node: apt-get install $(NODE_PACKAGES) (node tests fail in CI, skip elsewhere)"; fi; \
 	fi
 
 # The real control plane of the cluster tests (etcd, kube-apiserver, kube-controller-manager,

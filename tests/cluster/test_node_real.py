@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cluster import addons, build, images, kai
@@ -429,3 +430,110 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         terminated = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{first['metadata']['name']}")
         if terminated is not None:  # the reclaimed pod, if the Job keeps it: saved and said "resume me"
             assert terminated["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 75
+
+
+LONG_CELL = """import time
+from gpupool.widgets.checkpoint import Checkpoint
+ck = Checkpoint()
+state = ck.load({"step": 0, "runs": 0})
+state["runs"] += 1
+while state["step"] < 60:
+    time.sleep(0.5)
+    state["step"] += 1
+    ck.save(state)
+    print("step", state["step"], flush=True)
+    if ck.preempted:
+        ck.exit()
+print("finished after", state["runs"], "runs", flush=True)
+"""
+
+
+def pod_uid(admin: Resources, namespace: str, name: str) -> str:
+    return (admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("metadata", {}).get("uid", "")
+
+
+def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
+        release: dict, helm_cli: Helm, node_images: dict, real_node: RealNode, admin: Resources, ann: WebUser) -> None:
+    """`helm upgrade` with changed quotas while a workspace and a train job run: KAI's queues
+    change, neither pod is touched, and the hub, restarted to read the new quotas, finds the
+    workspace again and the job finishes in one run. Then, as z2jh's docs say, the user's server
+    is stopped and both releases are uninstalled: no pod, no gpupool object, no cluster-wide
+    object of the charts stays; kept on purpose: the user's home claim (z2jh never deletes
+    user data) and the finished train Jobs, whose claims hold their outputs until their TTL."""
+    with explained(admin):
+        if not ann.server().get("ready"):
+            assert ann.spawn_form(gpus="0.25").status_code == 302
+            ann.wait_ready()
+        workspace = workspace_pod(admin, "ann")
+        r = ann.api("POST", "/services/gpupool/api/jobs",
+                    json={"project": "vision", "gpus": 1, "name": "across-upgrade", "code": LONG_CELL})
+        assert r.status_code in (200, 201), r.text[:500]
+        job_id = r.json()["id"]
+        until(lambda: "step 2" in log_lines(ann, job_id), 180, "the job running across the upgrade")
+        job_pod = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
+                                 params={"labelSelector": f"job-name=gpupool-train-{job_id}"}).json()["items"][0]
+
+        values = gpupool_values(node_images)
+        values["departments"]["research"]["quota"] = 3
+        values["projects"]["nlp"]["guarantee"] = 2
+        values["build"].update(quota=1, fractions=[0.25, 0.5, 1], maxPerWorkspace=1)
+        helm_cli("upgrade", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS,
+                 "-f", str(helm_cli.values_file("gpupool-upgraded", values)), "--wait", "--timeout", "5m")
+        queue = admin.get("/apis/scheduling.run.ai/v2/queues/nlp")
+        assert queue["spec"]["resources"]["gpu"]["quota"] == 2
+        for pod in (workspace, job_pod):  # the running work, untouched
+            name = pod["metadata"]["name"]
+            assert pod_uid(admin, HUB_NS, name) == pod["metadata"]["uid"] and phase(admin, HUB_NS, name) == "Running"
+
+        # the hub reads gpupool's ConfigMap when it starts: restarted, it has the new quotas and
+        # finds the workspace it left (z2jh keeps servers across hub restarts)
+        hub = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": "component=hub"})
+        old_hub = hub.json()["items"][0]["metadata"]["name"]
+        admin.http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{old_hub}")
+
+        def me() -> dict:
+            try:
+                r = ann.api("GET", "/services/gpupool/api/me")
+            except httpx.HTTPError:  # the proxy waits for the restarting hub
+                return {}
+            return r.json() if r.status_code == 200 else {}
+
+        until(lambda: me().get("build_quota_milli") == 1000, 180, "the restarted hub with the new build quota")
+        assert ann.server().get("ready") and pod_uid(admin, HUB_NS, workspace["metadata"]["name"]) == \
+            workspace["metadata"]["uid"]
+        assert [h["milli"] for h in me()["holdings"]] == [250]  # the workspace's share, re-adopted
+        until(lambda: job(ann, job_id)["state"] in ("succeeded", "failed"), 240, "the job across the upgrade done")
+        row = job(ann, job_id)
+        assert row["state"] == "succeeded" and row["runs"] == 1 and row["preemptions"] == 0, row
+        assert pod_uid(admin, HUB_NS, job_pod["metadata"]["name"]) == job_pod["metadata"]["uid"]
+
+        # uninstall, as z2jh's docs say: servers stopped first, then the releases
+        assert ann.api("DELETE", f"/hub/api/users/{ann.name}/server").status_code in (202, 204)
+        until(lambda: not admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={
+            "labelSelector": "component=singleuser-server"}).json()["items"], 120, "the workspace stopped")
+        helm_cli("uninstall", "jupyterhub", "-n", HUB_NS, "--wait", "--timeout", "3m")
+        helm_cli("uninstall", "gpupool", "-n", GPUPOOL_NS, "--wait", "--timeout", "3m")
+
+        def running(ns: str) -> list[str]:
+            pods = admin.http.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]
+            return [p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
+
+        until(lambda: not running(HUB_NS) and not running(GPUPOOL_NS), 120, "every pod of both releases gone")
+        for ns in (HUB_NS, GPUPOOL_NS):
+            for kind in ("services", "configmaps", "secrets", "serviceaccounts"):
+                left = [i["metadata"]["name"] for i in admin.http.get(f"/api/v1/namespaces/{ns}/{kind}").json()["items"]
+                        if not i["metadata"]["name"].startswith(("kube-root-ca.crt", "default"))
+                        and not i["metadata"]["name"].startswith("gpupool-code-")]  # a Job's own, below
+                assert left == [], (ns, kind, left)
+        assert admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"] == []
+        assert not [p for p in admin.http.get("/apis/scheduling.k8s.io/v1/priorityclasses").json()["items"]
+                    if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "Helm"]
+        assert not [r for r in admin.http.get("/apis/rbac.authorization.k8s.io/v1/clusterroles").json()["items"]
+                    if "gpupool" in r["metadata"]["name"]]
+        claims = {c["metadata"]["name"] for c in
+                  admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]}
+        jobs = {j["metadata"]["name"] for j in admin.http.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").json()["items"]}
+        assert "claim-ann" in claims and "hub-db-dir" not in claims
+        assert f"gpupool-train-{job_id}" in jobs and all(
+            admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{j}")["status"].get("succeeded") for j in jobs)
+        assert claims - {"claim-ann"} <= {c for c in claims if c.startswith("gpupool-ckpt-")}
