@@ -114,6 +114,28 @@ class NVML:
         return out
 
 
+class VirtualGPUs:
+    """NVML's surface on a node whose GPUs are virtual (no driver: a demo, teaching or test
+    cluster; the node agent's --virtual-gpus, as c.GPUPool.virtual_gpus is the hub's): `count`
+    idle devices and no process on any, so every pod on the node reads as never having opened
+    CUDA. Nothing is sampled: there is nothing to sample."""
+
+    def __init__(self, count: int, memory_mib: int = 16384) -> None:
+        self.count, self.memory_mib = count, memory_mib
+
+    def open(self) -> None:
+        log.warning("no NVML: reporting %d virtual GPU(s), idle, with no process", self.count)
+
+    def close(self) -> None:
+        pass
+
+    def device_samples(self) -> list[DeviceSample]:
+        return [DeviceSample(f"GPU-virtual-{i}", 0, 0, self.memory_mib) for i in range(self.count)]
+
+    def process_samples(self) -> list[ProcessSample]:
+        return []
+
+
 def discover_gpus() -> list[GPU]:
     """GPUs NVML can see, or [] where there is no driver or no GPU (logged, not raised)."""
     nvml = NVML()

@@ -1,4 +1,5 @@
-"""python -m gpupool.idle_culler.node_agent --token-file /etc/gpupool-agent/token [--port 9402] [--interval 10]"""
+"""python -m gpupool.idle_culler.node_agent --token-file /etc/gpupool-agent/token [--port 9402] [--interval 10]
+[--virtual-gpus N]"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import threading
 from pathlib import Path
 
-from gpupool.nvml import NVML, NVMLUnavailable
+from gpupool.nvml import NVML, NVMLUnavailable, VirtualGPUs
 
 from .server import Agent, file_token, serve
 
@@ -27,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="file holding the token /pods and /metrics require (the chart's Secret)")
     ap.add_argument("--no-token", action="store_true",
                     help="serve /pods and /metrics to anyone who can reach the port (not on a shared cluster)")
+    ap.add_argument("--virtual-gpus", type=int, default=0, metavar="N",
+                    help="a node without a GPU driver whose N GPUs are virtual (a demo or test cluster): "
+                         "no NVML, every pod on the node reported GPU-idle")
     args = ap.parse_args(argv)
     if not args.token_file and not args.no_token:
         ap.error("--token-file is required (or --no-token to serve without one)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    nvml = NVML()
+    if not 0 <= args.virtual_gpus <= 64:
+        ap.error("--virtual-gpus must be between 0 and 64")
+    nvml = VirtualGPUs(args.virtual_gpus) if args.virtual_gpus else NVML()
     agent = Agent(nvml, Path(args.proc))
     stop = threading.Event()
     threading.Thread(target=_sample, args=(agent, nvml, args.interval, stop), daemon=True).start()
@@ -44,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _sample(agent: Agent, nvml: NVML, interval_s: float, stop: threading.Event) -> None:
+def _sample(agent: Agent, nvml: NVML | VirtualGPUs, interval_s: float, stop: threading.Event) -> None:
     """Open NVML (again each interval until it opens: the driver may come up after the agent,
     and the agent says meanwhile why it has no data), then sample."""
     while not stop.is_set():

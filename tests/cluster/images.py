@@ -238,7 +238,9 @@ class Builder:
             raise RuntimeError("debootstrap is missing (apt-get install debootstrap): it makes the images' Debian base")
         key = _hash("debootstrap", SUITE, MIRROR, "minbase", json.dumps(SLIM))
         layer = Layer(key)
-        if not (layer.folder / ".complete").exists():
+        if (layer.folder / ".complete").exists():
+            os.utime(layer.folder / ".complete")
+        else:
             start = time.monotonic()
             self._fresh(layer)
             proc = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(layer.fs), MIRROR],
@@ -307,7 +309,9 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
 
     def _step(self, image: Image, key: str, what: str, body: str, env: dict[str, str] | None = None) -> Image:
         layer = Layer(key)
-        if not (layer.folder / ".complete").exists():
+        if (layer.folder / ".complete").exists():
+            os.utime(layer.folder / ".complete")  # in use: prune() keeps it
+        else:
             start = time.monotonic()
             self._fresh(layer)
             try:
@@ -492,7 +496,9 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
     def export(self, image: Image, name: str) -> Path:
         """The image as an OCI archive under the cache (made once per name)."""
         out = cache() / "archives" / (name.replace("/", "_").replace(":", "_") + ".tar")
-        if not out.exists():
+        if out.exists():
+            os.utime(out)
+        else:
             out.parent.mkdir(parents=True, exist_ok=True)
             start = time.monotonic()
             oci.archive(out, name, [layer.blob() for layer in image.layers], image.config(), image.history)
@@ -530,6 +536,7 @@ def wheel_stage(log: Callable[[str], None] = print) -> Path:
     key = hashlib.sha256(tree_hash_filtered(sources).encode()).hexdigest()[:16]
     root = cache() / "wheels" / key
     if (root / ".complete").exists():
+        os.utime(root / ".complete")
         return root
     start = time.monotonic()
     shutil.rmtree(root, ignore_errors=True)
@@ -653,6 +660,32 @@ def pause_image() -> tuple[str, Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
         oci.archive(out, ref, [blob], {"Entrypoint": ["/catatonit", "-P"], "User": "65535:65535"})
     return ref, out
+
+
+UNUSED_FOR_S = 24 * 3600
+
+
+def prune(log: Callable[[str], None] = print) -> None:
+    """Removes layers, archives and wheels no build has used for a day: each change to gpupool
+    makes new top layers (hundreds of MiB for the hub and single-user images). By age, not by
+    what this checkout builds: other checkouts on the machine share the cache."""
+    with build_lock(log):
+        cutoff = time.time() - UNUSED_FOR_S
+        freed = 0
+        for marker in [*cache().glob("layers/*/.complete"), *cache().glob("wheels/*/.complete")]:
+            if marker.stat().st_mtime < cutoff:
+                freed += sum(p.stat().st_size for p in marker.parent.rglob("*") if p.is_file() and not p.is_symlink())
+                shutil.rmtree(marker.parent, ignore_errors=True)
+        for archive in cache().glob("archives/*.tar"):
+            if archive.stat().st_mtime < cutoff:
+                freed += archive.stat().st_size
+                archive.unlink()
+                archive.with_suffix(".imported").unlink(missing_ok=True)
+        for partial in cache().glob("layers/*"):  # a build killed midway left no .complete
+            if not (partial / ".complete").exists() and partial.stat().st_mtime < cutoff:
+                shutil.rmtree(partial, ignore_errors=True)
+        if freed:
+            log(f"  image cache: freed {freed / 2**20:.0f} MiB unused for a day")
 
 
 def main(argv: list[str]) -> int:

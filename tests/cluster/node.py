@@ -97,6 +97,7 @@ class RealNode:
         self._start_containerd(timeout)
         for ref, archive in self.images.items():
             self.load(ref, archive)
+        self._forget_old_images()
         self._start_kubelet(timeout)
         self._start_kube_proxy()
         if "deviceplugin" in self.bins:
@@ -183,6 +184,13 @@ class RealNode:
         marker.write_text(ref)
         print(f"imported {ref} in {time.monotonic() - start:.0f} s", flush=True)
 
+    def _forget_old_images(self) -> None:
+        """Removes the images of earlier builds (gpupool.local/*, other tags) from containerd,
+        whose garbage collector then frees their layers: each change to gpupool makes new ones."""
+        for ref in ctr("images", "ls", "-q", check=False).stdout.split():
+            if ref.startswith("gpupool.local/") and ref not in self.images:
+                ctr("images", "rm", ref, check=False)
+
     def _sandboxes(self) -> list[str]:
         proc = ctr("containers", "ls", "-q", check=False, timeout=30)
         return proc.stdout.split() if proc.returncode == 0 else []
@@ -225,7 +233,14 @@ class RealNode:
         path.write_text(yaml.safe_dump(config))
         self.plane._spawn("kubelet", [self.bins["kubelet"], f"--config={path}", f"--kubeconfig={kubeconfig}",
                                       f"--root-dir={self.kubelet_dir / 'root'}", f"--hostname-override={self.name}",
-                                      f"--node-ip={self.ip}", "--v=1"])
+                                      f"--node-ip={self.ip}", "--v=1", f"--node-labels={self.labels()}"])
+
+    def labels(self) -> str:
+        """What NVIDIA's GPU feature discovery would label the node with (the chart's node agent
+        selects nvidia.com/gpu.present), for its virtual GPUs."""
+        labels = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(self.gpus),
+                  "nvidia.com/gpu.product": "Virtual-GPU", "nvidia.com/gpu.memory": "16384"}
+        return ",".join(f"{k}={v}" for k, v in labels.items())
 
     def _start_kube_proxy(self) -> None:
         if "kube-proxy" not in self.bins:

@@ -10,6 +10,7 @@ must run for real. What still stands in is listed in node.py, addons.py and docs
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import re
@@ -51,6 +52,7 @@ def node_images() -> dict[str, str]:
     archives["coredns"] = images.image("coredns", builder, context=build.optional("coredns"))
     for name in IMAGES:
         archives[name] = images.image(name, builder)
+    images.prune(builder.log)
     return archives
 
 
@@ -223,8 +225,17 @@ def gpupool_values(node_images: dict) -> dict:
         "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
         # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
         "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2,
-                      "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"}},
+                      "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"},
+                      "virtualGpus": 2},  # no driver here: the agent reports the node's pods GPU-idle
     }
+
+
+CULLER_CONFIG = """
+c.JupyterHub.load_groups = {"quick-cull": {"users": ["cara"]}}
+c.IdleCuller.interval_s = 5
+c.IdleCuller.window_s = 5
+c.IdleCuller.group_overrides = {"quick-cull": {"idle_limit_s": 15, "jupyter_idle_s": 5, "warn_before_s": 5}}
+"""
 
 
 def z2jh_values(node_images: dict) -> dict:
@@ -236,7 +247,9 @@ def z2jh_values(node_images: dict) -> dict:
                 "config": {"JupyterHub": {"authenticator_class": "dummy"},
                            "DummyAuthenticator": {"password": PASSWORD},
                            "Authenticator": {"allow_all": True}},
-                "extraConfig": {"zz-node-test": "c.GPUPool.virtual_gpus = 2\n"}},
+                # before the overlay's (configure() takes the culler's settings as they are then):
+                # cara's workspaces are culled within seconds, everyone else's as by default
+                "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": "c.GPUPool.virtual_gpus = 2\n"}},
         "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
         "singleuser": {"image": image_values(node_images["singleuser"][0]),
                        "cloudMetadata": {"blockWithIptables": False}, "startTimeout": 240},
@@ -432,6 +445,51 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
             assert terminated["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 75
 
 
+def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
+        release: dict, real_node: RealNode, admin: Resources) -> None:
+    """The node agent runs as its DaemonSet runs it (hostPID) on the real node and finds a
+    workspace's pod from its container's processes (/proc/<pid>/cgroup: cgroup v1, the
+    kubelet's cgroupfs driver); the hub's culler asks it through its headless Service with the
+    chart's token, sees the GPU idle (this node's GPUs are virtual: --virtual-gpus) and stops
+    the workspace for its idle GPU, not by Jupyter silence alone (its fail-safe without data)."""
+    with explained(admin):
+        cara = WebUser(release["url"], "cara", PASSWORD)
+        try:
+            cara.login()
+            assert cara.spawn_form(gpus="0.25").status_code == 302
+            cara.wait_ready()
+            pod = workspace_pod(admin, "cara")
+            agents = admin.http.get(f"/api/v1/namespaces/{GPUPOOL_NS}/pods",
+                                    params={"labelSelector": "app.kubernetes.io/name=gpupool-node-agent"})
+            (agent,) = agents.json()["items"]
+            assert agent["spec"]["hostPID"] and agent["spec"]["nodeName"] == real_node.name
+            secret = admin.get(f"/api/v1/namespaces/{GPUPOOL_NS}/secrets/gpupool-node-agent-token")
+            token = base64.b64decode(secret["data"]["token"]).decode()
+            url = f"http://{agent['status']['podIP']}:9402/pods"
+            assert httpx.get(url, timeout=10).status_code == 401  # the agent answers only the token
+
+            def reported() -> dict:
+                r = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+                assert r.status_code in (200, 503), f"the agent refused the chart's token: {r.status_code} {r.text}"
+                return {p["uid"]: p for p in r.json()["pods"]} if r.status_code == 200 else {}
+
+            found = until(lambda: reported().get(pod["metadata"]["uid"]), 60, "the agent reporting cara's pod")
+            assert found["gpu_util_pct"] == 0.0
+
+            def culled() -> list[str]:
+                r = cara.api("GET", "/services/gpupool/api/events", params={"kind": "cull"})
+                return [e["message"] for e in r.json().get("events", []) if e["owner"] == "cara"] \
+                    if r.status_code == 200 else []
+
+            until(culled, 180, "the culler stopping cara's idle workspace")
+            assert any("its GPU has been idle" in m for m in culled()), culled()
+            until(lambda: not cara.server(), 120, "cara's server gone")
+            until(lambda: not admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={
+                "labelSelector": "hub.jupyter.org/username=cara"}).json()["items"], 120, "cara's pod gone")
+        finally:
+            cara.close()
+
+
 LONG_CELL = """import time
 from gpupool.widgets.checkpoint import Checkpoint
 ck = Checkpoint()
@@ -533,7 +591,8 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
         claims = {c["metadata"]["name"] for c in
                   admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]}
         jobs = {j["metadata"]["name"] for j in admin.http.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").json()["items"]}
-        assert "claim-ann" in claims and "hub-db-dir" not in claims
+        homes = {c for c in claims if c.startswith("claim-")}  # the users' home folders, kept
+        assert "claim-ann" in homes and "hub-db-dir" not in claims
         assert f"gpupool-train-{job_id}" in jobs and all(
             admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{j}")["status"].get("succeeded") for j in jobs)
-        assert claims - {"claim-ann"} <= {c for c in claims if c.startswith("gpupool-ckpt-")}
+        assert claims - homes == {f"gpupool-ckpt-{j.removeprefix('gpupool-train-')}" for j in jobs}

@@ -183,3 +183,34 @@ def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> N
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+def test_on_virtual_gpus_every_pod_on_the_node_is_reported_idle(proc: Path) -> None:
+    """--virtual-gpus N (a node without a driver): no NVML, N idle devices, and every pod with a
+    process on the node at 0 %, so the culler's GPU rules apply (its fail-safe would otherwise
+    wait for Jupyter silence alone); the kubelet's probe says the agent is healthy."""
+    from gpupool.nvml import VirtualGPUs
+
+    agent = Agent(VirtualGPUs(2), proc, clock=lambda: 1000.0)
+    snap = agent.refresh()
+    assert snap["error"] is None
+    assert {p["uid"]: p["gpu_util_pct"] for p in snap["pods"]} == {UID: 0.0, UID2: 0.0}
+    assert [g["uuid"] for g in snap["gpus"]] == ["GPU-virtual-0", "GPU-virtual-1"]
+    server = serve(agent, 0, host="127.0.0.1")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert get(f"http://127.0.0.1:{server.server_port}/healthz") == (200, b"ok")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_chart_passes_virtual_gpus_to_the_agent() -> None:
+    from tests.k8s.test_chart import render
+
+    def command(values: dict) -> list[str]:
+        ds = next(d for d in render({"nodeAgent": {"token": "t" * 40, **values}}) if d["kind"] == "DaemonSet")
+        return ds["spec"]["template"]["spec"]["containers"][0]["command"]
+
+    assert command({"virtualGpus": 2})[-2:] == ["--virtual-gpus", "2"]
+    assert "--virtual-gpus" not in command({})
