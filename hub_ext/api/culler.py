@@ -94,12 +94,14 @@ class TargetsHandler(APIHandler):
 class ReportHandler(APIHandler):
     """The culler posts each pass: per-workspace status, and warnings/culls as events."""
 
+    max_body = 4 * 1024 * 1024
+
     @web.authenticated
     def post(self) -> None:
         caller = self.caller
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
-        body = self.json_body(max_bytes=4 * 1024 * 1024)
+        body = self.json_body()
         try:
             pass_time, workspaces, events = parse_report(body, time.time())
         except ValueError as err:  # checked whole before anything is kept

@@ -6,9 +6,12 @@ revealed); admins see all. Every bad input is a 4xx with a message, and changes 
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import inspect
 import json
 import shlex
+import time
 from typing import Any
 
 from tornado import web
@@ -16,6 +19,7 @@ from tornado import web
 from ..pool import InvalidRequest, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..train.sweep import SweepError, combinations
+from ..train.volume import SubmitRate, code_refusal, count_refusal
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
 from .sweeps import SweepHandler, record_sweep
@@ -60,6 +64,7 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float
 
 
 class JobsHandler(JobsBase):
+    max_body = MAX_BODY
     @web.authenticated
     def get(self) -> None:
         caller = self.caller
@@ -72,8 +77,13 @@ class JobsHandler(JobsBase):
         caller = self.caller
         if caller.kind != "user":
             raise web.HTTPError(403, "jobs are submitted by users")
-        body = self.json_body(max_bytes=MAX_BODY)
         svc = self.training
+        rate = self.settings.setdefault("submit_rate", SubmitRate(svc.cfg.max_submissions_per_minute))
+        if why := rate.refuse(caller.name, time.monotonic()):
+            raise web.HTTPError(429, why)
+        # parsing, snapshotting and writing run off the hub's event loop: every user's request
+        # waits on that loop, and a 2 MiB notebook takes a while
+        body = await asyncio.to_thread(self.json_body, MAX_BODY)
         project = body.get("project")
         if not isinstance(project, str) or project not in svc.projects:
             raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
@@ -101,27 +111,34 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
-        codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
         priority = int(_number(body, "priority", 0, -100, 100))
         min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
         max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
-        queued = [j for j in svc.jobs(owner=caller.name) if j.state == "queued"]
-        if len(queued) + len(runs) > svc.cfg.max_queued_per_user:
-            raise web.HTTPError(429, f"you have {len(queued)} jobs waiting (at most"
-                                     f" {svc.cfg.max_queued_per_user}): cancel one or wait")
+        kind = next((k for k in ("script", "code", "notebook") if k in body), "")
+        if why := code_refusal(kind, body.get(kind), svc.cfg.max_code_kib * 1024, svc.cfg.max_cells):
+            raise web.HTTPError(413, why)
+        if why := count_refusal(svc.jobs(), caller.name, project, len(runs), svc.cfg):
+            raise web.HTTPError(429, why)
+        codes = await asyncio.to_thread(
+            lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
         rows = []
         for (run_name, _), (files, command) in zip(runs, codes, strict=True):
             try:
                 extra = {**({"min_gpus": min_gpus} if min_gpus else {}), **({"pools": pools} if pools else {})}
-                row = svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
-                                 priority, min_runtime, max_runtime, files, **extra)
-                if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
-                    row = await row
+                args = (caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
+                        priority, min_runtime, max_runtime, files)
+                if inspect.iscoroutinefunction(svc.submit):  # the Kubernetes back-end creates the Job first
+                    row = await svc.submit(*args, **extra)
+                else:  # folders, files and maybe a new Unix account: blocking work
+                    row = await asyncio.to_thread(svc.submit, *args, **extra)
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
                 raise web.HTTPError(400, str(err)) from None
-            except OSError as err:  # e.g. the folder for the user's jobs is writable by others
+            except OSError as err:
+                if err.errno == errno.ENOSPC:
+                    raise  # a full disk: 507, said as such (APIHandler.write_error)
+                # e.g. the folder for the user's jobs is writable by others
                 raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
             rows.append(row)
         if "sweep" not in body:
@@ -154,7 +171,7 @@ class JobsHandler(JobsBase):
         if not isinstance(base, dict):
             raise web.HTTPError(400, "parameters must be an object")
         try:
-            combos = combinations(body["sweep"])
+            combos = combinations(body["sweep"], self.training.cfg.max_sweep_runs)
         except SweepError as err:
             raise web.HTTPError(400, str(err)) from None
         return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
