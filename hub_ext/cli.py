@@ -22,10 +22,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
     from .accounts import SystemAccounts
+    from .contain import Containment
     from .parking import GPUParking
     from .train.config import TrainPool
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts, Containment]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -97,7 +98,7 @@ def up(args: argparse.Namespace) -> int:
     state = os.path.abspath(args.state)
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
-    check_config(config)
+    checked = check_config(config)
     from .embedded import chp_command, demo_password
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
@@ -113,7 +114,7 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
-            print(banner(args.port, password, admin_password, state), flush=True)
+            print(banner(args.port, password, admin_password, state, containment_note(checked, state)), flush=True)
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
@@ -134,7 +135,7 @@ def users_python(state: str) -> str:
     return folder
 
 
-def banner(port: int, password: str, admin_password: str, state: str) -> str:
+def banner(port: int, password: str, admin_password: str, state: str, contained: str = "") -> str:
     from .embedded import isolation
 
     return (
@@ -143,7 +144,19 @@ def banner(port: int, password: str, admin_password: str, state: str) -> str:
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
         f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
+        + (f"  {contained}\n" if contained else "")
     )
+
+
+def containment_note(c: Config, state: str) -> str:
+    """Said at start: whether jobs and workspaces run in cgroups of their own (the hub's own finding,
+    with the same settings: its database names the cgroups)."""
+    from .contain import Containment, WorkloadCgroups, detect, hub_key
+
+    db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
+    tree = detect(Containment(config=c).mode, hub_key(db_url))
+    return WorkloadCgroups(tree, "").describe().replace(f" ({tree.root})", "") if tree.available \
+        else WorkloadCgroups(tree, "").describe()
 
 
 def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
@@ -199,7 +212,30 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up":
         return up(args)
+    if args.command in ("backup", "restore"):
+        return backup_or_restore(args)
     return 2
+
+
+def backup_or_restore(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .backup import BackupError, backup, restore
+
+    state, folder = Path(args.state).absolute(), Path(args.folder).absolute()
+    try:
+        if args.command == "backup":
+            made = backup(state, folder)
+            print(f"gpupool: backed up {', '.join(made['files'])} of {state} (instance {made['instance']})"
+                  f" to {folder}")
+        else:
+            for line in restore(folder, state):
+                print(f"gpupool: {line}")
+            print("gpupool: restored; start the hub again (`gpupool up`)")
+    except (BackupError, OSError) as err:
+        print(f"gpupool: {args.command} failed: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
+    p_backup = sub.add_parser("backup", help="copy the hub's databases into a new folder (safe while it runs)")
+    p_restore = sub.add_parser("restore", help="put a backup's databases back (the hub must be stopped;"
+                                               " the files replaced are kept aside)")
+    for p in (p_backup, p_restore):
+        p.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+        p.add_argument("folder", help="the backup folder")
     return parser
 
 

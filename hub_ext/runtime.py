@@ -132,3 +132,9 @@ def cgroups(config: Config | None = None):
 def db_where(db_url: str) -> str:
     """Where the database is, for messages (a path, or a server without its credentials)."""
     return db_url.removeprefix("sqlite:///") if db_url.startswith("sqlite:///") else db_url.split("@")[-1]
+
+
+def close() -> None:
+    """Close the database (a hub that refuses to start leaves it as it found it)."""
+    if _pool is not None:
+        _pool.store.engine.dispose()

@@ -73,9 +73,10 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from .accounts import SystemAccounts
     from .config import GPUPool
+    from .runtime import node_pools
     from .train.config import TrainPool
 
-    GPUPool(config=c).quota_policy()
+    node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
     try:
@@ -126,8 +127,10 @@ def refuse_lost_state(c: Config) -> None:
     try:
         runtime.cgroups(c)
     except LostState as err:
+        runtime.close()
         raise SystemExit(str(err)) from None
     except Exception as err:  # noqa: BLE001 - any failure to read the database stops the hub the same way
+        runtime.close()
         where = runtime.db_where(runtime.settings(c).db_url)
         raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
                          f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool import failpoints, runtime
+from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError
@@ -128,6 +129,12 @@ class GPUSpawnerMixin(HasTraits):
                                             in_pools=self.places_in_pools())
         except PoolError as err:
             raise self.refused(err) from None
+        except Exception as err:
+            if why := disk_full(err):  # said as such, not a bare 500
+                exc = web.HTTPError(507, reason="disk full")
+                exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
+                raise exc from None
+            raise
         self.gpupool_allocation = alloc
         return alloc
 
@@ -152,6 +159,12 @@ class GPUSpawnerMixin(HasTraits):
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
+
+    def culler_profile(self) -> str:
+        """The profile this workspace runs with, one this spawner offered ("" for none): the culler's
+        profile_overrides key. Spawners without profiles (the local ones) have none, whatever a
+        user put in their spawn options."""
+        return ""
 
     def pod_uid(self) -> str:
         """The pod the culler follows through the node agents (Kubernetes; "" elsewhere)."""

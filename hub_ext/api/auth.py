@@ -13,6 +13,7 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
+from ..disk import disk_full
 from ..store.db import bounded
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
@@ -133,18 +134,6 @@ class APIHandler(BaseHandler):
 
 
 MAX_ERROR = 1000  # characters of an error message: a hostile value is quoted only in part
-
-
-def disk_full(exc: BaseException | None) -> str:
-    """What is full, when `exc` is a full disk (an OSError ENOSPC, or the database saying so)."""
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"{exc.filename or 'a file'}: {exc.strerror}" if exc.filename else str(exc.strerror)
-    text = str(getattr(exc, "orig", "") or "") if type(exc).__module__.startswith("sqlalchemy") else ""
-    if "disk is full" in text or "No space left" in text:
-        return f"the database: {text}"
-    return ""
 
 
 def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
