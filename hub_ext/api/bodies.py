@@ -46,32 +46,38 @@ class _Guard(httputil.HTTPMessageDelegate):
         self.limit = self.limits.limit_for(start_line.path)
         length = headers.get("Content-Length", "")
         if length.isascii() and length.isdigit() and len(length) < 20 and int(length) > self.limit:
+            self.refused = True
             if int(length) <= DISCARD_MAX:
-                self.conn.set_max_body_size(int(length))  # read and dropped: the proxy then reads the reply
-            self.refuse()
+                # read and dropped, then answered: a proxy still sending when the connection closes
+                # would answer its client with an error page of its own instead of this reply
+                self.conn.set_max_body_size(int(length))
+            else:
+                self.answer()
             return None
         self.started = True
         return self.inner.headers_received(start_line, headers)
 
     def data_received(self, chunk: bytes) -> Awaitable[None] | None:
         if self.refused:
-            return None
+            return None  # dropped
         self.seen += len(chunk)
         if self.seen > self.limit:  # a chunked body, which announced no length
-            self.refuse()
+            self.refused = True
+            self.conn.set_max_body_size(DISCARD_MAX)
             return None
         return self.inner.data_received(chunk)
 
     def finish(self) -> None:
-        if not self.refused:
+        if self.refused:
+            self.answer()
+        else:
             self.inner.finish()
 
     def on_connection_close(self) -> None:
         if self.started:
             self.inner.on_connection_close()
 
-    def refuse(self) -> None:
-        self.refused = True
+    def answer(self) -> None:
         body = json.dumps({"status": 413, "message": f"request body over {self.limit} bytes,"
                                                      " the limit of this endpoint"}).encode()
         headers = httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body)),
@@ -83,6 +89,7 @@ class _Guard(httputil.HTTPMessageDelegate):
 def serve(app: Any, limits: list[tuple[re.Pattern[str], int]], port: int, address: str) -> HTTPServer:
     """Listen with every body checked against its route's limit (the largest limit is the server's)."""
     largest = max([DEFAULT_MAX_BODY, *(n for _, n in limits)])
-    server = HTTPServer(BodyLimits(app, limits), max_body_size=largest)
+    # chunk_size: a refused body is read and dropped in big reads, few turns of the event loop
+    server = HTTPServer(BodyLimits(app, limits), max_body_size=largest, chunk_size=1024 * 1024)
     server.listen(port, address=address)
     return server
