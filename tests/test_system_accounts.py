@@ -305,6 +305,44 @@ def test_making_accounts_is_bounded_per_minute(tmp_path: Path, monkeypatch) -> N
             subprocess.run(["userdel", "--remove", f"jupyter-{n}"], capture_output=True, timeout=60)
 
 
+@pytest.mark.hub
+@real_accounts
+def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub: Hub) -> None:
+    tag = secrets.token_hex(3)
+    alice, bob = f"ann{tag}", f"bo{tag}"
+    token = hub.user_token(alice)
+    # a command that does not exist: said as such (127), not "Permission denied" (126) from a PATH
+    # folder of root's that the job's account may not search
+    bad = hub.api("POST", J, {"project": "default", "gpus": 1, "command": ["no-such-command-xyz"]}, token=token)
+    bad = hub.wait_job(bad["id"], {"failed", "succeeded"}, token)
+    assert bad["exit_code"] == 127 and "No such file or directory" in bad["message"], bad
+    # a notebook job whose parameter is a secret, and a script job
+    secret = f"s3cr3t{tag}"
+    job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": f"private{tag}", "parameters": {"key": secret},
+                              "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)"},
+                  token=token)
+    running = hub.wait_job(job["id"], {"running"}, token)
+    pids = wait_pids(f"GPUPOOL_JOB_ID={job['id']}")
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v)
+    assert "/root" not in environ["PATH"] and environ["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
+    hub.spawn(bob, 0.25)  # bob's account exists; he lists every process, as `ps` does
+    b = pwd.getpwnam(f"jupyter-{bob}")
+    out = subprocess.run(["ps", "-eww", "-o", "args"], user=b.pw_uid, group=b.pw_gid, extra_groups=[],
+                         capture_output=True, text=True, timeout=30, cwd="/").stdout
+    assert "runners/wrap.py" in out  # bob sees that a job runs...
+    assert secret not in out and f"private{tag}" not in out and running["workdir"] not in out  # ...not what
+    Path(running["workdir"], "go").touch()
+    assert hub.wait_job(job["id"], {"succeeded", "failed"}, token)["state"] == "succeeded"
+
+
+def wait_pids(marker: str, timeout: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while not (found := pids_with(marker)):
+        assert time.monotonic() < deadline, f"no process with {marker}"
+        time.sleep(0.1)
+    return found
+
+
 def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:
     assert unix_name("alice", "jupyter-") == "jupyter-alice"
     assert unix_name("alice", "") == "alice"  # no prefix: LocalProcessSpawner's rule, the hub name
