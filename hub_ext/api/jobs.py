@@ -44,9 +44,13 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"no job {job_id!r} of yours")
         return row
 
-    def job_json(self, row) -> dict:
+    def job_json(self, row, queue: list[str] | None = None) -> dict:
+        """A job as the API shows it; `queue`: the queued jobs' ids in order, when many are shown."""
         data = row.to_json()
-        data["queue_position"] = self.training.queue_position(row.id)
+        if queue is None:
+            data["queue_position"] = self.training.queue_position(row.id)
+        else:
+            data["queue_position"] = queue.index(row.id) + 1 if row.id in queue else None
         data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
         data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
@@ -70,7 +74,8 @@ class JobsHandler(JobsBase):
         caller = self.caller
         rows = self.training.jobs() if caller.admin and self.get_argument("all", "") else \
             self.training.jobs(owner=caller.name)
-        self.write_json({"jobs": [self.job_json(r) for r in rows]})
+        queue = [j.id for j in self.training.jobs(state="queued")]  # once, not once per job
+        self.write_json({"jobs": [self.job_json(r, queue) for r in rows]})
 
     @web.authenticated
     async def post(self) -> None:
@@ -145,7 +150,8 @@ class JobsHandler(JobsBase):
             self.write_json(self.job_json(rows[0]), status=201)
             return
         sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
-        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r) for r in rows]}, status=201)
+        queue = [j.id for j in svc.jobs(state="queued")]
+        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
     def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
         """The node pools the job chose, in its order: some of its project's (or, for a project
