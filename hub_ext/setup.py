@@ -152,7 +152,8 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
 
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
     contained = runtime.cgroups(hub.config)
-    (log.info if contained.available else log.warning)("containment: %s", contained.describe())
+    if hasattr(hub.spawner_class, "cleanup_orphans"):  # processes on this machine (on Kubernetes: pods)
+        (log.info if contained.available else log.warning)("containment: %s", contained.describe())
     await asyncio.sleep(0)  # initialize() has now read the whole config file
     pool = runtime.pool(hub.config)
     hub_api = _hub_api_url(hub)

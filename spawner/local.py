@@ -115,7 +115,10 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: s
     # with the hub's API URL, only this hub's servers (another hub on the machine may have a
     # user of the same name)
     hub = f"JUPYTERHUB_API_URL={hub_api_url}".encode() if hub_api_url else b""
-    mark = marker.encode()  # KEY=VALUE the process must have too (this hub's GPUPOOL_HUB)
+    # this hub's GPUPOOL_HUB=<key>: a process marked for another hub is that hub's (one started before
+    # the marker existed has none, and is matched by its tag as before)
+    mark = marker.encode()
+    key = mark.partition(b"=")[0] + b"="
     stopped = []
     for proc in Path(proc_root).iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -124,7 +127,8 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: s
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if tag in environ and (not hub or hub in environ) and (not mark or mark in environ):
+        other_hub = bool(mark) and any(v.startswith(key) and v != mark for v in environ)
+        if tag in environ and (not hub or hub in environ) and not other_hub:
             try:
                 os.kill(int(proc.name), signal.SIGTERM)
                 stopped.append(int(proc.name))

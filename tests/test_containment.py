@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -212,9 +211,23 @@ def test_a_workspace_terminals_setsid_env_i_child_dies_when_the_server_stops(hub
 
 
 @pytest.mark.hub
-def test_the_hub_says_at_start_when_there_are_no_cgroups(make_hub) -> None:
-    hub = make_hub("c.Containment.mode = 'off'\n", env={"GPUPOOL_CULLER": "0"}).start()
-    assert "containment: NO cgroups (turned off" in hub.log_path.read_text()
-    if sys.platform == "linux" and os.geteuid() == 0:
-        other = make_hub("", env={"GPUPOOL_CULLER": "0"}).start()
-        assert "cgroup of its own" in other.log_path.read_text()
+@root_only
+def test_the_hub_says_at_start_whether_there_are_cgroups(hub: Hub, make_hub) -> None:
+    assert "containment: each job and workspace runs in a cgroup v" in hub.log_path.read_text()
+    off = make_hub("c.Containment.mode = 'off'\n", env={"GPUPOOL_CULLER": "0"}).start()
+    assert "containment: NO cgroups (turned off" in off.log_path.read_text()
+
+
+def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> None:
+    from gpupool.cli import banner, containment_note
+    from gpupool.contain import detect, hub_key
+    from traitlets.config import Config
+
+    off = Config()
+    off.Containment.mode = "off"
+    assert "NO cgroups (turned off" in banner(8000, "p", "a", str(tmp_path), containment_note(off, str(tmp_path)))
+    note = containment_note(Config(), str(tmp_path))
+    tree = detect("auto", hub_key(f"sqlite:///{tmp_path}/gpupool.sqlite"))
+    assert ("cgroup of its own" in note) == tree.available, note
+    if tree.available:
+        tree.root.rmdir()

@@ -9,7 +9,6 @@ Real hubs, crashed (kill -9) with real servers and jobs running, as in a real ou
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,24 +61,33 @@ def running_job(hub: Hub, token: str) -> dict:
     return hub.wait_job(job["id"], {"running"}, token)
 
 
-@pytest.mark.parametrize("loss", ["moved aside", "emptied", "another instance's"])
-def test_a_hub_whose_database_was_lost_while_servers_and_jobs_run_refuses_to_start(make_hub, loss: str) -> None:
+def another_instances_database(path: Path) -> None:
+    """A gpupool database of another hub (another instance id), as a mixed-up restore brings."""
+    from gpupool.instance import SETTING
+    from gpupool.store import Store
+
+    store = Store(f"sqlite:///{path}")
+    store.put_setting(SETTING, {"id": "0123456789ab"})
+    store.engine.dispose()
+
+
+def test_a_hub_whose_database_was_lost_while_servers_and_jobs_run_refuses_to_start(make_hub) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("ann", 0.5)
     job = running_job(hub, hub.user_token("ann"))
-    if loss == "another instance's":
-        other: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
-        other.stop()
-    hub.kill9()
+    hub.kill9()  # the servers, the job and the proxy keep running, as in a real crash
     aside = move_aside(hub.state)
-    if loss == "emptied":
-        (hub.state / DB).write_bytes(b"")
-    elif loss == "another instance's":
-        shutil.copy(other.state / DB, hub.state / DB)
-
-    log = refused_start(hub)
-    assert "gpupool will not start" in log and "still run" in log and "gpupool restore" in log, log
-    assert ("no instance id" if loss != "another instance's" else "belongs to instance") in log, log
+    for loss, says in (("moved aside", "no instance id"), ("emptied", "no instance id"),
+                       ("another instance's", "belongs to instance 0123456789ab")):
+        for suffix in ("", "-wal", "-shm"):
+            (hub.state / (DB + suffix)).unlink(missing_ok=True)
+        if loss == "emptied":
+            (hub.state / DB).write_bytes(b"")
+        elif loss == "another instance's":
+            another_instances_database(hub.state / DB)
+        log = refused_start(hub)
+        assert "gpupool will not start" in log and "still run" in log and "gpupool restore" in log, (loss, log)
+        assert says in log, (loss, log)
 
     put_back(hub.state, aside)  # what the message says to do
     hub.start()
