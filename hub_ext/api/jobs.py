@@ -15,6 +15,7 @@ from tornado import web
 
 from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
+from ..store.jobs import STATES
 from ..train.sweep import SweepError, combinations
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
@@ -75,6 +76,11 @@ class JobsHandler(JobsBase):
         caller = self.caller
         rows = self.training.jobs() if caller.admin and self.get_argument("all", "") else \
             self.training.jobs(owner=caller.name)
+        state = self.get_argument("state", "")  # e.g. "queued": the status bar's poll reads only those
+        if state:
+            if state not in STATES:
+                raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
+            rows = [r for r in rows if r.state == state]
         self.write_json({"jobs": [self.job_json(r) for r in rows]})
 
     @web.authenticated
