@@ -22,6 +22,7 @@ from .rightsizing import Advice, advise, freed
 log = logging.getLogger("gpupool.usage")
 SORTS = ("waste", "allocated", "used", "cost", "parked", "key")
 MAX_BUCKETS = 500
+CACHE_S = 10.0
 
 
 class BudgetRefused(QuotaExceeded):
@@ -42,6 +43,9 @@ class UsageService:
         self.groups_of = groups_of or (lambda owner: ())
         self.clock = clock
         self.parking = parking  # the hub parks GPUs (over-budget idle workspaces are parked, not stopped)
+        # budget states for the culler's targets and the training ticks, which ask for every
+        # workspace and queued job again and again: read again after CACHE_S (admissions never use it)
+        self._cache: dict[tuple[str, tuple[str, ...]], tuple[float, list[bud.State]]] = {}
 
     def now(self) -> int:
         return int(self.clock())
@@ -209,10 +213,17 @@ class UsageService:
                             " Running work keeps running; ask an admin for a top-up")
 
     def over(self, owner: str, groups: Iterable[str]) -> bud.State | None:
-        """The budget `owner` is over, if any (exempt: never)."""
+        """The budget `owner` is over, if any (exempt: never), as known at most CACHE_S ago."""
         if not self.rules:
             return None
-        return next((s for s in self.budget_states(owner, groups) if s.status == "over"), None)
+        key = (owner, tuple(sorted(groups)))
+        now = self.clock()
+        hit = self._cache.get(key)
+        if hit is None or now - hit[0] >= CACHE_S:
+            if len(self._cache) > 10_000:  # bounded: users come and go
+                self._cache.clear()
+            hit = self._cache[key] = (now, self.budget_states(owner, key[1]))
+        return next((s for s in hit[1] if s.status == "over"), None)
 
     def culler_action(self, owner: str, groups: Iterable[str]) -> str:
         """For the culler's targets: "park", "stop" or "" — what to do with an idle GPU of `owner`."""
