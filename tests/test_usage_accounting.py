@@ -212,3 +212,29 @@ def test_a_report_pages_sorts_by_waste_and_writes_csv_a_spreadsheet_will_not_run
     text = usage.csv(report)
     assert text.splitlines()[0].startswith("user,allocated_gpu_hours")
     assert "\n'=cmd|calc," in text  # quoted so that a spreadsheet shows it instead of running it
+
+
+def test_retention_deletes_old_records_and_keeps_what_is_still_held(tmp_path) -> None:
+    import time
+
+    pool = small_pool(tmp_path)
+    pool.reserve_build("old", [], "", 250)
+    pool.release(Workload("build", "old", ""), reason="stopped")
+    pool.reserve_build("still", [], "", 500)
+    ledger = Ledger(pool.store, pool.inventory)
+    row = pool.allocation(Workload("build", "still", ""))
+    ledger.record_samples([{"owner": "still", "name": "", "gpu_data": True, "gpu_util_pct": 50.0}],
+                          row.created.replace(tzinfo=dt.UTC).timestamp() + 60, gap_s=180)
+    ledger.add_grant("user:old", "topup", 1000, int(time.time()) - 100 * 86400, "admin")  # ended long ago
+    backdate(pool.store, 100 * 86400)  # everything happened 100 days ago
+    with pool.store.session() as s:
+        from gpupool.store import UsageHour
+
+        for u in s.query(UsageHour).all():
+            u.hour -= 100 * 24
+    now = time.time()
+    assert ledger.prune(now - 90 * 86400) >= 4  # the events, the hour of samples, the ended grant
+    assert pool.store.events(limit=100) == [] and ledger.uses(0, 2**31) == [] and ledger.grant_rows(0) == []
+    # the share still held is counted from its allocation, whatever the log kept
+    (h,) = ledger.held(now - 200 * 86400, now + 1)
+    assert (h.owner, h.end) == ("still", None) and now - h.start >= 100 * 86400 - 5
