@@ -33,7 +33,7 @@ c.TrainPool.max_sweep_runs = 2
 c.TrainPool.max_log_mib = 1
 c.TrainPool.max_job_folder_mib = 2
 c.TrainPool.folder_check_s = 1
-c.TrainPool.keep_finished_days = 2 / 86400  # two seconds
+c.TrainPool.keep_finished_days = 5 / 86400  # five seconds
 """
 WAITER = """
 import os, time
@@ -144,7 +144,7 @@ def test_a_job_whose_folder_grows_over_its_limit_is_stopped_and_folders_go_after
     done = hub.wait_job(job["id"], {"succeeded", "failed", "cancelled"}, token, timeout=60)
     assert done["state"] == "failed" and "max_job_folder_mib" in done["message"], done
     assert not [s for s in hub.allocations() if s["kind"] == "train"]
-    # two seconds after it ended its folder goes; its record stays
+    # five seconds after it ended its folder goes; its record stays
     deadline = time.monotonic() + 30
     while Path(done["workdir"]).exists():
         assert time.monotonic() < deadline, "the finished job's folder was never removed"
