@@ -68,7 +68,8 @@ def settle(store, tree: Tree, hub_key: str, where: str, state_hint: str = "") ->
             f"gpupool will not start: its database {where} {what}, but {len(pids)} process(es) of this hub's"
             f" instance {inst} still run{group}: pids {shown}. Starting would show their GPUs free and hand them"
             " to others. Put back the database they belong to (`gpupool restore"
-            f"{' --state ' + state_hint if state_hint else ''} BACKUP`, or move the original file back), or end"
+            f"{' --state ' + state_hint if state_hint else ''} BACKUP`, or move the original file back with its -wal and"
+            " -shm files), or end"
             " them first (stop the servers and jobs, or kill those pids) and start again.")
     if mine is None:
         mine = secrets.token_hex(6)

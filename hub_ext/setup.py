@@ -125,6 +125,8 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
 def refuse_lost_state(c: Config) -> None:
     """Open the database and check that running work is its own (gpupool.instance); the hub stops
     here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from . import runtime
     from .instance import LostState
 
@@ -133,7 +135,7 @@ def refuse_lost_state(c: Config) -> None:
     except LostState as err:
         runtime.close()
         raise SystemExit(str(err)) from None
-    except Exception as err:  # noqa: BLE001 - any failure to read the database stops the hub the same way
+    except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
         runtime.close()
         where = runtime.db_where(runtime.settings(c).db_url)
         raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"

@@ -102,6 +102,8 @@ def test_a_hub_whose_database_was_lost_while_servers_and_jobs_run_refuses_to_sta
 def test_an_unreadable_database_stops_the_hub_with_the_reason(make_hub) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     hub.stop()
+    for suffix in ("-wal", "-shm"):  # its pages may still be in the write-ahead log
+        (hub.state / (DB + suffix)).unlink(missing_ok=True)
     (hub.state / DB).write_bytes(b"this is not a database" * 100)
     log = refused_start(hub)
     assert "gpupool will not start" in log and "cannot be used" in log and "not a database" in log, log
