@@ -141,6 +141,12 @@ def refuse_lost_state(c: Config) -> None:
         raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
                          f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
                          " move it aside to start empty only when no server or job of this hub runs.") from None
+    except Exception as err:
+        # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
+        import traceback
+
+        traceback.print_exc()
+        raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
 async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
