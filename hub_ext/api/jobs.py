@@ -143,7 +143,8 @@ class JobsHandler(JobsBase):
         kind = next((k for k in ("script", "code", "notebook") if k in body), "")
         if why := code_refusal(kind, body.get(kind), svc.cfg.max_code_kib * 1024, svc.cfg.max_cells):
             raise web.HTTPError(413, why)
-        if why := count_refusal(svc.jobs(), caller.name, project, len(runs), svc.cfg):
+        active = [j for state in ("queued", "running", "preempting") for j in svc.jobs(state=state)]  # not history
+        if why := count_refusal(active, caller.name, project, len(runs), svc.cfg):
             raise web.HTTPError(429, why)
         codes = await asyncio.to_thread(
             lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
