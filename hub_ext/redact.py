@@ -12,7 +12,7 @@ import logging
 import re
 
 HIDDEN = "[secret]"
-_QUERY = re.compile(r"(?i)([?&;](?:token|access_token|api_token|_xsrf|code|state|password|passwd|secret|key"
+_QUERY = re.compile(r"(?i)([?&;](?:token|access_token|api_token|_xsrf|code|password|passwd|secret|key"
                     r"|auth|authorization|session_id)=)[^&\s\"'#]+")
 _HEADER = re.compile(r"(?i)((?:authorization|x-xsrftoken|x-csrftoken)['\"]?\s*[:=]\s*['\"]?"
                      r"(?:(?:token|bearer|basic)\s+)?)[^\s'\",}]+")
