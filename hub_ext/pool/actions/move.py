@@ -120,7 +120,7 @@ def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable]
     movable = [w for w in workspaces if not why_not(w, now, rules)]
     if not movable:
         return None
-    index = {state.inventory.nodes[i].name: i for i in range(len(state.inventory.nodes))}
+    index = {n.name: i for i, n in enumerate(state.inventory.nodes)}
     on_gpu: dict[tuple[int, int], list[Movable]] = {}
     freeable = np.zeros_like(state.gpu_free)
     for w in movable:
@@ -133,23 +133,25 @@ def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable]
                 freeable[i, g] += w.placement.gpu_milli
     need = head.gpu_milli if head.is_sharing else MILLI_PER_GPU
     k = head.num_gpu
-    present = state.gpu_free >= 0
-    could = present & (state.gpu_free + freeable >= need)
-    free_now = present & (state.gpu_free >= need)
+    free = state.gpu_free
+    could = (free >= 0) & (free + freeable >= need)
     ok = (could.sum(axis=1) >= k) & state.model_mask(head) & (state.pods < state.max_pods)
     ok &= state.cpu_free + _node_sum(movable, index, len(ok), "cpu_milli") >= head.cpu_milli
-    # a lower bound on a node's moves: one per GPU it still needs that is not free now
-    bound = np.maximum(0, k - free_now.sum(axis=1))
+    ok &= state.mem_free + _node_sum(movable, index, len(ok), "memory_mib") >= head.memory_mib
+    # a lower bound on a node's moves: one per GPU it still needs that is not free now; among
+    # equal bounds, the nodes where the least must leave first (the likeliest to find room)
+    bound = np.maximum(0, k - ((free >= need) & (free >= 0)).sum(axis=1))
+    deficit = np.sort(np.where(could, np.maximum(0, need - free), 10 * MILLI_PER_GPU), axis=1)[:, :k].sum(axis=1)
     nodes = np.flatnonzero(ok & (bound <= rules.max_moves))
-    best: tuple[tuple[int, int], MovePlan] | None = None
-    for i in nodes[np.lexsort((state.rank[nodes], bound[nodes]))]:
-        if best is not None and bound[i] >= best[0][0]:
-            break  # no node further on can need fewer moves
-        found = _plan_on(state, int(i), head, need, on_gpu, rules, policy, rng,
-                         best[0] if best is not None else None)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = found
-    return None if best is None else best[1]
+    search = _Search(state, head, need, on_gpu, rules, policy, rng)
+    for i in nodes[np.lexsort((state.rank[nodes], deficit[nodes], bound[nodes]))]:
+        if search.tries >= MAX_TRIES or (search.best is not None and bound[i] >= search.best[0][0]):
+            break  # out of tries, or no node further on can need fewer moves
+        search.node(int(i))
+    return None if search.best is None else search.best[1]
+
+
+MAX_TRIES = 32  # node and GPU choices whose destinations are searched, per plan: bounded work per arrival
 
 
 def _node_sum(movable: Sequence[Movable], index: dict[str, int], n: int, attr: str) -> np.ndarray:
@@ -165,66 +167,103 @@ def _cost(off: Sequence[Movable]) -> tuple[int, int]:
     return (len(off), sum(w.memory_mib for w in off))
 
 
-def _plan_on(state: ClusterState, i: int, head: Request, need: int, on_gpu: dict[tuple[int, int], list[Movable]],
-             rules: MoveRules, policy: Policy, rng: random.Random,
-             beat: tuple[int, int] | None) -> tuple[tuple[int, int], MovePlan] | None:
-    """The cheapest plan that puts `head` on node i, cheaper than `beat`, or None."""
-    options = []  # per GPU: (cost, free now, gpu, workspaces to move off it)
-    for g in range(int(state.gpu_count[i])):
-        free = int(state.gpu_free[i, g])
-        if free < 0:
-            continue
-        off: list[Movable] = []
-        # the largest first: the fewest moves that make room on this GPU
-        for w in sorted(on_gpu.get((i, g), []), key=lambda w: (-w.placement.gpu_milli, w.memory_mib, w.id)):
+class _Search:
+    """The best plan found so far, and one scratch copy of the pool on which destinations are
+    tried and undone (one copy per plan keeps the policy's per-node caches warm)."""
+
+    def __init__(self, state: ClusterState, head: Request, need: int, on_gpu: dict[tuple[int, int], list[Movable]],
+                 rules: MoveRules, policy: Policy, rng: random.Random) -> None:
+        self.state, self.head, self.need, self.on_gpu = state, head, need, on_gpu
+        self.rules, self.policy, self.rng = rules, policy, rng
+        self.best: tuple[tuple[int, int], MovePlan] | None = None
+        self.tries = 0
+        self.scratch = state.copy()
+        self._feasible: dict[tuple, np.ndarray] = {}
+
+    def node(self, i: int) -> None:
+        """The cheapest plan that puts the head on node i, if cheaper than the best so far."""
+        state, head, need = self.state, self.head, self.need
+        options = []  # per GPU: (cost, free now, gpu, workspaces to move off it)
+        for g in range(int(state.gpu_count[i])):
+            free = int(state.gpu_free[i, g])
+            if free < 0:
+                continue
+            off: list[Movable] = []
+            # the largest first: the fewest moves that make room on this GPU
+            for w in sorted(self.on_gpu.get((i, g), []), key=lambda w: (-w.placement.gpu_milli, w.memory_mib, w.id)):
+                if free >= need:
+                    break
+                off.append(w)
+                free += w.placement.gpu_milli
             if free >= need:
-                break
-            off.append(w)
-            free += w.placement.gpu_milli
-        if free >= need:
-            options.append((_cost(off), int(state.gpu_free[i, g]), g, off))
-    k = head.num_gpu
-    if len(options) < k:
-        return None
-    # a share takes the tightest GPU that suits; whole GPUs any k, the cheapest first
-    options.sort(key=lambda o: (o[0], o[1] if head.is_sharing else 0, o[2]))
-    choices = ([[o] for o in options] if k == 1 else
-               sorted(itertools.combinations(options, k), key=lambda c: _cost([w for o in c for w in o[3]])))
-    for choice in choices[:ATTEMPTS_PER_NODE]:
-        off = list({w.id: w for o in choice for w in o[3]}.values())
-        cost = _cost(off)
-        if len(off) > rules.max_moves or (beat is not None and cost >= beat):
-            continue  # combinations are sorted by the sum of their GPUs' costs, not their union's
-        plan = _try(state, i, head, sorted(o[2] for o in choice), off, policy, rng)
-        if plan is not None:
-            return cost, plan
-    return None
+                options.append((_cost(off), int(state.gpu_free[i, g]), g, off))
+        k = head.num_gpu
+        if len(options) < k:
+            return
+        # a share takes the tightest GPU that suits; whole GPUs any k, the cheapest first
+        options.sort(key=lambda o: (o[0], o[1] if head.is_sharing else 0, o[2]))
+        choices = ([[o] for o in options] if k == 1 else
+                   sorted(itertools.combinations(options, k), key=lambda c: _cost([w for o in c for w in o[3]])))
+        for choice in choices[:ATTEMPTS_PER_NODE]:
+            off = list({w.id: w for o in choice for w in o[3]}.values())
+            cost = _cost(off)
+            if len(off) > self.rules.max_moves or (self.best is not None and cost >= self.best[0]):
+                continue  # combinations are sorted by the sum of their GPUs' costs, not their union's
+            if self.tries >= MAX_TRIES:
+                return
+            plan = self._try(i, sorted(o[2] for o in choice), off)
+            if plan is not None:
+                self.best = (cost, plan)
+                return
 
-
-def _try(state: ClusterState, i: int, head: Request, gpus: list[int], off: list[Movable], policy: Policy,
-         rng: random.Random) -> MovePlan | None:
-    """Move `off` away from node i's `gpus` and put `head` there: the plan, or None when the
-    head would still not fit or a moved workspace fits nowhere with every source still held."""
-    after = state.copy()
-    for w in off:
-        after.release(w.placement)
-    if not after.node_fits(i, head) or any(g not in after.fitting_gpus(i, head) for g in gpus):
-        return None
-    target = after.placement_on(i, head, gpus)
-    # make-before-break: destinations are found on the pool with every source still held, the
-    # head's GPUs (and its CPU and memory on node i) kept out of reach
-    dests = state.copy()
-    dests.hold(i, tuple(gpus))
-    dests.cpu_free[i] -= head.cpu_milli
-    dests.mem_free[i] -= head.memory_mib
-    steps = []
-    for w in sorted(off, key=lambda w: (-w.milli, -w.memory_mib, w.id)):
-        spot = policy.choose(dests, w.request(), rng)
-        if spot is None:
+    def _try(self, i: int, gpus: list[int], off: list[Movable]) -> MovePlan | None:
+        """Move `off` away from node i's `gpus` and put the head there: the plan, or None when
+        the head would still not fit or a moved workspace fits nowhere with every source held."""
+        state, head = self.state, self.head
+        leaving = [w for w in off if w.placement.node == state.inventory.nodes[i].name]
+        if (state.cpu_free[i] + sum(w.placement.cpu_milli for w in leaving) < head.cpu_milli
+                or state.mem_free[i] + sum(w.placement.memory_mib for w in leaving) < head.memory_mib):
             return None
-        dests.apply(spot)
-        steps.append(Step(w.id, w.placement, spot, w.memory_mib))
-    return MovePlan(target, tuple(steps))
+        if not all(self._somewhere(w.request(), i, gpus) for w in off):
+            return None
+        self.tries += 1
+        target = state.placement_on(i, head, gpus)
+        # make-before-break: destinations are found on the pool with every source still held, the
+        # head's GPUs (and its CPU and memory on node i) kept out of reach
+        dests = self.scratch
+        saved = (dests.gpu_free.copy(), dests.cpu_free.copy(), dests.mem_free.copy(), dests.pods.copy())
+        dests.hold(i, tuple(gpus))
+        dests.cpu_free[i] -= head.cpu_milli
+        dests.mem_free[i] -= head.memory_mib
+        steps = []
+        try:
+            for w in sorted(off, key=lambda w: (-w.milli, -w.memory_mib, w.id)):
+                spot = self.policy.choose(dests, w.request(), self.rng)
+                if spot is None:
+                    return None
+                dests.apply(spot)
+                steps.append(Step(w.id, w.placement, spot, w.memory_mib))
+            return MovePlan(target, tuple(steps))
+        finally:
+            # undo on the scratch copy; the rows changed get new versions, so no policy cache
+            # keeps a score of the trial
+            changed = np.flatnonzero((dests.gpu_free != saved[0]).any(axis=1) | (dests.cpu_free != saved[1])
+                                     | (dests.mem_free != saved[2]) | (dests.pods != saved[3]))
+            dests.gpu_free[:], dests.cpu_free[:], dests.mem_free[:], dests.pods[:] = saved
+            for row in changed:
+                dests._touch(int(row))
+
+    def _somewhere(self, req: Request, i: int, gpus: list[int]) -> bool:
+        """A quick necessary test: some node other than i could take `req`, or node i on a GPU
+        the head does not take."""
+        key = (req.num_gpu, req.gpu_milli, req.cpu_milli, req.memory_mib, req.gpu_models)
+        mask = self._feasible.get(key)
+        if mask is None:
+            mask = self._feasible[key] = self.state.feasible(req)
+        if mask[:i].any() or mask[i + 1:].any():
+            return True
+        others = [g for g in self.state.fitting_gpus(i, req) if g not in gpus]
+        return bool(mask[i]) and len(others) >= req.num_gpu
 
 
 # --- carrying a plan out on a model of the pool (property tests, simulations) -------------
