@@ -38,3 +38,11 @@ class Move(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+def last_moves(session, since: float) -> dict[tuple[str, str], Move]:
+    """Each workspace's last completed move that ended after `since`, by (owner, name)."""
+    from sqlalchemy import select
+
+    rows = session.scalars(select(Move).where(Move.phase == "moved", Move.ended_at >= since).order_by(Move.id))
+    return {(m.owner, m.name): m for m in rows}

@@ -118,6 +118,9 @@ def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable]
     if head.num_gpu == 0 or rules.max_moves <= 0:
         return None  # moving GPU shares frees no CPU-only room worth a move
     movable = [w for w in workspaces if not why_not(w, now, rules)]
+    # a workspace that fits on no GPU of its model as things are cannot move anywhere
+    biggest = _biggest_room(state)
+    movable = [w for w in movable if w.placement.gpu_milli <= biggest.get(w.model, 0)]
     if not movable:
         return None
     index = {n.name: i for i, n in enumerate(state.inventory.nodes)}
@@ -149,6 +152,12 @@ def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable]
             break  # out of tries, or no node further on can need fewer moves
         search.node(int(i))
     return None if search.best is None else search.best[1]
+
+
+def _biggest_room(state: ClusterState) -> dict[str, int]:
+    """The most free milli on any one GPU, per GPU model."""
+    top = state.gpu_free.max(axis=1)
+    return {m: int(top[state.model_id == k].max(initial=0)) for k, m in enumerate(state.models)}
 
 
 MAX_TRIES = 32  # node and GPU choices whose destinations are searched, per plan: bounded work per arrival
