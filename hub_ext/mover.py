@@ -1,7 +1,8 @@
 """Moving idle notebooks in the hub process, so that the head of the queue can start.
 
-Every `GPUMover.interval_s` the mover looks at what waits longest: a parked notebook's resume
-claim that fits nowhere, else the first in-quota training job that does not fit. For it, the
+Every `GPUMover.interval_s` the mover looks at the head of the queue: a parked notebook's resume
+claim that fits nowhere, else the first queued training job (within its project's guarantee
+first, then borrowers) if it does not fit. For it, the
 pure move action (gpupool.pool.actions.move) plans the fewest moves of notebooks whose GPU the
 idle culler's samplers found idle (its last report, `api/culler/report`). Each move, one at a
 time, make-before-break:
@@ -51,8 +52,8 @@ class GPUMover(Configurable):
     """Moving idle notebooks to make room for the head of the queue (off by default)."""
 
     enabled = Bool(False, config=True, help="""Move idle notebooks between GPUs when that lets the
-        head of the queue start: a training job within its project's guarantee that waits for
-        whole GPUs, or a parked notebook waiting for its GPU back. A move parks the kernels' GPU
+        head of the queue start: a queued training job (those within their project's guarantee
+        first), or a parked notebook waiting for its GPU back. A move parks the kernels' GPU
         memory and restores it on another GPU of the same model (nothing restarts; the next cell
         waits a few seconds at most), destination reserved before the source is released. Needs
         GPU parking (CUDA driver r570+, or virtual GPUs) and the idle culler, whose samplers say
@@ -132,7 +133,8 @@ class MoverService:
     # --- what waits ----------------------------------------------------------------
     def head(self, now: float) -> Head | None:
         """A resume claim waiting for its GPU first (claims come before newcomers), else the
-        first in-quota training job that does not fit; only once it waited `head_wait_s`."""
+        first queued training job (within its guarantee first, then borrowers) if it does not
+        fit; only once it waited `head_wait_s`."""
         claims = plan_claims(self.pool.state, self.pool.parked_without_gpu(), self.pool.policy, self.pool.rng)
         for claim in claims.waiting:
             if claim.claimed_at is not None and now - claim.claimed_at >= self.cfg.head_wait_s:
@@ -145,14 +147,16 @@ class MoverService:
         for r in rows:
             if r.state in ("running", "preempting"):
                 used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
+        def borrows(r: Any) -> bool:
+            return used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli
+
+        # the scheduler's order, roughly: jobs within their project's guarantee first, then borrowers
         queued = sorted((r for r in rows if r.state == "queued" and r.project in training.projects),
-                        key=lambda r: (-r.priority, r.submitted, r.id))
+                        key=lambda r: (borrows(r), -r.priority, r.submitted, r.id))
         view = None
         for r in queued:
             if now - r.submitted < self.cfg.head_wait_s:
                 continue
-            if used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli:
-                continue  # borrowing beyond the guarantee: nobody moves for that
             view = view if view is not None else training._train_view()
             req = Request(r.num_gpu, r.gpu_milli)
             if self.pool.policy.choose(view, req, self.pool.rng) is not None:

@@ -42,3 +42,13 @@ def test_the_warning_comes_from_the_culler_or_the_users_own_lead_time() -> None:
     culler = "{cull_at: 9000, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 133 min'}"
     assert run(f"t.warning({culler}, 10)")["message"] == "This server will stop in 133 min"
     assert run("t.warning({error: 'x'}, 10)") is None
+
+
+def test_the_status_bar_says_where_a_moved_kernel_went_for_a_while() -> None:
+    said = "moved to GPU 3 at 14:02 (to make room for a training job)"
+    status = f"{{share: '0.5', cull_at: null, now: 2000, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({status})") == f"GPU 0.5 · {said}"
+    assert run(f"t.moved({status})") == {"key": "moved:1900", "message": f"Your kernel {said}. Nothing restarted."}
+    later = f"{{share: '0.5', cull_at: null, now: 1900 + 15 * 60, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({later})") == "GPU 0.5"  # the tooltip keeps it; the bar goes back
+    assert run(f"t.moved({later})") is None

@@ -23,6 +23,8 @@ from gpupool.sim.traces import TracePod
 
 from benchmarks.culling.sessions import make_sessions
 
+CAP = 4  # moves per arrival at most (c.GPUMover.max_moves's default)
+
 
 def idle_probability(after_s: float = 120.0, sessions: int = 2000, seed: int = 1) -> float:
     """The chance that an open notebook's GPU has been idle at least `after_s` at a random
@@ -96,3 +98,62 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, p_id
         "moves": moves, "rescued": rescued, "placed": placed, "p_idle": p_idle, "cap": cap,
         "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
     }
+
+
+_INVENTORY: Inventory | None = None
+
+
+def _one(task: tuple[str, list[TracePod], int, float, int]) -> tuple[str, int, dict]:
+    global _INVENTORY
+    label, pods, seed, p_idle, cap = task
+    if _INVENTORY is None:
+        from gpupool.sim.traces import read_nodes
+
+        from benchmarks.data import shared_data
+
+        _INVENTORY = read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv"))
+    from gpupool.pool.placement import DEFAULT_POLICY
+
+    return label, seed, run(_INVENTORY, pods, DEFAULT_POLICY, seed, p_idle, cap)
+
+
+def run_all(loads: list, seeds: list[int], p_idle: float, cap: int = CAP, jobs: int = 1) -> dict[str, list[dict]]:
+    """The protocol with moves for every workload (benchmarks.placement.robustness.Workload) and seed."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    tasks = [(w.label, w.pods, s, p_idle, cap) for w in loads for s in seeds]
+    out: dict[str, list[dict]] = {}
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_one, tasks, chunksize=1))
+    else:
+        results = [_one(t) for t in tasks]
+    for label, _, result in results:
+        out.setdefault(label, []).append(result)
+    return out
+
+
+def table(rows: list, moved: dict[str, list[dict]], published: dict[str, float], level: int = 130) -> str:
+    """Per shared variant: FGD's published mean, our placement without moves (same run), with moves,
+    and how many moves it took."""
+    from statistics import mean
+
+    from gpupool.pool.placement import DEFAULT_POLICY
+
+    from benchmarks.placement.robustness import _alloc_at
+
+    head = ("| workload | published FGD | ours, no moves | ours + moves | gain | moves per 100 placements"
+            " | pods placed thanks to moves |")
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        results = moved.get(r.workload.label)
+        if not results:
+            continue
+        with_moves = mean(_alloc_at(x, level) for x in results)
+        per100 = 100 * sum(x["moves"] for x in results) / sum(x["placed"] for x in results)
+        rescued = mean(x["rescued"] for x in results)
+        pub = published.get(r.workload.label)
+        lines.append(f"| {r.workload.label} | {f'{pub:.2f}' if pub is not None else ''} |"
+                     f" {r.alloc[DEFAULT_POLICY]:.2f} | {with_moves:.2f} | {with_moves - r.alloc[DEFAULT_POLICY]:+.2f} |"
+                     f" {per100:.2f} | {rescued:.1f} |")
+    return "\n".join(lines)
