@@ -46,6 +46,7 @@ from .store.moves import ACTIVE_PHASES
 
 log = logging.getLogger("gpupool.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
+STALE_REPORT_S = 600.0  # a culler report older than this says nothing about what is idle now
 
 
 class GPUMover(Configurable):
@@ -166,7 +167,10 @@ class MoverService:
 
     # --- who may move ----------------------------------------------------------------
     def movable(self, now: float) -> list[Movable]:
-        found = (self.findings() or {}).get("workspaces", {})
+        report = self.findings() or {}
+        found = report.get("workspaces", {})
+        if report.get("pass_time") is not None and now - report["pass_time"] > STALE_REPORT_S:
+            found = {}  # the culler stopped reporting: nothing is known to be idle
         since = now - HOUR
         with self.pool.store.session() as s:
             recent = list(s.scalars(select(Move).where(Move.started_at >= since)))
@@ -231,7 +235,12 @@ class MoverService:
             begun = self._begin(step, head.why)
             if begun is None:
                 return
-            out = move_processes(self.parking.backend, begun[1], begun[2], self._lock_ms(), self._on_phase(begun[0]))
+            try:
+                out = move_processes(self.parking.backend, begun[1], begun[2], self._lock_ms(),
+                                     self._on_phase(begun[0]))
+            except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
+                log.exception("move of %s failed", step.id)
+                out = self._finish(begun[0], f"the move failed: {err}")
             if self._end(begun[0], out) != "moved":
                 return
         head.done(plan.target)
@@ -243,16 +252,35 @@ class MoverService:
                 begun = self._begin(step, head.why)
                 if begun is None:
                     return
-                # the driver copies GBs: off the hub's event loop (the phases are written from there)
-                out = await loop.run_in_executor(None, move_processes, self.parking.backend, begun[1], begun[2],
-                                                 self._lock_ms(), self._on_phase(begun[0]))
+                try:
+                    # the driver copies GBs: off the hub's event loop (the phases are written from there)
+                    out = await loop.run_in_executor(None, move_processes, self.parking.backend, begun[1], begun[2],
+                                                     self._lock_ms(), self._on_phase(begun[0]))
+                except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
+                    log.exception("move of %s failed", step.id)
+                    out = self._finish(begun[0], f"the move failed: {err}")
                 if self._end(begun[0], out) != "moved":
                     return
             head.done(plan.target)
         except Exception:  # noqa: BLE001 - a failed plan must not stop the next pass
-            log.exception("a move failed")
+            log.exception("moving notebooks failed")
         finally:
             self.busy = False
+
+    def _finish(self, move_id: int, why: str) -> Outcome:
+        """Finish a move that stopped half-way (a crash, an unexpected error) from the phase it
+        reached (gpupool.gpu.moving.recover): every process ends on one GPU."""
+        with self.pool.store.session() as s:
+            m = s.get(Move, move_id)
+            pids, phase, server_pid = list(m.pids or []), m.phase, m.server_pid
+            gpu_map = dict(zip(m.from_uuids, m.to_uuids, strict=True))
+        try:
+            if not pids and server_pid:
+                pids = sorted(self.parking.pids_of(server_pid))
+            out = recover(self.parking.backend, pids, phase, gpu_map, self._on_phase(move_id))
+        except Exception as err:  # noqa: BLE001 - where its kernel is, nobody can say: reported lost
+            return Outcome("lost", f"{why}; finishing the move failed: {err}", tuple(pids))
+        return Outcome("aborted", why) if out.result == "aborted" else out
 
     def _lock_ms(self) -> int:
         return int(self.cfg.lock_timeout_s * 1000)
@@ -311,7 +339,7 @@ class MoverService:
             build = s.scalar(select(Allocation).filter_by(kind="build", owner=owner, name=name))
             source = _placement(build) if build is not None else None
             result = out.result
-            if result == "moved" and build is None:
+            if build is None:  # stopped meanwhile: whatever the kernel's fate, nothing is lost to anyone
                 result, reason = "aborted", "the workspace stopped during the move"
             else:
                 reason = out.reason
@@ -354,15 +382,8 @@ class MoverService:
                 s.delete(m)
         done = []
         for m in rows:
-            pids = list(m.pids or [])
-            if not pids and m.server_pid:
-                pids = sorted(self.parking.pids_of(m.server_pid))
             self.parking.moving[(m.owner, m.name)] = "finishing a move the hub's restart interrupted"
-            try:
-                out = recover(self.parking.backend, pids, m.phase, dict(zip(m.from_uuids, m.to_uuids, strict=True)),
-                              self._on_phase(m.id))
-            except Exception as err:  # noqa: BLE001 - a process that vanished: report it, go on
-                out = Outcome("aborted", f"the hub restarted during the move: {err}")
+            out = self._finish(m.id, "the hub restarted before the kernel was parked")
             done.append(f"{m.owner}/{m.name}: {self._end(m.id, out)}")
         return done
 

@@ -103,7 +103,12 @@ class ParkingService:
 
     async def park_async(self, owner: str, name: str) -> dict[str, Any]:
         """As `park`, with the driver's work (a lock may wait for running kernels, a checkpoint
-        copies GBs) off the hub's event loop."""
+        copies GBs) off the hub's event loop. A workspace being moved (gpupool.mover) is parked
+        once the move is over (seconds), not refused: a refused park makes the culler stop it."""
+        for _ in range(600):
+            if (owner, name) not in self.moving:
+                break
+            await asyncio.sleep(0.1)
         begun = self._park_begin(owner, name)
         if isinstance(begun, dict):
             return begun

@@ -143,7 +143,7 @@ def test_when_the_way_back_fails_too_the_kernel_is_reported_lost_with_the_reason
     consistent(world)
 
 
-class Crash(Exception):
+class Crash(BaseException):  # the hub dies: nothing in it may catch this
     pass
 
 
@@ -172,3 +172,30 @@ def test_a_hub_killed_at_each_phase_of_a_move_finishes_it_after_restart(world: W
     assert world.driver.remapped(101) == ({"GPU-0": "GPU-1"} if on == (1,) else {})
     consistent(world)
     assert world.parking.status("ann", "")["state"] == "running"
+
+
+def test_an_unexpected_error_mid_move_is_finished_from_its_phase(world: World, monkeypatch) -> None:
+    world.idle("ann", 600)
+    calls = []
+
+    def flaky(pid, gpu_map=None):  # the first restore onto the destination breaks oddly, not as the driver refuses
+        calls.append(gpu_map)
+        if len(calls) == 1:
+            raise OSError("the driver's library went away")
+        VirtualParking.restore(world.driver, pid, gpu_map)
+
+    monkeypatch.setattr(world.driver, "restore", flaky)
+    world.mover.tick()
+    [move] = world.moves()
+    assert move.phase == "moved"  # parked already: finished forward, as after a crash
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
+    assert world.driver.state(101) == "running" and calls == [{"GPU-0": "GPU-1"}] * 2
+    consistent(world)
+
+
+def test_a_stale_culler_report_moves_nobody(world: World) -> None:
+    world.idle("ann", 600)
+    world.findings["pass_time"] = world.now[0] - 3600  # the culler stopped reporting an hour ago
+    assert world.mover.tick() is None
+    world.findings["pass_time"] = world.now[0] - 60
+    assert world.mover.tick() is not None
