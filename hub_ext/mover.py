@@ -148,6 +148,7 @@ class MoverService:
         for r in rows:
             if r.state in ("running", "preempting"):
                 used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
+
         def borrows(r: Any) -> bool:
             return used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli
 
