@@ -23,11 +23,12 @@ def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
     from .accounts import SystemAccounts
     from .contain import Containment
+    from .mover import GPUMover
     from .parking import GPUParking
     from .train.config import TrainPool
     from .usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts, Usage, Containment]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
