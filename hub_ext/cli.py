@@ -106,6 +106,7 @@ def up(args: argparse.Namespace) -> int:
         args.user_env = users_python(state)
     if args.user_env:
         env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
+    check_user_env(state)
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -132,6 +133,22 @@ def users_python(state: str) -> str:
     if why:
         print(f"gpupool: users cannot run this Python: {why}; pass --user-env", file=sys.stderr)
     return folder
+
+
+def check_user_env(state: str) -> None:
+    """A hub whose users run as their own accounts starts their servers with the users' Python:
+    one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
+    spawn that seemed to work. Said now, with what is missing, instead."""
+    from .embedded import isolation, user_python
+    from .user_env import missing_jupyter
+
+    if isolation(state)[0] != "accounts":
+        return
+    missing = missing_jupyter(user_python())
+    if missing:
+        raise SystemExit(f"gpupool: workspaces would start without {', '.join(missing)}: the users' Python"
+                         f" {user_python()} does not find them. Install gpupool (it brings JupyterLab) in that"
+                         " environment, or leave --user-env out to let `gpupool up` make one")
 
 
 def banner(port: int, password: str, admin_password: str, state: str) -> str:

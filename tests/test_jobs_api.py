@@ -28,7 +28,7 @@ def jobhub(tmp_path_factory) -> Hub:
     require_chp()
     h = Hub(state=tmp_path_factory.mktemp("jobs"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     yield h
-    h.stop()
+    h.cleanup()
 
 
 def test_submit_run_and_read_the_log_of_a_cell(jobhub: Hub) -> None:
