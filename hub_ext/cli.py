@@ -1,4 +1,5 @@
-"""`gpupool` command line: `up` runs the embedded hub, `simulate` the pool simulator."""
+"""`gpupool` command line: `up` runs the embedded hub, `accounts` lists or removes the Unix accounts
+it made as root, `simulate` runs the pool simulator."""
 
 from __future__ import annotations
 
@@ -216,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up":
         return up(args)
+    if args.command == "accounts":
+        from .account_cleanup import main as accounts
+
+        return accounts(args.state, args.remove, args.kill)
     return 2
 
 
@@ -234,6 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
     for opt, (var, default, what) in PORTS.items():
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")
+    p_acc = sub.add_parser("accounts", help="list (or remove) the Unix accounts `gpupool up` made as root",
+                           description="The Unix accounts a root `gpupool up` made for its hub users: those whose"
+                                       " comment says `gpupool user <name>` and whose home is in the state folder."
+                                       " `make clean` removes them.")
+    p_acc.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+    p_acc.add_argument("--remove", action="store_true", help="userdel them, with their homes (the hub must be"
+                                                             " stopped)")
+    p_acc.add_argument("--kill", action="store_true", help="with --remove: kill their processes first")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
     return parser
 

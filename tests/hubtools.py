@@ -48,6 +48,14 @@ ADMIN_PASSWORD = "test-admin-password-0123456789abcdef"  # JupyterHub wants 32 c
 ACCOUNTS_BANNER = "each user runs as a Unix account of their own"
 
 
+def _terminal_signals() -> None:
+    """SIGINT and SIGQUIT as a terminal gives them: a shell that started pytest in the background
+    left them ignored, and the hub's services (the culler) would then outlive the hub's SIGINT and
+    make every stop wait for JupyterHub's timeouts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def why_no_accounts() -> str:
     """"" when a hub started here gives each user a Unix account (root, with useradd), else why not."""
     if os.geteuid() != 0:
@@ -149,6 +157,7 @@ class Hub:
              "--config", str(self.write_config()), "--port", str(self.port), "--hub-port", str(self.hub_port),
              "--api-port", str(self.api_port), "--proxy-api-port", str(self.proxy_api_port)],
             cwd=self.state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_terminal_signals,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -347,21 +356,12 @@ def uid_of(pid: int) -> int:
 
 
 def remove_accounts(state: Path) -> list[str]:
-    """userdel every account gpupool made (its comment marker) with a home in this state folder,
-    after killing its processes; the names removed."""
-    from gpupool.accounts import MARKER
+    """The accounts the hub made (gpupool's comment marker, a home in this state folder) go, as
+    `gpupool accounts --remove --kill` removes them; the names removed."""
+    from gpupool.account_cleanup import remove_accounts as remove
 
-    removed = []
-    for pw in pwd.getpwall():
-        if pw.pw_gecos.startswith(MARKER) and pw.pw_dir.startswith(f"{state}/"):
-            for proc in Path("/proc").iterdir():
-                try:
-                    if proc.name.isdigit() and uid_of(int(proc.name)) == pw.pw_uid:
-                        os.kill(int(proc.name), signal.SIGKILL)
-                except (OSError, ValueError):
-                    pass
-            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True, timeout=60)
-            removed.append(pw.pw_name)
+    removed, problems = remove(str(state), kill=True)
+    assert not problems, problems
     return removed
 
 
