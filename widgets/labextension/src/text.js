@@ -10,9 +10,13 @@ export function minutesText(seconds) {
   return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${Math.floor(minutes / 60)} h`;
 }
 
-// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU".
+// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU"; "GPU …" until the
+// first answer, "GPU ?" when none came.
 export function itemText(status) {
-  if (!status || status.error) {
+  if (!status) {
+    return 'GPU …';
+  }
+  if (status.error) {
     return 'GPU ?';
   }
   if (status.parked) {
@@ -38,7 +42,8 @@ export function itemTitle(status) {
 }
 
 // The warning to show now, or null. Shown when the culler itself warns, or when the server
-// stops within `warnMinutes`; `key` tells one warning from the next (one notification each).
+// stops within `warnMinutes`; `key` tells one warning from the next (one notification each): the
+// reason, not the end time, which moves a little at each of the culler's passes.
 export function warning(status, warnMinutes) {
   if (!status || status.error || !status.cull_at) {
     return null;
@@ -51,5 +56,35 @@ export function warning(status, warnMinutes) {
   const message = status.message && status.action === 'warn'
     ? `This server ${status.message}`
     : `This server stops in ${minutesText(left)}${why}: save your work.`;
-  return { key: `${status.reason}:${status.cull_at}`, message, extendable: !!status.extendable };
+  return { key: `warn:${status.reason}`, message, extendable: !!status.extendable };
+}
+
+// The one notification that belongs on screen for this status, or null: the warning, else the
+// parked GPU's.
+export function notice(status, warnMinutes) {
+  const warn = warning(status, warnMinutes);
+  if (warn) {
+    return { kind: 'warning', ...warn };
+  }
+  if (status && !status.error && status.parked) {
+    return { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`,
+             extendable: false };
+  }
+  return null;
+}
+
+// What to do with the notification on screen (`shown`, or null) to show `next`: "none", "show",
+// "update" (same warning, new words: in place), "replace" (another warning) or "dismiss" (none
+// applies any more: the GPU came back, the session was extended).
+export function noticeChange(shown, next) {
+  if (!next) {
+    return shown ? 'dismiss' : 'none';
+  }
+  if (!shown) {
+    return 'show';
+  }
+  if (shown.key !== next.key) {
+    return 'replace';
+  }
+  return shown.message !== next.message || shown.extendable !== next.extendable ? 'update' : 'none';
 }
