@@ -102,7 +102,7 @@ def up(args: argparse.Namespace) -> int:
     from .embedded import chp_command, demo_password
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
-               **port_env(args))
+               GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "", **port_env(args))
     if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
         args.user_env = users_python(state)
     if args.user_env:
@@ -115,7 +115,7 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
-            print(banner(args.port, password, admin_password, state), flush=True)
+            print(banner(args.port, password, admin_password, state, args.demo_culling), flush=True)
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
@@ -152,8 +152,8 @@ def check_user_env(state: str) -> None:
                          " environment, or leave --user-env out to let `gpupool up` make one")
 
 
-def banner(port: int, password: str, admin_password: str, state: str) -> str:
-    from .embedded import isolation
+def banner(port: int, password: str, admin_password: str, state: str, demo_culling: bool = False) -> str:
+    from .embedded import DEMO_CULLING_NOTE, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -161,6 +161,7 @@ def banner(port: int, password: str, admin_password: str, state: str) -> str:
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
         f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
+        + (f"  {DEMO_CULLING_NOTE}\n" if demo_culling else "")
     )
 
 
@@ -232,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument("--demo-culling", action="store_true",
+                      help="try the idle culler and GPU parking in minutes without a GPU: short limits, and GPU"
+                           " use is what users say (%%gpupool gpu busy / idle) (README: Try culling and parking)")
     p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
                       help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
                            " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"

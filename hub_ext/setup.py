@@ -91,7 +91,7 @@ def _home_page_warnings(c: Config) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from .api.warnings import shares_for, warnings_for
+    from .api.warnings import shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -99,7 +99,7 @@ def _home_page_warnings(c: Config) -> None:
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
     c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
                                   "gpupool_warnings": lambda user: warnings_for(user, base),
-                                  "gpupool_shares": shares_for}
+                                  "gpupool_shares": shares_for, "gpupool_stops": stops_for}
 
 
 def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
@@ -143,7 +143,8 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     training = await _start_training(hub, pool)
     parking = _start_parking(hub, pool)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
-                                                             "session_end": _session_end(hub.config, culler)})
+                                                             "session_end": _session_end(hub.config, culler),
+                                                             "demo_gpu_use": _demo_use(hub.config, culler)})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
@@ -167,6 +168,13 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     from .admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
+
+
+def _demo_use(config: Config, culler: bool) -> bool:
+    """Whether users say what their GPU does (the culling demo's sampler): api/demo/gpu-use."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    return IdleCuller(config=config).sampler == "demo"
 
 
 def _session_end(config: Config, culler: bool) -> Any:

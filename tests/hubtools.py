@@ -85,6 +85,7 @@ class Hub:
     # None: what `make up` does here (accounts as root); False: everyone shares one account
     accounts: bool | None = None
     account_prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}-")
+    up_args: list[str] = field(default_factory=list)  # more `gpupool up` options, e.g. ["--demo-culling"]
     proc: subprocess.Popen | None = None
     requested_state: Path | None = None  # where the test asked for it (kept there: hub.log at cleanup)
     _own_top: Path | None = None
@@ -155,7 +156,7 @@ class Hub:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpupool.cli", "up", "--state", str(self.state),
              "--config", str(self.write_config()), "--port", str(self.port), "--hub-port", str(self.hub_port),
-             "--api-port", str(self.api_port), "--proxy-api-port", str(self.proxy_api_port)],
+             "--api-port", str(self.api_port), "--proxy-api-port", str(self.proxy_api_port), *self.up_args],
             cwd=self.state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_terminal_signals,
         )

@@ -91,6 +91,25 @@ def train_help(projects: list[dict] | None) -> str:
     return text + "\n\nExample:\n  %%train --project NAME --gpus 1 -p epochs=3"
 
 
+def demo_gpu_use(words: list[str], client: Any = None) -> str:
+    """`%gpupool gpu busy|idle`: what the culling demo's culler reads as this workspace's GPU use."""
+    import os
+
+    from .client import Client, GPUPoolError
+
+    if words not in (["busy"], ["idle"]):
+        return "%gpupool gpu busy (the GPU computes) or %gpupool gpu idle (it does not)"
+    server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    try:
+        (client or Client()).post("api/demo/gpu-use", {"server": server, "busy": words[0] == "busy"})
+    except GPUPoolError as err:
+        return f"%gpupool gpu: {err}"
+    if words[0] == "busy":
+        return "this workspace's GPU now counts as busy (100 %): the culler neither parks nor stops it for idleness"
+    return ("this workspace's GPU now counts as idle: after 2 min it is parked (a cell brings it back),"
+            " as the demo's culler decides at its next pass")
+
+
 def register(ipython: Any) -> None:
     from IPython.display import display
 
@@ -101,7 +120,16 @@ def register(ipython: Any) -> None:
 
     def gpupool(line: str = "") -> None:
         """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects.
-        JupyterLab keeps it current while the tab is visible; reading it is not user activity."""
+        JupyterLab keeps it current while the tab is visible; reading it is not user activity.
+        %gpupool gpu busy|idle — in the culling demo (gpupool up --demo-culling): say what this
+        workspace's GPU does, as the culler will see it."""
+        words = line.split()
+        if words[:1] == ["gpu"]:
+            print(demo_gpu_use(words[1:]))
+            return
+        if words:
+            print(f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, or %gpupool gpu busy|idle in the demo")
+            return
         display(live_view(), raw=True)
 
     def train(line: str, cell: str | None = None) -> None:

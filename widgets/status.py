@@ -107,6 +107,11 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
         parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
     except GPUPoolError:
         parked = []  # a hub without parking
+    try:  # the culling demo (gpupool up --demo-culling): GPU use is what the user says
+        said = client.get("api/demo/gpu-use").get("use", {}).get(f"{me['name']}/{server}", "idle")
+        rows.append(("Demo GPU use", f"{said} (simulated; say %gpupool gpu {'idle' if said == 'busy' else 'busy'})"))
+    except GPUPoolError:
+        pass  # not the demo
     found = culler_finding(culler, me["name"], server)
     holds = bool(parked) or bool(my_shares(pool, me["name"], server))
     return {"rows": parked + rows, "parked": bool(parked),
