@@ -51,17 +51,21 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
     in the notification already on screen, not a new one each time (12 stacked in 3 minutes)."""
     warn = "{{cull_at: {at}, now: 1000, action: 'warn', reason: 'idle-gpu', message: 'will stop in {m} min'," \
            " extendable: true}}"
-    first, moved = run(f"t.notice({warn.format(at=1480, m=8)}, 15)"), run(f"t.notice({warn.format(at=1487, m=8)}, 15)")
+    first = run(f"t.notices({warn.format(at=1480, m=8)}, 15)")["warning"]
+    moved = run(f"t.notices({warn.format(at=1487, m=8)}, 15)")["warning"]
     assert first["key"] == moved["key"] == "warn:idle-gpu" and first["kind"] == "warning"
     assert run(f"t.noticeChange(null, {json.dumps(first)})") == "show"
     assert run(f"t.noticeChange({json.dumps(first)}, {json.dumps(moved)})") == "none"
-    later = run(f"t.notice({warn.format(at=1480, m=7)}, 15)")
+    later = run(f"t.notices({warn.format(at=1480, m=7)}, 15)")["warning"]
     assert run(f"t.noticeChange({json.dumps(first)}, {json.dumps(later)})") == "update"
     # extended (or the GPU in use again): nothing applies, the notification goes
-    assert run("t.notice({cull_at: null, now: 1000, action: 'keep', extendable: false}, 15)") is None
+    assert run("t.notices({cull_at: null, now: 1000, action: 'keep', extendable: false}, 15)") == \
+        {"warning": None, "info": None}
     assert run(f"t.noticeChange({json.dumps(first)}, null)") == "dismiss"
-    # parked: its own notice, replaced by nothing once the GPU is back
-    parked = run("t.notice({cull_at: null, now: 1, parked: 'GPU parked — it comes back when you run a cell'}, 15)")
-    assert parked["kind"] == "info" and parked["key"] == "parked"
-    assert run(f"t.noticeChange({json.dumps(parked)}, {json.dumps(first)})") == "replace"
-    assert run(f"t.noticeChange({json.dumps(parked)}, null)") == "dismiss"
+    # parked: a notice of its own beside a warning (a parked session still ends at its time limit),
+    # dismissed once the GPU is back
+    both = run("t.notices({cull_at: 1300, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 5 min',"
+               " parked: 'GPU parked — it comes back when you run a cell'}, 15)")
+    assert both["warning"]["key"] == "warn:max-age" and both["info"]["key"] == "parked"
+    assert run("t.itemText({share: '', parked: 'x', now: 1})") == "GPU parked"
+    assert run(f"t.noticeChange({json.dumps(both['info'])}, null)") == "dismiss"

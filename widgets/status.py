@@ -114,6 +114,8 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
         pass  # not the demo
     found = culler_finding(culler, me["name"], server)
     holds = bool(parked) or bool(my_shares(pool, me["name"], server))
+    if parked:  # not "none: this workspace runs without a GPU share": its GPU comes back on use
+        rows = [r for r in rows if r[0] != "GPU" or not r[1].startswith("none:")]
     return {"rows": parked + rows, "parked": bool(parked),
             "extendable": holds and not found.get("extended") and found.get("reason") != "memory"}
 

@@ -12,7 +12,7 @@ import { Widget } from '@lumino/widgets';
 
 import { call, whileVisible } from './api.js';
 import { followLogs } from './follow.js';
-import { itemText, itemTitle, notice, noticeChange } from './text.js';
+import { itemText, itemTitle, noticeChange, notices } from './text.js';
 
 const PLUGIN = 'gpupool-lab:plugin';
 
@@ -50,7 +50,8 @@ const plugin = {
       app.shell.add(item, 'top', { rank: 900 });
     }
     const options = { warnMinutes: 15, pollSeconds: 20 };
-    let shown = null;  // the notification on screen: {id, kind, key, message, extendable}
+    // the notifications on screen, one per kind: {id, kind, key, message, extendable} or null
+    const shown = { warning: null, info: null };
     let last = null;  // the last status read without an error
     let reader = null;
 
@@ -77,21 +78,24 @@ const plugin = {
       : [{ label: 'Resume', caption: 'Ask for the GPU back now', callback: resume, displayType: 'accent' }];
 
     // one notification per warning: shown once, its words updated in place as the end time
-    // moves, replaced by the next warning, dismissed when none applies
+    // moves, replaced by the next warning, dismissed when none applies; the parked GPU's apart
     const show = status => {
-      const next = notice(status, options.warnMinutes);
-      const change = noticeChange(shown, next);
-      if (change === 'dismiss' || change === 'replace') {
-        Notification.dismiss(shown.id);
-        shown = null;
-      }
-      if (change === 'show' || change === 'replace') {
-        const id = Notification.emit(next.message, next.kind, { autoClose: false, actions: actionsFor(next) });
-        shown = { ...next, id };
-      } else if (change === 'update') {
-        Notification.update({ id: shown.id, message: next.message, type: next.kind, autoClose: false,
-                              actions: actionsFor(next) });
-        shown = { ...next, id: shown.id };
+      const wanted = notices(status, options.warnMinutes);
+      for (const kind of ['warning', 'info']) {
+        const next = wanted[kind];
+        const change = noticeChange(shown[kind], next);
+        if (change === 'dismiss' || change === 'replace') {
+          Notification.dismiss(shown[kind].id);
+          shown[kind] = null;
+        }
+        if (change === 'show' || change === 'replace') {
+          const id = Notification.emit(next.message, next.kind, { autoClose: false, actions: actionsFor(next) });
+          shown[kind] = { ...next, id };
+        } else if (change === 'update') {
+          Notification.update({ id: shown[kind].id, message: next.message, type: next.kind, autoClose: false,
+                                actions: actionsFor(next) });
+          shown[kind] = { ...next, id: shown[kind].id };
+        }
       }
     };
 

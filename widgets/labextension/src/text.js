@@ -20,7 +20,7 @@ export function itemText(status) {
     return 'GPU ?';
   }
   if (status.parked) {
-    return `GPU ${status.share} · parked`;
+    return status.share ? `GPU ${status.share} · parked` : 'GPU parked';
   }
   if (!status.share) {
     return 'no GPU';
@@ -59,18 +59,14 @@ export function warning(status, warnMinutes) {
   return { key: `warn:${status.reason}`, message, extendable: !!status.extendable };
 }
 
-// The one notification that belongs on screen for this status, or null: the warning, else the
-// parked GPU's.
-export function notice(status, warnMinutes) {
+// The notifications that belong on screen for this status, one per kind: the warning (kind
+// "warning") and the parked GPU's (kind "info"), each null when it does not apply.
+export function notices(status, warnMinutes) {
   const warn = warning(status, warnMinutes);
-  if (warn) {
-    return { kind: 'warning', ...warn };
-  }
-  if (status && !status.error && status.parked) {
-    return { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`,
-             extendable: false };
-  }
-  return null;
+  const parked = status && !status.error && status.parked
+    ? { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`, extendable: false }
+    : null;
+  return { warning: warn ? { kind: 'warning', ...warn } : null, info: parked };
 }
 
 // What to do with the notification on screen (`shown`, or null) to show `next`: "none", "show",
