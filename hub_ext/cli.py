@@ -25,8 +25,9 @@ def config_classes() -> list[type]:
     from .accounts import SystemAccounts
     from .parking import GPUParking
     from .train.config import TrainPool
+    from .usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts, Usage]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional

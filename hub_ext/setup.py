@@ -79,6 +79,10 @@ def validate(c: Config) -> None:
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
+    from .usage.config import Usage
+
+    Usage(config=c).budget_rules()  # budgets and prices
+    Usage(config=c).price_table()
     try:
         from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional
@@ -142,9 +146,11 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     )
     training = await _start_training(hub, pool)
     parking = _start_parking(hub, pool)
+    usage = _start_usage(hub, pool, training, parking)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
                                                              "session_end": _session_end(hub.config, culler),
-                                                             "demo_gpu_use": _demo_use(hub.config, culler)})
+                                                             "demo_gpu_use": _demo_use(hub.config, culler),
+                                                             "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
@@ -184,6 +190,40 @@ def _session_end(config: Config, culler: bool) -> Any:
     from gpupool.idle_culler.config import IdleCuller
 
     return IdleCuller(config=config).session_end()
+
+
+def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
+    """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
+    over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
+    from tornado.ioloop import IOLoop, PeriodicCallback
+
+    from .usage.config import Usage
+    from .usage.metrics import register_metrics
+    from .usage.service import UsageService
+
+    def groups_of(owner: str) -> tuple[str, ...]:
+        try:
+            user = hub.users[owner]
+        except KeyError:
+            return ()
+        return tuple(sorted(g.name for g in user.groups))
+
+    usage = UsageService(pool, Usage(config=hub.config), groups_of, parking=parking is not None)
+    pool.admission = lambda w, groups, milli: usage.check(w.owner, groups, milli, "build")
+    pool.form_notes = usage.form_notes
+    if training is not None:
+        training.holds = usage.held_jobs
+
+    def prune() -> None:
+        try:
+            usage.prune()
+        except Exception:  # noqa: BLE001 - retention is retried next hour
+            log.exception("usage retention failed")
+
+    IOLoop.current().call_later(60, prune)
+    PeriodicCallback(prune, 3600 * 1000).start()
+    register_metrics(usage)
+    return usage
 
 
 def _start_parking(hub: Any, pool: Any) -> Any:

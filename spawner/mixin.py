@@ -110,10 +110,11 @@ class GPUSpawnerMixin(HasTraits):
                                                   pools=tuple(pools) if self.places_in_pools() else ())
                     if victims is not None:
                         reclaim[milli] = len(victims)
+        notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
                            gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, reclaim=reclaim)
+                           this_server=self.name, pools=pools, reclaim=reclaim, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -123,6 +124,8 @@ class GPUSpawnerMixin(HasTraits):
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
             self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.membership()))
+            if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
+                self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
             raise http_error(err) from None
         return options

@@ -69,3 +69,22 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
     assert both["warning"]["key"] == "warn:max-age" and both["info"]["key"] == "parked"
     assert run("t.itemText({share: '', parked: 'x', now: 1})") == "GPU parked"
     assert run(f"t.noticeChange({json.dumps(both['info'])}, null)") == "dismiss"
+
+
+def test_the_budget_and_a_queued_jobs_start_follow_the_share() -> None:
+    near = "{share: '0.25', now: 1, budget: {status: 'near', used_pct: 85, used_gpu_hours: 34.04," \
+           " limit_gpu_hours: 40, message: '34 of 40 GPU-h used'}}"
+    assert run(f"t.itemText({near})") == "GPU 0.25 · budget 85 %"
+    assert run("t.itemText({share: '', now: 1, budget: {status: 'over', used_pct: 101, message: 'm'}})") == \
+        "no GPU · budget used up"
+    assert run("t.itemText({share: '0.5', now: 1, budget: {status: 'ok', used_pct: 10}})") == "GPU 0.5"
+    assert run("t.itemText({share: '0.5', now: 1, job: {start: null}})") == "GPU 0.5 · job queued"
+    assert run(f"t.budgetWarning({near})") == {
+        "key": "budget:near", "message": "GPU-hour budget nearly used: 34 of 40 GPU-h (85 %). Over it, new work is refused."}
+    over = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41.25, limit_gpu_hours: 40}})")
+    assert over == {"key": "budget:over",
+                    "message": "GPU-hour budget used up: 41.3 of 40 GPU-h. New work is refused; running work keeps running."}
+    timed = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41, limit_gpu_hours: 40, frees_at: 1e9}})")
+    assert " until " in timed["message"] and len(timed["message"]) <= 140
+    assert run("t.budgetWarning({budget: {status: 'ok'}})") is None
+    assert run("t.budgetWarning({error: 'HTTP 502', budget: {status: 'over'}})") is None

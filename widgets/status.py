@@ -77,6 +77,21 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     return rows
 
 
+def budget_rows(budget: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The GPU-hour budget (api/budget): how much is used, a warning near or over it, and a
+    smaller size when the last sessions used far less than their share."""
+    if not budget:
+        return []
+    rows = []
+    if budget.get("status") not in (None, "none"):
+        head = {"over": "USED UP: ", "near": "nearly used: "}.get(budget["status"], "")
+        rows.append(("GPU-hour budget", head + budget.get("message", "")))
+    advice = budget.get("rightsizing")
+    if advice:
+        rows.append(("Smaller size", f"{advice['suggested_gpus']:g} GPU would do: {advice['message']}"))
+    return rows
+
+
 def project_rows(projects: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """The training projects this user may submit to (%%train --project NAME)."""
     items = (projects or {}).get("projects", [])
@@ -99,6 +114,10 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
     except GPUPoolError:
         culler = None  # no culler findings yet: the share itself is still worth showing
     rows += culler_rows(culler, me["name"], server, now, virtual)
+    try:
+        rows += budget_rows(client.get("api/budget"))
+    except GPUPoolError:
+        pass  # a hub without usage accounting
     try:
         rows += project_rows(client.get("api/projects"))
     except GPUPoolError:

@@ -46,8 +46,31 @@ def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) ->
     return {}
 
 
+def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The user's GPU-hour budget as the status item shows it (api/budget): None without one."""
+    if not budget or budget.get("status") in (None, "none"):
+        return None
+    worst = max(budget.get("budgets") or [{}], key=lambda b: b.get("used_pct", 0))
+    return {"status": budget["status"], "message": budget.get("message", ""), "used_pct": worst.get("used_pct", 0),
+            "used_gpu_hours": worst.get("used_gpu_hours", 0), "limit_gpu_hours": worst.get("limit_gpu_hours", 0),
+            "frees_at": worst.get("frees_at"), "min_share_gpus": worst.get("min_share_gpus", 0)}
+
+
+def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The user's queued train job that should start first, with when and why it waits (api/jobs)."""
+    queued = [j for j in (jobs or {}).get("jobs", []) if j.get("state") == "queued"]
+    if not queued:
+        return None
+    timed = [j for j in queued if (j.get("eta") or {}).get("start")]
+    first = min(timed, key=lambda j: j["eta"]["start"]) if timed else queued[0]
+    eta = first.get("eta") or {}
+    return {"queued": len(queued), "id": first.get("id", ""), "name": first.get("name", ""),
+            "start": eta.get("start"), "text": eta.get("text", ""), "reason": first.get("wait_reason", "")}
+
+
 def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str, Any] | None,
-            server: str, now: float) -> dict[str, Any]:
+            server: str, now: float, budget: Mapping[str, Any] | None = None,
+            jobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the status item shows: the share ("0.25" GPU), when and why the server stops, whether
     the culler warns now and whether Extend may still be pressed, and tooltip lines."""
     mine = my_shares(pool, me.get("name", ""), server)
@@ -83,5 +106,15 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
     if out["action"] == "warn" and out["message"]:
         lines.append(f"warning: {out['message']}")
+    out["budget"] = budget_summary(budget)
+    if out["budget"]:
+        lines.append(f"GPU-hour budget: {out['budget']['message']}")
+    out["job"] = next_job(jobs)
+    if out["job"]:
+        j = out["job"]
+        when = j["text"] or "no estimate yet"
+        lines.append(f"train job {j['id']} ({j['name']}) queued: {when}"
+                     + (f"; {j['reason']}" if j["reason"] else "")
+                     + (f" ({j['queued']} queued)" if j["queued"] > 1 else ""))
     out["lines"] = lines
     return out

@@ -19,6 +19,7 @@ from .page import StatusPage
 from .parking import ROUTES as PARKING_ROUTES
 from .pool import EventsHandler, MeHandler, PoolHandler
 from .quotas import QuotasHandler
+from .usage import ROUTES as USAGE_ROUTES
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
@@ -34,6 +35,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     *JOB_ROUTES,
     *PARKING_ROUTES,
     *DEMO_ROUTES,
+    *USAGE_ROUTES,
     ("", StatusPage),
 ]
 

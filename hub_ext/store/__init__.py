@@ -7,5 +7,7 @@ from .jobs import TrainJob
 from .models import Allocation, Event
 from .parked import Parked  # registers its table before Store creates them
 from .sweeps import SweepRun
+from .usage_tables import BudgetGrant, UsageHour  # usage accounting and budgets
 
-__all__ = ["Allocation", "ElasticRange", "Event", "JobPools", "Parked", "Store", "SweepRun", "TrainJob"]
+__all__ = ["Allocation", "BudgetGrant", "ElasticRange", "Event", "JobPools", "Parked", "Store", "SweepRun", "TrainJob",
+           "UsageHour"]

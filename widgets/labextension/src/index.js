@@ -50,8 +50,9 @@ const plugin = {
       app.shell.add(item, 'top', { rank: 900 });
     }
     const options = { warnMinutes: 15, pollSeconds: 20 };
-    // the notifications on screen, one per kind: {id, kind, key, message, extendable} or null
-    const shown = { warning: null, info: null };
+    // the notifications on screen, one per slot (the culler's warning, the parked GPU, the
+    // GPU-hour budget): {id, kind, key, message, extendable} or null
+    const shown = { warning: null, info: null, budget: null };
     let last = null;  // the last status read without an error
     let reader = null;
 
@@ -81,7 +82,7 @@ const plugin = {
     // moves, replaced by the next warning, dismissed when none applies; the parked GPU's apart
     const show = status => {
       const wanted = notices(status, options.warnMinutes);
-      for (const kind of ['warning', 'info']) {
+      for (const kind of Object.keys(shown)) {
         const next = wanted[kind];
         const change = noticeChange(shown[kind], next);
         if (change === 'dismiss' || change === 'replace') {

@@ -23,10 +23,56 @@ export function itemText(status) {
     return status.share ? `GPU ${status.share} · parked` : 'GPU parked';
   }
   if (!status.share) {
-    return 'no GPU';
+    return `no GPU${extraText(status)}`;
   }
   const left = status.cull_at ? ` · ${minutesText(status.cull_at - status.now)} left` : '';
-  return `GPU ${status.share}${left}`;
+  return `GPU ${status.share}${left}${extraText(status)}`;
+}
+
+// After the share: the GPU-hour budget when near or over it, and when a queued train job starts.
+export function extraText(status) {
+  let out = '';
+  const budget = status && status.budget;
+  if (budget && budget.status === 'over') {
+    out += ' · budget used up';
+  } else if (budget && budget.status === 'near') {
+    out += ` · budget ${budget.used_pct} %`;
+  }
+  const job = status && status.job;
+  if (job && job.start) {
+    const clock = new Date(job.start * 1000).toTimeString().slice(0, 5);
+    out += ` · job ~${clock}`;
+  } else if (job) {
+    out += ' · job queued';
+  }
+  return out;
+}
+
+// The budget notification to show now, or null: once per state (near, then over).
+export function budgetWarning(status) {
+  const budget = status && !status.error ? status.budget : null;
+  if (!budget || (budget.status !== 'near' && budget.status !== 'over')) {
+    return null;
+  }
+  // short: JupyterLab cuts a notification at 140 characters (the tooltip has the whole message)
+  const used = `${hoursText(budget.used_gpu_hours)} of ${hoursText(budget.limit_gpu_hours)} GPU-h`;
+  if (budget.status === 'near') {
+    return { key: 'budget:near', message: `GPU-hour budget nearly used: ${used} (${budget.used_pct} %).` +
+      ' Over it, new work is refused.' };
+  }
+  const until = budget.frees_at ? ` until ${clockText(budget.frees_at)}` : '';
+  return { key: 'budget:over', message: `GPU-hour budget used up: ${used}. New work is refused${until};` +
+    ' running work keeps running.' };
+}
+
+function hoursText(hours) {
+  return Number(hours || 0).toFixed(1).replace(/\.0$/, '');
+}
+
+export function clockText(epoch) {
+  const d = new Date(epoch * 1000);
+  const day = d.toLocaleDateString('en-GB', { weekday: 'short' });
+  return `${day} ${d.toTimeString().slice(0, 5)}`;
 }
 
 // The tooltip: every line the server sent, in plain words.
@@ -59,14 +105,16 @@ export function warning(status, warnMinutes) {
   return { key: `warn:${status.reason}`, message, extendable: !!status.extendable };
 }
 
-// The notifications that belong on screen for this status, one per kind: the warning (kind
-// "warning") and the parked GPU's (kind "info"), each null when it does not apply.
+// The notifications that belong on screen for this status, one per slot: the culler's warning,
+// the parked GPU's (kind "info") and the GPU-hour budget's, each null when it does not apply.
 export function notices(status, warnMinutes) {
   const warn = warning(status, warnMinutes);
   const parked = status && !status.error && status.parked
     ? { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`, extendable: false }
     : null;
-  return { warning: warn ? { kind: 'warning', ...warn } : null, info: parked };
+  const budget = budgetWarning(status);  // gpupool.usage: near or over the GPU-hour budget
+  return { warning: warn ? { kind: 'warning', ...warn } : null, info: parked,
+           budget: budget ? { kind: 'warning', ...budget, extendable: false } : null };
 }
 
 // What to do with the notification on screen (`shown`, or null) to show `next`: "none", "show",
