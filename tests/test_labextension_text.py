@@ -60,7 +60,7 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
     assert run(f"t.noticeChange({json.dumps(first)}, {json.dumps(later)})") == "update"
     # extended (or the GPU in use again): nothing applies, the notification goes
     assert run("t.notices({cull_at: null, now: 1000, action: 'keep', extendable: false}, 15)") == \
-        {"warning": None, "info": None}
+        {"warning": None, "info": None, "budget": None}
     assert run(f"t.noticeChange({json.dumps(first)}, null)") == "dismiss"
     # parked: a notice of its own beside a warning (a parked session still ends at its time limit),
     # dismissed once the GPU is back
