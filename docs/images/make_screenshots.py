@@ -18,6 +18,7 @@ The accounts it made are removed at the end.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -55,6 +56,7 @@ def main() -> None:
         shoot(hub)
     finally:
         hub.cleanup()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def shoot(hub: Hub) -> None:
