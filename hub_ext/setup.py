@@ -152,6 +152,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
                                                              "demo_gpu_use": _demo_use(hub.config, culler),
                                                              "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
+    _start_mover(hub, pool, parking, training, app.settings)
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
@@ -247,6 +248,28 @@ def _start_parking(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(grant, parking.cfg.grant_interval_s * 1000).start()
     return parking
+
+
+def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dict) -> Any:
+    """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
+    a restart interrupted are finished first, before anything else may take their GPUs."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .api.culler import culler_state
+    from .mover import build_mover
+
+    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings), training)
+    if mover is None:
+        return None
+
+    def tick() -> None:
+        try:
+            mover.tick()
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("moving notebooks failed")
+
+    PeriodicCallback(tick, mover.cfg.interval_s * 1000).start()
+    return mover
 
 
 async def _start_training(hub: Any, pool: Any) -> Any:

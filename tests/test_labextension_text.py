@@ -71,6 +71,16 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
     assert run(f"t.noticeChange({json.dumps(both['info'])}, null)") == "dismiss"
 
 
+def test_the_status_bar_says_where_a_moved_kernel_went_for_a_while() -> None:
+    said = "moved to GPU 3 at 14:02 (to make room for a training job)"
+    status = f"{{share: '0.5', cull_at: null, now: 2000, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({status})") == f"GPU 0.5 · {said}"
+    assert run(f"t.moved({status})") == {"key": "moved:1900", "message": f"Your kernel {said}. Nothing restarted."}
+    later = f"{{share: '0.5', cull_at: null, now: 1900 + 15 * 60, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({later})") == "GPU 0.5"  # the tooltip keeps it; the bar goes back
+    assert run(f"t.moved({later})") is None
+
+
 def test_the_budget_and_a_queued_jobs_start_follow_the_share() -> None:
     near = "{share: '0.25', now: 1, budget: {status: 'near', used_pct: 85, used_gpu_hours: 34.04," \
            " limit_gpu_hours: 40, message: '34 of 40 GPU-h used'}}"

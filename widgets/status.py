@@ -14,7 +14,7 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from .client import Client, GPUPoolError
-from .summary import REASONS, clock, culler_finding, gpus_text, left_text, my_shares
+from .summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
 
 
 def _gpus(milli: int) -> str:
@@ -71,6 +71,9 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     quota = f"{_gpus(held)} of {_gpus(me['build_quota_milli'])} in use"
     if others:
         quota += " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+    moved, _ = last_move(mine)
+    if moved:
+        rows.append(("Moved", f"{moved}: nothing restarted"))
     rows.append(("Build quota", quota))
     if env.get("CUDA_VISIBLE_DEVICES") is not None and mine:
         rows.append(("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"]))

@@ -12,7 +12,7 @@ import { Widget } from '@lumino/widgets';
 
 import { call, whileVisible } from './api.js';
 import { followLogs } from './follow.js';
-import { itemText, itemTitle, noticeChange, notices } from './text.js';
+import { itemText, itemTitle, moved, noticeChange, notices } from './text.js';
 
 const PLUGIN = 'gpupool-lab:plugin';
 
@@ -53,6 +53,7 @@ const plugin = {
     // the notifications on screen, one per slot (the culler's warning, the parked GPU, the
     // GPU-hour budget): {id, kind, key, message, extendable} or null
     const shown = { warning: null, info: null, budget: null };
+    let movedShown = '';  // the last move told: one notification per move (it closes by itself)
     let last = null;  // the last status read without an error
     let reader = null;
 
@@ -112,6 +113,11 @@ const plugin = {
       item.setStatus(status);
       if (!failed) {
         show(status);
+        const move = moved(status);
+        if (move && move.key !== movedShown) {
+          movedShown = move.key;
+          Notification.info(move.message, { autoClose: 10000 });
+        }
       }
       return failed;
     };

@@ -10,7 +10,11 @@ export function minutesText(seconds) {
   return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${Math.floor(minutes / 60)} h`;
 }
 
-// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU"; "GPU …" until the
+// How long the status bar says where the kernel was moved (gpupool's mover); the tooltip keeps it.
+export const MOVED_SHOWN_S = 15 * 60;
+
+// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU",
+// "GPU 0.5 · moved to GPU 3 at 14:02 (to make room for a training job)"; "GPU …" until the
 // first answer, "GPU ?" when none came.
 export function itemText(status) {
   if (!status) {
@@ -24,6 +28,9 @@ export function itemText(status) {
   }
   if (!status.share) {
     return `no GPU${extraText(status)}`;
+  }
+  if (status.moved && status.moved_at && status.now - status.moved_at < MOVED_SHOWN_S) {
+    return `GPU ${status.share} · ${status.moved}${extraText(status)}`;  // "moved to GPU 3 at 14:02 (…)"
   }
   const left = status.cull_at ? ` · ${minutesText(status.cull_at - status.now)} left` : '';
   return `GPU ${status.share}${left}${extraText(status)}`;
@@ -131,4 +138,15 @@ export function noticeChange(shown, next) {
     return 'replace';
   }
   return shown.message !== next.message || shown.extendable !== next.extendable ? 'update' : 'none';
+}
+
+// The notification for a move, once per move (`key`), or null.
+export function moved(status) {
+  if (!status || status.error || !status.moved || !status.moved_at) {
+    return null;
+  }
+  if (status.now - status.moved_at >= MOVED_SHOWN_S) {
+    return null;
+  }
+  return { key: `moved:${status.moved_at}`, message: `Your kernel ${status.moved}. Nothing restarted.` };
 }
