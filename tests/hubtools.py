@@ -409,8 +409,7 @@ class WebUser:
         while "/spawn-pending/" in url:  # the hub's progress page, until the server is up
             assert time.monotonic() < deadline, f"still pending after {timeout}s"
             time.sleep(1)
-            status, url, body = self.get(urllib.parse.urlsplit(url).path + "?" +
-                                         urllib.parse.urlsplit(url).query)
+            status, url, body = self.get(url.removeprefix(self.url))
         return url
 
 
