@@ -19,6 +19,7 @@ from tornado import web
 from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..store.jobs import STATES
+from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
 from ..train.sweep import SweepError, combinations
 from ..train.volume import SubmitRate, code_refusal, count_refusal
 from ..train.waiting import explain, last_preemption
@@ -137,7 +138,7 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
-        priority = int(_number(body, "priority", 0, -100, 100))
+        priority = int(_number(body, "priority", 0, PRIORITY_MIN, PRIORITY_MAX))
         min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
         max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
         kind = next((k for k in ("script", "code", "notebook") if k in body), "")
@@ -262,7 +263,7 @@ class JobHandler(JobsBase):
         row = self.visible_job(job_id)
         if row.state not in ("queued", "running", "preempting"):
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = self.training.cancel(job_id)
+        row = self.training.cancel(job_id, by=self.caller.name)
         if inspect.isawaitable(row):
             row = await row
         self.write_json(self.job_json(row))
