@@ -8,9 +8,10 @@ from the database at start-up, and `reconcile` drops what is no longer running.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -26,6 +27,7 @@ from .pool import (
     Request,
     format_gpus,
 )
+from .pool.errors import RoomBeingFreed
 from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
 from .pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -60,11 +62,19 @@ class PoolManager:
         self.quotas = quotas
         self.policy = policy
         self.node_pools: dict[str, NodePool] = {}  # c.TrainPool.node_pools, for build workspaces too
+        self.skipped_settings: dict[str, str] = {}  # stored admin settings that no longer validate: why
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
+        # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
+        self.room_for_build: Callable[..., list[str] | None] | None = None
         self.build_reserved: Callable[[Workload], None] | None = None
+        # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
+        # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
+        self.admission: Callable[[Workload, list[str], int], None] | None = None
+        # and what the spawn form tells a user first: budget near or over, a smaller size that would do
+        self.form_notes: Callable[[str, list[str]], list[str]] | None = None
         self._load()
 
     # --- start-up ------------------------------------------------------------
@@ -86,15 +96,25 @@ class PoolManager:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
         return rows[0] if rows else None
 
-    def group_usage(self) -> dict[str, int]:
+    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None) -> dict[str, int]:
+        """Build GPUs held per group. `groups_of`: each holder's groups as the hub has them now,
+        so a member added since their spawn counts for the group and one removed no longer
+        does; a holder it does not name counts in the groups recorded at the spawn."""
+        def groups(owner: str, recorded: Iterable[str] | None) -> set[str]:
+            return set(groups_of[owner] if groups_of is not None and owner in groups_of else recorded or ())
+
         usage: dict[str, int] = {}
         for row in self.store.allocations(kind="build"):
-            for g in set(row.groups or ()):
+            for g in groups(row.owner, row.groups):
                 usage[g] = usage.get(g, 0) + row.total_milli
         for p in self.parked_without_gpu():  # a parked share still counts against quotas
-            for g in set(p.groups):
+            for g in groups(p.owner, p.groups):
                 usage[g] = usage.get(g, 0) + p.total_milli
         return usage
+
+    def build_holders(self) -> set[str]:
+        """Every user holding a build share (or a parked one)."""
+        return {r.owner for r in self.store.allocations(kind="build")} | {p.owner for p in self.parked_shares()}
 
     def parked_shares(self) -> list[ParkedShare]:
         """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
@@ -113,6 +133,10 @@ class PoolManager:
             row = s.scalar(select(Parked).filter_by(owner=w.owner, name=w.name))
             if row is not None:
                 s.delete(row)
+                # the parked interval, whole, for usage accounting (gpupool.usage.ledger)
+                s.add(Event(kind="unpark", message=f"{w.label} no longer parked", owner=w.owner, name=w.name,
+                            data={"since": row.parked_at, "milli": len(row.gpus) * row.gpu_milli,
+                                  "groups": list(row.groups or [])}))
         return row is not None
 
     # --- changes -------------------------------------------------------------
@@ -123,7 +147,8 @@ class PoolManager:
 
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
                       cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
-                      in_pools: bool = True) -> Allocation:
+                      in_pools: bool = True,
+                      groups_of: Mapping[str, Iterable[str]] | None = None) -> Allocation:
         """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
         `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
         affinity keeps it there), persist. Raises a PoolError that says what to do."""
@@ -140,14 +165,16 @@ class PoolManager:
             pools = ()
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
-        self.quotas.check(milli, groups, held, self.group_usage())
+        self.quotas.check(milli, groups, held, self.group_usage(groups_of))
+        if self.admission is not None:
+            self.admission(w, groups, milli)
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
             row = self.reserve(w, req, groups, pools)
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
             if self.make_room_for_build is not None and self.make_room_for_build(w, req, pools=pools):
-                raise NoCapacity(
+                raise RoomBeingFreed(
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
                 ) from None
@@ -185,7 +212,9 @@ class PoolManager:
                 s.add(row)
                 s.add(Event(kind="allocate", message=f"{w.label} holds {format_gpus(placement.total_milli)}"
                             f" on {placement.node} GPU {list(placement.gpus)}",
-                            owner=w.owner, name=w.name, data={"milli": placement.total_milli}))
+                            owner=w.owner, name=w.name, data={"milli": placement.total_milli, "kind": w.kind,
+                                                              "node": placement.node, "gpus": list(placement.gpus),
+                                                              "groups": sorted(groups)}))
         except Exception:
             self.state.release(placement)
             raise
@@ -237,8 +266,13 @@ class PoolManager:
     def _delete_in(s: Session, row: Allocation, reason: str) -> None:
         milli = row.total_milli
         s.delete(row)
+        # the release carries the whole interval it closes, so usage accounting needs no other
+        # record of it (gpupool.usage.ledger)
+        since = row.created.replace(tzinfo=dt.UTC).timestamp() if row.created else None
         s.add(Event(kind="release", message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
-                    owner=row.owner, name=row.name, data={"milli": milli}))
+                    owner=row.owner, name=row.name,
+                    data={"milli": milli, "kind": row.kind, "node": row.node, "gpus": list(row.gpus),
+                          "groups": list(row.groups or []), "since": since}))
 
     def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""

@@ -203,7 +203,27 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             names = ", ".join(p["slug"] for p in offered) or "none"
             raise InvalidRequest(f"profile {slug!r} is not offered to you now (your groups or quota left);"
                                  f" choose one of: {names}")
+        self.gpupool_profile = str(profile.get("slug") or "")
         return profile_milli(profile)
+
+    gpupool_profile = ""  # the offered profile this workspace started with (kept in the spawner's state)
+
+    def culler_profile(self) -> str:
+        return self.gpupool_profile if self.profile_list else ""
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.gpupool_profile:
+            state["gpupool_profile"] = self.gpupool_profile
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.gpupool_profile = str(state.get("gpupool_profile") or "")
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.gpupool_profile = ""
 
     # --- lifecycle -----------------------------------------------------------
     async def reserve_share(self) -> Allocation | None:

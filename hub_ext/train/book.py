@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
 import stat
@@ -26,6 +27,9 @@ class JobBook:
         self.projects: dict[str, Project] = cfg.project_table()
         self.departments: dict[str, Department] = cfg.department_table()
         self.pools = cfg.pool_table()  # node pools (gpupool.pool.pools)
+        # set by usage accounting: queued jobs held by a GPU-hour budget (job id -> why), which
+        # the scheduler leaves waiting (gpupool.usage.service.UsageService.held_jobs)
+        self.holds: Callable[[list[TrainJob]], dict[str, str]] | None = None
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:
@@ -102,7 +106,11 @@ class JobBook:
         except FileNotFoundError:
             pass
         except UnsafePath as err:
-            lines = [f"gpupool: the log is not shown: {err}"]
+            if err.errno == errno.ENOENT and not os.path.lexists(row.workdir):
+                lines = ["gpupool: this job's folder no longer exists (the folders of finished jobs are removed"
+                         " after c.TrainPool.keep_finished_days)"]
+            else:
+                lines = [f"gpupool: the log is not shown: {err}"]
         return {"lines": lines, "before": start,
                 "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None}
 

@@ -15,8 +15,9 @@ What still stands in, and why:
 - the host is a VM with cgroup v1: the kubelet runs with `failCgroupV1: false`, and without
   CAP_SYS_RESOURCE (this VM withholds it) containerd is told `restrict_oom_score_adj`.
 
-One node per machine at a time (its paths under /run are fixed): the plane's machine lock,
-held by whoever started the plane, covers it.
+One node per machine at a time (its paths under /run, its bridge and the kubelet's
+device-plugin folder are fixed): it holds the machine's exclusive slot (plane.exclusive()) while
+it runs, as KAI does.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class RealNode:
     images: dict[str, Path] = field(default_factory=dict)  # reference -> OCI archive, imported at start
     name: str = NAME
     ip: str = ""
+    holds_slot: bool = False  # the machine's exclusive slot, taken by start()
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> RealNode:
@@ -88,6 +90,8 @@ class RealNode:
             raise RuntimeError("the real node needs a host address other than 127.0.0.1 (a default route): "
                                "its pods reach the API server there")
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.plane.exclusive()  # one real node per machine: its paths, bridge and device plugins are fixed
+        self.holds_slot = True
         # what a killed run left: the kubelet's folders (pod volumes still mounted); its
         # containers are stopped by the new kubelet, which finds them unknown to the API server
         unmount_under(self.kubelet_dir)
@@ -132,6 +136,9 @@ class RealNode:
         unmount_under(self.kubelet_dir)  # the kubelet makes its root folder a shared mount, pods' volumes below it
         with contextlib.suppress(httpx.HTTPError), self.plane.client() as http:
             http.delete(f"/api/v1/nodes/{self.name}")
+        if self.holds_slot:
+            self.plane.release_exclusive()
+            self.holds_slot = False
 
     @property
     def kubelet_dir(self) -> Path:

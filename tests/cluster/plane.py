@@ -58,10 +58,11 @@ def host_ip() -> str:
 
 
 def machine_lock() -> TextIO:
-    """One plane per machine at a time: some components bind fixed ports whatever flags they get
-    (KAI's pod-group controller takes :8080), so a second plane started beside a running one (a
-    second checkout's tests, a benchmark) would break both. Blocks until the running one stops,
-    saying whose it is; the lock goes with the process, so a killed run never leaves it held."""
+    """The machine's one slot for components that cannot run twice on a machine: KAI's pod-group
+    controller binds :8080 whatever flags it gets, so two checkouts' KAI (tests, benchmarks)
+    would break each other. Planes themselves use free ports and run side by side; whoever starts
+    such a component takes this first (`ControlPlane.exclusive`). Blocks until the holder lets go,
+    saying who it is; the lock goes with the process, so a killed run never leaves it held."""
     path = build.cache_root() / "plane.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open(path, "a+")  # noqa: SIM115 (held for the plane's life)
@@ -171,13 +172,13 @@ class ControlPlane:
     url: str = ""
     kubeconfig: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-    lock: TextIO | None = None  # the machine-wide plane lock's open file, held from start() to stop()
+    lock: TextIO | None = None  # the machine-wide lock's open file while this plane holds it (exclusive())
+    exclusive_users: int = 0  # who asked for it (KAI, the real node): held until the last lets go
     host_ip: str = "127.0.0.1"  # the address the API server advertises (the host's, when it has one)
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.lock = machine_lock()
         self.host_ip = host_ip()
         self.certs = make_certs(self.folder / "pki", api_ips=tuple(dict.fromkeys(("127.0.0.1", API_SERVICE_IP,
                                                                                   self.host_ip))))
@@ -295,7 +296,20 @@ class ControlPlane:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
-        if self.lock is not None:
+        self.exclusive_users = 1  # whoever still held it: the plane is gone
+        self.release_exclusive()
+
+    def exclusive(self) -> None:
+        """Takes the machine's slot for components that cannot run twice (see machine_lock):
+        KAI, and the real node (fixed paths, the bridge, the kubelet's device-plugin folder).
+        Each caller releases it once; it is held until the last one has."""
+        if self.lock is None:
+            self.lock = machine_lock()
+        self.exclusive_users += 1
+
+    def release_exclusive(self) -> None:
+        self.exclusive_users = max(0, self.exclusive_users - 1)
+        if self.lock is not None and self.exclusive_users == 0:
             self.lock.close()  # closing the file releases the flock
             self.lock = None
 
