@@ -24,6 +24,19 @@ import pytest
 from tests.cluster import addons, build, images, kai
 from tests.cluster.conftest import GPU_NODES
 from tests.cluster.helm import Helm
+from tests.cluster.install import (
+    GPUPOOL_NS,
+    HUB_NS,
+    PASSWORD,
+    REPO,
+    Z2JH,
+    clear_applied_chart,
+    diagnose,
+    gpupool_values,
+    phase,
+    pod_log,
+    z2jh_values,
+)
 from tests.cluster.node import GPU_RESOURCE, RealNode, missing
 from tests.cluster.plane import ControlPlane, env_flag
 from tests.cluster.resources import Resources, until
@@ -41,7 +54,7 @@ def _unavailable(what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def node_images() -> dict[str, str]:
+def node_images() -> dict[str, tuple[str, Path]]:
     """Every image the node runs, built (or found in the cache) and named by its inputs."""
     if problems := missing():
         _unavailable("missing " + "; ".join(problems))
@@ -80,38 +93,6 @@ def real_node(plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.T
             for name in kwok:
                 http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": False}},
                            headers={"Content-Type": "application/merge-patch+json"})
-
-
-# what a diagnosis leaves out of log tails: the test's own polling and the proxy's route checks
-NOISE = re.compile(r"200 GET /hub/api/users/\w+ |GET /api/routes|200 GET /hub/api/user \(gpupool-culler")
-
-
-def diagnose(admin: Resources, *namespaces: str) -> str:
-    """Each pod's phase, its containers' states and their last log lines: what a failed install
-    or spawn shows (kubectl get pods; kubectl logs --tail)."""
-    out = []
-    for ns in namespaces:
-        for pod in admin.http.get(f"/api/v1/namespaces/{ns}/pods").json().get("items", []):
-            name = pod["metadata"]["name"]
-            states = {c["name"]: c.get("state") for c in pod.get("status", {}).get("containerStatuses") or []}
-            out.append(f"--- {ns}/{name}: {pod.get('status', {}).get('phase')} {json.dumps(states)[:600]}")
-            for c in pod["spec"]["containers"]:
-                r = admin.http.get(f"/api/v1/namespaces/{ns}/pods/{name}/log", params={"container": c["name"]})
-                if r.status_code != 200:
-                    out.append(f"(no log: {r.status_code})")
-                    continue
-                lines = [line for line in r.text.splitlines() if not NOISE.search(line)]
-                out.append("\n".join(lines[-60:])[-6000:])
-    return "\n".join(out)
-
-
-def pod_log(http, namespace: str, name: str) -> str:
-    r = http.get(f"/api/v1/namespaces/{namespace}/pods/{name}/log")
-    return r.text if r.status_code == 200 else f"(no log: {r.status_code} {r.text[:300]})"
-
-
-def phase(admin: Resources, namespace: str, name: str) -> str:
-    return ((admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("status") or {}).get("phase", "")
 
 
 PROBE = r"""
@@ -175,10 +156,6 @@ def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node:
             until(lambda: admin.get(f"/api/v1/namespaces/{ns}") is None, 90, "the test namespace gone")
 
 
-def _kai_running(plane: ControlPlane) -> bool:
-    return "kai-scheduler" in plane.procs
-
-
 @pytest.fixture(scope="module")
 def kai_on_node(plane: ControlPlane, real_node: RealNode, node_images: dict,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -196,79 +173,6 @@ def kai_on_node(plane: ControlPlane, real_node: RealNode, node_images: dict,
 
 
 
-
-
-# --- gpupool and JupyterHub, installed with helm as an admin installs them -------------------
-HUB_NS = "jupyterhub"  # helm/z2jh-values.yaml's NetworkPolicy names the release's namespace
-GPUPOOL_NS = "gpupool"
-PASSWORD = "a-test-password"
-REPO = Path(__file__).resolve().parents[2]
-Z2JH = REPO.parent / "shared" / "charts" / "jupyterhub-4.4.0"
-
-
-def image_values(ref: str) -> dict:
-    name, tag = ref.rsplit(":", 1)
-    return {"name": name, "tag": tag}
-
-
-def gpupool_values(node_images: dict) -> dict:
-    """The chart's values for the node's two GPUs: a department of 2, workspaces in `default`
-    (guaranteed 1), projects nlp (guaranteed 1) and vision (guaranteed none: it borrows)."""
-    project = {"department": "research", "overQuotaWeight": 1, "limit": -1, "priority": 100}
-    return {
-        "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
-        "priorityClasses": {"create": True},  # KAI's chart would install them; KAI runs as processes here
-        "departments": {"research": {"quota": 2, "overQuotaWeight": 1, "limit": -1}},
-        "projects": {"default": {**project, "guarantee": 1}, "nlp": {**project, "guarantee": 1},
-                     "vision": {**project, "guarantee": 0}},
-        "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
-        "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
-        # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
-        "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2,
-                      "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"},
-                      "virtualGpus": 2},  # no driver here: the agent reports the node's pods GPU-idle
-    }
-
-
-CULLER_CONFIG = """
-c.JupyterHub.load_groups = {"quick-cull": {"users": ["cara"]}}
-c.IdleCuller.interval_s = 5
-c.IdleCuller.window_s = 5
-c.IdleCuller.group_overrides = {"quick-cull": {"idle_limit_s": 15, "jupyter_idle_s": 5, "warn_before_s": 5}}
-"""
-
-
-def z2jh_values(node_images: dict) -> dict:
-    """Over helm/z2jh-values.yaml: the local images, the dummy authenticator, the proxy on a
-    node port (no cloud load balancer here), the node's 2 GPUs, and off what needs images
-    nobody built (the pre-puller, the user placeholders, the cloud metadata blocker)."""
-    return {
-        "hub": {"image": image_values(node_images["hub"][0]),
-                "config": {"JupyterHub": {"authenticator_class": "dummy"},
-                           "DummyAuthenticator": {"password": PASSWORD},
-                           "Authenticator": {"allow_all": True}},
-                # before the overlay's (configure() takes the culler's settings as they are then):
-                # cara's workspaces are culled within seconds, everyone else's as by default
-                "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": "c.GPUPool.virtual_gpus = 2\n"}},
-        "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
-        "singleuser": {"image": image_values(node_images["singleuser"][0]),
-                       "cloudMetadata": {"blockWithIptables": False}, "startTimeout": 240},
-        "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
-        "scheduling": {"userPlaceholder": {"enabled": False}},
-    }
-
-
-def clear_applied_chart(admin: Resources) -> None:
-    """Deletes what the session's `chart` fixture applied without helm (conftest.CHART_VALUES),
-    whose cluster-wide objects (queues, priority classes) a helm release cannot take over."""
-    from tests.cluster.conftest import CHART_VALUES
-    from tests.k8s.test_chart import render
-
-    for doc in render(CHART_VALUES):
-        with contextlib.suppress(KeyError):
-            path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
-                              doc["metadata"].get("namespace", ""))
-            admin.http.delete(path)
 
 
 @pytest.fixture(scope="module")
