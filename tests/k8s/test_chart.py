@@ -23,9 +23,18 @@ K8S = kubernetes_validate.latest_version()
 EXAMPLES = [None, REPO / "helm/examples/research-3-projects.yaml", REPO / "helm/examples/teaching-lab.yaml"]
 
 
-def render(values: dict | None) -> list[dict]:
+def render(values: dict | None, hooks: bool = False) -> list[dict]:
+    """The manifests `helm install` applies (NOTES.txt is text, not a manifest; the `helm test`
+    hook's objects only with `hooks`)."""
     out = helm.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
-    return [d for text in out.values() for d in yaml.safe_load_all(text) if d]
+    docs = [d for name, text in out.items() if not name.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    return [d for d in docs if hooks or "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+
+
+def notes(values: dict | None) -> str:
+    """What `helm install` prints after installing (templates/NOTES.txt)."""
+    out = helm.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
+    return next(text for name, text in out.items() if name.endswith("NOTES.txt"))
 
 
 def crd_schema(schemas: Path, group: str, kind: str, version: str) -> dict:
@@ -36,10 +45,33 @@ def crd_schema(schemas: Path, group: str, kind: str, version: str) -> dict:
     raise AssertionError(f"no CRD for {group} {kind}")
 
 
+def kai_module_schema(kind: str, version: str) -> dict | None:
+    """A kai.scheduler CRD's schema from KAI's module in the Go module cache (there once the
+    cluster tests or `make cluster` fetched it; ../shared/schemas has none of this group)."""
+    try:
+        from tests.cluster import kai
+
+        folder = kai.module_dir(download=False) / "deployments" / "kai-scheduler" / "crds"
+    except (OSError, RuntimeError, AttributeError, ValueError):
+        return None
+    for f in sorted(folder.glob("kai.scheduler_*.yaml")) if folder.is_dir() else ():
+        crd = yaml.safe_load(f.read_text())
+        if crd["spec"]["names"]["kind"] == kind:
+            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    return None
+
+
 def validate(doc: dict, schemas: Path) -> None:
     group, _, version = doc["apiVersion"].rpartition("/")
     if group in ("scheduling.run.ai", "kueue.x-k8s.io"):
         jsonschema.validate(doc, crd_schema(schemas, group, doc["kind"], version))
+    elif group == "kai.scheduler":
+        schema = kai_module_schema(doc["kind"], version)
+        if schema is None:  # the real API server checks it against KAI's CRD in tests/cluster
+            schema = {"type": "object", "required": ["metadata", "spec"], "properties": {"spec": {
+                "type": "object", "properties": {"partitionLabelValue": {"type": "string"},
+                                                 "args": {"type": "object", "additionalProperties": {"type": "string"}}}}}}
+        jsonschema.validate(doc, schema)
     else:
         kubernetes_validate.validate(doc, K8S, strict=True)
 
@@ -80,7 +112,9 @@ def test_chart_lints_clean_in_strict_mode() -> None:
         ({"projects": {"Bad_Name": {"department": "default", "guarantee": 1}}}, "Bad_Name"),
         ({"nodeAgent": {"port": 70000}}, "port"),
         ({"projects": {"p": {"department": "nowhere", "guarantee": 1}}}, "department nowhere"),
-        ({"projects": {"p": {"department": "default", "guarantee": 4, "limit": 2}}}, "limit 2 is below its guarantee"),
+        ({"departments": {"default": {"quota": 4}}, "projects": {"p": {"department": "default", "guarantee": 4,
+                                                                        "limit": 2}}},
+         "limit 2 is below its guarantee"),
         ({"sharing": {"backend": "slurm"}}, "backend"),
         ({"build": {"quota": -0.5}}, "quota"),
         ({"departments": {"default": {"quota": -2}}}, "quota"),
@@ -126,7 +160,10 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
     assert c.GPUKubeSpawner.gpu_sharing == "kai"
-    assert c.GPUKubeSpawner.kai_queue_groups == ["default", "nlp", "robotics", "vision"]  # no build.queues
+    # its own projects only (before, the chart's default project merged into every install's);
+    # users in none of their groups: the example's build.defaultProject
+    assert c.GPUKubeSpawner.kai_queue_groups == ["nlp", "robotics", "vision"]  # no build.queues
+    assert c.GPUKubeSpawner.kai_default_group == "nlp" and set(projects) == {"nlp", "robotics", "vision"}
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
     assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""

@@ -55,13 +55,17 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
 
 async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
     row = await service.submit("ann", "vision", "resnet", 1, 1000, ["python", "job.py"], files={"job.py": b"1"})
-    assert await service.logs(service.job(row.id), 5) == {"lines": [], "output_notebook": None}  # no pod yet
+    assert await service.logs(service.job(row.id), 5) == {"lines": [], "before": 0, "output_notebook": None}  # no pod
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
     await until(lambda: service.job(row.id).state == "running", what="running")
     cluster.api.write_log(NS, first, "".join(f"step {i}\n" for i in range(300)))
     logs = await service.logs(service.job(row.id), 5)
     assert logs["lines"] == [f"step {i}" for i in range(295, 300)]
+    # paging back, as on the embedded runner: the lines before the first one shown
+    earlier = await service.logs(service.job(row.id), 5, before=logs["before"])
+    assert earlier["lines"] == [f"step {i}" for i in range(290, 295)]
+    assert earlier["before"] == len("".join(f"step {i}\n" for i in range(290)))
     cluster.evict_pod(NS, first)  # the evicted pod's logs go with it; the new pod's are shown
     second = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, second)
