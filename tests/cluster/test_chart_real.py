@@ -26,21 +26,24 @@ def missing(rendered: object, kept: object, path: str = "") -> list[str]:
 
 
 def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(chart: list[dict], admin: Resources) -> None:
-    """Each rendered object, the `helm test` hook's included, sent to the server with strict
-    field validation (a field no schema or CRD knows is refused, not silently dropped) as a dry
-    run, and what the server would keep compared field by field with what the chart wrote: a
-    misspelled or unknown field (a queue field an older KAI lacks, say) fails here."""
+    """The `helm test` hook's objects, which no other fixture applies, created for real as `helm
+    test` creates them (its service account and RBAC, then its pod, admitted by the server's
+    admission with that account); every other rendered object sent again with strict field
+    validation as a dry run; and for each, what the server keeps compared field by field with
+    what the chart wrote (it may add defaults, nothing else)."""
     from tests.k8s.test_chart import render
 
     docs = render(CHART_VALUES, hooks=True)
-    # what `helm test` makes before its pod (the pod's service account must exist for its admission)
-    admin.apply_all(d for d in docs if d["kind"] != "Pod" and "helm.sh/hook" in d["metadata"].get("annotations", {}))
+    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    assert {d["kind"] for d in hooks} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Pod"}
+    admin.apply_all(d for d in hooks if d["kind"] != "Pod")  # helm creates the pod last (hook weight 1)
     for doc in docs:
         meta = doc["metadata"]
         url = admin.path(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace", "gpupool"))
-        r = admin.http.patch(url, params={"fieldManager": "gpupool-test", "force": "true", "dryRun": "All",
-                                          "fieldValidation": "Strict"}, json=doc,
-                             headers={"Content-Type": "application/apply-patch+yaml"})
+        params = {"fieldManager": "gpupool-test", "force": "true", "fieldValidation": "Strict"}
+        if doc not in hooks:
+            params["dryRun"] = "All"
+        r = admin.http.patch(url, params=params, json=doc, headers={"Content-Type": "application/apply-patch+yaml"})
         assert r.status_code in (200, 201), f"{doc['kind']}/{meta['name']}: {r.status_code} {r.text[:400]}"
         kept = r.json()
         for key in ("spec", "data", "rules", "subjects", "roleRef", "value", "webhooks"):
@@ -48,6 +51,8 @@ def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(chart: li
                 assert not missing(doc[key], kept.get(key)), (doc["kind"], meta["name"], missing(doc[key], kept.get(key)))
         assert not missing(meta.get("labels") or {}, kept["metadata"].get("labels") or {})
         assert not missing(meta.get("annotations") or {}, kept["metadata"].get("annotations") or {})
+    pod = next(d for d in hooks if d["kind"] == "Pod")
+    admin.http.delete(f"/api/v1/namespaces/gpupool/pods/{pod['metadata']['name']}", params={"gracePeriodSeconds": "0"})
     # and what the session applied is there, with the keep policy on every queue
     queues = admin.get("/apis/scheduling.run.ai/v2/queues")["items"]
     assert {q["metadata"]["name"] for q in queues} >= {"default", "department-default"}

@@ -372,8 +372,12 @@ async def test_node_pools_are_kai_shards_and_each_workspace_and_job_runs_in_its_
             "vision-dgx", "vision-ws", "flat"]
         assert kai.NODE_POOL_LABEL not in placed[f1.id]["metadata"]["labels"]
         # course's job: its shard (ws) has 0.75 of a GPU left beside the workspace and vision's job
-        pending = await wait_for(lambda: svc.job(c1.id).message.startswith("waiting for GPUs in queue course-ws: ")
-                                 and svc.job(c1.id), 60, f"KAI's reason for c1\n{kai_plane.log()}")
+        try:
+            pending = await wait_for(lambda: svc.job(c1.id).message.startswith("waiting for GPUs in queue course-ws: ")
+                                     and svc.job(c1.id), 90, "KAI's reason for c1")
+        except AssertionError as err:  # say what there was instead
+            raise AssertionError(f"{err}: row {svc.job(c1.id).state} {svc.job(c1.id).message!r}, pods"
+                                 f" {[p['status'] for p in pods_of(admin, c1.id)]}\n{kai_plane.log()}") from None
         assert pending.state == "queued" and running_pod(admin, c1.id, set()) is None
         pods = pods_of(admin, c1.id)
         cond = next(c for c in pods[-1]["status"]["conditions"] if c["type"] == "PodScheduled")
@@ -399,9 +403,9 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     svc = make_service(tmp_path, hub_api, projects={"default": {"guarantee": 2}})
     await svc.start()
     try:
-        assert svc.kai is not None and svc.kai.text == version  # read from the cluster
         with pytest.raises(InvalidRequest) as err:
             await svc.submit("ann", "default", "elastic", 2, 1000, ["python", "train.py"], min_gpus=1)
+        assert svc.kai is not None and svc.kai.text == version  # read from the cluster
         assert f"this cluster runs {version} (deployment kai-scheduler/pod-grouper)" in str(err.value)
         assert "need KAI-Scheduler v0.14.1 or later" in str(err.value)
         assert not [j for j in svc.jobs() if j.name == "elastic"]  # refused before anything was recorded

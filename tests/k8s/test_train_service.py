@@ -83,3 +83,14 @@ def test_kubernetes_mode_needs_an_image_and_known_job_options(tmp_path: Path) ->
         TrainPool(config=c)
     with pytest.raises(ValueError, match="TrainPool.image"):
         make_service(tmp_path, None, image="")
+
+
+async def test_one_guarantee_across_kai_shards_stops_the_hub_with_the_reason(tmp_path: Path) -> None:
+    """On KAI every node pool is a scheduling shard with its own queues: a project's single
+    guarantee over two pools has nowhere to live. The chart refuses it too (test_chart.py)."""
+    pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {}}
+    with pytest.raises(ValueError, match="one guarantee of 1 GPUs across node pools ws, dgx cannot be said"):
+        make_service(tmp_path, None, node_pools=pools, projects={"lab": {"guarantee": 1, "pools": ["ws", "dgx"]}})
+    ok = make_service(tmp_path, None, node_pools=pools,
+                      projects={"lab": {"guarantee": {"ws": 1}}, "borrow": {"guarantee": 0, "pools": ["ws", "dgx"]}})
+    assert ok.shards and ok.queue_pool("borrow", ("dgx",), 1000) == "dgx"  # one shard: the job's first pool
