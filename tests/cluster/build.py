@@ -174,7 +174,7 @@ def repin(component: str, target: str, log=print) -> None:
     module, _, version = target.partition("@")
     folder = GO_DIR / component
     old = (folder / "go.mod").read_text()
-    tools = re.findall(r"^\s*(\S+/cmd/\S+)\s*$", old, re.M)
+    tools = re.findall(r"^\s*(?:tool\s+)?(\S+/cmd/\S+)\s*$", old, re.M)
     if not (module and version and tools):
         raise SystemExit(f"usage: --repin {component} <module>@<version> (the wrapper names its commands"
                          " as <module>/cmd/<name> tool lines)")

@@ -91,7 +91,7 @@ class Pin:
 def pin() -> Pin:
     """KAI's module and version, from the one place they are written: go/kai/go.mod."""
     mod = (build.GO_DIR / "kai" / "go.mod").read_text()
-    module = re.search(r"^\s*(\S+)/cmd/scheduler\s*$", mod, re.M).group(1)
+    module = re.search(r"^\s*(?:tool\s+)?(\S+)/cmd/scheduler\s*$", mod, re.M).group(1)
     return Pin(module, build.module_version("kai", module))
 
 
@@ -239,8 +239,8 @@ def stop(plane: ControlPlane) -> None:
     for name in names:  # all asked at once, then waited for one by one
         if (proc := plane.procs.get(name)) is not None and proc.poll() is None:
             proc.terminate()
-    for name in names:
-        plane.stop_process(name)
+    for name in names:  # they keep no state a test needs: a short grace, then SIGKILL
+        plane.stop_process(name, grace=3)
     plane.start_kube_scheduler(standin=True)
 
 
