@@ -22,10 +22,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
     from .accounts import SystemAccounts
+    from .mover import GPUMover
     from .parking import GPUParking
     from .train.config import TrainPool
+    from .usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional

@@ -8,6 +8,7 @@ from the database at start-up, and `reconcile` drops what is no longer running.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -65,6 +66,11 @@ class PoolManager:
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         self.build_reserved: Callable[[Workload], None] | None = None
+        # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
+        # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
+        self.admission: Callable[[Workload, list[str], int], None] | None = None
+        # and what the spawn form tells a user first: budget near or over, a smaller size that would do
+        self.form_notes: Callable[[str, list[str]], list[str]] | None = None
         self._load()
 
     # --- start-up ------------------------------------------------------------
@@ -113,6 +119,10 @@ class PoolManager:
             row = s.scalar(select(Parked).filter_by(owner=w.owner, name=w.name))
             if row is not None:
                 s.delete(row)
+                # the parked interval, whole, for usage accounting (gpupool.usage.ledger)
+                s.add(Event(kind="unpark", message=f"{w.label} no longer parked", owner=w.owner, name=w.name,
+                            data={"since": row.parked_at, "milli": len(row.gpus) * row.gpu_milli,
+                                  "groups": list(row.groups or [])}))
         return row is not None
 
     # --- changes -------------------------------------------------------------
@@ -141,6 +151,8 @@ class PoolManager:
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage())
+        if self.admission is not None:
+            self.admission(w, groups, milli)
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
             row = self.reserve(w, req, groups, pools)
@@ -185,7 +197,9 @@ class PoolManager:
                 s.add(row)
                 s.add(Event(kind="allocate", message=f"{w.label} holds {format_gpus(placement.total_milli)}"
                             f" on {placement.node} GPU {list(placement.gpus)}",
-                            owner=w.owner, name=w.name, data={"milli": placement.total_milli}))
+                            owner=w.owner, name=w.name, data={"milli": placement.total_milli, "kind": w.kind,
+                                                              "node": placement.node, "gpus": list(placement.gpus),
+                                                              "groups": sorted(groups)}))
         except Exception:
             self.state.release(placement)
             raise
@@ -237,8 +251,13 @@ class PoolManager:
     def _delete_in(s: Session, row: Allocation, reason: str) -> None:
         milli = row.total_milli
         s.delete(row)
+        # the release carries the whole interval it closes, so usage accounting needs no other
+        # record of it (gpupool.usage.ledger)
+        since = row.created.replace(tzinfo=dt.UTC).timestamp() if row.created else None
         s.add(Event(kind="release", message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
-                    owner=row.owner, name=row.name, data={"milli": milli}))
+                    owner=row.owner, name=row.name,
+                    data={"milli": milli, "kind": row.kind, "node": row.node, "gpus": list(row.gpus),
+                          "groups": list(row.groups or []), "since": since}))
 
     def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""

@@ -79,6 +79,10 @@ def validate(c: Config) -> None:
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
+    from .usage.config import Usage
+
+    Usage(config=c).budget_rules()  # budgets and prices
+    Usage(config=c).price_table()
     try:
         from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional
@@ -142,9 +146,12 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     )
     training = await _start_training(hub, pool)
     parking = _start_parking(hub, pool)
+    usage = _start_usage(hub, pool, training, parking)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
-                                                             "session_end": _session_end(hub.config, culler)})
+                                                             "session_end": _session_end(hub.config, culler),
+                                                             "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
+    _start_mover(hub, pool, parking, training, app.settings)
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
@@ -178,6 +185,40 @@ def _session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
+def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
+    """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
+    over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
+    from tornado.ioloop import IOLoop, PeriodicCallback
+
+    from .usage.config import Usage
+    from .usage.metrics import register_metrics
+    from .usage.service import UsageService
+
+    def groups_of(owner: str) -> tuple[str, ...]:
+        try:
+            user = hub.users[owner]
+        except KeyError:
+            return ()
+        return tuple(sorted(g.name for g in user.groups))
+
+    usage = UsageService(pool, Usage(config=hub.config), groups_of, parking=parking is not None)
+    pool.admission = lambda w, groups, milli: usage.check(w.owner, groups, milli, "build")
+    pool.form_notes = usage.form_notes
+    if training is not None:
+        training.holds = usage.held_jobs
+
+    def prune() -> None:
+        try:
+            usage.prune()
+        except Exception:  # noqa: BLE001 - retention is retried next hour
+            log.exception("usage retention failed")
+
+    IOLoop.current().call_later(60, prune)
+    PeriodicCallback(prune, 3600 * 1000).start()
+    register_metrics(usage)
+    return usage
+
+
 def _start_parking(hub: Any, pool: Any) -> Any:
     """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
     from tornado.ioloop import PeriodicCallback
@@ -199,6 +240,28 @@ def _start_parking(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(grant, parking.cfg.grant_interval_s * 1000).start()
     return parking
+
+
+def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dict) -> Any:
+    """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
+    a restart interrupted are finished first, before anything else may take their GPUs."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .api.culler import culler_state
+    from .mover import build_mover
+
+    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings), training)
+    if mover is None:
+        return None
+
+    def tick() -> None:
+        try:
+            mover.tick()
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("moving notebooks failed")
+
+    PeriodicCallback(tick, mover.cfg.interval_s * 1000).start()
+    return mover
 
 
 async def _start_training(hub: Any, pool: Any) -> Any:

@@ -87,6 +87,7 @@ class Workspace:
     exempt: bool = False
     parked: bool = False  # its GPU is parked: it holds no share now
     park_failed: bool = False  # the last park did not work: the GPU-idle rules stop it instead
+    budget: str = ""  # its owner is over a GPU-hour budget: "park" or "stop" its GPU once idle ("": no)
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,9 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
         if over_for >= limits.memory_grace_s and limits.memory_resolver != "warn":
             return Decision("resolve-memory", "memory", now, msg)
         return Decision("warn", "memory", None, msg)
+    over = over_budget(ws, limits)
+    if over is not None:
+        return over
     ends = deadlines(ws, now, limits)
     park_at = ends.pop("park", None)
     reason, cull_at = min(ends.items(), key=lambda kv: kv[1])
@@ -204,6 +208,23 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
         return Decision("warn", reason, cull_at,
                         f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}")
     return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
+
+
+BUDGET = "the GPU-hour budget is used up: its idle GPU was given back"
+
+
+def over_budget(ws: Workspace, limits: Limits) -> Decision | None:
+    """A user over a GPU-hour budget (gpupool.usage) keeps every running cell, but an idle GPU is
+    taken back at the first pass that sees it idle for a whole window: parked, or (where
+    parking is off and the hub says so) stopped. Only with fresh GPU data: without it nobody
+    can tell a running cell from an idle one."""
+    if not ws.budget or ws.parked or ws.gpu_idle_s is None or ws.gpu_idle_s < limits.window_s:
+        return None
+    if ws.budget == "park" and not ws.park_failed:
+        return Decision("park", "budget", None, BUDGET)
+    if ws.budget == "stop":
+        return Decision("cull", "budget", None, "stopped because the GPU-hour budget is used up and its GPU is idle")
+    return None
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,7 @@ class Culler:
                 memory_over_since=self.memory_over.get(key), extended=t["extended"],
                 exempt=self.cfg.exempt(t["owner"], t["admin"]),
                 parked=bool(t.get("parked")), park_failed=key in self.park_failed,
+                budget=t.get("budget") if t.get("budget") in ("park", "stop") else "",
             )
             d = decide(ws, now, limits)
             report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,

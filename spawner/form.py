@@ -30,13 +30,15 @@ def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
 
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
                 virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
-                max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = ()) -> str:
+                max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = (),
+                notes: Sequence[str] = ()) -> str:
     """Radio buttons for the sizes the user's groups allow, each with its memory and how many
     would fit in the pool now; sizes over the quota left or without room are disabled with the
     reason, so nobody has to guess why. `held` is every server of the user (the one being
     started, `this_server`, does not count against its own form). `pools`: the node pools the
     user may use, in order of preference (`gpu_free` then shows only their GPUs); with more
-    than one, the user may pick one."""
+    than one, the user may pick one. `notes`: what the user should read first (a GPU-hour
+    budget near or over its limit, a smaller size that would do)."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     used = sum(h.milli for h in others)
     lines = [
@@ -46,6 +48,7 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
         + (f'; workspaces <b class="gpupool-workspaces">{len(others)} of {max_workspaces}</b>' if max_workspaces else "")
         + ".</p>",
     ]
+    lines += [f'<p class="gpupool-note alert alert-info">{escape(n)}</p>' for n in notes]
     if others:
         items = "".join(f"<li>{escape(h.label)}: {format_gpus(h.milli)}</li>" for h in others)
         lines.append(f'<ul class="gpupool-held">{items}</ul>')

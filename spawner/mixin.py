@@ -94,10 +94,11 @@ class GPUSpawnerMixin(HasTraits):
         pools = pool.build_pools(self.user_groups)
         state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
             if pools and self.places_in_pools() else pool.state
+        notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
                            gpu_free=state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools)
+                           this_server=self.name, pools=pools, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -107,6 +108,8 @@ class GPUSpawnerMixin(HasTraits):
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
             self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage())
+            if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
+                self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
             raise http_error(err) from None
         return options

@@ -25,8 +25,9 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     assert "c.GPUPool.group_overrides = {" in text  # the example survives into the file
     from gpupool.idle_culler.config import IdleCuller
     from gpupool.train.config import TrainPool
+    from gpupool.usage.config import Usage
 
-    for cls in (TrainPool, IdleCuller):  # the training pool and the culler too
+    for cls in (TrainPool, IdleCuller, Usage):  # the training pool, the culler and usage accounting too
         for option in current(cls):
             assert f"c.{cls.__name__}.{option} =" in text
     # each setting once: the build and train placement policies under their own names, the

@@ -42,3 +42,32 @@ def test_the_warning_comes_from_the_culler_or_the_users_own_lead_time() -> None:
     culler = "{cull_at: 9000, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 133 min'}"
     assert run(f"t.warning({culler}, 10)")["message"] == "This server will stop in 133 min"
     assert run("t.warning({error: 'x'}, 10)") is None
+
+
+def test_the_status_bar_says_where_a_moved_kernel_went_for_a_while() -> None:
+    said = "moved to GPU 3 at 14:02 (to make room for a training job)"
+    status = f"{{share: '0.5', cull_at: null, now: 2000, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({status})") == f"GPU 0.5 · {said}"
+    assert run(f"t.moved({status})") == {"key": "moved:1900", "message": f"Your kernel {said}. Nothing restarted."}
+    later = f"{{share: '0.5', cull_at: null, now: 1900 + 15 * 60, moved: {json.dumps(said)}, moved_at: 1900}}"
+    assert run(f"t.itemText({later})") == "GPU 0.5"  # the tooltip keeps it; the bar goes back
+    assert run(f"t.moved({later})") is None
+
+
+def test_the_budget_and_a_queued_jobs_start_follow_the_share() -> None:
+    near = "{share: '0.25', now: 1, budget: {status: 'near', used_pct: 85, used_gpu_hours: 34.04," \
+           " limit_gpu_hours: 40, message: '34 of 40 GPU-h used'}}"
+    assert run(f"t.itemText({near})") == "GPU 0.25 · budget 85 %"
+    assert run("t.itemText({share: '', now: 1, budget: {status: 'over', used_pct: 101, message: 'm'}})") == \
+        "no GPU · budget used up"
+    assert run("t.itemText({share: '0.5', now: 1, budget: {status: 'ok', used_pct: 10}})") == "GPU 0.5"
+    assert run("t.itemText({share: '0.5', now: 1, job: {start: null}})") == "GPU 0.5 · job queued"
+    assert run(f"t.budgetWarning({near})") == {
+        "key": "budget:near", "message": "GPU-hour budget nearly used: 34 of 40 GPU-h (85 %). Over it, new work is refused."}
+    over = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41.25, limit_gpu_hours: 40}})")
+    assert over == {"key": "budget:over",
+                    "message": "GPU-hour budget used up: 41.3 of 40 GPU-h. New work is refused; running work keeps running."}
+    timed = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41, limit_gpu_hours: 40, frees_at: 1e9}})")
+    assert " until " in timed["message"] and len(timed["message"]) <= 140
+    assert run("t.budgetWarning({budget: {status: 'ok'}})") is None
+    assert run("t.budgetWarning({error: 'HTTP 502', budget: {status: 'over'}})") is None

@@ -27,6 +27,9 @@ def job_row(job: Mapping[str, Any]) -> str:
     colour = STATE_COLOURS.get(job["state"], "#000")
     where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
     why = job.get("wait_reason") or (f"#{job['queue_position']} in queue" if job.get("queue_position") else "")
+    eta = (job.get("eta") or {}).get("text") if job["state"] == "queued" else ""
+    if eta:  # when the forward simulation of the scheduler expects it to start (gpupool.pool.eta)
+        why = f"{eta}; {why}" if why else eta
     runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
         f", preempted {job['preemptions']}×" if job["preemptions"] else "")
     note = job.get("preemption") or job.get("message") or ""

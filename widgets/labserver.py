@@ -33,7 +33,16 @@ def read_status(client: Client, now: float) -> dict[str, Any]:
         culler = client.get("api/culler/status")
     except GPUPoolError:
         culler = None
-    return summary(me, pool, culler, server_name(), now)
+    return summary(me, pool, culler, server_name(), now, budget=_optional(client, "api/budget"),
+                   jobs=_optional(client, "api/jobs?state=queued"))
+
+
+def _optional(client: Client, path: str) -> Any:
+    """What a hub without that part (no budgets, no training pool) does not answer: None."""
+    try:
+        return client.get(path)
+    except GPUPoolError:
+        return None
 
 
 class _Handler(APIHandler):

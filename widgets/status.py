@@ -14,7 +14,7 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from .client import Client, GPUPoolError
-from .summary import REASONS, clock, culler_finding, gpus_text, left_text, my_shares
+from .summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
 
 
 def _gpus(milli: int) -> str:
@@ -71,9 +71,27 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     quota = f"{_gpus(held)} of {_gpus(me['build_quota_milli'])} in use"
     if others:
         quota += " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+    moved, _ = last_move(mine)
+    if moved:
+        rows.append(("Moved", f"{moved}: nothing restarted"))
     rows.append(("Build quota", quota))
     if env.get("CUDA_VISIBLE_DEVICES") is not None and mine:
         rows.append(("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"]))
+    return rows
+
+
+def budget_rows(budget: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The GPU-hour budget (api/budget): how much is used, a warning near or over it, and a
+    smaller size when the last sessions used far less than their share."""
+    if not budget:
+        return []
+    rows = []
+    if budget.get("status") not in (None, "none"):
+        head = {"over": "USED UP: ", "near": "nearly used: "}.get(budget["status"], "")
+        rows.append(("GPU-hour budget", head + budget.get("message", "")))
+    advice = budget.get("rightsizing")
+    if advice:
+        rows.append(("Smaller size", f"{advice['suggested_gpus']:g} GPU would do: {advice['message']}"))
     return rows
 
 
@@ -155,6 +173,10 @@ class WorkspaceStatus(w.VBox):
             except GPUPoolError:
                 culler = None  # no culler findings yet: the share itself is still worth showing
             rows += culler_rows(culler, me["name"], server, time.time(), virtual)
+            try:
+                rows += budget_rows(client.get("api/budget"))
+            except GPUPoolError:
+                pass  # a hub without usage accounting
             try:
                 rows += project_rows(client.get("api/projects"))
             except GPUPoolError:

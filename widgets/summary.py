@@ -39,6 +39,27 @@ def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Ma
             if share.get("owner") == owner and share.get("name") == server and share.get("kind") == "build"]
 
 
+def moved_text(share: Mapping[str, Any]) -> str:
+    """'moved to GPU 3 at 14:02 (to make room for a training job)' for a share the hub moved
+    (gpupool.mover), '' otherwise."""
+    m = share.get("moved")
+    if not isinstance(m, Mapping) or not isinstance(m.get("at"), int | float):
+        return ""
+    gpus = ", ".join(str(g) for g in m.get("to_gpus") or [])
+    node = f" on {m.get('to_node')}" if m.get("to_node") != m.get("from_node") else ""
+    why = f" (to make room for {m['why']})" if m.get("why") else ""
+    return f"moved to GPU {gpus}{node} at {clock(m['at'])}{why}"
+
+
+def last_move(mine: list[tuple[Mapping, Mapping]]) -> tuple[str, float | None]:
+    """The text and time of this workspace's last move (its shares move together)."""
+    for _, share in mine:
+        text = moved_text(share)
+        if text:
+            return text, float(share["moved"]["at"])
+    return "", None
+
+
 def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) -> Mapping[str, Any]:
     for found in (culler or {}).get("workspaces", []):
         if found.get("owner") == owner and found.get("name") == server:
@@ -46,8 +67,31 @@ def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) ->
     return {}
 
 
+def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The user's GPU-hour budget as the status item shows it (api/budget): None without one."""
+    if not budget or budget.get("status") in (None, "none"):
+        return None
+    worst = max(budget.get("budgets") or [{}], key=lambda b: b.get("used_pct", 0))
+    return {"status": budget["status"], "message": budget.get("message", ""), "used_pct": worst.get("used_pct", 0),
+            "used_gpu_hours": worst.get("used_gpu_hours", 0), "limit_gpu_hours": worst.get("limit_gpu_hours", 0),
+            "frees_at": worst.get("frees_at"), "min_share_gpus": worst.get("min_share_gpus", 0)}
+
+
+def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The user's queued train job that should start first, with when and why it waits (api/jobs)."""
+    queued = [j for j in (jobs or {}).get("jobs", []) if j.get("state") == "queued"]
+    if not queued:
+        return None
+    timed = [j for j in queued if (j.get("eta") or {}).get("start")]
+    first = min(timed, key=lambda j: j["eta"]["start"]) if timed else queued[0]
+    eta = first.get("eta") or {}
+    return {"queued": len(queued), "id": first.get("id", ""), "name": first.get("name", ""),
+            "start": eta.get("start"), "text": eta.get("text", ""), "reason": first.get("wait_reason", "")}
+
+
 def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str, Any] | None,
-            server: str, now: float) -> dict[str, Any]:
+            server: str, now: float, budget: Mapping[str, Any] | None = None,
+            jobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the status item shows: the share ("0.25" GPU), when and why the server stops, whether
     the culler warns now and whether Extend may still be pressed, and tooltip lines."""
     mine = my_shares(pool, me.get("name", ""), server)
@@ -63,6 +107,7 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
         "gpu_util_pct": found.get("gpu_util_pct"), "gpu_idle_s": found.get("gpu_idle_s"),
         "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
     }
+    out["moved"], out["moved_at"] = last_move(mine)  # the status item shows it for a while after the move
     lines = []
     for gpu, share in mine:
         kind = "virtual GPU" if gpu.get("virtual") else gpu.get("model", "GPU")
@@ -81,7 +126,19 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
     if out["cull_at"]:
         why = f" {out['reason_text']}" if out["reason_text"] else ""
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
+    if out["moved"]:
+        lines.append(f"{out['moved']}: nothing restarted")
     if out["action"] == "warn" and out["message"]:
         lines.append(f"warning: {out['message']}")
+    out["budget"] = budget_summary(budget)
+    if out["budget"]:
+        lines.append(f"GPU-hour budget: {out['budget']['message']}")
+    out["job"] = next_job(jobs)
+    if out["job"]:
+        j = out["job"]
+        when = j["text"] or "no estimate yet"
+        lines.append(f"train job {j['id']} ({j['name']}) queued: {when}"
+                     + (f"; {j['reason']}" if j["reason"] else "")
+                     + (f" ({j['queued']} queued)" if j["queued"] > 1 else ""))
     out["lines"] = lines
     return out

@@ -39,14 +39,16 @@ class Result:
 
 def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, declared: bool = False,
              pools: dict[str, NodePool] | None = None,
-             job_pools: Callable[[SimJob], tuple[str, ...]] | None = None) -> Result:
+             job_pools: Callable[[SimJob], tuple[str, ...]] | None = None,
+             observe: Callable[..., None] | None = None) -> Result:
     """(static) each project may use its guarantee and never more; (not static) guaranteed
     quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed.
     `reserve_after_s`: reserve a node for an in-quota gang job after that wait (None: never).
     `declared`: each run declares a max runtime (what it still needs, rounded up to the hour),
     which lets the scheduler know when a reserved node frees and backfill short runs; else
     runs declare none (as most users). `pools` and `job_pools`: node pools, and which a job
-    may use in order of preference (benchmarks/quota/pools.py)."""
+    may use in order of preference (benchmarks/quota/pools.py). `observe(now, state, projects,
+    pending, running, stopping, as_job, jobs)` is called after each pass (benchmarks.eta)."""
     projects = w.projects
     if static:
         projects = {n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
@@ -144,6 +146,8 @@ def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, de
                     res.reclaim_waits.append(now - j.in_quota_since)
             j.needs_reclaim, j.in_quota_since = False, None
             running[j.id] = j
+        if observe is not None:
+            observe(now, state, projects, pending, running, [j for _, _, j in stopping], as_job, res.jobs)
         if now >= next_cycle:  # time averages over the regular cycles
             used = state.used_milli() / cap
             res.alloc_samples.append(used)

@@ -113,8 +113,11 @@ def register(hub: Any, api_settings: dict[str, Any]) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
     kwargs = {"api_settings": api_settings}
+    from .usage_page import routes as usage_routes
+
     hub.tornado_application.add_handlers(".*$", [
         (prefix, AdminPage, kwargs),
         (f"{prefix}/quotas", QuotaAction, kwargs),
         (f"{prefix}/jobs/([A-Za-z0-9._-]{{1,32}})/cancel", CancelAction, kwargs),
+        *usage_routes(prefix, kwargs),  # /hub/gpupool/usage: where the GPU-hours go
     ])

@@ -50,9 +50,10 @@ def jobs(training: Any) -> list[dict[str, Any]]:
     rows = training.jobs()
     active = [j for j in rows if j.state in ACTIVE]
     ended = sorted((j for j in rows if j.state not in ACTIVE), key=lambda j: j.finished or 0, reverse=True)[:10]
+    held = training.holds(active) if getattr(training, "holds", None) is not None else {}  # GPU-hour budgets
     return [{"id": j.id, "name": j.name, "owner": j.owner, "project": j.project, "state": j.state,
              "gpus": format_gpus(j.total_milli), "active": j.state in ACTIVE,
-             "why": explain(training, j) or last_preemption(training.pool, j) or j.message or ""}
+             "why": held.get(j.id) or explain(training, j) or last_preemption(training.pool, j) or j.message or ""}
             for j in active + ended]
 
 

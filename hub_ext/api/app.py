@@ -18,6 +18,7 @@ from .page import StatusPage
 from .parking import ROUTES as PARKING_ROUTES
 from .pool import EventsHandler, MeHandler, PoolHandler
 from .quotas import QuotasHandler
+from .usage import ROUTES as USAGE_ROUTES
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
@@ -32,6 +33,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("culler/extend", ExtendPage),
     *JOB_ROUTES,
     *PARKING_ROUTES,
+    *USAGE_ROUTES,
     ("", StatusPage),
 ]
 

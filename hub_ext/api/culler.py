@@ -87,8 +87,15 @@ class TargetsHandler(APIHandler):
                 "groups": row.groups or [], "admin": bool(user.admin) if user else False,
                 "extended": ext.get("allocation") == row.id,
                 "started": row.created.isoformat() + "Z",
+                # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
+                "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
             })
         self.write_json({"workspaces": out + parked_targets(pool, app)})
+
+
+def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> str:
+    usage = settings.get("usage")
+    return usage.culler_action(owner, groups) if usage is not None else ""
 
 
 class ReportHandler(APIHandler):
@@ -108,6 +115,8 @@ class ReportHandler(APIHandler):
         state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in workspaces}
         state["pass_time"] = pass_time
         record_history(self.settings, self.pool, workspaces, pass_time)
+        if self.settings.get("usage") is not None:  # GPU use samples for usage accounting
+            self.settings["usage"].record_report(workspaces, pass_time)
         for e in events:
             self.pool.store.record(e["kind"], e["message"], owner=e["owner"], name=e["name"], reason=e["reason"])
         self.write_json({"ok": True})

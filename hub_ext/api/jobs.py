@@ -13,8 +13,9 @@ from typing import Any
 
 from tornado import web
 
-from ..pool import InvalidRequest, Request
+from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
+from ..store.jobs import STATES
 from ..train.sweep import SweepError, combinations
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
@@ -34,6 +35,12 @@ class JobsBase(APIHandler):
             raise web.HTTPError(503, "the training pool is not running on this hub")
         return service
 
+    @property
+    def estimates(self):
+        from ..train.estimates import Estimates
+
+        return self.settings.setdefault("estimates", Estimates(self.training))
+
     def visible_job(self, job_id: str):
         row = self.training.job(job_id) if len(job_id) <= 32 else None
         if row is None or not (self.caller.admin or row.owner == self.caller.name):
@@ -44,6 +51,10 @@ class JobsBase(APIHandler):
         data = row.to_json()
         data["queue_position"] = self.training.queue_position(row.id)
         data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
+        held = self.training.holds([row]) if getattr(self.training, "holds", None) is not None else {}
+        if row.id in held:  # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
+            data["wait_reason"] = held[row.id]
+        data["eta"] = self.estimates.for_job(row)  # when it should start, and why then; None unless queued
         data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
         data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
@@ -65,6 +76,11 @@ class JobsHandler(JobsBase):
         caller = self.caller
         rows = self.training.jobs() if caller.admin and self.get_argument("all", "") else \
             self.training.jobs(owner=caller.name)
+        state = self.get_argument("state", "")  # e.g. "queued": the status bar's poll reads only those
+        if state:
+            if state not in STATES:
+                raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
+            rows = [r for r in rows if r.state == state]
         self.write_json({"jobs": [self.job_json(r) for r in rows]})
 
     @web.authenticated
@@ -91,6 +107,11 @@ class JobsHandler(JobsBase):
         cap = svc.projects[project].limit_milli
         if 0 <= cap < request.total_milli:
             raise web.HTTPError(400, f"gpus: project {project} may use at most {cap / 1000:g} GPUs")
+        if self.settings.get("usage") is not None:  # a GPU-hour budget used up refuses new jobs
+            try:
+                self.settings["usage"].check(caller.name, caller.groups, request.total_milli, "train")
+            except PoolError as err:
+                raise web.HTTPError(err.status, str(err)) from None
         name = body.get("name", "job")
         if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
             raise web.HTTPError(400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'")

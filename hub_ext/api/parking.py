@@ -4,7 +4,7 @@ the status widget and the JupyterLab status item).
     POST api/parking/park    {"server": "", "owner": "ann"}  culler/admin any, a user their own
     POST api/parking/resume  {"server": ""}                  the kernel's hook and the Resume button
     GET  api/parking/status?server=NAME[&owner=ann]          state: none | running | parked |
-                                                              waiting | resuming | failed
+                                                              waiting | resuming | moving | failed
 """
 
 from __future__ import annotations
@@ -79,9 +79,12 @@ class ResumeHandler(ParkingHandler):
         body = self.json_body()
         owner, server = self.target(caller, body.get("owner"), body.get("server"))
         try:
-            self.parking.claim(owner, server)
+            claimed = self.parking.claim(owner, server)
         except LookupError as err:
             raise web.HTTPError(404, str(err)) from None
+        if claimed["state"] == "failed":  # said once (a kernel lost in a move): not read again
+            self.write_json(claimed)
+            return
         self.write_json(self.parking.status(owner, server, sees_all=caller.sees_all))
 
 

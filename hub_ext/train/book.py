@@ -26,6 +26,9 @@ class JobBook:
         self.projects: dict[str, Project] = cfg.project_table()
         self.departments: dict[str, Department] = cfg.department_table()
         self.pools = cfg.pool_table()  # node pools (gpupool.pool.pools)
+        # set by usage accounting: queued jobs held by a GPU-hour budget (job id -> why), which
+        # the scheduler leaves waiting (gpupool.usage.service.UsageService.held_jobs)
+        self.holds: Callable[[list[TrainJob]], dict[str, str]] | None = None
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:

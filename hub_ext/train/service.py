@@ -255,17 +255,23 @@ class TrainingService(JobBook):
         with os.fdopen(fd, "a") as f:
             f.write(line + "\n")
 
-    def _plan(self, now: float):
-        self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
-        rows = self.jobs()
+    def scheduler_inputs(self, rows: list[TrainJob]) -> tuple[list[Job], list[Job], list[Job]]:
+        """(pending, running, stopping) as the scheduler sees `rows`; queued jobs held by a
+        GPU-hour budget (`holds`) are not pending."""
         with self.pool.store.session() as s:
             elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
             chosen = {p.job_id: tuple(p.pools) for p in s.scalars(select(JobPools))}
+        held = self.holds(rows) if self.holds is not None else {}
         pending = [replace(self._job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
-                   for r in rows if r.state == "queued" and r.project in self.projects]
+                   for r in rows if r.state == "queued" and r.project in self.projects and r.id not in held]
         running = [replace(self._job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
                    for r in rows if r.state == "running"]
         stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        return pending, running, stopping
+
+    def _plan(self, now: float):
+        self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
+        pending, running, stopping = self.scheduler_inputs(self.jobs())
         return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
                         stopping=stopping, departments=self.departments,
                         reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,

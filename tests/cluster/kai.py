@@ -183,6 +183,7 @@ def start(plane: ControlPlane, folder: Path, timeout: float = 90.0) -> None:
     starts KAI's processes (they join the plane's: logs beside theirs, stopped with them)."""
     folder.mkdir(parents=True, exist_ok=True)
     bins, p = build.optional("kai"), pin()
+    plane.exclusive()  # one KAI per machine: its pod-group controller binds :8080
     webhook_port = free_port()
     probes = {name: free_port() for name in ("admission", "binder", "podgrouper", "podgroupcontroller")}
     # controller-runtime's webhook server reads its certificate from $TMPDIR/k8s-webhook-server/serving-certs
@@ -241,6 +242,7 @@ def stop(plane: ControlPlane) -> None:
             proc.terminate()
     for name in names:  # they keep no state a test needs: a short grace, then SIGKILL
         plane.stop_process(name, grace=3)
+    plane.release_exclusive()
     plane.start_kube_scheduler(standin=True)
 
 

@@ -10,7 +10,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { itemText, itemTitle, warning } from './text.js';
+import { budgetWarning, itemText, itemTitle, moved, warning } from './text.js';
 
 const PLUGIN = 'gpupool-lab:plugin';
 
@@ -62,6 +62,8 @@ const plugin = {
     }
     const options = { warnMinutes: 15, pollSeconds: 20 };
     let shown = '';  // the warning already on screen: one notification per warning
+    let movedShown = '';  // the last move told: one notification per move
+    let budgetShown = '';  // the GPU-hour budget's notification: one per state (near, over)
     let timer = 0;
     let last = null;  // the last status read without an error
 
@@ -97,6 +99,11 @@ const plugin = {
         last = status;
       }
       item.update(status);
+      const move = moved(status);
+      if (move && move.key !== movedShown) {
+        movedShown = move.key;
+        Notification.info(move.message, { autoClose: 10000 });
+      }
       const warn = warning(status, options.warnMinutes);
       if (warn && warn.key !== shown) {
         shown = warn.key;
@@ -113,6 +120,13 @@ const plugin = {
         });
       } else if (!warn && !(status && status.parked)) {
         shown = '';
+      }
+      const budget = budgetWarning(status);  // gpupool.usage: near or over the GPU-hour budget
+      if (budget && budget.key !== budgetShown) {
+        budgetShown = budget.key;
+        Notification.warning(budget.message, { autoClose: false });
+      } else if (!budget && !(status && status.error)) {
+        budgetShown = '';
       }
     };
 

@@ -10,7 +10,11 @@ export function minutesText(seconds) {
   return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${Math.floor(minutes / 60)} h`;
 }
 
-// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU".
+// How long the status bar says where the kernel was moved (gpupool's mover); the tooltip keeps it.
+export const MOVED_SHOWN_S = 15 * 60;
+
+// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU",
+// "GPU 0.5 · moved to GPU 3 at 14:02 (to make room for a training job)".
 export function itemText(status) {
   if (!status || status.error) {
     return 'GPU ?';
@@ -19,10 +23,59 @@ export function itemText(status) {
     return `GPU ${status.share} · parked`;
   }
   if (!status.share) {
-    return 'no GPU';
+    return `no GPU${extraText(status)}`;
+  }
+  if (status.moved && status.moved_at && status.now - status.moved_at < MOVED_SHOWN_S) {
+    return `GPU ${status.share} · ${status.moved}${extraText(status)}`;  // "moved to GPU 3 at 14:02 (…)"
   }
   const left = status.cull_at ? ` · ${minutesText(status.cull_at - status.now)} left` : '';
-  return `GPU ${status.share}${left}`;
+  return `GPU ${status.share}${left}${extraText(status)}`;
+}
+
+// After the share: the GPU-hour budget when near or over it, and when a queued train job starts.
+export function extraText(status) {
+  let out = '';
+  const budget = status && status.budget;
+  if (budget && budget.status === 'over') {
+    out += ' · budget used up';
+  } else if (budget && budget.status === 'near') {
+    out += ` · budget ${budget.used_pct} %`;
+  }
+  const job = status && status.job;
+  if (job && job.start) {
+    const clock = new Date(job.start * 1000).toTimeString().slice(0, 5);
+    out += ` · job ~${clock}`;
+  } else if (job) {
+    out += ' · job queued';
+  }
+  return out;
+}
+
+// The budget notification to show now, or null: once per state (near, then over).
+export function budgetWarning(status) {
+  const budget = status && !status.error ? status.budget : null;
+  if (!budget || (budget.status !== 'near' && budget.status !== 'over')) {
+    return null;
+  }
+  // short: JupyterLab cuts a notification at 140 characters (the tooltip has the whole message)
+  const used = `${hoursText(budget.used_gpu_hours)} of ${hoursText(budget.limit_gpu_hours)} GPU-h`;
+  if (budget.status === 'near') {
+    return { key: 'budget:near', message: `GPU-hour budget nearly used: ${used} (${budget.used_pct} %).` +
+      ' Over it, new work is refused.' };
+  }
+  const until = budget.frees_at ? ` until ${clockText(budget.frees_at)}` : '';
+  return { key: 'budget:over', message: `GPU-hour budget used up: ${used}. New work is refused${until};` +
+    ' running work keeps running.' };
+}
+
+function hoursText(hours) {
+  return Number(hours || 0).toFixed(1).replace(/\.0$/, '');
+}
+
+export function clockText(epoch) {
+  const d = new Date(epoch * 1000);
+  const day = d.toLocaleDateString('en-GB', { weekday: 'short' });
+  return `${day} ${d.toTimeString().slice(0, 5)}`;
 }
 
 // The tooltip: every line the server sent, in plain words.
@@ -52,4 +105,15 @@ export function warning(status, warnMinutes) {
     ? `This server ${status.message}`
     : `This server stops in ${minutesText(left)}${why}: save your work.`;
   return { key: `${status.reason}:${status.cull_at}`, message, extendable: !!status.extendable };
+}
+
+// The notification for a move, once per move (`key`), or null.
+export function moved(status) {
+  if (!status || status.error || !status.moved || !status.moved_at) {
+    return null;
+  }
+  if (status.now - status.moved_at >= MOVED_SHOWN_S) {
+    return null;
+  }
+  return { key: `moved:${status.moved_at}`, message: `Your kernel ${status.moved}. Nothing restarted.` };
 }

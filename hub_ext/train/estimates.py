@@ -1,0 +1,81 @@
+"""When will a queued job start, for the API, the job monitor and JupyterLab's status bar: the
+inputs of the pure forward simulation (`gpupool.pool.eta`) gathered from the embedded training
+service, computed at most once per `ttl_s` for every queued job at once.
+
+On Kubernetes the cluster's scheduler (KAI) decides: no estimate is made there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..pool.eta import Estimate, Runtimes, forecast
+
+HISTORY = 200  # finished runs per project that the expected run times come from
+
+
+class Estimates:
+    def __init__(self, training: Any, ttl_s: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+        self.training, self.ttl_s, self.clock = training, ttl_s, clock
+        self._at = -1e18
+        self._estimates: dict[str, Estimate] = {}
+        self._runtimes = Runtimes()
+        self._queued: set[str] = set()  # the queued jobs the last computation saw
+
+    @property
+    def available(self) -> bool:
+        return hasattr(self.training, "scheduler_inputs") and hasattr(self.training, "_train_view")
+
+    def refresh(self, now: float | None = None, force: bool = False) -> dict[str, Estimate]:
+        now = self.clock() if now is None else now
+        if (now - self._at < self.ttl_s and not force) or not self.available:
+            return self._estimates
+        t = self.training
+        rows = t.jobs()
+        self._queued = {r.id for r in rows if r.state == "queued"}
+        pending, running, stopping = t.scheduler_inputs(rows)
+        history: dict[str, list[float]] = {}
+        for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
+            if r.state == "succeeded" and r.started is not None and r.finished is not None:
+                runs = history.setdefault(r.project, [])
+                if len(runs) < HISTORY:
+                    runs.append(max(1.0, r.finished - r.started))
+        self._runtimes = Runtimes.of(history)
+        requeued = [r.id for r in rows if r.state == "preempting" and not r.intent]
+        reserve = t.cfg.reserve_after_s if t.cfg.reserve_after_s >= 0 else None
+        self._estimates = forecast(t._train_view(), t.projects, pending, running, now, t.policy, self._runtimes,
+                                   stopping=stopping, requeued=requeued, departments=t.departments,
+                                   pools=t.pools, reserve_after_s=reserve, grace_s=t.cfg.grace_s)
+        self._at = now
+        return self._estimates
+
+    def for_job(self, row: Any, now: float | None = None) -> dict[str, Any] | None:
+        """{"start", "in_s", "after", "basis"} for a queued job; None when not queued or unknown."""
+        if row.state != "queued" or not self.available:
+            return None
+        now = self.clock() if now is None else now
+        if row.id not in self._queued:  # submitted since the last computation
+            self.refresh(now, force=True)
+        est = self.refresh(now).get(row.id)
+        if est is None:
+            return None  # held by a budget, or not schedulable here: its wait reason says why
+        runs = self._runtimes.by_project.get(row.project, ())
+        basis = (f"expected ends of the running jobs; run times from {len(runs)} finished job(s) of {row.project}"
+                 if runs else "expected ends of the running jobs; no finished job of this project yet (1 h each)")
+        if est.start is None:
+            return {"start": None, "in_s": None, "after": "", "basis": basis,
+                    "text": "no start in sight within a week at the present load"}
+        in_s = max(0.0, est.start - now)
+        return {"start": est.start, "in_s": in_s, "after": est.after, "basis": basis,
+                "text": eta_text(est.start, in_s, est.after)}
+
+
+def eta_text(start: float, in_s: float, after: str = "") -> str:
+    """'starts around 14:20 (in 35 min), once job ab12 of vision is expected to end'."""
+    minutes = int(in_s // 60)
+    when = "now" if minutes < 1 else (f"in {minutes} min" if minutes < 120 else f"in {minutes / 60:.1f} h")
+    clock = time.strftime("%H:%M" if in_s < 86400 else "%a %H:%M", time.localtime(start))
+    why = f", once {after}" if after and after != "now" else ""
+    return f"starts around {clock} ({when}){why}"

@@ -1,0 +1,257 @@
+"""Reading usage out of the store, and writing the culler's samples into it (the I/O half of
+gpupool.usage; the arithmetic is in `accounting`).
+
+Allocated GPU-hours come from the event log: each `release` event carries the interval it
+closes (`since`, share, node, GPUs, groups), so a closed interval needs no other record, and
+the allocations still held are the rows of gpupool_allocations (since their `created`). Both
+survive a hub restart, and reconcile's releases close what a crash left open. Parked intervals
+come the same way from `unpark` events and gpupool_parked. A release written before these
+fields existed is paired with its `allocate` event, when that is among the events read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from ..pool.inventory import Inventory
+from ..pool.pools import NodePool
+from ..store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
+from .accounting import Held, JobEvent, UseRow
+from .accounting import Parked as ParkedSpan
+from .budgets import Grant
+
+KINDS = ("build", "train")
+MAX_GRANT_NOTE = 500
+
+
+def epoch(d: dt.datetime) -> float:
+    """A stored time (naive UTC) as epoch seconds."""
+    return d.replace(tzinfo=dt.UTC).timestamp()
+
+
+def stored(t: float) -> dt.datetime:
+    """Epoch seconds as the store keeps times (naive UTC)."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).replace(tzinfo=None)
+
+
+class Ledger:
+    def __init__(self, store: Store, inventory: Inventory, node_pools: dict[str, NodePool] | None = None) -> None:
+        self.store, self.inventory, self.node_pools = store, inventory, node_pools or {}
+        self.last_sample: dict[tuple[str, str, str, int], float] = {}  # session -> time of its last sample
+        self._where: dict[tuple[str, tuple[int, ...]], tuple[tuple[str, ...], str]] = {}
+
+    # --- what was held ------------------------------------------------------------
+    def held(self, a: float, b: float, owner: str | None = None) -> list[Held]:
+        """Every allocation interval that overlaps [a, b) (open ones included)."""
+        who = {"owner": owner} if owner is not None else {}
+        with self.store.session() as s:
+            q = select(Event).where(Event.kind.in_(("release", "allocate")), Event.time >= stored(a)) \
+                .filter_by(**who).order_by(Event.id)
+            events = list(s.scalars(q))
+            rows = list(s.scalars(select(Allocation).filter_by(**who)))
+        out: list[Held] = []
+        opened: dict[tuple[str, str, str], float] = {}  # for releases without `since`
+        for e in events:
+            data = e.data or {}
+            kind = data.get("kind") or _kind_of(e.message)
+            if kind not in KINDS:
+                continue
+            if e.kind == "allocate":
+                opened[(kind, e.owner, e.name)] = epoch(e.time)
+                continue
+            since = data.get("since")
+            if not isinstance(since, int | float):
+                since = opened.pop((kind, e.owner, e.name), a)
+            if since >= b:
+                continue
+            out.append(self._held(kind, e.owner, e.name, data.get("milli"), since, epoch(e.time),
+                                  data.get("groups"), data.get("node", ""), data.get("gpus")))
+        for r in rows:
+            start = epoch(r.created)
+            if start < b:
+                out.append(self._held(r.kind, r.owner, r.name, r.total_milli, start, None, r.groups, r.node, r.gpus))
+        return self._with_projects(out)
+
+    def _held(self, kind: str, owner: str, name: str, milli: Any, start: float, end: float | None,
+              groups: Any, node: Any, gpus: Any) -> Held:
+        gpus = tuple(g for g in (gpus or ()) if isinstance(g, int))
+        pools, model = self._where_on(str(node or ""), gpus)
+        return Held(kind, owner, name, int(milli or 0), int(start), None if end is None else int(end),
+                    tuple(sorted({str(g) for g in groups or ()})), "", pools, model)
+
+    def _where_on(self, node: str, gpus: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
+        """(node pools, GPU model) of GPUs `gpus` of `node` (a node no longer in the inventory: none, '?')."""
+        key = (node, gpus)
+        if key not in self._where:
+            try:
+                n = self.inventory.node(node)
+            except KeyError:
+                self._where[key] = ((), "?")
+            else:
+                on = [n.gpus[g] for g in gpus if 0 <= g < len(n.gpus)]
+                pools = tuple(p.name for p in self.node_pools.values()
+                              if on and any(p.has(node, g.index, g.model) for g in on))
+                self._where[key] = (pools, n.model or "?")
+        return self._where[key]
+
+    def _with_projects(self, held: list[Held]) -> list[Held]:
+        from dataclasses import replace
+
+        ids = {h.name for h in held if h.kind == "train"}
+        if not ids:
+            return held
+        with self.store.session() as s:
+            projects = dict(s.execute(select(TrainJob.id, TrainJob.project).where(TrainJob.id.in_(ids))).all())
+        return [replace(h, project=projects.get(h.name, "?")) if h.kind == "train" else h for h in held]
+
+    def parked(self, a: float, b: float, owner: str | None = None) -> list[ParkedSpan]:
+        who = {"owner": owner} if owner is not None else {}
+        with self.store.session() as s:
+            events = list(s.scalars(select(Event).where(Event.kind == "unpark", Event.time >= stored(a))
+                                    .filter_by(**who)))
+            rows = list(s.scalars(select(Parked).filter_by(**who)))
+        out = []
+        for e in events:
+            data = e.data or {}
+            since = data.get("since")
+            if isinstance(since, int | float) and since < b:
+                out.append(ParkedSpan(e.owner, e.name, int(data.get("milli") or 0), int(since), int(epoch(e.time)),
+                                      tuple(data.get("groups") or ())))
+        for r in rows:
+            if r.parked_at < b:
+                out.append(ParkedSpan(r.owner, r.name, len(r.gpus) * r.gpu_milli, int(r.parked_at), None,
+                                      tuple(r.groups or ())))
+        return out
+
+    # --- what was used --------------------------------------------------------------
+    def uses(self, a: float, b: float, owner: str | None = None) -> list[UseRow]:
+        who = {"owner": owner} if owner is not None else {}
+        with self.store.session() as s:
+            rows = list(s.scalars(select(UsageHour).where(UsageHour.hour >= int(a) // 3600,
+                                                          UsageHour.hour < -(-int(b) // 3600)).filter_by(**who)))
+        return [UseRow(r.hour, r.kind, r.owner, r.name, r.since, r.milli, r.measured_milli_s, r.used_milli_s,
+                       r.peak_memory_mib, r.share_memory_mib) for r in rows]
+
+    def record_samples(self, workspaces: Iterable[dict], now: float, gap_s: float) -> int:
+        """The culler's findings of one pass: GPU use of each build workspace with fresh data,
+        added to its session's hour. A sample stands for the time since the session's last one
+        (at most `gap_s`; the first after a hub restart: since the session began, as far)."""
+        found = [w for w in workspaces if w.get("gpu_data") and isinstance(w.get("gpu_util_pct"), int | float)]
+        if not found:
+            return 0
+        allocations = {(r.owner, r.name): r for r in self.store.allocations(kind="build")}
+        hour = int(now) // 3600
+        n = 0
+        with self.store.session() as s:
+            for w in found:
+                row = allocations.get((w["owner"], w["name"]))
+                if row is None:
+                    continue  # parked or gone: no share to account
+                since = int(epoch(row.created))
+                key = ("build", row.owner, row.name, since)
+                last = self.last_sample.get(key, float(since))
+                seconds = int(max(0.0, min(gap_s, now - last)))
+                self.last_sample[key] = now
+                milli = row.total_milli
+                util = max(0.0, min(100.0, float(w["gpu_util_pct"])))
+                # SM use is a share of one whole GPU; a whole-GPU workspace reports its busiest GPU
+                busy = min(milli, round(util / 100 * max(milli, 1000)))
+                memory = w.get("memory_mib") if isinstance(w.get("memory_mib"), int | float) else 0
+                share_mib = w.get("memory_limit_mib") if isinstance(w.get("memory_limit_mib"), int | float) else 0
+                cell = s.get(UsageHour, (hour, "build", row.owner, row.name, since))
+                if cell is None:
+                    cell = UsageHour(hour=hour, kind="build", owner=row.owner, name=row.name, since=since, milli=milli,
+                                     measured_milli_s=0, used_milli_s=0, peak_memory_mib=0, share_memory_mib=0,
+                                     samples=0)
+                    s.add(cell)
+                cell.measured_milli_s += milli * seconds
+                cell.used_milli_s += busy * seconds
+                cell.peak_memory_mib = max(cell.peak_memory_mib, int(memory))
+                cell.share_memory_mib = max(cell.share_memory_mib, int(share_mib))
+                cell.samples += 1
+                n += 1
+        live = {("build", r.owner, r.name, int(epoch(r.created))) for r in allocations.values()}
+        for key in set(self.last_sample) - live:
+            del self.last_sample[key]  # bounded: only sessions still held
+        return n
+
+    # --- train jobs -------------------------------------------------------------------
+    def job_events(self, a: float, b: float) -> list[JobEvent]:
+        """First starts (with their wait), preemptions and failures of train jobs in [a, b)."""
+        with self.store.session() as s:
+            events = list(s.scalars(select(Event).where(Event.kind.in_(("start", "preempt")),
+                                                        Event.time >= stored(a), Event.time < stored(b))))
+            ids = {e.name for e in events}
+            jobs = {j.id: j for j in s.scalars(select(TrainJob).where(TrainJob.id.in_(ids)))} if ids else {}
+            failed = list(s.scalars(select(TrainJob).where(TrainJob.state == "failed", TrainJob.finished >= a,
+                                                           TrainJob.finished < b)))
+        out = []
+        for e in events:
+            j = jobs.get(e.name)
+            if j is None:
+                continue
+            t = int(epoch(e.time))
+            out.append(JobEvent(e.kind, j.id, j.owner, j.project, t, int(max(0.0, t - j.submitted))))
+        out += [JobEvent("fail", j.id, j.owner, j.project, int(j.finished)) for j in failed]
+        return out
+
+    # --- budgets ------------------------------------------------------------------------
+    def grants(self, now: float) -> list[Grant]:
+        with self.store.session() as s:
+            rows = list(s.scalars(select(BudgetGrant).where(BudgetGrant.until > now)))
+        return [Grant(r.target, r.kind, r.milli_s, r.until) for r in rows]
+
+    def grant_rows(self, now: float) -> list[dict]:
+        with self.store.session() as s:
+            rows = list(s.scalars(select(BudgetGrant).where(BudgetGrant.until > now).order_by(BudgetGrant.id)))
+        return [{"id": r.id, "target": r.target, "kind": r.kind, "gpu_hours": r.milli_s / 3_600_000,
+                 "until": r.until, "by": r.by, "note": r.note} for r in rows]
+
+    def add_grant(self, target: str, kind: str, milli_s: int, until: int, by: str, note: str = "") -> int:
+        with self.store.session() as s:
+            row = BudgetGrant(target=target, kind=kind, milli_s=milli_s, until=until, by=by, note=note[:MAX_GRANT_NOTE])
+            s.add(row)
+            s.flush()
+            s.add(Event(kind="budget", owner=by, name=target,
+                        message=f"{by} {'exempted' if kind == 'exempt' else 'topped up'} {target}"
+                                + (f" by {milli_s / 3_600_000:g} GPU-h" if kind == "topup" else "")
+                                + f" until {stored(until):%Y-%m-%d %H:%M} UTC",
+                        data={"kind": kind, "milli_s": milli_s, "until": until}))
+            return row.id
+
+    def end_grant(self, grant_id: int, now: float, by: str) -> bool:
+        with self.store.session() as s:
+            row = s.get(BudgetGrant, grant_id)
+            if row is None or row.until <= now:
+                return False
+            row.until = int(now)
+            s.add(Event(kind="budget", owner=by, name=row.target, message=f"{by} ended the {row.kind} of {row.target}",
+                        data={"grant": grant_id}))
+            return True
+
+    # --- retention ------------------------------------------------------------------------
+    def prune(self, before: float, batch: int = 5000) -> int:
+        """Delete events, samples and ended grants older than `before`, `batch` rows at a time
+        (a long delete would hold SQLite's write lock while spawns wait)."""
+        n = 0
+        while True:
+            with self.store.session() as s:
+                ids = list(s.scalars(select(Event.id).where(Event.time < stored(before)).limit(batch)))
+                if ids:
+                    s.execute(delete(Event).where(Event.id.in_(ids)))
+            n += len(ids)
+            if len(ids) < batch:
+                break
+        with self.store.session() as s:
+            n += s.execute(delete(UsageHour).where(UsageHour.hour < int(before) // 3600)).rowcount or 0
+            n += s.execute(delete(BudgetGrant).where(BudgetGrant.until < before)).rowcount or 0
+        return n
+
+
+def _kind_of(message: str) -> str:
+    """The workload kind of an event written before events said it: "build ann/x released ..."."""
+    return message.split(" ", 1)[0] if message else ""

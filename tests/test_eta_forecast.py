@@ -1,0 +1,73 @@
+"""When will a queued job start (gpupool.pool.eta): the pure scheduler replayed forward over the
+running jobs' expected ends."""
+
+from __future__ import annotations
+
+from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
+from gpupool.pool.eta import Runtimes, forecast
+from gpupool.pool.training import Job, Project
+from gpupool.train.estimates import eta_text
+
+POLICY = get_policy("best-fit")
+
+
+def running(state: ClusterState, job_id: str, gpus: int, started: float, project: str = "p",
+            max_runtime_s: float = 0.0) -> Job:
+    job = Job(job_id, project, Request(gpus), submitted=started, started=started, max_runtime_s=max_runtime_s)
+    placement = POLICY.choose(state, job.request, None)
+    state.apply(placement)
+    return Job(job_id, project, Request(gpus), submitted=started, started=started, placement=placement,
+               max_runtime_s=max_runtime_s)
+
+
+def test_jobs_start_when_the_runs_ahead_of_them_are_expected_to_end() -> None:
+    state = ClusterState(virtual_inventory(2))
+    projects = {"p": Project("p", 2000)}
+    a = running(state, "a", 1, 0, max_runtime_s=600)
+    b = running(state, "b", 1, 0, max_runtime_s=1200)
+    c = Job("c", "p", Request(1), submitted=10, max_runtime_s=300)
+    d = Job("d", "p", Request(2), submitted=20)
+    before = state.gpu_free.copy()
+    est = forecast(state, projects, [c, d], [a, b], now=100, policy=POLICY, runtimes=Runtimes.of({"p": [5000]}))
+    assert est["c"].start == 600 and "job a of p is expected to end" in est["c"].after  # a's max runtime
+    assert est["d"].start == 1200  # c ends at 900 (its max runtime), b at 1200
+    assert (state.gpu_free == before).all()  # the pool itself is not changed
+
+
+def test_a_job_that_cannot_start_within_the_horizon_has_no_estimate() -> None:
+    state = ClusterState(virtual_inventory(1))
+    big = Job("big", "p", Request(2), submitted=0)  # no node has 2 GPUs
+    est = forecast(state, {"p": Project("p", 1000)}, [big], [], now=0, policy=POLICY, runtimes=Runtimes())
+    assert est["big"].start is None
+
+
+def test_a_guarantee_comes_back_by_reclaim_after_the_grace_period() -> None:
+    state = ClusterState(virtual_inventory(1))
+    projects = {"mine": Project("mine", 1000), "other": Project("other", 0)}
+    borrower = running(state, "x", 1, 0, project="other")  # over its (zero) guarantee: reclaimable
+    mine = Job("m", "mine", Request(1), submitted=5)
+    est = forecast(state, projects, [mine], [borrower], now=50, policy=POLICY,
+                   runtimes=Runtimes.of({"other": [10**6]}), grace_s=60)
+    assert est["m"].start == 110  # preempted now, its GPU free when its grace ends
+    assert "grace period" in est["m"].after
+
+
+def test_expected_run_times_come_from_the_longer_runs_of_the_project() -> None:
+    r = Runtimes.of({"p": [60, 120, 600, 3600, 7200]})
+    job = Job("j", "p", Request(1), submitted=0)
+    assert r.remaining(job, 0) == 600  # the median run
+    assert r.remaining(job, 1000) == 7200 - 1000  # the median of the runs longer than 1000 s
+    assert r.remaining(job, 10_000) == 10_000  # past every run seen: as long again
+    capped = Job("k", "p", Request(1), submitted=0, max_runtime_s=1500)
+    assert r.remaining(capped, 1000) == 500  # never past its declared max runtime
+    assert Runtimes.of({"q": [100]}).remaining(job, 0) == 100  # no history of its own: every project's
+    assert Runtimes().remaining(job, 0) == 3600
+
+
+def test_the_estimate_in_words() -> None:
+    import time
+
+    now = time.time()
+    text = eta_text(now + 35 * 60, 35 * 60, "job ab12 of vision is expected to end")
+    assert text.startswith("starts around ") and "(in 35 min), once job ab12 of vision is expected to end" in text
+    assert "(now)" in eta_text(now, 10, "now")
