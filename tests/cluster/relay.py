@@ -48,7 +48,8 @@ class WatchRelay:
                                              timeout=aiohttp.ClientTimeout(total=None))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._relay)
-        self.runner = web.AppRunner(app)
+        # its watches stream for minutes: at the end they are cut, not waited for (60 s by default)
+        self.runner = web.AppRunner(app, shutdown_timeout=1.0)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=server_ctx)
         await site.start()
@@ -87,5 +88,5 @@ class WatchRelay:
     async def stop(self) -> None:
         self.release.set()
         self.drop_connections()
+        await self.session.close()  # ends the relayed streams from the API server's side too
         await self.runner.cleanup()
-        await self.session.close()
