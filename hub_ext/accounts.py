@@ -82,12 +82,12 @@ class SystemAccounts(Configurable):
 
             c.SystemAccounts.shell = "/bin/bash"
         """)
-    max_created_per_minute = Int(10, min=1, config=True, help="""Accounts the hub may make in any 60
+    max_created_per_minute = Int(60, min=1, config=True, help="""Accounts the hub may make in any 60
         seconds; a log-in, spawn or job past it gets no account yet and is told to try again in a
-        minute. Bounds what a flood of log-ins (with an authenticator that admits any name) can do.
-        Example::
+        minute. Bounds what a flood of log-ins (with an authenticator that admits any name) can do;
+        the default lets a class of 60 log in on its first morning at once. Example::
 
-            c.SystemAccounts.max_created_per_minute = 30
+            c.SystemAccounts.max_created_per_minute = 120
         """)
     max_accounts = Int(1000, min=0, config=True, help="""Accounts gpupool may have made in all (those
         whose comment says `gpupool user ...`); past it no new hub user gets one until an admin

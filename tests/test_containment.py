@@ -225,7 +225,8 @@ def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> No
 
     off = Config()
     off.Containment.mode = "off"
-    assert "NO cgroups (turned off" in banner(8000, "p", "a", str(tmp_path), containment_note(off, str(tmp_path)))
+    assert "NO cgroups (turned off" in banner(8000, "p", "a", str(tmp_path),
+                                              contained=containment_note(off, str(tmp_path)))
     note = containment_note(Config(), str(tmp_path))
     tree = detect("auto", hub_key(f"sqlite:///{tmp_path}/gpupool.sqlite"))
     assert ("cgroup of its own" in note) == tree.available, note

@@ -174,11 +174,15 @@ def test_while_one_user_floods_another_users_call_keeps_a_p99_under_a_second(mak
     hub: Hub = make_hub(FLOOD, env={"GPUPOOL_CULLER": "0"}).start()
     flooder, calm = hub.user_token("flood"), hub.user_token("calm")
     hub.api("GET", "/services/gpupool/api/me", token=calm)  # its token is known to the API now
+    # The jobs that get in hold their GPUs (the first cell sleeps): the rest queue. Jobs that ran
+    # and ended at once would start a Python process each, hundreds on this 2-core machine, and
+    # this test would time the CPU they take rather than whether the flood holds the hub's loop.
+    hold = "import time; time.sleep(600)"
     bodies = [
         # 20,000 one-character cells: the body that held the event loop for seconds
-        json.dumps({"project": "lab", "gpus": 1, "code": ["1"] * 20_000}).encode(),
+        json.dumps({"project": "lab", "gpus": 1, "code": [hold] + ["1"] * 19_999}).encode(),
         # a sweep of 16 runs of a 500-cell notebook: 16 snapshots made and written
-        json.dumps({"project": "lab", "gpus": 1, "code": [f"x = {i}" for i in range(500)],
+        json.dumps({"project": "lab", "gpus": 1, "code": [hold] + [f"x = {i}" for i in range(499)],
                     "sweep": {"lr": list(range(16))}}).encode(),
         b"{" + b" " * (6 * 1024 * 1024) + b"}",  # over the body limit
     ]

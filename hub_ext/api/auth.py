@@ -42,8 +42,13 @@ class Directory:
         name, kind = model["name"], model.get("kind", "user")
         admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
         app = self.hub_app
-        if app is not None and kind == "user" and name in app.users:
-            user = app.users[name]
+        user = None
+        if app is not None and kind == "user":
+            try:  # one query: `name in app.users` would be a second one
+                user = app.users[name]
+            except KeyError:
+                pass
+        if user is not None:
             admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
         elif kind == "service":
             # a service is an admin here only if the hub gave it admin rights over servers
@@ -101,10 +106,15 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
 
     @property
     def caller(self) -> Caller:
-        model = self.current_user
-        if model is None:
-            raise web.HTTPError(403)
-        return self.directory.caller(model)
+        # a handler lives for one request: ask the hub's database once, not at every use
+        if self._caller is None:
+            model = self.current_user
+            if model is None:
+                raise web.HTTPError(403)
+            self._caller = self.directory.caller(model)
+        return self._caller
+
+    _caller: Caller | None = None
 
 
 class APIHandler(BaseHandler):

@@ -421,7 +421,8 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
     workspace again and the job finishes in one run. Then, as z2jh's docs say, the user's server
     is stopped and both releases are uninstalled: no pod, no gpupool object, no cluster-wide
     object of the charts stays; kept on purpose: the user's home claim (z2jh never deletes
-    user data) and the finished train Jobs, whose claims hold their outputs until their TTL."""
+    user data), the finished train Jobs, whose claims hold their outputs until their TTL, and
+    KAI's queues (the chart keeps them for pods that may still use them)."""
     with explained(admin):
         if not ann.server().get("ready"):
             assert ann.spawn_form(gpus="0.25").status_code == 302
@@ -487,7 +488,13 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
                         if not i["metadata"]["name"].startswith(("kube-root-ca.crt", "default"))
                         and not i["metadata"]["name"].startswith("gpupool-code-")]  # a Job's own, below
                 assert left == [], (ns, kind, left)
-        assert admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"] == []
+        # KAI's queues stay (the chart keeps them: deleting a queue in use strands its pods);
+        # the admin deletes them by hand once empty, as docs/kubernetes.md says
+        queues = admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"]
+        assert {q["metadata"]["name"] for q in queues} == {"department-research", "default", "nlp", "vision"}
+        assert all(q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for q in queues)
+        for q in queues:
+            admin.http.delete(f"/apis/scheduling.run.ai/v2/queues/{q['metadata']['name']}")
         assert not [p for p in admin.http.get("/apis/scheduling.k8s.io/v1/priorityclasses").json()["items"]
                     if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "Helm"]
         assert not [r for r in admin.http.get("/apis/rbac.authorization.k8s.io/v1/clusterroles").json()["items"]
