@@ -42,7 +42,7 @@ from tests.cluster import build, oci
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent / "images"
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared"))  # as tests/k8s/conftest.py
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

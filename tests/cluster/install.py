@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ HUB_NS = "jupyterhub"  # helm/z2jh-values.yaml's NetworkPolicy names the release
 GPUPOOL_NS = "gpupool"
 PASSWORD = "a-test-password"
 REPO = Path(__file__).resolve().parents[2]
-Z2JH = REPO.parent / "shared" / "charts" / "jupyterhub-4.4.0"
+Z2JH = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared")) / "charts" / "jupyterhub-4.4.0"
 
 
 def image_values(ref: str) -> dict:
