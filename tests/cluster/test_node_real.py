@@ -282,6 +282,18 @@ def log_lines(user: WebUser, job_id: str) -> list[str]:
     return r.json().get("lines", []) if r.status_code == 200 else []
 
 
+def test_helm_test_checks_the_install_from_a_pod_of_the_hub_image(release: dict, helm_cli: Helm,
+                                                                   admin: Resources) -> None:
+    """`helm test gpupool` after the install, as docs/kubernetes.md tells the admin: the hook's
+    pod (the hub's image, the hook's read-only service account) runs on the node and its check
+    finds the queues, the priority classes, KAI's default shard and KAI's version (it exits 1 on
+    any FAIL line, and the failed pod stays for `kubectl logs`). Not `--logs`: Helm 3 deletes
+    the succeeded pod (hook-succeeded) before reading its logs and fails (helm/helm#9098)."""
+    with explained(admin):
+        out = helm_cli("test", "gpupool", "-n", GPUPOOL_NS, "--timeout", "3m")
+    assert re.search(r"TEST SUITE:\s+gpupool-test\b", out) and re.search(r"Phase:\s+Succeeded", out), out
+
+
 def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         release: dict, real_node: RealNode, admin: Resources, ann: WebUser) -> None:
     """Through the proxy's node port, as a browser: log in, spawn a 0.25-GPU workspace (the
