@@ -66,6 +66,9 @@ class PoolManager:
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         self.build_reserved: Callable[[Workload], None] | None = None
+        # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
+        # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
+        self.build_changed: Callable[[str, str], None] | None = None
         # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
         # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
         self.admission: Callable[[Workload, list[str], int], None] | None = None
@@ -205,7 +208,12 @@ class PoolManager:
             raise
         log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
                  placement.node, list(placement.gpus))
+        self.placement_changed(w)
         return row
+
+    def placement_changed(self, w: Workload) -> None:
+        if w.kind == "build" and self.build_changed is not None:
+            self.build_changed(w.owner, w.name)
 
     def mark_running(self, w: Workload, pid: int | None) -> None:
         with self.store.session() as s:
@@ -225,8 +233,10 @@ class PoolManager:
         with self.store.session() as s:
             placement = self.release_in(s, w, reason)
         if placement is None:
+            self.placement_changed(w)  # a parked share dropped
             return False
         self.state.release(placement)
+        self.placement_changed(w)
         log.info("released %s (%s)", w.label, reason)
         return True
 

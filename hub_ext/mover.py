@@ -314,6 +314,8 @@ class MoverService:
         except Exception:
             self.pool.state.release(step.dest)
             raise
+        # processes started from now on use the destination, held already (make-before-break)
+        self.pool.placement_changed(Workload("build", owner, name))
         self.parking.moving[(owner, name)] = f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}" \
                                              f" (to make room for {why}): a cell waits a few seconds"
         failpoints.reach("move.reserved")
@@ -368,6 +370,7 @@ class MoverService:
             self.pool.state.release(source)
         elif released is not None:
             self.pool.state.release(released)
+        self.pool.placement_changed(Workload("build", owner, name))  # moved: the destination; else the source
         self.parking.moving.pop((owner, name), None)
         if result == "lost":
             self.parking.failures[(owner, name)] = f"the kernel was lost while moving: {reason}"

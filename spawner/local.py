@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+from gpupool import gpu_env_files
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
 from tornado import web
@@ -20,6 +21,9 @@ class _LocalGPU(GPUSpawnerMixin):
         env = super().get_env()
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))
         env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
+        if self.gpupool_allocation is not None:  # where the hub says the share is now (it may move)
+            env[gpu_env_files.VAR] = str(gpu_env_files.default_folder() / gpu_env_files.file_name(self.user.name,
+                                                                                               self.name))
         return env
 
     def server_pid(self) -> int | None:

@@ -22,6 +22,7 @@ from gpupool.idle_culler.service import Client, Culler, service_definition
 from gpupool.widgets.summary import summary
 
 from tests.hubtools import Hub
+from tests.kernelcalls import run_code
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -126,8 +127,29 @@ def test_an_idle_notebook_moves_to_make_room_for_a_training_job(make_hub, tmp_pa
 
     assert ("Moved", f"{said}: nothing restarted") in status_rows(me, pool, {}, "")
     assert summary(me, pool, None, "", time.time())["moved"] == said
+    # what runs on a GPU from now on runs on GPU 1: a kernel started after the move (its launch
+    # environment and its Python), and what the moved kernel starts (a shell, like `!nvidia-smi`)
+    assert sees_gpu(hub, ann, kernel["id"], shell=True) == "1"
+    fresh = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
+    assert sees_gpu(hub, ann, fresh["id"]) == "1"
+    assert launched_with(hub, ann, fresh["id"])["CUDA_VISIBLE_DEVICES"] == "1"
+    assert launched_with(hub, ann, fresh["id"])["GPUPOOL_GPU_UUIDS"] == "GPU-virtual-1"
     Path(running["workdir"], "go").touch()
     hub.wait_job(job["id"], {"succeeded"}, dan)
+
+
+def sees_gpu(hub: Hub, token: str, kernel_id: str, shell: bool = False) -> str:
+    """CUDA_VISIBLE_DEVICES as a kernel's cell sees it (or a shell the cell starts)."""
+    code = ("import subprocess; print(subprocess.check_output('echo $CUDA_VISIBLE_DEVICES', shell=True,"
+            " text=True).strip())") if shell else "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    return run_code(hub, "ann", token, kernel_id, code).strip()
+
+
+def launched_with(hub: Hub, token: str, kernel_id: str) -> dict[str, str]:
+    """The environment the server launched a kernel with (what a kernel of any language gets)."""
+    pid = int(run_code(hub, "ann", token, kernel_id, "import os; print(os.getpid())"))
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
 def event_time(event: dict) -> float:

@@ -6,12 +6,14 @@ phase is finished by the next hub's `recover`. The whole flow on a real hub: tes
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from gpupool import failpoints
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
+from gpupool.gpu_env_files import GPUEnvFiles
 from gpupool.manager import PoolManager, Workload
 from gpupool.mover import GPUMover, MoverService
 from gpupool.parking import ParkingService
@@ -54,6 +56,15 @@ class World:
                                       clock=lambda: self.now[0])
         cfg = GPUMover(enabled=True, head_wait_s=0, idle_after_s=120, rest_s=600)
         self.mover = MoverService(self.pool, self.parking, cfg, lambda: self.findings, clock=lambda: self.now[0])
+        self.files = GPUEnvFiles(self.tmp / "gpu-env", self.pool)
+        self.pool.build_changed = self.files.publish
+
+    def gpu_for_new_processes(self, owner: str) -> str:
+        """CUDA_VISIBLE_DEVICES as the hub publishes it for the workspace's next processes."""
+        doc = self.files.current(owner, "")
+        on_disk = json.loads(self.files.path(owner, "").read_text())
+        assert on_disk == doc  # the file says what the rows say
+        return doc["env"]["CUDA_VISIBLE_DEVICES"]
 
     def place(self, owner: str, gpu: int, milli: int) -> None:
         w = Workload("build", owner, "")
@@ -115,6 +126,30 @@ def test_an_idle_notebook_moves_so_that_a_resume_claim_gets_its_whole_gpu(world:
     consistent(world)
     # moved once: not again within the rest time, whatever waits
     assert world.mover.tick() is None
+
+
+def test_processes_started_during_and_after_a_move_use_the_gpu_the_kernel_goes_to(world: World,
+                                                                                  monkeypatch) -> None:
+    """From the moment the destination is held, a new kernel starts there (the source is let go
+    at the end); after a failed restore, back on the source."""
+    assert world.gpu_for_new_processes("ann") == "0"
+    seen = {}
+    monkeypatch.setattr(failpoints, "reach", lambda name: seen.setdefault(name, world.gpu_for_new_processes("ann")))
+    world.idle("ann", 600)
+    world.mover.tick()
+    assert seen == {"move.reserved": "1", "move.parked": "1", "move.restored": "1"}
+    assert world.gpu_for_new_processes("ann") == "1"
+    # cat's claim is granted on the GPU ann left
+    world.parking.grant()
+    assert world.gpu_for_new_processes("cat") == "0"
+
+
+def test_a_failed_move_leaves_new_processes_on_the_source(world: World) -> None:
+    world.idle("ann", 600)
+    Driver.fail = {"dest"}
+    world.mover.tick()
+    assert world.moves()[0].phase == "returned"
+    assert world.gpu_for_new_processes("ann") == "0"
 
 
 def test_a_failed_restore_returns_the_kernel_to_its_own_gpu(world: World) -> None:
