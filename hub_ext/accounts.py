@@ -222,7 +222,12 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
         script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\n"
                           "sys.exit(main())\n")
         for path in (env, *env.rglob("*")):
+            if path.is_symlink():
+                continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
             path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
+        from .user_env import link_jupyter_folders
+
+        link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
         return str(env), ""
     return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
 

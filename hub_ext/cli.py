@@ -1,4 +1,5 @@
-"""`gpupool` command line: `up` runs the embedded hub, `simulate` the pool simulator."""
+"""`gpupool` command line: `up` runs the embedded hub, `accounts` lists or removes the Unix accounts
+it made as root, `simulate` runs the pool simulator."""
 
 from __future__ import annotations
 
@@ -103,11 +104,12 @@ def up(args: argparse.Namespace) -> int:
     from .embedded import chp_command, demo_password
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
-               **port_env(args))
+               GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "", **port_env(args))
     if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
         args.user_env = users_python(state)
     if args.user_env:
         env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
+    check_user_env(state)
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -115,7 +117,7 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
-            print(banner(args.port, password, admin_password, state), flush=True)
+            print(banner(args.port, password, admin_password, state, args.demo_culling), flush=True)
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
@@ -136,8 +138,24 @@ def users_python(state: str) -> str:
     return folder
 
 
-def banner(port: int, password: str, admin_password: str, state: str) -> str:
-    from .embedded import isolation
+def check_user_env(state: str) -> None:
+    """A hub whose users run as their own accounts starts their servers with the users' Python:
+    one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
+    spawn that seemed to work. Said now, with what is missing, instead."""
+    from .embedded import isolation, user_python
+    from .user_env import missing_jupyter
+
+    if isolation(state)[0] != "accounts":
+        return
+    missing = missing_jupyter(user_python())
+    if missing:
+        raise SystemExit(f"gpupool: workspaces would start without {', '.join(missing)}: the users' Python"
+                         f" {user_python()} does not find them. Install gpupool (it brings JupyterLab) in that"
+                         " environment, or leave --user-env out to let `gpupool up` make one")
+
+
+def banner(port: int, password: str, admin_password: str, state: str, demo_culling: bool = False) -> str:
+    from .embedded import DEMO_CULLING_NOTE, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -145,6 +163,7 @@ def banner(port: int, password: str, admin_password: str, state: str) -> str:
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
         f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
+        + (f"  {DEMO_CULLING_NOTE}\n" if demo_culling else "")
     )
 
 
@@ -201,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up":
         return up(args)
+    if args.command == "accounts":
+        from .account_cleanup import main as accounts
+
+        return accounts(args.state, args.remove, args.kill)
     return 2
 
 
@@ -212,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument("--demo-culling", action="store_true",
+                      help="try the idle culler and GPU parking in minutes without a GPU: short limits, and GPU"
+                           " use is what users say (%%gpupool gpu busy / idle) (README: Try culling and parking)")
     p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
                       help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
                            " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
@@ -219,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     for opt, (var, default, what) in PORTS.items():
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")
+    p_acc = sub.add_parser("accounts", help="list (or remove) the Unix accounts `gpupool up` made as root",
+                           description="The Unix accounts a root `gpupool up` made for its hub users: those whose"
+                                       " comment says `gpupool user <name>` and whose home is in the state folder."
+                                       " `make clean` removes them.")
+    p_acc.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+    p_acc.add_argument("--remove", action="store_true", help="userdel them, with their homes (the hub must be"
+                                                             " stopped)")
+    p_acc.add_argument("--kill", action="store_true", help="with --remove: kill their processes first")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
     return parser
 

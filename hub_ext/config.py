@@ -7,17 +7,23 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
+import re
+
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
-from .pool.units import UnitError
+from .pool.units import UnitError, shown
 
 LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
 # the options an admin may also change at run time through the API (PUT api/quotas)
 QUOTA_KEYS = ("default_build_quota", "allowed_fractions", "max_gpus_per_workspace",
               "max_workspaces_per_user", "group_overrides", "group_totals", "build_pools")
 MAX_POOLS = 16
+# a group named in quotas: what JupyterHub and the usual authenticators name groups ("cs101",
+# "physics-lab", GitHub's "org:team", "staff@uni.edu"), at most JupyterHub's 255 characters; a
+# typo such as "cs 101!" would otherwise be kept as a group nobody is in
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+:/-]{0,254}\Z")
 
 
 class GPUPool(LoggingConfigurable):
@@ -226,9 +232,16 @@ class GPUPool(LoggingConfigurable):
     def _check_max_workspaces(self, proposal: dict) -> int:
         return _count(proposal["value"], "max_workspaces_per_user")
 
+    @validate("group_totals")
+    def _check_totals(self, proposal: dict) -> dict:
+        for group in proposal["value"]:
+            group_name(group, "group_totals")
+        return proposal["value"]
+
     @validate("group_overrides")
     def _check_overrides(self, proposal: dict) -> dict:
         for group, limits in proposal["value"].items():
+            group_name(group, "group_overrides")
             if not isinstance(limits, dict):
                 raise TraitError(f"GPUPool.group_overrides[{group!r}] must be a dict, got {limits!r}")
             unknown = set(limits) - LIMIT_KEYS
@@ -264,6 +277,13 @@ class GPUPool(LoggingConfigurable):
             )
         totals = {g: _milli(v, f"group_totals[{g!r}]") for g, v in self.group_totals.items()}
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
+
+
+def group_name(name: object, where: str) -> str:
+    if not isinstance(name, str) or not GROUP_NAME.match(name):
+        raise TraitError(f"GPUPool.{where}: a group name is 1 to 255 letters, digits or . _ @ + : / -,"
+                         f" starting with a letter or digit (no spaces); not {shown(name)}")
+    return name
 
 
 def _size(value: object, where: str) -> int:
@@ -320,4 +340,21 @@ def policy_from_document(doc: dict) -> BuildQuotaPolicy:
     unknown = set(doc) - set(QUOTA_KEYS)
     if unknown:
         raise ValueError(f"unknown quota options {sorted(unknown)}; use {list(QUOTA_KEYS)}")
+    for key in ("default_build_quota", "max_gpus_per_workspace"):  # in plain words, not traitlets'
+        if key in doc:
+            _milli(doc[key], key)
     return GPUPool(**doc).quota_policy()
+
+
+def quota_notes(policy: BuildQuotaPolicy) -> list[str]:
+    """What a quota setting means when it shuts people out: said back to the admin who saved it
+    (a default of 0 is allowed, for hubs where only some groups get GPUs, but never silently)."""
+    notes = []
+    if policy.default.quota_milli == 0:
+        notes.append("the default build quota is 0: users in no group with a quota of its own cannot start"
+                     " a GPU workspace")
+    notes += [f"group {g!r} has a build quota of 0: its members cannot start a GPU workspace (unless another"
+              " of their groups allows it)" for g, lim in sorted(policy.group_overrides.items()) if lim.quota_milli == 0]
+    notes += [f"group {g!r} has a total of 0: its members cannot start a GPU workspace"
+              for g, total in sorted(policy.group_totals_milli.items()) if total == 0]
+    return notes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -27,6 +27,7 @@ from .pool import (
     Request,
     format_gpus,
 )
+from .pool.errors import RoomBeingFreed
 from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
 from .pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -65,6 +66,8 @@ class PoolManager:
         self.state = ClusterState(inventory)
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
+        # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
+        self.room_for_build: Callable[..., list[str] | None] | None = None
         self.build_reserved: Callable[[Workload], None] | None = None
         # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
         # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
@@ -95,15 +98,25 @@ class PoolManager:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
         return rows[0] if rows else None
 
-    def group_usage(self) -> dict[str, int]:
+    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None) -> dict[str, int]:
+        """Build GPUs held per group. `groups_of`: each holder's groups as the hub has them now,
+        so a member added since their spawn counts for the group and one removed no longer
+        does; a holder it does not name counts in the groups recorded at the spawn."""
+        def groups(owner: str, recorded: Iterable[str] | None) -> set[str]:
+            return set(groups_of[owner] if groups_of is not None and owner in groups_of else recorded or ())
+
         usage: dict[str, int] = {}
         for row in self.store.allocations(kind="build"):
-            for g in set(row.groups or ()):
+            for g in groups(row.owner, row.groups):
                 usage[g] = usage.get(g, 0) + row.total_milli
         for p in self.parked_without_gpu():  # a parked share still counts against quotas
-            for g in set(p.groups):
+            for g in groups(p.owner, p.groups):
                 usage[g] = usage.get(g, 0) + p.total_milli
         return usage
+
+    def build_holders(self) -> set[str]:
+        """Every user holding a build share (or a parked one)."""
+        return {r.owner for r in self.store.allocations(kind="build")} | {p.owner for p in self.parked_shares()}
 
     def parked_shares(self) -> list[ParkedShare]:
         """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
@@ -136,7 +149,8 @@ class PoolManager:
 
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
                       cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
-                      in_pools: bool = True) -> Allocation:
+                      in_pools: bool = True,
+                      groups_of: Mapping[str, Iterable[str]] | None = None) -> Allocation:
         """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
         `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
         affinity keeps it there), persist. Raises a PoolError that says what to do."""
@@ -153,7 +167,7 @@ class PoolManager:
             pools = ()
         held = [h for h in self.holdings(owner) if h.server_name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
-        self.quotas.check(milli, groups, held, self.group_usage())
+        self.quotas.check(milli, groups, held, self.group_usage(groups_of))
         if self.admission is not None:
             self.admission(w, groups, milli)
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
@@ -162,7 +176,7 @@ class PoolManager:
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
             if self.make_room_for_build is not None and self.make_room_for_build(w, req, pools=pools):
-                raise NoCapacity(
+                raise RoomBeingFreed(
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
                 ) from None

@@ -95,7 +95,7 @@ def _home_page_warnings(c: Config) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from .api.warnings import shares_for, warnings_for
+    from .api.warnings import shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -103,7 +103,7 @@ def _home_page_warnings(c: Config) -> None:
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
     c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
                                   "gpupool_warnings": lambda user: warnings_for(user, base),
-                                  "gpupool_shares": shares_for}
+                                  "gpupool_shares": shares_for, "gpupool_stops": stops_for}
 
 
 def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
@@ -150,6 +150,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     usage = _start_usage(hub, pool, training, parking)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
                                                              "session_end": _session_end(hub.config, culler),
+                                                             "demo_gpu_use": _demo_use(hub.config, culler),
                                                              "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     _start_mover(hub, pool, parking, training, app.settings)
@@ -186,6 +187,13 @@ def _publish_gpus(config: Config, pool: Any) -> Any:
     files = GPUEnvFiles(default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config))
     pool.build_changed = files.publish
     return files
+
+
+def _demo_use(config: Config, culler: bool) -> bool:
+    """Whether users say what their GPU does (the culling demo's sampler): api/demo/gpu-use."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    return IdleCuller(config=config).sampler == "demo"
 
 
 def _session_end(config: Config, culler: bool) -> Any:

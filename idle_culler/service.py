@@ -322,8 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = IdleCuller(**json.loads(os.environ.get("GPUPOOL_CULLER_CONFIG") or "{}"))
     clock = file_clock(args.clock_file) if args.clock_file else time.time
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
-    culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
-                    make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file), clock, metrics)
+    client = Client(os.environ["JUPYTERHUB_API_TOKEN"])
+    api = args.gpupool_url.rstrip("/") + "/"
+    sampler = make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file,
+                           read=lambda path: client.call("GET", api + path))
+    culler = Culler(cfg, client, args.hub_api, args.gpupool_url, sampler, clock, metrics)
     parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()
     if hub_gone(parent):  # it died before we could ask to die with it

@@ -12,13 +12,14 @@ from typing import Any
 from gpupool import failpoints, runtime
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
-from gpupool.pool import GPU, PoolError
+from gpupool.pool import GPU, PoolError, Request
+from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
 from gpupool.store import Allocation
 from tornado import web
 from traitlets import HasTraits, default
 
-from .form import parse_form, render_form, requested_milli, requested_pool
+from .form import free_slots, parse_form, render_form, requested_milli, requested_pool
 
 
 def http_error(err: PoolError) -> web.HTTPError:
@@ -50,6 +51,12 @@ class GPUSpawnerMixin(HasTraits):
     @property
     def user_groups(self) -> list[str]:
         return sorted(g.name for g in self.user.groups)
+
+    def membership(self):
+        """Every build holder's groups as the hub has them now, for group totals (members
+        added to a group after their spawn count for it); None before the gpupool API runs."""
+        directory = (runtime.api_settings or {}).get("directory")
+        return directory.groups_of(self.pool.build_holders()) if directory is not None else None
 
     # --- the spawn form ------------------------------------------------------
     def __init__(self, **kwargs: Any) -> None:
@@ -94,11 +101,20 @@ class GPUSpawnerMixin(HasTraits):
         pools = pool.build_pools(self.user_groups)
         state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
             if pools and self.places_in_pools() else pool.state
+        gpu_free = state.gpu_free.tolist()
+        reclaim = {}
+        if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
+            for milli, fits in offered:
+                if fits and free_slots(gpu_free, milli) == 0:
+                    victims = pool.room_for_build(Request.for_gpus(milli),
+                                                  pools=tuple(pools) if self.places_in_pools() else ())
+                    if victims is not None:
+                        reclaim[milli] = len(victims)
         notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
-                           gpu_free=state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, notes=notes)
+                           gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
+                           this_server=self.name, pools=pools, reclaim=reclaim, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -107,7 +123,7 @@ class GPUSpawnerMixin(HasTraits):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage())
+            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.membership()))
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -128,7 +144,10 @@ class GPUSpawnerMixin(HasTraits):
         persisted share; a refusal is recorded and raised as the 4xx JupyterHub shows."""
         try:
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
+                                            groups_of=self.membership(),
                                             in_pools=self.places_in_pools())
+        except RoomBeingFreed:
+            raise  # start() waits for it
         except PoolError as err:
             raise self.refused(err) from None
         self.gpupool_allocation = alloc
@@ -154,8 +173,25 @@ class GPUSpawnerMixin(HasTraits):
         """The pod the culler follows through the node agents (Kubernetes; "" elsewhere)."""
         return ""
 
+    async def reserve_waiting(self) -> Allocation | None:
+        """The share; when train jobs that borrowed GPUs are being stopped to make room for it
+        (build first), wait for them to end (within the train pool's grace period) instead of
+        refusing, as long as the hub's start timeout allows."""
+        import asyncio
+        import time
+
+        deadline = time.monotonic() + max(0.0, float(self.start_timeout) - 15)
+        while True:
+            try:
+                return await self.reserve_share()
+            except RoomBeingFreed as err:
+                if time.monotonic() >= deadline:
+                    raise self.refused(err) from None
+                self.log.info("%s waits for GPUs being freed from train jobs", self.server_label)
+                await asyncio.sleep(1)
+
     async def start(self):
-        await self.reserve_share()
+        await self.reserve_waiting()
         failpoints.reach("spawn.reserved")
         try:
             url = await super().start()

@@ -18,14 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, shared_python_env, unix_name
+from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
 
-from tests.hubtools import ADMIN_TOKEN, Hub
+from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 
 J = "/services/gpupool/api/jobs"
 
@@ -40,18 +39,6 @@ def _why_not() -> str:
 
 WHY_NOT = _why_not()
 real_accounts = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
-
-
-def user_env(top: Path) -> Path:
-    """A Python environment every account can run. The test's own venv may sit on an interpreter
-    in a private folder (pyenv under /root): then the one `gpupool up` makes for that case."""
-    own = Path(sys.executable).parent.parent
-    if not os.environ.get("GPUPOOL_USER_ENV") and isolation(str(top), euid=0, spawner="")[0] == "accounts":
-        return own
-    env, why = shared_python_env(str(top / "user-env"))  # what `gpupool up` makes as root
-    if why:
-        pytest.skip(f"the test venv's Python is not one other accounts can run: {why}")
-    return Path(env)
 
 
 JOB = """
@@ -100,44 +87,18 @@ def open_as(uid: int, gid: int, paths: list[Path]) -> dict[str, str]:
 
 
 @pytest.fixture
-def hub() -> Iterator[Hub]:
-    top = Path(tempfile.mkdtemp(prefix="gpupool-accounts-"))
-    top.chmod(0o711)  # the accounts pass through to their homes in the state folder below
-    try:
-        env = user_env(top)
-        with pytest.MonkeyPatch.context() as mp:  # what the hub will decide with that environment
-            mp.setenv("GPUPOOL_USER_ENV", str(env))
-            mode, why = isolation(str(top), euid=0, spawner="")
-        if mode != "accounts":
-            pytest.skip(f"the hub would not make accounts here: {why}")
-    except BaseException:
-        shutil.rmtree(top, ignore_errors=True)
-        raise
-    h = Hub(state=top / "state", env={"GPUPOOL_SPAWNER": "", "GPUPOOL_CULLER": "0", "GPUPOOL_USER_ENV": str(env),
-                                      # the demo passwords kept in files, as `make up` keeps them
-                                      "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
-                                      # secrets an admin hands JupyterHub in its environment
-                                      "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32),
-                                      "JPY_COOKIE_SECRET": secrets.token_hex(32)})
-    try:
-        yield h.start()
-    finally:
-        h.stop()
-        remove_accounts(h.state)
-        shutil.rmtree(top, ignore_errors=True)
-
-
-def remove_accounts(state: Path) -> None:
-    """userdel every account gpupool made with a home in this hub's state folder."""
-    for pw in pwd.getpwall():
-        if pw.pw_gecos.startswith(MARKER) and pw.pw_dir.startswith(f"{state}/"):
-            for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
-                try:
-                    if uid_of(pid) == pw.pw_uid:
-                        os.kill(pid, 9)
-                except (OSError, AssertionError):
-                    pass
-            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True, timeout=60)
+def hub(make_hub) -> Hub:
+    """`make up`'s hub as root, with its own account names (jupyter-<name>): the test's users have
+    names no real account has."""
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    h = make_hub(account_prefix=ACCOUNT_PREFIX, env={
+        "GPUPOOL_CULLER": "0",
+        # the demo passwords kept in files, as `make up` keeps them
+        "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
+        # secrets an admin hands JupyterHub in its environment
+        "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32), "JPY_COOKIE_SECRET": secrets.token_hex(32)})
+    return h.start()
 
 
 def log_in(hub: Hub, user: str) -> None:
@@ -328,3 +289,36 @@ def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
         assert out.stdout.strip() == "ok", out.stderr  # as nobody
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@real_accounts
+@pytest.mark.hub
+def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub, tmp_path: Path) -> None:
+    """`make clean` (gpupool accounts --remove) removes the accounts the demo made, found by the
+    comment gpupool writes and a home in the demo's state folder; another hub's are kept."""
+    tag = secrets.token_hex(3)
+    name, other = f"clean{tag}", f"keep{tag}"
+    hub.spawn(name, 0.25)
+    elsewhere = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path / "home"))
+    elsewhere.ensure(other)  # made by gpupool, for another hub's state folder
+    try:
+        def accounts(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "gpupool.cli", "accounts", "--state", str(hub.state), *args],
+                                  capture_output=True, text=True, timeout=120)
+
+        listed = accounts()
+        assert f"jupyter-{name}\t" in listed.stdout and f"hub user {name}\t" in listed.stdout
+        assert f"jupyter-{other}" not in listed.stdout
+        busy = accounts("--remove")  # its server still runs: kept, with the reason
+        assert busy.returncode == 1 and "still run (stop the hub first)" in busy.stdout, busy.stdout
+        pwd.getpwnam(f"jupyter-{name}")
+        hub.stop()
+        done = accounts("--remove")
+        assert done.returncode == 0 and done.stdout.strip() == f"removed jupyter-{name}", done.stdout
+        with pytest.raises(KeyError):
+            pwd.getpwnam(f"jupyter-{name}")
+        assert not Path(hub.state, "home", f"jupyter-{name}").exists()
+        assert pwd.getpwnam(f"jupyter-{other}").pw_gecos == comment_for(other)  # not this hub's
+        assert "gpupool accounts --remove --state state" in (REPO / "Makefile").read_text()
+    finally:
+        subprocess.run(["userdel", "--remove", f"jupyter-{other}"], capture_output=True, timeout=60)

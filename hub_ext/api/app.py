@@ -12,6 +12,7 @@ from tornado import web
 from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
 from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from .demo import ROUTES as DEMO_ROUTES
 from .extend_page import ExtendPage
 from .jobs import ROUTES as JOB_ROUTES
 from .page import StatusPage
@@ -33,6 +34,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("culler/extend", ExtendPage),
     *JOB_ROUTES,
     *PARKING_ROUTES,
+    *DEMO_ROUTES,
     *USAGE_ROUTES,
     ("", StatusPage),
 ]

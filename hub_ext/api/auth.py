@@ -52,6 +52,15 @@ class Directory:
         return Caller(name=name, kind=kind, admin=admin, groups=groups, reads_servers=reads)
 
 
+    def groups_of(self, names: set[str]) -> dict[str, tuple[str, ...]] | None:
+        """Each of these users' groups as the hub has them now (None without the hub: callers
+        fall back to the groups recorded at each spawn)."""
+        app = self.hub_app
+        if app is None:
+            return None
+        return {n: tuple(sorted(g.name for g in app.users[n].groups)) for n in names if n in app.users}
+
+
 class _OurHubAuth:
     """Use the HubOAuth built for this app (JupyterHub's mixin otherwise takes a
     process-wide singleton configured from environment variables, which the hub

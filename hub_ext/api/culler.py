@@ -20,6 +20,27 @@ from .parking import parked_targets
 EXTENSION = "extension:{owner}/{name}"
 
 
+def session_of(app: Any, owner: str, name: str, row: Any = None) -> str:
+    """The session a one-time extension belongs to: the server's start as the hub records it
+    (`started`), the same through hub restarts and GPU parking and new at each start. A share's
+    row id would not do: SQLite hands a freed id to the next row, so the session after an extended
+    one, or a resumed one, would be taken for it. Without the hub's record (no hub app): the
+    share's row, with its creation time."""
+    user = app.users[owner] if app is not None and owner in app.users else None
+    spawner = user.spawners.get(name) if user is not None else None
+    started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+    if started is not None:
+        return f"started {started.isoformat()}"
+    return f"share {row.id} {row.created.isoformat()}" if row is not None else ""
+
+
+def extended_in(pool: Any, app: Any, owner: str, name: str, row: Any = None) -> bool:
+    """Whether this session of the workspace has had its one extension."""
+    ext = pool.store.get_setting(EXTENSION.format(owner=owner, name=name)) or {}
+    session = session_of(app, owner, name, row)
+    return bool(session) and ext.get("session") == session
+
+
 def culler_state(settings: dict) -> dict[str, Any]:
     return settings.setdefault("culler_state", {"workspaces": {}, "pass_time": None})
 
@@ -43,8 +64,7 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
         seen = found.get(key)
         if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
             continue
-        ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
-        extended = ext.get("allocation") == row.id
+        extended = extended_in(pool, hub_app, row.owner, row.name, row)
         user = hub_app.users[row.owner] if hub_app is not None and row.owner in hub_app.users else None
         spawner = user.spawners.get(row.name) if user is not None else None
         options = getattr(spawner, "user_options", None)
@@ -75,7 +95,6 @@ class TargetsHandler(APIHandler):
             gpus = [node.gpus[i] for i in row.gpus]
             user = app.users[row.owner] if app is not None and row.owner in app.users else None
             spawner = user.spawners.get(row.name) if user is not None else None
-            ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
                 "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
@@ -85,7 +104,7 @@ class TargetsHandler(APIHandler):
                 "milli": row.total_milli,
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
                 "groups": row.groups or [], "admin": bool(user.admin) if user else False,
-                "extended": ext.get("allocation") == row.id,
+                "extended": extended_in(pool, app, row.owner, row.name, row),
                 "started": row.created.isoformat() + "Z",
                 # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
                 "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
@@ -217,16 +236,18 @@ class StatusHandler(APIHandler):
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
-def extend_workspace(settings: dict, pool, by: str, owner: str, name: str) -> None:
+def extend_workspace(settings: dict, pool, by: str, owner: str, name: str, app: Any = None) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
     rows = pool.store.allocations(kind="build", owner=owner, name=name)
-    if not rows:
+    parked = any(p.owner == owner and p.name == name for p in pool.parked_without_gpu())
+    if not rows and not parked:
         raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")
-    key = EXTENSION.format(owner=owner, name=name)
-    if (pool.store.get_setting(key) or {}).get("allocation") == rows[0].id:
+    row = rows[0] if rows else None
+    if extended_in(pool, app, owner, name, row):
         raise web.HTTPError(409, "this session was already extended once; save your work")
-    pool.store.put_setting(key, {"allocation": rows[0].id, "at": time.time()})
+    key = EXTENSION.format(owner=owner, name=name)
+    pool.store.put_setting(key, {"session": session_of(app, owner, name, row), "at": time.time()})
     pool.store.record("extend", f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("action") == "warn" and found.get("reason") != "memory":
@@ -247,5 +268,5 @@ class ExtendHandler(APIHandler):
         owner = body.get("owner", caller.name) if caller.admin else caller.name
         if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
             raise web.HTTPError(400, "owner must be a user name")
-        extend_workspace(self.settings, self.pool, caller.name, owner, name)
+        extend_workspace(self.settings, self.pool, caller.name, owner, name, self.directory.hub_app)
         self.write_json({"extended": True})

@@ -16,6 +16,7 @@ from tornado import web
 from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..store.jobs import STATES
+from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
 from ..train.sweep import SweepError, combinations
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
@@ -123,7 +124,7 @@ class JobsHandler(JobsBase):
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
         codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
-        priority = int(_number(body, "priority", 0, -100, 100))
+        priority = int(_number(body, "priority", 0, PRIORITY_MIN, PRIORITY_MAX))
         min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
         max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
         queued = [j for j in svc.jobs(owner=caller.name) if j.state == "queued"]
@@ -238,7 +239,7 @@ class JobHandler(JobsBase):
         row = self.visible_job(job_id)
         if row.state not in ("queued", "running", "preempting"):
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = self.training.cancel(job_id)
+        row = self.training.cancel(job_id, by=self.caller.name)
         if inspect.isawaitable(row):
             row = await row
         self.write_json(self.job_json(row))

@@ -20,7 +20,10 @@ MAX_NAME = 255
 
 
 def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
-    """Parked workspaces for the culler: no GPU to sample, but their time limits still apply."""
+    """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
+    (an extension of the session too)."""
+    from .culler import extended_in
+
     out = []
     for p in pool.parked_without_gpu():
         user = app.users[p.owner] if app is not None and p.owner in app.users else None
@@ -28,7 +31,7 @@ def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
             "owner": p.owner, "name": p.name, "pid": None, "pod_uid": "", "server_url": "",
             "gpu_uuids": [], "whole_gpus": False, "milli": 0, "memory_limit_mib": 0,
             "groups": list(p.groups), "admin": bool(user.admin) if user else False,
-            "extended": False, "parked": True,
+            "extended": extended_in(pool, app, p.owner, p.name), "parked": True,
         })
     return out
 

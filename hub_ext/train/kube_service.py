@@ -163,15 +163,19 @@ class KubeTrainingService(JobBook):
         if folder.parent == root and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
 
-    async def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+    async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
+        from .service import cancelled_by
+
+        now = now if now is not None else time.time()
+        who = cancelled_by(by, self.job(job_id).owner, now)
         if job_id in self.unsent:  # never reached the cluster
             self.unsent.discard(job_id)
-            self._set(job_id, state="cancelled", finished=now or time.time(), message="cancelled while queued")
+            self._set(job_id, state="cancelled", finished=now, message=f"{who} while queued")
         else:
             await self.controller.cancel(job_id)
             row = self.job(job_id)
             if row.state not in FINAL:
-                self._set(job_id, message="cancelling")
+                self._set(job_id, message=f"cancelling: {who}")
         return self.job(job_id)
 
     async def logs(self, row: TrainJob, tail: int) -> dict:

@@ -57,6 +57,7 @@ class TrainingService(JobBook):
             raise ValueError(f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus")
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
+            pool.room_for_build = self.room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
 
     def account(self, owner: str) -> Account | None:
@@ -125,24 +126,31 @@ class TrainingService(JobBook):
         finally:
             os.close(home)
 
-    def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+    def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         """The intent is written first; the signal follows (and is sent again by a restarted
-        hub), so a cancelled job never comes back."""
+        hub), so a cancelled job never comes back. `by`: who cancelled it (an admin, or its
+        owner), said in its message and its log, so an owner learns why it ended."""
         now = now if now is not None else time.time()
         placement = None
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
+            who = cancelled_by(by, row.owner, now)
             if row.state == "queued":
-                row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
+                row.state, row.finished, row.message = "cancelled", now, bounded(f"{who} while queued")
                 # GPUs a crash left reserved for it go back with the cancel
                 placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "cancelled while queued")
             elif row.state in ACTIVE:
-                row.intent, row.state, row.message = "cancel", "preempting", "cancelling"
+                row.intent, row.state, row.message = "cancel", "preempting", bounded(f"cancelling: {who}")
                 row.term_sent = row.term_sent or now
-            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+            s.add(Event(kind="cancel", message=bounded(f"job {job_id} of {row.project} {who}"), owner=row.owner,
+                        name=job_id, data={"by": by}))
+            pid, workdir, sent, state = row.pid, row.workdir, row.term_sent, row.state
+            log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         if placement is not None:
             self.pool.state.release(placement)
         failpoints.reach("train.cancel.persisted")
+        if state == "preempting":
+            self._log_line(log_row, f"--- gpupool: {who}: this run stops and the job ends ---")
         if pid and sent is not None:
             self.runner.preempt(pid, now, workdir, sent=sent)
         return self.job(job_id)
@@ -195,7 +203,8 @@ class TrainingService(JobBook):
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
             row.pid, row.exit_code, row.term_sent = None, code, None
             if row.intent == "cancel":
-                row.state, row.finished, row.message = "cancelled", now, "cancelled"
+                who = row.message.removeprefix("cancelling: ") if row.message.startswith("cancelling: ") else ""
+                row.state, row.finished, row.message = "cancelled", now, who or "cancelled"
             elif row.intent == "max-runtime":
                 row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
             elif row.intent == "idle":
@@ -362,11 +371,12 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
-    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
-                            pools: tuple[str, ...] = ()) -> bool:
-        """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
-        `request` fits (within the workspace's node `pools`, if any); False when even that would
-        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
+    def room_for_build(self, request: Request, now: float | None = None,
+                       pools: tuple[str, ...] = ()) -> list[str] | None:
+        """The train jobs a build workspace of `request` would preempt to fit (within its node
+        `pools`, if any): [] when it fits once the jobs already stopping are gone, None when not
+        even every over-quota job makes room. Changes nothing: the spawn form asks it to offer
+        what build-first can free, and says so."""
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
@@ -381,21 +391,30 @@ class TrainingService(JobBook):
         for s in stopping:
             if s.placement is not None:
                 trial.release(s.placement)
-        # hold the room until the workspace starts, or for a while after the grace period
-        hold = (request, now + self.cfg.grace_s + 300)
         if self.policy.choose(trial, request, self.rng) is not None:
-            self.build_holds[(w.owner, w.name)] = hold
-            return True  # GPUs already on their way back
-        chosen = []
+            return []  # GPUs already on their way back
+        chosen: list[str] = []
         for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
-            chosen.append(job)
+            chosen.append(job.id)
             if self.policy.choose(trial, request, self.rng) is not None:
-                for victim in chosen:
-                    self._preempt(victim.id, "a build workspace needs its GPU", now)
-                self.build_holds[(w.owner, w.name)] = hold
-                return True
-        return False
+                return chosen
+        return None
+
+    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
+                            pools: tuple[str, ...] = ()) -> bool:
+        """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
+        `request` fits (within the workspace's node `pools`, if any); False when even that would
+        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
+        now = now if now is not None else time.time()
+        victims = self.room_for_build(request, now, pools)
+        if victims is None:
+            return False
+        for job_id in victims:
+            self._preempt(job_id, "a build workspace needs its GPU", now)
+        # hold the room until the workspace starts, or for a while after the grace period
+        self.build_holds[(w.owner, w.name)] = (request, now + self.cfg.grace_s + 300)
+        return True
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:
@@ -405,8 +424,11 @@ class TrainingService(JobBook):
             s.add(Event(kind="preempt", message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
                         owner=row.owner, name=job_id, data={}))
             pid, workdir, sent = row.pid, row.workdir, row.term_sent
+            log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         failpoints.reach("train.preempt.persisted")
         if pid:
+            self._log_line(log_row, f"--- gpupool: preempted at {clock(now)}: {reason}; the job goes back to the"
+                                    " queue and resumes from its checkpoint ---")
             self.runner.preempt(pid, now, workdir, sent=sent)
 
     def adopt_after_restart(self, now: float | None = None) -> None:
@@ -437,3 +459,13 @@ def _alloc_query(w: Workload):
     from sqlalchemy import select
 
     return select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name)
+
+
+def clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def cancelled_by(by: str, owner: str, now: float) -> str:
+    """"cancelled by its owner at 14:02" / "cancelled by admin at 14:02": what the job's owner reads."""
+    who = "its owner" if not by or by == owner else by
+    return f"cancelled by {who} at {clock(now)}"
