@@ -273,6 +273,8 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
     mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings), training)
     if mover is None:
         return None
+    pool.make_room_by_moving = mover.make_room_for_spawn  # a spawn that fits nowhere waits for moves
+    pool.room_by_moving = mover.room_for_spawn
 
     def tick() -> None:
         try:

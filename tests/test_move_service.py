@@ -17,7 +17,18 @@ from gpupool.gpu_env_files import GPUEnvFiles
 from gpupool.manager import PoolManager, Workload
 from gpupool.mover import GPUMover, MoverService
 from gpupool.parking import ParkingService
-from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, ClusterState, Inventory, Node, get_policy
+from gpupool.pool import (
+    GPU,
+    BuildLimits,
+    BuildQuotaPolicy,
+    ClusterState,
+    Inventory,
+    NoCapacity,
+    Node,
+    Request,
+    get_policy,
+)
+from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move, Store
 from sqlalchemy import select
@@ -234,3 +245,73 @@ def test_a_stale_culler_report_moves_nobody(world: World) -> None:
     assert world.mover.tick() is None
     world.findings["pass_time"] = world.now[0] - 60
     assert world.mover.tick() is not None
+
+
+def spawn_world(tmp: Path) -> World:
+    """ann and ben hold half a GPU each, on different GPUs, long since; dan asks for a whole one."""
+    now = [T0]
+    w = World(tmp, now)
+    w.place("ann", 0, 500)
+    w.place("ben", 1, 500)
+    now[0] += 3600
+    w.pool.make_room_by_moving = w.mover.make_room_for_spawn  # as the hub wires it (gpupool.setup)
+    w.pool.room_by_moving = w.mover.room_for_spawn
+    w.idle("ben", 10)  # ben is busy
+    return w
+
+
+def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_the_room(tmp_path) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    assert world.pool.room_by_moving(Request.for_gpus(1000)) == 1  # what the form offers
+    with pytest.raises(RoomBeingFreed, match="Making room for 1 GPU: 1 idle notebook of other users move"):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))  # the spawner waits (GPUSpawnerMixin.reserve_waiting)
+    plan = world.mover.tick()
+    assert [(s.id, s.source.gpus, s.dest.gpus) for s in plan.steps] == [("ann/", (0,), (1,))]
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500), ("build", "dan", (0,), 1000)]
+    assert world.driver.remapped(101) == {"GPU-0": "GPU-1"}
+    assert world.pool.store.events(kind="move")[0].message.endswith("to make room for a new workspace")
+    # the spawner's next try finds its share held
+    row = world.pool.reserve_build("dan", [], "", 1000)
+    assert (row.owner, row.gpus) == ("dan", [0])
+    consistent(world)
+
+
+def test_a_spawn_no_move_can_make_room_for_is_refused_at_once(tmp_path) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 30)  # not idle long enough
+    assert world.pool.room_by_moving(Request.for_gpus(1000)) is None
+    with pytest.raises(NoCapacity, match="no GPU has room for 1 GPU") as err:
+        world.pool.reserve_build("dan", [], "", 1000)
+    assert not isinstance(err.value, RoomBeingFreed)
+
+
+def test_when_the_moves_fail_the_waiting_spawn_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(Driver, "fail", {"dest"})
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    with pytest.raises(RoomBeingFreed):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))
+    world.mover.tick()
+    assert world.moves()[0].phase == "returned"
+    world.mover.tick()  # ann moved (back) just now: she rests, no other plan
+    with pytest.raises(NoCapacity) as err:
+        world.pool.reserve_build("dan", [], "", 1000)
+    assert not isinstance(err.value, RoomBeingFreed)
+    assert [a.owner for a in world.pool.store.allocations(kind="build")] == ["ann", "ben"]
+
+
+def test_room_made_for_a_spawn_that_gave_up_meanwhile_is_held_for_nobody(tmp_path, monkeypatch) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    with pytest.raises(RoomBeingFreed):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))
+    # dan's start times out (or he cancels it) while ann's kernel is parked
+    monkeypatch.setattr(failpoints, "reach",
+                        lambda name: world.pool.spawns_waiting.discard(("dan", "")) if name == "move.parked" else None)
+    world.mover.tick()
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
+    consistent(world)
