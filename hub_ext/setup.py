@@ -132,7 +132,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     _log_like_hub(hub.log)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
     pool = runtime.pool(hub.config)
-    gpu_files = _publish_gpus(hub.config, pool)
+    gpu_files = _publish_gpus(hub, pool)
     hub_api = _hub_api_url(hub)
     base_url = f"{hub.base_url.rstrip('/')}/services/{SERVICE}/"
     auth = HubOAuth(
@@ -154,7 +154,8 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
                                                              "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     _start_mover(hub, pool, parking, training, app.settings)
-    gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
+    if gpu_files is not None:
+        gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
@@ -179,11 +180,15 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
 
 
-def _publish_gpus(config: Config, pool: Any) -> Any:
-    """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files)."""
+def _publish_gpus(hub: Any, pool: Any) -> Any:
+    """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
+    where the servers run on this machine (local spawners: their shares can move)."""
     from . import runtime
     from .gpu_env_files import GPUEnvFiles, account_gid, default_folder
 
+    if not getattr(hub.spawner_class, "follows_published_gpu", False):
+        return None
+    config = hub.config
     files = GPUEnvFiles(default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config))
     pool.build_changed = files.publish
     return files

@@ -17,6 +17,8 @@ from .mixin import GPUSpawnerMixin
 class _LocalGPU(GPUSpawnerMixin):
     """Local-process spawners: the GPU environment and the tag that finds orphaned servers."""
 
+    follows_published_gpu = True  # the hub publishes where the share is now (gpupool.gpu_env_files)
+
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))

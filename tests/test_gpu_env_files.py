@@ -111,3 +111,29 @@ def test_the_files_are_the_hubs_readable_by_their_owners_group_only(tmp_path: Pa
     open_pub = GPUEnvFiles(other, pool)
     open_pub.publish("ann", "")
     assert list(other.iterdir()) == []
+
+
+@pytest.mark.parametrize("spawner, writes", [("local", True), ("kube", False)])
+def test_the_hub_publishes_only_where_servers_run_on_its_machine(tmp_path: Path, monkeypatch, spawner: str,
+                                                                 writes: bool) -> None:
+    """Local servers read the hub's folder; a pod cannot (its GPU is the device plugin's), so a
+    Kubernetes hub writes nothing there and looks up no Unix accounts for it."""
+    from types import SimpleNamespace
+
+    from gpupool import runtime
+    from gpupool.setup import _publish_gpus
+    from gpupool.spawner.kube import GPUKubeSpawner
+    from gpupool.spawner.local import GPULocalProcessSpawner
+    from traitlets.config import Config
+
+    monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(runtime, "_settings", None)  # read from this hub's (empty) config
+    pool = PoolManager(INVENTORY, Store(f"sqlite:///{tmp_path}/pool.sqlite"), QUOTAS, get_policy("best-fit"))
+    cls = GPULocalProcessSpawner if spawner == "local" else GPUKubeSpawner
+    files = _publish_gpus(SimpleNamespace(spawner_class=cls, config=Config()), pool)
+    pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (1,), 500))
+    doc = published(tmp_path / "gpu-env", "ann")
+    if writes:
+        assert files is not None and doc is not None and doc["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+    else:
+        assert files is None and doc is None and not (tmp_path / "gpu-env").exists()
