@@ -224,8 +224,7 @@ class GPUPool(LoggingConfigurable):
 
     @validate("allowed_fractions")
     def _check_fractions(self, proposal: dict) -> list[float]:
-        for value in proposal["value"]:
-            _size(value, "allowed_fractions")
+        _sizes(proposal["value"], "allowed_fractions")
         return proposal["value"]
 
     @validate("max_workspaces_per_user")
@@ -266,9 +265,7 @@ class GPUPool(LoggingConfigurable):
             where = f"group_overrides[{group!r}]"
             overrides[group] = BuildLimits(
                 quota_milli=_milli(lim.get("quota", self.default_build_quota), where),
-                sizes_milli=tuple(
-                    sorted(_size(f, where) for f in _list(lim.get("fractions", self.allowed_fractions), where))
-                ),
+                sizes_milli=_sizes(_list(lim.get("fractions", self.allowed_fractions), where), where),
                 max_per_workspace_milli=_milli(
                     lim.get("max_per_workspace", self.max_gpus_per_workspace), where
                 ),
@@ -292,6 +289,20 @@ def _size(value: object, where: str) -> int:
     if milli <= 0:
         raise TraitError(f"GPUPool.{where}: a GPU size must be more than 0, got {value!r}")
     return milli
+
+
+MAX_SIZES = 64  # GPU sizes a form offers: a choice for people, not a table
+
+
+def _sizes(values: list, where: str) -> tuple[int, ...]:
+    """GPU sizes offered on the form: each more than 0, each once, at most MAX_SIZES of them."""
+    if len(values) > MAX_SIZES:
+        raise TraitError(f"GPUPool.{where}: at most {MAX_SIZES} GPU sizes, got {len(values)}")
+    sizes = sorted(_size(f, where) for f in values)
+    twice = sorted({m for m in sizes if sizes.count(m) > 1})
+    if twice:
+        raise TraitError(f"GPUPool.{where}: each GPU size once; repeated: {[m / 1000 for m in twice]}")
+    return tuple(sizes)
 
 
 def _pools(value: object, where: str) -> tuple[str, ...]:

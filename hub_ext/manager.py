@@ -62,6 +62,7 @@ class PoolManager:
         self.quotas = quotas
         self.policy = policy
         self.node_pools: dict[str, NodePool] = {}  # c.TrainPool.node_pools, for build workspaces too
+        self.skipped_settings: dict[str, str] = {}  # stored admin settings that no longer validate: why
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
         # set by the training pool: stop over-quota train jobs so a build request fits

@@ -26,7 +26,6 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
-MAX_BODY_BYTES = 8 * 1024 * 1024  # over any handler's own limit (413); beyond it tornado drops the connection
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -74,9 +73,10 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from .accounts import SystemAccounts
     from .config import GPUPool
+    from .runtime import node_pools
     from .train.config import TrainPool
 
-    GPUPool(config=c).quota_policy()
+    node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
     from .usage.config import Usage
@@ -118,7 +118,35 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
         return
     from . import tasks
 
+    refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
     tasks.start(_serve(c, token, ip, port, culler), "the gpupool API and its start-up reconcile", loop)
+
+
+def refuse_lost_state(c: Config) -> None:
+    """Open the database and check that running work is its own (gpupool.instance); the hub stops
+    here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from . import runtime
+    from .instance import LostState
+
+    try:
+        runtime.cgroups(c)
+    except LostState as err:
+        runtime.close()
+        raise SystemExit(str(err)) from None
+    except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
+        runtime.close()
+        where = runtime.db_where(runtime.settings(c).db_url)
+        raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
+                         f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
+                         " move it aside to start empty only when no server or job of this hub runs.") from None
+    except Exception as err:
+        # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
+        import traceback
+
+        traceback.print_exc()
+        raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
 async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
@@ -127,9 +155,17 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
 
     from . import runtime
     from .api import make_app
+    from .api.app import body_limits
+    from .api.bodies import serve
 
     hub = JupyterHub.instance()
     _log_like_hub(hub.log)
+    from .redact import install
+
+    install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
+    contained = runtime.cgroups(hub.config)
+    if hasattr(hub.spawner_class, "cleanup_orphans"):  # processes on this machine (on Kubernetes: pods)
+        (log.info if contained.available else log.warning)("containment: %s", contained.describe())
     await asyncio.sleep(0)  # initialize() has now read the whole config file
     pool = runtime.pool(hub.config)
     gpu_files = _publish_gpus(hub, pool)
@@ -156,7 +192,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     _start_mover(hub, pool, parking, training, app.settings)
     if gpu_files is not None:
         gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
-    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
+    serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
     # The hub binds its own REST API only after initialize() has checked every server it had
@@ -296,6 +332,7 @@ async def _start_training(hub: Any, pool: Any) -> Any:
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
 
+    from . import runtime
     from .train.config import TrainPool
 
     cfg = TrainPool(config=hub.config)
@@ -317,8 +354,11 @@ async def _start_training(hub: Any, pool: Any) -> Any:
     else:
         from .train.service import TrainingService
 
-        training = TrainingService(pool, cfg)
+        training = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
         training.adopt_after_restart()
+        from . import tasks
+
+        tasks.start(_look_after_folders(training, cfg.folder_check_s), "measuring and cleaning job folders")
         if training.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
@@ -334,6 +374,21 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(tick, cfg.tick_s * 1000).start()
     return training
+
+
+async def _look_after_folders(training: Any, every_s: float) -> None:
+    """Running jobs' folders measured (stopped over c.TrainPool.max_job_folder_mib), finished ones
+    removed after c.TrainPool.keep_finished_days: walking folders runs off the event loop."""
+    import time
+
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            sizes = await asyncio.to_thread(training.measure_folders)
+            training.stop_over_folder_limit(sizes, time.time())
+            await asyncio.to_thread(training.remove_old_folders, time.time())
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("looking after job folders failed")
 
 
 async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:

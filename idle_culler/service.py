@@ -155,7 +155,9 @@ class Culler:
             server = servers.get(key)
             if server is None or not server.get("ready"):
                 continue  # starting or stopping: not ours to judge yet
-            limits = self.policy.limits_for(t["groups"], (server.get("user_options") or {}).get("profile", ""))
+            # the profile the spawner offered and started (never the user's own words in user_options:
+            # a made-up name must not pick up an admin's profile override)
+            limits = self.policy.limits_for(t["groups"], t.get("profile") or "")
             tracker = self.trackers.setdefault(key, IdleTracker(limits.window_s, limits.util_threshold_pct))
             use = uses.get(key)
             if use is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool import failpoints, runtime
+from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
@@ -156,6 +157,12 @@ class GPUSpawnerMixin(HasTraits):
             raise  # start() waits for it
         except PoolError as err:
             raise self.refused(err) from None
+        except Exception as err:
+            if why := disk_full(err):  # said as such, not a bare 500
+                exc = web.HTTPError(507, reason="disk full")
+                exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
+                raise exc from None
+            raise
         self.gpupool_allocation = alloc
         return alloc
 
@@ -171,9 +178,21 @@ class GPUSpawnerMixin(HasTraits):
     async def end_orphans(self) -> None:
         """Stop server processes of this workspace the hub does not know (local spawners)."""
 
+    async def end_workload(self) -> bool:
+        """End whatever of this workspace still runs once its server is gone (local spawners: its
+        cgroup); True when nothing does, so its GPU share may go to someone else."""
+        await self.end_orphans()
+        return True
+
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
+
+    def culler_profile(self) -> str:
+        """The profile this workspace runs with, one this spawner offered ("" for none): the culler's
+        profile_overrides key. Spawners without profiles (the local ones) have none, whatever a
+        user put in their spawn options."""
+        return ""
 
     def pod_uid(self) -> str:
         """The pod the culler follows through the node agents (Kubernetes; "" elsewhere)."""
@@ -250,9 +269,13 @@ class GPUSpawnerMixin(HasTraits):
             if await self._still_running():
                 self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
                 raise
-            self.release_gpus("stopped (the stop reported an error, but the server is gone)")
+            if await self.end_workload():
+                self.release_gpus("stopped (the stop reported an error, but the server is gone)")
             raise
         failpoints.reach("stop.stopped")
+        if not await self.end_workload():
+            self.log.error("processes of %s survive the stop: its GPU share is kept", self.server_label)
+            raise web.HTTPError(500, f"processes of {self.server_label} did not end; its GPU share is kept")
         self.release_gpus("stopped")
 
     async def _still_running(self) -> bool:
@@ -264,10 +287,13 @@ class GPUSpawnerMixin(HasTraits):
     async def poll(self) -> int | None:
         status = await super().poll()
         if status is not None and self.pending != "spawn":
-            # the server the hub knew is gone, but a hub that died mid-spawn never learned the
-            # pid of the one it started: that one must end before its GPU is handed on
-            await self.end_orphans()
-            self.release_gpus(f"server ended (status {status})")
+            # the server the hub knew is gone, but what it started may not be (a hub that died
+            # mid-spawn never learned the pid of the one it started): all must end before its GPU
+            # is handed on
+            if await self.end_workload():
+                self.release_gpus(f"server ended (status {status})")
+            else:
+                self.log.error("processes of %s survive its server: its GPU share is kept", self.server_label)
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running
             self.gpupool_allocation = self.pool.allocation(self.workload)

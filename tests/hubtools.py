@@ -242,6 +242,7 @@ class Hub:
 
     def kill_leftovers(self) -> None:
         """Servers and proxy run in their own sessions; find them by the state folder."""
+        self.kill_cgroups()
         out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
         # -ww: ps cuts lines at $COLUMNS when it is set (pytest sets it), hiding the state folder
         for line in out.splitlines()[1:]:
@@ -270,6 +271,25 @@ class Hub:
                     os.kill(int(proc.name), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+    def kill_cgroups(self) -> None:
+        """Whatever this hub's jobs and workspaces started — in whatever session — ends with their
+        cgroups (gpupool.contain; nothing to do where the hub had none)."""
+        try:
+            from gpupool.contain import detect, hub_key
+        except ImportError:
+            return
+        tree = detect("auto", hub_key(f"sqlite:///{self.state}/gpupool.sqlite"))
+        if not tree.available:
+            return
+        for inst in tree.names():
+            for workload in tree.names(inst):
+                tree.end(f"{inst}/{workload}", 10)
+            tree.remove(inst)
+        try:
+            tree.root.rmdir()
+        except OSError:
+            pass
 
     # --- HTTP ----------------------------------------------------------------
     def api(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN,

@@ -198,24 +198,110 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     assert done["state"] == "succeeded", done
 
 
+def server_uid(hub: Hub, user: str) -> int:
+    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={user}/")
+                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    return uid_of(server)
+
+
 @pytest.mark.hub
 @real_accounts
 def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes_anothers(hub: Hub) -> None:
     tag = secrets.token_hex(3)
     odd = f"Eve.{tag}@Example.org"
-    hub.spawn(odd, 0.25)
     name = unix_name(odd, ACCOUNT_PREFIX)
-    pw = pwd.getpwnam(name)
-    assert name.startswith("jupyter-eve-") and len(name) <= 32 and pw.pw_gecos == comment_for(odd)
-    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={odd}/")
-                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
-    assert uid_of(server) == pw.pw_uid != 0
-    # a hub user whose name is that account's name is refused, not handed eve's account
+    assert name.startswith("jupyter-eve-") and len(name) <= 32
+    # a squatter registers first the hub name whose account is the name eve's would get
     squatter = name[len(ACCOUNT_PREFIX):]
-    hub.api("POST", f"/hub/api/users/{squatter}")
-    status, message = hub.api_error("POST", f"/hub/api/users/{squatter}/server", {"gpus": 0.25})
-    assert status == 403 and "belongs to hub user" in message, message
-    assert hub.allocations() == [s for s in hub.allocations() if s["owner"] != squatter]
+    hub.spawn(squatter, 0.25)
+    assert pwd.getpwnam(name).pw_gecos == comment_for(squatter)
+    # eve is not locked out: the stored mapping gives her an account of her own, with another name
+    hub.spawn(odd, 0.25)
+    mine = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=f"{hub.state}/home").lookup(odd)
+    assert mine is not None and mine.name != name and mine.name.startswith("jupyter-eve-") and len(mine.name) <= 32
+    assert pwd.getpwnam(mine.name).pw_gecos == comment_for(odd)
+    assert server_uid(hub, odd) == mine.uid != pwd.getpwnam(name).pw_uid != 0
+    assert server_uid(hub, squatter) == pwd.getpwnam(name).pw_uid
+    # and after a restart each still gets their own (the mapping is stored, not recomputed)
+    hub.stop_server(odd)
+    hub.spawn(odd, 0.25)
+    assert server_uid(hub, odd) == mine.uid
+
+
+@real_accounts
+def test_an_account_made_by_the_earlier_naming_keeps_working(tmp_path: Path) -> None:
+    hub_name = f"Old.{secrets.token_hex(3)}@Example.org"
+    name = unix_name(hub_name, ACCOUNT_PREFIX)  # the name the earlier code computed and made
+    subprocess.run(["useradd", "--no-create-home", "--comment", comment_for(hub_name), "--", name], check=True,
+                   capture_output=True, timeout=60)
+    try:
+        accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path))
+        assert accounts.ensure(hub_name).name == name
+    finally:
+        subprocess.run(["userdel", "--", name], capture_output=True, timeout=60)
+
+
+@real_accounts
+def test_making_accounts_is_bounded_per_minute(tmp_path: Path, monkeypatch) -> None:
+    import collections
+
+    import gpupool.accounts
+
+    monkeypatch.setattr(gpupool.accounts, "_made", collections.deque())  # this test's minute only
+    tmp_path.chmod(0o711)
+    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_created_per_minute=2)
+    names = [f"flood{secrets.token_hex(3)}" for _ in range(3)]
+    try:
+        accounts.ensure(names[0])
+        accounts.ensure(names[1])
+        with pytest.raises(AccountError, match="max_created_per_minute"):
+            accounts.ensure(names[2])
+        assert accounts.lookup(names[2]) is None
+        assert accounts.ensure(names[0]) is not None  # an existing account is no new one
+        over = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_accounts=1)
+        with pytest.raises(AccountError, match="max_accounts"):
+            over.ensure(names[2])
+    finally:
+        for n in names:
+            subprocess.run(["userdel", "--remove", f"jupyter-{n}"], capture_output=True, timeout=60)
+
+
+@pytest.mark.hub
+@real_accounts
+def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub: Hub) -> None:
+    tag = secrets.token_hex(3)
+    alice, bob = f"ann{tag}", f"bo{tag}"
+    token = hub.user_token(alice)
+    # a command that does not exist: said as such (127), not "Permission denied" (126) from a PATH
+    # folder of root's that the job's account may not search
+    bad = hub.api("POST", J, {"project": "default", "gpus": 1, "command": ["no-such-command-xyz"]}, token=token)
+    bad = hub.wait_job(bad["id"], {"failed", "succeeded"}, token)
+    assert bad["exit_code"] == 127 and "No such file or directory" in bad["message"], bad
+    # a notebook job whose parameter is a secret, and a script job
+    secret = f"s3cr3t{tag}"
+    job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": f"private{tag}", "parameters": {"key": secret},
+                              "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)"},
+                  token=token)
+    running = hub.wait_job(job["id"], {"running"}, token)
+    pids = wait_pids(f"GPUPOOL_JOB_ID={job['id']}")
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v)
+    assert "/root" not in environ["PATH"] and environ["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
+    hub.spawn(bob, 0.25)  # bob's account exists; he lists every process, as `ps` does
+    b = pwd.getpwnam(f"jupyter-{bob}")
+    out = subprocess.run(["ps", "-eww", "-o", "args"], user=b.pw_uid, group=b.pw_gid, extra_groups=[],
+                         capture_output=True, text=True, timeout=30, cwd="/").stdout
+    assert "runners/wrap.py" in out  # bob sees that a job runs...
+    assert secret not in out and f"private{tag}" not in out and running["workdir"] not in out  # ...not what
+    Path(running["workdir"], "go").touch()
+    assert hub.wait_job(job["id"], {"succeeded", "failed"}, token)["state"] == "succeeded"
+
+
+def wait_pids(marker: str, timeout: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while not (found := pids_with(marker)):
+        assert time.monotonic() < deadline, f"no process with {marker}"
+        time.sleep(0.1)
+    return found
 
 
 def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:

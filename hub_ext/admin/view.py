@@ -13,7 +13,8 @@ from ..pool import format_gpus
 from ..pool.units import parse_gpus
 
 ACTIVE = ("queued", "running", "preempting")
-EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel")
+EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
+               "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
 
 
 def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:

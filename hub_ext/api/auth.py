@@ -13,6 +13,7 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
+from ..disk import disk_full
 from ..store.db import bounded
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
@@ -41,8 +42,13 @@ class Directory:
         name, kind = model["name"], model.get("kind", "user")
         admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
         app = self.hub_app
-        if app is not None and kind == "user" and name in app.users:
-            user = app.users[name]
+        user = None
+        if app is not None and kind == "user":
+            try:  # one query: `name in app.users` would be a second one
+                user = app.users[name]
+            except KeyError:
+                pass
+        if user is not None:
             admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
         elif kind == "service":
             # a service is an admin here only if the hub gave it admin rights over servers
@@ -100,37 +106,53 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
 
     @property
     def caller(self) -> Caller:
-        model = self.current_user
-        if model is None:
-            raise web.HTTPError(403)
-        return self.directory.caller(model)
+        # a handler lives for one request: ask the hub's database once, not at every use
+        if self._caller is None:
+            model = self.current_user
+            if model is None:
+                raise web.HTTPError(403)
+            self._caller = self.directory.caller(model)
+        return self._caller
+
+    _caller: Caller | None = None
 
 
 class APIHandler(BaseHandler):
     """JSON in, JSON out; errors as {"status", "message"} with no redirects."""
 
+    max_body = 64 * 1024  # bytes of a request body: larger is a 413 before the handler runs (api/bodies.py)
+
     def get_login_url(self) -> str:
         raise web.HTTPError(403, "authenticate with a JupyterHub token (Authorization: token ...)")
 
-    def check_xsrf_cookie(self) -> None:
-        # token-authenticated API calls carry no XSRF cookie; cookie calls must send the header
-        if self.request.headers.get("Authorization"):
-            return
-        super().check_xsrf_cookie()
-
-    def json_body(self, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-        return json_object(self.request.body, max_bytes, max_depth)
+    def json_body(self, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+        return json_object(self.request.body, max_bytes or self.max_body, max_depth)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
 
+    # XSRF: JupyterHub's own rule (HubAuthenticated.check_xsrf_cookie) — skipped only for a request a
+    # valid token authenticated, checked for every cookie-authenticated one, whatever headers it has
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if status_code == 500 and disk_full(exc):
+            status_code = 507
+        super().send_error(status_code, **kwargs)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = bounded(str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error")))
+        if disk_full(exc):
+            message = f"the disk is full: {disk_full(exc)}; nothing was changed (tell an admin)"
+        else:
+            message = str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error"))
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
+        self.finish(json.dumps({"status": status_code, "message": bounded(message, MAX_ERROR)}))
+
+
+MAX_ERROR = 1000  # characters of an error message: a hostile value is quoted only in part
 
 
 def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:

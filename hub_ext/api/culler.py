@@ -67,8 +67,7 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
         extended = extended_in(pool, hub_app, row.owner, row.name, row)
         user = hub_app.users[row.owner] if hub_app is not None and row.owner in hub_app.users else None
         spawner = user.spawners.get(row.name) if user is not None else None
-        options = getattr(spawner, "user_options", None)
-        profile = str(options.get("profile") or "") if isinstance(options, dict) else ""
+        profile = spawner_profile(spawner)
         started = row.created.replace(tzinfo=dt.UTC).timestamp()
         end = session_end(row.owner, tuple(row.groups or ()), bool(user.admin) if user else False, profile,
                           started, extended)
@@ -77,6 +76,13 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
         found[key] = {**(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
                       "reason": end[0], "cull_at": end[1], "extended": extended, "planned": True}
     return found
+
+
+def spawner_profile(spawner: Any) -> str:
+    """The profile a workspace was started with, as its spawner offered it ("" for none): what the
+    culler's profile_overrides apply to. Never user_options["profile"], which a user sets freely."""
+    chosen = getattr(spawner, "culler_profile", None)
+    return str(chosen() or "") if callable(chosen) else ""
 
 
 class TargetsHandler(APIHandler):
@@ -104,6 +110,7 @@ class TargetsHandler(APIHandler):
                 "milli": row.total_milli,
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
                 "groups": row.groups or [], "admin": bool(user.admin) if user else False,
+                "profile": spawner_profile(spawner),
                 "extended": extended_in(pool, app, row.owner, row.name, row),
                 "started": row.created.isoformat() + "Z",
                 # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
@@ -120,12 +127,14 @@ def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> str:
 class ReportHandler(APIHandler):
     """The culler posts each pass: per-workspace status, and warnings/culls as events."""
 
+    max_body = 4 * 1024 * 1024
+
     @web.authenticated
     def post(self) -> None:
         caller = self.caller
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
-        body = self.json_body(max_bytes=4 * 1024 * 1024)
+        body = self.json_body()
         try:
             pass_time, workspaces, events = parse_report(body, time.time())
         except ValueError as err:  # checked whole before anything is kept

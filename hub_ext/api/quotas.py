@@ -24,7 +24,10 @@ class QuotaRefused(ValueError):
 
 
 def current_quotas(pool: Any) -> dict:
-    """The quota options in force: the config file's, with the API's changes over them."""
+    """The quota options in force: the config file's, with the API's changes over them (unless those
+    were skipped at start because they no longer validate)."""
+    if runtime.QUOTAS_SETTING in pool.skipped_settings:
+        return quota_document(runtime.settings())
     changed = pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
     return {**quota_document(runtime.settings()), **changed}
 
@@ -33,13 +36,17 @@ def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
-    changed = {**(pool.store.get_setting(runtime.QUOTAS_SETTING) or {}), **body}
+    stored = {} if runtime.QUOTAS_SETTING in pool.skipped_settings else pool.store.get_setting(runtime.QUOTAS_SETTING)
+    changed = {**(stored or {}), **body}
     try:
         policy = policy_from_document({**quota_document(runtime.settings()), **changed})
+        # the node pools named must exist now (and a restart re-checks them: runtime.stored_quotas)
+        runtime.node_pools(runtime.settings().config, policy)
     except (TraitError, ValueError) as err:
         raise QuotaRefused(str(err)) from None
     pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
     pool.quotas = policy
+    pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
     pool.store.record("quota", f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
     return changed
 
@@ -109,7 +116,10 @@ class QuotasHandler(APIHandler):
     def get(self) -> None:
         self.admin_only()
         changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed)})
+        skipped = self.pool.skipped_settings.get(runtime.QUOTAS_SETTING, "")
+        self.write_json({"quotas": current_quotas(self.pool),
+                         "changed_through_api": [] if skipped else sorted(changed),
+                         **({"skipped": skipped} if skipped else {})})
 
     @web.authenticated
     def put(self) -> None:
@@ -127,6 +137,7 @@ class QuotasHandler(APIHandler):
         """Forget API changes: back to the config file's quotas."""
         self.admin_only()
         self.pool.store.delete_setting(runtime.QUOTAS_SETTING)
+        self.pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
         self.pool.quotas = runtime.settings().quota_policy()
         self.pool.store.record("quota", f"{self.caller.name} reset quotas to the config",
                                owner=self.caller.name)

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from .. import failpoints
 from ..accounts import AccountError, SystemAccounts, made_by_gpupool
+from ..contain import WorkloadCgroups
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
@@ -24,11 +25,12 @@ from ..pool.pool_quotas import split_by_pool
 from ..pool.pools import within
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
-from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
+from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
 from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from ..store.db import bounded
 from .book import JobBook, make_job_folders
 from .config import TrainPool
+from .folders import folder_bytes, remove_folder
 from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
@@ -39,9 +41,11 @@ NEVER_BEGAN = "the hub stopped before its run began"
 class TrainingService(JobBook):
     """The embedded back-end: gpupool's own scheduler, jobs as local processes."""
 
-    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None) -> None:
+    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None,
+                 cgroups: WorkloadCgroups | None = None) -> None:
         super().__init__(pool, cfg)
-        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
+        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024,
+                                            path=cfg.job_path)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
@@ -152,7 +156,7 @@ class TrainingService(JobBook):
         if state == "preempting":
             self._log_line(log_row, f"--- gpupool: {who}: this run stops and the job ends ---")
         if pid and sent is not None:
-            self.runner.preempt(pid, now, workdir, sent=sent)
+            self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
         return self.job(job_id)
 
     # --- the loop ------------------------------------------------------------
@@ -185,14 +189,16 @@ class TrainingService(JobBook):
             if row.state not in ACTIVE:
                 continue
             if row.pid is None:  # the hub died between recording the run and starting it
+                if not self.runner.clear(row.id):
+                    continue  # what it started is being killed: settled once its cgroup is empty
                 ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
             else:
-                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
+                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
             if ended is None:
                 if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
                     self._set(row.id, state="preempting", intent="max-runtime", term_sent=now,
                               message="reached its max runtime")
-                    self.runner.preempt(row.pid, now, row.workdir)
+                    self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
                 continue
             self._settle(row.id, *ended, now=now)
 
@@ -209,6 +215,10 @@ class TrainingService(JobBook):
                 row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
             elif row.intent == "idle":
                 row.state, row.finished, row.message = "failed", now, "idle GPU"
+            elif row.intent == "disk-limit":
+                row.state, row.finished = "failed", now
+                row.message = (f"stopped: its folder grew over {self.cfg.max_job_folder_mib} MiB"
+                               " (c.TrainPool.max_job_folder_mib)")
             elif row.state == "preempting" or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
                 row.state = "queued"
@@ -249,7 +259,7 @@ class TrainingService(JobBook):
             self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
             # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
             self._set(job_id, state="preempting", intent="idle", term_sent=now, message="stopping: idle GPU")
-            self.runner.preempt(row.pid, now, row.workdir)
+            self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
             self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
 
@@ -429,7 +439,7 @@ class TrainingService(JobBook):
         if pid:
             self._log_line(log_row, f"--- gpupool: preempted at {clock(now)}: {reason}; the job goes back to the"
                                     " queue and resumes from its checkpoint ---")
-            self.runner.preempt(pid, now, workdir, sent=sent)
+            self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
 
     def adopt_after_restart(self, now: float | None = None) -> None:
         """After a hub restart: runs still alive keep going (the runner reads their exit file
@@ -443,16 +453,72 @@ class TrainingService(JobBook):
                     log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
                 continue
             if row.pid is None:
-                pid = find_run(row.workdir)
+                pid = self._find_run(row)
                 if pid is None:
                     continue  # the next tick settles it: requeued, cancelled or failed by its intent
                 self._set(row.id, pid=pid)
                 self.pool.mark_running(Workload("train", row.owner, row.id), pid)
                 row.pid = pid
-            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner)) is None:
+            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
                 if row.state == "preempting":  # the signal may not have gone out before the crash
-                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now)
+                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
+
+
+    # --- job folders (called off the event loop where they walk folders: gpupool.setup) -------
+    def measure_folders(self) -> dict[str, int]:
+        """Bytes used by each running job's folder (stops counting past the limit)."""
+        limit = self.cfg.max_job_folder_mib * 1024 * 1024
+        if not limit:
+            return {}
+        return {r.id: folder_bytes(r.workdir, stop_over=limit) for r in self.jobs(state="running")}
+
+    def stop_over_folder_limit(self, sizes: dict[str, int], now: float) -> list[str]:
+        """Stop the running jobs whose folder is over c.TrainPool.max_job_folder_mib: they fail with
+        the reason (the intent is written before the signal, as for a cancel)."""
+        limit = self.cfg.max_job_folder_mib * 1024 * 1024
+        stopped = []
+        for job_id, size in sizes.items():
+            row = self.job(job_id)
+            if not limit or size <= limit or row is None or row.state != "running" or not row.pid:
+                continue
+            msg = f"its folder holds {size // (1024 * 1024)} MiB, over the limit of {self.cfg.max_job_folder_mib} MiB"
+            self._log_line(row, f"--- gpupool: {msg}: stopped ---")
+            self._set(job_id, state="preempting", intent="disk-limit", term_sent=now, message=f"stopping: {msg}")
+            self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
+            self.pool.store.record("disk-limit", f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id)
+            stopped.append(job_id)
+        return stopped
+
+    def remove_old_folders(self, now: float) -> list[str]:
+        """Remove the folders of jobs finished more than c.TrainPool.keep_finished_days ago; their
+        records stay, saying so."""
+        keep_s = self.cfg.keep_finished_days * 86400
+        if not keep_s:
+            return []
+        removed = []
+        for row in self.jobs():
+            if row.state not in ("succeeded", "failed", "cancelled") or not row.finished or now - row.finished < keep_s:
+                continue
+            if not os.path.lexists(row.workdir):
+                continue
+            if remove_folder(row.workdir):
+                removed.append(row.id)
+                self.pool.store.record("folder-removed", f"the folder of job {row.id} was removed"
+                                       f" {self.cfg.keep_finished_days:g} days after it ended", owner=row.owner,
+                                       name=row.id)
+            else:
+                log.warning("could not remove the folder of job %s: %s", row.id, row.workdir)
+        return removed
+
+    def _find_run(self, row: TrainJob) -> int | None:
+        """The wrapper of a run started just before a crash: in the job's cgroup, else by its folder."""
+        runner = self.runner
+        if runner.contained:
+            found = [p for p in runner.cgroups.tree.pids(runner.cgroups.job(row.id)) if is_run(p, row.workdir)]
+            if found:
+                return found[0]
+        return find_run(row.workdir)
 
 
 def _alloc_query(w: Workload):
