@@ -216,7 +216,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             split_milli(milli)  # a shape every backend can express
         except PoolError as err:
             raise self.refused(err) from None
-        return self.reserve_milli(milli)
+        # off the event loop: on Kubernetes KAI places train jobs, so nothing else in the hub
+        # changes the pool's state without the manager's lock
+        return await self.reserve_milli_off_loop(milli)
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()

@@ -107,7 +107,7 @@ class GPUSpawnerMixin(HasTraits):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage())
+            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.user_groups))
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -129,6 +129,18 @@ class GPUSpawnerMixin(HasTraits):
         try:
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
                                             in_pools=self.places_in_pools())
+        except PoolError as err:
+            raise self.refused(err) from None
+        self.gpupool_allocation = alloc
+        return alloc
+
+    async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:
+        """`reserve_milli` with the quota check, placement and commit in a worker thread
+        (PoolManager.reserve_build_async): the hub's event loop serves other spawns meanwhile.
+        For spawners whose hub changes the pool's state only under the manager's lock."""
+        try:
+            alloc = await self.pool.reserve_build_async(self.user.name, self.user_groups, self.name, milli,
+                                                        pool=pool, in_pools=self.places_in_pools())
         except PoolError as err:
             raise self.refused(err) from None
         self.gpupool_allocation = alloc
