@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .node_classes import NodeIndex, gpu_with
 from .request import Placement, Request
 from .state import ClusterState
 from .units import MILLI_PER_GPU
@@ -164,7 +165,6 @@ class FragModel:
 
     def __init__(self, state: ClusterState, shapes: list[Shape], *, cpu_aware: bool = True,
                  size_exponent: float = 0.0) -> None:
-        n = len(state.inventory.nodes)
         share = [s for s in shapes if s.num_gpu and s.is_sharing]
         whole = [s for s in shapes if s.num_gpu and not s.is_sharing]
         self.cpu_aware = cpu_aware
@@ -180,13 +180,13 @@ class FragModel:
         self.share_cpu = np.array([s.cpu_milli for s in share], dtype=np.int64)
         self.whole_k = np.array([s.num_gpu for s in whole], dtype=np.int64)
         self.whole_cpu = np.array([s.cpu_milli for s in whole], dtype=np.int64)
-        # weight of each shape on each node: 0 where the node's GPU model is not allowed
-        self.share_w = np.zeros((n, len(share)))
-        for k, s in enumerate(share):
-            self.share_w[:, k] = weight[k] * _models(state, s.gpu_models)
-        self.whole_w = np.zeros((n, len(whole)))
-        for k, s in enumerate(whole):
-            self.whole_w[:, k] = weight[len(share) + k] * _models(state, s.gpu_models)
+        # weight of each shape on each GPU model (0 where the model is not allowed), looked up by
+        # the nodes' models when scored: a refreshed target costs (models x shapes), not (nodes x shapes)
+        self.model_id = state.model_id
+        allowed = np.array([[not s.gpu_models or m in s.gpu_models for s in share + whole] for m in state.models],
+                           dtype=float).reshape(len(state.models), len(share) + len(whole))
+        wm = allowed * np.array(weight, dtype=float)
+        self.share_wm, self.whole_wm = wm[:, : len(share)], wm[:, len(share):]
 
     # --- building blocks -------------------------------------------------------
     def _q(self, free: np.ndarray) -> np.ndarray:
@@ -204,7 +204,8 @@ class FragModel:
         """U from the CPU left (M,), Q (M, [C,] J) and whole free GPUs (M, [C])."""
         cs = self._slots(cpu, self.share_cpu)  # (M, S1)
         cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
-        ws, ww = self.share_w[idx], self.whole_w[idx]
+        m = self.model_id[idx]
+        ws, ww = self.share_wm[m], self.whole_wm[m]
         if q.ndim == 3:  # one row per candidate GPU
             cs, cw, ws, ww = cs[:, None], cw[:, None], ws[:, None], ww[:, None]
         qs = q[..., self.share_col]
@@ -312,6 +313,9 @@ class FragAware:
     # mixes, no change on openb default; exponent 0 is FGD's weighting, -1 loses 0.7 points
     # on a sharing-heavy mix).
     SIZE_EXPONENT = -0.5
+    # score nodes by classes of alike nodes (node_classes.py) when this many need scoring at
+    # once (a new request shape, a refreshed target): below, grouping costs more than it saves
+    CLASSES_FROM = 64
 
     def __init__(
         self, coverage: float = 0.95, half_life: float | None = HALF_LIFE, refresh_every: int = 1024,
@@ -326,6 +330,7 @@ class FragAware:
         self._model: FragModel | None = None
         self._u_now: _ShapeCache | None = None
         self._caches: dict[tuple[int, int, int], _ShapeCache] = {}
+        self._index: NodeIndex | None = None
 
     def _due(self) -> bool:
         """Refresh the target at 1, 2, 4 ... requests, then every `refresh_every`:
@@ -349,13 +354,35 @@ class FragAware:
         n = len(state.inventory.nodes)
         self._u_now = _ShapeCache(n)
         self._caches = {}
+        if self._index is None or self._index.state is not state:
+            self._index = NodeIndex(state)  # kept across target refreshes: it depends on the state alone
+
+    def _best_after(self, model: FragModel, state: ClusterState, nodes: np.ndarray,
+                    req: Request) -> tuple[np.ndarray, np.ndarray]:
+        """model.best_after for `nodes`, scoring one node per class of alike nodes."""
+        if len(nodes) < self.CLASSES_FROM:
+            return model.best_after(state, nodes, req)
+        assert self._index is not None
+        reps, inverse = self._index.classes(nodes)
+        u, gpu = model.best_after(state, reps, req)
+        if not req.is_sharing:
+            return u[inverse], gpu[inverse]
+        return u[inverse], gpu_with(state, nodes, state.gpu_free[reps, gpu][inverse])
+
+    def _usable(self, model: FragModel, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        if len(nodes) < self.CLASSES_FROM:
+            return model.usable(state, nodes)
+        assert self._index is not None
+        reps, inverse = self._index.classes(nodes)
+        return model.usable(state, reps)[inverse]
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
         # the caches are a memo of (target snapshot, this state): rebuilt when either changes
         if state is not self._state or self._built != self._generation:
             self._reset(state)
         rank = state.rank
-        idx = np.flatnonzero(state.feasible(req))
+        assert self._index is not None
+        idx = np.flatnonzero(self._index.feasible(req))
         if not len(idx):
             return None
         model, now = self._model, self._u_now
@@ -369,16 +396,16 @@ class FragAware:
         ver = state.version[idx]
         stale = idx[cache.version[idx] != ver]
         if len(stale):
-            cache.u_after[stale], cache.gpu[stale] = model.best_after(state, stale, req)
+            cache.u_after[stale], cache.gpu[stale] = self._best_after(model, state, stale, req)
             cache.version[stale] = state.version[stale]
         stale = idx[now.version[idx] != ver]
         if len(stale):
-            now.u_after[stale] = model.usable(state, stale)
+            now.u_after[stale] = self._usable(model, state, stale)
             now.version[stale] = state.version[stale]
-        # the loss of usable capacity, to be kept as small as possible
-        gain = np.zeros_like(cache.u_after)
-        gain[idx] = cache.u_after[idx] - now.u_after[idx]
-        i = int(idx[np.lexsort((rank[idx], -gain[idx]))[0]])
+        # the loss of usable capacity, to be kept as small as possible; ties to the lowest rank
+        gain = cache.u_after[idx] - now.u_after[idx]
+        best = idx[gain == gain.max()]
+        i = int(best[np.argmin(rank[best])])
         if req.is_sharing:
             return state.placement_on(i, req, [int(cache.gpu[i])])
         return state.placement_on(i, req, _lowest_gpus(state, i, req))
