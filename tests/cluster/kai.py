@@ -99,6 +99,7 @@ def start(plane: ControlPlane, folder: Path, timeout: float = 90.0) -> None:
     starts KAI's processes (they join the plane's: logs beside theirs, stopped with them)."""
     folder.mkdir(parents=True, exist_ok=True)
     bins = build.optional("kai")
+    plane.exclusive()  # one KAI per machine: its pod-group controller binds :8080
     webhook_port = free_port()
     probes = {name: free_port() for name in ("admission", "binder", "podgrouper", "podgroupcontroller")}
     # controller-runtime's webhook server reads its certificate from $TMPDIR/k8s-webhook-server/serving-certs
@@ -160,6 +161,7 @@ def stop(plane: ControlPlane) -> None:
             proc.terminate()
     for name in PROCESSES:
         plane.stop_process(name)
+    plane.release_exclusive()
     plane.start_kube_scheduler(standin=True)
 
 

@@ -44,10 +44,11 @@ def free_port() -> int:
 
 
 def machine_lock() -> TextIO:
-    """One plane per machine at a time: some components bind fixed ports whatever flags they get
-    (KAI's pod-group controller takes :8080), so a second plane started beside a running one (a
-    second checkout's tests, a benchmark) would break both. Blocks until the running one stops,
-    saying whose it is; the lock goes with the process, so a killed run never leaves it held."""
+    """The machine's one slot for components that cannot run twice on a machine: KAI's pod-group
+    controller binds :8080 whatever flags it gets, so two checkouts' KAI (tests, benchmarks)
+    would break each other. Planes themselves use free ports and run side by side; whoever starts
+    such a component takes this first (`ControlPlane.exclusive`). Blocks until the holder lets go,
+    saying who it is; the lock goes with the process, so a killed run never leaves it held."""
     path = build.cache_root() / "plane.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open(path, "a+")  # noqa: SIM115 (held for the plane's life)
@@ -157,12 +158,11 @@ class ControlPlane:
     url: str = ""
     kubeconfig: Path | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-    lock: TextIO | None = None  # the machine-wide plane lock's open file, held from start() to stop()
+    lock: TextIO | None = None  # the machine-wide lock's open file while this plane runs KAI (exclusive())
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.lock = machine_lock()
         self.certs = make_certs(self.folder / "pki")
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd = f"http://127.0.0.1:{etcd_port}"
@@ -266,6 +266,14 @@ class ControlPlane:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+        self.release_exclusive()
+
+    def exclusive(self) -> None:
+        """Takes the machine's slot for components that cannot run twice (see machine_lock)."""
+        if self.lock is None:
+            self.lock = machine_lock()
+
+    def release_exclusive(self) -> None:
         if self.lock is not None:
             self.lock.close()  # closing the file releases the flock
             self.lock = None
