@@ -31,12 +31,13 @@ from .kube_objects import (
     pod_environment,
     profile_milli,
 )
+from .kube_ready import PromptStart
 from .mixin import GPUSpawnerMixin, http_error
 
 _CHECKED = "_gpupool_checked"
 
 
-class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
+class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     gpu_sharing = Unicode(
         "kai",
         config=True,
