@@ -367,9 +367,12 @@ def _hub_api_url(hub: Any) -> str:
 
 def _is_active(hub: Any, row: Any) -> bool:
     """Does the hub know a running or starting server for this allocation?"""
-    if row.kind != "build" or row.owner not in hub.users:
-        return row.kind != "build"  # only build workspaces are reconciled here
-    spawner = hub.users[row.owner].spawners.get(row.name)
+    if row.kind != "build":
+        return True  # only build workspaces are reconciled here
+    from .api.hub_users import hub_user
+
+    user = hub_user(hub, row.owner)
+    spawner = user.spawners.get(row.name) if user is not None else None
     return bool(spawner and spawner.active)
 
 

@@ -55,6 +55,7 @@ def parse_time(text: str | None) -> float | None:
 
 HUB_PID = "GPUPOOL_HUB_PID"
 PAGINATION = "application/jupyterhub-pagination+json"
+PAGE = 100  # users per page: short enough that one page never holds the hub long for other users
 MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
 
 
@@ -131,7 +132,7 @@ class Culler:
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
-        users = self.client.paginated(f"{self.hub_api}/users?state=active", self.cfg.concurrency)
+        users = self.client.paginated(f"{self.hub_api}/users?state=active&limit={PAGE}", self.cfg.concurrency)
         out = {}
         for user in users:
             for name, server in (user.get("servers") or {}).items():

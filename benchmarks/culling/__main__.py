@@ -110,11 +110,11 @@ def pass_cost(n: int = 1000) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def class_size(users: int, concurrency: int) -> None:
+def class_size(users: int, concurrency: int, stops: int, one_at_a_time: int) -> str:
     import tempfile
     from pathlib import Path
 
-    from benchmarks.culling.class_hub import measure, table
+    from benchmarks.culling.class_hub import measure, table, verdict
     from tests.hubtools import Hub
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,11 +126,14 @@ def class_size(users: int, concurrency: int) -> None:
 
         print(f"[class size] {users} workspaces on a real hub ...", file=sys.stderr, flush=True)
         try:
-            figures = measure(hub_for, Path(tmp) / "samples.json", users, concurrency)
+            figures = measure(hub_for, Path(tmp) / "samples.json", users, concurrency,
+                              stops=min(stops, users), one_at_a_time=min(one_at_a_time, stops // 2))
         finally:
             for h in hubs:
                 h.stop()
-    print(table(figures) + "\n", flush=True)
+    line = verdict(figures)
+    print(table(figures) + "\n\n" + line + "\n", flush=True)
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,9 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--class-size", type=int, default=0, help="also time the culler on a real hub with this many"
                     " running workspaces (0: skip; takes minutes)")
     ap.add_argument("--concurrency", type=int, default=10, help="the culler's concurrency for --class-size")
+    ap.add_argument("--stops", type=int, default=1000, help="workspaces stopped at the end of the workday"
+                    " (--class-size; default 1,000)")
+    ap.add_argument("--one-at-a-time", type=int, default=100, help="of those, stopped one request at a time"
+                    " beside the concurrent ones (--class-size; default 100)")
     args = ap.parse_args(argv)
-    if args.class_size:
-        class_size(args.class_size, args.concurrency)
+    if not 0 <= args.class_size <= 100_000 or not 1 <= args.concurrency <= 100:
+        ap.error("--class-size must be 0..100000 and --concurrency 1..100")
+    class_line = class_size(args.class_size, args.concurrency, args.stops, args.one_at_a_time) \
+        if args.class_size else ""
     sessions = make_sessions(args.sessions, args.seed)
     life = [s.lifetime_s / 3600 for s in sessions]
     busy = [s.busy_s / s.lifetime_s for s in sessions]

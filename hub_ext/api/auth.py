@@ -14,6 +14,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import httputil, web
 
 from ..store.db import bounded
+from .hub_users import hub_user
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -41,8 +42,8 @@ class Directory:
         name, kind = model["name"], model.get("kind", "user")
         admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
         app = self.hub_app
-        if app is not None and kind == "user" and name in app.users:
-            user = app.users[name]
+        user = hub_user(app, name) if kind == "user" else None
+        if user is not None:
             admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
         elif kind == "service":
             # a service is an admin here only if the hub gave it admin rights over servers

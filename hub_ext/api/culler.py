@@ -6,6 +6,7 @@ its findings so notebooks and the hub page can show warnings.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
@@ -13,11 +14,15 @@ from typing import Any
 
 from tornado import web
 
+from ..store import Event
+from ..store.db import bounded
 from .auth import APIHandler
+from .hub_users import hub_user, hub_users
 from .page import record_history
 from .parking import parked_targets
 
 EXTENSION = "extension:{owner}/{name}"
+YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
 def culler_state(settings: dict) -> dict[str, Any]:
@@ -38,6 +43,8 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
     session_end: SessionEnd | None = settings.get("session_end")
     if session_end is None:  # no culler: no time limit to show
         return found
+    # one user's page asks for their own: no map of every user for that
+    user_of = hub_users(hub_app) if owner is None else (lambda name: hub_user(hub_app, name))
     for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
         key = f"{row.owner}/{row.name}"
         seen = found.get(key)
@@ -45,7 +52,7 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
             continue
         ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
         extended = ext.get("allocation") == row.id
-        user = hub_app.users[row.owner] if hub_app is not None and row.owner in hub_app.users else None
+        user = user_of(row.owner)
         spawner = user.spawners.get(row.name) if user is not None else None
         options = getattr(spawner, "user_options", None)
         profile = str(options.get("profile") or "") if isinstance(options, dict) else ""
@@ -63,19 +70,23 @@ class TargetsHandler(APIHandler):
     """Every build workspace with what the culler needs to judge it."""
 
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         caller = self.caller
         if not caller.sees_all:
             raise web.HTTPError(403, "only the culler service and admins may list workspaces")
         pool = self.pool
         out = []
         app = self.directory.hub_app
-        for row in pool.store.allocations(kind="build"):
+        user_of = hub_users(app)
+        extensions = pool.store.settings_under(EXTENSION.split("{")[0])  # one read, not one per workspace
+        for n, row in enumerate(pool.store.allocations(kind="build")):
+            if n and not n % YIELD_EVERY:
+                await asyncio.sleep(0)  # a class of thousands: other users' requests go in between
             node = pool.inventory.node(row.node)
             gpus = [node.gpus[i] for i in row.gpus]
-            user = app.users[row.owner] if app is not None and row.owner in app.users else None
+            user = user_of(row.owner)
             spawner = user.spawners.get(row.name) if user is not None else None
-            ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
+            ext = extensions.get(EXTENSION.format(owner=row.owner, name=row.name)) or {}
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
                 "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
@@ -102,7 +113,7 @@ class ReportHandler(APIHandler):
     """The culler posts each pass: per-workspace status, and warnings/culls as events."""
 
     @web.authenticated
-    def post(self) -> None:
+    async def post(self) -> None:
         caller = self.caller
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
@@ -115,11 +126,18 @@ class ReportHandler(APIHandler):
         state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in workspaces}
         state["pass_time"] = pass_time
         record_history(self.settings, self.pool, workspaces, pass_time)
+        # the writes in a worker thread, the events in one transaction: a pass that stops a class
+        # at the end of the workday reports a thousand culls, which must not hold the hub's loop
+        await asyncio.to_thread(self._write, workspaces, pass_time, events)
+        self.write_json({"ok": True})
+
+    def _write(self, workspaces: list[dict], pass_time: float, events: list[dict]) -> None:
         if self.settings.get("usage") is not None:  # GPU use samples for usage accounting
             self.settings["usage"].record_report(workspaces, pass_time)
-        for e in events:
-            self.pool.store.record(e["kind"], e["message"], owner=e["owner"], name=e["name"], reason=e["reason"])
-        self.write_json({"ok": True})
+        if events:
+            with self.pool.store.session() as s:
+                s.add_all(Event(kind=e["kind"], message=bounded(e["message"]), owner=e["owner"], name=e["name"],
+                                data={"reason": e["reason"]}) for e in events)
 
 
 EVENT_KINDS = ("warn", "cull", "memory", "park")
