@@ -201,24 +201,43 @@ class FragModel:
 
     def _u(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, nf: np.ndarray,
            *, cpu_aware: bool) -> np.ndarray:
-        """U from the CPU left (M,), Q (M, [C,] J) and whole free GPUs (M, [C])."""
+        """U from the CPU left (M,), Q (M, J) and whole free GPUs (M,)."""
+        return self._u_share(idx, cpu, q, cpu_aware=cpu_aware) + self._u_whole(idx, cpu, nf, cpu_aware=cpu_aware)
+
+    # U is a sum of exact integers (whole weights x milli): its two parts can be added in any
+    # order, and computed on different rows (a share's part per candidate GPU, the whole GPUs'
+    # part per node and count of whole free GPUs)
+    def _u_share(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, *, cpu_aware: bool,
+                 rows: np.ndarray | None = None) -> np.ndarray:
+        """The sharing shapes' part of U, from the CPU left (M,) and Q (M, J); with `rows`, Q
+        has one row per candidate, on node rows[i]."""
         cs = self._slots(cpu, self.share_cpu)  # (M, S1)
-        cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
-        m = self.model_id[idx]
-        ws, ww = self.share_wm[m], self.whole_wm[m]
-        if q.ndim == 3:  # one row per candidate GPU
-            cs, cw, ws, ww = cs[:, None], cw[:, None], ws[:, None], ww[:, None]
+        ws = self.share_wm[self.model_id[idx]]
+        if rows is not None:
+            cs, ws = cs[rows], ws[rows]
         qs = q[..., self.share_col]
-        n = nf[..., None]
-        k = self.whole_k
         # FGD: a shape the node can host (CPU for one more task, GPU room) can use Q_s
         u = (ws * (cs > 0) * qs).sum(axis=-1)
-        u = u + (ww * ((cw > 0) & (n >= k)) * n * MILLI_PER_GPU).sum(axis=-1)
         if cpu_aware:
             # ... but only as many of its tasks as the CPU left can take
             u = u + (ws * np.minimum(qs, cs * self.share_milli)).sum(axis=-1)
-            u = u + (ww * np.minimum(n // k, cw) * k * MILLI_PER_GPU).sum(axis=-1)
         return u
+
+    def _u_whole(self, idx: np.ndarray, cpu: np.ndarray, nf: np.ndarray, *, cpu_aware: bool,
+                 less: tuple[int, ...] = (0,)) -> np.ndarray:
+        """The whole-GPU shapes' part of U, from the CPU left (M,) and whole free GPUs (M,);
+        with `less`, one row per value: nf minus that many (the slots are counted once)."""
+        cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
+        ww = self.whole_wm[self.model_id[idx]]
+        k = self.whole_k
+        out = []
+        for minus in less:
+            n = (nf - minus)[..., None]
+            u = (ww * ((cw > 0) & (n >= k)) * n * MILLI_PER_GPU).sum(axis=-1)
+            if cpu_aware:
+                u = u + (ww * np.minimum(n // k, cw) * k * MILLI_PER_GPU).sum(axis=-1)
+            out.append(u)
+        return out[0] if less == (0,) else np.stack(out)
 
     # --- what the policy and the reports call ---------------------------------
     def usable(self, state: ClusterState, idx: np.ndarray) -> np.ndarray:
@@ -255,19 +274,35 @@ class FragModel:
             return u, np.full(len(idx), -1, dtype=np.int64)
         d = req.gpu_milli
         x = self.thresholds
-        a = free[:, :, None]  # (M, G, 1): the GPU that would take the request
+        # the candidates: on each node, one GPU per distinct free share that fits (GPUs with
+        # the same room are the same choice), in ascending order of room
+        srt = np.sort(free, axis=1)
+        fresh = np.ones_like(srt, dtype=bool)
+        fresh[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        rows, cols = np.nonzero(fresh & (srt >= d))
+        a = srt[rows, cols]  # (P,): the room of the GPU that would take the request
         # The GPU that takes the task is charged in task slots: for a shape needing x
         # it loses x * (floor(a / x) - floor((a - d) / x)), so a task that fits in the
         # remainder a mod x costs that shape nothing (FGD would charge d whenever
         # a - d >= x, which cannot tell the GPUs of a node apart).
-        q = self._q(free)[:, None, :] - (a // x) * x + ((a - d) // x) * x  # (M, G, J)
-        nf_after = nf[:, None] - (free == MILLI_PER_GPU)  # (M, G)
-        u = self._u(idx, cpu, q, nf_after, cpu_aware=self.cpu_aware).astype(float)
-        u = np.where(free >= d, u, -np.inf)
-        best = u.max(axis=1)
-        order = free * 64 + np.arange(free.shape[1])
-        tie = np.where(u == best[:, None], order, np.iinfo(np.int64).max)
-        return best, tie.argmin(axis=1)
+        q = self._q(free)[rows] - (a[:, None] // x) * x + ((a[:, None] - d) // x) * x  # (P, J)
+        u = self._u_share(idx, cpu, q, cpu_aware=self.cpu_aware, rows=rows)
+        # the whole-GPU part only sees whether the GPU taken was whole: two values per node
+        whole = self._u_whole(idx, cpu, nf, cpu_aware=self.cpu_aware, less=(0, 1))
+        u = u + whole[(a == MILLI_PER_GPU).astype(np.int64), rows]
+        # per node: the best candidate, ties to the least room (the first: rooms ascend)
+        out_u, out_gpu = np.full(len(idx), -np.inf), np.full(len(idx), -1, dtype=np.int64)
+        if not len(rows):
+            return out_u, out_gpu
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(u)]))
+        best = np.maximum.reduceat(u, starts)
+        first = np.minimum.reduceat(np.where(u == best[group], np.arange(len(u)), len(u)), starts)
+        nodes = rows[starts]
+        out_u[nodes] = best
+        # ... on the lowest-index GPU with that room
+        out_gpu[nodes] = np.argmax(free[nodes] == a[first][:, None], axis=1)
+        return out_u, out_gpu
 
 # --- the policy --------------------------------------------------------------
 # Like FGD it scores a node and a GPU by the change of usable capacity for the target
