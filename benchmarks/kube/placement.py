@@ -20,6 +20,7 @@ from gpupool.sim.traces import read_pods
 from benchmarks.data import shared_data
 
 FILL = 0.7
+TRIES = 30
 
 
 def cluster(gpus: int) -> Inventory:
@@ -29,18 +30,22 @@ def cluster(gpus: int) -> Inventory:
         for i in range(gpus // 8)))
 
 
-def filled(gpus: int, requests: list[Request], rng: random.Random) -> ClusterState:
-    """Nodes taken one after another and filled with openb pods until the next does not fit
-    there (a packed cluster, like best-fit leaves it, in seconds rather than minutes), up to
-    70 % of the GPUs."""
+def filled(gpus: int, requests: list[Request], rng: random.Random, tries: int = TRIES) -> ClusterState:
+    """Nodes taken one after another and filled with openb pods drawn at random, moving on after
+    `tries` pods in a row did not fit (a packed cluster as best-fit leaves it, in seconds rather
+    than the minutes best-fit takes at this size; tries=1 leaves every node's rest different),
+    up to 70 % of the GPUs."""
     state = ClusterState(cluster(gpus))
     target = FILL * state.inventory.capacity_milli
-    used, node = 0, 0
+    used, node, misses = 0, 0, 0
     while used < target and node < len(state.inventory.nodes):
         req = rng.choice(requests)
         if not fits(state, node, req):
-            node += 1
+            misses += 1
+            if misses >= tries:
+                node, misses = node + 1, 0
             continue
+        misses = 0
         if req.is_sharing:
             free = state.gpu_free[node]
             gpus_ = [int(min(state.fitting_gpus(node, req), key=lambda g: (int(free[g]), g)))]
