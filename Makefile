@@ -60,5 +60,8 @@ cluster: venv
 bench: venv
 	$(PY) -m benchmarks
 
+# the Unix accounts a root `make up` made for its users go too (gpupool accounts --remove: those
+# whose comment says `gpupool user <name>` and whose home is in ./state)
 clean:
+	@if [ -x $(VENV)/bin/gpupool ] && [ -d state ]; then $(VENV)/bin/gpupool accounts --remove --state state; fi
 	rm -rf $(VENV) node_modules state test-artifacts

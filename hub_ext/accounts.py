@@ -4,14 +4,18 @@ When the hub runs as root, a workspace or a train job must never run as root: ea
 gets an account of their own, made with `useradd` the first time it is needed (JupyterHub's
 `LocalAuthenticator.create_system_users` habit), with a home only it can read (0700).
 
-Hub names are not Unix names (`alice.smith@uni.edu`, 60 characters, capitals). A name that is
-a valid Unix name after the prefix is used as it is; any other is normalized — characters
-outside `[a-z0-9_-]` become `-`, it is cut to 32 characters — and gets a hash of the whole
-hub name, so two hub names never normalize to the same account by accident. The account's
-comment field records which hub user it was made for (`gpupool user <hub name>`): an account that
-exists but was made for someone else, or not by gpupool, is refused rather than shared, so a
-hub user who picks a name that normalizes onto another's account gets a clear error, not their
-files.
+Which account is whose is stored, not derived: the account's comment field names the hub user it
+was made for (`gpupool user <hub name>`), and a hub user's account is the one whose comment names
+them, whatever its name. A name is chosen only when the account is made: `prefix + hub name` when
+that is a valid, free Unix name; for other hub names (`alice.smith@uni.edu`, 60 characters,
+capitals) a normalized name with a hash of the hub name; and when the chosen name is already
+taken — by an earlier account, or by another user who registered a hub name that maps onto it
+first — a name with a random part. No one can claim another user's account by predicting its
+name: they get the name, the other user gets another account, and nobody is locked out. Accounts
+made before this rule (the name computed, the comment theirs) keep working.
+
+Making accounts is bounded: at most `max_created_per_minute` in any minute and `max_accounts` in
+all, so log-ins cannot fill the password file.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ import hashlib
 import os
 import pwd
 import re
+import secrets
 import stat
 import subprocess
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from traitlets import Bool, TraitError, Unicode, validate
+from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
@@ -34,6 +41,7 @@ MAX_UNIX_NAME = 32  # useradd's limit on Linux
 MAX_HUB_NAME = 255  # the longest hub name gpupool maps (JupyterHub's own column is 255)
 MARKER = "gpupool user "  # the comment (GECOS) of an account gpupool made; no ':' or ',' allowed there
 _lock = threading.Lock()  # two spawns of one user must not both run useradd
+_made: deque[float] = deque()  # when this hub process made accounts (the per-minute bound)
 
 
 class AccountError(Exception):
@@ -74,6 +82,19 @@ class SystemAccounts(Configurable):
 
             c.SystemAccounts.shell = "/bin/bash"
         """)
+    max_created_per_minute = Int(60, min=1, config=True, help="""Accounts the hub may make in any 60
+        seconds; a log-in, spawn or job past it gets no account yet and is told to try again in a
+        minute. Bounds what a flood of log-ins (with an authenticator that admits any name) can do;
+        the default lets a class of 60 log in on its first morning at once. Example::
+
+            c.SystemAccounts.max_created_per_minute = 120
+        """)
+    max_accounts = Int(1000, min=0, config=True, help="""Accounts gpupool may have made in all (those
+        whose comment says `gpupool user ...`); past it no new hub user gets one until an admin
+        removes some (`userdel`). Example::
+
+            c.SystemAccounts.max_accounts = 5000
+        """)
 
     @validate("prefix")
     def _check_prefix(self, proposal: dict) -> str:
@@ -87,13 +108,27 @@ class SystemAccounts(Configurable):
         return unix_name(hub_name, self.prefix)
 
     def lookup(self, hub_name: str) -> Account | None:
-        """The account of `hub_name` if it exists and may be used; None when there is none."""
+        """The account of `hub_name` if it exists and may be used; None when there is none: the
+        account whose comment names this hub user (the stored mapping), else — an account gpupool
+        did not make (an admin's, a PAM user's) — the one of the computed name."""
         name = self.name_for(hub_name)
+        mine = comment_for(hub_name)
         try:
             pw = pwd.getpwnam(name)
         except KeyError:
+            pw = None
+        if pw is not None and (pw.pw_gecos.split(",")[0] == mine or not pw.pw_gecos.startswith(MARKER)):
+            return self._checked(pw, hub_name)
+        if not self.create:  # accounts an admin made: by name only (LocalProcessSpawner's rule)
             return None
-        return self._checked(pw, hub_name)
+        found = next((p for p in pwd.getpwall() if p.pw_gecos.split(",")[0] == mine and self._ours(p)), None)
+        return self._checked(found, hub_name) if found is not None else None
+
+    def _ours(self, pw: pwd.struct_passwd) -> bool:
+        """An account this hub's settings would have made (its prefix, its home root): another hub on
+        the machine may map the same hub name to an account of its own."""
+        root = self.home_root.rstrip("/")
+        return pw.pw_name.startswith(self.prefix) and (not root or pw.pw_dir.startswith(root + "/"))
 
     def ensure(self, hub_name: str) -> Account | None:
         """The account, made now if `create` is on and it is missing; None when there is none.
@@ -104,14 +139,43 @@ class SystemAccounts(Configurable):
                 return found
             if os.geteuid() != 0:
                 raise AccountError("the hub must run as root to create Unix accounts (SystemAccounts.create)")
+            self._may_create()
             self._useradd(hub_name)
+            _made.append(time.monotonic())
             found = self.lookup(hub_name)
         if found is None:
-            raise AccountError(f"useradd did not create the account {self.name_for(hub_name)!r}")
+            raise AccountError(f"useradd did not create an account for hub user {hub_name[:64]!r}")
         return found
 
-    def _useradd(self, hub_name: str) -> None:
+    def _may_create(self) -> None:
+        """The bounds on making accounts: per minute, and in all."""
+        now = time.monotonic()
+        while _made and _made[0] <= now - 60:
+            _made.popleft()
+        if len(_made) >= self.max_created_per_minute:
+            raise AccountError(f"the hub has made {len(_made)} accounts in the last minute, at most"
+                               f" {self.max_created_per_minute} (c.SystemAccounts.max_created_per_minute):"
+                               " try again in a minute")
+        made = sum(1 for p in pwd.getpwall() if p.pw_gecos.startswith(MARKER))
+        if made >= self.max_accounts:
+            raise AccountError(f"this machine has {made} accounts made by gpupool, at most {self.max_accounts}"
+                               " (c.SystemAccounts.max_accounts): an admin must remove some first")
+
+    def free_name(self, hub_name: str) -> str:
+        """The name a new account of `hub_name` gets: the computed one when it is free, else one with a
+        random part (someone holds the computed name: an earlier account, or a squatter)."""
         name = self.name_for(hub_name)
+        for _ in range(20):
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                return name
+            head = self.name_for(hub_name)[: MAX_UNIX_NAME - 9].rstrip("-")
+            name = f"{head}-{secrets.token_hex(4)}"
+        raise AccountError(f"no free Unix account name for hub user {hub_name[:64]!r}")
+
+    def _useradd(self, hub_name: str) -> None:
+        name = self.free_name(hub_name)
         if not UNIX_NAME.match(name) or len(name) > MAX_UNIX_NAME:
             raise AccountError(f"cannot make a Unix account named {name[:64]!r} (not a Unix name): set"
                                " c.SystemAccounts.prefix so that hub names are mapped to valid ones")
@@ -222,7 +286,12 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
         script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\n"
                           "sys.exit(main())\n")
         for path in (env, *env.rglob("*")):
+            if path.is_symlink():
+                continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
             path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
+        from .user_env import link_jupyter_folders
+
+        link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
         return str(env), ""
     return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
 

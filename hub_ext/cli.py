@@ -1,4 +1,6 @@
-"""`gpupool` command line: `up` runs the embedded hub, `simulate` the pool simulator."""
+"""`gpupool` command line: `up` runs the embedded hub, `accounts` lists or removes the Unix accounts
+it made as root, `backup` / `restore` save and bring back its databases, `simulate` runs the pool
+simulator."""
 
 from __future__ import annotations
 
@@ -22,11 +24,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def config_classes() -> list[type]:
     """Every configurable class an admin may set in a gpupool config file."""
     from .accounts import SystemAccounts
+    from .contain import Containment
+    from .mover import GPUMover
     from .parking import GPUParking
     from .train.config import TrainPool
     from .usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, SystemAccounts, Usage]
+    classes: list[type] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -98,15 +102,16 @@ def up(args: argparse.Namespace) -> int:
     state = os.path.abspath(args.state)
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
-    check_config(config)
+    checked = check_config(config)
     from .embedded import chp_command, demo_password
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
-               **port_env(args))
+               GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "", **port_env(args))
     if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
         args.user_env = users_python(state)
     if args.user_env:
         env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
+    check_user_env(state)
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
     hub = subprocess.Popen(argv, env=env, cwd=state)
@@ -114,7 +119,8 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
-            print(banner(args.port, password, admin_password, state), flush=True)
+            print(banner(args.port, password, admin_password, state, args.demo_culling,
+                         containment_note(checked, state)), flush=True)
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
@@ -135,8 +141,25 @@ def users_python(state: str) -> str:
     return folder
 
 
-def banner(port: int, password: str, admin_password: str, state: str) -> str:
-    from .embedded import isolation
+def check_user_env(state: str) -> None:
+    """A hub whose users run as their own accounts starts their servers with the users' Python:
+    one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
+    spawn that seemed to work. Said now, with what is missing, instead."""
+    from .embedded import isolation, user_python
+    from .user_env import missing_jupyter
+
+    if isolation(state)[0] != "accounts":
+        return
+    missing = missing_jupyter(user_python())
+    if missing:
+        raise SystemExit(f"gpupool: workspaces would start without {', '.join(missing)}: the users' Python"
+                         f" {user_python()} does not find them. Install gpupool (it brings JupyterLab) in that"
+                         " environment, or leave --user-env out to let `gpupool up` make one")
+
+
+def banner(port: int, password: str, admin_password: str, state: str, demo_culling: bool = False,
+           contained: str = "") -> str:
+    from .embedded import DEMO_CULLING_NOTE, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -144,7 +167,20 @@ def banner(port: int, password: str, admin_password: str, state: str) -> str:
         f"  as 'admin' (an admin) with the password: {admin_password}\n"
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
         f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
+        + (f"  {contained}\n" if contained else "")
+        + (f"  {DEMO_CULLING_NOTE}\n" if demo_culling else "")
     )
+
+
+def containment_note(c: Config, state: str) -> str:
+    """Said at start: whether jobs and workspaces run in cgroups of their own (the hub's own finding,
+    with the same settings: its database names the cgroups)."""
+    from .contain import Containment, WorkloadCgroups, detect, hub_key
+
+    db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
+    tree = detect(Containment(config=c).mode, hub_key(db_url))
+    return WorkloadCgroups(tree, "").describe().replace(f" ({tree.root})", "") if tree.available \
+        else WorkloadCgroups(tree, "").describe()
 
 
 def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
@@ -200,7 +236,34 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up":
         return up(args)
+    if args.command in ("backup", "restore"):
+        return backup_or_restore(args)
+    if args.command == "accounts":
+        from .account_cleanup import main as accounts
+
+        return accounts(args.state, args.remove, args.kill)
     return 2
+
+
+def backup_or_restore(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .backup import BackupError, backup, restore
+
+    state, folder = Path(args.state).absolute(), Path(args.folder).absolute()
+    try:
+        if args.command == "backup":
+            made = backup(state, folder)
+            print(f"gpupool: backed up {', '.join(made['files'])} of {state} (instance {made['instance']})"
+                  f" to {folder}")
+        else:
+            for line in restore(folder, state):
+                print(f"gpupool: {line}")
+            print("gpupool: restored; start the hub again (`gpupool up`)")
+    except (BackupError, OSError) as err:
+        print(f"gpupool: {args.command} failed: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
                       metavar="FILE", help="write a commented config file and exit")
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument("--demo-culling", action="store_true",
+                      help="try the idle culler and GPU parking in minutes without a GPU: short limits, and GPU"
+                           " use is what users say (%%gpupool gpu busy / idle) (README: Try culling and parking)")
     p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
                       help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
                            " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
@@ -218,7 +284,21 @@ def build_parser() -> argparse.ArgumentParser:
     for opt, (var, default, what) in PORTS.items():
         p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
                           help=f"{what} (default {default}, or ${var})")
+    p_acc = sub.add_parser("accounts", help="list (or remove) the Unix accounts `gpupool up` made as root",
+                           description="The Unix accounts a root `gpupool up` made for its hub users: those whose"
+                                       " comment says `gpupool user <name>` and whose home is in the state folder."
+                                       " `make clean` removes them.")
+    p_acc.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+    p_acc.add_argument("--remove", action="store_true", help="userdel them, with their homes (the hub must be"
+                                                             " stopped)")
+    p_acc.add_argument("--kill", action="store_true", help="with --remove: kill their processes first")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
+    p_backup = sub.add_parser("backup", help="copy the hub's databases into a new folder (safe while it runs)")
+    p_restore = sub.add_parser("restore", help="put a backup's databases back (the hub must be stopped;"
+                                               " the files replaced are kept aside)")
+    for p in (p_backup, p_restore):
+        p.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+        p.add_argument("folder", help="the backup folder")
     return parser
 
 

@@ -7,17 +7,23 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
+import re
+
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
-from .pool.units import UnitError
+from .pool.units import UnitError, shown
 
 LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
 # the options an admin may also change at run time through the API (PUT api/quotas)
 QUOTA_KEYS = ("default_build_quota", "allowed_fractions", "max_gpus_per_workspace",
               "max_workspaces_per_user", "group_overrides", "group_totals", "build_pools")
 MAX_POOLS = 16
+# a group named in quotas: what JupyterHub and the usual authenticators name groups ("cs101",
+# "physics-lab", GitHub's "org:team", "staff@uni.edu"), at most JupyterHub's 255 characters; a
+# typo such as "cs 101!" would otherwise be kept as a group nobody is in
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+:/-]{0,254}\Z")
 
 
 class GPUPool(LoggingConfigurable):
@@ -218,17 +224,23 @@ class GPUPool(LoggingConfigurable):
 
     @validate("allowed_fractions")
     def _check_fractions(self, proposal: dict) -> list[float]:
-        for value in proposal["value"]:
-            _size(value, "allowed_fractions")
+        _sizes(proposal["value"], "allowed_fractions")
         return proposal["value"]
 
     @validate("max_workspaces_per_user")
     def _check_max_workspaces(self, proposal: dict) -> int:
         return _count(proposal["value"], "max_workspaces_per_user")
 
+    @validate("group_totals")
+    def _check_totals(self, proposal: dict) -> dict:
+        for group in proposal["value"]:
+            group_name(group, "group_totals")
+        return proposal["value"]
+
     @validate("group_overrides")
     def _check_overrides(self, proposal: dict) -> dict:
         for group, limits in proposal["value"].items():
+            group_name(group, "group_overrides")
             if not isinstance(limits, dict):
                 raise TraitError(f"GPUPool.group_overrides[{group!r}] must be a dict, got {limits!r}")
             unknown = set(limits) - LIMIT_KEYS
@@ -253,9 +265,7 @@ class GPUPool(LoggingConfigurable):
             where = f"group_overrides[{group!r}]"
             overrides[group] = BuildLimits(
                 quota_milli=_milli(lim.get("quota", self.default_build_quota), where),
-                sizes_milli=tuple(
-                    sorted(_size(f, where) for f in _list(lim.get("fractions", self.allowed_fractions), where))
-                ),
+                sizes_milli=_sizes(_list(lim.get("fractions", self.allowed_fractions), where), where),
                 max_per_workspace_milli=_milli(
                     lim.get("max_per_workspace", self.max_gpus_per_workspace), where
                 ),
@@ -266,12 +276,33 @@ class GPUPool(LoggingConfigurable):
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
 
 
+def group_name(name: object, where: str) -> str:
+    if not isinstance(name, str) or not GROUP_NAME.match(name):
+        raise TraitError(f"GPUPool.{where}: a group name is 1 to 255 letters, digits or . _ @ + : / -,"
+                         f" starting with a letter or digit (no spaces); not {shown(name)}")
+    return name
+
+
 def _size(value: object, where: str) -> int:
     """A GPU size offered on the form: more than 0 GPU."""
     milli = _milli(value, where)
     if milli <= 0:
         raise TraitError(f"GPUPool.{where}: a GPU size must be more than 0, got {value!r}")
     return milli
+
+
+MAX_SIZES = 64  # GPU sizes a form offers: a choice for people, not a table
+
+
+def _sizes(values: list, where: str) -> tuple[int, ...]:
+    """GPU sizes offered on the form: each more than 0, each once, at most MAX_SIZES of them."""
+    if len(values) > MAX_SIZES:
+        raise TraitError(f"GPUPool.{where}: at most {MAX_SIZES} GPU sizes, got {len(values)}")
+    sizes = sorted(_size(f, where) for f in values)
+    twice = sorted({m for m in sizes if sizes.count(m) > 1})
+    if twice:
+        raise TraitError(f"GPUPool.{where}: each GPU size once; repeated: {[m / 1000 for m in twice]}")
+    return tuple(sizes)
 
 
 def _pools(value: object, where: str) -> tuple[str, ...]:
@@ -320,4 +351,21 @@ def policy_from_document(doc: dict) -> BuildQuotaPolicy:
     unknown = set(doc) - set(QUOTA_KEYS)
     if unknown:
         raise ValueError(f"unknown quota options {sorted(unknown)}; use {list(QUOTA_KEYS)}")
+    for key in ("default_build_quota", "max_gpus_per_workspace"):  # in plain words, not traitlets'
+        if key in doc:
+            _milli(doc[key], key)
     return GPUPool(**doc).quota_policy()
+
+
+def quota_notes(policy: BuildQuotaPolicy) -> list[str]:
+    """What a quota setting means when it shuts people out: said back to the admin who saved it
+    (a default of 0 is allowed, for hubs where only some groups get GPUs, but never silently)."""
+    notes = []
+    if policy.default.quota_milli == 0:
+        notes.append("the default build quota is 0: users in no group with a quota of its own cannot start"
+                     " a GPU workspace")
+    notes += [f"group {g!r} has a build quota of 0: its members cannot start a GPU workspace (unless another"
+              " of their groups allows it)" for g, lim in sorted(policy.group_overrides.items()) if lim.quota_milli == 0]
+    notes += [f"group {g!r} has a total of 0: its members cannot start a GPU workspace"
+              for g, total in sorted(policy.group_totals_milli.items()) if total == 0]
+    return notes

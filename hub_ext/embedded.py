@@ -19,6 +19,27 @@ DEMO_SETTINGS: dict[str, dict[str, object]] = {
 }
 
 
+# `gpupool up --demo-culling`: the idle culler and GPU parking in minutes, with no GPU. GPU use is
+# what users say (%gpupool gpu busy|idle; idle unless said), sampled every 10 s: an idle GPU is
+# parked after 2 min (a cell brings it back), a session is warned 4 min before its end at 8 min
+# and may be extended once by 5 min. An admin's --config still overrides any of these.
+DEMO_CULLING: dict[str, dict[str, object]] = {
+    "IdleCuller": {"sampler": "demo", "interval_s": 10.0, "window_s": 10.0, "stale_after_s": 60.0,
+                   "park_after_s": 120.0, "max_age_s": 480.0, "warn_before_s": 240.0, "extension_s": 300.0,
+                   "busy_grace_s": 60.0, "idle_limit_s": 240.0, "jupyter_idle_s": 60.0},
+    "GPUParking": {"grant_interval_s": 2.0},
+}
+DEMO_CULLING_NOTE = ("culling demo: GPU use is what you say (%gpupool gpu busy / idle; idle until said): an idle"
+                     " GPU is parked after 2 min (run a cell to get it back), sessions are warned at 4 min and end"
+                     " at 8 min (Extend: 5 min more, once)")
+
+
+def apply_demo_culling(c: Config) -> None:
+    for cls, settings in DEMO_CULLING.items():
+        for name, value in settings.items():
+            setattr(c[cls], name, value)
+
+
 def apply_demo(c: Config) -> None:
     for cls, settings in DEMO_SETTINGS.items():
         for name, value in settings.items():

@@ -11,6 +11,7 @@ from gpupool.accounts import make_on_login
 from gpupool.embedded import (
     ACCOUNT_PREFIX,
     apply_demo,
+    apply_demo_culling,
     chp_command,
     demo_password,
     isolation,
@@ -67,6 +68,8 @@ else:  # everyone shares the hub's account (`gpupool up` says so)
     spawner = os.environ.get("GPUPOOL_SPAWNER") or "gpupool-simple"
 
 apply_demo(c)  # virtual GPUs where NVML finds none, two training projects (gpupool.embedded.DEMO_SETTINGS)
+if os.environ.get("GPUPOOL_DEMO_CULLING") == "1":  # gpupool up --demo-culling
+    apply_demo_culling(c)
 
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
 configure(c, spawner=spawner, culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

@@ -26,6 +26,10 @@ POINTS = {
     "train.resume.recorded": "a preempted job is recorded running again; no process yet",
     "train.preempt.persisted": "a preemption is written; the job has not been signalled",
     "train.cancel.persisted": "a cancel is written; the job has not been signalled",
+    "move.reserved": "a move's destination is reserved; its kernel still runs on the source",
+    "move.parked": "the moving kernel is checkpointed; not restored anywhere",
+    "move.restored": "the moved kernel runs on the destination; the source is not released",
+    "move.returning": "a failed restore: the kernel is checkpointed again on its way back to the source",
 }
 
 

@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from .pool import (
     Request,
     format_gpus,
 )
+from .pool.errors import RoomBeingFreed
 from .pool.parking import ParkedShare, newcomer_view, quota_holdings
 from .pool.placement import Policy
 from .pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -64,12 +65,15 @@ class PoolManager:
         self.quotas = quotas
         self.policy = policy
         self.node_pools: dict[str, NodePool] = {}  # c.TrainPool.node_pools, for build workspaces too
+        self.skipped_settings: dict[str, str] = {}  # stored admin settings that no longer validate: why
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
         # held by every change of `state` made here: reserve_build_async runs in a worker thread
         self.lock = threading.RLock()
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
+        # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
+        self.room_for_build: Callable[..., list[str] | None] | None = None
         self.build_reserved: Callable[[Workload], None] | None = None
         # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
         # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
@@ -97,26 +101,36 @@ class PoolManager:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
         return rows[0] if rows else None
 
-    def group_usage(self, only: Iterable[str] | None = None) -> dict[str, int]:
-        """What the members of each group hold together. `only`: just these groups, and
-        nothing read when none of them has a total to check (a spawn of a user in no capped
-        group costs no scan of every workspace)."""
+    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None,
+                    only: Iterable[str] | None = None) -> dict[str, int]:
+        """Build GPUs held per group. `groups_of`: each holder's groups as the hub has them now,
+        so a member added since their spawn counts for the group and one removed no longer
+        does; a holder it does not name counts in the groups recorded at the spawn. `only`:
+        just these groups, and nothing read when none of them has a total to check (a spawn of
+        a user in no capped group costs no scan of every workspace)."""
         wanted = None if only is None else set(only)
         if wanted is not None and not wanted & set(self.quotas.group_totals_milli):
             return {}
+
+        def add(owner: str, recorded: Iterable[str] | None, milli: int) -> None:
+            now = groups_of[owner] if groups_of is not None and owner in groups_of else recorded or ()
+            for g in set(now):
+                if wanted is None or g in wanted:
+                    usage[g] = usage.get(g, 0) + milli
+
         usage: dict[str, int] = {}
-        with self.store.session() as s:
-            rows = s.execute(select(Allocation.groups, Allocation.gpus, Allocation.gpu_milli)
+        with self.store.session() as s:  # the columns only, not every row as an object
+            rows = s.execute(select(Allocation.owner, Allocation.groups, Allocation.gpus, Allocation.gpu_milli)
                              .filter_by(kind="build")).all()
-        for groups, gpus, gpu_milli in rows:
-            for g in set(groups or ()):
-                if wanted is None or g in wanted:
-                    usage[g] = usage.get(g, 0) + len(gpus) * gpu_milli
+        for owner, groups, gpus, gpu_milli in rows:
+            add(owner, groups, len(gpus) * gpu_milli)
         for p in self.parked_without_gpu():  # a parked share still counts against quotas
-            for g in set(p.groups):
-                if wanted is None or g in wanted:
-                    usage[g] = usage.get(g, 0) + p.total_milli
+            add(p.owner, p.groups, p.total_milli)
         return usage
+
+    def build_holders(self) -> set[str]:
+        """Every user holding a build share (or a parked one)."""
+        return {r.owner for r in self.store.allocations(kind="build")} | {p.owner for p in self.parked_shares()}
 
     def parked_shares(self) -> list[ParkedShare]:
         """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
@@ -153,13 +167,15 @@ class PoolManager:
 
     def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
                       cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
-                      in_pools: bool = True) -> Allocation:
+                      in_pools: bool = True,
+                      groups_of: Mapping[str, Iterable[str]] | None = None) -> Allocation:
         """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
         `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
         affinity keeps it there), persist. Raises a PoolError that says what to do.
         Thread-safe (the manager's lock): `reserve_build_async` runs it off the event loop."""
         with self.lock:
-            return self._reserve_build(owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools)
+            return self._reserve_build(owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools,
+                                       groups_of)
 
     async def reserve_build_async(self, *args: Any, **kwargs: Any) -> Allocation:
         """`reserve_build` in a worker thread, so the hub's event loop goes on serving other
@@ -168,7 +184,8 @@ class PoolManager:
         return await asyncio.to_thread(self.reserve_build, *args, **kwargs)
 
     def _reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
-                       cpu_milli: int, memory_mib: int, pool: str | None, in_pools: bool) -> Allocation:
+                       cpu_milli: int, memory_mib: int, pool: str | None, in_pools: bool,
+                       groups_of: Mapping[str, Iterable[str]] | None) -> Allocation:
         w = Workload("build", owner, server_name)
         mine = self.store.allocations(kind="build", owner=owner)  # one read: this server's row and the rest
         existing = next((r for r in mine if r.name == server_name), None)
@@ -183,7 +200,7 @@ class PoolManager:
             pools = ()
         held = [Holding(r.name, r.total_milli) for r in mine if r.name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
-        self.quotas.check(milli, groups, held, self.group_usage(groups))
+        self.quotas.check(milli, groups, held, self.group_usage(groups_of, only=groups))
         if self.admission is not None:
             self.admission(w, groups, milli)
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
@@ -192,7 +209,7 @@ class PoolManager:
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
             if self.make_room_for_build is not None and self.make_room_for_build(w, req, pools=pools):
-                raise NoCapacity(
+                raise RoomBeingFreed(
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
                 ) from None

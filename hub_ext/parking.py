@@ -86,6 +86,7 @@ class ParkingService:
         self._parking: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self.failures: dict[tuple[str, str], str] = {}
+        self.moving: dict[tuple[str, str], str] = {}  # workspaces gpupool.mover is moving, with what to say
 
     # --- park -----------------------------------------------------------------
     def park(self, owner: str, name: str) -> dict[str, Any]:
@@ -102,7 +103,12 @@ class ParkingService:
 
     async def park_async(self, owner: str, name: str) -> dict[str, Any]:
         """As `park`, with the driver's work (a lock may wait for running kernels, a checkpoint
-        copies GBs) off the hub's event loop."""
+        copies GBs) off the hub's event loop. A workspace being moved (gpupool.mover) is parked
+        once the move is over (seconds), not refused: a refused park makes the culler stop it."""
+        for _ in range(600):
+            if (owner, name) not in self.moving:
+                break
+            await asyncio.sleep(0.1)
         begun = self._park_begin(owner, name)
         if isinstance(begun, dict):
             return begun
@@ -120,8 +126,9 @@ class ParkingService:
             if parked is not None:
                 return self.status(owner, name)
             raise LookupError(f"no running GPU workspace {name or 'default'!r} of {owner}")
-        if parked is not None or (owner, name) in self._restoring or (owner, name) in self._parking:
-            raise ValueError(f"{owner}/{name or 'default'} is being parked or resumed; try again later")
+        if parked is not None or (owner, name) in self._restoring or (owner, name) in self._parking \
+                or (owner, name) in self.moving:
+            raise ValueError(f"{owner}/{name or 'default'} is being parked, resumed or moved; try again later")
         if not row.pid:
             # without the server's process (Kubernetes pods live on other nodes) nothing can be
             # checkpointed, and releasing the share would leave its memory on the GPU
@@ -166,7 +173,10 @@ class ParkingService:
         if self._parked(owner, name) is None:
             if self.pool.allocation(Workload("build", owner, name)) is None:
                 raise LookupError(f"no GPU workspace {name or 'default'!r} of {owner}")
-            return self.status(owner, name)
+            status = self.status(owner, name)
+            if status["state"] == "failed":
+                self.failures.pop((owner, name), None)  # a kernel lost in a move: said once, at the next cell
+            return status
         with self.pool.store.session() as s:
             row = s.scalar(select(Parked).filter_by(owner=owner, name=name))
             if row is not None and row.claimed_at is None:
@@ -255,6 +265,10 @@ class ParkingService:
         out: dict[str, Any] = {"owner": owner, "name": name, "wait_limit_s": self.cfg.resume_wait_s}
         if row is None:
             out["state"] = "running" if alloc is not None else "none"
+            if (owner, name) in self.moving:  # its kernel's CUDA calls wait for the move's restore
+                out.update(state="moving", message=self.moving[(owner, name)])
+            elif alloc is not None and (owner, name) in self.failures:
+                out.update(state="failed", message=self.failures[(owner, name)])
             return out
         out.update(parked_at=row.parked_at, claimed_at=row.claimed_at, milli=len(row.gpus) * row.gpu_milli,
                    model=row.model, message="GPU parked — it comes back when you run a cell")
@@ -282,7 +296,7 @@ class ParkingService:
             if self.pool.inventory.node(a.node).model != model:
                 continue
             who = a.owner if sees_all or a.owner == caller else "another user"
-            what = "workspace" if a.kind == "build" else "train job"
+            what = "train job" if a.kind == "train" else "workspace"  # "move": a workspace's destination
             out.append(f"{who}'s {what} ({format_gpus(a.total_milli)})")
         return out
 

@@ -26,7 +26,6 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
-MAX_BODY_BYTES = 8 * 1024 * 1024  # over any handler's own limit (413); beyond it tornado drops the connection
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -81,9 +80,10 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from .accounts import SystemAccounts
     from .config import GPUPool
+    from .runtime import node_pools
     from .train.config import TrainPool
 
-    GPUPool(config=c).quota_policy()
+    node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
     from .usage.config import Usage
@@ -102,7 +102,7 @@ def _home_page_warnings(c: Config) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from .api.warnings import shares_for, warnings_for
+    from .api.warnings import shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -110,7 +110,7 @@ def _home_page_warnings(c: Config) -> None:
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
     c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
                                   "gpupool_warnings": lambda user: warnings_for(user, base),
-                                  "gpupool_shares": shares_for}
+                                  "gpupool_shares": shares_for, "gpupool_stops": stops_for}
 
 
 def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False,
@@ -126,7 +126,35 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
         return
     from . import tasks
 
+    refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
     tasks.start(_serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop)
+
+
+def refuse_lost_state(c: Config) -> None:
+    """Open the database and check that running work is its own (gpupool.instance); the hub stops
+    here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from . import runtime
+    from .instance import LostState
+
+    try:
+        runtime.cgroups(c)
+    except LostState as err:
+        runtime.close()
+        raise SystemExit(str(err)) from None
+    except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
+        runtime.close()
+        where = runtime.db_where(runtime.settings(c).db_url)
+        raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
+                         f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
+                         " move it aside to start empty only when no server or job of this hub runs.") from None
+    except Exception as err:
+        # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
+        import traceback
+
+        traceback.print_exc()
+        raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
 async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] = ()) -> None:
@@ -135,9 +163,17 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
 
     from . import runtime
     from .api import make_app
+    from .api.app import body_limits
+    from .api.bodies import serve
 
     hub = JupyterHub.instance()
     _log_like_hub(hub.log)
+    from .redact import install
+
+    install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
+    contained = runtime.cgroups(hub.config)
+    if hasattr(hub.spawner_class, "cleanup_orphans"):  # processes on this machine (on Kubernetes: pods)
+        (log.info if contained.available else log.warning)("containment: %s", contained.describe())
     for note in notes:
         log.info("%s", note)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
@@ -159,9 +195,11 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     usage = _start_usage(hub, pool, training, parking)
     app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
                                                              "session_end": _session_end(hub.config, culler),
+                                                             "demo_gpu_use": _demo_use(hub.config, culler),
                                                              "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
-    app.listen(port, address=ip, max_body_size=MAX_BODY_BYTES)  # the largest any handler accepts
+    _start_mover(hub, pool, parking, training, app.settings)
+    serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
     # The hub binds its own REST API only after initialize() has checked every server it had
@@ -183,6 +221,13 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     from .admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
+
+
+def _demo_use(config: Config, culler: bool) -> bool:
+    """Whether users say what their GPU does (the culling demo's sampler): api/demo/gpu-use."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    return IdleCuller(config=config).sampler == "demo"
 
 
 def _session_end(config: Config, culler: bool) -> Any:
@@ -251,11 +296,34 @@ def _start_parking(hub: Any, pool: Any) -> Any:
     return parking
 
 
+def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dict) -> Any:
+    """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
+    a restart interrupted are finished first, before anything else may take their GPUs."""
+    from tornado.ioloop import PeriodicCallback
+
+    from .api.culler import culler_state
+    from .mover import build_mover
+
+    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings), training)
+    if mover is None:
+        return None
+
+    def tick() -> None:
+        try:
+            mover.tick()
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("moving notebooks failed")
+
+    PeriodicCallback(tick, mover.cfg.interval_s * 1000).start()
+    return mover
+
+
 async def _start_training(hub: Any, pool: Any) -> Any:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
 
+    from . import runtime
     from .train.config import TrainPool
 
     cfg = TrainPool(config=hub.config)
@@ -277,8 +345,11 @@ async def _start_training(hub: Any, pool: Any) -> Any:
     else:
         from .train.service import TrainingService
 
-        training = TrainingService(pool, cfg)
+        training = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
         training.adopt_after_restart()
+        from . import tasks
+
+        tasks.start(_look_after_folders(training, cfg.folder_check_s), "measuring and cleaning job folders")
         if training.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
@@ -294,6 +365,21 @@ async def _start_training(hub: Any, pool: Any) -> Any:
 
     PeriodicCallback(tick, cfg.tick_s * 1000).start()
     return training
+
+
+async def _look_after_folders(training: Any, every_s: float) -> None:
+    """Running jobs' folders measured (stopped over c.TrainPool.max_job_folder_mib), finished ones
+    removed after c.TrainPool.keep_finished_days: walking folders runs off the event loop."""
+    import time
+
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            sizes = await asyncio.to_thread(training.measure_folders)
+            training.stop_over_folder_limit(sizes, time.time())
+            await asyncio.to_thread(training.remove_old_folders, time.time())
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("looking after job folders failed")
 
 
 async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:

@@ -142,7 +142,10 @@ class IdleCuller(Configurable):
             c.IdleCuller.exempt_admins = False
         """)
     sampler = Unicode("nvml", config=True, help="""Where GPU use comes from: nvml (this machine),
-        node-agent (Kubernetes; sampler_arg = agent URLs, comma-separated) or file (tests). Example::
+        node-agent (Kubernetes; sampler_arg = agent URLs, comma-separated), demo (no GPU needed:
+        each user says whether their workspace's GPU is busy, `%gpupool gpu busy|idle`; what
+        `gpupool up --demo-culling` uses) or file (a JSON file someone else writes, as the tests
+        do). Example::
 
             c.IdleCuller.sampler = "node-agent"
         """)

@@ -3,6 +3,7 @@
 * NVMLSampler — the embedded hub: NVML per process (through gpupool.nvml, the only module
   that calls pynvml), attributed to a workspace through the process tree of its server.
 * NodeAgentSampler — Kubernetes: per-pod JSON from the node agent DaemonSet.
+* DemoSampler — `gpupool up --demo-culling`: what users say of their GPU (busy or idle).
 * FileSampler — a JSON file someone else writes; the tests' stand-in for NVML.
 """
 
@@ -164,11 +165,35 @@ class FileSampler:
                 for t in targets if t.key in data}
 
 
-def make_sampler(kind: str, arg: str = "", token_file: str = "") -> Sampler:
+class DemoSampler:
+    """The culling demo's GPU use (`gpupool up --demo-culling`): what each user said of their
+    workspace's GPU (`%gpupool gpu busy|idle`), from the gpupool API; a workspace nobody said
+    anything of is idle, so warnings and parking come by themselves."""
+
+    BUSY_PCT = 100.0
+
+    def __init__(self, read: Callable[[str], dict]) -> None:
+        self.read = read  # GET of a gpupool API path, with the culler's token
+
+    def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
+        try:
+            said = self.read("api/demo/gpu-use").get("use", {})
+        except (OSError, ValueError) as err:
+            log.warning("the demo's GPU use could not be read: %s", err)
+            return {}
+        return {t.key: GPUUse(self.BUSY_PCT if said.get(t.key) == "busy" else 0.0, 0) for t in targets}
+
+
+def make_sampler(kind: str, arg: str = "", token_file: str = "",
+                 read: Callable[[str], dict] | None = None) -> Sampler:
+    if kind == "demo":
+        if read is None:
+            raise ValueError("the demo sampler reads the gpupool API: it runs in the culler service")
+        return DemoSampler(read)
     if kind == "nvml":
         return NVMLSampler()
     if kind == "node-agent":
         return NodeAgentSampler([u for u in arg.split(",") if u], token_file=token_file)
     if kind == "file":
         return FileSampler(arg or os.environ.get("GPUPOOL_CULLER_SAMPLES", ""))
-    raise ValueError(f"unknown sampler {kind!r}: use nvml, node-agent or file")
+    raise ValueError(f"unknown sampler {kind!r}: use nvml, node-agent, demo or file")

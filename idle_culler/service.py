@@ -156,7 +156,9 @@ class Culler:
             server = servers.get(key)
             if server is None or not server.get("ready"):
                 continue  # starting or stopping: not ours to judge yet
-            limits = self.policy.limits_for(t["groups"], (server.get("user_options") or {}).get("profile", ""))
+            # the profile the spawner offered and started (never the user's own words in user_options:
+            # a made-up name must not pick up an admin's profile override)
+            limits = self.policy.limits_for(t["groups"], t.get("profile") or "")
             tracker = self.trackers.setdefault(key, IdleTracker(limits.window_s, limits.util_threshold_pct))
             use = uses.get(key)
             if use is not None:
@@ -333,8 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = IdleCuller(**json.loads(os.environ.get("GPUPOOL_CULLER_CONFIG") or "{}"))
     clock = file_clock(args.clock_file) if args.clock_file else time.time
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
-    culler = Culler(cfg, Client(os.environ["JUPYTERHUB_API_TOKEN"]), args.hub_api, args.gpupool_url,
-                    make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file), clock, metrics)
+    client = Client(os.environ["JUPYTERHUB_API_TOKEN"])
+    api = args.gpupool_url.rstrip("/") + "/"
+    sampler = make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file,
+                           read=lambda path: client.call("GET", api + path))
+    culler = Culler(cfg, client, args.hub_api, args.gpupool_url, sampler, clock, metrics)
     parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()
     if hub_gone(parent):  # it died before we could ask to die with it

@@ -31,14 +31,16 @@ def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
                 virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
                 max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = (),
-                notes: Sequence[str] = ()) -> str:
+                reclaim: Mapping[int, int] | None = None, notes: Sequence[str] = ()) -> str:
     """Radio buttons for the sizes the user's groups allow, each with its memory and how many
     would fit in the pool now; sizes over the quota left or without room are disabled with the
     reason, so nobody has to guess why. `held` is every server of the user (the one being
     started, `this_server`, does not count against its own form). `pools`: the node pools the
     user may use, in order of preference (`gpu_free` then shows only their GPUs); with more
-    than one, the user may pick one. `notes`: what the user should read first (a GPU-hour
-    budget near or over its limit, a smaller size that would do)."""
+    than one, the user may pick one. `reclaim`: for a size without free room, how many train
+    jobs borrowing GPUs would be preempted to make it (build workspaces come first): such a size
+    is offered, and says so. `notes`: what the user should read first (a GPU-hour budget near or
+    over its limit, a smaller size that would do)."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     used = sum(h.milli for h in others)
     lines = [
@@ -61,14 +63,17 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     first = True
     for milli, fits in offered:
         room = free_slots(gpu_free, milli) if gpu_free is not None else None
-        ok = fits and room != 0 and not (max_workspaces and len(others) >= max_workspaces)
+        freed = (reclaim or {}).get(milli) if room == 0 else None
+        ok = fits and (room != 0 or freed is not None) and not (max_workspaces and len(others) >= max_workspaces)
         checked = " checked" if ok and first else ""
         first = first and not ok
         disabled = "" if ok else " disabled"
         facts = []
         if memory_mib_per_gpu:
             facts.append(f"{memory_mib_per_gpu * milli // MILLI_PER_GPU:,} MiB")
-        if room is not None:
+        if freed is not None:
+            facts.append(reclaim_text(freed))
+        elif room is not None:
             facts.append(f"room for {room} now" if room else "no room in the pool now")
         note = "" if fits else " — over your quota left"
         detail = f' <small class="gpupool-facts">({", ".join(facts)})</small>' if facts else ""
@@ -81,6 +86,14 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     lines.extend(pool_choice(pools))
     lines.append("</div>")
     return "\n".join(lines)
+
+
+def reclaim_text(jobs: int) -> str:
+    """What starting a size takes when only build-first makes room for it."""
+    if not jobs:
+        return "room is being freed: a train job is stopping"
+    return (f"no free room: starting it stops {jobs} train job{'s' if jobs > 1 else ''} borrowing idle GPUs,"
+            " as build workspaces come first")
 
 
 def pool_choice(pools: Sequence[str]) -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
-from gpupool.kube.pool_objects import node_affinity
+from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.store import Allocation
 from kubespawner import KubeSpawner
@@ -107,11 +107,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     )
 
     node_pool_label = Unicode(
-        "gpupool.io/node-pool",
+        KAI_NODE_POOL,
         config=True,
         help="""Node label of the node pools (c.TrainPool.node_pools) defined by neither models
-        nor nodes: a workspace on such a pool gets node affinity to `<label>=<pool>`. Pools by
-        model match GPU feature discovery's nvidia.com/gpu.product, pools by node the host
+        nor nodes: a workspace on such a pool gets node affinity to `<label>=<pool>`. KAI's
+        label by default: with KAI every pool is a scheduling shard whose nodes carry it. Pools
+        by model match GPU feature discovery's nvidia.com/gpu.product, pools by node the host
         name. Example::
 
             c.GPUKubeSpawner.node_pool_label = "gpupool.io/node-pool"
@@ -121,11 +122,17 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def places_in_pools(self) -> bool:
         return False  # the nominal inventory has no pools: the pod's node affinity keeps it there
 
-    def pools_affinity(self, current: dict) -> dict:
-        """The pod's affinity with its node pools' (the user's groups', or the one chosen)
-        added; `current` is what kubespawner and the profile set."""
-        names = self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
-        pools = [self.pool.node_pools[n] for n in names if n in self.pool.node_pools]
+    def workspace_pools(self) -> list[str]:
+        """The node pools this workspace may use (the user's groups', or the one chosen); with
+        KAI only the first: a pod is in one scheduling shard, which never hands it to another."""
+        names = [n for n in self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
+                 if n in self.pool.node_pools]
+        return names[:1] if self.backend().pools_are_shards else names
+
+    def pools_affinity(self, current: dict, names: list[str]) -> dict:
+        """The pod's affinity with its node pools' added; `current` is what kubespawner and the
+        profile set."""
+        pools = [self.pool.node_pools[n] for n in names]
         return merged_affinity(current, node_affinity(pools, self.node_pool_label)) if pools else current
 
     # --- backends ------------------------------------------------------------
@@ -139,10 +146,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def backend(self) -> SharingBackend:
         return make_backend(self.gpu_sharing, self.fraction_by_memory, self.mig_table())
 
-    def queue_name(self) -> str:
+    def queue_name(self, pool: str | None = None) -> str:
+        """The KAI leaf queue of this workspace; on a node pool, its project's queue there."""
         mine = set(self.user_groups)
         group = next((g for g in self.kai_queue_groups if g in mine), self.kai_default_group)
-        return self.kai_queue.format(username=self.user.name, group=group)
+        queue = self.kai_queue.format(username=self.user.name, group=group)
+        return pool_queue_name(queue, pool) if pool else queue
 
     def pod_uid(self) -> str:
         """From the pod reflector's cache (no API call): the node agents report pods by uid."""
@@ -204,7 +213,27 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             names = ", ".join(p["slug"] for p in offered) or "none"
             raise InvalidRequest(f"profile {slug!r} is not offered to you now (your groups or quota left);"
                                  f" choose one of: {names}")
+        self.gpupool_profile = str(profile.get("slug") or "")
         return profile_milli(profile)
+
+    gpupool_profile = ""  # the offered profile this workspace started with (kept in the spawner's state)
+
+    def culler_profile(self) -> str:
+        return self.gpupool_profile if self.profile_list else ""
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.gpupool_profile:
+            state["gpupool_profile"] = self.gpupool_profile
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.gpupool_profile = str(state.get("gpupool_profile") or "")
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.gpupool_profile = ""
 
     # --- lifecycle -----------------------------------------------------------
     async def reserve_share(self) -> Allocation | None:
@@ -223,23 +252,30 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
+        backend = self.backend()
         try:
+            names = self.workspace_pools()
             current = self.api.api_client.sanitize_for_serialization(pod.spec.affinity) if pod.spec.affinity else {}
-            affinity = self.pools_affinity(current or {})
+            affinity = self.pools_affinity(current or {}, names)
         except PoolError as err:
             raise http_error(err) from None
         if affinity:
             pod.spec.affinity = affinity  # a plain dict: serialized as it is when the pod is created
+        shard = names[0] if names and backend.pools_are_shards else None
         alloc = self.gpupool_allocation
-        if alloc is None:
-            return pod
-        num_gpu, gpu_milli = split_milli(alloc.total_milli)
-        try:
-            patch = self.backend().pod_gpu(num_gpu, gpu_milli, self.device_memory_mib(alloc), self.queue_name(),
-                                           self.build_priority_class)
-        except InvalidRequest as err:
-            raise http_error(err) from None
-        return apply_pod_gpu(pod, patch, pod_environment(self.gpu_environment()))
+        if alloc is None:  # no GPU, but the scheduler still needs the pod's queue and class
+            patch, env = backend.no_gpu(self.queue_name(shard), self.build_priority_class), {}
+        else:
+            num_gpu, gpu_milli = split_milli(alloc.total_milli)
+            try:
+                patch = backend.pod_gpu(num_gpu, gpu_milli, self.device_memory_mib(alloc), self.queue_name(shard),
+                                        self.build_priority_class)
+            except InvalidRequest as err:
+                raise http_error(err) from None
+            env = pod_environment(self.gpu_environment())
+        if shard:  # KAI's pod grouper copies it to the PodGroup: that pool's shard schedules it
+            patch.labels[KAI_NODE_POOL] = shard
+        return apply_pod_gpu(pod, patch, env)
 
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.

@@ -6,7 +6,10 @@ import os
 import signal
 from pathlib import Path
 
+from gpupool import runtime
 from gpupool.accounts import Account, AccountError, SystemAccounts
+from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.instance import HUB_VAR, INSTANCE_VAR
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
 from tornado import web
 
@@ -14,13 +17,63 @@ from .mixin import GPUSpawnerMixin
 
 
 class _LocalGPU(GPUSpawnerMixin):
-    """Local-process spawners: the GPU environment and the tag that finds orphaned servers."""
+    """Local-process spawners: the GPU environment, the tag that finds orphaned servers, and the
+    workspace's cgroup: the server starts in it, and the workspace has ended (its share may go)
+    only once it is empty, whatever its processes did to their session (gpupool.contain)."""
+
+    _join_fd: int | None = None
+
+    @property
+    def cgroups(self) -> WorkloadCgroups:
+        return runtime.cgroups(self.config)
+
+    @property
+    def cgroup(self) -> str:
+        return self.cgroups.workspace(self.user.name, self.name)
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))
         env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
+        env[HUB_VAR], env[INSTANCE_VAR] = self.cgroups_marker()
         return env
+
+    def cgroups_marker(self) -> tuple[str, str]:
+        """What a restarted hub recognizes this instance's servers by (gpupool.instance)."""
+        return self.cgroups.hub_key, self.cgroups.instance
+
+    async def start(self):
+        import asyncio
+
+        cgroups = self.cgroups
+        # what an earlier server of this workspace left behind ends before the new one starts
+        if not await asyncio.to_thread(cgroups.tree.end, self.cgroup, cgroups.stop_timeout_s):
+            raise _refused(f"processes of your earlier server {self.server_label} do not end; ask an admin",
+                           status=409)
+        self._join_fd = cgroups.tree.join_fd(self.cgroup)
+        try:
+            return await super().start()
+        finally:
+            if self._join_fd is not None:
+                os.close(self._join_fd)
+            self._join_fd = None
+
+    def make_preexec_fn(self, name: str):
+        # the child joins the workspace's cgroup first, as root, before anything else runs
+        return joiner(self._join_fd, super().make_preexec_fn(name))
+
+    async def end_workload(self) -> bool:
+        """Kill what is left in the workspace's cgroup (and untracked servers, found by their tag
+        where there are no cgroups); True once nothing of it runs."""
+        import asyncio
+
+        await self.end_orphans()
+        cgroups = self.cgroups
+        left = cgroups.tree.pids(self.cgroup)
+        if left:
+            self.log.warning("ending %d process(es) left in the cgroup of %s: %s", len(left), self.server_label,
+                             left[:10])
+        return await asyncio.to_thread(cgroups.tree.end, self.cgroup, cgroups.stop_timeout_s)
 
     def server_pid(self) -> int | None:
         return self.pid
@@ -51,7 +104,8 @@ def workspace_tag(owner: str, name: str) -> str:
     return f"{owner}/{name}"
 
 
-def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: str = "") -> list[int]:
+def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: str = "",
+                 marker: str = "") -> list[int]:
     """SIGTERM processes of a workspace the hub no longer knows about.
 
     A hub killed between starting a server and recording it leaves a server nobody
@@ -61,6 +115,10 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: s
     # with the hub's API URL, only this hub's servers (another hub on the machine may have a
     # user of the same name)
     hub = f"JUPYTERHUB_API_URL={hub_api_url}".encode() if hub_api_url else b""
+    # this hub's GPUPOOL_HUB=<key>: a process marked for another hub is that hub's (one started before
+    # the marker existed has none, and is matched by its tag as before)
+    mark = marker.encode()
+    key = mark.partition(b"=")[0] + b"="
     stopped = []
     for proc in Path(proc_root).iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
@@ -69,13 +127,24 @@ def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: s
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if tag in environ and (not hub or hub in environ):
+        other_hub = bool(mark) and any(v.startswith(key) and v != mark for v in environ)
+        if tag in environ and (not hub or hub in environ) and not other_hub:
             try:
                 os.kill(int(proc.name), signal.SIGTERM)
                 stopped.append(int(proc.name))
             except ProcessLookupError:
                 pass
     return stopped
+
+
+def end_orphaned(owner: str, name: str) -> list[int]:
+    """After a hub restart, for a workspace the hub does not know as running: end its cgroup (every
+    process it started) and SIGTERM untracked servers found by their tag; the pids ended."""
+    cgroups = runtime.cgroups()
+    group = cgroups.workspace(owner, name)
+    pids = cgroups.tree.pids(group)
+    cgroups.tree.end(group, cgroups.stop_timeout_s)
+    return sorted({*pids, *stop_orphans(owner, name, marker=f"{HUB_VAR}={runtime.hub_key()}")})
 
 
 async def wait_gone(pids: list[int], grace_s: float, step_s: float = 0.1) -> None:
@@ -106,7 +175,7 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
     named and (optionally) created by `c.SystemAccounts` (TLJH's `jupyter-<name>` when
     `gpupool up` runs as root; the hub name itself by default, as LocalProcessSpawner does)."""
 
-    cleanup_orphans = staticmethod(stop_orphans)
+    cleanup_orphans = staticmethod(end_orphaned)
     account: Account | None = None
 
     async def start(self):
@@ -125,8 +194,8 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
         return await super().start()
 
     def make_preexec_fn(self, name: str):
-        # LocalProcessSpawner passes the hub name; the server runs as the mapped account
-        return set_user_setuid(self.account.name if self.account is not None else name)
+        # LocalProcessSpawner passes the hub name; the server runs as the mapped account, in its cgroup
+        return joiner(self._join_fd, set_user_setuid(self.account.name if self.account is not None else name))
 
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
         if self.account is None:
@@ -139,8 +208,8 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
 _TERMINAL_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
-def _refused(message: str) -> web.HTTPError:
-    err = web.HTTPError(403, reason="no Unix account")
+def _refused(message: str, status: int = 403) -> web.HTTPError:
+    err = web.HTTPError(status, reason="no Unix account" if status == 403 else "workspace still running")
     err.jupyterhub_message = message  # shown on the spawn page and in API replies
     return err
 
@@ -149,4 +218,4 @@ class GPUSimpleLocalProcessSpawner(_LocalGPU, SimpleLocalProcessSpawner):
     """SimpleLocalProcessSpawner on a GPU share: no system accounts needed (demos, tests,
     teaching machines where everyone is one Unix user). Not isolated: see its parent."""
 
-    cleanup_orphans = staticmethod(stop_orphans)
+    cleanup_orphans = staticmethod(end_orphaned)

@@ -10,15 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from gpupool import failpoints, runtime
+from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
 from gpupool.manager import PoolManager, Workload
-from gpupool.pool import GPU, PoolError
+from gpupool.pool import GPU, PoolError, Request
+from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
 from gpupool.store import Allocation
 from tornado import web
 from traitlets import HasTraits, default
 
-from .form import parse_form, render_form, requested_milli, requested_pool
+from .form import free_slots, parse_form, render_form, requested_milli, requested_pool
 
 
 def http_error(err: PoolError) -> web.HTTPError:
@@ -50,6 +52,16 @@ class GPUSpawnerMixin(HasTraits):
     @property
     def user_groups(self) -> list[str]:
         return sorted(g.name for g in self.user.groups)
+
+    def membership(self):
+        """Every build holder's groups as the hub has them now, for group totals (members
+        added to a group after their spawn count for it); None before the gpupool API runs,
+        and when none of this user's groups has a total (nothing to count: a spawn in a class of
+        thousands reads no other user). Read on the event loop: the hub's ORM is not threadsafe."""
+        directory = (runtime.api_settings or {}).get("directory")
+        if directory is None or not set(self.user_groups) & set(self.pool.quotas.group_totals_milli):
+            return None
+        return directory.groups_of(self.pool.build_holders())
 
     # --- the spawn form ------------------------------------------------------
     def __init__(self, **kwargs: Any) -> None:
@@ -94,11 +106,20 @@ class GPUSpawnerMixin(HasTraits):
         pools = pool.build_pools(self.user_groups)
         state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
             if pools and self.places_in_pools() else pool.state
+        gpu_free = state.gpu_free.tolist()
+        reclaim = {}
+        if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
+            for milli, fits in offered:
+                if fits and free_slots(gpu_free, milli) == 0:
+                    victims = pool.room_for_build(Request.for_gpus(milli),
+                                                  pools=tuple(pools) if self.places_in_pools() else ())
+                    if victims is not None:
+                        reclaim[milli] = len(victims)
         notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
-                           gpu_free=state.gpu_free.tolist(), max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, notes=notes)
+                           gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
+                           this_server=self.name, pools=pools, reclaim=reclaim, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -107,7 +128,8 @@ class GPUSpawnerMixin(HasTraits):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.user_groups))
+            self.pool.quotas.check(milli, self.user_groups, held,
+                                   self.pool.group_usage(self.membership(), only=self.user_groups))
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -128,21 +150,37 @@ class GPUSpawnerMixin(HasTraits):
         persisted share; a refusal is recorded and raised as the 4xx JupyterHub shows."""
         try:
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
+                                            groups_of=self.membership(),
                                             in_pools=self.places_in_pools())
-        except PoolError as err:
-            raise self.refused(err) from None
+        except Exception as err:
+            raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
         return alloc
+
+    def reserve_failed(self, err: Exception) -> Exception:
+        """What a failed reservation raises: RoomBeingFreed as it is (start() waits for it), a
+        PoolError as the 4xx JupyterHub shows, a full disk as 507, anything else as it is."""
+        if isinstance(err, RoomBeingFreed):
+            return err
+        if isinstance(err, PoolError):
+            return self.refused(err)
+        if why := disk_full(err):  # said as such, not a bare 500
+            exc = web.HTTPError(507, reason="disk full")
+            exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
+            return exc
+        return err
 
     async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:
         """`reserve_milli` with the quota check, placement and commit in a worker thread
         (PoolManager.reserve_build_async): the hub's event loop serves other spawns meanwhile.
         For spawners whose hub changes the pool's state only under the manager's lock."""
+        groups_of = self.membership()
         try:
             alloc = await self.pool.reserve_build_async(self.user.name, self.user_groups, self.name, milli,
-                                                        pool=pool, in_pools=self.places_in_pools())
-        except PoolError as err:
-            raise self.refused(err) from None
+                                                        pool=pool, in_pools=self.places_in_pools(),
+                                                        groups_of=groups_of)
+        except Exception as err:
+            raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
         return alloc
 
@@ -158,16 +196,45 @@ class GPUSpawnerMixin(HasTraits):
     async def end_orphans(self) -> None:
         """Stop server processes of this workspace the hub does not know (local spawners)."""
 
+    async def end_workload(self) -> bool:
+        """End whatever of this workspace still runs once its server is gone (local spawners: its
+        cgroup); True when nothing does, so its GPU share may go to someone else."""
+        await self.end_orphans()
+        return True
+
     def server_pid(self) -> int | None:
         """The pid the culler follows for this workspace (None where there is none)."""
         return None
+
+    def culler_profile(self) -> str:
+        """The profile this workspace runs with, one this spawner offered ("" for none): the culler's
+        profile_overrides key. Spawners without profiles (the local ones) have none, whatever a
+        user put in their spawn options."""
+        return ""
 
     def pod_uid(self) -> str:
         """The pod the culler follows through the node agents (Kubernetes; "" elsewhere)."""
         return ""
 
+    async def reserve_waiting(self) -> Allocation | None:
+        """The share; when train jobs that borrowed GPUs are being stopped to make room for it
+        (build first), wait for them to end (within the train pool's grace period) instead of
+        refusing, as long as the hub's start timeout allows."""
+        import asyncio
+        import time
+
+        deadline = time.monotonic() + max(0.0, float(self.start_timeout) - 15)
+        while True:
+            try:
+                return await self.reserve_share()
+            except RoomBeingFreed as err:
+                if time.monotonic() >= deadline:
+                    raise self.refused(err) from None
+                self.log.info("%s waits for GPUs being freed from train jobs", self.server_label)
+                await asyncio.sleep(1)
+
     async def start(self):
-        await self.reserve_share()
+        await self.reserve_waiting()
         failpoints.reach("spawn.reserved")
         try:
             url = await super().start()
@@ -189,9 +256,13 @@ class GPUSpawnerMixin(HasTraits):
             if await self._still_running():
                 self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
                 raise
-            self.release_gpus("stopped (the stop reported an error, but the server is gone)")
+            if await self.end_workload():
+                self.release_gpus("stopped (the stop reported an error, but the server is gone)")
             raise
         failpoints.reach("stop.stopped")
+        if not await self.end_workload():
+            self.log.error("processes of %s survive the stop: its GPU share is kept", self.server_label)
+            raise web.HTTPError(500, f"processes of {self.server_label} did not end; its GPU share is kept")
         self.release_gpus("stopped")
 
     async def _still_running(self) -> bool:
@@ -203,10 +274,13 @@ class GPUSpawnerMixin(HasTraits):
     async def poll(self) -> int | None:
         status = await super().poll()
         if status is not None and self.pending != "spawn":
-            # the server the hub knew is gone, but a hub that died mid-spawn never learned the
-            # pid of the one it started: that one must end before its GPU is handed on
-            await self.end_orphans()
-            self.release_gpus(f"server ended (status {status})")
+            # the server the hub knew is gone, but what it started may not be (a hub that died
+            # mid-spawn never learned the pid of the one it started): all must end before its GPU
+            # is handed on
+            if await self.end_workload():
+                self.release_gpus(f"server ended (status {status})")
+            else:
+                self.log.error("processes of %s survive its server: its GPU share is kept", self.server_label)
         elif status is None and self.gpupool_allocation is None:
             # a hub restart: re-adopt the persisted share of a server that is still running
             self.gpupool_allocation = self.pool.allocation(self.workload)

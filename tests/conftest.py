@@ -34,7 +34,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     h = Hub(state=tmp_path_factory.mktemp("hub"))
     h.start()
     yield h
-    h.stop()
+    h.cleanup()
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def make_hub(tmp_path: Path) -> Iterator:
 
     yield make
     for h in hubs:
-        h.stop()
+        h.cleanup()
 
 
 def pytest_sessionfinish(session, exitstatus):

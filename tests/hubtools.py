@@ -1,31 +1,68 @@
 """Start a real JupyterHub (+ configurable-http-proxy) on 127.0.0.1 for tests.
 
-The hub runs gpupool's embedded config in a subprocess, exactly as `gpupool up` does,
-with free ports and a temporary state folder. Tests talk to it over HTTP like any
-client: the REST API with an admin service token, or a browser.
+The hub is the one `make up` starts on this machine: `gpupool up` itself runs it, in a
+subprocess, with free ports and a state folder of its own. Run as root (as CI runs), that is a hub
+that gives each hub user a Unix account and runs their servers and jobs as it, in the users'
+Python environment it makes in `state/user-env`; elsewhere everyone shares the test's account, as
+`make up` does there. Only a test about the shared mode asks for it (`Hub(accounts=False)`).
+
+Accounts are real, and other checkouts may run the same tests on this machine at the same time:
+each hub names its accounts with a prefix of its own (`c.SystemAccounts.prefix`, e.g. `t3f9a2c-`
+where `make up` has `jupyter-`) and removes them when the test ends (`Hub.cleanup`). Its state
+folder must be one those accounts can pass through to their homes: pytest's own temporary
+folders are 0700 (and pytest makes them 0700 again at every session start), so a root hub keeps
+its state in a folder of its own under the system's temporary folder instead.
+
+Tests talk to the hub over HTTP like any client: the REST API with an admin service token, a
+browser, or `WebUser` (the log-in and spawn forms, as a browser posts them).
 """
 
 from __future__ import annotations
 
+import atexit
+import http.cookiejar
 import json
 import os
+import pwd
+import re
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-EMBEDDED_CONFIG = REPO / "hub_ext" / "embedded_config.py"
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 PASSWORD = "test-password"
 ADMIN_PASSWORD = "test-admin-password-0123456789abcdef"  # JupyterHub wants 32 characters for admins
+ACCOUNTS_BANNER = "each user runs as a Unix account of their own"
+
+
+def _terminal_signals() -> None:
+    """SIGINT and SIGQUIT as a terminal gives them: a shell that started pytest in the background
+    left them ignored, and the hub's services (the culler) would then outlive the hub's SIGINT and
+    make every stop wait for JupyterHub's timeouts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+def why_no_accounts() -> str:
+    """"" when a hub started here gives each user a Unix account (root, with useradd), else why not."""
+    if os.geteuid() != 0:
+        return "not root: the hub cannot switch accounts"
+    if not (shutil.which("useradd") and shutil.which("userdel")):
+        return "useradd or userdel is missing"
+    return ""
 
 
 def free_port() -> int:
@@ -45,7 +82,27 @@ class Hub:
     hub_port: int = field(default_factory=free_port)
     api_port: int = field(default_factory=free_port)
     proxy_api_port: int = field(default_factory=free_port)
+    # None: what `make up` does here (accounts as root); False: everyone shares one account
+    accounts: bool | None = None
+    account_prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}-")
+    up_args: list[str] = field(default_factory=list)  # more `gpupool up` options, e.g. ["--demo-culling"]
     proc: subprocess.Popen | None = None
+    requested_state: Path | None = None  # where the test asked for it (kept there: hub.log at cleanup)
+    _own_top: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.accounts is None:
+            self.accounts = not why_no_accounts() and not self.env.get("GPUPOOL_SPAWNER")
+        if self.accounts:
+            from gpupool.accounts import unreachable
+
+            self.requested_state = self.state
+            if unreachable([str(self.state.parent)]):
+                # the accounts pass through to their homes in <state>/home: a folder they can reach
+                self._own_top = Path(tempfile.mkdtemp(prefix="gpupool-hub-"))
+                self._own_top.chmod(0o711)
+                self.state = self._own_top / "state"
+            _LIVE.append(self)
 
     @property
     def url(self) -> str:
@@ -55,8 +112,15 @@ class Hub:
     def log_path(self) -> Path:
         return self.state / "hub.log"
 
+    def account(self, user: str) -> pwd.struct_passwd:
+        """The Unix account the hub made for hub user `user` (KeyError: none)."""
+        from gpupool.accounts import unix_name
+
+        return pwd.getpwnam(unix_name(user, self.account_prefix))
+
     def write_config(self) -> Path:
         path = self.state / "test_config.py"
+        accounts = f"c.SystemAccounts.prefix = {self.account_prefix!r}\n" if self.accounts else ""
         path.write_text(textwrap.dedent(f"""
             c.JupyterHub.services = [{{"name": "test-admin", "api_token": "{ADMIN_TOKEN}"}}]
             c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
@@ -64,7 +128,7 @@ class Hub:
             c.Spawner.poll_interval = 1
             c.Spawner.start_timeout = 120
             c.Spawner.http_timeout = 120
-        """) + textwrap.dedent(self.extra_config))
+        """) + accounts + textwrap.dedent(self.extra_config))
         return path
 
     def start(self, timeout: float = 60) -> Hub:
@@ -78,24 +142,23 @@ class Hub:
         self.state.mkdir(parents=True, exist_ok=True)
         env = dict(
             os.environ,
-            GPUPOOL_STATE_DIR=str(self.state),
-            GPUPOOL_CONFIG=str(self.write_config()),
-            GPUPOOL_PORT=str(self.port),
-            GPUPOOL_HUB_PORT=str(self.hub_port),
-            GPUPOOL_API_PORT=str(self.api_port),
-            GPUPOOL_PROXY_API_PORT=str(self.proxy_api_port),
             GPUPOOL_DEMO_PASSWORD=PASSWORD,
             GPUPOOL_DEMO_ADMIN_PASSWORD=ADMIN_PASSWORD,
             PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
                  f"{os.pathsep}{os.environ.get('PATH', '')}",
         )
-        # test hubs share one account unless a test asks for accounts per user (tests/test_system_accounts.py)
-        env.setdefault("GPUPOOL_SPAWNER", "gpupool-simple")
+        env.pop("GPUPOOL_USER_ENV", None)  # `gpupool up` makes the users' environment itself, as root
+        if not self.accounts:
+            env["GPUPOOL_SPAWNER"] = "gpupool-simple"
         env.update(self.env)
         log = open(self.log_path, "ab")
+        # `gpupool up`, as `make up` runs it: the same environment decisions, the same config
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(EMBEDDED_CONFIG)],
+            [sys.executable, "-m", "gpupool.cli", "up", "--state", str(self.state),
+             "--config", str(self.write_config()), "--port", str(self.port), "--hub-port", str(self.hub_port),
+             "--api-port", str(self.api_port), "--proxy-api-port", str(self.proxy_api_port), *self.up_args],
             cwd=self.state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_terminal_signals,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -104,10 +167,28 @@ class Hub:
             try:
                 self.api("GET", "/hub/api/")
                 self.api("GET", "/services/gpupool/api/pool")
-                return self
+                break
             except (OSError, urllib.error.URLError):
                 time.sleep(0.3)
-        raise RuntimeError(f"hub did not answer in {timeout}s:\n{self.tail()}")
+        else:
+            raise RuntimeError(f"hub did not answer in {timeout}s:\n{self.tail()}")
+        if self.accounts:  # the banner says whose account users run as: never silently shared
+            while "gpupool: embedded hub ready" not in self.tail(400):
+                if time.monotonic() > deadline + 30 or self.proc.poll() is not None:
+                    raise RuntimeError(f"no banner from gpupool up:\n{self.tail()}")
+                time.sleep(0.2)
+            if ACCOUNTS_BANNER not in self.tail(400):
+                raise RuntimeError(f"the hub does not give users accounts of their own:\n{self.tail()}")
+        return self
+
+    def hub_pid(self) -> int:
+        """The JupyterHub process (`gpupool up`'s child)."""
+        assert self.proc is not None
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            children = (task / "children").read_text().split()
+            if children:
+                return int(children[0])
+        raise AssertionError(f"gpupool up has no hub process:\n{self.tail()}")
 
     def tail(self, lines: int = 60) -> str:
         try:
@@ -129,7 +210,7 @@ class Hub:
     def kill9(self) -> None:
         """Crash the hub process only (servers and the proxy survive, as in a real crash)."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
+        os.kill(self.hub_pid(), signal.SIGKILL)
         self.proc.wait()
 
     def stop(self) -> None:
@@ -137,7 +218,7 @@ class Hub:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)  # `gpupool up` hands it to the hub
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -145,8 +226,23 @@ class Hub:
         self.kill_leftovers()
         self.proc = None
 
+    def cleanup(self) -> None:
+        """After the test: the accounts this hub made go (their processes first), and a state
+        folder of its own with them, its hub.log kept where the test asked for the state."""
+        self.stop()
+        if not self.accounts or self not in _LIVE:
+            return
+        _LIVE.remove(self)
+        remove_accounts(self.state)
+        if self._own_top is not None:
+            if self.requested_state is not None and self.log_path.exists():
+                self.requested_state.mkdir(parents=True, exist_ok=True)
+                shutil.copy(self.log_path, self.requested_state / "hub.log")
+            shutil.rmtree(self._own_top, ignore_errors=True)
+
     def kill_leftovers(self) -> None:
         """Servers and proxy run in their own sessions; find them by the state folder."""
+        self.kill_cgroups()
         out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
         # -ww: ps cuts lines at $COLUMNS when it is set (pytest sets it), hiding the state folder
         for line in out.splitlines()[1:]:
@@ -175,6 +271,25 @@ class Hub:
                     os.kill(int(proc.name), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+    def kill_cgroups(self) -> None:
+        """Whatever this hub's jobs and workspaces started — in whatever session — ends with their
+        cgroups (gpupool.contain; nothing to do where the hub had none)."""
+        try:
+            from gpupool.contain import detect, hub_key
+        except ImportError:
+            return
+        tree = detect("auto", hub_key(f"sqlite:///{self.state}/gpupool.sqlite"))
+        if not tree.available:
+            return
+        for inst in tree.names():
+            for workload in tree.names(inst):
+                tree.end(f"{inst}/{workload}", 10)
+            tree.remove(inst)
+        try:
+            tree.root.rmdir()
+        except OSError:
+            pass
 
     # --- HTTP ----------------------------------------------------------------
     def api(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN,
@@ -248,3 +363,77 @@ class Hub:
             for s in gpu["shares"]:
                 shares.append({**s, "gpu": gpu["index"], "node": gpu["node"]})
         return shares
+
+
+_LIVE: list[Hub] = []  # hubs with accounts not yet cleaned up: at the latest when pytest exits
+atexit.register(lambda: [h.cleanup() for h in list(_LIVE)])
+
+
+def uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])  # real uid
+    raise ValueError(f"no Uid in /proc/{pid}/status")
+
+
+def remove_accounts(state: Path) -> list[str]:
+    """The accounts the hub made (gpupool's comment marker, a home in this state folder) go, as
+    `gpupool accounts --remove --kill` removes them; the names removed."""
+    from gpupool.account_cleanup import remove_accounts as remove
+
+    removed, problems = remove(str(state), kill=True)
+    assert not problems, problems
+    return removed
+
+
+class WebUser:
+    """A hub user as a browser is one: a cookie jar, the log-in form, the spawn form."""
+
+    def __init__(self, hub_url: str, name: str) -> None:
+        self.url, self.name = hub_url, name
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+
+    def xsrf(self) -> str:
+        return [c.value for c in self.jar if c.name == "_xsrf" and c.path.startswith("/hub")][-1]
+
+    def get(self, path: str, timeout: float = 60) -> tuple[int, str, str]:
+        """(status, final URL, body) of a GET, redirects followed."""
+        try:
+            with self.opener.open(self.url + path, timeout=timeout) as r:
+                return r.status, r.geturl(), r.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return err.code, err.geturl(), err.read().decode(errors="replace")
+
+    def post_form(self, path: str, form: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+        data = urllib.parse.urlencode({**form, "_xsrf": self.xsrf()}).encode()
+        try:
+            with self.opener.open(self.url + path, data=data, timeout=timeout) as r:
+                return r.status, r.geturl(), r.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return err.code, err.geturl(), err.read().decode(errors="replace")
+
+    def log_in(self, password: str) -> None:
+        self.get("/hub/login")
+        status, url, body = self.post_form("/hub/login?next=/hub/home", {"username": self.name,
+                                                                        "password": password})
+        assert any(c.name.startswith("jupyterhub-hub-login") for c in self.jar), (status, url, body[-500:])
+
+    def spawn(self, gpus: str, server: str = "", timeout: float = 120) -> str:
+        """Submit the spawn form and follow the hub to the server; the page the user lands on."""
+        path = f"/hub/spawn/{self.name}" + (f"/{server}" if server else "")
+        self.get(path)
+        status, url, body = self.post_form(path, {"gpus": gpus})
+        assert status == 200, (status, url, body[-2000:])
+        deadline = time.monotonic() + timeout
+        while "/spawn-pending/" in url:  # the hub's progress page, until the server is up
+            assert time.monotonic() < deadline, f"still pending after {timeout}s"
+            time.sleep(1)
+            status, url, body = self.get(url.removeprefix(self.url))
+        return url
+
+
+def page_config(html: str) -> dict:
+    """The JSON JupyterLab's page carries (#jupyter-config-data): its extensions, its base URL."""
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(found.group(1)) if found else {}

@@ -86,7 +86,7 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         form = page.locator("form.gpupool-quota[data-kind='default']")
         form.locator("input").fill("-1")
         form.get_by_role("button", name="Save").click()
-        form.locator(".gpupool-quota-result", has_text="must not be negative").wait_for(timeout=10_000)
+        form.locator(".gpupool-quota-result", has_text="cannot be negative").wait_for(timeout=10_000)
         assert hub.api("GET", Q)["quotas"]["default_build_quota"] == 1.0
         form.locator("input").fill("2")
         form.get_by_role("button", name="Save").click()
@@ -105,23 +105,43 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert row.locator(".gpupool-group-quota").inner_text() == "0.25 GPU"
         assert row.locator(".gpupool-group-use").inner_text().strip() == "0 GPU of 2 GPUs"  # the class's total
         # ... a bad value is refused in the page and stores nothing ...
-        row.locator("input").fill("-1")
-        row.get_by_role("button", name="Save").click()
-        row.locator(".gpupool-quota-result.text-danger", has_text="must not be negative").wait_for(timeout=10_000)
+        quota = row.locator("form[data-kind='quota']")
+        quota.locator("input").fill("-1")
+        quota.get_by_role("button", name="Save").click()
+        quota.locator(".gpupool-quota-result.text-danger", has_text="cannot be negative").wait_for(timeout=10_000)
         assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.25}}
-        row.locator("input").fill("0.3x")
-        row.get_by_role("button", name="Save").click()
-        row.locator(".gpupool-quota-result", has_text="not a GPU amount").wait_for(timeout=10_000)
+        quota.locator("input").fill("0.3x")
+        quota.get_by_role("button", name="Save").click()
+        quota.locator(".gpupool-quota-result", has_text="must be an amount of GPUs such as 0.25, 1 or 2;"
+                      " '0.3x' is not one").wait_for(timeout=10_000)
         # ... the admin gives the class 0.5 GPU each, and cara's next spawn gets it
-        row.locator("input").fill("0.5")
-        row.get_by_role("button", name="Save").click()
-        row.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
+        quota.locator("input").fill("0.5")
+        quota.get_by_role("button", name="Save").click()
+        quota.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
         assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.5}}
         hub.spawn("cara", "0.5")
         group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 2 GPUs").wait_for(
             timeout=20_000)  # the page refreshed itself
         assert group_row(page, "class-a").locator(".gpupool-group-quota").inner_text() == "0.5 GPU"
         assert "admin set group class-a's build quota to 0.5 GPU" in page.inner_text("table.gpupool-events")
+        # the class's total is set on the page too, and a new row takes a quota and a total
+        total = group_row(page, "class-a").locator("form[data-kind='total']")
+        total.locator("input").fill("3")
+        total.get_by_role("button", name="Save").click()
+        total.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
+        group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 3 GPUs").wait_for(
+            timeout=20_000)
+        new = page.locator("form.gpupool-quota[data-kind='new']")
+        new.locator("input[name='group']").fill("cs 101!")
+        new.locator("input[name='quota']").fill("0.25")
+        new.get_by_role("button", name="Add").click()
+        new.locator(".gpupool-quota-result.text-danger", has_text="no spaces").wait_for(timeout=10_000)
+        new.locator("input[name='group']").fill("cs101")
+        new.locator("input[name='total']").fill("2")
+        new.get_by_role("button", name="Add").click()
+        new.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
+        group_row(page, "cs101").locator(".gpupool-group-use", has_text="0 GPU of 2 GPUs").wait_for(timeout=20_000)
+        assert hub.api("GET", Q)["quotas"]["group_totals"] == {"class-a": 3, "cs101": 2}
         page.locator("table.gpupool-groups").scroll_into_view_if_needed()
         shot(page, "admin-3-quotas")
         page.evaluate("window.scrollTo(0, 0)")
@@ -186,3 +206,69 @@ def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(make_
     assert post(b"{not json")[0] == 400 and post(b"[1, 2]")[0] == 400
     assert post(b'{"default_build_quota": "' + b"9" * 5000 + b'"}')[0] == 413
     assert hub.api("GET", Q)["quotas"] == {**before, "default_build_quota": 2}
+
+
+def admin_poster(hub: Hub):
+    """POST to the page's actions as the page does: the admin's login cookie and the hub's XSRF
+    token; returns (status, JSON answer)."""
+    import http.cookiejar
+    import json
+    import re
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{hub.url}/hub/login", timeout=30) as r:
+        token = re.search(r'name="_xsrf" value="([^"]+)"', r.read().decode()).group(1)
+    form = urllib.parse.urlencode({"username": "admin", "password": ADMIN_PASSWORD, "_xsrf": token}).encode()
+    opener.open(f"{hub.url}/hub/login", data=form, timeout=30).close()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+
+    def post(body: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(f"{hub.url}/hub/gpupool/quotas", data=json.dumps(body).encode(),
+                                     method="POST", headers={"X-XSRFToken": xsrf})
+        try:
+            with opener.open(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    return post
+
+
+@pytest.mark.hub
+def test_the_pages_quota_actions_check_names_and_amounts_set_totals_and_remove_rows(make_hub) -> None:
+    """Group names and amounts are checked and refused in plain words (before: 'cs 101!' was kept
+    as a group, '0.3x' got a traitlets message, a default of 0 was saved without a word); a
+    class's total is set and a group's row removed from the page."""
+    hub: Hub = make_hub("c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n", env={"GPUPOOL_CULLER": "0"})
+    hub.start()
+    post = admin_poster(hub)
+    status, answer = post({"group": "cs 101!", "quota": 0.5})
+    assert status == 400 and "no spaces" in answer["message"] and "'cs 101!'" in answer["message"]
+    status, answer = post({"default_build_quota": "0.3x"})
+    assert (status, answer["message"]) == (400, "the default build quota must be an amount of GPUs such as 0.25,"
+                                                 " 1 or 2; '0.3x' is not one")
+    status, answer = post({"group": "class-a", "quota": "lots"})
+    assert status == 400 and "the build quota of group 'class-a' must be an amount of GPUs" in answer["message"]
+    assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.25}}  # nothing stored
+
+    status, answer = post({"default_build_quota": 0})  # allowed (only groups get GPUs), never silently
+    assert status == 200 and answer["notes"] == [
+        "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"]
+    hub.api("POST", "/hub/api/users/zed")
+    status, message = hub.api_error("POST", "/hub/api/users/zed/server", {"gpus": 0.25})
+    assert status == 403 and "your build quota is 0 GPU" in message
+
+    assert post({"group": "class-a", "total": "2"}) == (200, {"saved": True, "notes": [
+        "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"]})
+    assert hub.api("GET", Q)["quotas"]["group_totals"] == {"class-a": 2}
+    assert post({"group": "class-a", "total": ""})[0] == 200  # no ceiling any more
+    assert hub.api("GET", Q)["quotas"]["group_totals"] == {}
+    assert post({"group": "class-a", "remove": True})[0] == 200
+    quotas = hub.api("GET", Q)["quotas"]
+    assert quotas["group_overrides"] == {} and quotas["group_totals"] == {}
+    status, message = hub.api_error("PUT", Q, {"group_totals": {"cs 101!": 1}})  # the API checks names too
+    assert status == 400 and "no spaces" in message

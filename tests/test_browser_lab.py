@@ -38,11 +38,21 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
     assert culler.run_pass()["events"] == []
     with browser_page("lab-status") as page:
         login(page, hub.url, "lena", PASSWORD)
+        # every text the status item shows, from the page's first moment
+        page.add_init_script("""window.__gpupoolTexts = [];
+            setInterval(() => { const t = document.querySelector('.gpupool-StatusItem')?.textContent;
+                                if (t && window.__gpupoolTexts.at(-1) !== t) { window.__gpupoolTexts.push(t); } }, 20);""")
         page.goto(f"{hub.url}/user/lena/lab")
         item = page.locator("#jp-main-statusbar .gpupool-StatusItem")
         item.wait_for(timeout=90_000)
         page.wait_for_function("document.querySelector('.gpupool-StatusItem')?.textContent.includes('left')",
                                timeout=30_000)
+        # "GPU …" while it reads, never "GPU ?" (no answer); and once the share shows, it stays (the
+        # status bar's own layout once blanked it to "GPU ?" until the next read, 20 s later)
+        page.wait_for_timeout(3_000)
+        texts = page.evaluate("window.__gpupoolTexts")
+        shown = next(i for i, t in enumerate(texts) if t.startswith("GPU 0.25"))
+        assert "GPU ?" not in texts and all(t.startswith("GPU 0.25") for t in texts[shown:]), texts
         text = item.inner_text()
         assert text.startswith("GPU 0.25 · ") and text.endswith(" left"), text
         title = item.get_attribute("title")
@@ -52,7 +62,7 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
 
         # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
         hub.api("PUT", "/user/lena/lab/api/settings/gpupool-lab:plugin",
-                {"raw": '{"warnMinutesBefore": 45}'}, token=hub.user_token("lena"))
+                {"raw": '{"warnMinutesBefore": 45, "pollSeconds": 5}'}, token=hub.user_token("lena"))
         page.reload()
         early = page.locator(".Toastify__toast").filter(has_text="if its GPU stays idle: save your work.")
         early.wait_for(timeout=60_000)
@@ -68,9 +78,18 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         # after a reload the notification can show before JupyterLab has attached its status bar)
         page.wait_for_function("document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
                                "?.dataset.action === 'warn'", timeout=30_000)
+        # the culler's next passes move the end time a few seconds: the same warning, one
+        # notification, its words kept current (it was a new one at every poll: 12 in 3 minutes)
+        warnings = page.locator(".Toastify__toast").filter(has_text="save your work")
+        for _ in range(3):
+            now[0] += 20
+            culler.run_pass()
+            page.wait_for_timeout(6_000)  # a poll (every 5 s here) reads each pass
+        assert warnings.count() == 1, [t.inner_text() for t in warnings.all()]
         shot(page, "lab-2-cull-warning")
-        toast.get_by_role("button", name="Extend").click()
+        warnings.first.get_by_role("button", name="Extend").click()
         page.locator(".Toastify__toast").filter(has_text="Extended").wait_for(timeout=30_000)
+        warnings.first.wait_for(state="detached", timeout=30_000)  # it no longer applies: closed
         # the status item says so at once (the extension reads again after Extend), not the old end time
         page.wait_for_function("document.querySelector('.gpupool-StatusItem')?.textContent === 'GPU 0.25'",
                                timeout=60_000)

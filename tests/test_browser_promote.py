@@ -41,7 +41,9 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
 
         run_cell(page, 1, "%%train --project default --gpus 0.25 --name squares -p n=10\n"
                           "import time; time.sleep(4)\n"
-                          "print('promoted', sum(i * i for i in range(n)))")
+                          "for i in range(60): print('line', i)\n"
+                          "print('promoted', sum(i * i for i in range(n)))\n"
+                          "print('\\x1b[31mERROR: the last line, in red\\x1b[0m')")
         submitted = page.get_by_text(re.compile(r"submitted job [0-9a-f]{12} to default"))
         submitted.wait_for(timeout=60_000)
         job_id = re.search(r"job ([0-9a-f]{12})", submitted.inner_text()).group(1)
@@ -60,7 +62,14 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
                 shot(page, f"promote-2-{state}")
         assert seen[-1] == "succeeded" and "running" in seen and "failed" not in seen
         assert seen.index("running") < seen.index("succeeded")
-        assert "promoted 285" in monitor.locator("textarea").input_value()  # the log tail
+        log = monitor.locator(".gpupool-log")
+        assert "promoted 285" in log.inner_text()  # the log tail
+        # the box shows its last lines (a failure's error is in view, not below the fold), in colour
+        page.wait_for_function("(b => b.scrollTop + b.clientHeight >= b.scrollHeight - 2 && b.scrollHeight >"
+                               " b.clientHeight + 50)(document.querySelector('.gpupool-log'))", timeout=10_000)
+        red = log.locator("span", has_text="ERROR: the last line, in red")
+        assert red.count() == 1 and "color" in red.get_attribute("style")
+        assert "[31m" not in log.inner_text() and "\x1b" not in log.inner_text()
         shot(page, "promote-3-succeeded")
 
         page.goto(f"{hub.url}/user/nia/lab/tree/gpupool-jobs/squares-{job_id}/output.ipynb")

@@ -50,8 +50,8 @@ def test_walkthrough_login_spawn_status_train_warning_extend(make_hub, tmp_path)
         shot(page, "walk-3-submitted")
         # nobody presses anything: the monitor follows the job until it ends
         monitor.locator("table").filter(has_text="succeeded").wait_for(timeout=120_000)
-        page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output textarea')]"
-                               ".some(t => t.value.includes('sum of squares 506'))", timeout=30_000)
+        page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output .gpupool-log')]"
+                               ".some(t => t.textContent.includes('sum of squares 506'))", timeout=30_000)
         assert "Executed notebook" in monitor.inner_text()
         shot(page, "walk-4-succeeded")
 

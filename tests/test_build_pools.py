@@ -160,4 +160,4 @@ def test_a_real_hub_keeps_workspaces_on_their_groups_pools(tmp_path) -> None:
         ann_form = Browser(hub, "ann").get("/hub/spawn/ann/four")
         assert "GPUs from node pool <b>ws</b>" in ann_form and 'name="pool"' not in ann_form
     finally:
-        hub.stop()
+        hub.cleanup()

@@ -30,7 +30,7 @@ def hub(tmp_path_factory) -> Hub:
     require_chp()
     h = Hub(state=tmp_path_factory.mktemp("hostile"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     yield h
-    h.stop()
+    h.cleanup()
 
 
 def raw(hub: Hub, method: str, path: str, data: bytes, token: str = ADMIN_TOKEN) -> tuple[int, dict | str]:

@@ -55,3 +55,19 @@ def test_users_cannot_read_or_change_quotas(hub: Hub) -> None:
         status, text = hub.api_error(method, Q, body, token=token)
         assert status == 403 and "only admins" in text
     assert hub.api("GET", Q)["changed_through_api"] == []
+
+
+def test_a_groups_total_counts_its_members_now_not_at_their_spawn(make_hub) -> None:
+    """A class's total counts whoever is in the class now: a student added to the group after
+    starting a server counts for it, one removed no longer does (before, the groups recorded at
+    each spawn were used, and the class could go over its total)."""
+    hub: Hub = make_hub("c.GPUPool.group_totals = {'cs101': 0.5}\n", env={"GPUPOOL_CULLER": "0"}).start()
+    hub.api("POST", "/hub/api/groups/cs101")
+    hub.api("POST", "/hub/api/users/bo")
+    hub.api("POST", "/hub/api/groups/cs101/users", {"users": ["bo"]})
+    hub.spawn("amy", "0.5")  # not in the class yet
+    hub.api("POST", "/hub/api/groups/cs101/users", {"users": ["amy"]})
+    status, message = hub.api_error("POST", "/hub/api/users/bo/server", {"gpus": 0.25})
+    assert status == 403 and "group 'cs101' may hold 0.5 GPU in all and its members hold 0.5 GPU" in message, message
+    hub.api("DELETE", "/hub/api/groups/cs101/users", {"users": ["amy"]})
+    hub.spawn("bo", "0.25")  # amy's share no longer counts for the class

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -28,7 +29,7 @@ def jobhub(tmp_path_factory) -> Hub:
     require_chp()
     h = Hub(state=tmp_path_factory.mktemp("jobs"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     yield h
-    h.stop()
+    h.cleanup()
 
 
 def test_submit_run_and_read_the_log_of_a_cell(jobhub: Hub) -> None:
@@ -57,9 +58,32 @@ def test_cancel_a_running_job_and_nobody_else_can_see_it(jobhub: Hub) -> None:
     assert job["id"] not in [j["id"] for j in jobhub.api("GET", J, token=other)["jobs"]]
     jobhub.api("DELETE", f"{J}/{job['id']}", token=token)
     done = jobhub.wait_job(job["id"], {"cancelled"}, token)
-    assert done["message"] == "cancelled"
+    assert re.fullmatch(r"cancelled by its owner at \d\d:\d\d", done["message"]), done["message"]
     status, message = jobhub.api_error("DELETE", f"{J}/{job['id']}", token=token)
     assert status == 409 and "already cancelled" in message
+
+
+def test_an_admins_cancel_is_told_to_the_owner_and_not_called_a_preemption(jobhub: Hub) -> None:
+    """The owner's monitor and log say who ended the job; before, the message was a bare
+    "cancelled" and the log said "preempted ... the job goes back to the queue"."""
+    from gpupool.widgets.jobs import job_row
+
+    token = jobhub.user_token("eli")
+    job = jobhub.api("POST", J, {"project": "vision", "gpus": 0.5, "name": "long",
+                                 "code": "import time\nprint('working', flush=True)\ntime.sleep(300)"}, token=token)
+    deadline = time.monotonic() + 90
+    while "working" not in "\n".join(jobhub.api("GET", f"{J}/{job['id']}/logs", token=token)["lines"]):
+        assert time.monotonic() < deadline, jobhub.tail()
+        time.sleep(0.3)
+    jobhub.api("DELETE", f"{J}/{job['id']}")  # the admin (the test's admin service)
+    done = jobhub.wait_job(job["id"], {"cancelled"}, token)
+    assert re.fullmatch(r"cancelled by test-admin at \d\d:\d\d", done["message"]), done["message"]
+    assert done["message"] in job_row(done)  # what the owner's JobMonitor shows
+    log = "\n".join(jobhub.api("GET", f"{J}/{job['id']}/logs", token=token)["lines"])
+    assert f"--- gpupool: {done['message']}: this run stops and the job ends ---" in log
+    assert "preempt" not in log and "back to the queue" not in log, log
+    kinds = [(e["kind"], e["message"]) for e in jobhub.api("GET", "/services/gpupool/api/events?kind=cancel")["events"]]
+    assert ("cancel", f"job {job['id']} of vision {done['message']}") in kinds
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,9 @@ c.JupyterHub.load_roles.append({json.dumps({**CULLER_ROLE, "name": "test-culler"
 c.TrainPool.tick_s = 1
 c.TrainPool.train_gpus = [99]
 c.TrainPool.max_queued_per_user = 1000
+c.TrainPool.max_active_per_user = 1000
+c.TrainPool.max_active_per_project = 100000
+c.TrainPool.max_submissions_per_minute = 100000
 c.TrainPool.projects = {{"open": {{"guarantee": 1}}, "closed": {{"guarantee": 1, "users": ["someone-else"]}}}}
 """
 EXAMPLES = 25  # per endpoint (and stateful scenarios): a bounded run that fits `make test`

@@ -26,7 +26,7 @@ def hub(tmp_path_factory) -> Hub:
     h.api("POST", "/hub/api/groups/lab/users", {"users": ["bea"]})
     h.api("POST", "/hub/api/users/boss", {"admin": True})
     yield h
-    h.stop()
+    h.cleanup()
 
 
 def submit(hub: Hub, user: str, project: str) -> dict:

@@ -68,3 +68,35 @@ def test_the_config_example_configures_a_hub() -> None:
     c = Config()
     exec(block, {"c": c})  # noqa: S102 - the README's own example
     assert c.GPUPool.group_totals == {"cs101": 2} and c.JupyterHub.spawner_class
+
+
+def test_the_training_docs_sweep_runs_as_written_against_the_demo_hub(hub: Hub, monkeypatch, capsys) -> None:
+    """docs/training.md's sweep example, in a notebook of `make up`'s demo: four jobs, each with
+    its final metrics (it once named a project the demo has not and a function it never defined)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    text = (REPO / "docs" / "training.md").read_text()
+    (block,) = re.findall(r"## Sweeps from the notebook\n\n```python\n(.*?)```", text, re.S)
+    token = hub.user_token("sweeper")
+    monkeypatch.setenv("GPUPOOL_API_URL", f"http://127.0.0.1:{hub.api_port}/services/gpupool/")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", token)
+    shell = InteractiveShell.instance()
+    try:
+        assert shell.run_cell("%load_ext gpupool").success
+        result = shell.run_cell(block)
+        assert result.success, result.error_in_exec or result.error_before_exec
+    finally:
+        InteractiveShell.clear_instance()
+    out = capsys.readouterr().out
+    sweep = re.search(r"submitted sweep (\S+): 4 jobs to default", out)
+    assert sweep, out
+    deadline = time.monotonic() + 240
+    while True:
+        runs = hub.api("GET", f"/services/gpupool/api/sweeps/{sweep.group(1)}", token=token)["runs"]
+        if all(r["job"]["state"] in ("succeeded", "failed") for r in runs):
+            break
+        assert time.monotonic() < deadline, runs
+        time.sleep(1)
+    assert [r["job"]["state"] for r in runs] == ["succeeded"] * 4, runs
+    got = {(r["parameters"]["lr"], r["parameters"]["batch"]): r["metrics"] for r in runs}
+    assert got[(0.1, 32)] == {"loss": pytest.approx(0.031, abs=1e-3), "acc": pytest.approx(0.969, abs=1e-3)}

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpupool.api.culler import EXTENSION, findings
+from gpupool.api.culler import EXTENSION, findings, session_of
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
 from gpupool.manager import PoolManager
@@ -67,7 +67,7 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
     assert any(line.endswith("(in 1 h) at the end of the longest session allowed") for line in out["lines"])
 
     # an extension moves the end at once; the culler's own finding wins once it has one
-    pool.store.put_setting(EXTENSION.format(owner="ann", name=""), {"allocation": row.id})
+    pool.store.put_setting(EXTENSION.format(owner="ann", name=""), {"session": session_of(None, "ann", "", row)})
     settings["culler_state"] = {"pass_time": started, "workspaces": {
         "ann/b": {"owner": "ann", "name": "b", "action": "warn", "reason": "idle-jupyter", "cull_at": started + 60},
         "ann/": {"owner": "ann", "name": "", "action": "keep", "extended": True, "cull_at": None}}}

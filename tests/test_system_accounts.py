@@ -18,14 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, shared_python_env, unix_name
+from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
 
-from tests.hubtools import ADMIN_TOKEN, Hub
+from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 
 J = "/services/gpupool/api/jobs"
 
@@ -40,18 +39,6 @@ def _why_not() -> str:
 
 WHY_NOT = _why_not()
 real_accounts = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
-
-
-def user_env(top: Path) -> Path:
-    """A Python environment every account can run. The test's own venv may sit on an interpreter
-    in a private folder (pyenv under /root): then the one `gpupool up` makes for that case."""
-    own = Path(sys.executable).parent.parent
-    if not os.environ.get("GPUPOOL_USER_ENV") and isolation(str(top), euid=0, spawner="")[0] == "accounts":
-        return own
-    env, why = shared_python_env(str(top / "user-env"))  # what `gpupool up` makes as root
-    if why:
-        pytest.skip(f"the test venv's Python is not one other accounts can run: {why}")
-    return Path(env)
 
 
 JOB = """
@@ -100,44 +87,18 @@ def open_as(uid: int, gid: int, paths: list[Path]) -> dict[str, str]:
 
 
 @pytest.fixture
-def hub() -> Iterator[Hub]:
-    top = Path(tempfile.mkdtemp(prefix="gpupool-accounts-"))
-    top.chmod(0o711)  # the accounts pass through to their homes in the state folder below
-    try:
-        env = user_env(top)
-        with pytest.MonkeyPatch.context() as mp:  # what the hub will decide with that environment
-            mp.setenv("GPUPOOL_USER_ENV", str(env))
-            mode, why = isolation(str(top), euid=0, spawner="")
-        if mode != "accounts":
-            pytest.skip(f"the hub would not make accounts here: {why}")
-    except BaseException:
-        shutil.rmtree(top, ignore_errors=True)
-        raise
-    h = Hub(state=top / "state", env={"GPUPOOL_SPAWNER": "", "GPUPOOL_CULLER": "0", "GPUPOOL_USER_ENV": str(env),
-                                      # the demo passwords kept in files, as `make up` keeps them
-                                      "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
-                                      # secrets an admin hands JupyterHub in its environment
-                                      "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32),
-                                      "JPY_COOKIE_SECRET": secrets.token_hex(32)})
-    try:
-        yield h.start()
-    finally:
-        h.stop()
-        remove_accounts(h.state)
-        shutil.rmtree(top, ignore_errors=True)
-
-
-def remove_accounts(state: Path) -> None:
-    """userdel every account gpupool made with a home in this hub's state folder."""
-    for pw in pwd.getpwall():
-        if pw.pw_gecos.startswith(MARKER) and pw.pw_dir.startswith(f"{state}/"):
-            for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
-                try:
-                    if uid_of(pid) == pw.pw_uid:
-                        os.kill(pid, 9)
-                except (OSError, AssertionError):
-                    pass
-            subprocess.run(["userdel", "--remove", pw.pw_name], capture_output=True, timeout=60)
+def hub(make_hub) -> Hub:
+    """`make up`'s hub as root, with its own account names (jupyter-<name>): the test's users have
+    names no real account has."""
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    h = make_hub(account_prefix=ACCOUNT_PREFIX, env={
+        "GPUPOOL_CULLER": "0",
+        # the demo passwords kept in files, as `make up` keeps them
+        "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
+        # secrets an admin hands JupyterHub in its environment
+        "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32), "JPY_COOKIE_SECRET": secrets.token_hex(32)})
+    return h.start()
 
 
 def log_in(hub: Hub, user: str) -> None:
@@ -237,24 +198,110 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     assert done["state"] == "succeeded", done
 
 
+def server_uid(hub: Hub, user: str) -> int:
+    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={user}/")
+                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    return uid_of(server)
+
+
 @pytest.mark.hub
 @real_accounts
 def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes_anothers(hub: Hub) -> None:
     tag = secrets.token_hex(3)
     odd = f"Eve.{tag}@Example.org"
-    hub.spawn(odd, 0.25)
     name = unix_name(odd, ACCOUNT_PREFIX)
-    pw = pwd.getpwnam(name)
-    assert name.startswith("jupyter-eve-") and len(name) <= 32 and pw.pw_gecos == comment_for(odd)
-    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={odd}/")
-                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
-    assert uid_of(server) == pw.pw_uid != 0
-    # a hub user whose name is that account's name is refused, not handed eve's account
+    assert name.startswith("jupyter-eve-") and len(name) <= 32
+    # a squatter registers first the hub name whose account is the name eve's would get
     squatter = name[len(ACCOUNT_PREFIX):]
-    hub.api("POST", f"/hub/api/users/{squatter}")
-    status, message = hub.api_error("POST", f"/hub/api/users/{squatter}/server", {"gpus": 0.25})
-    assert status == 403 and "belongs to hub user" in message, message
-    assert hub.allocations() == [s for s in hub.allocations() if s["owner"] != squatter]
+    hub.spawn(squatter, 0.25)
+    assert pwd.getpwnam(name).pw_gecos == comment_for(squatter)
+    # eve is not locked out: the stored mapping gives her an account of her own, with another name
+    hub.spawn(odd, 0.25)
+    mine = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=f"{hub.state}/home").lookup(odd)
+    assert mine is not None and mine.name != name and mine.name.startswith("jupyter-eve-") and len(mine.name) <= 32
+    assert pwd.getpwnam(mine.name).pw_gecos == comment_for(odd)
+    assert server_uid(hub, odd) == mine.uid != pwd.getpwnam(name).pw_uid != 0
+    assert server_uid(hub, squatter) == pwd.getpwnam(name).pw_uid
+    # and after a restart each still gets their own (the mapping is stored, not recomputed)
+    hub.stop_server(odd)
+    hub.spawn(odd, 0.25)
+    assert server_uid(hub, odd) == mine.uid
+
+
+@real_accounts
+def test_an_account_made_by_the_earlier_naming_keeps_working(tmp_path: Path) -> None:
+    hub_name = f"Old.{secrets.token_hex(3)}@Example.org"
+    name = unix_name(hub_name, ACCOUNT_PREFIX)  # the name the earlier code computed and made
+    subprocess.run(["useradd", "--no-create-home", "--comment", comment_for(hub_name), "--", name], check=True,
+                   capture_output=True, timeout=60)
+    try:
+        accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path))
+        assert accounts.ensure(hub_name).name == name
+    finally:
+        subprocess.run(["userdel", "--", name], capture_output=True, timeout=60)
+
+
+@real_accounts
+def test_making_accounts_is_bounded_per_minute(tmp_path: Path, monkeypatch) -> None:
+    import collections
+
+    import gpupool.accounts
+
+    monkeypatch.setattr(gpupool.accounts, "_made", collections.deque())  # this test's minute only
+    tmp_path.chmod(0o711)
+    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_created_per_minute=2)
+    names = [f"flood{secrets.token_hex(3)}" for _ in range(3)]
+    try:
+        accounts.ensure(names[0])
+        accounts.ensure(names[1])
+        with pytest.raises(AccountError, match="max_created_per_minute"):
+            accounts.ensure(names[2])
+        assert accounts.lookup(names[2]) is None
+        assert accounts.ensure(names[0]) is not None  # an existing account is no new one
+        over = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_accounts=1)
+        with pytest.raises(AccountError, match="max_accounts"):
+            over.ensure(names[2])
+    finally:
+        for n in names:
+            subprocess.run(["userdel", "--remove", f"jupyter-{n}"], capture_output=True, timeout=60)
+
+
+@pytest.mark.hub
+@real_accounts
+def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub: Hub) -> None:
+    tag = secrets.token_hex(3)
+    alice, bob = f"ann{tag}", f"bo{tag}"
+    token = hub.user_token(alice)
+    # a command that does not exist: said as such (127), not "Permission denied" (126) from a PATH
+    # folder of root's that the job's account may not search
+    bad = hub.api("POST", J, {"project": "default", "gpus": 1, "command": ["no-such-command-xyz"]}, token=token)
+    bad = hub.wait_job(bad["id"], {"failed", "succeeded"}, token)
+    assert bad["exit_code"] == 127 and "No such file or directory" in bad["message"], bad
+    # a notebook job whose parameter is a secret, and a script job
+    secret = f"s3cr3t{tag}"
+    job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": f"private{tag}", "parameters": {"key": secret},
+                              "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)"},
+                  token=token)
+    running = hub.wait_job(job["id"], {"running"}, token)
+    pids = wait_pids(f"GPUPOOL_JOB_ID={job['id']}")
+    environ = dict(v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v)
+    assert "/root" not in environ["PATH"] and environ["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
+    hub.spawn(bob, 0.25)  # bob's account exists; he lists every process, as `ps` does
+    b = pwd.getpwnam(f"jupyter-{bob}")
+    out = subprocess.run(["ps", "-eww", "-o", "args"], user=b.pw_uid, group=b.pw_gid, extra_groups=[],
+                         capture_output=True, text=True, timeout=30, cwd="/").stdout
+    assert "runners/wrap.py" in out  # bob sees that a job runs...
+    assert secret not in out and f"private{tag}" not in out and running["workdir"] not in out  # ...not what
+    Path(running["workdir"], "go").touch()
+    assert hub.wait_job(job["id"], {"succeeded", "failed"}, token)["state"] == "succeeded"
+
+
+def wait_pids(marker: str, timeout: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while not (found := pids_with(marker)):
+        assert time.monotonic() < deadline, f"no process with {marker}"
+        time.sleep(0.1)
+    return found
 
 
 def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:
@@ -328,3 +375,36 @@ def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
         assert out.stdout.strip() == "ok", out.stderr  # as nobody
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@real_accounts
+@pytest.mark.hub
+def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub, tmp_path: Path) -> None:
+    """`make clean` (gpupool accounts --remove) removes the accounts the demo made, found by the
+    comment gpupool writes and a home in the demo's state folder; another hub's are kept."""
+    tag = secrets.token_hex(3)
+    name, other = f"clean{tag}", f"keep{tag}"
+    hub.spawn(name, 0.25)
+    elsewhere = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path / "home"))
+    elsewhere.ensure(other)  # made by gpupool, for another hub's state folder
+    try:
+        def accounts(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "gpupool.cli", "accounts", "--state", str(hub.state), *args],
+                                  capture_output=True, text=True, timeout=120)
+
+        listed = accounts()
+        assert f"jupyter-{name}\t" in listed.stdout and f"hub user {name}\t" in listed.stdout
+        assert f"jupyter-{other}" not in listed.stdout
+        busy = accounts("--remove")  # its server still runs: kept, with the reason
+        assert busy.returncode == 1 and "still run (stop the hub first)" in busy.stdout, busy.stdout
+        pwd.getpwnam(f"jupyter-{name}")
+        hub.stop()
+        done = accounts("--remove")
+        assert done.returncode == 0 and done.stdout.strip() == f"removed jupyter-{name}", done.stdout
+        with pytest.raises(KeyError):
+            pwd.getpwnam(f"jupyter-{name}")
+        assert not Path(hub.state, "home", f"jupyter-{name}").exists()
+        assert pwd.getpwnam(f"jupyter-{other}").pw_gecos == comment_for(other)  # not this hub's
+        assert "gpupool accounts --remove --state state" in (REPO / "Makefile").read_text()
+    finally:
+        subprocess.run(["userdel", "--remove", f"jupyter-{other}"], capture_output=True, timeout=60)

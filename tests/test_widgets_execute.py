@@ -68,7 +68,7 @@ def test_preemption_is_one_line_after_the_checkpoint_is_saved(tmp_path: Path) ->
     assert proc.wait(60) == 143
     text = log.read_text()
     assert "saved at step" in text
-    assert "gpupool: preempted (SIGTERM): this run stopped; the job goes back to the queue" in text
+    assert "gpupool: this run stopped (SIGTERM)" in text  # why (and what next): the hub's line above it
     assert "Traceback" not in text and "ZMQError" not in text and "DeadKernel" not in text
     saved = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
     assert saved["step"] > 0

@@ -7,7 +7,7 @@ from gpupool.widgets import Client, JobMonitor, PromoteToTraining
 from gpupool.widgets.jobs import job_row, validate_choices
 from gpupool.widgets.magics import train_args
 
-from tests.hubtools import Hub
+from tests.hubtools import REPO, Hub
 
 pytestmark = pytest.mark.hub
 CONFIG = """
@@ -29,6 +29,7 @@ def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
     assert "may use at most 2 GPUs" in promote.problems.value  # explained before submitting
     promote.gpus.value = 0.5
     assert not promote.submit_button.disabled
+    assert (promote.priority.min, promote.priority.max) == (-100, 100)  # the API's range
     job = promote.submit()
     assert job["state"] == "queued"
     monitor = promote.monitor_box.children[0]
@@ -71,6 +72,24 @@ def test_train_magic_arguments() -> None:
     assert (args.project, args.gpus, args.parameters) == ("vision", 0.5, {"lr": 0.01, "tag": "baseline"})
 
 
+def test_one_priority_range_in_the_magic_the_slider_and_the_api() -> None:
+    """%%train, PromoteToTraining and the API take the same priorities (the magic and the slider
+    offered -10..10 while the API and the docs said -100..100)."""
+    from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+    from gpupool.widgets.magics import train_parser
+
+    assert (PRIORITY_MIN, PRIORITY_MAX) == (-100, 100)
+    assert train_args("--project p --priority 50").priority == 50
+    assert train_args("--project p --priority -100").priority == -100
+    for bad in ("101", "-101", "high", "1.5"):
+        with pytest.raises(ValueError, match="a whole number from -100 to 100"):
+            train_args(f"--project p --priority {bad}")
+    assert "-100..100" in train_parser().format_help()
+    openapi = (REPO / "docs" / "openapi.yaml").read_text()
+    assert "priority: {type: integer, minimum: -100, maximum: 100}" in openapi
+    assert "−100…100" in (REPO / "docs" / "training.md").read_text()
+
+
 def test_output_link_opens_the_notebook_in_this_lab() -> None:
     from gpupool.widgets.jobs import output_link
 
@@ -89,6 +108,7 @@ def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(ma
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_markdown_cell("x"),
                 nbformat.v4.new_code_cell("print(a)"),
+                nbformat.v4.new_code_cell("%%train --project default\nprint('a job of its own')"),
                 nbformat.v4.new_code_cell("PromoteToTraining.current_notebook()")]
     hub.api("PUT", server + "api/contents/Untitled.ipynb", {"type": "notebook", "content": nb}, token=token)
     session = hub.api("POST", server + "api/sessions", {"path": "Untitled.ipynb", "type": "notebook",
@@ -102,8 +122,11 @@ def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(ma
 
     promote = PromoteToTraining.current_notebook(connection_file=connection_file, env=env, client=client)
     assert promote.source_path == "analysis.ipynb"
+    # a %%train cell submits a job of its own: never promoted with the rest, and the widget says so
     assert [c["source"] for c in promote.notebook["cells"]] == ["a = 1", "print(a)",
                                                                 "PromoteToTraining.current_notebook()"]
+    assert promote.source.value == ("Submits <code>analysis.ipynb</code>: code cells 1, 2, 4 of 4, as last saved;"
+                                    " left out: 3 (%%train: it submits a job of its own).")
     from gpupool.widgets.notebook import code_cells
 
     chosen = code_cells(promote.notebook, [1], leave_out="")

@@ -58,7 +58,9 @@ class ProgressClient(NotebookClient):
         return result
 
 
-PREEMPTED = "gpupool: preempted (SIGTERM): this run stopped; the job goes back to the queue"
+# the run only knows it got SIGTERM: preempted, cancelled, out of time or idle, the hub's own line
+# just above in the log says which (and whether the job comes back)
+PREEMPTED = "gpupool: this run stopped (SIGTERM)"
 
 
 def run(input_path: Path, output_path: Path, timeout: int | None = None) -> int:

@@ -11,8 +11,10 @@ from typing import Any
 from urllib.parse import quote
 
 import ipywidgets as w
+from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.train.sweep import SweepError
 
+from .ansi import log_box
 from .client import Client, GPUPoolError
 from .sweep import SweepTable, parse_sweep_field
 
@@ -32,7 +34,8 @@ def job_row(job: Mapping[str, Any]) -> str:
         why = f"{eta}; {why}" if why else eta
     runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
         f", preempted {job['preemptions']}×" if job["preemptions"] else "")
-    note = job.get("preemption") or job.get("message") or ""
+    # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
+    note = (job.get("message") if job["state"] == "cancelled" else job.get("preemption") or job.get("message")) or ""
     return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
             f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
             f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
@@ -93,23 +96,26 @@ def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
 
 
 class JobMonitor(w.VBox):
-    """The user's jobs (or one job) with state, why it waits, GPU, preemptions, log tail, cancel.
+    """The user's jobs (or one job) with state, why it waits, GPU, preemptions; for one job also
+    its log tail (colours rendered, scrolled to the last line) and a Cancel button.
 
     It follows by itself (a thread reads the API every `interval` seconds) until every job shown
-    has ended, then reads once more for the final log and output link."""
+    has ended, then reads once more for the final log and output link; those reads are not user
+    activity (gpupool.widgets.quiet)."""
 
     def __init__(self, client: Client | None = None, job_id: str | None = None, follow: bool = True,
                  interval: float = 2.0, **kwargs: Any) -> None:
         self.client, self.job_id, self.interval = client, job_id, interval
         self.table, self.message, self.status = w.HTML(), w.HTML(), w.HTML()
-        self.log_view = w.Textarea(layout=w.Layout(width="100%", height="12em"), disabled=True)
-        self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger",
-                                      disabled=job_id is None)
+        self.log_lines: list[str] = []
+        self.log_view = w.HTML(log_box([]), layout=w.Layout(width="100%"))
+        self.cancel_button = w.Button(description="Cancel job", icon="stop", button_style="danger")
         self.cancel_button.on_click(lambda _: self.cancel())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        children = [self.table, self.message, w.HBox([self.cancel_button, self.status])]
-        super().__init__(children + ([self.log_view] if job_id else []), **kwargs)
+        # all jobs: no Cancel button (it would cancel nothing); one job: Cancel and its log
+        one = [w.HBox([self.cancel_button, self.status]), self.log_view] if job_id else [self.status]
+        super().__init__([self.table, self.message, *one], **kwargs)
         jobs = self.refresh()
         if follow and any(j["state"] in ACTIVE for j in jobs):
             self.follow()
@@ -123,13 +129,16 @@ class JobMonitor(w.VBox):
         self._thread.start()
 
     def _follow(self) -> None:
+        from .quiet import background
+
         failures = 0
-        self.status.value = f"<small style='color:#777'>following: read every {self.interval:g} s</small>"
-        while not self._stop.wait(self.interval):
-            jobs = self.refresh()
-            failures = failures + 1 if not jobs else 0
-            if (jobs and not any(j["state"] in ACTIVE for j in jobs)) or failures >= 30:
-                break
+        with background():  # what this thread sends is not user activity
+            self.status.value = f"<small style='color:#777'>following: read every {self.interval:g} s</small>"
+            while not self._stop.wait(self.interval):
+                jobs = self.refresh()
+                failures = failures + 1 if not jobs else 0
+                if (jobs and not any(j["state"] in ACTIVE for j in jobs)) or failures >= 30:
+                    break
         self.status.value = "" if failures < 30 else \
             "<small style='color:#b00'>stopped following: the API did not answer</small>"
 
@@ -142,16 +151,17 @@ class JobMonitor(w.VBox):
             jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
             if self.job_id:
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=200")
-                text = "\n".join(logs["lines"])
-                if text != self.log_view.value:
-                    self.log_view.value = text
+                if logs["lines"] != self.log_lines:
+                    self.log_lines = list(logs["lines"])
+                    self.log_view.value = log_box(self.log_lines)
                 self.message.value = output_link(logs["output_notebook"]) if logs["output_notebook"] else ""
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
         self.table.value = ("<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
                             "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
-        if self.job_id and jobs:
+        if self.job_id and jobs:  # an ended job has nothing to cancel: no button, not a dead one
+            self.cancel_button.layout.display = "" if jobs[0]["state"] in ACTIVE else "none"
             self.cancel_button.disabled = jobs[0]["state"] not in ACTIVE
         return jobs
 
@@ -184,7 +194,7 @@ class PromoteToTraining(w.VBox):
         self.project = w.Dropdown(options=names, description="Project", **label)
         self.gpus = w.Dropdown(options=choices, value=1 if 1 in choices else choices[-1], description="GPUs",
                                **label)
-        self.priority = w.IntSlider(value=0, min=-10, max=10, description="Priority", **label)
+        self.priority = w.IntSlider(value=0, min=PRIORITY_MIN, max=PRIORITY_MAX, description="Priority", **label)
         self.name = w.Text(value="promoted", description="Name", **label)
         self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters", **label)
         # one job per combination, as %%train --sweep: KEY=V1,V2 items separated by spaces
@@ -194,9 +204,10 @@ class PromoteToTraining(w.VBox):
                                       layout=w.Layout(width="auto"))
         self.submit_button.on_click(lambda _: self.submit())
         self.monitor_box = w.VBox()
+        self.source = w.HTML()  # what is submitted (current_notebook: the notebook and its cells)
         for widget in (self.project, self.gpus, self.params, self.sweep):
             widget.observe(lambda _: self.check(), names="value")
-        super().__init__([self.project, self.gpus, self.priority, self.name, self.params, self.sweep,
+        super().__init__([self.source, self.project, self.gpus, self.priority, self.name, self.params, self.sweep,
                           self.problems, self.submit_button, self.monitor_box], **kwargs)
         self.check()
 
@@ -220,7 +231,7 @@ class PromoteToTraining(w.VBox):
 
         The notebook is found by this kernel's id through the Jupyter server's sessions API, so a
         notebook renamed since it started (JupyterLab's rename on first save) is found too."""
-        from .notebook import code_cells, current_notebook
+        from .notebook import current_notebook, promoted_cells
 
         caller = ""
         if connection_file is None:
@@ -231,8 +242,10 @@ class PromoteToTraining(w.VBox):
             shell = get_ipython()
             caller = shell.history_manager.input_hist_raw[-1] if shell is not None else ""
         path, nb = current_notebook(connection_file, env)
-        widget = cls(notebook={**nb, "cells": code_cells(nb, cells, leave_out=caller)}, **kwargs)
+        chosen, which = promoted_cells(nb, cells, leave_out=caller)
+        widget = cls(notebook={**nb, "cells": chosen}, **kwargs)
         widget.source_path = path
+        widget.source.value = f"Submits <code>{escape(path)}</code>: {escape(which)}."  # before anything is sent
         return widget
 
     @property

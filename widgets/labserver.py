@@ -46,6 +46,10 @@ def _optional(client: Client, path: str) -> Any:
 
 
 class _Handler(APIHandler):
+    # reading the GPU share is no user activity: the status item and %gpupool poll these, and the
+    # idle culler must still find Jupyter quiet (jupyter_server counts every other API request)
+    _track_activity = False
+
     async def call(self, fn, *args: Any) -> None:
         try:
             client = Client(timeout=8)
@@ -64,18 +68,32 @@ class StatusHandler(_Handler):
         await self.call(read_status, time.time())
 
 
+class WorkspaceHandler(_Handler):
+    """What %gpupool shows (gpupool.widgets.status.workspace_view), for its view in JupyterLab."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        from .status import workspace_view
+
+        await self.call(lambda client: workspace_view(client, server_name(), os.environ, time.time()))
+
+
 class ExtendHandler(_Handler):
+    _track_activity = True  # pressing Extend is the user at work
+
     @web.authenticated
     async def post(self) -> None:
         await self.call(lambda client: client.post("api/culler/extend", {"server": server_name()}))
 
 
 class ResumeHandler(_Handler):
-    """For GPU parking: resume this server's parked share (the hub answers 404 until parking exists)."""
+    """For GPU parking: resume this server's parked share."""
+
+    _track_activity = True
 
     @web.authenticated
     async def post(self) -> None:
-        await self.call(lambda client: client.post("api/culler/resume", {"server": server_name()}))
+        await self.call(lambda client: client.post("api/parking/resume", {"server": server_name()}))
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
@@ -83,10 +101,14 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
+    from .quiet import untrack
+
+    untrack(server_app.kernel_manager)  # widgets' own refreshes are no user activity (gpupool.widgets.quiet)
     web_app = server_app.web_app
     base = url_path_join(web_app.settings["base_url"], "gpupool")
     web_app.add_handlers(".*$", [
         (url_path_join(base, "status"), StatusHandler),
+        (url_path_join(base, "workspace"), WorkspaceHandler),
         (url_path_join(base, "extend"), ExtendHandler),
         (url_path_join(base, "resume"), ResumeHandler),
     ])

@@ -7,10 +7,18 @@ import json
 import shlex
 from typing import Any
 
+from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one plain line for the user, not argparse's exit and stderr
         raise ValueError(message)
+
+
+def _priority(text: str) -> int:
+    if not text.lstrip("-").isdigit() or len(text) > 5 or not PRIORITY_MIN <= int(text) <= PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(f"a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}, not {text[:20]!r}")
+    return int(text)
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -19,7 +27,8 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--project", required=True, help="the training project whose quota the job uses")
     ap.add_argument("--gpus", type=float, default=1.0, help="GPUs for the job: 0.25, 0.5, 1, 2, ... (default 1)")
     ap.add_argument("--name", default="cell", help="a name for the job (default: cell)")
-    ap.add_argument("--priority", type=int, default=0, help="-10..10 within the project (default 0)")
+    ap.add_argument("--priority", type=_priority, default=0,
+                    help=f"{PRIORITY_MIN}..{PRIORITY_MAX} within the project, higher first (default 0)")
     ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON",
                     help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
     ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
@@ -82,17 +91,46 @@ def train_help(projects: list[dict] | None) -> str:
     return text + "\n\nExample:\n  %%train --project NAME --gpus 1 -p epochs=3"
 
 
+def demo_gpu_use(words: list[str], client: Any = None) -> str:
+    """`%gpupool gpu busy|idle`: what the culling demo's culler reads as this workspace's GPU use."""
+    import os
+
+    from .client import Client, GPUPoolError
+
+    if words not in (["busy"], ["idle"]):
+        return "%gpupool gpu busy (the GPU computes) or %gpupool gpu idle (it does not)"
+    server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    try:
+        (client or Client()).post("api/demo/gpu-use", {"server": server, "busy": words[0] == "busy"})
+    except GPUPoolError as err:
+        return f"%gpupool gpu: {err}"
+    if words[0] == "busy":
+        return "this workspace's GPU now counts as busy (100 %): the culler neither parks nor stops it for idleness"
+    return ("this workspace's GPU now counts as idle: after 2 min it is parked (a cell brings it back),"
+            " as the demo's culler decides at its next pass")
+
+
 def register(ipython: Any) -> None:
     from IPython.display import display
 
     from .client import Client, GPUPoolError
     from .jobs import JobMonitor
-    from .status import WorkspaceStatus
+    from .status import live_view
     from .sweep import SweepTable
 
     def gpupool(line: str = "") -> None:
-        """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects."""
-        display(WorkspaceStatus())
+        """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects.
+        JupyterLab keeps it current while the tab is visible; reading it is not user activity.
+        %gpupool gpu busy|idle — in the culling demo (gpupool up --demo-culling): say what this
+        workspace's GPU does, as the culler will see it."""
+        words = line.split()
+        if words[:1] == ["gpu"]:
+            print(demo_gpu_use(words[1:]))
+            return
+        if words:
+            print(f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, or %gpupool gpu busy|idle in the demo")
+            return
+        display(live_view(), raw=True)
 
     def train(line: str, cell: str | None = None) -> None:
         """%%train --project P [--gpus 1] [--name N] [--priority 0] [-p key=value ...] [--sweep key=v1,v2 ...]

@@ -32,26 +32,46 @@ def session_path(sessions: Any, kernel_id: str) -> str:
     raise GPUPoolError("no notebook of this server runs this kernel (a console?): pass code=... or notebook=...")
 
 
-def code_cells(nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = "") -> list[dict]:
-    """The notebook's code cells without outputs: the chosen ones (0-based among code cells), and
-    never the cell that asked (its source is `leave_out`): a job must not promote itself again."""
+def _source(c: Mapping[str, Any]) -> str:
+    s = c.get("source", "")
+    return ("".join(s) if isinstance(s, list) else str(s)).strip()
+
+
+def promoted_cells(nb: Mapping[str, Any], cells: Iterable[int] | None,
+                   leave_out: str = "") -> tuple[list[dict], str]:
+    """The notebook's code cells a job gets, without outputs, and a line saying which: the chosen
+    ones (0-based among code cells, shown 1-based), never the cell that asked (its source is
+    `leave_out`) and never a `%%train` cell: a job must not promote itself again, and a %%train
+    cell submits a job of its own."""
     code = [dict(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    numbered = list(enumerate(code))
     if cells is not None:
         wanted = list(cells)
         bad = [i for i in wanted if not 0 <= i < len(code)]
         if bad:
             raise GPUPoolError(f"code cells {bad} do not exist; the notebook has {len(code)}")
-        code = [code[i] for i in wanted]
-
-    def source(c: Mapping[str, Any]) -> str:
-        s = c.get("source", "")
-        return ("".join(s) if isinstance(s, list) else str(s)).strip()
-
-    kept = [{**c, "outputs": [], "execution_count": None} for c in code
-            if not (leave_out.strip() and source(c) == leave_out.strip())]
+        numbered = [(i, code[i]) for i in wanted]
+    kept, skipped = [], []
+    for i, c in numbered:
+        if leave_out.strip() and _source(c) == leave_out.strip():
+            skipped.append(f"{i + 1} (this cell)")
+        elif _source(c).startswith("%%train"):
+            skipped.append(f"{i + 1} (%%train: it submits a job of its own)")
+        else:
+            kept.append((i, {**c, "outputs": [], "execution_count": None}))
     if not kept:
-        raise GPUPoolError("the notebook has no other code cell: save it with the code to promote")
-    return kept
+        raise GPUPoolError("the notebook has no other code cell to promote (%%train cells and this one are left"
+                           " out): save it with the code to promote")
+    which = ", ".join(str(i + 1) for i, _ in kept)
+    note = f"code cell{'s' if len(kept) > 1 else ''} {which} of {len(code)}, as last saved"
+    if skipped:
+        note += "; left out: " + ", ".join(skipped)
+    return [c for _, c in kept], note
+
+
+def code_cells(nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = "") -> list[dict]:
+    """The code cells a job gets (see promoted_cells)."""
+    return promoted_cells(nb, cells, leave_out)[0]
 
 
 def _get(url: str, token: str) -> Any:

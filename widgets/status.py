@@ -14,7 +14,7 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from .client import Client, GPUPoolError
-from .summary import REASONS, clock, culler_finding, gpus_text, left_text, my_shares
+from .summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
 
 
 def _gpus(milli: int) -> str:
@@ -71,6 +71,9 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     quota = f"{_gpus(held)} of {_gpus(me['build_quota_milli'])} in use"
     if others:
         quota += " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+    moved, _ = last_move(mine)
+    if moved:
+        rows.append(("Moved", f"{moved}: nothing restarted"))
     rows.append(("Build quota", quota))
     if env.get("CUDA_VISIBLE_DEVICES") is not None and mine:
         rows.append(("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"]))
@@ -102,9 +105,73 @@ def project_rows(projects: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [("Train projects", text)]
 
 
+def workspace_view(client: Client, server: str, env: Mapping[str, str], now: float) -> dict[str, Any]:
+    """Everything `%gpupool` shows of this workspace: label/value rows, whether Extend may be
+    pressed and whether the GPU is parked (Resume). GPUPoolError when the API does not answer."""
+    me = client.get("api/me")
+    pool = client.get("api/pool")
+    rows = status_rows(me, pool, env, server)
+    virtual = any(gpu.get("virtual") for gpu, _ in my_shares(pool, me["name"], server))
+    try:
+        culler = client.get("api/culler/status")
+    except GPUPoolError:
+        culler = None  # no culler findings yet: the share itself is still worth showing
+    rows += culler_rows(culler, me["name"], server, now, virtual)
+    try:
+        rows += budget_rows(client.get("api/budget"))
+    except GPUPoolError:
+        pass  # a hub without usage accounting
+    try:
+        rows += project_rows(client.get("api/projects"))
+    except GPUPoolError:
+        pass  # no training pool on this hub
+    try:
+        parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
+    except GPUPoolError:
+        parked = []  # a hub without parking
+    try:  # the culling demo (gpupool up --demo-culling): GPU use is what the user says
+        said = client.get("api/demo/gpu-use").get("use", {}).get(f"{me['name']}/{server}", "idle")
+        rows.append(("Demo GPU use", f"{said} (simulated; say %gpupool gpu {'idle' if said == 'busy' else 'busy'})"))
+    except GPUPoolError:
+        pass  # not the demo
+    found = culler_finding(culler, me["name"], server)
+    holds = bool(parked) or bool(my_shares(pool, me["name"], server))
+    if parked:  # not "none: this workspace runs without a GPU share": its GPU comes back on use
+        rows = [r for r in rows if r[0] != "GPU" or not r[1].startswith("none:")]
+    return {"rows": parked + rows, "parked": bool(parked),
+            "extendable": holds and not found.get("extended") and found.get("reason") != "memory"}
+
+
+def rows_html(rows: list[tuple[str, str]] | list[list[str]]) -> str:
+    return "<table>" + "".join(
+        f"<tr><td style='padding-right:1em;vertical-align:top'>{escape(k)}</td><td>{escape(v)}</td></tr>"
+        for k, v in rows) + "</table>"
+
+
+# %gpupool's output: JupyterLab's gpupool extension renders this type as a live view that reads
+# the server's own endpoint while the tab is visible (no kernel traffic, so no user activity);
+# other front ends show the HTML snapshot
+MIME_TYPE = "application/vnd.gpupool.workspace+json"
+
+
+def live_view(client: Client | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The display bundle `%gpupool` shows."""
+    env = os.environ if env is None else env
+    server = env.get("JUPYTERHUB_SERVER_NAME", "")
+    try:
+        view = workspace_view(client or Client(), server, env, time.time())
+        html = f"<b>gpupool workspace</b>{rows_html(view['rows'])}"
+        text = "\n".join(f"{k}: {v}" for k, v in view["rows"])
+    except GPUPoolError as err:
+        view, html, text = {"rows": [], "error": str(err)}, f"<span style='color:#b00'>{escape(str(err))}</span>", str(err)
+    return {MIME_TYPE: {"server": server, **view}, "text/html": html, "text/plain": text}
+
+
 class WorkspaceStatus(w.VBox):
-    """The GPU share of this workspace, its use and when it stops; it reads the API again every
-    `interval` seconds by itself (a thread, stopped when the widget is closed)."""
+    """The GPU share of this workspace, its use and when it stops, as an ipywidget for code of
+    your own; it reads the API again every `interval` seconds by itself (a thread, stopped when
+    the widget is closed), and those refreshes are not user activity (gpupool.widgets.quiet).
+    `%gpupool` shows the same rows as a view the browser refreshes."""
 
     def __init__(self, client: Client | None = None, follow: bool = True, interval: float = 30.0,
                  **kwargs: Any) -> None:
@@ -126,8 +193,11 @@ class WorkspaceStatus(w.VBox):
             threading.Thread(target=self._follow, name="gpupool-status", daemon=True).start()
 
     def _follow(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.refresh(quiet=True)
+        from .quiet import background
+
+        with background():  # what this thread sends is not user activity
+            while not self._stop.wait(self.interval):
+                self.refresh(quiet=True)
 
     def close(self) -> None:
         self._stop.set()
@@ -159,38 +229,13 @@ class WorkspaceStatus(w.VBox):
         if not quiet:
             self.message.value = "<i>reading the pool…</i>"
         try:
-            client = self.client or Client()
-            server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-            me = client.get("api/me")
-            pool = client.get("api/pool")
-            rows = status_rows(me, pool, os.environ, server)
-            virtual = any(gpu.get("virtual") for gpu, _ in my_shares(pool, me["name"], server))
-            try:
-                culler = client.get("api/culler/status")
-            except GPUPoolError:
-                culler = None  # no culler findings yet: the share itself is still worth showing
-            rows += culler_rows(culler, me["name"], server, time.time(), virtual)
-            try:
-                rows += budget_rows(client.get("api/budget"))
-            except GPUPoolError:
-                pass  # a hub without usage accounting
-            try:
-                rows += project_rows(client.get("api/projects"))
-            except GPUPoolError:
-                pass  # no training pool on this hub
-            try:
-                parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
-            except GPUPoolError:
-                parked = []  # a hub without parking
-            rows = parked + rows
-            self.resume_button.layout.display = "" if parked else "none"
+            view = workspace_view(self.client or Client(), os.environ.get("JUPYTERHUB_SERVER_NAME", ""),
+                                  os.environ, time.time())
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return
-        self.table.value = "<table>" + "".join(
-            f"<tr><td style='padding-right:1em;vertical-align:top'>{escape(k)}</td><td>{escape(v)}</td></tr>"
-            for k, v in rows) + "</table>"
-        found = culler_finding(culler, me["name"], server)
-        self.extend_button.disabled = bool(found.get("extended")) or found.get("reason") == "memory"
+        self.resume_button.layout.display = "" if view["parked"] else "none"
+        self.table.value = rows_html(view["rows"])
+        self.extend_button.disabled = not view["extendable"]
         if not quiet:
             self.message.value = ""

@@ -39,6 +39,27 @@ def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Ma
             if share.get("owner") == owner and share.get("name") == server and share.get("kind") == "build"]
 
 
+def moved_text(share: Mapping[str, Any]) -> str:
+    """'moved to GPU 3 at 14:02 (to make room for a training job)' for a share the hub moved
+    (gpupool.mover), '' otherwise."""
+    m = share.get("moved")
+    if not isinstance(m, Mapping) or not isinstance(m.get("at"), int | float):
+        return ""
+    gpus = ", ".join(str(g) for g in m.get("to_gpus") or [])
+    node = f" on {m.get('to_node')}" if m.get("to_node") != m.get("from_node") else ""
+    why = f" (to make room for {m['why']})" if m.get("why") else ""
+    return f"moved to GPU {gpus}{node} at {clock(m['at'])}{why}"
+
+
+def last_move(mine: list[tuple[Mapping, Mapping]]) -> tuple[str, float | None]:
+    """The text and time of this workspace's last move (its shares move together)."""
+    for _, share in mine:
+        text = moved_text(share)
+        if text:
+            return text, float(share["moved"]["at"])
+    return "", None
+
+
 def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) -> Mapping[str, Any]:
     for found in (culler or {}).get("workspaces", []):
         if found.get("owner") == owner and found.get("name") == server:
@@ -86,6 +107,7 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
         "gpu_util_pct": found.get("gpu_util_pct"), "gpu_idle_s": found.get("gpu_idle_s"),
         "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
     }
+    out["moved"], out["moved_at"] = last_move(mine)  # the status item shows it for a while after the move
     lines = []
     for gpu, share in mine:
         kind = "virtual GPU" if gpu.get("virtual") else gpu.get("model", "GPU")
@@ -104,6 +126,8 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
     if out["cull_at"]:
         why = f" {out['reason_text']}" if out["reason_text"] else ""
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
+    if out["moved"]:
+        lines.append(f"{out['moved']}: nothing restarted")
     if out["action"] == "warn" and out["message"]:
         lines.append(f"warning: {out['message']}")
     out["budget"] = budget_summary(budget)

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from gpupool.gpu.parking import Delays
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
 from gpupool.pool import ClusterState, Inventory, Request, get_policy
+from gpupool.pool.actions.move import MoveRules
 from gpupool.pool.parking import ParkedShare, newcomer_view, plan_claims
 from gpupool.pool.training import Job, Project, in_quota_split, schedule
 
 from benchmarks.quota.workload import SimJob, Stream
 
+from .moves import Mover, MoveStats
 from .world import GPU_MEMORY_MIB, MODEL, Notebook
 
 STEP = 60.0
@@ -40,6 +42,8 @@ class Mode:
     limits: Limits | None  # None: reserve for life (the static world)
     fractions: bool  # a 1-GPU notebook asks for half a GPU
     delays: Delays = Delays()
+    moves: MoveRules | None = None  # world (d): idle notebooks moved for the head of the queue
+    notebook_milli: int = 0  # every notebook asks for this share, whatever its session held (0: as held)
 
 
 @dataclass
@@ -59,6 +63,10 @@ class Metrics:
     parks: int = 0
     preemptions: int = 0
     hourly_busy: list[float] = field(default_factory=list)  # GPU-seconds busy per hour
+    gang_waits: list[float] = field(default_factory=list)  # 8-GPU jobs: submit to first start (or the end)
+    whole_free_s: float = 0.0  # GPU-seconds of GPUs wholly free
+    hourly_whole_free: list[float] = field(default_factory=list)
+    moves: MoveStats | None = None
 
     def merge(self, other: Metrics) -> None:
         self.capacity_gpus += other.capacity_gpus
@@ -67,6 +75,8 @@ class Metrics:
                      "killed_cells", "culls", "parks", "preemptions"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.waits += other.waits
+        self.gang_waits += other.gang_waits
+        self.whole_free_s += other.whole_free_s
         self.resume_waits += other.resume_waits
         n = max(len(self.hourly_busy), len(other.hourly_busy))
         self.hourly_busy = [(self.hourly_busy[i] if i < len(self.hourly_busy) else 0.0)
@@ -134,11 +144,15 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
     jitter = random.Random(seed + 1)
     static = mode.limits is None
     m = Metrics(capacity_gpus=inventory.gpu_count, horizon=horizon,
-                hourly_busy=[0.0] * int(horizon // 3600 + 1))
+                hourly_busy=[0.0] * int(horizon // 3600 + 1), hourly_whole_free=[0.0] * int(horizon // 3600 + 1))
+    mover = Mover(mode.moves, seed=seed) if mode.moves is not None else None
+    if mover is not None:
+        m.moves = mover.stats
+    moved = False
     nbs = []
     for nb in notebooks:
         s = nb.session
-        milli = 500 if mode.fractions and s.gpus == 1 else s.gpus * 1000
+        milli = mode.notebook_milli or (500 if mode.fractions and s.gpus == 1 else s.gpus * 1000)
         cells = [(nb.start + a, nb.start + b) for a, b in s.cells]
         nbs.append(NB(nb, milli, cells))
     # training: closed-loop researchers, the same experiments in every world
@@ -194,7 +208,8 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
     t = 0.0
     while t < horizon:
         # a training pass when something changed, and every 5 min (the hub's: every 2 s)
-        dirty = t % 300 == 0
+        dirty = t % 300 == 0 or moved  # room a move freed goes to its head at once
+        moved = False
         # --- training: finished runs and ended grace periods --------------------
         while arrivals and arrivals[0][0] <= t:
             j = heapq.heappop(arrivals)[2]
@@ -249,6 +264,8 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
                 n.state, n.placement = "held", spot
                 n.tracker = IdleTracker(mode.limits.window_s, mode.limits.util_threshold_pct)
                 n.last_activity = t
+                if mover is not None:
+                    mover.started(n.nb.id, t)
             for claim in plan.waiting:
                 n = by_id[claim.owner]
                 n.first_try = t if n.first_try is None else n.first_try
@@ -270,6 +287,8 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
             n.since = t
             n.last_activity = t
             n.tracker = None if static else IdleTracker(mode.limits.window_s, mode.limits.util_threshold_pct)
+            if mover is not None:
+                mover.started(n.nb.id, t)
         # --- the culler's pass --------------------------------------------------------
         for n in nbs:
             if n.state != "held":
@@ -319,6 +338,14 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
             j = pending.pop(a.job)
             j.placement, j.started = a.placement, t
             running[j.id] = j
+            if j.first_start is None:
+                j.first_start = t
+                if j.gpus == 8:
+                    m.gang_waits.append(t - j.submitted)
+        if mover is not None and pending:
+            before = mover.stats.moves
+            mover.step(t, state, nbs, pending, running, stopping, projects, as_job, parked_shares, policy, rng)
+            moved = mover.stats.moves > before
         # --- accounting for this minute -----------------------------------------------
         busy_s = 0.0
         for j in running.values():
@@ -335,5 +362,10 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
         m.busy_s += busy_s
         m.alloc_s += alloc_s
         m.hourly_busy[int(t // 3600)] += busy_s
+        whole = float((state.gpu_free == 1000).sum()) * STEP
+        m.whole_free_s += whole
+        m.hourly_whole_free[int(t // 3600)] += whole
         t += STEP
+    # 8-GPU jobs still waiting at the end waited at least this long: counted, not hidden
+    m.gang_waits += [horizon - j.submitted for j in pending.values() if j.gpus == 8 and j.first_start is None]
     return m

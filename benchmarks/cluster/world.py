@@ -67,11 +67,11 @@ def runtimes() -> list[float]:
 
 
 def build(seed: int, quiet_h: float, researchers: int, days: float = 7.0, teams: int = TEAMS,
-          gpus_per_team: int = GPUS_PER_TEAM) -> World:
+          gpus_per_team: int = GPUS_PER_TEAM, sessions_per_team: int = SESSIONS_PER_TEAM) -> World:
     rng = random.Random(seed)
     bursts = random.Random(seed + 1)  # burst times do not depend on how many researchers there are
     names = [f"team{i}" for i in range(teams)]
-    sessions = make_sessions(teams * SESSIONS_PER_TEAM, seed)
+    sessions = make_sessions(teams * sessions_per_team, seed)
     notebooks = []
     for k, s in enumerate(sessions):
         team = names[k % teams]

@@ -17,7 +17,15 @@ from jupyterhub.handlers import BaseHandler
 from tornado import web
 
 from ..api.auth import Caller, json_object
-from ..api.quotas import QuotaRefused, change_quotas, group_quota_change
+from ..api.quotas import (
+    QuotaRefused,
+    change_quotas,
+    gpus_amount,
+    group_quota_change,
+    group_removal,
+    group_total_change,
+    notes,
+)
 from ..pool.units import UnitError, format_gpus, parse_gpus, shown
 from .view import admin_view
 
@@ -62,26 +70,38 @@ class ActionBase(AdminBase):
 
 
 class QuotaAction(ActionBase):
-    """Change the default build quota ({"default_build_quota": 0.5}) or one group's
-    ({"group": "class-a", "quota": 0.5}), validated as the config file and the API are."""
+    """Change the default build quota ({"default_build_quota": 0.5}), one group's quota per member
+    ({"group": "class-a", "quota": 0.5}), what a group holds together ({"group": "class-a",
+    "total": 2}, "" for no ceiling), or forget a group's row ({"group": "class-a", "remove": true});
+    validated as the config file and the API are, answered in plain words with what the change
+    means when it shuts people out ({"saved": true, "notes": [...]})."""
 
     async def post(self) -> None:
         caller = self.admin_caller()
         body = self.body()
         pool = self.api_settings["gpupool"]
         try:
-            if "group" in body:
-                change = group_quota_change(pool, body.get("group"), body.get("quota"))
-                what = f"set group {body['group']}'s build quota to {amount(body.get('quota'))}"
-            elif set(body) == {"default_build_quota"}:
-                change = body
+            keys = set(body)
+            if keys == {"group", "quota"}:
+                change = group_quota_change(pool, body["group"], body["quota"])
+                what = f"set group {body['group']}'s build quota to {amount(body['quota'])}"
+            elif keys == {"group", "total"}:
+                change = group_total_change(pool, body["group"], body["total"])
+                what = (f"set group {body['group']}'s total to {amount(body['total'])}" if body["total"] not in ("", None)
+                        else f"took group {body['group']}'s total away")
+            elif keys == {"group", "remove"} and body["remove"] is True:
+                change = group_removal(pool, body["group"])
+                what = f"removed group {body['group']}'s own quota and total"
+            elif keys == {"default_build_quota"}:
+                change = {"default_build_quota": gpus_amount(body["default_build_quota"], "the default build quota")}
                 what = f"set the default build quota to {amount(body['default_build_quota'])}"
             else:
-                raise QuotaRefused(f"send default_build_quota, or group and quota; got {shown(sorted(body))}")
+                raise QuotaRefused("send default_build_quota; or group with quota, total or remove;"
+                                   f" got {shown(sorted(body))}")
             change_quotas(pool, caller.name, change, what)
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
-        self.finish({"saved": True})
+        self.finish({"saved": True, "notes": notes(pool)})
 
 
 def amount(value: object) -> str:
@@ -94,7 +114,7 @@ def amount(value: object) -> str:
 
 class CancelAction(ActionBase):
     async def post(self, job_id: str) -> None:
-        self.admin_caller()
+        admin = self.admin_caller()
         training = self.api_settings.get("training")
         if training is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
@@ -103,7 +123,7 @@ class CancelAction(ActionBase):
             raise web.HTTPError(404, f"no job {shown(job_id)}")
         if row.state not in ("queued", "running", "preempting"):
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = training.cancel(job_id)
+        row = training.cancel(job_id, by=admin.name)  # the owner reads who cancelled it
         if inspect.isawaitable(row):
             row = await row
         self.finish({"id": row.id, "state": row.state})

@@ -8,11 +8,13 @@ from ..api.auth import Caller
 from ..api.page import History, svg_plot
 from ..api.pool import gpu_table
 from ..api.quotas import current_quotas
+from ..config import quota_notes
 from ..pool import format_gpus
 from ..pool.units import parse_gpus
 
 ACTIVE = ("queued", "running", "preempting")
-EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota")
+EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
+               "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
 
 
 def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -27,8 +29,9 @@ def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
         "jobs": jobs(training) if training is not None else None,
         "projects": projects(training) if training is not None else [],
         "departments": departments(training) if training is not None else [],
-        "groups": groups(pool),
+        "groups": groups(pool, settings.get("directory")),
         "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
+        "quota_notes": quota_notes(pool.quotas),  # what the quotas in force shut out
         "events": [{"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
                    for e in pool.store.events(limit=300) if e.kind in EVENT_KINDS][:30],
     }
@@ -83,13 +86,14 @@ def departments(training: Any) -> list[dict[str, Any]]:
     return out
 
 
-def groups(pool: Any) -> list[dict[str, Any]]:
+def groups(pool: Any, directory: Any = None) -> list[dict[str, Any]]:
     """Every group with a build override or a total (teaching labs): its quota per member,
-    what its members hold together and, where set, its `group_totals` ceiling."""
+    what its members hold together (its members now, as the hub has them) and, where set, its
+    `group_totals` ceiling."""
     quotas = current_quotas(pool)
     overrides: dict = quotas.get("group_overrides") or {}
     totals = getattr(pool.quotas, "group_totals_milli", {}) or {}
-    usage = pool.group_usage()
+    usage = pool.group_usage(directory.groups_of(pool.build_holders()) if directory is not None else None)
     default_milli = pool.quotas.limits_for([]).quota_milli
     out = []
     for g in sorted(set(overrides) | set(totals)):

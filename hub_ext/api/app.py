@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
+from tornado.routing import PathMatches
 
 from ..manager import PoolManager
 from .auth import Directory, OAuthCallback
+from .bodies import DEFAULT_MAX_BODY
 from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from .demo import ROUTES as DEMO_ROUTES
 from .extend_page import ExtendPage
 from .jobs import ROUTES as JOB_ROUTES
 from .page import StatusPage
@@ -33,9 +37,16 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     ("culler/extend", ExtendPage),
     *JOB_ROUTES,
     *PARKING_ROUTES,
+    *DEMO_ROUTES,
     *USAGE_ROUTES,
     ("", StatusPage),
 ]
+
+
+def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
+    """(path pattern, largest body) of each route, for api/bodies.py."""
+    return [(rule.matcher.regex, getattr(rule.target, "max_body", DEFAULT_MAX_BODY))
+            for rule in app.wildcard_router.rules if isinstance(rule.matcher, PathMatches)]
 
 
 def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: Any = None,

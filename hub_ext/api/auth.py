@@ -13,8 +13,9 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
+from ..disk import disk_full
 from ..store.db import bounded
-from .hub_users import hub_user
+from .hub_users import hub_user, hub_users
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -51,6 +52,16 @@ class Directory:
         scopes = set(model.get("scopes") or ())
         reads = kind == "service" and bool({"read:servers", "admin:servers"} & scopes)
         return Caller(name=name, kind=kind, admin=admin, groups=groups, reads_servers=reads)
+
+
+    def groups_of(self, names: set[str]) -> dict[str, tuple[str, ...]] | None:
+        """Each of these users' groups as the hub has them now (None without the hub: callers
+        fall back to the groups recorded at each spawn)."""
+        app = self.hub_app
+        if app is None:
+            return None
+        find = hub_users(app)  # not `n in app.users`: a walk of every loaded user per name
+        return {n: tuple(sorted(g.name for g in u.groups)) for n in names if (u := find(n)) is not None}
 
 
 class _OurHubAuth:
@@ -92,37 +103,53 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
 
     @property
     def caller(self) -> Caller:
-        model = self.current_user
-        if model is None:
-            raise web.HTTPError(403)
-        return self.directory.caller(model)
+        # a handler lives for one request: ask the hub's database once, not at every use
+        if self._caller is None:
+            model = self.current_user
+            if model is None:
+                raise web.HTTPError(403)
+            self._caller = self.directory.caller(model)
+        return self._caller
+
+    _caller: Caller | None = None
 
 
 class APIHandler(BaseHandler):
     """JSON in, JSON out; errors as {"status", "message"} with no redirects."""
 
+    max_body = 64 * 1024  # bytes of a request body: larger is a 413 before the handler runs (api/bodies.py)
+
     def get_login_url(self) -> str:
         raise web.HTTPError(403, "authenticate with a JupyterHub token (Authorization: token ...)")
 
-    def check_xsrf_cookie(self) -> None:
-        # token-authenticated API calls carry no XSRF cookie; cookie calls must send the header
-        if self.request.headers.get("Authorization"):
-            return
-        super().check_xsrf_cookie()
-
-    def json_body(self, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
-        return json_object(self.request.body, max_bytes, max_depth)
+    def json_body(self, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+        return json_object(self.request.body, max_bytes or self.max_body, max_depth)
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data, default=str))
 
+    # XSRF: JupyterHub's own rule (HubAuthenticated.check_xsrf_cookie) — skipped only for a request a
+    # valid token authenticated, checked for every cookie-authenticated one, whatever headers it has
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if status_code == 500 and disk_full(exc):
+            status_code = 507
+        super().send_error(status_code, **kwargs)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = bounded(str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error")))
+        if disk_full(exc):
+            message = f"the disk is full: {disk_full(exc)}; nothing was changed (tell an admin)"
+        else:
+            message = str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error"))
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"status": status_code, "message": message}))
+        self.finish(json.dumps({"status": status_code, "message": bounded(message, MAX_ERROR)}))
+
+
+MAX_ERROR = 1000  # characters of an error message: a hostile value is quoted only in part
 
 
 def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:

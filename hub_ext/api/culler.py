@@ -25,6 +25,30 @@ EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
+def session_of(app: Any, owner: str, name: str, row: Any = None, user: Any = None) -> str:
+    """The session a one-time extension belongs to: the server's start as the hub records it
+    (`started`), the same through hub restarts and GPU parking and new at each start. A share's
+    row id would not do: SQLite hands a freed id to the next row, so the session after an extended
+    one, or a resumed one, would be taken for it. Without the hub's record (no hub app): the
+    share's row, with its creation time. `user`: the hub's User when the caller has it already."""
+    user = user if user is not None else hub_user(app, owner)  # not `owner in app.users`: a walk of all
+    spawner = user.spawners.get(name) if user is not None else None
+    started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+    if started is not None:
+        return f"started {started.isoformat()}"
+    return f"share {row.id} {row.created.isoformat()}" if row is not None else ""
+
+
+def extended_in(pool: Any, app: Any, owner: str, name: str, row: Any = None, *, user: Any = None,
+                extensions: dict[str, Any] | None = None) -> bool:
+    """Whether this session of the workspace has had its one extension. `extensions`: every
+    workspace's, read at once by a caller that lists many (else this one's is read)."""
+    key = EXTENSION.format(owner=owner, name=name)
+    ext = (extensions.get(key) if extensions is not None else pool.store.get_setting(key)) or {}
+    session = session_of(app, owner, name, row, user)
+    return bool(session) and ext.get("session") == session
+
+
 def culler_state(settings: dict) -> dict[str, Any]:
     return settings.setdefault("culler_state", {"workspaces": {}, "pass_time": None})
 
@@ -45,17 +69,16 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
         return found
     # one user's page asks for their own: no map of every user for that
     user_of = hub_users(hub_app) if owner is None else (lambda name: hub_user(hub_app, name))
+    extensions = pool.store.settings_under(EXTENSION.split("{")[0]) if owner is None else None
     for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
         key = f"{row.owner}/{row.name}"
         seen = found.get(key)
         if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
             continue
-        ext = pool.store.get_setting(EXTENSION.format(owner=row.owner, name=row.name)) or {}
-        extended = ext.get("allocation") == row.id
         user = user_of(row.owner)
+        extended = extended_in(pool, hub_app, row.owner, row.name, row, user=user, extensions=extensions)
         spawner = user.spawners.get(row.name) if user is not None else None
-        options = getattr(spawner, "user_options", None)
-        profile = str(options.get("profile") or "") if isinstance(options, dict) else ""
+        profile = spawner_profile(spawner)
         started = row.created.replace(tzinfo=dt.UTC).timestamp()
         end = session_end(row.owner, tuple(row.groups or ()), bool(user.admin) if user else False, profile,
                           started, extended)
@@ -64,6 +87,13 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
         found[key] = {**(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
                       "reason": end[0], "cull_at": end[1], "extended": extended, "planned": True}
     return found
+
+
+def spawner_profile(spawner: Any) -> str:
+    """The profile a workspace was started with, as its spawner offered it ("" for none): what the
+    culler's profile_overrides apply to. Never user_options["profile"], which a user sets freely."""
+    chosen = getattr(spawner, "culler_profile", None)
+    return str(chosen() or "") if callable(chosen) else ""
 
 
 class TargetsHandler(APIHandler):
@@ -86,7 +116,6 @@ class TargetsHandler(APIHandler):
             gpus = [node.gpus[i] for i in row.gpus]
             user = user_of(row.owner)
             spawner = user.spawners.get(row.name) if user is not None else None
-            ext = extensions.get(EXTENSION.format(owner=row.owner, name=row.name)) or {}
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
                 "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
@@ -96,7 +125,8 @@ class TargetsHandler(APIHandler):
                 "milli": row.total_milli,
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
                 "groups": row.groups or [], "admin": bool(user.admin) if user else False,
-                "extended": ext.get("allocation") == row.id,
+                "profile": spawner_profile(spawner),
+                "extended": extended_in(pool, app, row.owner, row.name, row, user=user, extensions=extensions),
                 "started": row.created.isoformat() + "Z",
                 # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
                 "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
@@ -112,12 +142,14 @@ def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> str:
 class ReportHandler(APIHandler):
     """The culler posts each pass: per-workspace status, and warnings/culls as events."""
 
+    max_body = 4 * 1024 * 1024
+
     @web.authenticated
     async def post(self) -> None:
         caller = self.caller
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
-        body = self.json_body(max_bytes=4 * 1024 * 1024)
+        body = self.json_body()
         try:
             pass_time, workspaces, events = parse_report(body, time.time())
         except ValueError as err:  # checked whole before anything is kept
@@ -235,16 +267,18 @@ class StatusHandler(APIHandler):
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
-def extend_workspace(settings: dict, pool, by: str, owner: str, name: str) -> None:
+def extend_workspace(settings: dict, pool, by: str, owner: str, name: str, app: Any = None) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
     rows = pool.store.allocations(kind="build", owner=owner, name=name)
-    if not rows:
+    parked = any(p.owner == owner and p.name == name for p in pool.parked_without_gpu())
+    if not rows and not parked:
         raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")
-    key = EXTENSION.format(owner=owner, name=name)
-    if (pool.store.get_setting(key) or {}).get("allocation") == rows[0].id:
+    row = rows[0] if rows else None
+    if extended_in(pool, app, owner, name, row):
         raise web.HTTPError(409, "this session was already extended once; save your work")
-    pool.store.put_setting(key, {"allocation": rows[0].id, "at": time.time()})
+    key = EXTENSION.format(owner=owner, name=name)
+    pool.store.put_setting(key, {"session": session_of(app, owner, name, row), "at": time.time()})
     pool.store.record("extend", f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("action") == "warn" and found.get("reason") != "memory":
@@ -265,5 +299,5 @@ class ExtendHandler(APIHandler):
         owner = body.get("owner", caller.name) if caller.admin else caller.name
         if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
             raise web.HTTPError(400, "owner must be a user name")
-        extend_workspace(self.settings, self.pool, caller.name, owner, name)
+        extend_workspace(self.settings, self.pool, caller.name, owner, name, self.directory.hub_app)
         self.write_json({"extended": True})

@@ -37,7 +37,8 @@ class ExtendPage(BaseHandler):
     def post(self) -> None:
         name = self.get_argument("server", "")
         try:
-            extend_workspace(self.settings, self.pool, self.caller.name, self.caller.name, name)
+            extend_workspace(self.settings, self.pool, self.caller.name, self.caller.name, name,
+                             self.directory.hub_app)
         except web.HTTPError as err:
             self.page(f"<h1>Not extended</h1><p class='gpupool-error'>{escape(err.log_message or '')}</p>",
                       err.status_code)

@@ -6,9 +6,12 @@ revealed); admins see all. Every bad input is a 4xx with a message, and changes 
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import inspect
 import json
 import shlex
+import time
 from typing import Any
 
 from tornado import web
@@ -16,7 +19,9 @@ from tornado import web
 from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..store.jobs import STATES
+from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
 from ..train.sweep import SweepError, combinations
+from ..train.volume import SubmitRate, code_refusal, count_refusal
 from ..train.waiting import explain, last_preemption
 from .auth import APIHandler
 from .sweeps import SweepHandler, record_sweep
@@ -47,9 +52,13 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"no job {job_id!r} of yours")
         return row
 
-    def job_json(self, row) -> dict:
+    def job_json(self, row, queue: list[str] | None = None) -> dict:
+        """A job as the API shows it; `queue`: the queued jobs' ids in order, when many are shown."""
         data = row.to_json()
-        data["queue_position"] = self.training.queue_position(row.id)
+        if queue is None:
+            data["queue_position"] = self.training.queue_position(row.id)
+        else:
+            data["queue_position"] = queue.index(row.id) + 1 if row.id in queue else None
         data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
         held = self.training.holds([row]) if getattr(self.training, "holds", None) is not None else {}
         if row.id in held:  # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
@@ -71,6 +80,7 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float
 
 
 class JobsHandler(JobsBase):
+    max_body = MAX_BODY
     @web.authenticated
     def get(self) -> None:
         caller = self.caller
@@ -81,15 +91,21 @@ class JobsHandler(JobsBase):
             if state not in STATES:
                 raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
             rows = [r for r in rows if r.state == state]
-        self.write_json({"jobs": [self.job_json(r) for r in rows]})
+        queue = [j.id for j in self.training.jobs(state="queued")]  # once, not once per job
+        self.write_json({"jobs": [self.job_json(r, queue) for r in rows]})
 
     @web.authenticated
     async def post(self) -> None:
         caller = self.caller
         if caller.kind != "user":
             raise web.HTTPError(403, "jobs are submitted by users")
-        body = self.json_body(max_bytes=MAX_BODY)
         svc = self.training
+        rate = self.settings.setdefault("submit_rate", SubmitRate(svc.cfg.max_submissions_per_minute))
+        if why := rate.refuse(caller.name, time.monotonic()):
+            raise web.HTTPError(429, why)
+        # parsing, snapshotting and writing run off the hub's event loop: every user's request
+        # waits on that loop, and a 2 MiB notebook takes a while
+        body = await asyncio.to_thread(self.json_body, MAX_BODY)
         project = body.get("project")
         if not isinstance(project, str) or project not in svc.projects:
             raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
@@ -122,34 +138,43 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
         pools = self.job_pools(body, project)
         runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
-        codes = [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs]
-        priority = int(_number(body, "priority", 0, -100, 100))
+        priority = int(_number(body, "priority", 0, PRIORITY_MIN, PRIORITY_MAX))
         min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
         max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
-        queued = [j for j in svc.jobs(owner=caller.name) if j.state == "queued"]
-        if len(queued) + len(runs) > svc.cfg.max_queued_per_user:
-            raise web.HTTPError(429, f"you have {len(queued)} jobs waiting (at most"
-                                     f" {svc.cfg.max_queued_per_user}): cancel one or wait")
+        kind = next((k for k in ("script", "code", "notebook") if k in body), "")
+        if why := code_refusal(kind, body.get(kind), svc.cfg.max_code_kib * 1024, svc.cfg.max_cells):
+            raise web.HTTPError(413, why)
+        active = [j for state in ("queued", "running", "preempting") for j in svc.jobs(state=state)]  # not history
+        if why := count_refusal(active, caller.name, project, len(runs), svc.cfg):
+            raise web.HTTPError(429, why)
+        codes = await asyncio.to_thread(
+            lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
         rows = []
         for (run_name, _), (files, command) in zip(runs, codes, strict=True):
             try:
                 extra = {**({"min_gpus": min_gpus} if min_gpus else {}), **({"pools": pools} if pools else {})}
-                row = svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
-                                 priority, min_runtime, max_runtime, files, **extra)
-                if inspect.isawaitable(row):  # the Kubernetes back-end creates the Job before it answers
-                    row = await row
+                args = (caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
+                        priority, min_runtime, max_runtime, files)
+                if inspect.iscoroutinefunction(svc.submit):  # the Kubernetes back-end creates the Job first
+                    row = await svc.submit(*args, **extra)
+                else:  # folders, files and maybe a new Unix account: blocking work
+                    row = await asyncio.to_thread(svc.submit, *args, **extra)
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
                 raise web.HTTPError(400, str(err)) from None
-            except OSError as err:  # e.g. the folder for the user's jobs is writable by others
+            except OSError as err:
+                if err.errno == errno.ENOSPC:
+                    raise  # a full disk: 507, said as such (APIHandler.write_error)
+                # e.g. the folder for the user's jobs is writable by others
                 raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
             rows.append(row)
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)
             return
         sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
-        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r) for r in rows]}, status=201)
+        queue = [j.id for j in svc.jobs(state="queued")]
+        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
     def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
         """The node pools the job chose, in its order: some of its project's (or, for a project
@@ -175,7 +200,7 @@ class JobsHandler(JobsBase):
         if not isinstance(base, dict):
             raise web.HTTPError(400, "parameters must be an object")
         try:
-            combos = combinations(body["sweep"])
+            combos = combinations(body["sweep"], self.training.cfg.max_sweep_runs)
         except SweepError as err:
             raise web.HTTPError(400, str(err)) from None
         return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
@@ -238,7 +263,7 @@ class JobHandler(JobsBase):
         row = self.visible_job(job_id)
         if row.state not in ("queued", "running", "preempting"):
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = self.training.cancel(job_id)
+        row = self.training.cancel(job_id, by=self.caller.name)
         if inspect.isawaitable(row):
             row = await row
         self.write_json(self.job_json(row))

@@ -4,7 +4,7 @@ the status widget and the JupyterLab status item).
     POST api/parking/park    {"server": "", "owner": "ann"}  culler/admin any, a user their own
     POST api/parking/resume  {"server": ""}                  the kernel's hook and the Resume button
     GET  api/parking/status?server=NAME[&owner=ann]          state: none | running | parked |
-                                                              waiting | resuming | failed
+                                                              waiting | resuming | moving | failed
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ MAX_NAME = 255
 
 
 def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
-    """Parked workspaces for the culler: no GPU to sample, but their time limits still apply."""
+    """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
+    (an extension of the session too)."""
+    from .culler import extended_in
+
     out = []
     user_of = hub_users(app)
     for p in pool.parked_without_gpu():
@@ -30,7 +33,7 @@ def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
             "owner": p.owner, "name": p.name, "pid": None, "pod_uid": "", "server_url": "",
             "gpu_uuids": [], "whole_gpus": False, "milli": 0, "memory_limit_mib": 0,
             "groups": list(p.groups), "admin": bool(user.admin) if user else False,
-            "extended": False, "parked": True,
+            "extended": extended_in(pool, app, p.owner, p.name), "parked": True,
         })
     return out
 
@@ -81,9 +84,12 @@ class ResumeHandler(ParkingHandler):
         body = self.json_body()
         owner, server = self.target(caller, body.get("owner"), body.get("server"))
         try:
-            self.parking.claim(owner, server)
+            claimed = self.parking.claim(owner, server)
         except LookupError as err:
             raise web.HTTPError(404, str(err)) from None
+        if claimed["state"] == "failed":  # said once (a kernel lost in a move): not read again
+            self.write_json(claimed)
+            return
         self.write_json(self.parking.status(owner, server, sees_all=caller.sees_all))
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tornado import web
 
 from ..manager import PoolManager
 from ..pool import format_gpus
+from ..store.moves import last_moves
 from .auth import APIHandler, Caller
 
 OTHER = "(another user)"
@@ -16,8 +18,11 @@ OTHER = "(another user)"
 def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
     """Every GPU with its shares; users see their own names, admins see everyone's."""
     shares: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    with pool.store.session() as s:  # a workspace moved in the last day says so (gpupool.mover)
+        moved = last_moves(s, time.time() - 86400)
     for row in pool.store.allocations():
         seen = row.owner == caller.name or caller.sees_all
+        m = moved.get((row.owner, row.name)) if seen and row.kind == "build" else None
         for g in row.gpus:
             shares.setdefault((row.node, g), []).append({
                 "kind": row.kind,
@@ -26,6 +31,9 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
                 "milli": row.gpu_milli,
                 "state": row.state,
                 **({"pid": row.pid} if caller.sees_all else {}),
+                **({"moved": {"at": m.ended_at, "from_node": m.from_node, "from_gpus": m.from_gpus,
+                              "to_node": m.to_node, "to_gpus": m.to_gpus, "why": m.why}}
+                   if m is not None and m.to_node == row.node and list(m.to_gpus) == list(row.gpus) else {}),
             })
     out = []
     for n, node in enumerate(pool.inventory.nodes):

@@ -12,7 +12,7 @@ from tornado import web
 from traitlets import TraitError
 
 from .. import runtime
-from ..config import policy_from_document, quota_document
+from ..config import GROUP_NAME, policy_from_document, quota_document, quota_notes
 from ..pool.units import UnitError, parse_gpus, shown
 from .auth import APIHandler
 
@@ -24,7 +24,10 @@ class QuotaRefused(ValueError):
 
 
 def current_quotas(pool: Any) -> dict:
-    """The quota options in force: the config file's, with the API's changes over them."""
+    """The quota options in force: the config file's, with the API's changes over them (unless those
+    were skipped at start because they no longer validate)."""
+    if runtime.QUOTAS_SETTING in pool.skipped_settings:
+        return quota_document(runtime.settings())
     changed = pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
     return {**quota_document(runtime.settings()), **changed}
 
@@ -33,31 +36,75 @@ def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
-    changed = {**(pool.store.get_setting(runtime.QUOTAS_SETTING) or {}), **body}
+    stored = {} if runtime.QUOTAS_SETTING in pool.skipped_settings else pool.store.get_setting(runtime.QUOTAS_SETTING)
+    changed = {**(stored or {}), **body}
     try:
         policy = policy_from_document({**quota_document(runtime.settings()), **changed})
+        # the node pools named must exist now (and a restart re-checks them: runtime.stored_quotas)
+        runtime.node_pools(runtime.settings().config, policy)
     except (TraitError, ValueError) as err:
         raise QuotaRefused(str(err)) from None
     pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
     pool.quotas = policy
+    pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
     pool.store.record("quota", f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
     return changed
+
+
+def notes(pool: Any) -> list[str]:
+    """What the quotas now in force shut out, said back to whoever changed them."""
+    return quota_notes(pool.quotas)
+
+
+def checked_group(group: object) -> str:
+    if not isinstance(group, str) or not GROUP_NAME.match(group):
+        raise QuotaRefused(f"a group name is 1 to {MAX_GROUP_CHARS} letters, digits or . _ @ + : / -, starting"
+                           f" with a letter or digit (no spaces); {shown(group)} is not one")
+    return group
+
+
+def gpus_amount(value: object, what: str) -> int | float:
+    """An amount typed by an admin ("0.5", 2), in GPUs as the config file keeps them; refused
+    in plain words ("0.3x" is not an amount of GPUs), not with a traitlets message."""
+    try:
+        milli = parse_gpus(value)
+    except UnitError:
+        raise QuotaRefused(f"{what} must be an amount of GPUs such as 0.25, 1 or 2; {shown(value)} is not one") \
+            from None
+    if milli < 0:
+        raise QuotaRefused(f"{what} cannot be negative; got {shown(value)}")
+    return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
 def group_quota_change(pool: Any, group: object, quota: object) -> dict:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
-    if not isinstance(group, str) or not group.strip() or len(group) > MAX_GROUP_CHARS:
-        raise QuotaRefused(f"a group name of 1 to {MAX_GROUP_CHARS} characters, got {shown(group)}")
-    try:
-        milli = parse_gpus(quota)
-    except UnitError as err:
-        raise QuotaRefused(f"group {group!r}: {err}") from None
-    # kept as a number in GPUs, like the config file; the bounds are checked with the rest
-    gpus = milli // 1000 if milli % 1000 == 0 else milli / 1000
+    group = checked_group(group)
+    gpus = gpus_amount(quota, f"the build quota of group {group!r}")
     overrides = dict(current_quotas(pool).get("group_overrides") or {})
     overrides[group] = {**(overrides.get(group) or {}), "quota": gpus}
     return {"group_overrides": overrides}
+
+
+def group_total_change(pool: Any, group: object, total: object) -> dict:
+    """The `group_totals` change that sets what one group's members hold together (a class's
+    GPUs); an empty total takes the ceiling away."""
+    group = checked_group(group)
+    totals = dict(current_quotas(pool).get("group_totals") or {})
+    if total in ("", None):
+        totals.pop(group, None)
+    else:
+        totals[group] = gpus_amount(total, f"the total of group {group!r}")
+    return {"group_totals": totals}
+
+
+def group_removal(pool: Any, group: object) -> dict:
+    """The change that forgets a group's own quota and total: its members get the defaults."""
+    group = checked_group(group)
+    quotas = current_quotas(pool)
+    overrides = {g: v for g, v in (quotas.get("group_overrides") or {}).items() if g != group}
+    totals = {g: v for g, v in (quotas.get("group_totals") or {}).items() if g != group}
+    return {"group_overrides": overrides, "group_totals": totals}
 
 
 class QuotasHandler(APIHandler):
@@ -69,7 +116,10 @@ class QuotasHandler(APIHandler):
     def get(self) -> None:
         self.admin_only()
         changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed)})
+        skipped = self.pool.skipped_settings.get(runtime.QUOTAS_SETTING, "")
+        self.write_json({"quotas": current_quotas(self.pool),
+                         "changed_through_api": [] if skipped else sorted(changed),
+                         **({"skipped": skipped} if skipped else {})})
 
     @web.authenticated
     def put(self) -> None:
@@ -79,13 +129,15 @@ class QuotasHandler(APIHandler):
             changed = change_quotas(self.pool, self.caller.name, self.json_body())
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
-        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed)})
+        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed),
+                         "notes": notes(self.pool)})
 
     @web.authenticated
     def delete(self) -> None:
         """Forget API changes: back to the config file's quotas."""
         self.admin_only()
         self.pool.store.delete_setting(runtime.QUOTAS_SETTING)
+        self.pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
         self.pool.quotas = runtime.settings().quota_policy()
         self.pool.store.record("quota", f"{self.caller.name} reset quotas to the config",
                                owner=self.caller.name)

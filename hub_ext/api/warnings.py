@@ -1,7 +1,9 @@
-"""The culler's warnings and the GPU shares of one user, for JupyterHub's home page (template variables)."""
+"""The culler's warnings, the GPU shares of one user and why a server of theirs was stopped, for
+JupyterHub's home page (template variables)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from typing import Any
 from urllib.parse import quote
@@ -44,4 +46,41 @@ def shares_for(user: Any, now: float | None = None) -> list[dict]:
                     f" (in {left // 60} h {left % 60} min)" if left >= 60 else \
                     f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
         out.append({"name": row.name, "share": format_gpus(row.total_milli), "stops": stops})
+    return sorted(out, key=lambda s: s["name"])
+
+
+# why the culler stopped a server, as its owner reads it after "stopped at 18:00: "
+STOPPED = {
+    "workday-end": "end of the workday",
+    "max-age": "it reached the longest session allowed",
+    "idle-gpu": "its GPU had been idle while nobody used it",
+    "idle-gpu-long": "its GPU had been idle for hours",
+    "idle-jupyter": "nobody had used it",
+    "parked-idle": "nobody had used it since its GPU was parked",
+    "memory": "it used more GPU memory than its share",
+}
+
+
+def stops_for(user: Any, now: float | None = None, within_s: float = 7 * 86400) -> list[dict]:
+    """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
+    "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
+    "Server not running", with no reason."""
+    if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
+        return []
+    pool = runtime.api_settings["gpupool"]
+    now = time.time() if now is None else now
+    latest: dict[str, Any] = {}
+    for e in pool.store.events(limit=200, owner=user.name):  # newest first
+        if e.kind == "cull" or (e.kind == "allocate" and e.message.startswith("build ")):  # a start
+            latest.setdefault(e.name, e)
+    running = {row.name for row in pool.store.allocations(kind="build", owner=user.name)}
+    out = []
+    for name, e in latest.items():
+        at = e.time.replace(tzinfo=dt.UTC).timestamp()
+        if e.kind != "cull" or name in running or now - at > within_s or "dry run" in e.message:
+            continue
+        reason = (e.data or {}).get("reason", "")
+        why = STOPPED.get(reason) or e.message.partition(" stopped because ")[2] or "the idle culler stopped it"
+        when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
+        out.append({"name": name, "message": f"stopped at {when}: {why}"})
     return sorted(out, key=lambda s: s["name"])

@@ -50,6 +50,8 @@ class SharingBackend:
 
     name: ClassVar[str] = "whole"
     scheduler_name: ClassVar[str | None] = None
+    # node pools are the scheduler's shards (KAI): a pod goes to one pool, labelled for it
+    pools_are_shards: ClassVar[bool] = False
 
     def pod_gpu(self, num_gpu: int, gpu_milli: int, memory_mib: int = 0, queue: str = "",
                 priority_class: str = "build") -> PodGPU:
@@ -66,6 +68,11 @@ class SharingBackend:
     def fraction(self, out: PodGPU, num_gpu: int, gpu_milli: int, memory_mib: int) -> None:
         raise InvalidRequest("this hub gives whole GPUs only: choose 1 GPU or more")
 
+    def no_gpu(self, queue: str = "", priority_class: str = "build") -> PodGPU:
+        """Pod fields of a pod without a GPU that this backend's scheduler still places (a
+        CPU-only workspace): none here, kube-scheduler places it."""
+        return PodGPU()
+
 
 class WholeGPUs(SharingBackend):
     name = "whole"
@@ -77,6 +84,7 @@ class KAISharing(SharingBackend):
 
     name = "kai"
     scheduler_name = KAI_SCHEDULER
+    pools_are_shards = True
 
     def __init__(self, by_memory: bool = False) -> None:
         self.by_memory = by_memory
@@ -84,6 +92,15 @@ class KAISharing(SharingBackend):
     def pod_gpu(self, num_gpu: int, gpu_milli: int, memory_mib: int = 0, queue: str = "",
                 priority_class: str = "build") -> PodGPU:
         out = super().pod_gpu(num_gpu, gpu_milli, memory_mib, queue, priority_class)
+        if queue:
+            out.labels[KAI_QUEUE_LABEL] = queue
+        return out
+
+    def no_gpu(self, queue: str = "", priority_class: str = "build") -> PodGPU:
+        """KAI places every pod of its scheduler name: without a queue label it puts one in
+        `default-queue` (which a cluster may not have) with the `train` class (preemptible);
+        a CPU-only workspace names its queue and class like a GPU one."""
+        out = PodGPU(scheduler_name=self.scheduler_name, priority_class=priority_class)
         if queue:
             out.labels[KAI_QUEUE_LABEL] = queue
         return out

@@ -35,11 +35,13 @@ def train_projects(values: dict[str, Any]) -> dict[str, dict]:
 
 def job_options(values: dict[str, Any]) -> JobOptions:
     jobs = values.get("jobs") or {}
+    kai = values.get("kai") or {}
     return JobOptions(namespace=values.get("hubNamespace", "default"), queue="{project}",
                       checkpoint_size=jobs.get("checkpointSize", "10Gi"),
                       storage_class=jobs.get("storageClass") or None, grace_s=int(jobs.get("graceSeconds", 60)),
                       high_priority_class=jobs.get("highPriorityClass", "gpupool-train-high"),
-                      kueue=bool((values.get("kueue") or {}).get("enabled")))
+                      kueue=bool((values.get("kueue") or {}).get("enabled")),
+                      kai_namespace=kai.get("namespace") or "kai-scheduler", kai_version=kai.get("version") or "")
 
 
 def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
@@ -54,8 +56,15 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
         c.GPUKubeSpawner.gpu_sharing = sharing["backend"]
     if "fractionByMemory" in sharing:
         c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
-    # the workspace queue is an explicit choice: the listed groups in order, else the projects
+    # the workspace queue is an explicit choice: the listed groups in order, else the projects;
+    # users in none of them: the chart's defaultProject (it names one that exists)
     c.GPUKubeSpawner.kai_queue_groups = list(build.get("queues") or sorted(values.get("projects") or {}))
+    if build.get("defaultProject"):
+        c.GPUKubeSpawner.kai_default_group = build["defaultProject"]
+    users = values.get("userNamespaces") or {}
+    if users.get("enabled"):  # the chart made <prefix><user> namespaces with the hub's RBAC there
+        c.KubeSpawner.enable_user_namespaces = True
+        c.KubeSpawner.user_namespace_template = users.get("prefix", "gpupool-") + "{username}"
     c.TrainPool.projects = train_projects(values)
     c.TrainPool.node_pools = {name: {k: list(v) for k, v in (pool or {}).items() if v}
                               for name, pool in (values.get("nodePools") or {}).items()}

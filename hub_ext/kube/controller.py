@@ -30,11 +30,13 @@ from gpupool.gpu.sharing import SharingBackend
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ..runners.safe_files import tail_text
 from .follow import Follower, trim_job, trim_pod
 from .job_spec import TrainJobSpec
 from .objects import JOB_ID, MANAGED_BY, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
 from .status import FINAL, JobStatus, PodView, job_status, observe_pod
 
+LOG_READ_MAX = 16 << 20  # bytes of a pod's log read for one page
 log = logging.getLogger("gpupool.kube")
 OnChange = Callable[[str, JobStatus], Awaitable[None] | None]
 
@@ -58,6 +60,7 @@ class KubeJobController:
         self.synced = asyncio.Event()
         self.reflectors: dict[str, Follower] = {}
         self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
+        self._vanished: set[str] = set()  # pod uids gone from the copy (folded in once)
         self._task: asyncio.Task | None = None
 
     # --- commands ------------------------------------------------------------
@@ -87,19 +90,23 @@ class KubeJobController:
             await self._tell(spec.id, JobStatus("queued", "waiting for GPUs in its queue"))
         return job
 
-    async def logs(self, job_id: str, tail: int) -> list[str]:
-        """The last `tail` lines of the job's newest pod (empty before a pod exists or once it
-        is gone: pod logs live as long as the pod)."""
+    async def logs(self, job_id: str, tail: int, before: int | None = None) -> tuple[list[str], int]:
+        """The last `tail` lines of the job's newest pod that end before byte offset `before`,
+        and where the first of them starts (to page further back), as for a local job's log.
+        Empty before a pod exists or once it is gone: pod logs live as long as the pod. The
+        whole current log is read (the kubelet rotates it at its containerLogMaxSize, 10 MiB by
+        default; at most LOG_READ_MAX here): offsets count from its start."""
         views = sorted((v for v in self.pods.get(job_id, {}).values() if not v.gone), key=lambda v: v.order)
         for view in reversed(views):
             try:
-                text = await self.core.read_namespaced_pod_log(view.name, self.opts.namespace, tail_lines=tail)
+                text = await self.core.read_namespaced_pod_log(view.name, self.opts.namespace,
+                                                               limit_bytes=LOG_READ_MAX)
             except ApiException as err:
                 if err.status in (400, 404):  # not started yet, or already gone
                     continue
                 raise
-            return text.splitlines()[-tail:]
-        return []
+            return tail_text((text or "").encode(), tail, before)
+        return [], 0
 
     async def cancel(self, job_id: str) -> None:
         """Delete the Job and its pods (the pod gets its grace period); the watch says cancelled."""
@@ -200,10 +207,14 @@ class KubeJobController:
                 changed.add(job_id)
         for job_id, views in self.pods.items():
             for uid, view in views.items():
-                if not view.gone and uid not in live:
+                if uid not in live and uid not in self._vanished:
                     # last seen running, then gone without an end we saw: evicted (a pass
-                    # missed its DisruptionTarget), as the Job's replacement pod will show
-                    why = view.disrupted or ("its pod was deleted" if view.phase == "Running" else "")
+                    # missed its DisruptionTarget, or its exit after a bare delete: a pod seen
+                    # only with its deletionTimestamp counts too), as the Job's replacement pod
+                    # will show; not when the hub itself deleted it (cancel) or its Job went
+                    self._vanished.add(uid)
+                    ours = job_id in self.cancel_requested or job_id in self.deleted
+                    why = view.disrupted or ("its pod was deleted" if view.phase == "Running" and not ours else "")
                     views[uid] = replace(view, gone=True, disrupted=why)
                     self._seen.pop(uid, None)
                     changed.add(job_id)

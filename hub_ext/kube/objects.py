@@ -47,7 +47,9 @@ class JobOptions:
     service_account: str | None = None
     kueue: bool = False  # label the Job for Kueue (queue-name) instead of relying on KAI alone
     device_memory_mib: int = 0  # one GPU's memory, for memory-based shares
-    node_pool_label: str = "gpupool.io/node-pool"  # nodes of a pool defined by neither models nor nodes
+    node_pool_label: str = KAI_NODE_POOL  # nodes of a pool defined by neither models nor nodes
+    kai_namespace: str = "kai-scheduler"  # where KAI runs: its pod-grouper Deployment tells its version
+    kai_version: str = ""  # the KAI version the cluster runs ("": read it from that Deployment)
 
 
 def name_of(job_id: str) -> str:
@@ -126,7 +128,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     limits: dict[str, str] = {}
     scheduler = None
     queue = queue_name(spec.project, spec.owner, opts)
-    if spec.queue_pool:  # a guarantee per pool: the queue of that pool, in that pool's KAI shard
+    if spec.queue_pool:  # KAI: the pool's shard (its label) and the project's queue there
         queue = pool_queue_name(queue, spec.queue_pool)
         pod_labels[KAI_NODE_POOL] = spec.queue_pool
     per_pod = 1 if spec.min_gpus else spec.num_gpu  # elastic: one pod per GPU

@@ -4,19 +4,21 @@ Pure functions: the pure core decides (gpupool.pool), these only render.
 - A node pool is the nodes that match its definition: `models` -> GPU feature discovery's
   `nvidia.com/gpu.product` label (spaces become '-', as GFD writes them), `nodes` ->
   `kubernetes.io/hostname`; a pool with neither is the nodes labelled `<label key>=<pool>`
-  (JobOptions.node_pool_label). GPU indices (`gpus`) name cards of one machine and have no
-  meaning on a cluster: such a pool is refused there.
-- A job's pools become required node affinity (any of them: the terms are ORed) and, with
-  several, preferred node affinity weighted by the order of preference. kube-scheduler scores
-  the preference; KAI-Scheduler filters with Kubernetes' NodeAffinity plugin but does not
-  score preferred terms, so on KAI the order is not carried, only the set.
-- A guarantee per pool becomes one KAI leaf Queue per project and pool, labelled with KAI's
-  node-pool label (`kai.scheduler/node-pool`) so that the scheduling shard of that pool owns
-  it, under a parent Queue per pool; the Job of a job the hub sent to that pool carries the
-  same label (KAI's pod grouper copies it from the Job to the PodGroup).
+  (JobOptions.node_pool_label, KAI's `kai.scheduler/node-pool` by default). GPU indices
+  (`gpus`) name cards of one machine and have no meaning on a cluster: such a pool is refused.
+- On KAI-Scheduler a node pool is a scheduling shard: a scheduler of its own sees only the
+  nodes, queues and PodGroups labelled `kai.scheduler/node-pool=<pool>`; KAI's default shard
+  sees only what carries no such label (pkg/scheduler/conf SchedulingNodePoolParams). So a pod
+  is in exactly one shard: a workspace or job that may use pools gets ONE of them (`kai_shard`)
+  as its label, a leaf queue of that pool (`<queue>-<pool>`) and that pool's node affinity.
+  `pool_queues()` renders, per pool, a parent `pool-<pool>` and a leaf per project, labelled
+  for the shard (the chart renders the same, with a SchedulingShard per pool).
+- Without KAI (kube-scheduler places the pods) a job's pools become required node affinity
+  (any of them: the terms are ORed) and, with several, preferred node affinity weighted by
+  their order.
 - An elastic job (min to max whole GPUs) becomes one pod per GPU: the Job's parallelism is the
   maximum and KAI's `kai.scheduler/batch-min-member` annotation the minimum (KAI gang-schedules
-  that many, adds the rest as GPUs allow and evicts pods above it first).
+  that many; needs KAI v0.14.1 or later, see kai_version.py).
 """
 
 from __future__ import annotations
@@ -78,21 +80,52 @@ def pool_parent_name(pool: str) -> str:
     return f"pool-{pool}"
 
 
-def pool_queues(projects: Sequence[Project], labels: dict[str, str] | None = None) -> list[dict]:
-    """KAI Queues for the projects with a guarantee per pool: a parent Queue per pool (its
-    quota the sum of the guarantees there, no limit) and a leaf Queue per project and pool
-    (quota: the project's guarantee there; limit: the project's limit, which KAI can only
-    apply per shard). Every Queue carries KAI's node-pool label of its pool."""
-    per_pool: dict[str, list[tuple[Project, int]]] = {}
-    for p in projects:
-        for pool, milli in p.pool_guarantees:
-            per_pool.setdefault(pool, []).append((p, milli))
+def shard_guarantee(project: Project, pool: str) -> int:
+    """The project's guarantee (milli-GPU) in `pool`'s KAI shard: its guarantee there, or its
+    whole guarantee when its only pool is `pool`; 0 where it only borrows."""
+    if project.pool_guarantees:
+        return dict(project.pool_guarantees).get(pool, 0)
+    return project.guarantee_milli if project.pools == (pool,) else 0
+
+
+def shard_problem(project: Project) -> str | None:
+    """Why KAI cannot hold this project's guarantee (None: it can): one number across several
+    shards, each with queues of its own."""
+    if project.pool_guarantees or len(project.pools) < 2 or project.guarantee_milli <= 0:
+        return None
+    return (f"project {project.name}: one guarantee of {project.guarantee_milli / 1000:g} GPUs across node pools"
+            f" {', '.join(project.pools)} cannot be said to KAI-Scheduler, whose node pools are scheduling"
+            " shards with queues of their own: give it per pool (\"guarantee\": {" + f"\"{project.pools[0]}\":"
+            f" {project.guarantee_milli / 1000:g}, ...}}) or name one pool")
+
+
+def kai_shard(project: Project, chosen: Sequence[str], per_pool_choice: str | None) -> str | None:
+    """The one pool (KAI shard) a job of `project` goes to: for a guarantee per pool, the pool
+    the core chose (`per_pool_choice`, pool_quotas.queue_pool); else the first of the job's
+    pools (`chosen`, else the project's); None: the default shard (no pools)."""
+    if project.pool_guarantees:
+        return per_pool_choice
+    order = list(chosen or project.pools)
+    return order[0] if order else None
+
+
+def pool_queues(projects: Sequence[Project], pools: Sequence[str] = (), labels: dict[str, str] | None = None
+                ) -> list[dict]:
+    """KAI Queues of the node pools' shards: per pool (the given ones, and every pool a project
+    has a guarantee in), a parent Queue (quota: the sum of the guarantees there, no limit) and a
+    leaf Queue per project (quota: `shard_guarantee`; limit: the project's, which KAI can only
+    apply per shard; its min runtime). Every Queue carries KAI's node-pool label of its pool."""
+    names = list(dict.fromkeys([*pools, *(pool for p in projects for pool, _ in p.pool_guarantees),
+                                *(p.pools[0] for p in projects if len(p.pools) == 1)]))
     out = []
-    for pool, members in per_pool.items():
+    for pool in sorted(names):
         meta = {**(labels or {}), KAI_NODE_POOL: pool}
-        out.append(_queue(pool_parent_name(pool), meta, f"pool {pool}", sum(m for _, m in members), -1, 1.0))
-        for p, milli in members:
-            q = _queue(pool_queue_name(p.name, pool), meta, f"{p.name} on {pool}", milli, p.limit_milli, p.weight)
+        members = sorted(projects, key=lambda p: p.name)
+        out.append(_queue(pool_parent_name(pool), meta, f"pool {pool}",
+                          sum(shard_guarantee(p, pool) for p in members), -1, 1.0))
+        for p in members:
+            q = _queue(pool_queue_name(p.name, pool), meta, f"{p.name} on {pool}", shard_guarantee(p, pool),
+                       p.limit_milli, p.weight)
             q["spec"]["parentQueue"] = pool_parent_name(pool)
             q["spec"]["priority"] = p.priority or 100
             out.append(q)

@@ -14,6 +14,8 @@ from gpupool.train.exit_codes import PREEMPTED
 
 STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
 FINAL = ("succeeded", "failed", "cancelled")
+UNSCHEDULABLE = "unschedulable: "  # a queued job's message when its scheduler said why it waits
+REASON_MAX = 400  # characters of the scheduler's reason kept (KAI lists fit errors per node)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class PodView:
     gone: bool = False
     exit_code: int | None = None
     order: int = 0  # when the controller first saw it (creation timestamps have 1 s resolution)
+    unschedulable: str = ""  # the scheduler's reason while it cannot place it (PodScheduled False)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,11 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
             exit_code = int(term["exitCode"])
     if exit_code == PREEMPTED and not disrupted:  # saved its checkpoint on SIGTERM: the Job resumes it
         disrupted = "checkpointed and stopped"
-    return replace(view, phase=phase, ran=ran, disrupted=disrupted, exit_code=exit_code,
+    unschedulable = ""
+    for cond in st.get("conditions") or []:  # KAI (and kube-scheduler) say here why a pod waits
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            unschedulable = " ".join(str(cond.get("message") or cond.get("reason") or "").split())[:REASON_MAX]
+    return replace(view, phase=phase, ran=ran, disrupted=disrupted, exit_code=exit_code, unschedulable=unschedulable,
                    gone=view.gone or deleted or bool(meta.get("deletionTimestamp")))
 
 
@@ -141,4 +148,7 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
         return JobStatus("preempted", f"preempted ({why}); it resumes from its checkpoint", **counts)
     if preemptions and live:
         return JobStatus("preempted", "preempted; waiting for GPUs to resume", **counts)
+    why = next((p.unschedulable for p in reversed(live) if p.unschedulable), "")
+    if why:
+        return JobStatus("queued", UNSCHEDULABLE + why, **counts)
     return JobStatus("queued", "waiting for GPUs in its queue", **counts)

@@ -21,3 +21,8 @@ class NoCapacity(PoolError):
     """Within quota, but no GPU has room right now."""
 
     status = 409
+
+
+class RoomBeingFreed(NoCapacity):
+    """No room yet, but train jobs that borrowed GPUs are being stopped for it (build first):
+    the spawn may wait for them."""

@@ -1,12 +1,18 @@
 """Train jobs as local processes pinned to their GPUs.
 
-Each run: the wrapper `runners/wrap.py` around the command, in the job's folder, with a
-log file and GPUPOOL_CHECKPOINT_DIR that survives preemption. Preemption is SIGTERM, a grace
+Each run: the wrapper `runners/wrap.py` in the job's folder, which reads the command from a file only
+the job's account may read (`.command`: no argument of it shows in `ps` through the wrapper) and
+copies the command's output to the log, up to its size limit. Preemption is SIGTERM, a grace
 period, then SIGKILL; resuming starts the same command with the same checkpoint folder.
+
+With cgroups (gpupool.contain) each job runs in its own: signals reach every process it started,
+whatever session it moved to, and a run has ended only once its cgroup is empty — what a run
+left behind is killed before its GPUs go to the next job.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,17 +20,29 @@ import sys
 from pathlib import Path
 
 from ..accounts import Account, SystemAccounts
+from ..contain import WorkloadCgroups, joiner
+from ..instance import HUB_VAR, INSTANCE_VAR
 from .safe_files import ensure_folder, folder, open_file, read_small
 
 EXIT_FILE = ".exit_code"
+COMMAND_FILE = ".command"  # {"command": [...], "log_limit": bytes}: read (and removed) by the wrapper
 # run by path, not as a module: the job's account may run a Python that has no gpupool
 # (the wrapper needs only the standard library)
 WRAPPER = str(Path(__file__).with_name("wrap.py"))
-# what a job keeps of the hub's environment: where programs and libraries are, the locale;
-# never the hub's tokens, the proxy's secret or the demo password
-KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+# what a job keeps of the hub's environment: the locale and where libraries are; never the hub's
+# tokens, the proxy's secret or the demo password, nor its PATH (root's may name folders the job's
+# account cannot search, and a missing command then reads "Permission denied")
+KEEP_ENV = ("LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
             "LD_LIBRARY_PATH", "CUDA_HOME")
 KEEP_PREFIXES = ("LC_", "NVIDIA_")
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def job_path(python: str) -> str:
+    """The PATH of jobs: the folder of the Python jobs run with (their environment's tools), then
+    the system's."""
+    here = os.path.dirname(python) if os.path.isabs(python) else ""
+    return ":".join(dict.fromkeys(p for p in (here, *SYSTEM_PATH.split(":")) if p))
 
 
 def account_of(name: str, accounts: SystemAccounts | None = None) -> Account | None:
@@ -73,22 +91,36 @@ def read_exit(workdir: str, uid: int) -> tuple[int, str]:
 
 
 def is_run(pid: int, workdir: str = "") -> bool:
-    """Is `pid` alive and still the wrapper of this job's run (not a recycled pid)?"""
+    """Is `pid` alive and still the wrapper of this job's run (not a recycled pid)? The wrapper
+    runs in the job's folder and never leaves it."""
     if not _alive(pid):
         return False
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc to ask: trust the pid
-    return WRAPPER.encode() in args and (not workdir or str(Path(workdir, EXIT_FILE)).encode() in args)
+    if WRAPPER.encode() not in args:
+        return False
+    try:
+        return not workdir or os.readlink(f"/proc/{pid}/cwd") == str(Path(workdir).resolve())
+    except OSError:
+        return False
 
 
 class LocalRunner:
-    def __init__(self, grace_s: float = 60.0, python: str = sys.executable) -> None:
-        self.grace_s, self.python = grace_s, python
+    def __init__(self, grace_s: float = 60.0, python: str = sys.executable, cgroups: WorkloadCgroups | None = None,
+                 log_limit: int = 0, path: str = "") -> None:
+        self.grace_s, self.python, self.cgroups = grace_s, python, cgroups
+        self.log_limit = log_limit  # bytes of a job's log (0: none); the wrapper cuts it with a note
+        self.path = path or job_path(python)
         self.procs: dict[int, subprocess.Popen] = {}
         self.term_sent: dict[int, float] = {}
         self.workdirs: dict[int, str] = {}
+        self.groups: dict[int, str] = {}  # pid of a run's wrapper -> its job's cgroup
+
+    @property
+    def contained(self) -> bool:
+        return self.cgroups is not None and self.cgroups.available
 
     @staticmethod
     def paths(workdir: str) -> dict[str, Path]:
@@ -111,51 +143,76 @@ class LocalRunner:
                 os.unlink(EXIT_FILE, dir_fd=dir_fd)  # unlink never follows a link
             except FileNotFoundError:
                 pass
+            spec = json.dumps({"command": command, "log_limit": self.log_limit}).encode()
+            cmd_fd = open_file(dir_fd, COMMAND_FILE, os.O_WRONLY, uid, gid, create=True)
+            try:
+                os.ftruncate(cmd_fd, 0)
+                os.write(cmd_fd, spec)
+            finally:
+                os.close(cmd_fd)
             log_fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, uid, gid, create=True)
         # a clean environment: the hub's secrets (its tokens, the proxy's) are not the job's
-        full_env = {**job_base_env(), **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
+        full_env = {**job_base_env(), "PATH": self.path, **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
                     "GPUPOOL_CHECKPOINT_DIR": str(p["checkpoint"]), "PYTHONUNBUFFERED": "1"}
+        if self.cgroups is not None:  # what a restarted hub recognizes this instance's jobs by
+            full_env.update({HUB_VAR: self.cgroups.hub_key, INSTANCE_VAR: self.cgroups.instance})
         as_user: dict = {}
         if account is not None:
             full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
             as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}
+        group = self.cgroups.job(job_id) if self.contained else ""
+        join_fd = None
         try:
+            if group:
+                self.cgroups.tree.end(group, 5.0)  # what an earlier run left (normally nothing)
+                join_fd = self.cgroups.tree.join_fd(group)
             os.write(log_fd, f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             proc = subprocess.Popen(
-                [self.python, WRAPPER, str(p["exit"]), "--", *command],
-                cwd=p["root"], env=full_env, stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
-                **as_user,
+                [self.python, WRAPPER], cwd=p["root"], env=full_env, stdout=log_fd, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=joiner(join_fd), **as_user,
             )
         finally:
             os.close(log_fd)
+            if join_fd is not None:
+                os.close(join_fd)
         self.procs[proc.pid] = proc
         self.workdirs[proc.pid] = workdir
+        if group:
+            self.groups[proc.pid] = group
         return proc.pid
 
-    def exit_code(self, pid: int, workdir: str, account: Account | None = None) -> int | None:
+    def exit_code(self, pid: int, workdir: str, account: Account | None = None, job_id: str = "") -> int | None:
         """None while the run is alive; its exit code once it ended (negative: killed by signal)."""
-        ended = self.ended(pid, workdir, account)
+        ended = self.ended(pid, workdir, account, job_id)
         return None if ended is None else ended[0]
 
-    def ended(self, pid: int, workdir: str, account: Account | None = None) -> tuple[int, str] | None:
+    def ended(self, pid: int, workdir: str, account: Account | None = None,
+              job_id: str = "") -> tuple[int, str] | None:
         """None while the run is alive; (exit code, reason) once it ended. The reason is the
-        wrapper's plain words when the command could not start (e.g. the errno message)."""
+        wrapper's plain words when the command could not start (e.g. the errno message). With a
+        cgroup, a run whose wrapper exited has ended only once its cgroup is empty: what is left
+        in it (a daemon it forked, a `setsid` child) is killed first."""
         proc = self.procs.get(pid)
         if proc is not None and proc.poll() is None:
             return None
         if proc is None and is_run(pid, workdir):
             return None  # a run adopted after a hub restart, still going
-        self.procs.pop(pid, None)
-        self.term_sent.pop(pid, None)
-        self.workdirs.pop(pid, None)
+        group = self._group(pid, job_id)
+        if group and not self.cgroups.tree.kill(group):
+            return None  # its last processes are dying: the next cycle settles it
+        if group:
+            self.cgroups.tree.remove(group)
+        for table in (self.procs, self.term_sent, self.workdirs, self.groups):
+            table.pop(pid, None)
         return read_exit(workdir, owner_ids(account)[0])
 
-    def preempt(self, pid: int, now: float, workdir: str = "", sent: float | None = None) -> None:
+    def preempt(self, pid: int, now: float, workdir: str = "", sent: float | None = None, job_id: str = "") -> None:
         """SIGTERM now; `enforce` sends SIGKILL once the grace period is over. `sent`: when
         the first SIGTERM went out (persisted), so that a restarted hub keeps the deadline."""
         if pid not in self.term_sent:
             self.term_sent[pid] = sent if sent is not None else now
             self.workdirs.setdefault(pid, workdir)
+            self._group(pid, job_id)
             self._signal(pid, signal.SIGTERM)
 
     def enforce(self, now: float) -> None:
@@ -163,11 +220,35 @@ class LocalRunner:
             if now - sent >= self.grace_s:
                 self._signal(pid, signal.SIGKILL)
 
-    def kill(self, pid: int, workdir: str = "") -> None:
+    def kill(self, pid: int, workdir: str = "", job_id: str = "") -> None:
         self.workdirs.setdefault(pid, workdir)
+        self._group(pid, job_id)
         self._signal(pid, signal.SIGKILL)
 
+    def clear(self, job_id: str) -> bool:
+        """For a run whose wrapper is gone (or never began): kill what is left in its cgroup; True
+        once nothing of it runs."""
+        if not self.contained:
+            return True
+        group = self.cgroups.job(job_id)
+        if not self.cgroups.tree.kill(group):
+            return False
+        self.cgroups.tree.remove(group)
+        return True
+
+    def _group(self, pid: int, job_id: str) -> str:
+        """The cgroup of the run `pid` of job `job_id` (remembered: a restarted hub learns it here)."""
+        if pid not in self.groups and job_id and self.contained:
+            self.groups[pid] = self.cgroups.job(job_id)
+        return self.groups.get(pid, "")
+
     def _signal(self, pid: int, sig: int) -> None:
+        group = self.groups.get(pid, "")
+        if group:  # every process of the job, whatever session it moved to
+            if sig == signal.SIGKILL:
+                self.cgroups.tree.kill(group)
+            else:
+                self.cgroups.tree.signal(group, sig)
         # a child not yet reaped keeps its pid; any other pid must still be this job's
         # wrapper, or a hub restarted long after would signal whoever has the pid now
         if pid in self.procs or is_run(pid, self.workdirs.get(pid, "")):
@@ -177,15 +258,8 @@ class LocalRunner:
 def find_run(workdir: str, proc_root: str = "/proc") -> int | None:
     """The wrapper of this job's run, if one is alive (started just before a hub crash,
     before its pid was written)."""
-    needle = str(Path(workdir, EXIT_FILE)).encode()
     for proc in Path(proc_root).iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if WRAPPER.encode() in args and needle in args and _alive(int(proc.name)):
+        if proc.name.isdigit() and is_run(int(proc.name), workdir):
             return int(proc.name)
     return None
 

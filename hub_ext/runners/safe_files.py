@@ -103,6 +103,29 @@ def is_file(dir_fd: int, name: str) -> bool:
         return False
 
 
+def tail_text(data: bytes, lines: int, before: int | None = None, max_bytes: int = 1 << 20
+              ) -> tuple[list[str], int]:
+    """`tail_lines` on bytes already read (a pod's log from the API server): the same lines and
+    the same offset as `tail_lines` on a file holding `data`."""
+    end = len(data) if before is None else max(0, min(before, len(data)))
+    start = max(0, end - max_bytes)
+    window = data[start:end]
+    if lines and start > 0:  # as tail_lines: read back only until a newline more than needed is seen
+        cut = len(window)
+        for _ in range(lines + 1):
+            cut = window.rfind(b"\n", 0, cut)
+            if cut < 0:
+                break
+        if cut > 0:
+            start, window = start + cut, window[cut:]
+    parts = window.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    keep = parts[-lines:] if lines else []
+    first = end - (sum(len(x) + 1 for x in keep) - (0 if window.endswith(b"\n") else 1)) if keep else end
+    return [x.decode(errors="replace") for x in keep], max(first, start)
+
+
 def tail_lines(fd: int, lines: int, before: int | None = None, max_bytes: int = 1 << 20,
                block: int = 64 * 1024) -> tuple[list[str], int]:
     """The last `lines` lines that end before byte offset `before` (default: the end of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
 import stat
@@ -105,7 +106,11 @@ class JobBook:
         except FileNotFoundError:
             pass
         except UnsafePath as err:
-            lines = [f"gpupool: the log is not shown: {err}"]
+            if err.errno == errno.ENOENT and not os.path.lexists(row.workdir):
+                lines = ["gpupool: this job's folder no longer exists (the folders of finished jobs are removed"
+                         " after c.TrainPool.keep_finished_days)"]
+            else:
+                lines = [f"gpupool: the log is not shown: {err}"]
         return {"lines": lines, "before": start,
                 "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None}
 

@@ -92,9 +92,71 @@ class TrainPool(Configurable):
 
             c.TrainPool.tick_s = 5
         """)
-    max_queued_per_user = Int(20, config=True, help="""Jobs one user may have waiting at once. Example::
+    max_queued_per_user = Int(20, min=0, config=True, help="""Jobs one user may have waiting at once; a
+        submission over it is refused (429). Example::
 
             c.TrainPool.max_queued_per_user = 5
+        """)
+    max_active_per_user = Int(50, min=0, config=True, help="""Jobs one user may have queued and running
+        together (a sweep counts each of its runs); over it a submission is refused (429). Example::
+
+            c.TrainPool.max_active_per_user = 20
+        """)
+    max_active_per_project = Int(500, min=0, config=True, help="""Jobs a project may have queued and
+        running together, all its users' together; over it a submission is refused (429). Example::
+
+            c.TrainPool.max_active_per_project = 100
+        """)
+    max_submissions_per_minute = Int(30, min=1, config=True, help="""Job submissions (requests, a sweep
+        is one) one user may make in any 60 seconds; more are refused (429) until the minute has
+        passed. Example::
+
+            c.TrainPool.max_submissions_per_minute = 10
+        """)
+    max_code_kib = Int(1024, min=1, max=2048, config=True, help="""Largest code a job may carry: a
+        script, a cell's code or a notebook, in KiB as sent (at most 2048: the API's request limit).
+        Larger is refused (413). Example::
+
+            c.TrainPool.max_code_kib = 256
+        """)
+    max_cells = Int(1000, min=1, max=100_000, config=True, help="""Most cells a code or notebook job may
+        have; more is refused (413) before anything is parsed. Example::
+
+            c.TrainPool.max_cells = 300
+        """)
+    max_sweep_runs = Int(32, min=1, max=1000, config=True, help="""Most runs (combinations of values)
+        one sweep may submit; more is refused (400). Example::
+
+            c.TrainPool.max_sweep_runs = 16
+        """)
+    max_log_mib = Int(100, min=0, config=True, help="""Size of a job's log in MiB: past it the log gets a
+        line saying so and the rest of the job's output is dropped; the job goes on (0: no limit).
+        Example::
+
+            c.TrainPool.max_log_mib = 20
+        """)
+    max_job_folder_mib = Int(10 * 1024, min=0, config=True, help="""Disk space a running job's folder
+        (checkpoints, outputs, its log) may use, in MiB; a job over it is stopped and fails with the
+        reason (0: no limit). Measured every folder_check_s. Example::
+
+            c.TrainPool.max_job_folder_mib = 50 * 1024
+        """)
+    folder_check_s = Float(60.0, min=1.0, config=True, help="""Seconds between measurements of running
+        jobs' folders (max_job_folder_mib) and clean-ups of finished ones (keep_finished_days).
+        Example::
+
+            c.TrainPool.folder_check_s = 300
+        """)
+    keep_finished_days = Float(14.0, min=0.0, config=True, help="""Days a finished (succeeded, failed or
+        cancelled) job's folder is kept; then it is removed, its record stays (0: keep forever).
+        Example::
+
+            c.TrainPool.keep_finished_days = 30
+        """)
+    job_path = Unicode("", config=True, help="""PATH of train jobs; empty: the folder of
+        c.TrainPool.python, then /usr/local/bin:/usr/bin:/bin (never the hub's own PATH). Example::
+
+            c.TrainPool.job_path = "/opt/conda/bin:/usr/local/bin:/usr/bin:/bin"
         """)
     jobs_root = Unicode("gpupool-jobs/{username}", config=True, help="""Folder of a user's jobs
         ({username} is replaced); each job gets a sub-folder with its log, code and checkpoint.

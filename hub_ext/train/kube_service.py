@@ -27,9 +27,10 @@ from sqlalchemy import select
 
 from ..kube.controller import KubeJobController
 from ..kube.job_spec import TrainJobSpec
+from ..kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from ..kube.objects import queue_name
-from ..kube.pool_objects import pool_queue_name, pool_term
-from ..kube.status import FINAL, JobStatus
+from ..kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
+from ..kube.status import FINAL, UNSCHEDULABLE, JobStatus
 from ..manager import PoolManager
 from ..pool import InvalidRequest
 from ..pool.pool_quotas import queue_pool
@@ -59,6 +60,14 @@ class KubeTrainingService(JobBook):
         self.opts = cfg.job_options()
         for pool in self.pools.values():  # a pool that cannot be said on a cluster stops the hub here
             pool_term(pool, self.opts.node_pool_label)
+        # KAI: node pools are scheduling shards, a job goes to one (pool_objects.kai_shard)
+        self.shards = bool(getattr(backend, "pools_are_shards", False))
+        if self.shards:
+            problems = [why for p in self.projects.values() if (why := shard_problem(p))]
+            if problems:
+                raise ValueError("; ".join(problems))
+        self.api_client = api_client
+        self.kai: KaiVersion | None = None  # which KAI runs (elastic jobs need v0.14.1+), read at start
         self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
@@ -71,6 +80,31 @@ class KubeTrainingService(JobBook):
         """Follow the cluster, then settle rows that changed while the hub was down."""
         await self.controller.start()
         self.adopt_after_restart()
+        if self.shards:
+            self.kai = await self.kai_version()
+            log.info("KAI-Scheduler %s", self.kai.text or f"version unknown: {self.kai.error}")
+
+    async def kai_version(self) -> KaiVersion:
+        """The KAI version as configured (the chart's kai.version), else read from the cluster."""
+        if self.opts.kai_version:
+            found = parse_version(self.opts.kai_version)
+            return KaiVersion(found, self.opts.kai_version,
+                              "" if found else f"kai_version {self.opts.kai_version!r} is not a version")
+        return await detect(self.api_client, self.opts.kai_namespace)
+
+    async def check_elastic(self) -> None:
+        """Refuse an elastic job where the cluster cannot gang-schedule it (InvalidRequest: 400).
+        A KAI found too old or unknown is read again first: it may have been upgraded since."""
+        if not self.shards:
+            raise InvalidRequest("elastic jobs (min_gpus) on Kubernetes need KAI-Scheduler's gang scheduling;"
+                                 f" this hub's train jobs use GPU sharing '{self.cfg.gpu_sharing}', whose"
+                                 " scheduler starts each pod on its own: submit a fixed-size job")
+        if self.kai is None or not self.kai.elastic:
+            self.kai = await self.kai_version()
+        why = elastic_refusal(self.kai, f" (deployment {self.opts.kai_namespace}/pod-grouper)"
+                              if not self.opts.kai_version else " (the chart's kai.version)")
+        if why:
+            raise InvalidRequest(why)
 
     async def stop(self) -> None:
         await self.controller.stop()
@@ -82,7 +116,10 @@ class KubeTrainingService(JobBook):
                      pools: tuple[str, ...] = ()) -> TrainJob:
         """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
         it may use, in its order. For a project with a guarantee per pool, the pure core picks
-        the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool)."""
+        the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool); on KAI a job of
+        another project with pools goes to the first of them (one shard per job)."""
+        if min_gpus:
+            await self.check_elastic()
         chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
         row = self._record_new(owner, project, name, num_gpu, gpu_milli, _in_pod(command, self.opts.checkpoint_dir),
                                priority, min_runtime_s, max_runtime_s, files, now, message=SUBMITTING)
@@ -101,7 +138,7 @@ class KubeTrainingService(JobBook):
         otherwise), from what the project's unfinished jobs already hold or wait for there."""
         p = self.projects[project]
         if not p.pool_guarantees:
-            return None
+            return kai_shard(p, pools, None) if self.shards else None
         with self.pool.store.session() as s:
             where = {j.job_id: j.pools[0] for j in s.scalars(select(JobPools)) if j.pools}
         used: dict[str, int] = {}
@@ -123,8 +160,10 @@ class KubeTrainingService(JobBook):
         project = self.projects.get(row.project)
         names = names or (project.pools if project is not None else ())
         per_pool = project is not None and bool(project.pool_guarantees)
+        if self.shards:  # KAI: the job's one shard, recorded at submission
+            names = names[:1]
         return {"pools": tuple(self.pools[n] for n in names if n in self.pools),
-                "queue_pool": names[0] if per_pool and names else "", "min_gpus": min_gpus}
+                "queue_pool": names[0] if (per_pool or self.shards) and names else "", "min_gpus": min_gpus}
 
     async def _send(self, job_id: str) -> None:
         row = self.job(job_id)
@@ -163,19 +202,32 @@ class KubeTrainingService(JobBook):
         if folder.parent == root and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
 
-    async def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+    async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
+        from .service import cancelled_by
+
+        now = now if now is not None else time.time()
+        who = cancelled_by(by, self.job(job_id).owner, now)
         if job_id in self.unsent:  # never reached the cluster
             self.unsent.discard(job_id)
-            self._set(job_id, state="cancelled", finished=now or time.time(), message="cancelled while queued")
+            self._set(job_id, state="cancelled", finished=now, message=f"{who} while queued")
         else:
             await self.controller.cancel(job_id)
             row = self.job(job_id)
             if row.state not in FINAL:
-                self._set(job_id, message="cancelling")
+                self._set(job_id, message=f"cancelling: {who}")
         return self.job(job_id)
 
-    async def logs(self, row: TrainJob, tail: int) -> dict:
-        return {"lines": await self.controller.logs(row.id, tail), "output_notebook": None}
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> dict:
+        """The last `tail` lines of the newest pod's log (before byte offset `before`, to page
+        back); `before` in the answer is where the first line starts."""
+        lines, start = await self.controller.logs(row.id, tail, before)
+        return {"lines": lines, "before": start, "output_notebook": None}
+
+    def wait_reason(self, row: TrainJob) -> str:
+        """Why a queued job waits, as the cluster says it (its row's message: the queue, and the
+        scheduler's own words from its pod's PodScheduled condition), never computed from the
+        hub's nominal inventory."""
+        return row.message if row.state == "queued" else ""
 
     # --- the loop ------------------------------------------------------------
     async def tick(self, now: float | None = None) -> dict:
@@ -242,6 +294,8 @@ class KubeTrainingService(JobBook):
             values["finished"] = now
         if state == "queued" and st.message in ("", "waiting for GPUs in its queue"):
             values["message"] = self._waiting(row)
+        elif state == "queued" and st.message.startswith(UNSCHEDULABLE):  # the scheduler said why
+            values["message"] = f"{self._waiting(row)}: {st.message[len(UNSCHEDULABLE):]}"
         self._set(job_id, **values)
         if state != row.state:
             kind = {"running": "resume" if st.runs > 1 else "start", "queued": "preempt"}.get(state, "job")

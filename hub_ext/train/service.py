@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from .. import failpoints
 from ..accounts import AccountError, SystemAccounts, made_by_gpupool
+from ..contain import WorkloadCgroups
 from ..manager import PoolManager, Workload
 from ..pool import Request, get_policy
 from ..pool.actions import reclaimable
@@ -24,11 +25,12 @@ from ..pool.pool_quotas import split_by_pool
 from ..pool.pools import within
 from ..pool.request import Placement
 from ..pool.training import Job, in_quota_split, schedule
-from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, owner_ids
+from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
 from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from ..store.db import bounded
 from .book import JobBook, make_job_folders
 from .config import TrainPool
+from .folders import folder_bytes, remove_folder
 from .idle import IdleClock
 
 log = logging.getLogger("gpupool.train")
@@ -39,9 +41,11 @@ NEVER_BEGAN = "the hub stopped before its run began"
 class TrainingService(JobBook):
     """The embedded back-end: gpupool's own scheduler, jobs as local processes."""
 
-    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None) -> None:
+    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None,
+                 cgroups: WorkloadCgroups | None = None) -> None:
         super().__init__(pool, cfg)
-        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python)
+        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024,
+                                            path=cfg.job_path)
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
@@ -57,6 +61,7 @@ class TrainingService(JobBook):
             raise ValueError(f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus")
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
+            pool.room_for_build = self.room_for_build
             pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
 
     def account(self, owner: str) -> Account | None:
@@ -125,26 +130,33 @@ class TrainingService(JobBook):
         finally:
             os.close(home)
 
-    def cancel(self, job_id: str, now: float | None = None) -> TrainJob:
+    def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         """The intent is written first; the signal follows (and is sent again by a restarted
-        hub), so a cancelled job never comes back."""
+        hub), so a cancelled job never comes back. `by`: who cancelled it (an admin, or its
+        owner), said in its message and its log, so an owner learns why it ended."""
         now = now if now is not None else time.time()
         placement = None
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
+            who = cancelled_by(by, row.owner, now)
             if row.state == "queued":
-                row.state, row.finished, row.message = "cancelled", now, "cancelled while queued"
+                row.state, row.finished, row.message = "cancelled", now, bounded(f"{who} while queued")
                 # GPUs a crash left reserved for it go back with the cancel
                 placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "cancelled while queued")
             elif row.state in ACTIVE:
-                row.intent, row.state, row.message = "cancel", "preempting", "cancelling"
+                row.intent, row.state, row.message = "cancel", "preempting", bounded(f"cancelling: {who}")
                 row.term_sent = row.term_sent or now
-            pid, workdir, sent = row.pid, row.workdir, row.term_sent
+            s.add(Event(kind="cancel", message=bounded(f"job {job_id} of {row.project} {who}"), owner=row.owner,
+                        name=job_id, data={"by": by}))
+            pid, workdir, sent, state = row.pid, row.workdir, row.term_sent, row.state
+            log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         if placement is not None:
             self.pool.state.release(placement)
         failpoints.reach("train.cancel.persisted")
+        if state == "preempting":
+            self._log_line(log_row, f"--- gpupool: {who}: this run stops and the job ends ---")
         if pid and sent is not None:
-            self.runner.preempt(pid, now, workdir, sent=sent)
+            self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
         return self.job(job_id)
 
     # --- the loop ------------------------------------------------------------
@@ -177,14 +189,16 @@ class TrainingService(JobBook):
             if row.state not in ACTIVE:
                 continue
             if row.pid is None:  # the hub died between recording the run and starting it
+                if not self.runner.clear(row.id):
+                    continue  # what it started is being killed: settled once its cgroup is empty
                 ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
             else:
-                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner))
+                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
             if ended is None:
                 if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
                     self._set(row.id, state="preempting", intent="max-runtime", term_sent=now,
                               message="reached its max runtime")
-                    self.runner.preempt(row.pid, now, row.workdir)
+                    self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
                 continue
             self._settle(row.id, *ended, now=now)
 
@@ -195,11 +209,16 @@ class TrainingService(JobBook):
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
             row.pid, row.exit_code, row.term_sent = None, code, None
             if row.intent == "cancel":
-                row.state, row.finished, row.message = "cancelled", now, "cancelled"
+                who = row.message.removeprefix("cancelling: ") if row.message.startswith("cancelling: ") else ""
+                row.state, row.finished, row.message = "cancelled", now, who or "cancelled"
             elif row.intent == "max-runtime":
                 row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
             elif row.intent == "idle":
                 row.state, row.finished, row.message = "failed", now, "idle GPU"
+            elif row.intent == "disk-limit":
+                row.state, row.finished = "failed", now
+                row.message = (f"stopped: its folder grew over {self.cfg.max_job_folder_mib} MiB"
+                               " (c.TrainPool.max_job_folder_mib)")
             elif row.state == "preempting" or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
                 row.state = "queued"
@@ -240,7 +259,7 @@ class TrainingService(JobBook):
             self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
             # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
             self._set(job_id, state="preempting", intent="idle", term_sent=now, message="stopping: idle GPU")
-            self.runner.preempt(row.pid, now, row.workdir)
+            self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
             self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
 
@@ -362,11 +381,12 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
-    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
-                            pools: tuple[str, ...] = ()) -> bool:
-        """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
-        `request` fits (within the workspace's node `pools`, if any); False when even that would
-        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
+    def room_for_build(self, request: Request, now: float | None = None,
+                       pools: tuple[str, ...] = ()) -> list[str] | None:
+        """The train jobs a build workspace of `request` would preempt to fit (within its node
+        `pools`, if any): [] when it fits once the jobs already stopping are gone, None when not
+        even every over-quota job makes room. Changes nothing: the spawn form asks it to offer
+        what build-first can free, and says so."""
         now = now if now is not None else time.time()
         rows = self.jobs()
         running = [self._job(r) for r in rows if r.state == "running"]
@@ -381,21 +401,30 @@ class TrainingService(JobBook):
         for s in stopping:
             if s.placement is not None:
                 trial.release(s.placement)
-        # hold the room until the workspace starts, or for a while after the grace period
-        hold = (request, now + self.cfg.grace_s + 300)
         if self.policy.choose(trial, request, self.rng) is not None:
-            self.build_holds[(w.owner, w.name)] = hold
-            return True  # GPUs already on their way back
-        chosen = []
+            return []  # GPUs already on their way back
+        chosen: list[str] = []
         for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
             trial.release(job.placement)
-            chosen.append(job)
+            chosen.append(job.id)
             if self.policy.choose(trial, request, self.rng) is not None:
-                for victim in chosen:
-                    self._preempt(victim.id, "a build workspace needs its GPU", now)
-                self.build_holds[(w.owner, w.name)] = hold
-                return True
-        return False
+                return chosen
+        return None
+
+    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
+                            pools: tuple[str, ...] = ()) -> bool:
+        """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
+        `request` fits (within the workspace's node `pools`, if any); False when even that would
+        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
+        now = now if now is not None else time.time()
+        victims = self.room_for_build(request, now, pools)
+        if victims is None:
+            return False
+        for job_id in victims:
+            self._preempt(job_id, "a build workspace needs its GPU", now)
+        # hold the room until the workspace starts, or for a while after the grace period
+        self.build_holds[(w.owner, w.name)] = (request, now + self.cfg.grace_s + 300)
+        return True
 
     def _preempt(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:
@@ -405,9 +434,12 @@ class TrainingService(JobBook):
             s.add(Event(kind="preempt", message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
                         owner=row.owner, name=job_id, data={}))
             pid, workdir, sent = row.pid, row.workdir, row.term_sent
+            log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         failpoints.reach("train.preempt.persisted")
         if pid:
-            self.runner.preempt(pid, now, workdir, sent=sent)
+            self._log_line(log_row, f"--- gpupool: preempted at {clock(now)}: {reason}; the job goes back to the"
+                                    " queue and resumes from its checkpoint ---")
+            self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
 
     def adopt_after_restart(self, now: float | None = None) -> None:
         """After a hub restart: runs still alive keep going (the runner reads their exit file
@@ -421,19 +453,85 @@ class TrainingService(JobBook):
                     log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
                 continue
             if row.pid is None:
-                pid = find_run(row.workdir)
+                pid = self._find_run(row)
                 if pid is None:
                     continue  # the next tick settles it: requeued, cancelled or failed by its intent
                 self._set(row.id, pid=pid)
                 self.pool.mark_running(Workload("train", row.owner, row.id), pid)
                 row.pid = pid
-            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner)) is None:
+            if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
                 if row.state == "preempting":  # the signal may not have gone out before the crash
-                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now)
+                    self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
+
+
+    # --- job folders (called off the event loop where they walk folders: gpupool.setup) -------
+    def measure_folders(self) -> dict[str, int]:
+        """Bytes used by each running job's folder (stops counting past the limit)."""
+        limit = self.cfg.max_job_folder_mib * 1024 * 1024
+        if not limit:
+            return {}
+        return {r.id: folder_bytes(r.workdir, stop_over=limit) for r in self.jobs(state="running")}
+
+    def stop_over_folder_limit(self, sizes: dict[str, int], now: float) -> list[str]:
+        """Stop the running jobs whose folder is over c.TrainPool.max_job_folder_mib: they fail with
+        the reason (the intent is written before the signal, as for a cancel)."""
+        limit = self.cfg.max_job_folder_mib * 1024 * 1024
+        stopped = []
+        for job_id, size in sizes.items():
+            row = self.job(job_id)
+            if not limit or size <= limit or row is None or row.state != "running" or not row.pid:
+                continue
+            msg = f"its folder holds {size // (1024 * 1024)} MiB, over the limit of {self.cfg.max_job_folder_mib} MiB"
+            self._log_line(row, f"--- gpupool: {msg}: stopped ---")
+            self._set(job_id, state="preempting", intent="disk-limit", term_sent=now, message=f"stopping: {msg}")
+            self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
+            self.pool.store.record("disk-limit", f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id)
+            stopped.append(job_id)
+        return stopped
+
+    def remove_old_folders(self, now: float) -> list[str]:
+        """Remove the folders of jobs finished more than c.TrainPool.keep_finished_days ago; their
+        records stay, saying so."""
+        keep_s = self.cfg.keep_finished_days * 86400
+        if not keep_s:
+            return []
+        removed = []
+        for row in self.jobs():
+            if row.state not in ("succeeded", "failed", "cancelled") or not row.finished or now - row.finished < keep_s:
+                continue
+            if not os.path.lexists(row.workdir):
+                continue
+            if remove_folder(row.workdir):
+                removed.append(row.id)
+                self.pool.store.record("folder-removed", f"the folder of job {row.id} was removed"
+                                       f" {self.cfg.keep_finished_days:g} days after it ended", owner=row.owner,
+                                       name=row.id)
+            else:
+                log.warning("could not remove the folder of job %s: %s", row.id, row.workdir)
+        return removed
+
+    def _find_run(self, row: TrainJob) -> int | None:
+        """The wrapper of a run started just before a crash: in the job's cgroup, else by its folder."""
+        runner = self.runner
+        if runner.contained:
+            found = [p for p in runner.cgroups.tree.pids(runner.cgroups.job(row.id)) if is_run(p, row.workdir)]
+            if found:
+                return found[0]
+        return find_run(row.workdir)
 
 
 def _alloc_query(w: Workload):
     from sqlalchemy import select
 
     return select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name)
+
+
+def clock(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))
+
+
+def cancelled_by(by: str, owner: str, now: float) -> str:
+    """"cancelled by its owner at 14:02" / "cancelled by admin at 14:02": what the job's owner reads."""
+    who = "its owner" if not by or by == owner else by
+    return f"cancelled by {who} at {clock(now)}"

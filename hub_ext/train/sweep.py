@@ -19,9 +19,10 @@ class SweepError(ValueError):
     pass
 
 
-def combinations(spec: object) -> list[dict]:
+def combinations(spec: object, max_runs: int = MAX_RUNS) -> list[dict]:
     """`{"lr": [0.1, 0.01], "batch": [32, 64]}` -> the 4 parameter dicts, in a stable order.
-    Keys are Python names; values JSON numbers, strings or booleans."""
+    Keys are Python names; values JSON numbers, strings or booleans; at most `max_runs` of them
+    (c.TrainPool.max_sweep_runs)."""
     if not isinstance(spec, dict) or not 1 <= len(spec) <= MAX_KEYS:
         raise SweepError(f"sweep must be an object of 1 to {MAX_KEYS} parameters, each with a list of values")
     axes = []
@@ -36,8 +37,8 @@ def combinations(spec: object) -> list[dict]:
                 raise SweepError(f"sweep: {key} values must be numbers, short strings or booleans, got {v!r}")
         axes.append([(key, v) for v in values])
     total = math.prod(len(a) for a in axes)
-    if total > MAX_RUNS:
-        raise SweepError(f"sweep: {total} combinations, at most {MAX_RUNS}")
+    if total > max_runs:
+        raise SweepError(f"sweep: {total} combinations, at most {max_runs} (c.TrainPool.max_sweep_runs)")
     return [dict(combo) for combo in itertools.product(*axes)]
 
 

@@ -47,9 +47,13 @@ def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int
 
 
 def explain(training: Any, row: Any) -> str:
-    """The wait reason of queued job `row` from the training service's jobs and pool ("" if not queued)."""
+    """The wait reason of queued job `row` from the training service's jobs and pool ("" if not queued).
+    A service whose cluster schedules (Kubernetes) says it itself: the hub's inventory there is
+    nominal, so a reason computed from it ("GPUs are free") would be made up."""
     if row.state != "queued" or row.project not in training.projects:
         return ""
+    if hasattr(training, "wait_reason"):
+        return training.wait_reason(row)
     project = training.projects[row.project]
     jobs = training.jobs()
     active = [j for j in jobs if j.project == row.project and j.state in ("running", "preempting")]

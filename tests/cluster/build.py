@@ -7,6 +7,8 @@ change; Go's module and build caches sit beside them (a warm rebuild compiles no
 
     python tests/cluster/build.py            # build what is missing, print where it is
     python tests/cluster/build.py --check    # exit 1 when something is not built yet
+    python tests/cluster/build.py --repin kai github.com/kai-scheduler/KAI-scheduler@v0.17.0
+                                             # a new pin: its go.mod and go.sum, same commands
 
 Nothing is downloaded outside the Go module proxy. Components the proxy refuses would be
 listed in UNAVAILABLE with the exact error, and the tests that need them say so when skipped.
@@ -47,8 +49,9 @@ COMPONENTS = (
 # those tests with the error (fails them in CI) and never stops the rest of the plane.
 OPTIONAL = (
     Component("kueue", ("kueue",)),  # sigs.k8s.io/kueue/cmd/kueue: Kueue's controller manager
-    # github.com/NVIDIA/KAI-scheduler/cmd/*: what queues, GPU fractions and reclaim need. KAI's own
-    # k8s.io pins (v0.34): v0.12.0 does not compile against 1.35's scheduler framework.
+    # KAI-Scheduler's cmd/* (module and version: go/kai/go.mod, the one pin; kai.py derives the
+    # rest): what queues, shards, GPU fractions and reclaim need. On KAI's own k8s.io pins
+    # (v0.34 before KAI v0.15): those versions do not compile against 1.35's scheduler framework.
     Component("kai", ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")),
 )
 
@@ -163,10 +166,48 @@ def download(component: str, module: str) -> Path:
     return folder
 
 
+def repin(component: str, target: str, log=print) -> None:
+    """Rewrite `component`'s wrapper module for another module@version (the same commands, its
+    go.mod comment kept): `go get -tool` resolves it and writes go.sum. Where the checksum
+    database does not know the version (sum.golang.org answers 404 for some modules the proxy
+    serves), it is fetched once without it and the go.sum written then pins it from there on."""
+    module, _, version = target.partition("@")
+    folder = GO_DIR / component
+    old = (folder / "go.mod").read_text()
+    tools = re.findall(r"^\s*(?:tool\s+)?(\S+/cmd/\S+)\s*$", old, re.M)
+    if not (module and version and tools):
+        raise SystemExit(f"usage: --repin {component} <module>@<version> (the wrapper names its commands"
+                         " as <module>/cmd/<name> tool lines)")
+    cmds = [f"{module}/cmd/{t.rsplit('/cmd/', 1)[1]}@{version}" for t in tools]
+    comment = "".join(line + "\n" for line in old.splitlines() if line.startswith("//"))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**go_env(), "GOFLAGS": "-buildvcs=false"}
+        subprocess.run(["go", "mod", "init", f"gpupool.test/cluster/{component}"], cwd=tmp, env=env, check=True,
+                       capture_output=True)
+        # the lowest go line: `go get` raises it to what the dependencies need, not to this Go's
+        subprocess.run(["go", "mod", "edit", "-go=1.22"], cwd=tmp, env=env, check=True)
+        proc = subprocess.run(["go", "get", "-tool", *cmds], cwd=tmp, env=env, capture_output=True, text=True)
+        if proc.returncode and "sum.golang.org" in proc.stderr and "404" in proc.stderr:
+            log(f"the checksum database does not know {module}@{version}; fetching it without:"
+                f" {proc.stderr.strip().splitlines()[-1]}")
+            proc = subprocess.run(["go", "get", "-tool", *cmds], cwd=tmp, env={**env, "GONOSUMDB": module},
+                                  capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"go get {module}@{version} failed:\n{proc.stderr[-3000:]}")
+        (folder / "go.mod").write_text(comment + Path(tmp, "go.mod").read_text())
+        shutil.copy(Path(tmp, "go.sum"), folder / "go.sum")
+    log(f"{component} now pins {module} {version}; build it with: python tests/cluster/build.py")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report whether every component is built")
+    ap.add_argument("--repin", nargs=2, metavar=("COMPONENT", "MODULE@VERSION"),
+                    help="pin a component to another module version (rewrites its go.mod and go.sum)")
     args = ap.parse_args(argv)
+    if args.repin:
+        repin(*args.repin)
+        return 0
     try:
         version = go_version()
     except FileNotFoundError as err:

@@ -82,6 +82,8 @@ def chart(plane: ControlPlane) -> list[dict]:
     docs = render(CHART_VALUES)
     z2jh = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpupool"}},  # helm --create-namespace
+            # KAI's chart makes its namespace (installed first): gpupool's chart grants the hub a read there
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kai-scheduler"}},
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub", "namespace": HUB_NS}},
             # z2jh's own hub Role (its chart renders these rules): workspace pods in its namespace
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "hub", "namespace": HUB_NS},

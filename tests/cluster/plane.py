@@ -220,13 +220,13 @@ class ControlPlane:
             "profiles": profiles}))
         self._spawn("kube-scheduler", [self.bins["kube-scheduler"], f"--config={sched}", "--secure-port=0"])
 
-    def stop_process(self, name: str) -> None:
-        """Stops one of the plane's processes (SIGTERM, then SIGKILL after 10 s), if it runs."""
+    def stop_process(self, name: str, grace: float = 10.0) -> None:
+        """Stops one of the plane's processes (SIGTERM, then SIGKILL after `grace` s), if it runs."""
         proc = self.procs.pop(name, None)
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(10)
+                proc.wait(grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

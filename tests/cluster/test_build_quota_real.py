@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from gpupool.spawner.form import requested_milli
 from tornado import web
 from traitlets.config import Config
 
@@ -144,29 +143,9 @@ async def test_a_pod_that_dies_gives_its_share_back_on_poll(make_spawner, admin:
     assert sp.pool.store.allocations() == []
 
 
-async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(make_spawner) -> None:
-    listed = ["vision", "nlp"]  # the order of preference, not the alphabet
-    q = {"kai_queue": "{group}", "kai_queue_groups": listed}
-    assert make_spawner(groups=("admins", "nlp", "vision"), **q).queue_name() == "vision"
-    assert make_spawner(groups=("nlp", "admins"), **q).queue_name() == "nlp"
-    assert make_spawner(groups=("admins",), **q).queue_name() == "default"  # no queue of its own
-
-
-async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(make_spawner) -> None:
-    gpu = make_spawner()
-    assert "0.25" in await gpu.get_options_form()
-    assert requested_milli(gpu.run_options_from_form({"gpus": ["0.5"]})) == 500  # the form posts GPUs
-
-    with_profiles = make_spawner(profile_list=PROFILES)
-    assert "Quarter GPU" in await with_profiles.get_options_form()
-    assert with_profiles.run_options_from_form({"profile": ["quarter"]}) == {"profile": "quarter"}
-
-    admins = make_spawner(options_form="<p>our own form</p>")
-    assert await admins.get_options_form() == "<p>our own form</p>"
-
-
 def pools_config(c: Config) -> None:
     c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": ["gpu-node-1"]}}
+    c.GPUPool.default_build_quota = 1  # whole GPUs here
     c.GPUPool.build_pools = ["ws"]
     c.GPUPool.group_overrides = {"research": {"pools": ["dgx", "ws"]}}
     c.KubeSpawner.node_affinity_required = [{"matchExpressions": [{"key": "zone", "operator": "In",
@@ -175,13 +154,15 @@ def pools_config(c: Config) -> None:
 
 async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawner, plane: ControlPlane,
                                                                        admin: Resources) -> None:
-    """The nominal placement ignores pools (the hub's inventory on Kubernetes has none); the
-    pod's node affinity keeps it on the user's pools, ANDed with what the profile asks, and the
-    real scheduler places it accordingly."""
+    """Without KAI (whole GPUs through the device plugin; kube-scheduler places the pod): the
+    nominal placement ignores pools (the hub's inventory on Kubernetes has none); the pod's node
+    affinity keeps it on the user's pools, ANDed with what the profile asks, any of them with
+    the first preferred, and the real scheduler places it accordingly. (On KAI a workspace goes
+    to one pool, its shard: test_kai_real.py.)"""
     for node in ("gpu-node-0", "gpu-node-1"):  # the profile's own requirement: zone a
         admin.http.patch(f"/api/v1/nodes/{node}", json={"metadata": {"labels": {"zone": "a"}}},
                          headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
-    sp = make_spawner(user="rex", groups=("research",), more=pools_config)
+    sp = make_spawner(user="rex", groups=("research",), options={"gpus": "1"}, more=pools_config, gpu_sharing="whole")
     await start(sp)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
     aff = pod["spec"]["affinity"]["nodeAffinity"]
@@ -193,14 +174,15 @@ async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawn
         {"matchExpressions": [zone, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]}]}]
     assert [p["weight"] for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == [100, 50]
     await sp.stop()
-    one = make_spawner(user="rex", groups=("research",), options={"gpus": "0.25", "pool": "ws"}, more=pools_config)
+    one = make_spawner(user="rex", groups=("research",), options={"gpus": "1", "pool": "ws"}, more=pools_config,
+                       gpu_sharing="whole")
     await start(one)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{one.pod_name}")
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert [t["matchExpressions"][1]["key"] for t in terms["nodeSelectorTerms"]] == ["kubernetes.io/hostname"]
     assert pod["spec"]["nodeName"] == "gpu-node-1"  # the scheduler kept it on the pool's node
     await one.stop()
-    other = make_spawner(user="ivy", options={"gpus": "0.25", "pool": "dgx"}, more=pools_config)
+    other = make_spawner(user="ivy", options={"gpus": "1", "pool": "dgx"}, more=pools_config, gpu_sharing="whole")
     with pytest.raises(web.HTTPError) as err:
         await other.start()
     assert err.value.status_code == 403 and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message

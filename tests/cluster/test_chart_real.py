@@ -6,20 +6,62 @@ from __future__ import annotations
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.objects import JobOptions, train_job
 
-from tests.cluster.conftest import HUB_NS
+from tests.cluster.conftest import CHART_VALUES, HUB_NS
+from tests.cluster.netpol import Pod, allowed
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
 
 
-def test_every_object_the_chart_renders_is_admitted_and_kept(chart: list[dict], admin: Resources) -> None:
-    for doc in chart:
+def missing(rendered: object, kept: object, path: str = "") -> list[str]:
+    """What of `rendered` the server did not keep as given (it may add defaults, nothing else)."""
+    if isinstance(rendered, dict):
+        if not isinstance(kept, dict):
+            return [f"{path}: kept as {kept!r}"]
+        return [m for k, v in rendered.items() for m in missing(v, kept.get(k), f"{path}.{k}")]
+    if isinstance(rendered, list):
+        if not isinstance(kept, list) or len(kept) != len(rendered):
+            return [f"{path}: kept as {kept!r}"]
+        return [m for i, (a, b) in enumerate(zip(rendered, kept, strict=True)) for m in missing(a, b, f"{path}[{i}]")]
+    return [] if rendered == kept or str(rendered) == str(kept) else [f"{path}: {rendered!r} kept as {kept!r}"]
+
+
+def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(chart: list[dict], admin: Resources) -> None:
+    """The `helm test` hook's objects, which no other fixture applies, created for real as `helm
+    test` creates them (its service account and RBAC, then its pod, admitted by the server's
+    admission with that account); every other rendered object sent again with strict field
+    validation as a dry run; and for each, what the server keeps compared field by field with
+    what the chart wrote (it may add defaults, nothing else)."""
+    from tests.k8s.test_chart import render
+
+    docs = render(CHART_VALUES, hooks=True)
+    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    assert {d["kind"] for d in hooks} >= {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Pod"}
+    admin.apply_all(d for d in hooks if d["kind"] != "Pod")  # helm creates the pod last (hook weight 1)
+    for doc in docs:
         meta = doc["metadata"]
-        kept = admin.get(admin.path(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace", "")))
-        assert kept is not None, f"{doc['kind']}/{meta['name']} is not on the server"
+        url = admin.path(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace", "gpupool"))
+        params = {"fieldManager": "gpupool-test", "force": "true", "fieldValidation": "Strict"}
+        if doc not in hooks:
+            params["dryRun"] = "All"
+        r = admin.http.patch(url, params=params, json=doc, headers={"Content-Type": "application/apply-patch+yaml"})
+        assert r.status_code in (200, 201), f"{doc['kind']}/{meta['name']}: {r.status_code} {r.text[:400]}"
+        kept = r.json()
+        for key in ("spec", "data", "rules", "subjects", "roleRef", "value", "webhooks"):
+            if key in doc:
+                assert not missing(doc[key], kept.get(key)), (doc["kind"], meta["name"], missing(doc[key], kept.get(key)))
+        assert not missing(meta.get("labels") or {}, kept["metadata"].get("labels") or {})
+        assert not missing(meta.get("annotations") or {}, kept["metadata"].get("annotations") or {})
+    pod = next(d for d in hooks if d["kind"] == "Pod")
+    admin.http.delete(f"/api/v1/namespaces/gpupool/pods/{pod['metadata']['name']}", params={"gracePeriodSeconds": "0"})
+    # and what the session applied is there, with the keep policy on every queue
+    queues = admin.get("/apis/scheduling.run.ai/v2/queues")["items"]
+    assert {q["metadata"]["name"] for q in queues} >= {"default", "department-default"}
+    assert all(q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for q in queues
+               if q["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gpupool")
 
 
 def test_department_and_project_of_one_name_are_two_queues(chart: list[dict], admin: Resources) -> None:
-    """The defaults have a department and a project both called 'default'."""
+    """A release that names no project gets a department and a project both called 'default'."""
     queues = {q["metadata"]["name"]: q["spec"] for q in admin.get("/apis/scheduling.run.ai/v2/queues")["items"]}
     assert queues["default"]["parentQueue"] == "department-default"
     assert "parentQueue" not in queues["department-default"]
@@ -76,62 +118,73 @@ def test_the_hub_account_has_what_the_chart_grants_and_no_more(plane: ControlPla
         assert hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod).status_code == 201
 
 
-# --- NetworkPolicy: a notebook's request to the gpupool API -------------------------------
-def _matches(selector: dict, labels: dict) -> bool:
-    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
-
-
-def allows(policy: dict, direction: str, other_ns: str, ns_labels: dict, pod_labels: dict, port: int | str) -> bool:
-    """NetworkPolicy semantics for one peer pod ('egress': to it, 'ingress': from it), as a CNI
-    enforces them (none runs here: the policy is checked as the API server admitted it)."""
-    for rule in policy["spec"].get(direction, []):
-        if not any(p.get("port") in (None, port) for p in rule.get("ports") or [{}]):
-            continue
-        for peer in rule.get("to" if direction == "egress" else "from") or [{}]:
-            if "ipBlock" in peer:
-                continue
-            ns_ok = _matches(peer["namespaceSelector"], ns_labels) if "namespaceSelector" in peer else (
-                other_ns == policy["metadata"]["namespace"])
-            if ns_ok and _matches(peer.get("podSelector") or {}, pod_labels):
-                return True
-    return False
-
-
-def egress_allows(policy: dict, pod_ns: str, ns_labels: dict, pod_labels: dict, port: int) -> bool:
-    return allows(policy, "egress", pod_ns, ns_labels, pod_labels, port)
-
-
-def test_a_notebook_may_reach_the_gpupool_api_on_the_hub(admin: Resources, chart: list[dict]) -> None:
+# --- NetworkPolicy: who may reach whom ------------------------------------------------
+def test_notebooks_reach_the_hub_and_api_from_any_namespace_and_nothing_private(admin: Resources) -> None:
+    """The real z2jh chart (../shared/charts) rendered with helm/z2jh-values.yaml and gpupool's
+    chart with a user namespace, every NetworkPolicy applied to the API server (admitted,
+    defaulted), then evaluated both ways (the source's egress AND the destination's ingress)
+    for pods labelled as z2jh's templates and kubespawner label them."""
+    import helm_python as helm
     import yaml
 
-    from tests.k8s.conftest import REPO
+    from tests.k8s.conftest import REPO, SHARED
+    from tests.k8s.test_chart import render
 
+    hub_ns, user_ns = "jupyterhub", "gpupool-nina"
     overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
-    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "jupyterhub"}})
-    # the label the namespace selector relies on is set by the API server itself
-    ns_labels = admin.get("/api/v1/namespaces/jupyterhub")["metadata"]["labels"]
-    # z2jh's singleuser policy: egress to the hub's 8081, then the overlay's rules appended
-    hub_8081 = {"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}], "ports": [{"port": 8081}]}
-    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-              "metadata": {"name": "singleuser", "namespace": "gpupool-ann"},
-              "spec": {"podSelector": {"matchLabels": {"component": "singleuser-server"}},
-                       "policyTypes": ["Ingress", "Egress"],
-                       "egress": [hub_8081, *overlay["singleuser"]["networkPolicy"]["egress"]]}}
-    admitted = admin.apply(policy)  # the API server validates and defaults it (protocol TCP)
-    hub = {"app": "jupyterhub", "component": "hub", "release": "jhub"}
-    assert egress_allows(admitted, "jupyterhub", ns_labels, hub, 8095)
-    assert not egress_allows(admitted, "jupyterhub", ns_labels, {"component": "proxy"}, 8095)
-    z2jh_only = {**admitted, "spec": {**admitted["spec"], "egress": [hub_8081]}}
-    assert not egress_allows(z2jh_only, "jupyterhub", ns_labels, hub, 8095)  # the defect, without the overlay
+    z2jh = helm.Chart.load(str(SHARED / "charts" / "jupyterhub-4.4.0")).render(overlay, name="jhub", namespace=hub_ns)
+    z2jh = [d for name, text in z2jh.items() if not name.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    ours = render({"hub": {"namespace": hub_ns}, "userNamespaces": {"enabled": True, "users": ["nina"]}})
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": hub_ns}})
+    admin.apply_all(d for d in ours if d["kind"] == "Namespace")
+    policies = [admin.apply({**d, "metadata": {**d["metadata"], "namespace": d["metadata"].get("namespace", hub_ns)}})
+                for d in z2jh + [d for d in ours if d["metadata"].get("namespace") == user_ns]
+                if d["kind"] == "NetworkPolicy"]
+    # the node agent's, as the session's chart made it
+    policies += admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies")["items"]
+    ns_labels = {ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"] for ns in (hub_ns, user_ns, "gpupool")}
+    templates = {d["metadata"]["name"]: d["spec"]["template"] for d in z2jh if d["kind"] == "Deployment"}
+
+    def deployed(name: str) -> Pod:
+        t = templates[name]
+        return Pod(hub_ns, t["metadata"]["labels"], {p["name"]: p["containerPort"] for c in t["spec"]["containers"]
+                                                   for p in c.get("ports") or [] if "name" in p})
+
+    hub, proxy = deployed("hub"), deployed("proxy")
+    # kubespawner's labels with z2jh's singleuser.extraLabels, in the hub's and a user's namespace
+    labels = {"app": "jupyterhub", "component": "singleuser-server", "release": "jhub",
+              "hub.jupyter.org/network-access-hub": "true"}
+    here, there = Pod(hub_ns, labels, {"notebook-port": 8888}), Pod(user_ns, labels, {"notebook-port": 8888})
+    agent = Pod("gpupool", {"app.kubernetes.io/name": "gpupool-node-agent"}, {"http": 9402})
+    check = lambda a, b, port: allowed(policies, ns_labels, a, b, port)  # noqa: E731
+    for notebook in (here, there):
+        assert check(notebook, hub, 8095), notebook.ns  # the widgets call gpupool's API
+        assert check(notebook, hub, 8081), notebook.ns  # jupyterhub-singleuser talks to the hub
+        assert check(proxy, notebook, 8888) and check(hub, notebook, 8888), notebook.ns  # users reach it
+        assert not check(notebook, "169.254.169.254", 80), notebook.ns  # the cloud metadata server
+        assert not check(notebook, "10.1.2.3", 443), notebook.ns  # private networks
+        assert check(notebook, "151.101.0.223", 443), notebook.ns  # the internet (pip install)
+        assert not check(notebook, agent, 9402), notebook.ns  # the node agent answers the hub only
+    assert not check(proxy, hub, 8095)  # the API port is the notebooks'
+    other = Pod(user_ns, {"app": "debug"})  # a pod in the user namespace that is not a notebook
+    assert not check(other, there, 8888) and not check(here, there, 8888)  # notebooks do not reach each other
+    # the defect, checked: without gpupool's rules a notebook in a user namespace reaches neither
+    # port, and nothing keeps it from the metadata server
+    z2jh_only = [{**p, "spec": {**p["spec"], "ingress": p["spec"]["ingress"][:1]}}  # z2jh's own rule only
+                 if p["metadata"]["name"] == "hub" else p
+                 for p in policies if p["metadata"]["namespace"] != user_ns]
+    assert not allowed(z2jh_only, ns_labels, there, hub, 8095) and not allowed(z2jh_only, ns_labels, there, hub, 8081)
+    assert allowed(z2jh_only, ns_labels, there, "169.254.169.254", 80)
 
 
 def test_only_the_hub_may_ask_the_node_agent(admin: Resources, chart: list[dict]) -> None:
-    policy = admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies/gpupool-node-agent")
-    hub_ns = admin.get(f"/api/v1/namespaces/{HUB_NS}")["metadata"]["labels"]
-    user_ns = admin.get("/api/v1/namespaces/gpupool-ann")["metadata"]["labels"]
-    assert allows(policy, "ingress", HUB_NS, hub_ns, {"component": "hub", "app": "jupyterhub"}, "http")
-    assert not allows(policy, "ingress", HUB_NS, hub_ns, {"component": "singleuser-server"}, "http")
-    assert not allows(policy, "ingress", "gpupool-ann", user_ns, {"component": "hub"}, "http")
+    policies = admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies")["items"]
+    ns_labels = {ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]
+                 for ns in (HUB_NS, "gpupool-ann", "gpupool")}
+    agent = Pod("gpupool", {"app.kubernetes.io/name": "gpupool-node-agent"}, {"http": 9402})
+    assert allowed(policies, ns_labels, Pod(HUB_NS, {"component": "hub", "app": "jupyterhub"}), agent, 9402)
+    assert not allowed(policies, ns_labels, Pod(HUB_NS, {"component": "singleuser-server"}), agent, 9402)
+    assert not allowed(policies, ns_labels, Pod("gpupool-ann", {"component": "hub"}), agent, 9402)
 
 
 def test_the_kueue_adapters_queues_pass_kueues_own_validation(admin: Resources, chart: list[dict]) -> None:

@@ -40,13 +40,14 @@ from tests.cluster.test_train_jobs_real import (  # noqa: F401 (hub_api: a fixtu
     exit_pod,
     hub_api,
     make_service,
+    pods_of,
     running_pod,
     volume_for,
     wait_for,
 )
 
 KAI_NODE = "kai-node-0"
-MIN_RUNTIME_S = 15
+MIN_RUNTIME_S = 10
 
 
 def parse_time(stamp: str) -> datetime.datetime:
@@ -152,21 +153,34 @@ async def test_kai_binds_two_quarter_gpu_workspaces_onto_one_gpu_with_its_reserv
 
 
 # --- KAI's reclaim ------------------------------------------------------------------------
-DEPARTMENT, BORROWER, OWNER = "reclaim", "reclaim-a", "reclaim-b"
+CASES = {  # case -> (borrower's department, owner's department, whose minRuntime)
+    "reclaim": ("rc-d", "rc-d", ""),
+    "project-min-runtime": ("rp-d", "rp-d", "project"),
+    "department-min-runtime": ("rd-a", "rd-b", "department"),
+}
 
 
-def chart_queues(min_runtime_s: int = 0) -> list[dict]:
-    """The chart's own Queue objects for a department of 2 GPUs and two projects guaranteed 1
-    GPU each (rendered with helm-python-sdk, as the session's chart is); the borrower's jobs
-    protected for `min_runtime_s` (the project's `minRuntime`) if given."""
+def chart_queues(case: str) -> tuple[str, str, list[dict]]:
+    """The chart's own Queue objects (rendered with helm-python-sdk, as the session's chart is)
+    for `case`: two projects guaranteed 1 GPU each, the borrower and the owner, in one
+    department of 2 GPUs or in two of 1 GPU each; the borrower's project (its queue's
+    reclaimMinRuntime: KAI reads it when a sibling reclaims) or its department (read when a job
+    of another department reclaims: KAI resolves at the level below the lowest common ancestor)
+    given MIN_RUNTIME_S. Returns (borrower, owner, queues)."""
     from tests.k8s.test_chart import render
 
-    values = {"departments": {DEPARTMENT: {"quota": 2, "limit": -1}},
-              "projects": {p: {"department": DEPARTMENT, "guarantee": 1, "limit": -1} for p in (BORROWER, OWNER)}}
-    if min_runtime_s:
-        values["projects"][BORROWER]["minRuntime"] = f"{min_runtime_s}s"
-    return [d for d in render(values) if d["kind"] == "Queue"
-            and d["metadata"]["name"] in (f"department-{DEPARTMENT}", BORROWER, OWNER)]
+    mine, theirs, who = CASES[case]
+    borrower, owner = f"{mine}-a", f"{mine}-b"
+    departments = {d: {"quota": 2 if mine == theirs else 1, "limit": -1} for d in {mine, theirs}}
+    projects = {borrower: {"department": mine, "guarantee": 1, "limit": -1},
+                owner: {"department": theirs, "guarantee": 1, "limit": -1}}
+    if who == "project":
+        projects[borrower]["minRuntime"] = f"{MIN_RUNTIME_S}s"
+    if who == "department":
+        departments[mine]["minRuntime"] = f"{MIN_RUNTIME_S}s"
+    values = {"departments": departments, "projects": projects, "build": {"defaultProject": borrower}}
+    names = {borrower, owner} | {f"department-{d}" for d in departments}
+    return borrower, owner, [d for d in render(values) if d["kind"] == "Queue" and d["metadata"]["name"] in names]
 
 
 class PodHistory:
@@ -196,29 +210,31 @@ class PodHistory:
         return {}
 
 
-@pytest.mark.parametrize("min_runtime_s", [0, MIN_RUNTIME_S], ids=["reclaim", "after-min-runtime"])
+@pytest.mark.parametrize("case", list(CASES))
 async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure(
-        kai_plane: SimpleNamespace, hub_api, admin: Resources, tmp_path: Path, min_runtime_s: int) -> None:  # noqa: F811
+        kai_plane: SimpleNamespace, hub_api, admin: Resources, tmp_path: Path, case: str) -> None:  # noqa: F811
     """The hub's training service (Kubernetes mode, KAI sharing, as the hub's account): project
     A (guarantee 1) runs two 1-GPU jobs on the 2-GPU cluster, one borrowed; project B
     (guarantee 1) submits one: KAI's reclaim evicts one of A's pods, with the DisruptionTarget
     condition (its scheduler runs with --update-pod-eviction-condition), the Job ignores that
     failure (gpupool's podFailurePolicy) and makes a new pod, which waits until B's job ends,
     then runs and succeeds. The pod's exit on SIGTERM is our kwok stage's 143: without the
-    condition it would fail the Job. With the project's `minRuntime` (the chart renders KAI's
-    reclaimMinRuntime), KAI waits until the borrowed pod has run that long; without it, it
-    reclaims at once (the control)."""
-    admin.apply_all(chart_queues(min_runtime_s))
-    projects = {BORROWER: {"guarantee": 1}, OWNER: {"guarantee": 1}}
+    condition it would fail the Job. With a `minRuntime` where KAI reads it (the borrower's
+    project when B is its sibling, the borrower's department when B is in another), KAI waits
+    until the borrowed pod has run that long; without any, it reclaims at once (the control)."""
+    borrower, owner, queues = chart_queues(case)
+    min_runtime_s = MIN_RUNTIME_S if CASES[case][2] else 0
+    admin.apply_all(queues)
+    projects = {borrower: {"guarantee": 1}, owner: {"guarantee": 1}}
     svc = make_service(tmp_path, hub_api, projects=projects)
     history = PodHistory(kai_plane.plane, "gpupool.io/job-id")
     for i in range(3):  # PVs first: a claim made before its PV binds only at the PV controller's next resync (15 s)
-        volume_for(admin, f"kai{min_runtime_s}-{i}")
+        volume_for(admin, f"kai-{case}-{i}")
     await svc.start()
     rows = []
     try:
         for name in ("a1", "a2"):
-            rows.append(await svc.submit("ann", BORROWER, name, 1, 1000, ["python", "train.py"]))
+            rows.append(await svc.submit("ann", borrower, name, 1, 1000, ["python", "train.py"]))
         first = {}
         for row in rows:
             first[row.id] = await wait_for(lambda r=row: running_pod(admin, r.id, set()), 60,
@@ -227,7 +243,7 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
             assert first[row.id]["spec"]["schedulerName"] == "kai-scheduler"
         await wait_for(lambda: all(svc.job(r.id).state == "running" for r in rows), 30, "A's rows running")
 
-        rows.append(await svc.submit("bob", OWNER, "b1", 1, 1000, ["python", "train.py"]))
+        rows.append(await svc.submit("bob", owner, "b1", 1, 1000, ["python", "train.py"]))
         b = rows[-1]
         b_pod = await wait_for(lambda: running_pod(admin, b.id, set()), 90,
                                f"B's job to run after KAI's reclaim\n{kai_plane.log()}")
@@ -267,3 +283,198 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
             if svc.job(row.id).state not in ("succeeded", "failed", "cancelled"):
                 await svc.cancel(row.id)
         await svc.stop()
+
+
+# --- node pools: KAI's scheduling shards --------------------------------------------------
+POOL_NODES = {"dgx": ("kai-dgx-0", "NVIDIA-H100-80GB-HBM3", 81559), "ws": ("kai-ws-0", "NVIDIA-RTX-A2000", 12282)}
+POOL_VALUES = {
+    "departments": {"lab": {"quota": 4}},
+    "projects": {"vision": {"department": "lab", "guarantee": {"dgx": 1, "ws": 1}},
+                 "course": {"department": "lab", "guarantee": 1, "pools": ["ws"]},
+                 "flat": {"department": "lab", "guarantee": 1}},
+    "nodePools": {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {}},
+    "build": {"defaultProject": "course"},
+}
+
+
+@pytest.fixture(scope="module")
+def kai_pools(kai_plane: SimpleNamespace) -> Iterator[SimpleNamespace]:
+    """The chart's objects for two node pools: its queues and a SchedulingShard per pool, each
+    shard run as KAI's operator runs it (kai.start_shard), and a 2-GPU node per pool labelled
+    kai.scheduler/node-pool=<pool>, as the chart's NOTES tell the admin to."""
+    from tests.k8s.test_chart import render
+
+    docs = render(POOL_VALUES)
+    with kai_plane.plane.client() as http:
+        res = Resources(http)
+        try:
+            res.apply_all(d for d in docs if d["kind"] == "Queue")
+            for pool, (node, product, memory) in POOL_NODES.items():
+                doc = gpu_node(node, gpus=2, product=product, memory_mib=memory)
+                doc["metadata"]["labels"][kai.NODE_POOL_LABEL] = pool
+                res.apply(doc)
+            until(lambda: all(node_ready(res, n) for n, _, _ in POOL_NODES.values()), 60, "the pool nodes Ready")
+            shards = [d for d in docs if d["kind"] == "SchedulingShard"]
+            for shard in shards:
+                kai.start_shard(kai_plane.plane, shard)
+            yield SimpleNamespace(docs=docs, shards=shards)
+        finally:
+            for node, _, _ in POOL_NODES.values():
+                for pod in res.get(f"/api/v1/pods?fieldSelector=spec.nodeName={node}")["items"]:
+                    res.http.delete(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}",
+                                    params={"gracePeriodSeconds": "0"})
+                res.http.delete(f"/api/v1/nodes/{node}")
+
+
+def pool_config(c) -> None:
+    c.TrainPool.node_pools = POOL_VALUES["nodePools"]
+    c.GPUPool.build_pools = ["ws"]  # everyone's workspaces on the workstations
+
+
+async def test_node_pools_are_kai_shards_and_each_workspace_and_job_runs_in_its_own(
+        kai_plane: SimpleNamespace, kai_pools: SimpleNamespace, make_spawner, hub_api,  # noqa: F811
+        admin: Resources, tmp_path: Path) -> None:
+    """KAI's default shard ignores nodes labelled kai.scheduler/node-pool; each pool's shard sees
+    only its own nodes, queues and PodGroups. A workspace on pool ws and train jobs of projects
+    with pools carry the label and their project's queue there, so that pool's real scheduler
+    places them on its node; a job of a project without pools runs in the default shard; and a
+    job the pool cannot hold waits with KAI's own reason, which the hub shows as its wait reason.
+    Before the fix neither had the label: KAI's default shard left them Pending for ever."""
+    from gpupool.train.waiting import explain
+
+    ws, dgx = POOL_NODES["ws"][0], POOL_NODES["dgx"][0]
+    sp = make_spawner("pia", server="", kai_queue="{group}", kai_queue_groups=["course", "vision", "flat"],
+                      kai_default_group="course", more=pool_config)
+    await asyncio.wait_for(sp.start(), 90)
+    pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
+    assert pod["spec"]["nodeName"] == ws and pod["status"]["phase"] == "Running"
+    assert (pod["metadata"]["labels"][kai.QUEUE_LABEL], pod["metadata"]["labels"][kai.NODE_POOL_LABEL]) == ("course-ws", "ws")
+    pg = admin.get(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{HUB_NS}/podgroups/{pod['metadata']['annotations']['pod-group-name']}")
+    assert pg["spec"]["queue"] == "course-ws" and pg["metadata"]["labels"][kai.NODE_POOL_LABEL] == "ws"
+
+    projects = {"vision": {"guarantee": {"dgx": 1, "ws": 1}}, "course": {"guarantee": 1, "pools": ["ws"]},
+                "flat": {"guarantee": 1}}
+    svc = make_service(tmp_path, hub_api, projects=projects, train={"node_pools": POOL_VALUES["nodePools"]})
+    await svc.start()
+    rows = []
+    try:
+        for project, name in (("vision", "v1"), ("vision", "v2"), ("flat", "f1"), ("course", "c1")):
+            rows.append(await svc.submit("ann", project, name, 1, 1000, ["python", "train.py"]))
+            volume_for(admin, rows[-1].id)
+        v1, v2, f1, c1 = rows
+        placed = {}
+        for row in (v1, v2, f1):
+            placed[row.id] = await wait_for(lambda r=row: running_pod(admin, r.id, set()), 60,
+                                            f"{row.name} to run\n{kai_plane.log()}")
+        # vision: its DGX guarantee first, then the workstations'; flat: the default shard's node
+        assert [placed[r.id]["spec"]["nodeName"] for r in (v1, v2, f1)] == [dgx, ws, KAI_NODE]
+        assert [placed[r.id]["metadata"]["labels"].get(kai.QUEUE_LABEL) for r in (v1, v2, f1)] == [
+            "vision-dgx", "vision-ws", "flat"]
+        assert kai.NODE_POOL_LABEL not in placed[f1.id]["metadata"]["labels"]
+        # course's job: its shard (ws) has 0.75 of a GPU left beside the workspace and vision's job
+        try:
+            pending = await wait_for(lambda: svc.job(c1.id).message.startswith("waiting for GPUs in queue course-ws: ")
+                                     and svc.job(c1.id), 90, "KAI's reason for c1")
+        except AssertionError as err:  # say what there was instead
+            raise AssertionError(f"{err}: row {svc.job(c1.id).state} {svc.job(c1.id).message!r}, pods"
+                                 f" {[p['status'] for p in pods_of(admin, c1.id)]}\n{kai_plane.log()}") from None
+        assert pending.state == "queued" and running_pod(admin, c1.id, set()) is None
+        pods = pods_of(admin, c1.id)
+        cond = next(c for c in pods[-1]["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert cond["status"] == "False" and " ".join(cond["message"].split())[:60] in pending.message
+        assert explain(svc, pending) == pending.message  # the API's wait_reason: the cluster's words
+    finally:
+        for row in rows:
+            await svc.cancel(row.id)
+        await svc.stop()
+        await sp.stop()
+
+
+async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
+        kai_plane: SimpleNamespace, hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    """Elastic jobs need KAI v0.14.1+ (one PodGroup per Job, minMember from
+    kai.scheduler/batch-min-member). The hub reads the running KAI's version from its pod-grouper
+    Deployment (the harness writes it as KAI's operator does, with the pinned version's image):
+    on the pinned KAI the job is refused with the reason, and nothing reaches the API server;
+    where the admin states a KAI that can (the chart's kai.version), it is sent with its minimum."""
+    from gpupool.pool import InvalidRequest
+
+    version = kai.pin().version
+    svc = make_service(tmp_path, hub_api, projects={"default": {"guarantee": 2}})
+    await svc.start()
+    try:
+        with pytest.raises(InvalidRequest) as err:
+            await svc.submit("ann", "default", "elastic", 2, 1000, ["python", "train.py"], min_gpus=1)
+        assert svc.kai is not None and svc.kai.text == version  # read from the cluster
+        assert f"this cluster runs {version} (deployment kai-scheduler/pod-grouper)" in str(err.value)
+        assert "need KAI-Scheduler v0.14.1 or later" in str(err.value)
+        assert not [j for j in svc.jobs() if j.name == "elastic"]  # refused before anything was recorded
+    finally:
+        await svc.stop()
+    (tmp_path / "stated").mkdir()
+    stated = make_service(tmp_path / "stated", hub_api, projects={"default": {"guarantee": 2}}, kai_version="v0.17.0")
+    await stated.start()
+    try:
+        row = await stated.submit("ann", "default", "elastic", 2, 1000, ["python", "train.py"], min_gpus=1)
+        job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")
+        assert job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"
+        await stated.cancel(row.id)
+    finally:
+        await stated.stop()
+
+
+async def test_a_cpu_only_workspace_waits_in_its_queue_with_the_build_class(
+        kai_plane: SimpleNamespace, make_spawner, admin: Resources) -> None:
+    """A profile without a GPU: the pod still names its queue and the build class, so KAI
+    places it there (before: no queue label, KAI put it in `default-queue`, which this cluster
+    does not have, as preemptible `train`, and it stayed Pending)."""
+    profiles = [{"display_name": "CPU only", "slug": "cpu", "default": True}]
+    sp = make_spawner("cpu-ann", options={"profile": "cpu"}, profile_list=profiles)
+    await asyncio.wait_for(sp.start(), 90)
+    pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
+    assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == KAI_NODE
+    assert pod["metadata"]["labels"][kai.QUEUE_LABEL] == "default" and pod["spec"]["priorityClassName"] == "build"
+    pg = admin.get(f"/apis/scheduling.run.ai/v2alpha2/namespaces/{HUB_NS}/podgroups/"
+                   f"{pod['metadata']['annotations']['pod-group-name']}")
+    assert (pg["spec"]["queue"], pg["spec"]["priorityClassName"]) == ("default", "build")
+    assert "gpu-fraction" not in (pod["metadata"].get("annotations") or {}) and sp.pool.store.allocations() == []
+    await sp.stop()
+
+
+def test_helm_test_finds_what_the_hub_needs_and_names_what_is_missing(
+        kai_plane: SimpleNamespace, kai_pools: SimpleNamespace, admin: Resources, tmp_path: Path) -> None:
+    """The chart's `helm test` pod's check (python -m gpupool.kube.check), run as its own
+    service account with the chart's hook RBAC and the environment the chart renders: on this
+    cluster it finds the queues, classes, both pools' shards and labelled nodes and KAI's
+    version; a third pool nobody labelled nodes for fails it, saying what to do."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.k8s.test_chart import render
+
+    def run(values: dict) -> subprocess.CompletedProcess:
+        docs = render(values, hooks=True)
+        # the hook's RBAC (not its Pod: its check runs here), the queues and shards, and the hub's
+        # Role that the hook's RoleBinding names (reading KAI's pod-grouper Deployment)
+        admin.apply_all(d for d in docs if (d["kind"] != "Pod" and "helm.sh/hook" in d["metadata"].get("annotations", {}))
+                        or d["kind"] in ("Queue", "SchedulingShard") or d["metadata"]["name"] == "gpupool-hub-kai-version")
+        pod = next(d for d in docs if d["kind"] == "Pod" and d["metadata"]["name"] == "gpupool-test")
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        kubeconfig = kai_plane.plane.sa_kubeconfig(tmp_path / "test.kubeconfig", "gpupool", "gpupool-test")
+        return subprocess.run([sys.executable, "-m", "gpupool.kube.check"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **env, "KUBECONFIG": str(kubeconfig)})
+
+    # the chart's two pools, found with their shards and labelled nodes, and a third pool nobody
+    # labelled nodes for: one run (a process start is seconds on a loaded machine)
+    out = run({**POOL_VALUES, "priorityClasses": {"create": True},
+               "nodePools": {**POOL_VALUES["nodePools"], "cloud": {}}})
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert [line for line in lines if line.startswith("FAIL")] == [
+        "FAIL: node pool cloud has no node: label its nodes (kubectl label nodes NODE kai.scheduler/node-pool=cloud);"
+        " its workspaces and jobs stay Pending until then"], lines
+    assert "ok: node pool ws: 1 node(s) labelled kai.scheduler/node-pool=ws" in lines
+    assert "ok: node pool dgx: 1 node(s) labelled kai.scheduler/node-pool=dgx" in lines
+    assert any(line.startswith("ok: ") and "queues" in line for line in lines)
+    assert f"ok: KAI-Scheduler {kai.pin().version} (elastic jobs are refused: they need v0.14.1 or later)" in lines

@@ -1,4 +1,4 @@
-"""gpupool's Kueue adapter against Kueue's real controller manager (v0.15.0, built from its Go
+"""gpupool's Kueue adapter against Kueue's real controller manager (v0.17.0, built from its Go
 module; started by tests/cluster/kueue.py with its CRDs and webhooks as its manifests install
 them). What is real: Kueue's webhooks (a labelled Job is suspended at creation), its
 admission within a ClusterQueue's quota, its unsuspending of an admitted Job, the Job
@@ -207,8 +207,9 @@ def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin
     from tests.k8s.test_chart import render
 
     values = {"kueue": {"enabled": True, "cohort": "kueue-chart", "namespace": HUB_NS, "flavor": FLAVOR},
-              "projects": {"prisms": {"department": "default", "guarantee": 1.5, "limit": 3},
-                           "filters": {"department": "default", "guarantee": 1}}}
+              "departments": {"optics": {"quota": 3}}, "build": {"defaultProject": "prisms"},
+              "projects": {"prisms": {"department": "optics", "guarantee": 1.5, "limit": 3},
+                           "filters": {"department": "optics", "guarantee": 1}}}
     docs = [d for d in render(values) if d["apiVersion"].startswith("kueue.x-k8s.io/")]
     assert {d["kind"] for d in docs} == {"Cohort", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
     admin.apply_all(docs)

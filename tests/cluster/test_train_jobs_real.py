@@ -241,9 +241,10 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await ctl.stop()
 
 
-def make_service(tmp_path: Path, api, projects: dict | None = None, **job_options):
+def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict | None = None, **job_options):
     """The hub's training pool in Kubernetes mode, as the chart configures it (`projects`:
-    c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given)."""
+    c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given; `train`:
+    more TrainPool settings)."""
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
@@ -259,6 +260,8 @@ def make_service(tmp_path: Path, api, projects: dict | None = None, **job_option
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
     c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi",
                                     **job_options}
+    for key, value in (train or {}).items():
+        setattr(c.TrainPool, key, value)
     pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
                        BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
     svc = KubeTrainingService(pool, TrainPool(config=c), api, KAISharing())
@@ -295,62 +298,23 @@ async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down
         await second.stop()
 
 
-class PausableProxy:
-    """A TCP relay between the hub and the API server that the test can cut (a network outage:
-    open connections drop, new ones are refused) and restore."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port, self.paused, self.writers = target_port, False, set()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader, writer) -> None:
-        if self.paused:
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self.writers |= {writer, up_writer}
-
-        async def pipe(src, dst) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self.writers -= {writer, up_writer}
-
-    def pause(self) -> None:
-        self.paused = True
-        for w in list(self.writers):
-            w.close()
-
-    async def stop(self) -> None:
-        self.pause()
-        self.server.close()
-
-
 async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: ControlPlane, chart: list[dict],
                                                                       admin: Resources, tmp_path: Path) -> None:
-    """The hub loses the API server; meanwhile a Job is deleted and etcd compacts its history,
-    so resuming the watch answers 410 Gone (checked below): only a relist can show the deletion.
-    The controller follows Jobs with kubespawner's ResourceReflector, which lists again after
-    any broken watch (a 410 ERROR event included, raised by kubernetes_asyncio's watch) instead
-    of resuming from its last resourceVersion; the controller's next level-triggered pass then
-    finds the Job missing from the reflector's copy."""
-    proxy = PausableProxy(int(plane.url.rsplit(":", 1)[1]))
-    port = await proxy.start()
+    """The hub's connection drops; kubespawner's reflector lists the Jobs again and resumes its
+    watch from that list, but the network holds the watch request back (relay.WatchRelay) while
+    a Job is deleted and etcd compacts its history. When the request arrives, the API server
+    itself answers it with 410 Gone (the relay sees the 410 go back to the reflector): the
+    deletion is in no event the watch will ever send. The reflector lists again after the
+    error and the controller's next pass finds the Job gone."""
+    from tests.cluster.relay import WatchRelay
+
+    relay = WatchRelay(plane)
+    port = await relay.start()
     path = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
     path.write_text(path.read_text().replace(plane.url, f"https://127.0.0.1:{port}"))
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(path), client_configuration=cfg)
+    jobs = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
     async with client.ApiClient(cfg) as api:
         ctl = KubeJobController(api, OPTS, None, watch_timeout_s=300)
         keep = TrainJobSpec(id="keep410", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
@@ -360,27 +324,38 @@ async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: Cont
         try:
             await ctl.submit(keep)
             await ctl.submit(gone)
-            jobs = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
             # seen through the watch, not only submitted (submit() reports "queued" at once): the
             # case where the watch never showed a Job is the next test's
             await wait_for(lambda: {"gone410", "keep410"} <= set(ctl.jobs), what="both seen by the watch")
-            old_rv = admin.get(jobs)["metadata"]["resourceVersion"]
-            proxy.pause()
+            relay.hold_watches_of = jobs
+            relay.drop_connections()  # the outage: the reflector lists again, then resumes its watch
+            await wait_for(lambda: relay.held, what="the reflector's new Job watch (held by the network)")
+            held = relay.held[0]
+            resumes_from = dict(q.split("=", 1) for q in held.split("?", 1)[1].split("&"))["resourceVersion"]
             admin.http.delete(f"{jobs}/{name_of('gone410')}", params={"propagationPolicy": "Background"})
             for i in range(3):  # more history for etcd to compact away
                 admin.http.patch(f"{jobs}/{name_of('keep410')}", json={"metadata": {"annotations": {"n": str(i)}}},
                                  headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
-            await asyncio.sleep(8)  # two compaction intervals
-            r = admin.http.get(jobs, params={"watch": "1", "resourceVersion": old_rv, "timeoutSeconds": "1"})
-            assert '"code":410' in r.text.replace(" ", "") or r.status_code == 410, r.text[:300]
-            proxy.paused = False  # the network is back: the controller resumes its watch
+            await asyncio.sleep(8)  # two compaction intervals (--etcd-compaction-interval=3s)
+            r = admin.http.get(jobs, params={"watch": "1", "resourceVersion": resumes_from, "timeoutSeconds": "1"})
+            assert '"code":410' in r.text.replace(" ", "") or r.status_code == 410, r.text[:300]  # compacted
+            # the Job watch has said nothing since (its pod's watch may have: its pod went with it)
+            assert "gone410" not in ctl.deleted and ctl.status("gone410").state != "cancelled"
+            relay.hold_watches_of = ""
+            relay.release.set()  # the network delivers the held watch request
+
+            def answered_410() -> bool:
+                return any(x.path_qs == held and (x.status == 410 or b'"code":410' in x.head.replace(b" ", b""))
+                           for x in relay.relayed)
+
+            await wait_for(answered_410, what="the API server's 410 Gone relayed to the reflector")
             await wait_for(lambda: ctl.status("gone410").state == "cancelled", timeout=60,
-                           what="the deletion seen after the outage")
+                           what="the deletion seen after the 410")
             assert "outside gpupool" in ctl.status("gone410").message
             assert ctl.status("keep410").state not in ("cancelled", "failed")
         finally:
             await ctl.stop()
-            await proxy.stop()
+            await relay.stop()
             admin.http.delete(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('keep410')}",
                               params={"propagationPolicy": "Background"})
 

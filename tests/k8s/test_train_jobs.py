@@ -161,3 +161,20 @@ def pv(name: str, **kw) -> PodView:
 def test_job_states(job, pods, kw, state, message) -> None:
     st = job_status(job, pods, **kw)
     assert st.state == state and message in st.message
+
+
+def test_a_queued_jobs_message_is_its_schedulers_reason_while_it_cannot_place_it() -> None:
+    """KAI (and kube-scheduler) write why a pod waits into its PodScheduled condition: that is
+    the job's wait reason on Kubernetes, not a guess from the hub's nominal inventory."""
+    from gpupool.kube.status import job_status, observe_pod
+
+    pod = {"metadata": {"uid": "u1", "name": "p1"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "NodePool 'ws': Resources were found for 0 pods,\n  requested 1 GPU"}]}}
+    view = observe_pod(None, pod)
+    st = job_status({"status": {}}, [view])
+    assert (st.state, st.message) == ("queued", "unschedulable: NodePool 'ws': Resources were found for 0 pods,"
+                                                " requested 1 GPU")
+    placed = observe_pod(view, {**pod, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True"}]}})
+    assert job_status({"status": {}}, [placed]).message == "waiting for GPUs in its queue"

@@ -55,13 +55,17 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
 
 async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
     row = await service.submit("ann", "vision", "resnet", 1, 1000, ["python", "job.py"], files={"job.py": b"1"})
-    assert await service.logs(service.job(row.id), 5) == {"lines": [], "output_notebook": None}  # no pod yet
+    assert await service.logs(service.job(row.id), 5) == {"lines": [], "before": 0, "output_notebook": None}  # no pod
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
     await until(lambda: service.job(row.id).state == "running", what="running")
     cluster.api.write_log(NS, first, "".join(f"step {i}\n" for i in range(300)))
     logs = await service.logs(service.job(row.id), 5)
     assert logs["lines"] == [f"step {i}" for i in range(295, 300)]
+    # paging back, as on the embedded runner: the lines before the first one shown
+    earlier = await service.logs(service.job(row.id), 5, before=logs["before"])
+    assert earlier["lines"] == [f"step {i}" for i in range(290, 295)]
+    assert earlier["before"] == len("".join(f"step {i}\n" for i in range(290)))
     cluster.evict_pod(NS, first)  # the evicted pod's logs go with it; the new pod's are shown
     second = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, second)
@@ -79,3 +83,14 @@ def test_kubernetes_mode_needs_an_image_and_known_job_options(tmp_path: Path) ->
         TrainPool(config=c)
     with pytest.raises(ValueError, match="TrainPool.image"):
         make_service(tmp_path, None, image="")
+
+
+async def test_one_guarantee_across_kai_shards_stops_the_hub_with_the_reason(tmp_path: Path) -> None:
+    """On KAI every node pool is a scheduling shard with its own queues: a project's single
+    guarantee over two pools has nowhere to live. The chart refuses it too (test_chart.py)."""
+    pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {}}
+    with pytest.raises(ValueError, match="one guarantee of 1 GPUs across node pools ws, dgx cannot be said"):
+        make_service(tmp_path, None, node_pools=pools, projects={"lab": {"guarantee": 1, "pools": ["ws", "dgx"]}})
+    ok = make_service(tmp_path, None, node_pools=pools,
+                      projects={"lab": {"guarantee": {"ws": 1}}, "borrow": {"guarantee": 0, "pools": ["ws", "dgx"]}})
+    assert ok.shards and ok.queue_pool("borrow", ("dgx",), 1000) == "dgx"  # one shard: the job's first pool

@@ -15,6 +15,10 @@ One cycle (`gpupool.pool.training.schedule`) runs them in this order on one `Cyc
 - expand (elastic jobs): when every pending job was placed, one elastic job grows onto idle GPUs
   of its node.
 
+Beside the cycle, `move` (gpupool.mover calls it, off by default) plans how idle notebooks move,
+make-before-break, so that the head of the queue — a gang job, a large workspace, a resume
+claim — can start.
+
 Each action is pure: it changes only the cycle's working copy of the pool and its plan.
 `victims` holds the one order in which over-quota jobs are stopped.
 """
@@ -23,11 +27,13 @@ from .allocate import allocate
 from .consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
 from .cycle import Cycle
 from .elastic import expand, shrink
+from .move import Movable, MovePlan, MoveRules, Step, plan_moves
 from .preempt import preempt
 from .reclaim import reclaim
 from .reservation import Reservation
 from .reserve import RESERVATIONS_PER_CYCLE, reserve
 from .victims import reclaimable, victim_key
 
-__all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Reservation", "allocate", "consolidate", "expand",
-           "preempt", "shrink", "reclaim", "reclaimable", "reserve", "victim_key"]
+__all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Movable", "MovePlan", "MoveRules",
+           "Reservation", "Step", "allocate", "consolidate", "expand", "plan_moves", "preempt", "shrink", "reclaim",
+           "reclaimable", "reserve", "victim_key"]

@@ -1,34 +1,20 @@
 // gpupool in JupyterLab 4 and Notebook 7: the GPU share and the time left where the user already
-// looks (the status bar; Notebook 7 has none, so its top bar), and a notification with an Extend
-// button before the idle culler stops the server. Data comes from this server's own endpoint
-// (gpupool/widgets/labserver.py), which asks the gpupool API with the server's hub token.
+// looks (the status bar; Notebook 7 has none, so its top bar), and one notification with an Extend
+// button before the idle culler stops the server, kept up to date and closed once it no longer
+// applies. Data comes from this server's own endpoint (gpupool/widgets/labserver.py), which asks
+// the gpupool API with the server's hub token; it is read only while the page is visible, and
+// reading it is no user activity.
 
 import { Notification } from '@jupyterlab/apputils';
-import { URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { budgetWarning, itemText, itemTitle, warning } from './text.js';
+import { call, whileVisible } from './api.js';
+import { followLogs } from './follow.js';
+import { itemText, itemTitle, moved, noticeChange, notices } from './text.js';
 
 const PLUGIN = 'gpupool-lab:plugin';
-
-async function call(method, path) {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, 'gpupool', path);
-  const response = await ServerConnection.makeRequest(url, { method }, settings);
-  let body = {};
-  try {
-    body = await response.json();
-  } catch (err) {
-    body = { error: `HTTP ${response.status}` };
-  }
-  if (!response.ok && !body.error) {
-    body.error = body.message || `HTTP ${response.status}`;
-  }
-  return body;
-}
 
 class GPUStatusItem extends Widget {
   constructor() {
@@ -36,10 +22,12 @@ class GPUStatusItem extends Widget {
     this.addClass('gpupool-StatusItem');
     this.node.style.padding = '0 6px';
     this.node.style.whiteSpace = 'nowrap';
-    this.update(null);
+    this.setStatus(null);
   }
 
-  update(status) {
+  // not update() or show(): lumino calls those (no argument) when the status bar lays itself out,
+  // and the item then said "GPU ?" until the next read, up to a poll interval later
+  setStatus(status) {
     this.node.textContent = itemText(status);
     this.node.title = itemTitle(status);
     this.node.dataset.action = (status && status.action) || '';
@@ -53,6 +41,7 @@ const plugin = {
   autoStart: true,
   optional: [IStatusBar, ISettingRegistry],
   activate: (app, statusBar, settingRegistry) => {
+    followLogs(document.body);  // job monitors' log boxes show their last lines
     const item = new GPUStatusItem();
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN, { item, align: 'left', rank: 3 });
@@ -61,10 +50,12 @@ const plugin = {
       app.shell.add(item, 'top', { rank: 900 });
     }
     const options = { warnMinutes: 15, pollSeconds: 20 };
-    let shown = '';  // the warning already on screen: one notification per warning
-    let budgetShown = '';  // the GPU-hour budget's notification: one per state (near, over)
-    let timer = 0;
+    // the notifications on screen, one per slot (the culler's warning, the parked GPU, the
+    // GPU-hour budget): {id, kind, key, message, extendable} or null
+    const shown = { warning: null, info: null, budget: null };
+    let movedShown = '';  // the last move told: one notification per move (it closes by itself)
     let last = null;  // the last status read without an error
+    let reader = null;
 
     const extend = async () => {
       const result = await call('POST', 'extend');
@@ -74,75 +65,87 @@ const plugin = {
         Notification.success('Extended: the idle culler gives this session more time once.',
                              { autoClose: 5000 });
       }
-      await poll();
+      await reader.now();
     };
     const resume = async () => {
       const result = await call('POST', 'resume');
       if (result.error) {
         Notification.error(`Could not resume: ${result.error}`, { autoClose: 8000 });
       }
-      await poll();
+      await reader.now();
+    };
+    const actionsFor = next => next.kind === 'warning'
+      ? (next.extendable ? [{ label: 'Extend', caption: 'More time for this session (once)', callback: extend,
+                             displayType: 'accent' }] : [])
+      : [{ label: 'Resume', caption: 'Ask for the GPU back now', callback: resume, displayType: 'accent' }];
+
+    // one notification per warning: shown once, its words updated in place as the end time
+    // moves, replaced by the next warning, dismissed when none applies; the parked GPU's apart
+    const show = status => {
+      const wanted = notices(status, options.warnMinutes);
+      for (const kind of Object.keys(shown)) {
+        const next = wanted[kind];
+        const change = noticeChange(shown[kind], next);
+        if (change === 'dismiss' || change === 'replace') {
+          Notification.dismiss(shown[kind].id);
+          shown[kind] = null;
+        }
+        if (change === 'show' || change === 'replace') {
+          const id = Notification.emit(next.message, next.kind, { autoClose: false, actions: actionsFor(next) });
+          shown[kind] = { ...next, id };
+        } else if (change === 'update') {
+          Notification.update({ id: shown[kind].id, message: next.message, type: next.kind, autoClose: false,
+                                actions: actionsFor(next) });
+          shown[kind] = { ...next, id: shown[kind].id };
+        }
+      }
     };
 
-    const poll = async () => {
-      let status;
-      try {
-        status = await call('GET', 'status');
-      } catch (err) {
-        status = { error: String(err) };
-      }
-      if (status.error && last) {
+    const read = async () => {
+      let status = await call('GET', 'status');
+      const failed = !!status.error;
+      if (failed && last) {
         // one failed read (a busy hub) keeps what was last known, and says so in the tooltip
         status = { ...last, stale: status.error };
-      } else if (!status.error) {
+      } else if (!failed) {
         last = status;
       }
-      item.update(status);
-      const warn = warning(status, options.warnMinutes);
-      if (warn && warn.key !== shown) {
-        shown = warn.key;
-        const actions = warn.extendable
-          ? [{ label: 'Extend', caption: 'More time for this session (once)', callback: extend,
-               displayType: 'accent' }]
-          : [];
-        Notification.warning(warn.message, { autoClose: false, actions });
-      } else if (status && status.parked && shown !== 'parked') {
-        shown = 'parked';  // GPU parking: the share is parked until the user resumes it
-        Notification.info(`This server's GPU is parked: ${status.parked}`, {
-          autoClose: false,
-          actions: [{ label: 'Resume', callback: resume, displayType: 'accent' }]
-        });
-      } else if (!warn && !(status && status.parked)) {
-        shown = '';
+      item.setStatus(status);
+      if (!failed) {
+        show(status);
+        const move = moved(status);
+        if (move && move.key !== movedShown) {
+          movedShown = move.key;
+          Notification.info(move.message, { autoClose: 10000 });
+        }
       }
-      const budget = budgetWarning(status);  // gpupool.usage: near or over the GPU-hour budget
-      if (budget && budget.key !== budgetShown) {
-        budgetShown = budget.key;
-        Notification.warning(budget.message, { autoClose: false });
-      } else if (!budget && !(status && status.error)) {
-        budgetShown = '';
-      }
+      return failed;
     };
 
-    const schedule = () => {
-      window.clearInterval(timer);
-      timer = window.setInterval(poll, options.pollSeconds * 1000);
+    const start = () => {
+      if (!reader) {
+        reader = whileVisible(read, () => options.pollSeconds);
+      }
     };
     if (settingRegistry) {
       settingRegistry.load(PLUGIN).then(settings => {
-        const read = () => {
+        const apply = () => {
           options.warnMinutes = settings.get('warnMinutesBefore').composite;
           options.pollSeconds = settings.get('pollSeconds').composite;
-          schedule();
-          void poll();
+          if (reader) {
+            void reader.now();
+          }
         };
-        settings.changed.connect(read);
-        read();
-      }).catch(() => schedule());
-    } else {
-      schedule();
+        settings.changed.connect(apply);
+        apply();
+        start();
+      }).catch(start);
     }
-    void app.restored.then(poll);
+    // the share shows as soon as the page can ask, not a poll interval later
+    void app.restored.then(start);
+    if (!settingRegistry) {
+      start();
+    }
   }
 };
 

@@ -10,16 +10,27 @@ export function minutesText(seconds) {
   return rest ? `${Math.floor(minutes / 60)} h ${rest} min` : `${Math.floor(minutes / 60)} h`;
 }
 
-// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU".
+// How long the status bar says where the kernel was moved (gpupool's mover); the tooltip keeps it.
+export const MOVED_SHOWN_S = 15 * 60;
+
+// The status bar's text: "GPU 0.25 · 1 h 20 min left", "GPU parked", "no GPU",
+// "GPU 0.5 · moved to GPU 3 at 14:02 (to make room for a training job)"; "GPU …" until the
+// first answer, "GPU ?" when none came.
 export function itemText(status) {
-  if (!status || status.error) {
+  if (!status) {
+    return 'GPU …';
+  }
+  if (status.error) {
     return 'GPU ?';
   }
   if (status.parked) {
-    return `GPU ${status.share} · parked`;
+    return status.share ? `GPU ${status.share} · parked` : 'GPU parked';
   }
   if (!status.share) {
     return `no GPU${extraText(status)}`;
+  }
+  if (status.moved && status.moved_at && status.now - status.moved_at < MOVED_SHOWN_S) {
+    return `GPU ${status.share} · ${status.moved}${extraText(status)}`;  // "moved to GPU 3 at 14:02 (…)"
   }
   const left = status.cull_at ? ` · ${minutesText(status.cull_at - status.now)} left` : '';
   return `GPU ${status.share}${left}${extraText(status)}`;
@@ -84,7 +95,8 @@ export function itemTitle(status) {
 }
 
 // The warning to show now, or null. Shown when the culler itself warns, or when the server
-// stops within `warnMinutes`; `key` tells one warning from the next (one notification each).
+// stops within `warnMinutes`; `key` tells one warning from the next (one notification each): the
+// reason, not the end time, which moves a little at each of the culler's passes.
 export function warning(status, warnMinutes) {
   if (!status || status.error || !status.cull_at) {
     return null;
@@ -97,5 +109,44 @@ export function warning(status, warnMinutes) {
   const message = status.message && status.action === 'warn'
     ? `This server ${status.message}`
     : `This server stops in ${minutesText(left)}${why}: save your work.`;
-  return { key: `${status.reason}:${status.cull_at}`, message, extendable: !!status.extendable };
+  return { key: `warn:${status.reason}`, message, extendable: !!status.extendable };
+}
+
+// The notifications that belong on screen for this status, one per slot: the culler's warning,
+// the parked GPU's (kind "info") and the GPU-hour budget's, each null when it does not apply.
+export function notices(status, warnMinutes) {
+  const warn = warning(status, warnMinutes);
+  const parked = status && !status.error && status.parked
+    ? { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`, extendable: false }
+    : null;
+  const budget = budgetWarning(status);  // gpupool.usage: near or over the GPU-hour budget
+  return { warning: warn ? { kind: 'warning', ...warn } : null, info: parked,
+           budget: budget ? { kind: 'warning', ...budget, extendable: false } : null };
+}
+
+// What to do with the notification on screen (`shown`, or null) to show `next`: "none", "show",
+// "update" (same warning, new words: in place), "replace" (another warning) or "dismiss" (none
+// applies any more: the GPU came back, the session was extended).
+export function noticeChange(shown, next) {
+  if (!next) {
+    return shown ? 'dismiss' : 'none';
+  }
+  if (!shown) {
+    return 'show';
+  }
+  if (shown.key !== next.key) {
+    return 'replace';
+  }
+  return shown.message !== next.message || shown.extendable !== next.extendable ? 'update' : 'none';
+}
+
+// The notification for a move, once per move (`key`), or null.
+export function moved(status) {
+  if (!status || status.error || !status.moved || !status.moved_at) {
+    return null;
+  }
+  if (status.now - status.moved_at >= MOVED_SHOWN_S) {
+    return null;
+  }
+  return { key: `moved:${status.moved_at}`, message: `Your kernel ${status.moved}. Nothing restarted.` };
 }

@@ -1,0 +1,278 @@
+"""Every train job and workspace in a cgroup of its own, ended as a whole by the kernel.
+
+A process group or a session is the user's to leave (`setsid`, a double fork, `env -i` from a
+terminal); a cgroup is not: every child is born in its parent's cgroup, and only root may move a
+process between cgroups (the folders below are root's, 0755, and so is every cgroup.procs above
+them). Ending a workload is then one kernel operation over everything it ever started:
+
+- cgroup v2: write 1 to `cgroup.kill` (Linux 5.14+): every process in it gets SIGKILL at once;
+- cgroup v1: freeze the workload's freezer cgroup (nothing in it can fork any more), SIGKILL each
+  process listed, thaw: the frozen processes die as they wake.
+
+A workload's GPU share goes back only once its cgroup is empty. Where neither is available (the hub
+is not root, no cgroup file system, a container without delegation), `Unavailable` says why and the
+callers keep their process-group signals; the hub says so at start (log and banner).
+
+Layout: `<mount>/<the hub's own cgroup>/gpupool-<hub key>/<instance id>/<workload>`; the hub key
+names this hub's database (two hubs on one machine never meet), the instance id the database's own
+identity (gpupool.instance checks it at start).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+FREEZE_WAIT_S = 0.2  # a freezer cgroup freezes in microseconds; a task in D state may take longer
+
+
+class Tree:
+    """One hub's cgroups: folders under `root` in one hierarchy. Names are relative paths of
+    short segments ("3fa2c1/job-0a1b2c"), never a user's string."""
+
+    kind = ""  # "cgroup v2" / "cgroup v1 (freezer)": said in the log and the banner
+    available = True
+    reason = ""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, name: str) -> Path:
+        parts = name.split("/")
+        if not name or not all(SEGMENT.match(p) for p in parts):
+            raise ValueError(f"not a cgroup name: {name[:80]!r}")
+        return self.root.joinpath(*parts)
+
+    def make(self, name: str) -> None:
+        """The cgroup (and those above it), root's and 0755: a user may read it, never write in it."""
+        os.makedirs(self.path(name), mode=0o755, exist_ok=True)
+
+    def join_fd(self, name: str) -> int | None:
+        """cgroup.procs of a new or emptied cgroup, open for writing: a child writes b"0" to it before
+        it runs anything (see `joiner`). The kernel checks the opener's (root's) credentials, so the
+        child may already have switched to its user's account."""
+        self.make(name)
+        return os.open(self.path(name) / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+
+    def pids(self, name: str) -> list[int]:
+        try:
+            text = (self.path(name) / "cgroup.procs").read_text()
+        except FileNotFoundError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def empty(self, name: str) -> bool:
+        return not self.pids(name)
+
+    def signal(self, name: str, sig: int) -> None:
+        """`sig` to every process of the workload, whatever session or group it moved to."""
+        for pid in self.pids(name):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self, name: str) -> bool:
+        """SIGKILL everything in the cgroup; True once it is empty (the processes may take a moment
+        to exit: call again, or `wait_empty`)."""
+        raise NotImplementedError
+
+    def remove(self, name: str) -> bool:
+        """Remove the (empty) cgroup; False while processes remain in it."""
+        path = self.path(name)
+        for child in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            try:
+                child.rmdir()
+            except OSError:
+                return False
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return True
+        except OSError as err:
+            if err.errno in (errno.EBUSY, errno.ENOTEMPTY):
+                return False
+            raise
+        return True
+
+    def names(self, under: str = "") -> list[str]:
+        """The cgroups right below `under` (or the hub's root)."""
+        base = self.path(under) if under else self.root
+        try:
+            return sorted(p.name for p in base.iterdir() if p.is_dir() and SEGMENT.match(p.name))
+        except FileNotFoundError:
+            return []
+
+    def end(self, name: str, timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> bool:
+        """Kill the cgroup, wait (at most `timeout_s`) until it is empty and remove it. Blocking:
+        call it off the event loop. False when processes remain (uninterruptible sleep)."""
+        deadline = clock() + timeout_s
+        while not self.kill(name):
+            if clock() > deadline:
+                return False
+            time.sleep(0.02)
+        return self.remove(name)
+
+
+class V2(Tree):
+    kind = "cgroup v2"
+
+    def kill(self, name: str) -> bool:
+        path = self.path(name)
+        try:
+            (path / "cgroup.kill").write_text("1")
+        except FileNotFoundError:
+            return True  # no cgroup, no process
+        return not self._populated(path)
+
+    def empty(self, name: str) -> bool:
+        return not self._populated(self.path(name))
+
+    @staticmethod
+    def _populated(path: Path) -> bool:
+        try:
+            events = (path / "cgroup.events").read_text()
+        except FileNotFoundError:
+            return False
+        return "populated 1" in events
+
+
+class V1Freezer(Tree):
+    kind = "cgroup v1 (freezer)"
+
+    def kill(self, name: str) -> bool:
+        path = self.path(name)
+        state = path / "freezer.state"
+        try:
+            state.write_text("FROZEN")
+        except FileNotFoundError:
+            return True
+        deadline = time.monotonic() + FREEZE_WAIT_S
+        while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+            time.sleep(0.002)
+        # frozen: nothing in it forks between this list and the signals (if it did not freeze in
+        # time, a child born meanwhile is caught by the next call)
+        self.signal(name, signal.SIGKILL)
+        state.write_text("THAWED")
+        return self.empty(name)
+
+
+class Unavailable(Tree):
+    """No cgroups: callers keep their process-group signals. `reason` says why, in plain words."""
+
+    kind = ""
+    available = False
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(Path("/nonexistent"))
+        self.reason = reason
+
+    def make(self, name: str) -> None:
+        pass
+
+    def join_fd(self, name: str) -> int | None:
+        return None
+
+    def pids(self, name: str) -> list[int]:
+        return []
+
+    def kill(self, name: str) -> bool:
+        return True
+
+    def remove(self, name: str) -> bool:
+        return True
+
+    def names(self, under: str = "") -> list[str]:
+        return []
+
+
+def joiner(fd: int | None, then: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """A Popen preexec_fn that puts the child in the cgroup (fd from `join_fd`) before it runs
+    anything else, then calls `then` (e.g. the switch to the user's account)."""
+    if fd is None:
+        return then
+
+    def preexec() -> None:
+        os.write(fd, b"0")  # "0": the writing process itself
+        if then is not None:
+            then()
+
+    return preexec
+
+
+# --- finding the hierarchy ----------------------------------------------------------------
+def mounts(mountinfo: str) -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) of every cgroup file system in /proc/self/mountinfo."""
+    out = []
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) >= 5 and len(rfields) >= 3 and rfields[0] in ("cgroup", "cgroup2"):
+            out.append((fields[4].replace("\\040", " "), rfields[0], set(rfields[2].split(","))))
+    return out
+
+
+def own_paths(proc_cgroup: str) -> dict[str, str]:
+    """The hub's own cgroup in each hierarchy: "" for v2, each controller name for v1."""
+    out = {}
+    for line in proc_cgroup.splitlines():
+        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and controllers == "":
+            out[""] = path
+        for c in controllers.split(","):
+            if c:
+                out[c] = path
+    return out
+
+
+def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: str | None = None) -> Tree:
+    """This machine's cgroups for this hub (`mode`: auto, v2, v1 or off). auto: v2 where the whole
+    hierarchy is cgroup2 (/sys/fs/cgroup itself), else the v1 freezer, else a cgroup2 mount of a
+    hybrid set-up. Made and checked at once: `Unavailable` with the reason when it cannot be used."""
+    if mode == "off":
+        return Unavailable("turned off (c.Containment.mode = 'off')")
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo
+        proc_cgroup = Path("/proc/self/cgroup").read_text() if proc_cgroup is None else proc_cgroup
+    except OSError as err:
+        return Unavailable(f"cannot read the process's cgroups: {err}")
+    found = mounts(mountinfo)
+    mine = own_paths(proc_cgroup)
+    v2 = [m for m in found if m[1] == "cgroup2"]
+    v1 = [m for m in found if m[1] == "cgroup" and "freezer" in m[2]]
+    unified = [m for m in v2 if m[0] == "/sys/fs/cgroup"]
+    choices: list[tuple[type[Tree], str, str]] = []  # (class, mount point, own path)
+    if mode in ("auto", "v2"):
+        choices += [(V2, m[0], mine.get("", "/")) for m in unified]
+    if mode in ("auto", "v1"):
+        choices += [(V1Freezer, m[0], mine.get("freezer", "/")) for m in v1]
+    if mode in ("auto", "v2"):
+        choices += [(V2, m[0], mine.get("", "/")) for m in v2 if m not in unified]
+    if not choices:
+        return Unavailable({"v2": "no cgroup2 file system is mounted", "v1": "no cgroup v1 freezer is mounted"}
+                           .get(mode, "no cgroup v2 nor v1 freezer hierarchy is mounted"))
+    why = ""
+    for cls, point, own in choices:
+        root = Path(point, own.lstrip("/"), f"gpupool-{hub_key}")
+        if cls is V2 and not Path(point, "cgroup.procs").exists():
+            continue
+        try:
+            os.makedirs(root, mode=0o755, exist_ok=True)
+            probe = root / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            ok = (probe / ("cgroup.kill" if cls is V2 else "freezer.state")).exists()
+            probe.rmdir()
+        except OSError as err:
+            why = f"cannot make cgroups under {root}: {err.strerror}"
+            continue
+        if not ok:
+            why = "the kernel has no cgroup.kill (Linux 5.14+)" if cls is V2 else "no freezer.state in the freezer"
+            continue
+        return cls(root)
+    return Unavailable(why)

@@ -1,0 +1,415 @@
+"""Moving idle notebooks in the hub process, so that the head of the queue can start.
+
+Every `GPUMover.interval_s` the mover looks at the head of the queue: a parked notebook's resume
+claim that fits nowhere, else the first queued training job (within its project's guarantee
+first, then borrowers) if it does not fit. For it, the
+pure move action (gpupool.pool.actions.move) plans the fewest moves of notebooks whose GPU the
+idle culler's samplers found idle (its last report, `api/culler/report`). Each move, one at a
+time, make-before-break:
+
+1. the intent and the destination's reservation (an allocation of kind "move") are written in
+   one transaction — the destination is held before anything else happens;
+2. the kernels are parked on the source and restored onto the destination, their GPU UUID
+   remapped (gpupool.gpu.moving; the phase is written as it passes);
+3. the workspace's allocation is switched to the destination and the source released, in one
+   transaction. When the restore fails the kernels go back to the source (still held) and the
+   destination is released; when that fails too the kernel is reported lost with the reason.
+
+A hub that dies anywhere in between finishes the move at start-up from the phase written
+(`recover`). The user reads the outcome in `%gpupool` and the JupyterLab status bar: "moved to
+GPU 3 at 14:02 (to make room for a training job)". Off by default: `c.GPUMover.enabled = True`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from traitlets import Bool, Float, Int
+from traitlets.config import Configurable
+
+from . import failpoints
+from .gpu.moving import Outcome, move_processes, recover
+from .manager import PoolManager, Workload
+from .pool import Request, format_gpus
+from .pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
+from .pool.parking import plan_claims
+from .pool.request import Placement
+from .store import Allocation, Event, Move
+from .store.moves import ACTIVE_PHASES
+
+log = logging.getLogger("gpupool.mover")
+KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
+STALE_REPORT_S = 600.0  # a culler report older than this says nothing about what is idle now
+
+
+class GPUMover(Configurable):
+    """Moving idle notebooks to make room for the head of the queue (off by default)."""
+
+    enabled = Bool(False, config=True, help="""Move idle notebooks between GPUs when that lets the
+        head of the queue start: a queued training job (those within their project's guarantee
+        first), or a parked notebook waiting for its GPU back. A move parks the kernels' GPU
+        memory and restores it on another GPU of the same model (nothing restarts; the next cell
+        waits a few seconds at most), destination reserved before the source is released. Needs
+        GPU parking (CUDA driver r570+, or virtual GPUs) and the idle culler, whose samplers say
+        which GPUs are idle. Example::
+
+            c.GPUMover.enabled = True
+        """)
+    interval_s = Float(10.0, config=True, help="""Seconds between looks at the queue. Example::
+
+            c.GPUMover.interval_s = 30
+        """)
+    idle_after_s = Float(120.0, config=True, help="""A notebook may be moved once the idle culler's
+        samplers have found its GPU idle this long. Example::
+
+            c.GPUMover.idle_after_s = 300
+        """)
+    head_wait_s = Float(30.0, config=True, help="""How long the head of the queue waits before
+        notebooks move for it (ending jobs and reclaims come first). Example::
+
+            c.GPUMover.head_wait_s = 120
+        """)
+    rest_s = Float(600.0, config=True, help="""No notebook is moved within this long of its start,
+        its last park or resume, or its last move. Example::
+
+            c.GPUMover.rest_s = 1800
+        """)
+    per_hour = Int(2, config=True, help="""At most this many moves of one notebook in any hour.
+        Example::
+
+            c.GPUMover.per_hour = 1
+        """)
+    max_moves = Int(4, config=True, help="""At most this many notebooks move for one waiting job
+        or claim. Example::
+
+            c.GPUMover.max_moves = 8
+        """)
+    lock_timeout_s = Float(2.0, config=True, help="""How long parking a kernel for a move may wait
+        for its running GPU work; a kernel still busy then is not moved. Example::
+
+            c.GPUMover.lock_timeout_s = 1
+        """)
+
+    def rules(self) -> MoveRules:
+        return MoveRules(rest_s=self.rest_s, per_hour=self.per_hour, max_moves=self.max_moves)
+
+
+@dataclass(frozen=True)
+class Head:
+    request: Request
+    why: str  # after "to make room for"
+    view: Any  # the pool as the head may use it
+    done: Callable[[Placement], None]  # told where the head fits once the moves are done
+
+
+def _nothing(target: Placement) -> None:
+    pass
+
+
+def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
+    """Where the job starts: its spot, pinned as a consolidation's (the next cycle admits it there)."""
+    def pin(target: Placement) -> None:
+        training.pins[job_id] = target
+
+    return pin
+
+
+class MoverService:
+    def __init__(self, pool: PoolManager, parking: Any, cfg: GPUMover, findings: Callable[[], dict],
+                 training: Any = None, clock: Callable[[], float] = time.time) -> None:
+        """`parking`: the hub's ParkingService (its backend, its process finder, its in-flight
+        sets); `findings`: the culler's last report ({"workspaces": {"owner/name": ...}})."""
+        self.pool, self.parking, self.cfg, self.findings, self.training = pool, parking, cfg, findings, training
+        self.clock = clock
+        self.busy = False  # a plan is being carried out
+        self._tasks: set[asyncio.Task] = set()
+
+    # --- what waits ----------------------------------------------------------------
+    def head(self, now: float) -> Head | None:
+        """A resume claim waiting for its GPU first (claims come before newcomers), else the
+        first queued training job (within its guarantee first, then borrowers) if it does not
+        fit; only once it waited `head_wait_s`."""
+        claims = plan_claims(self.pool.state, self.pool.parked_without_gpu(), self.pool.policy, self.pool.rng)
+        for claim in claims.waiting:
+            if claim.claimed_at is not None and now - claim.claimed_at >= self.cfg.head_wait_s:
+                return Head(claim.request(), "a notebook resuming its GPU", self.pool.state, _nothing)
+        training = self.training
+        if training is None or not hasattr(training, "pins"):
+            return None
+        rows = training.jobs()
+        used: dict[str, int] = {}
+        for r in rows:
+            if r.state in ("running", "preempting"):
+                used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
+
+        def borrows(r: Any) -> bool:
+            return used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli
+
+        # the scheduler's order, roughly: jobs within their project's guarantee first, then borrowers
+        queued = sorted((r for r in rows if r.state == "queued" and r.project in training.projects),
+                        key=lambda r: (borrows(r), -r.priority, r.submitted, r.id))
+        view = None
+        for r in queued:
+            if now - r.submitted < self.cfg.head_wait_s:
+                continue
+            view = view if view is not None else training._train_view()
+            req = Request(r.num_gpu, r.gpu_milli)
+            if self.pool.policy.choose(view, req, self.pool.rng) is not None:
+                return None  # the head fits: the next training cycle starts it
+            return Head(req, "a training job", view, _pin(training, r.id))
+        return None
+
+    # --- who may move ----------------------------------------------------------------
+    def movable(self, now: float) -> list[Movable]:
+        report = self.findings() or {}
+        found = report.get("workspaces", {})
+        if report.get("pass_time") is not None and now - report["pass_time"] > STALE_REPORT_S:
+            found = {}  # the culler stopped reporting: nothing is known to be idle
+        since = now - HOUR
+        with self.pool.store.session() as s:
+            recent = list(s.scalars(select(Move).where(Move.started_at >= since)))
+        moved: dict[str, list[float]] = {}
+        rested: dict[str, float] = {}
+        for m in recent:
+            key = f"{m.owner}/{m.name}"
+            moved.setdefault(key, []).append(m.started_at)
+            rested[key] = max(rested.get(key, 0.0), m.ended_at or now)
+        out = []
+        for row in self.pool.store.allocations(kind="build"):
+            key = f"{row.owner}/{row.name}"
+            if row.state != "running" or not row.pid or (row.owner, row.name) in self._in_flight():
+                continue
+            f = found.get(key) or {}
+            idle = bool(f.get("gpu_data")) and (f.get("gpu_idle_s") or 0) >= self.cfg.idle_after_s \
+                and f.get("gpu_idle_s") is not None
+            # its allocation was made at spawn or at its last resume: rest from then
+            began = row.created.replace(tzinfo=dt.UTC).timestamp()
+            out.append(Movable(key, Placement(row.node, tuple(row.gpus), row.gpu_milli, row.cpu_milli,
+                                              row.memory_mib),
+                               self.pool.inventory.node(row.node).model, idle,
+                               rested_since=max(began, rested.get(key, 0.0)), moved_at=tuple(moved.get(key, ())),
+                               memory_mib=int(f.get("memory_mib") or 0)))
+        return out
+
+    def _in_flight(self) -> set[tuple[str, str]]:
+        return set(self.parking._parking) | set(self.parking._restoring) | set(self.parking.moving)
+
+    # --- a pass ---------------------------------------------------------------------
+    def tick(self, now: float | None = None) -> MovePlan | None:
+        """Plan for the head of the queue and start carrying the plan out (in the background on
+        the hub's loop; at once without one). Returns the plan, None when nothing moves."""
+        if self.busy:
+            return None
+        now = self.clock() if now is None else now
+        head = self.head(now)
+        if head is None:
+            return None
+        plan = plan_moves(head.view, head.request, self.movable(now), now, self.cfg.rules(), self.pool.policy,
+                          self.pool.rng)
+        if plan is None or not plan.steps:
+            return None
+        log.info("moving %d idle notebook(s) to make room for %s (%s)", len(plan.steps), head.why,
+                 format_gpus(head.request.total_milli))
+        self.busy = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            try:
+                self._carry_out_now(plan, head)
+            finally:
+                self.busy = False
+            return plan
+        task = loop.create_task(self._carry_out(plan, head))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return plan
+
+    def _carry_out_now(self, plan: MovePlan, head: Head) -> None:
+        for step in plan.steps:
+            begun = self._begin(step, head.why)
+            if begun is None:
+                return
+            try:
+                out = move_processes(self.parking.backend, begun[1], begun[2], self._lock_ms(),
+                                     self._on_phase(begun[0]))
+            except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
+                log.exception("move of %s failed", step.id)
+                out = self._finish(begun[0], f"the move failed: {err}")
+            if self._end(begun[0], out) != "moved":
+                return
+        head.done(plan.target)
+
+    async def _carry_out(self, plan: MovePlan, head: Head) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            for step in plan.steps:
+                begun = self._begin(step, head.why)
+                if begun is None:
+                    return
+                try:
+                    # the driver copies GBs: off the hub's event loop (the phases are written from there)
+                    out = await loop.run_in_executor(None, move_processes, self.parking.backend, begun[1], begun[2],
+                                                     self._lock_ms(), self._on_phase(begun[0]))
+                except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
+                    log.exception("move of %s failed", step.id)
+                    out = self._finish(begun[0], f"the move failed: {err}")
+                if self._end(begun[0], out) != "moved":
+                    return
+            head.done(plan.target)
+        except Exception:  # noqa: BLE001 - a failed plan must not stop the next pass
+            log.exception("moving notebooks failed")
+        finally:
+            self.busy = False
+
+    def _finish(self, move_id: int, why: str) -> Outcome:
+        """Finish a move that stopped half-way (a crash, an unexpected error) from the phase it
+        reached (gpupool.gpu.moving.recover): every process ends on one GPU."""
+        with self.pool.store.session() as s:
+            m = s.get(Move, move_id)
+            pids, phase, server_pid = list(m.pids or []), m.phase, m.server_pid
+            gpu_map = dict(zip(m.from_uuids, m.to_uuids, strict=True))
+        try:
+            if not pids and server_pid:
+                pids = sorted(self.parking.pids_of(server_pid))
+            out = recover(self.parking.backend, pids, phase, gpu_map, self._on_phase(move_id))
+        except Exception as err:  # noqa: BLE001 - where its kernel is, nobody can say: reported lost
+            return Outcome("lost", f"{why}; finishing the move failed: {err}", tuple(pids))
+        return Outcome("aborted", why) if out.result == "aborted" else out
+
+    def _lock_ms(self) -> int:
+        return int(self.cfg.lock_timeout_s * 1000)
+
+    # --- one move ------------------------------------------------------------------------
+    def _begin(self, step: Step, why: str) -> tuple[int, list[int], dict[str, str]] | None:
+        """The intent and the destination's reservation, in one transaction; None when the
+        workspace is no longer where the plan found it."""
+        owner, name = step.id.split("/", 1)
+        row = self.pool.allocation(Workload("build", owner, name))
+        if row is None or row.node != step.source.node or tuple(row.gpus) != step.source.gpus or not row.pid:
+            return None
+        src = self.pool.inventory.node(step.source.node)
+        dst = self.pool.inventory.node(step.dest.node)
+        from_uuids = [src.gpus[g].uuid for g in step.source.gpus]
+        to_uuids = [dst.gpus[g].uuid for g in step.dest.gpus]
+        self.pool.state.apply(step.dest)
+        try:
+            with self.pool.store.session() as s:
+                move = Move(owner=owner, name=name, from_node=step.source.node, from_gpus=list(step.source.gpus),
+                            from_uuids=from_uuids, to_node=step.dest.node, to_gpus=list(step.dest.gpus),
+                            to_uuids=to_uuids, gpu_milli=step.dest.gpu_milli, why=why, phase="reserved",
+                            server_pid=row.pid, started_at=self.clock())
+                s.add(move)
+                s.add(Allocation(kind="move", owner=owner, name=name, node=step.dest.node, gpus=list(step.dest.gpus),
+                                 gpu_milli=step.dest.gpu_milli, cpu_milli=step.dest.cpu_milli,
+                                 memory_mib=step.dest.memory_mib, groups=list(row.groups or []), state="reserved"))
+                s.flush()
+                move_id = move.id
+        except Exception:
+            self.pool.state.release(step.dest)
+            raise
+        self.parking.moving[(owner, name)] = f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}" \
+                                             f" (to make room for {why}): a cell waits a few seconds"
+        failpoints.reach("move.reserved")
+        pids = sorted(self.parking.pids_of(row.pid))
+        return move_id, pids, dict(zip(from_uuids, to_uuids, strict=True))
+
+    def _on_phase(self, move_id: int) -> Callable[[str, list[int]], None]:
+        def phase(name: str, pids: list[int]) -> None:
+            with self.pool.store.session() as s:
+                m = s.get(Move, move_id)
+                m.phase, m.pids = name, list(pids)
+            failpoints.reach(f"move.{name}")
+
+        return phase
+
+    def _end(self, move_id: int, out: Outcome) -> str:
+        """Switch the workspace to the destination (moved), or release the destination (any
+        other end); the event says what happened and why."""
+        now = self.clock()
+        with self.pool.store.session() as s:
+            m = s.get(Move, move_id)
+            owner, name = m.owner, m.name
+            dest = s.scalar(select(Allocation).filter_by(kind="move", owner=owner, name=name))
+            build = s.scalar(select(Allocation).filter_by(kind="build", owner=owner, name=name))
+            source = _placement(build) if build is not None else None
+            result = out.result
+            if build is None:  # stopped meanwhile: whatever the kernel's fate, nothing is lost to anyone
+                result, reason = "aborted", "the workspace stopped during the move"
+            else:
+                reason = out.reason
+            m.phase, m.ended_at, m.reason = result, now, reason[:2000]
+            moved = result == "moved"
+            if moved:
+                build.node, build.gpus = m.to_node, list(m.to_gpus)
+            released = _placement(dest) if dest is not None else None
+            if dest is not None:
+                s.delete(dest)
+            what = f"build {owner}/{name or 'default'}"
+            where = f"GPU {_gpus(m.to_gpus)}{_on(m.to_node, m.from_node)}"
+            message = {
+                "moved": f"{what} moved from GPU {_gpus(m.from_gpus)} to {where} to make room for {m.why}",
+                "returned": f"{what} stays on GPU {_gpus(m.from_gpus)}: {reason}",
+                "aborted": f"{what} was not moved: {reason}",
+                "lost": f"{what}: its kernel was lost while moving to {where}: {reason}",
+            }[result]
+            s.add(Event(kind="move" if moved else f"move-{result}", owner=owner, name=name, message=message[:2000],
+                        data={"from_gpus": list(m.from_gpus), "to_gpus": list(m.to_gpus), "to_node": m.to_node,
+                              "why": m.why}))
+        # the in-memory pool follows the committed rows: a moved workspace frees its source,
+        # any other end frees the destination
+        if moved and source is not None:
+            self.pool.state.release(source)
+        elif released is not None:
+            self.pool.state.release(released)
+        self.parking.moving.pop((owner, name), None)
+        if result == "lost":
+            self.parking.failures[(owner, name)] = f"the kernel was lost while moving: {reason}"
+        (log.info if moved else log.warning)("%s", message)
+        return result
+
+    # --- after a restart -------------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Finish every move a crash interrupted (see gpupool.gpu.moving.recover); returns what happened."""
+        with self.pool.store.session() as s:
+            rows = list(s.scalars(select(Move).where(Move.phase.in_(ACTIVE_PHASES))))
+            for m in s.scalars(select(Move).where(Move.ended_at < self.clock() - KEEP_S)):
+                s.delete(m)
+        done = []
+        for m in rows:
+            self.parking.moving[(m.owner, m.name)] = "finishing a move the hub's restart interrupted"
+            out = self._finish(m.id, "the hub restarted before the kernel was parked")
+            done.append(f"{m.owner}/{m.name}: {self._end(m.id, out)}")
+        return done
+
+
+def _placement(row: Allocation) -> Placement:
+    return Placement(row.node, tuple(row.gpus), row.gpu_milli, row.cpu_milli, row.memory_mib)
+
+
+def _gpus(gpus: list[int] | tuple[int, ...]) -> str:
+    return ", ".join(str(g) for g in gpus)
+
+
+def _on(node: str, other: str) -> str:
+    return f" on {node}" if node != other else ""
+
+
+def build_mover(config: Any, pool: PoolManager, parking: Any, findings: Callable[[], dict],
+                training: Any = None) -> MoverService | None:
+    cfg = GPUMover(config=config)
+    if not cfg.enabled:
+        return None
+    if parking is None:
+        log.warning("c.GPUMover.enabled is set but parking is off: notebooks are not moved")
+        return None
+    mover = MoverService(pool, parking, cfg, findings, training)
+    for line in mover.recover():
+        log.warning("move interrupted by the restart: %s", line)
+    return mover

@@ -1,0 +1,82 @@
+"""GPUKubeSpawner's choices that need no API server: the workspace's KAI queue and the spawn
+form. (They were cluster tests that made no API call; spawning for real is tests/cluster.)
+kubespawner reads a kubeconfig when it is made: one that names a server nobody listens on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from gpupool.spawner.form import requested_milli
+
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu"},
+    {"display_name": "Quarter GPU", "slug": "quarter", "gpupool": {"gpus": 0.25}, "default": True},
+]
+
+
+@pytest.fixture
+def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
+    from gpupool import runtime
+    from gpupool.spawner.kube import GPUKubeSpawner
+    from jupyterhub import orm
+    from kubernetes_asyncio.config import kube_config
+    from kubespawner import clients
+    from traitlets.config import Config
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "none",
+        "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "u"}}]}))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    clients.load_config.cache_clear()
+    runtime.reset()
+
+    def make(groups: tuple[str, ...] = ("students",), **settings) -> GPUKubeSpawner:
+        c = Config()
+        c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+        c.GPUPool.use_nvml = False
+        c.GPUPool.virtual_gpus = 2
+        c.GPUPool.default_build_quota = 0.5
+        c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
+        for key, value in settings.items():
+            setattr(c.GPUKubeSpawner, key, value)
+        user = SimpleNamespace(name="ann", id=7, url="/user/ann/", escaped_name="ann",
+                               groups=[SimpleNamespace(name=g) for g in groups])
+        hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
+                              api_url="http://hub:8081/hub/api")
+        return GPUKubeSpawner(user=user, hub=hub, config=c, orm_spawner=orm.Spawner(name=""))
+
+    yield make
+    clients.load_config.cache_clear()
+    runtime.reset()
+
+
+async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(offline_spawner) -> None:
+    listed = ["vision", "nlp"]  # the order of preference, not the alphabet
+    q = {"kai_queue": "{group}", "kai_queue_groups": listed}
+    assert offline_spawner(groups=("admins", "nlp", "vision"), **q).queue_name() == "vision"
+    assert offline_spawner(groups=("nlp", "admins"), **q).queue_name() == "nlp"
+    assert offline_spawner(groups=("admins",), **q).queue_name() == "default"  # no queue of its own
+    # the chart's build.defaultProject for users in none of the groups; on a node pool (a KAI
+    # shard) the project's queue in that pool
+    one = offline_spawner(groups=("admins",), kai_default_group="cs101", **q)
+    assert (one.queue_name(), one.queue_name("ws")) == ("cs101", "cs101-ws")
+
+
+async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(offline_spawner) -> None:
+    gpu = offline_spawner()
+    assert "0.25" in await gpu.get_options_form()
+    assert requested_milli(gpu.run_options_from_form({"gpus": ["0.5"]})) == 500  # the form posts GPUs
+
+    with_profiles = offline_spawner(profile_list=PROFILES)
+    assert "Quarter GPU" in await with_profiles.get_options_form()
+    assert with_profiles.run_options_from_form({"profile": ["quarter"]}) == {"profile": "quarter"}
+
+    admins = offline_spawner(options_form="<p>our own form</p>")
+    assert await admins.get_options_form() == "<p>our own form</p>"
