@@ -55,9 +55,13 @@ class GPUSpawnerMixin(HasTraits):
 
     def membership(self):
         """Every build holder's groups as the hub has them now, for group totals (members
-        added to a group after their spawn count for it); None before the gpupool API runs."""
+        added to a group after their spawn count for it); None before the gpupool API runs,
+        and when none of this user's groups has a total (nothing to count: a spawn in a class of
+        thousands reads no other user). Read on the event loop: the hub's ORM is not threadsafe."""
         directory = (runtime.api_settings or {}).get("directory")
-        return directory.groups_of(self.pool.build_holders()) if directory is not None else None
+        if directory is None or not set(self.user_groups) & set(self.pool.quotas.group_totals_milli):
+            return None
+        return directory.groups_of(self.pool.build_holders())
 
     # --- the spawn form ------------------------------------------------------
     def __init__(self, **kwargs: Any) -> None:
@@ -103,19 +107,25 @@ class GPUSpawnerMixin(HasTraits):
         state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
             if pools and self.places_in_pools() else pool.state
         gpu_free = state.gpu_free.tolist()
-        reclaim = {}
-        if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
-            for milli, fits in offered:
-                if fits and free_slots(gpu_free, milli) == 0:
-                    victims = pool.room_for_build(Request.for_gpus(milli),
-                                                  pools=tuple(pools) if self.places_in_pools() else ())
-                    if victims is not None:
-                        reclaim[milli] = len(victims)
+        reclaim, moves = {}, {}
+        for milli, fits in offered:
+            if not fits or free_slots(gpu_free, milli):
+                continue
+            victims = None
+            if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
+                victims = pool.room_for_build(Request.for_gpus(milli),
+                                              pools=tuple(pools) if self.places_in_pools() else ())
+            if victims is not None:
+                reclaim[milli] = len(victims)
+            elif pool.room_by_moving is not None and not (pools and self.places_in_pools()):
+                steps = pool.room_by_moving(Request.for_gpus(milli))  # then idle notebooks that would move
+                if steps is not None:
+                    moves[milli] = steps
         notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
                            gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, reclaim=reclaim, notes=notes)
+                           this_server=self.name, pools=pools, reclaim=reclaim, moves=moves, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -124,7 +134,8 @@ class GPUSpawnerMixin(HasTraits):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.membership()))
+            self.pool.quotas.check(milli, self.user_groups, held,
+                                   self.pool.group_usage(self.membership(), only=self.user_groups))
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -147,16 +158,35 @@ class GPUSpawnerMixin(HasTraits):
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
                                             groups_of=self.membership(),
                                             in_pools=self.places_in_pools())
-        except RoomBeingFreed:
-            raise  # start() waits for it
-        except PoolError as err:
-            raise self.refused(err) from None
         except Exception as err:
-            if why := disk_full(err):  # said as such, not a bare 500
-                exc = web.HTTPError(507, reason="disk full")
-                exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
-                raise exc from None
-            raise
+            raise self.reserve_failed(err) from None
+        self.gpupool_allocation = alloc
+        return alloc
+
+    def reserve_failed(self, err: Exception) -> Exception:
+        """What a failed reservation raises: RoomBeingFreed as it is (start() waits for it), a
+        PoolError as the 4xx JupyterHub shows, a full disk as 507, anything else as it is."""
+        if isinstance(err, RoomBeingFreed):
+            return err
+        if isinstance(err, PoolError):
+            return self.refused(err)
+        if why := disk_full(err):  # said as such, not a bare 500
+            exc = web.HTTPError(507, reason="disk full")
+            exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
+            return exc
+        return err
+
+    async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:
+        """`reserve_milli` with the quota check, placement and commit in a worker thread
+        (PoolManager.reserve_build_async): the hub's event loop serves other spawns meanwhile.
+        For spawners whose hub changes the pool's state only under the manager's lock."""
+        groups_of = self.membership()
+        try:
+            alloc = await self.pool.reserve_build_async(self.user.name, self.user_groups, self.name, milli,
+                                                        pool=pool, in_pools=self.places_in_pools(),
+                                                        groups_of=groups_of)
+        except Exception as err:
+            raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
         return alloc
 
@@ -194,23 +224,54 @@ class GPUSpawnerMixin(HasTraits):
 
     async def reserve_waiting(self) -> Allocation | None:
         """The share; when train jobs that borrowed GPUs are being stopped to make room for it
-        (build first), wait for them to end (within the train pool's grace period) instead of
-        refusing, as long as the hub's start timeout allows."""
+        (build first), or idle notebooks are being moved out of its way (gpupool.mover), wait
+        for that instead of refusing, as long as the hub's start timeout allows; the spawn page
+        says what it waits for (`progress`)."""
         import asyncio
         import time
 
         deadline = time.monotonic() + max(0.0, float(self.start_timeout) - 15)
-        while True:
-            try:
-                return await self.reserve_share()
-            except RoomBeingFreed as err:
-                if time.monotonic() >= deadline:
-                    raise self.refused(err) from None
-                self.log.info("%s waits for GPUs being freed from train jobs", self.server_label)
-                await asyncio.sleep(1)
+        key = (self.user.name, self.name)
+        try:
+            while True:
+                try:
+                    return await self.reserve_share()
+                except RoomBeingFreed as err:
+                    if time.monotonic() >= deadline:
+                        raise self.refused(err) from None
+                    if self.gpupool_waiting != str(err):
+                        self.log.info("%s waits: %s", self.server_label, err)
+                    self.gpupool_waiting = str(err)
+                    self.pool.spawns_waiting.add(key)  # room made by moves is held only for a spawn that waits
+                    await asyncio.sleep(1)
+        finally:
+            self.pool.spawns_waiting.discard(key)
+            self.gpupool_waiting = None
+
+    gpupool_waiting: str | None = None  # what the spawn waits for (the spawn page's progress)
+
+    async def progress(self):
+        """The spawn page's progress: what a start waits for before its server can start (room
+        being made), then the spawner's own events."""
+        import asyncio
+
+        said = ""
+        while self.pending == "spawn" and self.gpupool_allocation is None and not self._gpupool_past_reserve:
+            if self.gpupool_waiting and self.gpupool_waiting != said:
+                said = self.gpupool_waiting
+                yield {"message": said}
+            await asyncio.sleep(0.5)
+        async for event in super().progress():
+            yield event
+
+    _gpupool_past_reserve = False
 
     async def start(self):
-        await self.reserve_waiting()
+        self._gpupool_past_reserve = False
+        try:
+            await self.reserve_waiting()
+        finally:
+            self._gpupool_past_reserve = True
         failpoints.reach("spawn.reserved")
         try:
             url = await super().start()
