@@ -19,6 +19,7 @@ from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..store.jobs import STATES
 from ..train.backend import TrainingBackend
+from ..train.code import JobCode
 from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
 from ..train.states import HAS_RUN, UNFINISHED, JobState
 from ..train.sweep import SweepError, combinations
@@ -151,12 +152,10 @@ class JobsHandler(JobsBase):
         codes = await asyncio.to_thread(
             lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
         rows = []
-        for (run_name, _), (files, command) in zip(runs, codes, strict=True):
+        for (run_name, _), code in zip(runs, codes, strict=True):
             try:
-                extra = {**({"min_gpus": min_gpus} if min_gpus else {}), **({"pools": pools} if pools else {})}
-                args = (caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
-                        priority, min_runtime, max_runtime, files)
-                row = await svc.submit(*args, **extra)
+                row = await svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, code,
+                                       priority, min_runtime, max_runtime, min_gpus=min_gpus, pools=pools)
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
@@ -203,12 +202,9 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, str(err)) from None
         return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
 
-    def job_code(self, body: dict) -> tuple[dict[str, bytes], list[str]]:
-        """A command, a script, a cell's code or a notebook: snapshotted into the job folder."""
-        import sys
-
-        # the Python jobs run with: TrainPool.python, which the jobs' accounts can run
-        python = self.training.cfg.python or sys.executable
+    def job_code(self, body: dict) -> JobCode:
+        """A command, a script, a cell's code or a notebook, as data: its files (snapshotted into
+        the job folder) and how it is entered; the back-end says how it runs there."""
         given = [k for k in ("command", "script", "code", "notebook") if k in body]
         if len(given) != 1:
             raise web.HTTPError(400, "give exactly one of: command, script, code, notebook")
@@ -223,11 +219,11 @@ class JobsHandler(JobsBase):
                     or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)):
                 raise web.HTTPError(400, f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
                                          " string), e.g. [\"python\", \"train.py\"]")
-            return {}, value
+            return JobCode.command(value)
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
-            return {"job.py": value.encode()}, [python, "job.py"]
+            return JobCode.script(value.encode())
         if kind == "code" and not (isinstance(value, str) or
                                    (isinstance(value, list) and all(isinstance(v, str) for v in value))):
             raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
@@ -247,8 +243,7 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, f"{kind}: {err}") from None
         except Exception as err:  # noqa: BLE001 - nbformat rejects a malformed document in many ways
             raise web.HTTPError(400, f"{kind}: not a valid notebook: {type(err).__name__}: {err}") from None
-        return ({"input.ipynb": text.encode()},
-                [python, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
+        return JobCode.notebook(text.encode())
 
 
 class JobHandler(JobsBase):

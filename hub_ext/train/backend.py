@@ -13,6 +13,7 @@ scheduler knows (estimates, per-pool use, the mover's pins) is read from `local`
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -20,6 +21,7 @@ from ..manager import PoolManager
 from ..pool.pools import NodePool
 from ..pool.training import Department, Project
 from ..store import TrainJob
+from .code import JobCode
 from .config import TrainPool
 
 if TYPE_CHECKING:
@@ -69,10 +71,12 @@ class TrainingBackend(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
-                     pools: tuple[str, ...] = ()) -> TrainJob: ...
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+        """Record a new queued job (`code`: its files and entry, run as this back-end runs it);
+        `min_gpus`: an elastic job of min_gpus to num_gpu whole GPUs; `pools`: the node pools
+        it may use, in its order (checked by the caller)."""
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob: ...
 
@@ -120,12 +124,14 @@ class LocalTraining:
     async def stop(self) -> None:
         pass  # runs go on without the hub; a restarted hub adopts them
 
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
-                     pools: tuple[str, ...] = ()) -> TrainJob:
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+        # the hub's TrainPool.python (the jobs' accounts can run it); the notebook beside its input
+        command = code.command_line(self.cfg.python or sys.executable)
         return await asyncio.to_thread(self.engine.submit, owner, project, name, num_gpu, gpu_milli, command,
-                                       priority, min_runtime_s, max_runtime_s, files, now, min_gpus, pools)
+                                       priority, min_runtime_s, max_runtime_s, dict(code.files), now, min_gpus,
+                                       pools)
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         return self.engine.cancel(job_id, now, by)

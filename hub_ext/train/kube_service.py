@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from ..pool.pool_quotas import queue_pool
 from ..store import ElasticRange, JobPools, TrainJob
 from .backend import JobLog
 from .book import JobBook
+from .code import JobCode
 from .config import TrainPool
 from .idle import IdleClock
 from .states import Intent, JobEvent, JobState, ObservedState, PreemptCause
@@ -46,15 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
-
-
-def _in_pod(command: list[str], checkpoint_dir: str) -> list[str]:
-    """The hub's command for a job, as the job's container runs it: its own `python`, and a
-    notebook's executed copy kept beside the checkpoints (the working folder is not kept)."""
-    command = ["python" if i == 0 and arg == sys.executable else arg for i, arg in enumerate(command)]
-    if command[1:3] == ["-m", "gpupool.widgets.execute"] and command[-1] == "output.ipynb":
-        command[-1] = f"{checkpoint_dir}/output.ipynb"
-    return command
 
 
 class KubeTrainingService(JobBook):
@@ -120,19 +111,21 @@ class KubeTrainingService(JobBook):
         await self.controller.stop()
 
     # --- changes from the API -------------------------------------------------
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
-                     pools: tuple[str, ...] = ()) -> TrainJob:
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
         """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
         it may use, in its order. For a project with a guarantee per pool, the pure core picks
         the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool); on KAI a job of
-        another project with pools goes to the first of them (one shard per job)."""
+        another project with pools goes to the first of them (one shard per job). The job's
+        container runs its code with the image's `python`; a notebook's executed copy is kept
+        beside the checkpoints (the working folder is not kept)."""
         if min_gpus:
             await self.check_elastic()
         chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
-        row = self._record_new(owner, project, name, num_gpu, gpu_milli, _in_pod(command, self.opts.checkpoint_dir),
-                               priority, min_runtime_s, max_runtime_s, files, now, message=SUBMITTING)
+        command = code.command_line("python", self.opts.checkpoint_dir)
+        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
+                               max_runtime_s, dict(code.files), now, message=SUBMITTING)
         if min_gpus or pools or chosen:
             with self.pool.store.session() as s:
                 if min_gpus:
