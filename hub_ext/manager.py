@@ -70,6 +70,15 @@ class PoolManager:
         # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
         self.room_for_build: Callable[..., list[str] | None] | None = None
         self.build_reserved: Callable[[Workload], None] | None = None
+        # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
+        # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
+        self.build_changed: Callable[[str, str], None] | None = None
+        # set by the mover (gpupool.mover): for a spawn that fits nowhere, what its page says while
+        # idle notebooks move to make room, or None (no moves can: refused as before); and how
+        # many would move for a size (the spawn form). Spawns waiting in their spawner, by workspace:
+        self.make_room_by_moving: Callable[..., str | None] | None = None  # (workload, request, groups, pools)
+        self.room_by_moving: Callable[[Request], int | None] | None = None
+        self.spawns_waiting: set[tuple[str, str]] = set()
         # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
         # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
         self.admission: Callable[[Workload, list[str], int], None] | None = None
@@ -178,6 +187,10 @@ class PoolManager:
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
                 ) from None
+            # then idle notebooks may move out of its way (make-before-break, gpupool.mover)
+            moving = self.make_room_by_moving(w, req, groups, pools) if self.make_room_by_moving else None
+            if moving:
+                raise RoomBeingFreed(moving) from None
             raise
         if self.build_reserved is not None:
             self.build_reserved(w)
@@ -220,7 +233,12 @@ class PoolManager:
             raise
         log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
                  placement.node, list(placement.gpus))
+        self.placement_changed(w)
         return row
+
+    def placement_changed(self, w: Workload) -> None:
+        if w.kind == "build" and self.build_changed is not None:
+            self.build_changed(w.owner, w.name)
 
     def mark_running(self, w: Workload, pid: int | None) -> None:
         with self.store.session() as s:
@@ -240,8 +258,10 @@ class PoolManager:
         with self.store.session() as s:
             placement = self.release_in(s, w, reason)
         if placement is None:
+            self.placement_changed(w)  # a parked share dropped
             return False
         self.state.release(placement)
+        self.placement_changed(w)
         log.info("released %s (%s)", w.label, reason)
         return True
 

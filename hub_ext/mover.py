@@ -37,9 +37,9 @@ from traitlets.config import Configurable
 from . import failpoints
 from .gpu.moving import Outcome, move_processes, recover
 from .manager import PoolManager, Workload
-from .pool import Request, format_gpus
+from .pool import PoolError, Request, format_gpus
 from .pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
-from .pool.parking import plan_claims
+from .pool.parking import plan_claims, quota_holdings
 from .pool.request import Placement
 from .store import Allocation, Event, Move
 from .store.moves import ACTIVE_PHASES
@@ -92,6 +92,13 @@ class GPUMover(Configurable):
 
             c.GPUMover.max_moves = 8
         """)
+    spawn_wait_s = Float(120.0, config=True, help="""How long a new workspace that fits nowhere may
+        wait while idle notebooks move to make room for it (the spawn page says so); the spawn is
+        refused after that, or sooner when no move can make room (the spawner's start_timeout
+        bounds the wait too). Example::
+
+            c.GPUMover.spawn_wait_s = 60
+        """)
     lock_timeout_s = Float(2.0, config=True, help="""How long parking a kernel for a move may wait
         for its running GPU work; a kernel still busy then is not moved. Example::
 
@@ -108,10 +115,24 @@ class Head:
     why: str  # after "to make room for"
     view: Any  # the pool as the head may use it
     done: Callable[[Placement], None]  # told where the head fits once the moves are done
+    no_plan: Callable[[], None] = lambda: None  # told when no moves can make room for it now
+    moving: Callable[[int, int], None] = lambda step, steps: None  # told as each move begins
 
 
 def _nothing(target: Placement) -> None:
     pass
+
+
+@dataclass
+class SpawnWait:
+    """A spawn that fits nowhere but will once idle notebooks move (the spawner waits for it)."""
+
+    request: Request
+    groups: list[str]
+    since: float
+    until: float  # the mover gives up then (the spawner may give up sooner: its start timeout)
+    message: str  # what the spawn page says
+    failed: str = ""  # why no moves make room after all: the spawn's next try is refused
 
 
 def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
@@ -131,6 +152,8 @@ class MoverService:
         self.clock = clock
         self.busy = False  # a plan is being carried out
         self._tasks: set[asyncio.Task] = set()
+        self.spawns: dict[tuple[str, str], SpawnWait] = {}  # spawns waiting for moves, by workspace
+        self.loop: asyncio.AbstractEventLoop | None = None  # the hub's, once a pass ran there
 
     # --- what waits ----------------------------------------------------------------
     def head(self, now: float) -> Head | None:
@@ -141,6 +164,9 @@ class MoverService:
         for claim in claims.waiting:
             if claim.claimed_at is not None and now - claim.claimed_at >= self.cfg.head_wait_s:
                 return Head(claim.request(), "a notebook resuming its GPU", self.pool.state, _nothing)
+        spawn = self._spawn_head(now)  # build first: before training jobs, at once (the user watches)
+        if spawn is not None:
+            return spawn
         training = self.training
         if training is None:  # no training pool, or one the cluster schedules (Kubernetes)
             return None
@@ -166,6 +192,87 @@ class MoverService:
                 return None  # the head fits: the next training cycle starts it
             return Head(req, "a training job", view, _pin(training, r.id))
         return None
+
+    # --- a spawn that does not fit ----------------------------------------------------
+    def room_for_spawn(self, request: Request, now: float | None = None) -> int | None:
+        """How many idle notebooks would move for a new workspace of `request` (None: no moves
+        make room). Changes nothing: the spawn form asks it to offer such a size."""
+        now = self.clock() if now is None else now
+        plan = plan_moves(self.pool.newcomer_view(), request, self.movable(now), now, self.cfg.rules(),
+                          self.pool.policy, self.pool.rng)
+        return len(plan.steps) if plan is not None and plan.steps else None
+
+    def make_room_for_spawn(self, w: Workload, request: Request, groups: list[str],
+                            pools: tuple[str, ...] = ()) -> str | None:
+        """A spawn that fits nowhere (and that no train job's reclaim makes room for): when moving
+        idle notebooks would make room, take it as the head of the queue and say what the spawn
+        page shows while it waits; None when no moves can (the spawn is refused as before)."""
+        if pools:
+            return None  # node pools keep a workspace on their GPUs: not planned across them yet
+        now = self.clock()
+        key = (w.owner, w.name)
+        wait = self.spawns.get(key)
+        if wait is not None and wait.request == request and not wait.failed and now < wait.until:
+            return wait.message
+        if wait is not None:  # gave up, or another size: the next start plans anew
+            self.spawns.pop(key, None)
+            if wait.request == request:
+                log.warning("no room made for %s by moving notebooks: %s", w.label,
+                            wait.failed or "it took too long")
+                return None
+        steps = self.room_for_spawn(request, now)
+        if steps is None:
+            return None
+        size = format_gpus(request.total_milli)
+        until = now + self.cfg.spawn_wait_s
+        self.spawns[key] = SpawnWait(request, list(groups), now, until, _spawn_message(size, 0, steps))
+        holds = getattr(self.training, "build_holds", None)
+        if holds is not None:  # the room being made is not the training pool's to take
+            holds[key] = (request, until)
+        log.info("%s waits while %d idle notebook(s) move to make room for it", w.label, steps)
+        if self.loop is not None and not self.busy:
+            self.loop.call_soon_threadsafe(self.tick)
+        return self.spawns[key].message
+
+    def _spawn_head(self, now: float) -> Head | None:
+        for key, wait in sorted(self.spawns.items(), key=lambda kv: kv[1].since):
+            if wait.failed or now >= wait.until or key not in self.pool.spawns_waiting:
+                continue
+            view = self.pool.newcomer_view()
+            if self.pool.policy.choose(view, wait.request, self.pool.rng) is not None:
+                continue  # it fits now: the spawn's next try takes it
+            size = format_gpus(wait.request.total_milli)
+
+            def moving(step: int, steps: int, wait: SpawnWait = wait, size: str = size) -> None:
+                wait.message = _spawn_message(size, step, steps)
+
+            def no_plan(wait: SpawnWait = wait) -> None:
+                wait.failed = "no idle notebook can move to make room now"
+
+            return Head(wait.request, "a new workspace", view, self._start_spawn(key), no_plan, moving)
+        return None
+
+    def _start_spawn(self, key: tuple[str, str]) -> Callable[[Placement], None]:
+        """Once the moves are done: the waiting spawn's share, where the plan made room (its
+        next try finds it held), if the spawn still waits and its quota still allows it."""
+        def done(target: Placement) -> None:
+            wait = self.spawns.get(key)
+            w = Workload("build", *key)
+            if wait is None or key not in self.pool.spawns_waiting or self.pool.allocation(w) is not None:
+                return  # the spawn gave up (or was served): nothing is held for nobody
+            held = [h for h in self.pool.holdings(w.owner) if h.server_name != w.name]
+            held += [h for h in quota_holdings(self.pool.parked_without_gpu(), w.owner) if h.server_name != w.name]
+            try:
+                self.pool.quotas.check(wait.request.total_milli, wait.groups, held, self.pool.group_usage())
+                self.pool.reserve_at(w, target, wait.groups)
+            except PoolError as err:  # its quota changed, or the room was taken meanwhile: its next try says
+                log.warning("room made for %s not taken: %s", w.label, err)
+                return
+            if self.pool.build_reserved is not None:
+                self.pool.build_reserved(w)
+            wait.message = "room made: starting the server"
+
+        return done
 
     # --- who may move ----------------------------------------------------------------
     def movable(self, now: float) -> list[Movable]:
@@ -208,6 +315,10 @@ class MoverService:
         the hub's loop; at once without one). Returns the plan, None when nothing moves."""
         if self.busy:
             return None
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
         now = self.clock() if now is None else now
         head = self.head(now)
         if head is None:
@@ -215,6 +326,7 @@ class MoverService:
         plan = plan_moves(head.view, head.request, self.movable(now), now, self.cfg.rules(), self.pool.policy,
                           self.pool.rng)
         if plan is None or not plan.steps:
+            head.no_plan()
             return None
         log.info("moving %d idle notebook(s) to make room for %s (%s)", len(plan.steps), head.why,
                  format_gpus(head.request.total_milli))
@@ -233,7 +345,8 @@ class MoverService:
         return plan
 
     def _carry_out_now(self, plan: MovePlan, head: Head) -> None:
-        for step in plan.steps:
+        for i, step in enumerate(plan.steps):
+            head.moving(i + 1, len(plan.steps))
             begun = self._begin(step, head.why)
             if begun is None:
                 return
@@ -250,7 +363,8 @@ class MoverService:
     async def _carry_out(self, plan: MovePlan, head: Head) -> None:
         try:
             loop = asyncio.get_running_loop()
-            for step in plan.steps:
+            for i, step in enumerate(plan.steps):
+                head.moving(i + 1, len(plan.steps))
                 begun = self._begin(step, head.why)
                 if begun is None:
                     return
@@ -315,6 +429,8 @@ class MoverService:
         except Exception:
             self.pool.state.release(step.dest)
             raise
+        # processes started from now on use the destination, held already (make-before-break)
+        self.pool.placement_changed(Workload("build", owner, name))
         self.parking.moving[(owner, name)] = f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}" \
                                              f" (to make room for {why}): a cell waits a few seconds"
         failpoints.reach("move.reserved")
@@ -369,6 +485,7 @@ class MoverService:
             self.pool.state.release(source)
         elif released is not None:
             self.pool.state.release(released)
+        self.pool.placement_changed(Workload("build", owner, name))  # moved: the destination; else the source
         self.parking.moving.pop((owner, name), None)
         if result == "lost":
             self.parking.failures[(owner, name)] = f"the kernel was lost while moving: {reason}"
@@ -388,6 +505,13 @@ class MoverService:
             out = self._finish(m.id, "the hub restarted before the kernel was parked")
             done.append(f"{m.owner}/{m.name}: {self._end(m.id, out)}")
         return done
+
+
+def _spawn_message(size: str, step: int, steps: int) -> str:
+    what = f"{steps} idle notebook{'s' if steps > 1 else ''}"
+    now = f" (moving {step} of {steps})" if step else ""
+    return (f"Making room for {size}: {what} of other users move to another GPU{now} — nothing in them"
+            " restarts; your server starts once they are done (seconds each)")
 
 
 def _placement(row: Allocation) -> Placement:

@@ -170,6 +170,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
     await asyncio.sleep(0)  # initialize() has now read the whole config file
     pool = runtime.pool(hub.config)
+    gpu_files = _publish_gpus(hub, pool)
     hub_api = _hub_api_url(hub)
     base_url = f"{hub.base_url.rstrip('/')}/services/{SERVICE}/"
     auth = HubOAuth(
@@ -191,6 +192,8 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
                                                              "usage": usage})
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     _start_mover(hub, pool, parking, training, app.settings)
+    if gpu_files is not None:
+        gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
     log.info("gpupool API listening on http://%s:%d%s", ip, port, base_url)
     # The hub waits for this service to answer before it finishes starting, so we listen first.
@@ -213,6 +216,20 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     from .admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
+
+
+def _publish_gpus(hub: Any, pool: Any) -> Any:
+    """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
+    where the servers run on this machine (local spawners: their shares can move)."""
+    from . import runtime
+    from .gpu_env_files import GPUEnvFiles, account_gid, default_folder
+
+    if not getattr(hub.spawner_class, "follows_published_gpu", False):
+        return None
+    config = hub.config
+    files = GPUEnvFiles(default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config))
+    pool.build_changed = files.publish
+    return files
 
 
 def _demo_use(config: Config, culler: bool) -> bool:
@@ -300,6 +317,8 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
                         training.local if training is not None else None)
     if mover is None:
         return None
+    pool.make_room_by_moving = mover.make_room_for_spawn  # a spawn that fits nowhere waits for moves
+    pool.room_by_moving = mover.room_for_spawn
 
     def tick() -> None:
         try:

@@ -31,7 +31,8 @@ def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
                 virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
                 max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = (),
-                reclaim: Mapping[int, int] | None = None, notes: Sequence[str] = ()) -> str:
+                reclaim: Mapping[int, int] | None = None, moves: Mapping[int, int] | None = None,
+                notes: Sequence[str] = ()) -> str:
     """Radio buttons for the sizes the user's groups allow, each with its memory and how many
     would fit in the pool now; sizes over the quota left or without room are disabled with the
     reason, so nobody has to guess why. `held` is every server of the user (the one being
@@ -39,7 +40,8 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     user may use, in order of preference (`gpu_free` then shows only their GPUs); with more
     than one, the user may pick one. `reclaim`: for a size without free room, how many train
     jobs borrowing GPUs would be preempted to make it (build workspaces come first): such a size
-    is offered, and says so. `notes`: what the user should read first (a GPU-hour budget near or
+    is offered, and says so; `moves`: likewise, how many idle notebooks would move to another
+    GPU to make room (gpupool.mover). `notes`: what the user should read first (a GPU-hour budget near or
     over its limit, a smaller size that would do)."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     used = sum(h.milli for h in others)
@@ -64,7 +66,9 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     for milli, fits in offered:
         room = free_slots(gpu_free, milli) if gpu_free is not None else None
         freed = (reclaim or {}).get(milli) if room == 0 else None
-        ok = fits and (room != 0 or freed is not None) and not (max_workspaces and len(others) >= max_workspaces)
+        moved = (moves or {}).get(milli) if room == 0 and freed is None else None
+        ok = fits and (room != 0 or freed is not None or moved is not None) \
+            and not (max_workspaces and len(others) >= max_workspaces)
         checked = " checked" if ok and first else ""
         first = first and not ok
         disabled = "" if ok else " disabled"
@@ -73,6 +77,8 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
             facts.append(f"{memory_mib_per_gpu * milli // MILLI_PER_GPU:,} MiB")
         if freed is not None:
             facts.append(reclaim_text(freed))
+        elif moved is not None:
+            facts.append(moves_text(moved))
         elif room is not None:
             facts.append(f"room for {room} now" if room else "no room in the pool now")
         note = "" if fits else " — over your quota left"
@@ -94,6 +100,12 @@ def reclaim_text(jobs: int) -> str:
         return "room is being freed: a train job is stopping"
     return (f"no free room: starting it stops {jobs} train job{'s' if jobs > 1 else ''} borrowing idle GPUs,"
             " as build workspaces come first")
+
+
+def moves_text(notebooks: int) -> str:
+    """What starting a size takes when only moving idle notebooks makes room for it."""
+    return (f"no free room: starting it first moves {notebooks} idle notebook{'s' if notebooks > 1 else ''}"
+            " to another GPU (seconds; nothing in them restarts)")
 
 
 def pool_choice(pools: Sequence[str]) -> list[str]:

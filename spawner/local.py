@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from gpupool import runtime
+from gpupool import gpu_env_files, runtime
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
@@ -22,6 +22,7 @@ class _LocalGPU(GPUSpawnerMixin):
     only once it is empty, whatever its processes did to their session (gpupool.contain)."""
 
     _join_fd: int | None = None
+    follows_published_gpu = True  # the hub publishes where the share is now (gpupool.gpu_env_files)
 
     @property
     def cgroups(self) -> WorkloadCgroups:
@@ -35,6 +36,9 @@ class _LocalGPU(GPUSpawnerMixin):
         env = super().get_env()
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))
         env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
+        if self.gpupool_allocation is not None:  # where the hub says the share is now (it may move)
+            env[gpu_env_files.VAR] = str(gpu_env_files.default_folder() / gpu_env_files.file_name(self.user.name,
+                                                                                               self.name))
         env[HUB_VAR], env[INSTANCE_VAR] = self.cgroups_marker()
         return env
 

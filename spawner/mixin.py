@@ -103,19 +103,25 @@ class GPUSpawnerMixin(HasTraits):
         state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
             if pools and self.places_in_pools() else pool.state
         gpu_free = state.gpu_free.tolist()
-        reclaim = {}
-        if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
-            for milli, fits in offered:
-                if fits and free_slots(gpu_free, milli) == 0:
-                    victims = pool.room_for_build(Request.for_gpus(milli),
-                                                  pools=tuple(pools) if self.places_in_pools() else ())
-                    if victims is not None:
-                        reclaim[milli] = len(victims)
+        reclaim, moves = {}, {}
+        for milli, fits in offered:
+            if not fits or free_slots(gpu_free, milli):
+                continue
+            victims = None
+            if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
+                victims = pool.room_for_build(Request.for_gpus(milli),
+                                              pools=tuple(pools) if self.places_in_pools() else ())
+            if victims is not None:
+                reclaim[milli] = len(victims)
+            elif pool.room_by_moving is not None and not (pools and self.places_in_pools()):
+                steps = pool.room_by_moving(Request.for_gpus(milli))  # then idle notebooks that would move
+                if steps is not None:
+                    moves[milli] = steps
         notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
         return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
                            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
                            gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, reclaim=reclaim, notes=notes)
+                           this_server=self.name, pools=pools, reclaim=reclaim, moves=moves, notes=notes)
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -194,23 +200,54 @@ class GPUSpawnerMixin(HasTraits):
 
     async def reserve_waiting(self) -> Allocation | None:
         """The share; when train jobs that borrowed GPUs are being stopped to make room for it
-        (build first), wait for them to end (within the train pool's grace period) instead of
-        refusing, as long as the hub's start timeout allows."""
+        (build first), or idle notebooks are being moved out of its way (gpupool.mover), wait
+        for that instead of refusing, as long as the hub's start timeout allows; the spawn page
+        says what it waits for (`progress`)."""
         import asyncio
         import time
 
         deadline = time.monotonic() + max(0.0, float(self.start_timeout) - 15)
-        while True:
-            try:
-                return await self.reserve_share()
-            except RoomBeingFreed as err:
-                if time.monotonic() >= deadline:
-                    raise self.refused(err) from None
-                self.log.info("%s waits for GPUs being freed from train jobs", self.server_label)
-                await asyncio.sleep(1)
+        key = (self.user.name, self.name)
+        try:
+            while True:
+                try:
+                    return await self.reserve_share()
+                except RoomBeingFreed as err:
+                    if time.monotonic() >= deadline:
+                        raise self.refused(err) from None
+                    if self.gpupool_waiting != str(err):
+                        self.log.info("%s waits: %s", self.server_label, err)
+                    self.gpupool_waiting = str(err)
+                    self.pool.spawns_waiting.add(key)  # room made by moves is held only for a spawn that waits
+                    await asyncio.sleep(1)
+        finally:
+            self.pool.spawns_waiting.discard(key)
+            self.gpupool_waiting = None
+
+    gpupool_waiting: str | None = None  # what the spawn waits for (the spawn page's progress)
+
+    async def progress(self):
+        """The spawn page's progress: what a start waits for before its server can start (room
+        being made), then the spawner's own events."""
+        import asyncio
+
+        said = ""
+        while self.pending == "spawn" and self.gpupool_allocation is None and not self._gpupool_past_reserve:
+            if self.gpupool_waiting and self.gpupool_waiting != said:
+                said = self.gpupool_waiting
+                yield {"message": said}
+            await asyncio.sleep(0.5)
+        async for event in super().progress():
+            yield event
+
+    _gpupool_past_reserve = False
 
     async def start(self):
-        await self.reserve_waiting()
+        self._gpupool_past_reserve = False
+        try:
+            await self.reserve_waiting()
+        finally:
+            self._gpupool_past_reserve = True
         failpoints.reach("spawn.reserved")
         try:
             url = await super().start()

@@ -11,7 +11,10 @@ at each phase is restarted and holds every invariant."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,9 @@ from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from gpupool.widgets.summary import summary
 
-from tests.hubtools import Hub
+from tests.hubtools import ADMIN_TOKEN, PASSWORD, Hub, WebUser
+from tests.kernelcalls import run_code
+from tests.test_build_first_form import size_option
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -126,8 +131,29 @@ def test_an_idle_notebook_moves_to_make_room_for_a_training_job(make_hub, tmp_pa
 
     assert ("Moved", f"{said}: nothing restarted") in status_rows(me, pool, {}, "")
     assert summary(me, pool, None, "", time.time())["moved"] == said
+    # what runs on a GPU from now on runs on GPU 1: a kernel started after the move (its launch
+    # environment and its Python), and what the moved kernel starts (a shell, like `!nvidia-smi`)
+    assert sees_gpu(hub, ann, kernel["id"], shell=True) == "1"
+    fresh = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
+    assert sees_gpu(hub, ann, fresh["id"]) == "1"
+    assert launched_with(hub, ann, fresh["id"])["CUDA_VISIBLE_DEVICES"] == "1"
+    assert launched_with(hub, ann, fresh["id"])["GPUPOOL_GPU_UUIDS"] == "GPU-virtual-1"
     Path(running["workdir"], "go").touch()
     hub.wait_job(job["id"], {"succeeded"}, dan)
+
+
+def sees_gpu(hub: Hub, token: str, kernel_id: str, shell: bool = False) -> str:
+    """CUDA_VISIBLE_DEVICES as a kernel's cell sees it (or a shell the cell starts)."""
+    code = ("import subprocess; print(subprocess.check_output('echo $CUDA_VISIBLE_DEVICES', shell=True,"
+            " text=True).strip())") if shell else "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    return run_code(hub, "ann", token, kernel_id, code).strip()
+
+
+def launched_with(hub: Hub, token: str, kernel_id: str) -> dict[str, str]:
+    """The environment the server launched a kernel with (what a kernel of any language gets)."""
+    pid = int(run_code(hub, "ann", token, kernel_id, "import os; print(os.getpid())"))
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
 def event_time(event: dict) -> float:
@@ -172,3 +198,60 @@ def test_a_hub_killed_at_each_phase_of_a_move_restarts_with_every_invariant_held
     assert layout(hub)["ann"] == [("build", 1)]
     Path(running["workdir"], "go").touch()
     hub.wait_job(job["id"], {"succeeded"}, dan)
+
+
+def progress_messages(hub: Hub, user: str, timeout: float = 120) -> list[str]:
+    """The spawn page's progress messages (the event stream it reads), from the moment the spawn
+    is pending until it is ready or failed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(f"{hub.url}/hub/api/users/{user}/server/progress",
+                                     headers={"Authorization": f"token {ADMIN_TOKEN}"})
+        try:
+            stream = urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError:  # not pending yet
+            time.sleep(0.1)
+            continue
+        said = []
+        with stream:
+            for line in stream:
+                if line.startswith(b"data:"):
+                    event = json.loads(line[5:])
+                    said.append(event.get("message", ""))
+                    if event.get("ready") or event.get("failed"):
+                        return said
+        return said
+    raise AssertionError(f"no progress for {user}:\n{hub.tail()}")
+
+
+def test_a_large_workspace_waits_while_an_idle_notebook_moves_then_starts(make_hub, tmp_path: Path) -> None:
+    """dan asks for a whole GPU; each GPU holds half of one (ann idle, ben busy). The form offers
+    the size and says what it takes; the spawn page says what it waits for; ann's kernel moves
+    beside ben's; dan's server starts on the GPU freed."""
+    hub: Hub = make_hub(CONFIG + "c.GPUParking.virtual_fixed_s = 1.5\n", env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("cat", "0.5")
+    hub.spawn("ann", "0.5")
+    hub.spawn("ben", "0.5")
+    hub.stop_server("cat")
+    ann = hub.user_token("ann")
+    kernel = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
+    culler_says_ann_is_idle(hub, tmp_path)
+
+    dan = WebUser(hub.url, "dan")
+    dan.log_in(PASSWORD)
+    _, _, form = dan.get("/hub/spawn/dan")
+    one = size_option(form, "1")
+    assert "disabled" not in one and "starting it first moves 1 idle notebook to another GPU" in one, one
+
+    spawn = threading.Thread(target=hub.spawn, args=("dan", "1"), kwargs={"wait": False})
+    spawn.start()
+    said = progress_messages(hub, "dan")
+    spawn.join()
+    assert any(m.startswith("Making room for 1 GPU: 1 idle notebook of other users move") for m in said), said
+    hub.wait_ready("dan")
+    assert layout(hub) == {"ann": [("build", 1)], "ben": [("build", 1)], "dan": [("build", 0)]}
+    assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]
+    [record] = kernel_state(hub).values()
+    assert record["state"] == "running" and record["remapped"] == {"GPU-virtual-0": "GPU-virtual-1"}
+    [event] = hub.api("GET", "/services/gpupool/api/events?kind=move")["events"]
+    assert event["message"] == "build ann/default moved from GPU 0 to GPU 1 to make room for a new workspace"

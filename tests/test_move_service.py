@@ -6,16 +6,29 @@ phase is finished by the next hub's `recover`. The whole flow on a real hub: tes
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from gpupool import failpoints
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
+from gpupool.gpu_env_files import GPUEnvFiles
 from gpupool.manager import PoolManager, Workload
 from gpupool.mover import GPUMover, MoverService
 from gpupool.parking import ParkingService
-from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, ClusterState, Inventory, Node, get_policy
+from gpupool.pool import (
+    GPU,
+    BuildLimits,
+    BuildQuotaPolicy,
+    ClusterState,
+    Inventory,
+    NoCapacity,
+    Node,
+    Request,
+    get_policy,
+)
+from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move, Store
 from sqlalchemy import select
@@ -54,6 +67,15 @@ class World:
                                       clock=lambda: self.now[0])
         cfg = GPUMover(enabled=True, head_wait_s=0, idle_after_s=120, rest_s=600)
         self.mover = MoverService(self.pool, self.parking, cfg, lambda: self.findings, clock=lambda: self.now[0])
+        self.files = GPUEnvFiles(self.tmp / "gpu-env", self.pool)
+        self.pool.build_changed = self.files.publish
+
+    def gpu_for_new_processes(self, owner: str) -> str:
+        """CUDA_VISIBLE_DEVICES as the hub publishes it for the workspace's next processes."""
+        doc = self.files.current(owner, "")
+        on_disk = json.loads(self.files.path(owner, "").read_text())
+        assert on_disk == doc  # the file says what the rows say
+        return doc["env"]["CUDA_VISIBLE_DEVICES"]
 
     def place(self, owner: str, gpu: int, milli: int) -> None:
         w = Workload("build", owner, "")
@@ -115,6 +137,30 @@ def test_an_idle_notebook_moves_so_that_a_resume_claim_gets_its_whole_gpu(world:
     consistent(world)
     # moved once: not again within the rest time, whatever waits
     assert world.mover.tick() is None
+
+
+def test_processes_started_during_and_after_a_move_use_the_gpu_the_kernel_goes_to(world: World,
+                                                                                  monkeypatch) -> None:
+    """From the moment the destination is held, a new kernel starts there (the source is let go
+    at the end); after a failed restore, back on the source."""
+    assert world.gpu_for_new_processes("ann") == "0"
+    seen = {}
+    monkeypatch.setattr(failpoints, "reach", lambda name: seen.setdefault(name, world.gpu_for_new_processes("ann")))
+    world.idle("ann", 600)
+    world.mover.tick()
+    assert seen == {"move.reserved": "1", "move.parked": "1", "move.restored": "1"}
+    assert world.gpu_for_new_processes("ann") == "1"
+    # cat's claim is granted on the GPU ann left
+    world.parking.grant()
+    assert world.gpu_for_new_processes("cat") == "0"
+
+
+def test_a_failed_move_leaves_new_processes_on_the_source(world: World) -> None:
+    world.idle("ann", 600)
+    Driver.fail = {"dest"}
+    world.mover.tick()
+    assert world.moves()[0].phase == "returned"
+    assert world.gpu_for_new_processes("ann") == "0"
 
 
 def test_a_failed_restore_returns_the_kernel_to_its_own_gpu(world: World) -> None:
@@ -199,3 +245,73 @@ def test_a_stale_culler_report_moves_nobody(world: World) -> None:
     assert world.mover.tick() is None
     world.findings["pass_time"] = world.now[0] - 60
     assert world.mover.tick() is not None
+
+
+def spawn_world(tmp: Path) -> World:
+    """ann and ben hold half a GPU each, on different GPUs, long since; dan asks for a whole one."""
+    now = [T0]
+    w = World(tmp, now)
+    w.place("ann", 0, 500)
+    w.place("ben", 1, 500)
+    now[0] += 3600
+    w.pool.make_room_by_moving = w.mover.make_room_for_spawn  # as the hub wires it (gpupool.setup)
+    w.pool.room_by_moving = w.mover.room_for_spawn
+    w.idle("ben", 10)  # ben is busy
+    return w
+
+
+def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_the_room(tmp_path) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    assert world.pool.room_by_moving(Request.for_gpus(1000)) == 1  # what the form offers
+    with pytest.raises(RoomBeingFreed, match="Making room for 1 GPU: 1 idle notebook of other users move"):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))  # the spawner waits (GPUSpawnerMixin.reserve_waiting)
+    plan = world.mover.tick()
+    assert [(s.id, s.source.gpus, s.dest.gpus) for s in plan.steps] == [("ann/", (0,), (1,))]
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500), ("build", "dan", (0,), 1000)]
+    assert world.driver.remapped(101) == {"GPU-0": "GPU-1"}
+    assert world.pool.store.events(kind="move")[0].message.endswith("to make room for a new workspace")
+    # the spawner's next try finds its share held
+    row = world.pool.reserve_build("dan", [], "", 1000)
+    assert (row.owner, row.gpus) == ("dan", [0])
+    consistent(world)
+
+
+def test_a_spawn_no_move_can_make_room_for_is_refused_at_once(tmp_path) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 30)  # not idle long enough
+    assert world.pool.room_by_moving(Request.for_gpus(1000)) is None
+    with pytest.raises(NoCapacity, match="no GPU has room for 1 GPU") as err:
+        world.pool.reserve_build("dan", [], "", 1000)
+    assert not isinstance(err.value, RoomBeingFreed)
+
+
+def test_when_the_moves_fail_the_waiting_spawn_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(Driver, "fail", {"dest"})
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    with pytest.raises(RoomBeingFreed):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))
+    world.mover.tick()
+    assert world.moves()[0].phase == "returned"
+    world.mover.tick()  # ann moved (back) just now: she rests, no other plan
+    with pytest.raises(NoCapacity) as err:
+        world.pool.reserve_build("dan", [], "", 1000)
+    assert not isinstance(err.value, RoomBeingFreed)
+    assert [a.owner for a in world.pool.store.allocations(kind="build")] == ["ann", "ben"]
+
+
+def test_room_made_for_a_spawn_that_gave_up_meanwhile_is_held_for_nobody(tmp_path, monkeypatch) -> None:
+    world = spawn_world(tmp_path)
+    world.idle("ann", 600)
+    with pytest.raises(RoomBeingFreed):
+        world.pool.reserve_build("dan", [], "", 1000)
+    world.pool.spawns_waiting.add(("dan", ""))
+    # dan's start times out (or he cancels it) while ann's kernel is parked
+    monkeypatch.setattr(failpoints, "reach",
+                        lambda name: world.pool.spawns_waiting.discard(("dan", "")) if name == "move.parked" else None)
+    world.mover.tick()
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
+    consistent(world)

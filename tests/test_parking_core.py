@@ -4,6 +4,7 @@ resume claim and hub restart; unit tests pin the rule's cases."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -93,6 +94,37 @@ def test_park_frees_the_share_for_another_user_and_resume_waits_then_completes(w
     row = pool.allocation(Workload("build", "ann", ""))
     assert row.pid == 150 and row.gpus != ann_gpu
     assert svc.backend.remapped(150) == {f"GPU-a100-{ann_gpu[0]}": f"GPU-a100-{row.gpus[0]}"}
+
+
+def test_new_processes_see_no_gpu_while_parked_and_the_new_one_after_a_resume_elsewhere(world, tmp_path):
+    """What the hub publishes for the workspace's next processes (gpupool.gpu_env_files): its
+    GPU, none while parked (the old one is someone else's now), the GPU it resumed on."""
+    from gpupool.gpu_env_files import GPUEnvFiles
+
+    pool, svc, clock = world
+    files = GPUEnvFiles(tmp_path / "gpu-env", pool)
+    pool.build_changed = files.publish
+
+    def published() -> dict:
+        return json.loads(files.path("ann", "").read_text())["env"]
+
+    for u in ("cat", "ann", "ben"):  # cat on the T4, ann and ben on the A100s
+        pool.reserve_build(u, [], "", 1000)
+    pool.mark_running(Workload("build", "ann", ""), 150)
+    before = pool.allocation(Workload("build", "ann", "")).gpus[0]
+    assert published()["CUDA_VISIBLE_DEVICES"] == str(before)
+    svc.park("ann", "")
+    assert published() == {"CUDA_VISIBLE_DEVICES": ""}
+    pool.reserve_build("dan", [], "", 1000)  # dan takes ann's A100
+    svc.claim("ann", "")
+    pool.release(Workload("build", "ben", ""), "stopped")
+    svc.grant()
+    after = pool.allocation(Workload("build", "ann", "")).gpus[0]
+    assert after != before and svc.status("ann", "")["state"] == "running"
+    assert published()["CUDA_VISIBLE_DEVICES"] == str(after)
+    assert published()["GPUPOOL_GPU_UUIDS"] == f"GPU-a100-{after}"
+    pool.release(Workload("build", "ann", ""), "stopped")
+    assert not files.path("ann", "").exists()
 
 
 def test_a_waiting_claim_keeps_its_model_from_newcomers_but_not_others(world):
@@ -205,11 +237,22 @@ class ParkingMachine(RuleBasedStateMachine):
 
     @rule(user=st.sampled_from(USERS), server=st.sampled_from(["", "b"]), milli=st.sampled_from((250, 500, 1000)))
     def spawn(self, user: str, server: str, milli: int) -> None:
+        w = Workload("build", user, server)
+        held = self.pool.allocation(w)
+        if held is not None and held.total_milli != milli:
+            # what reserve_build does first with another size: the old share goes, then a new
+            # placement, judged against the claims as they stand once it has gone
+            self.pool.release(w, "replaced by a new start with another size")
+            held = None
         blocked = plan_claims(self.pool.state, self.pool.parked_without_gpu(), self.pool.policy,
                               self.pool.rng).blocked_models
         try:
             row = self.pool.reserve_build(user, [], server, milli)
         except PoolError:
+            return
+        if held is not None:
+            # a retried start of a server that holds its share keeps it: nothing new is placed
+            assert row.id == held.id
             return
         # rule 3: a newcomer never lands on a model a resume claim waits for
         assert self.pool.inventory.node(row.node).model not in blocked
@@ -269,6 +312,55 @@ class ParkingMachine(RuleBasedStateMachine):
 ParkingMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow])
 test_parking_machine = ParkingMachine.TestCase
+
+
+def test_a_retried_start_keeps_its_share_while_a_claim_waits_for_its_model(world):
+    """A server started again while it holds its share keeps that share — the same row, nothing
+    new placed — even on a model a resume claim waits for; a start with another size is a new
+    placement, judged like any newcomer's once the old share has gone."""
+    pool, svc, clock = world
+    for u in ("eve", "ann", "ben"):  # eve on the T4, ann and ben on the A100s
+        pool.reserve_build(u, [], "", 1000)
+    ben = pool.allocation(Workload("build", "ben", ""))
+    pool.mark_running(Workload("build", "ann", ""), 150)
+    svc.park("ann", "")
+    pool.reserve_build("dan", [], "", 1000)  # takes ann's A100
+    clock.now += 1
+    assert svc.claim("ann", "")["state"] == "waiting"
+    assert plan_claims(pool.state, pool.parked_without_gpu(), pool.policy, pool.rng).blocked_models == {"A100"}
+    again = pool.reserve_build("ben", [], "", 1000)
+    assert (again.id, again.node, again.gpus) == (ben.id, ben.node, ben.gpus)
+    # another size: ben's A100 goes first, ann's claim takes it, nothing is left for ben's half
+    with pytest.raises(PoolError):
+        pool.reserve_build("ben", [], "", 500)
+    svc.grant()
+    assert svc.status("ann", "")["state"] == "running"
+
+
+# hypothesis's counterexample to test_parking_machine: its last spawn is a start of dan's server
+# "b", which holds its share on an A100 while cat's claim waits for an A100; the property took the
+# share returned for a newcomer's (rules: spawn user/server/milli, park user/server, claim ...+later)
+FOUND = [("spawn", "ann", "b", 500), ("park", "ann", ""), ("park", "ann", ""), ("spawn", "dan", "b", 500),
+         ("park", "ann", ""), ("spawn", "cat", "", 250), ("spawn", "dan", "b", 1000), ("spawn", "cat", "b", 500),
+         ("park", "cat", ""), ("claim", "dan", "", 4), ("spawn", "ann", "", 500), ("claim", "ann", "b", 23),
+         ("park", "cat", ""), ("claim", "ben", "b", 13), ("spawn", "ann", "b", 250), ("spawn", "dan", "", 250),
+         ("claim", "dan", "", 5), ("park", "ann", "b"), ("spawn", "ben", "", 500), ("claim", "cat", "", 5),
+         ("spawn", "dan", "b", 1000)]
+
+
+def test_parking_machine_counterexample_found_by_hypothesis() -> None:
+    machine = ParkingMachine()
+    machine.setup()
+    for step, user, server, *more in FOUND:
+        if step == "spawn":
+            machine.spawn(user=user, server=server, milli=more[0])
+        elif step == "claim":
+            machine.claim(user=user, server=server, later=more[0])
+        else:
+            machine.park(user=user, server=server)
+        machine.never_over_allocated()
+        machine.quotas_count_parked_shares()
+        machine.after_a_grant_pass_every_waiting_claim_really_waits()
 
 
 def test_a_workspace_whose_processes_are_elsewhere_keeps_its_gpu(world):

@@ -35,6 +35,17 @@ class Hub:
                           watch_s=3600)
 
 
+def test_the_cell_runs_with_the_gpu_the_kernel_came_back_on():
+    """After the wait, before the cell: the kernel's environment follows the hub's current GPU
+    (a kernel that had not touched CUDA yet initialises it there; what the cell starts too)."""
+    hub = Hub([{"state": "parked"}, {"state": "waiting"}, {"state": "running"}])
+    states_when_followed = []
+    hook = ResumeHook(hub.call, "exp", say=hub.said.append, sleep=hub.sleep, clock=lambda: hub.now, watch_s=3600,
+                      follow=lambda: states_when_followed.append(hub.states[0]["state"]))
+    assert hook() == "running"
+    assert states_when_followed == ["running"]
+
+
 def test_a_running_workspace_costs_one_status_call_per_burst_of_cells():
     hub = Hub([{"state": "running"}])
     hook = hub.hook()

@@ -4,6 +4,9 @@ Installed into every IPython shell of a gpupool workspace by sitecustomize.py (n
 file). Standard library only: the kernel's environment need not have gpupool installed.
 The hub restores the kernel's GPU memory (onto another GPU of the same model when its own
 is taken, the UUID remapped by the driver) and unlocks it; this hook only asks and waits.
+Then, before the cell, the kernel's environment follows the share's current GPU
+(gpupool_gpuenv.py), so that what the cell starts (`!nvidia-smi`, a subprocess, a kernel
+that had not touched CUDA yet) uses the GPU the workspace holds now.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 PARKED_STATES = ("parked", "waiting", "resuming", "failed")
+
+
+def _follow_current_gpu() -> None:
+    try:
+        import gpupool_gpuenv
+    except ImportError:  # an older start-up folder: the environment as started
+        return
+    gpupool_gpuenv.refresh()
 
 
 class HubCalls:
@@ -48,8 +59,10 @@ class ResumeHook:
 
     def __init__(self, call: Callable[..., dict | None], server: str, say: Callable[[str], None] = print,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 poll_s: float = 1.0, watch_s: float = 10.0, recheck_s: float = 10.0) -> None:
+                 poll_s: float = 1.0, watch_s: float = 10.0, recheck_s: float = 10.0,
+                 follow: Callable[[], None] = _follow_current_gpu) -> None:
         self.call, self.server, self.say, self.sleep, self.clock = call, server, say, sleep, clock
+        self.follow = follow  # the environment's GPU variables from the hub's current ones
         self.poll_s, self.watch_s, self.recheck_s = poll_s, watch_s, recheck_s
         self.quiet_until = 0.0  # the hub did not answer: no per-cell check until then
         # cells in quick succession ("Run All") check once: a park in between is caught by
@@ -61,6 +74,10 @@ class ResumeHook:
     def __call__(self, info: Any = None) -> str:
         """IPython's pre_run_cell callback; returns the final state (for tests)."""
         state = self.before_cell()
+        try:
+            self.follow()  # after a resume: the GPU it came back on
+        except Exception:  # noqa: BLE001 - never stop a cell over this
+            pass
         self._watch()
         return state
 

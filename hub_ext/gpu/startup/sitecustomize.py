@@ -1,6 +1,8 @@
 """Caps PyTorch's CUDA allocator at the workspace's GPU share, in every Python process
-of a gpupool workspace (kernels, terminals, scripts), and hooks IPython shells so that a
-parked GPU comes back before the next cell runs (gpupool_resume.py).
+of a gpupool workspace (kernels, terminals, scripts), hooks IPython shells so that a
+parked GPU comes back before the next cell runs (gpupool_resume.py), and points every
+process, kernel and terminal at the share's CURRENT GPU, which the hub publishes when a
+notebook moves or resumes on another GPU (gpupool_gpuenv.py).
 
 Lazy on purpose: nothing happens until the user imports torch, and the cap is applied
 when torch initialises CUDA, so importing torch stays as fast as ever and forked
@@ -37,9 +39,6 @@ def _install() -> None:
     if share >= 1.0:
         return  # whole GPUs: nothing to cap
 
-    import importlib.abc
-    import importlib.machinery
-
     def cap(torch) -> None:
         def apply() -> None:
             for device in range(torch.cuda.device_count()):
@@ -51,12 +50,21 @@ def _install() -> None:
         else:
             apply()
 
-    class TorchWatcher(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name != "torch":
+    _after_import("torch", cap, "could not cap torch GPU memory")
+
+
+def _after_import(name: str, then, failed: str) -> None:
+    """Call `then(module)` once `name` is imported (nothing is imported before); an error in
+    `then` is reported and never breaks the import."""
+    import importlib.abc
+    import importlib.machinery
+
+    class Watcher(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != name:
                 return None
             sys.meta_path.remove(self)
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
             if spec is None or spec.loader is None:
                 return spec
             original = spec.loader.exec_module
@@ -64,14 +72,14 @@ def _install() -> None:
             def exec_module(module):
                 original(module)
                 try:
-                    cap(module)
-                except Exception as err:  # never break `import torch`
-                    print(f"gpupool: could not cap torch GPU memory: {err}", file=sys.stderr)
+                    then(module)
+                except Exception as err:
+                    print(f"gpupool: {failed}: {err}", file=sys.stderr)
 
             spec.loader.exec_module = exec_module
             return spec
 
-    sys.meta_path.insert(0, TorchWatcher())
+    sys.meta_path.insert(0, Watcher())
 
 
 def _install_resume_hook() -> None:
@@ -79,9 +87,6 @@ def _install_resume_hook() -> None:
     shell once it has its event manager; nothing is imported until IPython itself is."""
     if not os.environ.get("GPUPOOL_API_URL") or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
         return
-    import importlib.abc
-    import importlib.machinery
-
     def patch(module) -> None:
         shell_class = module.InteractiveShell
         original = shell_class.init_events
@@ -97,29 +102,47 @@ def _install_resume_hook() -> None:
 
         shell_class.init_events = init_events
 
-    class ShellWatcher(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name != "IPython.core.interactiveshell":
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is None or spec.loader is None:
-                return spec
-            original = spec.loader.exec_module
-
-            def exec_module(module):
-                original(module)
-                try:
-                    patch(module)
-                except Exception as err:  # an IPython without init_events: no hook, no harm
-                    print(f"gpupool: no GPU resume hook: {err}", file=sys.stderr)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    sys.meta_path.insert(0, ShellWatcher())
+    # an IPython without init_events: no hook, no harm
+    _after_import("IPython.core.interactiveshell", patch, "no GPU resume hook")
 
 
+def _follow_current_gpu() -> None:
+    """The share's current GPU for this process (before anything can initialise CUDA), and
+    for every kernel and terminal the Jupyter server launches from now on."""
+    if not os.environ.get("GPUPOOL_GPU_ENV_FILE"):
+        return
+    import gpupool_gpuenv
+
+    gpupool_gpuenv.refresh()
+
+    def kernels(module) -> None:
+        cls = module.LocalProvisioner
+        original = cls.launch_kernel
+
+        async def launch_kernel(self, cmd, **kwargs):
+            gpupool_gpuenv.refresh()  # the server's own, for what it starts otherwise
+            if isinstance(kwargs.get("env"), dict):
+                gpupool_gpuenv.refresh(kwargs["env"])
+            return await original(self, cmd, **kwargs)
+
+        cls.launch_kernel = launch_kernel
+
+    def terminals(module) -> None:
+        cls = module.TermManagerBase
+        original = cls.make_term_env
+
+        def make_term_env(self, *args, **kwargs):
+            env = original(self, *args, **kwargs)
+            gpupool_gpuenv.refresh(env)
+            return env
+
+        cls.make_term_env = make_term_env
+
+    _after_import("jupyter_client.provisioning.local_provisioner", kernels, "kernels keep the server's GPU")
+    _after_import("terminado.management", terminals, "terminals keep the server's GPU")
+
+
+_follow_current_gpu()
 _install()
 _install_resume_hook()
 _chain_next_sitecustomize()
