@@ -35,7 +35,8 @@ def job_row(job: Mapping[str, Any]) -> str:
     runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
         f", preempted {job['preemptions']}×" if job["preemptions"] else "")
     # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
-    note = (job.get("message") if job["state"] == JobState.CANCELLED else job.get("preemption") or job.get("message")) or ""
+    cancelled = job["state"] == JobState.CANCELLED
+    note = (job.get("message") if cancelled else job.get("preemption") or job.get("message")) or ""
     return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
             f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
             f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"

@@ -306,8 +306,8 @@ class KubeTrainingService(JobBook):
             if kind == JobEvent.PREEMPT and st.preemptions <= row.preemptions:
                 return  # still waiting for its first pod: not news
             cause = {"cause": PreemptCause.CLUSTER} if kind == JobEvent.PREEMPT else {}
-            self.pool.store.record(kind, f"job {job_id} {state}: {st.message}".rstrip(": "), owner=row.owner, **cause,
-                                   name=job_id)
+            self.pool.store.record(kind, f"job {job_id} {state}: {st.message}".rstrip(": "), owner=row.owner,
+                                   name=job_id, **cause)
 
     def _waiting(self, row: TrainJob) -> str:
         queue = queue_name(row.project, row.owner, self.opts)

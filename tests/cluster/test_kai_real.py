@@ -416,7 +416,8 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     stated = make_service(tmp_path / "stated", hub_api, projects={"default": {"guarantee": 2}}, kai_version="v0.17.0")
     await stated.start()
     try:
-        row = await stated.submit("ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1)
+        row = await stated.submit("ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]),
+                                  min_gpus=1)
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")
         assert job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"
         await stated.cancel(row.id)

@@ -55,7 +55,8 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
 
 
 async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
-    row = await service.submit("ann", "vision", "resnet", 1, 1000, JobCode.command(["python", "job.py"], {"job.py": b"1"}))
+    row = await service.submit("ann", "vision", "resnet", 1, 1000,
+                               JobCode.command(["python", "job.py"], {"job.py": b"1"}))
     assert await service.logs(service.job(row.id), 5) == {"lines": [], "before": 0, "output_notebook": None}  # no pod
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
