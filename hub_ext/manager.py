@@ -8,11 +8,14 @@ from the database at start-up, and `reconcile` drops what is no longer running.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import random
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -65,6 +68,8 @@ class PoolManager:
         self.skipped_settings: dict[str, str] = {}  # stored admin settings that no longer validate: why
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
+        # held by every change of `state` made here: reserve_build_async runs in a worker thread
+        self.lock = threading.RLock()
         # set by the training pool: stop over-quota train jobs so a build request fits
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
@@ -105,20 +110,31 @@ class PoolManager:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
         return rows[0] if rows else None
 
-    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None) -> dict[str, int]:
+    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None,
+                    only: Iterable[str] | None = None) -> dict[str, int]:
         """Build GPUs held per group. `groups_of`: each holder's groups as the hub has them now,
         so a member added since their spawn counts for the group and one removed no longer
-        does; a holder it does not name counts in the groups recorded at the spawn."""
-        def groups(owner: str, recorded: Iterable[str] | None) -> set[str]:
-            return set(groups_of[owner] if groups_of is not None and owner in groups_of else recorded or ())
+        does; a holder it does not name counts in the groups recorded at the spawn. `only`:
+        just these groups, and nothing read when none of them has a total to check (a spawn of
+        a user in no capped group costs no scan of every workspace)."""
+        wanted = None if only is None else set(only)
+        if wanted is not None and not wanted & set(self.quotas.group_totals_milli):
+            return {}
+
+        def add(owner: str, recorded: Iterable[str] | None, milli: int) -> None:
+            now = groups_of[owner] if groups_of is not None and owner in groups_of else recorded or ()
+            for g in set(now):
+                if wanted is None or g in wanted:
+                    usage[g] = usage.get(g, 0) + milli
 
         usage: dict[str, int] = {}
-        for row in self.store.allocations(kind="build"):
-            for g in groups(row.owner, row.groups):
-                usage[g] = usage.get(g, 0) + row.total_milli
+        with self.store.session() as s:  # the columns only, not every row as an object
+            rows = s.execute(select(Allocation.owner, Allocation.groups, Allocation.gpus, Allocation.gpu_milli)
+                             .filter_by(kind="build")).all()
+        for owner, groups, gpus, gpu_milli in rows:
+            add(owner, groups, len(gpus) * gpu_milli)
         for p in self.parked_without_gpu():  # a parked share still counts against quotas
-            for g in groups(p.owner, p.groups):
-                usage[g] = usage.get(g, 0) + p.total_milli
+            add(p.owner, p.groups, p.total_milli)
         return usage
 
     def build_holders(self) -> set[str]:
@@ -134,8 +150,12 @@ class PoolManager:
 
     def parked_without_gpu(self) -> list[ParkedShare]:
         """Parked shares that hold no GPU now (a resuming one holds its allocation again)."""
-        placed = {(r.owner, r.name) for r in self.store.allocations(kind="build")}
-        return [p for p in self.parked_shares() if p.key not in placed]
+        parked = self.parked_shares()
+        if not parked:  # the common case: no table scan of every workspace per spawn
+            return []
+        with self.store.session() as s:
+            placed = set(s.execute(select(Allocation.owner, Allocation.name).filter_by(kind="build")).all())
+        return [p for p in parked if p.key not in placed]
 
     def forget_parked(self, w: Workload) -> bool:
         with self.store.session() as s:
@@ -160,9 +180,24 @@ class PoolManager:
                       groups_of: Mapping[str, Iterable[str]] | None = None) -> Allocation:
         """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
         `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
-        affinity keeps it there), persist. Raises a PoolError that says what to do."""
+        affinity keeps it there), persist. Raises a PoolError that says what to do.
+        Thread-safe (the manager's lock): `reserve_build_async` runs it off the event loop."""
+        with self.lock:
+            return self._reserve_build(owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools,
+                                       groups_of)
+
+    async def reserve_build_async(self, *args: Any, **kwargs: Any) -> Allocation:
+        """`reserve_build` in a worker thread, so the hub's event loop goes on serving other
+        users while it reads, places and commits (fsync). Only for hubs where nothing changes
+        the pool's state without the manager's lock (Kubernetes: KAI places train jobs)."""
+        return await asyncio.to_thread(self.reserve_build, *args, **kwargs)
+
+    def _reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
+                       cpu_milli: int, memory_mib: int, pool: str | None, in_pools: bool,
+                       groups_of: Mapping[str, Iterable[str]] | None) -> Allocation:
         w = Workload("build", owner, server_name)
-        existing = self.allocation(w)
+        mine = self.store.allocations(kind="build", owner=owner)  # one read: this server's row and the rest
+        existing = next((r for r in mine if r.name == server_name), None)
         if existing is not None:
             # a retried start of the same server keeps its share instead of taking a second one
             if existing.total_milli == milli:
@@ -172,9 +207,9 @@ class PoolManager:
         pools = self.build_pools(groups, pool)  # a pool not theirs is refused wherever it is placed
         if not in_pools:
             pools = ()
-        held = [h for h in self.holdings(owner) if h.server_name != server_name]
+        held = [Holding(r.name, r.total_milli) for r in mine if r.name != server_name]
         held += [h for h in quota_holdings(self.parked_without_gpu(), owner) if h.server_name != server_name]
-        self.quotas.check(milli, groups, held, self.group_usage(groups_of))
+        self.quotas.check(milli, groups, held, self.group_usage(groups_of, only=groups))
         if self.admission is not None:
             self.admission(w, groups, milli)
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
@@ -197,6 +232,10 @@ class PoolManager:
         return row
 
     def reserve(self, w: Workload, req: Request, groups: Iterable[str] = (), pools: tuple[str, ...] = ()) -> Allocation:
+        with self.lock:
+            return self._reserve(w, req, groups, pools)
+
+    def _reserve(self, w: Workload, req: Request, groups: Iterable[str], pools: tuple[str, ...]) -> Allocation:
         # resume claims of parked workspaces come before newcomers (gpupool.pool.parking)
         placement = choose_in_pools(self.policy, self.newcomer_view(), req, self.rng,
                                     [self.node_pools.get(p, NodePool(p, gpus=frozenset({-1}))) for p in pools])
@@ -213,6 +252,10 @@ class PoolManager:
     def reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str] = ()) -> Allocation:
         """Hold exactly this placement (the training scheduler chose it); persisted at once,
         the allocation and its event in one transaction."""
+        with self.lock:
+            return self._reserve_at(w, placement, groups)
+
+    def _reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str]) -> Allocation:
         self.state.apply(placement)
         try:
             with self.store.session() as s:
@@ -253,15 +296,16 @@ class PoolManager:
     def release(self, w: Workload, reason: str, keep_parked: bool = False) -> bool:
         """Give a workload's share back. Idempotent: releasing twice is harmless. A stopped
         workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
-        if w.kind == "build" and not keep_parked and self.forget_parked(w):
-            self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
-        with self.store.session() as s:
-            placement = self.release_in(s, w, reason)
-        if placement is None:
-            self.placement_changed(w)  # a parked share dropped
+        with self.lock:
+            if w.kind == "build" and not keep_parked and self.forget_parked(w):
+                self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
+            with self.store.session() as s:
+                placement = self.release_in(s, w, reason)
+            if placement is not None:
+                self.state.release(placement)
+        self.placement_changed(w)  # outside the lock: it writes the workspace's GPU file
+        if placement is None:  # at most a parked share dropped
             return False
-        self.state.release(placement)
-        self.placement_changed(w)
         log.info("released %s (%s)", w.label, reason)
         return True
 

@@ -55,20 +55,27 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
         {"name": "user", "scopes": ["self", ACCESS]},
         {"name": "server", "scopes": ["users:activity!user", "access:servers!server", ACCESS]},
     ]
+    notes: list[str] = []  # for the hub's log, once it logs
     if culler:
         from gpupool.idle_culler.config import IdleCuller
         from gpupool.idle_culler.service import service_definition
 
+        from .parking_support import culler_park_after
+
         base = c.JupyterHub.get("base_url", "/").rstrip("/")
+        culler_config = IdleCuller(config=c).as_dict()
+        # parking where it works, decided now: the culler service gets a number, the log says why
+        culler_config["park_after_s"], note = culler_park_after(culler_config["park_after_s"], c, spawner)
+        notes.append(note)
         culler_service, culler_role = service_definition(CULLER, f"{api_url}{base}/services/{SERVICE}/",
-                                                         IdleCuller(config=c).as_dict())
+                                                         culler_config)
         services.append(culler_service)
         roles.append(culler_role)
     c.JupyterHub.services = services
     c.JupyterHub.load_roles = roles
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
     _home_page_warnings(c)
-    _start_in_hub(c, token, settings.api_ip, settings.api_port, culler)
+    _start_in_hub(c, token, settings.api_ip, settings.api_port, culler, notes)
 
 
 def validate(c: Config) -> None:
@@ -108,7 +115,8 @@ def _home_page_warnings(c: Config) -> None:
                                   "gpupool_shares": shares_for, "gpupool_stops": stops_for}
 
 
-def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
+def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False,
+                  notes: list[str] | None = None) -> None:
     """Schedule the API server and the start-up reconcile on the hub's event loop.
 
     jupyterhub_config.py is loaded inside JupyterHub.initialize(), on the running loop;
@@ -121,7 +129,7 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
     from . import tasks
 
     refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
-    tasks.start(_serve(c, token, ip, port, culler), "the gpupool API and its start-up reconcile", loop)
+    tasks.start(_serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop)
 
 
 def refuse_lost_state(c: Config) -> None:
@@ -151,7 +159,7 @@ def refuse_lost_state(c: Config) -> None:
         raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
-async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False) -> None:
+async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] = ()) -> None:
     from jupyterhub.app import JupyterHub
     from jupyterhub.services.auth import HubOAuth
 
@@ -168,6 +176,8 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     contained = runtime.cgroups(hub.config)
     if hasattr(hub.spawner_class, "cleanup_orphans"):  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
+    for note in notes:
+        log.info("%s", note)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
     pool = runtime.pool(hub.config)
     gpu_files = _publish_gpus(hub, pool)
@@ -476,9 +486,12 @@ def _hub_api_url(hub: Any) -> str:
 
 def _is_active(hub: Any, row: Any) -> bool:
     """Does the hub know a running or starting server for this allocation?"""
-    if row.kind != "build" or row.owner not in hub.users:
-        return row.kind != "build"  # only build workspaces are reconciled here
-    spawner = hub.users[row.owner].spawners.get(row.name)
+    if row.kind != "build":
+        return True  # only build workspaces are reconciled here
+    from .api.hub_users import hub_user
+
+    user = hub_user(hub, row.owner)
+    spawner = user.spawners.get(row.name) if user is not None else None
     return bool(spawner and spawner.active)
 
 

@@ -33,23 +33,25 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.interval_s = 10
         """)
-    idle_limit_s = Float(1800.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+    idle_limit_s = Float(900.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
         while nobody used it in Jupyter for jupyter_idle_s. Without GPU data, Jupyter must be
         idle idle_limit_s + jupyter_idle_s. Example (two hours)::
 
             c.IdleCuller.idle_limit_s = 7200
         """)
-    jupyter_idle_s = Float(900.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
+    jupyter_idle_s = Float(600.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
         workspace idle. Example::
 
             c.IdleCuller.jupyter_idle_s = 1800
         """)
-    gpu_idle_hard_s = Float(4 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+    gpu_idle_hard_s = Float(8 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
         even while its owner is active in Jupyter (0: never). Example::
 
             c.IdleCuller.gpu_idle_hard_s = 2 * 3600
         """)
-    max_age_s = Float(12 * 3600.0, config=True, help="""Maximum session length, idle or not. Example::
+    max_age_s = Float(0.0, config=True, help="""Maximum session length, idle or not (0, the default: no
+        maximum; measured, a maximum stops sessions whose users come back within minutes, or
+        their running cells: docs/culling.md#defaults). Example::
 
             c.IdleCuller.max_age_s = 8 * 3600
         """)
@@ -105,13 +107,16 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.memory_grace_s = 600
         """)
-    park_after_s = Float(0.0, config=True, help="""Park a workspace whose GPU stayed idle this long: its
-        kernels' GPU memory moves to host memory (CUDA driver r570+, see c.GPUParking), its share
-        goes back to the pool and the notebook stays open; the GPU comes back when the user runs
-        a cell. Parking replaces the GPU-idle stop (idle_limit_s, gpu_idle_hard_s); the time
-        limits still apply. 0: never park. Example (10 minutes)::
+    park_after_s = Float(None, allow_none=True, config=True, help="""Park a workspace whose GPU stayed idle
+        this long: its kernels' GPU memory moves to host memory (CUDA driver r570+, see
+        c.GPUParking), its share goes back to the pool and the notebook stays open; the GPU comes
+        back when the user runs a cell. Parking replaces the GPU-idle stop (idle_limit_s,
+        gpu_idle_hard_s); the time limits still apply. 0: never park. Unset (the default): 10
+        minutes where the hub can park (its own NVIDIA GPUs, a driver with process checkpoints,
+        no MPS; not on Kubernetes), else never; the hub's log says which applies at start
+        (docs/culling.md#defaults). Example (5 minutes)::
 
-            c.IdleCuller.park_after_s = 600
+            c.IdleCuller.park_after_s = 300
         """)
     parked_stop_s = Float(0.0, config=True, help="""Stop a parked workspace whose owner has not used
         Jupyter for this long (0: only max_age_s and workday_end end a parked session). Example::
@@ -169,7 +174,9 @@ class IdleCuller(Configurable):
         """)
 
     def limits(self) -> Limits:
-        return Limits(**{f: getattr(self, f) for f in LIMIT_FIELDS})
+        values = {f: getattr(self, f) for f in LIMIT_FIELDS}
+        values["park_after_s"] = values["park_after_s"] or 0.0  # unset: the hub resolves it (parking_support)
+        return Limits(**values)
 
     def policy(self) -> CullerPolicy:
         for where, table in (("group_overrides", self.group_overrides), ("profile_overrides", self.profile_overrides)):

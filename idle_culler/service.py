@@ -55,6 +55,7 @@ def parse_time(text: str | None) -> float | None:
 
 HUB_PID = "GPUPOOL_HUB_PID"
 PAGINATION = "application/jupyterhub-pagination+json"
+PAGE = 100  # users per page: short enough that one page never holds the hub long for other users
 MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
 
 
@@ -131,7 +132,7 @@ class Culler:
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
 
     def servers(self) -> dict[str, dict]:
-        users = self.client.paginated(f"{self.hub_api}/users?state=active", self.cfg.concurrency)
+        users = self.client.paginated(f"{self.hub_api}/users?state=active&limit={PAGE}", self.cfg.concurrency)
         out = {}
         for user in users:
             for name, server in (user.get("servers") or {}).items():
@@ -224,8 +225,7 @@ class Culler:
             return self.restart_kernels(t.get("server_url", ""), key)
         if kind == "park":
             return self.park(ws.owner, ws.name, key)
-        self.stop(ws.owner, ws.name)
-        return True
+        return self.stop(ws.owner, ws.name)
 
     def _record(self, item: tuple, ok: bool, report: list[dict], events: list[dict | None]) -> None:
         """What a decision's outcome changes: events, the report, the idle counts, the metrics."""
@@ -249,7 +249,7 @@ class Culler:
                 self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
                 if self.metrics:
                     self.metrics.culls.labels(reason="park").inc()
-        else:
+        elif ok:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
             events[at] = {"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
                           "message": f"{key} {d.message}{dry}"}
@@ -258,13 +258,24 @@ class Culler:
             if self.metrics:
                 self.metrics.culls.labels(reason=d.reason).inc()
 
-    def stop(self, owner: str, name: str) -> None:
+    def stop(self, owner: str, name: str) -> bool:
+        """Ask the hub to stop a server: True once the hub has the request (its answer, even an
+        error, or no answer within the client's timeout: the hub goes on stopping it); False
+        when it could not be sent (the next pass asks again). Never raises: one stop that
+        fails must not end the pass for the rest of the class."""
         quoted = urllib.parse.quote(owner)
         path = f"/users/{quoted}/servers/{urllib.parse.quote(name)}" if name else f"/users/{quoted}/server"
         try:
             self.client.call("DELETE", self.hub_api + path)
         except urllib.error.HTTPError as err:
             log.error("could not stop %s/%s: %s", owner, name, err)
+        except TimeoutError:  # sent, and the hub is slow to answer: it finishes the stop without us
+            log.warning("the hub did not answer the stop of %s/%s within %s s; it goes on", owner, name,
+                        self.client.timeout)
+        except OSError as err:  # not sent (URLError: refused, a connect timeout)
+            log.error("could not ask the hub to stop %s/%s: %s; trying again next pass", owner, name, err)
+            return False
+        return True
 
     def park(self, owner: str, name: str, key: str) -> bool:
         """Ask the hub to park the workspace's GPU; on failure the stop rules take over."""

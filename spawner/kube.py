@@ -31,12 +31,13 @@ from .kube_objects import (
     pod_environment,
     profile_milli,
 )
+from .kube_ready import PromptStart
 from .mixin import GPUSpawnerMixin, http_error
 
 _CHECKED = "_gpupool_checked"
 
 
-class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
+class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     gpu_sharing = Unicode(
         "kai",
         config=True,
@@ -245,7 +246,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, KubeSpawner):
             split_milli(milli)  # a shape every backend can express
         except PoolError as err:
             raise self.refused(err) from None
-        return self.reserve_milli(milli)
+        # off the event loop: on Kubernetes KAI places train jobs, so nothing else in the hub
+        # changes the pool's state without the manager's lock
+        return await self.reserve_milli_off_loop(milli)
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()

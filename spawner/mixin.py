@@ -55,9 +55,13 @@ class GPUSpawnerMixin(HasTraits):
 
     def membership(self):
         """Every build holder's groups as the hub has them now, for group totals (members
-        added to a group after their spawn count for it); None before the gpupool API runs."""
+        added to a group after their spawn count for it); None before the gpupool API runs,
+        and when none of this user's groups has a total (nothing to count: a spawn in a class of
+        thousands reads no other user). Read on the event loop: the hub's ORM is not threadsafe."""
         directory = (runtime.api_settings or {}).get("directory")
-        return directory.groups_of(self.pool.build_holders()) if directory is not None else None
+        if directory is None or not set(self.user_groups) & set(self.pool.quotas.group_totals_milli):
+            return None
+        return directory.groups_of(self.pool.build_holders())
 
     # --- the spawn form ------------------------------------------------------
     def __init__(self, **kwargs: Any) -> None:
@@ -130,7 +134,8 @@ class GPUSpawnerMixin(HasTraits):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held, self.pool.group_usage(self.membership()))
+            self.pool.quotas.check(milli, self.user_groups, held,
+                                   self.pool.group_usage(self.membership(), only=self.user_groups))
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -153,16 +158,35 @@ class GPUSpawnerMixin(HasTraits):
             alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
                                             groups_of=self.membership(),
                                             in_pools=self.places_in_pools())
-        except RoomBeingFreed:
-            raise  # start() waits for it
-        except PoolError as err:
-            raise self.refused(err) from None
         except Exception as err:
-            if why := disk_full(err):  # said as such, not a bare 500
-                exc = web.HTTPError(507, reason="disk full")
-                exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
-                raise exc from None
-            raise
+            raise self.reserve_failed(err) from None
+        self.gpupool_allocation = alloc
+        return alloc
+
+    def reserve_failed(self, err: Exception) -> Exception:
+        """What a failed reservation raises: RoomBeingFreed as it is (start() waits for it), a
+        PoolError as the 4xx JupyterHub shows, a full disk as 507, anything else as it is."""
+        if isinstance(err, RoomBeingFreed):
+            return err
+        if isinstance(err, PoolError):
+            return self.refused(err)
+        if why := disk_full(err):  # said as such, not a bare 500
+            exc = web.HTTPError(507, reason="disk full")
+            exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
+            return exc
+        return err
+
+    async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:
+        """`reserve_milli` with the quota check, placement and commit in a worker thread
+        (PoolManager.reserve_build_async): the hub's event loop serves other spawns meanwhile.
+        For spawners whose hub changes the pool's state only under the manager's lock."""
+        groups_of = self.membership()
+        try:
+            alloc = await self.pool.reserve_build_async(self.user.name, self.user_groups, self.name, milli,
+                                                        pool=pool, in_pools=self.places_in_pools(),
+                                                        groups_of=groups_of)
+        except Exception as err:
+            raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
         return alloc
 

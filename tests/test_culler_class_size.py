@@ -1,4 +1,5 @@
-"""A class-sized hub: 500 users with running GPU workspaces on a real hub (page limit 200).
+"""A class-sized hub: 500 users with running GPU workspaces on a real hub (written into its
+databases as a restarted hub finds them, benchmarks/culling/class_hub.populate; page limit 200).
 The culler judges every one of them, reading the active users page by page, and stops them with
 one request at a time or a bounded number in flight (IdleCuller.concurrency). The workspaces' servers are one
 shared HTTP responder (tests/support/shared_server.py): the hub, the proxy, the gpupool API and
@@ -23,13 +24,15 @@ def test_the_culler_judges_and_stops_every_workspace_of_a_class_of_500(make_hub,
     # 100 of the 500 stopped here (50 one at a time, 50 ten at once): the benchmark stops all 500
     f = measure(make_hub, tmp_path / "samples.json", USERS, concurrency=10, stops=STOPS)
     print("\n" + table(f))
-    users = [f"student{i:03d}" for i in range(USERS)]
+    users = [f"student{i:04d}" for i in range(USERS)]
     assert f["unpaged_seen"] < USERS  # what the culler saw before it paged
     assert f["read_sequential_seen"] == f["read_concurrent_seen"] == USERS
     assert f["judged"] == users
     assert f["stop_sequential_culled"] == f["stop_sequential_expected"]
     assert f["stop_concurrent_culled"] == f["stop_concurrent_expected"]
     assert f["left_running"] == USERS - STOPS  # every stop reached the hub, and its share went back
+    probe = f["probe_stopping"]
+    assert probe["errors"] == 0 and probe["n"] > 0, probe  # other users were served meanwhile
 
 
 def test_pages_after_the_first_come_from_its_numbers_and_only_sane_ones() -> None:

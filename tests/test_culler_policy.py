@@ -106,7 +106,7 @@ def test_workday_cutoff_in_the_configured_time_zone() -> None:
     assert workday_cutoff(start, limits) == dt.datetime(2026, 11, 23, 19, 0, tzinfo=berlin).timestamp()
     late = dt.datetime(2026, 11, 23, 20, 0, tzinfo=berlin).timestamp()  # started after hours
     assert workday_cutoff(late, limits) == dt.datetime(2026, 11, 24, 19, 0, tzinfo=berlin).timestamp()
-    d = decide(ws(started=start, gpu_idle_s=None, last_activity=start + 9 * 3600), start + 9.5 * 3600, limits)
+    d = decide(ws(started=start, gpu_idle_s=None, last_activity=start + 9.4 * 3600), start + 9.5 * 3600, limits)
     assert (d.action, d.reason) == ("cull", "workday-end")
 
 

@@ -1,5 +1,5 @@
 """The train-Job controller's level-triggered pass (gpupool.kube.controller.reconcile) on the
-copies kubespawner's reflectors keep: plain dicts, no API server (the reflectors themselves
+copies its followers keep: plain dicts, no API server (the followers themselves
 meet the real one in tests/cluster/test_train_jobs_real.py). What a pass cannot see, a pod that
 came and went between two passes, must not hide a preemption from the job row."""
 
@@ -63,11 +63,35 @@ async def test_a_preemption_between_two_passes_is_still_reported_before_the_resu
 async def test_a_job_gone_from_the_copy_was_deleted_and_a_finished_pods_removal_is_no_preemption(api) -> None:
     seen: list[JobStatus] = []
     ctl = controller(api, seen)
-    cluster(ctl, [job("1")], [pod("p1", "2", "Running")])
-    await ctl.reconcile()
-    cluster(ctl, [job("1")], [pod("p1", "3", "Succeeded")])
+    cluster(ctl, [job("1")], [pod("p1", "2", "Pending")])
     await ctl.reconcile()
     cluster(ctl, [], [])  # the relist after an outage: Job and pod gone
     await ctl.reconcile()
     assert seen[-1].preemptions == 0
     assert seen[-1].state == "cancelled" and "outside gpupool" in seen[-1].message
+    # a pod that succeeded is the job's end even if its Job goes before it says Complete
+    seen.clear()
+    other = controller(api, seen)
+    cluster(other, [job("1")], [pod("p1", "2", "Running")])
+    await other.reconcile()
+    cluster(other, [job("1")], [pod("p1", "3", "Succeeded")])
+    await other.reconcile()
+    cluster(other, [], [])
+    await other.reconcile()
+    assert [s.state for s in seen] == ["running", "succeeded"] and seen[-1].preemptions == 0
+
+
+async def test_a_resume_and_its_end_between_two_passes_are_reported_in_order(api) -> None:
+    """The end comes from the pod now, before the Job's Complete: a replacement pod that ran and
+    succeeded between two passes still shows its run before the end (the job's start and
+    resume events come from that)."""
+    seen: list[JobStatus] = []
+    ctl = controller(api, seen)
+    cluster(ctl, [job("1")], [pod("p1", "2", "Running")])
+    await ctl.reconcile()
+    done = pod("p2", "5", "Succeeded")
+    done["status"]["containerStatuses"] = [{"name": "train", "state": {"terminated": {"exitCode": 0}}}]
+    cluster(ctl, [job("3")], [done])  # p1 evicted, p2 ran and finished: all between two passes
+    await ctl.reconcile()
+    assert [s.state for s in seen] == ["running", "preempted", "running", "succeeded"]
+    assert (seen[-1].runs, seen[-1].preemptions, seen[-1].exit_code) == (2, 1, 0)

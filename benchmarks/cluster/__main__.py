@@ -46,7 +46,11 @@ RESEARCHERS = 16
 PARK = Limits(park_after_s=600, max_age_s=10**9, gpu_idle_hard_s=0)
 MODES = {
     "static": Mode("(a) static: whole GPUs, a partition per team", None, fractions=False),
-    "pooled": Mode("(b) gpupool: fractions + culling + guaranteed quotas", Limits(), fractions=True),
+    # the culler's rules as published with these figures (30/15 min, 4 h hard, 12 h max; the
+    # defaults before #26, which the culling benchmark replaced: docs/culling.md#defaults)
+    "pooled": Mode("(b) gpupool: fractions + culling + guaranteed quotas",
+                   Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600),
+                   fractions=True),
     "parking": Mode("(c) gpupool + parking", PARK, fractions=True, delays=RESTORE),
     "moves": Mode("(d) gpupool + parking + moves", PARK, fractions=True, delays=RESTORE,
                   moves=MoveRules(rest_s=600, per_hour=2, max_moves=4)),

@@ -1,16 +1,23 @@
-"""Kubernetes mode at scale on the real control plane of tests/cluster (kube-apiserver, etcd,
-the Job controller, kube-scheduler standing in for KAI, kwok GPU nodes), each figure of
-gpupool next to a baseline measured in the same run on the same plane:
+"""Kubernetes mode at a university's scale on the real control plane of tests/cluster
+(kube-apiserver, etcd, the Job controller, kube-scheduler standing in for KAI, kwok GPU nodes),
+each figure of gpupool next to a baseline measured in the same run on the same plane:
 
+    python -m benchmarks.kube [--nodes 1000] [--jobs 2000] [--users 500] [--gpus 100000]
+        everything below in one process, as one hub holds it: the train Jobs are followed while
+        the workspaces spawn, so the memory figure counts both; the last line gives each ratio
+        and whether its target (issue #26) is met;
     python -m benchmarks.kube jobs [--nodes 1000] [--jobs 2000]
         submit rate (gpupool's controller vs bare create_namespaced_job), the lag from a pod
-        change to the job row (vs a bare pod watch), the process's memory following the jobs;
+        change to the job row, from a container's exit and from KAI's eviction (vs a bare pod
+        watch), the process's memory following the jobs;
     python -m benchmarks.kube workspaces [--nodes 1000] [--users 500]
-        spawn throughput (GPUKubeSpawner vs bare pod creates of the same pod), one culler
-        sampling pass over the pods through one node agent per node (vs the bare GETs), memory.
+        spawn throughput (GPUKubeSpawner vs KubeSpawner alone vs bare pod creates of the same
+        pod), one culler sampling pass over the pods through one node agent per node, memory;
+    python -m benchmarks.kube placement [--gpus 100000]
+        a placement decision on a 70 % full cluster, the hub's kept state vs a fresh scan (no plane).
 
-Each run starts its own plane (Go builds as for the tests) and is sized to end within ~9
-minutes on a small machine. Not a test: nothing is asserted.
+Each run starts its own plane (Go builds as for the tests); at full size the whole run takes
+about a quarter of an hour on a small machine. Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -19,35 +26,89 @@ import argparse
 import asyncio
 import sys
 
-from .common import plane_with_nodes
+from .common import pct, plane_with_nodes
+
+SPAWN_RATIO = 0.8  # spawns/s of GPUKubeSpawner over bare pod creates, at least
+EXIT_P50_S, EXIT_P99_S = 1.0, 5.0  # container exit -> job row, at most
+MEMORY_MIB = 250  # the process following the Jobs and workspaces, at most
+PLACEMENT_P99_MS = 5.0  # one decision at 100,000 GPUs, at most
+
+
+def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
+    """One line: each figure beside its baseline as a ratio, and whether its target is met."""
+    parts = []
+    ok = lambda good: "met" if good else "NOT met"  # noqa: E731
+    if w is not None:
+        ratio = w["spawn_ours_rate"] / w["spawn_bare_rate"]
+        parts.append(f"spawns {ratio:.2f}x bare pod creates ({w['spawn_ours_rate'] / w['spawn_stock_rate']:.2f}x"
+                     f" KubeSpawner alone; target >= {SPAWN_RATIO}x: {ok(ratio >= SPAWN_RATIO)})")
+    if j is not None:
+        o, b = j["lag_exit_ours"], j["lag_exit_bare"]
+        good = pct(o, 50) <= EXIT_P50_S and pct(o, 99) <= EXIT_P99_S and j["exited"][0] == j["exited"][1]
+        parts.append(f"exit seen p50 {pct(o, 50):.2f} s / p99 {pct(o, 99):.2f} s = {pct(o, 50) / max(pct(b, 50), 1e-3):.0f}x"
+                     f" the bare pod watch's p50 (target <= {EXIT_P50_S:g} / {EXIT_P99_S:g} s: {ok(good)}),"
+                     f" preemptions seen {j['preempted'][0]} of {j['preempted'][1]}"
+                     f" ({ok(j['preempted'][0] == j['preempted'][1])})")
+        rss = j.get("rss_all", j["rss_jobs"])
+        what = "Jobs and workspaces" if "rss_all" in j else "Jobs"
+        parts.append(f"memory following the {what} {rss:.0f} MiB = {rss / j['rss_start']:.2f}x the process at start"
+                     f" (target <= {MEMORY_MIB} MiB: {ok(rss <= MEMORY_MIB)})")
+    if p is not None:
+        from .placement import p as ms
+
+        cpu, wall, scan = ms(p["ours_cpu"], 99), ms(p["ours_wall"], 99), ms(p["scan_cpu"], 99)
+        parts.append(f"placement p99 at {p['gpus']:,} GPUs {cpu:.1f} ms CPU ({wall:.1f} ms wall) = {cpu / scan:.2f}x a fresh"
+                     f" scan's, {p['different']} decisions differ (target <= {PLACEMENT_P99_MS:g} ms:"
+                     f" {ok(cpu <= PLACEMENT_P99_MS and not p['different'])})")
+    return "kube: " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="run", required=True)
-    j = sub.add_parser("jobs", help="train Jobs followed by gpupool's controller")
-    j.add_argument("--nodes", type=int, default=1000, help="kwok nodes of 8 GPUs")
-    j.add_argument("--jobs", type=int, default=2000, help="train jobs submitted through gpupool")
-    j.add_argument("--bare-jobs", type=int, default=200, help="bare Job creates timed as the baseline")
-    j.add_argument("--exits", type=int, default=100, help="pods ended (paced, 5/s) to time exit -> row")
-    j.add_argument("--wait", type=float, default=300, help="seconds to wait for every pod to run")
-    w = sub.add_parser("workspaces", help="workspaces spawned through GPUKubeSpawner, one culler pass")
-    w.add_argument("--nodes", type=int, default=1000, help="kwok nodes of 8 GPUs")
-    w.add_argument("--users", type=int, default=500, help="users, one 0.25-GPU workspace each")
+    ap.add_argument("run", nargs="?", default="all", choices=["all", "jobs", "workspaces", "placement"])
+    ap.add_argument("--nodes", type=int, default=1000, help="kwok nodes of 8 GPUs")
+    ap.add_argument("--jobs", type=int, default=2000, help="train jobs submitted through gpupool")
+    ap.add_argument("--bare-jobs", type=int, default=200, help="bare Job creates timed as the baseline")
+    ap.add_argument("--exits", type=int, default=100, help="pods ended (paced, 5/s) to time exit -> row")
+    ap.add_argument("--preempts", type=int, default=20, help="running pods evicted as KAI does (paced, 5/s)")
+    ap.add_argument("--wait", type=float, default=300, help="seconds to wait for every pod to run")
+    ap.add_argument("--users", type=int, default=500, help="users, one 0.25-GPU workspace each")
+    ap.add_argument("--gpus", type=int, default=100_000, help="GPUs of the placement run (8 per node)")
     args = ap.parse_args(argv)
-    if args.run == "jobs":
-        from . import jobs as mod
+    if not 1 <= args.nodes <= 5000 or not 8 <= args.gpus <= 1_000_000:
+        ap.error("--nodes must be 1..5000 and --gpus 8..1000000")
+    if args.run in ("all", "jobs") and args.jobs + args.bare_jobs > args.nodes * 8:
+        ap.error("every job needs a GPU: --nodes * 8 must be at least --jobs + --bare-jobs")
+    j = w = p = None
+    if args.run in ("all", "placement"):
+        from . import placement
 
-        if args.jobs > args.nodes * 8:
-            ap.error("every job needs a GPU: --nodes * 8 must be at least --jobs")
-        run = lambda plane: mod.run(plane, args.jobs, min(args.bare_jobs, args.jobs), args.exits, args.wait)  # noqa: E731
-    else:
-        from . import workspaces as mod
+        p = placement.run(args.gpus)
+        placement.report(p)
+    if args.run in ("all", "jobs", "workspaces"):
+        from . import jobs as jobs_mod
+        from . import workspaces as ws_mod
 
-        run = lambda plane: mod.run(plane, args.nodes, args.users)  # noqa: E731
-    with plane_with_nodes(args.nodes) as plane:
-        result = asyncio.run(run(plane))
-    mod.report(result)
+        async def go(plane) -> tuple[dict | None, dict | None]:
+            if args.run == "workspaces":
+                return None, await ws_mod.run(plane, args.nodes, args.users)
+            found: dict = {}
+
+            async def workspaces() -> dict:
+                found["w"] = await ws_mod.run(plane, args.nodes, args.users)
+                return {"rss_all": found["w"]["rss_after"]}
+
+            jr = await jobs_mod.run(plane, args.jobs, min(args.bare_jobs, args.jobs), args.exits, args.wait,
+                                    args.preempts, then=workspaces if args.run == "all" else None)
+            return jr, found.get("w")
+
+        with plane_with_nodes(args.nodes) as plane:
+            j, w = asyncio.run(go(plane))
+        if j is not None:
+            jobs_mod.report(j)
+        if w is not None:
+            ws_mod.report(w)
+    print(verdict(j, w, p))
     return 0
 
 

@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+
 from tests.cluster import build
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources, gpu_node
@@ -42,7 +44,13 @@ def plane_with_nodes(nodes: int) -> Iterator[ControlPlane]:
             res = Resources(http)
             t0 = time.perf_counter()
             for i in range(nodes):
-                res.apply(gpu_node(f"gpu-node-{i}"))
+                for attempt in range(3):  # an apply is idempotent: a busy API server's timeout is retried
+                    try:
+                        res.apply(gpu_node(f"gpu-node-{i}"))
+                        break
+                    except httpx.TimeoutException:
+                        if attempt == 2:
+                            raise
             print(f"{nodes} kwok nodes x 8 GPUs created in {time.perf_counter() - t0:.1f} s", flush=True)
         yield plane
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.controller import KubeJobController
@@ -50,10 +51,26 @@ async def bare_pod_watch(api: client.ApiClient, phases: dict[str, dict[str, floa
                 pod = ev["raw_object"]
                 rv = pod["metadata"].get("resourceVersion", rv)
                 jid = pod["metadata"].get("labels", {}).get("gpupool.io/job-id", "")
-                phases.setdefault(pod["status"].get("phase", ""), {}).setdefault(jid, time.perf_counter())
+                now = time.perf_counter()
+                phases.setdefault(pod["status"].get("phase", ""), {}).setdefault(jid, now)
+                if any(c.get("type") == "DisruptionTarget" for c in pod["status"].get("conditions") or []) \
+                        or ev["type"] == "DELETED":
+                    phases.setdefault("Disrupted", {}).setdefault(jid, now)
 
 
-async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s: float) -> dict:
+def evict_as_kai(res: Resources, name: str) -> None:
+    """KAI's eviction with --update-pod-eviction-condition: the condition, then the delete."""
+    cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+            "message": "kai-scheduler: reclaimed", "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    res.http.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status", json={"status": {"conditions": [cond]}},
+                   headers={"Content-Type": "application/strategic-merge-patch+json"}).raise_for_status()
+    res.http.delete(f"/api/v1/namespaces/{NS}/pods/{name}").raise_for_status()
+
+
+async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s: float, preempts: int = 20,
+              then: Callable[[], Awaitable[dict]] | None = None) -> dict:
+    """`then`: more work done while the controller still follows every Job (its figures are
+    merged into the result), so that the process's memory counts both."""
     res = Resources(plane.client())
     opts = prepare(res)
     cfg = client.Configuration()
@@ -65,6 +82,8 @@ async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s
 
         def heard(jid: str, st) -> None:
             ours.setdefault(st.state, {}).setdefault(jid, time.perf_counter())
+            if st.preemptions:
+                ours.setdefault("preemption", {}).setdefault(jid, time.perf_counter())
 
         watcher = asyncio.create_task(bare_pod_watch(api, bare))
         ctl = KubeJobController(api, opts, None, on_change=heard)
@@ -110,6 +129,26 @@ async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s
         out["lag_exit_ours"] = [done[j] - exited[j] for j in exited if j in done]
         out["lag_exit_bare"] = [bare["Succeeded"][j] - exited[j] for j in exited if j in bare.get("Succeeded", {})]
         out["exited"] = (len(out["lag_exit_ours"]), len(exited))
+
+        # preemptions, paced: KAI's eviction of running pods of other jobs
+        evicted: dict[str, float] = {}
+        for pod in [p for p in pods if p["status"].get("phase") == "Running"][exits:exits + preempts]:
+            jid = pod["metadata"]["labels"]["gpupool.io/job-id"]
+            evicted[jid] = time.perf_counter()
+            evict_as_kai(res, pod["metadata"]["name"])
+            await asyncio.sleep(0.2)
+        deadline = time.monotonic() + 120
+        while len(set(evicted) & set(ours.get("preemption", {}))) < len(evicted) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        seen = ours.get("preemption", {})
+        out["lag_preempt_ours"] = [seen[j] - evicted[j] for j in evicted if j in seen]
+        out["lag_preempt_bare"] = [bare["Disrupted"][j] - evicted[j] for j in evicted
+                                   if j in bare.get("Disrupted", {})]
+        out["preempted"] = (len(out["lag_preempt_ours"]), len(evicted))
+        out["rss_jobs"] = rss_mib()
+        out["lists"] = {k: f.lists for k, f in ctl.reflectors.items()}
+        if then is not None:
+            out.update(await then())
         watcher.cancel()
         await ctl.stop()
     res.http.close()
@@ -124,9 +163,12 @@ def report(r: dict) -> None:
     print(f"pod Running -> job row running, s (after the bare watch saw it): p50 {pct(lag, 50):.2f}"
           f"  p90 {pct(lag, 90):.2f}  p99 {pct(lag, 99):.2f}  (n={len(lag)})")
     o, b = r["lag_exit_ours"], r["lag_exit_bare"]
-    print(f"exit -> seen, s p50            gpupool succeeded {pct(o, 50):6.2f}   bare pod watch Succeeded "
-          f"{pct(b, 50):6.2f}")
-    print(f"exit -> seen, s p90            gpupool succeeded {pct(o, 90):6.2f}   bare pod watch Succeeded "
-          f"{pct(b, 90):6.2f}   ({r['exited'][0]} of {r['exited'][1]} seen)")
+    print(f"exit -> seen, s p50/p90/p99    gpupool succeeded {pct(o, 50):.2f}/{pct(o, 90):.2f}/{pct(o, 99):.2f}"
+          f"   bare pod watch Succeeded {pct(b, 50):.2f}/{pct(b, 90):.2f}/{pct(b, 99):.2f}"
+          f"   ({r['exited'][0]} of {r['exited'][1]} seen)")
+    o, b = r["lag_preempt_ours"], r["lag_preempt_bare"]
+    print(f"eviction -> preemption seen, s p50/p99  gpupool {pct(o, 50):.2f}/{pct(o, 99):.2f}   bare pod watch"
+          f" {pct(b, 50):.2f}/{pct(b, 99):.2f}   ({r['preempted'][0]} of {r['preempted'][1]} seen)")
     print(f"RSS of this process, MiB       controller started {r['rss_start']:.0f}   following "
-          f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}")
+          f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}   after the exits and preemptions {r['rss_jobs']:.0f}"
+          f"   (full lists: {r['lists']})")

@@ -52,10 +52,36 @@ def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
     return sp
 
 
+def stock_spawner(plane: ControlPlane, user: str):
+    """JupyterHub's KubeSpawner alone, the same settings without gpupool: what kubespawner's own
+    machinery costs (its pod reflector, its backoff waits)."""
+    from kubespawner import KubeSpawner
+    from traitlets.config import Config
+
+    c = Config()
+    c.KubeSpawner.namespace = NS
+    c.KubeSpawner.k8s_api_host = plane.url
+    c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
+    c.KubeSpawner.start_timeout = 300
+    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
+                          api_url="http://hub:8081/hub/api")
+    u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
+    sp = KubeSpawner(user=u, hub=hub, config=c)
+    sp.api_token = "token"
+    return sp
+
+
+FAILED: list[str] = []  # spawns that failed (an overloaded API server answers 504 to a create)
+
+
 async def timed(sem: asyncio.Semaphore, coro) -> float:
     async with sem:
         t0 = time.perf_counter()
-        await coro
+        try:
+            await coro
+        except Exception as err:  # noqa: BLE001 - counted and reported, the run goes on
+            FAILED.append(f"{type(err).__name__}: {str(err)[:200]}")
         return time.perf_counter() - t0
 
 
@@ -108,6 +134,12 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
         out["spawn_bare_s"] = await asyncio.gather(*(timed(sem, bare(i)) for i in range(users)))
         out["spawn_bare_rate"] = users / (time.perf_counter() - t0)
         follower.cancel()
+    print(f"{users} bare pods running in {users / out['spawn_bare_rate']:.0f} s", flush=True)
+    stock = [stock_spawner(plane, f"k{i}") for i in range(users)]
+    t0 = time.perf_counter()
+    out["spawn_stock_s"] = await asyncio.gather(*(timed(sem, sp.start()) for sp in stock))
+    out["spawn_stock_rate"] = users / (time.perf_counter() - t0)
+    print(f"{users} workspaces spawned through KubeSpawner alone in {time.perf_counter() - t0:.0f} s", flush=True)
     out["pods"] = [(sp.pod_uid(), sp.pod_reflector.pods[f"{NS}/{sp.pod_name}"]["spec"]["nodeName"], sp.user.name)
                    for sp in spawners]
     for reflector in list(type(spawners[0]).reflectors.values()):
@@ -192,13 +224,15 @@ async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
 
 
 def report(r: dict) -> None:
-    o, b = r["spawn_ours_s"], r["spawn_bare_s"]
-    print(f"spawns/s ({CONCURRENCY} in flight)      GPUKubeSpawner {r['spawn_ours_rate']:6.2f}   bare pod create "
-          f"{r['spawn_bare_rate']:6.2f}")
-    print(f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   bare pod create "
-          f"{pct(b, 50):.2f}/{pct(b, 90):.2f}")
+    o, b, k = r["spawn_ours_s"], r["spawn_bare_s"], r["spawn_stock_s"]
+    print(f"spawns/s ({CONCURRENCY} in flight)      GPUKubeSpawner {r['spawn_ours_rate']:6.2f}   KubeSpawner alone "
+          f"{r['spawn_stock_rate']:6.2f}   bare pod create {r['spawn_bare_rate']:6.2f}")
+    print(f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   KubeSpawner alone"
+          f" {pct(k, 50):.2f}/{pct(k, 90):.2f}   bare pod create {pct(b, 50):.2f}/{pct(b, 90):.2f}")
     print(f"culler sampling pass over {r['users']} pods on {r['nodes']} node agents, s: gpupool "
           f"{r['culler_ours_s']:.2f} (found {r['culler_seen'][0]} of {r['culler_seen'][1]})   bare GETs "
           f"{r['culler_bare_s']:.2f}")
+    if FAILED:
+        print(f"failed spawns (all sides): {len(FAILED)}, e.g. {FAILED[0]}")
     print(f"RSS of this process, MiB      before spawning {r['rss_before']:.0f}   with {r['users']} workspaces "
           f"{r['rss_after']:.0f}")

@@ -15,6 +15,7 @@ from tornado import httputil, web
 
 from ..disk import disk_full
 from ..store.db import bounded
+from .hub_users import hub_user, hub_users
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -42,12 +43,7 @@ class Directory:
         name, kind = model["name"], model.get("kind", "user")
         admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
         app = self.hub_app
-        user = None
-        if app is not None and kind == "user":
-            try:  # one query: `name in app.users` would be a second one
-                user = app.users[name]
-            except KeyError:
-                pass
+        user = hub_user(app, name) if kind == "user" else None
         if user is not None:
             admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
         elif kind == "service":
@@ -64,7 +60,8 @@ class Directory:
         app = self.hub_app
         if app is None:
             return None
-        return {n: tuple(sorted(g.name for g in app.users[n].groups)) for n in names if n in app.users}
+        find = hub_users(app)  # not `n in app.users`: a walk of every loaded user per name
+        return {n: tuple(sorted(g.name for g in u.groups)) for n in names if (u := find(n)) is not None}
 
 
 class _OurHubAuth:

@@ -6,6 +6,7 @@ its findings so notebooks and the hub page can show warnings.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
@@ -13,20 +14,24 @@ from typing import Any
 
 from tornado import web
 
+from ..store import Event
+from ..store.db import bounded
 from .auth import APIHandler
+from .hub_users import hub_user, hub_users
 from .page import record_history
 from .parking import parked_targets
 
 EXTENSION = "extension:{owner}/{name}"
+YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
-def session_of(app: Any, owner: str, name: str, row: Any = None) -> str:
+def session_of(app: Any, owner: str, name: str, row: Any = None, user: Any = None) -> str:
     """The session a one-time extension belongs to: the server's start as the hub records it
     (`started`), the same through hub restarts and GPU parking and new at each start. A share's
     row id would not do: SQLite hands a freed id to the next row, so the session after an extended
     one, or a resumed one, would be taken for it. Without the hub's record (no hub app): the
-    share's row, with its creation time."""
-    user = app.users[owner] if app is not None and owner in app.users else None
+    share's row, with its creation time. `user`: the hub's User when the caller has it already."""
+    user = user if user is not None else hub_user(app, owner)  # not `owner in app.users`: a walk of all
     spawner = user.spawners.get(name) if user is not None else None
     started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
     if started is not None:
@@ -34,10 +39,13 @@ def session_of(app: Any, owner: str, name: str, row: Any = None) -> str:
     return f"share {row.id} {row.created.isoformat()}" if row is not None else ""
 
 
-def extended_in(pool: Any, app: Any, owner: str, name: str, row: Any = None) -> bool:
-    """Whether this session of the workspace has had its one extension."""
-    ext = pool.store.get_setting(EXTENSION.format(owner=owner, name=name)) or {}
-    session = session_of(app, owner, name, row)
+def extended_in(pool: Any, app: Any, owner: str, name: str, row: Any = None, *, user: Any = None,
+                extensions: dict[str, Any] | None = None) -> bool:
+    """Whether this session of the workspace has had its one extension. `extensions`: every
+    workspace's, read at once by a caller that lists many (else this one's is read)."""
+    key = EXTENSION.format(owner=owner, name=name)
+    ext = (extensions.get(key) if extensions is not None else pool.store.get_setting(key)) or {}
+    session = session_of(app, owner, name, row, user)
     return bool(session) and ext.get("session") == session
 
 
@@ -59,13 +67,16 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
     session_end: SessionEnd | None = settings.get("session_end")
     if session_end is None:  # no culler: no time limit to show
         return found
+    # one user's page asks for their own: no map of every user for that
+    user_of = hub_users(hub_app) if owner is None else (lambda name: hub_user(hub_app, name))
+    extensions = pool.store.settings_under(EXTENSION.split("{")[0]) if owner is None else None
     for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
         key = f"{row.owner}/{row.name}"
         seen = found.get(key)
         if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
             continue
-        extended = extended_in(pool, hub_app, row.owner, row.name, row)
-        user = hub_app.users[row.owner] if hub_app is not None and row.owner in hub_app.users else None
+        user = user_of(row.owner)
+        extended = extended_in(pool, hub_app, row.owner, row.name, row, user=user, extensions=extensions)
         spawner = user.spawners.get(row.name) if user is not None else None
         profile = spawner_profile(spawner)
         started = row.created.replace(tzinfo=dt.UTC).timestamp()
@@ -89,17 +100,21 @@ class TargetsHandler(APIHandler):
     """Every build workspace with what the culler needs to judge it."""
 
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         caller = self.caller
         if not caller.sees_all:
             raise web.HTTPError(403, "only the culler service and admins may list workspaces")
         pool = self.pool
         out = []
         app = self.directory.hub_app
-        for row in pool.store.allocations(kind="build"):
+        user_of = hub_users(app)
+        extensions = pool.store.settings_under(EXTENSION.split("{")[0])  # one read, not one per workspace
+        for n, row in enumerate(pool.store.allocations(kind="build")):
+            if n and not n % YIELD_EVERY:
+                await asyncio.sleep(0)  # a class of thousands: other users' requests go in between
             node = pool.inventory.node(row.node)
             gpus = [node.gpus[i] for i in row.gpus]
-            user = app.users[row.owner] if app is not None and row.owner in app.users else None
+            user = user_of(row.owner)
             spawner = user.spawners.get(row.name) if user is not None else None
             out.append({
                 "owner": row.owner, "name": row.name, "pid": row.pid,
@@ -111,7 +126,7 @@ class TargetsHandler(APIHandler):
                 "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
                 "groups": row.groups or [], "admin": bool(user.admin) if user else False,
                 "profile": spawner_profile(spawner),
-                "extended": extended_in(pool, app, row.owner, row.name, row),
+                "extended": extended_in(pool, app, row.owner, row.name, row, user=user, extensions=extensions),
                 "started": row.created.isoformat() + "Z",
                 # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
                 "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
@@ -130,7 +145,7 @@ class ReportHandler(APIHandler):
     max_body = 4 * 1024 * 1024
 
     @web.authenticated
-    def post(self) -> None:
+    async def post(self) -> None:
         caller = self.caller
         if not caller.reads_servers:
             raise web.HTTPError(403, "only the culler service reports")
@@ -143,11 +158,18 @@ class ReportHandler(APIHandler):
         state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in workspaces}
         state["pass_time"] = pass_time
         record_history(self.settings, self.pool, workspaces, pass_time)
+        # the writes in a worker thread, the events in one transaction: a pass that stops a class
+        # at the end of the workday reports a thousand culls, which must not hold the hub's loop
+        await asyncio.to_thread(self._write, workspaces, pass_time, events)
+        self.write_json({"ok": True})
+
+    def _write(self, workspaces: list[dict], pass_time: float, events: list[dict]) -> None:
         if self.settings.get("usage") is not None:  # GPU use samples for usage accounting
             self.settings["usage"].record_report(workspaces, pass_time)
-        for e in events:
-            self.pool.store.record(e["kind"], e["message"], owner=e["owner"], name=e["name"], reason=e["reason"])
-        self.write_json({"ok": True})
+        if events:
+            with self.pool.store.session() as s:
+                s.add_all(Event(kind=e["kind"], message=bounded(e["message"]), owner=e["owner"], name=e["name"],
+                                data={"reason": e["reason"]}) for e in events)
 
 
 EVENT_KINDS = ("warn", "cull", "memory", "park")

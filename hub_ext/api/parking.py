@@ -15,6 +15,7 @@ from tornado import web
 
 from ..gpu.parking import ParkingError
 from .auth import APIHandler, Caller
+from .hub_users import hub_users
 
 MAX_NAME = 255
 
@@ -25,8 +26,9 @@ def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
     from .culler import extended_in
 
     out = []
+    user_of = hub_users(app)
     for p in pool.parked_without_gpu():
-        user = app.users[p.owner] if app is not None and p.owner in app.users else None
+        user = user_of(p.owner)
         out.append({
             "owner": p.owner, "name": p.name, "pid": None, "pod_uid": "", "server_url": "",
             "gpu_uuids": [], "whole_gpus": False, "milli": 0, "memory_limit_mib": 0,

@@ -1,8 +1,8 @@
-"""Creates train Jobs through kubernetes_asyncio and follows them with kubespawner's reflectors.
+"""Creates train Jobs through kubernetes_asyncio and follows them with two followers.
 
-Two `kubespawner.reflector.NamespacedResourceReflector`s (Jobs and pods labelled as gpupool's)
-keep an up-to-date copy of what the cluster holds: they list, watch, and list again after any
-broken watch (a `410 Gone` included). They have no per-event hook, so the controller
+Two followers (follow.py, after kubespawner's reflector; Jobs and pods labelled as gpupool's)
+keep an up-to-date, trimmed copy of what the cluster holds: they list, watch, resume a watch
+that timed out, and list again after a broken watch (a `410 Gone` included). The controller
 reconciles level-triggered, the Kubernetes way: every `resync_s` it compares the reflectors'
 copies with what it saw last (by resourceVersion), folds what changed into its job states
 (status.py) and calls `on_change(job_id, JobStatus)` for each change. A Job missing from the
@@ -28,9 +28,9 @@ from typing import Any
 from gpupool.gpu.sharing import SharingBackend
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubespawner.reflector import NamespacedResourceReflector
 
 from ..runners.safe_files import tail_text
+from .follow import Follower, trim_job, trim_pod
 from .job_spec import TrainJobSpec
 from .objects import JOB_ID, MANAGED_BY, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
 from .status import FINAL, JobStatus, ObservedState, PodView, job_status, observe_pod
@@ -57,7 +57,7 @@ class KubeJobController:
         self.cancel_requested: set[str] = set()
         self.statuses: dict[str, JobStatus] = {}
         self.synced = asyncio.Event()
-        self.reflectors: dict[str, NamespacedResourceReflector] = {}
+        self.reflectors: dict[str, Follower] = {}
         self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
         self._vanished: set[str] = set()  # pod uids gone from the copy (folded in once)
         self._task: asyncio.Task | None = None
@@ -155,25 +155,15 @@ class KubeJobController:
             if kind not in self.reflectors:
                 self.reflectors[kind] = await self._reflector(kind)
 
-    async def _reflector(self, kind: str) -> NamespacedResourceReflector:
-        """kubespawner's reflector on our API client (its default is kubespawner's shared
-        client, configured for the spawner: the hub's jobs may use another account)."""
-        reflector = NamespacedResourceReflector(
-            kind=kind, namespace=self.opts.namespace, labels={MANAGED_BY: "gpupool"},
-            list_method_name="list_namespaced_job" if kind == "jobs" else "list_namespaced_pod",
-            api_group_name="BatchV1Api" if kind == "jobs" else "CoreV1Api",
-            timeout_seconds=self.watch_timeout_s, restart_seconds=max(30, self.watch_timeout_s),
-            request_timeout=self.watch_timeout_s + 30, on_failure=lambda: self._gave_up(kind),
-            log=log)  # its warnings in the hub's log, under gpupool's name
-        reflector.api = self.batch if kind == "jobs" else self.core
-        await reflector.start()
-        return reflector
-
-    def _gave_up(self, kind: str) -> None:
-        """The reflector stops after ~1 min of failures (kubespawner then stops the hub);
-        the training pool starts a fresh one instead, which retries with its own backoff."""
-        log.error("following %s on Kubernetes failed for a minute; starting over", kind)
-        self.reflectors.pop(kind, None)
+    async def _reflector(self, kind: str) -> Follower:
+        """A trimmed copy of gpupool's Jobs or pods on our API client (follow.py: list in pages,
+        watch, resume the watch where it ended; kubespawner's reflector kept whole objects and
+        listed everything again at each watch timeout)."""
+        follower = Follower(self.batch.list_namespaced_job if kind == "jobs" else self.core.list_namespaced_pod,
+                            self.opts.namespace, f"{MANAGED_BY}=gpupool", trim_job if kind == "jobs" else trim_pod,
+                            watch_timeout_s=self.watch_timeout_s, kind=f"train {kind}")
+        await follower.start()
+        return follower
 
     async def _follow(self) -> None:
         while True:
@@ -275,6 +265,12 @@ class KubeJobController:
             # preempted and already resumed (or ended) between two passes: the preemption is news too
             await self._tell(job_id, replace(new, state=ObservedState.PREEMPTED, runs=old.runs,
                                              message="preempted; it resumes from its checkpoint"))
+            old = self.statuses[job_id]
+        if old is not None and new.state in FINAL and old.state != "running" and new.runs > old.runs:
+            # (re)started and ended between two passes (the end now comes from the pod, before the
+            # Job's condition): the run is news too, before its end
+            await self._tell(job_id, replace(new, state="running", exit_code=old.exit_code,
+                                             message="resumed from its checkpoint" if new.preemptions else ""))
         await self._tell(job_id, new)
 
     async def _tell(self, job_id: str, new: JobStatus) -> None:

@@ -72,6 +72,32 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
                    gone=view.gone or deleted or bool(meta.get("deletionTimestamp")))
 
 
+def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
+    """The end the Job controller will write, read from the pods as soon as they show it (the
+    Job's own Complete or Failed condition trails by seconds to a minute on a busy cluster).
+    Only what follows from the Job's spec as train_job writes it: one pod at a time (done when
+    it succeeds) or an elastic job (done when one worker succeeded and none is left); failed
+    when more pods failed than its backoffLimit allows. A pod that was preempted (the
+    DisruptionTarget condition, or the checkpoint helper's exit code) or deleted before it ended
+    is never an end: the Job replaces it, or its condition says why it stopped."""
+    if job is None:
+        return None  # a Job's spec says what its pods mean: wait for it
+    spec = job.get("spec") or {}
+    parallelism, completions = spec.get("parallelism"), spec.get("completions")
+    one_pod = parallelism in (None, 1) and completions in (None, 1)
+    elastic = completions is None and isinstance(parallelism, int) and parallelism > 1
+    # a pod deleted before it ended (cancel, max runtime, eviction) says nothing of the work
+    succeeded = [p for p in pods if p.phase == "Succeeded" and not p.disrupted and not p.gone]
+    if succeeded and (one_pod or (elastic and not live)):
+        return JobStatus("succeeded")
+    failures = [p for p in pods
+                if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)]
+    limit = spec.get("backoffLimit")
+    if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
+        return JobStatus("failed", f"exit code {failures[-1].exit_code}")
+    return None
+
+
 def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False,
                job_deleted: bool = False) -> JobStatus:
     """The state of a train job from its Job (None before the watch saw it) and its pods."""
@@ -110,6 +136,9 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
                              "it again", **counts)
         return JobStatus(S.QUEUED, "waiting for Kueue to admit it", **counts)
     live = [p for p in pods if not p.gone and not p.disrupted and p.phase in ("Pending", "Running")]
+    ended = ended_by_pods(job, pods, live)
+    if ended is not None:
+        return replace(ended, **counts)
     if any(p.phase == "Running" for p in live):
         return JobStatus(S.RUNNING, "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts)
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .node_classes import NodeIndex, gpu_with
 from .request import Placement, Request
 from .state import ClusterState
 from .units import MILLI_PER_GPU
@@ -164,7 +165,6 @@ class FragModel:
 
     def __init__(self, state: ClusterState, shapes: list[Shape], *, cpu_aware: bool = True,
                  size_exponent: float = 0.0) -> None:
-        n = len(state.inventory.nodes)
         share = [s for s in shapes if s.num_gpu and s.is_sharing]
         whole = [s for s in shapes if s.num_gpu and not s.is_sharing]
         self.cpu_aware = cpu_aware
@@ -180,13 +180,13 @@ class FragModel:
         self.share_cpu = np.array([s.cpu_milli for s in share], dtype=np.int64)
         self.whole_k = np.array([s.num_gpu for s in whole], dtype=np.int64)
         self.whole_cpu = np.array([s.cpu_milli for s in whole], dtype=np.int64)
-        # weight of each shape on each node: 0 where the node's GPU model is not allowed
-        self.share_w = np.zeros((n, len(share)))
-        for k, s in enumerate(share):
-            self.share_w[:, k] = weight[k] * _models(state, s.gpu_models)
-        self.whole_w = np.zeros((n, len(whole)))
-        for k, s in enumerate(whole):
-            self.whole_w[:, k] = weight[len(share) + k] * _models(state, s.gpu_models)
+        # weight of each shape on each GPU model (0 where the model is not allowed), looked up by
+        # the nodes' models when scored: a refreshed target costs (models x shapes), not (nodes x shapes)
+        self.model_id = state.model_id
+        allowed = np.array([[not s.gpu_models or m in s.gpu_models for s in share + whole] for m in state.models],
+                           dtype=float).reshape(len(state.models), len(share) + len(whole))
+        wm = allowed * np.array(weight, dtype=float)
+        self.share_wm, self.whole_wm = wm[:, : len(share)], wm[:, len(share):]
 
     # --- building blocks -------------------------------------------------------
     def _q(self, free: np.ndarray) -> np.ndarray:
@@ -201,23 +201,43 @@ class FragModel:
 
     def _u(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, nf: np.ndarray,
            *, cpu_aware: bool) -> np.ndarray:
-        """U from the CPU left (M,), Q (M, [C,] J) and whole free GPUs (M, [C])."""
+        """U from the CPU left (M,), Q (M, J) and whole free GPUs (M,)."""
+        return self._u_share(idx, cpu, q, cpu_aware=cpu_aware) + self._u_whole(idx, cpu, nf, cpu_aware=cpu_aware)
+
+    # U is a sum of exact integers (whole weights x milli): its two parts can be added in any
+    # order, and computed on different rows (a share's part per candidate GPU, the whole GPUs'
+    # part per node and count of whole free GPUs)
+    def _u_share(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, *, cpu_aware: bool,
+                 rows: np.ndarray | None = None) -> np.ndarray:
+        """The sharing shapes' part of U, from the CPU left (M,) and Q (M, J); with `rows`, Q
+        has one row per candidate, on node rows[i]."""
         cs = self._slots(cpu, self.share_cpu)  # (M, S1)
-        cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
-        ws, ww = self.share_w[idx], self.whole_w[idx]
-        if q.ndim == 3:  # one row per candidate GPU
-            cs, cw, ws, ww = cs[:, None], cw[:, None], ws[:, None], ww[:, None]
+        ws = self.share_wm[self.model_id[idx]]
+        if rows is not None:
+            cs, ws = cs[rows], ws[rows]
         qs = q[..., self.share_col]
-        n = nf[..., None]
-        k = self.whole_k
         # FGD: a shape the node can host (CPU for one more task, GPU room) can use Q_s
         u = (ws * (cs > 0) * qs).sum(axis=-1)
-        u = u + (ww * ((cw > 0) & (n >= k)) * n * MILLI_PER_GPU).sum(axis=-1)
         if cpu_aware:
             # ... but only as many of its tasks as the CPU left can take
             u = u + (ws * np.minimum(qs, cs * self.share_milli)).sum(axis=-1)
-            u = u + (ww * np.minimum(n // k, cw) * k * MILLI_PER_GPU).sum(axis=-1)
         return u
+
+    def _u_whole(self, idx: np.ndarray, cpu: np.ndarray, nf: np.ndarray, *, cpu_aware: bool,
+                 less: tuple[int, ...] = (0,)) -> np.ndarray:
+        """The whole-GPU shapes' part of U, from the CPU left (M,) and whole free GPUs (M,);
+        with `less`, one row per value: nf minus that many (the slots are counted once)."""
+        cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
+        ww = self.whole_wm[self.model_id[idx]]
+        k = self.whole_k
+        out = []
+        for minus in less:
+            n = (nf - minus)[..., None]
+            u = (ww * ((cw > 0) & (n >= k)) * n * MILLI_PER_GPU).sum(axis=-1)
+            if cpu_aware:
+                u = u + (ww * np.minimum(n // k, cw) * k * MILLI_PER_GPU).sum(axis=-1)
+            out.append(u)
+        return out[0] if less == (0,) else np.stack(out)
 
     # --- what the policy and the reports call ---------------------------------
     def usable(self, state: ClusterState, idx: np.ndarray) -> np.ndarray:
@@ -254,19 +274,35 @@ class FragModel:
             return u, np.full(len(idx), -1, dtype=np.int64)
         d = req.gpu_milli
         x = self.thresholds
-        a = free[:, :, None]  # (M, G, 1): the GPU that would take the request
+        # the candidates: on each node, one GPU per distinct free share that fits (GPUs with
+        # the same room are the same choice), in ascending order of room
+        srt = np.sort(free, axis=1)
+        fresh = np.ones_like(srt, dtype=bool)
+        fresh[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        rows, cols = np.nonzero(fresh & (srt >= d))
+        a = srt[rows, cols]  # (P,): the room of the GPU that would take the request
         # The GPU that takes the task is charged in task slots: for a shape needing x
         # it loses x * (floor(a / x) - floor((a - d) / x)), so a task that fits in the
         # remainder a mod x costs that shape nothing (FGD would charge d whenever
         # a - d >= x, which cannot tell the GPUs of a node apart).
-        q = self._q(free)[:, None, :] - (a // x) * x + ((a - d) // x) * x  # (M, G, J)
-        nf_after = nf[:, None] - (free == MILLI_PER_GPU)  # (M, G)
-        u = self._u(idx, cpu, q, nf_after, cpu_aware=self.cpu_aware).astype(float)
-        u = np.where(free >= d, u, -np.inf)
-        best = u.max(axis=1)
-        order = free * 64 + np.arange(free.shape[1])
-        tie = np.where(u == best[:, None], order, np.iinfo(np.int64).max)
-        return best, tie.argmin(axis=1)
+        q = self._q(free)[rows] - (a[:, None] // x) * x + ((a[:, None] - d) // x) * x  # (P, J)
+        u = self._u_share(idx, cpu, q, cpu_aware=self.cpu_aware, rows=rows)
+        # the whole-GPU part only sees whether the GPU taken was whole: two values per node
+        whole = self._u_whole(idx, cpu, nf, cpu_aware=self.cpu_aware, less=(0, 1))
+        u = u + whole[(a == MILLI_PER_GPU).astype(np.int64), rows]
+        # per node: the best candidate, ties to the least room (the first: rooms ascend)
+        out_u, out_gpu = np.full(len(idx), -np.inf), np.full(len(idx), -1, dtype=np.int64)
+        if not len(rows):
+            return out_u, out_gpu
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(u)]))
+        best = np.maximum.reduceat(u, starts)
+        first = np.minimum.reduceat(np.where(u == best[group], np.arange(len(u)), len(u)), starts)
+        nodes = rows[starts]
+        out_u[nodes] = best
+        # ... on the lowest-index GPU with that room
+        out_gpu[nodes] = np.argmax(free[nodes] == a[first][:, None], axis=1)
+        return out_u, out_gpu
 
 # --- the policy --------------------------------------------------------------
 # Like FGD it scores a node and a GPU by the change of usable capacity for the target
@@ -312,6 +348,9 @@ class FragAware:
     # mixes, no change on openb default; exponent 0 is FGD's weighting, -1 loses 0.7 points
     # on a sharing-heavy mix).
     SIZE_EXPONENT = -0.5
+    # score nodes by classes of alike nodes (node_classes.py) when this many need scoring at
+    # once (a new request shape, a refreshed target): below, grouping costs more than it saves
+    CLASSES_FROM = 64
 
     def __init__(
         self, coverage: float = 0.95, half_life: float | None = HALF_LIFE, refresh_every: int = 1024,
@@ -326,6 +365,7 @@ class FragAware:
         self._model: FragModel | None = None
         self._u_now: _ShapeCache | None = None
         self._caches: dict[tuple[int, int, int], _ShapeCache] = {}
+        self._index: NodeIndex | None = None
 
     def _due(self) -> bool:
         """Refresh the target at 1, 2, 4 ... requests, then every `refresh_every`:
@@ -349,13 +389,35 @@ class FragAware:
         n = len(state.inventory.nodes)
         self._u_now = _ShapeCache(n)
         self._caches = {}
+        if self._index is None or self._index.state is not state:
+            self._index = NodeIndex(state)  # kept across target refreshes: it depends on the state alone
+
+    def _best_after(self, model: FragModel, state: ClusterState, nodes: np.ndarray,
+                    req: Request) -> tuple[np.ndarray, np.ndarray]:
+        """model.best_after for `nodes`, scoring one node per class of alike nodes."""
+        if len(nodes) < self.CLASSES_FROM:
+            return model.best_after(state, nodes, req)
+        assert self._index is not None
+        reps, inverse = self._index.classes(nodes)
+        u, gpu = model.best_after(state, reps, req)
+        if not req.is_sharing:
+            return u[inverse], gpu[inverse]
+        return u[inverse], gpu_with(state, nodes, state.gpu_free[reps, gpu][inverse])
+
+    def _usable(self, model: FragModel, state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+        if len(nodes) < self.CLASSES_FROM:
+            return model.usable(state, nodes)
+        assert self._index is not None
+        reps, inverse = self._index.classes(nodes)
+        return model.usable(state, reps)[inverse]
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
         # the caches are a memo of (target snapshot, this state): rebuilt when either changes
         if state is not self._state or self._built != self._generation:
             self._reset(state)
         rank = state.rank
-        idx = np.flatnonzero(state.feasible(req))
+        assert self._index is not None
+        idx = np.flatnonzero(self._index.feasible(req))
         if not len(idx):
             return None
         model, now = self._model, self._u_now
@@ -369,16 +431,16 @@ class FragAware:
         ver = state.version[idx]
         stale = idx[cache.version[idx] != ver]
         if len(stale):
-            cache.u_after[stale], cache.gpu[stale] = model.best_after(state, stale, req)
+            cache.u_after[stale], cache.gpu[stale] = self._best_after(model, state, stale, req)
             cache.version[stale] = state.version[stale]
         stale = idx[now.version[idx] != ver]
         if len(stale):
-            now.u_after[stale] = model.usable(state, stale)
+            now.u_after[stale] = self._usable(model, state, stale)
             now.version[stale] = state.version[stale]
-        # the loss of usable capacity, to be kept as small as possible
-        gain = np.zeros_like(cache.u_after)
-        gain[idx] = cache.u_after[idx] - now.u_after[idx]
-        i = int(idx[np.lexsort((rank[idx], -gain[idx]))[0]])
+        # the loss of usable capacity, to be kept as small as possible; ties to the lowest rank
+        gain = cache.u_after[idx] - now.u_after[idx]
+        best = idx[gain == gain.max()]
+        i = int(best[np.argmin(rank[best])])
         if req.is_sharing:
             return state.placement_on(i, req, [int(cache.gpu[i])])
         return state.placement_on(i, req, _lowest_gpus(state, i, req))

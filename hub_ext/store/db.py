@@ -44,6 +44,12 @@ class Store:
             row = s.get(Setting, key)
             return dict(row.value) if row else None
 
+    def settings_under(self, prefix: str) -> dict[str, dict]:
+        """Every setting whose key starts with `prefix`, in one read (a class's extensions)."""
+        with self.session() as s:
+            rows = s.scalars(select(Setting).where(Setting.key.startswith(prefix, autoescape=True)))
+            return {row.key: dict(row.value) for row in rows}
+
     def put_setting(self, key: str, value: dict) -> None:
         with self.session() as s:
             row = s.get(Setting, key)

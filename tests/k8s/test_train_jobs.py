@@ -142,6 +142,21 @@ def pv(name: str, **kw) -> PodView:
     ({}, [pv("p1", phase="Running", ran=True, gone=True)], {"cancel_requested": True, "job_deleted": True},
      "cancelled", "cancelled"),
     ({}, [], {"job_deleted": True}, "cancelled", "deleted outside gpupool"),
+    # the end read from the pods, before the Job controller writes its condition
+    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0)], {}, "succeeded", ""),
+    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "failed", "exit code 3"),
+    ({"spec": {"backoffLimit": 1}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "queued", ""),
+    # the checkpoint helper's exit (75) and a deleted pod are no end: the Job replaces them
+    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Failed", ran=True, exit_code=75,
+                                        disrupted="checkpointed and stopped")], {}, "preempted", "resumes"),
+    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0, gone=True)], {},
+     "running", "finishing"),
+    # an elastic job: done when one worker succeeded and none is left
+    ({"spec": {"parallelism": 4}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0),
+                                    pv("p2", phase="Running", ran=True)], {}, "running", ""),
+    ({"spec": {"parallelism": 4}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0),
+                                    pv("p2", phase="Succeeded", ran=True, exit_code=0)], {}, "succeeded", ""),
+    (None, [pv("p1", phase="Succeeded", ran=True, exit_code=0)], {}, "running", "finishing"),  # Job not seen yet
 ])
 def test_job_states(job, pods, kw, state, message) -> None:
     st = job_status(job, pods, **kw)
