@@ -266,10 +266,10 @@ class KubeJobController:
             await self._tell(job_id, replace(new, state=ObservedState.PREEMPTED, runs=old.runs,
                                              message="preempted; it resumes from its checkpoint"))
             old = self.statuses[job_id]
-        if old is not None and new.state in FINAL and old.state != "running" and new.runs > old.runs:
+        if old is not None and new.state in FINAL and old.state != ObservedState.RUNNING and new.runs > old.runs:
             # (re)started and ended between two passes (the end now comes from the pod, before the
             # Job's condition): the run is news too, before its end
-            await self._tell(job_id, replace(new, state="running", exit_code=old.exit_code,
+            await self._tell(job_id, replace(new, state=ObservedState.RUNNING, exit_code=old.exit_code,
                                              message="resumed from its checkpoint" if new.preemptions else ""))
         await self._tell(job_id, new)
 

@@ -89,12 +89,12 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
     # a pod deleted before it ended (cancel, max runtime, eviction) says nothing of the work
     succeeded = [p for p in pods if p.phase == "Succeeded" and not p.disrupted and not p.gone]
     if succeeded and (one_pod or (elastic and not live)):
-        return JobStatus("succeeded")
+        return JobStatus(S.SUCCEEDED)
     failures = [p for p in pods
                 if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
-        return JobStatus("failed", f"exit code {failures[-1].exit_code}")
+        return JobStatus(S.FAILED, f"exit code {failures[-1].exit_code}")
     return None
 
 
