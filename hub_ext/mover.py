@@ -43,6 +43,7 @@ from .pool.parking import plan_claims, quota_holdings
 from .pool.request import Placement
 from .store import Allocation, Event, Move
 from .store.moves import ACTIVE_PHASES
+from .train.states import HAS_RUN, JobState
 
 log = logging.getLogger("gpupool.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
@@ -167,25 +168,25 @@ class MoverService:
         if spawn is not None:
             return spawn
         training = self.training
-        if training is None or not hasattr(training, "pins"):
+        if training is None:  # no training pool, or one the cluster schedules (Kubernetes)
             return None
         rows = training.jobs()
         used: dict[str, int] = {}
         for r in rows:
-            if r.state in ("running", "preempting"):
+            if r.state in HAS_RUN:
                 used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
 
         def borrows(r: Any) -> bool:
             return used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli
 
         # the scheduler's order, roughly: jobs within their project's guarantee first, then borrowers
-        queued = sorted((r for r in rows if r.state == "queued" and r.project in training.projects),
+        queued = sorted((r for r in rows if r.state == JobState.QUEUED and r.project in training.projects),
                         key=lambda r: (borrows(r), -r.priority, r.submitted, r.id))
         view = None
         for r in queued:
             if now - r.submitted < self.cfg.head_wait_s:
                 continue
-            view = view if view is not None else training._train_view()
+            view = view if view is not None else training.train_view()
             req = Request(r.num_gpu, r.gpu_milli)
             if self.pool.policy.choose(view, req, self.pool.rng) is not None:
                 return None  # the head fits: the next training cycle starts it
@@ -291,7 +292,7 @@ class MoverService:
         out = []
         for row in self.pool.store.allocations(kind="build"):
             key = f"{row.owner}/{row.name}"
-            if row.state != "running" or not row.pid or (row.owner, row.name) in self._in_flight():
+            if row.state != JobState.RUNNING or not row.pid or (row.owner, row.name) in self._in_flight():
                 continue
             f = found.get(key) or {}
             idle = bool(f.get("gpu_data")) and (f.get("gpu_idle_s") or 0) >= self.cfg.idle_after_s \

@@ -11,16 +11,18 @@ and, once the hub has started, reconciles persisted allocations with what is run
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import logging
 import os
 import secrets
 import sys
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
+
+if TYPE_CHECKING:
+    from .train.backend import TrainingBackend
 
 log = logging.getLogger("gpupool")
 
@@ -332,7 +334,8 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
     from .api.culler import culler_state
     from .mover import build_mover
 
-    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings), training)
+    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings),
+                        training.local if training is not None else None)
     if mover is None:
         return None
     pool.make_room_by_moving = mover.make_room_for_spawn  # a spawn that fits nowhere waits for moves
@@ -348,7 +351,7 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
     return mover
 
 
-async def _start_training(hub: Any, pool: Any) -> Any:
+async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
@@ -363,34 +366,35 @@ async def _start_training(hub: Any, pool: Any) -> Any:
         from .train.kube_service import KubeTrainingService
 
         _configure_kubespawner_clients(hub.config)
-        training = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
+        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
         # the API answers at once; the watches catch up (and settle rows) in the background
         from . import tasks
 
-        tasks.start(training.start(), "following train Jobs on Kubernetes")
-        if training.idle_rules:  # idle train jobs, from the node agents' per-pod samples
+        tasks.start(kube.start(), "following train Jobs on Kubernetes")
+        if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
             from gpupool.idle_culler.sampler import make_sampler
 
-            training.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg,
-                                                             cfg.idle_sampler_token_file))
+            kube.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg,
+                                                         cfg.idle_sampler_token_file))
+        training: TrainingBackend = kube
     else:
+        from .train.backend import LocalTraining
         from .train.service import TrainingService
 
-        training = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
-        training.adopt_after_restart()
+        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
+        training = LocalTraining(engine)
+        await training.start()
         from . import tasks
 
-        tasks.start(_look_after_folders(training, cfg.folder_check_s), "measuring and cleaning job folders")
-        if training.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
+        tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
+        if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
-            training.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
+            engine.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
 
     async def tick() -> None:
         try:
-            result = training.tick()
-            if inspect.isawaitable(result):
-                await result
+            await training.tick()
         except Exception:  # noqa: BLE001 - one bad cycle must not stop the loop
             log.exception("training cycle failed")
 

@@ -141,7 +141,7 @@ def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> No
         low = svc.submit("ann", "lab", "low", 1, 1000, sleeper, priority=0, now=0).id
         svc.tick(now=20)
         assert svc.job(kept).state == svc.job(low).state == "running"
-        running = [svc._job(r) for r in svc.jobs(state="running")]
+        running = [svc.scheduler_job(r) for r in svc.jobs(state="running")]
         _, over = in_quota_split(svc.projects, running)
         assert reclaimable(running, over, svc.projects, now=30)[0].id == low  # lower priority, older run
         assert svc.make_room_for_build(Workload("build", "bob", ""), Request.for_gpus(1000), now=30)

@@ -37,12 +37,38 @@ def test_at_its_limit_and_when_room_exists() -> None:
 def test_a_preemption_is_one_line_that_says_where_the_job_goes_on() -> None:
     import time
 
+    from gpupool.train.states import PreemptCause
     from gpupool.train.waiting import preemption_text
 
     at = time.mktime((2026, 11, 23, 14, 2, 0, 0, 0, -1))
     saved = time.mktime((2026, 11, 23, 13, 55, 0, 0, 0, -1))
-    assert preemption_text(at, "project vision needs its guarantee", saved, "queued") == (
+    # the words come from the event's fields (cause, project), never from the reason's wording
+    assert preemption_text(at, PreemptCause.GUARANTEE, "reclaimed", saved, "queued", for_project="vision") == (
         "preempted at 14:02 so that project vision gets its guarantee back;"
         " resumes from the checkpoint saved at 13:55")
-    assert preemption_text(at, "a build workspace needs its GPU", None, "running") == (
+    assert preemption_text(at, PreemptCause.BUILD, "a build workspace needs its GPU", None, "running") == (
         "preempted at 14:02 because a build workspace needs its GPU; restarted from the beginning: no checkpoint")
+
+
+def test_the_preemption_line_is_made_from_the_events_fields_not_its_words(tmp_path) -> None:
+    """The job monitor's line reads the preempt event's `cause` and `for_project`: a message
+    worded otherwise (or cut short) changes nothing; an event written before it had fields still
+    reads as before."""
+    from types import SimpleNamespace
+
+    from gpupool.store import Store, TrainJob
+    from gpupool.train.states import JobEvent, PreemptCause
+    from gpupool.train.waiting import last_preemption
+
+    store = Store(f"sqlite:///{tmp_path}/db.sqlite")
+    pool = SimpleNamespace(store=store)
+    job = TrainJob(id="j1", state="queued", preemptions=1, workdir=str(tmp_path / "none"))
+    store.record(JobEvent.PREEMPT, "job j1 of lab preempted: (cut)", owner="ann", name="j1",
+                 cause=PreemptCause.GUARANTEE, for_project="paper", reason="(cut)")
+    assert "so that project paper gets its guarantee back; restarts from the beginning" in last_preemption(pool, job)
+    store.record(JobEvent.PREEMPT, "job j1 of lab preempted: project vision needs its guarantee", owner="ann",
+                 name="j1", cause=PreemptCause.PRIORITY, for_project="vision", reason="a job of priority 5 in vision")
+    assert "because a job of priority 5 in vision;" in last_preemption(pool, job)
+    store.record(JobEvent.PREEMPT, "job j1 of lab preempted: project vision needs its guarantee", owner="ann",
+                 name="j1")  # an old database's event: no fields
+    assert "so that project vision gets its guarantee back;" in last_preemption(pool, job)

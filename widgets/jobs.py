@@ -12,15 +12,15 @@ from urllib.parse import quote
 
 import ipywidgets as w
 from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.train.states import UNFINISHED, JobState
 from gpupool.train.sweep import SweepError
 
 from .ansi import log_box
 from .client import Client, GPUPoolError
 from .sweep import SweepTable, parse_sweep_field
 
-ACTIVE = ("queued", "running", "preempting")
-STATE_COLOURS = {"queued": "#b58900", "running": "#268bd2", "preempting": "#cb4b16", "succeeded": "#2aa198",
-                 "failed": "#dc322f", "cancelled": "#839496"}
+STATE_COLOURS = {JobState.QUEUED: "#b58900", JobState.RUNNING: "#268bd2", JobState.PREEMPTING: "#cb4b16",
+                 JobState.SUCCEEDED: "#2aa198", JobState.FAILED: "#dc322f", JobState.CANCELLED: "#839496"}
 
 
 def job_row(job: Mapping[str, Any]) -> str:
@@ -29,13 +29,14 @@ def job_row(job: Mapping[str, Any]) -> str:
     colour = STATE_COLOURS.get(job["state"], "#000")
     where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
     why = job.get("wait_reason") or (f"#{job['queue_position']} in queue" if job.get("queue_position") else "")
-    eta = (job.get("eta") or {}).get("text") if job["state"] == "queued" else ""
+    eta = (job.get("eta") or {}).get("text") if job["state"] == JobState.QUEUED else ""
     if eta:  # when the forward simulation of the scheduler expects it to start (gpupool.pool.eta)
         why = f"{eta}; {why}" if why else eta
     runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
         f", preempted {job['preemptions']}×" if job["preemptions"] else "")
     # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
-    note = (job.get("message") if job["state"] == "cancelled" else job.get("preemption") or job.get("message")) or ""
+    cancelled = job["state"] == JobState.CANCELLED
+    note = (job.get("message") if cancelled else job.get("preemption") or job.get("message")) or ""
     return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
             f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
             f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
@@ -117,7 +118,7 @@ class JobMonitor(w.VBox):
         one = [w.HBox([self.cancel_button, self.status]), self.log_view] if job_id else [self.status]
         super().__init__([self.table, self.message, *one], **kwargs)
         jobs = self.refresh()
-        if follow and any(j["state"] in ACTIVE for j in jobs):
+        if follow and any(j["state"] in UNFINISHED for j in jobs):
             self.follow()
 
     @property
@@ -137,7 +138,7 @@ class JobMonitor(w.VBox):
             while not self._stop.wait(self.interval):
                 jobs = self.refresh()
                 failures = failures + 1 if not jobs else 0
-                if (jobs and not any(j["state"] in ACTIVE for j in jobs)) or failures >= 30:
+                if (jobs and not any(j["state"] in UNFINISHED for j in jobs)) or failures >= 30:
                     break
         self.status.value = "" if failures < 30 else \
             "<small style='color:#b00'>stopped following: the API did not answer</small>"
@@ -161,8 +162,8 @@ class JobMonitor(w.VBox):
         self.table.value = ("<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
                             "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
         if self.job_id and jobs:  # an ended job has nothing to cancel: no button, not a dead one
-            self.cancel_button.layout.display = "" if jobs[0]["state"] in ACTIVE else "none"
-            self.cancel_button.disabled = jobs[0]["state"] not in ACTIVE
+            self.cancel_button.layout.display = "" if jobs[0]["state"] in UNFINISHED else "none"
+            self.cancel_button.disabled = jobs[0]["state"] not in UNFINISHED
         return jobs
 
     def cancel(self) -> None:

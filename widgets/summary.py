@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.train.states import JobState
+
 # the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
 REASONS = {
     "idle-gpu": "if its GPU stays idle",
@@ -79,7 +81,7 @@ def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The user's queued train job that should start first, with when and why it waits (api/jobs)."""
-    queued = [j for j in (jobs or {}).get("jobs", []) if j.get("state") == "queued"]
+    queued = [j for j in (jobs or {}).get("jobs", []) if j.get("state") == JobState.QUEUED]
     if not queued:
         return None
     timed = [j for j in queued if (j.get("eta") or {}).get("start")]

@@ -10,11 +10,11 @@ import threading
 from typing import Any
 
 import ipywidgets as w
+from gpupool.train.states import UNFINISHED
 from gpupool.train.sweep import SweepError, combinations
 
 from .client import Client, GPUPoolError
 
-ACTIVE = ("queued", "running", "preempting")
 MAX_TEXT = 4000  # a sweep field longer than this is not a sweep anyone typed
 
 
@@ -81,7 +81,7 @@ class SweepTable(w.VBox):
         self._stop = threading.Event()
         super().__init__([w.HTML(f"<b>sweep {html.escape(sweep_id)}</b>"), self.table, self.status], **kwargs)
         data = self.refresh()
-        if follow and any(r["job"].get("state") in ACTIVE for r in data.get("runs", [])):
+        if follow and any(r["job"].get("state") in UNFINISHED for r in data.get("runs", [])):
             threading.Thread(target=self._follow, name="gpupool-sweep", daemon=True).start()
 
     def refresh(self) -> dict:
@@ -98,7 +98,7 @@ class SweepTable(w.VBox):
         while not self._stop.wait(self.interval):
             data = self.refresh()
             failures = failures + 1 if not data else 0
-            if (data and not any(r["job"].get("state") in ACTIVE for r in data["runs"])) or failures >= 30:
+            if (data and not any(r["job"].get("state") in UNFINISHED for r in data["runs"])) or failures >= 30:
                 return
 
     def close(self) -> None:

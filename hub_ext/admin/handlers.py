@@ -9,7 +9,6 @@ and logs a warning on every start.
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import Any
 
@@ -27,6 +26,7 @@ from ..api.quotas import (
     notes,
 )
 from ..pool.units import UnitError, format_gpus, parse_gpus, shown
+from ..train.states import UNFINISHED
 from .view import admin_view
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
@@ -121,11 +121,9 @@ class CancelAction(ActionBase):
         row = training.job(job_id)
         if row is None:
             raise web.HTTPError(404, f"no job {shown(job_id)}")
-        if row.state not in ("queued", "running", "preempting"):
+        if row.state not in UNFINISHED:
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = training.cancel(job_id, by=admin.name)  # the owner reads who cancelled it
-        if inspect.isawaitable(row):
-            row = await row
+        row = await training.cancel(job_id, by=admin.name)  # the owner reads who cancelled it
         self.finish({"id": row.id, "state": row.state})
 
 

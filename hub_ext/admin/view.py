@@ -11,8 +11,8 @@ from ..api.quotas import current_quotas
 from ..config import quota_notes
 from ..pool import format_gpus
 from ..pool.units import parse_gpus
+from ..train.states import HAS_RUN, UNFINISHED, JobState
 
-ACTIVE = ("queued", "running", "preempting")
 EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
                "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
 
@@ -51,17 +51,17 @@ def jobs(training: Any) -> list[dict[str, Any]]:
     from ..train.waiting import explain, last_preemption
 
     rows = training.jobs()
-    active = [j for j in rows if j.state in ACTIVE]
-    ended = sorted((j for j in rows if j.state not in ACTIVE), key=lambda j: j.finished or 0, reverse=True)[:10]
-    held = training.holds(active) if getattr(training, "holds", None) is not None else {}  # GPU-hour budgets
+    active = [j for j in rows if j.state in UNFINISHED]
+    ended = sorted((j for j in rows if j.state not in UNFINISHED), key=lambda j: j.finished or 0, reverse=True)[:10]
+    held = training.holds(active) if training.holds is not None else {}  # GPU-hour budgets
     return [{"id": j.id, "name": j.name, "owner": j.owner, "project": j.project, "state": j.state,
-             "gpus": format_gpus(j.total_milli), "active": j.state in ACTIVE,
+             "gpus": format_gpus(j.total_milli), "active": j.state in UNFINISHED,
              "why": held.get(j.id) or explain(training, j) or last_preemption(training.pool, j) or j.message or ""}
             for j in active + ended]
 
 
 def _in_use(jobs: list, projects: set[str]) -> int:
-    return sum(j.total_milli for j in jobs if j.project in projects and j.state in ("running", "preempting"))
+    return sum(j.total_milli for j in jobs if j.project in projects and j.state in HAS_RUN)
 
 
 def _limit(milli: int) -> str:
@@ -72,7 +72,7 @@ def projects(training: Any) -> list[dict[str, Any]]:
     rows = training.jobs()
     return [{"name": p.name, "department": p.department, "guarantee": format_gpus(p.guarantee_milli),
              "limit": _limit(p.limit_milli), "in_use": format_gpus(_in_use(rows, {p.name})),
-             "queued": sum(1 for j in rows if j.project == p.name and j.state == "queued")}
+             "queued": sum(1 for j in rows if j.project == p.name and j.state == JobState.QUEUED)}
             for p in training.projects.values()]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import inspect
 import json
 import shlex
 import time
@@ -19,7 +18,10 @@ from tornado import web
 from ..pool import InvalidRequest, PoolError, Request
 from ..pool.units import UnitError, parse_gpus, shown
 from ..store.jobs import STATES
+from ..train.backend import TrainingBackend
+from ..train.code import JobCode
 from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
+from ..train.states import HAS_RUN, UNFINISHED, JobState
 from ..train.sweep import SweepError, combinations
 from ..train.volume import SubmitRate, code_refusal, count_refusal
 from ..train.waiting import explain, last_preemption
@@ -34,7 +36,7 @@ MAX_ARGS, MAX_ARG_CHARS = 1000, 16 * 1024  # a command line, not a data set
 
 class JobsBase(APIHandler):
     @property
-    def training(self):
+    def training(self) -> TrainingBackend:
         service = self.settings.get("training")
         if service is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
@@ -44,7 +46,7 @@ class JobsBase(APIHandler):
     def estimates(self):
         from ..train.estimates import Estimates
 
-        return self.settings.setdefault("estimates", Estimates(self.training))
+        return self.settings.setdefault("estimates", Estimates(self.training.local))
 
     def visible_job(self, job_id: str):
         row = self.training.job(job_id) if len(job_id) <= 32 else None
@@ -60,7 +62,7 @@ class JobsBase(APIHandler):
         else:
             data["queue_position"] = queue.index(row.id) + 1 if row.id in queue else None
         data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
-        held = self.training.holds([row]) if getattr(self.training, "holds", None) is not None else {}
+        held = self.training.holds([row]) if self.training.holds is not None else {}
         if row.id in held:  # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
             data["wait_reason"] = held[row.id]
         data["eta"] = self.estimates.for_job(row)  # when it should start, and why then; None unless queued
@@ -91,7 +93,7 @@ class JobsHandler(JobsBase):
             if state not in STATES:
                 raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
             rows = [r for r in rows if r.state == state]
-        queue = [j.id for j in self.training.jobs(state="queued")]  # once, not once per job
+        queue = [j.id for j in self.training.jobs(state=JobState.QUEUED)]  # once, not once per job
         self.write_json({"jobs": [self.job_json(r, queue) for r in rows]})
 
     @web.authenticated
@@ -144,21 +146,16 @@ class JobsHandler(JobsBase):
         kind = next((k for k in ("script", "code", "notebook") if k in body), "")
         if why := code_refusal(kind, body.get(kind), svc.cfg.max_code_kib * 1024, svc.cfg.max_cells):
             raise web.HTTPError(413, why)
-        active = [j for state in ("queued", "running", "preempting") for j in svc.jobs(state=state)]  # not history
+        active = [j for state in UNFINISHED for j in svc.jobs(state=state)]  # not history
         if why := count_refusal(active, caller.name, project, len(runs), svc.cfg):
             raise web.HTTPError(429, why)
         codes = await asyncio.to_thread(
             lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
         rows = []
-        for (run_name, _), (files, command) in zip(runs, codes, strict=True):
+        for (run_name, _), code in zip(runs, codes, strict=True):
             try:
-                extra = {**({"min_gpus": min_gpus} if min_gpus else {}), **({"pools": pools} if pools else {})}
-                args = (caller.name, project, run_name, request.num_gpu, request.gpu_milli, command,
-                        priority, min_runtime, max_runtime, files)
-                if inspect.iscoroutinefunction(svc.submit):  # the Kubernetes back-end creates the Job first
-                    row = await svc.submit(*args, **extra)
-                else:  # folders, files and maybe a new Unix account: blocking work
-                    row = await asyncio.to_thread(svc.submit, *args, **extra)
+                row = await svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, code,
+                                       priority, min_runtime, max_runtime, min_gpus=min_gpus, pools=pools)
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
@@ -173,7 +170,7 @@ class JobsHandler(JobsBase):
             self.write_json(self.job_json(rows[0]), status=201)
             return
         sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
-        queue = [j.id for j in svc.jobs(state="queued")]
+        queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
         self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
     def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
@@ -182,7 +179,7 @@ class JobsHandler(JobsBase):
         if "pools" not in body:
             return ()
         svc = self.training
-        allowed = svc.projects[project].pools or tuple(getattr(svc, "pools", {}))
+        allowed = svc.projects[project].pools or tuple(svc.pools)
         chosen = body["pools"]
         if not isinstance(chosen, list) or not 1 <= len(chosen) <= 16 or not all(isinstance(p, str) for p in chosen) \
                 or len(set(chosen)) != len(chosen) or set(chosen) - set(allowed):
@@ -205,12 +202,9 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, str(err)) from None
         return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
 
-    def job_code(self, body: dict) -> tuple[dict[str, bytes], list[str]]:
-        """A command, a script, a cell's code or a notebook: snapshotted into the job folder."""
-        import sys
-
-        # the Python jobs run with: TrainPool.python, which the jobs' accounts can run
-        python = getattr(getattr(self.training, "cfg", None), "python", "") or sys.executable
+    def job_code(self, body: dict) -> JobCode:
+        """A command, a script, a cell's code or a notebook, as data: its files (snapshotted into
+        the job folder) and how it is entered; the back-end says how it runs there."""
         given = [k for k in ("command", "script", "code", "notebook") if k in body]
         if len(given) != 1:
             raise web.HTTPError(400, "give exactly one of: command, script, code, notebook")
@@ -225,11 +219,11 @@ class JobsHandler(JobsBase):
                     or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)):
                 raise web.HTTPError(400, f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
                                          " string), e.g. [\"python\", \"train.py\"]")
-            return {}, value
+            return JobCode.command(value)
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
-            return {"job.py": value.encode()}, [python, "job.py"]
+            return JobCode.script(value.encode())
         if kind == "code" and not (isinstance(value, str) or
                                    (isinstance(value, list) and all(isinstance(v, str) for v in value))):
             raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
@@ -249,8 +243,7 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, f"{kind}: {err}") from None
         except Exception as err:  # noqa: BLE001 - nbformat rejects a malformed document in many ways
             raise web.HTTPError(400, f"{kind}: not a valid notebook: {type(err).__name__}: {err}") from None
-        return ({"input.ipynb": text.encode()},
-                [python, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"])
+        return JobCode.notebook(text.encode())
 
 
 class JobHandler(JobsBase):
@@ -261,11 +254,9 @@ class JobHandler(JobsBase):
     @web.authenticated
     async def delete(self, job_id: str) -> None:
         row = self.visible_job(job_id)
-        if row.state not in ("queued", "running", "preempting"):
+        if row.state not in UNFINISHED:
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
-        row = self.training.cancel(job_id, by=self.caller.name)
-        if inspect.isawaitable(row):
-            row = await row
+        row = await self.training.cancel(job_id, by=self.caller.name)
         self.write_json(self.job_json(row))
 
 
@@ -290,8 +281,8 @@ class ProjectsHandler(JobsBase):
     @web.authenticated
     def get(self) -> None:
         svc = self.training
-        running = [j for j in svc.jobs() if j.state in ("running", "preempting")]
-        queued = [j for j in svc.jobs() if j.state == "queued"]
+        running = [j for j in svc.jobs() if j.state in HAS_RUN]
+        queued = [j for j in svc.jobs() if j.state == JobState.QUEUED]
         out = []
         caller = self.caller
         by_pool = self.used_by_pool(running)
@@ -312,7 +303,7 @@ class ProjectsHandler(JobsBase):
                   "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
                  for d in svc.departments.values()]
         pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
-                 for n, p in getattr(svc, "pools", {}).items()}
+                 for n, p in svc.pools.items()}
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
     def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:
@@ -320,15 +311,15 @@ class ProjectsHandler(JobsBase):
         guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
         from ..pool.pool_quotas import in_pool
 
-        svc = self.training
-        if not hasattr(svc, "_job"):
+        svc = self.training.local
+        if svc is None:
             return None
         out: dict[tuple[str, str], int] = {}
         for row in running:
             p = svc.projects.get(row.project)
             if p is None or not p.pool_guarantees:
                 continue
-            job = svc._job(row)
+            job = svc.scheduler_job(row)
             for pool, _ in p.pool_guarantees:
                 if in_pool(svc.pools.get(pool), self.pool.inventory, job):
                     out[(p.name, pool)] = out.get((p.name, pool), 0) + job.milli

@@ -19,10 +19,9 @@ from the API server, and a 404 there means deleted.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -34,11 +33,11 @@ from ..runners.safe_files import tail_text
 from .follow import Follower, trim_job, trim_pod
 from .job_spec import TrainJobSpec
 from .objects import JOB_ID, MANAGED_BY, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
-from .status import FINAL, JobStatus, PodView, job_status, observe_pod
+from .status import FINAL, JobStatus, ObservedState, PodView, job_status, observe_pod
 
 LOG_READ_MAX = 16 << 20  # bytes of a pod's log read for one page
 log = logging.getLogger("gpupool.kube")
-OnChange = Callable[[str, JobStatus], Awaitable[None] | None]
+OnChange = Callable[[str, JobStatus], None]  # told each new status; writes the job's row, never waits
 
 
 class KubeJobController:
@@ -87,7 +86,7 @@ class KubeJobController:
         if spec.id not in self.jobs:
             self.unseen[spec.id] = self.clock()
         if spec.id not in self.statuses:  # news now: the next pass may already see it running
-            await self._tell(spec.id, JobStatus("queued", "waiting for GPUs in its queue"))
+            await self._tell(spec.id, JobStatus(ObservedState.QUEUED, "waiting for GPUs in its queue"))
         return job
 
     async def logs(self, job_id: str, tail: int, before: int | None = None) -> tuple[list[str], int]:
@@ -261,16 +260,16 @@ class KubeJobController:
             return  # pods seen before their Job: wait for it
         if new == old:
             return
-        if (old is not None and old.state != "preempted" and new.preemptions > old.preemptions
-                and new.state not in ("preempted", "cancelled")):
+        if (old is not None and old.state != ObservedState.PREEMPTED and new.preemptions > old.preemptions
+                and new.state not in (ObservedState.PREEMPTED, ObservedState.CANCELLED)):
             # preempted and already resumed (or ended) between two passes: the preemption is news too
-            await self._tell(job_id, replace(new, state="preempted", runs=old.runs,
+            await self._tell(job_id, replace(new, state=ObservedState.PREEMPTED, runs=old.runs,
                                              message="preempted; it resumes from its checkpoint"))
             old = self.statuses[job_id]
-        if old is not None and new.state in FINAL and old.state != "running" and new.runs > old.runs:
+        if old is not None and new.state in FINAL and old.state != ObservedState.RUNNING and new.runs > old.runs:
             # (re)started and ended between two passes (the end now comes from the pod, before the
             # Job's condition): the run is news too, before its end
-            await self._tell(job_id, replace(new, state="running", exit_code=old.exit_code,
+            await self._tell(job_id, replace(new, state=ObservedState.RUNNING, exit_code=old.exit_code,
                                              message="resumed from its checkpoint" if new.preemptions else ""))
         await self._tell(job_id, new)
 
@@ -278,9 +277,7 @@ class KubeJobController:
         self.statuses[job_id] = new
         log.info("train job %s: %s %s", job_id, new.state, new.message)
         if self.on_change is not None:
-            result = self.on_change(job_id, new)
-            if inspect.isawaitable(result):
-                await result
+            self.on_change(job_id, new)
 
 
 def _job_id(obj: dict) -> str:

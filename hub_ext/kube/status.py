@@ -11,10 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from gpupool.train.exit_codes import PREEMPTED
+from gpupool.train.states import OBSERVED_FINAL, ObservedState
+from gpupool.train.states import ObservedState as S
 
-STATES = ("queued", "running", "preempted", "succeeded", "failed", "cancelled")
-FINAL = ("succeeded", "failed", "cancelled")
-UNSCHEDULABLE = "unschedulable: "  # a queued job's message when its scheduler said why it waits
+STATES = tuple(ObservedState)
+FINAL = OBSERVED_FINAL
+UNSCHEDULABLE = "unschedulable: "  # a queued job's message when its scheduler said why it waits (also a field)
 REASON_MAX = 400  # characters of the scheduler's reason kept (KAI lists fit errors per node)
 
 
@@ -35,11 +37,12 @@ class PodView:
 
 @dataclass(frozen=True)
 class JobStatus:
-    state: str
+    state: ObservedState
     message: str = ""
     runs: int = 0  # pods that ran
     preemptions: int = 0
     exit_code: int | None = None
+    unschedulable: str = ""  # a queued job: why its scheduler cannot place it, in its own words
 
 
 def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: int = 0) -> PodView:
@@ -86,12 +89,12 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
     # a pod deleted before it ended (cancel, max runtime, eviction) says nothing of the work
     succeeded = [p for p in pods if p.phase == "Succeeded" and not p.disrupted and not p.gone]
     if succeeded and (one_pod or (elastic and not live)):
-        return JobStatus("succeeded")
+        return JobStatus(S.SUCCEEDED)
     failures = [p for p in pods
                 if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
-        return JobStatus("failed", f"exit code {failures[-1].exit_code}")
+        return JobStatus(S.FAILED, f"exit code {failures[-1].exit_code}")
     return None
 
 
@@ -107,11 +110,11 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
                   if c.get("status") == "True"}
     for kind in ("Complete", "SuccessCriteriaMet"):
         if kind in conditions:
-            return JobStatus("succeeded", **counts)
+            return JobStatus(S.SUCCEEDED, **counts)
     for kind in ("Failed", "FailureTarget"):
         if kind in conditions:
             if cancel_requested:
-                return JobStatus("cancelled", "cancelled", **counts)
+                return JobStatus(S.CANCELLED, "cancelled", **counts)
             reason = conditions[kind].get("reason", "")
             if reason == "DeadlineExceeded":
                 message = "stopped at its max runtime"
@@ -119,36 +122,36 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
                 message = f"exit code {exit_code}"
             else:
                 message = conditions[kind].get("message") or reason or "failed"
-            return JobStatus("failed", message, **counts)
+            return JobStatus(S.FAILED, message, **counts)
     if cancel_requested or job_deleted:
         live = [p for p in pods if not p.gone and p.phase in ("Pending", "Running")]
         if cancel_requested and live and not job_deleted:
-            return JobStatus("running" if any(p.phase == "Running" for p in live) else "queued",
+            return JobStatus(S.RUNNING if any(p.phase == "Running" for p in live) else S.QUEUED,
                              "cancelling", **counts)
-        return JobStatus("cancelled", "cancelled" if cancel_requested else "its Job was deleted outside gpupool",
+        return JobStatus(S.CANCELLED, "cancelled" if cancel_requested else "its Job was deleted outside gpupool",
                          **counts)
     if ((job or {}).get("spec") or {}).get("suspend"):
         if runs:  # Kueue evicted it (reclaim, priority): it suspends the Job, which stops its pods
-            return JobStatus("preempted", "preempted by Kueue; it resumes from its checkpoint when Kueue admits "
+            return JobStatus(S.PREEMPTED, "preempted by Kueue; it resumes from its checkpoint when Kueue admits "
                              "it again", **counts)
-        return JobStatus("queued", "waiting for Kueue to admit it", **counts)
+        return JobStatus(S.QUEUED, "waiting for Kueue to admit it", **counts)
     live = [p for p in pods if not p.gone and not p.disrupted and p.phase in ("Pending", "Running")]
     ended = ended_by_pods(job, pods, live)
     if ended is not None:
         return replace(ended, **counts)
     if any(p.phase == "Running" for p in live):
-        return JobStatus("running", "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts)
+        return JobStatus(S.RUNNING, "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts)
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
-        return JobStatus("running", "finishing", **counts)  # the Job's Complete condition follows
+        return JobStatus(S.RUNNING, "finishing", **counts)  # the Job's Complete condition follows
     last = pods[-1] if pods else None
     if last is not None and (last.disrupted or last.gone) and not live:
         # deleted by someone else than the hub (a scheduler without the DisruptionTarget condition):
         # its exit code says soon whether it saved a checkpoint
         why = last.disrupted or "its pod was deleted"
-        return JobStatus("preempted", f"preempted ({why}); it resumes from its checkpoint", **counts)
+        return JobStatus(S.PREEMPTED, f"preempted ({why}); it resumes from its checkpoint", **counts)
     if preemptions and live:
-        return JobStatus("preempted", "preempted; waiting for GPUs to resume", **counts)
+        return JobStatus(S.PREEMPTED, "preempted; waiting for GPUs to resume", **counts)
     why = next((p.unschedulable for p in reversed(live) if p.unschedulable), "")
     if why:
-        return JobStatus("queued", UNSCHEDULABLE + why, **counts)
-    return JobStatus("queued", "waiting for GPUs in its queue", **counts)
+        return JobStatus(S.QUEUED, UNSCHEDULABLE + why, unschedulable=why, **counts)
+    return JobStatus(S.QUEUED, "waiting for GPUs in its queue", **counts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..train.states import PreemptCause
 from .request import Placement, Request
 
 
@@ -78,7 +79,9 @@ class Admit:
 class Preempt:
     job: str
     for_job: str
-    reason: str
+    reason: str  # in words, for the job's owner
+    cause: PreemptCause = PreemptCause.GUARANTEE
+    for_project: str = ""  # the project for_job belongs to
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from ..train.states import JobState
 from .models import Base, utcnow
 
-STATES = ("queued", "running", "preempting", "succeeded", "failed", "cancelled")
+STATES = tuple(JobState)  # the values stored in TrainJob.state
 
 
 class TrainJob(Base):
@@ -24,7 +25,7 @@ class TrainJob(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0)
     command: Mapped[list[str]] = mapped_column(JSON)
     workdir: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    state: Mapped[str] = mapped_column(String(16), default=JobState.QUEUED, index=True)
     submitted: Mapped[float] = mapped_column(Float)  # epoch seconds; kept across preemptions
     started: Mapped[float | None] = mapped_column(Float, nullable=True)  # current run
     finished: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -36,7 +37,7 @@ class TrainJob(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     # what the hub has decided to do to the current run, written before it acts, so that a
-    # restarted hub carries it out: "cancel", "max-runtime" or "" (a preemption: requeue)
+    # restarted hub carries it out: a gpupool.train.states.Intent ("": a preemption, requeue)
     intent: Mapped[str] = mapped_column(String(16), default="")
     term_sent: Mapped[float | None] = mapped_column(Float, nullable=True)  # first SIGTERM: kill deadline - grace
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)

@@ -18,7 +18,9 @@ from ..pool.training import Department, Project
 from ..runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
 from ..store import Event, TrainJob
 from ..store.db import bounded
+from .backend import JobLog
 from .config import TrainPool
+from .states import JobEvent, JobState
 
 
 class JobBook:
@@ -41,7 +43,7 @@ class JobBook:
             return s.get(TrainJob, job_id)
 
     def queue_position(self, job_id: str) -> int | None:
-        queued = [j.id for j in self.jobs(state="queued")]
+        queued = [j.id for j in self.jobs(state=JobState.QUEUED)]
         return queued.index(job_id) + 1 if job_id in queued else None
 
     def _record_new(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
@@ -64,13 +66,13 @@ class JobBook:
         if prepare is not None:
             prepare(workdir)
         row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
-                       priority=priority, command=command, workdir=str(workdir), state="queued",
+                       priority=priority, command=command, workdir=str(workdir), state=JobState.QUEUED,
                        submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
                        max_runtime_s=max_runtime_s, message=message)
         with self.pool.store.session() as s:
             s.add(row)
-            s.add(Event(kind="job", message=f"{owner} submitted job {job_id} ({name}) to {project}", owner=owner,
-                        name=job_id, data={}))
+            s.add(Event(kind=JobEvent.SUBMITTED, message=f"{owner} submitted job {job_id} ({name}) to {project}",
+                        owner=owner, name=job_id, data={}))
         return row
 
     def _set(self, job_id: str, **values) -> None:
@@ -85,14 +87,14 @@ class JobBook:
         """The uid that owns a job's files (the hub's own unless jobs run as their owner)."""
         return os.geteuid()
 
-    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> dict:
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
         """The last `tail` lines of the job's log (before byte offset `before`, to page back),
         read from the end, and its output notebook, if any. Nothing in the user's folder is
         followed (see runners/safe_files)."""
         return await asyncio.to_thread(self._read_logs, row, tail, before, self.file_owner(row.owner))
 
     @staticmethod
-    def _read_logs(row: TrainJob, tail: int, before: int | None, uid: int) -> dict:
+    def _read_logs(row: TrainJob, tail: int, before: int | None, uid: int) -> JobLog:
         lines: list[str] = []
         start, output = 0, False
         try:

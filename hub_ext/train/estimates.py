@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..pool.eta import Estimate, Runtimes, forecast
+from .states import JobState
+
+if TYPE_CHECKING:
+    from .service import TrainingService
 
 HISTORY = 200  # finished runs per project that the expected run times come from
 
 
 class Estimates:
-    def __init__(self, training: Any, ttl_s: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, training: TrainingService | None, ttl_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        """`training`: the embedded scheduler (a back-end's `local`); None: no estimates."""
         self.training, self.ttl_s, self.clock = training, ttl_s, clock
         self._at = -1e18
         self._estimates: dict[str, Estimate] = {}
@@ -26,26 +32,26 @@ class Estimates:
 
     @property
     def available(self) -> bool:
-        return hasattr(self.training, "scheduler_inputs") and hasattr(self.training, "_train_view")
+        return self.training is not None
 
     def refresh(self, now: float | None = None, force: bool = False) -> dict[str, Estimate]:
         now = self.clock() if now is None else now
-        if (now - self._at < self.ttl_s and not force) or not self.available:
-            return self._estimates
         t = self.training
+        if (now - self._at < self.ttl_s and not force) or t is None:
+            return self._estimates
         rows = t.jobs()
-        self._queued = {r.id for r in rows if r.state == "queued"}
+        self._queued = {r.id for r in rows if r.state == JobState.QUEUED}
         pending, running, stopping = t.scheduler_inputs(rows)
         history: dict[str, list[float]] = {}
         for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
-            if r.state == "succeeded" and r.started is not None and r.finished is not None:
+            if r.state == JobState.SUCCEEDED and r.started is not None and r.finished is not None:
                 runs = history.setdefault(r.project, [])
                 if len(runs) < HISTORY:
                     runs.append(max(1.0, r.finished - r.started))
         self._runtimes = Runtimes.of(history)
-        requeued = [r.id for r in rows if r.state == "preempting" and not r.intent]
+        requeued = [r.id for r in rows if r.state == JobState.PREEMPTING and not r.intent]
         reserve = t.cfg.reserve_after_s if t.cfg.reserve_after_s >= 0 else None
-        self._estimates = forecast(t._train_view(), t.projects, pending, running, now, t.policy, self._runtimes,
+        self._estimates = forecast(t.train_view(), t.projects, pending, running, now, t.policy, self._runtimes,
                                    stopping=stopping, requeued=requeued, departments=t.departments,
                                    pools=t.pools, reserve_after_s=reserve, grace_s=t.cfg.grace_s)
         self._at = now
@@ -53,7 +59,7 @@ class Estimates:
 
     def for_job(self, row: Any, now: float | None = None) -> dict[str, Any] | None:
         """{"start", "in_s", "after", "basis"} for a queued job; None when not queued or unknown."""
-        if row.state != "queued" or not self.available:
+        if row.state != JobState.QUEUED or not self.available:
             return None
         now = self.clock() if now is None else now
         if row.id not in self._queued:  # submitted since the last computation

@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
@@ -30,29 +29,31 @@ from ..kube.job_spec import TrainJobSpec
 from ..kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from ..kube.objects import queue_name
 from ..kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
-from ..kube.status import FINAL, UNSCHEDULABLE, JobStatus
+from ..kube.status import FINAL, JobStatus
 from ..manager import PoolManager
 from ..pool import InvalidRequest
 from ..pool.pool_quotas import queue_pool
 from ..store import ElasticRange, JobPools, TrainJob
+from .backend import JobLog
 from .book import JobBook
+from .code import JobCode
 from .config import TrainPool
 from .idle import IdleClock
+from .states import Intent, JobEvent, JobState, ObservedState, PreemptCause
+
+if TYPE_CHECKING:
+    from .service import TrainingService
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
 
 
-def _in_pod(command: list[str], checkpoint_dir: str) -> list[str]:
-    """The hub's command for a job, as the job's container runs it: its own `python`, and a
-    notebook's executed copy kept beside the checkpoints (the working folder is not kept)."""
-    command = ["python" if i == 0 and arg == sys.executable else arg for i, arg in enumerate(command)]
-    if command[1:3] == ["-m", "gpupool.widgets.execute"] and command[-1] == "output.ipynb":
-        command[-1] = f"{checkpoint_dir}/output.ipynb"
-    return command
-
-
 class KubeTrainingService(JobBook):
+    """The Kubernetes back-end (a gpupool.train.backend.TrainingBackend): the cluster's scheduler
+    places jobs, so there is no `local` one."""
+
+    local: TrainingService | None = None
+
     def __init__(self, pool: PoolManager, cfg: TrainPool, api_client: Any, backend: Any = None) -> None:
         super().__init__(pool, cfg)
         if not cfg.image:
@@ -110,19 +111,21 @@ class KubeTrainingService(JobBook):
         await self.controller.stop()
 
     # --- changes from the API -------------------------------------------------
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
                      priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
-                     pools: tuple[str, ...] = ()) -> TrainJob:
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
         """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
         it may use, in its order. For a project with a guarantee per pool, the pure core picks
         the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool); on KAI a job of
-        another project with pools goes to the first of them (one shard per job)."""
+        another project with pools goes to the first of them (one shard per job). The job's
+        container runs its code with the image's `python`; a notebook's executed copy is kept
+        beside the checkpoints (the working folder is not kept)."""
         if min_gpus:
             await self.check_elastic()
         chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
-        row = self._record_new(owner, project, name, num_gpu, gpu_milli, _in_pod(command, self.opts.checkpoint_dir),
-                               priority, min_runtime_s, max_runtime_s, files, now, message=SUBMITTING)
+        command = code.command_line("python", self.opts.checkpoint_dir)
+        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
+                               max_runtime_s, dict(code.files), now, message=SUBMITTING)
         if min_gpus or pools or chosen:
             with self.pool.store.session() as s:
                 if min_gpus:
@@ -176,7 +179,7 @@ class KubeTrainingService(JobBook):
             if err.status and 400 <= err.status < 500 and err.status not in (408, 429):
                 # the cluster refuses it (invalid, forbidden by a ResourceQuota...): say why
                 self.unsent.discard(job_id)
-                self._set(job_id, state="failed", finished=time.time(),
+                self._set(job_id, state=JobState.FAILED, finished=time.time(),
                           message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}")
                 self._drop_folder(row)
                 return
@@ -209,7 +212,7 @@ class KubeTrainingService(JobBook):
         who = cancelled_by(by, self.job(job_id).owner, now)
         if job_id in self.unsent:  # never reached the cluster
             self.unsent.discard(job_id)
-            self._set(job_id, state="cancelled", finished=now, message=f"{who} while queued")
+            self._set(job_id, state=JobState.CANCELLED, finished=now, message=f"{who} while queued")
         else:
             await self.controller.cancel(job_id)
             row = self.job(job_id)
@@ -217,7 +220,7 @@ class KubeTrainingService(JobBook):
                 self._set(job_id, message=f"cancelling: {who}")
         return self.job(job_id)
 
-    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> dict:
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
         """The last `tail` lines of the newest pod's log (before byte offset `before`, to page
         back); `before` in the answer is where the first line starts."""
         lines, start = await self.controller.logs(row.id, tail, before)
@@ -227,7 +230,7 @@ class KubeTrainingService(JobBook):
         """Why a queued job waits, as the cluster says it (its row's message: the queue, and the
         scheduler's own words from its pod's PodScheduled condition), never computed from the
         hub's nominal inventory."""
-        return row.message if row.state == "queued" else ""
+        return row.message if row.state == JobState.QUEUED else ""
 
     # --- the loop ------------------------------------------------------------
     async def tick(self, now: float | None = None) -> dict:
@@ -252,11 +255,11 @@ class KubeTrainingService(JobBook):
         if self.gpu_use is None or not self.idle_rules:
             return []
         stopped = []
-        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        rows = [r for r in self.jobs(state=JobState.RUNNING) if r.project in self.idle_rules]
         for r in rows:
-            if r.intent == "idle" and r.id not in self.controller.cancel_requested:
+            if r.intent == Intent.IDLE and r.id not in self.controller.cancel_requested:
                 await self.controller.cancel(r.id)  # decided before a hub restart: carry it out
-        rows = [r for r in rows if r.intent != "idle"]
+        rows = [r for r in rows if r.intent != Intent.IDLE]
         util = self.gpu_use([(r, self.running_pods(r.id)) for r in rows]) if rows else {}
         by_id = {r.id: r for r in rows}
         for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
@@ -266,10 +269,10 @@ class KubeTrainingService(JobBook):
                 msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
                        f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
                 self._set(job_id, message=f"warning: {msg}")
-                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                self.pool.store.record(JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id)
                 continue
-            self._set(job_id, intent="idle", message="stopping: idle GPU")
-            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+            self._set(job_id, intent=Intent.IDLE, message="stopping: idle GPU")
+            self.pool.store.record(JobEvent.IDLE_STOP, f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
             await self.controller.cancel(job_id)
             stopped.append(job_id)
@@ -282,27 +285,29 @@ class KubeTrainingService(JobBook):
         now = time.time()
         # preempted: the Job makes a new pod that waits in its queue and resumes, as the
         # embedded runner requeues a preempted job
-        state = "queued" if st.state == "preempted" else st.state
+        state = JobState.QUEUED if st.state == ObservedState.PREEMPTED else JobState(st.state)
         message = st.message
-        if row.intent == "idle":  # the hub deleted its Job because its GPUs stayed idle
-            state, message = ("failed", "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
+        if row.intent == Intent.IDLE:  # the hub deleted its Job because its GPUs stayed idle
+            state, message = (JobState.FAILED, "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
         values: dict[str, Any] = {"state": state, "message": message, "runs": max(row.runs, st.runs),
                                   "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
-        if state == "running" and row.state != "running":
+        if state == JobState.RUNNING and row.state != JobState.RUNNING:
             values["started"] = now
         if state in FINAL and row.finished is None:
             values["finished"] = now
-        if state == "queued" and st.message in ("", "waiting for GPUs in its queue"):
+        if state == JobState.QUEUED and st.unschedulable:  # the scheduler said why
+            values["message"] = f"{self._waiting(row)}: {st.unschedulable}"
+        elif state == JobState.QUEUED and st.message in ("", "waiting for GPUs in its queue"):
             values["message"] = self._waiting(row)
-        elif state == "queued" and st.message.startswith(UNSCHEDULABLE):  # the scheduler said why
-            values["message"] = f"{self._waiting(row)}: {st.message[len(UNSCHEDULABLE):]}"
         self._set(job_id, **values)
         if state != row.state:
-            kind = {"running": "resume" if st.runs > 1 else "start", "queued": "preempt"}.get(state, "job")
-            if kind == "preempt" and st.preemptions <= row.preemptions:
+            kind = {JobState.RUNNING: JobEvent.RESUME if st.runs > 1 else JobEvent.START,
+                    JobState.QUEUED: JobEvent.PREEMPT}.get(state, JobEvent.SUBMITTED)
+            if kind == JobEvent.PREEMPT and st.preemptions <= row.preemptions:
                 return  # still waiting for its first pod: not news
+            cause = {"cause": PreemptCause.CLUSTER} if kind == JobEvent.PREEMPT else {}
             self.pool.store.record(kind, f"job {job_id} {state}: {st.message}".rstrip(": "), owner=row.owner,
-                                   name=job_id)
+                                   name=job_id, **cause)
 
     def _waiting(self, row: TrainJob) -> str:
         queue = queue_name(row.project, row.owner, self.opts)
@@ -320,7 +325,7 @@ class KubeTrainingService(JobBook):
             if row.message.startswith(SUBMITTING):
                 self.unsent.add(row.id)
             else:
-                self._set(row.id, state="failed", finished=time.time(),
+                self._set(row.id, state=JobState.FAILED, finished=time.time(),
                           message="its Job is gone from the cluster (deleted while the hub was down)")
 
 

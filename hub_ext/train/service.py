@@ -5,6 +5,7 @@ a GPU) and the runner. `tick(now)` takes the time, so tests travel instead of sl
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import random
@@ -32,9 +33,9 @@ from .book import JobBook, make_job_folders
 from .config import TrainPool
 from .folders import folder_bytes, remove_folder
 from .idle import IdleClock
+from .states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
 
 log = logging.getLogger("gpupool.train")
-ACTIVE = ("running", "preempting")
 NEVER_BEGAN = "the hub stopped before its run began"
 
 
@@ -139,21 +140,22 @@ class TrainingService(JobBook):
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             who = cancelled_by(by, row.owner, now)
-            if row.state == "queued":
-                row.state, row.finished, row.message = "cancelled", now, bounded(f"{who} while queued")
+            if row.state == JobState.QUEUED:
+                row.state, row.finished, row.message = JobState.CANCELLED, now, bounded(f"{who} while queued")
                 # GPUs a crash left reserved for it go back with the cancel
                 placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "cancelled while queued")
-            elif row.state in ACTIVE:
-                row.intent, row.state, row.message = "cancel", "preempting", bounded(f"cancelling: {who}")
+            elif row.state in HAS_RUN:
+                row.intent, row.state, row.message = Intent.CANCEL, JobState.PREEMPTING, bounded(f"cancelling: {who}")
                 row.term_sent = row.term_sent or now
-            s.add(Event(kind="cancel", message=bounded(f"job {job_id} of {row.project} {who}"), owner=row.owner,
-                        name=job_id, data={"by": by}))
+            # `who` is read back from here when the run has stopped (_settle)
+            s.add(Event(kind=JobEvent.CANCEL, message=bounded(f"job {job_id} of {row.project} {who}"), owner=row.owner,
+                        name=job_id, data={"by": by, "who": who}))
             pid, workdir, sent, state = row.pid, row.workdir, row.term_sent, row.state
             log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         if placement is not None:
             self.pool.state.release(placement)
         failpoints.reach("train.cancel.persisted")
-        if state == "preempting":
+        if state == JobState.PREEMPTING:
             self._log_line(log_row, f"--- gpupool: {who}: this run stops and the job ends ---")
         if pid and sent is not None:
             self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
@@ -167,13 +169,14 @@ class TrainingService(JobBook):
         self._stop_idle(now)
         plan = self._plan(now)
         for p in plan.preempt:
-            self._preempt(p.job, p.reason, now)
+            self._preempt(p.job, p.reason, now, p.cause, p.for_project)
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
-            self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now)
+            self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now,
+                          PreemptCause.CONSOLIDATION)
         for z in plan.resize:  # an elastic job restarts from its checkpoint at another size
             self.pins[z.job] = z.to
-            self._preempt(z.job, z.reason, now)
+            self._preempt(z.job, z.reason, now, PreemptCause.RESIZE)
         for r in plan.reserve:
             if self.pins.get(r.job) != r.placement:
                 self._reserved(r, now)
@@ -186,7 +189,7 @@ class TrainingService(JobBook):
 
     def _observe(self, now: float) -> None:
         for row in self.jobs():
-            if row.state not in ACTIVE:
+            if row.state not in HAS_RUN:
                 continue
             if row.pid is None:  # the hub died between recording the run and starting it
                 if not self.runner.clear(row.id):
@@ -195,8 +198,9 @@ class TrainingService(JobBook):
             else:
                 ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
             if ended is None:
-                if row.max_runtime_s and row.state == "running" and now - (row.started or now) >= row.max_runtime_s:
-                    self._set(row.id, state="preempting", intent="max-runtime", term_sent=now,
+                if (row.max_runtime_s and row.state == JobState.RUNNING
+                        and now - (row.started or now) >= row.max_runtime_s):
+                    self._set(row.id, state=JobState.PREEMPTING, intent=Intent.MAX_RUNTIME, term_sent=now,
                               message="reached its max runtime")
                     self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
                 continue
@@ -208,27 +212,26 @@ class TrainingService(JobBook):
             row = s.get(TrainJob, job_id)
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
             row.pid, row.exit_code, row.term_sent = None, code, None
-            if row.intent == "cancel":
-                who = row.message.removeprefix("cancelling: ") if row.message.startswith("cancelling: ") else ""
-                row.state, row.finished, row.message = "cancelled", now, who or "cancelled"
-            elif row.intent == "max-runtime":
-                row.state, row.finished, row.message = "failed", now, "stopped at its max runtime"
-            elif row.intent == "idle":
-                row.state, row.finished, row.message = "failed", now, "idle GPU"
-            elif row.intent == "disk-limit":
-                row.state, row.finished = "failed", now
+            if row.intent == Intent.CANCEL:
+                row.state, row.finished, row.message = JobState.CANCELLED, now, _cancelled_by(s, row.id)
+            elif row.intent == Intent.MAX_RUNTIME:
+                row.state, row.finished, row.message = JobState.FAILED, now, "stopped at its max runtime"
+            elif row.intent == Intent.IDLE:
+                row.state, row.finished, row.message = JobState.FAILED, now, "idle GPU"
+            elif row.intent == Intent.DISK_LIMIT:
+                row.state, row.finished = JobState.FAILED, now
                 row.message = (f"stopped: its folder grew over {self.cfg.max_job_folder_mib} MiB"
                                " (c.TrainPool.max_job_folder_mib)")
-            elif row.state == "preempting" or reason == NEVER_BEGAN:
+            elif row.state == JobState.PREEMPTING or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
-                row.state = "queued"
+                row.state = JobState.QUEUED
                 row.message = "preempted; will resume" if reason != NEVER_BEGAN else f"requeued: {reason}"
-                s.add(Event(kind="requeue", message=f"job {row.id} requeued after preemption", owner=row.owner,
+                s.add(Event(kind=JobEvent.REQUEUE, message=f"job {row.id} requeued after preemption", owner=row.owner,
                             name=row.id, data={}))
             else:
-                row.state, row.finished = ("succeeded" if code == 0 else "failed"), now
+                row.state, row.finished = (JobState.SUCCEEDED if code == 0 else JobState.FAILED), now
                 row.message = "" if code == 0 else bounded(reason or f"exit code {code}")
-            row.intent = ""
+            row.intent = Intent.NONE
         if placement is not None:
             self.pool.state.release(placement)
 
@@ -242,7 +245,7 @@ class TrainingService(JobBook):
         """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s."""
         if self.gpu_use is None or not self.idle_rules:
             return
-        rows = [r for r in self.jobs(state="running") if r.project in self.idle_rules]
+        rows = [r for r in self.jobs(state=JobState.RUNNING) if r.project in self.idle_rules]
         util = self.gpu_use(rows) if rows else {}
         by_id = {r.id: r for r in rows}
         for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
@@ -254,13 +257,14 @@ class TrainingService(JobBook):
                        f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
                 self._log_line(row, f"--- gpupool: {msg} ---")
                 self._set(job_id, message=f"warning: {msg}")
-                self.pool.store.record("idle-warning", f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                self.pool.store.record(JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id)
                 continue
             self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
             # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
-            self._set(job_id, state="preempting", intent="idle", term_sent=now, message="stopping: idle GPU")
+            self._set(job_id, state=JobState.PREEMPTING, intent=Intent.IDLE, term_sent=now,
+                      message="stopping: idle GPU")
             self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
-            self.pool.store.record("idle-stop", f"job {job_id} of {row.project} stopped: idle GPU for"
+            self.pool.store.record(JobEvent.IDLE_STOP, f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
 
     @staticmethod
@@ -281,17 +285,17 @@ class TrainingService(JobBook):
             elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
             chosen = {p.job_id: tuple(p.pools) for p in s.scalars(select(JobPools))}
         held = self.holds(rows) if self.holds is not None else {}
-        pending = [replace(self._job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
-                   for r in rows if r.state == "queued" and r.project in self.projects and r.id not in held]
-        running = [replace(self._job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
-                   for r in rows if r.state == "running"]
-        stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        pending = [replace(self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
+                   for r in rows if r.state == JobState.QUEUED and r.project in self.projects and r.id not in held]
+        running = [replace(self.scheduler_job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
+                   for r in rows if r.state == JobState.RUNNING]
+        stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
         return pending, running, stopping
 
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         pending, running, stopping = self.scheduler_inputs(self.jobs())
-        return schedule(self._train_view(), self.projects, pending, running, now, self.policy, self.rng,
+        return schedule(self.train_view(), self.projects, pending, running, now, self.policy, self.rng,
                         stopping=stopping, departments=self.departments,
                         reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
                         pools=self.pools)
@@ -302,9 +306,15 @@ class TrainingService(JobBook):
         by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
         msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
         self._set(r.job, message=msg)
-        self.pool.store.record("reserve", f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
+        self.pool.store.record(JobEvent.RESERVE, f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
 
-    def _train_view(self):
+    def wait_reason(self, row: TrainJob) -> str:
+        """Why queued job `row` waits, from this scheduler's own view of the pool."""
+        from .waiting import explain_here
+
+        return explain_here(self, row)
+
+    def train_view(self):
         """The pool as train jobs may see it: every allocation counts, excluded GPUs look full,
         room is kept for parked workspaces asking for their GPU back (gpupool.pool.parking)."""
         view = self.pool.newcomer_view().copy()
@@ -318,7 +328,7 @@ class TrainingService(JobBook):
                     view.gpu_free[:, g] = -1
         return view
 
-    def _job(self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None) -> Job:
+    def scheduler_job(self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None) -> Job:
         """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
         while queued, and runs at its current size (num_gpu)."""
         alloc = self.pool.allocation(Workload("train", row.owner, row.id))
@@ -327,7 +337,7 @@ class TrainingService(JobBook):
             placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
         request = Request(row.num_gpu, row.gpu_milli)
         if elastic is not None:
-            request = Request(row.num_gpu if row.state != "queued" else elastic[0])
+            request = Request(row.num_gpu if row.state != JobState.QUEUED else elastic[0])
         return Job(id=row.id, project=row.project, request=request,
                    min_gpus=elastic[0] if elastic else 0, max_gpus=elastic[1] if elastic else 0,
                    submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
@@ -344,7 +354,8 @@ class TrainingService(JobBook):
             self.policy.learn(Request(row.num_gpu, row.gpu_milli))
         failpoints.reach("train.start.reserved")
         resumed = row.runs > 0
-        self._set(job_id, state="running", started=now, pid=None, runs=row.runs + 1, intent="", term_sent=None,
+        self._set(job_id, state=JobState.RUNNING, started=now, pid=None, runs=row.runs + 1, intent=Intent.NONE,
+                  term_sent=None,
                   message="resumed from its checkpoint" if resumed else "")
         failpoints.reach("train.resume.recorded" if resumed else "train.start.recorded")
         node = self.pool.inventory.node(placement.node)
@@ -367,7 +378,7 @@ class TrainingService(JobBook):
             alloc = s.scalar(_alloc_query(w))
             if alloc is not None:
                 alloc.state, alloc.pid = "running", pid
-            s.add(Event(kind="resume" if resumed else "start", owner=row.owner, name=job_id, data={},
+            s.add(Event(kind=JobEvent.RESUME if resumed else JobEvent.START, owner=row.owner, name=job_id, data={},
                         message=f"job {job_id} {'resumed' if resumed else 'started'}"
                                 f" on {placement.node} GPU {list(placement.gpus)}"))
 
@@ -375,8 +386,8 @@ class TrainingService(JobBook):
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
-            row.state, row.finished, row.pid, row.message = "failed", now, None, bounded(reason)
-            s.add(Event(kind="fail", message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
+            row.state, row.finished, row.pid, row.message = JobState.FAILED, now, None, bounded(reason)
+            s.add(Event(kind=JobEvent.FAIL, message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
                         name=job_id, data={}))
         if placement is not None:
             self.pool.state.release(placement)
@@ -389,8 +400,8 @@ class TrainingService(JobBook):
         what build-first can free, and says so."""
         now = now if now is not None else time.time()
         rows = self.jobs()
-        running = [self._job(r) for r in rows if r.state == "running"]
-        stopping = [self._job(r) for r in rows if r.state == "preempting"]
+        running = [self.scheduler_job(r) for r in rows if r.state == JobState.RUNNING]
+        stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
         # per-pool guarantees: who is over quota is decided within each pool
         projects, _, running, stopping = split_by_pool(self.projects, self.pools, self.pool.inventory, [],
                                                        running, stopping)
@@ -421,18 +432,21 @@ class TrainingService(JobBook):
         if victims is None:
             return False
         for job_id in victims:
-            self._preempt(job_id, "a build workspace needs its GPU", now)
+            self._preempt(job_id, "a build workspace needs its GPU", now, PreemptCause.BUILD)
         # hold the room until the workspace starts, or for a while after the grace period
         self.build_holds[(w.owner, w.name)] = (request, now + self.cfg.grace_s + 300)
         return True
 
-    def _preempt(self, job_id: str, reason: str, now: float) -> None:
+    def _preempt(self, job_id: str, reason: str, now: float, cause: PreemptCause, for_project: str = "") -> None:
+        """Stop the run; it goes back to the queue. Its event says why as fields (`cause`,
+        `for_project`, `reason`), which the job monitor's line is made from (waiting.last_preemption)."""
         with self.pool.store.session() as s:
             row = s.get(TrainJob, job_id)
-            row.state, row.preemptions = "preempting", row.preemptions + 1
+            row.state, row.preemptions = JobState.PREEMPTING, row.preemptions + 1
             row.message, row.term_sent = bounded(f"preempted: {reason}"), row.term_sent or now
-            s.add(Event(kind="preempt", message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
-                        owner=row.owner, name=job_id, data={}))
+            s.add(Event(kind=JobEvent.PREEMPT, message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
+                        owner=row.owner, name=job_id,
+                        data={"cause": cause, "for_project": for_project, "reason": bounded(reason, 500)}))
             pid, workdir, sent = row.pid, row.workdir, row.term_sent
             log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         failpoints.reach("train.preempt.persisted")
@@ -448,7 +462,7 @@ class TrainingService(JobBook):
         back. Runs that died with the hub are settled by the next tick, never run twice."""
         now = now if now is not None else time.time()
         for row in self.jobs():
-            if row.state not in ACTIVE:
+            if row.state not in HAS_RUN:
                 if self.pool.release(Workload("train", row.owner, row.id), reason="not running (reconciled)"):
                     log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
                 continue
@@ -461,7 +475,7 @@ class TrainingService(JobBook):
                 row.pid = pid
             if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
-                if row.state == "preempting":  # the signal may not have gone out before the crash
+                if row.state == JobState.PREEMPTING:  # the signal may not have gone out before the crash
                     self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
 
 
@@ -471,7 +485,7 @@ class TrainingService(JobBook):
         limit = self.cfg.max_job_folder_mib * 1024 * 1024
         if not limit:
             return {}
-        return {r.id: folder_bytes(r.workdir, stop_over=limit) for r in self.jobs(state="running")}
+        return {r.id: folder_bytes(r.workdir, stop_over=limit) for r in self.jobs(state=JobState.RUNNING)}
 
     def stop_over_folder_limit(self, sizes: dict[str, int], now: float) -> list[str]:
         """Stop the running jobs whose folder is over c.TrainPool.max_job_folder_mib: they fail with
@@ -480,13 +494,14 @@ class TrainingService(JobBook):
         stopped = []
         for job_id, size in sizes.items():
             row = self.job(job_id)
-            if not limit or size <= limit or row is None or row.state != "running" or not row.pid:
+            if not limit or size <= limit or row is None or row.state != JobState.RUNNING or not row.pid:
                 continue
             msg = f"its folder holds {size // (1024 * 1024)} MiB, over the limit of {self.cfg.max_job_folder_mib} MiB"
             self._log_line(row, f"--- gpupool: {msg}: stopped ---")
-            self._set(job_id, state="preempting", intent="disk-limit", term_sent=now, message=f"stopping: {msg}")
+            self._set(job_id, state=JobState.PREEMPTING, intent=Intent.DISK_LIMIT, term_sent=now,
+                      message=f"stopping: {msg}")
             self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
-            self.pool.store.record("disk-limit", f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id)
+            self.pool.store.record(JobEvent.DISK_LIMIT, f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id)
             stopped.append(job_id)
         return stopped
 
@@ -498,13 +513,13 @@ class TrainingService(JobBook):
             return []
         removed = []
         for row in self.jobs():
-            if row.state not in ("succeeded", "failed", "cancelled") or not row.finished or now - row.finished < keep_s:
+            if row.state not in FINISHED or not row.finished or now - row.finished < keep_s:
                 continue
             if not os.path.lexists(row.workdir):
                 continue
             if remove_folder(row.workdir):
                 removed.append(row.id)
-                self.pool.store.record("folder-removed", f"the folder of job {row.id} was removed"
+                self.pool.store.record(JobEvent.FOLDER_REMOVED, f"the folder of job {row.id} was removed"
                                        f" {self.cfg.keep_finished_days:g} days after it ended", owner=row.owner,
                                        name=row.id)
             else:
@@ -525,6 +540,18 @@ def _alloc_query(w: Workload):
     from sqlalchemy import select
 
     return select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name)
+
+
+def _cancelled_by(s, job_id: str) -> str:
+    """Who cancelled the job and when ("cancelled by its owner at 14:02"), from its last cancel
+    event's fields; "cancelled" when there is none."""
+    event = s.scalar(select(Event).filter_by(kind=JobEvent.CANCEL, name=job_id).order_by(Event.id.desc()).limit(1))
+    data = (event.data or {}) if event is not None else {}
+    if data.get("who"):
+        return data["who"]
+    if event is not None and "by" in data:  # recorded before "who" was: the same words from its time
+        return cancelled_by(data["by"], event.owner, event.time.replace(tzinfo=dt.UTC).timestamp())
+    return "cancelled"
 
 
 def clock(epoch: float) -> str:

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-ACTIVE = ("queued", "running", "preempting")
+from .states import UNFINISHED, JobState
 
 
 class SubmitRate:
@@ -37,11 +37,11 @@ def count_refusal(jobs: Iterable[Any], user: str, project: str, adding: int, cfg
     """Jobs queued / queued and running per user and per project, with `adding` more."""
     queued = active = in_project = 0
     for j in jobs:
-        if j.state not in ACTIVE:
+        if j.state not in UNFINISHED:
             continue
         if j.owner == user:
             active += 1
-            queued += j.state == "queued"
+            queued += j.state == JobState.QUEUED
         in_project += j.project == project
     if queued + adding > cfg.max_queued_per_user:
         return (f"you have {queued} jobs waiting, at most {cfg.max_queued_per_user}"

@@ -11,10 +11,16 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..pool.pools import within
 from ..pool.units import MILLI_PER_GPU
+from .states import HAS_RUN, JobEvent, JobState, PreemptCause
+
+if TYPE_CHECKING:
+    from ..store import TrainJob
+    from .backend import TrainingBackend
+    from .service import TrainingService
 
 
 def _gpus(milli: int) -> str:
@@ -46,24 +52,27 @@ def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int
             f" jobs running beyond theirs{ahead_text}")
 
 
-def explain(training: Any, row: Any) -> str:
-    """The wait reason of queued job `row` from the training service's jobs and pool ("" if not queued).
-    A service whose cluster schedules (Kubernetes) says it itself: the hub's inventory there is
-    nominal, so a reason computed from it ("GPUs are free") would be made up."""
-    if row.state != "queued" or row.project not in training.projects:
+def explain(training: TrainingBackend | TrainingService, row: TrainJob) -> str:
+    """The wait reason of queued job `row`, as its back-end says it ("" if not queued). A cluster
+    that schedules (Kubernetes) says it itself: the hub's inventory there is nominal, so a reason
+    computed from it ("GPUs are free") would be made up."""
+    if row.state != JobState.QUEUED or row.project not in training.projects:
         return ""
-    if hasattr(training, "wait_reason"):
-        return training.wait_reason(row)
+    return training.wait_reason(row)
+
+
+def explain_here(training: TrainingService, row: TrainJob) -> str:
+    """The wait reason of queued job `row` from the embedded scheduler's jobs and pool."""
     project = training.projects[row.project]
     jobs = training.jobs()
-    active = [j for j in jobs if j.project == row.project and j.state in ("running", "preempting")]
+    active = [j for j in jobs if j.project == row.project and j.state in HAS_RUN]
     used = sum(j.total_milli for j in active)
-    queued = [j.id for j in jobs if j.state == "queued"]
+    queued = [j.id for j in jobs if j.state == JobState.QUEUED]
     ahead = queued.index(row.id) if row.id in queued else 0
-    view = training._train_view() if hasattr(training, "_train_view") else training.pool.state
-    if project.pool_guarantees and hasattr(training, "_job"):
-        # a guarantee per pool (embedded): the pool whose guarantee the job fits, as the scheduler sees it
-        pool, in_pool_used = _pool_of(training, project, [training._job(j) for j in active], row)
+    view = training.train_view()
+    if project.pool_guarantees:
+        # a guarantee per pool: the pool whose guarantee the job fits, as the scheduler sees it
+        pool, in_pool_used = _pool_of(training, project, [training.scheduler_job(j) for j in active], row)
         if pool is not None:
             mask = within(view, [training.pools[pool]])
             return wait_reason(row.num_gpu, row.gpu_milli, f"{row.project} (pool {pool})",
@@ -90,18 +99,20 @@ def _clock(epoch: float) -> str:
     return time.strftime("%H:%M", time.localtime(epoch))
 
 
-def preemption_text(preempted_at: float, reason: str, checkpoint_at: float | None, state: str) -> str:
-    """The last preemption as one line: when, why, and where the job goes on from."""
-    if reason.startswith("project ") and reason.endswith(" needs its guarantee"):
-        why = f"so that {reason.removesuffix(' needs its guarantee')} gets its guarantee back"
-    elif reason.startswith("moved to "):
+def preemption_text(preempted_at: float, cause: str, reason: str, checkpoint_at: float | None, state: str,
+                    for_project: str = "") -> str:
+    """The last preemption as one line: when, why (its `cause`, a PreemptCause, picks the words;
+    `reason` is the scheduler's own), and where the job goes on from."""
+    if cause == PreemptCause.GUARANTEE and for_project:
+        why = f"so that project {for_project} gets its guarantee back"
+    elif cause == PreemptCause.CONSOLIDATION:
         why = "to move it to another node so that a bigger job fits"
     elif reason:
         why = f"because {reason}"
     else:
         why = ""
     head = f"preempted at {_clock(preempted_at)} {why}".rstrip()
-    again = state in ("running", "preempting", "succeeded", "failed")
+    again = state in (JobState.RUNNING, JobState.PREEMPTING, JobState.SUCCEEDED, JobState.FAILED)
     if checkpoint_at is not None and checkpoint_at <= preempted_at + 3600:
         verb = "resumed" if again else "resumes"
         return f"{head}; {verb} from the checkpoint saved at {_clock(checkpoint_at)}"
@@ -112,10 +123,22 @@ def last_preemption(pool: Any, row: Any) -> str:
     """The preemption line of job `row` from its last `preempt` event and its checkpoint folder."""
     if not row.preemptions:
         return ""
-    events = pool.store.events(limit=1, kind="preempt", name=row.id)
+    events = pool.store.events(limit=1, kind=JobEvent.PREEMPT, name=row.id)
     if not events:
         return ""
     at = events[0].time.replace(tzinfo=dt.UTC).timestamp()
-    reason = events[0].message.partition("preempted: ")[2]
+    data = events[0].data or {}
+    cause, reason, project = (str(data.get(k) or "") for k in ("cause", "reason", "for_project"))
+    if not cause:  # recorded before events said why as fields
+        cause, reason, project = _legacy_cause(events[0].message.partition("preempted: ")[2])
     saved = [p.stat().st_mtime for p in Path(row.workdir, "checkpoint").glob("*") if p.is_file()]
-    return preemption_text(at, reason, max(saved) if saved else None, row.state)
+    return preemption_text(at, cause, reason, max(saved) if saved else None, row.state, project)
+
+
+def _legacy_cause(reason: str) -> tuple[str, str, str]:
+    """(cause, reason, for_project) of a preempt event written before it had fields: from its words."""
+    if reason.startswith("project ") and reason.endswith(" needs its guarantee"):
+        return PreemptCause.GUARANTEE, reason, reason.removeprefix("project ").removesuffix(" needs its guarantee")
+    if reason.startswith("moved to "):
+        return PreemptCause.CONSOLIDATION, reason, ""
+    return "", reason, ""

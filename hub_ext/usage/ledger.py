@@ -20,6 +20,7 @@ from sqlalchemy import delete, select
 from ..pool.inventory import Inventory
 from ..pool.pools import NodePool
 from ..store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
+from ..train import states
 from .accounting import Held, JobEvent, UseRow
 from .accounting import Parked as ParkedSpan
 from .budgets import Grant
@@ -187,12 +188,13 @@ class Ledger:
     def job_events(self, a: float, b: float) -> list[JobEvent]:
         """First starts (with their wait), preemptions and failures of train jobs in [a, b)."""
         with self.store.session() as s:
-            events = list(s.scalars(select(Event).where(Event.kind.in_(("start", "preempt")),
-                                                        Event.time >= stored(a), Event.time < stored(b))))
+            kinds = (states.JobEvent.START, states.JobEvent.PREEMPT)
+            events = list(s.scalars(select(Event).where(Event.kind.in_(kinds), Event.time >= stored(a),
+                                                        Event.time < stored(b))))
             ids = {e.name for e in events}
             jobs = {j.id: j for j in s.scalars(select(TrainJob).where(TrainJob.id.in_(ids)))} if ids else {}
-            failed = list(s.scalars(select(TrainJob).where(TrainJob.state == "failed", TrainJob.finished >= a,
-                                                           TrainJob.finished < b)))
+            failed = list(s.scalars(select(TrainJob).where(TrainJob.state == states.JobState.FAILED,
+                                                           TrainJob.finished >= a, TrainJob.finished < b)))
         out = []
         for e in events:
             j = jobs.get(e.name)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..pool.errors import QuotaExceeded
 from ..pool.units import format_gpus
+from ..train.states import JobState
 from . import accounting as acc
 from . import budgets as bud
 from .config import Usage
@@ -240,7 +241,7 @@ class UsageService:
         out: dict[str, str] = {}
         seen: dict[str, bud.State | None] = {}
         for r in rows:
-            if r.state != "queued":
+            if r.state != JobState.QUEUED:
                 continue
             if r.owner not in seen:
                 seen[r.owner] = self.over(r.owner, self.groups_of(r.owner))

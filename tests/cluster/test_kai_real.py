@@ -30,6 +30,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from gpupool.kube.objects import name_of
+from gpupool.train.code import JobCode
 from tornado import web
 
 from tests.cluster import build, kai
@@ -234,7 +235,7 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
     rows = []
     try:
         for name in ("a1", "a2"):
-            rows.append(await svc.submit("ann", borrower, name, 1, 1000, ["python", "train.py"]))
+            rows.append(await svc.submit("ann", borrower, name, 1, 1000, JobCode.command(["python", "train.py"])))
         first = {}
         for row in rows:
             first[row.id] = await wait_for(lambda r=row: running_pod(admin, r.id, set()), 60,
@@ -243,7 +244,7 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
             assert first[row.id]["spec"]["schedulerName"] == "kai-scheduler"
         await wait_for(lambda: all(svc.job(r.id).state == "running" for r in rows), 30, "A's rows running")
 
-        rows.append(await svc.submit("bob", owner, "b1", 1, 1000, ["python", "train.py"]))
+        rows.append(await svc.submit("bob", owner, "b1", 1, 1000, JobCode.command(["python", "train.py"])))
         b = rows[-1]
         b_pod = await wait_for(lambda: running_pod(admin, b.id, set()), 90,
                                f"B's job to run after KAI's reclaim\n{kai_plane.log()}")
@@ -359,7 +360,7 @@ async def test_node_pools_are_kai_shards_and_each_workspace_and_job_runs_in_its_
     rows = []
     try:
         for project, name in (("vision", "v1"), ("vision", "v2"), ("flat", "f1"), ("course", "c1")):
-            rows.append(await svc.submit("ann", project, name, 1, 1000, ["python", "train.py"]))
+            rows.append(await svc.submit("ann", project, name, 1, 1000, JobCode.command(["python", "train.py"])))
             volume_for(admin, rows[-1].id)
         v1, v2, f1, c1 = rows
         placed = {}
@@ -404,7 +405,7 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     await svc.start()
     try:
         with pytest.raises(InvalidRequest) as err:
-            await svc.submit("ann", "default", "elastic", 2, 1000, ["python", "train.py"], min_gpus=1)
+            await svc.submit("ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1)
         assert svc.kai is not None and svc.kai.text == version  # read from the cluster
         assert f"this cluster runs {version} (deployment kai-scheduler/pod-grouper)" in str(err.value)
         assert "need KAI-Scheduler v0.14.1 or later" in str(err.value)
@@ -415,7 +416,8 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     stated = make_service(tmp_path / "stated", hub_api, projects={"default": {"guarantee": 2}}, kai_version="v0.17.0")
     await stated.start()
     try:
-        row = await stated.submit("ann", "default", "elastic", 2, 1000, ["python", "train.py"], min_gpus=1)
+        row = await stated.submit("ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]),
+                                  min_gpus=1)
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")
         assert job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"
         await stated.cancel(row.id)

@@ -63,7 +63,9 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
     svc.gpu_use = kube_job_gpu_use(FileSampler(str(samples)))
     await svc.start()
     try:
-        row = await svc.submit("ann", "lab", "hung", 1, 1000, ["python", "train.py"])
+        from gpupool.train.code import JobCode
+
+        row = await svc.submit("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
         volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
         deadline = time.monotonic() + 60
         while svc.job(row.id).state != "running" or not svc.running_pods(row.id):

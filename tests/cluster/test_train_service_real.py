@@ -12,12 +12,12 @@ tests/k8s/test_train_service.py."""
 from __future__ import annotations
 
 import base64
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from gpupool.kube.objects import code_name, name_of
+from gpupool.train.code import JobCode
 from kubernetes_asyncio import client
 
 from tests.cluster.conftest import HUB_NS
@@ -47,8 +47,7 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
-        row = await service.submit("ann", "default", "resnet", 1, 500, [sys.executable, "job.py"],
-                                   files={"job.py": b"print('epoch 1')\n"})
+        row = await service.submit("ann", "default", "resnet", 1, 500, JobCode.script(b"print('epoch 1')\n"))
         assert row.state == "queued" and "waiting for GPUs in queue default" in row.message
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
@@ -87,9 +86,7 @@ async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
-        row = await service.submit("bob", "default", "nb", 1, 1000,
-                                   [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"],
-                                   files={"input.ipynb": b"{}"})
+        row = await service.submit("bob", "default", "nb", 1, 1000, JobCode.notebook(b"{}"))
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
@@ -110,8 +107,7 @@ async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart
     # the API server cannot be reached when the job is submitted: the row waits, nothing is lost
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as dead:
         down = make_service(tmp_path, dead)
-        row = await down.submit("ann", "default", "later", 1, 1000, ["python", "job.py"],
-                                files={"job.py": b"print(1)"})
+        row = await down.submit("ann", "default", "later", 1, 1000, JobCode.script(b"print(1)"))
     assert row.state == "queued" and "retrying" in row.message
     # the hub restarts with the cluster back: the job is sent, once, with its code
     up = make_service(tmp_path, hub_api)
@@ -133,8 +129,8 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
         hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
     first = make_service(tmp_path, hub_api)
     await first.start()
-    keep = await first.submit("ann", "default", "keep", 1, 1000, ["python", "-c", "1"])
-    gone = await first.submit("ann", "default", "gone", 1, 1000, ["python", "-c", "1"])
+    keep = await first.submit("ann", "default", "keep", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    gone = await first.submit("ann", "default", "gone", 1, 1000, JobCode.command(["python", "-c", "1"]))
     for row in (keep, gone):
         volume_for(admin, row.id)
     await wait_for(lambda: first.job(keep.id).state == "running", what="running")
@@ -157,7 +153,7 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
 async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:  # noqa: F811
     """An admin's typo the real API server refuses (backoffLimit must be an integer)."""
     svc = make_service(tmp_path, hub_api, backoff_limit="many")
-    row = await svc.submit("ann", "default", "typo", 1, 1000, ["python", "-c", "1"])
+    row = await svc.submit("ann", "default", "typo", 1, 1000, JobCode.command(["python", "-c", "1"]))
     assert row.state == "failed" and row.message.startswith("Kubernetes refused the Job (4"), row.message
     assert "backoffLimit" in row.message or "many" in row.message, row.message
     assert svc.unsent == set() and (await svc.tick())["sent"] == []  # not retried

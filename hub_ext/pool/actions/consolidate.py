@@ -10,7 +10,7 @@ CONSOLIDATIONS_PER_CYCLE per cycle: bounded disruption.
 
 from __future__ import annotations
 
-from ..jobs import Job, Move, Preempt
+from ..jobs import Job, Move, Preempt, PreemptCause
 from ..request import Request
 from ..state import ClusterState
 from ..units import MILLI_PER_GPU
@@ -30,7 +30,8 @@ def consolidate(cycle: Cycle) -> None:
         victims, moves = room
         for v in victims:
             moving.add(v.id)
-            cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
+            cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee",
+                                       PreemptCause.GUARANTEE, job.project))
         for m in moves:
             moving.add(m.job)
             cycle.plan.move.append(m)

@@ -8,7 +8,7 @@ work owns the guarantee first; nothing of another project is touched (that is re
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt
+from ..jobs import Job, Preempt, PreemptCause
 from .cycle import Cycle
 from .reclaim import hold, trim, waits_for_stopping
 from .victims import victim_key
@@ -37,7 +37,8 @@ def preempt(cycle: Cycle, job: Job) -> bool:
             for v in victims:
                 cycle.preempted.add(v.id)
                 cycle.plan.preempt.append(Preempt(v.id, job.id, f"a job of priority {job.priority} in"
-                                                                f" {job.project} needs its GPUs"))
+                                                                f" {job.project} needs its GPUs",
+                                                    PreemptCause.PRIORITY, job.project))
             cycle.count(job)
             return True
     return False

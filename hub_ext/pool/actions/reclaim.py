@@ -8,7 +8,7 @@ cycle, so nobody is admitted there while the victims stop.
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt
+from ..jobs import Job, Preempt, PreemptCause
 from .cycle import Cycle
 from .victims import reclaimable
 
@@ -25,7 +25,8 @@ def reclaim(cycle: Cycle, job: Job) -> bool:
     hold(cycle, job, victims)
     for v in victims:
         cycle.preempted.add(v.id)
-        cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee"))
+        cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee",
+                                       PreemptCause.GUARANTEE, job.project))
     # the victims keep their GPUs until they have stopped, so nobody else can be admitted onto
     # them in this cycle; next cycle this job, in quota, comes first
     cycle.count(job)

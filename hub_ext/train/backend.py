@@ -1,0 +1,143 @@
+"""The one interface of a training back-end, as the hub's handlers, pages and loops use it.
+
+Two implementations, after Kueue's GenericJob (one interface per kind of workload, async):
+- `LocalTraining`: the embedded back-end. gpupool's own scheduler places jobs on this machine;
+  its engine (`TrainingService`, synchronous, time passed in, what the tests drive) is `local`.
+- `KubeTrainingService`: each job is a batch/v1 Job; the cluster's scheduler places it; `local`
+  is None.
+
+Callers await every command and never ask which back-end they hold: what only the embedded
+scheduler knows (estimates, per-pool use, the mover's pins) is read from `local` when it is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+from ..manager import PoolManager
+from ..pool.pools import NodePool
+from ..pool.training import Department, Project
+from ..store import TrainJob
+from .code import JobCode
+from .config import TrainPool
+
+if TYPE_CHECKING:
+    from .service import TrainingService
+
+Holds = Callable[[list[TrainJob]], dict[str, str]]
+
+
+class JobLog(TypedDict):
+    """A page of a job's log: its last lines before byte offset `before` (where the first line
+    starts, to page back) and, for a notebook job run here, its executed copy."""
+
+    lines: list[str]
+    before: int
+    output_notebook: str | None
+
+
+class TrainingBackend(Protocol):
+    pool: PoolManager
+    cfg: TrainPool
+    projects: dict[str, Project]
+    departments: dict[str, Department]
+    pools: dict[str, NodePool]
+
+    @property
+    def local(self) -> TrainingService | None:
+        """The scheduler that places jobs on this machine; None where a cluster's does."""
+
+    @property
+    def holds(self) -> Holds | None:
+        """Queued jobs held by a GPU-hour budget (job id -> why), set by usage accounting."""
+
+    @holds.setter
+    def holds(self, value: Holds | None) -> None: ...
+
+    def jobs(self, **filters: Any) -> list[TrainJob]: ...
+
+    def job(self, job_id: str) -> TrainJob | None: ...
+
+    def queue_position(self, job_id: str) -> int | None: ...
+
+    def wait_reason(self, row: TrainJob) -> str:
+        """Why queued job `row` waits, in plain words."""
+
+    async def start(self) -> None:
+        """Take over what ran before a hub restart, and start following it."""
+
+    async def stop(self) -> None: ...
+
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
+                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+        """Record a new queued job (`code`: its files and entry, run as this back-end runs it);
+        `min_gpus`: an elastic job of min_gpus to num_gpu whole GPUs; `pools`: the node pools
+        it may use, in its order (checked by the caller)."""
+
+    async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob: ...
+
+    async def tick(self, now: float | None = None) -> dict: ...
+
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog: ...
+
+
+class LocalTraining:
+    """The embedded back-end behind the interface: blocking work (folders, files, maybe a new
+    Unix account) runs off the event loop; the rest is the engine's, as before."""
+
+    def __init__(self, engine: TrainingService) -> None:
+        self.engine = engine
+        self.pool, self.cfg = engine.pool, engine.cfg
+        self.projects, self.departments, self.pools = engine.projects, engine.departments, engine.pools
+
+    @property
+    def local(self) -> TrainingService:
+        return self.engine
+
+    @property
+    def holds(self) -> Holds | None:
+        return self.engine.holds
+
+    @holds.setter
+    def holds(self, value: Holds | None) -> None:
+        self.engine.holds = value
+
+    def jobs(self, **filters: Any) -> list[TrainJob]:
+        return self.engine.jobs(**filters)
+
+    def job(self, job_id: str) -> TrainJob | None:
+        return self.engine.job(job_id)
+
+    def queue_position(self, job_id: str) -> int | None:
+        return self.engine.queue_position(job_id)
+
+    def wait_reason(self, row: TrainJob) -> str:
+        return self.engine.wait_reason(row)
+
+    async def start(self) -> None:
+        self.engine.adopt_after_restart()
+
+    async def stop(self) -> None:
+        pass  # runs go on without the hub; a restarted hub adopts them
+
+    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
+                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
+                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+        # the hub's TrainPool.python (the jobs' accounts can run it); the notebook beside its input
+        command = code.command_line(self.cfg.python or sys.executable)
+        return await asyncio.to_thread(self.engine.submit, owner, project, name, num_gpu, gpu_milli, command,
+                                       priority, min_runtime_s, max_runtime_s, dict(code.files), now, min_gpus,
+                                       pools)
+
+    async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
+        return self.engine.cancel(job_id, now, by)
+
+    async def tick(self, now: float | None = None) -> dict:
+        return self.engine.tick(now)
+
+    async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
+        return await self.engine.logs(row, tail, before)
