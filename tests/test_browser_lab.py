@@ -102,7 +102,8 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
 
 
 def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
-    hub: Hub = make_hub().start()
+    # a hub whose admin set a longest session (there is none by default since #26)
+    hub: Hub = make_hub("c.IdleCuller.max_age_s = 12 * 3600\n").start()
     hub.spawn("nico", "0.5")
     with browser_page("nb7-status") as page:
         login(page, hub.url, "nico", PASSWORD)
@@ -112,7 +113,7 @@ def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
         page.wait_for_function("document.querySelector('#gpupool-status')?.textContent.startsWith('GPU 0.5')",
                                timeout=30_000)
         assert "no GPU use data: virtual GPU" in item.get_attribute("title")  # the culler has not sampled yet
-        # ... yet the session's end is known from the spawn on (12 h by default)
+        # ... yet the session's end is known from the spawn on (12 h here)
         assert re.search(r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
                          item.get_attribute("title")), item.get_attribute("title")
         shot(page, "lab-4-notebook7-top-bar")
