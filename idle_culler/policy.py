@@ -210,6 +210,10 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     if reason in TIME_LIMITS and deadlines(ws, now, replace(limits, busy_grace_s=0))[reason] <= now:
         return Decision("warn", reason, cull_at, f"{MESSAGES[reason]}: it stops as soon as its GPU work ends;"
                                                  " save your work")
+    if reason in ("idle-gpu", "idle-gpu-long") and (ws.gpu_idle_s or 0.0) < limits.window_s:
+        # a busy GPU is not warned "its GPU has been idle", even where the warning time is as long
+        # as the idle limit (the defaults: 15 min each); it is warned once it has been idle a window
+        return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
     if left <= limits.warn_before_s:
         hint = "" if ws.extended else " (you may extend once)"
         return Decision("warn", reason, cull_at,

@@ -134,3 +134,16 @@ def test_group_and_profile_overrides() -> None:
 def test_config_rejects_unknown_override_keys() -> None:
     with pytest.raises(ValueError, match=r"unknown keys \['idle_limit'\]"):
         IdleCuller(group_overrides={"x": {"idle_limit": 1}}).policy()
+
+
+def test_with_the_default_limits_a_busy_gpu_is_never_warned_it_has_been_idle() -> None:
+    """The defaults warn 15 min before a cull and cull after 15 min of GPU idle: a user computing
+    must not read "will stop in 15 min because its GPU has been idle" at every pass."""
+    limits = Limits()
+    assert limits.warn_before_s >= limits.idle_limit_s  # the case this guards
+    now = 10_000.0
+    busy = Workspace("ann", "", started=now - 7200, last_activity=now - 3600, gpu_idle_s=0.0)
+    assert decide(busy, now, limits).action == "keep"
+    idle = replace(busy, gpu_idle_s=120.0)  # idle for a while: now the warning is true
+    warned = decide(idle, now, limits)
+    assert warned.action == "warn" and warned.reason == "idle-gpu" and "will stop in 13 min" in warned.message
