@@ -37,7 +37,6 @@ QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500
                                               max_per_workspace_milli=1000, max_workspaces=1))
 INVENTORY = Inventory(nodes=(Node("n1", tuple(GPU(i, f"GPU-{i}", "A100", 40960, virtual=True) for i in range(2))),))
 PIDS = {"ann": 101, "ben": 102, "cat": 103}  # each server's one kernel (>= 100: it has a CUDA context)
-T0 = time.time()  # rows are stamped with the real time: the clock starts there
 
 
 class Driver(VirtualParking):
@@ -97,7 +96,7 @@ class World:
 @pytest.fixture
 def world(tmp_path, monkeypatch) -> World:
     monkeypatch.setattr(Driver, "fail", set())
-    now = [T0]
+    now = [time.time()]  # rows are stamped with the real time: the clock starts there, at the test
     w = World(tmp_path, now)
     # cat held a whole GPU and parked it; ann and ben each hold half of one, on different GPUs
     w.place("cat", 0, 1000)
@@ -249,7 +248,7 @@ def test_a_stale_culler_report_moves_nobody(world: World) -> None:
 
 def spawn_world(tmp: Path) -> World:
     """ann and ben hold half a GPU each, on different GPUs, long since; dan asks for a whole one."""
-    now = [T0]
+    now = [time.time()]  # rows are stamped with the real time: the clock starts there, at the test
     w = World(tmp, now)
     w.place("ann", 0, 500)
     w.place("ben", 1, 500)
