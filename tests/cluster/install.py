@@ -84,6 +84,22 @@ def clear_applied_chart(admin: Resources) -> None:
             admin.http.delete(path)
 
 
+def clear_leftovers(admin: Resources, values: dict) -> None:
+    """Deletes objects that this release would render and that exist without belonging to a helm
+    release: what earlier tests on the session's plane applied directly (KAI's queues of their
+    projects, e.g. `vision`), which `helm install` refuses to take over."""
+    from tests.k8s.test_chart import render
+
+    for doc in render(values):
+        with contextlib.suppress(KeyError):
+            path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
+                              doc["metadata"].get("namespace", ""))
+            found = admin.http.get(path)
+            if found.status_code == 200 and "meta.helm.sh/release-name" not in (
+                    found.json().get("metadata", {}).get("annotations") or {}):
+                admin.http.delete(path)
+
+
 # what a diagnosis leaves out of log tails: the test's own polling and the proxy's route checks
 NOISE = re.compile(r"200 GET /hub/api/users/\w+ |GET /api/routes|200 GET /hub/api/user \(gpupool-culler")
 

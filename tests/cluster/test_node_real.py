@@ -31,6 +31,7 @@ from tests.cluster.install import (
     REPO,
     Z2JH,
     clear_applied_chart,
+    clear_leftovers,
     diagnose,
     gpupool_values,
     phase,
@@ -130,8 +131,12 @@ def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node:
             {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
         ])
-        until(lambda: phase(admin, ns, "web") == "Running", 120, "the web pod running",
-              lambda: real_node.plane.log_tail("kubelet"))
+        def web_ready() -> bool:  # Ready, not only Running: a Service without ready endpoints refuses
+            pod = admin.http.get(f"/api/v1/namespaces/{ns}/pods/web").json()
+            return any(c["type"] == "Ready" and c["status"] == "True"
+                       for c in pod.get("status", {}).get("conditions") or [])
+
+        until(web_ready, 120, "the web pod ready", lambda: real_node.plane.log_tail("kubelet"))
         admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},
                      "spec": {"restartPolicy": "Never", "containers": [{
                          "name": "probe", "image": image, "command": ["python", "-c", PROBE],
@@ -192,6 +197,7 @@ def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
     if not Z2JH.exists():
         _unavailable(f"the JupyterHub chart is missing: {Z2JH}")
     clear_applied_chart(admin_module)
+    clear_leftovers(admin_module, gpupool_values(node_images))
     # the hub's namespace first: gpupool's chart puts its ConfigMap, Role and Secret there, and
     # the hub mounts them (docs/kubernetes.md: `kubectl create namespace jupyterhub`)
     admin_module.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}})
@@ -502,7 +508,8 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
                 assert left == [], (ns, kind, left)
         # KAI's queues stay (the chart keeps them: deleting a queue in use strands its pods);
         # the admin deletes them by hand once empty, as docs/kubernetes.md says
-        queues = admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"]
+        queues = [q for q in admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"]  # this release's
+                  if (q["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name") == "gpupool"]
         assert {q["metadata"]["name"] for q in queues} == {"department-research", "default", "nlp", "vision"}
         assert all(q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for q in queues)
         for q in queues:
