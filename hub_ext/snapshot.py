@@ -35,6 +35,8 @@ def check_name(name: str) -> str:
 def from_code(code: str | Iterable[str]) -> nbformat.NotebookNode:
     """One code cell per string (a %%train cell body, or chosen cells)."""
     sources = [code] if isinstance(code, str) else list(code)
+    if not all(isinstance(s, str) for s in sources):  # the cells are no longer schema-checked one by one
+        raise SnapshotError("each cell's source must be text")
     if not any(s.strip() for s in sources):
         raise SnapshotError("there is no code to run: the cell is empty")
     nb = nbformat.v4.new_notebook()
