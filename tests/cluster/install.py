@@ -84,20 +84,46 @@ def clear_applied_chart(admin: Resources) -> None:
             admin.http.delete(path)
 
 
-def clear_leftovers(admin: Resources, values: dict) -> None:
-    """Deletes objects that this release would render and that exist without belonging to a helm
-    release: what earlier tests on the session's plane applied directly (KAI's queues of their
-    projects, e.g. `vision`), which `helm install` refuses to take over."""
-    from tests.k8s.test_chart import render
-
-    for doc in render(values):
+def clear_leftovers(admin: Resources, docs: list[dict], namespace: str = "") -> None:
+    """Deletes the objects among `docs` (a release's rendered manifests) that exist without
+    belonging to a helm release: what earlier tests on the session's plane applied directly
+    (KAI's queues of their projects, e.g. `vision`; z2jh's NetworkPolicies, which the policy
+    test applies to evaluate them), which `helm install` refuses to take over. `namespace` is
+    the release's, for objects that do not name theirs."""
+    for doc in docs:
         with contextlib.suppress(KeyError):
             path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
-                              doc["metadata"].get("namespace", ""))
+                              doc["metadata"].get("namespace") or namespace)
             found = admin.http.get(path)
             if found.status_code == 200 and "meta.helm.sh/release-name" not in (
                     found.json().get("metadata", {}).get("annotations") or {}):
                 admin.http.delete(path)
+
+
+def gpupool_rendered(values: dict) -> list[dict]:
+    from tests.k8s.test_chart import render
+
+    return render(values)
+
+
+def z2jh_rendered(*overlays: dict, name: str = "jupyterhub", namespace: str = HUB_NS) -> list[dict]:
+    """The real JupyterHub chart's manifests, rendered with helm/z2jh-values.yaml and `overlays`
+    over it (z2jh's templates leave the namespace to helm)."""
+    import helm_python as helm
+    import yaml
+
+    values = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    for overlay in overlays:
+        values = merged(values, overlay)
+    out = helm.Chart.load(str(Z2JH)).render(values, name=name, namespace=namespace)
+    return [d for file, text in out.items() if not file.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+
+
+def merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 # what a diagnosis leaves out of log tails: the test's own polling and the proxy's route checks

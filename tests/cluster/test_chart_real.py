@@ -124,22 +124,24 @@ def test_notebooks_reach_the_hub_and_api_from_any_namespace_and_nothing_private(
     chart with a user namespace, every NetworkPolicy applied to the API server (admitted,
     defaulted), then evaluated both ways (the source's egress AND the destination's ingress)
     for pods labelled as z2jh's templates and kubespawner label them."""
-    import helm_python as helm
-    import yaml
-
-    from tests.k8s.conftest import REPO, SHARED
+    from tests.cluster.install import clear_leftovers, z2jh_rendered
     from tests.k8s.test_chart import render
 
     hub_ns, user_ns = "jupyterhub", "gpupool-nina"
-    overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
-    z2jh = helm.Chart.load(str(SHARED / "charts" / "jupyterhub-4.4.0")).render(overlay, name="jhub", namespace=hub_ns)
-    z2jh = [d for name, text in z2jh.items() if not name.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    z2jh = z2jh_rendered(name="jhub", namespace=hub_ns)
     ours = render({"hub": {"namespace": hub_ns}, "userNamespaces": {"enabled": True, "users": ["nina"]}})
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": hub_ns}})
     admin.apply_all(d for d in ours if d["kind"] == "Namespace")
-    policies = [admin.apply({**d, "metadata": {**d["metadata"], "namespace": d["metadata"].get("namespace", hub_ns)}})
-                for d in z2jh + [d for d in ours if d["metadata"].get("namespace") == user_ns]
-                if d["kind"] == "NetworkPolicy"]
+    applied = [{**d, "metadata": {**d["metadata"], "namespace": d["metadata"].get("namespace", hub_ns)}}
+               for d in z2jh + [d for d in ours if d["metadata"].get("namespace") == user_ns]
+               if d["kind"] == "NetworkPolicy"]
+    try:
+        _evaluate(admin, [admin.apply(d) for d in applied], z2jh, hub_ns, user_ns)
+    finally:  # the real-node tests helm-install z2jh into this namespace later in the session
+        clear_leftovers(admin, applied)
+
+
+def _evaluate(admin: Resources, policies: list[dict], z2jh: list[dict], hub_ns: str, user_ns: str) -> None:
     # the node agent's, as the session's chart made it
     policies += admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies")["items"]
     ns_labels = {ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"] for ns in (hub_ns, user_ns, "gpupool")}

@@ -33,9 +33,11 @@ from tests.cluster.install import (
     clear_applied_chart,
     clear_leftovers,
     diagnose,
+    gpupool_rendered,
     gpupool_values,
     phase,
     pod_log,
+    z2jh_rendered,
     z2jh_values,
 )
 from tests.cluster.node import GPU_RESOURCE, RealNode, missing
@@ -197,7 +199,8 @@ def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
     if not Z2JH.exists():
         _unavailable(f"the JupyterHub chart is missing: {Z2JH}")
     clear_applied_chart(admin_module)
-    clear_leftovers(admin_module, gpupool_values(node_images))
+    clear_leftovers(admin_module, gpupool_rendered(gpupool_values(node_images)))
+    clear_leftovers(admin_module, z2jh_rendered(z2jh_values(node_images)), HUB_NS)
     # the hub's namespace first: gpupool's chart puts its ConfigMap, Role and Secret there, and
     # the hub mounts them (docs/kubernetes.md: `kubectl create namespace jupyterhub`)
     admin_module.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}})
