@@ -7,90 +7,98 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
-from traitlets.config import Configurable
+from traitlets import Bool, Enum, Float, Int, List, Unicode, observe
+from traitlets.config import LoggingConfigurable
 
 from .policy import CullerPolicy, Limits, session_end
+from .traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
 
-LIMIT_FIELDS = set(Limits.__dataclass_fields__)
-RESOLVERS = ("warn", "restart-kernel", "stop")
+__all__ = ["LIMIT_FIELDS", "RESOLVERS", "IdleCuller", "config_classes"]
 
 
-class IdleCuller(Configurable):
+class IdleCuller(LoggingConfigurable):
     """GPU-aware idle culling and session time limits for build workspaces."""
 
-    enabled = Bool(True, config=True, help="""Run the culler service. Example::
+    # never read by anything: the culler runs with gpupool.configure(c, culler=True)
+    enabled = Bool(True, config=True, help="""Deprecated and ignored: it never switched the culler off.
+        """).tag(deprecated="gpupool.configure(c, culler=False)")
 
-            c.IdleCuller.enabled = False
-        """)
+    @observe("enabled")
+    def _dead_enabled(self, change: dict) -> None:
+        self.log.warning("c.IdleCuller.enabled is deprecated and ignored: it never switched the culler off."
+                         " The culler runs with gpupool.configure(c, culler=True); `gpupool up` starts it"
+                         " unless GPUPOOL_CULLER=0")
+
     dry_run = Bool(False, config=True, help="""Only report: warn and record what would be culled, cull nothing.
         Example::
 
             c.IdleCuller.dry_run = True
         """)
-    interval_s = Float(30.0, config=True, help="""Seconds between culler passes (GPU is sampled each pass).
+    interval_s = Seconds(30.0, positive=True, config=True, help="""Seconds between culler passes (GPU is
+        sampled each pass).
         Example::
 
             c.IdleCuller.interval_s = 10
         """)
-    idle_limit_s = Float(900.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+    idle_limit_s = Seconds(900.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
         while nobody used it in Jupyter for jupyter_idle_s. Without GPU data, Jupyter must be
         idle idle_limit_s + jupyter_idle_s. Example (two hours)::
 
             c.IdleCuller.idle_limit_s = 7200
         """)
-    jupyter_idle_s = Float(600.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
+    jupyter_idle_s = Seconds(600.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
         workspace idle. Example::
 
             c.IdleCuller.jupyter_idle_s = 1800
         """)
-    gpu_idle_hard_s = Float(8 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+    gpu_idle_hard_s = Seconds(8 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
         even while its owner is active in Jupyter (0: never). Example::
 
             c.IdleCuller.gpu_idle_hard_s = 2 * 3600
         """)
-    max_age_s = Float(0.0, config=True, help="""Maximum session length, idle or not (0, the default: no
+    max_age_s = Seconds(0.0, config=True, help="""Maximum session length, idle or not (0, the default: no
         maximum; measured, a maximum stops sessions whose users come back within minutes, or
         their running cells: docs/culling.md#defaults). Example::
 
             c.IdleCuller.max_age_s = 8 * 3600
         """)
-    busy_grace_s = Float(6 * 3600.0, config=True, help="""When max_age_s or workday_end is reached while
+    busy_grace_s = Seconds(6 * 3600.0, config=True, help="""When max_age_s or workday_end is reached while
         the workspace's GPU is busy, wait for the GPU work to end — at most this long — instead of
         killing a running training cell; the user is warned meanwhile. Missing GPU data gets no
         grace. 0: stop at the limit. Example::
 
             c.IdleCuller.busy_grace_s = 2 * 3600
         """)
-    workday_end = Unicode("", config=True, help="""End sessions at this local time ("HH:MM"), aligned with
+    workday_end = TimeOfDay("", config=True, help="""End sessions at this local time ("HH:MM"), aligned with
         the workday; empty for none. Example::
 
             c.IdleCuller.workday_end = "19:00"
         """)
-    timezone = Unicode("UTC", config=True, help="""Time zone of workday_end. Example::
+    timezone = TimeZone("UTC", config=True, help="""Time zone of workday_end. Example::
 
             c.IdleCuller.timezone = "Europe/Berlin"
         """)
-    warn_before_s = Float(900.0, config=True, help="""Warn the user this long before a cull. Example::
+    warn_before_s = Seconds(900.0, config=True, help="""Warn the user this long before a cull. Example::
 
             c.IdleCuller.warn_before_s = 1800
         """)
-    extension_s = Float(7200.0, config=True, help="""Extra time a user may ask for once per session.
+    extension_s = Seconds(7200.0, config=True, help="""Extra time a user may ask for once per session.
         Example::
 
             c.IdleCuller.extension_s = 3600
         """)
-    util_threshold_pct = Float(1.0, config=True, help="""GPU utilization (%) below which a window counts
+    util_threshold_pct = Float(1.0, min=0.0, max=100.0, config=True, help="""GPU utilization (%) below which a window counts
         as idle. Example::
 
             c.IdleCuller.util_threshold_pct = 5
         """)
-    window_s = Float(30.0, config=True, help="""Length of an idleness window in seconds (Run:ai uses 30).
+    window_s = Seconds(30.0, positive=True, config=True, help="""Length of an idleness window in seconds
+        (Run:ai uses 30).
         Example::
 
             c.IdleCuller.window_s = 60
         """)
-    stale_after_s = Float(180.0, config=True, help="""GPU data older than this counts as missing: the
+    stale_after_s = Seconds(180.0, config=True, help="""GPU data older than this counts as missing: the
         workspace is then judged on Jupyter activity alone. Example::
 
             c.IdleCuller.stale_after_s = 300
@@ -102,12 +110,12 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.memory_resolver = "stop"
         """)
-    memory_grace_s = Float(300.0, config=True, help="""How long a workspace may stay over its GPU memory
+    memory_grace_s = Seconds(300.0, config=True, help="""How long a workspace may stay over its GPU memory
         share before the memory_resolver acts. Example::
 
             c.IdleCuller.memory_grace_s = 600
         """)
-    park_after_s = Float(None, allow_none=True, config=True, help="""Park a workspace whose GPU stayed idle
+    park_after_s = Seconds(None, allow_none=True, config=True, help="""Park a workspace whose GPU stayed idle
         this long: its kernels' GPU memory moves to host memory (CUDA driver r570+, see
         c.GPUParking), its share goes back to the pool and the notebook stays open; the GPU comes
         back when the user runs a cell. Parking replaces the GPU-idle stop (idle_limit_s,
@@ -118,17 +126,21 @@ class IdleCuller(Configurable):
 
             c.IdleCuller.park_after_s = 300
         """)
-    parked_stop_s = Float(0.0, config=True, help="""Stop a parked workspace whose owner has not used
+    parked_stop_s = Seconds(0.0, config=True, help="""Stop a parked workspace whose owner has not used
         Jupyter for this long (0: only max_age_s and workday_end end a parked session). Example::
 
             c.IdleCuller.parked_stop_s = 24 * 3600
         """)
-    group_overrides = Dict(config=True, help="""Per-group limits (keys as the options above, in seconds);
-        several groups: the most generous. Example::
+    group_overrides = LimitOverrides(config=True, help="""Per-group limits (keys as the options above).
+        A user in several groups gets the most generous value of each limit: the longest time,
+        0 ("never") for gpu_idle_hard_s, max_age_s, park_after_s and parked_stop_s, the gentlest
+        memory_resolver, the lowest util_threshold_pct, no workday_end if one group has none (else
+        the latest, with that group's timezone). Example::
 
             c.IdleCuller.group_overrides = {"researchers": {"idle_limit_s": 4 * 3600}}
         """)
-    profile_overrides = Dict(config=True, help="""Per-profile limits, for work with long CPU-only phases.
+    profile_overrides = LimitOverrides(config=True, help="""Per-profile limits, for work with long CPU-only
+        phases; a profile's limits beat its user's groups'.
         Example::
 
             c.IdleCuller.profile_overrides = {"data-prep": {"idle_limit_s": 3 * 3600}}
@@ -179,19 +191,7 @@ class IdleCuller(Configurable):
         return Limits(**values)
 
     def policy(self) -> CullerPolicy:
-        for where, table in (("group_overrides", self.group_overrides), ("profile_overrides", self.profile_overrides)):
-            for key, over in table.items():
-                unknown = set(over) - LIMIT_FIELDS
-                if unknown:
-                    raise ValueError(f"IdleCuller.{where}[{key!r}]: unknown keys {sorted(unknown)}")
-                for key_s in ("park_after_s", "parked_stop_s"):
-                    value = over.get(key_s, 0)
-                    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 10**9:
-                        raise ValueError(f"IdleCuller.{where}[{key!r}]: {key_s} must be seconds >= 0, got {value!r}")
-                resolver = over.get("memory_resolver", "warn")
-                if resolver not in RESOLVERS:
-                    raise ValueError(f"IdleCuller.{where}[{key!r}]: memory_resolver {resolver!r} is not one of"
-                                     f" {list(RESOLVERS)}")
+        """The limits per group and profile; every value was checked when the config was read."""
         return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
                             profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
 
@@ -224,7 +224,9 @@ class IdleCuller(Configurable):
         return "restart-kernel" in {self.memory_resolver, *(o.get("memory_resolver") for o in overrides)}
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.class_own_traits(config=True)}
+        """The settings the culler service gets (deprecated names left out)."""
+        return {name: getattr(self, name) for name, trait in self.class_own_traits(config=True).items()
+                if not trait.metadata.get("deprecated")}
 
 
 def config_classes() -> list[type]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
+from typing import Any
 from zoneinfo import ZoneInfo
 
 
@@ -241,7 +242,7 @@ def over_budget(ws: Workspace, limits: Limits) -> Decision | None:
 @dataclass(frozen=True)
 class CullerPolicy:
     """Limits per workload type with overrides per group and per profile (most specific wins:
-    profile over group over default; among several groups the most generous idle limit)."""
+    profile over group over default; among several groups the most generous value of each limit)."""
 
     default: Limits = field(default_factory=Limits)
     groups: dict[str, dict] = field(default_factory=dict)
@@ -255,8 +256,30 @@ class CullerPolicy:
             merged: dict = {}
             for over in matching:
                 for key, value in over.items():
-                    merged[key] = max(merged.get(key, value), value) if key.endswith("_s") else value
+                    merged[key] = value if key not in merged else most_generous(key, merged[key], value)
+            workday = [o for o in matching if o.get("workday_end") == merged.get("workday_end") and "timezone" in o]
+            if merged.get("workday_end") and workday:  # a clock time means something in its own time zone
+                merged["timezone"] = workday[0]["timezone"]
             limits = replace(limits, **merged)
         if profile in self.profiles:
             limits = replace(limits, **self.profiles[profile])
         return limits
+
+
+NEVER_AT_ZERO = frozenset({"gpu_idle_hard_s", "max_age_s", "park_after_s", "parked_stop_s"})  # 0: this rule never acts
+GENTLEST_FIRST = ("warn", "restart-kernel", "stop")
+
+
+def most_generous(key: str, a: Any, b: Any) -> Any:
+    """Of two groups' values of one limit, the one kinder to the user (docs/culling.md)."""
+    if key in NEVER_AT_ZERO and 0 in (a, b):
+        return 0
+    if key == "memory_resolver":
+        return min(a, b, key=GENTLEST_FIRST.index)
+    if key == "util_threshold_pct":  # below it a GPU counts as idle: lower keeps more GPUs busy
+        return min(a, b)
+    if key == "workday_end":  # "" (none) beats any clock time, else the later one
+        return "" if not a or not b else max(a, b, key=lambda hm: tuple(int(x) for x in hm.split(":")))
+    if key.endswith("_s"):
+        return max(a, b)
+    return b  # timezone: the last group's, unless it goes with the chosen workday_end (above)

@@ -86,6 +86,8 @@ def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:
          "c.TrainPool.departments = {'lab': {'guarantee': 2}}", "add up to 4 GPUs, more than its guarantee of 2"),
         ("c.TrainPool.projects = {'vision': {'guarantee': 'lots'}}", "not a GPU amount"),
         ("c.IdleCuller.memory_resolver = 'reboot'", "memory_resolver"),
+        ("c.IdleCuller.workday_end = '25:99'", "IdleCuller.workday_end: '25:99' is not a time of day"),
+        ("c.IdleCuller.group_overrides = {'lab': {'idle_limit_s': 'soon'}}", "idle_limit_s must be seconds"),
     ],
 )
 def test_broken_config_stops_up_with_file_and_reason(tmp_path: Path, line: str, message: str) -> None:

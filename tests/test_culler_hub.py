@@ -12,6 +12,7 @@ import pytest
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
+from traitlets import TraitError
 
 from tests.hubtools import Hub
 
@@ -231,5 +232,5 @@ def test_the_culler_may_enter_servers_only_when_a_rule_restarts_kernels() -> Non
     assert "access:servers" not in service_definition("c", "", {"memory_resolver": "stop"})[1]["scopes"]
     over = {"profile_overrides": {"gpu-big": {"memory_resolver": "restart-kernel"}}}
     assert "access:servers" in service_definition("c", "", over)[1]["scopes"]
-    with pytest.raises(ValueError, match="memory_resolver 'reboot' is not one of"):
-        IdleCuller(group_overrides={"lab": {"memory_resolver": "reboot"}}).policy()
+    with pytest.raises(TraitError, match="memory_resolver 'reboot' is not one of"):
+        IdleCuller(group_overrides={"lab": {"memory_resolver": "reboot"}})

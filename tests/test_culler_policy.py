@@ -11,6 +11,8 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
 from hypothesis import given
 from hypothesis import strategies as st
+from traitlets import TraitError
+from traitlets.config import Config
 
 T0 = 1_790_000_000.0
 LIMITS = Limits(idle_limit_s=3600, jupyter_idle_s=600, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600,
@@ -131,9 +133,71 @@ def test_group_and_profile_overrides() -> None:
     assert policy.limits_for(["ta"], "data-prep").idle_limit_s == 3 * 3600  # profile wins
 
 
-def test_config_rejects_unknown_override_keys() -> None:
-    with pytest.raises(ValueError, match=r"unknown keys \['idle_limit'\]"):
-        IdleCuller(group_overrides={"x": {"idle_limit": 1}}).policy()
+@pytest.mark.parametrize("option, value, message", [
+    ("workday_end", "25:99", "IdleCuller.workday_end: '25:99' is not a time of day"),
+    ("workday_end", "7pm", "IdleCuller.workday_end: '7pm' is not a time of day"),
+    ("timezone", "Mars/Olympus", "IdleCuller.timezone: 'Mars/Olympus' is not a time zone"),
+    ("timezone", "../../etc/passwd", "is not a time zone"),
+    ("idle_limit_s", -1, "IdleCuller.idle_limit_s"),
+    ("group_overrides", {"x": {"idle_limit_s": "soon"}},
+     "IdleCuller.group_overrides['x']: idle_limit_s must be seconds from 0 to 1e9, got 'soon'"),
+    ("group_overrides", {"x": {"idle_limit": 1}}, r"IdleCuller.group_overrides['x']: unknown keys ['idle_limit']"),
+    ("group_overrides", {"x": 3600}, "IdleCuller.group_overrides['x'] must be a dict of limits, got 3600"),
+    ("group_overrides", {"x": {"max_age_s": float("inf")}}, "max_age_s must be seconds"),
+    ("group_overrides", {"x": {"workday_end": "24:00"}}, "IdleCuller.group_overrides['x']: workday_end '24:00'"),
+    ("profile_overrides", {"big": {"timezone": "Mars/Olympus"}},
+     "IdleCuller.profile_overrides['big']: timezone 'Mars/Olympus' is not a time zone"),
+    ("profile_overrides", {"big": {"util_threshold_pct": 101}}, "util_threshold_pct must be a percentage"),
+])
+def test_config_load_rejects_bad_limits_with_the_option_and_value(option, value, message) -> None:
+    """A typo in a culler setting stops the hub while it reads its config, not at 19:00 when the
+    culler first computes a workday end (or never, for a group nobody of is logged in)."""
+    c = Config()
+    c.IdleCuller[option] = value
+    with pytest.raises(TraitError) as err:
+        IdleCuller(config=c)
+    assert message in str(err.value)
+
+
+def test_config_accepts_good_limits() -> None:
+    cfg = IdleCuller(workday_end="09:30", timezone="Europe/Berlin",
+                     group_overrides={"lab": {"idle_limit_s": 7200, "workday_end": "", "timezone": "Asia/Tokyo",
+                                              "memory_resolver": "stop", "util_threshold_pct": 5}})
+    assert cfg.policy().limits_for(["lab"]).idle_limit_s == 7200
+
+
+def test_the_dead_enabled_switch_warns_and_is_ignored(caplog) -> None:
+    c = Config()
+    c.IdleCuller.enabled = False
+    with caplog.at_level("WARNING"):
+        cfg = IdleCuller(config=c)
+    assert "c.IdleCuller.enabled is deprecated and ignored" in caplog.text
+    assert "enabled" not in cfg.as_dict()  # not handed to the culler service
+
+
+def test_among_several_groups_never_beats_any_number() -> None:
+    """The most generous group wins, and 0 ("never") is more generous than any time: a user in a
+    group that never takes an idle GPU back keeps it, whatever their other groups say."""
+    policy = CullerPolicy(default=LIMITS, groups={
+        "research": {"gpu_idle_hard_s": 0}, "students": {"gpu_idle_hard_s": 3600, "busy_grace_s": 0},
+        "lab": {"park_after_s": 0, "parked_stop_s": 0}, "class": {"park_after_s": 300, "parked_stop_s": 7200},
+        "ta": {"busy_grace_s": 1800, "memory_resolver": "warn", "util_threshold_pct": 2, "workday_end": ""},
+        "night": {"memory_resolver": "stop", "util_threshold_pct": 10, "workday_end": "19:00"}})
+    both = policy.limits_for(["students", "research"])
+    assert both.gpu_idle_hard_s == 0
+    # a user typing all day with a GPU idle for 5 hours is not stopped (students alone would be)
+    busy_typing = ws(gpu_idle_s=5 * 3600.0, last_activity=T0 + 5 * 3600)
+    assert decide(busy_typing, T0 + 5 * 3600, both).action != "cull"
+    assert decide(busy_typing, T0 + 5 * 3600, policy.limits_for(["students"])).action == "cull"
+    parking = policy.limits_for(["class", "lab"])
+    assert (parking.park_after_s, parking.parked_stop_s) == (0, 0)
+    assert decide(ws(gpu_idle_s=600.0, last_activity=T0), T0 + 600, parking).action != "park"
+    # where 0 means "no grace", it is the least generous; the gentlest resolver, lowest idle
+    # threshold and no workday end win
+    other = policy.limits_for(["students", "ta", "night"])
+    assert (other.busy_grace_s, other.memory_resolver, other.util_threshold_pct, other.workday_end) \
+        == (1800, "warn", 2, "")
+    assert policy.limits_for(["night", "students"]).workday_end == "19:00"
 
 
 def test_with_the_default_limits_a_busy_gpu_is_never_warned_it_has_been_idle() -> None:

@@ -94,7 +94,10 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
     assert any(f.startswith(data + "share/jupyter/labextensions/gpupool-lab/static/remoteEntry.") for f in files)
     assert not any("labextension" in f for f in files if f.startswith("gpupool/"))
     for expected in ("gpupool/spawner/local.py", "gpupool/idle_culler/__main__.py", "gpupool/widgets/magics.py",
-                     "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html"):
+                     "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html",
+                     # alembic's environment and revisions: the hub upgrades its database from these
+                     "gpupool/store/migrations/env.py", "gpupool/store/migrations/script.py.mako",
+                     "gpupool/store/migrations/versions/0001_baseline.py"):
         assert expected in files
     # every module of the four folders, sub-packages included (a package missing from
     # pyproject's list installs from a checkout but not from the wheel the images install)

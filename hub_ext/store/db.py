@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import create_engine, event, inspect, select, text
+from sqlalchemy import create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from .models import Allocation, Base, Event, Setting
+from .migrate import upgrade
+from .models import Allocation, Event, Setting
 
 
 class Store:
@@ -19,8 +20,7 @@ class Store:
         self.engine = create_engine(url, future=True)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        Base.metadata.create_all(self.engine)
-        _add_new_columns(self.engine)
+        upgrade(self.engine)  # alembic: new tables and columns come as revisions (store/migrations)
         _private_file(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
@@ -76,23 +76,6 @@ def bounded(text: str, limit: int = MAX_MESSAGE) -> str:
     """A message cut to `limit` characters: a hostile input quoted in an error must not
     grow the database (or a reply) by megabytes."""
     return text if len(text) <= limit else text[: limit - 15] + "... (truncated)"
-
-
-def _add_new_columns(engine: Any) -> None:
-    """Columns added to a table since the database was made (create_all adds only tables);
-    each gets its default, so an older state file keeps working."""
-    insp = inspect(engine)
-    with engine.begin() as conn:
-        for table in Base.metadata.sorted_tables:
-            have = {c["name"] for c in insp.get_columns(table.name)}
-            for col in table.columns:
-                if col.name in have:
-                    continue
-                default = col.default.arg if col.default is not None and not callable(col.default.arg) else None
-                sql = f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"
-                if default is not None:
-                    sql += f" DEFAULT {default!r}" if isinstance(default, str) else f" DEFAULT {default}"
-                conn.execute(text(sql))
 
 
 def _private_file(url: str) -> None:
