@@ -20,9 +20,10 @@ T = TypeVar("T")
 
 # Generous on purpose: CI is a slow 2-core box that runs hubs, kernels and browsers side by side.
 # A passing check returns at once, so a long timeout costs nothing until something is broken.
-# Checks often ask a hub: a fifth of a second between two leaves the box to the hub.
+# A tenth of a second between checks: a hub answers a poll at that rate without noticing, and
+# some tests must see a short-lived state (a process a job leaves behind) before it passes.
 TIMEOUT_S = 90.0
-EVERY_S = 0.2
+EVERY_S = 0.1
 
 
 def _timed_out(what: str, timeout: float, value: object, detail: Callable[[], object] | None) -> AssertionError:
