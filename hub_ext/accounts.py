@@ -289,7 +289,7 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
             if path.is_symlink():
                 continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
             path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
-        from .user_env import link_jupyter_folders
+        from gpupool.user_env import link_jupyter_folders
 
         link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
         return str(env), ""

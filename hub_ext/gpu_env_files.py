@@ -26,8 +26,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from .gpu.env import gpu_env
-from .store import Allocation, Parked
+from gpupool.gpu.env import gpu_env
+from gpupool.store import Allocation, Parked
 
 log = logging.getLogger("gpupool")
 VAR = "GPUPOOL_GPU_ENV_FILE"  # tells the workspace's processes where their file is
@@ -137,7 +137,7 @@ def account_gid(config: Any) -> Callable[[str], int | None]:
     def gid_of(owner: str) -> int | None:
         if os.geteuid() != 0:
             return None  # the servers run as the hub's own account
-        from .accounts import SystemAccounts
+        from gpupool.accounts import SystemAccounts
 
         account = SystemAccounts(config=config).lookup(owner)
         return account.gid if account is not None else None

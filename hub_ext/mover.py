@@ -34,16 +34,16 @@ from sqlalchemy import select
 from traitlets import Bool, Float, Int
 from traitlets.config import Configurable
 
-from . import failpoints
-from .gpu.moving import Outcome, move_processes, recover
-from .manager import PoolManager, Workload
-from .pool import PoolError, Request, format_gpus
-from .pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
-from .pool.parking import plan_claims, quota_holdings
-from .pool.request import Placement
-from .store import Allocation, Event, Move
-from .store.moves import ACTIVE_PHASES
-from .train.states import HAS_RUN, JobState
+from gpupool import failpoints
+from gpupool.gpu.moving import Outcome, move_processes, recover
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import PoolError, Request, format_gpus
+from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
+from gpupool.pool.parking import plan_claims, quota_holdings
+from gpupool.pool.request import Placement
+from gpupool.store import Allocation, Event, Move
+from gpupool.store.moves import ACTIVE_PHASES
+from gpupool.train.states import HAS_RUN, JobState
 
 log = logging.getLogger("gpupool.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them

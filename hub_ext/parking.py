@@ -22,12 +22,19 @@ from sqlalchemy import select
 from traitlets import Enum, Float, Int
 from traitlets.config import Configurable
 
-from .config import GPUPool
-from .gpu.parking import Delays, ParkingBackend, ParkingError, make_backend, park_process, resume_process
-from .manager import PoolManager, Workload
-from .pool import format_gpus
-from .pool.parking import ParkedShare, plan_claims
-from .store import Parked
+from gpupool.config import GPUPool
+from gpupool.gpu.parking import (
+    Delays,
+    ParkingBackend,
+    ParkingError,
+    make_backend,
+    park_process,
+    resume_process,
+)
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import format_gpus
+from gpupool.pool.parking import ParkedShare, plan_claims
+from gpupool.store import Parked
 
 log = logging.getLogger("gpupool.parking")
 
@@ -77,7 +84,7 @@ class GPUParking(Configurable):
 class ParkingService:
     def __init__(self, pool: PoolManager, backend: ParkingBackend, cfg: GPUParking | None = None,
                  pids_of: Callable[[int], set[int]] | None = None, clock: Callable[[], float] = time.time) -> None:
-        from .gpu.proctree import descendants
+        from gpupool.gpu.proctree import descendants
 
         self.pool, self.backend, self.cfg = pool, backend, cfg or GPUParking()
         self.pids_of = pids_of or descendants

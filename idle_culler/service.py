@@ -21,10 +21,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .config import IdleCuller
-from .metrics import Metrics
-from .policy import PARKED, IdleTracker, Workspace, decide
-from .sampler import Sampler, Target, make_sampler
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.metrics import Metrics
+from gpupool.idle_culler.policy import PARKED, IdleTracker, Workspace, decide
+from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
 
 log = logging.getLogger("gpupool.culler")
 

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from traitlets import Dict, Float, TraitError, Unicode
 
-from .policy import Limits
+from gpupool.idle_culler.policy import Limits
 
 LIMIT_FIELDS = frozenset(Limits.__dataclass_fields__)
 RESOLVERS = ("warn", "restart-kernel", "stop")  # gentlest first

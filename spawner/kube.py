@@ -12,18 +12,17 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
-from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
-from gpupool.pool import InvalidRequest, PoolError
-from gpupool.store import Allocation
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, validate
 
-from .form import requested_milli as form_milli
-from .form import requested_pool
-from .kube_objects import (
+from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
+from gpupool.pool import InvalidRequest, PoolError
+from gpupool.spawner.form import requested_milli as form_milli
+from gpupool.spawner.form import requested_pool
+from gpupool.spawner.kube_objects import (
     apply_pod_gpu,
     filter_profiles,
     find_profile,
@@ -31,8 +30,9 @@ from .kube_objects import (
     pod_environment,
     profile_milli,
 )
-from .kube_ready import PromptStart
-from .mixin import GPUSpawnerMixin, http_error
+from gpupool.spawner.kube_ready import PromptStart
+from gpupool.spawner.mixin import GPUSpawnerMixin, http_error
+from gpupool.store import Allocation
 
 _CHECKED = "_gpupool_checked"
 

@@ -6,14 +6,14 @@ import os
 import signal
 from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
+from tornado import web
+
 from gpupool import gpu_env_files, runtime
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
-from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
-from tornado import web
-
-from .mixin import GPUSpawnerMixin
+from gpupool.spawner.mixin import GPUSpawnerMixin
 
 
 class _LocalGPU(GPUSpawnerMixin):

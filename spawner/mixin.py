@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tornado import web
+from traitlets import HasTraits, default
+
 from gpupool import failpoints, runtime
 from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
@@ -16,11 +19,8 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
+from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
 from gpupool.store import Allocation
-from tornado import web
-from traitlets import HasTraits, default
-
-from .form import free_slots, parse_form, render_form, requested_milli, requested_pool
 
 
 def http_error(err: PoolError) -> web.HTTPError:

@@ -11,11 +11,11 @@ from typing import Any
 
 from tornado import web
 
-from ..api.auth import json_object
-from ..api.usage import PERIODS, parse_grant, report_args
-from ..usage.accounting import DIMENSIONS
-from .handlers import ActionBase, AdminBase
-from .stacked import stacked_svg
+from gpupool.admin.handlers import ActionBase, AdminBase
+from gpupool.admin.stacked import stacked_svg
+from gpupool.api.auth import json_object
+from gpupool.api.usage import PERIODS, parse_grant, report_args
+from gpupool.usage.accounting import DIMENSIONS
 
 PAGE = "usage"
 

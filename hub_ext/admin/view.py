@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.auth import Caller
-from ..api.page import History, svg_plot
-from ..api.pool import gpu_table
-from ..api.quotas import current_quotas
-from ..config import quota_notes
-from ..pool import format_gpus
-from ..pool.units import parse_gpus
-from ..train.states import HAS_RUN, UNFINISHED, JobState
+from gpupool.api.auth import Caller
+from gpupool.api.page import History, svg_plot
+from gpupool.api.pool import gpu_table
+from gpupool.api.quotas import current_quotas
+from gpupool.config import quota_notes
+from gpupool.pool import format_gpus
+from gpupool.pool.units import parse_gpus
+from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
 
 EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
                "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
@@ -48,7 +48,7 @@ def gpus(pool: Any, caller: Caller) -> list[dict[str, Any]]:
 
 def jobs(training: Any) -> list[dict[str, Any]]:
     """Active jobs and the last ten ended ones: why each waits or its last preemption."""
-    from ..train.waiting import explain, last_preemption
+    from gpupool.train.waiting import explain, last_preemption
 
     rows = training.jobs()
     active = [j for j in rows if j.state in UNFINISHED]

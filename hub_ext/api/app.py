@@ -11,18 +11,18 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.routing import PathMatches
 
-from ..manager import PoolManager
-from .auth import Directory, OAuthCallback
-from .bodies import DEFAULT_MAX_BODY
-from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
-from .demo import ROUTES as DEMO_ROUTES
-from .extend_page import ExtendPage
-from .jobs import ROUTES as JOB_ROUTES
-from .page import StatusPage
-from .parking import ROUTES as PARKING_ROUTES
-from .pool import EventsHandler, MeHandler, PoolHandler
-from .quotas import QuotasHandler
-from .usage import ROUTES as USAGE_ROUTES
+from gpupool.api.auth import Directory, OAuthCallback
+from gpupool.api.bodies import DEFAULT_MAX_BODY
+from gpupool.api.culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from gpupool.api.demo import ROUTES as DEMO_ROUTES
+from gpupool.api.extend_page import ExtendPage
+from gpupool.api.jobs import ROUTES as JOB_ROUTES
+from gpupool.api.page import StatusPage
+from gpupool.api.parking import ROUTES as PARKING_ROUTES
+from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
+from gpupool.api.quotas import QuotasHandler
+from gpupool.api.usage import ROUTES as USAGE_ROUTES
+from gpupool.manager import PoolManager
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [

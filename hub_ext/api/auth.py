@@ -13,9 +13,9 @@ from typing import Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
-from ..disk import disk_full
-from ..store.db import bounded
-from .hub_users import hub_user, hub_users
+from gpupool.api.hub_users import hub_user, hub_users
+from gpupool.disk import disk_full
+from gpupool.store.db import bounded
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 

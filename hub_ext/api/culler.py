@@ -14,12 +14,12 @@ from typing import Any
 
 from tornado import web
 
-from ..store import Event
-from ..store.db import bounded
-from .auth import APIHandler
-from .hub_users import hub_user, hub_users
-from .page import record_history
-from .parking import parked_targets
+from gpupool.api.auth import APIHandler
+from gpupool.api.hub_users import hub_user, hub_users
+from gpupool.api.page import record_history
+from gpupool.api.parking import parked_targets
+from gpupool.store import Event
+from gpupool.store.db import bounded
 
 EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop

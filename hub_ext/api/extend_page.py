@@ -8,8 +8,8 @@ from html import escape
 
 from tornado import web
 
-from .auth import BaseHandler
-from .culler import culler_state, extend_workspace
+from gpupool.api.auth import BaseHandler
+from gpupool.api.culler import culler_state, extend_workspace
 
 STYLE = "<style>body{font-family:sans-serif;margin:2em}button{font-size:1em;padding:4px 12px}</style>"
 

@@ -8,7 +8,7 @@ from collections import deque
 
 from tornado import web
 
-from .auth import BaseHandler
+from gpupool.api.auth import BaseHandler
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
 

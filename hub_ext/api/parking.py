@@ -13,9 +13,9 @@ from typing import Any
 
 from tornado import web
 
-from ..gpu.parking import ParkingError
-from .auth import APIHandler, Caller
-from .hub_users import hub_users
+from gpupool.api.auth import APIHandler, Caller
+from gpupool.api.hub_users import hub_users
+from gpupool.gpu.parking import ParkingError
 
 MAX_NAME = 255
 
@@ -23,7 +23,7 @@ MAX_NAME = 255
 def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
     """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
     (an extension of the session too)."""
-    from .culler import extended_in
+    from gpupool.api.culler import extended_in
 
     out = []
     user_of = hub_users(app)

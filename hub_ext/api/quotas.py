@@ -11,10 +11,10 @@ from typing import Any
 from tornado import web
 from traitlets import TraitError
 
-from .. import runtime
-from ..config import GROUP_NAME, policy_from_document, quota_document, quota_notes
-from ..pool.units import UnitError, parse_gpus, shown
-from .auth import APIHandler
+from gpupool import runtime
+from gpupool.api.auth import APIHandler
+from gpupool.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
+from gpupool.pool.units import UnitError, parse_gpus, shown
 
 MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
 

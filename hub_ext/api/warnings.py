@@ -8,9 +8,9 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from .. import runtime
-from ..pool import format_gpus
-from .culler import culler_state, findings
+from gpupool import runtime
+from gpupool.api.culler import culler_state, findings
+from gpupool.pool import format_gpus
 
 
 def warnings_for(user: Any, base_url: str = "") -> list[dict]:

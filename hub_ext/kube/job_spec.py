@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..pool import MILLI_PER_GPU, InvalidRequest
-from ..pool.pools import NodePool
+from gpupool.pool import MILLI_PER_GPU, InvalidRequest
+from gpupool.pool.pools import NodePool
 
 _ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _FILE = re.compile(r"^[A-Za-z0-9_][-._A-Za-z0-9]{0,99}$")  # a ConfigMap key, never a path

@@ -14,10 +14,9 @@ import re
 from dataclasses import dataclass
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 from gpupool.train.exit_codes import PREEMPTED
-
-from .job_spec import TrainJobSpec
-from .pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_ID = "gpupool.io/job-id"

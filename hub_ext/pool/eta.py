@@ -22,12 +22,12 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from .jobs import Department, Job, Project
-from .placement import Policy
-from .pools import NodePool
-from .request import Request
-from .state import ClusterState
-from .training import schedule
+from gpupool.pool.jobs import Department, Job, Project
+from gpupool.pool.placement import Policy
+from gpupool.pool.pools import NodePool
+from gpupool.pool.request import Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.training import schedule
 
 DEFAULT_RUNTIME_S = 3600.0  # a project without history: an hour
 

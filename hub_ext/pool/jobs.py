@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..train.states import PreemptCause
-from .request import Placement, Request
+from gpupool.pool.request import Placement, Request
+from gpupool.train.states import PreemptCause
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..accounts import Account, SystemAccounts
-from ..contain import WorkloadCgroups, joiner
-from ..instance import HUB_VAR, INSTANCE_VAR
-from .safe_files import ensure_folder, folder, open_file, read_small
+from gpupool.accounts import Account, SystemAccounts
+from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.runners.safe_files import ensure_folder, folder, open_file, read_small
 
 EXIT_FILE = ".exit_code"
 COMMAND_FILE = ".command"  # {"command": [...], "log_limit": bytes}: read (and removed) by the wrapper

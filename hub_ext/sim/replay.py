@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..pool import ClusterState, Inventory, get_policy
-from ..pool.units import MILLI_PER_GPU
-from .traces import TracePod
+from gpupool.pool import ClusterState, Inventory, get_policy
+from gpupool.pool.units import MILLI_PER_GPU
+from gpupool.sim.traces import TracePod
 
 
 def _fragmented(state: ClusterState) -> int:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from ..manager import PoolManager
-from ..pool.training import Department, Project
-from ..runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
-from ..store import Event, TrainJob
-from ..store.db import bounded
-from .backend import JobLog
-from .config import TrainPool
-from .states import JobEvent, JobState
+from gpupool.manager import PoolManager
+from gpupool.pool.training import Department, Project
+from gpupool.runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
+from gpupool.store import Event, TrainJob
+from gpupool.store.db import bounded
+from gpupool.train.backend import JobLog
+from gpupool.train.config import TrainPool
+from gpupool.train.states import JobEvent, JobState
 
 
 class JobBook:

@@ -7,8 +7,8 @@ import sys
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ..pool.training import Department, Project
-from ..pool.units import UnitError, parse_gpus
+from gpupool.pool.training import Department, Project
+from gpupool.pool.units import UnitError, parse_gpus
 
 PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
 PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
@@ -193,7 +193,7 @@ class TrainPool(Configurable):
 
     def pool_table(self):
         """The node pools, checked, and checked against the projects that name them."""
-        from ..pool.pools import NodePool
+        from gpupool.pool.pools import NodePool
 
         out = {}
         for name, spec in self.node_pools.items():
@@ -247,7 +247,7 @@ class TrainPool(Configurable):
 
     def idle_rules(self):
         """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""
-        from .idle import IdleRule
+        from gpupool.train.idle import IdleRule
 
         out = {}
         for name, spec in self.projects.items():
@@ -312,7 +312,7 @@ class TrainPool(Configurable):
     def _check_job_options(self, proposal: dict) -> dict:
         import dataclasses
 
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
         unknown = set(proposal["value"]) - known
@@ -321,7 +321,7 @@ class TrainPool(Configurable):
         return proposal["value"]
 
     def job_options(self):
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         return JobOptions(**{**self.kube_job_options, "grace_s": int(self.grace_s)})
 

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pool.eta import Estimate, Runtimes, forecast
-from .states import JobState
+from gpupool.pool.eta import Estimate, Runtimes, forecast
+from gpupool.train.states import JobState
 
 if TYPE_CHECKING:
-    from .service import TrainingService
+    from gpupool.train.service import TrainingService
 
 HISTORY = 200  # finished runs per project that the expected run times come from
 

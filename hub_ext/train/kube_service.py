@@ -24,25 +24,25 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
-from ..kube.controller import KubeJobController
-from ..kube.job_spec import TrainJobSpec
-from ..kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
-from ..kube.objects import queue_name
-from ..kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
-from ..kube.status import FINAL, JobStatus
-from ..manager import PoolManager
-from ..pool import InvalidRequest
-from ..pool.pool_quotas import queue_pool
-from ..store import ElasticRange, JobPools, TrainJob
-from .backend import JobLog
-from .book import JobBook
-from .code import JobCode
-from .config import TrainPool
-from .idle import IdleClock
-from .states import Intent, JobEvent, JobState, ObservedState, PreemptCause
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
+from gpupool.kube.objects import queue_name
+from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
+from gpupool.kube.status import FINAL, JobStatus
+from gpupool.manager import PoolManager
+from gpupool.pool import InvalidRequest
+from gpupool.pool.pool_quotas import queue_pool
+from gpupool.store import ElasticRange, JobPools, TrainJob
+from gpupool.train.backend import JobLog
+from gpupool.train.book import JobBook
+from gpupool.train.code import JobCode
+from gpupool.train.config import TrainPool
+from gpupool.train.idle import IdleClock
+from gpupool.train.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
 
 if TYPE_CHECKING:
-    from .service import TrainingService
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
@@ -206,7 +206,7 @@ class KubeTrainingService(JobBook):
             shutil.rmtree(folder, ignore_errors=True)
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
-        from .service import cancelled_by
+        from gpupool.train.service import cancelled_by
 
         now = now if now is not None else time.time()
         who = cancelled_by(by, self.job(job_id).owner, now)

@@ -16,24 +16,24 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from .. import failpoints
-from ..accounts import AccountError, SystemAccounts, made_by_gpupool
-from ..contain import WorkloadCgroups
-from ..manager import PoolManager, Workload
-from ..pool import Request, get_policy
-from ..pool.actions import reclaimable
-from ..pool.pool_quotas import split_by_pool
-from ..pool.pools import within
-from ..pool.request import Placement
-from ..pool.training import Job, in_quota_split, schedule
-from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
-from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
-from ..store.db import bounded
-from .book import JobBook, make_job_folders
-from .config import TrainPool
-from .folders import folder_bytes, remove_folder
-from .idle import IdleClock
-from .states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
+from gpupool import failpoints
+from gpupool.accounts import AccountError, SystemAccounts, made_by_gpupool
+from gpupool.contain import WorkloadCgroups
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import Request, get_policy
+from gpupool.pool.actions import reclaimable
+from gpupool.pool.pool_quotas import split_by_pool
+from gpupool.pool.pools import within
+from gpupool.pool.request import Placement
+from gpupool.pool.training import Job, in_quota_split, schedule
+from gpupool.runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
+from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
+from gpupool.store.db import bounded
+from gpupool.train.book import JobBook, make_job_folders
+from gpupool.train.config import TrainPool
+from gpupool.train.folders import folder_bytes, remove_folder
+from gpupool.train.idle import IdleClock
+from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
 
 log = logging.getLogger("gpupool.train")
 NEVER_BEGAN = "the hub stopped before its run began"
@@ -310,7 +310,7 @@ class TrainingService(JobBook):
 
     def wait_reason(self, row: TrainJob) -> str:
         """Why queued job `row` waits, from this scheduler's own view of the pool."""
-        from .waiting import explain_here
+        from gpupool.train.waiting import explain_here
 
         return explain_here(self, row)
 

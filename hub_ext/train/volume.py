@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from .states import UNFINISHED, JobState
+from gpupool.train.states import UNFINISHED, JobState
 
 
 class SubmitRate:

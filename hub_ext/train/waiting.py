@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..pool.pools import within
-from ..pool.units import MILLI_PER_GPU
-from .states import HAS_RUN, JobEvent, JobState, PreemptCause
+from gpupool.pool.pools import within
+from gpupool.pool.units import MILLI_PER_GPU
+from gpupool.train.states import HAS_RUN, JobEvent, JobState, PreemptCause
 
 if TYPE_CHECKING:
-    from ..store import TrainJob
-    from .backend import TrainingBackend
-    from .service import TrainingService
+    from gpupool.store import TrainJob
+    from gpupool.train.backend import TrainingBackend
+    from gpupool.train.service import TrainingService
 
 
 def _gpus(milli: int) -> str:
@@ -85,7 +85,7 @@ def explain_here(training: TrainingService, row: TrainJob) -> str:
 def _pool_of(training: Any, project: Any, running: list, row: Any) -> tuple[str | None, int]:
     """The first of the project's pools where `row` is within that pool's guarantee, and what
     the project uses there; (None, 0) when it is within none (it borrows)."""
-    from ..pool.pool_quotas import in_pool
+    from gpupool.pool.pool_quotas import in_pool
 
     inventory = training.pool.inventory
     for pool, guarantee in project.pool_guarantees:

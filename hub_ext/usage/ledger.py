@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from ..pool.inventory import Inventory
-from ..pool.pools import NodePool
-from ..store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
-from ..train import states
-from .accounting import Held, JobEvent, UseRow
-from .accounting import Parked as ParkedSpan
-from .budgets import Grant
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.pools import NodePool
+from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
+from gpupool.train import states
+from gpupool.usage.accounting import Held, JobEvent, UseRow
+from gpupool.usage.accounting import Parked as ParkedSpan
+from gpupool.usage.budgets import Grant
 
 KINDS = ("build", "train")
 MAX_GRANT_NOTE = 500

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..pool.errors import QuotaExceeded
-from ..pool.units import format_gpus
-from ..train.states import JobState
-from . import accounting as acc
-from . import budgets as bud
-from .config import Usage
-from .ledger import Ledger
-from .rightsizing import Advice, advise, freed
+from gpupool.pool.errors import QuotaExceeded
+from gpupool.pool.units import format_gpus
+from gpupool.train.states import JobState
+from gpupool.usage import accounting as acc
+from gpupool.usage import budgets as bud
+from gpupool.usage.config import Usage
+from gpupool.usage.ledger import Ledger
+from gpupool.usage.rightsizing import Advice, advise, freed
 
 log = logging.getLogger("gpupool.usage")
 SORTS = ("waste", "allocated", "used", "cost", "parked", "key")

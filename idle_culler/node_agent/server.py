@@ -19,8 +19,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from .cgroups import pod_of, pods_on_node
-from .collect import per_gpu, per_pod
+from gpupool.idle_culler.node_agent.cgroups import pod_of, pods_on_node
+from gpupool.idle_culler.node_agent.collect import per_gpu, per_pod
 
 log = logging.getLogger("gpupool.node_agent")
 

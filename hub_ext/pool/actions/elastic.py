@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..jobs import Job, Resize
-from ..request import Request
-from .cycle import Cycle
-from .reclaim import waits_for_stopping
-from .victims import victim_key
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reclaim import waits_for_stopping
+from gpupool.pool.actions.victims import victim_key
+from gpupool.pool.jobs import Job, Resize
+from gpupool.pool.request import Request
 
 GROWTHS_PER_CYCLE = 1
 

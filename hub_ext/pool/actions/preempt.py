@@ -8,10 +8,10 @@ work owns the guarantee first; nothing of another project is touched (that is re
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt, PreemptCause
-from .cycle import Cycle
-from .reclaim import hold, trim, waits_for_stopping
-from .victims import victim_key
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reclaim import hold, trim, waits_for_stopping
+from gpupool.pool.actions.victims import victim_key
+from gpupool.pool.jobs import Job, Preempt, PreemptCause
 
 
 def preempt(cycle: Cycle, job: Job) -> bool:

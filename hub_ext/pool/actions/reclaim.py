@@ -8,9 +8,9 @@ cycle, so nobody is admitted there while the victims stop.
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt, PreemptCause
-from .cycle import Cycle
-from .victims import reclaimable
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.victims import reclaimable
+from gpupool.pool.jobs import Job, Preempt, PreemptCause
 
 
 def reclaim(cycle: Cycle, job: Job) -> bool:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from ..jobs import Job, Reserve
-from ..units import MILLI_PER_GPU
-from .cycle import Cycle
-from .reservation import Reservation
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reservation import Reservation
+from gpupool.pool.jobs import Job, Reserve
+from gpupool.pool.units import MILLI_PER_GPU
 
 RESERVATIONS_PER_CYCLE = 4
 BORROWER_RESERVATIONS = 1  # at most one node held for a job beyond its guarantee

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..jobs import Job, Project
+from gpupool.pool.jobs import Job, Project
 
 
 def victim_key(projects: dict[str, Project]):
