@@ -32,9 +32,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
+
+if TYPE_CHECKING:
+    from jupyterhub.auth import Authenticator
 
 UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 MAX_UNIX_NAME = 32  # useradd's limit on Linux
@@ -296,7 +300,7 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
     return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
 
 
-async def make_on_login(authenticator: object, handler: object, authentication: dict | None) -> dict | None:
+async def make_on_login(authenticator: Authenticator, handler: object, authentication: dict | None) -> dict | None:
     """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
     create_system_users habit). A user whose account cannot be made still logs in: the spawn page
     then says why no server can start."""

@@ -14,14 +14,14 @@ import urllib.error
 import urllib.request
 
 from traitlets import TraitError
-from traitlets.config import Application, Config
+from traitlets.config import Application, Config, Configurable
 
 from gpupool.config import GPUPool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def config_classes() -> list[type]:
+def config_classes() -> list[type[Configurable]]:
     """Every configurable class an admin may set in a gpupool config file."""
     from gpupool.accounts import SystemAccounts
     from gpupool.contain import Containment
@@ -30,14 +30,12 @@ def config_classes() -> list[type]:
     from gpupool.train.config import TrainPool
     from gpupool.usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
+    classes: list[type[Configurable]] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
-        culler_classes = None
-    if culler_classes is not None:
-        classes += culler_classes()
-    return classes
+        return classes
+    return classes + culler_classes()
 
 
 class _ConfigWriter(Application):
@@ -49,7 +47,7 @@ class _ConfigWriter(Application):
         self.classes = config_classes()
 
 
-def without_deprecated(text: str, classes: list[type]) -> str:
+def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
     """The generated file without the old names of renamed options (traits tagged `deprecated`):
     each setting appears once, under its current name; old configs still load, with a warning."""
     old = {f"# c.{cls.__name__}.{name} = " for cls in classes

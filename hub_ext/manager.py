@@ -74,7 +74,7 @@ class PoolManager:
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
         self.room_for_build: Callable[..., list[str] | None] | None = None
-        self.build_reserved: Callable[[Workload], None] | None = None
+        self.build_reserved: Callable[[Workload], object] | None = None  # what it returns is unused
         # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
         # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
         self.build_changed: Callable[[str, str], None] | None = None

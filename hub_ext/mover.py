@@ -387,7 +387,7 @@ class MoverService:
         """Finish a move that stopped half-way (a crash, an unexpected error) from the phase it
         reached (gpupool.gpu.moving.recover): every process ends on one GPU."""
         with self.pool.store.session() as s:
-            m = s.get(Move, move_id)
+            m = s.get_one(Move, move_id)
             pids, phase, server_pid = list(m.pids or []), m.phase, m.server_pid
             gpu_map = dict(zip(m.from_uuids, m.to_uuids, strict=True))
         try:
@@ -440,7 +440,7 @@ class MoverService:
     def _on_phase(self, move_id: int) -> Callable[[str, list[int]], None]:
         def phase(name: str, pids: list[int]) -> None:
             with self.pool.store.session() as s:
-                m = s.get(Move, move_id)
+                m = s.get_one(Move, move_id)
                 m.phase, m.pids = name, list(pids)
             failpoints.reach(f"move.{name}")
 
@@ -451,7 +451,7 @@ class MoverService:
         other end); the event says what happened and why."""
         now = self.clock()
         with self.pool.store.session() as s:
-            m = s.get(Move, move_id)
+            m = s.get_one(Move, move_id)
             owner, name = m.owner, m.name
             dest = s.scalar(select(Allocation).filter_by(kind="move", owner=owner, name=name))
             build = s.scalar(select(Allocation).filter_by(kind="build", owner=owner, name=name))
@@ -463,7 +463,7 @@ class MoverService:
                 reason = out.reason
             m.phase, m.ended_at, m.reason = result, now, reason[:2000]
             moved = result == "moved"
-            if moved:
+            if moved and build is not None:  # moved: the workspace was there (above)
                 build.node, build.gpus = m.to_node, list(m.to_gpus)
             released = _placement(dest) if dest is not None else None
             if dest is not None:

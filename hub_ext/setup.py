@@ -17,6 +17,7 @@ import os
 import secrets
 import sys
 import urllib.parse
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
@@ -169,7 +170,7 @@ def refuse_lost_state(c: Config) -> None:
         raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
-async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] = ()) -> None:
+async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: Sequence[str] = ()) -> None:
     from jupyterhub.app import JupyterHub
     from jupyterhub.services.auth import HubOAuth
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from traitlets import Bool, Enum, Float, Int, List, Unicode, observe
-from traitlets.config import LoggingConfigurable
+from traitlets.config import Configurable, LoggingConfigurable
 
 from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
 from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
@@ -229,5 +229,5 @@ class IdleCuller(LoggingConfigurable):
                 if not trait.metadata.get("deprecated")}
 
 
-def config_classes() -> list[type]:
+def config_classes() -> list[type[Configurable]]:
     return [IdleCuller]

@@ -69,7 +69,7 @@ class Seconds(Float):
 
     info_text = "seconds"
 
-    def __init__(self, default_value: float, positive: bool = False, **kwargs: Any) -> None:
+    def __init__(self, default_value: float | None, positive: bool = False, **kwargs: Any) -> None:
         self.positive = positive
         super().__init__(default_value, **kwargs)
 

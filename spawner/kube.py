@@ -31,7 +31,7 @@ from gpupool.spawner.kube_objects import (
     profile_milli,
 )
 from gpupool.spawner.kube_ready import PromptStart
-from gpupool.spawner.mixin import GPUSpawnerMixin, http_error
+from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
 
 _CHECKED = "_gpupool_checked"
@@ -140,7 +140,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def _scheduler_default(self) -> str | None:
         return self.backend().scheduler_name
 
-    def mig_table(self) -> dict[int, str]:
+    def mig_table(self) -> dict[int, str] | None:
         return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()} or None
 
     def backend(self) -> SharingBackend:
@@ -313,6 +313,4 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             msg = (f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
                    " a profile or hook added GPUs; ask your admin to fix the profile")
             self.pool.store.record("refuse", msg, owner=self.user.name, name=self.name)
-            exc = web.HTTPError(403, msg)
-            exc.jupyterhub_message = msg
-            raise exc
+            raise with_message(web.HTTPError(403, msg), msg)

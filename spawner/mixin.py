@@ -7,7 +7,7 @@ reservation releases it, and so do `stop` and a `poll` that finds the server dea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 from traitlets import HasTraits, default
@@ -23,14 +23,27 @@ from gpupool.spawner.form import free_slots, parse_form, render_form, requested_
 from gpupool.store import Allocation
 
 
-def http_error(err: PoolError) -> web.HTTPError:
-    """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
-    exc = web.HTTPError(err.status, reason=type(err).__name__)
-    exc.jupyterhub_message = str(err)  # read by JupyterHub's form page and API errors
+def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
+    """`exc` with the message JupyterHub shows on its spawn page and in API replies."""
+    # JupyterHub's convention: it reads this attribute, which tornado's class does not declare
+    exc.jupyterhub_message = message  # type: ignore[attr-defined]
     return exc
 
 
-class GPUSpawnerMixin(HasTraits):
+def http_error(err: PoolError) -> web.HTTPError:
+    """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
+    return with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
+
+
+if TYPE_CHECKING:
+    # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as
+    # JupyterHub ships no type information); at run time the spawner class comes later in the MRO
+    from jupyterhub.spawner import Spawner as _SpawnerBase
+else:
+    _SpawnerBase = HasTraits
+
+
+class GPUSpawnerMixin(_SpawnerBase):
     """Mix in before a JupyterHub Spawner class."""
 
     gpupool_allocation: Allocation | None = None
@@ -171,9 +184,8 @@ class GPUSpawnerMixin(HasTraits):
         if isinstance(err, PoolError):
             return self.refused(err)
         if why := disk_full(err):  # said as such, not a bare 500
-            exc = web.HTTPError(507, reason="disk full")
-            exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
-            return exc
+            return with_message(web.HTTPError(507, reason="disk full"),
+                                f"the disk is full: {why}; no GPU was reserved (tell an admin)")
         return err
 
     async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:

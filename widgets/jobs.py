@@ -256,7 +256,8 @@ class PromoteToTraining(w.VBox):
     def check(self) -> tuple[list[str], dict]:
         problems, params = validate_choices(self.project.value or "", float(self.gpus.value), self.projects,
                                             self.params.value)
-        self.sweep_spec, runs = {}, 1
+        self.sweep_spec: dict[str, list] = {}
+        runs = 1
         try:
             self.sweep_spec, runs = parse_sweep_field(self.sweep.value)
         except SweepError as err:

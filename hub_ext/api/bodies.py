@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
 from tornado import httputil
+from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
 
 DEFAULT_MAX_BODY = 64 * 1024
@@ -39,7 +40,8 @@ class BodyLimits(httputil.HTTPServerConnectionDelegate):
 
 class _Guard(httputil.HTTPMessageDelegate):
     def __init__(self, inner: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limits: BodyLimits) -> None:
-        self.inner, self.conn, self.limits = inner, conn, limits
+        # tornado's HTTPServer makes no other kind of connection (set_max_body_size is its own)
+        self.inner, self.conn, self.limits = inner, cast(HTTP1Connection, conn), limits
         self.limit, self.seen, self.refused, self.started = 0, 0, False, False
 
     def headers_received(self, start_line: Any, headers: httputil.HTTPHeaders) -> Awaitable[None] | None:

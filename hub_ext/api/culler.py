@@ -183,7 +183,7 @@ FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 
 
-KINDS = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
+KINDS: dict[tuple[type, ...], str] = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
 ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
 DEFAULTS: dict[str, Any] = {"action": "keep", "reason": "", "message": "", "parked": "", "cull_at": None,

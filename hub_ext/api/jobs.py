@@ -169,7 +169,8 @@ class JobsHandler(JobsBase):
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)
             return
-        sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
+        sweep_id = record_sweep(self.pool.store, caller.name, rows,
+                                [p for _, p in runs if p is not None])  # a sweep's runs all have them
         queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
         self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
@@ -284,7 +285,7 @@ class ProjectsHandler(JobsBase):
         svc = self.training
         running = [j for j in svc.jobs() if j.state in HAS_RUN]
         queued = [j for j in svc.jobs() if j.state == JobState.QUEUED]
-        out = []
+        out: list[dict[str, Any]] = []
         caller = self.caller
         by_pool = self.used_by_pool(running)
         for p in svc.projects.values():

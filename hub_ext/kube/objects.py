@@ -154,7 +154,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
     if sub_path:
         mount["subPath"] = sub_path
-    container = {
+    container: dict = {
         "name": CONTAINER, "image": spec.image, "command": list(spec.command),
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "volumeMounts": [mount],

@@ -65,6 +65,13 @@ class Job:
         return self.max_gpus > 0
 
     @property
+    def placed(self) -> Placement:
+        """Where a running (or stopping) job runs: it always has a placement."""
+        if self.placement is None:
+            raise ValueError(f"job {self.id} is not placed")
+        return self.placement
+
+    @property
     def milli(self) -> int:
         return self.request.total_milli
 

@@ -42,6 +42,11 @@ class JobBook:
         with self.pool.store.session() as s:
             return s.get(TrainJob, job_id)
 
+    def known_job(self, job_id: str) -> TrainJob:
+        """A job this code has just read or written: its row missing is a bug (NoResultFound)."""
+        with self.pool.store.session() as s:
+            return s.get_one(TrainJob, job_id)
+
     def queue_position(self, job_id: str) -> int | None:
         queued = [j.id for j in self.jobs(state=JobState.QUEUED)]
         return queued.index(job_id) + 1 if job_id in queued else None
@@ -79,7 +84,7 @@ class JobBook:
         if "message" in values:
             values["message"] = bounded(values["message"])
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             for k, v in values.items():
                 setattr(row, k, v)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
@@ -342,7 +343,8 @@ class TrainPool(Configurable):
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
         """Membership: admins always; a project without users and groups lists is open to all."""
-        spec = self.projects.get(project)
+        # checked by the validator above; traitlets types the table by its default's values (ints)
+        spec: dict[str, Any] | None = self.projects.get(project)
         if spec is None:
             return False
         users, allowed_groups = spec.get("users"), spec.get("groups")

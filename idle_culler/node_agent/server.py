@@ -37,7 +37,7 @@ class Agent:
             using = {p["uid"] for p in pods}
             pods += [{"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
                      for uid in sorted(pods_on_node(self.proc) - using)]
-            snap = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
+            snap: dict = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
         except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
             log.warning("NVML sample failed: %s", err)
             snap = {**self.snapshot, "error": f"NVML: {err}"}

@@ -36,9 +36,9 @@ def shrink(cycle: Cycle, job: Job) -> bool:
     trial = cycle.work.copy()
     chosen = []
     for r in candidates:
-        i = trial.inventory.index_of(r.placement.node)
-        smaller = trial.placement_on(i, Request(r.min_gpus), list(r.placement.gpus[: r.min_gpus]))
-        trial.release(r.placement)
+        i = trial.inventory.index_of(r.placed.node)
+        smaller = trial.placement_on(i, Request(r.min_gpus), list(r.placed.gpus[: r.min_gpus]))
+        trial.release(r.placed)
         trial.apply(smaller)
         chosen.append((r, smaller))
         spot = cycle.policy.choose(cycle.seen_by(trial, job), job.request, cycle.rng)

@@ -29,7 +29,7 @@ def preempt(cycle: Cycle, job: Job) -> bool:
     trial = cycle.view(job).copy()
     chosen: list[Job] = []
     for victim in sorted(candidates, key=victim_key(cycle.projects)):
-        trial.release(victim.placement)
+        trial.release(victim.placed)
         chosen.append(victim)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
             victims = trim(cycle, job, chosen)

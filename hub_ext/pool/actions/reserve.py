@@ -96,8 +96,8 @@ def _free_at(cycle: Cycle, project: str | None) -> dict[tuple[int, int], float]:
     on_gpu: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
     def add(j: Job, t: float) -> None:
-        i = work.inventory.index_of(j.placement.node)
-        for g in j.placement.gpus:
+        i = work.inventory.index_of(j.placed.node)
+        for g in j.placed.gpus:
             on_gpu.setdefault((i, g), []).append((j.request.gpu_milli, t))
 
     for j in cycle.stopping:
