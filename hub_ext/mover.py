@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from traitlets import Bool, Float, Int
@@ -44,6 +44,10 @@ from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
 from gpupool.store.moves import ACTIVE_PHASES
 from gpupool.train.states import HAS_RUN, JobState
+
+if TYPE_CHECKING:
+    from gpupool.parking import ParkingService
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
@@ -135,7 +139,7 @@ class SpawnWait:
     failed: str = ""  # why no moves make room after all: the spawn's next try is refused
 
 
-def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
+def _pin(training: TrainingService, job_id: str) -> Callable[[Placement], None]:
     """Where the job starts: its spot, pinned as a consolidation's (the next cycle admits it there)."""
     def pin(target: Placement) -> None:
         training.pins[job_id] = target
@@ -144,8 +148,8 @@ def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
 
 
 class MoverService:
-    def __init__(self, pool: PoolManager, parking: Any, cfg: GPUMover, findings: Callable[[], dict],
-                 training: Any = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, pool: PoolManager, parking: ParkingService, cfg: GPUMover, findings: Callable[[], dict],
+                 training: TrainingService | None = None, clock: Callable[[], float] = time.time) -> None:
         """`parking`: the hub's ParkingService (its backend, its process finder, its in-flight
         sets); `findings`: the culler's last report ({"workspaces": {"owner/name": ...}})."""
         self.pool, self.parking, self.cfg, self.findings, self.training = pool, parking, cfg, findings, training
@@ -526,8 +530,8 @@ def _on(node: str, other: str) -> str:
     return f" on {node}" if node != other else ""
 
 
-def build_mover(config: Any, pool: PoolManager, parking: Any, findings: Callable[[], dict],
-                training: Any = None) -> MoverService | None:
+def build_mover(config: Any, pool: PoolManager, parking: ParkingService | None, findings: Callable[[], dict],
+                training: TrainingService | None = None) -> MoverService | None:
     cfg = GPUMover(config=config)
     if not cfg.enabled:
         return None

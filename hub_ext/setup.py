@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 from traitlets.config import Config
 
 if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
+
+    from gpupool.idle_culler.sampler import Sampler
+    from gpupool.manager import PoolManager
+    from gpupool.parking import ParkingService
+    from gpupool.store import Allocation
     from gpupool.train.backend import TrainingBackend
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool")
 
@@ -222,7 +229,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     # running, so once that API answers, the spawners say truthfully what is running.
     await _hub_answers(hub_api)
 
-    def is_running(row: Any) -> bool:
+    def is_running(row: Allocation) -> bool:
         if _is_active(hub, row):
             return True
         cleanup = getattr(hub.spawner_class, "cleanup_orphans", None)
@@ -239,7 +246,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
 
 
-def _publish_gpus(hub: Any, pool: Any) -> Any:
+def _publish_gpus(hub: JupyterHub, pool: PoolManager) -> Any:
     """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
     where the servers run on this machine (local spawners: their shares can move)."""
     from gpupool import runtime
@@ -269,7 +276,7 @@ def _session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
-def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
+def _start_usage(hub: JupyterHub, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None) -> Any:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
     from tornado.ioloop import IOLoop, PeriodicCallback
@@ -303,7 +310,7 @@ def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
     return usage
 
 
-def _start_parking(hub: Any, pool: Any) -> Any:
+def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
     """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
     from tornado.ioloop import PeriodicCallback
 
@@ -326,7 +333,7 @@ def _start_parking(hub: Any, pool: Any) -> Any:
     return parking
 
 
-def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dict) -> Any:
+def _start_mover(hub: JupyterHub, pool: PoolManager, parking: ParkingService | None, training: TrainingBackend | None, settings: dict) -> Any:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
     from tornado.ioloop import PeriodicCallback
@@ -351,7 +358,7 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
     return mover
 
 
-async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
+async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend | None:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
@@ -401,7 +408,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
     return training
 
 
-async def _look_after_folders(training: Any, every_s: float) -> None:
+async def _look_after_folders(training: TrainingService, every_s: float) -> None:
     """Running jobs' folders measured (stopped over c.TrainPool.max_job_folder_mib), finished ones
     removed after c.TrainPool.keep_finished_days: walking folders runs off the event loop."""
     import time
@@ -431,7 +438,7 @@ async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
         await asyncio.sleep(every_s)
 
 
-def job_gpu_use(sampler: Any, pool: Any) -> Any:
+def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
     A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
     from gpupool.idle_culler.sampler import Target
@@ -451,7 +458,7 @@ def job_gpu_use(sampler: Any, pool: Any) -> Any:
     return use
 
 
-def kube_job_gpu_use(sampler: Any) -> Any:
+def kube_job_gpu_use(sampler: Sampler) -> Any:
     """The idle culler's sampler over train jobs on Kubernetes: each running pod of a job is a
     target (its uid, as the node agent reports it; key owner/job id/pod uid), and a job's
     utilization is its busiest pod's (None: no pod sampled)."""
@@ -506,12 +513,12 @@ def _log_like_hub(hub_log: logging.Logger) -> None:
     log.propagate = False
 
 
-def _hub_api_url(hub: Any) -> str:
+def _hub_api_url(hub: JupyterHub) -> str:
     ip = hub.hub_connect_ip or hub.hub_ip or "127.0.0.1"
     return f"http://{ip}:{hub.hub_port}{hub.base_url.rstrip('/')}/hub/api"
 
 
-def _is_active(hub: Any, row: Any) -> bool:
+def _is_active(hub: JupyterHub, row: Allocation) -> bool:
     """Does the hub know a running or starting server for this allocation?"""
     if row.kind != "build":
         return True  # only build workspaces are reconciled here

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubespawner import KubeSpawner
 from slugify import slugify
@@ -33,6 +33,9 @@ from gpupool.spawner.kube_objects import (
 from gpupool.spawner.kube_ready import PromptStart
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
+
+if TYPE_CHECKING:
+    from jupyterhub.spawner import Spawner
 
 _CHECKED = "_gpupool_checked"
 
@@ -195,7 +198,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         # with a profile list, kubespawner's own form and parser (its trait defaults) apply
         return not self.profile_list
 
-    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
         if self.profile_list:
             if not isinstance((user_options or {}).get("profile", ""), str):
                 raise web.HTTPError(400, "user option 'profile' must be a profile's slug")

@@ -38,6 +38,7 @@ def http_error(err: PoolError) -> web.HTTPError:
 if TYPE_CHECKING:
     # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as
     # JupyterHub ships no type information); at run time the spawner class comes later in the MRO
+    from jupyterhub.spawner import Spawner
     from jupyterhub.spawner import Spawner as _SpawnerBase
 else:
     _SpawnerBase = HasTraits
@@ -100,7 +101,7 @@ class GPUSpawnerMixin(_SpawnerBase):
     def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
 
-    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
         """Reject malformed options (a tampered form, the REST API) before anything starts;
         JupyterHub answers 400 with this message."""
         try:
@@ -109,7 +110,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         except PoolError as err:
             raise http_error(err) from None
 
-    def render_gpu_form(self, spawner: Any = None) -> str:
+    def render_gpu_form(self, spawner: Spawner | None = None) -> str:
         pool = self.pool
         every = pool.holdings(self.user.name)  # every server counts on the form, re-rendered or fresh
         held = [h for h in every if h.server_name != self.name]

@@ -10,7 +10,7 @@ and logs a warning on every start.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.handlers import BaseHandler
 from tornado import web
@@ -28,6 +28,9 @@ from gpupool.api.quotas import (
 )
 from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
 from gpupool.train.states import UNFINISHED
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
@@ -127,7 +130,7 @@ class CancelAction(ActionBase):
         self.finish({"id": row.id, "state": row.state})
 
 
-def register(hub: Any, api_settings: dict[str, Any]) -> None:
+def register(hub: JupyterHub, api_settings: dict[str, Any]) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
     kwargs = {"api_settings": api_settings}

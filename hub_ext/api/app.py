@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
@@ -23,6 +23,9 @@ from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
 from gpupool.api.quotas import QuotasHandler
 from gpupool.api.usage import ROUTES as USAGE_ROUTES
 from gpupool.manager import PoolManager
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
@@ -49,7 +52,7 @@ def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
             for rule in app.wildcard_router.rules if isinstance(rule.matcher, PathMatches)]
 
 
-def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: Any = None,
+def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: JupyterHub | None = None,
              extra_settings: dict[str, Any] | None = None) -> web.Application:
     prefix = hub_auth.base_url
     handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]
