@@ -5,11 +5,11 @@ templates/gpupool-extend.html."""
 
 from __future__ import annotations
 
-from gpupool.templating import render
 from tornado import web
 
-from .auth import BaseHandler
-from .culler import culler_state, extend_workspace
+from gpupool.api.auth import BaseHandler
+from gpupool.api.culler import culler_state, extend_workspace
+from gpupool.templating import render
 
 
 class ExtendPage(BaseHandler):

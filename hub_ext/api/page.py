@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from gpupool.templating import render
 from tornado import web
 
-from .auth import BaseHandler
+from gpupool.api.auth import BaseHandler
+from gpupool.templating import render
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
 
