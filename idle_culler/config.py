@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from traitlets import Bool, Enum, Float, Int, List, Unicode, observe
-from traitlets.config import LoggingConfigurable
+from traitlets.config import Configurable, LoggingConfigurable
 
-from .policy import CullerPolicy, Limits, session_end
-from .traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
+from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
+from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
 
 __all__ = ["LIMIT_FIELDS", "RESOLVERS", "IdleCuller", "config_classes"]
 
@@ -229,5 +229,5 @@ class IdleCuller(LoggingConfigurable):
                 if not trait.metadata.get("deprecated")}
 
 
-def config_classes() -> list[type]:
+def config_classes() -> list[type[Configurable]]:
     return [IdleCuller]

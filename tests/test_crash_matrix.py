@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpupool.failpoints import EXIT_CODE, POINTS
 
+from gpupool.failpoints import EXIT_CODE, POINTS
 from tests.hubtools import Hub
 from tests.support.wait import until
 

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-
 from tests.hubtools import Hub
 from tests.support.wait import until
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
-
 from tests.support.pools import make_training, run_until
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
+
 from gpupool import failpoints
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
 from gpupool.gpu_env_files import GPUEnvFiles
@@ -30,8 +32,6 @@ from gpupool.pool import (
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move
-from sqlalchemy import select
-
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.gpu.parking import Delays, VirtualParking
 from gpupool.manager import PoolManager, Workload
 from gpupool.parking import ParkingService
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError
 from gpupool.pool.parking import plan_claims
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(250, 500, 1000),

@@ -6,6 +6,7 @@ import copy
 import random
 
 import pytest
+
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
 from gpupool.pool.capacity import FragAware, OnlineTarget
 from gpupool.pool.fragmentation import FGD
@@ -131,7 +132,6 @@ def test_after_a_workload_shift_the_policy_follows_the_new_workload() -> None:
 
 def test_the_hub_learns_from_a_spawn_it_placed_not_from_one_it_refused(tmp_path) -> None:
     from gpupool.pool import BuildLimits, NoCapacity
-
     from tests.support.pools import make_pool
 
     policy = FragAware()

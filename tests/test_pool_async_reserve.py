@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
-
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2),

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import (
     BuildLimits,
     BuildQuotaPolicy,
     PoolError,
 )
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
 from tests.support.pools import make_pool
 
 USERS = ["ann", "ben", "cat", "dan"]

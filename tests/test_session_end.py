@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.api.culler import EXTENSION, findings, session_of
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
 from gpupool.pool import BuildLimits
 from gpupool.widgets.summary import summary
-
 from tests.hubtools import PASSWORD, Hub
 from tests.support.pools import make_pool
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from gpupool import runtime
 from gpupool.pool import BuildLimits
 from gpupool.spawner.mixin import GPUSpawnerMixin
-
 from tests.support.pools import make_pool
 
 

@@ -4,9 +4,9 @@ parsing with its bounds, the magic's option, and a real hub."""
 from __future__ import annotations
 
 import pytest
+
 from gpupool.train.sweep import MAX_RUNS, SweepError, combinations, final_metrics
 from gpupool.widgets.magics import train_args
-
 from tests.hubtools import Hub
 from tests.support.wait import until
 

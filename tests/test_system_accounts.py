@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
-
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 from tests.support.wait import until
 

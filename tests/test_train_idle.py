@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpupool.train.config import TrainPool
-from gpupool.train.idle import IdleClock, IdleRule
 from traitlets import TraitError
 from traitlets.config import Config
 
+from gpupool.train.config import TrainPool
+from gpupool.train.idle import IdleClock, IdleRule
 from tests.support.pools import make_training, run_until
 
 UNTIL_TOLD = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('stop'): time.sleep(0.05)"]

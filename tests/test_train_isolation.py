@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
-
 from tests.support.pools import make_training, run_until
 
 

@@ -5,14 +5,15 @@ and the config refuses what cannot be meant."""
 from __future__ import annotations
 
 import pytest
-from gpupool.pool import ClusterState, Request, get_policy
-from gpupool.pool.inventory import GPU, Inventory, Node
-from gpupool.pool.pools import NodePool
-from gpupool.pool.training import Job, Project, schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from traitlets import TraitError
 from traitlets.config import Config
+
+from gpupool.pool import ClusterState, Request, get_policy
+from gpupool.pool.inventory import GPU, Inventory, Node
+from gpupool.pool.pools import NodePool
+from gpupool.pool.training import Job, Project, schedule
 
 POLICY = get_policy("best-fit")
 POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),
@@ -183,7 +184,6 @@ def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> No
     prints) shows the guarantee and use per pool."""
 
     from gpupool.widgets.magics import projects_text
-
     from tests.conftest import require_chp
     from tests.hubtools import Hub
     from tests.support.wait import until
@@ -238,7 +238,6 @@ def _per_pool_machine():
     pool's guarantee is stopped whole for another project."""
     from gpupool.pool.pool_quotas import split_by_pool
     from gpupool.pool.training import in_quota_split
-
     from tests.test_train_second_level import POOLS as SL_POOLS
     from tests.test_train_second_level import PROJECTS as SL_PROJECTS
     from tests.test_train_second_level import SecondLevel
@@ -265,7 +264,6 @@ def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_pa
 
     from gpupool.pool import BuildLimits
     from gpupool.train.waiting import explain
-
     from tests.support.pools import make_training, run_until
 
     svc = make_training(tmp_path, 4, limits=BuildLimits(1000, (1000,), 1000, 2), placement=POLICY,
@@ -289,7 +287,6 @@ def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_pa
 def test_a_pool_by_label_is_refused_on_one_machine(tmp_path) -> None:
     """{} is a pool of labelled nodes on Kubernetes; on one machine it would be every GPU."""
     from gpupool.pool import BuildLimits
-
     from tests.support.pools import make_training
 
     with pytest.raises(ValueError, match=r"TrainPool.node_pools \['ws'\]: on one machine a pool needs models"):

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.train.service import TrainingService
 from gpupool.train.waiting import last_preemption
-
 from tests.support.pools import make_training, run_until
 
 JOB = textwrap.dedent("""

@@ -7,10 +7,11 @@ import math
 import random
 
 import hypothesis.strategies as st
+from hypothesis import given, settings
+
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Job, Project, schedule
-from hypothesis import given, settings
 
 POLICY = get_policy("best-fit")
 CYCLE = 60.0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from gpupool.widgets import Client, GPUPoolError, WorkspaceStatus
 from gpupool.widgets.status import status_rows
-
 from tests.hubtools import Hub
 from tests.support.wait import until
 

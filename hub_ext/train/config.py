@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ..pool.training import Department, Project
-from ..pool.units import UnitError, parse_gpus
+from gpupool.pool.training import Department, Project
+from gpupool.pool.units import UnitError, parse_gpus
 
 PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
 PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
@@ -193,7 +194,7 @@ class TrainPool(Configurable):
 
     def pool_table(self):
         """The node pools, checked, and checked against the projects that name them."""
-        from ..pool.pools import NodePool
+        from gpupool.pool.pools import NodePool
 
         out = {}
         for name, spec in self.node_pools.items():
@@ -247,7 +248,7 @@ class TrainPool(Configurable):
 
     def idle_rules(self):
         """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""
-        from .idle import IdleRule
+        from gpupool.train.idle import IdleRule
 
         out = {}
         for name, spec in self.projects.items():
@@ -312,7 +313,7 @@ class TrainPool(Configurable):
     def _check_job_options(self, proposal: dict) -> dict:
         import dataclasses
 
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
         unknown = set(proposal["value"]) - known
@@ -321,7 +322,7 @@ class TrainPool(Configurable):
         return proposal["value"]
 
     def job_options(self):
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         return JobOptions(**{**self.kube_job_options, "grace_s": int(self.grace_s)})
 
@@ -342,7 +343,8 @@ class TrainPool(Configurable):
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
         """Membership: admins always; a project without users and groups lists is open to all."""
-        spec = self.projects.get(project)
+        # checked by the validator above; traitlets types the table by its default's values (ints)
+        spec: dict[str, Any] | None = self.projects.get(project)
         if spec is None:
             return False
         users, allowed_groups = spec.get("users"), spec.get("groups")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+
 from gpupool.spawner.form import requested_milli
 
 PROFILES = [
@@ -20,12 +21,13 @@ PROFILES = [
 
 @pytest.fixture
 def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
-    from gpupool import runtime
-    from gpupool.spawner.kube import GPUKubeSpawner
     from jupyterhub import orm
     from kubernetes_asyncio.config import kube_config
     from kubespawner import clients
     from traitlets.config import Config
+
+    from gpupool import runtime
+    from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.gpu.sharing import KAISharing
 from gpupool.kube.objects import name_of
 from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
 from gpupool.train.kube_service import KubeTrainingService
-from traitlets.config import Config
-
 from tests.k8s.fake_apiserver import Cluster
 from tests.support.pools import make_pool, train_config
 from tests.support.wait import until_async

@@ -12,14 +12,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, Inventory, get_policy, virtual_inventory
 from gpupool.pool.placement import Policy
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
-from traitlets.config import Config
-
 from tests.support.wait import TIMEOUT_S, until
 
 # one GPU per user, a quarter or a whole one per workspace, two workspaces
