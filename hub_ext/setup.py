@@ -366,7 +366,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
         from .train.kube_service import KubeTrainingService
 
         _configure_kubespawner_clients(hub.config)
-        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
+        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()))
         # the API answers at once; the watches catch up (and settle rows) in the background
         from . import tasks
 
@@ -374,8 +374,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
         if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
             from gpupool.idle_culler.sampler import make_sampler
 
-            kube.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg,
-                                                         cfg.idle_sampler_token_file))
+            kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source()))
         training: TrainingBackend = kube
     else:
         from .train.backend import LocalTraining
@@ -390,7 +389,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
         if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
-            engine.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
+            engine.gpu_use = job_gpu_use(make_sampler(*cfg.gpu_use_source()), pool)
 
     async def tick() -> None:
         try:

@@ -98,7 +98,7 @@ class KubeTrainingService(JobBook):
         A KAI found too old or unknown is read again first: it may have been upgraded since."""
         if not self.shards:
             raise InvalidRequest("elastic jobs (min_gpus) on Kubernetes need KAI-Scheduler's gang scheduling;"
-                                 f" this hub's train jobs use GPU sharing '{self.cfg.gpu_sharing}', whose"
+                                 f" this hub's train jobs use GPU sharing '{self.cfg.sharing()}', whose"
                                  " scheduler starts each pod on its own: submit a fixed-size job")
         if self.kai is None or not self.kai.elastic:
             self.kai = await self.kai_version()
