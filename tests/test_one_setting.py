@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import NodeAgentSampler, make_sampler
 from gpupool.idle_culler.service import service_definition
 from gpupool.train.config import TrainPool
+from traitlets import TraitError
 from traitlets.config import Config
 
 AGENTS = "http://node-agent.gpupool:9402/pods,http://node-agent.other:9402/pods"
@@ -78,3 +80,14 @@ def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
     with caplog.at_level("WARNING"):
         assert TrainPool(config=c).gpu_use_source() == ("nvml", "", TOKEN)
     assert "c.TrainPool.idle_sampler_token_file is deprecated: use c.IdleCuller.node_agent_token_file" in caplog.text
+
+
+def test_the_grace_period_is_one_setting_for_local_and_kubernetes_jobs() -> None:
+    """SIGTERM to SIGKILL is c.TrainPool.grace_s on both runners (the chart's jobs.graceSeconds
+    sets it): the Jobs' settings take it from there and refuse a second copy."""
+    c = config()
+    c.TrainPool.grace_s = 120.0
+    assert TrainPool(config=c).job_options().grace_s == 120
+    c.TrainPool.kube_job_options = {"grace_s": 30}
+    with pytest.raises(TraitError, match="unknown keys \\['grace_s'\\]"):
+        TrainPool(config=c)
