@@ -107,7 +107,9 @@ def validate(c: Config) -> None:
         from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional
         return
-    IdleCuller(config=c).policy()
+    culler = IdleCuller(config=c)
+    culler.policy()
+    culler.arbiter_hook()  # importable here, so in the culler's process too (same install)
 
 
 def _home_page_warnings(c: Config) -> None:
