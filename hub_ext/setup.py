@@ -353,6 +353,16 @@ def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dic
     return mover
 
 
+def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
+    """What judges GPU use, set once in c.IdleCuller for workspaces and train jobs: the threshold
+    (util_threshold_pct) and the sampler (sampler, sampler_arg, node_agent_token_file). Read here,
+    in the wiring, because the training pool never imports the culler."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    culler = IdleCuller(config=config)
+    return culler.util_threshold_pct, (culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
+
+
 async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
@@ -362,13 +372,14 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
     from .train.config import TrainPool
 
     cfg = TrainPool(config=hub.config)
+    util_pct, gpu_use_source = culler_gpu_use(hub.config)
     if cfg.runner == "kubernetes":
         from gpupool.gpu.sharing import make_backend
 
         from .train.kube_service import KubeTrainingService
 
         _configure_kubespawner_clients(hub.config)
-        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()))
+        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()), util_pct)
         # the API answers at once; the watches catch up (and settle rows) in the background
         from . import tasks
 
@@ -376,13 +387,13 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
         if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
             from gpupool.idle_culler.sampler import make_sampler
 
-            kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source()))
+            kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)))
         training: TrainingBackend = kube
     else:
         from .train.backend import LocalTraining
         from .train.service import TrainingService
 
-        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
+        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config), idle_util_pct=util_pct)
         training = LocalTraining(engine)
         await training.start()
         from . import tasks
@@ -391,7 +402,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
         if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
-            engine.gpu_use = job_gpu_use(make_sampler(*cfg.gpu_use_source()), pool)
+            engine.gpu_use = job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)), pool)
 
     async def tick() -> None:
         try:

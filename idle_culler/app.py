@@ -71,9 +71,10 @@ class CullerApp(Application):
 
     def start(self) -> int:
         if self.generate_config:  # each setting once: the old names of renamed options left out
-            from gpupool.cli import without_deprecated
-
-            print(without_deprecated(self.generate_config_file(), [IdleCuller]))
+            old = tuple(f"# c.IdleCuller.{name} = " for name, trait in IdleCuller.class_own_traits(config=True).items()
+                        if trait.metadata.get("deprecated"))
+            blocks = self.generate_config_file().split("\n\n")
+            print("\n\n".join(b for b in blocks if not any(line.startswith(old) for line in b.splitlines())))
             return 0
         if not self.gpupool_url:
             self.log.critical("--gpupool-url is required (the hub passes it when it starts the culler)")

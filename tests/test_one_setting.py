@@ -11,6 +11,7 @@ import pytest
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import NodeAgentSampler, make_sampler
 from gpupool.idle_culler.service import service_definition
+from gpupool.setup import culler_gpu_use
 from gpupool.train.config import TrainPool
 from traitlets import TraitError
 from traitlets.config import Config
@@ -23,6 +24,14 @@ def culler_as_started(c: Config) -> IdleCuller:
     """The culler service's settings as it reads them: what the hub hands it in its environment."""
     service, _ = service_definition("gpupool-culler", "http://127.0.0.1:8095/", IdleCuller(config=c).as_dict())
     return IdleCuller(**json.loads(service["environment"]["GPUPOOL_CULLER_CONFIG"]))
+
+
+def train_side(c: Config) -> tuple[float, tuple[str, str, str]]:
+    """The threshold and sampler of train jobs, as the hub's set-up hands them to the training
+    service (setup._start_training)."""
+    util_pct, culler = culler_gpu_use(c)
+    train = TrainPool(config=c)
+    return train.idle_rules(util_pct)["vision"].util_pct, train.gpu_use_source(culler)
 
 
 def config() -> Config:
@@ -42,10 +51,10 @@ def test_one_sampler_and_threshold_measure_workspaces_and_train_jobs() -> None:
     c.IdleCuller.node_agent_token_file = TOKEN
     c.IdleCuller.util_threshold_pct = 5.0
     culler = culler_as_started(c)
-    assert culler.limits().util_threshold_pct == 5.0
-    assert TrainPool(config=c).idle_rules()["vision"].util_pct == 5.0
+    util_pct, source = train_side(c)
+    assert culler.limits().util_threshold_pct == util_pct == 5.0
     workspaces = make_sampler(culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
-    jobs = make_sampler(*TrainPool(config=c).gpu_use_source())
+    jobs = make_sampler(*source)
     for sampler in (workspaces, jobs):
         assert isinstance(sampler, NodeAgentSampler)
         assert (sampler.urls, sampler.token_file) == (AGENTS.split(","), TOKEN)
@@ -56,8 +65,8 @@ def test_the_culling_demos_sampler_leaves_train_jobs_on_nvml() -> None:
     # switch, and the demo sampler only runs in the culler service
     c = config()
     c.IdleCuller.sampler = "demo"
-    assert TrainPool(config=c).gpu_use_source() == ("nvml", "", "")
-    assert TrainPool(config=config()).gpu_use_source() == ("nvml", "", "")  # the default, as before
+    assert train_side(c)[1] == ("nvml", "", "")
+    assert train_side(config()) == (1.0, ("nvml", "", ""))  # the defaults, as before
 
 
 def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
@@ -67,9 +76,7 @@ def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
     c.TrainPool.idle_sampler_arg = "/tmp/job-samples.json"
     c.TrainPool.idle_util_pct = 3.0
     with caplog.at_level("WARNING"):
-        train = TrainPool(config=c)
-        assert train.gpu_use_source() == ("file", "/tmp/job-samples.json", "")
-        assert train.idle_rules()["vision"].util_pct == 3.0
+        assert train_side(c) == (3.0, ("file", "/tmp/job-samples.json", ""))
     for old, new in [("idle_sampler", "sampler"), ("idle_sampler_arg", "sampler_arg"),
                      ("idle_util_pct", "util_threshold_pct")]:
         assert f"c.TrainPool.{old} is deprecated: use c.IdleCuller.{new}" in caplog.text
@@ -78,7 +85,7 @@ def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
     c = config()
     c.TrainPool.idle_sampler_token_file = TOKEN
     with caplog.at_level("WARNING"):
-        assert TrainPool(config=c).gpu_use_source() == ("nvml", "", TOKEN)
+        assert train_side(c)[1] == ("nvml", "", TOKEN)
     assert "c.TrainPool.idle_sampler_token_file is deprecated: use c.IdleCuller.node_agent_token_file" in caplog.text
 
 

@@ -238,36 +238,26 @@ class TrainPool(LoggingConfigurable):
         self.log.warning("c.TrainPool.%s is deprecated: use c.%s (one setting for workspaces and"
                          " train jobs)", change["name"], new)
 
-    def idle_util_threshold(self) -> float:
-        """GPU utilization (percent) at or below which a train job counts as idle:
-        c.IdleCuller.util_threshold_pct (or the deprecated c.TrainPool.idle_util_pct)."""
-        from gpupool.idle_culler.config import IdleCuller
-
-        if "idle_util_pct" in self.config.get("TrainPool", {}):  # an older config keeps its value
-            return self.idle_util_pct
-        return IdleCuller(config=self.config).util_threshold_pct
-
-    def gpu_use_source(self) -> tuple[str, str, str]:
-        """(sampler, argument, token file) that measures train jobs' GPU use: the idle culler's
-        (c.IdleCuller.sampler, sampler_arg, node_agent_token_file), or the deprecated
-        c.TrainPool.idle_sampler* when a config still sets them. The culler's demo sampler
-        (users say what their workspace's GPU does) knows nothing of jobs: nvml then."""
+    def gpu_use_source(self, culler: tuple[str, str, str]) -> tuple[str, str, str]:
+        """(sampler, argument, token file) that measures train jobs' GPU use. `culler`: the idle
+        culler's (c.IdleCuller.sampler, sampler_arg, node_agent_token_file), which the hub's
+        set-up passes (train/ never imports the culler); a config that still sets the deprecated
+        c.TrainPool.idle_sampler* keeps them. The culler's demo sampler (users say what their
+        workspace's GPU does) knows nothing of jobs: nvml then."""
         old = ("idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
         if any(name in self.config.get("TrainPool", {}) for name in old):
             return self.idle_sampler, self.idle_sampler_arg, self.idle_sampler_token_file
-        from gpupool.idle_culler.config import IdleCuller
+        return ("nvml", "", "") if culler[0] == "demo" else culler
 
-        culler = IdleCuller(config=self.config)
-        if culler.sampler == "demo":
-            return "nvml", "", ""
-        return culler.sampler, culler.sampler_arg, culler.node_agent_token_file
-
-    def idle_rules(self):
-        """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""
+    def idle_rules(self, util_pct: float | None = None):
+        """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none).
+        `util_pct`: c.IdleCuller.util_threshold_pct, which the hub's set-up passes (a config that
+        still sets the deprecated c.TrainPool.idle_util_pct keeps it)."""
         from .idle import IdleRule
 
         out = {}
-        threshold = self.idle_util_threshold()
+        old = "idle_util_pct" in self.config.get("TrainPool", {})
+        threshold = self.idle_util_pct if old or util_pct is None else util_pct
         for name, spec in self.projects.items():
             raw = spec.get("idle_gpu_s", 0)
             try:
