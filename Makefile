@@ -8,13 +8,14 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint unit venv browser node cluster bench clean
+.PHONY: up test lint typecheck unit venv browser node cluster bench clean
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
 
 test: venv browser node cluster
 	$(PY) -m ruff check .
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -22,6 +23,20 @@ unit: venv
 
 lint: venv
 	$(PY) -m ruff check .
+
+# mypy on the product packages. The folders install under other names (pyproject's package-dir:
+# hub_ext -> gpupool, spawner -> gpupool.spawner, ...) through the editable install's import hook,
+# which static tools cannot follow. So mypy reads a tree of symlinks named as the package installs,
+# remade on every run (folders come and go), in the ignored venv: gpupool/ holds a link to each entry
+# of hub_ext/ plus links to the three other folders. Paths in mypy's messages are mapped back to the
+# source folders by sed.
+TYPES := $(VENV)/typecheck
+typecheck: venv
+	rm -rf $(TYPES) && mkdir -p $(TYPES)/gpupool
+	for f in hub_ext/*; do ln -s $(CURDIR)/$$f $(TYPES)/gpupool/; done
+	for d in spawner idle_culler widgets; do ln -s $(CURDIR)/$$d $(TYPES)/gpupool/$$d; done
+	cd $(TYPES) && { $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml --cache-dir ../mypy-cache -p gpupool >log 2>&1; rc=$$?; \
+	  sed -E 's#^gpupool/(spawner|idle_culler|widgets)/#\1/#; t; s#^gpupool/#hub_ext/#' log; exit $$rc; }
 
 venv: node_modules/.installed $(VENV)/.installed
 

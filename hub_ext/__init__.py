@@ -15,7 +15,7 @@ def __getattr__(name: str):
     # lazy, so that small stdlib-only parts (the job wrapper) and the kernel side import without
     # the hub's dependencies, and importing a subpackage never pulls in the hub set-up
     if name == "configure":
-        from .setup import configure
+        from gpupool.setup import configure
 
         return configure
     raise AttributeError(name)
@@ -23,6 +23,6 @@ def __getattr__(name: str):
 
 def load_ipython_extension(ipython) -> None:
     """`%load_ext gpupool`: registers `%gpupool` and `%%train` (see gpupool.widgets)."""
-    from .widgets.magics import register
+    from gpupool.widgets.magics import register
 
     register(ipython)

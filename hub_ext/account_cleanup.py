@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .accounts import MARKER
+from gpupool.accounts import MARKER
 
 
 @dataclass(frozen=True)

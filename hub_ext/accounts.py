@@ -32,9 +32,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
+
+if TYPE_CHECKING:
+    from jupyterhub.auth import Authenticator
 
 UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 MAX_UNIX_NAME = 32  # useradd's limit on Linux
@@ -289,14 +293,14 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
             if path.is_symlink():
                 continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
             path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
-        from .user_env import link_jupyter_folders
+        from gpupool.user_env import link_jupyter_folders
 
         link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
         return str(env), ""
     return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
 
 
-async def make_on_login(authenticator: object, handler: object, authentication: dict | None) -> dict | None:
+async def make_on_login(authenticator: Authenticator, handler: object, authentication: dict | None) -> dict | None:
     """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
     create_system_users habit). A user whose account cannot be made still logs in: the spawn page
     then says why no server can start."""

@@ -14,30 +14,28 @@ import urllib.error
 import urllib.request
 
 from traitlets import TraitError
-from traitlets.config import Application, Config
+from traitlets.config import Application, Config, Configurable
 
-from .config import GPUPool
+from gpupool.config import GPUPool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def config_classes() -> list[type]:
+def config_classes() -> list[type[Configurable]]:
     """Every configurable class an admin may set in a gpupool config file."""
-    from .accounts import SystemAccounts
-    from .contain import Containment
-    from .mover import GPUMover
-    from .parking import GPUParking
-    from .train.config import TrainPool
-    from .usage.config import Usage
+    from gpupool.accounts import SystemAccounts
+    from gpupool.contain import Containment
+    from gpupool.mover import GPUMover
+    from gpupool.parking import GPUParking
+    from gpupool.train.config import TrainPool
+    from gpupool.usage.config import Usage
 
-    classes: list[type] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
+    classes: list[type[Configurable]] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
-        culler_classes = None
-    if culler_classes is not None:
-        classes += culler_classes()
-    return classes
+        return classes
+    return classes + culler_classes()
 
 
 class _ConfigWriter(Application):
@@ -49,7 +47,7 @@ class _ConfigWriter(Application):
         self.classes = config_classes()
 
 
-def without_deprecated(text: str, classes: list[type]) -> str:
+def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
     """The generated file without the old names of renamed options (traits tagged `deprecated`):
     each setting appears once, under its current name; old configs still load, with a warning."""
     old = {f"# c.{cls.__name__}.{name} = " for cls in classes
@@ -61,7 +59,7 @@ def without_deprecated(text: str, classes: list[type]) -> str:
 def generate_config(path: str) -> None:
     """The demo's settings, active, then every option commented with its help and example; no
     path of this machine (the defaults that are one are named instead)."""
-    from .embedded import demo_lines
+    from gpupool.embedded import demo_lines
 
     text = without_deprecated(_ConfigWriter().generate_config_file(), config_classes())
     text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(sys.executable, "(the hub's own Python)")
@@ -82,11 +80,11 @@ def generate_config(path: str) -> None:
 
 def check_config(path: str) -> Config:
     """Load and validate an admin's config so a mistake stops `up` with a clear message."""
-    from .embedded import load_user_config
+    from gpupool.embedded import load_user_config
 
     c = Config()
     load_user_config(c, path)
-    from .setup import validate
+    from gpupool.setup import validate
 
     try:
         validate(c)
@@ -103,7 +101,7 @@ def up(args: argparse.Namespace) -> int:
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
     checked = check_config(config)
-    from .embedded import chp_command, demo_password
+    from gpupool.embedded import chp_command, demo_password
 
     env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
                GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "", **port_env(args))
@@ -130,8 +128,8 @@ def users_python(state: str) -> str:
     """As root, users run as accounts of their own, which must be able to run the hub's Python.
     When they cannot (an interpreter in a private folder), make one they can in the state folder;
     "" leaves it to the banner to say why users are not isolated."""
-    from .accounts import shared_python_env, unreachable
-    from .embedded import singleuser_command, user_python
+    from gpupool.accounts import shared_python_env, unreachable
+    from gpupool.embedded import singleuser_command, user_python
 
     if not unreachable([user_python(), singleuser_command()]):
         return ""
@@ -145,8 +143,8 @@ def check_user_env(state: str) -> None:
     """A hub whose users run as their own accounts starts their servers with the users' Python:
     one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
     spawn that seemed to work. Said now, with what is missing, instead."""
-    from .embedded import isolation, user_python
-    from .user_env import missing_jupyter
+    from gpupool.embedded import isolation, user_python
+    from gpupool.user_env import missing_jupyter
 
     if isolation(state)[0] != "accounts":
         return
@@ -159,7 +157,7 @@ def check_user_env(state: str) -> None:
 
 def banner(port: int, password: str, admin_password: str, state: str, demo_culling: bool = False,
            contained: str = "") -> str:
-    from .embedded import DEMO_CULLING_NOTE, isolation
+    from gpupool.embedded import DEMO_CULLING_NOTE, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -175,7 +173,7 @@ def banner(port: int, password: str, admin_password: str, state: str, demo_culli
 def containment_note(c: Config, state: str) -> str:
     """Said at start: whether jobs and workspaces run in cgroups of their own (the hub's own finding,
     with the same settings: its database names the cgroups)."""
-    from .contain import Containment, WorkloadCgroups, detect, hub_key
+    from gpupool.contain import Containment, WorkloadCgroups, detect, hub_key
 
     db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
     tree = detect(Containment(config=c).mode, hub_key(db_url))
@@ -209,7 +207,7 @@ def port_env(args: argparse.Namespace) -> dict[str, str]:
 
 def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
-    from .embedded import ACCOUNT_PREFIX
+    from gpupool.embedded import ACCOUNT_PREFIX
 
     if mode == "accounts":
         return (f"each user runs as a Unix account of their own ({ACCOUNT_PREFIX}<name>, made on first use,"
@@ -230,7 +228,7 @@ def _port(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["simulate"]:
-        from .sim.cli import main as simulate
+        from gpupool.sim.cli import main as simulate
 
         return simulate(argv[1:])
     args = build_parser().parse_args(argv)
@@ -239,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("backup", "restore"):
         return backup_or_restore(args)
     if args.command == "accounts":
-        from .account_cleanup import main as accounts
+        from gpupool.account_cleanup import main as accounts
 
         return accounts(args.state, args.remove, args.kill)
     return 2
@@ -248,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 def backup_or_restore(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .backup import BackupError, backup, restore
+    from gpupool.backup import BackupError, backup, restore
 
     state, folder = Path(args.state).absolute(), Path(args.folder).absolute()
     try:

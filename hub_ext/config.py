@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 
-from gpupool.gpu.sharing import BACKENDS
-from gpupool.kube.pool_objects import KAI_NODE_POOL
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
-from .pool import BuildLimits, BuildQuotaPolicy, parse_gpus
-from .pool.units import UnitError, shown
+from gpupool.gpu.sharing import BACKENDS
+from gpupool.kube.pool_objects import KAI_NODE_POOL
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, parse_gpus
+from gpupool.pool.units import UnitError, shown
 
 LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
 # the options an admin may also change at run time through the API (PUT api/quotas)

@@ -62,7 +62,7 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
     - ("shared", reason): everyone runs as the hub's account — it is not root, an admin chose
       another spawner (GPUPOOL_SPAWNER), or other accounts could not run this installation.
     """
-    from .accounts import unreachable
+    from gpupool.accounts import unreachable
 
     euid = os.geteuid() if euid is None else euid
     spawner = os.environ.get("GPUPOOL_SPAWNER", "") if spawner is None else spawner

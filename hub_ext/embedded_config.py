@@ -21,7 +21,7 @@ from gpupool.embedded import (
     user_python,
 )
 
-c = get_config()  # noqa: F821 - provided by JupyterHub when it loads this file
+c = get_config()  # type: ignore[name-defined]  # noqa: F821 - provided by JupyterHub when it loads this file
 
 state = os.environ["GPUPOOL_STATE_DIR"]
 c.JupyterHub.ip = os.environ.get("GPUPOOL_IP", "127.0.0.1")

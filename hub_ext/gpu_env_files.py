@@ -22,12 +22,15 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from .gpu.env import gpu_env
-from .store import Allocation, Parked
+from gpupool.gpu.env import gpu_env
+from gpupool.store import Allocation, Parked
+
+if TYPE_CHECKING:
+    from gpupool.manager import PoolManager
 
 log = logging.getLogger("gpupool")
 VAR = "GPUPOOL_GPU_ENV_FILE"  # tells the workspace's processes where their file is
@@ -43,7 +46,7 @@ def file_name(owner: str, name: str) -> str:
 class GPUEnvFiles:
     """Writes `<folder>/<file_name>` for each workspace from the pool's rows."""
 
-    def __init__(self, folder: str | os.PathLike, pool: Any, mps_pipe_directory: str = "",
+    def __init__(self, folder: str | os.PathLike, pool: PoolManager, mps_pipe_directory: str = "",
                  gid_of: Callable[[str], int | None] = lambda owner: None) -> None:
         self.folder, self.pool, self.mps = Path(folder), pool, mps_pipe_directory
         self.gid_of = gid_of  # the group that may read an owner's files (their account's)
@@ -137,7 +140,7 @@ def account_gid(config: Any) -> Callable[[str], int | None]:
     def gid_of(owner: str) -> int | None:
         if os.geteuid() != 0:
             return None  # the servers run as the hub's own account
-        from .accounts import SystemAccounts
+        from gpupool.accounts import SystemAccounts
 
         account = SystemAccounts(config=config).lookup(owner)
         return account.gid if account is not None else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from .contain.cgroups import SEGMENT, Tree
+from gpupool.contain.cgroups import SEGMENT, Tree
 
 SETTING = "instance"
 HUB_VAR, INSTANCE_VAR = "GPUPOOL_HUB", "GPUPOOL_INSTANCE"

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .pool import (
+from gpupool.pool import (
     BuildQuotaPolicy,
     ClusterState,
     Holding,
@@ -30,11 +30,11 @@ from .pool import (
     Request,
     format_gpus,
 )
-from .pool.errors import RoomBeingFreed
-from .pool.parking import ParkedShare, newcomer_view, quota_holdings
-from .pool.placement import Policy
-from .pool.pools import NodePool, allowed_pools, choose_in_pools
-from .store import Allocation, Event, Parked, Store
+from gpupool.pool.errors import RoomBeingFreed
+from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
+from gpupool.pool.placement import Policy
+from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
+from gpupool.store import Allocation, Event, Parked, Store
 
 log = logging.getLogger("gpupool")
 
@@ -74,7 +74,7 @@ class PoolManager:
         self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
         # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
         self.room_for_build: Callable[..., list[str] | None] | None = None
-        self.build_reserved: Callable[[Workload], None] | None = None
+        self.build_reserved: Callable[[Workload], object] | None = None  # what it returns is unused
         # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
         # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
         self.build_changed: Callable[[str, str], None] | None = None

@@ -28,22 +28,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from traitlets import Bool, Float, Int
 from traitlets.config import Configurable
 
-from . import failpoints
-from .gpu.moving import Outcome, move_processes, recover
-from .manager import PoolManager, Workload
-from .pool import PoolError, Request, format_gpus
-from .pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
-from .pool.parking import plan_claims, quota_holdings
-from .pool.request import Placement
-from .store import Allocation, Event, Move
-from .store.moves import ACTIVE_PHASES
-from .train.states import HAS_RUN, JobState
+from gpupool import failpoints
+from gpupool.gpu.moving import Outcome, move_processes, recover
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import PoolError, Request, format_gpus
+from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
+from gpupool.pool.parking import plan_claims, quota_holdings
+from gpupool.pool.request import Placement
+from gpupool.store import Allocation, Event, Move
+from gpupool.store.moves import ACTIVE_PHASES
+from gpupool.train.states import HAS_RUN, JobState
+
+if TYPE_CHECKING:
+    from gpupool.parking import ParkingService
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
@@ -135,7 +139,7 @@ class SpawnWait:
     failed: str = ""  # why no moves make room after all: the spawn's next try is refused
 
 
-def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
+def _pin(training: TrainingService, job_id: str) -> Callable[[Placement], None]:
     """Where the job starts: its spot, pinned as a consolidation's (the next cycle admits it there)."""
     def pin(target: Placement) -> None:
         training.pins[job_id] = target
@@ -144,8 +148,8 @@ def _pin(training: Any, job_id: str) -> Callable[[Placement], None]:
 
 
 class MoverService:
-    def __init__(self, pool: PoolManager, parking: Any, cfg: GPUMover, findings: Callable[[], dict],
-                 training: Any = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, pool: PoolManager, parking: ParkingService, cfg: GPUMover, findings: Callable[[], dict],
+                 training: TrainingService | None = None, clock: Callable[[], float] = time.time) -> None:
         """`parking`: the hub's ParkingService (its backend, its process finder, its in-flight
         sets); `findings`: the culler's last report ({"workspaces": {"owner/name": ...}})."""
         self.pool, self.parking, self.cfg, self.findings, self.training = pool, parking, cfg, findings, training
@@ -387,7 +391,7 @@ class MoverService:
         """Finish a move that stopped half-way (a crash, an unexpected error) from the phase it
         reached (gpupool.gpu.moving.recover): every process ends on one GPU."""
         with self.pool.store.session() as s:
-            m = s.get(Move, move_id)
+            m = s.get_one(Move, move_id)
             pids, phase, server_pid = list(m.pids or []), m.phase, m.server_pid
             gpu_map = dict(zip(m.from_uuids, m.to_uuids, strict=True))
         try:
@@ -440,7 +444,7 @@ class MoverService:
     def _on_phase(self, move_id: int) -> Callable[[str, list[int]], None]:
         def phase(name: str, pids: list[int]) -> None:
             with self.pool.store.session() as s:
-                m = s.get(Move, move_id)
+                m = s.get_one(Move, move_id)
                 m.phase, m.pids = name, list(pids)
             failpoints.reach(f"move.{name}")
 
@@ -451,7 +455,7 @@ class MoverService:
         other end); the event says what happened and why."""
         now = self.clock()
         with self.pool.store.session() as s:
-            m = s.get(Move, move_id)
+            m = s.get_one(Move, move_id)
             owner, name = m.owner, m.name
             dest = s.scalar(select(Allocation).filter_by(kind="move", owner=owner, name=name))
             build = s.scalar(select(Allocation).filter_by(kind="build", owner=owner, name=name))
@@ -463,7 +467,7 @@ class MoverService:
                 reason = out.reason
             m.phase, m.ended_at, m.reason = result, now, reason[:2000]
             moved = result == "moved"
-            if moved:
+            if moved and build is not None:  # moved: the workspace was there (above)
                 build.node, build.gpus = m.to_node, list(m.to_gpus)
             released = _placement(dest) if dest is not None else None
             if dest is not None:
@@ -526,8 +530,8 @@ def _on(node: str, other: str) -> str:
     return f" on {node}" if node != other else ""
 
 
-def build_mover(config: Any, pool: PoolManager, parking: Any, findings: Callable[[], dict],
-                training: Any = None) -> MoverService | None:
+def build_mover(config: Any, pool: PoolManager, parking: ParkingService | None, findings: Callable[[], dict],
+                training: TrainingService | None = None) -> MoverService | None:
     cfg = GPUMover(config=config)
     if not cfg.enabled:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .pool import GPU
+from gpupool.pool import GPU
 
 log = logging.getLogger("gpupool.nvml")
 

@@ -16,18 +16,28 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from traitlets import Enum, Float, Int
 from traitlets.config import Configurable
 
-from .config import GPUPool
-from .gpu.parking import Delays, ParkingBackend, ParkingError, make_backend, park_process, resume_process
-from .manager import PoolManager, Workload
-from .pool import format_gpus
-from .pool.parking import ParkedShare, plan_claims
-from .store import Parked
+from gpupool.config import GPUPool
+from gpupool.gpu.parking import (
+    Delays,
+    ParkingBackend,
+    ParkingError,
+    make_backend,
+    park_process,
+    resume_process,
+)
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import format_gpus
+from gpupool.pool.parking import ParkedShare, plan_claims
+from gpupool.store import Parked
+
+if TYPE_CHECKING:
+    from gpupool.store import Allocation
 
 log = logging.getLogger("gpupool.parking")
 
@@ -77,7 +87,7 @@ class GPUParking(Configurable):
 class ParkingService:
     def __init__(self, pool: PoolManager, backend: ParkingBackend, cfg: GPUParking | None = None,
                  pids_of: Callable[[int], set[int]] | None = None, clock: Callable[[], float] = time.time) -> None:
-        from .gpu.proctree import descendants
+        from gpupool.gpu.proctree import descendants
 
         self.pool, self.backend, self.cfg = pool, backend, cfg or GPUParking()
         self.pids_of = pids_of or descendants
@@ -136,7 +146,7 @@ class ParkingService:
         self._parking.add((owner, name))
         return row, sorted(self.pids_of(row.pid))
 
-    def _checkpoint_all(self, row: Any, pids: list[int]) -> list[int]:
+    def _checkpoint_all(self, row: Allocation, pids: list[int]) -> list[int]:
         """Lock and checkpoint each process with a CUDA context; all or nothing."""
         done: list[int] = []
         try:
@@ -151,7 +161,7 @@ class ParkingService:
             raise
         return done
 
-    def _park_end(self, row: Any, done: list[int]) -> dict[str, Any]:
+    def _park_end(self, row: Allocation, done: list[int]) -> dict[str, Any]:
         """The parked row first, then the release: a crash in between never loses the claim."""
         w = Workload("build", row.owner, row.name)
         node = self.pool.inventory.node(row.node)

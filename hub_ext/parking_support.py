@@ -20,8 +20,8 @@ KUBERNETES = ("gpupool-kubernetes", "gpupool.spawner.kube.GPUKubeSpawner", "gpup
 
 def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
     """(can park, why), from the config and, where it comes to that, the GPUs and driver."""
-    from .config import GPUPool
-    from .parking import GPUParking
+    from gpupool.config import GPUPool
+    from gpupool.parking import GPUParking
 
     if spawner in KUBERNETES or "kube" in spawner.lower():
         return False, "workspaces run in Kubernetes pods, whose processes the hub cannot checkpoint"
@@ -33,12 +33,12 @@ def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
         return False, "c.GPUPool.mps_pipe_directory is set: the CUDA driver cannot checkpoint MPS clients"
     if not pool.use_nvml:
         return False, "c.GPUPool.use_nvml is off: the GPUs are virtual"
-    from .nvml import discover_gpus
+    from gpupool.nvml import discover_gpus
 
     if not discover_gpus():
         return False, "no NVIDIA GPU found (virtual GPUs)"
-    from .gpu.cuda_checkpoint import CudaCheckpoint
-    from .gpu.parking import ParkingError
+    from gpupool.gpu.cuda_checkpoint import CudaCheckpoint
+    from gpupool.gpu.parking import ParkingError
 
     try:
         CudaCheckpoint()

@@ -6,10 +6,10 @@ import logging
 
 from traitlets.config import Config
 
-from .config import GPUPool, policy_from_document, quota_document
-from .manager import PoolManager
-from .nvml import discover_gpus
-from .pool import Inventory, Node, get_policy, virtual_inventory
+from gpupool.config import GPUPool, policy_from_document, quota_document
+from gpupool.manager import PoolManager
+from gpupool.nvml import discover_gpus
+from gpupool.pool import Inventory, Node, get_policy, virtual_inventory
 
 log = logging.getLogger("gpupool")
 QUOTAS_SETTING = "quotas"
@@ -40,7 +40,7 @@ def pool(config: Config | None = None) -> PoolManager:
     """The process-wide manager (created on first use)."""
     global _pool
     if _pool is None:
-        from .store import Store
+        from gpupool.store import Store
 
         cfg = settings(config)
         store = Store(cfg.db_url)
@@ -84,7 +84,7 @@ def node_pools(config: Config, quotas) -> dict:
     against the pools the build quotas name."""
     from traitlets import TraitError
 
-    from .train.config import TrainPool
+    from gpupool.train.config import TrainPool
 
     pools = TrainPool(config=config).pool_table()
     for group, limits in [("build_pools", quotas.default), *quotas.group_overrides.items()]:
@@ -105,7 +105,7 @@ _cgroups = None
 
 
 def hub_key(config: Config | None = None) -> str:
-    from .contain import hub_key as key
+    from gpupool.contain import hub_key as key
 
     return key(settings(config).db_url)
 
@@ -117,8 +117,8 @@ def cgroups(config: Config | None = None):
     if _cgroups is None:
         import os
 
-        from .contain import Containment, WorkloadCgroups, detect
-        from .instance import settle
+        from gpupool.contain import Containment, WorkloadCgroups, detect
+        from gpupool.instance import settle
 
         opts = Containment(config=config or Config())
         tree = detect(opts.mode, hub_key(config))

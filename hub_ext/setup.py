@@ -17,12 +17,20 @@ import os
 import secrets
 import sys
 import urllib.parse
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
 
 if TYPE_CHECKING:
-    from .train.backend import TrainingBackend
+    from jupyterhub.app import JupyterHub
+
+    from gpupool.idle_culler.sampler import Sampler
+    from gpupool.manager import PoolManager
+    from gpupool.parking import ParkingService
+    from gpupool.store import Allocation
+    from gpupool.train.backend import TrainingBackend
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool")
 
@@ -33,7 +41,7 @@ ACCESS = f"access:services!service={SERVICE}"
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
-    from .config import GPUPool
+    from gpupool.config import GPUPool
 
     # a broken quota, project or culler table stops the hub here, while it reads its config,
     # with the reason, instead of failing inside the running hub
@@ -60,8 +68,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     if culler:
         from gpupool.idle_culler.config import IdleCuller
         from gpupool.idle_culler.service import service_definition
-
-        from .parking_support import culler_park_after
+        from gpupool.parking_support import culler_park_after
 
         base = c.JupyterHub.get("base_url", "/").rstrip("/")
         culler_config = IdleCuller(config=c).as_dict()
@@ -91,15 +98,15 @@ def _service_url(settings: Any) -> str:
 
 def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
-    from .accounts import SystemAccounts
-    from .config import GPUPool
-    from .runtime import node_pools
-    from .train.config import TrainPool
+    from gpupool.accounts import SystemAccounts
+    from gpupool.config import GPUPool
+    from gpupool.runtime import node_pools
+    from gpupool.train.config import TrainPool
 
     node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
     SystemAccounts(config=c)  # the account name prefix
-    from .usage.config import Usage
+    from gpupool.usage.config import Usage
 
     Usage(config=c).budget_rules()  # budgets and prices
     Usage(config=c).price_table()
@@ -117,7 +124,7 @@ def _home_page_warnings(c: Config) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from .api.warnings import shares_for, stops_for, warnings_for
+    from gpupool.api.warnings import shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -139,7 +146,7 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    from . import tasks
+    from gpupool import tasks
 
     refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
     tasks.start(_serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop)
@@ -150,8 +157,8 @@ def refuse_lost_state(c: Config) -> None:
     here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from . import runtime
-    from .instance import LostState
+    from gpupool import runtime
+    from gpupool.instance import LostState
 
     try:
         runtime.cgroups(c)
@@ -172,18 +179,18 @@ def refuse_lost_state(c: Config) -> None:
         raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
-async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] = ()) -> None:
+async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: Sequence[str] = ()) -> None:
     from jupyterhub.app import JupyterHub
     from jupyterhub.services.auth import HubOAuth
 
-    from . import runtime
-    from .api import make_app
-    from .api.app import body_limits
-    from .api.bodies import serve
+    from gpupool import runtime
+    from gpupool.api import make_app
+    from gpupool.api.app import body_limits
+    from gpupool.api.bodies import serve
 
     hub = JupyterHub.instance()
     _log_like_hub(hub.log)
-    from .redact import install
+    from gpupool.redact import install
 
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
     contained = runtime.cgroups(hub.config)
@@ -224,7 +231,7 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     # running, so once that API answers, the spawners say truthfully what is running.
     await _hub_answers(hub_api)
 
-    def is_running(row: Any) -> bool:
+    def is_running(row: Allocation) -> bool:
         if _is_active(hub, row):
             return True
         cleanup = getattr(hub.spawner_class, "cleanup_orphans", None)
@@ -236,16 +243,16 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     released = pool.reconcile(is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
-    from .admin import register
+    from gpupool.admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
 
 
-def _publish_gpus(hub: Any, pool: Any) -> Any:
+def _publish_gpus(hub: JupyterHub, pool: PoolManager) -> Any:
     """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
     where the servers run on this machine (local spawners: their shares can move)."""
-    from . import runtime
-    from .gpu_env_files import GPUEnvFiles, account_gid, default_folder
+    from gpupool import runtime
+    from gpupool.gpu_env_files import GPUEnvFiles, account_gid, default_folder
 
     if not getattr(hub.spawner_class, "follows_published_gpu", False):
         return None
@@ -271,14 +278,14 @@ def _session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
-def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
+def _start_usage(hub: JupyterHub, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None) -> Any:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
     from tornado.ioloop import IOLoop, PeriodicCallback
 
-    from .usage.config import Usage
-    from .usage.metrics import register_metrics
-    from .usage.service import UsageService
+    from gpupool.usage.config import Usage
+    from gpupool.usage.metrics import register_metrics
+    from gpupool.usage.service import UsageService
 
     def groups_of(owner: str) -> tuple[str, ...]:
         try:
@@ -305,12 +312,12 @@ def _start_usage(hub: Any, pool: Any, training: Any, parking: Any) -> Any:
     return usage
 
 
-def _start_parking(hub: Any, pool: Any) -> Any:
+def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
     """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
     from tornado.ioloop import PeriodicCallback
 
-    from .gpu.parking import ParkingError
-    from .parking import build_parking
+    from gpupool.gpu.parking import ParkingError
+    from gpupool.parking import build_parking
 
     try:
         parking = build_parking(hub.config, pool, state_dir())
@@ -328,13 +335,13 @@ def _start_parking(hub: Any, pool: Any) -> Any:
     return parking
 
 
-def _start_mover(hub: Any, pool: Any, parking: Any, training: Any, settings: dict) -> Any:
+def _start_mover(hub: JupyterHub, pool: PoolManager, parking: ParkingService | None, training: TrainingBackend | None, settings: dict) -> Any:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
     from tornado.ioloop import PeriodicCallback
 
-    from .api.culler import culler_state
-    from .mover import build_mover
+    from gpupool.api.culler import culler_state
+    from gpupool.mover import build_mover
 
     mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings),
                         training.local if training is not None else None)
@@ -363,25 +370,24 @@ def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
     return culler.util_threshold_pct, (culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
 
 
-async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
+async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend | None:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
 
-    from . import runtime
-    from .train.config import TrainPool
+    from gpupool import runtime
+    from gpupool.train.config import TrainPool
 
     cfg = TrainPool(config=hub.config)
     util_pct, gpu_use_source = culler_gpu_use(hub.config)
     if cfg.runner == "kubernetes":
         from gpupool.gpu.sharing import make_backend
-
-        from .train.kube_service import KubeTrainingService
+        from gpupool.train.kube_service import KubeTrainingService
 
         _configure_kubespawner_clients(hub.config)
         kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()), util_pct)
         # the API answers at once; the watches catch up (and settle rows) in the background
-        from . import tasks
+        from gpupool import tasks
 
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
         if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
@@ -390,13 +396,13 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
             kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)))
         training: TrainingBackend = kube
     else:
-        from .train.backend import LocalTraining
-        from .train.service import TrainingService
+        from gpupool.train.backend import LocalTraining
+        from gpupool.train.service import TrainingService
 
         engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config), idle_util_pct=util_pct)
         training = LocalTraining(engine)
         await training.start()
-        from . import tasks
+        from gpupool import tasks
 
         tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
         if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
@@ -414,7 +420,7 @@ async def _start_training(hub: Any, pool: Any) -> TrainingBackend | None:
     return training
 
 
-async def _look_after_folders(training: Any, every_s: float) -> None:
+async def _look_after_folders(training: TrainingService, every_s: float) -> None:
     """Running jobs' folders measured (stopped over c.TrainPool.max_job_folder_mib), finished ones
     removed after c.TrainPool.keep_finished_days: walking folders runs off the event loop."""
     import time
@@ -444,12 +450,11 @@ async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
         await asyncio.sleep(every_s)
 
 
-def job_gpu_use(sampler: Any, pool: Any) -> Any:
+def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
     A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
     from gpupool.idle_culler.sampler import Target
-
-    from .manager import Workload
+    from gpupool.manager import Workload
 
     def use(rows: list) -> dict[str, float | None]:
         targets = []
@@ -465,7 +470,7 @@ def job_gpu_use(sampler: Any, pool: Any) -> Any:
     return use
 
 
-def kube_job_gpu_use(sampler: Any) -> Any:
+def kube_job_gpu_use(sampler: Sampler) -> Any:
     """The idle culler's sampler over train jobs on Kubernetes: each running pod of a job is a
     target (its uid, as the node agent reports it; key owner/job id/pod uid), and a job's
     utilization is its busiest pod's (None: no pod sampled)."""
@@ -520,16 +525,16 @@ def _log_like_hub(hub_log: logging.Logger) -> None:
     log.propagate = False
 
 
-def _hub_api_url(hub: Any) -> str:
+def _hub_api_url(hub: JupyterHub) -> str:
     ip = hub.hub_connect_ip or hub.hub_ip or "127.0.0.1"
     return f"http://{ip}:{hub.hub_port}{hub.base_url.rstrip('/')}/hub/api"
 
 
-def _is_active(hub: Any, row: Any) -> bool:
+def _is_active(hub: JupyterHub, row: Allocation) -> bool:
     """Does the hub know a running or starting server for this allocation?"""
     if row.kind != "build":
         return True  # only build workspaces are reconciled here
-    from .api.hub_users import hub_user
+    from gpupool.api.hub_users import hub_user
 
     user = hub_user(hub, row.owner)
     spawner = user.spawners.get(row.name) if user is not None else None

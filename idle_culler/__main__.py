@@ -1,5 +1,5 @@
 import sys
 
-from .service import main
+from gpupool.idle_culler.service import main
 
 sys.exit(main())

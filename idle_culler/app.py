@@ -16,7 +16,7 @@ import os
 from traitlets import Bool, Unicode
 from traitlets.config import Application, Config
 
-from .config import IdleCuller
+from gpupool.idle_culler.config import IdleCuller
 
 CONFIG_ENV = "GPUPOOL_CULLER_CONFIG"  # the hub's c.IdleCuller settings, as JSON (service_definition)
 
@@ -69,7 +69,11 @@ class CullerApp(Application):
         """The culler's settings (checked: a bad value raises TraitError here)."""
         return IdleCuller(parent=self)
 
-    def start(self) -> int:
+    def start(self) -> None:
+        self.exit(self.run())
+
+    def run(self) -> int:
+        """Print the config file, or cull; the exit status."""
         if self.generate_config:  # each setting once: the old names of renamed options left out
             old = tuple(f"# c.IdleCuller.{name} = " for name, trait in IdleCuller.class_own_traits(config=True).items()
                         if trait.metadata.get("deprecated"))
@@ -79,7 +83,7 @@ class CullerApp(Application):
         if not self.gpupool_url:
             self.log.critical("--gpupool-url is required (the hub passes it when it starts the culler)")
             return 2
-        from .service import run
+        from gpupool.idle_culler.service import run
 
         logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s culler] %(message)s")
         return run(self.settings(), self.gpupool_url, self.hub_api, self.once,
@@ -89,7 +93,7 @@ class CullerApp(Application):
 def main(argv: list[str] | None = None) -> int:
     app = CullerApp()
     app.initialize(argv)
-    return app.start()
+    return app.run()
 
 
 __all__ = ["CONFIG_ENV", "CullerApp", "main"]

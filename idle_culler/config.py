@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 
 from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, Union, observe
 from traitlets import Callable as CallableTrait
-from traitlets.config import LoggingConfigurable
+from traitlets.config import Configurable, LoggingConfigurable
 from traitlets.utils.importstring import import_item
 
-from .policy import CullerPolicy, Limits, session_end
-from .traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
+from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
+from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
 
 __all__ = ["LIMIT_FIELDS", "RESOLVERS", "IdleCuller", "config_classes"]
 
@@ -270,5 +270,5 @@ class IdleCuller(LoggingConfigurable):
         return out
 
 
-def config_classes() -> list[type]:
+def config_classes() -> list[type[Configurable]]:
     return [IdleCuller]

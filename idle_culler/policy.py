@@ -150,7 +150,7 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
         if limits.parked_stop_s:
             out["parked-idle"] = last + limits.parked_stop_s + bonus
         return out
-    if parks(ws, limits):
+    if parks(ws, limits) and ws.gpu_idle_s is not None:  # parks() checked the GPU data too
         # the GPU-idle rules end in a park, not a stop
         out["park"] = now - ws.gpu_idle_s + limits.park_after_s
     elif ws.gpu_idle_s is not None:

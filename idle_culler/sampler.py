@@ -99,7 +99,7 @@ class NVMLSampler:
 def resolve_all(host: str, port: int) -> list[str]:
     """Every address of a name: a headless Service has one DNS record per ready pod."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})  # the address of each (address, port, ...)
 
 
 class NodeAgentSampler:

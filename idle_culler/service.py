@@ -18,12 +18,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
-from .config import IdleCuller
-from .metrics import Metrics
-from .policy import PARKED, Decision, IdleTracker, Workspace, decide
-from .sampler import Sampler, Target, make_sampler
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.metrics import Metrics
+from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
+from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
 
 log = logging.getLogger("gpupool.culler")
 
@@ -104,11 +105,14 @@ def _remaining_offsets(pagination: dict, concurrency: int) -> list[tuple[int, in
     """(offset, limit) of the pages after the first, from the first page's _pagination; none
     when reading them one by one (concurrency 1) or when the hub's numbers are not sane."""
     nxt, total, limit = pagination.get("next"), pagination.get("total"), pagination.get("limit")
-    if concurrency <= 1 or not nxt or not all(type(v) is int for v in (total, limit, nxt.get("offset"))):
+    if concurrency <= 1 or not nxt:
         return []
-    if limit <= 0 or not 0 < nxt["offset"] < total or (total - nxt["offset"]) // limit >= MAX_PAGES:
+    start = nxt.get("offset")
+    if type(total) is not int or type(limit) is not int or type(start) is not int:
         return []
-    return [(offset, limit) for offset in range(nxt["offset"], total, limit)]
+    if limit <= 0 or not 0 < start < total or (total - start) // limit >= MAX_PAGES:
+        return []
+    return [(offset, limit) for offset in range(start, total, limit)]
 
 
 def _at_offset(url: str, offset: int, limit: int) -> str:
@@ -202,7 +206,7 @@ class Culler:
                 events.append(None)  # its place: the event follows the outcome
                 todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1))
         # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
-        done = self._bounded([lambda item=item: self._act(item) for item in todo])
+        done = self._bounded([partial(self._act, item) for item in todo])
         for item, ok in zip(todo, done, strict=True):
             self._record(item, ok, report, events)
         events = [e for e in events if e is not None]
@@ -342,7 +346,7 @@ def file_clock(path: str) -> Callable[[], float]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpupool.idle_culler` (gpupool.idle_culler.app: config file, flags)."""
-    from .app import main as app_main
+    from gpupool.idle_culler.app import main as app_main
 
     return app_main(argv)
 

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from traitlets import Dict, Float, TraitError, Unicode
 
-from .policy import Limits
+from gpupool.idle_culler.policy import Limits
 
 LIMIT_FIELDS = frozenset(Limits.__dataclass_fields__)
 RESOLVERS = ("warn", "restart-kernel", "stop")  # gentlest first
@@ -69,7 +69,7 @@ class Seconds(Float):
 
     info_text = "seconds"
 
-    def __init__(self, default_value: float, positive: bool = False, **kwargs: Any) -> None:
+    def __init__(self, default_value: float | None, positive: bool = False, **kwargs: Any) -> None:
         self.positive = positive
         super().__init__(default_value, **kwargs)
 

@@ -1,6 +1,6 @@
 """Spawners that start build workspaces on GPU shares."""
 
-from .local import GPULocalProcessSpawner, GPUSimpleLocalProcessSpawner
-from .mixin import GPUSpawnerMixin
+from gpupool.spawner.local import GPULocalProcessSpawner, GPUSimpleLocalProcessSpawner
+from gpupool.spawner.mixin import GPUSpawnerMixin
 
 __all__ = ["GPULocalProcessSpawner", "GPUSimpleLocalProcessSpawner", "GPUSpawnerMixin"]

@@ -1,13 +1,15 @@
-"""The spawn form: pure rendering and parsing, so both are testable without a hub."""
+"""The spawn form: pure rendering (from a template packaged with gpupool, as kubespawner renders
+its profile form) and parsing, so both are testable without a hub."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
-from html import escape
 
 from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
 from gpupool.pool.units import MILLI_PER_GPU, UnitError
+from gpupool.templating import render
 
 FIELD = "gpus"
 POOL_FIELD = "pool"  # optional: one of the node pools the user's groups may use
@@ -28,6 +30,18 @@ def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
     return sum(sum(1 for f in node if f >= MILLI_PER_GPU) // need for node in gpu_free)
 
 
+@dataclass(frozen=True)
+class SizeChoice:
+    """One size on the form: its value, whether the user may pick it, and why not."""
+
+    value: str  # in GPUs, as the REST API takes them
+    size: str  # said to the user: '0.25 GPU'
+    fits: bool  # within the quota left
+    ok: bool  # may be picked now
+    checked: bool
+    facts: str  # memory, room in the pool now, what starting it takes
+
+
 def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
                 virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
                 max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = (),
@@ -42,36 +56,27 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     jobs borrowing GPUs would be preempted to make it (build workspaces come first): such a size
     is offered, and says so; `moves`: likewise, how many idle notebooks would move to another
     GPU to make room (gpupool.mover). `notes`: what the user should read first (a GPU-hour budget near or
-    over its limit, a smaller size that would do)."""
+    over its limit, a smaller size that would do). The markup is templates/gpupool-spawn-form.html."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
-    used = sum(h.milli for h in others)
-    lines = [
-        '<div class="form-group gpupool-form">',
-        f'<p class="gpupool-quota">Your build quota: <b>{format_gpus(quota_milli)}</b>;'
-        f" in use: <b>{format_gpus(used)}</b>"
-        + (f'; workspaces <b class="gpupool-workspaces">{len(others)} of {max_workspaces}</b>' if max_workspaces else "")
-        + ".</p>",
-    ]
-    lines += [f'<p class="gpupool-note alert alert-info">{escape(n)}</p>' for n in notes]
-    if others:
-        items = "".join(f"<li>{escape(h.label)}: {format_gpus(h.milli)}</li>" for h in others)
-        lines.append(f'<ul class="gpupool-held">{items}</ul>')
-    if max_workspaces and len(others) >= max_workspaces:
-        lines.append(f'<p class="gpupool-limit alert alert-warning">You run {len(others)} of {max_workspaces}'
-                     " GPU workspaces allowed: stop one to start another.</p>")
-    if virtual:
-        lines.append('<p class="gpupool-virtual"><i>These GPUs are virtual (no NVIDIA GPU was found):'
-                     " the workspace starts with the GPU settings but no real GPU.</i></p>")
-    first = True
+    at_limit = bool(max_workspaces) and len(others) >= max_workspaces
+    return render("gpupool-spawn-form.html", field=FIELD, pool_field=POOL_FIELD,
+                  quota=format_gpus(quota_milli), used=format_gpus(sum(h.milli for h in others)),
+                  max_workspaces=max_workspaces, at_limit=at_limit, notes=list(notes), virtual=virtual,
+                  others=[{"label": h.label, "size": format_gpus(h.milli)} for h in others],
+                  choices=size_choices(offered, memory_mib_per_gpu, gpu_free, at_limit, reclaim or {}, moves or {}),
+                  pools=list(pools), pools_listed=", ".join(pools))
+
+
+def size_choices(offered: Sequence[tuple[int, bool]], memory_mib_per_gpu: int,
+                 gpu_free: Sequence[Sequence[int]] | None, at_limit: bool, reclaim: Mapping[int, int],
+                 moves: Mapping[int, int]) -> list[SizeChoice]:
+    """Which sizes may be picked and why not; the first that may is checked."""
+    choices, first = [], True
     for milli, fits in offered:
         room = free_slots(gpu_free, milli) if gpu_free is not None else None
-        freed = (reclaim or {}).get(milli) if room == 0 else None
-        moved = (moves or {}).get(milli) if room == 0 and freed is None else None
-        ok = fits and (room != 0 or freed is not None or moved is not None) \
-            and not (max_workspaces and len(others) >= max_workspaces)
-        checked = " checked" if ok and first else ""
-        first = first and not ok
-        disabled = "" if ok else " disabled"
+        freed = reclaim.get(milli) if room == 0 else None
+        moved = moves.get(milli) if room == 0 and freed is None else None
+        ok = fits and (room != 0 or freed is not None or moved is not None) and not at_limit
         facts = []
         if memory_mib_per_gpu:
             facts.append(f"{memory_mib_per_gpu * milli // MILLI_PER_GPU:,} MiB")
@@ -81,17 +86,9 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
             facts.append(moves_text(moved))
         elif room is not None:
             facts.append(f"room for {room} now" if room else "no room in the pool now")
-        note = "" if fits else " — over your quota left"
-        detail = f' <small class="gpupool-facts">({", ".join(facts)})</small>' if facts else ""
-        lines.append(
-            f'<div class="radio"><label><input type="radio" name="{FIELD}" value="{gpus_value(milli)}"'
-            f"{checked}{disabled}> {format_gpus(milli)}{detail}{note}</label></div>"
-        )
-    if not any(fits for _, fits in offered):
-        lines.append('<p class="gpupool-none">No size fits your quota now: stop a running server first.</p>')
-    lines.extend(pool_choice(pools))
-    lines.append("</div>")
-    return "\n".join(lines)
+        choices.append(SizeChoice(gpus_value(milli), format_gpus(milli), fits, ok, ok and first, ", ".join(facts)))
+        first = first and not ok
+    return choices
 
 
 def reclaim_text(jobs: int) -> str:
@@ -106,22 +103,6 @@ def moves_text(notebooks: int) -> str:
     """What starting a size takes when only moving idle notebooks makes room for it."""
     return (f"no free room: starting it first moves {notebooks} idle notebook{'s' if notebooks > 1 else ''}"
             " to another GPU (seconds; nothing in them restarts)")
-
-
-def pool_choice(pools: Sequence[str]) -> list[str]:
-    """The node pools part of the form: one pool is said, several are offered (the first
-    choice: any of them, in order of preference)."""
-    if not pools:
-        return []
-    if len(pools) == 1:
-        return [f'<p class="gpupool-pools">GPUs from node pool <b>{escape(pools[0])}</b>.</p>']
-    lines = ['<fieldset class="gpupool-pools"><legend>Node pool</legend>',
-             f'<div class="radio"><label><input type="radio" name="{POOL_FIELD}" value="" checked>'
-             f' any of yours, in this order: {escape(", ".join(pools))}</label></div>']
-    lines += [f'<div class="radio"><label><input type="radio" name="{POOL_FIELD}" value="{escape(p)}">'
-              f" {escape(p)} only</label></div>" for p in pools]
-    lines.append("</fieldset>")
-    return lines
 
 
 def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpupool import runtime
-from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
-from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
-from gpupool.pool import InvalidRequest, PoolError
-from gpupool.store import Allocation
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
-from .form import requested_milli as form_milli
-from .form import requested_pool
-from .kube_objects import (
+from gpupool import runtime
+from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
+from gpupool.pool import InvalidRequest, PoolError
+from gpupool.spawner.form import requested_milli as form_milli
+from gpupool.spawner.form import requested_pool
+from gpupool.spawner.kube_objects import (
     apply_pod_gpu,
     filter_profiles,
     find_profile,
@@ -32,8 +31,12 @@ from .kube_objects import (
     pod_environment,
     profile_milli,
 )
-from .kube_ready import PromptStart
-from .mixin import GPUSpawnerMixin, http_error
+from gpupool.spawner.kube_ready import PromptStart
+from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
+from gpupool.store import Allocation
+
+if TYPE_CHECKING:
+    from jupyterhub.spawner import Spawner
 
 _CHECKED = "_gpupool_checked"
 
@@ -139,7 +142,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def _scheduler_default(self) -> str | None:
         return self.backend().scheduler_name
 
-    def mig_table(self) -> dict[int, str]:
+    def mig_table(self) -> dict[int, str] | None:
         return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()} or None
 
     def backend(self) -> SharingBackend:
@@ -194,7 +197,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         # with a profile list, kubespawner's own form and parser (its trait defaults) apply
         return not self.profile_list
 
-    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
         if self.profile_list:
             if not isinstance((user_options or {}).get("profile", ""), str):
                 raise web.HTTPError(400, "user option 'profile' must be a profile's slug")
@@ -312,6 +315,4 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             msg = (f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
                    " a profile or hook added GPUs; ask your admin to fix the profile")
             self.pool.store.record("refuse", msg, owner=self.user.name, name=self.name)
-            exc = web.HTTPError(403, msg)
-            exc.jupyterhub_message = msg
-            raise exc
+            raise with_message(web.HTTPError(403, msg), msg)

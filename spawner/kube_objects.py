@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
+
 from gpupool.gpu.sharing import PodGPU
 from gpupool.pool import BuildLimits, InvalidRequest, parse_gpus
 from gpupool.pool.units import UnitError
-from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
 
 PROFILE_KEY = "gpupool"  # profile_list entries: {"gpupool": {"gpus": 0.25, "groups": ["students"]}}
 

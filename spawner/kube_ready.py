@@ -14,22 +14,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traitlets import Float, HasTraits, default, validate
+
+if TYPE_CHECKING:
+    from jupyterhub.spawner import Spawner
 
 _WAITS = "_gpupool_waits_for_running"
 DONE = ("Failed", "Succeeded")  # a pod that ended: kubespawner's own checks say what happened
 
 
-def pod_running(spawner: Any, pod: dict | None) -> bool:
+def pod_running(spawner: Spawner, pod: dict | None) -> bool:
     try:
         return bool(spawner.is_pod_running(pod))
     except (KeyError, TypeError):  # a pod status still being filled in
         return False
 
 
-async def wait_until_running(spawner: Any, timeout_s: float, interval_s: float) -> None:
+async def wait_until_running(spawner: Spawner, timeout_s: float, interval_s: float) -> None:
     """Until the spawner's pod runs (or ended, or `timeout_s` passed): never raises, so that
     kubespawner's own wait and its error messages decide the outcome."""
     loop = asyncio.get_running_loop()
@@ -68,7 +71,7 @@ class PromptStart(HasTraits):
         return hook if getattr(hook, _WAITS, False) else self._then_wait(hook)
 
     def _then_wait(self, hook: Callable | None) -> Callable:
-        async def then_wait(spawner: Any, pod: Any) -> None:
+        async def then_wait(spawner: Spawner, pod: Any) -> None:
             if hook is not None:
                 result = hook(spawner, pod)
                 if inspect.isawaitable(result):

@@ -6,14 +6,14 @@ import os
 import signal
 from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
+from tornado import web
+
 from gpupool import gpu_env_files, runtime
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
-from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
-from tornado import web
-
-from .mixin import GPUSpawnerMixin
+from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
 
 
 class _LocalGPU(GPUSpawnerMixin):
@@ -213,9 +213,8 @@ _TERMINAL_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
 def _refused(message: str, status: int = 403) -> web.HTTPError:
-    err = web.HTTPError(status, reason="no Unix account" if status == 403 else "workspace still running")
-    err.jupyterhub_message = message  # shown on the spawn page and in API replies
-    return err
+    return with_message(web.HTTPError(status, reason="no Unix account" if status == 403 else "workspace still running"),
+                        message)
 
 
 class GPUSimpleLocalProcessSpawner(_LocalGPU, SimpleLocalProcessSpawner):

@@ -7,7 +7,10 @@ reservation releases it, and so do `stop` and a `poll` that finds the server dea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tornado import web
+from traitlets import HasTraits, default
 
 from gpupool import failpoints, runtime
 from gpupool.disk import disk_full
@@ -16,21 +19,32 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
+from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
 from gpupool.store import Allocation
-from tornado import web
-from traitlets import HasTraits, default
 
-from .form import free_slots, parse_form, render_form, requested_milli, requested_pool
+
+def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
+    """`exc` with the message JupyterHub shows on its spawn page and in API replies."""
+    # JupyterHub's convention: it reads this attribute, which tornado's class does not declare
+    exc.jupyterhub_message = message  # type: ignore[attr-defined]
+    return exc
 
 
 def http_error(err: PoolError) -> web.HTTPError:
     """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
-    exc = web.HTTPError(err.status, reason=type(err).__name__)
-    exc.jupyterhub_message = str(err)  # read by JupyterHub's form page and API errors
-    return exc
+    return with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
 
 
-class GPUSpawnerMixin(HasTraits):
+if TYPE_CHECKING:
+    # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as
+    # JupyterHub ships no type information); at run time the spawner class comes later in the MRO
+    from jupyterhub.spawner import Spawner
+    from jupyterhub.spawner import Spawner as _SpawnerBase
+else:
+    _SpawnerBase = HasTraits
+
+
+class GPUSpawnerMixin(_SpawnerBase):
     """Mix in before a JupyterHub Spawner class."""
 
     gpupool_allocation: Allocation | None = None
@@ -87,7 +101,7 @@ class GPUSpawnerMixin(HasTraits):
     def _gpupool_apply_user_options(self) -> Any:
         return self.check_user_options
 
-    def check_user_options(self, spawner: Any, user_options: dict[str, Any]) -> None:
+    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
         """Reject malformed options (a tampered form, the REST API) before anything starts;
         JupyterHub answers 400 with this message."""
         try:
@@ -96,7 +110,7 @@ class GPUSpawnerMixin(HasTraits):
         except PoolError as err:
             raise http_error(err) from None
 
-    def render_gpu_form(self, spawner: Any = None) -> str:
+    def render_gpu_form(self, spawner: Spawner | None = None) -> str:
         pool = self.pool
         every = pool.holdings(self.user.name)  # every server counts on the form, re-rendered or fresh
         held = [h for h in every if h.server_name != self.name]
@@ -171,9 +185,8 @@ class GPUSpawnerMixin(HasTraits):
         if isinstance(err, PoolError):
             return self.refused(err)
         if why := disk_full(err):  # said as such, not a bare 500
-            exc = web.HTTPError(507, reason="disk full")
-            exc.jupyterhub_message = f"the disk is full: {why}; no GPU was reserved (tell an admin)"
-            return exc
+            return with_message(web.HTTPError(507, reason="disk full"),
+                                f"the disk is full: {why}; no GPU was reserved (tell an admin)")
         return err
 
     async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:

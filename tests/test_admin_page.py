@@ -4,8 +4,8 @@ around gpupool's tables, for hub admins only, and its actions (Cancel, quotas) w
 from __future__ import annotations
 
 import pytest
-from gpupool.api.page import svg_plot
 
+from gpupool.api.page import svg_plot
 from tests.browser import browser_page, login, shot
 from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub
 

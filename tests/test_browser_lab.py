@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
-
 from tests.browser import browser_page, login, shot
 from tests.hubtools import PASSWORD, Hub
 from tests.test_culler_hub import CONFIG, TOKEN

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
-
 from tests.browser import ARTIFACTS, browser_page, login, shot
 from tests.conftest import require_chp
 from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub

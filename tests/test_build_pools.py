@@ -11,11 +11,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from traitlets import TraitError
+
 from gpupool.pool import BuildLimits, ClusterState, InvalidRequest, Request, get_policy, virtual_inventory
 from gpupool.pool.pools import NodePool, PoolNotAllowed, allowed_pools, choose_in_pools
 from gpupool.spawner.form import parse_form, render_form, requested_pool
-from traitlets import TraitError
-
 from tests.hubtools import PASSWORD, Hub
 
 POOLS = {"ws": NodePool("ws", gpus=frozenset({0, 1})), "dgx": NodePool("dgx", gpus=frozenset({2, 3}))}
@@ -65,9 +65,10 @@ def test_the_form_shows_the_pools_and_parses_one_with_bounds() -> None:
 
 
 def test_the_config_checks_the_pools_of_build_profiles() -> None:
+    from traitlets.config import Config
+
     from gpupool.config import GPUPool
     from gpupool.runtime import node_pools
-    from traitlets.config import Config
 
     c = Config()
     c.GPUPool.build_pools = ["ws"]

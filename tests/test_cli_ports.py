@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gpupool.cli import accounts_note, build_parser, port_env
 from gpupool.embedded import isolation
 

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpupool.config import GPUPool
 from traitlets import TraitError
 from traitlets.config import Config
+
+from gpupool.config import GPUPool
 
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:

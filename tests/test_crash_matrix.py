@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from gpupool.failpoints import EXIT_CODE, POINTS
 
+from gpupool.failpoints import EXIT_CODE, POINTS
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
 from gpupool.idle_culler.app import CONFIG_ENV, CullerApp
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import Target
 from gpupool.idle_culler.service import Client, Culler
-from traitlets import TraitError
-from traitlets.config import Config
 
 STARTED = "2026-11-23T08:00:00Z"
 GROUPS = {"ann": ["exam"], "bob": ["cs101"]}
@@ -46,7 +47,7 @@ def test_settings_come_from_the_hub_then_the_config_file_then_the_command_line(
 
 def test_generate_config_lists_every_option_once_and_loads_back(monkeypatch, capsys) -> None:
     app = app_for(["--generate-config"], monkeypatch)
-    assert app.start() == 0
+    assert app.run() == 0
     text = capsys.readouterr().out
     assert "# c.IdleCuller.arbiter = " in text and "# c.CullerApp.gpupool_url = " in text
     assert "c.IdleCuller.enabled" not in text  # the dead switch's old name is left out

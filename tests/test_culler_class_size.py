@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gpupool.idle_culler.service import _at_offset, _remaining_offsets
 
 from benchmarks.culling.class_hub import measure, table
+from gpupool.idle_culler.service import _at_offset, _remaining_offsets
 
 USERS = 500
 STOPS = 100

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-from traitlets import TraitError
-
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub

@@ -4,9 +4,10 @@ what a parked workspace is still held to (its time limits)."""
 from __future__ import annotations
 
 import pytest
+from traitlets import TraitError
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import PARKED, CullerPolicy, Limits, Workspace, decide
-from traitlets import TraitError
 
 T0 = 1_780_000_000.0
 PARKING = Limits(park_after_s=600, idle_limit_s=1800, jupyter_idle_s=900, max_age_s=12 * 3600)

@@ -7,12 +7,13 @@ from dataclasses import replace
 from zoneinfo import ZoneInfo
 
 import pytest
-from gpupool.idle_culler.config import IdleCuller
-from gpupool.idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
 from hypothesis import given
 from hypothesis import strategies as st
 from traitlets import TraitError
 from traitlets.config import Config
+
+from gpupool.idle_culler.config import IdleCuller
+from gpupool.idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
 
 T0 = 1_790_000_000.0
 LIMITS = Limits(idle_limit_s=3600, jupyter_idle_s=600, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600,

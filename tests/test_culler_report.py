@@ -5,6 +5,7 @@ problem in plain words."""
 from __future__ import annotations
 
 import pytest
+
 from gpupool.api.culler import DEFAULTS, parse_report
 
 

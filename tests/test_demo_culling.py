@@ -14,13 +14,13 @@ import re
 import time
 
 import pytest
+
 from gpupool.embedded import DEMO_CULLING, DEMO_CULLING_NOTE
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import make_sampler
 from gpupool.idle_culler.service import Client, Culler, parse_time, service_definition
 from gpupool.widgets.client import Client as WidgetClient
 from gpupool.widgets.magics import demo_gpu_use
-
 from tests.hubtools import PASSWORD, Hub, WebUser
 
 pytestmark = pytest.mark.hub

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gpupool.gpu.env import STARTUP_DIR
 from gpupool.gpu_env_files import GPUEnvFiles, file_name
 from gpupool.manager import PoolManager, Workload
@@ -120,11 +121,12 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(tmp_path: Path,
     Kubernetes hub writes nothing there and looks up no Unix accounts for it."""
     from types import SimpleNamespace
 
+    from traitlets.config import Config
+
     from gpupool import runtime
     from gpupool.setup import _publish_gpus
     from gpupool.spawner.kube import GPUKubeSpawner
     from gpupool.spawner.local import GPULocalProcessSpawner
-    from traitlets.config import Config
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_settings", None)  # read from this hub's (empty) config

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.gpu.env import gpu_env
 from gpupool.idle_culler.policy import Limits
 from gpupool.idle_culler.sampler import NVMLSampler, Target

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
-from traitlets.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"

@@ -8,9 +8,10 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from gpupool.spawner.kube_ready import PromptStart, wait_until_running
 from traitlets import Any as AnyTrait
 from traitlets import Float, HasTraits
+
+from gpupool.spawner.kube_ready import PromptStart, wait_until_running
 
 RUNNING = {"metadata": {"uid": "u"}, "status": {"phase": "Running", "podIP": "10.0.0.7",
                                                   "containerStatuses": [{"ready": True}]}}

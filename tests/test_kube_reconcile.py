@@ -8,10 +8,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from kubernetes_asyncio import client
+
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JOB_ID, MANAGED_BY, JobOptions
 from gpupool.kube.status import JobStatus
-from kubernetes_asyncio import client
 
 LABELS = {MANAGED_BY: "gpupool", JOB_ID: "j1"}
 

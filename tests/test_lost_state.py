@@ -165,9 +165,10 @@ def test_a_stored_setting_that_no_longer_validates_is_reported_and_skipped(make_
 
 
 def test_the_config_file_refuses_duplicate_sizes() -> None:
-    from gpupool.setup import validate
     from traitlets import TraitError
     from traitlets.config import Config
+
+    from gpupool.setup import validate
 
     for setting, value in (("allowed_fractions", [0.25, 0.25]),
                            ("group_overrides", {"g": {"fractions": [0.5, 1, 0.5]}})):

@@ -14,12 +14,13 @@ import random
 
 import hypothesis.strategies as st
 import pytest
+from hypothesis import HealthCheck, given, settings
+
 from gpupool.gpu.moving import move_processes, recover
 from gpupool.gpu.parking import ParkingError
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
 from gpupool.pool.actions.move import PHASES, Movable, MoveRules, apply_phase, plan_moves, why_not
 from gpupool.pool.request import Placement
-from hypothesis import HealthCheck, given, settings
 
 NOW = 1_000_000.0
 RULES = MoveRules(rest_s=600, per_hour=2, max_moves=8)

@@ -18,12 +18,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from gpupool.failpoints import EXIT_CODE
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from gpupool.widgets.summary import summary
-
 from tests.hubtools import ADMIN_TOKEN, PASSWORD, Hub, WebUser
 from tests.kernelcalls import run_code
 from tests.test_build_first_form import size_option

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
+
 from gpupool import failpoints
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
 from gpupool.gpu_env_files import GPUEnvFiles
@@ -31,7 +33,6 @@ from gpupool.pool import (
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move, Store
-from sqlalchemy import select
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),
                                               max_per_workspace_milli=1000, max_workspaces=1))

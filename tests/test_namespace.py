@@ -95,6 +95,9 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
     assert not any("labextension" in f for f in files if f.startswith("gpupool/"))
     for expected in ("gpupool/spawner/local.py", "gpupool/idle_culler/__main__.py", "gpupool/widgets/magics.py",
                      "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html",
+                     # gpupool's own pages and fragments (gpupool.templating renders them)
+                     "gpupool/templates/gpupool-spawn-form.html", "gpupool/templates/gpupool-extend.html",
+                     "gpupool/templates/gpupool-plot.html", "gpupool/templates/gpupool-usage-plot.html",
                      # alembic's environment and revisions: the hub upgrades its database from these
                      "gpupool/store/migrations/env.py", "gpupool/store/migrations/script.py.mako",
                      "gpupool/store/migrations/versions/0001_baseline.py"):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpupool.idle_culler.service import service_definition
 
+from gpupool.idle_culler.service import service_definition
 from tests.hubtools import REPO, Hub
 
 pytestmark = pytest.mark.hub

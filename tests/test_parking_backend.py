@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from gpupool.gpu.cuda_checkpoint import uuid_bytes
 from gpupool.gpu.parking import (
     Delays,
@@ -115,8 +116,9 @@ def test_parking_is_off_with_mps_and_says_why(tmp_path):
     """The driver refuses to lock an MPS client (CUDA_ERROR_NOT_SUPPORTED, seen on an H100 with
     driver 580 in tests/test_gpu_real.py): with MPS configured the hub turns parking off at start
     with the reason, instead of failing at every idle workspace."""
-    from gpupool.parking import build_parking
     from traitlets.config import Config
+
+    from gpupool.parking import build_parking
 
     c = Config()
     c.GPUParking.backend = "cuda"

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.gpu.parking import Delays, VirtualParking
 from gpupool.manager import PoolManager, Workload
 from gpupool.parking import ParkingService
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError, get_policy
 from gpupool.pool.parking import plan_claims
 from gpupool.store import Store
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(250, 500, 1000),
                                               max_per_workspace_milli=1000, max_workspaces=2))

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.parking_support import AUTO_PARK_AFTER_S, culler_park_after
 from gpupool.setup import CULLER, configure
-from traitlets.config import Config
 
 
 def culler_config(c: Config, spawner: str = "gpupool-simple") -> dict:

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub

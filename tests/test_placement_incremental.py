@@ -11,10 +11,11 @@ import random
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy, node_classes
 from gpupool.pool.capacity import FragAware, FragModel
 from gpupool.pool.node_classes import NodeIndex
-from hypothesis import HealthCheck, given, settings
 
 SHAPES = [Request.for_gpus(250, cpu_milli=2000), Request.for_gpus(500, cpu_milli=4000),
           Request.for_gpus(300, cpu_milli=0), Request.for_gpus(1000, cpu_milli=8000),

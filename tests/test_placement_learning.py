@@ -6,6 +6,7 @@ import copy
 import random
 
 import pytest
+
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
 from gpupool.pool.capacity import FragAware, OnlineTarget
 from gpupool.pool.fragmentation import FGD

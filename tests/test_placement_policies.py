@@ -6,11 +6,12 @@ import random
 
 import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
+
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
 from gpupool.pool.placement import POLICIES
 from gpupool.sim import fgd
 from gpupool.sim.traces import TracePod
-from hypothesis import given, settings
 
 MODELS = ["T4", "V100", "A10"]
 

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded, get_policy, virtual_inventory
 from gpupool.store import Store

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import (
     BuildLimits,
@@ -15,8 +18,6 @@ from gpupool.pool import (
     virtual_inventory,
 )
 from gpupool.store import Store
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 USERS = ["ann", "ben", "cat", "dan"]
 GROUPS = {"ann": ["students"], "ben": ["students"], "cat": ["research"], "dan": []}

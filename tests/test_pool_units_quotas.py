@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, Holding, InvalidRequest, QuotaExceeded, Request
-from gpupool.pool.units import UnitError, format_gpus, parse_gpus
 from hypothesis import given
 from hypothesis import strategies as st
+
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, Holding, InvalidRequest, QuotaExceeded, Request
+from gpupool.pool.units import UnitError, format_gpus, parse_gpus
 
 
 @pytest.mark.parametrize("text, milli", [("0.25", 250), (0.1, 100), ("2", 2000), ("500m", 500), (1, 1000)])

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.api.culler import EXTENSION, findings, session_of
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
@@ -16,7 +17,6 @@ from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.widgets.summary import summary
-
 from tests.hubtools import PASSWORD, Hub
 
 UTC = dt.UTC

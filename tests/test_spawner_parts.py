@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from gpupool.gpu.env import STARTUP_DIR, gpu_env
 from gpupool.pool import GPU, Holding, InvalidRequest
 from gpupool.spawner.form import parse_form, render_form, requested_milli

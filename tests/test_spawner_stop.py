@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from gpupool import runtime
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory

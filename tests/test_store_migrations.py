@@ -9,10 +9,11 @@ from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import select
+
 from gpupool.store import ElasticRange, JobPools, Move, Parked, Store, SweepRun, TrainJob, UsageHour
 from gpupool.store.migrate import current, head
 from gpupool.store.models import Base
-from sqlalchemy import select
 
 # made by gpupool 0.1 (create_all, before alembic): a Store on a new file, one row in every table
 DUMP = Path(__file__).parent / "support" / "store_before_alembic.sql"

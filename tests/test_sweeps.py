@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from gpupool.train.sweep import MAX_RUNS, SweepError, combinations, final_metrics
 from gpupool.widgets.magics import train_args
-
 from tests.hubtools import Hub
 
 J = "/services/gpupool/api/jobs"

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
-
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 
 J = "/services/gpupool/api/jobs"

@@ -121,12 +121,13 @@ def test_consolidate_moves_a_job_so_that_a_blocked_gang_fits() -> None:
 
 # --- the hub's "make room for a build workspace" uses the same victims --------
 def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> None:
+    from traitlets.config import Config
+
     from gpupool.manager import PoolManager, Workload
     from gpupool.pool import BuildLimits, BuildQuotaPolicy
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
     from gpupool.train.service import TrainingService
-    from traitlets.config import Config
 
     cfg = Config()
     cfg.TrainPool.projects = {"lab": {"guarantee": 0}}

@@ -73,12 +73,13 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
     import time
     from pathlib import Path
 
+    from traitlets.config import Config
+
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
     from gpupool.train.service import TrainingService
-    from traitlets.config import Config
 
     c = Config()
     c.TrainPool.projects = {"lab": {"guarantee": 1}, "own": {"guarantee": 3}}

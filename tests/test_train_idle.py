@@ -9,14 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.idle import IdleClock, IdleRule
 from gpupool.train.service import TrainingService
-from traitlets import TraitError
-from traitlets.config import Config
 
 UNTIL_TOLD = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('stop'): time.sleep(0.05)"]
 

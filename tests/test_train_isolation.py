@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
-from traitlets.config import Config
 
 
 def world_reachable(path: Path) -> bool:

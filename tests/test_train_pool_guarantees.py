@@ -5,14 +5,15 @@ and the config refuses what cannot be meant."""
 from __future__ import annotations
 
 import pytest
-from gpupool.pool import ClusterState, Request, get_policy
-from gpupool.pool.inventory import GPU, Inventory, Node
-from gpupool.pool.pools import NodePool
-from gpupool.pool.training import Job, Project, schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from traitlets import TraitError
 from traitlets.config import Config
+
+from gpupool.pool import ClusterState, Request, get_policy
+from gpupool.pool.inventory import GPU, Inventory, Node
+from gpupool.pool.pools import NodePool
+from gpupool.pool.training import Job, Project, schedule
 
 POLICY = get_policy("best-fit")
 POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),
@@ -184,7 +185,6 @@ def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> No
     import time
 
     from gpupool.widgets.magics import projects_text
-
     from tests.conftest import require_chp
     from tests.hubtools import Hub
 
@@ -244,7 +244,6 @@ def _per_pool_machine():
     pool's guarantee is stopped whole for another project."""
     from gpupool.pool.pool_quotas import split_by_pool
     from gpupool.pool.training import in_quota_split
-
     from tests.test_train_second_level import POOLS as SL_POOLS
     from tests.test_train_second_level import PROJECTS as SL_PROJECTS
     from tests.test_train_second_level import SecondLevel

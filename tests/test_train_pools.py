@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
-from traitlets import TraitError
-from traitlets.config import Config
 
 POLICY = get_policy("best-fit")
 POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),

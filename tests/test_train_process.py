@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
 from gpupool.train.waiting import last_preemption
-from traitlets.config import Config
 
 JOB = textwrap.dedent("""
     import time

@@ -7,10 +7,11 @@ import math
 import random
 
 import hypothesis.strategies as st
+from hypothesis import given, settings
+
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Job, Project, schedule
-from hypothesis import given, settings
 
 POLICY = get_policy("best-fit")
 CYCLE = 60.0
@@ -120,12 +121,13 @@ def test_the_hub_reserves_gpus_for_a_waiting_gang_job_and_starts_it_there(tmp_pa
     import time
     from pathlib import Path
 
+    from traitlets.config import Config
+
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
     from gpupool.train.service import TrainingService
-    from traitlets.config import Config
 
     c = Config()
     c.TrainPool.projects = {"big": {"guarantee": 2}, "flood": {"guarantee": 2}}

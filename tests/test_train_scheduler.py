@@ -6,11 +6,12 @@ import random
 
 import hypothesis.strategies as st
 import pytest
+from hypothesis import given, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Department, Job, Project, in_quota_split, schedule
-from hypothesis import given, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 PROJECTS = {
     "a": Project("a", guarantee_milli=2000, weight=2.0),
@@ -264,9 +265,10 @@ def test_a_department_limit_caps_what_its_projects_borrow_together() -> None:
 
 
 def test_department_config_is_checked_against_its_projects() -> None:
-    from gpupool.train.config import TrainPool
     from traitlets import TraitError
     from traitlets.config import Config
+
+    from gpupool.train.config import TrainPool
 
     c = Config()
     c.TrainPool.projects = {"vision": {"guarantee": 2, "department": "research"},

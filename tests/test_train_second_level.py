@@ -8,12 +8,13 @@ from __future__ import annotations
 import random
 
 import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, in_quota_split, schedule
-from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 POOLS = {"ws": NodePool("ws", models=frozenset({"A2000"})), "dgx": NodePool("dgx", models=frozenset({"H100"}))}
 PROJECTS = {"a": Project("a", 4000, pools=("dgx", "ws")), "b": Project("b", 2000, pools=("ws",)),

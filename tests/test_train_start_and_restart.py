@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
-from traitlets.config import Config
 
 DONE = ("succeeded", "failed", "cancelled")
 # waits for the test's signal file; with stubborn=True it also ignores SIGTERM

@@ -6,6 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, Request, get_policy, virtual_inventory
 from gpupool.pool.pools import NodePool
@@ -14,8 +17,6 @@ from gpupool.usage import accounting as acc
 from gpupool.usage.config import Usage
 from gpupool.usage.ledger import Ledger
 from gpupool.usage.service import UsageService
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 H = 3600
 GPU_H = acc.MILLI_S_PER_GPU_HOUR

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from traitlets import TraitError
+
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
 from gpupool.usage import budgets as bud
 from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Held
 from gpupool.usage.config import Usage
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from traitlets import TraitError
 
 H = 3600
 WEEK = 7 * 86400

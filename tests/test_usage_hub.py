@@ -14,10 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
-
 from tests.hubtools import ADMIN_TOKEN, Hub
 from tests.test_culler_hub import CONFIG, TOKEN
 

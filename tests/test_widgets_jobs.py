@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from gpupool.widgets import Client, JobMonitor, PromoteToTraining
 from gpupool.widgets.jobs import job_row, validate_choices
 from gpupool.widgets.magics import train_args
-
 from tests.hubtools import REPO, Hub
 
 pytestmark = pytest.mark.hub

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from gpupool.snapshot import SnapshotError, check_name, from_code, from_notebook, with_parameters
 
 

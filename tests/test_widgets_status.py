@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from gpupool.widgets import Client, GPUPoolError, WorkspaceStatus
 from gpupool.widgets.status import status_rows
-
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub

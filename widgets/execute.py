@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from traitlets.config import Config
@@ -46,7 +47,9 @@ class ProgressClient(NotebookClient):
     def _preempted(self) -> None:
         self.stopping.append(time.time())
         # the kernel runs in its own session, so the runner's signal to our group misses it
-        asyncio.ensure_future(self.km.signal_kernel(signal.SIGTERM))
+        if self.km is not None:  # (a kernel runs before this handler is installed)
+            # the client's kernel manager is nbclient's async one; ensure_async takes either kind
+            asyncio.ensure_future(ensure_async(self.km.signal_kernel(signal.SIGTERM)))
 
     async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
         total = len(self.nb.cells)

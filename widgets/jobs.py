@@ -11,13 +11,13 @@ from typing import Any
 from urllib.parse import quote
 
 import ipywidgets as w
+
 from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.train.states import UNFINISHED, JobState
 from gpupool.train.sweep import SweepError
-
-from .ansi import log_box
-from .client import Client, GPUPoolError
-from .sweep import SweepTable, parse_sweep_field
+from gpupool.widgets.ansi import log_box
+from gpupool.widgets.client import Client, GPUPoolError
+from gpupool.widgets.sweep import SweepTable, parse_sweep_field
 
 STATE_COLOURS = {JobState.QUEUED: "#b58900", JobState.RUNNING: "#268bd2", JobState.PREEMPTING: "#cb4b16",
                  JobState.SUCCEEDED: "#2aa198", JobState.FAILED: "#dc322f", JobState.CANCELLED: "#839496"}
@@ -130,7 +130,7 @@ class JobMonitor(w.VBox):
         self._thread.start()
 
     def _follow(self) -> None:
-        from .quiet import background
+        from gpupool.widgets.quiet import background
 
         failures = 0
         with background():  # what this thread sends is not user activity
@@ -232,7 +232,7 @@ class PromoteToTraining(w.VBox):
 
         The notebook is found by this kernel's id through the Jupyter server's sessions API, so a
         notebook renamed since it started (JupyterLab's rename on first save) is found too."""
-        from .notebook import current_notebook, promoted_cells
+        from gpupool.widgets.notebook import current_notebook, promoted_cells
 
         caller = ""
         if connection_file is None:
@@ -256,7 +256,8 @@ class PromoteToTraining(w.VBox):
     def check(self) -> tuple[list[str], dict]:
         problems, params = validate_choices(self.project.value or "", float(self.gpus.value), self.projects,
                                             self.params.value)
-        self.sweep_spec, runs = {}, 1
+        self.sweep_spec: dict[str, list] = {}
+        runs = 1
         try:
             self.sweep_spec, runs = parse_sweep_field(self.sweep.value)
         except SweepError as err:

@@ -17,8 +17,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from .client import Client, GPUPoolError
-from .summary import summary
+from gpupool.widgets.client import Client, GPUPoolError
+from gpupool.widgets.summary import summary
 
 
 def server_name() -> str:
@@ -73,7 +73,7 @@ class WorkspaceHandler(_Handler):
 
     @web.authenticated
     async def get(self) -> None:
-        from .status import workspace_view
+        from gpupool.widgets.status import workspace_view
 
         await self.call(lambda client: workspace_view(client, server_name(), os.environ, time.time()))
 
@@ -101,7 +101,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
-    from .quiet import untrack
+    from gpupool.widgets.quiet import untrack
 
     untrack(server_app.kernel_manager)  # widgets' own refreshes are no user activity (gpupool.widgets.quiet)
     web_app = server_app.web_app

@@ -49,7 +49,7 @@ def train_args(line: str) -> argparse.Namespace:
         except ValueError:
             params[key] = value  # a bare word is a string
     args.parameters = params
-    from .sweep import sweep_spec  # the widget's sweep field reads the same syntax
+    from gpupool.widgets.sweep import sweep_spec  # the widget's sweep field reads the same syntax
 
     args.sweep_spec = sweep_spec(args.sweep)  # one job per combination (the hub checks the bounds)
     return args
@@ -95,7 +95,7 @@ def demo_gpu_use(words: list[str], client: Any = None) -> str:
     """`%gpupool gpu busy|idle`: what the culling demo's culler reads as this workspace's GPU use."""
     import os
 
-    from .client import Client, GPUPoolError
+    from gpupool.widgets.client import Client, GPUPoolError
 
     if words not in (["busy"], ["idle"]):
         return "%gpupool gpu busy (the GPU computes) or %gpupool gpu idle (it does not)"
@@ -113,10 +113,10 @@ def demo_gpu_use(words: list[str], client: Any = None) -> str:
 def register(ipython: Any) -> None:
     from IPython.display import display
 
-    from .client import Client, GPUPoolError
-    from .jobs import JobMonitor
-    from .status import live_view
-    from .sweep import SweepTable
+    from gpupool.widgets.client import Client, GPUPoolError
+    from gpupool.widgets.jobs import JobMonitor
+    from gpupool.widgets.status import live_view
+    from gpupool.widgets.sweep import SweepTable
 
     def gpupool(line: str = "") -> None:
         """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects.

@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .client import GPUPoolError
+from gpupool.widgets.client import GPUPoolError
 
 KERNEL_FILE = re.compile(r"kernel-([0-9a-fA-F-]{8,64})\.json$")
 

@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import ipywidgets as w
 
-from .client import Client, GPUPoolError
-from .summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
+from gpupool.widgets.client import Client, GPUPoolError
+from gpupool.widgets.summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
 
 
 def _gpus(milli: int) -> str:
@@ -193,7 +193,7 @@ class WorkspaceStatus(w.VBox):
             threading.Thread(target=self._follow, name="gpupool-status", daemon=True).start()
 
     def _follow(self) -> None:
-        from .quiet import background
+        from gpupool.widgets.quiet import background
 
         with background():  # what this thread sends is not user activity
             while not self._stop.wait(self.interval):

@@ -28,18 +28,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.cluster.moves import PARK as PARK_TIME
+from benchmarks.cluster.moves import RESTORE
+from benchmarks.cluster.notebooks import replay_alone
+from benchmarks.cluster.plot import svg_lines
+from benchmarks.cluster.replay import Metrics, Mode, replay
+from benchmarks.cluster.world import SESSIONS_PER_TEAM, World, build
+from benchmarks.culling.sessions import make_sessions
 from gpupool.idle_culler.policy import Limits
 from gpupool.pool.actions.move import MoveRules
 from gpupool.pool.training import Project
-
-from benchmarks.culling.sessions import make_sessions
-
-from .moves import PARK as PARK_TIME
-from .moves import RESTORE
-from .notebooks import replay_alone
-from .plot import svg_lines
-from .replay import Metrics, Mode, replay
-from .world import SESSIONS_PER_TEAM, World, build
 
 TARGET_STATIC = 0.28
 RESEARCHERS = 16
@@ -217,13 +215,12 @@ def gang_table(results: dict, horizon: float) -> str:
 
 def openb_default_with_moves(seed: int = 42) -> float:
     """The FGD protocol on openb `default` with moves (benchmarks.placement --moves has all variants)."""
-    from gpupool.pool.placement import DEFAULT_POLICY
-    from gpupool.sim.traces import read_nodes, read_pods
-
     from benchmarks.data import shared_data
     from benchmarks.placement.moves import CAP, idle_probability
     from benchmarks.placement.moves import run as run_moves
     from benchmarks.placement.robustness import _alloc_at
+    from gpupool.pool.placement import DEFAULT_POLICY
+    from gpupool.sim.traces import read_nodes, read_pods
 
     print("  openb default with moves", file=sys.stderr, flush=True)
     result = run_moves(read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv")),

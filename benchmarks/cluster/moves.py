@@ -19,12 +19,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from benchmarks.cluster.world import GPU_MEMORY_MIB, MODEL
 from gpupool.gpu.parking import Delays
 from gpupool.pool import ClusterState, Request
 from gpupool.pool.actions.move import HOUR, Movable, MoveRules, plan_moves
 from gpupool.pool.parking import plan_claims
-
-from .world import GPU_MEMORY_MIB, MODEL
 
 IDLE_AFTER_S = 120.0
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from benchmarks.cluster.replay import POLL_S, restore_s
+from benchmarks.culling.sessions import Session
 from gpupool.gpu.parking import Delays
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
-
-from benchmarks.culling.sessions import Session
-
-from .replay import POLL_S, restore_s
 
 STEP = 60.0
 EPOCH = 1_780_272_000.0

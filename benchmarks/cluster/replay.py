@@ -16,17 +16,15 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from benchmarks.cluster.moves import Mover, MoveStats
+from benchmarks.cluster.world import GPU_MEMORY_MIB, MODEL, Notebook
+from benchmarks.quota.workload import SimJob, Stream
 from gpupool.gpu.parking import Delays
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
 from gpupool.pool import ClusterState, Inventory, Request, get_policy
 from gpupool.pool.actions.move import MoveRules
 from gpupool.pool.parking import ParkedShare, newcomer_view, plan_claims
 from gpupool.pool.training import Job, Project, in_quota_split, schedule
-
-from benchmarks.quota.workload import SimJob, Stream
-
-from .moves import Mover, MoveStats
-from .world import GPU_MEMORY_MIB, MODEL, Notebook
 
 STEP = 60.0
 GRACE = 60.0  # TrainPool.grace_s: SIGTERM to SIGKILL of a preempted train job

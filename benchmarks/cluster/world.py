@@ -15,11 +15,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from gpupool.pool.inventory import GPU, Inventory, Node
-
 from benchmarks.culling.sessions import Session, make_sessions
 from benchmarks.data import shared_data
 from benchmarks.quota.workload import Bursts, Stream, _busy_periods
+from gpupool.pool.inventory import GPU, Inventory, Node
 
 DAY = 86400.0
 WEEK = 7 * DAY

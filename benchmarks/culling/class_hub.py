@@ -19,7 +19,6 @@ from pathlib import Path
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -58,8 +57,9 @@ def populate(state: Path, users: list[str], port: int) -> None:
     the hours of spawning a small machine needs for it (about one spawn per second here)."""
     import datetime as dt
 
-    from gpupool.store import Allocation, Store
     from jupyterhub import orm
+
+    from gpupool.store import Allocation, Store
 
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     db = orm.new_session_factory(f"sqlite:///{state / 'jupyterhub.sqlite'}")()

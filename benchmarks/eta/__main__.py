@@ -24,11 +24,10 @@ import statistics
 import sys
 import time
 
-from gpupool.pool import get_policy
-from gpupool.pool.eta import Runtimes, forecast
-
 from benchmarks.quota.simulate import simulate
 from benchmarks.quota.workload import Bursts, load
+from gpupool.pool import get_policy
+from gpupool.pool.eta import Runtimes, forecast
 
 HORIZON_S = 3 * 86400.0  # estimates beyond this count as this far out
 

@@ -26,7 +26,7 @@ import argparse
 import asyncio
 import sys
 
-from .common import pct, plane_with_nodes
+from benchmarks.kube.common import pct, plane_with_nodes
 
 SPAWN_RATIO = 0.8  # spawns/s of GPUKubeSpawner over bare pod creates, at least
 EXIT_P50_S, EXIT_P99_S = 1.0, 5.0  # container exit -> job row, at most
@@ -54,7 +54,7 @@ def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
         parts.append(f"memory following the {what} {rss:.0f} MiB = {rss / j['rss_start']:.2f}x the process at start"
                      f" (target <= {MEMORY_MIB} MiB: {ok(rss <= MEMORY_MIB)})")
     if p is not None:
-        from .placement import p as ms
+        from benchmarks.kube.placement import p as ms
 
         cpu, wall, scan = ms(p["ours_cpu"], 99), ms(p["ours_wall"], 99), ms(p["scan_cpu"], 99)
         parts.append(f"placement p99 at {p['gpus']:,} GPUs {cpu:.1f} ms CPU ({wall:.1f} ms wall) = {cpu / scan:.2f}x a fresh"
@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("every job needs a GPU: --nodes * 8 must be at least --jobs + --bare-jobs")
     j = w = p = None
     if args.run in ("all", "placement"):
-        from . import placement
+        from benchmarks.kube import placement
 
         p = placement.run(args.gpus)
         placement.report(p)
     if args.run in ("all", "jobs", "workspaces"):
-        from . import jobs as jobs_mod
-        from . import workspaces as ws_mod
+        from benchmarks.kube import jobs as jobs_mod
+        from benchmarks.kube import workspaces as ws_mod
 
         async def go(plane) -> tuple[dict | None, dict | None]:
             if args.run == "workspaces":

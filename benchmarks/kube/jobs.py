@@ -7,15 +7,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from kubernetes_asyncio import client, config, watch
+
+from benchmarks.kube.common import pct, rss_mib
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JobOptions, name_of, train_job
-from kubernetes_asyncio import client, config, watch
-
 from tests.cluster.plane import EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
-
-from .common import pct, rss_mib
 
 NS = "bench"
 

@@ -13,11 +13,11 @@ import random
 import time
 
 import numpy as np
+
+from benchmarks.data import shared_data
 from gpupool.pool import GPU, ClusterState, Inventory, Node, Request
 from gpupool.pool.capacity import FragAware, FragModel
 from gpupool.sim.traces import read_pods
-
-from benchmarks.data import shared_data
 
 FILL = 0.7
 TRIES = 30

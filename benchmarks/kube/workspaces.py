@@ -13,22 +13,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
-from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from kubernetes_asyncio import client, config, watch
 
+from benchmarks.kube.common import pct, rss_mib
+from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
+from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
-
-from .common import pct, rss_mib
 
 NS = "bench-ws"
 CONCURRENCY = 20  # spawns in flight at once, on each side
 
 
 def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
-    from gpupool.spawner.kube import GPUKubeSpawner
     from traitlets.config import Config
+
+    from gpupool.spawner.kube import GPUKubeSpawner
 
     c = Config()
     c.GPUPool.db_url = f"sqlite:///{db}"

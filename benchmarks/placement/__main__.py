@@ -19,12 +19,11 @@ import statistics
 import sys
 import time
 
-from gpupool.pool.placement import DEFAULT_POLICY
-
 from benchmarks.data import shared_data
 from benchmarks.placement import robustness
 from benchmarks.placement.mixes import MIX_SEED, grid
 from benchmarks.placement.scale import scale_table
+from gpupool.pool.placement import DEFAULT_POLICY
 
 
 def published_fgd(level: int = robustness.LEVEL) -> dict[str, float]:

@@ -16,12 +16,12 @@ import random
 import time
 
 import numpy as np
+
+from benchmarks.culling.sessions import make_sessions
 from gpupool.pool import ClusterState, Inventory, get_policy
 from gpupool.pool.actions.move import Movable, MoveRules, plan_moves
 from gpupool.sim.fgd import workload
 from gpupool.sim.traces import TracePod
-
-from benchmarks.culling.sessions import make_sessions
 
 CAP = 4  # moves per arrival at most (c.GPUMover.max_moves's default)
 
@@ -107,9 +107,8 @@ def _one(task: tuple[str, list[TracePod], int, float, int]) -> tuple[str, int, d
     global _INVENTORY
     label, pods, seed, p_idle, cap = task
     if _INVENTORY is None:
-        from gpupool.sim.traces import read_nodes
-
         from benchmarks.data import shared_data
+        from gpupool.sim.traces import read_nodes
 
         _INVENTORY = read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv"))
     from gpupool.pool.placement import DEFAULT_POLICY
@@ -138,9 +137,8 @@ def table(rows: list, moved: dict[str, list[dict]], published: dict[str, float],
     and how many moves it took."""
     from statistics import mean
 
-    from gpupool.pool.placement import DEFAULT_POLICY
-
     from benchmarks.placement.robustness import _alloc_at
+    from gpupool.pool.placement import DEFAULT_POLICY
 
     head = ("| workload | published FGD | ours, no moves | ours + moves | gain | moves per 100 placements"
             " | pods placed thanks to moves |")

@@ -14,13 +14,12 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from benchmarks.data import shared_data
+from benchmarks.placement.mixes import Mix, grid, resample, shares_of
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.placement import DEFAULT_POLICY
 from gpupool.sim import fgd
 from gpupool.sim.traces import TracePod, read_nodes, read_pods
-
-from benchmarks.data import shared_data
-from benchmarks.placement.mixes import Mix, grid, resample, shares_of
 
 VARIANTS = ["default", "gpushare40", "multigpu20", "cpu050", "gpuspec10"]
 RIVALS = ["fgd", "best-fit"]

@@ -13,10 +13,10 @@ import statistics
 import time
 
 import numpy as np
-from gpupool.pool import GPU, ClusterState, Inventory, Node, get_policy
-from gpupool.sim.traces import read_pods
 
 from benchmarks.data import shared_data
+from gpupool.pool import GPU, ClusterState, Inventory, Node, get_policy
+from gpupool.sim.traces import read_pods
 
 SIZES = [1_000, 10_000, 100_000]
 POLICIES = ["frag-aware", "best-fit"]

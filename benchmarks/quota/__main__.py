@@ -26,9 +26,9 @@ import argparse
 import statistics
 import sys
 
-from .pools import POOLS, heterogeneous, per_pool_guarantees, prefer, split
-from .simulate import CYCLE, GRACE, Result, simulate
-from .workload import Bursts, load
+from benchmarks.quota.pools import POOLS, heterogeneous, per_pool_guarantees, prefer, split
+from benchmarks.quota.simulate import CYCLE, GRACE, Result, simulate
+from benchmarks.quota.workload import Bursts, load
 
 RESERVE_AFTER_S = 1800.0
 POLICIES = (("static partition", True, None, False), ("gpupool guaranteed quotas", False, None, False),

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from benchmarks.quota.workload import SimJob, Workload
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
-
-from .workload import SimJob, Workload
 
 POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),
          "dgx": NodePool("dgx", models=frozenset({"H100"}))}

@@ -12,11 +12,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchmarks.quota.workload import SimJob, Workload
 from gpupool.pool import MILLI_PER_GPU, ClusterState, Request, get_policy
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
-
-from .workload import SimJob, Workload
 
 CYCLE = 300.0
 GRACE = 60.0

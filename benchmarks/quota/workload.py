@@ -20,10 +20,9 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from benchmarks.data import shared_data
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Project
-
-from benchmarks.data import shared_data
 
 THINK_MEAN_S = 600.0
 SIZES, SIZE_WEIGHTS = (1, 2, 4, 8), (0.5, 0.2, 0.2, 0.1)

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from gpupool.gpu.env import STARTUP_DIR
-
 from tests.hubtools import Hub
 
 sys.path.insert(0, STARTUP_DIR)

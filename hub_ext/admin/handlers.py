@@ -10,13 +10,14 @@ and logs a warning on every start.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.handlers import BaseHandler
 from tornado import web
 
-from ..api.auth import Caller, json_object
-from ..api.quotas import (
+from gpupool.admin.view import admin_view
+from gpupool.api.auth import Caller, json_object
+from gpupool.api.quotas import (
     QuotaRefused,
     change_quotas,
     gpus_amount,
@@ -25,9 +26,11 @@ from ..api.quotas import (
     group_total_change,
     notes,
 )
-from ..pool.units import UnitError, format_gpus, parse_gpus, shown
-from ..train.states import UNFINISHED
-from .view import admin_view
+from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
+from gpupool.train.states import UNFINISHED
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
@@ -127,11 +130,11 @@ class CancelAction(ActionBase):
         self.finish({"id": row.id, "state": row.state})
 
 
-def register(hub: Any, api_settings: dict[str, Any]) -> None:
+def register(hub: JupyterHub, api_settings: dict[str, Any]) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
     kwargs = {"api_settings": api_settings}
-    from .usage_page import routes as usage_routes
+    from gpupool.admin.usage_page import routes as usage_routes
 
     hub.tornado_application.add_handlers(".*$", [
         (prefix, AdminPage, kwargs),

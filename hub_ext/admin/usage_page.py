@@ -7,20 +7,23 @@ the admins' top-ups and exemptions. The same report as GET api/usage; CSV at usa
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
-from ..api.auth import json_object
-from ..api.usage import PERIODS, parse_grant, report_args
-from ..usage.accounting import DIMENSIONS
-from .handlers import ActionBase, AdminBase
-from .stacked import stacked_svg
+from gpupool.admin.handlers import ActionBase, AdminBase
+from gpupool.admin.stacked import stacked_svg
+from gpupool.api.auth import json_object
+from gpupool.api.usage import PERIODS, parse_grant, report_args
+from gpupool.usage.accounting import DIMENSIONS
+
+if TYPE_CHECKING:
+    from gpupool.usage.service import UsageService
 
 PAGE = "usage"
 
 
-def usage_view(usage: Any, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
+def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
     """What the template renders; a bad parameter is shown as an error above the picker."""
     args = {k: v for k, v in args.items() if v != ""}
     if "period" in args:  # a period picked from the list wins over dates left in the form

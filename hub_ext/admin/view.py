@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..api.auth import Caller
-from ..api.page import History, svg_plot
-from ..api.pool import gpu_table
-from ..api.quotas import current_quotas
-from ..config import quota_notes
-from ..pool import format_gpus
-from ..pool.units import parse_gpus
-from ..train.states import HAS_RUN, UNFINISHED, JobState
+from gpupool.api.auth import Caller
+from gpupool.api.page import History, svg_plot
+from gpupool.api.pool import gpu_table
+from gpupool.api.quotas import current_quotas
+from gpupool.config import quota_notes
+from gpupool.pool import format_gpus
+from gpupool.pool.units import parse_gpus
+from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
+
+if TYPE_CHECKING:
+    from gpupool.api.auth import Directory
+    from gpupool.manager import PoolManager
+    from gpupool.train.backend import TrainingBackend
 
 EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
                "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
@@ -37,7 +42,7 @@ def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
     }
 
 
-def gpus(pool: Any, caller: Caller) -> list[dict[str, Any]]:
+def gpus(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
     out = []
     for gpu in gpu_table(pool, caller):
         held = ", ".join(f"{s['owner']}{'/' + s['name'] if s['name'] else ''} ({format_gpus(s['milli'])},"
@@ -46,9 +51,9 @@ def gpus(pool: Any, caller: Caller) -> list[dict[str, Any]]:
     return out
 
 
-def jobs(training: Any) -> list[dict[str, Any]]:
+def jobs(training: TrainingBackend) -> list[dict[str, Any]]:
     """Active jobs and the last ten ended ones: why each waits or its last preemption."""
-    from ..train.waiting import explain, last_preemption
+    from gpupool.train.waiting import explain, last_preemption
 
     rows = training.jobs()
     active = [j for j in rows if j.state in UNFINISHED]
@@ -68,7 +73,7 @@ def _limit(milli: int) -> str:
     return "none" if milli < 0 else format_gpus(milli)
 
 
-def projects(training: Any) -> list[dict[str, Any]]:
+def projects(training: TrainingBackend) -> list[dict[str, Any]]:
     rows = training.jobs()
     return [{"name": p.name, "department": p.department, "guarantee": format_gpus(p.guarantee_milli),
              "limit": _limit(p.limit_milli), "in_use": format_gpus(_in_use(rows, {p.name})),
@@ -76,7 +81,7 @@ def projects(training: Any) -> list[dict[str, Any]]:
             for p in training.projects.values()]
 
 
-def departments(training: Any) -> list[dict[str, Any]]:
+def departments(training: TrainingBackend) -> list[dict[str, Any]]:
     rows = training.jobs()
     out = []
     for d in training.departments.values():
@@ -86,7 +91,7 @@ def departments(training: Any) -> list[dict[str, Any]]:
     return out
 
 
-def groups(pool: Any, directory: Any = None) -> list[dict[str, Any]]:
+def groups(pool: PoolManager, directory: Directory | None = None) -> list[dict[str, Any]]:
     """Every group with a build override or a total (teaching labs): its quota per member,
     what its members hold together (its members now, as the hub has them) and, where set, its
     `group_totals` ceiling."""

@@ -1,5 +1,5 @@
 """The gpupool REST API and pages, served from the hub process as the `gpupool` service."""
 
-from .app import make_app
+from gpupool.api.app import make_app
 
 __all__ = ["make_app"]

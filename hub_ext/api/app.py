@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.services.auth import HubOAuth
 from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.routing import PathMatches
 
-from ..manager import PoolManager
-from .auth import Directory, OAuthCallback
-from .bodies import DEFAULT_MAX_BODY
-from .culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
-from .demo import ROUTES as DEMO_ROUTES
-from .extend_page import ExtendPage
-from .jobs import ROUTES as JOB_ROUTES
-from .page import StatusPage
-from .parking import ROUTES as PARKING_ROUTES
-from .pool import EventsHandler, MeHandler, PoolHandler
-from .quotas import QuotasHandler
-from .usage import ROUTES as USAGE_ROUTES
+from gpupool.api.auth import Directory, OAuthCallback
+from gpupool.api.bodies import DEFAULT_MAX_BODY
+from gpupool.api.culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
+from gpupool.api.demo import ROUTES as DEMO_ROUTES
+from gpupool.api.extend_page import ExtendPage
+from gpupool.api.jobs import ROUTES as JOB_ROUTES
+from gpupool.api.page import StatusPage
+from gpupool.api.parking import ROUTES as PARKING_ROUTES
+from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
+from gpupool.api.quotas import QuotasHandler
+from gpupool.api.usage import ROUTES as USAGE_ROUTES
+from gpupool.manager import PoolManager
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
@@ -49,7 +52,7 @@ def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
             for rule in app.wildcard_router.rules if isinstance(rule.matcher, PathMatches)]
 
 
-def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: Any = None,
+def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: JupyterHub | None = None,
              extra_settings: dict[str, Any] | None = None) -> web.Application:
     prefix = hub_auth.base_url
     handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]

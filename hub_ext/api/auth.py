@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
-from ..disk import disk_full
-from ..store.db import bounded
-from .hub_users import hub_user, hub_users
+from gpupool.api.hub_users import hub_user, hub_users
+from gpupool.disk import disk_full
+from gpupool.store.db import bounded
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -36,7 +39,7 @@ class Caller:
 class Directory:
     """Answers 'is this user an admin, in which groups' from the hub's database."""
 
-    def __init__(self, hub_app: Any = None) -> None:
+    def __init__(self, hub_app: JupyterHub | None = None) -> None:
         self.hub_app = hub_app
 
     def caller(self, model: dict[str, Any]) -> Caller:

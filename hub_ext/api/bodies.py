@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tornado import httputil
+from tornado.http1connection import HTTP1Connection
 from tornado.httpserver import HTTPServer
+
+if TYPE_CHECKING:
+    from tornado.web import Application
 
 DEFAULT_MAX_BODY = 64 * 1024
 DISCARD_MAX = 256 * 1024 * 1024  # read and drop a refused body up to this (keeps the reply readable)
@@ -23,7 +27,7 @@ DISCARD_MAX = 256 * 1024 * 1024  # read and drop a refused body up to this (keep
 class BodyLimits(httputil.HTTPServerConnectionDelegate):
     """Wraps a tornado Application: each request first passes its route's body limit."""
 
-    def __init__(self, app: Any, limits: list[tuple[re.Pattern[str], int]], default: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(self, app: Application, limits: list[tuple[re.Pattern[str], int]], default: int = DEFAULT_MAX_BODY) -> None:
         self.app, self.limits, self.default = app, limits, default
 
     def limit_for(self, path: str) -> int:
@@ -39,7 +43,8 @@ class BodyLimits(httputil.HTTPServerConnectionDelegate):
 
 class _Guard(httputil.HTTPMessageDelegate):
     def __init__(self, inner: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limits: BodyLimits) -> None:
-        self.inner, self.conn, self.limits = inner, conn, limits
+        # tornado's HTTPServer makes no other kind of connection (set_max_body_size is its own)
+        self.inner, self.conn, self.limits = inner, cast(HTTP1Connection, conn), limits
         self.limit, self.seen, self.refused, self.started = 0, 0, False, False
 
     def headers_received(self, start_line: Any, headers: httputil.HTTPHeaders) -> Awaitable[None] | None:
@@ -86,7 +91,7 @@ class _Guard(httputil.HTTPMessageDelegate):
         self.conn.finish()
 
 
-def serve(app: Any, limits: list[tuple[re.Pattern[str], int]], port: int, address: str) -> HTTPServer:
+def serve(app: Application, limits: list[tuple[re.Pattern[str], int]], port: int, address: str) -> HTTPServer:
     """Listen with every body checked against its route's limit (the largest limit is the server's)."""
     largest = max([DEFAULT_MAX_BODY, *(n for _, n in limits)])
     # chunk_size: a refused body is read and dropped in big reads, few turns of the event loop

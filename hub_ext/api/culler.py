@@ -10,22 +10,30 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
-from ..store import Event
-from ..store.db import bounded
-from .auth import APIHandler
-from .hub_users import hub_user, hub_users
-from .page import record_history
-from .parking import parked_targets
+from gpupool.api.auth import APIHandler
+from gpupool.api.hub_users import hub_user, hub_users
+from gpupool.api.page import record_history
+from gpupool.api.parking import parked_targets
+from gpupool.store import Event
+from gpupool.store.db import bounded
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
+    from jupyterhub.spawner import Spawner
+    from jupyterhub.user import User
+
+    from gpupool.manager import PoolManager
+    from gpupool.store import Allocation
 
 EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
-def session_of(app: Any, owner: str, name: str, row: Any = None, user: Any = None) -> str:
+def session_of(app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, user: User | None = None) -> str:
     """The session a one-time extension belongs to: the server's start as the hub records it
     (`started`), the same through hub restarts and GPU parking and new at each start. A share's
     row id would not do: SQLite hands a freed id to the next row, so the session after an extended
@@ -39,7 +47,7 @@ def session_of(app: Any, owner: str, name: str, row: Any = None, user: Any = Non
     return f"share {row.id} {row.created.isoformat()}" if row is not None else ""
 
 
-def extended_in(pool: Any, app: Any, owner: str, name: str, row: Any = None, *, user: Any = None,
+def extended_in(pool: PoolManager, app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, *, user: User | None = None,
                 extensions: dict[str, Any] | None = None) -> bool:
     """Whether this session of the workspace has had its one extension. `extensions`: every
     workspace's, read at once by a caller that lists many (else this one's is read)."""
@@ -58,7 +66,7 @@ def culler_state(settings: dict) -> dict[str, Any]:
 SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, float] | None"]
 
 
-def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None = None) -> dict[str, dict]:
+def findings(settings: dict, pool: PoolManager, hub_app: JupyterHub | None = None, owner: str | None = None) -> dict[str, dict]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
     culler's own time rules (settings["session_end"]): known from the spawn on, not only after
@@ -89,7 +97,7 @@ def findings(settings: dict, pool: Any, hub_app: Any = None, owner: str | None =
     return found
 
 
-def spawner_profile(spawner: Any) -> str:
+def spawner_profile(spawner: Spawner) -> str:
     """The profile a workspace was started with, as its spawner offered it ("" for none): what the
     culler's profile_overrides apply to. Never user_options["profile"], which a user sets freely."""
     chosen = getattr(spawner, "culler_profile", None)
@@ -183,7 +191,7 @@ FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 
 
-KINDS = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
+KINDS: dict[tuple[type, ...], str] = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
 ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
 DEFAULTS: dict[str, Any] = {"action": "keep", "reason": "", "message": "", "parked": "", "cull_at": None,
@@ -267,7 +275,7 @@ class StatusHandler(APIHandler):
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
-def extend_workspace(settings: dict, pool, by: str, owner: str, name: str, app: Any = None) -> None:
+def extend_workspace(settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: JupyterHub | None = None) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
     rows = pool.store.allocations(kind="build", owner=owner, name=name)

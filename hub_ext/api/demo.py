@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from .auth import APIHandler
+from gpupool.api.auth import APIHandler
 
 SETTING = "demo-gpu-use"
 MAX_NAME = 255

@@ -10,10 +10,14 @@ built once from the loaded users.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
+    from jupyterhub.user import User
 
 
-def hub_user(app: Any, name: str) -> Any | None:
+def hub_user(app: JupyterHub | None, name: str) -> User | None:
     """The hub's User named `name` (None without a hub, or when there is no such user)."""
     if app is None:
         return None
@@ -23,7 +27,7 @@ def hub_user(app: Any, name: str) -> Any | None:
         return None
 
 
-def hub_users(app: Any) -> Callable[[str], Any | None]:
+def hub_users(app: JupyterHub | None) -> Callable[[str], User | None]:
     """A lookup for many names at once: the users the hub has loaded, the database for others."""
     if app is None:
         return lambda name: None

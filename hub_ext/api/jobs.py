@@ -15,18 +15,18 @@ from typing import Any
 
 from tornado import web
 
-from ..pool import InvalidRequest, PoolError, Request
-from ..pool.units import UnitError, parse_gpus, shown
-from ..store.jobs import STATES
-from ..train.backend import TrainingBackend
-from ..train.code import JobCode
-from ..train.priority import PRIORITY_MAX, PRIORITY_MIN
-from ..train.states import HAS_RUN, UNFINISHED, JobState
-from ..train.sweep import SweepError, combinations
-from ..train.volume import SubmitRate, code_refusal, count_refusal
-from ..train.waiting import explain, last_preemption
-from .auth import APIHandler
-from .sweeps import SweepHandler, record_sweep
+from gpupool.api.auth import APIHandler
+from gpupool.api.sweeps import SweepHandler, record_sweep
+from gpupool.pool import InvalidRequest, PoolError, Request
+from gpupool.pool.units import UnitError, parse_gpus, shown
+from gpupool.store.jobs import STATES
+from gpupool.train.backend import TrainingBackend
+from gpupool.train.code import JobCode
+from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
+from gpupool.train.sweep import SweepError, combinations
+from gpupool.train.volume import SubmitRate, code_refusal, count_refusal
+from gpupool.train.waiting import explain, last_preemption
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
@@ -44,7 +44,7 @@ class JobsBase(APIHandler):
 
     @property
     def estimates(self):
-        from ..train.estimates import Estimates
+        from gpupool.train.estimates import Estimates
 
         return self.settings.setdefault("estimates", Estimates(self.training.local))
 
@@ -169,7 +169,8 @@ class JobsHandler(JobsBase):
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)
             return
-        sweep_id = record_sweep(self.pool.store, caller.name, rows, [p for _, p in runs])
+        sweep_id = record_sweep(self.pool.store, caller.name, rows,
+                                [p for _, p in runs if p is not None])  # a sweep's runs all have them
         queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
         self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
@@ -233,6 +234,7 @@ class JobsHandler(JobsBase):
         if not isinstance(parameters, dict):
             raise web.HTTPError(400, "parameters must be an object of names and values")
         import nbformat
+
         from gpupool.snapshot import SnapshotError, from_code, with_parameters
 
         try:
@@ -283,7 +285,7 @@ class ProjectsHandler(JobsBase):
         svc = self.training
         running = [j for j in svc.jobs() if j.state in HAS_RUN]
         queued = [j for j in svc.jobs() if j.state == JobState.QUEUED]
-        out = []
+        out: list[dict[str, Any]] = []
         caller = self.caller
         by_pool = self.used_by_pool(running)
         for p in svc.projects.values():
@@ -309,7 +311,7 @@ class ProjectsHandler(JobsBase):
     def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:
         """(project, pool) -> milli-GPU its running jobs use in that pool, for projects with a
         guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
-        from ..pool.pool_quotas import in_pool
+        from gpupool.pool.pool_quotas import in_pool
 
         svc = self.training.local
         if svc is None:

@@ -8,7 +8,8 @@ from collections import deque
 
 from tornado import web
 
-from .auth import BaseHandler
+from gpupool.api.auth import BaseHandler
+from gpupool.templating import render
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
 
@@ -29,10 +30,11 @@ def clock(t: float, span: float) -> str:
 
 def svg_plot(points: list[tuple[float, float, float | None]], capacity: float, width: int = 720,
              height: int = 220) -> str:
-    """Allocation (blue) and utilization (orange) in GPUs over time, as an inline SVG."""
+    """Allocation (blue) and utilization (orange) in GPUs over time, as an inline SVG
+    (templates/gpupool-plot.html draws it)."""
     pad = 40
     if len(points) < 2 or capacity <= 0:
-        return "<p class='gpupool-noplot'>Not enough samples yet: the plot fills in as the culler runs.</p>"
+        return render("gpupool-plot.html", allocated="")
     t0, t1 = points[0][0], points[-1][0]
     span = max(t1 - t0, 1.0)
 
@@ -41,34 +43,13 @@ def svg_plot(points: list[tuple[float, float, float | None]], capacity: float, w
         y = height - pad - v / capacity * (height - 2 * pad)
         return f"{x:.1f},{y:.1f}"
 
-    alloc = " ".join(xy(t, a) for t, a, _ in points)
-    used_pts = [(t, u) for t, _, u in points if u is not None]
-    used = " ".join(xy(t, u) for t, u in used_pts)
-    ticks = "".join(
-        f"<text x='{pad - 6}' y='{height - pad - f * (height - 2 * pad) + 4:.0f}' text-anchor='end'"
-        f" font-size='11'>{capacity * f:g}</text>" for f in (0, 0.5, 1)
-    )
-    window = f"{span / 60:.0f} min" if span >= 120 else f"{span:.0f} s"
-    ticks += "".join(  # the time axis: clock times under the plot
-        f"<line x1='{pad + f * (width - 2 * pad):.1f}' x2='{pad + f * (width - 2 * pad):.1f}' y1='{height - pad}'"
-        f" y2='{height - pad + 4}' stroke='#999'/><text class='time-tick' x='{pad + f * (width - 2 * pad):.1f}'"
-        f" y='{height - pad + 16}' text-anchor='middle' font-size='11'>{clock(t0 + f * span, span)}</text>"
-        for f in (0, 0.25, 0.5, 0.75, 1))
-    used_line = (f"<polyline class='used' fill='none' stroke='#e6550d' stroke-width='2' points='{used}'/>"
-                 if used_pts else "")
-    note = "" if used_pts else (f"<text x='{width / 2}' y='{pad - 10}' text-anchor='middle' font-size='12'>"
-                                "no GPU utilization data (virtual GPUs or no NVML)</text>")
-    return (
-        f"<svg class='gpupool-plot' width='{width}' height='{height}' role='img'"
-        f" aria-label='GPUs allocated and used over time'>"
-        f"<rect x='{pad}' y='{pad}' width='{width - 2 * pad}' height='{height - 2 * pad}' fill='#f7f7f7'/>"
-        f"{ticks}<text x='{width - pad}' y='{pad - 6}' text-anchor='end' font-size='11'>last"
-        f" {window}</text>"
-        f"<polyline class='allocated' fill='none' stroke='#3182bd' stroke-width='2' points='{alloc}'/>"
-        f"{used_line}{note}</svg>"
-        "<p><span style='color:#3182bd'>■ allocated</span> <span style='color:#e6550d'>■ used</span>"
-        " (GPUs)</p>"
-    )
+    return render(
+        "gpupool-plot.html", width=width, height=height, pad=pad,
+        allocated=" ".join(xy(t, a) for t, a, _ in points),
+        used=" ".join(xy(t, u) for t, _, u in points if u is not None),
+        y_ticks=[(f"{height - pad - f * (height - 2 * pad) + 4:.0f}", f"{capacity * f:g}") for f in (0, 0.5, 1)],
+        x_ticks=[(f"{pad + f * (width - 2 * pad):.1f}", clock(t0 + f * span, span)) for f in (0, 0.25, 0.5, 0.75, 1)],
+        window=f"{span / 60:.0f} min" if span >= 120 else f"{span:.0f} s")
 
 
 class StatusPage(BaseHandler):

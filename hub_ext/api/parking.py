@@ -9,21 +9,26 @@ the status widget and the JupyterLab status item).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
-from ..gpu.parking import ParkingError
-from .auth import APIHandler, Caller
-from .hub_users import hub_users
+from gpupool.api.auth import APIHandler, Caller
+from gpupool.api.hub_users import hub_users
+from gpupool.gpu.parking import ParkingError
+
+if TYPE_CHECKING:
+    from jupyterhub.app import JupyterHub
+
+    from gpupool.manager import PoolManager
 
 MAX_NAME = 255
 
 
-def parked_targets(pool: Any, app: Any) -> list[dict[str, Any]]:
+def parked_targets(pool: PoolManager, app: JupyterHub) -> list[dict[str, Any]]:
     """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
     (an extension of the session too)."""
-    from .culler import extended_in
+    from gpupool.api.culler import extended_in
 
     out = []
     user_of = hub_users(app)

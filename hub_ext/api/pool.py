@@ -7,10 +7,10 @@ from typing import Any
 
 from tornado import web
 
-from ..manager import PoolManager
-from ..pool import format_gpus
-from ..store.moves import last_moves
-from .auth import APIHandler, Caller
+from gpupool.api.auth import APIHandler, Caller
+from gpupool.manager import PoolManager
+from gpupool.pool import format_gpus
+from gpupool.store.moves import last_moves
 
 OTHER = "(another user)"
 

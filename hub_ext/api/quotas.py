@@ -6,15 +6,18 @@ Running workspaces keep their shares: a fixed quota is never taken back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tornado import web
 from traitlets import TraitError
 
-from .. import runtime
-from ..config import GROUP_NAME, policy_from_document, quota_document, quota_notes
-from ..pool.units import UnitError, parse_gpus, shown
-from .auth import APIHandler
+from gpupool import runtime
+from gpupool.api.auth import APIHandler
+from gpupool.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
+from gpupool.pool.units import UnitError, parse_gpus, shown
+
+if TYPE_CHECKING:
+    from gpupool.manager import PoolManager
 
 MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
 
@@ -23,7 +26,7 @@ class QuotaRefused(ValueError):
     """A quota change that is not stored, with the reason to show."""
 
 
-def current_quotas(pool: Any) -> dict:
+def current_quotas(pool: PoolManager) -> dict:
     """The quota options in force: the config file's, with the API's changes over them (unless those
     were skipped at start because they no longer validate)."""
     if runtime.QUOTAS_SETTING in pool.skipped_settings:
@@ -32,7 +35,7 @@ def current_quotas(pool: Any) -> dict:
     return {**quota_document(runtime.settings()), **changed}
 
 
-def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
+def change_quotas(pool: PoolManager, who: str, body: dict, what: str = "") -> dict:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
@@ -51,7 +54,7 @@ def change_quotas(pool: Any, who: str, body: dict, what: str = "") -> dict:
     return changed
 
 
-def notes(pool: Any) -> list[str]:
+def notes(pool: PoolManager) -> list[str]:
     """What the quotas now in force shut out, said back to whoever changed them."""
     return quota_notes(pool.quotas)
 
@@ -76,7 +79,7 @@ def gpus_amount(value: object, what: str) -> int | float:
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
-def group_quota_change(pool: Any, group: object, quota: object) -> dict:
+def group_quota_change(pool: PoolManager, group: object, quota: object) -> dict:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
     group = checked_group(group)
@@ -86,7 +89,7 @@ def group_quota_change(pool: Any, group: object, quota: object) -> dict:
     return {"group_overrides": overrides}
 
 
-def group_total_change(pool: Any, group: object, total: object) -> dict:
+def group_total_change(pool: PoolManager, group: object, total: object) -> dict:
     """The `group_totals` change that sets what one group's members hold together (a class's
     GPUs); an empty total takes the ceiling away."""
     group = checked_group(group)
@@ -98,7 +101,7 @@ def group_total_change(pool: Any, group: object, total: object) -> dict:
     return {"group_totals": totals}
 
 
-def group_removal(pool: Any, group: object) -> dict:
+def group_removal(pool: PoolManager, group: object) -> dict:
     """The change that forgets a group's own quota and total: its members get the defaults."""
     group = checked_group(group)
     quotas = current_quotas(pool)

@@ -7,9 +7,9 @@ import secrets
 from sqlalchemy import select
 from tornado import web
 
-from ..store import SweepRun
-from ..train.sweep import final_metrics
-from .auth import APIHandler
+from gpupool.api.auth import APIHandler
+from gpupool.store import SweepRun
+from gpupool.train.sweep import final_metrics
 
 METRIC_LINES = 200  # the log lines read back for a run's final metrics
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from tornado import web
 
-from ..pool.units import shown
-from ..usage.accounting import DIMENSIONS, MILLI_S_PER_GPU_HOUR
-from ..usage.budgets import GROUP, USER
-from ..usage.service import MAX_BUCKETS, SORTS, UsageService
-from .auth import APIHandler, Caller
+from gpupool.api.auth import APIHandler, Caller
+from gpupool.pool.units import shown
+from gpupool.usage.accounting import DIMENSIONS, MILLI_S_PER_GPU_HOUR
+from gpupool.usage.budgets import GROUP, USER
+from gpupool.usage.service import MAX_BUCKETS, SORTS, UsageService
 
 PERIODS = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400, "90d": 90 * 86400, "365d": 365 * 86400}
 MAX_LIMIT = 1000

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .. import runtime
-from ..pool import format_gpus
-from .culler import culler_state, findings
+from gpupool import runtime
+from gpupool.api.culler import culler_state, findings
+from gpupool.pool import format_gpus
+
+if TYPE_CHECKING:
+    from jupyterhub.user import User
 
 
-def warnings_for(user: Any, base_url: str = "") -> list[dict]:
+def warnings_for(user: User, base_url: str = "") -> list[dict]:
     """The workspaces of `user` the culler's last pass warned about, with the link that
     extends one (when it may still be extended; memory warnings cannot be)."""
     if user is None or runtime.api_settings is None:
@@ -28,7 +31,7 @@ def warnings_for(user: Any, base_url: str = "") -> list[dict]:
     return sorted(out, key=lambda w: w.get("name", ""))
 
 
-def shares_for(user: Any, now: float | None = None) -> list[dict]:
+def shares_for(user: User, now: float | None = None) -> list[dict]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
     for the hub's home page: [{"name", "share", "stops"}], sorted by server name."""
     if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
@@ -61,7 +64,7 @@ STOPPED = {
 }
 
 
-def stops_for(user: Any, now: float | None = None, within_s: float = 7 * 86400) -> list[dict]:
+def stops_for(user: User, now: float | None = None, within_s: float = 7 * 86400) -> list[dict]:
     """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
     "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
     "Server not running", with no reason."""

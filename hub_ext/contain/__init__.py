@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from traitlets import Enum, Float
 from traitlets.config import Configurable
 
-from .cgroups import Tree, Unavailable, detect, joiner
+from gpupool.contain.cgroups import Tree, Unavailable, detect, joiner
 
 __all__ = ["Containment", "Tree", "Unavailable", "WorkloadCgroups", "detect", "joiner"]
 

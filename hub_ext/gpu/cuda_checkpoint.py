@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .parking import ParkingError, ProcState, check_pid
+from gpupool.gpu.parking import ParkingError, ProcState, check_pid
 
 _STATES: dict[int, ProcState] = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed"}
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .parking import ParkingBackend, ParkingError, park_process, resume_process
+from gpupool.gpu.parking import ParkingBackend, ParkingError, park_process, resume_process
 
 Result = Literal["moved", "returned", "aborted", "lost"]
 PhaseHook = Callable[[str, list[int]], None]

@@ -180,7 +180,7 @@ def kernel_like(pid: int, proc: Path = Path("/proc")) -> bool:
 def make_backend(kind: str, folder: str = "", delays: Delays = Delays()) -> ParkingBackend:
     """`cuda` (the driver; needs cuda-bindings and driver r570+) or `virtual`."""
     if kind == "cuda":
-        from .cuda_checkpoint import CudaCheckpoint
+        from gpupool.gpu.cuda_checkpoint import CudaCheckpoint
 
         return CudaCheckpoint()
     if kind == "virtual":

@@ -6,6 +6,6 @@ claim as pure functions; `status` maps a Job and its pods to gpupool's job state
 `kueue` renders the optional Kueue queues.
 """
 
-from .job_spec import TrainJobSpec
+from gpupool.kube.job_spec import TrainJobSpec
 
 __all__ = ["TrainJobSpec"]

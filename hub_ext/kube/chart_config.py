@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .objects import JobOptions
+from gpupool.kube.objects import JobOptions
 
 BUILD_KEYS = {"quota": "default_build_quota", "fractions": "allowed_fractions",
               "maxPerWorkspace": "max_gpus_per_workspace", "maxWorkspaces": "max_workspaces_per_user",

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .kai_version import ELASTIC_SINCE, KaiVersion, parse_version
+from gpupool.kube.kai_version import ELASTIC_SINCE, KaiVersion, parse_version
 
 NODE_POOL = "kai.scheduler/node-pool"
 
@@ -109,7 +109,7 @@ async def read(want: Expected, api: Any) -> Seen:
     """The objects `findings` needs, through kubernetes_asyncio's `api` client."""
     from kubernetes_asyncio import client
 
-    from .kai_version import detect
+    from gpupool.kube.kai_version import detect
 
     seen = Seen()
     custom, core, sched = client.CustomObjectsApi(api), client.CoreV1Api(api), client.SchedulingV1Api(api)

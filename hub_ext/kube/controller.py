@@ -25,15 +25,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpupool.gpu.sharing import SharingBackend
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..runners.safe_files import tail_text
-from .follow import Follower, trim_job, trim_pod
-from .job_spec import TrainJobSpec
-from .objects import JOB_ID, MANAGED_BY, JobOptions, checkpoint_claim, code_config_map, name_of, train_job
-from .status import FINAL, JobStatus, ObservedState, PodView, job_status, observe_pod
+from gpupool.gpu.sharing import SharingBackend
+from gpupool.kube.follow import Follower, trim_job, trim_pod
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.objects import (
+    JOB_ID,
+    MANAGED_BY,
+    JobOptions,
+    checkpoint_claim,
+    code_config_map,
+    name_of,
+    train_job,
+)
+from gpupool.kube.status import FINAL, JobStatus, ObservedState, PodView, job_status, observe_pod
+from gpupool.runners.safe_files import tail_text
 
 LOG_READ_MAX = 16 << 20  # bytes of a pod's log read for one page
 log = logging.getLogger("gpupool.kube")

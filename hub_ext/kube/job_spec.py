@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..pool import MILLI_PER_GPU, InvalidRequest
-from ..pool.pools import NodePool
+from gpupool.pool import MILLI_PER_GPU, InvalidRequest
+from gpupool.pool.pools import NodePool
+
+if TYPE_CHECKING:
+    from gpupool.store import TrainJob
 
 _ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 _FILE = re.compile(r"^[A-Za-z0-9_][-._A-Za-z0-9]{0,99}$")  # a ConfigMap key, never a path
@@ -52,7 +55,7 @@ class TrainJobSpec:
         return self.num_gpu * self.gpu_milli
 
     @classmethod
-    def from_train_job(cls, row: Any, image: str, env: dict[str, str] | None = None,
+    def from_train_job(cls, row: TrainJob, image: str, env: dict[str, str] | None = None,
                        files: tuple[str, ...] = (), **more: Any) -> TrainJobSpec:
         """From the training pool's job row (gpupool.store.TrainJob); `more`: pools,
         queue_pool, min_gpus."""

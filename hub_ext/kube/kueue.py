@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..pool import MILLI_PER_GPU
-from ..pool.training import Project
+from gpupool.pool import MILLI_PER_GPU
+from gpupool.pool.training import Project
 
 API = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"

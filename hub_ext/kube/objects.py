@@ -14,10 +14,9 @@ import re
 from dataclasses import dataclass
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 from gpupool.train.exit_codes import PREEMPTED
-
-from .job_spec import TrainJobSpec
-from .pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_ID = "gpupool.io/job-id"
@@ -155,7 +154,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
     if sub_path:
         mount["subPath"] = sub_path
-    container = {
+    container: dict = {
         "name": CONTAINER, "image": spec.image, "command": list(spec.command),
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "volumeMounts": [mount],

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..pool import InvalidRequest
-from ..pool.jobs import Project
-from ..pool.pools import NodePool
+from gpupool.pool import InvalidRequest
+from gpupool.pool.jobs import Project
+from gpupool.pool.pools import NodePool
 
 KAI_NODE_POOL = "kai.scheduler/node-pool"  # KAI's default nodePoolLabelKey (scheduling shards)
 GPU_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from gpupool.train.exit_codes import PREEMPTED
 from gpupool.train.states import OBSERVED_FINAL, ObservedState
@@ -98,6 +99,14 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
     return None
 
 
+class _Counts(TypedDict):
+    """What every JobStatus of a job says beside its state."""
+
+    runs: int
+    preemptions: int
+    exit_code: int | None
+
+
 def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False,
                job_deleted: bool = False) -> JobStatus:
     """The state of a train job from its Job (None before the watch saw it) and its pods."""
@@ -105,7 +114,7 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
     runs = sum(p.ran for p in pods)
     preemptions = sum(bool(p.disrupted) for p in pods)
     exit_code = next((p.exit_code for p in reversed(pods) if p.exit_code is not None), None)
-    counts = {"runs": runs, "preemptions": preemptions, "exit_code": exit_code}
+    counts: _Counts = {"runs": runs, "preemptions": preemptions, "exit_code": exit_code}
     conditions = {c.get("type"): c for c in ((job or {}).get("status") or {}).get("conditions") or []
                   if c.get("status") == "True"}
     for kind in ("Complete", "SuccessCriteriaMet"):

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .node_classes import NodeIndex, gpu_with
-from .request import Placement, Request
-from .state import ClusterState
-from .units import MILLI_PER_GPU
+from gpupool.pool.node_classes import NodeIndex, gpu_with
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 
 @dataclass(frozen=True)

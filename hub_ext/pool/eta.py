@@ -19,15 +19,15 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from .jobs import Department, Job, Project
-from .placement import Policy
-from .pools import NodePool
-from .request import Request
-from .state import ClusterState
-from .training import schedule
+from gpupool.pool.jobs import Department, Job, Project
+from gpupool.pool.placement import Policy
+from gpupool.pool.pools import NodePool
+from gpupool.pool.request import Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.training import schedule
 
 DEFAULT_RUNTIME_S = 3600.0  # a project without history: an hour
 
@@ -40,7 +40,7 @@ class Runtimes:
     default_s: float = DEFAULT_RUNTIME_S
 
     @classmethod
-    def of(cls, history: dict[str, Iterable[float]], default_s: float = DEFAULT_RUNTIME_S) -> Runtimes:
+    def of(cls, history: Mapping[str, Iterable[float]], default_s: float = DEFAULT_RUNTIME_S) -> Runtimes:
         return cls({p: tuple(sorted(v)) for p, v in history.items() if v}, default_s)
 
     def _history(self, project: str) -> tuple[float, ...]:
@@ -90,6 +90,7 @@ def forecast(state: ClusterState, projects: dict[str, Project], pending: Sequenc
     run = {j.id: j for j in running}
     back = set(requeued)
     ends: list[tuple[float, str]] = []  # (expected end, job id)
+    j: Job | None  # one name for a job taken out of the tables below (pop: None when absent)
     for j in running:
         started = now if j.started is None else j.started
         heapq.heappush(ends, (now + runtimes.remaining(j, done.get(j.id, 0.0) + max(0.0, now - started)), j.id))
@@ -147,7 +148,7 @@ def forecast(state: ClusterState, projects: dict[str, Project], pending: Sequenc
                 work.release(j.placement)
         while leaving and leaving[0][0] <= t:
             _, job_id, j = heapq.heappop(leaving)
-            work.release(j.placement)
+            work.release(j.placed)
             if job_id in back:
                 pend[job_id] = replace(j, started=None, placement=pinned.pop(job_id, None))
     for job_id in wanted:

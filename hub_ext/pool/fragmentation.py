@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .request import Placement, Request
-from .state import ClusterState
-from .units import MILLI_PER_GPU
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 Shape = tuple[int, int, int, frozenset]
 CPU_SHAPES_IDLE = False  # cpu_milli, num_gpu, gpu_milli, models

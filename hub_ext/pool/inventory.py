@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .units import MILLI_PER_GPU
+from gpupool.pool.units import MILLI_PER_GPU
 
 
 @dataclass(frozen=True)

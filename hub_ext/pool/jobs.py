@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..train.states import PreemptCause
-from .request import Placement, Request
+from gpupool.pool.request import Placement, Request
+from gpupool.train.states import PreemptCause
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,13 @@ class Job:
     @property
     def elastic(self) -> bool:
         return self.max_gpus > 0
+
+    @property
+    def placed(self) -> Placement:
+        """Where a running (or stopping) job runs: it always has a placement."""
+        if self.placement is None:
+            raise ValueError(f"job {self.id} is not placed")
+        return self.placement
 
     @property
     def milli(self) -> int:

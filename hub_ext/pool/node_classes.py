@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .request import Request
-from .state import ClusterState
-from .units import MILLI_PER_GPU
+from gpupool.pool.request import Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 _WEIGHTS = np.random.default_rng(20261126).integers(1, 2**62, size=66, dtype=np.int64)
 

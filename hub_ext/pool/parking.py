@@ -26,10 +26,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from .placement import Policy
-from .quotas import Holding
-from .request import Placement, Request
-from .state import ClusterState
+from gpupool.pool.placement import Policy
+from gpupool.pool.quotas import Holding
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Protocol
 
 import numpy as np
 
-from .capacity import FragAware
-from .fragmentation import FGD, bestfit_score
-from .request import Placement, Request
-from .state import ClusterState
-from .units import MILLI_PER_GPU
+from gpupool.pool.capacity import FragAware
+from gpupool.pool.fragmentation import FGD, bestfit_score
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 
 class Policy(Protocol):

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .inventory import Inventory
-from .jobs import Job, Project
-from .pools import NodePool
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.jobs import Job, Project
+from gpupool.pool.pools import NodePool
 
 
 def part_name(project: str, pool: str) -> str:

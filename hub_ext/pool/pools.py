@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import QuotaExceeded
-from .inventory import Inventory
-from .placement import Policy
-from .request import Placement, Request
-from .state import ClusterState
+from gpupool.pool.errors import QuotaExceeded
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.placement import Policy
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
 
 
 class PoolNotAllowed(QuotaExceeded):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .errors import InvalidRequest, QuotaExceeded
-from .units import format_gpus
+from gpupool.pool.errors import InvalidRequest, QuotaExceeded
+from gpupool.pool.units import format_gpus
 
 
 @dataclass(frozen=True)

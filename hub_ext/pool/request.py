@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InvalidRequest
-from .units import MILLI_PER_GPU, format_gpus
+from gpupool.pool.errors import InvalidRequest
+from gpupool.pool.units import MILLI_PER_GPU, format_gpus
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InvalidRequest
-from .inventory import Inventory
-from .request import Placement, Request
-from .units import MILLI_PER_GPU
+from gpupool.pool.errors import InvalidRequest
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.units import MILLI_PER_GPU
 
 ABSENT = -1
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 
-from .actions import (
+from gpupool.pool.actions import (
     CONSOLIDATIONS_PER_CYCLE,
     Cycle,
     allocate,
@@ -41,11 +41,22 @@ from .actions import (
     reserve,
     shrink,
 )
-from .jobs import Admit, Department, Job, Move, Plan, Preempt, Project, Reserve, Resize, in_quota_split
-from .placement import Policy
-from .pool_quotas import split_by_pool
-from .pools import NodePool
-from .state import ClusterState
+from gpupool.pool.jobs import (
+    Admit,
+    Department,
+    Job,
+    Move,
+    Plan,
+    Preempt,
+    Project,
+    Reserve,
+    Resize,
+    in_quota_split,
+)
+from gpupool.pool.placement import Policy
+from gpupool.pool.pool_quotas import split_by_pool
+from gpupool.pool.pools import NodePool
+from gpupool.pool.state import ClusterState
 
 __all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Plan", "Preempt", "Project",
            "Reserve", "Resize", "in_quota_split", "schedule"]

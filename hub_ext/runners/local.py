@@ -19,10 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..accounts import Account, SystemAccounts
-from ..contain import WorkloadCgroups, joiner
-from ..instance import HUB_VAR, INSTANCE_VAR
-from .safe_files import ensure_folder, folder, open_file, read_small
+from gpupool.accounts import Account, SystemAccounts
+from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.runners.safe_files import ensure_folder, folder, open_file, read_small
 
 EXIT_FILE = ".exit_code"
 COMMAND_FILE = ".command"  # {"command": [...], "log_limit": bytes}: read (and removed) by the wrapper
@@ -122,6 +122,12 @@ class LocalRunner:
     def contained(self) -> bool:
         return self.cgroups is not None and self.cgroups.available
 
+    @property
+    def contained_cgroups(self) -> WorkloadCgroups:
+        """The cgroups, where `contained` was checked or a run's group exists (only they make one)."""
+        assert self.cgroups is not None, "no cgroups: the runner is not contained"
+        return self.cgroups
+
     @staticmethod
     def paths(workdir: str) -> dict[str, Path]:
         root = Path(workdir)
@@ -160,12 +166,12 @@ class LocalRunner:
         if account is not None:
             full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
             as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}
-        group = self.cgroups.job(job_id) if self.contained else ""
+        group = self.contained_cgroups.job(job_id) if self.contained else ""
         join_fd = None
         try:
             if group:
-                self.cgroups.tree.end(group, 5.0)  # what an earlier run left (normally nothing)
-                join_fd = self.cgroups.tree.join_fd(group)
+                self.contained_cgroups.tree.end(group, 5.0)  # what an earlier run left (normally nothing)
+                join_fd = self.contained_cgroups.tree.join_fd(group)
             os.write(log_fd, f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             proc = subprocess.Popen(
                 [self.python, WRAPPER], cwd=p["root"], env=full_env, stdout=log_fd, stderr=subprocess.STDOUT,
@@ -198,10 +204,10 @@ class LocalRunner:
         if proc is None and is_run(pid, workdir):
             return None  # a run adopted after a hub restart, still going
         group = self._group(pid, job_id)
-        if group and not self.cgroups.tree.kill(group):
+        if group and not self.contained_cgroups.tree.kill(group):
             return None  # its last processes are dying: the next cycle settles it
         if group:
-            self.cgroups.tree.remove(group)
+            self.contained_cgroups.tree.remove(group)
         for table in (self.procs, self.term_sent, self.workdirs, self.groups):
             table.pop(pid, None)
         return read_exit(workdir, owner_ids(account)[0])
@@ -230,25 +236,25 @@ class LocalRunner:
         once nothing of it runs."""
         if not self.contained:
             return True
-        group = self.cgroups.job(job_id)
-        if not self.cgroups.tree.kill(group):
+        group = self.contained_cgroups.job(job_id)
+        if not self.contained_cgroups.tree.kill(group):
             return False
-        self.cgroups.tree.remove(group)
+        self.contained_cgroups.tree.remove(group)
         return True
 
     def _group(self, pid: int, job_id: str) -> str:
         """The cgroup of the run `pid` of job `job_id` (remembered: a restarted hub learns it here)."""
         if pid not in self.groups and job_id and self.contained:
-            self.groups[pid] = self.cgroups.job(job_id)
+            self.groups[pid] = self.contained_cgroups.job(job_id)
         return self.groups.get(pid, "")
 
     def _signal(self, pid: int, sig: int) -> None:
         group = self.groups.get(pid, "")
         if group:  # every process of the job, whatever session it moved to
             if sig == signal.SIGKILL:
-                self.cgroups.tree.kill(group)
+                self.contained_cgroups.tree.kill(group)
             else:
-                self.cgroups.tree.signal(group, sig)
+                self.contained_cgroups.tree.signal(group, sig)
         # a child not yet reaped keeps its pid; any other pid must still be this job's
         # wrapper, or a hub restarted long after would signal whoever has the pid now
         if pid in self.procs or is_run(pid, self.workdirs.get(pid, "")):

@@ -133,7 +133,8 @@ def tail_lines(fd: int, lines: int, before: int | None = None, max_bytes: int = 
     where the first returned line starts, to page further back."""
     size = os.fstat(fd).st_size
     end = size if before is None else max(0, min(before, size))
-    start, chunks, newlines = end, [], 0
+    chunks: list[bytes] = []
+    start, newlines = end, 0
     while start > 0 and newlines <= lines and end - start < max_bytes:
         step = min(block, start, max_bytes - (end - start))
         start -= step

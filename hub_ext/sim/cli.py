@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 
-from ..pool.placement import DEFAULT_POLICY, POLICIES
-from . import fgd, replay
-from .progress import Progress
-from .traces import TraceError, read_nodes, read_pods
+from gpupool.pool.placement import DEFAULT_POLICY, POLICIES
+from gpupool.sim import fgd, replay
+from gpupool.sim.progress import Progress
+from gpupool.sim.traces import TraceError, read_nodes, read_pods
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -14,8 +14,8 @@ import random
 import time
 from collections.abc import Callable
 
-from ..pool import ClusterState, Inventory, get_policy
-from .traces import TracePod
+from gpupool.pool import ClusterState, Inventory, get_policy
+from gpupool.sim.traces import TracePod
 
 
 def workload(pods: list[TracePod], capacity: int, inflation: float, rng: random.Random) -> list[TracePod]:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..pool import ClusterState, Inventory, get_policy
-from ..pool.units import MILLI_PER_GPU
-from .traces import TracePod
+from gpupool.pool import ClusterState, Inventory, Placement, get_policy
+from gpupool.pool.units import MILLI_PER_GPU
+from gpupool.sim.traces import TracePod
 
 
 def _fragmented(state: ClusterState) -> int:
@@ -28,25 +28,28 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, queu
         progress: Callable[[int, int], None] | None = None) -> dict:
     t0 = time.perf_counter()
     rng = random.Random(seed)
-    timed = [p for p in pods if p.created is not None and p.deleted is not None and p.deleted > p.created]
+    # (created, lifetime, pod) of the pods with both times
+    timed = [(p.created, p.deleted - p.created, p) for p in pods
+             if p.created is not None and p.deleted is not None and p.deleted > p.created]
     if not timed:
         raise ValueError("replay needs creation_time and deletion_time columns")
     state = ClusterState(inventory)
     state.shuffle_ties(rng)
     chooser = get_policy(policy)
     capacity = inventory.capacity_milli
-    events: list[tuple[int, int, int, object]] = []  # (time, kind 0=leave 1=arrive, seq, payload)
-    for n, p in enumerate(sorted(timed, key=lambda p: (p.created, p.name))):
-        heapq.heappush(events, (p.created, 1, n, p))
-    waiting: deque[tuple[int, TracePod]] = deque()
+    # (time, kind 0=leave 1=arrive, seq, payload: what leaves, or (lifetime, pod) that arrives)
+    events: list[tuple[int, int, int, Placement | tuple[int, TracePod]]] = []
+    for n, (created, life, p) in enumerate(sorted(timed, key=lambda t: (t[0], t[2].name))):
+        heapq.heappush(events, (created, 1, n, (life, p)))
+    waiting: deque[tuple[int, int, TracePod]] = deque()  # (arrived, lifetime, pod)
     delays: list[int] = []
     rejected = placed = 0
     alloc_area = frag_area = 0.0
-    last_t = timed[0].created if timed else 0
+    first_t = last_t = timed[0][0]  # the first pod of the trace, as read
     seq = len(timed)
     done = 0
 
-    def try_place(pod: TracePod, now: int, arrived: int) -> bool:
+    def try_place(pod: TracePod, life: int, now: int, arrived: int) -> bool:
         nonlocal placed, seq
         placement = chooser.choose(state, pod.request, rng)
         if placement is None:
@@ -55,30 +58,31 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, queu
         placed += 1
         delays.append(now - arrived)
         seq += 1
-        heapq.heappush(events, (now + (pod.deleted - pod.created), 0, seq, placement))
+        heapq.heappush(events, (now + life, 0, seq, placement))
         return True
 
     while events:
-        now, kind, _, payload = heapq.heappop(events)
+        now, _, _, payload = heapq.heappop(events)
         used = state.used_milli()
         alloc_area += used * (now - last_t)
         frag_area += _fragmented(state) * (now - last_t)
         last_t = now
-        if kind == 0:
+        if isinstance(payload, Placement):  # kind 0
             state.release(payload)
-            while waiting and try_place(waiting[0][1], now, waiting[0][0]):
+            while waiting and try_place(waiting[0][2], waiting[0][1], now, waiting[0][0]):
                 waiting.popleft()
         else:
             done += 1
-            chooser.learn(payload.request)  # learned once per arrival, not per retry from the queue
-            if not try_place(payload, now, now):
+            life, pod = payload
+            chooser.learn(pod.request)  # learned once per arrival, not per retry from the queue
+            if not try_place(pod, life, now, now):
                 if queue:
-                    waiting.append((now, payload))
+                    waiting.append((now, life, pod))
                 else:
                     rejected += 1
             if progress is not None and done % 256 == 0:
                 progress(done, len(timed))
-    span = max(1, last_t - timed[0].created)
+    span = max(1, last_t - first_t)
     d = np.array(delays or [0])
     return {
         "policy": policy,

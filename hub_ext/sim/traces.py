@@ -9,9 +9,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..pool import GPU, Inventory, Node, Request
-from ..pool.errors import InvalidRequest
-from ..pool.units import MILLI_PER_GPU
+from gpupool.pool import GPU, Inventory, Node, Request
+from gpupool.pool.errors import InvalidRequest
+from gpupool.pool.units import MILLI_PER_GPU
 
 
 class TraceError(ValueError):

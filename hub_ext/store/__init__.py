@@ -1,14 +1,14 @@
 """Persistence of allocations and events (SQLAlchemy; an SQLite file by default)."""
 
-from .db import Store
-from .elastic import ElasticRange
-from .job_pools import JobPools
-from .jobs import TrainJob
-from .models import Allocation, Event
-from .moves import Move  # registers its table before Store creates them
-from .parked import Parked  # registers its table before Store creates them
-from .sweeps import SweepRun
-from .usage_tables import BudgetGrant, UsageHour  # usage accounting and budgets
+from gpupool.store.db import Store
+from gpupool.store.elastic import ElasticRange
+from gpupool.store.job_pools import JobPools
+from gpupool.store.jobs import TrainJob
+from gpupool.store.models import Allocation, Event
+from gpupool.store.moves import Move  # registers its table before Store creates them
+from gpupool.store.parked import Parked  # registers its table before Store creates them
+from gpupool.store.sweeps import SweepRun
+from gpupool.store.usage_tables import BudgetGrant, UsageHour  # usage accounting and budgets
 
 __all__ = ["Allocation", "BudgetGrant", "ElasticRange", "Event", "JobPools", "Move", "Parked", "Store", "SweepRun",
            "TrainJob", "UsageHour"]

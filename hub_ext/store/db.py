@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from .migrate import upgrade
-from .models import Allocation, Event, Setting
+from gpupool.store.migrate import upgrade
+from gpupool.store.models import Allocation, Event, Setting
 
 
 class Store:

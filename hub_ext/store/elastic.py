@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .models import Base
+from gpupool.store.models import Base
 
 
 class ElasticRange(Base):

@@ -7,8 +7,8 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from ..train.states import JobState
-from .models import Base, utcnow
+from gpupool.store.models import Base, utcnow
+from gpupool.train.states import JobState
 
 STATES = tuple(JobState)  # the values stored in TrainJob.state
 

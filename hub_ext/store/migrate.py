@@ -39,7 +39,10 @@ def alembic_config(connection: Connection | None = None, url: str = "") -> Confi
 @cache
 def head() -> str:
     """The newest revision this gpupool knows."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    newest = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if newest is None:
+        raise RuntimeError("gpupool's alembic revisions are missing from the installed package")
+    return newest
 
 
 def current(engine: Engine) -> str | None:

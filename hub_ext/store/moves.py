@@ -8,7 +8,7 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .models import Base, utcnow
+from gpupool.store.models import Base, utcnow
 
 ACTIVE_PHASES = ("reserved", "parked", "returning", "restored")  # a move the hub must finish
 

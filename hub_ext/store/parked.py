@@ -7,7 +7,7 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .models import Base, utcnow
+from gpupool.store.models import Base, utcnow
 
 
 class Parked(Base):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import JSON, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .models import Base
+from gpupool.store.models import Base
 
 
 class SweepRun(Base):

@@ -15,7 +15,7 @@ import datetime as dt
 from sqlalchemy import BigInteger, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from .models import Base, utcnow
+from gpupool.store.models import Base, utcnow
 
 
 class UsageHour(Base):

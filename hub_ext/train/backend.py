@@ -17,15 +17,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from ..manager import PoolManager
-from ..pool.pools import NodePool
-from ..pool.training import Department, Project
-from ..store import TrainJob
-from .code import JobCode
-from .config import TrainPool
+from gpupool.manager import PoolManager
+from gpupool.pool.pools import NodePool
+from gpupool.pool.training import Department, Project
+from gpupool.store import TrainJob
+from gpupool.train.code import JobCode
+from gpupool.train.config import TrainPool
 
 if TYPE_CHECKING:
-    from .service import TrainingService
+    from gpupool.train.service import TrainingService
 
 Holds = Callable[[list[TrainJob]], dict[str, str]]
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from ..manager import PoolManager
-from ..pool.training import Department, Project
-from ..runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
-from ..store import Event, TrainJob
-from ..store.db import bounded
-from .backend import JobLog
-from .config import TrainPool
-from .states import JobEvent, JobState
+from gpupool.manager import PoolManager
+from gpupool.pool.training import Department, Project
+from gpupool.runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
+from gpupool.store import Event, TrainJob
+from gpupool.store.db import bounded
+from gpupool.train.backend import JobLog
+from gpupool.train.config import TrainPool
+from gpupool.train.states import JobEvent, JobState
 
 
 class JobBook:
@@ -41,6 +41,11 @@ class JobBook:
     def job(self, job_id: str) -> TrainJob | None:
         with self.pool.store.session() as s:
             return s.get(TrainJob, job_id)
+
+    def known_job(self, job_id: str) -> TrainJob:
+        """A job this code has just read or written: its row missing is a bug (NoResultFound)."""
+        with self.pool.store.session() as s:
+            return s.get_one(TrainJob, job_id)
 
     def queue_position(self, job_id: str) -> int | None:
         queued = [j.id for j in self.jobs(state=JobState.QUEUED)]
@@ -79,7 +84,7 @@ class JobBook:
         if "message" in values:
             values["message"] = bounded(values["message"])
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             for k, v in values.items():
                 setattr(row, k, v)
 

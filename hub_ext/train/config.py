@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
-from ..pool.training import Department, Project
-from ..pool.units import UnitError, parse_gpus
+from gpupool.pool.training import Department, Project
+from gpupool.pool.units import UnitError, parse_gpus
 
 PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
 PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
@@ -193,7 +194,7 @@ class TrainPool(LoggingConfigurable):
 
     def pool_table(self):
         """The node pools, checked, and checked against the projects that name them."""
-        from ..pool.pools import NodePool
+        from gpupool.pool.pools import NodePool
 
         out = {}
         for name, spec in self.node_pools.items():
@@ -253,7 +254,7 @@ class TrainPool(LoggingConfigurable):
         """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none).
         `util_pct`: c.IdleCuller.util_threshold_pct, which the hub's set-up passes (a config that
         still sets the deprecated c.TrainPool.idle_util_pct keeps it)."""
-        from .idle import IdleRule
+        from gpupool.train.idle import IdleRule
 
         out = {}
         old = "idle_util_pct" in self.config.get("TrainPool", {})
@@ -333,7 +334,7 @@ class TrainPool(LoggingConfigurable):
     def _check_job_options(self, proposal: dict) -> dict:
         import dataclasses
 
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
         unknown = set(proposal["value"]) - known
@@ -348,8 +349,7 @@ class TrainPool(LoggingConfigurable):
         """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s) and
         node_pool_label (GPUPool.node_pool_label) from their one place."""
         from gpupool.config import GPUPool
-
-        from ..kube.objects import JobOptions
+        from gpupool.kube.objects import JobOptions
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
         if "node_pool_label" not in opts or "node_pool_label" in self.config.get("GPUPool", {}):
@@ -373,7 +373,8 @@ class TrainPool(LoggingConfigurable):
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
         """Membership: admins always; a project without users and groups lists is open to all."""
-        spec = self.projects.get(project)
+        # checked by the validator above; traitlets types the table by its default's values (ints)
+        spec: dict[str, Any] | None = self.projects.get(project)
         if spec is None:
             return False
         users, allowed_groups = spec.get("users"), spec.get("groups")

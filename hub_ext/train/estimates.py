@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..pool.eta import Estimate, Runtimes, forecast
-from .states import JobState
+from gpupool.pool.eta import Estimate, Runtimes, forecast
+from gpupool.train.states import JobState
 
 if TYPE_CHECKING:
-    from .service import TrainingService
+    from gpupool.store import TrainJob
+    from gpupool.train.service import TrainingService
 
 HISTORY = 200  # finished runs per project that the expected run times come from
 
@@ -57,7 +58,7 @@ class Estimates:
         self._at = now
         return self._estimates
 
-    def for_job(self, row: Any, now: float | None = None) -> dict[str, Any] | None:
+    def for_job(self, row: TrainJob, now: float | None = None) -> dict[str, Any] | None:
         """{"start", "in_s", "after", "basis"} for a queued job; None when not queued or unknown."""
         if row.state != JobState.QUEUED or not self.available:
             return None

@@ -24,25 +24,25 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
-from ..kube.controller import KubeJobController
-from ..kube.job_spec import TrainJobSpec
-from ..kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
-from ..kube.objects import queue_name
-from ..kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
-from ..kube.status import FINAL, JobStatus
-from ..manager import PoolManager
-from ..pool import InvalidRequest
-from ..pool.pool_quotas import queue_pool
-from ..store import ElasticRange, JobPools, TrainJob
-from .backend import JobLog
-from .book import JobBook
-from .code import JobCode
-from .config import TrainPool
-from .idle import IdleClock
-from .states import Intent, JobEvent, JobState, ObservedState, PreemptCause
+from gpupool.kube.controller import KubeJobController
+from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
+from gpupool.kube.objects import queue_name
+from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
+from gpupool.kube.status import FINAL, JobStatus
+from gpupool.manager import PoolManager
+from gpupool.pool import InvalidRequest
+from gpupool.pool.pool_quotas import queue_pool
+from gpupool.store import ElasticRange, JobPools, TrainJob
+from gpupool.train.backend import JobLog
+from gpupool.train.book import JobBook
+from gpupool.train.code import JobCode
+from gpupool.train.config import TrainPool
+from gpupool.train.idle import IdleClock
+from gpupool.train.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
 
 if TYPE_CHECKING:
-    from .service import TrainingService
+    from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool.train")
 SUBMITTING = "submitting to Kubernetes"
@@ -60,8 +60,8 @@ class KubeTrainingService(JobBook):
         if not cfg.image:
             raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
         self.opts = cfg.job_options()
-        for pool in self.pools.values():  # a pool that cannot be said on a cluster stops the hub here
-            pool_term(pool, self.opts.node_pool_label)
+        for node_pool in self.pools.values():  # a pool that cannot be said on a cluster stops the hub here
+            pool_term(node_pool, self.opts.node_pool_label)
         # KAI: node pools are scheduling shards, a job goes to one (pool_objects.kai_shard)
         self.shards = bool(getattr(backend, "pools_are_shards", False))
         if self.shards:
@@ -135,7 +135,7 @@ class KubeTrainingService(JobBook):
                     s.add(JobPools(job_id=row.id, pools=[chosen] if chosen else list(pools)))
         self.unsent.add(row.id)
         await self._send(row.id)
-        return self.job(row.id)
+        return self.known_job(row.id)
 
     def queue_pool(self, project: str, pools: tuple[str, ...], milli: int) -> str | None:
         """The pool whose queue a job of a project with a guarantee per pool waits in (None
@@ -170,7 +170,7 @@ class KubeTrainingService(JobBook):
                 "queue_pool": names[0] if (per_pool or self.shards) and names else "", "min_gpus": min_gpus}
 
     async def _send(self, job_id: str) -> None:
-        row = self.job(job_id)
+        row = self.known_job(job_id)
         folder = Path(row.workdir)
         files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
         spec = TrainJobSpec.from_train_job(row, self.cfg.image, files=tuple(sorted(files)), **self._placement_of(row))
@@ -193,7 +193,7 @@ class KubeTrainingService(JobBook):
             return
         self.unsent.discard(job_id)
         self._drop_folder(row)  # the code is on the cluster now (its ConfigMap)
-        row = self.job(job_id)
+        row = self.known_job(job_id)
         if row.message.startswith(SUBMITTING):  # the watch may have said more already
             self._set(job_id, message=self._waiting(row))
 
@@ -207,19 +207,19 @@ class KubeTrainingService(JobBook):
             shutil.rmtree(folder, ignore_errors=True)
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
-        from .service import cancelled_by
+        from gpupool.train.service import cancelled_by
 
         now = now if now is not None else time.time()
-        who = cancelled_by(by, self.job(job_id).owner, now)
+        who = cancelled_by(by, self.known_job(job_id).owner, now)
         if job_id in self.unsent:  # never reached the cluster
             self.unsent.discard(job_id)
             self._set(job_id, state=JobState.CANCELLED, finished=now, message=f"{who} while queued")
         else:
             await self.controller.cancel(job_id)
-            row = self.job(job_id)
+            row = self.known_job(job_id)
             if row.state not in FINAL:
                 self._set(job_id, message=f"cancelling: {who}")
-        return self.job(job_id)
+        return self.known_job(job_id)
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
         """The last `tail` lines of the newest pod's log (before byte offset `before`, to page
@@ -332,6 +332,7 @@ class KubeTrainingService(JobBook):
 
 def _reason(err: ApiException) -> str:
     try:
-        return json.loads(err.body).get("message") or err.reason
+        message = json.loads(err.body).get("message") if err.body else None
     except (TypeError, ValueError):
-        return str(err.reason)
+        message = None
+    return str(message or err.reason)

@@ -16,24 +16,24 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from .. import failpoints
-from ..accounts import AccountError, SystemAccounts, made_by_gpupool
-from ..contain import WorkloadCgroups
-from ..manager import PoolManager, Workload
-from ..pool import Request, get_policy
-from ..pool.actions import reclaimable
-from ..pool.pool_quotas import split_by_pool
-from ..pool.pools import within
-from ..pool.request import Placement
-from ..pool.training import Job, in_quota_split, schedule
-from ..runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
-from ..store import Allocation, ElasticRange, Event, JobPools, TrainJob
-from ..store.db import bounded
-from .book import JobBook, make_job_folders
-from .config import TrainPool
-from .folders import folder_bytes, remove_folder
-from .idle import IdleClock
-from .states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
+from gpupool import failpoints
+from gpupool.accounts import AccountError, SystemAccounts, made_by_gpupool
+from gpupool.contain import WorkloadCgroups
+from gpupool.manager import PoolManager, Workload
+from gpupool.pool import Request, get_policy
+from gpupool.pool.actions import reclaimable
+from gpupool.pool.pool_quotas import split_by_pool
+from gpupool.pool.pools import within
+from gpupool.pool.request import Placement
+from gpupool.pool.training import Job, in_quota_split, schedule
+from gpupool.runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
+from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
+from gpupool.store.db import bounded
+from gpupool.train.book import JobBook, make_job_folders
+from gpupool.train.config import TrainPool
+from gpupool.train.folders import folder_bytes, remove_folder
+from gpupool.train.idle import IdleClock
+from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
 
 log = logging.getLogger("gpupool.train")
 NEVER_BEGAN = "the hub stopped before its run began"
@@ -138,7 +138,7 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         placement = None
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             who = cancelled_by(by, row.owner, now)
             if row.state == JobState.QUEUED:
                 row.state, row.finished, row.message = JobState.CANCELLED, now, bounded(f"{who} while queued")
@@ -159,7 +159,7 @@ class TrainingService(JobBook):
             self._log_line(log_row, f"--- gpupool: {who}: this run stops and the job ends ---")
         if pid and sent is not None:
             self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
-        return self.job(job_id)
+        return self.known_job(job_id)
 
     # --- the loop ------------------------------------------------------------
     def tick(self, now: float | None = None) -> dict:
@@ -191,25 +191,26 @@ class TrainingService(JobBook):
         for row in self.jobs():
             if row.state not in HAS_RUN:
                 continue
+            ended: tuple[int, str] | None  # (exit code, reason) once the run is over
             if row.pid is None:  # the hub died between recording the run and starting it
                 if not self.runner.clear(row.id):
                     continue  # what it started is being killed: settled once its cgroup is empty
-                ended: tuple[int, str] | None = (-9, NEVER_BEGAN)
+                ended = (-9, NEVER_BEGAN)
             else:
                 ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
-            if ended is None:
-                if (row.max_runtime_s and row.state == JobState.RUNNING
-                        and now - (row.started or now) >= row.max_runtime_s):
-                    self._set(row.id, state=JobState.PREEMPTING, intent=Intent.MAX_RUNTIME, term_sent=now,
-                              message="reached its max runtime")
-                    self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
-                continue
+                if ended is None:
+                    if (row.max_runtime_s and row.state == JobState.RUNNING
+                            and now - (row.started or now) >= row.max_runtime_s):
+                        self._set(row.id, state=JobState.PREEMPTING, intent=Intent.MAX_RUNTIME, term_sent=now,
+                                  message="reached its max runtime")
+                        self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
+                    continue
             self._settle(row.id, *ended, now=now)
 
     def _settle(self, job_id: str, code: int, reason: str, now: float) -> None:
         """A run ended: its GPUs go back and the job's next state is written in one transaction."""
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
             row.pid, row.exit_code, row.term_sent = None, code, None
             if row.intent == Intent.CANCEL:
@@ -263,7 +264,8 @@ class TrainingService(JobBook):
             # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
             self._set(job_id, state=JobState.PREEMPTING, intent=Intent.IDLE, term_sent=now,
                       message="stopping: idle GPU")
-            self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
+            if row.pid is not None:  # else its run never began: _observe clears what is left of it
+                self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
             self.pool.store.record(JobEvent.IDLE_STOP, f"job {job_id} of {row.project} stopped: idle GPU for"
                                    f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
 
@@ -302,7 +304,7 @@ class TrainingService(JobBook):
 
     def _reserved(self, r, now: float) -> None:
         """Tell the job's owner where it will start, and from when at the latest (if known)."""
-        row = self.job(r.job)
+        row = self.known_job(r.job)
         by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
         msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
         self._set(r.job, message=msg)
@@ -310,7 +312,7 @@ class TrainingService(JobBook):
 
     def wait_reason(self, row: TrainJob) -> str:
         """Why queued job `row` waits, from this scheduler's own view of the pool."""
-        from .waiting import explain_here
+        from gpupool.train.waiting import explain_here
 
         return explain_here(self, row)
 
@@ -347,7 +349,7 @@ class TrainingService(JobBook):
         """Reserve, record the run, start the process, record its pid. A crash between any
         two steps is repaired by `adopt_after_restart`; a start that fails ends the job
         `failed` with the reason, its GPUs returned in the same transaction."""
-        row = self.job(job_id)
+        row = self.known_job(job_id)
         w = Workload("train", row.owner, row.id)
         self.pool.reserve_at(w, placement)
         if row.runs == 0:  # an admission the placement policy learns from; a resume is the same job
@@ -373,7 +375,7 @@ class TrainingService(JobBook):
             return
         failpoints.reach("train.start.spawned")
         with self.pool.store.session() as s:
-            r = s.get(TrainJob, job_id)
+            r = s.get_one(TrainJob, job_id)
             r.pid = pid
             alloc = s.scalar(_alloc_query(w))
             if alloc is not None:
@@ -384,7 +386,7 @@ class TrainingService(JobBook):
 
     def _fail_start(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
             row.state, row.finished, row.pid, row.message = JobState.FAILED, now, None, bounded(reason)
             s.add(Event(kind=JobEvent.FAIL, message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
@@ -416,7 +418,7 @@ class TrainingService(JobBook):
             return []  # GPUs already on their way back
         chosen: list[str] = []
         for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
-            trial.release(job.placement)
+            trial.release(job.placed)
             chosen.append(job.id)
             if self.policy.choose(trial, request, self.rng) is not None:
                 return chosen
@@ -441,7 +443,7 @@ class TrainingService(JobBook):
         """Stop the run; it goes back to the queue. Its event says why as fields (`cause`,
         `for_project`, `reason`), which the job monitor's line is made from (waiting.last_preemption)."""
         with self.pool.store.session() as s:
-            row = s.get(TrainJob, job_id)
+            row = s.get_one(TrainJob, job_id)
             row.state, row.preemptions = JobState.PREEMPTING, row.preemptions + 1
             row.message, row.term_sent = bounded(f"preempted: {reason}"), row.term_sent or now
             s.add(Event(kind=JobEvent.PREEMPT, message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
@@ -530,7 +532,8 @@ class TrainingService(JobBook):
         """The wrapper of a run started just before a crash: in the job's cgroup, else by its folder."""
         runner = self.runner
         if runner.contained:
-            found = [p for p in runner.cgroups.tree.pids(runner.cgroups.job(row.id)) if is_run(p, row.workdir)]
+            cg = runner.contained_cgroups
+            found = [p for p in cg.tree.pids(cg.job(row.id)) if is_run(p, row.workdir)]
             if found:
                 return found[0]
         return find_run(row.workdir)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from .states import UNFINISHED, JobState
+from gpupool.train.states import UNFINISHED, JobState
 
 
 class SubmitRate:
@@ -65,11 +65,9 @@ def code_refusal(kind: str, value: Any, max_bytes: int, max_cells: int) -> str:
         return ""
     if kind == "code" and isinstance(value, list):
         cells = value
-    elif kind == "notebook" and isinstance(value, dict):
-        cells = value.get("cells")
-        if not isinstance(cells, list):
-            return ""  # the notebook check says what is wrong with it
-    else:
+    elif kind == "notebook" and isinstance(value, dict) and isinstance(value.get("cells"), list):
+        cells = value["cells"]
+    else:  # a notebook without a list of cells: the notebook check says what is wrong with it
         return ""
     if len(cells) > max_cells:
         return f"{kind}: {len(cells)} cells, at most {max_cells} (c.TrainPool.max_cells)"

@@ -11,16 +11,18 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..pool.pools import within
-from ..pool.units import MILLI_PER_GPU
-from .states import HAS_RUN, JobEvent, JobState, PreemptCause
+from gpupool.pool.pools import within
+from gpupool.pool.units import MILLI_PER_GPU
+from gpupool.train.states import HAS_RUN, JobEvent, JobState, PreemptCause
 
 if TYPE_CHECKING:
-    from ..store import TrainJob
-    from .backend import TrainingBackend
-    from .service import TrainingService
+    from gpupool.manager import PoolManager
+    from gpupool.pool.training import Project
+    from gpupool.store import TrainJob
+    from gpupool.train.backend import TrainingBackend
+    from gpupool.train.service import TrainingService
 
 
 def _gpus(milli: int) -> str:
@@ -82,10 +84,10 @@ def explain_here(training: TrainingService, row: TrainJob) -> str:
                        used, ahead, view.gpu_free.tolist())
 
 
-def _pool_of(training: Any, project: Any, running: list, row: Any) -> tuple[str | None, int]:
+def _pool_of(training: TrainingService, project: Project, running: list, row: TrainJob) -> tuple[str | None, int]:
     """The first of the project's pools where `row` is within that pool's guarantee, and what
     the project uses there; (None, 0) when it is within none (it borrows)."""
-    from ..pool.pool_quotas import in_pool
+    from gpupool.pool.pool_quotas import in_pool
 
     inventory = training.pool.inventory
     for pool, guarantee in project.pool_guarantees:
@@ -119,7 +121,7 @@ def preemption_text(preempted_at: float, cause: str, reason: str, checkpoint_at:
     return f"{head}; {'restarted' if again else 'restarts'} from the beginning: no checkpoint"
 
 
-def last_preemption(pool: Any, row: Any) -> str:
+def last_preemption(pool: PoolManager, row: TrainJob) -> str:
     """The preemption line of job `row` from its last `preempt` event and its checkpoint folder."""
     if not row.preemptions:
         return ""

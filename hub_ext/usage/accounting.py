@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 MILLI_S_PER_GPU_HOUR = 1000 * 3600
 DIMENSIONS = ("user", "group", "project", "pool", "model", "kind")
@@ -185,10 +186,10 @@ def totals(held: Iterable[Held], a: int, b: int, now: int, by: str, uses: Iterab
     for u in uses:
         if not a <= u.hour * 3600 < b:
             continue
-        h = sessions.get(session_key(u.kind, u.owner, u.name, u.since))
-        if h is None:  # its allocation is outside the records read: count it under what the row says
-            h = with_groups(Held(u.kind, u.owner, u.name, u.milli, u.since, u.since))
-        for k in h.keys(by):
+        session = sessions.get(session_key(u.kind, u.owner, u.name, u.since))
+        if session is None:  # its allocation is outside the records read: count it under what the row says
+            session = with_groups(Held(u.kind, u.owner, u.name, u.milli, u.since, u.since))
+        for k in session.keys(by):
             t = at(k)
             t.measured += u.measured_milli_s
             t.used += min(u.used_milli_s, u.measured_milli_s)
@@ -276,10 +277,10 @@ def sessions(held: Iterable[Held], uses: Iterable[UseRow]) -> list[Session]:
     out = []
     for h in held:
         key = session_key(h.kind, h.owner, h.name, h.start)
-        u = peaks.get(key)
-        if h.kind != "build" or u is None or not u.share_memory_mib:
+        top = peaks.get(key)
+        if h.kind != "build" or top is None or not top.share_memory_mib:
             continue
-        out.append(Session(h.owner, h.name, h.milli, h.start, h.end, u.peak_memory_mib, u.share_memory_mib,
+        out.append(Session(h.owner, h.name, h.milli, h.start, h.end, top.peak_memory_mib, top.share_memory_mib,
                            measured.get(key, 0)))
     return sorted(out, key=lambda s: (s.owner, s.start))
 
@@ -310,7 +311,7 @@ def over_requesters(sess: Iterable[Session], held: Iterable[Held], a: int, b: in
             continue
         p, sh, n = peak.get(s.owner, (0, 0, 0))
         peak[s.owner] = (max(p, s.peak_memory_mib), max(sh, s.share_memory_mib), n + 1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for owner, (p, sh, n) in peak.items():
         rows.append({"user": owner, "peak_memory_mib": p, "share_memory_mib": sh, "sessions": n,
                      "peak_pct": round(100 * p / sh) if sh else None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .accounting import MILLI_S_PER_GPU_HOUR, Held
+from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Held
 
 USER = "user:"
 GROUP = "group:"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ..pool.units import UnitError, parse_gpus
-from .accounting import MILLI_S_PER_GPU_HOUR, Prices
-from .budgets import GROUP, USER, Rule
+from gpupool.pool.units import UnitError, parse_gpus
+from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Prices
+from gpupool.usage.budgets import GROUP, USER, Rule
 
 BUDGET_KEYS = {"gpu_hours", "window_days", "warn_at", "min_share", "shared"}
 MAX_BUDGETS = 1000

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select
 
-from ..pool.inventory import Inventory
-from ..pool.pools import NodePool
-from ..store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
-from ..train import states
-from .accounting import Held, JobEvent, UseRow
-from .accounting import Parked as ParkedSpan
-from .budgets import Grant
+from gpupool.pool.inventory import Inventory
+from gpupool.pool.pools import NodePool
+from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
+from gpupool.train import states
+from gpupool.usage.accounting import Held, JobEvent, UseRow
+from gpupool.usage.accounting import Parked as ParkedSpan
+from gpupool.usage.budgets import Grant
 
 KINDS = ("build", "train")
 MAX_GRANT_NOTE = 500
@@ -164,8 +164,9 @@ class Ledger:
                 util = max(0.0, min(100.0, float(w["gpu_util_pct"])))
                 # SM use is a share of one whole GPU; a whole-GPU workspace reports its busiest GPU
                 busy = min(milli, round(util / 100 * max(milli, 1000)))
-                memory = w.get("memory_mib") if isinstance(w.get("memory_mib"), int | float) else 0
-                share_mib = w.get("memory_limit_mib") if isinstance(w.get("memory_limit_mib"), int | float) else 0
+                memory, share_mib = w.get("memory_mib"), w.get("memory_limit_mib")
+                memory = memory if isinstance(memory, int | float) else 0
+                share_mib = share_mib if isinstance(share_mib, int | float) else 0
                 cell = cells.get((row.owner, row.name, since))
                 if cell is None:
                     cell = UsageHour(hour=hour, kind="build", owner=row.owner, name=row.name, since=since, milli=milli,
@@ -202,7 +203,8 @@ class Ledger:
                 continue
             t = int(epoch(e.time))
             out.append(JobEvent(e.kind, j.id, j.owner, j.project, t, int(max(0.0, t - j.submitted))))
-        out += [JobEvent("fail", j.id, j.owner, j.project, int(j.finished)) for j in failed]
+        out += [JobEvent("fail", j.id, j.owner, j.project, int(j.finished))
+                for j in failed if j.finished is not None]  # the query asked for a finish time
         return out
 
     # --- budgets ------------------------------------------------------------------------
@@ -253,8 +255,10 @@ class Ledger:
             if len(ids) < batch:
                 break
         with self.store.session() as s:
-            n += s.execute(delete(UsageHour).where(UsageHour.hour < int(before) // 3600)).rowcount or 0
-            n += s.execute(delete(BudgetGrant).where(BudgetGrant.until < before)).rowcount or 0
+            # a DELETE's result is a CursorResult (SQLAlchemy types execute() for any statement)
+            for stmt in (delete(UsageHour).where(UsageHour.hour < int(before) // 3600),
+                         delete(BudgetGrant).where(BudgetGrant.until < before)):
+                n += cast(CursorResult, s.execute(stmt)).rowcount or 0
         return n
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from gpupool.usage.service import UsageService
 
 log = logging.getLogger("gpupool.usage")
 DIMENSIONS = ("user", "group", "project", "pool", "kind")
@@ -26,7 +29,7 @@ _registered: list[Any] = []
 
 
 class UsageCollector:
-    def __init__(self, usage: Any) -> None:
+    def __init__(self, usage: UsageService) -> None:
         self.usage = usage
         self._at = -1e18
         self._families: list[GaugeMetricFamily] = []
@@ -80,7 +83,7 @@ class UsageCollector:
         return [*families.values(), jobs, waits, budget]
 
 
-def register_metrics(usage: Any) -> UsageCollector:
+def register_metrics(usage: UsageService) -> UsageCollector:
     """Register (once per process; a second call replaces the first) on JupyterHub's registry."""
     while _registered:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .accounting import Held, Session
+from gpupool.usage.accounting import Held, Session
 
 HEADROOM_PCT = 125  # the suggested size holds the peak plus a quarter
 

@@ -9,16 +9,19 @@ import io
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..pool.errors import QuotaExceeded
-from ..pool.units import format_gpus
-from ..train.states import JobState
-from . import accounting as acc
-from . import budgets as bud
-from .config import Usage
-from .ledger import Ledger
-from .rightsizing import Advice, advise, freed
+from gpupool.pool.errors import QuotaExceeded
+from gpupool.pool.units import format_gpus
+from gpupool.train.states import JobState
+from gpupool.usage import accounting as acc
+from gpupool.usage import budgets as bud
+from gpupool.usage.config import Usage
+from gpupool.usage.ledger import Ledger
+from gpupool.usage.rightsizing import Advice, advise, freed
+
+if TYPE_CHECKING:
+    from gpupool.manager import PoolManager
 
 log = logging.getLogger("gpupool.usage")
 SORTS = ("waste", "allocated", "used", "cost", "parked", "key")
@@ -35,7 +38,7 @@ def clock_text(t: float | None) -> str:
 
 
 class UsageService:
-    def __init__(self, pool: Any, cfg: Usage | None = None, groups_of: Callable[[str], tuple[str, ...]] | None = None,
+    def __init__(self, pool: PoolManager, cfg: Usage | None = None, groups_of: Callable[[str], tuple[str, ...]] | None = None,
                  clock: Callable[[], float] = time.time, parking: bool = False) -> None:
         self.pool, self.cfg = pool, cfg or Usage()
         self.ledger = Ledger(pool.store, pool.inventory, getattr(pool, "node_pools", {}))

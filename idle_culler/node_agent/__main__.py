@@ -9,9 +9,8 @@ import os
 import threading
 from pathlib import Path
 
+from gpupool.idle_culler.node_agent.server import Agent, file_token, serve
 from gpupool.nvml import NVML, NVMLUnavailable, VirtualGPUs
-
-from .server import Agent, file_token, serve
 
 log = logging.getLogger("gpupool.node_agent")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from .cgroups import pod_of, pods_on_node
-from .collect import per_gpu, per_pod
+from gpupool.idle_culler.node_agent.cgroups import pod_of, pods_on_node
+from gpupool.idle_culler.node_agent.collect import per_gpu, per_pod
 
 log = logging.getLogger("gpupool.node_agent")
 
@@ -37,7 +37,7 @@ class Agent:
             using = {p["uid"] for p in pods}
             pods += [{"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
                      for uid in sorted(pods_on_node(self.proc) - using)]
-            snap = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
+            snap: dict = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
         except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
             log.warning("NVML sample failed: %s", err)
             snap = {**self.snapshot, "error": f"NVML: {err}"}

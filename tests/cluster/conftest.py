@@ -113,12 +113,13 @@ async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
     """GPUKubeSpawners sharing one pool (quota 0.5 GPU per user, two 80 GB GPUs declared), whose
     kubespawner calls the API server with a TokenRequest token of the chart's hub account."""
-    from gpupool import runtime
-    from gpupool.spawner.kube import GPUKubeSpawner
     from jupyterhub import orm
     from kubernetes_asyncio.config import kube_config
     from kubespawner import clients
     from traitlets.config import Config
+
+    from gpupool import runtime
+    from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))

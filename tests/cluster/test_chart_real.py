@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.objects import JobOptions, train_job
-
 from tests.cluster.conftest import CHART_VALUES, HUB_NS
 from tests.cluster.netpol import Pod, allowed
 from tests.cluster.plane import ControlPlane
@@ -193,9 +192,9 @@ def test_the_kueue_adapters_queues_pass_kueues_own_validation(admin: Resources, 
     """Kueue's CRDs (v1beta2, Kueue >= v0.15.0) on the real server run their CEL rules, which an
     offline schema check does not (test_kueue_real.py runs Kueue's controller on them)."""
     import yaml
+
     from gpupool.kube.kueue import kueue_objects
     from gpupool.pool.training import Project
-
     from tests.k8s.conftest import SCHEMAS
 
     crds = [yaml.safe_load(f.read_text()) for f in sorted((SCHEMAS / "crds").glob("kueue.x-k8s.io_*.yaml"))]

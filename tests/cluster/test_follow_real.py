@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import secrets
 
-from gpupool.kube.follow import Follower, trim_pod
 from kubernetes_asyncio import client
 
+from gpupool.kube.follow import Follower, trim_pod
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources
 from tests.cluster.test_train_jobs_real import hub_api, wait_for  # noqa: F401

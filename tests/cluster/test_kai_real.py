@@ -29,10 +29,10 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from gpupool.kube.objects import name_of
-from gpupool.train.code import JobCode
 from tornado import web
 
+from gpupool.kube.objects import name_of
+from gpupool.train.code import JobCode
 from tests.cluster import build, kai
 from tests.cluster.conftest import GPU_NODES, HUB_NS
 from tests.cluster.plane import ControlPlane, env_flag

@@ -12,12 +12,12 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kueue import kueue_objects
 from gpupool.kube.objects import JobOptions, name_of
 from gpupool.pool.jobs import Project
-
 from tests.cluster import build, kueue
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import SIGTERM_EXIT_CODE, ControlPlane, env_flag

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from gpupool.idle_culler.node_agent.server import Agent, file_token, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
-
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import free_port
 from tests.cluster.resources import Resources

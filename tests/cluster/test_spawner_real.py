@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.node_agent.server import Agent, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from gpupool.nvml import DeviceSample
-
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources
 

@@ -17,7 +17,6 @@ from gpupool.kube import TrainJobSpec
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import train_job
 from gpupool.kube.status import JobStatus
-
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources
 from tests.cluster.test_train_jobs_real import OPTS, evict_as_kai, exit_pod, hub_api, wait_for  # noqa: F401

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client, config
+
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JobOptions, name_of
 from gpupool.kube.status import JobStatus
 from gpupool.train.code import JobCode
-from kubernetes_asyncio import client, config
-
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import EXIT_CODE, SIGTERM_EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
@@ -246,13 +246,14 @@ def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict 
     """The hub's training pool in Kubernetes mode, as the chart configures it (`projects`:
     c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given; `train`:
     more TrainPool settings)."""
+    from traitlets.config import Config
+
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
     from gpupool.train.kube_service import KubeTrainingService
-    from traitlets.config import Config
 
     c = Config()
     c.TrainPool.projects = projects or {"default": {"guarantee": 4}}

@@ -26,13 +26,14 @@ def volume(admin: Resources, name: str, mode: str) -> None:
 
 
 def service(tmp_path: Path, api, projects: dict | None = None):
+    from traitlets.config import Config
+
     from gpupool.gpu.sharing import KAISharing
     from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
     from gpupool.train.kube_service import KubeTrainingService
-    from traitlets.config import Config
 
     c = Config()
     c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": [WS_NODE]}}

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from gpupool.kube.objects import code_name, name_of
-from gpupool.train.code import JobCode
 from kubernetes_asyncio import client
 
+from gpupool.kube.objects import code_name, name_of
+from gpupool.train.code import JobCode
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources

@@ -11,11 +11,11 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from traitlets.config import Config
+
 from gpupool.config import GPUPool
 from gpupool.kube.chart_config import apply_chart_config, job_options
 from gpupool.train.config import TrainPool
-from traitlets.config import Config
-
 from tests.k8s.conftest import REPO
 
 CHART = REPO / "helm" / "gpupool"

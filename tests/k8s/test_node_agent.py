@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from gpupool.idle_culler.node_agent.cgroups import pod_uid
 from gpupool.idle_culler.node_agent.server import Agent, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target

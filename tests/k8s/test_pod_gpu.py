@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
+
 from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.pool import BuildLimits, InvalidRequest
 from gpupool.spawner.kube_objects import filter_profiles, find_profile, profile_milli

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+
 from gpupool.spawner.form import requested_milli
 
 PROFILES = [
@@ -20,12 +21,13 @@ PROFILES = [
 
 @pytest.fixture
 def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
-    from gpupool import runtime
-    from gpupool.spawner.kube import GPUKubeSpawner
     from jupyterhub import orm
     from kubernetes_asyncio.config import kube_config
     from kubespawner import clients
     from traitlets.config import Config
+
+    from gpupool import runtime
+    from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
@@ -102,8 +104,9 @@ async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_trai
 
 
 async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, caplog) -> None:
-    from gpupool.train.config import TrainPool
     from traitlets.config import Config
+
+    from gpupool.train.config import TrainPool
 
     with caplog.at_level("WARNING"):
         old = offline_spawner(sections={"TrainPool": {"node_pools": {"lab": {}}}}, gpu_sharing="whole",

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import pytest
+
 from gpupool.gpu.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.kueue import kueue_objects
@@ -16,7 +17,6 @@ from gpupool.kube.objects import JobOptions, checkpoint_claim, train_job
 from gpupool.kube.status import PodView, job_status
 from gpupool.pool import InvalidRequest
 from gpupool.pool.training import Project
-
 from tests.k8s.test_chart import crd_schema
 
 K8S = kubernetes_validate.latest_version()

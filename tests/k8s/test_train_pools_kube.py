@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gpupool.gpu.sharing import KAISharing, WholeGPUs
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.objects import JobOptions, checkpoint_claim, train_job
@@ -15,7 +16,6 @@ from gpupool.pool import InvalidRequest
 from gpupool.pool.pool_quotas import queue_pool
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Project
-
 from tests.k8s.test_chart import validate
 
 OPTS = JobOptions(namespace="jobs", queue="{project}")
@@ -125,10 +125,10 @@ def test_the_chart_renders_the_same_per_pool_queues_and_the_hub_reads_the_pools(
                                                                                  tmp_path: Path) -> None:
     """One source of truth: the chart's queues for a guarantee per pool are what
     gpupool.kube.pool_objects renders from the project table the hub reads from the chart."""
-    from gpupool.kube.chart_config import apply_chart_config
-    from gpupool.train.config import TrainPool
     from traitlets.config import Config
 
+    from gpupool.kube.chart_config import apply_chart_config
+    from gpupool.train.config import TrainPool
     from tests.k8s.test_chart import render
 
     docs = render(POOL_VALUES)

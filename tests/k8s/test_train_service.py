@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
+
 from gpupool.gpu.sharing import KAISharing
 from gpupool.kube.objects import name_of
 from gpupool.manager import PoolManager
@@ -17,8 +19,6 @@ from gpupool.store import Store
 from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
 from gpupool.train.kube_service import KubeTrainingService
-from traitlets.config import Config
-
 from tests.k8s.conftest import until
 from tests.k8s.fake_apiserver import Cluster
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 
-from gpupool.spawner.mixin import GPUSpawnerMixin
 from jupyterhub.spawner import Spawner
+
+from gpupool.spawner.mixin import GPUSpawnerMixin
 
 RESPONDER_PORT = int(os.environ.get("GPUPOOL_TEST_RESPONDER_PORT", "0"))
 

@@ -23,16 +23,16 @@ Each action is pure: it changes only the cycle's working copy of the pool and it
 `victims` holds the one order in which over-quota jobs are stopped.
 """
 
-from .allocate import allocate
-from .consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
-from .cycle import Cycle
-from .elastic import expand, shrink
-from .move import Movable, MovePlan, MoveRules, Step, plan_moves
-from .preempt import preempt
-from .reclaim import reclaim
-from .reservation import Reservation
-from .reserve import RESERVATIONS_PER_CYCLE, reserve
-from .victims import reclaimable, victim_key
+from gpupool.pool.actions.allocate import allocate
+from gpupool.pool.actions.consolidate import CONSOLIDATIONS_PER_CYCLE, consolidate
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.elastic import expand, shrink
+from gpupool.pool.actions.move import Movable, MovePlan, MoveRules, Step, plan_moves
+from gpupool.pool.actions.preempt import preempt
+from gpupool.pool.actions.reclaim import reclaim
+from gpupool.pool.actions.reservation import Reservation
+from gpupool.pool.actions.reserve import RESERVATIONS_PER_CYCLE, reserve
+from gpupool.pool.actions.victims import reclaimable, victim_key
 
 __all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Movable", "MovePlan", "MoveRules",
            "Reservation", "Step", "allocate", "consolidate", "expand", "plan_moves", "preempt", "shrink", "reclaim",

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..jobs import Admit, Job
-from ..request import Placement, Request
-from ..state import ClusterState
-from .cycle import Cycle
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.jobs import Admit, Job
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
 
 
 def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],

@@ -10,12 +10,12 @@ CONSOLIDATIONS_PER_CYCLE per cycle: bounded disruption.
 
 from __future__ import annotations
 
-from ..jobs import Job, Move, Preempt, PreemptCause
-from ..request import Request
-from ..state import ClusterState
-from ..units import MILLI_PER_GPU
-from .cycle import Cycle
-from .reclaim import hold
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reclaim import hold
+from gpupool.pool.jobs import Job, Move, Preempt, PreemptCause
+from gpupool.pool.request import Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 CONSOLIDATIONS_PER_CYCLE = 3
 

@@ -10,11 +10,11 @@ import random
 
 import numpy as np
 
-from ..jobs import Department, Job, Plan, Project, in_quota_split
-from ..placement import Policy
-from ..pools import OUTSIDE, NodePool
-from ..state import ClusterState
-from .reservation import Reservation
+from gpupool.pool.actions.reservation import Reservation
+from gpupool.pool.jobs import Department, Job, Plan, Project, in_quota_split
+from gpupool.pool.placement import Policy
+from gpupool.pool.pools import OUTSIDE, NodePool
+from gpupool.pool.state import ClusterState
 
 
 class Cycle:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..jobs import Job, Resize
-from ..request import Request
-from .cycle import Cycle
-from .reclaim import waits_for_stopping
-from .victims import victim_key
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reclaim import waits_for_stopping
+from gpupool.pool.actions.victims import victim_key
+from gpupool.pool.jobs import Job, Resize
+from gpupool.pool.request import Request
 
 GROWTHS_PER_CYCLE = 1
 
@@ -36,9 +36,9 @@ def shrink(cycle: Cycle, job: Job) -> bool:
     trial = cycle.work.copy()
     chosen = []
     for r in candidates:
-        i = trial.inventory.index_of(r.placement.node)
-        smaller = trial.placement_on(i, Request(r.min_gpus), list(r.placement.gpus[: r.min_gpus]))
-        trial.release(r.placement)
+        i = trial.inventory.index_of(r.placed.node)
+        smaller = trial.placement_on(i, Request(r.min_gpus), list(r.placed.gpus[: r.min_gpus]))
+        trial.release(r.placed)
         trial.apply(smaller)
         chosen.append((r, smaller))
         spot = cycle.policy.choose(cycle.seen_by(trial, job), job.request, cycle.rng)

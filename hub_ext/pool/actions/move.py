@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..placement import Policy
-from ..request import Placement, Request
-from ..state import ClusterState
-from ..units import MILLI_PER_GPU
+from gpupool.pool.placement import Policy
+from gpupool.pool.request import Placement, Request
+from gpupool.pool.state import ClusterState
+from gpupool.pool.units import MILLI_PER_GPU
 
 HOUR = 3600.0
 ATTEMPTS_PER_NODE = 8  # GPU choices tried on one node before the next node (gang heads)

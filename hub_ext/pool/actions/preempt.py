@@ -8,10 +8,10 @@ work owns the guarantee first; nothing of another project is touched (that is re
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt, PreemptCause
-from .cycle import Cycle
-from .reclaim import hold, trim, waits_for_stopping
-from .victims import victim_key
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reclaim import hold, trim, waits_for_stopping
+from gpupool.pool.actions.victims import victim_key
+from gpupool.pool.jobs import Job, Preempt, PreemptCause
 
 
 def preempt(cycle: Cycle, job: Job) -> bool:
@@ -29,7 +29,7 @@ def preempt(cycle: Cycle, job: Job) -> bool:
     trial = cycle.view(job).copy()
     chosen: list[Job] = []
     for victim in sorted(candidates, key=victim_key(cycle.projects)):
-        trial.release(victim.placement)
+        trial.release(victim.placed)
         chosen.append(victim)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
             victims = trim(cycle, job, chosen)

@@ -8,9 +8,9 @@ cycle, so nobody is admitted there while the victims stop.
 
 from __future__ import annotations
 
-from ..jobs import Job, Preempt, PreemptCause
-from .cycle import Cycle
-from .victims import reclaimable
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.victims import reclaimable
+from gpupool.pool.jobs import Job, Preempt, PreemptCause
 
 
 def reclaim(cycle: Cycle, job: Job) -> bool:
@@ -51,7 +51,7 @@ def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
     trial = cycle.view(job).copy()
     chosen: list[Job] = []
     for victim in candidates:
-        trial.release(victim.placement)
+        trial.release(victim.placed)
         chosen.append(victim)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
             return trim(cycle, job, chosen)
@@ -65,7 +65,7 @@ def trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:
         rest = [v for v in needed if v is not victim]
         trial = cycle.view(job).copy()
         for v in rest:
-            trial.release(v.placement)
+            trial.release(v.placed)
         if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
             needed = rest
     return needed
@@ -77,7 +77,7 @@ def hold(cycle: Cycle, job: Job, victims: list[Job]) -> None:
     the next cycle must preempt again."""
     trial = cycle.view(job).copy()
     for v in victims:
-        trial.release(v.placement)
+        trial.release(v.placed)
     spot = cycle.policy.choose(trial, job.request, cycle.rng)
     if spot is None:
         return

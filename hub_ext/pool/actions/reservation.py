@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..jobs import Job
+from gpupool.pool.jobs import Job
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from ..jobs import Job, Reserve
-from ..units import MILLI_PER_GPU
-from .cycle import Cycle
-from .reservation import Reservation
+from gpupool.pool.actions.cycle import Cycle
+from gpupool.pool.actions.reservation import Reservation
+from gpupool.pool.jobs import Job, Reserve
+from gpupool.pool.units import MILLI_PER_GPU
 
 RESERVATIONS_PER_CYCLE = 4
 BORROWER_RESERVATIONS = 1  # at most one node held for a job beyond its guarantee
@@ -96,8 +96,8 @@ def _free_at(cycle: Cycle, project: str | None) -> dict[tuple[int, int], float]:
     on_gpu: dict[tuple[int, int], list[tuple[int, float]]] = {}
 
     def add(j: Job, t: float) -> None:
-        i = work.inventory.index_of(j.placement.node)
-        for g in j.placement.gpus:
+        i = work.inventory.index_of(j.placed.node)
+        for g in j.placed.gpus:
             on_gpu.setdefault((i, g), []).append((j.request.gpu_milli, t))
 
     for j in cycle.stopping:

@@ -4,8 +4,9 @@ project and for a build workspace that needs its GPU (the training service)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
-from ..jobs import Job, Project
+from gpupool.pool.jobs import Job, Project
 
 
 def victim_key(projects: dict[str, Project]):
@@ -14,7 +15,7 @@ def victim_key(projects: dict[str, Project]):
 
 
 def reclaimable(running: Iterable[Job], over: set[str], projects: dict[str, Project], now: float,
-                skip: set[str] = frozenset(), not_of: str | None = None) -> list[Job]:
+                skip: AbstractSet[str] = frozenset(), not_of: str | None = None) -> list[Job]:
     """Over-quota running jobs past their min runtime, in victim order; `skip` are already
     chosen, `not_of` a project whose own jobs are not candidates (a reclaim is for another
     project's guarantee)."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import gpupool.store  # noqa: F401  every model module registers its table with Base
 from alembic import context
-from gpupool.store.models import Base
 from sqlalchemy import Connection, create_engine
+
+import gpupool.store  # noqa: F401  every model module registers its table with Base
+from gpupool.store.models import Base
 
 config = context.config
 

@@ -178,7 +178,7 @@ def upgrade() -> None:
             if col.name in present:
                 continue
             # as gpupool 0.1 did: nullable, the default for the rows already there
-            default = col.default.arg if col.default is not None else None
+            default = col.default.arg if isinstance(col.default, sa.ColumnDefault) else None
             server_default = None if default is None else sa.text(repr(default))
             op.add_column(table.name, sa.Column(col.name, col.type, nullable=True, server_default=server_default))
         indexes = {i["name"] for i in have.get_indexes(table.name)}
