@@ -12,6 +12,8 @@ import re
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
+from gpupool.gpu.sharing import BACKENDS
+from gpupool.kube.pool_objects import KAI_NODE_POOL
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, parse_gpus
 from gpupool.pool.units import UnitError, shown
 
@@ -212,6 +214,33 @@ class GPUPool(LoggingConfigurable):
         the hub Service's address. Example::
 
             c.GPUPool.api_url = "http://hub:8095/services/gpupool/"
+        """,
+    )
+
+    gpu_sharing = Unicode(
+        "kai",
+        config=True,
+        help=f"""Kubernetes: how a GPU share reaches a pod, for build workspaces and train jobs
+        alike: {', '.join(BACKENDS)}, or the import path of a
+        `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
+        annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
+        mig: a MIG profile per fraction; whole: whole GPUs only. The gpupool chart sets it from
+        `sharing.backend`. Example::
+
+            c.GPUPool.gpu_sharing = "hami"
+        """,
+    )
+
+    node_pool_label = Unicode(
+        KAI_NODE_POOL,
+        config=True,
+        help="""Kubernetes: node label of the node pools (c.TrainPool.node_pools) defined by
+        neither models nor nodes: a workspace or train job on such a pool gets node affinity to
+        `<label>=<pool>`. KAI's label by default: with KAI every pool is a scheduling shard whose
+        nodes carry it. Pools by model match GPU feature discovery's nvidia.com/gpu.product,
+        pools by node the host name. Example::
+
+            c.GPUPool.node_pool_label = "gpupool.io/node-pool"
         """,
     )
 

@@ -114,7 +114,9 @@ def validate(c: Config) -> None:
         from gpupool.idle_culler.config import IdleCuller
     except ImportError:  # the culler is optional
         return
-    IdleCuller(config=c).policy()
+    culler = IdleCuller(config=c)
+    culler.policy()
+    culler.arbiter_hook()  # importable here, so in the culler's process too (same install)
 
 
 def _home_page_warnings(c: Config) -> None:
@@ -358,6 +360,16 @@ def _start_mover(hub: JupyterHub, pool: PoolManager, parking: ParkingService | N
     return mover
 
 
+def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
+    """What judges GPU use, set once in c.IdleCuller for workspaces and train jobs: the threshold
+    (util_threshold_pct) and the sampler (sampler, sampler_arg, node_agent_token_file). Read here,
+    in the wiring, because the training pool never imports the culler."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    culler = IdleCuller(config=config)
+    return culler.util_threshold_pct, (culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
+
+
 async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend | None:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
@@ -367,12 +379,13 @@ async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend
     from gpupool.train.config import TrainPool
 
     cfg = TrainPool(config=hub.config)
+    util_pct, gpu_use_source = culler_gpu_use(hub.config)
     if cfg.runner == "kubernetes":
         from gpupool.gpu.sharing import make_backend
         from gpupool.train.kube_service import KubeTrainingService
 
         _configure_kubespawner_clients(hub.config)
-        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.gpu_sharing))
+        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()), util_pct)
         # the API answers at once; the watches catch up (and settle rows) in the background
         from gpupool import tasks
 
@@ -380,14 +393,13 @@ async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend
         if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
             from gpupool.idle_culler.sampler import make_sampler
 
-            kube.gpu_use = kube_job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg,
-                                                         cfg.idle_sampler_token_file))
+            kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)))
         training: TrainingBackend = kube
     else:
         from gpupool.train.backend import LocalTraining
         from gpupool.train.service import TrainingService
 
-        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config))
+        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config), idle_util_pct=util_pct)
         training = LocalTraining(engine)
         await training.start()
         from gpupool import tasks
@@ -396,7 +408,7 @@ async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend
         if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
             from gpupool.idle_culler.sampler import make_sampler
 
-            engine.gpu_use = job_gpu_use(make_sampler(cfg.idle_sampler, cfg.idle_sampler_arg), pool)
+            engine.gpu_use = job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)), pool)
 
     async def tick() -> None:
         try:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from traitlets import Bool, Enum, Float, Int, List, Unicode, observe
+from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, Union, observe
+from traitlets import Callable as CallableTrait
 from traitlets.config import Configurable, LoggingConfigurable
+from traitlets.utils.importstring import import_item
 
 from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
 from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
@@ -185,6 +187,36 @@ class IdleCuller(LoggingConfigurable):
             c.IdleCuller.concurrency = 4
         """)
 
+    arbiter = Union([CallableTrait(), Unicode()], default_value="", config=True, help="""A hook that may
+        veto what a pass decided, as jupyterhub-idle-culler's cull_arbiter_hook: called with
+        keyword arguments `action` ("cull", "park" or "resolve-memory"), `reason` (the limit
+        reached: idle, gpu-hard, max-age, workday, memory, budget, ...) and `workspace` (owner,
+        name, groups, admin, profile, gpu_idle_s, ...); it returns True to let the culler act, False
+        to keep the workspace this pass (it is asked again next pass). A hook that raises is
+        logged and the culler acts as decided. In jupyterhub_config.py give its import path (the
+        culler runs in its own process); in the culler's own config file (`python -m
+        gpupool.idle_culler --config=...`) a function will do. Example::
+
+            c.IdleCuller.arbiter = "mylab.culling.keep_exam_takers"
+            # mylab/culling.py:
+            #     def keep_exam_takers(*, action, reason, workspace):
+            #         return "exam" not in workspace["groups"]
+        """)
+
+    def arbiter_hook(self) -> Callable[..., object] | None:
+        """The arbiter as a function (an import path imported now), None when unset."""
+        if callable(self.arbiter):
+            return self.arbiter
+        if not self.arbiter:
+            return None
+        try:
+            hook = import_item(self.arbiter)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise TraitError(f"IdleCuller.arbiter: cannot import {self.arbiter!r}: {err}") from None
+        if not callable(hook):
+            raise TraitError(f"IdleCuller.arbiter: {self.arbiter!r} is not a function")
+        return hook
+
     def limits(self) -> Limits:
         values = {f: getattr(self, f) for f in LIMIT_FIELDS}
         values["park_after_s"] = values["park_after_s"] or 0.0  # unset: the hub resolves it (parking_support)
@@ -224,9 +256,18 @@ class IdleCuller(LoggingConfigurable):
         return "restart-kernel" in {self.memory_resolver, *(o.get("memory_resolver") for o in overrides)}
 
     def as_dict(self) -> dict:
-        """The settings the culler service gets (deprecated names left out)."""
-        return {name: getattr(self, name) for name, trait in self.class_own_traits(config=True).items()
-                if not trait.metadata.get("deprecated")}
+        """The settings the culler service gets (deprecated names left out), as JSON: an arbiter
+        function travels as its import path, which the culler's process imports."""
+        out = {name: getattr(self, name) for name, trait in self.class_own_traits(config=True).items()
+               if not trait.metadata.get("deprecated")}
+        if callable(out["arbiter"]):
+            hook = out["arbiter"]
+            path = f"{getattr(hook, '__module__', '')}.{getattr(hook, '__qualname__', '')}"
+            if "<" in path or path.startswith(("__main__.", ".")):
+                raise TraitError("IdleCuller.arbiter: the culler runs in its own process and cannot"
+                                 f" import {path!r}; give the import path of a function in a module")
+            out["arbiter"] = path
+        return out
 
 
 def config_classes() -> list[type[Configurable]]:

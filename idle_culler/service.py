@@ -7,7 +7,6 @@ replace (`--clock-file`), so a test travels hours without sleeping.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import logging
@@ -24,7 +23,7 @@ from typing import Any
 
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
-from gpupool.idle_culler.policy import PARKED, IdleTracker, Workspace, decide
+from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
 from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
 
 log = logging.getLogger("gpupool.culler")
@@ -130,6 +129,7 @@ class Culler:
         self.gpupool = gpupool_url.rstrip("/") + "/"
         self.sampler, self.clock, self.metrics = sampler, clock, metrics
         self.policy = cfg.policy()
+        self.arbiter = cfg.arbiter_hook()  # may veto a decision (jupyterhub-idle-culler's cull_arbiter_hook)
         self.trackers: dict[str, IdleTracker] = {}
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
@@ -184,6 +184,8 @@ class Culler:
                 budget=t.get("budget") if t.get("budget") in ("park", "stop") else "",
             )
             d = decide(ws, now, limits)
+            if d.action in ("park", "cull", "resolve-memory") and not self.arbiter_allows(d, t, ws):
+                d = Decision("keep", d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})")
             report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,
                            "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
                            "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
@@ -213,6 +215,21 @@ class Culler:
         self.client.call("POST", self.gpupool + "api/culler/report",
                          {"pass_time": now, "workspaces": report, "events": events})
         return {"workspaces": report, "events": events}
+
+    def arbiter_allows(self, d: Decision, target: dict, ws: Workspace) -> bool:
+        """Ask the admin's arbiter hook (if any) whether to act on `d`; a hook that raises is
+        logged and the decision stands (a broken hook must not keep every GPU forever)."""
+        if self.arbiter is None:
+            return True
+        workspace = {"owner": ws.owner, "name": ws.name, "groups": list(target.get("groups") or []),
+                     "admin": bool(target.get("admin")), "profile": target.get("profile") or "",
+                     "started": ws.started, "last_activity": ws.last_activity, "gpu_idle_s": ws.gpu_idle_s,
+                     "memory_mib": ws.memory_mib, "parked": ws.parked, "extended": ws.extended}
+        try:
+            return bool(self.arbiter(action=d.action, reason=d.reason, workspace=workspace))
+        except Exception:  # noqa: BLE001 - the admin's code: any failure
+            log.exception("the arbiter hook failed on %s/%s; acting as decided (%s)", ws.owner, ws.name, d.action)
+            return True
 
     def _bounded(self, calls: list[Callable[[], bool]]) -> list[bool]:
         if self.cfg.concurrency <= 1 or len(calls) <= 1:
@@ -328,29 +345,28 @@ def file_clock(path: str) -> Callable[[], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpupool.idle_culler", description=__doc__)
-    ap.add_argument("--gpupool-url", required=True)
-    ap.add_argument("--hub-api", default=os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"))
-    ap.add_argument("--once", action="store_true", help="one pass, then exit")
-    ap.add_argument("--clock-file", default=os.environ.get("GPUPOOL_CULLER_CLOCK", ""),
-                    help="read the time from this file (tests)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s culler] %(message)s")
-    cfg = IdleCuller(**json.loads(os.environ.get("GPUPOOL_CULLER_CONFIG") or "{}"))
-    clock = file_clock(args.clock_file) if args.clock_file else time.time
+    """`python -m gpupool.idle_culler` (gpupool.idle_culler.app: config file, flags)."""
+    from gpupool.idle_culler.app import main as app_main
+
+    return app_main(argv)
+
+
+def run(cfg: IdleCuller, gpupool_url: str, hub_api: str, once: bool = False, clock_file: str | None = None) -> int:
+    """Cull until the hub that started us goes (or one pass with `once`)."""
+    clock = file_clock(clock_file) if clock_file else time.time
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     client = Client(os.environ["JUPYTERHUB_API_TOKEN"])
-    api = args.gpupool_url.rstrip("/") + "/"
+    api = gpupool_url.rstrip("/") + "/"
     sampler = make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file,
                            read=lambda path: client.call("GET", api + path))
-    culler = Culler(cfg, client, args.hub_api, args.gpupool_url, sampler, clock, metrics)
+    culler = Culler(cfg, client, hub_api, gpupool_url, sampler, clock, metrics)
     parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()
     if hub_gone(parent):  # it died before we could ask to die with it
         log.warning("the hub that started this culler is gone: not starting")
         return 0
     try:
-        return _loop(culler, cfg, args.once, parent)
+        return _loop(culler, cfg, once, parent)
     except KeyboardInterrupt:  # the hub stops its services with SIGINT
         return 0
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
-from traitlets import Bool, Dict, List, Unicode, default, validate
+from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
-from gpupool.gpu.sharing import BACKENDS, SharingBackend, make_backend, requested_milli, split_milli
+from gpupool import runtime
+from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.spawner.form import requested_milli as form_milli
@@ -41,17 +42,9 @@ _CHECKED = "_gpupool_checked"
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
-    gpu_sharing = Unicode(
-        "kai",
-        config=True,
-        help=f"""How a GPU share reaches the pod: {', '.join(BACKENDS)}, or the import path of a
-        `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
-        annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
-        mig: a MIG profile per fraction; whole: whole GPUs only. Example::
-
-            c.GPUKubeSpawner.gpu_sharing = "hami"
-        """,
-    )
+    # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
+    gpu_sharing = Unicode("", config=True, help="""Deprecated: use c.GPUPool.gpu_sharing.
+        """).tag(deprecated="GPUPool.gpu_sharing")
     kai_queue = Unicode(
         "{group}",
         config=True,
@@ -109,18 +102,22 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         """,
     )
 
-    node_pool_label = Unicode(
-        KAI_NODE_POOL,
-        config=True,
-        help="""Node label of the node pools (c.TrainPool.node_pools) defined by neither models
-        nor nodes: a workspace on such a pool gets node affinity to `<label>=<pool>`. KAI's
-        label by default: with KAI every pool is a scheduling shard whose nodes carry it. Pools
-        by model match GPU feature discovery's nvidia.com/gpu.product, pools by node the host
-        name. Example::
+    # one label for workspaces and train jobs: c.GPUPool.node_pool_label (this was a second one)
+    node_pool_label = Unicode("", config=True, help="""Deprecated: use c.GPUPool.node_pool_label.
+        """).tag(deprecated="GPUPool.node_pool_label")
 
-            c.GPUKubeSpawner.node_pool_label = "gpupool.io/node-pool"
-        """,
-    )
+    @observe("gpu_sharing", "node_pool_label")
+    def _old_kube_names(self, change: dict) -> None:
+        self.log.warning("c.GPUKubeSpawner.%s is deprecated: use c.GPUPool.%s (one setting for workspaces"
+                         " and train jobs)", change["name"], change["name"])
+
+    def _setting(self, name: str) -> str:
+        """c.GPUPool.<name>, or this spawner's deprecated option of that name when a config
+        still sets it (and not the new one)."""
+        old = getattr(self, name)
+        if old and name not in self.config.get("GPUPool", {}):
+            return old
+        return getattr(runtime.settings(self.config), name)
 
     def places_in_pools(self) -> bool:
         return False  # the nominal inventory has no pools: the pod's node affinity keeps it there
@@ -136,7 +133,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         """The pod's affinity with its node pools' added; `current` is what kubespawner and the
         profile set."""
         pools = [self.pool.node_pools[n] for n in names]
-        return merged_affinity(current, node_affinity(pools, self.node_pool_label)) if pools else current
+        if not pools:
+            return current
+        return merged_affinity(current, node_affinity(pools, self._setting("node_pool_label")))
 
     # --- backends ------------------------------------------------------------
     @default("scheduler_name")
@@ -147,7 +146,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()} or None
 
     def backend(self) -> SharingBackend:
-        return make_backend(self.gpu_sharing, self.fraction_by_memory, self.mig_table())
+        return make_backend(self._setting("gpu_sharing"), self.fraction_by_memory, self.mig_table())
 
     def queue_name(self, pool: str | None = None) -> str:
         """The KAI leaf queue of this workspace; on a node pool, its project's queue there."""

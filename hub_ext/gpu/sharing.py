@@ -6,7 +6,7 @@ annotations, resource limits). The same backends shape workspace pods (priority 
 the quota is checked on what the pod really asks for, whoever set it.
 
 Add a backend by subclassing `SharingBackend` and naming it by import path in
-`c.GPUKubeSpawner.gpu_sharing`.
+`c.GPUPool.gpu_sharing` (workspaces and train jobs).
 """
 
 from __future__ import annotations

@@ -45,15 +45,16 @@ def job_options(values: dict[str, Any]) -> JobOptions:
 
 
 def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
-    """Set GPUPool, GPUKubeSpawner and TrainPool options from the chart's JSON; returns it."""
+    """Set GPUPool, GPUKubeSpawner and TrainPool options from the chart's JSON (each option once:
+    the sharing backend is c.GPUPool.gpu_sharing, for workspaces and jobs); returns it."""
     values = json.loads(Path(path).read_text())
     build = values.get("build") or {}
     for key, trait in BUILD_KEYS.items():
         if key in build:
             setattr(c.GPUPool, trait, build[key])
     sharing = values.get("sharing") or {}
-    if "backend" in sharing:
-        c.GPUKubeSpawner.gpu_sharing = sharing["backend"]
+    if "backend" in sharing:  # workspaces and train jobs alike
+        c.GPUPool.gpu_sharing = sharing["backend"]
     if "fractionByMemory" in sharing:
         c.GPUKubeSpawner.fraction_by_memory = bool(sharing["fractionByMemory"])
     # the workspace queue is an explicit choice: the listed groups in order, else the projects;
@@ -77,6 +78,5 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = jobs.get("image", "")
     c.TrainPool.grace_s = float(opts.grace_s)
-    c.TrainPool.gpu_sharing = sharing.get("backend", "kai")
     c.TrainPool.kube_job_options = {k: v for k, v in dataclasses.asdict(opts).items() if k != "grace_s"}
     return values

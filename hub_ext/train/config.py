@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
-from traitlets.config import Configurable
+from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, observe, validate
+from traitlets.config import LoggingConfigurable
 
 from gpupool.pool.training import Department, Project
 from gpupool.pool.units import UnitError, parse_gpus
@@ -40,7 +40,7 @@ def _pool_guarantees(project: str, raw: object) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-class TrainPool(Configurable):
+class TrainPool(LoggingConfigurable):
     """Train jobs in a shared pool with guaranteed quotas per project."""
 
     projects = Dict(
@@ -219,38 +219,46 @@ class TrainPool(Configurable):
 
             c.TrainPool.idle_warn_s = 600
         """)
-    idle_util_pct = Float(1.0, config=True, help="""GPU utilization (percent) at or below which a
-        train job counts as idle. Example::
+    # Where GPU use comes from and what counts as idle are the idle culler's settings
+    # (c.IdleCuller.sampler, sampler_arg, node_agent_token_file, util_threshold_pct): they were
+    # also set here under other names. The old names are read for one release, with a warning;
+    # a config that sets one keeps what it meant (train jobs by it, workspaces by the culler's).
+    idle_util_pct = Float(1.0, config=True, help="""Deprecated: use c.IdleCuller.util_threshold_pct.
+        """).tag(deprecated="IdleCuller.util_threshold_pct")
+    idle_sampler = Unicode("nvml", config=True, help="""Deprecated: use c.IdleCuller.sampler.
+        """).tag(deprecated="IdleCuller.sampler")
+    idle_sampler_arg = Unicode("", config=True, help="""Deprecated: use c.IdleCuller.sampler_arg.
+        """).tag(deprecated="IdleCuller.sampler_arg")
+    idle_sampler_token_file = Unicode("", config=True, help="""Deprecated: use
+        c.IdleCuller.node_agent_token_file.
+        """).tag(deprecated="IdleCuller.node_agent_token_file")
 
-            c.TrainPool.idle_util_pct = 5
-        """)
-    idle_sampler = Unicode("nvml", config=True, help="""Where the GPU use of train jobs comes from,
-        for projects with idle_gpu_s: the idle culler's samplers, nvml (this machine),
-        node-agent (Kubernetes: the node agents' per-pod samples; idle_sampler_arg is their URL,
-        as the culler's) or file (tests; idle_sampler_arg is the JSON file, keyed "owner/job id",
-        on Kubernetes "owner/job id/pod uid"). Example::
+    @observe("idle_util_pct", "idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
+    def _old_idle_names(self, change: dict) -> None:
+        new = self.traits()[change["name"]].metadata["deprecated"]
+        self.log.warning("c.TrainPool.%s is deprecated: use c.%s (one setting for workspaces and"
+                         " train jobs)", change["name"], new)
 
-            c.TrainPool.idle_sampler = "node-agent"
-            c.TrainPool.idle_sampler_arg = "http://node-agent.gpupool:9402/pods"
-        """)
-    idle_sampler_arg = Unicode("", config=True, help="""Argument of idle_sampler. Example::
+    def gpu_use_source(self, culler: tuple[str, str, str]) -> tuple[str, str, str]:
+        """(sampler, argument, token file) that measures train jobs' GPU use. `culler`: the idle
+        culler's (c.IdleCuller.sampler, sampler_arg, node_agent_token_file), which the hub's
+        set-up passes (train/ never imports the culler); a config that still sets the deprecated
+        c.TrainPool.idle_sampler* keeps them. The culler's demo sampler (users say what their
+        workspace's GPU does) knows nothing of jobs: nvml then."""
+        old = ("idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
+        if any(name in self.config.get("TrainPool", {}) for name in old):
+            return self.idle_sampler, self.idle_sampler_arg, self.idle_sampler_token_file
+        return ("nvml", "", "") if culler[0] == "demo" else culler
 
-            c.TrainPool.idle_sampler_arg = "/tmp/gpu-samples.json"
-        """)
-    idle_sampler_token_file = Unicode("", config=True, help="""With idle_sampler node-agent: the file
-        holding the token the node agents require (the chart's Secret gpupool-node-agent-token,
-        mounted in the hub pod by helm/z2jh-values.yaml; the same file as
-        c.IdleCuller.node_agent_token_file). Without it the agents answer 401 and no train job
-        counts as idle. Example::
-
-            c.TrainPool.idle_sampler_token_file = "/etc/gpupool-agent/token"
-        """)
-
-    def idle_rules(self):
-        """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none)."""
+    def idle_rules(self, util_pct: float | None = None):
+        """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none).
+        `util_pct`: c.IdleCuller.util_threshold_pct, which the hub's set-up passes (a config that
+        still sets the deprecated c.TrainPool.idle_util_pct keeps it)."""
         from gpupool.train.idle import IdleRule
 
         out = {}
+        old = "idle_util_pct" in self.config.get("TrainPool", {})
+        threshold = self.idle_util_pct if old or util_pct is None else util_pct
         for name, spec in self.projects.items():
             raw = spec.get("idle_gpu_s", 0)
             try:
@@ -260,7 +268,7 @@ class TrainPool(Configurable):
             if not 0 <= idle_s <= MAX_IDLE_S:
                 raise TraitError(f"TrainPool.projects[{name!r}]: idle_gpu_s must be between 0 and {MAX_IDLE_S}")
             if idle_s:
-                out[name] = IdleRule(idle_s, min(self.idle_warn_s, idle_s), self.idle_util_pct)
+                out[name] = IdleRule(idle_s, min(self.idle_warn_s, idle_s), threshold)
         return out
 
     @validate("run_as")
@@ -298,16 +306,29 @@ class TrainPool(Configurable):
     kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
         gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
-        service_account, kueue, device_memory_mib; grace_s comes from TrainPool.grace_s).
+        service_account, kueue, device_memory_mib; grace_s is TrainPool.grace_s, the node pool
+        label GPUPool.node_pool_label).
         Example::
 
             c.TrainPool.kube_job_options = {"namespace": "jhub", "storage_class": "fast", "kueue": False}
         """)
-    gpu_sharing = Unicode("kai", config=True, help="""How a train job's pod asks for GPUs on
-        Kubernetes: kai, hami, mig, whole (as GPUKubeSpawner.gpu_sharing). Example::
+    # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
+    gpu_sharing = Unicode("", config=True, help="""Deprecated: use c.GPUPool.gpu_sharing.
+        """).tag(deprecated="GPUPool.gpu_sharing")
 
-            c.TrainPool.gpu_sharing = "hami"
-        """)
+    @observe("gpu_sharing")
+    def _old_gpu_sharing(self, change: dict) -> None:
+        self.log.warning("c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing (one setting for"
+                         " workspaces and train jobs)")
+
+    def sharing(self) -> str:
+        """How train job pods ask for GPUs: c.GPUPool.gpu_sharing, or the deprecated
+        c.TrainPool.gpu_sharing when a config still sets it (and not the new name)."""
+        from gpupool.config import GPUPool
+
+        if self.gpu_sharing and "gpu_sharing" not in self.config.get("GPUPool", {}):
+            return self.gpu_sharing
+        return GPUPool(config=self.config).gpu_sharing
 
     @validate("kube_job_options")
     def _check_job_options(self, proposal: dict) -> dict:
@@ -319,12 +340,21 @@ class TrainPool(Configurable):
         unknown = set(proposal["value"]) - known
         if unknown:
             raise TraitError(f"TrainPool.kube_job_options: unknown keys {sorted(unknown)}; use {sorted(known)}")
+        if "node_pool_label" in proposal["value"]:  # one label for workspaces and jobs
+            self.log.warning("c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use"
+                             " c.GPUPool.node_pool_label (one setting for workspaces and train jobs)")
         return proposal["value"]
 
     def job_options(self):
+        """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s) and
+        node_pool_label (GPUPool.node_pool_label) from their one place."""
+        from gpupool.config import GPUPool
         from gpupool.kube.objects import JobOptions
 
-        return JobOptions(**{**self.kube_job_options, "grace_s": int(self.grace_s)})
+        opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
+        if "node_pool_label" not in opts or "node_pool_label" in self.config.get("GPUPool", {}):
+            opts["node_pool_label"] = GPUPool(config=self.config).node_pool_label
+        return JobOptions(**opts)
 
     @validate("projects")
     def _check_projects(self, proposal: dict) -> dict:

@@ -54,7 +54,8 @@ class KubeTrainingService(JobBook):
 
     local: TrainingService | None = None
 
-    def __init__(self, pool: PoolManager, cfg: TrainPool, api_client: Any, backend: Any = None) -> None:
+    def __init__(self, pool: PoolManager, cfg: TrainPool, api_client: Any, backend: Any = None,
+                 idle_util_pct: float | None = None) -> None:
         super().__init__(pool, cfg)
         if not cfg.image:
             raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
@@ -74,7 +75,7 @@ class KubeTrainingService(JobBook):
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
         # agents' per-pod samples (gpupool.setup.kube_job_gpu_use), None when unknown
         self.gpu_use: Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]] | None = None
-        self.idle_rules = cfg.idle_rules()
+        self.idle_rules = cfg.idle_rules(idle_util_pct)  # the idle culler's threshold (set-up)
         self.idle = IdleClock()
 
     async def start(self) -> None:
@@ -98,7 +99,7 @@ class KubeTrainingService(JobBook):
         A KAI found too old or unknown is read again first: it may have been upgraded since."""
         if not self.shards:
             raise InvalidRequest("elastic jobs (min_gpus) on Kubernetes need KAI-Scheduler's gang scheduling;"
-                                 f" this hub's train jobs use GPU sharing '{self.cfg.gpu_sharing}', whose"
+                                 f" this hub's train jobs use GPU sharing '{self.cfg.sharing()}', whose"
                                  " scheduler starts each pod on its own: submit a fixed-size job")
         if self.kai is None or not self.kai.elastic:
             self.kai = await self.kai_version()

@@ -43,7 +43,7 @@ class TrainingService(JobBook):
     """The embedded back-end: gpupool's own scheduler, jobs as local processes."""
 
     def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None,
-                 cgroups: WorkloadCgroups | None = None) -> None:
+                 cgroups: WorkloadCgroups | None = None, idle_util_pct: float | None = None) -> None:
         super().__init__(pool, cfg)
         self.runner = runner or LocalRunner(cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024,
                                             path=cfg.job_path)
@@ -55,7 +55,7 @@ class TrainingService(JobBook):
         # idle train jobs: the hub's set-up plugs in the idle culler's sampler (GPU utilization
         # per job id, None when unknown) for projects with idle_gpu_s
         self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
-        self.idle_rules = cfg.idle_rules()
+        self.idle_rules = cfg.idle_rules(idle_util_pct)  # the idle culler's threshold (set-up)
         self.idle = IdleClock()
         empty = sorted(n for n, p in self.pools.items() if not (p.models or p.nodes or p.gpus))
         if empty:  # a pool by node label exists on Kubernetes only; here it would be every GPU

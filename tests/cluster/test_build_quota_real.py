@@ -147,6 +147,7 @@ def pools_config(c: Config) -> None:
     c.TrainPool.node_pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": ["gpu-node-1"]}}
     c.GPUPool.default_build_quota = 1  # whole GPUs here
     c.GPUPool.build_pools = ["ws"]
+    c.GPUPool.gpu_sharing = "whole"  # through the device plugin, kube-scheduler places the pod
     c.GPUPool.group_overrides = {"research": {"pools": ["dgx", "ws"]}}
     c.KubeSpawner.node_affinity_required = [{"matchExpressions": [{"key": "zone", "operator": "In",
                                                                     "values": ["a"]}]}]
@@ -162,7 +163,7 @@ async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawn
     for node in ("gpu-node-0", "gpu-node-1"):  # the profile's own requirement: zone a
         admin.http.patch(f"/api/v1/nodes/{node}", json={"metadata": {"labels": {"zone": "a"}}},
                          headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
-    sp = make_spawner(user="rex", groups=("research",), options={"gpus": "1"}, more=pools_config, gpu_sharing="whole")
+    sp = make_spawner(user="rex", groups=("research",), options={"gpus": "1"}, more=pools_config)
     await start(sp)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
     aff = pod["spec"]["affinity"]["nodeAffinity"]
@@ -174,15 +175,14 @@ async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawn
         {"matchExpressions": [zone, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]}]}]
     assert [p["weight"] for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == [100, 50]
     await sp.stop()
-    one = make_spawner(user="rex", groups=("research",), options={"gpus": "1", "pool": "ws"}, more=pools_config,
-                       gpu_sharing="whole")
+    one = make_spawner(user="rex", groups=("research",), options={"gpus": "1", "pool": "ws"}, more=pools_config)
     await start(one)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{one.pod_name}")
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert [t["matchExpressions"][1]["key"] for t in terms["nodeSelectorTerms"]] == ["kubernetes.io/hostname"]
     assert pod["spec"]["nodeName"] == "gpu-node-1"  # the scheduler kept it on the pool's node
     await one.stop()
-    other = make_spawner(user="ivy", options={"gpus": "1", "pool": "dgx"}, more=pools_config, gpu_sharing="whole")
+    other = make_spawner(user="ivy", options={"gpus": "1", "pool": "dgx"}, more=pools_config)
     with pytest.raises(web.HTTPError) as err:
         await other.start()
     assert err.value.status_code == 403 and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message

@@ -159,7 +159,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     assert projects["robotics"].priority == 110 and projects["nlp"].department == "research"
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
-    assert c.GPUKubeSpawner.gpu_sharing == "kai"
+    assert c.GPUPool.gpu_sharing == "kai" and "gpu_sharing" not in c.GPUKubeSpawner  # once, for both sides
     # its own projects only (before, the chart's default project merged into every install's);
     # users in none of their groups: the example's build.defaultProject
     assert c.GPUKubeSpawner.kai_queue_groups == ["nlp", "robotics", "vision"]  # no build.queues
@@ -167,7 +167,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
     assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
-    assert train.job_options() == job_options(data)
+    assert train.job_options() == job_options(data) and train.sharing() == "kai"
 
 
 def rules_of(docs: list[dict]) -> list[tuple[str, str, dict]]:

@@ -39,8 +39,12 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     clients.load_config.cache_clear()
     runtime.reset()
 
-    def make(groups: tuple[str, ...] = ("students",), **settings) -> GPUKubeSpawner:
+    def make(groups: tuple[str, ...] = ("students",), sections: dict[str, dict] | None = None,
+             **settings) -> GPUKubeSpawner:
         c = Config()
+        for section, options in (sections or {}).items():  # other classes' options (c.GPUPool...)
+            for key, value in options.items():
+                setattr(c[section], key, value)
         c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
         c.GPUPool.use_nvml = False
         c.GPUPool.virtual_gpus = 2
@@ -82,3 +86,49 @@ async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_
 
     admins = offline_spawner(options_form="<p>our own form</p>")
     assert await admins.get_options_form() == "<p>our own form</p>"
+
+
+async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_train_jobs(offline_spawner) -> None:
+    """c.GPUPool.gpu_sharing and c.GPUPool.node_pool_label, set once, shape both the workspace
+    pod (the spawner) and the train Job (TrainPool); before, each side had its own copy, and a
+    cluster set up through one of them ran the other side on the default."""
+    from gpupool.train.config import TrainPool
+
+    one = {"gpu_sharing": "hami", "node_pool_label": "gpupool.io/node-pool"}
+    ws = offline_spawner(sections={"GPUPool": one, "TrainPool": {"node_pools": {"lab": {}}}})
+    assert ws.backend().name == "hami"
+    terms = ws.pools_affinity({}, ["lab"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "gpupool.io/node-pool"
+    train = TrainPool(config=ws.config)
+    assert (train.sharing(), train.job_options().node_pool_label) == ("hami", "gpupool.io/node-pool")
+
+
+async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, caplog) -> None:
+    from traitlets.config import Config
+
+    from gpupool.train.config import TrainPool
+
+    with caplog.at_level("WARNING"):
+        old = offline_spawner(sections={"TrainPool": {"node_pools": {"lab": {}}}}, gpu_sharing="whole",
+                              node_pool_label="example.org/pool")
+    assert old.backend().name == "whole"
+    terms = old.pools_affinity({}, ["lab"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "example.org/pool"
+    assert "c.GPUKubeSpawner.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing" in caplog.text
+    assert "c.GPUKubeSpawner.node_pool_label is deprecated: use c.GPUPool.node_pool_label" in caplog.text
+    caplog.clear()
+    c = Config()
+    c.TrainPool.gpu_sharing = "mig"
+    c.TrainPool.kube_job_options = {"node_pool_label": "example.org/pool"}
+    with caplog.at_level("WARNING"):
+        train = TrainPool(config=c)
+        assert (train.sharing(), train.job_options().node_pool_label) == ("mig", "example.org/pool")
+    assert "c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing" in caplog.text
+    assert "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use c.GPUPool.node_pool_label" \
+        in caplog.text
+    c.GPUPool.gpu_sharing = "kai"  # both set: the new name wins
+    c.GPUPool.node_pool_label = "kai.scheduler/node-pool"
+    train = TrainPool(config=c)
+    assert (train.sharing(), train.job_options().node_pool_label) == ("kai", "kai.scheduler/node-pool")
+    # nothing set: KAI, whose label marks its shards
+    assert (TrainPool().sharing(), TrainPool().job_options().node_pool_label) == ("kai", "kai.scheduler/node-pool")
