@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.wait import until
+
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 PASSWORD = "test-password"
@@ -198,14 +200,14 @@ class Hub:
 
     def wait_job(self, job_id: str, states: set[str], token: str, timeout: float = 120) -> dict:
         """Poll a train job through the gpupool API until it reaches one of `states`."""
-        deadline = time.monotonic() + timeout
-        job: dict = {}
-        while time.monotonic() < deadline:
-            job = self.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token)
-            if job["state"] in states:
-                return job
-            time.sleep(0.2)
-        raise AssertionError(f"job {job_id} never reached {states} (now {job.get('state')}):\n{self.tail()}")
+        last: dict = {}
+
+        def reached() -> dict | None:
+            last.update(self.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token))
+            return dict(last) if last["state"] in states else None
+
+        return until(reached, f"job {job_id} to reach {sorted(states)}", timeout=timeout,
+                     detail=lambda: f"now {last.get('state')}:\n{self.tail()}")
 
     def kill9(self) -> None:
         """Crash the hub process only (servers and the proxy survive, as in a real crash)."""
@@ -334,27 +336,19 @@ class Hub:
             self.wait_ready(name, server, timeout)
 
     def wait_ready(self, name: str, server: str = "", timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            model = self.api("GET", f"/hub/api/users/{name}")
-            s = model.get("servers", {}).get(server)
-            if s and s.get("ready"):
-                return s
+        def ready() -> dict | None:
+            s = self.api("GET", f"/hub/api/users/{name}").get("servers", {}).get(server)
             if not s:
                 raise AssertionError(f"{name}/{server} is gone:\n{self.tail()}")
-            time.sleep(0.3)
-        raise AssertionError(f"{name}/{server} not ready after {timeout}s:\n{self.tail()}")
+            return s if s.get("ready") else None
+
+        return until(ready, f"{name}/{server} ready", timeout=timeout, every=0.3, detail=self.tail)
 
     def stop_server(self, name: str, server: str = "", timeout: float = 60) -> None:
         path = f"/hub/api/users/{name}/servers/{server}" if server else f"/hub/api/users/{name}/server"
         self.api("DELETE", path)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            s = self.api("GET", f"/hub/api/users/{name}").get("servers", {}).get(server)
-            if not s:
-                return
-            time.sleep(0.3)
-        raise AssertionError(f"{name}/{server} did not stop")
+        until(lambda: not self.api("GET", f"/hub/api/users/{name}").get("servers", {}).get(server),
+              f"{name}/{server} to stop", timeout=timeout, every=0.3, detail=self.tail)
 
     def allocations(self) -> list[dict]:
         """Every share, from the gpupool API as an admin sees it."""
@@ -425,12 +419,15 @@ class WebUser:
         self.get(path)
         status, url, body = self.post_form(path, {"gpus": gpus})
         assert status == 200, (status, url, body[-2000:])
-        deadline = time.monotonic() + timeout
-        while "/spawn-pending/" in url:  # the hub's progress page, until the server is up
-            assert time.monotonic() < deadline, f"still pending after {timeout}s"
-            time.sleep(1)
-            status, url, body = self.get(url.removeprefix(self.url))
-        return url
+        page = [url]  # the hub's progress page, until the server is up
+
+        def landed() -> str | None:
+            if "/spawn-pending/" not in page[0]:
+                return page[0]
+            page[0] = self.get(page[0].removeprefix(self.url))[1]
+            return None
+
+        return until(landed, f"{self.name}'s spawn to leave the pending page", timeout=timeout, every=1)
 
 
 def page_config(html: str) -> dict:

@@ -3,12 +3,11 @@ GPU environment inside a running kernel — in a real headless Chromium."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.browser import browser_page, login, shot
 from tests.hubtools import PASSWORD, Hub
+from tests.support.wait import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
@@ -16,13 +15,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.hub]
 def wait_kernel_idle(hub: Hub, user: str, timeout: float = 90) -> None:
     """JupyterLab accepts typing before the kernel is ready; wait until it is idle and connected."""
     token = hub.user_token(user)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kernels = hub.api("GET", f"/user/{user}/api/kernels", token=token)
-        if kernels and kernels[0]["execution_state"] == "idle" and kernels[0]["connections"] > 0:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"kernel not idle: {kernels}")
+
+    def kernels() -> list:
+        return hub.api("GET", f"/user/{user}/api/kernels", token=token)
+
+    until(lambda: (k := kernels()) and k[0]["execution_state"] == "idle" and k[0]["connections"] > 0,
+          "the kernel idle and connected", timeout=timeout, every=0.5, detail=kernels)
 
 
 def test_spawn_form_to_jupyterlab_kernel_sees_its_gpu_share(make_hub) -> None:

@@ -15,12 +15,12 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 J = "/services/gpupool/api/jobs"
 # the escapee: a new session, an empty environment, its pid written where the test looks
@@ -34,18 +34,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(cond, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen in {timeout}s")
-
-
 def read_pid(path: Path) -> int:
-    return wait_for(lambda: path.exists() and path.read_text().strip().isdigit() and int(path.read_text()),
+    return until(lambda: path.exists() and path.read_text().strip().isdigit() and int(path.read_text()),
                     f"{path} written")
 
 
@@ -103,7 +93,7 @@ def test_a_setsid_env_i_child_dies_with_its_cgroup_and_cannot_move_out(tree, ope
         members = set(tree.pids(name))
         assert {proc.pid, pid} <= members, members  # moving out was refused: still in
         assert tree.path(name).stat().st_uid == 0 and (tree.path(name) / "cgroup.procs").stat().st_mode & 0o022 == 0
-        wait_for(lambda: tree.kill(name), "the cgroup emptied", timeout=10)
+        until(lambda: tree.kill(name), "the cgroup emptied", timeout=10)
         proc.wait(10)
         assert b"Permission denied" in proc.stderr.read()
         assert not alive(pid) and not alive(proc.pid)
@@ -157,7 +147,7 @@ def job_with_escapee(hub: Hub, token: str, wait: bool) -> tuple[dict, int]:
     job = hub.api("POST", J, {"project": "lab", "gpus": 1, "name": "escape",
                               "script": JOB.format(escape=ESCAPE.format(pidfile="escaped.pid"), wait=wait)},
                   token=token)
-    row = wait_for(lambda: (j := hub.api("GET", f"{J}/{job['id']}", token=token))["workdir"] and
+    row = until(lambda: (j := hub.api("GET", f"{J}/{job['id']}", token=token))["workdir"] and
                    Path(j["workdir"], "escaped.pid").exists() and j, "the job's escapee")
     pid = read_pid(Path(row["workdir"], "escaped.pid"))
     assert escaped(pid)

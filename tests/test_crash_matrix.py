@@ -9,13 +9,13 @@ and the queue is not wedged. Jobs and waits follow files and states, never the c
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from gpupool.failpoints import EXIT_CODE, POINTS
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 J = "/services/gpupool/api/jobs"
@@ -34,16 +34,6 @@ while not os.path.exists("go"):
 print("finished")
 """
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-def until(cond, what: str, hub: Hub, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen:\n{hub.tail()}")
 
 
 def submit(hub: Hub, token: str, project: str, name: str) -> dict:
@@ -87,21 +77,21 @@ def reach_train_start(hub: Hub, token: str) -> None:
 
 def reach_preempt(hub: Hub, token: str) -> None:
     borrower = submit(hub, token, "lab", "borrower")
-    until(state_is(hub, token, borrower["id"], "running"), "the borrower running", hub)
+    until(state_is(hub, token, borrower["id"], "running"), "the borrower running", detail=hub.tail)
     quietly(submit, hub, token, "own", "owner")  # takes its guarantee back: the borrower is preempted
 
 
 def reach_resume(hub: Hub, token: str) -> None:
     borrower = submit(hub, token, "lab", "borrower")
-    until(state_is(hub, token, borrower["id"], "running"), "the borrower running", hub)
+    until(state_is(hub, token, borrower["id"], "running"), "the borrower running", detail=hub.tail)
     owner = submit(hub, token, "own", "owner")
-    running = until(lambda: (j := job(hub, token, owner["id"]))["state"] == "running" and j, "the owner", hub)
+    running = until(lambda: (j := job(hub, token, owner["id"]))["state"] == "running" and j, "the owner", detail=hub.tail)
     Path(running["workdir"], "go").touch()  # the owner ends; the borrower resumes
 
 
 def reach_cancel(hub: Hub, token: str) -> None:
     first = submit(hub, token, "own", "first")
-    until(state_is(hub, token, first["id"], "running"), "the job running", hub)
+    until(state_is(hub, token, first["id"], "running"), "the job running", detail=hub.tail)
     quietly(hub.api, "DELETE", f"{J}/{first['id']}", token=token)
 
 
@@ -156,7 +146,7 @@ def settle(hub: Hub, token: str) -> list[dict]:
                 Path(j["workdir"], "go").touch()
         return [jobs] if all(j["state"] in TERMINAL for j in jobs) else None
 
-    return until(all_done, "every job ending", hub, timeout=120)[0]
+    return until(all_done, "every job ending", timeout=120, detail=hub.tail)[0]
 
 
 @pytest.mark.parametrize("point", sorted(p for p in POINTS if not p.startswith("move.")))  # moves: test_move_hub.py
@@ -182,13 +172,13 @@ def test_a_hub_killed_at_each_failpoint_restarts_with_every_invariant_held(make_
         else:
             assert j["state"] == "succeeded", j
     assert not [s for s in hub.allocations() if s["kind"] == "train"]  # every job's GPUs came back
-    until(lambda: not processes(str(hub.state).encode(), b"runners/wrap.py"), "no job process left", hub)
+    until(lambda: not processes(str(hub.state).encode(), b"runners/wrap.py"), "no job process left", detail=hub.tail)
 
     # workspaces: a server the hub does not know as running has no process and no share
     server = hub.api("GET", "/hub/api/users/ann").get("servers", {}).get("")
     ours = (b"GPUPOOL_WORKSPACE=ann/", f"HOME={hub.state}/".encode())
     if not server:
-        until(lambda: not processes(*ours), "the orphaned server stopped", hub)
+        until(lambda: not processes(*ours), "the orphaned server stopped", detail=hub.tail)
         assert not [s for s in hub.allocations() if s["kind"] == "build"]
         hub.spawn("ann", "0.5")  # and the user can start again, with one share
     assert [s["milli"] for s in hub.allocations() if s["kind"] == "build"] == [500]
@@ -198,6 +188,6 @@ def test_a_hub_killed_at_each_failpoint_restarts_with_every_invariant_held(make_
     hub.stop_server("ann")
     assert not hub.allocations()
     new = submit(hub, token, "own", "after")
-    running = until(lambda: (j := job(hub, token, new["id"]))["state"] == "running" and j, "a new job", hub)
+    running = until(lambda: (j := job(hub, token, new["id"]))["state"] == "running" and j, "a new job", detail=hub.tail)
     Path(running["workdir"], "go").touch()
-    until(state_is(hub, token, new["id"], "succeeded"), "the new job succeeding", hub)
+    until(state_is(hub, token, new["id"], "succeeded"), "the new job succeeding", detail=hub.tail)

@@ -15,6 +15,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -68,9 +69,7 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     # the 40-minute session limit is now 10 minutes away for the others (not the exempt admin)
     assert {(e["owner"], e["reason"]) for e in events if e["kind"] == "warn"} == {
         ("busy1", "max-age"), ("nodata1", "max-age")}
-    deadline = time.monotonic() + 30
-    while "idle1" in running() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    until(lambda: "idle1" not in running(), "idle1's server stopped", timeout=30, detail=running)
     assert running() == {"busy1", "nodata1", "admin"}  # busy GPU, no GPU data, exempt admin
 
     # busy1 asks for more time, once
@@ -81,9 +80,7 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
 
     events = at(40)["events"]  # the 40-minute session limit
     assert {(e["owner"], e["reason"]) for e in events if e["kind"] == "cull"} == {("nodata1", "max-age")}
-    deadline = time.monotonic() + 30
-    while "nodata1" in running() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    until(lambda: "nodata1" not in running(), "nodata1's server stopped", timeout=30, detail=running)
     assert running() == {"busy1", "admin"}
     kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=cull")["events"]]
     assert kinds == ["cull", "cull"]
@@ -116,10 +113,7 @@ def test_a_workspace_over_its_gpu_memory_gets_its_kernels_restarted(make_hub, tm
     hub.spawn("mem1", "0.25")
     token = hub.user_token("mem1")
     kernel = hub.api("POST", "/user/mem1/api/kernels", {"name": "python3"}, token=token)
-    deadline = time.monotonic() + 60
-    while (before := kernel_pid(kernel["id"])) is None:
-        assert time.monotonic() < deadline, "the kernel did not start"
-        time.sleep(0.2)
+    before = until(lambda: kernel_pid(kernel["id"]), "the kernel's process", timeout=60)
     samples = tmp_path / "samples.json"  # far more GPU memory than a quarter GPU has
     samples.write_text(json.dumps({"mem1/": {"util_pct": 90, "memory_mib": 10**6}}))
     cfg = IdleCuller(sampler="file", memory_resolver="restart-kernel", memory_grace_s=300, window_s=30)
@@ -134,10 +128,7 @@ def test_a_workspace_over_its_gpu_memory_gets_its_kernels_restarted(make_hub, tm
     events = culler.run_pass()["events"]
     assert [(e["kind"], e["reason"]) for e in events] == [("memory", "restart-kernel")]
     assert "restarted its kernels because it uses 1000000 MiB of GPU memory" in events[0]["message"]
-    deadline = time.monotonic() + 60
-    while kernel_pid(kernel["id"]) in (None, before):
-        assert time.monotonic() < deadline, "the kernel was not restarted"
-        time.sleep(0.2)
+    until(lambda: kernel_pid(kernel["id"]) not in (None, before), "the kernel restarted (a new process)", timeout=60)
     # the server and the kernel (same id, new process) are still there; nothing was stopped
     assert [k["id"] for k in hub.api("GET", "/user/mem1/api/kernels", token=token)] == [kernel["id"]]
     assert {s["owner"] for s in hub.allocations()} == {"mem1"}

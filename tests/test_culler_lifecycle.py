@@ -5,7 +5,6 @@ started it, so a restarted hub never has two cullers acting."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -55,13 +55,6 @@ def cullers(hub: Hub) -> list[int]:
         if b"gpupool.idle_culler" in args and f"127.0.0.1:{hub.api_port}/".encode() in args and state != "Z":
             found.append(int(proc.name))
     return found
-
-
-def until(cond, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_the_culler_dies_with_the_hub_and_is_never_doubled_after_a_restart(make_hub) -> None:

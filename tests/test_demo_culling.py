@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from gpupool.idle_culler.service import Client, Culler, parse_time, service_defi
 from gpupool.widgets.client import Client as WidgetClient
 from gpupool.widgets.magics import demo_gpu_use
 from tests.hubtools import PASSWORD, Hub, WebUser
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -34,14 +34,6 @@ c.GPUParking.virtual_fixed_s = 0.05
 c.GPUParking.virtual_per_gib_s = 0.0
 """
 P = "/services/gpupool/api"
-
-
-def wait_for(check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.3)
-    return value
 
 
 def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> None:
@@ -73,7 +65,8 @@ def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> No
     assert hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "parked"
     # a cell (its resume hook), or the Resume button: the GPU comes back
     hub.api("POST", f"{P}/parking/resume", {"server": ""}, token=dora)
-    wait_for(lambda: hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "running")
+    until(lambda: hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "running",
+          "dora's workspace resumed")
     # %gpupool gpu busy: the GPU computes, so nothing parks it
     said = demo_gpu_use(["busy"], client=WidgetClient(api, dora))
     assert said.startswith("this workspace's GPU now counts as busy"), said
@@ -88,7 +81,7 @@ def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> No
     hub.api("POST", f"{P}/demo/gpu-use", {"server": "", "busy": False}, token=dora)  # done computing
     stopped = [e for e in passes_until(800) if e["kind"] == "cull"]
     assert [e["owner"] for e in stopped] == ["dora"], events
-    wait_for(lambda: not hub.api("GET", "/hub/api/users/dora")["servers"])
+    until(lambda: not hub.api("GET", "/hub/api/users/dora")["servers"], "dora's server stopped")
 
     # the home page says when and why, until the server is started again
     user = WebUser(hub.url, "dora")

@@ -17,9 +17,9 @@ import pytest
 from gpupool.gpu.env import STARTUP_DIR
 from gpupool.gpu_env_files import GPUEnvFiles, file_name
 from gpupool.manager import PoolManager, Workload
-from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, get_policy
+from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node
 from gpupool.pool.request import Placement
-from gpupool.store import Store
+from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),
                                               max_per_workspace_milli=1000, max_workspaces=1))
@@ -49,7 +49,7 @@ SEES = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['GPUPOOL
 
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[PoolManager, GPUEnvFiles]:
-    pool = PoolManager(INVENTORY, Store(f"sqlite:///{tmp_path}/pool.sqlite"), QUOTAS, get_policy("best-fit"))
+    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
     files = GPUEnvFiles(tmp_path / "gpu-env", pool)
     pool.build_changed = files.publish
     return pool, files
@@ -98,7 +98,7 @@ def test_terminals_and_children_opened_after_a_move_get_the_current_gpu(files) -
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="group ownership needs root")
 def test_the_files_are_the_hubs_readable_by_their_owners_group_only(tmp_path: Path) -> None:
-    pool = PoolManager(INVENTORY, Store(f"sqlite:///{tmp_path}/pool.sqlite"), QUOTAS, get_policy("best-fit"))
+    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
     pub = GPUEnvFiles(tmp_path / "gpu-env", pool, gid_of=lambda owner: 4242)
     pool.build_changed = pub.publish
     pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (0,), 500))
@@ -130,7 +130,7 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(tmp_path: Path,
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "_settings", None)  # read from this hub's (empty) config
-    pool = PoolManager(INVENTORY, Store(f"sqlite:///{tmp_path}/pool.sqlite"), QUOTAS, get_policy("best-fit"))
+    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
     cls = GPULocalProcessSpawner if spawner == "local" else GPUKubeSpawner
     files = _publish_gpus(SimpleNamespace(spawner_class=cls, config=Config()), pool)
     pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (1,), 500))

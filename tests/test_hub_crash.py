@@ -6,11 +6,11 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 
 import pytest
 
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 
@@ -47,10 +47,9 @@ def test_kill_9_and_restart_keeps_running_shares_and_drops_half_made_ones(make_h
 
     hub.start()
     # the start-up reconcile runs once the hub's own API answers, just after the hub comes up
-    deadline = time.monotonic() + 30
-    while (after := shares_by_owner(hub)) != before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert after == before  # same shares, same server processes, and u3's half-made one gone
+    until(lambda: shares_by_owner(hub) == before, "the shares as before the crash", timeout=30,
+          detail=lambda: shares_by_owner(hub))
+    assert shares_by_owner(hub) == before  # same shares, same server processes, and u3's half-made one gone
     per_gpu: dict[int, int] = {}
     for s in hub.allocations():
         per_gpu[s["gpu"]] = per_gpu.get(s["gpu"], 0) + s["milli"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 
@@ -79,9 +79,7 @@ def test_a_server_that_dies_gives_its_share_back(hub: Hub) -> None:
     pid = next(s["pid"] for s in hub.allocations() if s["owner"] == "cyd")
     os.kill(pid, signal.SIGKILL)
     # the hub polls servers every second in these tests (c.Spawner.poll_interval)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(s["owner"] == "cyd" for s in hub.allocations()):
-        time.sleep(0.3)
+    until(lambda: not any(s["owner"] == "cyd" for s in hub.allocations()), "cyd's share released", timeout=30)
     assert [s for s in hub.allocations() if s["owner"] == "cyd"] == []
     assert hub.api("GET", "/hub/api/users/cyd")["servers"] == {}
 

@@ -15,13 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from traitlets.config import Config
 
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
-from gpupool.train.config import TrainPool
+from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.pools import make_training, run_until
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "/usr/bin/python3"
@@ -55,23 +52,13 @@ def secret():
 def svc(tmp_path: Path):
     root = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
     root.chmod(0o755)
-    c = Config()
-    c.TrainPool.python = PYTHON
-    c.TrainPool.projects = {"p": {"guarantee": 1}}
-    c.TrainPool.jobs_root = str(root / "{username}")
-    c.TrainPool.run_as = "owner"
-    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 1)), get_policy("best-fit"))
-    yield TrainingService(pool, TrainPool(config=c))
+    yield make_training(tmp_path, 1, limits=BuildLimits(1000, (1000,), 1000, 1), python=PYTHON,
+                        projects={"p": {"guarantee": 1}}, jobs_root=str(root / "{username}"), run_as="owner")
     shutil.rmtree(root, ignore_errors=True)
 
 
 def finish(svc: TrainingService, job_id: str) -> None:
-    deadline = time.monotonic() + 60
-    while svc.job(job_id).state not in DONE:
-        assert time.monotonic() < deadline, svc.job(job_id).to_json()
-        svc.tick(time.time())
-        time.sleep(0.05)
+    run_until(svc, lambda: svc.job(job_id).state in DONE, "the job to end")
 
 
 def resume(svc: TrainingService, job_id: str) -> None:

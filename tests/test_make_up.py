@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.hubtools import REPO, free_port
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 
@@ -30,10 +30,12 @@ def test_banner_last_after_the_hub_is_ready_and_no_deprecation_noise(tmp_path: P
                                  "--port", str(port)], cwd=tmp_path, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while "gpupool: embedded hub ready" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
+
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            return "gpupool: embedded hub ready" in log.read_text()
+
+        until(ready, "make up's banner", timeout=120, detail=log.read_text)
         text = log.read_text()
         assert text.index("JupyterHub is now running") < text.index("gpupool: embedded hub ready")
         password = (tmp_path / "state" / "demo-password").read_text().strip()

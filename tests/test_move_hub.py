@@ -54,16 +54,6 @@ while not os.path.exists("go"):
 """
 
 
-def until(cond, what: str, hub: Hub, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen:\n{hub.tail()}")
-
-
 def layout(hub: Hub) -> dict[str, list[tuple[str, int]]]:
     out: dict[str, list[tuple[str, int]]] = {}
     for s in hub.allocations():

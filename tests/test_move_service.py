@@ -16,7 +16,7 @@ from sqlalchemy import select
 from gpupool import failpoints
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
 from gpupool.gpu_env_files import GPUEnvFiles
-from gpupool.manager import PoolManager, Workload
+from gpupool.manager import Workload
 from gpupool.mover import GPUMover, MoverService
 from gpupool.parking import ParkingService
 from gpupool.pool import (
@@ -28,11 +28,11 @@ from gpupool.pool import (
     NoCapacity,
     Node,
     Request,
-    get_policy,
 )
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
-from gpupool.store import Move, Store
+from gpupool.store import Move
+from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),
                                               max_per_workspace_milli=1000, max_workspaces=1))
@@ -62,7 +62,7 @@ class World:
 
     def start(self) -> None:
         """A (re)started hub: the pool from the database, the same driver state."""
-        self.pool = PoolManager(INVENTORY, Store(f"sqlite:///{self.tmp}/pool.sqlite"), QUOTAS, get_policy("best-fit"))
+        self.pool = make_pool(self.tmp, INVENTORY, limits=QUOTAS)
         self.parking = ParkingService(self.pool, self.driver, pids_of=lambda pid: {pid},
                                       clock=lambda: self.now[0])
         cfg = GPUMover(enabled=True, head_wait_s=0, idle_after_s=120, rest_s=600)

@@ -16,9 +16,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from gpupool.gpu.parking import Delays, VirtualParking
 from gpupool.manager import PoolManager, Workload
 from gpupool.parking import ParkingService
-from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError, get_policy
+from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError
 from gpupool.pool.parking import plan_claims
-from gpupool.store import Store
+from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(250, 500, 1000),
                                               max_per_workspace_milli=1000, max_workspaces=2))
@@ -49,9 +49,10 @@ class Pool(PoolManager):
         return row
 
 
-def build(url: str, folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None):
-    pool = Pool(inventory(), Store(url), QUOTAS, get_policy("best-fit"))
-    backend = VirtualParking(folder, has_context=lambda pid: pid >= 100, sleep=lambda s: None,
+def build(folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None):
+    """The pool on `folder/pool.sqlite` (a second build on the same folder: a restarted hub)."""
+    pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool)
+    backend = VirtualParking(folder / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None,
                              delays=Delays(0, 0))
     return pool, ParkingService(pool, backend, pids_of=lambda pid: (pids or {}).get(pid, {pid}), clock=clock)
 
@@ -59,7 +60,7 @@ def build(url: str, folder: Path, clock: Clock, pids: dict[int, set[int]] | None
 @pytest.fixture
 def world(tmp_path):
     clock = Clock()
-    pool, svc = build(f"sqlite:///{tmp_path}/pool.sqlite", tmp_path / "parking", clock)
+    pool, svc = build(tmp_path, clock)
     return pool, svc, clock
 
 
@@ -176,19 +177,18 @@ def test_a_parked_share_still_counts_against_its_owners_build_quota(world):
 
 def test_parking_survives_a_hub_restart(tmp_path):
     clock = Clock()
-    url = f"sqlite:///{tmp_path}/pool.sqlite"
-    pool, svc = build(url, tmp_path / "parking", clock)
+    pool, svc = build(tmp_path, clock)
     pool.reserve_build("ann", [], "", 1000)
     pool.mark_running(Workload("build", "ann", ""), 120)
     svc.park("ann", "")
     svc.claim("ann", "")  # granted at once: capacity is free ...
-    pool2, svc2 = build(url, tmp_path / "parking", clock)  # ... but say the hub restarted before
+    pool2, svc2 = build(tmp_path, clock)  # ... but say the hub restarted before
     assert svc2.status("ann", "")["state"] in ("running", "resuming")
-    pool3, svc3 = build(url, tmp_path / "parking", clock)
+    pool3, svc3 = build(tmp_path, clock)
     pool3.reserve_build("ben", [], "", 1000)
     pool3.mark_running(Workload("build", "ben", ""), 130)
     svc3.park("ben", "")
-    pool4, svc4 = build(url, tmp_path / "parking", clock)
+    pool4, svc4 = build(tmp_path, clock)
     assert svc4.status("ben", "")["state"] == "parked"
     assert svc4.backend.state(130) == "checkpointed"
     assert svc4.claim("ben", "")["state"] == "running"
@@ -232,9 +232,8 @@ class ParkingMachine(RuleBasedStateMachine):
     @initialize()
     def setup(self) -> None:
         self.dir = Path(tempfile.mkdtemp())
-        self.url = f"sqlite:///{self.dir}/pool.sqlite"
         self.clock = Clock()
-        self.pool, self.svc = build(self.url, self.dir / "parking", self.clock)
+        self.pool, self.svc = build(self.dir, self.clock)
 
     @rule(user=st.sampled_from(USERS), server=st.sampled_from(["", "b"]), milli=st.sampled_from((250, 500, 1000)))
     def spawn(self, user: str, server: str, milli: int) -> None:
@@ -280,7 +279,7 @@ class ParkingMachine(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         before = self.pool.parked_shares()
-        self.pool, self.svc = build(self.url, self.dir / "parking", self.clock)
+        self.pool, self.svc = build(self.dir, self.clock)
         assert self.pool.parked_shares() == before
 
     @invariant()

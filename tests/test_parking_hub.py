@@ -15,6 +15,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -28,16 +29,6 @@ c.GPUParking.virtual_per_gib_s = 0.0
 c.GPUParking.grant_interval_s = 0.3
 c.GPUParking.resume_wait_s = 60
 """
-
-
-def wait_for(check, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not reached")
 
 
 def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path: Path) -> None:
@@ -87,7 +78,7 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     assert hub.api("GET", status_path, token=ann)["state"] == "waiting"
     hub.stop_server("ben")
     freed = time.monotonic()
-    resumed = wait_for(lambda: hub.api("GET", status_path, token=ann)["state"] == "running")
+    resumed = until(lambda: hub.api("GET", status_path, token=ann)["state"] == "running", "ann's workspace resumed")
     assert resumed and time.monotonic() - freed < 10
     assert [s["owner"] for s in hub.allocations()] == ["ann"]
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
@@ -113,7 +104,8 @@ def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
     # the JupyterLab item's Resume button posts to api/culler/resume: the same claim
     back = hub.api("POST", "/services/gpupool/api/culler/resume", {"server": ""}, token=cat)
     assert back["state"] in ("resuming", "running")
-    wait_for(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running")
+    until(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running",
+          "cat's workspace resumed")
 
 
 def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
@@ -131,5 +123,5 @@ def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
     states = [json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")]
     assert states == ["checkpointed"]
     hub.api("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=eve)
-    wait_for(lambda: hub.api("GET", status_path, token=eve)["state"] == "running")
+    until(lambda: hub.api("GET", status_path, token=eve)["state"] == "running", "eve's workspace resumed")
     assert [s["owner"] for s in hub.allocations()] == ["eve"]

@@ -131,13 +131,11 @@ def test_after_a_workload_shift_the_policy_follows_the_new_workload() -> None:
 
 
 def test_the_hub_learns_from_a_spawn_it_placed_not_from_one_it_refused(tmp_path) -> None:
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy, NoCapacity, virtual_inventory
-    from gpupool.store import Store
+    from gpupool.pool import BuildLimits, NoCapacity
+    from tests.support.pools import make_pool
 
     policy = FragAware()
-    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 500, 1000), 1000, 4)), policy)
+    pool = make_pool(tmp_path, 1, limits=BuildLimits(1000, (250, 500, 1000), 1000, 4), placement=policy)
     pool.reserve_build("ann", [], "a", 500)
     assert policy.target.seen == 1  # the real placement is learned, once
     pool.reserve_build("ann", [], "a", 500)  # a retried start keeps its share: nothing new arrived

@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 
 from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded, get_policy, virtual_inventory
-from gpupool.store import Store
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
+from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2),
                           group_totals_milli={"cs101": 500})
 
 
 def manager(tmp_path: Path, gpus: int = 4) -> PoolManager:
-    return PoolManager(virtual_inventory(gpus), Store(f"sqlite:///{tmp_path / 'pool.sqlite'}"), QUOTAS,
-                       get_policy("frag-aware"))
+    return make_pool(tmp_path, gpus, limits=QUOTAS, placement="frag-aware")
 
 
 async def test_the_event_loop_runs_while_a_spawn_reserves(tmp_path: Path) -> None:

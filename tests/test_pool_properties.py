@@ -14,10 +14,8 @@ from gpupool.pool import (
     BuildLimits,
     BuildQuotaPolicy,
     PoolError,
-    get_policy,
-    virtual_inventory,
 )
-from gpupool.store import Store
+from tests.support.pools import make_pool
 
 USERS = ["ann", "ben", "cat", "dan"]
 GROUPS = {"ann": ["students"], "ben": ["students"], "cat": ["research"], "dan": []}
@@ -41,11 +39,10 @@ class PoolMachine(RuleBasedStateMachine):
         import tempfile
 
         self.dir = Path(tempfile.mkdtemp())
-        self.url = f"sqlite:///{self.dir}/pool.sqlite"
         self.manager = self.new_manager()
 
     def new_manager(self) -> PoolManager:
-        return PoolManager(virtual_inventory(3), Store(self.url), POLICY, get_policy("best-fit"))
+        return make_pool(self.dir, 3, limits=POLICY)
 
     @rule(user=st.sampled_from(USERS), server=st.sampled_from(["", "a", "b"]), milli=st.sampled_from(SIZES))
     def spawn(self, user: str, server: str, milli: int) -> None:

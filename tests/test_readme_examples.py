@@ -4,11 +4,11 @@ config (the embedded hub the tests start is that config)."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 from tests.hubtools import REPO, Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 
@@ -53,10 +53,13 @@ def test_notebook_examples_run_against_the_demo_hub(hub: Hub, monkeypatch, capsy
             "%%train: the following arguments are required: --project; see %%train --help")
     finally:
         InteractiveShell.clear_instance()
-    deadline = time.monotonic() + 120
-    while (job := hub.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token))["state"] != "succeeded":
-        assert job["state"] in ("queued", "running") and time.monotonic() < deadline, job
-        time.sleep(0.5)
+
+    def succeeded() -> bool:
+        job = hub.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token)
+        assert job["state"] in ("queued", "running", "succeeded"), job
+        return job["state"] == "succeeded"
+
+    until(succeeded, "the README's job to succeed", timeout=120, every=0.5, detail=hub.tail)
     logs = hub.api("GET", f"/services/gpupool/api/jobs/{job_id}/logs", token=token)
     assert "training for 3 epochs" in "\n".join(logs["lines"])
 
@@ -90,13 +93,12 @@ def test_the_training_docs_sweep_runs_as_written_against_the_demo_hub(hub: Hub, 
     out = capsys.readouterr().out
     sweep = re.search(r"submitted sweep (\S+): 4 jobs to default", out)
     assert sweep, out
-    deadline = time.monotonic() + 240
-    while True:
+
+    def ended() -> list[dict] | None:
         runs = hub.api("GET", f"/services/gpupool/api/sweeps/{sweep.group(1)}", token=token)["runs"]
-        if all(r["job"]["state"] in ("succeeded", "failed") for r in runs):
-            break
-        assert time.monotonic() < deadline, runs
-        time.sleep(1)
+        return runs if all(r["job"]["state"] in ("succeeded", "failed") for r in runs) else None
+
+    runs = until(ended, "every run of the sweep to end", timeout=240, every=1, detail=hub.tail)
     assert [r["job"]["state"] for r in runs] == ["succeeded"] * 4, runs
     got = {(r["parameters"]["lr"], r["parameters"]["batch"]): r["metrics"] for r in runs}
     assert got[(0.1, 32)] == {"loss": pytest.approx(0.031, abs=1e-3), "acc": pytest.approx(0.969, abs=1e-3)}

@@ -13,11 +13,10 @@ import pytest
 from gpupool.api.culler import EXTENSION, findings, session_of
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
+from gpupool.pool import BuildLimits
 from gpupool.widgets.summary import summary
 from tests.hubtools import PASSWORD, Hub
+from tests.support.pools import make_pool
 
 UTC = dt.UTC
 
@@ -48,8 +47,7 @@ def test_the_culler_config_gives_each_user_their_end_or_none_when_exempt() -> No
 
 
 def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path: Path) -> None:
-    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 500), 1000, 2)), get_policy("best-fit"))
+    pool = make_pool(tmp_path, 1, limits=BuildLimits(1000, (250, 500), 1000, 2))
     row = pool.reserve_build("ann", [], "", 250)
     other = pool.reserve_build("ann", [], "b", 250)
     started = row.created.replace(tzinfo=UTC).timestamp()

@@ -11,10 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from gpupool import runtime
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
+from gpupool.pool import BuildLimits
 from gpupool.spawner.mixin import GPUSpawnerMixin
-from gpupool.store import Store
+from tests.support.pools import make_pool
 
 
 class Server:
@@ -43,8 +42,7 @@ class Spawner(GPUSpawnerMixin, Server):
 
 @pytest.fixture
 def pool(tmp_path: Path):
-    runtime._pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                                BuildQuotaPolicy(BuildLimits(1000, (500, 1000), 1000, 2)), get_policy("best-fit"))
+    runtime._pool = make_pool(tmp_path, 1, limits=BuildLimits(1000, (500, 1000), 1000, 2))
     yield runtime._pool
     runtime.reset()
 

@@ -3,13 +3,12 @@ parsing with its bounds, the magic's option, and a real hub."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpupool.train.sweep import MAX_RUNS, SweepError, combinations, final_metrics
 from gpupool.widgets.magics import train_args
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 J = "/services/gpupool/api/jobs"
 CONFIG = """
@@ -67,13 +66,12 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
         out = hub.api("POST", J, {"project": "vision", "gpus": 1, "name": "grid", "code": code,
                                   "sweep": {"lr": [0.5, 0.25], "batch": [2, 4]}}, token=token)
         assert [j["name"] for j in out["jobs"]] == ["grid-1", "grid-2", "grid-3", "grid-4"]
-        deadline = time.monotonic() + 120
-        while True:
+
+        def ended() -> dict | None:
             sweep = hub.api("GET", f"/services/gpupool/api/sweeps/{out['sweep']}", token=token)
-            if all(r["job"]["state"] in ("succeeded", "failed") for r in sweep["runs"]):
-                break
-            assert time.monotonic() < deadline, hub.tail()
-            time.sleep(0.5)
+            return sweep if all(r["job"]["state"] in ("succeeded", "failed") for r in sweep["runs"]) else None
+
+        sweep = until(ended, "every run of the sweep to end", timeout=120, every=0.5, detail=hub.tail)
         assert sweep["parameters"] == ["batch", "lr"]
         # the notebook's table of the runs, read from the same API
         from gpupool.widgets.client import Client

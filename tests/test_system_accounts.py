@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
+from tests.support.wait import until
 
 J = "/services/gpupool/api/jobs"
 
@@ -157,11 +157,15 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     token = hub.user_token(alice)
     job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": "secret", "script": JOB}, token=token)
     folder = next((hub.state / "jobs" / alice).glob(f"*-{job['id']}"))
-    deadline = time.monotonic() + 60
-    while not (folder / "alice-output.txt").exists():
+
+    def written() -> bool:
+        if (folder / "alice-output.txt").exists():
+            return True
         now = hub.api("GET", f"{J}/{job['id']}", token=token)
-        assert now["state"] in ("queued", "running") and time.monotonic() < deadline, (now["message"], hub.tail())
-        time.sleep(0.2)
+        assert now["state"] in ("queued", "running"), (now["message"], hub.tail())
+        return False
+
+    until(written, "the job to write alice-output.txt", timeout=60, detail=hub.tail)
     job_pids = pids_with(f"GPUPOOL_JOB_ID={job['id']}")
     assert job_pids and {uid_of(p) for p in job_pids} == {a.pw_uid}
 
@@ -283,7 +287,7 @@ def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub:
                               "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)"},
                   token=token)
     running = hub.wait_job(job["id"], {"running"}, token)
-    pids = wait_pids(f"GPUPOOL_JOB_ID={job['id']}")
+    pids = until(lambda: pids_with(f"GPUPOOL_JOB_ID={job['id']}"), "the job's processes")
     environ = dict(v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v)
     assert "/root" not in environ["PATH"] and environ["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
     hub.spawn(bob, 0.25)  # bob's account exists; he lists every process, as `ps` does
@@ -294,14 +298,6 @@ def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub:
     assert secret not in out and f"private{tag}" not in out and running["workdir"] not in out  # ...not what
     Path(running["workdir"], "go").touch()
     assert hub.wait_job(job["id"], {"succeeded", "failed"}, token)["state"] == "succeeded"
-
-
-def wait_pids(marker: str, timeout: float = 60) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while not (found := pids_with(marker)):
-        assert time.monotonic() < deadline, f"no process with {marker}"
-        time.sleep(0.1)
-    return found
 
 
 def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:

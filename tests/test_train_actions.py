@@ -121,20 +121,11 @@ def test_consolidate_moves_a_job_so_that_a_blocked_gang_fits() -> None:
 
 # --- the hub's "make room for a build workspace" uses the same victims --------
 def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> None:
-    from traitlets.config import Config
 
-    from gpupool.manager import PoolManager, Workload
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
+    from gpupool.manager import Workload
+    from tests.support.pools import make_training
 
-    cfg = Config()
-    cfg.TrainPool.projects = {"lab": {"guarantee": 0}}
-    cfg.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    pool = PoolManager(virtual_inventory(2), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
-    svc = TrainingService(pool, TrainPool(config=cfg))
+    svc = make_training(tmp_path, 2, placement=POLICY, projects={"lab": {"guarantee": 0}})
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     try:
         kept = svc.submit("ann", "lab", "kept", 1, 1000, sleeper, priority=5, now=0).id

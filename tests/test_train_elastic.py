@@ -70,33 +70,15 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
     an in-quota job of another project needs 2: the elastic job restarts on 1; once that job
     ends and nobody waits, it grows back to 3."""
     import sys
-    import time
     from pathlib import Path
 
-    from traitlets.config import Config
+    from tests.support.pools import make_training, run_until
 
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
-
-    c = Config()
-    c.TrainPool.projects = {"lab": {"guarantee": 1}, "own": {"guarantee": 3}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.grace_s = 1
-    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
-    svc = TrainingService(pool, TrainPool(config=c))
+    svc = make_training(tmp_path, 4, placement=POLICY, projects={"lab": {"guarantee": 1}, "own": {"guarantee": 3}},
+                        grace_s=1)
+    pool = svc.pool
     job = [sys.executable, "-c", "import os, time\nprint('GPUPOOL_GPUS', os.environ['GPUPOOL_GPUS'], flush=True)\n"
                                  "while not os.path.exists('stop'): time.sleep(0.05)"]
-
-    def until(cond, now: float) -> None:
-        deadline = time.monotonic() + 30
-        while not cond():
-            assert time.monotonic() < deadline, [j.to_json() for j in svc.jobs()]
-            svc.tick(now)
-            time.sleep(0.05)
 
     def sizes(job_id: str) -> list[str]:
         log = Path(svc.job(job_id).workdir, "job.log").read_text()
@@ -107,16 +89,16 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
         svc.tick(now=1)
         e = svc.submit("ann", "lab", "elastic", 4, 1000, job, now=2, min_gpus=1).id
         svc.tick(now=3)
-        until(lambda: sizes(e) == ["3"], now=4)
+        run_until(svc, lambda: sizes(e) == ["3"], "the elastic job runs on 3 GPUs", now=4)
         assert svc.job(e).num_gpu == 3 and svc.job(busy).state == "running"
         mine = svc.submit("bob", "own", "mine", 2, 1000, job, now=5).id
-        until(lambda: svc.job(mine).state == "running", now=100)
-        until(lambda: sizes(e) == ["3", "1"], now=101)
+        run_until(svc, lambda: svc.job(mine).state == "running", "the in-quota job runs", now=100)
+        run_until(svc, lambda: sizes(e) == ["3", "1"], "the elastic job restarts on 1 GPU", now=101)
         assert svc.job(e).num_gpu == 1 and "shrunk to 1 GPUs" in [ev.message for ev in pool.store.events(limit=50)
                                                                   if ev.kind == "preempt"][0]
         Path(svc.job(mine).workdir, "stop").touch()
-        until(lambda: svc.job(mine).state == "succeeded", now=200)
-        until(lambda: sizes(e) == ["3", "1", "3"], now=300)
+        run_until(svc, lambda: svc.job(mine).state == "succeeded", "the in-quota job ends", now=200)
+        run_until(svc, lambda: sizes(e) == ["3", "1", "3"], "the elastic job grows back to 3", now=300)
     finally:
         for row in svc.jobs():
             Path(row.workdir, "stop").touch()

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.idle import IdleClock, IdleRule
-from gpupool.train.service import TrainingService
+from tests.support.pools import make_training, run_until
 
 UNTIL_TOLD = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('stop'): time.sleep(0.05)"]
 
@@ -53,14 +49,9 @@ def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_pa
     from gpupool.idle_culler.sampler import FileSampler
     from gpupool.setup import job_gpu_use
 
-    c = Config()
-    c.TrainPool.projects = {"lab": {"guarantee": 2, "idle_gpu_s": 1800}, "free": {"guarantee": 1}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.idle_warn_s = 600
-    c.TrainPool.grace_s = 1
-    pool = PoolManager(virtual_inventory(3), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
-    svc = TrainingService(pool, TrainPool(config=c))
+    svc = make_training(tmp_path, 3, projects={"lab": {"guarantee": 2, "idle_gpu_s": 1800}, "free": {"guarantee": 1}},
+                        idle_warn_s=600, grace_s=1)
+    pool = svc.pool
     samples = tmp_path / "samples.json"
     svc.gpu_use = job_gpu_use(FileSampler(str(samples)), pool)
     try:
@@ -76,11 +67,7 @@ def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_pa
         assert "idle for 20 min" in Path(svc.job(hung).workdir, "job.log").read_text()
         svc.tick(now=1810)
         assert svc.job(hung).state == "preempting"
-        deadline = time.monotonic() + 30
-        while svc.job(hung).state == "preempting":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-            svc.tick(now=1811)
+        run_until(svc, lambda: svc.job(hung).state != "preempting", "the idle job to stop", now=1811)
         row = svc.job(hung)
         assert (row.state, row.message) == ("failed", "idle GPU")
         assert svc.job(busy).state == "running"  # it uses its GPU

@@ -7,17 +7,13 @@ import os
 import pwd
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
-from traitlets.config import Config
 
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
-from gpupool.train.config import TrainPool
+from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.pools import make_training, run_until
 
 
 def world_reachable(path: Path) -> bool:
@@ -65,22 +61,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def service(root: Path, tmp_path: Path) -> TrainingService:
-    c = Config()
-    c.TrainPool.python = SYSTEM_PYTHON
-    c.TrainPool.projects = {"p": {"guarantee": 2}}
-    c.TrainPool.jobs_root = str(root / "{username}")
-    c.TrainPool.run_as = "owner"
-    pool = PoolManager(virtual_inventory(2), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 1)), get_policy("best-fit"))
-    return TrainingService(pool, TrainPool(config=c))
+    return make_training(tmp_path, 2, limits=BuildLimits(1000, (1000,), 1000, 1), python=SYSTEM_PYTHON,
+                         projects={"p": {"guarantee": 2}}, jobs_root=str(root / "{username}"), run_as="owner")
 
 
 def finish(svc: TrainingService, job_id: str) -> str:
-    deadline = time.monotonic() + 60
-    while svc.job(job_id).state not in ("succeeded", "failed"):
-        assert time.monotonic() < deadline
-        svc.tick(time.time())
-        time.sleep(0.1)
+    run_until(svc, lambda: svc.job(job_id).state in ("succeeded", "failed"), "the job to end")
     return Path(svc.job(job_id).workdir, "job.log").read_text()
 
 

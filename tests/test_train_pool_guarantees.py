@@ -182,11 +182,11 @@ def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> No
     guarantee: lab's youngest job is preempted for it (the reason names the pool; with one
     project-wide guarantee vision would only borrow), and api/projects (what %%train --help
     prints) shows the guarantee and use per pool."""
-    import time
 
     from gpupool.widgets.magics import projects_text
     from tests.conftest import require_chp
     from tests.hubtools import Hub
+    from tests.support.wait import until
 
     require_chp()
     hub = Hub(state=tmp_path, extra_config=HUB_CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
@@ -200,19 +200,13 @@ def test_a_real_hub_gives_each_pools_guarantee_back_and_shows_it(tmp_path) -> No
         def state(job_id: str, token: str) -> dict:
             return hub.api("GET", f"{J}/{job_id}", token=token)
 
-        def until(cond, what: str) -> None:
-            deadline = time.monotonic() + 60
-            while not cond():
-                assert time.monotonic() < deadline, f"{what}:\n{hub.tail()}"
-                time.sleep(0.3)
-
-        until(lambda: all(state(j, bob)["state"] == "running" for j in lab), "lab borrows the DGX")
+        until(lambda: all(state(j, bob)["state"] == "running" for j in lab), "lab borrows the DGX", detail=hub.tail)
         ws = hub.api("POST", J, {"project": "vision", "gpus": 2, "name": "ws", "command": sleep, "pools": ["ws"]},
                      token=ann)["id"]
-        until(lambda: state(ws, ann)["state"] == "running", "vision's workstation job")
+        until(lambda: state(ws, ann)["state"] == "running", "vision's workstation job", detail=hub.tail)
         assert state(ws, ann)["gpu"][0]["gpus"] == [0, 1], state(ws, ann)
         dgx = hub.api("POST", J, {"project": "vision", "gpus": 1, "name": "dgx", "command": sleep}, token=ann)["id"]
-        until(lambda: state(dgx, ann)["state"] == "running", "vision's DGX guarantee comes back")
+        until(lambda: state(dgx, ann)["state"] == "running", "vision's DGX guarantee comes back", detail=hub.tail)
         assert state(dgx, ann)["gpu"][0]["gpus"] in ([2], [3])
         preempted = [state(j, bob) for j in lab if state(j, bob)["preemptions"]]
         assert len(preempted) == 1 and "vision (pool dgx)" in preempted[0]["preemption"], preempted
@@ -267,23 +261,15 @@ TestPerPoolSecondLevel = _per_pool_machine()
 def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_path) -> None:
     """lab borrows both DGX GPUs; vision's queued job is within its DGX guarantee, and its
     owner is told so (with one project-wide guarantee the sentence would say vision's whole)."""
-    import time
 
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
+    from gpupool.pool import BuildLimits
     from gpupool.train.waiting import explain
+    from tests.support.pools import make_training, run_until
 
-    c = Config()
-    c.TrainPool.node_pools = {"ws": {"gpus": [0, 1]}, "dgx": {"gpus": [2, 3]}}
-    c.TrainPool.projects = {"vision": {"guarantee": {"dgx": 1, "ws": 1}}, "lab": {"guarantee": 0, "pools": ["dgx"]}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.grace_s = 1
-    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 2)), POLICY)
-    svc = TrainingService(pool, TrainPool(config=c))
+    svc = make_training(tmp_path, 4, limits=BuildLimits(1000, (1000,), 1000, 2), placement=POLICY,
+                        node_pools={"ws": {"gpus": [0, 1]}, "dgx": {"gpus": [2, 3]}},
+                        projects={"vision": {"guarantee": {"dgx": 1, "ws": 1}},
+                                  "lab": {"guarantee": 0, "pools": ["dgx"]}}, grace_s=1)
     lab = [svc.submit("bob", "lab", f"l{i}", 1, 1000, ["sleep", "600"], now=i).id for i in range(2)]
     svc.tick(now=10)
     assert all(svc.job(j).state == "running" for j in lab)
@@ -294,25 +280,15 @@ def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_pa
     finally:
         for j in [*lab, want.id]:
             svc.cancel(j, now=20)
-        deadline = time.monotonic() + 30
-        while any(svc.job(j).state not in ("cancelled", "failed", "succeeded") for j in [*lab, want.id]):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-            svc.tick(now=30)
+        run_until(svc, lambda: all(svc.job(j).state in ("cancelled", "failed", "succeeded") for j in [*lab, want.id]),
+                  "the cancelled jobs to end", now=30)
 
 
 def test_a_pool_by_label_is_refused_on_one_machine(tmp_path) -> None:
     """{} is a pool of labelled nodes on Kubernetes; on one machine it would be every GPU."""
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
+    from gpupool.pool import BuildLimits
+    from tests.support.pools import make_training
 
-    c = Config()
-    c.TrainPool.node_pools = {"ws": {}, "dgx": {"gpus": [2, 3]}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 2)), POLICY)
     with pytest.raises(ValueError, match=r"TrainPool.node_pools \['ws'\]: on one machine a pool needs models"):
-        TrainingService(pool, TrainPool(config=c))
+        make_training(tmp_path, 4, limits=BuildLimits(1000, (1000,), 1000, 2), placement=POLICY,
+                      node_pools={"ws": {}, "dgx": {"gpus": [2, 3]}})

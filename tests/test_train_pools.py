@@ -78,23 +78,14 @@ def test_pools_are_checked_against_projects() -> None:
 def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     """One machine with two A2000 (GPUs 0-1) and two H100 (GPUs 2-3): "vision" prefers the
     H100s, "teach" may only use the A2000s; real runs get those GPUs in CUDA_VISIBLE_DEVICES."""
-    import time
 
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
+    from tests.support.pools import make_training, run_until
 
     gpus = tuple(GPU(g, f"GPU-{g}", "A2000" if g < 2 else "H100", 12000, True) for g in range(4))
-    c = Config()
-    c.TrainPool.node_pools = {"workstations": {"models": ["A2000"]}, "dgx": {"gpus": [2, 3]}}
-    c.TrainPool.projects = {"vision": {"guarantee": 3, "pools": ["dgx", "workstations"]},
-                            "teach": {"guarantee": 1, "pools": ["workstations"]}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    pool = PoolManager(Inventory(nodes=(Node("localhost", gpus),)), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
-    svc = TrainingService(pool, TrainPool(config=c))
+    svc = make_training(tmp_path, Inventory(nodes=(Node("localhost", gpus),)), placement=POLICY,
+                        node_pools={"workstations": {"models": ["A2000"]}, "dgx": {"gpus": [2, 3]}},
+                        projects={"vision": {"guarantee": 3, "pools": ["dgx", "workstations"]},
+                                  "teach": {"guarantee": 1, "pools": ["workstations"]}})
     go = tmp_path / "go"  # runs hold their GPUs until the test says so: placements never race exits
     show = [sys.executable, "-c", "import os, sys, time; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
             "while not os.path.exists(sys.argv[1]): time.sleep(0.05)", str(go)]
@@ -104,11 +95,7 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     svc.tick(now=10)
     assert [svc.job(i).state for i in ids] == ["running"] * 4 + ["queued"]  # 4 GPUs, 4 in quota
     go.touch()
-    deadline = time.monotonic() + 30
-    while any(svc.job(i).state != "succeeded" for i in ids):
-        assert time.monotonic() < deadline, [svc.job(i).to_json() for i in ids]
-        time.sleep(0.05)
-        svc.tick(now=11)
+    run_until(svc, lambda: all(svc.job(i).state == "succeeded" for i in ids), "every run to succeed", now=11)
     seen = [Path(svc.job(i).workdir, "job.log").read_text().split("GPUS ")[1].split()[0] for i in ids]
     assert sorted(seen[:2]) == ["2", "3"] and seen[2] in ("0", "1")  # H100s first, then an A2000
     assert seen[3] in ("0", "1") and seen[3] != seen[2]

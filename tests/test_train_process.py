@@ -9,14 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from traitlets.config import Config
 
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
-from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
 from gpupool.train.waiting import last_preemption
+from tests.support.pools import make_training, run_until
 
 JOB = textwrap.dedent("""
     import time
@@ -37,21 +33,7 @@ EXPECTED = sum(i * i for i in range(40))
 
 
 def service(tmp_path: Path, projects: dict, gpus: int = 1, grace: float = 5.0) -> TrainingService:
-    c = Config()
-    c.TrainPool.projects = projects
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.grace_s = grace
-    pool = PoolManager(virtual_inventory(gpus), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
-    return TrainingService(pool, TrainPool(config=c))
-
-
-def run_until(svc: TrainingService, cond, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, [j.to_json() for j in svc.jobs()]
-        svc.tick(time.time())
-        time.sleep(0.05)
+    return make_training(tmp_path, gpus, projects=projects, grace_s=grace)
 
 
 def submit(svc: TrainingService, owner: str, project: str, **kw):

@@ -118,34 +118,18 @@ def test_the_hub_reserves_gpus_for_a_waiting_gang_job_and_starts_it_there(tmp_pa
     After reserve_after_s the GPU freed first is held for it (a new flood job waits, the
     owner is told), and when the other flood job ends the big job starts."""
     import sys
-    import time
     from pathlib import Path
 
-    from traitlets.config import Config
+    from tests.support.pools import make_training, run_until
 
-    from gpupool.manager import PoolManager
-    from gpupool.pool import BuildLimits, BuildQuotaPolicy, virtual_inventory
-    from gpupool.store import Store
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
-
-    c = Config()
-    c.TrainPool.projects = {"big": {"guarantee": 2}, "flood": {"guarantee": 2}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.reserve_after_s = 600
-    c.TrainPool.train_gpus = [0, 1]
-    pool = PoolManager(virtual_inventory(2), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), POLICY)
-    svc = TrainingService(pool, TrainPool(config=c))
+    svc = make_training(tmp_path, 2, placement=POLICY, projects={"big": {"guarantee": 2}, "flood": {"guarantee": 2}},
+                        reserve_after_s=600, train_gpus=[0, 1])
+    pool = svc.pool
     cmd = [sys.executable, *UNTIL_TOLD]
 
     def end(job_id: str, now: float) -> None:
         Path(svc.job(job_id).workdir, "stop").touch()
-        deadline = time.monotonic() + 30
-        while svc.job(job_id).state == "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-            svc.tick(now)
+        run_until(svc, lambda: svc.job(job_id).state != "running", f"{job_id} to end", now=now)
 
     try:
         a1 = svc.submit("ann", "flood", "a1", 1, 1000, cmd, now=0).id

@@ -10,13 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from traitlets.config import Config
 
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
-from gpupool.train.config import TrainPool
+from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.pools import make_training, run_until
+from tests.support.wait import until
 
 DONE = ("succeeded", "failed", "cancelled")
 # waits for the test's signal file; with stubborn=True it also ignores SIGTERM
@@ -47,15 +45,8 @@ def no_job_left_behind(tmp_path: Path):
 
 
 def service(tmp_path: Path, grace: float = 30.0, **train) -> TrainingService:
-    c = Config()
-    c.TrainPool.projects = {"a": {"guarantee": 1}}
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.grace_s = grace
-    for k, v in train.items():
-        setattr(c.TrainPool, k, v)
-    pool = PoolManager(virtual_inventory(1), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (1000,), 1000, 2)), get_policy("best-fit"))
-    return TrainingService(pool, TrainPool(config=c))
+    return make_training(tmp_path, 1, limits=BuildLimits(1000, (1000,), 1000, 2),
+                         projects={"a": {"guarantee": 1}}, grace_s=grace, **train)
 
 
 def restart(tmp_path: Path, **kw) -> TrainingService:
@@ -65,19 +56,8 @@ def restart(tmp_path: Path, **kw) -> TrainingService:
     return svc
 
 
-def run_until(svc: TrainingService, cond, timeout: float = 60, now=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, [j.to_json() for j in svc.jobs()]
-        svc.tick(now() if now else time.time())
-        time.sleep(0.02)
-
-
 def wait_file(path: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
+    until(path.exists, f"{path} to appear", timeout=timeout, every=0.02)
 
 
 def waiter(svc: TrainingService, stubborn: bool = False, **kw):

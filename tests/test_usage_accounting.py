@@ -10,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupool.manager import PoolManager, Workload
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, Request, get_policy, virtual_inventory
+from gpupool.pool import BuildLimits, Request, virtual_inventory
 from gpupool.pool.pools import NodePool
 from gpupool.store import Event, Store, TrainJob
 from gpupool.usage import accounting as acc
 from gpupool.usage.config import Usage
 from gpupool.usage.ledger import Ledger
 from gpupool.usage.service import UsageService
+from tests.support.pools import make_pool
 
 H = 3600
 GPU_H = acc.MILLI_S_PER_GPU_HOUR
@@ -95,10 +96,9 @@ def test_waits_per_project_are_nearest_rank_percentiles() -> None:
 
 
 def small_pool(tmp_path, name="usage.sqlite") -> PoolManager:
-    store = Store(f"sqlite:///{tmp_path / name}")
     limits = BuildLimits(quota_milli=4000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=2000,
                          max_workspaces=5)
-    pool = PoolManager(virtual_inventory(2), store, BuildQuotaPolicy(default=limits), get_policy("best-fit"))
+    pool = make_pool(tmp_path, 2, limits=limits, db=name)
     pool.node_pools = {"low": NodePool("low", gpus=frozenset({0}))}
     return pool
 
@@ -135,7 +135,7 @@ def test_the_ledger_reads_allocations_from_the_event_log_and_is_the_same_after_a
     groups = acc.totals(rows, now - 4 * H, now + 1, now, "group")
     assert set(groups) == {"students", "staff"}
     # a restarted hub: a new store object and manager on the same file, nothing in memory
-    again = PoolManager(pool.inventory, Store(pool.store.url), pool.quotas, get_policy("best-fit"))
+    again = make_pool(tmp_path, pool.inventory, limits=pool.quotas, db="usage.sqlite")
     rows2 = Ledger(again.store, again.inventory, pool.node_pools).held(now - 4 * H, now + 1)
     assert sorted(rows2, key=lambda h: h.owner) == sorted(rows, key=lambda h: h.owner)
     # what reconcile releases after a crash closes the open interval; nothing is counted twice

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import nbformat
 
+from tests.support.wait import until
+
 LOOP = """
 from gpupool.widgets.checkpoint import Checkpoint
 import time
@@ -43,12 +45,8 @@ def start(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
     return proc, log
 
 
-def wait_for(log: Path, text: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-    return log.read_text()
+def wait_for(log: Path, text: str) -> str:
+    return until(lambda: text in (now := log.read_text()) and now, f"{text!r} in the job's log", detail=log.read_text)
 
 
 def test_output_streams_into_the_log_without_transport_warnings(tmp_path: Path) -> None:

@@ -191,12 +191,10 @@ def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_
     assert [j["name"] for j in out["jobs"]] == ["promoted-1", "promoted-2", "promoted-3", "promoted-4"]
     table = promote.monitor_box.children[0]
     assert "<th>lr</th>" in table.table.value and "<th>batch</th>" in table.table.value
-    import time
+    from tests.support.wait import until
 
-    deadline = time.monotonic() + 120
-    while table.refresh() and table.table.value.count("succeeded") < 4:
-        assert time.monotonic() < deadline, table.table.value
-        time.sleep(0.5)
+    until(lambda: not table.refresh() or table.table.value.count("succeeded") >= 4, "four runs succeeded",
+          timeout=120, every=0.5, detail=lambda: table.table.value)
     assert "<th>loss</th>" in table.table.value and "<td>1</td>" in table.table.value  # 1 / (0.5 * 2)
     promote.sweep.value = ""
     assert promote.submit_button.description == "Submit to training"

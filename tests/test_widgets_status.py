@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpupool.widgets import Client, GPUPoolError, WorkspaceStatus
 from gpupool.widgets.status import status_rows
 from tests.hubtools import Hub
+from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
 
@@ -27,10 +26,9 @@ def test_status_shows_this_workspace_share_and_quota(hub: Hub) -> None:
     assert "also: side 0.25 GPU" in widget.table.value
     assert "Train projects" in widget.table.value and "default (2 GPUs guaranteed, 0 GPU in use)" in widget.table.value
     hub.stop_server("wanda", "side")
-    deadline = time.monotonic() + 20
-    while "also: side" in widget.table.value:  # nobody refreshes: the widget reads again by itself
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    # nobody refreshes: the widget reads again by itself
+    until(lambda: "also: side" not in widget.table.value, "the widget to drop the stopped server", timeout=20,
+          detail=lambda: widget.table.value)
     widget.close()
     hub.stop_server("wanda")
 

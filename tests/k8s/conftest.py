@@ -5,10 +5,8 @@ docs/kubernetes.md). The real control plane's tests are in tests/cluster."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,15 +50,3 @@ def cluster(apiserver: FakeAPIServer) -> Cluster:
 async def api_client(apiserver: FakeAPIServer) -> AsyncIterator[client.ApiClient]:
     async with client.ApiClient(client.Configuration(host=apiserver.url)) as c:
         yield c
-
-
-async def until(check: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> object:
-    """Poll `check` until it returns something truthy (watch events arrive asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)

@@ -13,30 +13,21 @@ from traitlets.config import Config
 
 from gpupool.gpu.sharing import KAISharing
 from gpupool.kube.objects import name_of
-from gpupool.manager import PoolManager
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
-from gpupool.store import Store
 from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
 from gpupool.train.kube_service import KubeTrainingService
-from tests.k8s.conftest import until
 from tests.k8s.fake_apiserver import Cluster
+from tests.support.pools import make_pool, train_config
+from tests.support.wait import until_async
 
 NS = "jhub"
 
 
 def make_service(tmp_path: Path, api_client, **train) -> KubeTrainingService:
-    c = Config()
-    c.TrainPool.projects = {"vision": {"guarantee": 1}}
-    c.TrainPool.runner = "kubernetes"
-    c.TrainPool.image = "registry.example.org/train:1"
-    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.kube_job_options = {"namespace": NS, "device_memory_mib": 81920}
-    for k, v in train.items():
-        setattr(c.TrainPool, k, v)
-    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
-    svc = KubeTrainingService(pool, TrainPool(config=c), api_client, KAISharing())
+    settings = {"projects": {"vision": {"guarantee": 1}}, "runner": "kubernetes", "image": "registry.example.org/train:1",
+                "kube_job_options": {"namespace": NS, "device_memory_mib": 81920}, **train}
+    c = train_config(tmp_path, **settings)
+    svc = KubeTrainingService(make_pool(tmp_path, 4), TrainPool(config=c), api_client, KAISharing())
     svc.controller.watch_timeout_s = 2
     return svc
 
@@ -60,7 +51,7 @@ async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService,
     assert await service.logs(service.job(row.id), 5) == {"lines": [], "before": 0, "output_notebook": None}  # no pod
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
-    await until(lambda: service.job(row.id).state == "running", what="running")
+    await until_async(lambda: service.job(row.id).state == "running", "the job running")
     cluster.api.write_log(NS, first, "".join(f"step {i}\n" for i in range(300)))
     logs = await service.logs(service.job(row.id), 5)
     assert logs["lines"] == [f"step {i}" for i in range(295, 300)]
@@ -72,7 +63,7 @@ async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService,
     second = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, second)
     cluster.api.write_log(NS, second, "resumed at step 300\n")
-    await until(lambda: service.job(row.id).runs == 2, what="the second run")
+    await until_async(lambda: service.job(row.id).runs == 2, "the second run")
     assert (await service.logs(service.job(row.id), 5))["lines"] == ["resumed at step 300"]
 
 

@@ -1,0 +1,65 @@
+"""The one pool set-up tests share: a PoolManager on a fresh SQLite file, and the embedded
+training service on top of it, with the usual small quotas. Each test passes what it is about
+(how many GPUs, which limits, which TrainPool settings) and nothing else.
+
+    pool = make_pool(tmp_path, 2)
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}}, grace_s=1)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from traitlets.config import Config
+
+from gpupool.manager import PoolManager
+from gpupool.pool import BuildLimits, BuildQuotaPolicy, Inventory, get_policy, virtual_inventory
+from gpupool.pool.placement import Policy
+from gpupool.store import Store
+from gpupool.train.config import TrainPool
+from gpupool.train.service import TrainingService
+from tests.support.wait import TIMEOUT_S, until
+
+# one GPU per user, a quarter or a whole one per workspace, two workspaces
+LIMITS = BuildLimits(1000, (250, 1000), 1000, 2)
+
+
+def make_pool(tmp_path: Path, gpus: int | Inventory = 1, *, limits: BuildLimits | BuildQuotaPolicy = LIMITS,
+              placement: str | Policy = "best-fit", db: str = "pool.sqlite",
+              cls: type[PoolManager] = PoolManager) -> PoolManager:
+    """A pool manager with `gpus` virtual GPUs on one node (or the Inventory given), `limits` for
+    every user (or a whole BuildQuotaPolicy), a placement policy by name or object, and its
+    database `tmp_path/db` (a second manager on the same file is a restarted hub)."""
+    inventory = virtual_inventory(gpus) if isinstance(gpus, int) else gpus
+    quotas = limits if isinstance(limits, BuildQuotaPolicy) else BuildQuotaPolicy(limits)
+    policy = get_policy(placement) if isinstance(placement, str) else placement
+    return cls(inventory, Store(f"sqlite:///{tmp_path / db}"), quotas, policy)
+
+
+def train_config(tmp_path: Path, **settings: object) -> Config:
+    """TrainPool config: jobs under `tmp_path/jobs/<user>` unless `jobs_root` is given, then `settings`."""
+    c = Config()
+    c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    for name, value in settings.items():
+        setattr(c.TrainPool, name, value)
+    return c
+
+
+def make_training(tmp_path: Path, gpus: int | Inventory = 1, *, limits: BuildLimits | BuildQuotaPolicy = LIMITS,
+                  placement: str | Policy = "best-fit", **settings: object) -> TrainingService:
+    """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's."""
+    pool = make_pool(tmp_path, gpus, limits=limits, placement=placement)
+    return TrainingService(pool, TrainPool(config=train_config(tmp_path, **settings)))
+
+
+def run_until(svc: TrainingService, cond: Callable[[], object], what: str = "the jobs to get there", *,
+              now: float | Callable[[], float] | None = None, timeout: float = TIMEOUT_S) -> None:
+    """Tick `svc` until `cond()` holds while its jobs run as real processes. The scheduler sees
+    `now` (a fixed time: the test travels it; a callable; or None: the wall clock, for grace and
+    runtime limits that real processes live through). On a timeout: every job's state."""
+    def tick() -> None:
+        svc.tick(time.time() if now is None else now() if callable(now) else now)
+
+    until(cond, what, timeout=timeout, every=0.05, step=tick, detail=lambda: [j.to_json() for j in svc.jobs()])
