@@ -15,6 +15,7 @@ up: venv
 
 test: venv browser node cluster
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -23,6 +24,7 @@ unit: venv
 
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # mypy on the product packages. The folders install under other names (pyproject's package-dir:
 # hub_ext -> gpupool, spawner -> gpupool.spawner, ...) through the editable install's import hook,

@@ -23,7 +23,9 @@ SERVER_SWITCH = "widgets/labextension/jupyter-config/jupyter_server_config.d/gpu
 
 
 def sources() -> list[Path]:
-    return [p for d in ("src", "schema") for p in (LAB / d).rglob("*") if p.is_file()] + [LAB / "package.json"]
+    return [p for d in ("src", "schema") for p in (LAB / d).rglob("*") if p.is_file()] + [
+        LAB / "package.json"
+    ]
 
 
 def stale() -> bool:
@@ -65,7 +67,9 @@ class BuildLabextension(Command):
             if not (npm and node):
                 raise SystemExit("building gpupool's JupyterLab extension needs Node >= 20 and npm on PATH")
             if not BUILDER.exists():
-                subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ROOT, check=True)
+                subprocess.run(
+                    [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=ROOT, check=True
+                )
             shutil.rmtree(OUT, ignore_errors=True)
             subprocess.run([node, str(BUILDER), "--core-path", core_path(), str(LAB)], cwd=ROOT, check=True)
         files = data_files()

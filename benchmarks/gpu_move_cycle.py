@@ -41,11 +41,13 @@ def _import_gpupool() -> None:
     gpupool.gpu.cuda_checkpoint need only the stdlib and cuda-bindings."""
     try:
         import gpupool  # noqa: F401 - installed: use it
+
         return
     except ImportError:
         pass
-    spec = importlib.util.spec_from_file_location("gpupool", ROOT / "hub_ext" / "__init__.py",
-                                                  submodule_search_locations=[str(ROOT / "hub_ext")])
+    spec = importlib.util.spec_from_file_location(
+        "gpupool", ROOT / "hub_ext" / "__init__.py", submodule_search_locations=[str(ROOT / "hub_ext")]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["gpupool"] = module
     spec.loader.exec_module(module)
@@ -85,8 +87,9 @@ HOLDER = textwrap.dedent("""
 class Holder:
     def __init__(self, gib: float, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(gib)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(gib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.info = self.answer(timeout_s=max(timeout_s, 300))
@@ -121,8 +124,12 @@ def gpu_mem_used_mib() -> int | None:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
-    out = subprocess.run([smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     try:
         return int(out.stdout.split()[0])
     except (IndexError, ValueError):
@@ -139,8 +146,10 @@ def cycle(backend, holder: Holder, lock_timeout_ms: int) -> dict:
     pid = holder.proc.pid
     assert backend.state(pid) == "running", backend.state(pid)
     used_before = gpu_mem_used_mib()
-    run = {"lock_s": timed(backend.lock, pid, lock_timeout_ms),
-           "checkpoint_s": timed(backend.checkpoint, pid)}
+    run = {
+        "lock_s": timed(backend.lock, pid, lock_timeout_ms),
+        "checkpoint_s": timed(backend.checkpoint, pid),
+    }
     run["state_parked"] = backend.state(pid)
     run["gpu_mem_used_mib"] = {"before": used_before, "parked": gpu_mem_used_mib()}
     run["restore_s"] = timed(backend.restore, pid, None)
@@ -163,8 +172,14 @@ def cell_during_park(backend, holder: Holder, parked_s: float, lock_timeout_ms: 
     restore_s = timed(backend.restore, pid, None)
     unlock_s = timed(backend.unlock, pid)
     out = holder.answer()
-    out.update({"parked_s": parked_s, "restore_s": restore_s, "unlock_s": unlock_s,
-                "wait_beyond_restore_s": out["cell_wait_s"] - parked_s - restore_s - unlock_s})
+    out.update(
+        {
+            "parked_s": parked_s,
+            "restore_s": restore_s,
+            "unlock_s": unlock_s,
+            "wait_beyond_restore_s": out["cell_wait_s"] - parked_s - restore_s - unlock_s,
+        }
+    )
     holder.send("check")
     out.update(holder.answer())
     return out
@@ -183,9 +198,13 @@ def fit(points: list[tuple[float, float]]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="1,10", help="GiB held by the process, comma-separated (default 1,10)")
+    parser.add_argument(
+        "--sizes", default="1,10", help="GiB held by the process, comma-separated (default 1,10)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="full cycles per size (default 3)")
-    parser.add_argument("--parked-s", type=float, default=1.0, help="how long the cell-during-park test stays parked")
+    parser.add_argument(
+        "--parked-s", type=float, default=1.0, help="how long the cell-during-park test stays parked"
+    )
     parser.add_argument("--lock-timeout-ms", type=int, default=10_000)
     parser.add_argument("--timeout-s", type=float, default=120.0, help="the most one holder answer may take")
     parser.add_argument("--json", default="", help="also write the result here")
@@ -211,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                 restore_points.append((gib, runs[-1]["restore_s"] + runs[-1]["unlock_s"]))
             if gib == max(sizes):
                 try:
-                    result["cell_during_park"] = cell_during_park(backend, holder, args.parked_s,
-                                                                  args.lock_timeout_ms)
+                    result["cell_during_park"] = cell_during_park(
+                        backend, holder, args.parked_s, args.lock_timeout_ms
+                    )
                 except Exception as err:  # noqa: BLE001 - report, keep the figures above
                     result["errors"].append(f"cell during park ({gib} GiB): {err}")
         except Exception as err:  # noqa: BLE001 - report what failed and what was measured
@@ -222,14 +242,19 @@ def main(argv: list[str] | None = None) -> int:
         phases = ("lock_s", "checkpoint_s", "restore_s", "unlock_s")
         median = {p: round(statistics.median(r[p] for r in runs), 4) for p in phases} if runs else {}
         result["sizes"][str(gib)] = {
-            "runs": runs, "median": median,
+            "runs": runs,
+            "median": median,
             "park_s_per_gib": round((median["lock_s"] + median["checkpoint_s"]) / gib, 4) if runs else None,
             "restore_s_per_gib": round((median["restore_s"] + median["unlock_s"]) / gib, 4) if runs else None,
-            "identical": bool(runs) and all(r.get("identical") for r in runs)}
+            "identical": bool(runs) and all(r.get("identical") for r in runs),
+        }
     if park_points:
         result["fit"] = {"park": fit(park_points), "restore": fit(restore_points)}
-    result["ok"] = (not result["errors"] and all(s["identical"] for s in result["sizes"].values())
-                    and result.get("cell_during_park", {}).get("identical", False))
+    result["ok"] = (
+        not result["errors"]
+        and all(s["identical"] for s in result["sizes"].values())
+        and result.get("cell_during_park", {}).get("identical", False)
+    )
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -32,7 +32,7 @@ def made_accounts(state: str) -> list[MadeAccount]:
     for pw in pwd.getpwall():
         comment = pw.pw_gecos.split(",")[0]
         if comment.startswith(MARKER) and pw.pw_uid != 0 and pw.pw_dir.startswith(homes):
-            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, comment[len(MARKER):]))
+            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, comment[len(MARKER) :]))
     return sorted(out, key=lambda a: a.name)
 
 
@@ -68,7 +68,9 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        done = subprocess.run(["userdel", "--remove", account.name], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["userdel", "--remove", account.name], capture_output=True, text=True, timeout=60
+        )
         # userdel says so when the home was already gone; the account is removed all the same
         if done.returncode not in (0, 12):
             problems.append(f"{account.name}: userdel failed: {(done.stderr or done.stdout).strip()[:200]}")

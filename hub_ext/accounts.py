@@ -63,49 +63,77 @@ class Account:
 class SystemAccounts(Configurable):
     """Which Unix account a hub user's workspaces and train jobs run as."""
 
-    prefix = Unicode("", config=True, help="""Put before a hub user's name to make the Unix account name.
+    prefix = Unicode(
+        "",
+        config=True,
+        help="""Put before a hub user's name to make the Unix account name.
         Empty: the hub name is the account name (JupyterHub's LocalProcessSpawner rule, e.g. with
         PAM log-in). `gpupool up` run as root uses TLJH's convention, "jupyter-". Example::
 
             c.SystemAccounts.prefix = "jupyter-"
-        """)
-    create = Bool(False, config=True, help="""Create a missing account with useradd the first time its
+        """,
+    )
+    create = Bool(
+        False,
+        config=True,
+        help="""Create a missing account with useradd the first time its
         hub user spawns a workspace or submits a job (the hub must run as root). The account gets no
         password, no login shell and a home only it can read (0700). Example::
 
             c.SystemAccounts.create = True
-        """)
-    home_root = Unicode("", config=True, help="""Folder for the homes of created accounts (each gets
+        """,
+    )
+    home_root = Unicode(
+        "",
+        config=True,
+        help="""Folder for the homes of created accounts (each gets
         <home_root>/<account name>); empty: useradd's default (/home). Other accounts must be able to
         pass through it (mode 0711 or 0755). Example::
 
             c.SystemAccounts.home_root = "/srv/gpupool/home"
-        """)
-    shell = Unicode("/usr/sbin/nologin", config=True, help="""Login shell of created accounts (they
+        """,
+    )
+    shell = Unicode(
+        "/usr/sbin/nologin",
+        config=True,
+        help="""Login shell of created accounts (they
         never log in; workspaces start their own programs). Example::
 
             c.SystemAccounts.shell = "/bin/bash"
-        """)
-    max_created_per_minute = Int(60, min=1, config=True, help="""Accounts the hub may make in any 60
+        """,
+    )
+    max_created_per_minute = Int(
+        60,
+        min=1,
+        config=True,
+        help="""Accounts the hub may make in any 60
         seconds; a log-in, spawn or job past it gets no account yet and is told to try again in a
         minute. Bounds what a flood of log-ins (with an authenticator that admits any name) can do;
         the default lets a class of 60 log in on its first morning at once. Example::
 
             c.SystemAccounts.max_created_per_minute = 120
-        """)
-    max_accounts = Int(1000, min=0, config=True, help="""Accounts gpupool may have made in all (those
+        """,
+    )
+    max_accounts = Int(
+        1000,
+        min=0,
+        config=True,
+        help="""Accounts gpupool may have made in all (those
         whose comment says `gpupool user ...`); past it no new hub user gets one until an admin
         removes some (`userdel`). Example::
 
             c.SystemAccounts.max_accounts = 5000
-        """)
+        """,
+    )
 
     @validate("prefix")
     def _check_prefix(self, proposal: dict) -> str:
         value = proposal["value"]
         if value and (not UNIX_NAME.match(value) or len(value) > 16):
-            raise TraitError(f"SystemAccounts.prefix must be empty or a Unix name start of at most 16"
-                             f" characters ([a-z_][a-z0-9_-]*), not {value[:40]!r}")
+            raise TraitError(
+                f"SystemAccounts.prefix must be empty or a Unix name start of at most 16"
+                f" characters ([a-z_][a-z0-9_-]*), not {value[:40]!r}"
+            )
         return value
 
     def name_for(self, hub_name: str) -> str:
@@ -157,13 +185,17 @@ class SystemAccounts(Configurable):
         while _made and _made[0] <= now - 60:
             _made.popleft()
         if len(_made) >= self.max_created_per_minute:
-            raise AccountError(f"the hub has made {len(_made)} accounts in the last minute, at most"
-                               f" {self.max_created_per_minute} (c.SystemAccounts.max_created_per_minute):"
-                               " try again in a minute")
+            raise AccountError(
+                f"the hub has made {len(_made)} accounts in the last minute, at most"
+                f" {self.max_created_per_minute} (c.SystemAccounts.max_created_per_minute):"
+                " try again in a minute"
+            )
         made = sum(1 for p in pwd.getpwall() if p.pw_gecos.startswith(MARKER))
         if made >= self.max_accounts:
-            raise AccountError(f"this machine has {made} accounts made by gpupool, at most {self.max_accounts}"
-                               " (c.SystemAccounts.max_accounts): an admin must remove some first")
+            raise AccountError(
+                f"this machine has {made} accounts made by gpupool, at most {self.max_accounts}"
+                " (c.SystemAccounts.max_accounts): an admin must remove some first"
+            )
 
     def free_name(self, hub_name: str) -> str:
         """The name a new account of `hub_name` gets: the computed one when it is free, else one with a
@@ -181,23 +213,38 @@ class SystemAccounts(Configurable):
     def _useradd(self, hub_name: str) -> None:
         name = self.free_name(hub_name)
         if not UNIX_NAME.match(name) or len(name) > MAX_UNIX_NAME:
-            raise AccountError(f"cannot make a Unix account named {name[:64]!r} (not a Unix name): set"
-                               " c.SystemAccounts.prefix so that hub names are mapped to valid ones")
-        cmd = ["useradd", "--create-home", "--user-group", "--shell", self.shell,
-               "--comment", comment_for(hub_name), "-K", "UMASK=0077"]
+            raise AccountError(
+                f"cannot make a Unix account named {name[:64]!r} (not a Unix name): set"
+                " c.SystemAccounts.prefix so that hub names are mapped to valid ones"
+            )
+        cmd = [
+            "useradd",
+            "--create-home",
+            "--user-group",
+            "--shell",
+            self.shell,
+            "--comment",
+            comment_for(hub_name),
+            "-K",
+            "UMASK=0077",
+        ]
         if self.home_root:
             root = Path(self.home_root)
             root.mkdir(parents=True, exist_ok=True)
             if root.stat().st_mode & 0o011 != 0o011:
                 root.chmod(root.stat().st_mode | 0o011)  # every account passes through to its own home
             if os.path.lexists(root / name):  # a former account's: its files are not handed to a new uid
-                raise AccountError(f"cannot make the Unix account {name!r}: its home {root / name} already"
-                                   " exists (left by an earlier account?); an admin must move it away first")
+                raise AccountError(
+                    f"cannot make the Unix account {name!r}: its home {root / name} already"
+                    " exists (left by an earlier account?); an admin must move it away first"
+                )
             cmd += ["--home-dir", str(root / name)]
         done = subprocess.run([*cmd, "--", name], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            raise AccountError(f"could not create the Unix account {name!r} for hub user"
-                               f" {hub_name[:64]!r}: {(done.stderr or done.stdout).strip()[:300]}")
+            raise AccountError(
+                f"could not create the Unix account {name!r} for hub user"
+                f" {hub_name[:64]!r}: {(done.stderr or done.stdout).strip()[:300]}"
+            )
         home = pwd.getpwnam(name).pw_dir
         os.chmod(home, 0o700)  # whatever HOME_MODE the system's login.defs says
 
@@ -205,12 +252,16 @@ class SystemAccounts(Configurable):
     def _checked(pw: pwd.struct_passwd, hub_name: str) -> Account:
         comment = pw.pw_gecos.split(",")[0]
         if pw.pw_uid == 0 or pw.pw_gid == 0:
-            raise AccountError(f"the Unix account {pw.pw_name!r} is root's or in root's group:"
-                               " workspaces and jobs never run as root")
+            raise AccountError(
+                f"the Unix account {pw.pw_name!r} is root's or in root's group:"
+                " workspaces and jobs never run as root"
+            )
         if comment.startswith(MARKER) and comment != comment_for(hub_name):
-            raise AccountError(f"the Unix account {pw.pw_name!r} belongs to hub user"
-                               f" {comment[len(MARKER):][:64]!r}, not {hub_name[:64]!r}: this name cannot be"
-                               " used on this hub (ask an admin)")
+            raise AccountError(
+                f"the Unix account {pw.pw_name!r} belongs to hub user"
+                f" {comment[len(MARKER) :][:64]!r}, not {hub_name[:64]!r}: this name cannot be"
+                " used on this hub (ask an admin)"
+            )
         return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
 
 
@@ -259,8 +310,10 @@ def unreachable(paths: list[str]) -> str:
             return f"{path}: {err.strerror}"
         need = stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
         if not mode & need:
-            return f"other accounts may not {'pass through' if need == stat.S_IXOTH else 'read'} {path}" \
-                   f" (mode {oct(mode & 0o777)})"
+            return (
+                f"other accounts may not {'pass through' if need == stat.S_IXOTH else 'read'} {path}"
+                f" (mode {oct(mode & 0o777)})"
+            )
     return ""
 
 
@@ -283,12 +336,18 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
         env = Path(folder)
         mine = env / "lib" / f"python{minor}" / "site-packages"
         if not (env / "bin" / "python").exists():
-            subprocess.run([candidate, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120,
-                           capture_output=True)
+            subprocess.run(
+                [candidate, "-m", "venv", "--without-pip", str(env)],
+                check=True,
+                timeout=120,
+                capture_output=True,
+            )
         (mine / "gpupool-hub-packages.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
         script = env / "bin" / "jupyterhub-singleuser"
-        script.write_text(f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\n"
-                          "sys.exit(main())\n")
+        script.write_text(
+            f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\n"
+            "sys.exit(main())\n"
+        )
         for path in (env, *env.rglob("*")):
             if path.is_symlink():
                 continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
@@ -300,7 +359,9 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
     return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
 
 
-async def make_on_login(authenticator: Authenticator, handler: object, authentication: dict | None) -> dict | None:
+async def make_on_login(
+    authenticator: Authenticator, handler: object, authentication: dict | None
+) -> dict | None:
     """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
     create_system_users habit). A user whose account cannot be made still logs in: the spawn page
     then says why no server can start."""
@@ -309,9 +370,13 @@ async def make_on_login(authenticator: Authenticator, handler: object, authentic
 
     if authentication:
         try:
-            await asyncio.to_thread(SystemAccounts(config=authenticator.config).ensure, authentication["name"])
+            await asyncio.to_thread(
+                SystemAccounts(config=authenticator.config).ensure, authentication["name"]
+            )
         except AccountError as err:
-            logging.getLogger("gpupool").warning("no Unix account for %s: %s", authentication["name"][:64], err)
+            logging.getLogger("gpupool").warning(
+                "no Unix account for %s: %s", authentication["name"][:64], err
+            )
     return authentication
 
 

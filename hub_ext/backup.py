@@ -40,8 +40,12 @@ def backup(state: Path, out: Path) -> dict:
             src.close()
             dst.close()
         (out / name).chmod(0o600)
-    manifest = {"made": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "state": str(state), "files": list(FILES),
-                "instance": instance_of(out / "gpupool.sqlite")}
+    manifest = {
+        "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "state": str(state),
+        "files": list(FILES),
+        "instance": instance_of(out / "gpupool.sqlite"),
+    }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -109,8 +113,9 @@ def hub_processes(state: Path, proc_root: str = "/proc") -> list[int]:
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
                 args = (proc / "cmdline").read_bytes().split(b"\0")
-                if any(a == b"jupyterhub" or a.endswith(b"/jupyterhub") for a in args) and \
-                        marker in (proc / "environ").read_bytes().split(b"\0"):
+                if any(a == b"jupyterhub" or a.endswith(b"/jupyterhub") for a in args) and marker in (
+                    proc / "environ"
+                ).read_bytes().split(b"\0"):
                     found.append(int(proc.name))
             except OSError:
                 continue

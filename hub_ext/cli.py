@@ -30,7 +30,15 @@ def config_classes() -> list[type[Configurable]]:
     from gpupool.train.config import TrainPool
     from gpupool.usage.config import Usage
 
-    classes: list[type[Configurable]] = [GPUPool, TrainPool, GPUParking, GPUMover, SystemAccounts, Usage, Containment]
+    classes: list[type[Configurable]] = [
+        GPUPool,
+        TrainPool,
+        GPUParking,
+        GPUMover,
+        SystemAccounts,
+        Usage,
+        Containment,
+    ]
     try:
         from gpupool.idle_culler.config import config_classes as culler_classes
     except ImportError:  # the culler is optional
@@ -50,8 +58,12 @@ class _ConfigWriter(Application):
 def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
     """The generated file without the old names of renamed options (traits tagged `deprecated`):
     each setting appears once, under its current name; old configs still load, with a warning."""
-    old = {f"# c.{cls.__name__}.{name} = " for cls in classes
-           for name, trait in cls.class_own_traits(config=True).items() if trait.metadata.get("deprecated")}
+    old = {
+        f"# c.{cls.__name__}.{name} = "
+        for cls in classes
+        for name, trait in cls.class_own_traits(config=True).items()
+        if trait.metadata.get("deprecated")
+    }
     blocks = text.split("\n\n")
     return "\n\n".join(b for b in blocks if not any(line.startswith(tuple(old)) for line in b.splitlines()))
 
@@ -62,13 +74,18 @@ def generate_config(path: str) -> None:
     from gpupool.embedded import demo_lines
 
     text = without_deprecated(_ConfigWriter().generate_config_file(), config_classes())
-    text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(sys.executable, "(the hub's own Python)")
+    text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(
+        sys.executable, "(the hub's own Python)"
+    )
     header = (
         "# gpupool configuration: every option with its help text and an example.\n"
         "# Use it with `gpupool up --config THIS_FILE`, or paste the settings into your\n"
         "# jupyterhub_config.py before `gpupool.configure(c)`.\n\n"
     )
-    demo = "\n# `make up`'s demo settings (as they are, this file starts the same hub as the demo):\n" + demo_lines()
+    demo = (
+        "\n# `make up`'s demo settings (as they are, this file starts the same hub as the demo):\n"
+        + demo_lines()
+    )
     head, marker, rest = text.partition("c = get_config()  #noqa\n")
     text = head + marker + demo + rest if marker else demo + text
     if os.path.exists(path):
@@ -103,12 +120,20 @@ def up(args: argparse.Namespace) -> int:
     checked = check_config(config)
     from gpupool.embedded import chp_command, demo_password
 
-    env = dict(os.environ, GPUPOOL_STATE_DIR=state, GPUPOOL_CONFIG=config, GPUPOOL_CHP=chp_command(),
-               GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "", **port_env(args))
+    env = dict(
+        os.environ,
+        GPUPOOL_STATE_DIR=state,
+        GPUPOOL_CONFIG=config,
+        GPUPOOL_CHP=chp_command(),
+        GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "",
+        **port_env(args),
+    )
     if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
         args.user_env = users_python(state)
     if args.user_env:
-        env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(args.user_env)  # banner too
+        env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(
+            args.user_env
+        )  # banner too
     check_user_env(state)
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
@@ -117,8 +142,17 @@ def up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: hub.send_signal(signal.SIGTERM))
     try:
         if wait_until_up(f"http://127.0.0.1:{args.port}/hub/api/", hub):
-            print(banner(args.port, password, admin_password, state, args.demo_culling,
-                         containment_note(checked, state)), flush=True)
+            print(
+                banner(
+                    args.port,
+                    password,
+                    admin_password,
+                    state,
+                    args.demo_culling,
+                    containment_note(checked, state),
+                ),
+                flush=True,
+            )
         return hub.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the hub too (same terminal): let it shut down
         return hub.wait()
@@ -150,13 +184,16 @@ def check_user_env(state: str) -> None:
         return
     missing = missing_jupyter(user_python())
     if missing:
-        raise SystemExit(f"gpupool: workspaces would start without {', '.join(missing)}: the users' Python"
-                         f" {user_python()} does not find them. Install gpupool (it brings JupyterLab) in that"
-                         " environment, or leave --user-env out to let `gpupool up` make one")
+        raise SystemExit(
+            f"gpupool: workspaces would start without {', '.join(missing)}: the users' Python"
+            f" {user_python()} does not find them. Install gpupool (it brings JupyterLab) in that"
+            " environment, or leave --user-env out to let `gpupool up` make one"
+        )
 
 
-def banner(port: int, password: str, admin_password: str, state: str, demo_culling: bool = False,
-           contained: str = "") -> str:
+def banner(
+    port: int, password: str, admin_password: str, state: str, demo_culling: bool = False, contained: str = ""
+) -> str:
     from gpupool.embedded import DEMO_CULLING_NOTE, isolation
 
     return (
@@ -177,8 +214,11 @@ def containment_note(c: Config, state: str) -> str:
 
     db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
     tree = detect(Containment(config=c).mode, hub_key(db_url))
-    return WorkloadCgroups(tree, "").describe().replace(f" ({tree.root})", "") if tree.available \
+    return (
+        WorkloadCgroups(tree, "").describe().replace(f" ({tree.root})", "")
+        if tree.available
         else WorkloadCgroups(tree, "").describe()
+    )
 
 
 def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
@@ -210,13 +250,19 @@ def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     from gpupool.embedded import ACCOUNT_PREFIX
 
     if mode == "accounts":
-        return (f"each user runs as a Unix account of their own ({ACCOUNT_PREFIX}<name>, made on first use,"
-                " home readable only by it): users cannot read each other's files (docs/security.md)")
+        return (
+            f"each user runs as a Unix account of their own ({ACCOUNT_PREFIX}<name>, made on first use,"
+            " home readable only by it): users cannot read each other's files (docs/security.md)"
+        )
     if euid != 0:
-        return ("workspaces and jobs run as this account: users share it and can read each other's files"
-                " (run as root for an account per user; see docs/security.md)")
-    return (f"running as root, but users are NOT isolated: workspaces run as root ({reason});"
-            " see docs/security.md")
+        return (
+            "workspaces and jobs run as this account: users share it and can read each other's files"
+            " (run as root for an account per user; see docs/security.md)"
+        )
+    return (
+        f"running as root, but users are NOT isolated: workspaces run as root ({reason});"
+        " see docs/security.md"
+    )
 
 
 def _port(text: str) -> int:
@@ -252,8 +298,10 @@ def backup_or_restore(args: argparse.Namespace) -> int:
     try:
         if args.command == "backup":
             made = backup(state, folder)
-            print(f"gpupool: backed up {', '.join(made['files'])} of {state} (instance {made['instance']})"
-                  f" to {folder}")
+            print(
+                f"gpupool: backed up {', '.join(made['files'])} of {state} (instance {made['instance']})"
+                f" to {folder}"
+            )
         else:
             for line in restore(folder, state):
                 print(f"gpupool: {line}")
@@ -269,31 +317,56 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="run the embedded hub on this machine")
     p_up.add_argument("--config", default="", help="a gpupool config file (c.GPUPool... settings)")
-    p_up.add_argument("--generate-config", nargs="?", const="gpupool_config.py", default="",
-                      metavar="FILE", help="write a commented config file and exit")
+    p_up.add_argument(
+        "--generate-config",
+        nargs="?",
+        const="gpupool_config.py",
+        default="",
+        metavar="FILE",
+        help="write a commented config file and exit",
+    )
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
-    p_up.add_argument("--demo-culling", action="store_true",
-                      help="try the idle culler and GPU parking in minutes without a GPU: short limits, and GPU"
-                           " use is what users say (%%gpupool gpu busy / idle) (README: Try culling and parking)")
-    p_up.add_argument("--user-env", default=os.environ.get("GPUPOOL_USER_ENV", ""), metavar="FOLDER",
-                      help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
-                           " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
-                           " account can run")
+    p_up.add_argument(
+        "--demo-culling",
+        action="store_true",
+        help="try the idle culler and GPU parking in minutes without a GPU: short limits, and GPU"
+        " use is what users say (%%gpupool gpu busy / idle) (README: Try culling and parking)",
+    )
+    p_up.add_argument(
+        "--user-env",
+        default=os.environ.get("GPUPOOL_USER_ENV", ""),
+        metavar="FOLDER",
+        help="the Python environment (a venv with jupyterhub and jupyterlab) workspaces and jobs"
+        " run in; default: the hub's own, or $GPUPOOL_USER_ENV. As root it must be one every"
+        " account can run",
+    )
     for opt, (var, default, what) in PORTS.items():
-        p_up.add_argument(f"--{opt.replace('_', '-')}", type=_port, default=os.environ.get(var, str(default)),
-                          help=f"{what} (default {default}, or ${var})")
-    p_acc = sub.add_parser("accounts", help="list (or remove) the Unix accounts `gpupool up` made as root",
-                           description="The Unix accounts a root `gpupool up` made for its hub users: those whose"
-                                       " comment says `gpupool user <name>` and whose home is in the state folder."
-                                       " `make clean` removes them.")
+        p_up.add_argument(
+            f"--{opt.replace('_', '-')}",
+            type=_port,
+            default=os.environ.get(var, str(default)),
+            help=f"{what} (default {default}, or ${var})",
+        )
+    p_acc = sub.add_parser(
+        "accounts",
+        help="list (or remove) the Unix accounts `gpupool up` made as root",
+        description="The Unix accounts a root `gpupool up` made for its hub users: those whose"
+        " comment says `gpupool user <name>` and whose home is in the state folder."
+        " `make clean` removes them.",
+    )
     p_acc.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
-    p_acc.add_argument("--remove", action="store_true", help="userdel them, with their homes (the hub must be"
-                                                             " stopped)")
+    p_acc.add_argument(
+        "--remove", action="store_true", help="userdel them, with their homes (the hub must be stopped)"
+    )
     p_acc.add_argument("--kill", action="store_true", help="with --remove: kill their processes first")
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
-    p_backup = sub.add_parser("backup", help="copy the hub's databases into a new folder (safe while it runs)")
-    p_restore = sub.add_parser("restore", help="put a backup's databases back (the hub must be stopped;"
-                                               " the files replaced are kept aside)")
+    p_backup = sub.add_parser(
+        "backup", help="copy the hub's databases into a new folder (safe while it runs)"
+    )
+    p_restore = sub.add_parser(
+        "restore",
+        help="put a backup's databases back (the hub must be stopped; the files replaced are kept aside)",
+    )
     for p in (p_backup, p_restore):
         p.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
         p.add_argument("folder", help="the backup folder")

@@ -19,8 +19,15 @@ from gpupool.pool.units import UnitError, shown
 
 LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
 # the options an admin may also change at run time through the API (PUT api/quotas)
-QUOTA_KEYS = ("default_build_quota", "allowed_fractions", "max_gpus_per_workspace",
-              "max_workspaces_per_user", "group_overrides", "group_totals", "build_pools")
+QUOTA_KEYS = (
+    "default_build_quota",
+    "allowed_fractions",
+    "max_gpus_per_workspace",
+    "max_workspaces_per_user",
+    "group_overrides",
+    "group_totals",
+    "build_pools",
+)
 MAX_POOLS = 16
 # a group named in quotas: what JupyterHub and the usual authenticators name groups ("cs101",
 # "physics-lab", GitHub's "org:team", "staff@uni.edu"), at most JupyterHub's 255 characters; a
@@ -96,8 +103,10 @@ class GPUPool(LoggingConfigurable):
 
     @observe("placement_policy")
     def _old_placement_policy(self, change: dict) -> None:
-        self.log.warning("c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy"
-                         " (build workspaces; train jobs: c.TrainPool.placement_policy)")
+        self.log.warning(
+            "c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy"
+            " (build workspaces; train jobs: c.TrainPool.placement_policy)"
+        )
         if "build_placement_policy" not in self.config.get("GPUPool", {}):  # the new name wins
             self.build_placement_policy = change["new"]
 
@@ -221,7 +230,7 @@ class GPUPool(LoggingConfigurable):
         "kai",
         config=True,
         help=f"""Kubernetes: how a GPU share reaches a pod, for build workspaces and train jobs
-        alike: {', '.join(BACKENDS)}, or the import path of a
+        alike: {", ".join(BACKENDS)}, or the import path of a
         `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
         annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
         mig: a MIG profile per fraction; whole: whole GPUs only. The gpupool chart sets it from
@@ -307,8 +316,10 @@ class GPUPool(LoggingConfigurable):
 
 def group_name(name: object, where: str) -> str:
     if not isinstance(name, str) or not GROUP_NAME.match(name):
-        raise TraitError(f"GPUPool.{where}: a group name is 1 to 255 letters, digits or . _ @ + : / -,"
-                         f" starting with a letter or digit (no spaces); not {shown(name)}")
+        raise TraitError(
+            f"GPUPool.{where}: a group name is 1 to 255 letters, digits or . _ @ + : / -,"
+            f" starting with a letter or digit (no spaces); not {shown(name)}"
+        )
     return name
 
 
@@ -337,10 +348,16 @@ def _sizes(values: list, where: str) -> tuple[int, ...]:
 def _pools(value: object, where: str) -> tuple[str, ...]:
     """Node pool names, in order of preference: at most MAX_POOLS, no repeats (the names are
     checked against c.TrainPool.node_pools when the hub starts)."""
-    if not isinstance(value, list | tuple) or len(value) > MAX_POOLS \
-            or not all(isinstance(v, str) and 0 < len(v) <= 63 for v in value) or len(set(value)) != len(value):
-        raise TraitError(f"GPUPool.{where}: pools must be a list of at most {MAX_POOLS} node pool names,"
-                         f" each once, e.g. [\"workstations\", \"dgx\"]; got {value!r}"[:300])
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) > MAX_POOLS
+        or not all(isinstance(v, str) and 0 < len(v) <= 63 for v in value)
+        or len(set(value)) != len(value)
+    ):
+        raise TraitError(
+            f"GPUPool.{where}: pools must be a list of at most {MAX_POOLS} node pool names,"
+            f' each once, e.g. ["workstations", "dgx"]; got {value!r}'[:300]
+        )
     return tuple(value)
 
 
@@ -391,10 +408,19 @@ def quota_notes(policy: BuildQuotaPolicy) -> list[str]:
     (a default of 0 is allowed, for hubs where only some groups get GPUs, but never silently)."""
     notes = []
     if policy.default.quota_milli == 0:
-        notes.append("the default build quota is 0: users in no group with a quota of its own cannot start"
-                     " a GPU workspace")
-    notes += [f"group {g!r} has a build quota of 0: its members cannot start a GPU workspace (unless another"
-              " of their groups allows it)" for g, lim in sorted(policy.group_overrides.items()) if lim.quota_milli == 0]
-    notes += [f"group {g!r} has a total of 0: its members cannot start a GPU workspace"
-              for g, total in sorted(policy.group_totals_milli.items()) if total == 0]
+        notes.append(
+            "the default build quota is 0: users in no group with a quota of its own cannot start"
+            " a GPU workspace"
+        )
+    notes += [
+        f"group {g!r} has a build quota of 0: its members cannot start a GPU workspace (unless another"
+        " of their groups allows it)"
+        for g, lim in sorted(policy.group_overrides.items())
+        if lim.quota_milli == 0
+    ]
+    notes += [
+        f"group {g!r} has a total of 0: its members cannot start a GPU workspace"
+        for g, total in sorted(policy.group_totals_milli.items())
+        if total == 0
+    ]
     return notes

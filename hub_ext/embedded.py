@@ -14,8 +14,12 @@ from traitlets.config import Config, PyFileConfigLoader
 DEMO_SETTINGS: dict[str, dict[str, object]] = {
     "GPUPool": {"virtual_gpus": 4},  # used only when NVML finds no GPU
     # "default" is open to every user (no member lists); "research" only to its members (and admins)
-    "TrainPool": {"projects": {"default": {"guarantee": 2},
-                               "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]}}},
+    "TrainPool": {
+        "projects": {
+            "default": {"guarantee": 2},
+            "research": {"guarantee": 1, "weight": 2, "users": ["demo"], "groups": ["research"]},
+        }
+    },
 }
 
 
@@ -24,14 +28,26 @@ DEMO_SETTINGS: dict[str, dict[str, object]] = {
 # parked after 2 min (a cell brings it back), a session is warned 4 min before its end at 8 min
 # and may be extended once by 5 min. An admin's --config still overrides any of these.
 DEMO_CULLING: dict[str, dict[str, object]] = {
-    "IdleCuller": {"sampler": "demo", "interval_s": 10.0, "window_s": 10.0, "stale_after_s": 60.0,
-                   "park_after_s": 120.0, "max_age_s": 480.0, "warn_before_s": 240.0, "extension_s": 300.0,
-                   "busy_grace_s": 60.0, "idle_limit_s": 240.0, "jupyter_idle_s": 60.0},
+    "IdleCuller": {
+        "sampler": "demo",
+        "interval_s": 10.0,
+        "window_s": 10.0,
+        "stale_after_s": 60.0,
+        "park_after_s": 120.0,
+        "max_age_s": 480.0,
+        "warn_before_s": 240.0,
+        "extension_s": 300.0,
+        "busy_grace_s": 60.0,
+        "idle_limit_s": 240.0,
+        "jupyter_idle_s": 60.0,
+    },
     "GPUParking": {"grant_interval_s": 2.0},
 }
-DEMO_CULLING_NOTE = ("culling demo: GPU use is what you say (%gpupool gpu busy / idle; idle until said): an idle"
-                     " GPU is parked after 2 min (run a cell to get it back), sessions are warned at 4 min and end"
-                     " at 8 min (Extend: 5 min more, once)")
+DEMO_CULLING_NOTE = (
+    "culling demo: GPU use is what you say (%gpupool gpu busy / idle; idle until said): an idle"
+    " GPU is parked after 2 min (run a cell to get it back), sessions are warned at 4 min and end"
+    " at 8 min (Extend: 5 min more, once)"
+)
 
 
 def apply_demo_culling(c: Config) -> None:
@@ -47,8 +63,11 @@ def apply_demo(c: Config) -> None:
 
 
 def demo_lines() -> str:
-    return "".join(f"c.{cls}.{name} = {value!r}\n" for cls, settings in DEMO_SETTINGS.items()
-                   for name, value in settings.items())
+    return "".join(
+        f"c.{cls}.{name} = {value!r}\n"
+        for cls, settings in DEMO_SETTINGS.items()
+        for name, value in settings.items()
+    )
 
 
 ACCOUNT_PREFIX = "jupyter-"  # TLJH's convention
@@ -73,11 +92,20 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
     if shutil.which("useradd") is None:
         return "shared", "useradd is missing, so no account can be made"
     here = os.path.dirname(os.path.abspath(__file__))
-    why = unreachable([user_python(), singleuser_command(), os.path.join(here, "runners", "wrap.py"),
-                       os.path.join(here, "gpu", "startup"), state])
+    why = unreachable(
+        [
+            user_python(),
+            singleuser_command(),
+            os.path.join(here, "runners", "wrap.py"),
+            os.path.join(here, "gpu", "startup"),
+            state,
+        ]
+    )
     if why:
-        return "shared", (f"other accounts could not run the users' Python environment: {why}; point"
-                          " --user-env at one they can run")
+        return "shared", (
+            f"other accounts could not run the users' Python environment: {why}; point"
+            " --user-env at one they can run"
+        )
     return "accounts", ""
 
 
@@ -107,8 +135,11 @@ def private_state(state: str) -> None:
 def demo_password(state_dir: str, admin: bool = False) -> str:
     """A random password kept in the state folder, so `gpupool up` can print it: one shared by
     every user, and a longer one for 'admin' (JupyterHub wants 32 characters for it)."""
-    name, var, size = ("demo-admin-password", "GPUPOOL_DEMO_ADMIN_PASSWORD", 24) if admin else \
-        ("demo-password", "GPUPOOL_DEMO_PASSWORD", 9)
+    name, var, size = (
+        ("demo-admin-password", "GPUPOOL_DEMO_ADMIN_PASSWORD", 24)
+        if admin
+        else ("demo-password", "GPUPOOL_DEMO_PASSWORD", 9)
+    )
     path = os.path.join(state_dir, name)
     if env := os.environ.get(var):
         return env
@@ -144,5 +175,7 @@ def chp_command() -> str:
         candidate = os.path.join(root, "node_modules", ".bin", "configurable-http-proxy")
         if os.access(candidate, os.X_OK):
             return candidate
-    raise SystemExit("gpupool: configurable-http-proxy not found: run `make up` (installs it with npm)"
-                     " or `npm install -g configurable-http-proxy`")
+    raise SystemExit(
+        "gpupool: configurable-http-proxy not found: run `make up` (installs it with npm)"
+        " or `npm install -g configurable-http-proxy`"
+    )

@@ -46,8 +46,13 @@ def file_name(owner: str, name: str) -> str:
 class GPUEnvFiles:
     """Writes `<folder>/<file_name>` for each workspace from the pool's rows."""
 
-    def __init__(self, folder: str | os.PathLike, pool: PoolManager, mps_pipe_directory: str = "",
-                 gid_of: Callable[[str], int | None] = lambda owner: None) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        pool: PoolManager,
+        mps_pipe_directory: str = "",
+        gid_of: Callable[[str], int | None] = lambda owner: None,
+    ) -> None:
         self.folder, self.pool, self.mps = Path(folder), pool, mps_pipe_directory
         self.gid_of = gid_of  # the group that may read an owner's files (their account's)
         self._ready = False
@@ -70,16 +75,29 @@ class GPUEnvFiles:
         reserved: new processes start where the kernel is going), "parked" (no GPU: a process
         started now sees none until the kernel's GPU comes back), or None (no workspace)."""
         with self.pool.store.session() as s:
-            rows = list(s.scalars(select(Allocation).where(Allocation.owner == owner, Allocation.name == name,
-                                                           Allocation.kind.in_(("build", "move")))))
+            rows = list(
+                s.scalars(
+                    select(Allocation).where(
+                        Allocation.owner == owner,
+                        Allocation.name == name,
+                        Allocation.kind.in_(("build", "move")),
+                    )
+                )
+            )
             parked = s.scalar(select(Parked).filter_by(owner=owner, name=name)) is not None
-        row = next((r for r in rows if r.kind == "move"), None) or next((r for r in rows if r.kind == "build"), None)
+        row = next((r for r in rows if r.kind == "move"), None) or next(
+            (r for r in rows if r.kind == "build"), None
+        )
         doc: dict[str, Any] = {"workspace": f"{owner}/{name}"}
         if row is not None:
             node = self.pool.inventory.node(row.node)
             env = gpu_env([node.gpus[g] for g in row.gpus], row.gpu_milli, self.mps)
-            doc.update(state="moving" if row.kind == "move" else "running", node=row.node, gpus=list(row.gpus),
-                       env={k: v for k, v in env.items() if k not in NOT_PUBLISHED})
+            doc.update(
+                state="moving" if row.kind == "move" else "running",
+                node=row.node,
+                gpus=list(row.gpus),
+                env={k: v for k, v in env.items() if k not in NOT_PUBLISHED},
+            )
             return doc
         if parked:
             doc.update(state="parked", env={"CUDA_VISIBLE_DEVICES": ""})
@@ -116,8 +134,10 @@ class GPUEnvFiles:
     def publish_all(self) -> None:
         """Every workspace's file from the rows (after a restart), and no file for one that is gone."""
         with self.pool.store.session() as s:
-            keys = {(r.owner, r.name) for r in s.scalars(select(Allocation).where(
-                Allocation.kind.in_(("build", "move"))))}
+            keys = {
+                (r.owner, r.name)
+                for r in s.scalars(select(Allocation).where(Allocation.kind.in_(("build", "move"))))
+            }
             keys |= {(p.owner, p.name) for p in s.scalars(select(Parked))}
         for owner, name in sorted(keys):
             self.publish(owner, name)
@@ -137,6 +157,7 @@ def default_folder() -> Path:
 
 def account_gid(config: Any) -> Callable[[str], int | None]:
     """The group of a hub user's Unix account (gpupool.accounts), when the hub runs as root."""
+
     def gid_of(owner: str) -> int | None:
         if os.geteuid() != 0:
             return None  # the servers run as the hub's own account

@@ -47,7 +47,7 @@ def running(tree: Tree, hub_key: str, proc_root: str = "/proc") -> dict[str, lis
             continue
         if hub not in environ:
             continue
-        inst = next((v[len(prefix):].decode(errors="replace") for v in environ if v.startswith(prefix)), "")
+        inst = next((v[len(prefix) :].decode(errors="replace") for v in environ if v.startswith(prefix)), "")
         if SEGMENT.match(inst) and int(proc.name) not in out.get(inst, []):
             out.setdefault(inst, []).append(int(proc.name))
     return out
@@ -60,8 +60,7 @@ def settle(store, tree: Tree, hub_key: str, where: str, state_hint: str = "") ->
     others = {i: p for i, p in running(tree, hub_key).items() if i != mine}
     if others:
         inst, pids = next(iter(others.items()))
-        what = ("has no instance id (it is new or empty)" if mine is None
-                else f"belongs to instance {mine}")
+        what = "has no instance id (it is new or empty)" if mine is None else f"belongs to instance {mine}"
         shown = ", ".join(str(p) for p in sorted(pids)[:10]) + (" ..." if len(pids) > 10 else "")
         group = f" (cgroup {tree.path(inst)})" if tree.available and inst in tree.names() else ""
         raise LostState(
@@ -70,7 +69,8 @@ def settle(store, tree: Tree, hub_key: str, where: str, state_hint: str = "") ->
             " to others. Put back the database they belong to (`gpupool restore"
             f"{' --state ' + state_hint if state_hint else ''} BACKUP`, or move the original file back with its -wal and"
             " -shm files), or end"
-            " them first (stop the servers and jobs, or kill those pids) and start again.")
+            " them first (stop the servers and jobs, or kill those pids) and start again."
+        )
     if mine is None:
         mine = secrets.token_hex(6)
         store.put_setting(SETTING, {"id": mine})

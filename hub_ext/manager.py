@@ -81,7 +81,9 @@ class PoolManager:
         # set by the mover (gpupool.mover): for a spawn that fits nowhere, what its page says while
         # idle notebooks move to make room, or None (no moves can: refused as before); and how
         # many would move for a size (the spawn form). Spawns waiting in their spawner, by workspace:
-        self.make_room_by_moving: Callable[..., str | None] | None = None  # (workload, request, groups, pools)
+        self.make_room_by_moving: Callable[..., str | None] | None = (
+            None  # (workload, request, groups, pools)
+        )
         self.room_by_moving: Callable[[Request], int | None] | None = None
         self.spawns_waiting: set[tuple[str, str]] = set()
         # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
@@ -110,8 +112,9 @@ class PoolManager:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
         return rows[0] if rows else None
 
-    def group_usage(self, groups_of: Mapping[str, Iterable[str]] | None = None,
-                    only: Iterable[str] | None = None) -> dict[str, int]:
+    def group_usage(
+        self, groups_of: Mapping[str, Iterable[str]] | None = None, only: Iterable[str] | None = None
+    ) -> dict[str, int]:
         """Build GPUs held per group. `groups_of`: each holder's groups as the hub has them now,
         so a member added since their spawn counts for the group and one removed no longer
         does; a holder it does not name counts in the groups recorded at the spawn. `only`:
@@ -129,8 +132,11 @@ class PoolManager:
 
         usage: dict[str, int] = {}
         with self.store.session() as s:  # the columns only, not every row as an object
-            rows = s.execute(select(Allocation.owner, Allocation.groups, Allocation.gpus, Allocation.gpu_milli)
-                             .filter_by(kind="build")).all()
+            rows = s.execute(
+                select(Allocation.owner, Allocation.groups, Allocation.gpus, Allocation.gpu_milli).filter_by(
+                    kind="build"
+                )
+            ).all()
         for owner, groups, gpus, gpu_milli in rows:
             add(owner, groups, len(gpus) * gpu_milli)
         for p in self.parked_without_gpu():  # a parked share still counts against quotas
@@ -139,14 +145,29 @@ class PoolManager:
 
     def build_holders(self) -> set[str]:
         """Every user holding a build share (or a parked one)."""
-        return {r.owner for r in self.store.allocations(kind="build")} | {p.owner for p in self.parked_shares()}
+        return {r.owner for r in self.store.allocations(kind="build")} | {
+            p.owner for p in self.parked_shares()
+        }
 
     def parked_shares(self) -> list[ParkedShare]:
         """Workspaces that gave their GPU back and keep a claim to resume (gpupool.pool.parking)."""
         with self.store.session() as s:
             rows = list(s.scalars(select(Parked).order_by(Parked.id)))
-        return [ParkedShare(r.owner, r.name, r.node, tuple(r.gpus), r.gpu_milli, r.model, tuple(r.groups or ()),
-                            r.parked_at, r.claimed_at, tuple(r.pids or ())) for r in rows]
+        return [
+            ParkedShare(
+                r.owner,
+                r.name,
+                r.node,
+                tuple(r.gpus),
+                r.gpu_milli,
+                r.model,
+                tuple(r.groups or ()),
+                r.parked_at,
+                r.claimed_at,
+                tuple(r.pids or ()),
+            )
+            for r in rows
+        ]
 
     def parked_without_gpu(self) -> list[ParkedShare]:
         """Parked shares that hold no GPU now (a resuming one holds its allocation again)."""
@@ -163,9 +184,19 @@ class PoolManager:
             if row is not None:
                 s.delete(row)
                 # the parked interval, whole, for usage accounting (gpupool.usage.ledger)
-                s.add(Event(kind="unpark", message=f"{w.label} no longer parked", owner=w.owner, name=w.name,
-                            data={"since": row.parked_at, "milli": len(row.gpus) * row.gpu_milli,
-                                  "groups": list(row.groups or [])}))
+                s.add(
+                    Event(
+                        kind="unpark",
+                        message=f"{w.label} no longer parked",
+                        owner=w.owner,
+                        name=w.name,
+                        data={
+                            "since": row.parked_at,
+                            "milli": len(row.gpus) * row.gpu_milli,
+                            "groups": list(row.groups or []),
+                        },
+                    )
+                )
         return row is not None
 
     # --- changes -------------------------------------------------------------
@@ -174,17 +205,26 @@ class PoolManager:
         (empty: any GPU); `chosen` narrows them to one, or raises PoolNotAllowed."""
         return allowed_pools(self.quotas.limits_for(groups).pools, list(self.node_pools), chosen)
 
-    def reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
-                      cpu_milli: int = 0, memory_mib: int = 0, pool: str | None = None,
-                      in_pools: bool = True,
-                      groups_of: Mapping[str, Iterable[str]] | None = None) -> Allocation:
+    def reserve_build(
+        self,
+        owner: str,
+        groups: Iterable[str],
+        server_name: str,
+        milli: int,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
+        pool: str | None = None,
+        in_pools: bool = True,
+        groups_of: Mapping[str, Iterable[str]] | None = None,
+    ) -> Allocation:
         """Check the fixed quota, place (within the groups' node pools, or `pool` of them;
         `in_pools` False: the pools are only checked, as on Kubernetes where the pod's node
         affinity keeps it there), persist. Raises a PoolError that says what to do.
         Thread-safe (the manager's lock): `reserve_build_async` runs it off the event loop."""
         with self.lock:
-            return self._reserve_build(owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools,
-                                       groups_of)
+            return self._reserve_build(
+                owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools, groups_of
+            )
 
     async def reserve_build_async(self, *args: Any, **kwargs: Any) -> Allocation:
         """`reserve_build` in a worker thread, so the hub's event loop goes on serving other
@@ -192,9 +232,18 @@ class PoolManager:
         the pool's state without the manager's lock (Kubernetes: KAI places train jobs)."""
         return await asyncio.to_thread(self.reserve_build, *args, **kwargs)
 
-    def _reserve_build(self, owner: str, groups: Iterable[str], server_name: str, milli: int,
-                       cpu_milli: int, memory_mib: int, pool: str | None, in_pools: bool,
-                       groups_of: Mapping[str, Iterable[str]] | None) -> Allocation:
+    def _reserve_build(
+        self,
+        owner: str,
+        groups: Iterable[str],
+        server_name: str,
+        milli: int,
+        cpu_milli: int,
+        memory_mib: int,
+        pool: str | None,
+        in_pools: bool,
+        groups_of: Mapping[str, Iterable[str]] | None,
+    ) -> Allocation:
         w = Workload("build", owner, server_name)
         mine = self.store.allocations(kind="build", owner=owner)  # one read: this server's row and the rest
         existing = next((r for r in mine if r.name == server_name), None)
@@ -231,14 +280,23 @@ class PoolManager:
             self.build_reserved(w)
         return row
 
-    def reserve(self, w: Workload, req: Request, groups: Iterable[str] = (), pools: tuple[str, ...] = ()) -> Allocation:
+    def reserve(
+        self, w: Workload, req: Request, groups: Iterable[str] = (), pools: tuple[str, ...] = ()
+    ) -> Allocation:
         with self.lock:
             return self._reserve(w, req, groups, pools)
 
-    def _reserve(self, w: Workload, req: Request, groups: Iterable[str], pools: tuple[str, ...]) -> Allocation:
+    def _reserve(
+        self, w: Workload, req: Request, groups: Iterable[str], pools: tuple[str, ...]
+    ) -> Allocation:
         # resume claims of parked workspaces come before newcomers (gpupool.pool.parking)
-        placement = choose_in_pools(self.policy, self.newcomer_view(), req, self.rng,
-                                    [self.node_pools.get(p, NodePool(p, gpus=frozenset({-1}))) for p in pools])
+        placement = choose_in_pools(
+            self.policy,
+            self.newcomer_view(),
+            req,
+            self.rng,
+            [self.node_pools.get(p, NodePool(p, gpus=frozenset({-1}))) for p in pools],
+        )
         if placement is None:
             free = self._free_summary() + (f" (your node pools: {', '.join(pools)})" if pools else "")
             raise NoCapacity(
@@ -260,22 +318,43 @@ class PoolManager:
         try:
             with self.store.session() as s:
                 row = Allocation(
-                    kind=w.kind, owner=w.owner, name=w.name, node=placement.node,
-                    gpus=list(placement.gpus), gpu_milli=placement.gpu_milli,
-                    cpu_milli=placement.cpu_milli, memory_mib=placement.memory_mib,
+                    kind=w.kind,
+                    owner=w.owner,
+                    name=w.name,
+                    node=placement.node,
+                    gpus=list(placement.gpus),
+                    gpu_milli=placement.gpu_milli,
+                    cpu_milli=placement.cpu_milli,
+                    memory_mib=placement.memory_mib,
                     groups=sorted(groups),
                 )
                 s.add(row)
-                s.add(Event(kind="allocate", message=f"{w.label} holds {format_gpus(placement.total_milli)}"
-                            f" on {placement.node} GPU {list(placement.gpus)}",
-                            owner=w.owner, name=w.name, data={"milli": placement.total_milli, "kind": w.kind,
-                                                              "node": placement.node, "gpus": list(placement.gpus),
-                                                              "groups": sorted(groups)}))
+                s.add(
+                    Event(
+                        kind="allocate",
+                        message=f"{w.label} holds {format_gpus(placement.total_milli)}"
+                        f" on {placement.node} GPU {list(placement.gpus)}",
+                        owner=w.owner,
+                        name=w.name,
+                        data={
+                            "milli": placement.total_milli,
+                            "kind": w.kind,
+                            "node": placement.node,
+                            "gpus": list(placement.gpus),
+                            "groups": sorted(groups),
+                        },
+                    )
+                )
         except Exception:
             self.state.release(placement)
             raise
-        log.info("allocated %s to %s on %s GPUs %s", format_gpus(placement.total_milli), w.label,
-                 placement.node, list(placement.gpus))
+        log.info(
+            "allocated %s to %s on %s GPUs %s",
+            format_gpus(placement.total_milli),
+            w.label,
+            placement.node,
+            list(placement.gpus),
+        )
         self.placement_changed(w)
         return row
 
@@ -298,7 +377,9 @@ class PoolManager:
         workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
         with self.lock:
             if w.kind == "build" and not keep_parked and self.forget_parked(w):
-                self.store.record("release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name)
+                self.store.record(
+                    "release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name
+                )
             with self.store.session() as s:
                 placement = self.release_in(s, w, reason)
             if placement is not None:
@@ -333,10 +414,22 @@ class PoolManager:
         # the release carries the whole interval it closes, so usage accounting needs no other
         # record of it (gpupool.usage.ledger)
         since = row.created.replace(tzinfo=dt.UTC).timestamp() if row.created else None
-        s.add(Event(kind="release", message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
-                    owner=row.owner, name=row.name,
-                    data={"milli": milli, "kind": row.kind, "node": row.node, "gpus": list(row.gpus),
-                          "groups": list(row.groups or []), "since": since}))
+        s.add(
+            Event(
+                kind="release",
+                message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
+                owner=row.owner,
+                name=row.name,
+                data={
+                    "milli": milli,
+                    "kind": row.kind,
+                    "node": row.node,
+                    "gpus": list(row.gpus),
+                    "groups": list(row.groups or []),
+                    "since": since,
+                },
+            )
+        )
 
     def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""
@@ -348,7 +441,9 @@ class PoolManager:
         if kind == "build":
             for p in self.parked_shares():
                 w = Workload("build", p.owner, p.name)
-                if self.allocation(w) is None and not is_running(Allocation(kind="build", owner=p.owner, name=p.name)):
+                if self.allocation(w) is None and not is_running(
+                    Allocation(kind="build", owner=p.owner, name=p.name)
+                ):
                     self.release(w, reason="not running (reconciled)")
                     released.append(f"{w.label} (parked)")
         return released
@@ -362,8 +457,13 @@ class PoolManager:
 
 
 def _placement(row: Allocation) -> Placement:
-    return Placement(node=row.node, gpus=tuple(row.gpus), gpu_milli=row.gpu_milli,
-                     cpu_milli=row.cpu_milli, memory_mib=row.memory_mib)
+    return Placement(
+        node=row.node,
+        gpus=tuple(row.gpus),
+        gpu_milli=row.gpu_milli,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+    )
 
 
 def _label(row: Allocation) -> str:

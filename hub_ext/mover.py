@@ -57,7 +57,10 @@ STALE_REPORT_S = 600.0  # a culler report older than this says nothing about wha
 class GPUMover(Configurable):
     """Moving idle notebooks to make room for the head of the queue (off by default)."""
 
-    enabled = Bool(False, config=True, help="""Move idle notebooks between GPUs when that lets the
+    enabled = Bool(
+        False,
+        config=True,
+        help="""Move idle notebooks between GPUs when that lets the
         head of the queue start: a queued training job (those within their project's guarantee
         first), or a parked notebook waiting for its GPU back. A move parks the kernels' GPU
         memory and restores it on another GPU of the same model (nothing restarts; the next cell
@@ -66,48 +69,81 @@ class GPUMover(Configurable):
         which GPUs are idle. Example::
 
             c.GPUMover.enabled = True
-        """)
-    interval_s = Float(10.0, config=True, help="""Seconds between looks at the queue. Example::
+        """,
+    )
+    interval_s = Float(
+        10.0,
+        config=True,
+        help="""Seconds between looks at the queue. Example::
 
             c.GPUMover.interval_s = 30
-        """)
-    idle_after_s = Float(120.0, config=True, help="""A notebook may be moved once the idle culler's
+        """,
+    )
+    idle_after_s = Float(
+        120.0,
+        config=True,
+        help="""A notebook may be moved once the idle culler's
         samplers have found its GPU idle this long. Example::
 
             c.GPUMover.idle_after_s = 300
-        """)
-    head_wait_s = Float(30.0, config=True, help="""How long the head of the queue waits before
+        """,
+    )
+    head_wait_s = Float(
+        30.0,
+        config=True,
+        help="""How long the head of the queue waits before
         notebooks move for it (ending jobs and reclaims come first). Example::
 
             c.GPUMover.head_wait_s = 120
-        """)
-    rest_s = Float(600.0, config=True, help="""No notebook is moved within this long of its start,
+        """,
+    )
+    rest_s = Float(
+        600.0,
+        config=True,
+        help="""No notebook is moved within this long of its start,
         its last park or resume, or its last move. Example::
 
             c.GPUMover.rest_s = 1800
-        """)
-    per_hour = Int(2, config=True, help="""At most this many moves of one notebook in any hour.
+        """,
+    )
+    per_hour = Int(
+        2,
+        config=True,
+        help="""At most this many moves of one notebook in any hour.
         Example::
 
             c.GPUMover.per_hour = 1
-        """)
-    max_moves = Int(4, config=True, help="""At most this many notebooks move for one waiting job
+        """,
+    )
+    max_moves = Int(
+        4,
+        config=True,
+        help="""At most this many notebooks move for one waiting job
         or claim. Example::
 
             c.GPUMover.max_moves = 8
-        """)
-    spawn_wait_s = Float(120.0, config=True, help="""How long a new workspace that fits nowhere may
+        """,
+    )
+    spawn_wait_s = Float(
+        120.0,
+        config=True,
+        help="""How long a new workspace that fits nowhere may
         wait while idle notebooks move to make room for it (the spawn page says so); the spawn is
         refused after that, or sooner when no move can make room (the spawner's start_timeout
         bounds the wait too). Example::
 
             c.GPUMover.spawn_wait_s = 60
-        """)
-    lock_timeout_s = Float(2.0, config=True, help="""How long parking a kernel for a move may wait
+        """,
+    )
+    lock_timeout_s = Float(
+        2.0,
+        config=True,
+        help="""How long parking a kernel for a move may wait
         for its running GPU work; a kernel still busy then is not moved. Example::
 
             c.GPUMover.lock_timeout_s = 1
-        """)
+        """,
+    )
 
     def rules(self) -> MoveRules:
         return MoveRules(rest_s=self.rest_s, per_hour=self.per_hour, max_moves=self.max_moves)
@@ -141,6 +177,7 @@ class SpawnWait:
 
 def _pin(training: TrainingService, job_id: str) -> Callable[[Placement], None]:
     """Where the job starts: its spot, pinned as a consolidation's (the next cycle admits it there)."""
+
     def pin(target: Placement) -> None:
         training.pins[job_id] = target
 
@@ -148,11 +185,24 @@ def _pin(training: TrainingService, job_id: str) -> Callable[[Placement], None]:
 
 
 class MoverService:
-    def __init__(self, pool: PoolManager, parking: ParkingService, cfg: GPUMover, findings: Callable[[], dict],
-                 training: TrainingService | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        parking: ParkingService,
+        cfg: GPUMover,
+        findings: Callable[[], dict],
+        training: TrainingService | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """`parking`: the hub's ParkingService (its backend, its process finder, its in-flight
         sets); `findings`: the culler's last report ({"workspaces": {"owner/name": ...}})."""
-        self.pool, self.parking, self.cfg, self.findings, self.training = pool, parking, cfg, findings, training
+        self.pool, self.parking, self.cfg, self.findings, self.training = (
+            pool,
+            parking,
+            cfg,
+            findings,
+            training,
+        )
         self.clock = clock
         self.busy = False  # a plan is being carried out
         self._tasks: set[asyncio.Task] = set()
@@ -181,11 +231,16 @@ class MoverService:
                 used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
 
         def borrows(r: Any) -> bool:
-            return used.get(r.project, 0) + r.num_gpu * r.gpu_milli > training.projects[r.project].guarantee_milli
+            return (
+                used.get(r.project, 0) + r.num_gpu * r.gpu_milli
+                > training.projects[r.project].guarantee_milli
+            )
 
         # the scheduler's order, roughly: jobs within their project's guarantee first, then borrowers
-        queued = sorted((r for r in rows if r.state == JobState.QUEUED and r.project in training.projects),
-                        key=lambda r: (borrows(r), -r.priority, r.submitted, r.id))
+        queued = sorted(
+            (r for r in rows if r.state == JobState.QUEUED and r.project in training.projects),
+            key=lambda r: (borrows(r), -r.priority, r.submitted, r.id),
+        )
         view = None
         for r in queued:
             if now - r.submitted < self.cfg.head_wait_s:
@@ -202,12 +257,20 @@ class MoverService:
         """How many idle notebooks would move for a new workspace of `request` (None: no moves
         make room). Changes nothing: the spawn form asks it to offer such a size."""
         now = self.clock() if now is None else now
-        plan = plan_moves(self.pool.newcomer_view(), request, self.movable(now), now, self.cfg.rules(),
-                          self.pool.policy, self.pool.rng)
+        plan = plan_moves(
+            self.pool.newcomer_view(),
+            request,
+            self.movable(now),
+            now,
+            self.cfg.rules(),
+            self.pool.policy,
+            self.pool.rng,
+        )
         return len(plan.steps) if plan is not None and plan.steps else None
 
-    def make_room_for_spawn(self, w: Workload, request: Request, groups: list[str],
-                            pools: tuple[str, ...] = ()) -> str | None:
+    def make_room_for_spawn(
+        self, w: Workload, request: Request, groups: list[str], pools: tuple[str, ...] = ()
+    ) -> str | None:
         """A spawn that fits nowhere (and that no train job's reclaim makes room for): when moving
         idle notebooks would make room, take it as the head of the queue and say what the spawn
         page shows while it waits; None when no moves can (the spawn is refused as before)."""
@@ -221,8 +284,9 @@ class MoverService:
         if wait is not None:  # gave up, or another size: the next start plans anew
             self.spawns.pop(key, None)
             if wait.request == request:
-                log.warning("no room made for %s by moving notebooks: %s", w.label,
-                            wait.failed or "it took too long")
+                log.warning(
+                    "no room made for %s by moving notebooks: %s", w.label, wait.failed or "it took too long"
+                )
                 return None
         steps = self.room_for_spawn(request, now)
         if steps is None:
@@ -259,13 +323,16 @@ class MoverService:
     def _start_spawn(self, key: tuple[str, str]) -> Callable[[Placement], None]:
         """Once the moves are done: the waiting spawn's share, where the plan made room (its
         next try finds it held), if the spawn still waits and its quota still allows it."""
+
         def done(target: Placement) -> None:
             wait = self.spawns.get(key)
             w = Workload("build", *key)
             if wait is None or key not in self.pool.spawns_waiting or self.pool.allocation(w) is not None:
                 return  # the spawn gave up (or was served): nothing is held for nobody
             held = [h for h in self.pool.holdings(w.owner) if h.server_name != w.name]
-            held += [h for h in quota_holdings(self.pool.parked_without_gpu(), w.owner) if h.server_name != w.name]
+            held += [
+                h for h in quota_holdings(self.pool.parked_without_gpu(), w.owner) if h.server_name != w.name
+            ]
             try:
                 self.pool.quotas.check(wait.request.total_milli, wait.groups, held, self.pool.group_usage())
                 self.pool.reserve_at(w, target, wait.groups)
@@ -299,15 +366,24 @@ class MoverService:
             if row.state != JobState.RUNNING or not row.pid or (row.owner, row.name) in self._in_flight():
                 continue
             f = found.get(key) or {}
-            idle = bool(f.get("gpu_data")) and (f.get("gpu_idle_s") or 0) >= self.cfg.idle_after_s \
+            idle = (
+                bool(f.get("gpu_data"))
+                and (f.get("gpu_idle_s") or 0) >= self.cfg.idle_after_s
                 and f.get("gpu_idle_s") is not None
+            )
             # its allocation was made at spawn or at its last resume: rest from then
             began = row.created.replace(tzinfo=dt.UTC).timestamp()
-            out.append(Movable(key, Placement(row.node, tuple(row.gpus), row.gpu_milli, row.cpu_milli,
-                                              row.memory_mib),
-                               self.pool.inventory.node(row.node).model, idle,
-                               rested_since=max(began, rested.get(key, 0.0)), moved_at=tuple(moved.get(key, ())),
-                               memory_mib=int(f.get("memory_mib") or 0)))
+            out.append(
+                Movable(
+                    key,
+                    Placement(row.node, tuple(row.gpus), row.gpu_milli, row.cpu_milli, row.memory_mib),
+                    self.pool.inventory.node(row.node).model,
+                    idle,
+                    rested_since=max(began, rested.get(key, 0.0)),
+                    moved_at=tuple(moved.get(key, ())),
+                    memory_mib=int(f.get("memory_mib") or 0),
+                )
+            )
         return out
 
     def _in_flight(self) -> set[tuple[str, str]]:
@@ -327,13 +403,18 @@ class MoverService:
         head = self.head(now)
         if head is None:
             return None
-        plan = plan_moves(head.view, head.request, self.movable(now), now, self.cfg.rules(), self.pool.policy,
-                          self.pool.rng)
+        plan = plan_moves(
+            head.view, head.request, self.movable(now), now, self.cfg.rules(), self.pool.policy, self.pool.rng
+        )
         if plan is None or not plan.steps:
             head.no_plan()
             return None
-        log.info("moving %d idle notebook(s) to make room for %s (%s)", len(plan.steps), head.why,
-                 format_gpus(head.request.total_milli))
+        log.info(
+            "moving %d idle notebook(s) to make room for %s (%s)",
+            len(plan.steps),
+            head.why,
+            format_gpus(head.request.total_milli),
+        )
         self.busy = True
         try:
             loop = asyncio.get_running_loop()
@@ -355,8 +436,9 @@ class MoverService:
             if begun is None:
                 return
             try:
-                out = move_processes(self.parking.backend, begun[1], begun[2], self._lock_ms(),
-                                     self._on_phase(begun[0]))
+                out = move_processes(
+                    self.parking.backend, begun[1], begun[2], self._lock_ms(), self._on_phase(begun[0])
+                )
             except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
                 log.exception("move of %s failed", step.id)
                 out = self._finish(begun[0], f"the move failed: {err}")
@@ -374,8 +456,15 @@ class MoverService:
                     return
                 try:
                     # the driver copies GBs: off the hub's event loop (the phases are written from there)
-                    out = await loop.run_in_executor(None, move_processes, self.parking.backend, begun[1], begun[2],
-                                                     self._lock_ms(), self._on_phase(begun[0]))
+                    out = await loop.run_in_executor(
+                        None,
+                        move_processes,
+                        self.parking.backend,
+                        begun[1],
+                        begun[2],
+                        self._lock_ms(),
+                        self._on_phase(begun[0]),
+                    )
                 except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
                     log.exception("move of %s failed", step.id)
                     out = self._finish(begun[0], f"the move failed: {err}")
@@ -420,14 +509,36 @@ class MoverService:
         self.pool.state.apply(step.dest)
         try:
             with self.pool.store.session() as s:
-                move = Move(owner=owner, name=name, from_node=step.source.node, from_gpus=list(step.source.gpus),
-                            from_uuids=from_uuids, to_node=step.dest.node, to_gpus=list(step.dest.gpus),
-                            to_uuids=to_uuids, gpu_milli=step.dest.gpu_milli, why=why, phase="reserved",
-                            server_pid=row.pid, started_at=self.clock())
+                move = Move(
+                    owner=owner,
+                    name=name,
+                    from_node=step.source.node,
+                    from_gpus=list(step.source.gpus),
+                    from_uuids=from_uuids,
+                    to_node=step.dest.node,
+                    to_gpus=list(step.dest.gpus),
+                    to_uuids=to_uuids,
+                    gpu_milli=step.dest.gpu_milli,
+                    why=why,
+                    phase="reserved",
+                    server_pid=row.pid,
+                    started_at=self.clock(),
+                )
                 s.add(move)
-                s.add(Allocation(kind="move", owner=owner, name=name, node=step.dest.node, gpus=list(step.dest.gpus),
-                                 gpu_milli=step.dest.gpu_milli, cpu_milli=step.dest.cpu_milli,
-                                 memory_mib=step.dest.memory_mib, groups=list(row.groups or []), state="reserved"))
+                s.add(
+                    Allocation(
+                        kind="move",
+                        owner=owner,
+                        name=name,
+                        node=step.dest.node,
+                        gpus=list(step.dest.gpus),
+                        gpu_milli=step.dest.gpu_milli,
+                        cpu_milli=step.dest.cpu_milli,
+                        memory_mib=step.dest.memory_mib,
+                        groups=list(row.groups or []),
+                        state="reserved",
+                    )
+                )
                 s.flush()
                 move_id = move.id
         except Exception:
@@ -435,8 +546,10 @@ class MoverService:
             raise
         # processes started from now on use the destination, held already (make-before-break)
         self.pool.placement_changed(Workload("build", owner, name))
-        self.parking.moving[(owner, name)] = f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}" \
-                                             f" (to make room for {why}): a cell waits a few seconds"
+        self.parking.moving[(owner, name)] = (
+            f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}"
+            f" (to make room for {why}): a cell waits a few seconds"
+        )
         failpoints.reach("move.reserved")
         pids = sorted(self.parking.pids_of(row.pid))
         return move_id, pids, dict(zip(from_uuids, to_uuids, strict=True))
@@ -480,9 +593,20 @@ class MoverService:
                 "aborted": f"{what} was not moved: {reason}",
                 "lost": f"{what}: its kernel was lost while moving to {where}: {reason}",
             }[result]
-            s.add(Event(kind="move" if moved else f"move-{result}", owner=owner, name=name, message=message[:2000],
-                        data={"from_gpus": list(m.from_gpus), "to_gpus": list(m.to_gpus), "to_node": m.to_node,
-                              "why": m.why}))
+            s.add(
+                Event(
+                    kind="move" if moved else f"move-{result}",
+                    owner=owner,
+                    name=name,
+                    message=message[:2000],
+                    data={
+                        "from_gpus": list(m.from_gpus),
+                        "to_gpus": list(m.to_gpus),
+                        "to_node": m.to_node,
+                        "why": m.why,
+                    },
+                )
+            )
         # the in-memory pool follows the committed rows: a moved workspace frees its source,
         # any other end frees the destination
         if moved and source is not None:
@@ -514,8 +638,10 @@ class MoverService:
 def _spawn_message(size: str, step: int, steps: int) -> str:
     what = f"{steps} idle notebook{'s' if steps > 1 else ''}"
     now = f" (moving {step} of {steps})" if step else ""
-    return (f"Making room for {size}: {what} of other users move to another GPU{now} — nothing in them"
-            " restarts; your server starts once they are done (seconds each)")
+    return (
+        f"Making room for {size}: {what} of other users move to another GPU{now} — nothing in them"
+        " restarts; your server starts once they are done (seconds each)"
+    )
 
 
 def _placement(row: Allocation) -> Placement:
@@ -530,8 +656,13 @@ def _on(node: str, other: str) -> str:
     return f" on {node}" if node != other else ""
 
 
-def build_mover(config: Any, pool: PoolManager, parking: ParkingService | None, findings: Callable[[], dict],
-                training: TrainingService | None = None) -> MoverService | None:
+def build_mover(
+    config: Any,
+    pool: PoolManager,
+    parking: ParkingService | None,
+    findings: Callable[[], dict],
+    training: TrainingService | None = None,
+) -> MoverService | None:
     cfg = GPUMover(config=config)
     if not cfg.enabled:
         return None

@@ -69,12 +69,14 @@ class NVML:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append(GPU(
-                index=i,
-                uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-                model=_text(pynvml.nvmlDeviceGetName(h)),
-                memory_mib=int(mem.total) // (1024 * 1024),
-            ))
+            out.append(
+                GPU(
+                    index=i,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+                    model=_text(pynvml.nvmlDeviceGetName(h)),
+                    memory_mib=int(mem.total) // (1024 * 1024),
+                )
+            )
         return out
 
     def device_samples(self) -> list[DeviceSample]:
@@ -83,12 +85,14 @@ class NVML:
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             util = pynvml.nvmlDeviceGetUtilizationRates(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append(DeviceSample(
-                gpu_uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-                util_pct=int(util.gpu),
-                memory_used_mib=int(mem.used) // (1024 * 1024),
-                memory_total_mib=int(mem.total) // (1024 * 1024),
-            ))
+            out.append(
+                DeviceSample(
+                    gpu_uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
+                    util_pct=int(util.gpu),
+                    memory_used_mib=int(mem.used) // (1024 * 1024),
+                    memory_total_mib=int(mem.total) // (1024 * 1024),
+                )
+            )
         return out
 
     def process_samples(self) -> list[ProcessSample]:

@@ -45,48 +45,83 @@ log = logging.getLogger("gpupool.parking")
 class GPUParking(Configurable):
     """How the hub parks idle workspaces' GPUs (the culler decides when: IdleCuller.park_after_s)."""
 
-    backend = Enum(("auto", "cuda", "virtual"), "auto", config=True, help="""How processes are parked:
+    backend = Enum(
+        ("auto", "cuda", "virtual"),
+        "auto",
+        config=True,
+        help="""How processes are parked:
         cuda (the driver's process checkpoint API, driver r570+, needs cuda-bindings), virtual
         (modelled, for virtual GPUs and tests) or auto (virtual when the pool's GPUs are virtual).
         Example::
 
             c.GPUParking.backend = "cuda"
-        """)
-    lock_timeout_s = Float(10.0, config=True, help="""How long locking a kernel may wait for its
+        """,
+    )
+    lock_timeout_s = Float(
+        10.0,
+        config=True,
+        help="""How long locking a kernel may wait for its
         running GPU work before parking gives up (the workspace then stays on its GPU). Example::
 
             c.GPUParking.lock_timeout_s = 30
-        """)
-    resume_wait_s = Float(300.0, config=True, help="""How long a kernel waits for its GPU to come back
+        """,
+    )
+    resume_wait_s = Float(
+        300.0,
+        config=True,
+        help="""How long a kernel waits for its GPU to come back
         before it tells the user who holds the GPUs and lets them work on the CPU. Example::
 
             c.GPUParking.resume_wait_s = 120
-        """)
-    grant_interval_s = Float(2.0, config=True, help="""Seconds between checks for capacity for waiting
+        """,
+    )
+    grant_interval_s = Float(
+        2.0,
+        config=True,
+        help="""Seconds between checks for capacity for waiting
         resume claims. Example::
 
             c.GPUParking.grant_interval_s = 5
-        """)
-    virtual_kernel_mib = Int(2048, config=True, help="""Virtual backend: GPU memory each kernel is
+        """,
+    )
+    virtual_kernel_mib = Int(
+        2048,
+        config=True,
+        help="""Virtual backend: GPU memory each kernel is
         modelled to hold (sets the modelled park and resume times). Example::
 
             c.GPUParking.virtual_kernel_mib = 10240
-        """)
-    virtual_fixed_s = Float(Delays.fixed_s, config=True, help="""Virtual backend: fixed seconds per
+        """,
+    )
+    virtual_fixed_s = Float(
+        Delays.fixed_s,
+        config=True,
+        help="""Virtual backend: fixed seconds per
         checkpoint or restore of a process. Example::
 
             c.GPUParking.virtual_fixed_s = 0.05
-        """)
-    virtual_per_gib_s = Float(Delays.per_gib_s, config=True, help="""Virtual backend: seconds per GiB
+        """,
+    )
+    virtual_per_gib_s = Float(
+        Delays.per_gib_s,
+        config=True,
+        help="""Virtual backend: seconds per GiB
         copied between GPU and host. Example::
 
             c.GPUParking.virtual_per_gib_s = 0.08
-        """)
+        """,
+    )
 
 
 class ParkingService:
-    def __init__(self, pool: PoolManager, backend: ParkingBackend, cfg: GPUParking | None = None,
-                 pids_of: Callable[[int], set[int]] | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        backend: ParkingBackend,
+        cfg: GPUParking | None = None,
+        pids_of: Callable[[int], set[int]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         from gpupool.gpu.proctree import descendants
 
         self.pool, self.backend, self.cfg = pool, backend, cfg or GPUParking()
@@ -136,9 +171,15 @@ class ParkingService:
             if parked is not None:
                 return self.status(owner, name)
             raise LookupError(f"no running GPU workspace {name or 'default'!r} of {owner}")
-        if parked is not None or (owner, name) in self._restoring or (owner, name) in self._parking \
-                or (owner, name) in self.moving:
-            raise ValueError(f"{owner}/{name or 'default'} is being parked, resumed or moved; try again later")
+        if (
+            parked is not None
+            or (owner, name) in self._restoring
+            or (owner, name) in self._parking
+            or (owner, name) in self.moving
+        ):
+            raise ValueError(
+                f"{owner}/{name or 'default'} is being parked, resumed or moved; try again later"
+            )
         if not row.pid:
             # without the server's process (Kubernetes pods live on other nodes) nothing can be
             # checkpointed, and releasing the share would leave its memory on the GPU
@@ -156,8 +197,12 @@ class ParkingService:
         except ParkingError as err:
             for pid in done:  # who was parked runs on the GPU again
                 resume_process(self.backend, pid)
-            self.pool.store.record("park-failed", f"build {row.owner}/{row.name or 'default'} stays on its GPU:"
-                                   f" {err}", owner=row.owner, name=row.name)
+            self.pool.store.record(
+                "park-failed",
+                f"build {row.owner}/{row.name or 'default'} stays on its GPU: {err}",
+                owner=row.owner,
+                name=row.name,
+            )
             raise
         return done
 
@@ -166,14 +211,31 @@ class ParkingService:
         w = Workload("build", row.owner, row.name)
         node = self.pool.inventory.node(row.node)
         with self.pool.store.session() as s:
-            s.add(Parked(owner=row.owner, name=row.name, node=row.node, gpus=list(row.gpus),
-                         gpu_uuids=[node.gpus[g].uuid for g in row.gpus], gpu_milli=row.gpu_milli,
-                         model=node.model, groups=list(row.groups or []), pids=done, server_pid=row.pid,
-                         parked_at=self.clock(), claimed_at=None))
+            s.add(
+                Parked(
+                    owner=row.owner,
+                    name=row.name,
+                    node=row.node,
+                    gpus=list(row.gpus),
+                    gpu_uuids=[node.gpus[g].uuid for g in row.gpus],
+                    gpu_milli=row.gpu_milli,
+                    model=node.model,
+                    groups=list(row.groups or []),
+                    pids=done,
+                    server_pid=row.pid,
+                    parked_at=self.clock(),
+                    claimed_at=None,
+                )
+            )
         self.pool.release(w, reason=f"parked ({len(done)} process(es) checkpointed)", keep_parked=True)
-        self.pool.store.record("park", f"{w.label} parked: {format_gpus(row.total_milli)} free for others,"
-                               f" {len(done)} process(es) checkpointed", owner=row.owner, name=row.name,
-                               milli=row.total_milli)
+        self.pool.store.record(
+            "park",
+            f"{w.label} parked: {format_gpus(row.total_milli)} free for others,"
+            f" {len(done)} process(es) checkpointed",
+            owner=row.owner,
+            name=row.name,
+            milli=row.total_milli,
+        )
         return self.status(row.owner, row.name)
 
     # --- resume ---------------------------------------------------------------
@@ -232,7 +294,9 @@ class ParkingService:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # outside the hub's loop (tools, unit tests): restore now
-                self._finish(p, remap, row.server_pid if row else None, self._restore_processes(p.pids, remap))
+                self._finish(
+                    p, remap, row.server_pid if row else None, self._restore_processes(p.pids, remap)
+                )
                 continue
             task = loop.create_task(self._restore_async(p, remap, row.server_pid if row else None))
             self._tasks.add(task)
@@ -257,16 +321,22 @@ class ParkingService:
         if error:
             # keep the share (the kernel is locked and needs it) and say so; an admin may stop it
             self.failures[p.key] = error
-            self.pool.store.record("resume-failed", f"{w.label} could not be restored: {error}",
-                                   owner=p.owner, name=p.name)
+            self.pool.store.record(
+                "resume-failed", f"{w.label} could not be restored: {error}", owner=p.owner, name=p.name
+            )
             log.error("resume of %s failed: %s", w.label, error)
             return
         self.pool.forget_parked(w)
         self.pool.mark_running(w, server_pid)
         waited = self.clock() - (p.claimed_at or self.clock())
         moved = f", remapped {remap}" if remap else ""
-        self.pool.store.record("resume", f"{w.label} resumed after {waited:.1f} s{moved}", owner=p.owner,
-                               name=p.name, waited_s=waited)
+        self.pool.store.record(
+            "resume",
+            f"{w.label} resumed after {waited:.1f} s{moved}",
+            owner=p.owner,
+            name=p.name,
+            waited_s=waited,
+        )
 
     # --- what the user sees ---------------------------------------------------
     def status(self, owner: str, name: str, sees_all: bool = False) -> dict[str, Any]:
@@ -280,8 +350,13 @@ class ParkingService:
             elif alloc is not None and (owner, name) in self.failures:
                 out.update(state="failed", message=self.failures[(owner, name)])
             return out
-        out.update(parked_at=row.parked_at, claimed_at=row.claimed_at, milli=len(row.gpus) * row.gpu_milli,
-                   model=row.model, message="GPU parked — it comes back when you run a cell")
+        out.update(
+            parked_at=row.parked_at,
+            claimed_at=row.claimed_at,
+            milli=len(row.gpus) * row.gpu_milli,
+            model=row.model,
+            message="GPU parked — it comes back when you run a cell",
+        )
         if (owner, name) in self.failures:
             out.update(state="failed", message=f"GPU could not be restored: {self.failures[(owner, name)]}")
         elif alloc is not None:
@@ -289,14 +364,21 @@ class ParkingService:
         elif row.claimed_at is None:
             out["state"] = "parked"
         else:
-            claims = sorted((p for p in self.pool.parked_without_gpu() if p.claimed_at is not None),
-                            key=lambda p: (p.claimed_at, p.owner, p.name))
+            claims = sorted(
+                (p for p in self.pool.parked_without_gpu() if p.claimed_at is not None),
+                key=lambda p: (p.claimed_at, p.owner, p.name),
+            )
             position = next((i for i, p in enumerate(claims) if p.key == (owner, name)), 0) + 1
             waited = max(0.0, self.clock() - row.claimed_at)
             holders = self.holders(row.model, owner, sees_all)
-            out.update(state="waiting", position=position, waited_s=waited, holders=holders[:50],
-                       message=f"waiting for a {row.model} GPU ({format_gpus(out['milli'])}) for {waited:.0f} s;"
-                               f" {position - 1} earlier request(s); held by: {_some(holders)}")
+            out.update(
+                state="waiting",
+                position=position,
+                waited_s=waited,
+                holders=holders[:50],
+                message=f"waiting for a {row.model} GPU ({format_gpus(out['milli'])}) for {waited:.0f} s;"
+                f" {position - 1} earlier request(s); held by: {_some(holders)}",
+            )
         return out
 
     def holders(self, model: str, caller: str, sees_all: bool) -> list[str]:
@@ -332,8 +414,10 @@ def build_parking(config: Any, pool: PoolManager, state_folder: str) -> ParkingS
     if kind == "cuda" and GPUPool(config=config).mps_pipe_directory:
         # seen on an H100 with driver 580: cuCheckpointProcessLock answers CUDA_ERROR_NOT_SUPPORTED
         # for an MPS client, so every park would fail; say so once instead of at every idle workspace
-        raise ParkingError("the CUDA driver cannot checkpoint CUDA MPS clients, and"
-                           " c.GPUPool.mps_pipe_directory is set: idle workspaces are culled, not parked")
+        raise ParkingError(
+            "the CUDA driver cannot checkpoint CUDA MPS clients, and"
+            " c.GPUPool.mps_pipe_directory is set: idle workspaces are culled, not parked"
+        )
     delays = Delays(cfg.virtual_fixed_s, cfg.virtual_per_gib_s)
     backend = make_backend(kind, str(Path(state_folder) / "parking"), delays)
     if kind == "virtual":

@@ -15,7 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 AUTO_PARK_AFTER_S = 600.0  # benchmarks/culling: 87.7 % used/reserved, 0 lost kernels (10 min); 5 min: 92 %
-KUBERNETES = ("gpupool-kubernetes", "gpupool.spawner.kube.GPUKubeSpawner", "gpupool.spawner.kube:GPUKubeSpawner")
+KUBERNETES = (
+    "gpupool-kubernetes",
+    "gpupool.spawner.kube.GPUKubeSpawner",
+    "gpupool.spawner.kube:GPUKubeSpawner",
+)
 
 
 def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
@@ -54,6 +58,8 @@ def culler_park_after(park_after_s: float | None, config: Any, spawner: str) -> 
         return float(park_after_s), f"idle culler: {what} (c.IdleCuller.park_after_s)"
     ok, why = parking_support(config, spawner)
     if ok:
-        return AUTO_PARK_AFTER_S, (f"idle culler: parking idle GPUs after {AUTO_PARK_AFTER_S / 60:g} min, the"
-                                   f" default where parking works: {why}")
+        return AUTO_PARK_AFTER_S, (
+            f"idle culler: parking idle GPUs after {AUTO_PARK_AFTER_S / 60:g} min, the"
+            f" default where parking works: {why}"
+        )
     return 0.0, f"idle culler: stopping idle workspaces (parking is not available: {why})"

@@ -12,13 +12,19 @@ import logging
 import re
 
 HIDDEN = "[secret]"
-_QUERY = re.compile(r"(?i)([?&;](?:token|access_token|api_token|_xsrf|code|password|passwd|secret|key"
-                    r"|auth|authorization|session_id)=)[^&\s\"'#]+")
-_HEADER = re.compile(r"(?i)((?:authorization|x-xsrftoken|x-csrftoken)['\"]?\s*[:=]\s*['\"]?"
-                     r"(?:(?:token|bearer|basic)\s+)?)[^\s'\",}]+")
+_QUERY = re.compile(
+    r"(?i)([?&;](?:token|access_token|api_token|_xsrf|code|password|passwd|secret|key"
+    r"|auth|authorization|session_id)=)[^&\s\"'#]+"
+)
+_HEADER = re.compile(
+    r"(?i)((?:authorization|x-xsrftoken|x-csrftoken)['\"]?\s*[:=]\s*['\"]?"
+    r"(?:(?:token|bearer|basic)\s+)?)[^\s'\",}]+"
+)
 _COOKIE = re.compile(r"(?i)((?:cookie|set-cookie)['\"]?\s*[:=]\s*['\"]?)[^\n'\"}]+")
-_PAIR = re.compile(r"(?i)(['\"]?(?:password|passwd|api_token|token|secret)['\"]?\s*[:=]\s*['\"]?)"
-                   r"(?!\[secret\])[^\s'\",}&]{4,}")
+_PAIR = re.compile(
+    r"(?i)(['\"]?(?:password|passwd|api_token|token|secret)['\"]?\s*[:=]\s*['\"]?)"
+    r"(?!\[secret\])[^\s'\",}&]{4,}"
+)
 
 
 def redact(text: str) -> str:
@@ -43,8 +49,15 @@ class Redact(logging.Filter):
         return True
 
 
-LOGGERS = ("", "JupyterHub", "tornado.access", "tornado.application", "tornado.general", "gpupool",
-           "gpupool.train")
+LOGGERS = (
+    "",
+    "JupyterHub",
+    "tornado.access",
+    "tornado.application",
+    "tornado.general",
+    "gpupool",
+    "gpupool.train",
+)
 
 
 def install(*extra: logging.Logger) -> None:

@@ -31,8 +31,11 @@ def build_inventory(cfg: GPUPool) -> Inventory:
         log.info("NVML found %d GPU(s): %s", len(gpus), ", ".join(g.model for g in gpus))
         return Inventory(nodes=(Node(name="localhost", gpus=tuple(gpus)),))
     if cfg.virtual_gpus:
-        log.warning("no NVIDIA GPU found: declaring %d VIRTUAL GPU(s) of %d MiB",
-                    cfg.virtual_gpus, cfg.virtual_gpu_memory_mib)
+        log.warning(
+            "no NVIDIA GPU found: declaring %d VIRTUAL GPU(s) of %d MiB",
+            cfg.virtual_gpus,
+            cfg.virtual_gpu_memory_mib,
+        )
     return virtual_inventory(cfg.virtual_gpus, cfg.virtual_gpu_memory_mib)
 
 
@@ -69,9 +72,11 @@ def stored_quotas(cfg: GPUPool, store, config: Config):
         quotas = policy_from_document({**quota_document(cfg), **changed})
         node_pools(config, quotas)
     except (TraitError, ValueError) as err:
-        why = (f"the quota changes stored through the API ({sorted(changed)}) no longer validate and are"
-               f" skipped: {err}; the config file's quotas apply until an admin changes them again (PUT"
-               " api/quotas) or resets them (DELETE api/quotas)")
+        why = (
+            f"the quota changes stored through the API ({sorted(changed)}) no longer validate and are"
+            f" skipped: {err}; the config file's quotas apply until an admin changes them again (PUT"
+            " api/quotas) or resets them (DELETE api/quotas)"
+        )
         log.error("%s", why)
         store.record("setting-skipped", why, setting=QUOTAS_SETTING)
         return cfg.quota_policy(), {QUOTAS_SETTING: why}
@@ -91,7 +96,9 @@ def node_pools(config: Config, quotas) -> dict:
         unknown = set(limits.pools) - set(pools)
         if unknown:
             where = "GPUPool.build_pools" if group == "build_pools" else f"GPUPool.group_overrides[{group!r}]"
-            raise TraitError(f"{where}: pools {sorted(unknown)} are not in TrainPool.node_pools ({sorted(pools)})")
+            raise TraitError(
+                f"{where}: pools {sorted(unknown)} are not in TrainPool.node_pools ({sorted(pools)})"
+            )
     return pools
 
 
@@ -123,8 +130,13 @@ def cgroups(config: Config | None = None):
         opts = Containment(config=config or Config())
         tree = detect(opts.mode, hub_key(config))
         store = pool(config).store
-        instance = settle(store, tree, hub_key(config), where=db_where(settings(config).db_url),
-                          state_hint=os.environ.get("GPUPOOL_STATE_DIR", ""))
+        instance = settle(
+            store,
+            tree,
+            hub_key(config),
+            where=db_where(settings(config).db_url),
+            state_hint=os.environ.get("GPUPOOL_STATE_DIR", ""),
+        )
         _cgroups = WorkloadCgroups(tree, instance, hub_key(config), opts.stop_timeout_s)
     return _cgroups
 

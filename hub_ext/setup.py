@@ -51,14 +51,16 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     token = secrets.token_hex(32)
     api_url = _service_url(settings)
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
-    services.append({
-        "name": SERVICE,
-        "url": api_url,
-        "api_token": token,
-        "oauth_no_confirm": True,
-        "display": True,
-        "info": {"description": "GPU pool: who holds which GPU share"},
-    })
+    services.append(
+        {
+            "name": SERVICE,
+            "url": api_url,
+            "api_token": token,
+            "oauth_no_confirm": True,
+            "display": True,
+            "info": {"description": "GPU pool: who holds which GPU share"},
+        }
+    )
     roles = [r for r in c.JupyterHub.get("load_roles", []) if r.get("name") not in ("user", "server")]
     roles += [
         {"name": "user", "scopes": ["self", ACCESS]},
@@ -75,8 +77,9 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
         # parking where it works, decided now: the culler service gets a number, the log says why
         culler_config["park_after_s"], note = culler_park_after(culler_config["park_after_s"], c, spawner)
         notes.append(note)
-        culler_service, culler_role = service_definition(CULLER, f"{api_url}{base}/services/{SERVICE}/",
-                                                         culler_config)
+        culler_service, culler_role = service_definition(
+            CULLER, f"{api_url}{base}/services/{SERVICE}/", culler_config
+        )
         services.append(culler_service)
         roles.append(culler_role)
     c.JupyterHub.services = services
@@ -130,13 +133,17 @@ def _home_page_warnings(c: Config) -> None:
     paths = list(c.JupyterHub.get("template_paths", []))
     c.JupyterHub.template_paths = [*paths, ours] if ours not in paths else paths
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
-    c.JupyterHub.template_vars = {**c.JupyterHub.get("template_vars", {}),
-                                  "gpupool_warnings": lambda user: warnings_for(user, base),
-                                  "gpupool_shares": shares_for, "gpupool_stops": stops_for}
+    c.JupyterHub.template_vars = {
+        **c.JupyterHub.get("template_vars", {}),
+        "gpupool_warnings": lambda user: warnings_for(user, base),
+        "gpupool_shares": shares_for,
+        "gpupool_stops": stops_for,
+    }
 
 
-def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = False,
-                  notes: list[str] | None = None) -> None:
+def _start_in_hub(
+    c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] | None = None
+) -> None:
     """Schedule the API server and the start-up reconcile on the hub's event loop.
 
     jupyterhub_config.py is loaded inside JupyterHub.initialize(), on the running loop;
@@ -149,7 +156,9 @@ def _start_in_hub(c: Config, token: str, ip: str, port: int, culler: bool = Fals
     from gpupool import tasks
 
     refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
-    tasks.start(_serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop)
+    tasks.start(
+        _serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop
+    )
 
 
 def refuse_lost_state(c: Config) -> None:
@@ -168,9 +177,11 @@ def refuse_lost_state(c: Config) -> None:
     except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
         runtime.close()
         where = runtime.db_where(runtime.settings(c).db_url)
-        raise SystemExit(f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
-                         f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
-                         " move it aside to start empty only when no server or job of this hub runs.") from None
+        raise SystemExit(
+            f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
+            f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
+            " move it aside to start empty only when no server or job of this hub runs."
+        ) from None
     except Exception as err:
         # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
         import traceback
@@ -179,7 +190,9 @@ def refuse_lost_state(c: Config) -> None:
         raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
 
 
-async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False, notes: Sequence[str] = ()) -> None:
+async def _serve(
+    c: Config, token: str, ip: str, port: int, culler: bool = False, notes: Sequence[str] = ()
+) -> None:
     from jupyterhub.app import JupyterHub
     from jupyterhub.services.auth import HubOAuth
 
@@ -216,10 +229,18 @@ async def _serve(c: Config, token: str, ip: str, port: int, culler: bool = False
     training = await _start_training(hub, pool)
     parking = _start_parking(hub, pool)
     usage = _start_usage(hub, pool, training, parking)
-    app = make_app(pool, auth, hub_app=hub, extra_settings={"training": training, "parking": parking,
-                                                             "session_end": _session_end(hub.config, culler),
-                                                             "demo_gpu_use": _demo_use(hub.config, culler),
-                                                             "usage": usage})
+    app = make_app(
+        pool,
+        auth,
+        hub_app=hub,
+        extra_settings={
+            "training": training,
+            "parking": parking,
+            "session_end": _session_end(hub.config, culler),
+            "demo_gpu_use": _demo_use(hub.config, culler),
+            "usage": usage,
+        },
+    )
     runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
     _start_mover(hub, pool, parking, training, app.settings)
     if gpu_files is not None:
@@ -257,7 +278,9 @@ def _publish_gpus(hub: JupyterHub, pool: PoolManager) -> Any:
     if not getattr(hub.spawner_class, "follows_published_gpu", False):
         return None
     config = hub.config
-    files = GPUEnvFiles(default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config))
+    files = GPUEnvFiles(
+        default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config)
+    )
     pool.build_changed = files.publish
     return files
 
@@ -278,7 +301,9 @@ def _session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
-def _start_usage(hub: JupyterHub, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None) -> Any:
+def _start_usage(
+    hub: JupyterHub, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None
+) -> Any:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
     from tornado.ioloop import IOLoop, PeriodicCallback
@@ -335,7 +360,13 @@ def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
     return parking
 
 
-def _start_mover(hub: JupyterHub, pool: PoolManager, parking: ParkingService | None, training: TrainingBackend | None, settings: dict) -> Any:
+def _start_mover(
+    hub: JupyterHub,
+    pool: PoolManager,
+    parking: ParkingService | None,
+    training: TrainingBackend | None,
+    settings: dict,
+) -> Any:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
     from tornado.ioloop import PeriodicCallback
@@ -343,8 +374,13 @@ def _start_mover(hub: JupyterHub, pool: PoolManager, parking: ParkingService | N
     from gpupool.api.culler import culler_state
     from gpupool.mover import build_mover
 
-    mover = build_mover(hub.config, pool, parking, lambda: culler_state(settings),
-                        training.local if training is not None else None)
+    mover = build_mover(
+        hub.config,
+        pool,
+        parking,
+        lambda: culler_state(settings),
+        training.local if training is not None else None,
+    )
     if mover is None:
         return None
     pool.make_room_by_moving = mover.make_room_for_spawn  # a spawn that fits nowhere waits for moves
@@ -446,7 +482,9 @@ async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
             return
         except (HTTPClientError, OSError) as err:
             if attempt % int(60 / every_s) == 0:  # once a minute
-                log.warning("still waiting for the hub's API at %s to reconcile allocations: %s", hub_api, err)
+                log.warning(
+                    "still waiting for the hub's API at %s to reconcile allocations: %s", hub_api, err
+                )
         await asyncio.sleep(every_s)
 
 
@@ -477,7 +515,9 @@ def kube_job_gpu_use(sampler: Sampler) -> Any:
     from gpupool.idle_culler.sampler import Target
 
     def use(jobs: list) -> dict[str, float | None]:
-        targets = [(row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids]
+        targets = [
+            (row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids
+        ]
         got = sampler.sample([t for _, t in targets])
         out: dict[str, float | None] = {row.id: None for row, _ in jobs}
         for job_id, t in targets:
@@ -499,8 +539,11 @@ def _configure_kubespawner_clients(config: Any) -> None:
 
     settings = {**config.KubeSpawner, **config.GPUKubeSpawner}
     try:
-        load_config(host=settings.get("k8s_api_host"), ssl_ca_cert=settings.get("k8s_api_ssl_ca_cert"),
-                    verify_ssl=settings.get("k8s_api_verify_ssl"))
+        load_config(
+            host=settings.get("k8s_api_host"),
+            ssl_ca_cert=settings.get("k8s_api_ssl_ca_cert"),
+            verify_ssl=settings.get("k8s_api_verify_ssl"),
+        )
     except ConfigException as err:  # neither in a pod nor a kubeconfig: the API client says so next
         log.warning("kubespawner's client configuration could not be loaded: %s", err)
 

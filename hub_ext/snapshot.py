@@ -42,8 +42,19 @@ def from_code(code: str | Iterable[str]) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     # the cells are built as plain documents: new_code_cell validates each one against the schema
     # (3 s for 20,000 cells, holding the GIL the hub's loop needs); writing validates them once
-    nb.cells = [nbformat.from_dict({"id": uuid.uuid4().hex[:8], "cell_type": "code", "metadata": {},
-                                    "execution_count": None, "outputs": [], "source": s}) for s in sources]
+    nb.cells = [
+        nbformat.from_dict(
+            {
+                "id": uuid.uuid4().hex[:8],
+                "cell_type": "code",
+                "metadata": {},
+                "execution_count": None,
+                "outputs": [],
+                "source": s,
+            }
+        )
+        for s in sources
+    ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
 

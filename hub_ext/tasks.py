@@ -17,7 +17,9 @@ log = logging.getLogger("gpupool")
 _running: set[asyncio.Task] = set()
 
 
-def start(coro: Coroutine[Any, Any, Any], what: str, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task:
+def start(
+    coro: Coroutine[Any, Any, Any], what: str, loop: asyncio.AbstractEventLoop | None = None
+) -> asyncio.Task:
     """Run `coro` in the background; `what` names it in the log if it fails ("the gpupool API")."""
     task = (loop or asyncio.get_running_loop()).create_task(coro, name=f"gpupool: {what}")
     _running.add(task)

@@ -27,8 +27,14 @@ def _escaped(value: object) -> object:
 
 @cache
 def environment() -> Environment:
-    return Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, finalize=_escaped,
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        finalize=_escaped,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def render(name: str, **values: object) -> str:

@@ -56,8 +56,9 @@ def missing_jupyter(python: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))}
     env["HOME"] = "/nonexistent"
     try:
-        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=env,
-                             cwd="/")
+        out = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=env, cwd="/"
+        )
         found = json.loads(out.stdout)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return ["Jupyter itself (the probe could not run this Python)"]

@@ -26,14 +26,28 @@ class CullerApp(Application):
     description = "python -m gpupool.idle_culler: GPU-aware idle culling of JupyterHub workspaces"
     classes = [IdleCuller]
 
-    config_file = Unicode("", config=True, help="""A Python config file (c.IdleCuller... lines) loaded
-        over the hub's settings. Example: --config=/etc/gpupool/culler_config.py""")
-    gpupool_url = Unicode("", config=True, help="""URL of the gpupool API service (the hub passes it).
-        Example: --gpupool-url=http://127.0.0.1:8095/services/gpupool/""")
-    hub_api = Unicode(os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"), config=True,
-                      help="""JupyterHub's API URL (default: $JUPYTERHUB_API_URL).""")
-    clock_file = Unicode(os.environ.get("GPUPOOL_CULLER_CLOCK", ""), config=True,
-                         help="""Read the time from this file (tests travel in time with it).""")
+    config_file = Unicode(
+        "",
+        config=True,
+        help="""A Python config file (c.IdleCuller... lines) loaded
+        over the hub's settings. Example: --config=/etc/gpupool/culler_config.py""",
+    )
+    gpupool_url = Unicode(
+        "",
+        config=True,
+        help="""URL of the gpupool API service (the hub passes it).
+        Example: --gpupool-url=http://127.0.0.1:8095/services/gpupool/""",
+    )
+    hub_api = Unicode(
+        os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
+        config=True,
+        help="""JupyterHub's API URL (default: $JUPYTERHUB_API_URL).""",
+    )
+    clock_file = Unicode(
+        os.environ.get("GPUPOOL_CULLER_CLOCK", ""),
+        config=True,
+        help="""Read the time from this file (tests travel in time with it).""",
+    )
     once = Bool(False, config=True, help="""One pass, then exit.""")
     generate_config = Bool(False, config=True, help="""Print a config file with every option, then exit.""")
 
@@ -75,8 +89,11 @@ class CullerApp(Application):
     def run(self) -> int:
         """Print the config file, or cull; the exit status."""
         if self.generate_config:  # each setting once: the old names of renamed options left out
-            old = tuple(f"# c.IdleCuller.{name} = " for name, trait in IdleCuller.class_own_traits(config=True).items()
-                        if trait.metadata.get("deprecated"))
+            old = tuple(
+                f"# c.IdleCuller.{name} = "
+                for name, trait in IdleCuller.class_own_traits(config=True).items()
+                if trait.metadata.get("deprecated")
+            )
             blocks = self.generate_config_file().split("\n\n")
             print("\n\n".join(b for b in blocks if not any(line.startswith(old) for line in b.splitlines())))
             return 0
@@ -86,8 +103,7 @@ class CullerApp(Application):
         from gpupool.idle_culler.service import run
 
         logging.basicConfig(level=logging.INFO, format="[%(levelname).1s %(asctime)s culler] %(message)s")
-        return run(self.settings(), self.gpupool_url, self.hub_api, self.once,
-                   self.clock_file or None)
+        return run(self.settings(), self.gpupool_url, self.hub_api, self.once, self.clock_file or None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,102 +22,181 @@ class IdleCuller(LoggingConfigurable):
     """GPU-aware idle culling and session time limits for build workspaces."""
 
     # never read by anything: the culler runs with gpupool.configure(c, culler=True)
-    enabled = Bool(True, config=True, help="""Deprecated and ignored: it never switched the culler off.
-        """).tag(deprecated="gpupool.configure(c, culler=False)")
+    enabled = Bool(
+        True,
+        config=True,
+        help="""Deprecated and ignored: it never switched the culler off.
+        """,
+    ).tag(deprecated="gpupool.configure(c, culler=False)")
 
     @observe("enabled")
     def _dead_enabled(self, change: dict) -> None:
-        self.log.warning("c.IdleCuller.enabled is deprecated and ignored: it never switched the culler off."
-                         " The culler runs with gpupool.configure(c, culler=True); `gpupool up` starts it"
-                         " unless GPUPOOL_CULLER=0")
+        self.log.warning(
+            "c.IdleCuller.enabled is deprecated and ignored: it never switched the culler off."
+            " The culler runs with gpupool.configure(c, culler=True); `gpupool up` starts it"
+            " unless GPUPOOL_CULLER=0"
+        )
 
-    dry_run = Bool(False, config=True, help="""Only report: warn and record what would be culled, cull nothing.
+    dry_run = Bool(
+        False,
+        config=True,
+        help="""Only report: warn and record what would be culled, cull nothing.
         Example::
 
             c.IdleCuller.dry_run = True
-        """)
-    interval_s = Seconds(30.0, positive=True, config=True, help="""Seconds between culler passes (GPU is
+        """,
+    )
+    interval_s = Seconds(
+        30.0,
+        positive=True,
+        config=True,
+        help="""Seconds between culler passes (GPU is
         sampled each pass).
         Example::
 
             c.IdleCuller.interval_s = 10
-        """)
-    idle_limit_s = Seconds(900.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+        """,
+    )
+    idle_limit_s = Seconds(
+        900.0,
+        config=True,
+        help="""Cull a workspace whose GPU stayed idle this long
         while nobody used it in Jupyter for jupyter_idle_s. Without GPU data, Jupyter must be
         idle idle_limit_s + jupyter_idle_s. Example (two hours)::
 
             c.IdleCuller.idle_limit_s = 7200
-        """)
-    jupyter_idle_s = Seconds(600.0, config=True, help="""Jupyter silence that, with an idle GPU, makes a
+        """,
+    )
+    jupyter_idle_s = Seconds(
+        600.0,
+        config=True,
+        help="""Jupyter silence that, with an idle GPU, makes a
         workspace idle. Example::
 
             c.IdleCuller.jupyter_idle_s = 1800
-        """)
-    gpu_idle_hard_s = Seconds(8 * 3600.0, config=True, help="""Cull a workspace whose GPU stayed idle this long
+        """,
+    )
+    gpu_idle_hard_s = Seconds(
+        8 * 3600.0,
+        config=True,
+        help="""Cull a workspace whose GPU stayed idle this long
         even while its owner is active in Jupyter (0: never). Example::
 
             c.IdleCuller.gpu_idle_hard_s = 2 * 3600
-        """)
-    max_age_s = Seconds(0.0, config=True, help="""Maximum session length, idle or not (0, the default: no
+        """,
+    )
+    max_age_s = Seconds(
+        0.0,
+        config=True,
+        help="""Maximum session length, idle or not (0, the default: no
         maximum; measured, a maximum stops sessions whose users come back within minutes, or
         their running cells: docs/culling.md#defaults). Example::
 
             c.IdleCuller.max_age_s = 8 * 3600
-        """)
-    busy_grace_s = Seconds(6 * 3600.0, config=True, help="""When max_age_s or workday_end is reached while
+        """,
+    )
+    busy_grace_s = Seconds(
+        6 * 3600.0,
+        config=True,
+        help="""When max_age_s or workday_end is reached while
         the workspace's GPU is busy, wait for the GPU work to end — at most this long — instead of
         killing a running training cell; the user is warned meanwhile. Missing GPU data gets no
         grace. 0: stop at the limit. Example::
 
             c.IdleCuller.busy_grace_s = 2 * 3600
-        """)
-    workday_end = TimeOfDay("", config=True, help="""End sessions at this local time ("HH:MM"), aligned with
+        """,
+    )
+    workday_end = TimeOfDay(
+        "",
+        config=True,
+        help="""End sessions at this local time ("HH:MM"), aligned with
         the workday; empty for none. Example::
 
             c.IdleCuller.workday_end = "19:00"
-        """)
-    timezone = TimeZone("UTC", config=True, help="""Time zone of workday_end. Example::
+        """,
+    )
+    timezone = TimeZone(
+        "UTC",
+        config=True,
+        help="""Time zone of workday_end. Example::
 
             c.IdleCuller.timezone = "Europe/Berlin"
-        """)
-    warn_before_s = Seconds(900.0, config=True, help="""Warn the user this long before a cull. Example::
+        """,
+    )
+    warn_before_s = Seconds(
+        900.0,
+        config=True,
+        help="""Warn the user this long before a cull. Example::
 
             c.IdleCuller.warn_before_s = 1800
-        """)
-    extension_s = Seconds(7200.0, config=True, help="""Extra time a user may ask for once per session.
+        """,
+    )
+    extension_s = Seconds(
+        7200.0,
+        config=True,
+        help="""Extra time a user may ask for once per session.
         Example::
 
             c.IdleCuller.extension_s = 3600
-        """)
-    util_threshold_pct = Float(1.0, min=0.0, max=100.0, config=True, help="""GPU utilization (%) below which a window counts
+        """,
+    )
+    util_threshold_pct = Float(
+        1.0,
+        min=0.0,
+        max=100.0,
+        config=True,
+        help="""GPU utilization (%) below which a window counts
         as idle. Example::
 
             c.IdleCuller.util_threshold_pct = 5
-        """)
-    window_s = Seconds(30.0, positive=True, config=True, help="""Length of an idleness window in seconds
+        """,
+    )
+    window_s = Seconds(
+        30.0,
+        positive=True,
+        config=True,
+        help="""Length of an idleness window in seconds
         (Run:ai uses 30).
         Example::
 
             c.IdleCuller.window_s = 60
-        """)
-    stale_after_s = Seconds(180.0, config=True, help="""GPU data older than this counts as missing: the
+        """,
+    )
+    stale_after_s = Seconds(
+        180.0,
+        config=True,
+        help="""GPU data older than this counts as missing: the
         workspace is then judged on Jupyter activity alone. Example::
 
             c.IdleCuller.stale_after_s = 300
-        """)
-    memory_resolver = Enum(RESOLVERS, "warn", config=True, help="""What to do with a
+        """,
+    )
+    memory_resolver = Enum(
+        RESOLVERS,
+        "warn",
+        config=True,
+        help="""What to do with a
         workspace using more GPU memory than its share for memory_grace_s: warn (only), restart-kernel
         (restart its kernels, freeing their GPU memory; the server and its files stay) or stop (the
         server). Example::
 
             c.IdleCuller.memory_resolver = "stop"
-        """)
-    memory_grace_s = Seconds(300.0, config=True, help="""How long a workspace may stay over its GPU memory
+        """,
+    )
+    memory_grace_s = Seconds(
+        300.0,
+        config=True,
+        help="""How long a workspace may stay over its GPU memory
         share before the memory_resolver acts. Example::
 
             c.IdleCuller.memory_grace_s = 600
-        """)
-    park_after_s = Seconds(None, allow_none=True, config=True, help="""Park a workspace whose GPU stayed idle
+        """,
+    )
+    park_after_s = Seconds(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Park a workspace whose GPU stayed idle
         this long: its kernels' GPU memory moves to host memory (CUDA driver r570+, see
         c.GPUParking), its share goes back to the pool and the notebook stays open; the GPU comes
         back when the user runs a cell. Parking replaces the GPU-idle stop (idle_limit_s,
@@ -127,67 +206,112 @@ class IdleCuller(LoggingConfigurable):
         (docs/culling.md#defaults). Example (5 minutes)::
 
             c.IdleCuller.park_after_s = 300
-        """)
-    parked_stop_s = Seconds(0.0, config=True, help="""Stop a parked workspace whose owner has not used
+        """,
+    )
+    parked_stop_s = Seconds(
+        0.0,
+        config=True,
+        help="""Stop a parked workspace whose owner has not used
         Jupyter for this long (0: only max_age_s and workday_end end a parked session). Example::
 
             c.IdleCuller.parked_stop_s = 24 * 3600
-        """)
-    group_overrides = LimitOverrides(config=True, help="""Per-group limits (keys as the options above).
+        """,
+    )
+    group_overrides = LimitOverrides(
+        config=True,
+        help="""Per-group limits (keys as the options above).
         A user in several groups gets the most generous value of each limit: the longest time,
         0 ("never") for gpu_idle_hard_s, max_age_s, park_after_s and parked_stop_s, the gentlest
         memory_resolver, the lowest util_threshold_pct, no workday_end if one group has none (else
         the latest, with that group's timezone). Example::
 
             c.IdleCuller.group_overrides = {"researchers": {"idle_limit_s": 4 * 3600}}
-        """)
-    profile_overrides = LimitOverrides(config=True, help="""Per-profile limits, for work with long CPU-only
+        """,
+    )
+    profile_overrides = LimitOverrides(
+        config=True,
+        help="""Per-profile limits, for work with long CPU-only
         phases; a profile's limits beat its user's groups'.
         Example::
 
             c.IdleCuller.profile_overrides = {"data-prep": {"idle_limit_s": 3 * 3600}}
-        """)
-    exempt_users = List(Unicode(), config=True, help="""Users never culled. Example::
+        """,
+    )
+    exempt_users = List(
+        Unicode(),
+        config=True,
+        help="""Users never culled. Example::
 
             c.IdleCuller.exempt_users = ["instructor"]
-        """)
-    exempt_admins = Bool(True, config=True, help="""Never cull admins' workspaces. Example::
+        """,
+    )
+    exempt_admins = Bool(
+        True,
+        config=True,
+        help="""Never cull admins' workspaces. Example::
 
             c.IdleCuller.exempt_admins = False
-        """)
-    sampler = Unicode("nvml", config=True, help="""Where GPU use comes from: nvml (this machine),
+        """,
+    )
+    sampler = Unicode(
+        "nvml",
+        config=True,
+        help="""Where GPU use comes from: nvml (this machine),
         node-agent (Kubernetes; sampler_arg = agent URLs, comma-separated), demo (no GPU needed:
         each user says whether their workspace's GPU is busy, `%gpupool gpu busy|idle`; what
         `gpupool up --demo-culling` uses) or file (a JSON file someone else writes, as the tests
         do). Example::
 
             c.IdleCuller.sampler = "node-agent"
-        """)
-    sampler_arg = Unicode("", config=True, help="""Argument of the sampler (see sampler). Example::
+        """,
+    )
+    sampler_arg = Unicode(
+        "",
+        config=True,
+        help="""Argument of the sampler (see sampler). Example::
 
             c.IdleCuller.sampler_arg = "http://node-agent.gpupool:9402/pods"
-        """)
-    node_agent_token_file = Unicode("", config=True, help="""File holding the token the node agents
+        """,
+    )
+    node_agent_token_file = Unicode(
+        "",
+        config=True,
+        help="""File holding the token the node agents
         require (sampler node-agent): the gpupool chart's Secret `gpupool-node-agent-token`, mounted in
         the hub pod (see helm/z2jh-values.yaml). Empty: requests carry none, and agents started with
         a token answer 401. Example::
 
             c.IdleCuller.node_agent_token_file = "/etc/gpupool-agent/token"
-        """)
-    metrics_port = Int(0, config=True, help="""Serve Prometheus metrics on this port (0: off). Example::
+        """,
+    )
+    metrics_port = Int(
+        0,
+        config=True,
+        help="""Serve Prometheus metrics on this port (0: off). Example::
 
             c.IdleCuller.metrics_port = 9401
-        """)
-    concurrency = Int(10, min=1, max=100, config=True, help="""At most this many requests to the hub at once
+        """,
+    )
+    concurrency = Int(
+        10,
+        min=1,
+        max=100,
+        config=True,
+        help="""At most this many requests to the hub at once
         in a pass (jupyterhub-idle-culler's --concurrency): pages of the user list after the first,
         and the per-workspace stops, parks and kernel restarts. 1 does everything one after
         another; more finishes a pass that stops a whole class at the end of a workday sooner,
         at the price of more load on the hub at that moment. Example::
 
             c.IdleCuller.concurrency = 4
-        """)
+        """,
+    )
 
-    arbiter = Union([CallableTrait(), Unicode()], default_value="", config=True, help="""A hook that may
+    arbiter = Union(
+        [CallableTrait(), Unicode()],
+        default_value="",
+        config=True,
+        help="""A hook that may
         veto what a pass decided, as jupyterhub-idle-culler's cull_arbiter_hook: called with
         keyword arguments `action` ("cull", "park" or "resolve-memory"), `reason` (the limit
         reached: idle, gpu-hard, max-age, workday, memory, budget, ...) and `workspace` (owner,
@@ -201,7 +325,8 @@ class IdleCuller(LoggingConfigurable):
             # mylab/culling.py:
             #     def keep_exam_takers(*, action, reason, workspace):
             #         return "exam" not in workspace["groups"]
-        """)
+        """,
+    )
 
     def arbiter_hook(self) -> Callable[..., object] | None:
         """The arbiter as a function (an import path imported now), None when unset."""
@@ -224,8 +349,12 @@ class IdleCuller(LoggingConfigurable):
 
     def policy(self) -> CullerPolicy:
         """The limits per group and profile; every value was checked when the config was read."""
-        return CullerPolicy(default=self.limits(), groups=dict(self.group_overrides),
-                            profiles=dict(self.profile_overrides), exempt_users=frozenset(self.exempt_users))
+        return CullerPolicy(
+            default=self.limits(),
+            groups=dict(self.group_overrides),
+            profiles=dict(self.profile_overrides),
+            exempt_users=frozenset(self.exempt_users),
+        )
 
     def exempt(self, owner: str, admin: bool) -> bool:
         """Never culled: a listed user, or an admin when exempt_admins is on."""
@@ -236,8 +365,9 @@ class IdleCuller(LoggingConfigurable):
         (owner, groups, admin, profile, started, extended) -> (reason, end) or None (exempt)."""
         policy = self.policy()
 
-        def end(owner: str, groups: Sequence[str], admin: bool, profile: str, started: float,
-                extended: bool) -> tuple[str, float] | None:
+        def end(
+            owner: str, groups: Sequence[str], admin: bool, profile: str, started: float, extended: bool
+        ) -> tuple[str, float] | None:
             if self.exempt(owner, admin):
                 return None
             return session_end(started, extended, policy.limits_for(list(groups), profile))
@@ -247,8 +377,10 @@ class IdleCuller(LoggingConfigurable):
     def parks(self) -> bool:
         """Does any rule park GPUs (then the culler calls the gpupool parking API)?"""
         overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
-        return any(float(o.get("park_after_s", 0) or 0) > 0 for o in [{"park_after_s": self.park_after_s},
-                                                                      *overrides])
+        return any(
+            float(o.get("park_after_s", 0) or 0) > 0
+            for o in [{"park_after_s": self.park_after_s}, *overrides]
+        )
 
     def restarts_kernels(self) -> bool:
         """Does any rule restart kernels (then the culler needs access to the servers)?"""
@@ -258,14 +390,19 @@ class IdleCuller(LoggingConfigurable):
     def as_dict(self) -> dict:
         """The settings the culler service gets (deprecated names left out), as JSON: an arbiter
         function travels as its import path, which the culler's process imports."""
-        out = {name: getattr(self, name) for name, trait in self.class_own_traits(config=True).items()
-               if not trait.metadata.get("deprecated")}
+        out = {
+            name: getattr(self, name)
+            for name, trait in self.class_own_traits(config=True).items()
+            if not trait.metadata.get("deprecated")
+        }
         if callable(out["arbiter"]):
             hook = out["arbiter"]
             path = f"{getattr(hook, '__module__', '')}.{getattr(hook, '__qualname__', '')}"
             if "<" in path or path.startswith(("__main__.", ".")):
-                raise TraitError("IdleCuller.arbiter: the culler runs in its own process and cannot"
-                                 f" import {path!r}; give the import path of a function in a module")
+                raise TraitError(
+                    "IdleCuller.arbiter: the culler runs in its own process and cannot"
+                    f" import {path!r}; give the import path of a function in a module"
+                )
             out["arbiter"] = path
         return out
 

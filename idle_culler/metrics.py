@@ -9,15 +9,27 @@ class Metrics:
     def __init__(self, port: int = 0, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         labels = ["owner", "server"]
-        self.allocated = Gauge("gpupool_workspace_allocated_gpus", "GPU share held", labels,
-                               registry=self.registry)
-        self.util = Gauge("gpupool_workspace_gpu_utilization_pct", "GPU utilization in the last sample",
-                          labels, registry=self.registry)
-        self.memory = Gauge("gpupool_workspace_gpu_memory_mib", "GPU memory in use", labels,
-                            registry=self.registry)
-        self.idle = Gauge("gpupool_workspace_gpu_idle_seconds", "Seconds the GPU has been idle "
-                          "(-1: no fresh GPU data)", labels, registry=self.registry)
-        self.culls = Counter("gpupool_culls", "Workspaces culled, by reason", ["reason"], registry=self.registry)
+        self.allocated = Gauge(
+            "gpupool_workspace_allocated_gpus", "GPU share held", labels, registry=self.registry
+        )
+        self.util = Gauge(
+            "gpupool_workspace_gpu_utilization_pct",
+            "GPU utilization in the last sample",
+            labels,
+            registry=self.registry,
+        )
+        self.memory = Gauge(
+            "gpupool_workspace_gpu_memory_mib", "GPU memory in use", labels, registry=self.registry
+        )
+        self.idle = Gauge(
+            "gpupool_workspace_gpu_idle_seconds",
+            "Seconds the GPU has been idle (-1: no fresh GPU data)",
+            labels,
+            registry=self.registry,
+        )
+        self.culls = Counter(
+            "gpupool_culls", "Workspaces culled, by reason", ["reason"], registry=self.registry
+        )
         if port:
             start_http_server(port, registry=self.registry)
 

@@ -188,8 +188,10 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
         return Decision("keep", message="exempt from culling")
     if ws.memory_limit_mib and ws.memory_mib > ws.memory_limit_mib:
         over_for = now - (ws.memory_over_since if ws.memory_over_since is not None else now)
-        msg = (f"uses {ws.memory_mib} MiB of GPU memory, more than its share of {ws.memory_limit_mib} MiB:"
-               f" free memory or stop it and ask for a bigger fraction")
+        msg = (
+            f"uses {ws.memory_mib} MiB of GPU memory, more than its share of {ws.memory_limit_mib} MiB:"
+            f" free memory or stop it and ask for a bigger fraction"
+        )
         if over_for >= limits.memory_grace_s and limits.memory_resolver != "warn":
             return Decision("resolve-memory", "memory", now, msg)
         return Decision("warn", "memory", None, msg)
@@ -209,16 +211,24 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     if left <= 0:
         return Decision("cull", reason, cull_at, f"stopped because {MESSAGES[reason]}")
     if reason in TIME_LIMITS and deadlines(ws, now, replace(limits, busy_grace_s=0))[reason] <= now:
-        return Decision("warn", reason, cull_at, f"{MESSAGES[reason]}: it stops as soon as its GPU work ends;"
-                                                 " save your work")
+        return Decision(
+            "warn",
+            reason,
+            cull_at,
+            f"{MESSAGES[reason]}: it stops as soon as its GPU work ends; save your work",
+        )
     if reason in ("idle-gpu", "idle-gpu-long") and (ws.gpu_idle_s or 0.0) < limits.window_s:
         # a busy GPU is not warned "its GPU has been idle", even where the warning time is as long
         # as the idle limit (the defaults: 15 min each); it is warned once it has been idle a window
         return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
     if left <= limits.warn_before_s:
         hint = "" if ws.extended else " (you may extend once)"
-        return Decision("warn", reason, cull_at,
-                        f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}")
+        return Decision(
+            "warn",
+            reason,
+            cull_at,
+            f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}",
+        )
     return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
 
 
@@ -235,7 +245,9 @@ def over_budget(ws: Workspace, limits: Limits) -> Decision | None:
     if ws.budget == "park" and not ws.park_failed:
         return Decision("park", "budget", None, BUDGET)
     if ws.budget == "stop":
-        return Decision("cull", "budget", None, "stopped because the GPU-hour budget is used up and its GPU is idle")
+        return Decision(
+            "cull", "budget", None, "stopped because the GPU-hour budget is used up and its GPU is idle"
+        )
     return None
 
 
@@ -257,7 +269,9 @@ class CullerPolicy:
             for over in matching:
                 for key, value in over.items():
                     merged[key] = value if key not in merged else most_generous(key, merged[key], value)
-            workday = [o for o in matching if o.get("workday_end") == merged.get("workday_end") and "timezone" in o]
+            workday = [
+                o for o in matching if o.get("workday_end") == merged.get("workday_end") and "timezone" in o
+            ]
             if merged.get("workday_end") and workday:  # a clock time means something in its own time zone
                 merged["timezone"] = workday[0]["timezone"]
             limits = replace(limits, **merged)
@@ -266,7 +280,9 @@ class CullerPolicy:
         return limits
 
 
-NEVER_AT_ZERO = frozenset({"gpu_idle_hard_s", "max_age_s", "park_after_s", "parked_stop_s"})  # 0: this rule never acts
+NEVER_AT_ZERO = frozenset(
+    {"gpu_idle_hard_s", "max_age_s", "park_after_s", "parked_stop_s"}
+)  # 0: this rule never acts
 GENTLEST_FIRST = ("warn", "restart-kernel", "stop")
 
 

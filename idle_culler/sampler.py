@@ -73,8 +73,9 @@ class NVMLSampler:
             devices = {d.gpu_uuid: d for d in self.nvml.device_samples()}
         except (NVMLUnavailable, Exception) as err:  # noqa: BLE001 - logged; retried next pass
             # once, not every pass: a hub with virtual GPUs would repeat it all day
-            (log.debug if self.failing else log.warning)("NVML sampling failed (no GPU data; retrying"
-                                                         " each pass): %s", err)
+            (log.debug if self.failing else log.warning)(
+                "NVML sampling failed (no GPU data; retrying each pass): %s", err
+            )
             self.failing, self.opened = True, False
             return {}
         if self.failing:
@@ -91,8 +92,9 @@ class NVMLSampler:
                 continue
             pids = descendants(t.pid, self.proc)
             mine = [p for p in processes if p.pid in pids]
-            out[t.key] = GPUUse(max((p.sm_util_pct for p in mine), default=0.0),
-                                sum(p.memory_mib for p in mine))
+            out[t.key] = GPUUse(
+                max((p.sm_util_pct for p in mine), default=0.0), sum(p.memory_mib for p in mine)
+            )
         return out
 
 
@@ -109,8 +111,13 @@ class NodeAgentSampler:
     With `token_file` (the chart's Secret, mounted in the hub pod) each request carries its
     token: the agents answer nobody else. It is read at each pass, so a rotated Secret applies."""
 
-    def __init__(self, urls: list[str], timeout: float = 5,
-                 resolve: Callable[[str, int], list[str]] = resolve_all, token_file: str = "") -> None:
+    def __init__(
+        self,
+        urls: list[str],
+        timeout: float = 5,
+        resolve: Callable[[str, int], list[str]] = resolve_all,
+        token_file: str = "",
+    ) -> None:
         self.urls, self.timeout, self.resolve, self.token_file = urls, timeout, resolve, token_file
 
     def headers(self) -> dict[str, str]:
@@ -141,7 +148,9 @@ class NodeAgentSampler:
         headers = self.headers()
         for url in self.agent_urls():
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as r:
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, headers=headers), timeout=self.timeout
+                ) as r:
                     for p in json.load(r).get("pods", []):
                         pods[p["uid"]] = GPUUse(float(p["gpu_util_pct"]), int(p["memory_mib"]))
             except (OSError, ValueError, KeyError) as err:
@@ -161,8 +170,11 @@ class FileSampler:
                 data = json.load(f)
         except (OSError, ValueError):
             return {}
-        return {t.key: GPUUse(float(data[t.key]["util_pct"]), int(data[t.key].get("memory_mib", 0)))
-                for t in targets if t.key in data}
+        return {
+            t.key: GPUUse(float(data[t.key]["util_pct"]), int(data[t.key].get("memory_mib", 0)))
+            for t in targets
+            if t.key in data
+        }
 
 
 class DemoSampler:
@@ -184,8 +196,9 @@ class DemoSampler:
         return {t.key: GPUUse(self.BUSY_PCT if said.get(t.key) == "busy" else 0.0, 0) for t in targets}
 
 
-def make_sampler(kind: str, arg: str = "", token_file: str = "",
-                 read: Callable[[str], dict] | None = None) -> Sampler:
+def make_sampler(
+    kind: str, arg: str = "", token_file: str = "", read: Callable[[str], dict] | None = None
+) -> Sampler:
     if kind == "demo":
         if read is None:
             raise ValueError("the demo sampler reads the gpupool API: it runs in the culler service")

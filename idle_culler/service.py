@@ -38,8 +38,13 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
         # configure(c) runs in the hub process: its pid tells the culler whom to live and die with
         "environment": {"GPUPOOL_CULLER_CONFIG": json.dumps(config or {}), HUB_PID: str(os.getpid())},
     }
-    scopes = ["list:users", "read:users:activity", "read:servers", "delete:servers",
-              "access:services!service=gpupool"]
+    scopes = [
+        "list:users",
+        "read:users:activity",
+        "read:servers",
+        "delete:servers",
+        "access:services!service=gpupool",
+    ]
     if IdleCuller(**(config or {})).restarts_kernels():
         # the restart-kernel resolver talks to the servers' kernels API: the narrowest scope
         # for that is access to every server, so it is granted only when a rule needs it
@@ -65,8 +70,9 @@ class Client:
 
     def call(self, method: str, url: str, body: Any = None, accept: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}", "Accept": accept})
+        req = urllib.request.Request(
+            url, data=data, method=method, headers={"Authorization": f"token {self.token}", "Accept": accept}
+        )
         with urllib.request.urlopen(req, timeout=self.timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
@@ -85,8 +91,9 @@ class Client:
         offsets = _remaining_offsets(first.get("_pagination") or {}, concurrency)
         if offsets:
             with ThreadPoolExecutor(min(concurrency, len(offsets))) as pool:
-                answers = list(pool.map(lambda o: self.call("GET", _at_offset(url, *o), accept=PAGINATION),
-                                        offsets))
+                answers = list(
+                    pool.map(lambda o: self.call("GET", _at_offset(url, *o), accept=PAGINATION), offsets)
+                )
             for page in answers:
                 items.extend(page["items"])
             pages += len(answers)
@@ -123,8 +130,16 @@ def _at_offset(url: str, offset: int, limit: int) -> str:
 
 
 class Culler:
-    def __init__(self, cfg: IdleCuller, client: Client, hub_api: str, gpupool_url: str, sampler: Sampler,
-                 clock: Callable[[], float] = time.time, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        cfg: IdleCuller,
+        client: Client,
+        hub_api: str,
+        gpupool_url: str,
+        sampler: Sampler,
+        clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.cfg, self.client, self.hub_api = cfg, client, hub_api.rstrip("/")
         self.gpupool = gpupool_url.rstrip("/") + "/"
         self.sampler, self.clock, self.metrics = sampler, clock, metrics
@@ -147,11 +162,20 @@ class Culler:
         now = self.clock()
         targets = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
         servers = self.servers()
-        uses = self.sampler.sample([
-            Target(t["owner"], t["name"], t.get("pid"), pod_uid=t.get("pod_uid", ""), gpu_uuids=tuple(t["gpu_uuids"]),
-                   whole_gpus=t["whole_gpus"])
-            for t in targets if not t.get("parked")  # a parked workspace holds no GPU to sample
-        ])
+        uses = self.sampler.sample(
+            [
+                Target(
+                    t["owner"],
+                    t["name"],
+                    t.get("pid"),
+                    pod_uid=t.get("pod_uid", ""),
+                    gpu_uuids=tuple(t["gpu_uuids"]),
+                    whole_gpus=t["whole_gpus"],
+                )
+                for t in targets
+                if not t.get("parked")  # a parked workspace holds no GPU to sample
+            ]
+        )
         report: list[dict] = []
         events: list[dict | None] = []
         todo: list[tuple] = []
@@ -173,36 +197,66 @@ class Culler:
                     self.memory_over.pop(key, None)
             fresh = tracker.fresh(now, limits.stale_after_s)
             ws = Workspace(
-                owner=t["owner"], name=t["name"],
+                owner=t["owner"],
+                name=t["name"],
                 started=parse_time(server.get("started")) or now,
                 last_activity=parse_time(server.get("last_activity")),
                 gpu_idle_s=tracker.idle_s if fresh else None,
-                memory_mib=use.memory_mib if use else 0, memory_limit_mib=t["memory_limit_mib"],
-                memory_over_since=self.memory_over.get(key), extended=t["extended"],
+                memory_mib=use.memory_mib if use else 0,
+                memory_limit_mib=t["memory_limit_mib"],
+                memory_over_since=self.memory_over.get(key),
+                extended=t["extended"],
                 exempt=self.cfg.exempt(t["owner"], t["admin"]),
-                parked=bool(t.get("parked")), park_failed=key in self.park_failed,
+                parked=bool(t.get("parked")),
+                park_failed=key in self.park_failed,
                 budget=t.get("budget") if t.get("budget") in ("park", "stop") else "",
             )
             d = decide(ws, now, limits)
             if d.action in ("park", "cull", "resolve-memory") and not self.arbiter_allows(d, t, ws):
-                d = Decision("keep", d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})")
-            report.append({"owner": ws.owner, "name": ws.name, "action": d.action, "reason": d.reason,
-                           "cull_at": d.cull_at, "message": d.message, "gpu_idle_s": ws.gpu_idle_s,
-                           "gpu_util_pct": use.util_pct if use else None, "memory_mib": ws.memory_mib,
-                           "memory_limit_mib": ws.memory_limit_mib, "extended": ws.extended,
-                           # the JupyterLab item shows this text and offers Resume ("" when not parked)
-                           "gpu_data": fresh, "parked": PARKED if ws.parked else ""})
+                d = Decision(
+                    "keep", d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})"
+                )
+            report.append(
+                {
+                    "owner": ws.owner,
+                    "name": ws.name,
+                    "action": d.action,
+                    "reason": d.reason,
+                    "cull_at": d.cull_at,
+                    "message": d.message,
+                    "gpu_idle_s": ws.gpu_idle_s,
+                    "gpu_util_pct": use.util_pct if use else None,
+                    "memory_mib": ws.memory_mib,
+                    "memory_limit_mib": ws.memory_limit_mib,
+                    "extended": ws.extended,
+                    # the JupyterLab item shows this text and offers Resume ("" when not parked)
+                    "gpu_data": fresh,
+                    "parked": PARKED if ws.parked else "",
+                }
+            )
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
             if d.action == "warn" and self.warned.get(key) != d.reason:
                 self.warned[key] = d.reason
-                events.append({"kind": "memory" if d.reason == "memory" else "warn", "owner": ws.owner,
-                               "name": ws.name, "reason": d.reason, "message": f"{key} {d.message}"})
+                events.append(
+                    {
+                        "kind": "memory" if d.reason == "memory" else "warn",
+                        "owner": ws.owner,
+                        "name": ws.name,
+                        "reason": d.reason,
+                        "message": f"{key} {d.message}",
+                    }
+                )
             elif d.action == "keep":
                 self.warned.pop(key, None)
             elif d.action in ("park", "cull", "resolve-memory"):
-                kind = "restart" if d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel" \
-                    else "park" if d.action == "park" else "cull"
+                kind = (
+                    "restart"
+                    if d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel"
+                    else "park"
+                    if d.action == "park"
+                    else "cull"
+                )
                 events.append(None)  # its place: the event follows the outcome
                 todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1))
         # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
@@ -212,8 +266,11 @@ class Culler:
         events = [e for e in events if e is not None]
         for key in set(self.trackers) - {f"{t['owner']}/{t['name']}" for t in targets}:
             self.forget(key)  # a new session starts with a clean idle count
-        self.client.call("POST", self.gpupool + "api/culler/report",
-                         {"pass_time": now, "workspaces": report, "events": events})
+        self.client.call(
+            "POST",
+            self.gpupool + "api/culler/report",
+            {"pass_time": now, "workspaces": report, "events": events},
+        )
         return {"workspaces": report, "events": events}
 
     def arbiter_allows(self, d: Decision, target: dict, ws: Workspace) -> bool:
@@ -221,14 +278,25 @@ class Culler:
         logged and the decision stands (a broken hook must not keep every GPU forever)."""
         if self.arbiter is None:
             return True
-        workspace = {"owner": ws.owner, "name": ws.name, "groups": list(target.get("groups") or []),
-                     "admin": bool(target.get("admin")), "profile": target.get("profile") or "",
-                     "started": ws.started, "last_activity": ws.last_activity, "gpu_idle_s": ws.gpu_idle_s,
-                     "memory_mib": ws.memory_mib, "parked": ws.parked, "extended": ws.extended}
+        workspace = {
+            "owner": ws.owner,
+            "name": ws.name,
+            "groups": list(target.get("groups") or []),
+            "admin": bool(target.get("admin")),
+            "profile": target.get("profile") or "",
+            "started": ws.started,
+            "last_activity": ws.last_activity,
+            "gpu_idle_s": ws.gpu_idle_s,
+            "memory_mib": ws.memory_mib,
+            "parked": ws.parked,
+            "extended": ws.extended,
+        }
         try:
             return bool(self.arbiter(action=d.action, reason=d.reason, workspace=workspace))
         except Exception:  # noqa: BLE001 - the admin's code: any failure
-            log.exception("the arbiter hook failed on %s/%s; acting as decided (%s)", ws.owner, ws.name, d.action)
+            log.exception(
+                "the arbiter hook failed on %s/%s; acting as decided (%s)", ws.owner, ws.name, d.action
+            )
             return True
 
     def _bounded(self, calls: list[Callable[[], bool]]) -> list[bool]:
@@ -256,24 +324,39 @@ class Culler:
                 dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
                 self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
                 self.warned.pop(key, None)  # and a fresh warning if it is over again
-                events[at] = {"kind": "memory", "owner": ws.owner, "name": ws.name, "reason": "restart-kernel",
-                              "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
-                                         f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}"}
+                events[at] = {
+                    "kind": "memory",
+                    "owner": ws.owner,
+                    "name": ws.name,
+                    "reason": "restart-kernel",
+                    "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
+                    f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}",
+                }
                 if self.metrics:
                     self.metrics.culls.labels(reason="memory-restart").inc()
         elif kind == "park":
             if ok:
                 dry = " (dry run: not parked)" if self.cfg.dry_run else ""
-                events[at] = {"kind": "park", "owner": ws.owner, "name": ws.name, "reason": d.reason,
-                              "message": f"{key} {d.message}{dry}"}
+                events[at] = {
+                    "kind": "park",
+                    "owner": ws.owner,
+                    "name": ws.name,
+                    "reason": d.reason,
+                    "message": f"{key} {d.message}{dry}",
+                }
                 report[row].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
                 self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
                 if self.metrics:
                     self.metrics.culls.labels(reason="park").inc()
         elif ok:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
-            events[at] = {"kind": "cull", "owner": ws.owner, "name": ws.name, "reason": d.reason,
-                          "message": f"{key} {d.message}{dry}"}
+            events[at] = {
+                "kind": "cull",
+                "owner": ws.owner,
+                "name": ws.name,
+                "reason": d.reason,
+                "message": f"{key} {d.message}{dry}",
+            }
             if not self.cfg.dry_run:
                 self.forget(key)
             if self.metrics:
@@ -291,8 +374,12 @@ class Culler:
         except urllib.error.HTTPError as err:
             log.error("could not stop %s/%s: %s", owner, name, err)
         except TimeoutError:  # sent, and the hub is slow to answer: it finishes the stop without us
-            log.warning("the hub did not answer the stop of %s/%s within %s s; it goes on", owner, name,
-                        self.client.timeout)
+            log.warning(
+                "the hub did not answer the stop of %s/%s within %s s; it goes on",
+                owner,
+                name,
+                self.client.timeout,
+            )
         except OSError as err:  # not sent (URLError: refused, a connect timeout)
             log.error("could not ask the hub to stop %s/%s: %s; trying again next pass", owner, name, err)
             return False
@@ -351,14 +438,20 @@ def main(argv: list[str] | None = None) -> int:
     return app_main(argv)
 
 
-def run(cfg: IdleCuller, gpupool_url: str, hub_api: str, once: bool = False, clock_file: str | None = None) -> int:
+def run(
+    cfg: IdleCuller, gpupool_url: str, hub_api: str, once: bool = False, clock_file: str | None = None
+) -> int:
     """Cull until the hub that started us goes (or one pass with `once`)."""
     clock = file_clock(clock_file) if clock_file else time.time
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port else None
     client = Client(os.environ["JUPYTERHUB_API_TOKEN"])
     api = gpupool_url.rstrip("/") + "/"
-    sampler = make_sampler(cfg.sampler, cfg.sampler_arg, cfg.node_agent_token_file,
-                           read=lambda path: client.call("GET", api + path))
+    sampler = make_sampler(
+        cfg.sampler,
+        cfg.sampler_arg,
+        cfg.node_agent_token_file,
+        read=lambda path: client.call("GET", api + path),
+    )
     culler = Culler(cfg, client, hub_api, gpupool_url, sampler, clock, metrics)
     parent = int(os.environ.get(HUB_PID, "0") or 0) or os.getppid()
     die_with_parent()

@@ -26,8 +26,13 @@ def _where(obj: Any, name: str | None) -> str:
 
 def seconds_problem(value: Any, positive: bool = False) -> str | None:
     low = "more than 0" if positive else "from 0"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_SECONDS or (positive and value == 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_SECONDS
+        or (positive and value == 0)
+    ):
         return f"must be seconds {low} to 1e9, got {value!r}"
     return None
 
@@ -81,7 +86,7 @@ class Seconds(Float):
 
 
 class TimeOfDay(Unicode):
-    """"HH:MM" (00:00 to 23:59), or "" for none."""
+    """ "HH:MM" (00:00 to 23:59), or "" for none."""
 
     info_text = 'a time of day "HH:MM" or ""'
 
@@ -117,8 +122,10 @@ class LimitOverrides(Dict):
                 raise TraitError(f"{where}[{name!r}] must be a dict of limits, got {over!r}")
             unknown = set(over) - LIMIT_FIELDS
             if unknown:
-                raise TraitError(f"{where}[{name!r}]: unknown keys {sorted(map(str, unknown))};"
-                                 f" the limits are {sorted(LIMIT_FIELDS)}")
+                raise TraitError(
+                    f"{where}[{name!r}]: unknown keys {sorted(map(str, unknown))};"
+                    f" the limits are {sorted(LIMIT_FIELDS)}"
+                )
             for key, limit in over.items():
                 problem = limit_problem(key, limit)
                 if problem:

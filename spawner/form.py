@@ -18,8 +18,11 @@ MAX_POOL_NAME = 63
 
 def gpus_value(milli: int) -> str:
     """The form's value for a size, in GPUs like the REST API ('0.25', '2'), never milli-GPU."""
-    return format(Decimal(milli) / MILLI_PER_GPU, "f").rstrip("0").rstrip(".") if milli % MILLI_PER_GPU \
+    return (
+        format(Decimal(milli) / MILLI_PER_GPU, "f").rstrip("0").rstrip(".")
+        if milli % MILLI_PER_GPU
         else str(milli // MILLI_PER_GPU)
+    )
 
 
 def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:
@@ -42,11 +45,21 @@ class SizeChoice:
     facts: str  # memory, room in the pool now, what starting it takes
 
 
-def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], quota_milli: int,
-                virtual: bool, *, memory_mib_per_gpu: int = 0, gpu_free: Sequence[Sequence[int]] | None = None,
-                max_workspaces: int = 0, this_server: str | None = None, pools: Sequence[str] = (),
-                reclaim: Mapping[int, int] | None = None, moves: Mapping[int, int] | None = None,
-                notes: Sequence[str] = ()) -> str:
+def render_form(
+    offered: Sequence[tuple[int, bool]],
+    held: Sequence[Holding],
+    quota_milli: int,
+    virtual: bool,
+    *,
+    memory_mib_per_gpu: int = 0,
+    gpu_free: Sequence[Sequence[int]] | None = None,
+    max_workspaces: int = 0,
+    this_server: str | None = None,
+    pools: Sequence[str] = (),
+    reclaim: Mapping[int, int] | None = None,
+    moves: Mapping[int, int] | None = None,
+    notes: Sequence[str] = (),
+) -> str:
     """Radio buttons for the sizes the user's groups allow, each with its memory and how many
     would fit in the pool now; sizes over the quota left or without room are disabled with the
     reason, so nobody has to guess why. `held` is every server of the user (the one being
@@ -59,17 +72,31 @@ def render_form(offered: Sequence[tuple[int, bool]], held: Sequence[Holding], qu
     over its limit, a smaller size that would do). The markup is templates/gpupool-spawn-form.html."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     at_limit = bool(max_workspaces) and len(others) >= max_workspaces
-    return render("gpupool-spawn-form.html", field=FIELD, pool_field=POOL_FIELD,
-                  quota=format_gpus(quota_milli), used=format_gpus(sum(h.milli for h in others)),
-                  max_workspaces=max_workspaces, at_limit=at_limit, notes=list(notes), virtual=virtual,
-                  others=[{"label": h.label, "size": format_gpus(h.milli)} for h in others],
-                  choices=size_choices(offered, memory_mib_per_gpu, gpu_free, at_limit, reclaim or {}, moves or {}),
-                  pools=list(pools), pools_listed=", ".join(pools))
+    return render(
+        "gpupool-spawn-form.html",
+        field=FIELD,
+        pool_field=POOL_FIELD,
+        quota=format_gpus(quota_milli),
+        used=format_gpus(sum(h.milli for h in others)),
+        max_workspaces=max_workspaces,
+        at_limit=at_limit,
+        notes=list(notes),
+        virtual=virtual,
+        others=[{"label": h.label, "size": format_gpus(h.milli)} for h in others],
+        choices=size_choices(offered, memory_mib_per_gpu, gpu_free, at_limit, reclaim or {}, moves or {}),
+        pools=list(pools),
+        pools_listed=", ".join(pools),
+    )
 
 
-def size_choices(offered: Sequence[tuple[int, bool]], memory_mib_per_gpu: int,
-                 gpu_free: Sequence[Sequence[int]] | None, at_limit: bool, reclaim: Mapping[int, int],
-                 moves: Mapping[int, int]) -> list[SizeChoice]:
+def size_choices(
+    offered: Sequence[tuple[int, bool]],
+    memory_mib_per_gpu: int,
+    gpu_free: Sequence[Sequence[int]] | None,
+    at_limit: bool,
+    reclaim: Mapping[int, int],
+    moves: Mapping[int, int],
+) -> list[SizeChoice]:
     """Which sizes may be picked and why not; the first that may is checked."""
     choices, first = [], True
     for milli, fits in offered:
@@ -86,7 +113,9 @@ def size_choices(offered: Sequence[tuple[int, bool]], memory_mib_per_gpu: int,
             facts.append(moves_text(moved))
         elif room is not None:
             facts.append(f"room for {room} now" if room else "no room in the pool now")
-        choices.append(SizeChoice(gpus_value(milli), format_gpus(milli), fits, ok, ok and first, ", ".join(facts)))
+        choices.append(
+            SizeChoice(gpus_value(milli), format_gpus(milli), fits, ok, ok and first, ", ".join(facts))
+        )
         first = first and not ok
     return choices
 
@@ -95,14 +124,18 @@ def reclaim_text(jobs: int) -> str:
     """What starting a size takes when only build-first makes room for it."""
     if not jobs:
         return "room is being freed: a train job is stopping"
-    return (f"no free room: starting it stops {jobs} train job{'s' if jobs > 1 else ''} borrowing idle GPUs,"
-            " as build workspaces come first")
+    return (
+        f"no free room: starting it stops {jobs} train job{'s' if jobs > 1 else ''} borrowing idle GPUs,"
+        " as build workspaces come first"
+    )
 
 
 def moves_text(notebooks: int) -> str:
     """What starting a size takes when only moving idle notebooks makes room for it."""
-    return (f"no free room: starting it first moves {notebooks} idle notebook{'s' if notebooks > 1 else ''}"
-            " to another GPU (seconds; nothing in them restarts)")
+    return (
+        f"no free room: starting it first moves {notebooks} idle notebook{'s' if notebooks > 1 else ''}"
+        " to another GPU (seconds; nothing in them restarts)"
+    )
 
 
 def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:
@@ -128,15 +161,17 @@ def requested_pool(user_options: Mapping[str, object]) -> str | None:
     if pool is None or pool == "":
         return None
     if not isinstance(pool, str) or len(pool) > MAX_POOL_NAME:
-        raise InvalidRequest(f"user option '{POOL_FIELD}' must be the name of a node pool"
-                             f" (at most {MAX_POOL_NAME} characters), e.g. {{\"{POOL_FIELD}\": \"workstations\"}}")
+        raise InvalidRequest(
+            f"user option '{POOL_FIELD}' must be the name of a node pool"
+            f' (at most {MAX_POOL_NAME} characters), e.g. {{"{POOL_FIELD}": "workstations"}}'
+        )
     return pool
 
 
 def requested_milli(user_options: Mapping[str, object]) -> int:
     """user_options (from the form or the REST API) -> milli-GPU, with a clear error."""
     if not isinstance(user_options, Mapping):
-        raise InvalidRequest(f"user options must be an object, e.g. {{\"{FIELD}\": 0.25}}")
+        raise InvalidRequest(f'user options must be an object, e.g. {{"{FIELD}": 0.25}}')
     if FIELD not in user_options:
         raise InvalidRequest(f"say how many GPUs you want: user option '{FIELD}', e.g. {{\"{FIELD}\": 0.25}}")
     try:

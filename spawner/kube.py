@@ -43,8 +43,12 @@ _CHECKED = "_gpupool_checked"
 
 class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
-    gpu_sharing = Unicode("", config=True, help="""Deprecated: use c.GPUPool.gpu_sharing.
-        """).tag(deprecated="GPUPool.gpu_sharing")
+    gpu_sharing = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: use c.GPUPool.gpu_sharing.
+        """,
+    ).tag(deprecated="GPUPool.gpu_sharing")
     kai_queue = Unicode(
         "{group}",
         config=True,
@@ -103,13 +107,20 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     )
 
     # one label for workspaces and train jobs: c.GPUPool.node_pool_label (this was a second one)
-    node_pool_label = Unicode("", config=True, help="""Deprecated: use c.GPUPool.node_pool_label.
-        """).tag(deprecated="GPUPool.node_pool_label")
+    node_pool_label = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: use c.GPUPool.node_pool_label.
+        """,
+    ).tag(deprecated="GPUPool.node_pool_label")
 
     @observe("gpu_sharing", "node_pool_label")
     def _old_kube_names(self, change: dict) -> None:
-        self.log.warning("c.GPUKubeSpawner.%s is deprecated: use c.GPUPool.%s (one setting for workspaces"
-                         " and train jobs)", change["name"], change["name"])
+        self.log.warning(
+            "c.GPUKubeSpawner.%s is deprecated: use c.GPUPool.%s (one setting for workspaces and train jobs)",
+            change["name"],
+            change["name"],
+        )
 
     def _setting(self, name: str) -> str:
         """c.GPUPool.<name>, or this spawner's deprecated option of that name when a config
@@ -125,8 +136,11 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def workspace_pools(self) -> list[str]:
         """The node pools this workspace may use (the user's groups', or the one chosen); with
         KAI only the first: a pod is in one scheduling shard, which never hands it to another."""
-        names = [n for n in self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
-                 if n in self.pool.node_pools]
+        names = [
+            n
+            for n in self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
+            if n in self.pool.node_pools
+        ]
         return names[:1] if self.backend().pools_are_shards else names
 
     def pools_affinity(self, current: dict, names: list[str]) -> dict:
@@ -213,8 +227,10 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         profile = find_profile(offered, slug)
         if profile is None:
             names = ", ".join(p["slug"] for p in offered) or "none"
-            raise InvalidRequest(f"profile {slug!r} is not offered to you now (your groups or quota left);"
-                                 f" choose one of: {names}")
+            raise InvalidRequest(
+                f"profile {slug!r} is not offered to you now (your groups or quota left);"
+                f" choose one of: {names}"
+            )
         self.gpupool_profile = str(profile.get("slug") or "")
         return profile_milli(profile)
 
@@ -257,7 +273,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         backend = self.backend()
         try:
             names = self.workspace_pools()
-            current = self.api.api_client.sanitize_for_serialization(pod.spec.affinity) if pod.spec.affinity else {}
+            current = (
+                self.api.api_client.sanitize_for_serialization(pod.spec.affinity) if pod.spec.affinity else {}
+            )
             affinity = self.pools_affinity(current or {}, names)
         except PoolError as err:
             raise http_error(err) from None
@@ -270,8 +288,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         else:
             num_gpu, gpu_milli = split_milli(alloc.total_milli)
             try:
-                patch = backend.pod_gpu(num_gpu, gpu_milli, self.device_memory_mib(alloc), self.queue_name(shard),
-                                        self.build_priority_class)
+                patch = backend.pod_gpu(
+                    num_gpu,
+                    gpu_milli,
+                    self.device_memory_mib(alloc),
+                    self.queue_name(shard),
+                    self.build_priority_class,
+                )
             except InvalidRequest as err:
                 raise http_error(err) from None
             env = pod_environment(self.gpu_environment())
@@ -312,7 +335,9 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         except (ValueError, ArithmeticError) as err:
             raise web.HTTPError(400, f"the pod's GPU fields cannot be read: {err}") from None
         if asked > reserved:
-            msg = (f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
-                   " a profile or hook added GPUs; ask your admin to fix the profile")
+            msg = (
+                f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
+                " a profile or hook added GPUs; ask your admin to fix the profile"
+            )
             self.pool.store.record("refuse", msg, owner=self.user.name, name=self.name)
             raise with_message(web.HTTPError(403, msg), msg)

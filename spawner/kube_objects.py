@@ -18,8 +18,15 @@ PROFILE_KEY = "gpupool"  # profile_list entries: {"gpupool": {"gpus": 0.25, "gro
 # and exposed by the device plugin (KAI's fraction: its reservation pod's GPU). An index or UUID
 # from the hub would hide that device (any index but 0 hides a pod's only GPU); PYTHONPATH and
 # the MPS pipe are paths on the hub's machine, not in the notebook image.
-HUB_ONLY_ENV = ("CUDA_VISIBLE_DEVICES", "GPUPOOL_GPU_UUIDS", "GPUPOOL_GPU_VIRTUAL", "PYTHONPATH",
-                "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+HUB_ONLY_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "GPUPOOL_GPU_UUIDS",
+    "GPUPOOL_GPU_VIRTUAL",
+    "PYTHONPATH",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+)
 
 
 def pod_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -57,11 +64,14 @@ def profile_milli(profile: Mapping[str, Any]) -> int:
     try:
         return parse_gpus(extra.get("gpus", 0)) if extra.get("gpus") not in (None, 0, "0") else 0
     except UnitError as err:
-        raise InvalidRequest(f"profile {profile.get('slug') or profile.get('display_name')!r}: {err}") from None
+        raise InvalidRequest(
+            f"profile {profile.get('slug') or profile.get('display_name')!r}: {err}"
+        ) from None
 
 
-def profile_allowed(profile: Mapping[str, Any], groups: Iterable[str], limits: BuildLimits,
-                    left_milli: int) -> bool:
+def profile_allowed(
+    profile: Mapping[str, Any], groups: Iterable[str], limits: BuildLimits, left_milli: int
+) -> bool:
     """Whether a user in `groups`, with `left_milli` of their build quota free, may pick it."""
     extra = profile.get(PROFILE_KEY) or {}
     wanted = set(extra.get("groups") or [])
@@ -73,8 +83,9 @@ def profile_allowed(profile: Mapping[str, Any], groups: Iterable[str], limits: B
     return milli in limits.sizes_milli and milli <= min(limits.max_per_workspace_milli, left_milli)
 
 
-def filter_profiles(profiles: Iterable[Mapping[str, Any]], groups: Iterable[str], limits: BuildLimits,
-                    left_milli: int) -> list[dict]:
+def filter_profiles(
+    profiles: Iterable[Mapping[str, Any]], groups: Iterable[str], limits: BuildLimits, left_milli: int
+) -> list[dict]:
     """The profiles to offer: the user's groups may use them and they fit the quota left.
     The first one left becomes the default when the configured default was filtered out."""
     groups = list(groups)
@@ -113,8 +124,15 @@ def merged_affinity(current: Mapping[str, Any], pools: Mapping[str, Any]) -> dic
     have = (mine.get(req) or {}).get("nodeSelectorTerms") or []
     add = (theirs.get(req) or {}).get("nodeSelectorTerms") or []
     if add:
-        terms = [{**t, "matchExpressions": [*(t.get("matchExpressions") or []), *a["matchExpressions"]]}
-                 for t in have for a in add] if have else list(add)
+        terms = (
+            [
+                {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *a["matchExpressions"]]}
+                for t in have
+                for a in add
+            ]
+            if have
+            else list(add)
+        )
         mine[req] = {"nodeSelectorTerms": terms}
     if theirs.get(pref):
         mine[pref] = [*(mine.get(pref) or []), *theirs[pref]]

@@ -37,8 +37,9 @@ class _LocalGPU(GPUSpawnerMixin):
         env.update(self.gpu_environment(env.get("PYTHONPATH", "")))
         env[WORKSPACE_VAR] = workspace_tag(self.user.name, self.name)
         if self.gpupool_allocation is not None:  # where the hub says the share is now (it may move)
-            env[gpu_env_files.VAR] = str(gpu_env_files.default_folder() / gpu_env_files.file_name(self.user.name,
-                                                                                               self.name))
+            env[gpu_env_files.VAR] = str(
+                gpu_env_files.default_folder() / gpu_env_files.file_name(self.user.name, self.name)
+            )
         env[HUB_VAR], env[INSTANCE_VAR] = self.cgroups_marker()
         return env
 
@@ -52,8 +53,9 @@ class _LocalGPU(GPUSpawnerMixin):
         cgroups = self.cgroups
         # what an earlier server of this workspace left behind ends before the new one starts
         if not await asyncio.to_thread(cgroups.tree.end, self.cgroup, cgroups.stop_timeout_s):
-            raise _refused(f"processes of your earlier server {self.server_label} do not end; ask an admin",
-                           status=409)
+            raise _refused(
+                f"processes of your earlier server {self.server_label} do not end; ask an admin", status=409
+            )
         self._join_fd = cgroups.tree.join_fd(self.cgroup)
         try:
             return await super().start()
@@ -75,8 +77,9 @@ class _LocalGPU(GPUSpawnerMixin):
         cgroups = self.cgroups
         left = cgroups.tree.pids(self.cgroup)
         if left:
-            self.log.warning("ending %d process(es) left in the cgroup of %s: %s", len(left), self.server_label,
-                             left[:10])
+            self.log.warning(
+                "ending %d process(es) left in the cgroup of %s: %s", len(left), self.server_label, left[:10]
+            )
         return await asyncio.to_thread(cgroups.tree.end, self.cgroup, cgroups.stop_timeout_s)
 
     def server_pid(self) -> int | None:
@@ -108,8 +111,9 @@ def workspace_tag(owner: str, name: str) -> str:
     return f"{owner}/{name}"
 
 
-def stop_orphans(owner: str, name: str, proc_root: str = "/proc", hub_api_url: str = "",
-                 marker: str = "") -> list[int]:
+def stop_orphans(
+    owner: str, name: str, proc_root: str = "/proc", hub_api_url: str = "", marker: str = ""
+) -> list[int]:
     """SIGTERM processes of a workspace the hub no longer knows about.
 
     A hub killed between starting a server and recording it leaves a server nobody
@@ -192,9 +196,11 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
         except AccountError as err:
             raise _refused(str(err)) from None
         if self.account is None:
-            raise _refused(f"hub user {self.user.name[:64]!r} has no Unix account"
-                           f" {accounts.name_for(self.user.name)!r} on this machine to run a server as"
-                           " (an admin can turn on c.SystemAccounts.create)")
+            raise _refused(
+                f"hub user {self.user.name[:64]!r} has no Unix account"
+                f" {accounts.name_for(self.user.name)!r} on this machine to run a server as"
+                " (an admin can turn on c.SystemAccounts.create)"
+            )
         return await super().start()
 
     def make_preexec_fn(self, name: str):
@@ -204,8 +210,9 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
         if self.account is None:
             return super().user_env(env)
-        env.update(USER=self.account.name, LOGNAME=self.account.name, HOME=self.account.home,
-                   SHELL=_TERMINAL_SHELL)  # the account's own shell is nologin: terminals need a real one
+        env.update(
+            USER=self.account.name, LOGNAME=self.account.name, HOME=self.account.home, SHELL=_TERMINAL_SHELL
+        )  # the account's own shell is nologin: terminals need a real one
         return env
 
 
@@ -213,8 +220,10 @@ _TERMINAL_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
 def _refused(message: str, status: int = 403) -> web.HTTPError:
-    return with_message(web.HTTPError(status, reason="no Unix account" if status == 403 else "workspace still running"),
-                        message)
+    return with_message(
+        web.HTTPError(status, reason="no Unix account" if status == 403 else "workspace still running"),
+        message,
+    )
 
 
 class GPUSimpleLocalProcessSpawner(_LocalGPU, SimpleLocalProcessSpawner):

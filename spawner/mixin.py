@@ -118,8 +118,11 @@ class GPUSpawnerMixin(_SpawnerBase):
         gpus = [g for n in pool.inventory.nodes for g in n.gpus]
         offered = pool.quotas.offered_sizes(self.user_groups, held)
         pools = pool.build_pools(self.user_groups)
-        state = within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools]) \
-            if pools and self.places_in_pools() else pool.state
+        state = (
+            within(pool.state, [pool.node_pools[p] for p in pools if p in pool.node_pools])
+            if pools and self.places_in_pools()
+            else pool.state
+        )
         gpu_free = state.gpu_free.tolist()
         reclaim, moves = {}, {}
         for milli, fits in offered:
@@ -127,8 +130,9 @@ class GPUSpawnerMixin(_SpawnerBase):
                 continue
             victims = None
             if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
-                victims = pool.room_for_build(Request.for_gpus(milli),
-                                              pools=tuple(pools) if self.places_in_pools() else ())
+                victims = pool.room_for_build(
+                    Request.for_gpus(milli), pools=tuple(pools) if self.places_in_pools() else ()
+                )
             if victims is not None:
                 reclaim[milli] = len(victims)
             elif pool.room_by_moving is not None and not (pools and self.places_in_pools()):
@@ -136,10 +140,20 @@ class GPUSpawnerMixin(_SpawnerBase):
                 if steps is not None:
                     moves[milli] = steps
         notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
-        return render_form(offered, every, limits.quota_milli, any(g.virtual for g in gpus),
-                           memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
-                           gpu_free=gpu_free, max_workspaces=limits.max_workspaces,
-                           this_server=self.name, pools=pools, reclaim=reclaim, moves=moves, notes=notes)
+        return render_form(
+            offered,
+            every,
+            limits.quota_milli,
+            any(g.virtual for g in gpus),
+            memory_mib_per_gpu=min((g.memory_mib for g in gpus), default=0),
+            gpu_free=gpu_free,
+            max_workspaces=limits.max_workspaces,
+            this_server=self.name,
+            pools=pools,
+            reclaim=reclaim,
+            moves=moves,
+            notes=notes,
+        )
 
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
@@ -148,8 +162,9 @@ class GPUSpawnerMixin(_SpawnerBase):
             self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
-            self.pool.quotas.check(milli, self.user_groups, held,
-                                   self.pool.group_usage(self.membership(), only=self.user_groups))
+            self.pool.quotas.check(
+                milli, self.user_groups, held, self.pool.group_usage(self.membership(), only=self.user_groups)
+            )
             if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
                 self.pool.admission(self.workload, self.user_groups, milli)
         except PoolError as err:
@@ -169,9 +184,15 @@ class GPUSpawnerMixin(_SpawnerBase):
         """Quota check, placement (in the user's node pools, or `pool` of them) and the
         persisted share; a refusal is recorded and raised as the 4xx JupyterHub shows."""
         try:
-            alloc = self.pool.reserve_build(self.user.name, self.user_groups, self.name, milli, pool=pool,
-                                            groups_of=self.membership(),
-                                            in_pools=self.places_in_pools())
+            alloc = self.pool.reserve_build(
+                self.user.name,
+                self.user_groups,
+                self.name,
+                milli,
+                pool=pool,
+                groups_of=self.membership(),
+                in_pools=self.places_in_pools(),
+            )
         except Exception as err:
             raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
@@ -185,8 +206,10 @@ class GPUSpawnerMixin(_SpawnerBase):
         if isinstance(err, PoolError):
             return self.refused(err)
         if why := disk_full(err):  # said as such, not a bare 500
-            return with_message(web.HTTPError(507, reason="disk full"),
-                                f"the disk is full: {why}; no GPU was reserved (tell an admin)")
+            return with_message(
+                web.HTTPError(507, reason="disk full"),
+                f"the disk is full: {why}; no GPU was reserved (tell an admin)",
+            )
         return err
 
     async def reserve_milli_off_loop(self, milli: int, pool: str | None = None) -> Allocation:
@@ -195,9 +218,15 @@ class GPUSpawnerMixin(_SpawnerBase):
         For spawners whose hub changes the pool's state only under the manager's lock."""
         groups_of = self.membership()
         try:
-            alloc = await self.pool.reserve_build_async(self.user.name, self.user_groups, self.name, milli,
-                                                        pool=pool, in_pools=self.places_in_pools(),
-                                                        groups_of=groups_of)
+            alloc = await self.pool.reserve_build_async(
+                self.user.name,
+                self.user_groups,
+                self.name,
+                milli,
+                pool=pool,
+                in_pools=self.places_in_pools(),
+                groups_of=groups_of,
+            )
         except Exception as err:
             raise self.reserve_failed(err) from None
         self.gpupool_allocation = alloc
@@ -255,7 +284,9 @@ class GPUSpawnerMixin(_SpawnerBase):
                     if self.gpupool_waiting != str(err):
                         self.log.info("%s waits: %s", self.server_label, err)
                     self.gpupool_waiting = str(err)
-                    self.pool.spawns_waiting.add(key)  # room made by moves is held only for a spawn that waits
+                    self.pool.spawns_waiting.add(
+                        key
+                    )  # room made by moves is held only for a spawn that waits
                     await asyncio.sleep(1)
         finally:
             self.pool.spawns_waiting.discard(key)
@@ -304,7 +335,9 @@ class GPUSpawnerMixin(_SpawnerBase):
             await super().stop(now=now)
         except BaseException:
             if await self._still_running():
-                self.log.error("stopping %s failed and it still runs: its GPU share is kept", self.server_label)
+                self.log.error(
+                    "stopping %s failed and it still runs: its GPU share is kept", self.server_label
+                )
                 raise
             if await self.end_workload():
                 self.release_gpus("stopped (the stop reported an error, but the server is gone)")

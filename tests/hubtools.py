@@ -59,7 +59,7 @@ def _terminal_signals() -> None:
 
 
 def why_no_accounts() -> str:
-    """"" when a hub started here gives each user a Unix account (root, with useradd), else why not."""
+    """ "" when a hub started here gives each user a Unix account (root, with useradd), else why not."""
     if os.geteuid() != 0:
         return "not root: the hub cannot switch accounts"
     if not (shutil.which("useradd") and shutil.which("userdel")):
@@ -123,14 +123,18 @@ class Hub:
     def write_config(self) -> Path:
         path = self.state / "test_config.py"
         accounts = f"c.SystemAccounts.prefix = {self.account_prefix!r}\n" if self.accounts else ""
-        path.write_text(textwrap.dedent(f"""
+        path.write_text(
+            textwrap.dedent(f"""
             c.JupyterHub.services = [{{"name": "test-admin", "api_token": "{ADMIN_TOKEN}"}}]
             c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
             c.JupyterHub.last_activity_interval = 5
             c.Spawner.poll_interval = 1
             c.Spawner.start_timeout = 120
             c.Spawner.http_timeout = 120
-        """) + accounts + textwrap.dedent(self.extra_config))
+        """)
+            + accounts
+            + textwrap.dedent(self.extra_config)
+        )
         return path
 
     def start(self, timeout: float = 60) -> Hub:
@@ -147,7 +151,7 @@ class Hub:
             GPUPOOL_DEMO_PASSWORD=PASSWORD,
             GPUPOOL_DEMO_ADMIN_PASSWORD=ADMIN_PASSWORD,
             PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
-                 f"{os.pathsep}{os.environ.get('PATH', '')}",
+            f"{os.pathsep}{os.environ.get('PATH', '')}",
         )
         env.pop("GPUPOOL_USER_ENV", None)  # `gpupool up` makes the users' environment itself, as root
         if not self.accounts:
@@ -156,10 +160,30 @@ class Hub:
         log = open(self.log_path, "ab")
         # `gpupool up`, as `make up` runs it: the same environment decisions, the same config
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpupool.cli", "up", "--state", str(self.state),
-             "--config", str(self.write_config()), "--port", str(self.port), "--hub-port", str(self.hub_port),
-             "--api-port", str(self.api_port), "--proxy-api-port", str(self.proxy_api_port), *self.up_args],
-            cwd=self.state, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "gpupool.cli",
+                "up",
+                "--state",
+                str(self.state),
+                "--config",
+                str(self.write_config()),
+                "--port",
+                str(self.port),
+                "--hub-port",
+                str(self.hub_port),
+                "--api-port",
+                str(self.api_port),
+                "--proxy-api-port",
+                str(self.proxy_api_port),
+                *self.up_args,
+            ],
+            cwd=self.state,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=_terminal_signals,
         )
         deadline = time.monotonic() + timeout
@@ -206,8 +230,12 @@ class Hub:
             last.update(self.api("GET", f"/services/gpupool/api/jobs/{job_id}", token=token))
             return dict(last) if last["state"] in states else None
 
-        return until(reached, f"job {job_id} to reach {sorted(states)}", timeout=timeout,
-                     detail=lambda: f"now {last.get('state')}:\n{self.tail()}")
+        return until(
+            reached,
+            f"job {job_id} to reach {sorted(states)}",
+            timeout=timeout,
+            detail=lambda: f"now {last.get('state')}:\n{self.tail()}",
+        )
 
     def kill9(self) -> None:
         """Crash the hub process only (servers and the proxy survive, as in a real crash)."""
@@ -250,9 +278,11 @@ class Hub:
         for line in out.splitlines()[1:]:
             pid, _, args = line.strip().partition(" ")
             # the culler service names the hub's gpupool API port on its command line
-            if str(self.state) in args or f"127.0.0.1:{self.proxy_api_port}" in args or (
-                f"127.0.0.1:{self.api_port}/" in args and "gpupool.idle_culler" in args) or (
-                "configurable-http-proxy" in args and f"--port {self.port}" in args
+            if (
+                str(self.state) in args
+                or f"127.0.0.1:{self.proxy_api_port}" in args
+                or (f"127.0.0.1:{self.api_port}/" in args and "gpupool.idle_culler" in args)
+                or ("configurable-http-proxy" in args and f"--port {self.port}" in args)
             ):
                 try:
                     os.kill(int(pid), signal.SIGKILL)
@@ -294,17 +324,21 @@ class Hub:
             pass
 
     # --- HTTP ----------------------------------------------------------------
-    def api(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN,
-            timeout: float = 30) -> Any:
+    def api(
+        self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN, timeout: float = 30
+    ) -> Any:
         """Call the hub or gpupool API; returns parsed JSON, raises HTTPError on 4xx/5xx."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {token}"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Authorization": f"token {token}"}
+        )
         with urllib.request.urlopen(req, timeout=timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
 
-    def api_error(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN) -> tuple[int, str]:
+    def api_error(
+        self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN
+    ) -> tuple[int, str]:
         """(status, message) of a call that must fail."""
         try:
             self.api(method, path, body, token=token)
@@ -347,8 +381,13 @@ class Hub:
     def stop_server(self, name: str, server: str = "", timeout: float = 60) -> None:
         path = f"/hub/api/users/{name}/servers/{server}" if server else f"/hub/api/users/{name}/server"
         self.api("DELETE", path)
-        until(lambda: not self.api("GET", f"/hub/api/users/{name}").get("servers", {}).get(server),
-              f"{name}/{server} to stop", timeout=timeout, every=0.3, detail=self.tail)
+        until(
+            lambda: not self.api("GET", f"/hub/api/users/{name}").get("servers", {}).get(server),
+            f"{name}/{server} to stop",
+            timeout=timeout,
+            every=0.3,
+            detail=self.tail,
+        )
 
     def allocations(self) -> list[dict]:
         """Every share, from the gpupool API as an admin sees it."""
@@ -409,8 +448,9 @@ class WebUser:
 
     def log_in(self, password: str) -> None:
         self.get("/hub/login")
-        status, url, body = self.post_form("/hub/login?next=/hub/home", {"username": self.name,
-                                                                        "password": password})
+        status, url, body = self.post_form(
+            "/hub/login?next=/hub/home", {"username": self.name, "password": password}
+        )
         assert any(c.name.startswith("jupyterhub-hub-login") for c in self.jar), (status, url, body[-500:])
 
     def spawn(self, gpus: str, server: str = "", timeout: float = 120) -> str:

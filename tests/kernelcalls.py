@@ -22,13 +22,31 @@ async def _run(hub: Any, user: str, token: str, kernel_id: str, code: str) -> st
     url = f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel_id}/channels"
     ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
     msg_id, session = uuid.uuid4().hex, uuid.uuid4().hex
-    ws.write_message(json.dumps({
-        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user, "session": session,
-                   "date": "", "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "channel": "shell",
-        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }))
+    ws.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "username": user,
+                    "session": session,
+                    "date": "",
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": False,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                    "stop_on_error": True,
+                },
+            }
+        )
+    )
     out: list[str] = []
     try:
         while True:

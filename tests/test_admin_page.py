@@ -30,11 +30,13 @@ def group_row(page, group: str):
 @pytest.mark.hub
 @pytest.mark.browser
 def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
-    hub: Hub = make_hub("c.TrainPool.projects = {'vision': {'guarantee': 2, 'department': 'research'}}\n"
-                        "c.TrainPool.departments = {'research': {'guarantee': 3, 'limit': 4}}\n"
-                        "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n"
-                        "c.GPUPool.group_totals = {'class-a': 2}\n"
-                        "c.IdleCuller.interval_s = 1\n").start()  # the culler's passes feed the plot
+    hub: Hub = make_hub(
+        "c.TrainPool.projects = {'vision': {'guarantee': 2, 'department': 'research'}}\n"
+        "c.TrainPool.departments = {'research': {'guarantee': 3, 'limit': 4}}\n"
+        "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n"
+        "c.GPUPool.group_totals = {'class-a': 2}\n"
+        "c.IdleCuller.interval_s = 1\n"
+    ).start()  # the culler's passes feed the plot
     hub.api("POST", "/hub/api/users/cara")
     hub.api("POST", "/hub/api/groups/class-a")
     hub.api("POST", "/hub/api/groups/class-a/users", {"users": ["cara"]})
@@ -56,7 +58,11 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert "uma (0.5 GPU, build)" in text and "vic (0.25 GPU, build)" in text
         assert "vision" in page.inner_text("table.gpupool-projects") and "research" in text
         assert page.inner_text("table.gpupool-departments").split("\n")[-1].split("\t")[:4] == [
-            "research", "vision", "3 GPUs", "4 GPUs"]
+            "research",
+            "vision",
+            "3 GPUs",
+            "4 GPUs",
+        ]
         for _ in range(60):  # a few culler passes
             if page.locator("svg.gpupool-plot").count():
                 break
@@ -64,21 +70,30 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
             page.reload()
         points = page.locator("svg.gpupool-plot polyline.allocated").get_attribute("points").split()
         assert len(points) >= 2
-        assert float(points[-1].split(",")[1]) == pytest.approx(220 - 40 - 0.75 / 4 * 140, abs=0.2)  # 0.75 GPU
+        assert float(points[-1].split(",")[1]) == pytest.approx(
+            220 - 40 - 0.75 / 4 * 140, abs=0.2
+        )  # 0.75 GPU
         assert page.locator("svg.gpupool-plot text.time-tick").count() == 5  # a time axis
 
         # a job that cannot start: the table says why, and Cancel works from the page
-        job = hub.api("POST", "/services/gpupool/api/jobs", {"project": "vision", "gpus": 4, "command": "true"},
-                      token=hub.user_token("uma"))
+        job = hub.api(
+            "POST",
+            "/services/gpupool/api/jobs",
+            {"project": "vision", "gpus": 4, "command": "true"},
+            token=hub.user_token("uma"),
+        )
         page.reload()
         row = page.locator("table.gpupool-jobs tr", has_text=job["id"])
-        assert "waiting for GPUs: no node has 4 free GPUs; project vision uses 0 of its 2-GPU guarantee" in \
-            row.inner_text()  # the workspaces hold parts of two GPUs
+        assert (
+            "waiting for GPUs: no node has 4 free GPUs; project vision uses 0 of its 2-GPU guarantee"
+            in row.inner_text()
+        )  # the workspaces hold parts of two GPUs
         shot(page, "admin-2-jobs")
         row.get_by_role("button", name="Cancel").click()
         # the page reads itself again: no reload
         page.locator("table.gpupool-jobs tr", has_text=job["id"]).filter(has_text="cancelled").wait_for(
-            timeout=40_000)
+            timeout=40_000
+        )
         assert page.locator(".gpupool-action-error").count() == 0
         assert hub.api("GET", f"/services/gpupool/api/jobs/{job['id']}")["state"] == "cancelled"
 
@@ -103,17 +118,23 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert status == 403 and "your build quota is 0.25 GPU" in message
         row = group_row(page, "class-a")
         assert row.locator(".gpupool-group-quota").inner_text() == "0.25 GPU"
-        assert row.locator(".gpupool-group-use").inner_text().strip() == "0 GPU of 2 GPUs"  # the class's total
+        assert (
+            row.locator(".gpupool-group-use").inner_text().strip() == "0 GPU of 2 GPUs"
+        )  # the class's total
         # ... a bad value is refused in the page and stores nothing ...
         quota = row.locator("form[data-kind='quota']")
         quota.locator("input").fill("-1")
         quota.get_by_role("button", name="Save").click()
-        quota.locator(".gpupool-quota-result.text-danger", has_text="cannot be negative").wait_for(timeout=10_000)
+        quota.locator(".gpupool-quota-result.text-danger", has_text="cannot be negative").wait_for(
+            timeout=10_000
+        )
         assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.25}}
         quota.locator("input").fill("0.3x")
         quota.get_by_role("button", name="Save").click()
-        quota.locator(".gpupool-quota-result", has_text="must be an amount of GPUs such as 0.25, 1 or 2;"
-                      " '0.3x' is not one").wait_for(timeout=10_000)
+        quota.locator(
+            ".gpupool-quota-result",
+            has_text="must be an amount of GPUs such as 0.25, 1 or 2; '0.3x' is not one",
+        ).wait_for(timeout=10_000)
         # ... the admin gives the class 0.5 GPU each, and cara's next spawn gets it
         quota.locator("input").fill("0.5")
         quota.get_by_role("button", name="Save").click()
@@ -121,7 +142,8 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.5}}
         hub.spawn("cara", "0.5")
         group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 2 GPUs").wait_for(
-            timeout=20_000)  # the page refreshed itself
+            timeout=20_000
+        )  # the page refreshed itself
         assert group_row(page, "class-a").locator(".gpupool-group-quota").inner_text() == "0.5 GPU"
         assert "admin set group class-a's build quota to 0.5 GPU" in page.inner_text("table.gpupool-events")
         # the class's total is set on the page too, and a new row takes a quota and a total
@@ -130,7 +152,8 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         total.get_by_role("button", name="Save").click()
         total.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
         group_row(page, "class-a").locator(".gpupool-group-use", has_text="0.5 GPU of 3 GPUs").wait_for(
-            timeout=20_000)
+            timeout=20_000
+        )
         new = page.locator("form.gpupool-quota[data-kind='new']")
         new.locator("input[name='group']").fill("cs 101!")
         new.locator("input[name='quota']").fill("0.25")
@@ -140,7 +163,9 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         new.locator("input[name='total']").fill("2")
         new.get_by_role("button", name="Add").click()
         new.locator(".gpupool-quota-result", has_text="saved").wait_for(timeout=10_000)
-        group_row(page, "cs101").locator(".gpupool-group-use", has_text="0 GPU of 2 GPUs").wait_for(timeout=20_000)
+        group_row(page, "cs101").locator(".gpupool-group-use", has_text="0 GPU of 2 GPUs").wait_for(
+            timeout=20_000
+        )
         assert hub.api("GET", Q)["quotas"]["group_totals"] == {"class-a": 3, "cs101": 2}
         page.locator("table.gpupool-groups").scroll_into_view_if_needed()
         shot(page, "admin-3-quotas")
@@ -192,8 +217,9 @@ def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(make_
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
 
     def post(raw: bytes) -> tuple[int, str]:
-        req = urllib.request.Request(f"{hub.url}/hub/gpupool/quotas", data=raw, method="POST",
-                                     headers={"X-XSRFToken": xsrf})
+        req = urllib.request.Request(
+            f"{hub.url}/hub/gpupool/quotas", data=raw, method="POST", headers={"X-XSRFToken": xsrf}
+        )
         try:
             with opener.open(req, timeout=30) as r:
                 return r.status, r.read().decode()
@@ -227,8 +253,12 @@ def admin_poster(hub: Hub):
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
 
     def post(body: dict) -> tuple[int, dict]:
-        req = urllib.request.Request(f"{hub.url}/hub/gpupool/quotas", data=json.dumps(body).encode(),
-                                     method="POST", headers={"X-XSRFToken": xsrf})
+        req = urllib.request.Request(
+            f"{hub.url}/hub/gpupool/quotas",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"X-XSRFToken": xsrf},
+        )
         try:
             with opener.open(req, timeout=30) as r:
                 return r.status, json.loads(r.read())
@@ -243,27 +273,41 @@ def test_the_pages_quota_actions_check_names_and_amounts_set_totals_and_remove_r
     """Group names and amounts are checked and refused in plain words (before: 'cs 101!' was kept
     as a group, '0.3x' got a traitlets message, a default of 0 was saved without a word); a
     class's total is set and a group's row removed from the page."""
-    hub: Hub = make_hub("c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n", env={"GPUPOOL_CULLER": "0"})
+    hub: Hub = make_hub(
+        "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n", env={"GPUPOOL_CULLER": "0"}
+    )
     hub.start()
     post = admin_poster(hub)
     status, answer = post({"group": "cs 101!", "quota": 0.5})
     assert status == 400 and "no spaces" in answer["message"] and "'cs 101!'" in answer["message"]
     status, answer = post({"default_build_quota": "0.3x"})
-    assert (status, answer["message"]) == (400, "the default build quota must be an amount of GPUs such as 0.25,"
-                                                 " 1 or 2; '0.3x' is not one")
+    assert (status, answer["message"]) == (
+        400,
+        "the default build quota must be an amount of GPUs such as 0.25, 1 or 2; '0.3x' is not one",
+    )
     status, answer = post({"group": "class-a", "quota": "lots"})
-    assert status == 400 and "the build quota of group 'class-a' must be an amount of GPUs" in answer["message"]
+    assert (
+        status == 400 and "the build quota of group 'class-a' must be an amount of GPUs" in answer["message"]
+    )
     assert hub.api("GET", Q)["quotas"]["group_overrides"] == {"class-a": {"quota": 0.25}}  # nothing stored
 
     status, answer = post({"default_build_quota": 0})  # allowed (only groups get GPUs), never silently
     assert status == 200 and answer["notes"] == [
-        "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"]
+        "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"
+    ]
     hub.api("POST", "/hub/api/users/zed")
     status, message = hub.api_error("POST", "/hub/api/users/zed/server", {"gpus": 0.25})
     assert status == 403 and "your build quota is 0 GPU" in message
 
-    assert post({"group": "class-a", "total": "2"}) == (200, {"saved": True, "notes": [
-        "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"]})
+    assert post({"group": "class-a", "total": "2"}) == (
+        200,
+        {
+            "saved": True,
+            "notes": [
+                "the default build quota is 0: users in no group with a quota of its own cannot start a GPU workspace"
+            ],
+        },
+    )
     assert hub.api("GET", Q)["quotas"]["group_totals"] == {"class-a": 2}
     assert post({"group": "class-a", "total": ""})[0] == 200  # no ceiling any more
     assert hub.api("GET", Q)["quotas"]["group_totals"] == {}

@@ -19,8 +19,13 @@ def wait_kernel_idle(hub: Hub, user: str, timeout: float = 90) -> None:
     def kernels() -> list:
         return hub.api("GET", f"/user/{user}/api/kernels", token=token)
 
-    until(lambda: (k := kernels()) and k[0]["execution_state"] == "idle" and k[0]["connections"] > 0,
-          "the kernel idle and connected", timeout=timeout, every=0.5, detail=kernels)
+    until(
+        lambda: (k := kernels()) and k[0]["execution_state"] == "idle" and k[0]["connections"] > 0,
+        "the kernel idle and connected",
+        timeout=timeout,
+        every=0.5,
+        detail=kernels,
+    )
 
 
 def test_spawn_form_to_jupyterlab_kernel_sees_its_gpu_share(make_hub) -> None:

@@ -24,8 +24,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
 def culler_for(hub: Hub, samples: Path, now: list[float]) -> Culler:
     cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, window_s=30)
-    return Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                  FileSampler(str(samples)), clock=lambda: now[0])
+    return Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
 
 
 def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab(make_hub, tmp_path) -> None:
@@ -45,8 +51,9 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         page.goto(f"{hub.url}/user/lena/lab")
         item = page.locator("#jp-main-statusbar .gpupool-StatusItem")
         item.wait_for(timeout=90_000)
-        page.wait_for_function("document.querySelector('.gpupool-StatusItem')?.textContent.includes('left')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('.gpupool-StatusItem')?.textContent.includes('left')", timeout=30_000
+        )
         # "GPU …" while it reads, never "GPU ?" (no answer); and once the share shows, it stays (the
         # status bar's own layout once blanked it to "GPU ?" until the next read, 20 s later)
         page.wait_for_timeout(3_000)
@@ -56,13 +63,19 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         text = item.inner_text()
         assert text.startswith("GPU 0.25 · ") and text.endswith(" left"), text
         title = item.get_attribute("title")
-        assert "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title  # sampled: 0 %
+        assert (
+            "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title
+        )  # sampled: 0 %
         assert "GPU use 0 %" in title and "if its GPU stays idle" in title
         shot(page, "lab-1-status-bar")
 
         # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
-        hub.api("PUT", "/user/lena/lab/api/settings/gpupool-lab:plugin",
-                {"raw": '{"warnMinutesBefore": 45, "pollSeconds": 5}'}, token=hub.user_token("lena"))
+        hub.api(
+            "PUT",
+            "/user/lena/lab/api/settings/gpupool-lab:plugin",
+            {"raw": '{"warnMinutesBefore": 45, "pollSeconds": 5}'},
+            token=hub.user_token("lena"),
+        )
         page.reload()
         early = page.locator(".Toastify__toast").filter(has_text="if its GPU stays idle: save your work.")
         early.wait_for(timeout=60_000)
@@ -76,8 +89,10 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         assert "because its GPU has been idle" in toast.inner_text()
         # the item turns to the warning too (a poll already in flight may land just after the toast, and
         # after a reload the notification can show before JupyterLab has attached its status bar)
-        page.wait_for_function("document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
-                               "?.dataset.action === 'warn'", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#jp-main-statusbar .gpupool-StatusItem')?.dataset.action === 'warn'",
+            timeout=30_000,
+        )
         # the culler's next passes move the end time a few seconds: the same warning, one
         # notification, its words kept current (it was a new one at every poll: 12 in 3 minutes)
         warnings = page.locator(".Toastify__toast").filter(has_text="save your work")
@@ -91,9 +106,12 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         page.locator(".Toastify__toast").filter(has_text="Extended").wait_for(timeout=30_000)
         warnings.first.wait_for(state="detached", timeout=30_000)  # it no longer applies: closed
         # the status item says so at once (the extension reads again after Extend), not the old end time
-        page.wait_for_function("document.querySelector('.gpupool-StatusItem')?.textContent === 'GPU 0.25'",
-                               timeout=60_000)
-        assert "extended once" in page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute("title")
+        page.wait_for_function(
+            "document.querySelector('.gpupool-StatusItem')?.textContent === 'GPU 0.25'", timeout=60_000
+        )
+        assert "extended once" in page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute(
+            "title"
+        )
         shot(page, "lab-3-extended")
     events = hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]
     assert [(e["kind"], e["owner"]) for e in events] == [("extend", "lena")]
@@ -110,12 +128,15 @@ def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
         page.goto(f"{hub.url}/user/nico/tree")
         item = page.locator("#gpupool-status")
         item.wait_for(timeout=90_000)
-        page.wait_for_function("document.querySelector('#gpupool-status')?.textContent.startsWith('GPU 0.5')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#gpupool-status')?.textContent.startsWith('GPU 0.5')", timeout=30_000
+        )
         assert "no GPU use data: virtual GPU" in item.get_attribute("title")  # the culler has not sampled yet
         # ... yet the session's end is known from the spawn on (12 h here)
-        assert re.search(r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
-                         item.get_attribute("title")), item.get_attribute("title")
+        assert re.search(
+            r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
+            item.get_attribute("title"),
+        ), item.get_attribute("title")
         shot(page, "lab-4-notebook7-top-bar")
 
 

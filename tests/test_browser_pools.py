@@ -23,7 +23,9 @@ def test_the_form_offers_the_users_pools_and_refuses_another(make_hub) -> None:
         pools.wait_for()
         assert "any of yours, in this order: dgx, ws" in pools.inner_text()
         # tamper: a pool that is not the user's, sent anyway
-        page.locator('input[name="pool"][value="ws"]').evaluate("el => { el.value = 'cloud'; el.checked = true; }")
+        page.locator('input[name="pool"][value="ws"]').evaluate(
+            "el => { el.value = 'cloud'; el.checked = true; }"
+        )
         page.click('#spawn_form button[type="submit"]')
         error = page.locator(".spawn-error-msg")
         error.wait_for(timeout=30_000)

@@ -39,11 +39,15 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
         page.get_by_text("0.25 GPU = 4,096 MiB").first.wait_for(timeout=30_000)
         shot(page, "promote-1-status-widget")
 
-        run_cell(page, 1, "%%train --project default --gpus 0.25 --name squares -p n=10\n"
-                          "import time; time.sleep(4)\n"
-                          "for i in range(60): print('line', i)\n"
-                          "print('promoted', sum(i * i for i in range(n)))\n"
-                          "print('\\x1b[31mERROR: the last line, in red\\x1b[0m')")
+        run_cell(
+            page,
+            1,
+            "%%train --project default --gpus 0.25 --name squares -p n=10\n"
+            "import time; time.sleep(4)\n"
+            "for i in range(60): print('line', i)\n"
+            "print('promoted', sum(i * i for i in range(n)))\n"
+            "print('\\x1b[31mERROR: the last line, in red\\x1b[0m')",
+        )
         submitted = page.get_by_text(re.compile(r"submitted job [0-9a-f]{12} to default"))
         submitted.wait_for(timeout=60_000)
         job_id = re.search(r"job ([0-9a-f]{12})", submitted.inner_text()).group(1)
@@ -65,8 +69,11 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
         log = monitor.locator(".gpupool-log")
         assert "promoted 285" in log.inner_text()  # the log tail
         # the box shows its last lines (a failure's error is in view, not below the fold), in colour
-        page.wait_for_function("(b => b.scrollTop + b.clientHeight >= b.scrollHeight - 2 && b.scrollHeight >"
-                               " b.clientHeight + 50)(document.querySelector('.gpupool-log'))", timeout=10_000)
+        page.wait_for_function(
+            "(b => b.scrollTop + b.clientHeight >= b.scrollHeight - 2 && b.scrollHeight >"
+            " b.clientHeight + 50)(document.querySelector('.gpupool-log'))",
+            timeout=10_000,
+        )
         red = log.locator("span", has_text="ERROR: the last line, in red")
         assert red.count() == 1 and "color" in red.get_attribute("style")
         assert "[31m" not in log.inner_text() and "\x1b" not in log.inner_text()
@@ -77,7 +84,9 @@ def test_promote_a_cell_and_open_its_executed_notebook(make_hub) -> None:
         shot(page, "promote-4-executed-output")
 
     # the events tell the whole story, and another user sees none of it
-    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events")["events"] if e["name"] == job_id]
+    kinds = [
+        e["kind"] for e in hub.api("GET", "/services/gpupool/api/events")["events"] if e["name"] == job_id
+    ]
     story = kinds[::-1]
     assert story[0] == "job" and story.index("allocate") < story.index("start") < story.index("release")
     status, _ = hub.api_error("GET", f"/services/gpupool/api/jobs/{job_id}", token=hub.user_token("oli"))

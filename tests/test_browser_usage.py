@@ -23,45 +23,63 @@ from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub
 from tests.test_culler_hub import CONFIG, TOKEN
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
-USAGE_CONFIG = CONFIG + """
+USAGE_CONFIG = (
+    CONFIG
+    + """
 c.Usage.budgets = {"students": {"gpu_hours": 2, "window_days": 1, "min_share": 0.1}}
 c.Usage.prices = {"default": 1.5}
 c.Usage.currency = "EUR"
 c.TrainPool.projects = {"vision": {"guarantee": 2}, "nlp": {"guarantee": 1}}
 c.TrainPool.tick_s = 0.5
 """
+)
 
 
 def travel(hub: Hub, owner: str, hours: float) -> None:
     """`owner`'s GPU shares were taken `hours` earlier than they were."""
     with sqlite3.connect(hub.state / "gpupool.sqlite", timeout=30) as db:
-        db.execute("UPDATE gpupool_allocations SET created = datetime(created, ?) WHERE owner = ?",
-                   (f"-{int(hours * 3600)} seconds", owner))
+        db.execute(
+            "UPDATE gpupool_allocations SET created = datetime(created, ?) WHERE owner = ?",
+            (f"-{int(hours * 3600)} seconds", owner),
+        )
 
 
 def travel_ended(hub: Hub, owner: str, hours: float) -> None:
     """`owner`'s ended sessions (their release events and GPU use samples) lie `hours` further back."""
     s = int(hours * 3600)
     with sqlite3.connect(hub.state / "gpupool.sqlite", timeout=30) as db:
-        db.execute("UPDATE gpupool_events SET time = datetime(time, ?),"
-                   " data = json_set(data, '$.since', json_extract(data, '$.since') - ?)"
-                   " WHERE owner = ? AND kind = 'release'", (f"-{s} seconds", s, owner))
-        db.execute("UPDATE gpupool_usage_hours SET since = since - ?, hour = hour - ? WHERE owner = ?",
-                   (s, s // 3600, owner))
+        db.execute(
+            "UPDATE gpupool_events SET time = datetime(time, ?),"
+            " data = json_set(data, '$.since', json_extract(data, '$.since') - ?)"
+            " WHERE owner = ? AND kind = 'release'",
+            (f"-{s} seconds", s, owner),
+        )
+        db.execute(
+            "UPDATE gpupool_usage_hours SET since = since - ?, hour = hour - ? WHERE owner = ?",
+            (s, s // 3600, owner),
+        )
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     require_chp()
-    h = Hub(state=tmp_path_factory.mktemp("usage-hub"), extra_config=USAGE_CONFIG, env={"GPUPOOL_CULLER": "0"})
+    h = Hub(
+        state=tmp_path_factory.mktemp("usage-hub"), extra_config=USAGE_CONFIG, env={"GPUPOOL_CULLER": "0"}
+    )
     h.start()
     yield h
     h.stop()
 
 
 def culler(hub: Hub, samples: Path, now: list[float]) -> Culler:
-    return Culler(IdleCuller(sampler="file", window_s=30, dry_run=True), Client(TOKEN), f"{hub.url}/hub/api",
-                  f"http://127.0.0.1:{hub.api_port}/services/gpupool/", FileSampler(str(samples)), clock=lambda: now[0])
+    return Culler(
+        IdleCuller(sampler="file", window_s=30, dry_run=True),
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
 
 
 def test_the_usage_page_shows_where_the_gpu_hours_went(hub: Hub, tmp_path: Path) -> None:
@@ -70,9 +88,16 @@ def test_the_usage_page_shows_where_the_gpu_hours_went(hub: Hub, tmp_path: Path)
         hub.api("POST", f"/hub/api/groups/{group}") if not _group(hub, group) else None
         hub.api("POST", f"/hub/api/groups/{group}/users", {"users": [user]})
     samples = tmp_path / "samples.json"
-    samples.write_text(json.dumps({"ann/": {"util_pct": 4, "memory_mib": 1500}, "bob/": {"util_pct": 0, "memory_mib": 200},
-                                   "cy/": {"util_pct": 85, "memory_mib": 12000},
-                                   "dan/": {"util_pct": 30, "memory_mib": 5000}}))
+    samples.write_text(
+        json.dumps(
+            {
+                "ann/": {"util_pct": 4, "memory_mib": 1500},
+                "bob/": {"util_pct": 0, "memory_mib": 200},
+                "cy/": {"util_pct": 85, "memory_mib": 12000},
+                "dan/": {"util_pct": 30, "memory_mib": 5000},
+            }
+        )
+    )
     now = [time.time()]
     c = culler(hub, samples, now)
 
@@ -96,8 +121,12 @@ def test_the_usage_page_shows_where_the_gpu_hours_went(hub: Hub, tmp_path: Path)
         travel(hub, user, hours)
     now[0] = time.time() - 2 * 3600  # the culler's samples of the last two hours, one every 3 min
     passes(40, 180)
-    job = hub.api("POST", "/services/gpupool/api/jobs", {"project": "vision", "gpus": 1, "command": "true"},
-                  token=hub.user_token("cy"))
+    job = hub.api(
+        "POST",
+        "/services/gpupool/api/jobs",
+        {"project": "vision", "gpus": 1, "command": "true"},
+        token=hub.user_token("cy"),
+    )
     hub.wait_job(job["id"], {"succeeded"}, hub.user_token("cy"))
 
     with browser_page("usage-page") as page:
@@ -117,24 +146,38 @@ def test_the_usage_page_shows_where_the_gpu_hours_went(hub: Hub, tmp_path: Path)
         page.locator(".gpupool-usage-link a").click()
         page.wait_for_selector("table.gpupool-usage")
         assert page.evaluate("window.jhdata.base_url") == "/hub/"  # the hub's own page
-        keys = page.locator("table.gpupool-usage tbody tr").evaluate_all("rows => rows.map(r => r.dataset.key)")
+        keys = page.locator("table.gpupool-usage tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.key)"
+        )
         assert set(keys) == {"ann", "bob", "cy", "dan"}
         assert keys[0] == "ann"  # sorted by waste: a whole GPU for hours at 4 %
-        wastes = [float(x) for x in page.locator("table.gpupool-usage td.gpupool-waste").evaluate_all(
-            "cells => cells.map(c => c.dataset.value)")]
+        wastes = [
+            float(x)
+            for x in page.locator("table.gpupool-usage td.gpupool-waste").evaluate_all(
+                "cells => cells.map(c => c.dataset.value)"
+            )
+        ]
         assert wastes == sorted(wastes, reverse=True)
         shot(page, "usage-1-page")
-        page.screenshot(path=str(ARTIFACTS / "usage-page-full.png"), full_page=True)  # docs/images/usage-page.png
+        page.screenshot(
+            path=str(ARTIFACTS / "usage-page-full.png"), full_page=True
+        )  # docs/images/usage-page.png
         # sorted by another column with a click, largest first
         page.locator("table.gpupool-usage th", has_text="GPU-h allocated").click()
         first = page.locator("table.gpupool-usage tbody tr").first
         assert first.get_attribute("data-key") == "cy"  # a whole GPU for 8 h
         assert re.match(r"cy\s+8\.\d\d", first.inner_text())
-        bands = page.locator("svg.gpupool-usage-plot polygon.band").evaluate_all("p => p.map(x => x.dataset.key)")
+        bands = page.locator("svg.gpupool-usage-plot polygon.band").evaluate_all(
+            "p => p.map(x => x.dataset.key)"
+        )
         assert set(bands) == {"ann", "bob", "cy", "dan"}
-        assert "cost" in page.inner_text("table.gpupool-usage thead") and "EUR" in page.inner_text(".gpupool-usage-span")
+        assert "cost" in page.inner_text("table.gpupool-usage thead") and "EUR" in page.inner_text(
+            ".gpupool-usage-span"
+        )
         over = page.inner_text("table.gpupool-over-requesters")
-        assert over.split("\n")[1].startswith("bob\t200 / 4,096 MiB (5 %)")  # the lowest peak against the share first
+        assert over.split("\n")[1].startswith(
+            "bob\t200 / 4,096 MiB (5 %)"
+        )  # the lowest peak against the share first
         assert "ann\t1,500 / 16,384 MiB (9 %)" in over
         assert "1 GPU\t0.25 GPU" in page.inner_text("table.gpupool-rightsizing")
         assert "vision" in page.inner_text("table.gpupool-waits")
@@ -148,7 +191,9 @@ def test_the_usage_page_shows_where_the_gpu_hours_went(hub: Hub, tmp_path: Path)
         page.select_option("#gp-period", "7d")
         page.get_by_role("button", name="Show").click()
         page.wait_for_url("**by=group**")
-        keys = page.locator("table.gpupool-usage tbody tr").evaluate_all("rows => rows.map(r => r.dataset.key)")
+        keys = page.locator("table.gpupool-usage tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.key)"
+        )
         assert set(keys) == {"students", "staff"}
         # a bad period is said, not a 500
         page.goto(f"{hub.url}/hub/gpupool/usage?from=2026-02-01&to=2026-01-01")
@@ -192,17 +237,25 @@ def test_a_budget_warning_in_jupyterlab(hub: Hub) -> None:
         toast = page.locator(".Toastify__toast").filter(has_text="GPU-hour budget nearly used")
         toast.wait_for(timeout=90_000)
         assert "1.8 of 2 GPU-h (87 %). Over it, new work is refused." in toast.inner_text()
-        page.wait_for_function("document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
-                               "?.textContent.includes('budget 87 %')", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
+            "?.textContent.includes('budget 87 %')",
+            timeout=30_000,
+        )
         shot(page, "lab-5-budget-near")
         travel(hub, "nea", 2)  # 2.25 GPU-h: used up; the running server keeps running
         page.reload()
         over = page.locator(".Toastify__toast").filter(has_text="GPU-hour budget used up")
         over.wait_for(timeout=90_000)
-        assert re.search(r"2\.3 of 2 GPU-h\. New work is refused until \w\w\w \d\d:\d\d; running work keeps running",
-                         over.inner_text()), over.inner_text()
-        page.wait_for_function("document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
-                               "?.textContent.includes('budget used up')", timeout=30_000)
+        assert re.search(
+            r"2\.3 of 2 GPU-h\. New work is refused until \w\w\w \d\d:\d\d; running work keeps running",
+            over.inner_text(),
+        ), over.inner_text()
+        page.wait_for_function(
+            "document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
+            "?.textContent.includes('budget used up')",
+            timeout=30_000,
+        )
         # the tooltip has the whole story: the rule, the minimum share that still starts
         title = page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute("title")
         assert "except workspaces of at most 0.1 GPU" in title

@@ -35,23 +35,32 @@ def test_walkthrough_login_spawn_status_train_warning_extend(make_hub, tmp_path)
         page.wait_for_url("**/user/maya/lab**", timeout=120_000)
 
         item = page.locator("#jp-main-statusbar .gpupool-StatusItem")
-        page.wait_for_function("(document.querySelector('.gpupool-StatusItem') || {}).textContent"
-                               "?.startsWith('GPU 0.25')", timeout=90_000)
+        page.wait_for_function(
+            "(document.querySelector('.gpupool-StatusItem') || {}).textContent?.startsWith('GPU 0.25')",
+            timeout=90_000,
+        )
         shot(page, "walk-2-status-bar")
 
         page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click(timeout=60_000)
         page.locator(".jp-Notebook .jp-Cell .cm-content").first.wait_for(timeout=60_000)
         wait_kernel_idle(hub, "maya")
         run_cell(page, 0, "%load_ext gpupool")
-        run_cell(page, 1, "%%train --project default --gpus 1 --name walk -p n=12\n"
-                          "print('sum of squares', sum(i * i for i in range(n)))")
+        run_cell(
+            page,
+            1,
+            "%%train --project default --gpus 1 --name walk -p n=12\n"
+            "print('sum of squares', sum(i * i for i in range(n)))",
+        )
         monitor = page.locator(".jp-OutputArea-output").filter(has_text="Cancel job").last
         monitor.wait_for(timeout=60_000)
         shot(page, "walk-3-submitted")
         # nobody presses anything: the monitor follows the job until it ends
         monitor.locator("table").filter(has_text="succeeded").wait_for(timeout=120_000)
-        page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output .gpupool-log')]"
-                               ".some(t => t.textContent.includes('sum of squares 506'))", timeout=30_000)
+        page.wait_for_function(
+            "[...document.querySelectorAll('.jp-OutputArea-output .gpupool-log')]"
+            ".some(t => t.textContent.includes('sum of squares 506'))",
+            timeout=30_000,
+        )
         assert "Executed notebook" in monitor.inner_text()
         shot(page, "walk-4-succeeded")
 

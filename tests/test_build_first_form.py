@@ -21,8 +21,11 @@ c.TrainPool.projects = {"research": {"guarantee": 2}}
 
 
 def size_option(html: str, value: str) -> str:
-    found = re.search(rf'<div class="radio"><label><input type="radio" name="gpus" value="{value}"[^>]*>.*?</label>',
-                      html, re.S)
+    found = re.search(
+        rf'<div class="radio"><label><input type="radio" name="gpus" value="{value}"[^>]*>.*?</label>',
+        html,
+        re.S,
+    )
     assert found, html
     return found.group(0)
 
@@ -30,8 +33,15 @@ def size_option(html: str, value: str) -> str:
 def test_the_form_offers_what_preempting_borrowers_frees_and_says_so(make_hub) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     token = hub.user_token("tom")
-    jobs = [hub.api("POST", J, {"project": "research", "gpus": 2, "name": f"big{i}",
-                                "script": "import time\ntime.sleep(600)"}, token=token) for i in range(2)]
+    jobs = [
+        hub.api(
+            "POST",
+            J,
+            {"project": "research", "gpus": 2, "name": f"big{i}", "script": "import time\ntime.sleep(600)"},
+            token=token,
+        )
+        for i in range(2)
+    ]
     for job in jobs:  # 2 GPUs within the guarantee, 2 borrowed: the 4 virtual GPUs are all taken
         hub.wait_job(job["id"], {"running"}, token)
 

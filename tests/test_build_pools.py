@@ -32,7 +32,9 @@ def test_placement_tries_the_pools_in_their_order_and_never_leaves_them() -> Non
     assert sorted(spots[:2]) == [0, 1] and sorted(spots[2:]) == [2, 3]  # the workstations first
     state = ClusterState(virtual_inventory(4))
     state.apply(state.placement_on(0, Request.for_gpus(2000), [0, 1]))
-    assert choose_in_pools(policy, state, Request.for_gpus(250), rng, [POOLS["ws"]]) is None  # full: not elsewhere
+    assert (
+        choose_in_pools(policy, state, Request.for_gpus(250), rng, [POOLS["ws"]]) is None
+    )  # full: not elsewhere
 
 
 def test_who_may_use_which_pool() -> None:
@@ -102,7 +104,9 @@ class Browser:
 
     def __init__(self, hub: Hub, user: str) -> None:
         self.hub = hub
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
         page = self.get("/hub/login")
         self.post("/hub/login", {"username": user, "password": PASSWORD, "_xsrf": xsrf(page)})
 
@@ -157,7 +161,10 @@ def test_a_real_hub_keeps_workspaces_on_their_groups_pools(tmp_path) -> None:
         hub.wait_ready("rex")
         assert [s["gpu"] for s in hub.allocations() if s["owner"] == "rex"] == [free_ws]
         hub.spawn("rex", 1, server="b")
-        assert sorted(s["gpu"] for s in hub.allocations() if s["owner"] == "rex") in ([free_ws, 2], [free_ws, 3])
+        assert sorted(s["gpu"] for s in hub.allocations() if s["owner"] == "rex") in (
+            [free_ws, 2],
+            [free_ws, 3],
+        )
         ann_form = Browser(hub, "ann").get("/hub/spawn/ann/four")
         assert "GPUs from node pool <b>ws</b>" in ann_form and 'name="pool"' not in ann_form
     finally:

@@ -13,9 +13,15 @@ from gpupool.embedded import isolation
 
 def test_ports_are_options_that_reach_the_embedded_config(monkeypatch) -> None:
     monkeypatch.setenv("GPUPOOL_API_PORT", "9095")
-    args = build_parser().parse_args(["up", "--port", "9000", "--hub-port", "9081", "--proxy-api-port", "9001"])
-    assert port_env(args) == {"GPUPOOL_PORT": "9000", "GPUPOOL_HUB_PORT": "9081",
-                              "GPUPOOL_PROXY_API_PORT": "9001", "GPUPOOL_API_PORT": "9095"}
+    args = build_parser().parse_args(
+        ["up", "--port", "9000", "--hub-port", "9081", "--proxy-api-port", "9001"]
+    )
+    assert port_env(args) == {
+        "GPUPOOL_PORT": "9000",
+        "GPUPOOL_HUB_PORT": "9081",
+        "GPUPOOL_PROXY_API_PORT": "9001",
+        "GPUPOOL_API_PORT": "9095",
+    }
     assert port_env(build_parser().parse_args(["up"]))["GPUPOOL_HUB_PORT"] == "8081"
 
 

@@ -14,11 +14,13 @@ pytestmark = pytest.mark.skipif(not shutil.which("go"), reason="go is not instal
 
 
 def test_an_optional_component_that_fails_to_build_is_reported_not_fatal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # a real wrapper module whose tool Go cannot find (as a proxy refusal or a compile error ends)
     (tmp_path / "go" / "broken").mkdir(parents=True)
     (tmp_path / "go" / "broken" / "go.mod").write_text(
-        "module gpupool.test/cluster/broken\n\ngo 1.25\n\ntool example.invalid/nothing/cmd/nothing\n")
+        "module gpupool.test/cluster/broken\n\ngo 1.25\n\ntool example.invalid/nothing/cmd/nothing\n"
+    )
     (tmp_path / "go" / "broken" / "go.sum").write_text("")
     monkeypatch.setattr(build, "GO_DIR", tmp_path / "go")
     monkeypatch.setattr(build, "COMPONENTS", ())

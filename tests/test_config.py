@@ -14,7 +14,9 @@ from gpupool.config import GPUPool
 
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpupool.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Path) -> None:
@@ -53,7 +55,11 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
 
 def current(cls: type) -> list[str]:
     """A class's options under their current names (old names are tagged `deprecated`)."""
-    return [name for name, trait in cls.class_own_traits(config=True).items() if not trait.metadata.get("deprecated")]
+    return [
+        name
+        for name, trait in cls.class_own_traits(config=True).items()
+        if not trait.metadata.get("deprecated")
+    ]
 
 
 def test_the_old_build_placement_name_still_works_with_a_warning(caplog) -> None:
@@ -83,8 +89,11 @@ def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:
         ("c.GPUPool.allowed_fractions = [0.00001]", "not a whole number of milli-GPU"),
         ("c.GPUPool.group_totals = {'cs101': 'many'}", "not a GPU amount"),
         ("c.GPUPool.oops(", "cannot load"),
-        ("c.TrainPool.projects = {'vision': {'guarantee': 4, 'department': 'lab'}}\n"
-         "c.TrainPool.departments = {'lab': {'guarantee': 2}}", "add up to 4 GPUs, more than its guarantee of 2"),
+        (
+            "c.TrainPool.projects = {'vision': {'guarantee': 4, 'department': 'lab'}}\n"
+            "c.TrainPool.departments = {'lab': {'guarantee': 2}}",
+            "add up to 4 GPUs, more than its guarantee of 2",
+        ),
         ("c.TrainPool.projects = {'vision': {'guarantee': 'lots'}}", "not a GPU amount"),
         ("c.IdleCuller.memory_resolver = 'reboot'", "memory_resolver"),
         ("c.IdleCuller.workday_end = '25:99'", "IdleCuller.workday_end: '25:99' is not a time of day"),

@@ -35,8 +35,10 @@ def alive(pid: int) -> bool:
 
 
 def read_pid(path: Path) -> int:
-    return until(lambda: path.exists() and path.read_text().strip().isdigit() and int(path.read_text()),
-                    f"{path} written")
+    return until(
+        lambda: path.exists() and path.read_text().strip().isdigit() and int(path.read_text()),
+        f"{path} written",
+    )
 
 
 def escaped(pid: int) -> bool:
@@ -56,7 +58,11 @@ def backends() -> list:
     out = []
     for mode in ("v1", "v2"):
         tree = detect(mode, f"test{secrets.token_hex(4)}")
-        mark = [pytest.mark.skip(reason=f"no {mode} here: {tree.reason}")] if isinstance(tree, Unavailable) else []
+        mark = (
+            [pytest.mark.skip(reason=f"no {mode} here: {tree.reason}")]
+            if isinstance(tree, Unavailable)
+            else []
+        )
         out.append(pytest.param(tree, id=mode, marks=mark))
     return out
 
@@ -83,8 +89,15 @@ def test_a_setsid_env_i_child_dies_with_its_cgroup_and_cannot_move_out(tree, ope
     try:
         # as nobody, like a job: it starts the escapee, then tries to leave its cgroup itself
         script = ESCAPE.format(pidfile=pidfile) + f"\necho $$ > {tree.root}/cgroup.procs; sleep 100000"
-        proc = subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True, preexec_fn=joiner(fd),
-                                user=65534, group=65534, extra_groups=[], stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script],
+            start_new_session=True,
+            preexec_fn=joiner(fd),
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            stderr=subprocess.PIPE,
+        )
     finally:
         os.close(fd)
     try:
@@ -92,7 +105,10 @@ def test_a_setsid_env_i_child_dies_with_its_cgroup_and_cannot_move_out(tree, ope
         assert escaped(pid)
         members = set(tree.pids(name))
         assert {proc.pid, pid} <= members, members  # moving out was refused: still in
-        assert tree.path(name).stat().st_uid == 0 and (tree.path(name) / "cgroup.procs").stat().st_mode & 0o022 == 0
+        assert (
+            tree.path(name).stat().st_uid == 0
+            and (tree.path(name) / "cgroup.procs").stat().st_mode & 0o022 == 0
+        )
         until(lambda: tree.kill(name), "the cgroup emptied", timeout=10)
         proc.wait(10)
         assert b"Permission denied" in proc.stderr.read()
@@ -138,17 +154,33 @@ def hub(tmp_path_factory) -> Hub:
     from tests.conftest import require_chp
 
     require_chp()
-    h = Hub(state=tmp_path_factory.mktemp("contain"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    h = Hub(
+        state=tmp_path_factory.mktemp("contain"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}
+    ).start()
     yield h
     h.stop()
 
 
 def job_with_escapee(hub: Hub, token: str, wait: bool) -> tuple[dict, int]:
-    job = hub.api("POST", J, {"project": "lab", "gpus": 1, "name": "escape",
-                              "script": JOB.format(escape=ESCAPE.format(pidfile="escaped.pid"), wait=wait)},
-                  token=token)
-    row = until(lambda: (j := hub.api("GET", f"{J}/{job['id']}", token=token))["workdir"] and
-                   Path(j["workdir"], "escaped.pid").exists() and j, "the job's escapee")
+    job = hub.api(
+        "POST",
+        J,
+        {
+            "project": "lab",
+            "gpus": 1,
+            "name": "escape",
+            "script": JOB.format(escape=ESCAPE.format(pidfile="escaped.pid"), wait=wait),
+        },
+        token=token,
+    )
+    row = until(
+        lambda: (
+            (j := hub.api("GET", f"{J}/{job['id']}", token=token))["workdir"]
+            and Path(j["workdir"], "escaped.pid").exists()
+            and j
+        ),
+        "the job's escapee",
+    )
     pid = read_pid(Path(row["workdir"], "escaped.pid"))
     assert escaped(pid)
     return job, pid
@@ -157,7 +189,9 @@ def job_with_escapee(hub: Hub, token: str, wait: bool) -> tuple[dict, int]:
 @pytest.mark.hub
 @root_only
 @pytest.mark.parametrize("end", ["finishes", "is cancelled"])
-def test_a_jobs_setsid_env_i_child_dies_when_the_job_ends_before_its_gpu_is_released(hub: Hub, end: str) -> None:
+def test_a_jobs_setsid_env_i_child_dies_when_the_job_ends_before_its_gpu_is_released(
+    hub: Hub, end: str
+) -> None:
     token = hub.user_token("ann")
     job, pid = job_with_escapee(hub, token, wait=end == "is cancelled")
     if end == "is cancelled":
@@ -177,8 +211,12 @@ def terminal_run(hub: Hub, user: str, token: str, line: str) -> None:
     term = hub.api("POST", f"/user/{user}/api/terminals", {}, token=token)["name"]
 
     async def type_it() -> None:
-        ws = await websocket_connect(HTTPRequest(f"ws://127.0.0.1:{hub.port}/user/{user}/terminals/websocket/{term}",
-                                                 headers={"Authorization": f"token {token}"}))
+        ws = await websocket_connect(
+            HTTPRequest(
+                f"ws://127.0.0.1:{hub.port}/user/{user}/terminals/websocket/{term}",
+                headers={"Authorization": f"token {token}"},
+            )
+        )
         ws.write_message(json.dumps(["stdin", line + "\r"]))
         await asyncio.sleep(0.5)  # the bytes reach the shell; the test then waits for the pid file
         ws.close()
@@ -188,7 +226,9 @@ def terminal_run(hub: Hub, user: str, token: str, line: str) -> None:
 
 @pytest.mark.hub
 @root_only
-def test_a_workspace_terminals_setsid_env_i_child_dies_when_the_server_stops(hub: Hub, open_dir: Path) -> None:
+def test_a_workspace_terminals_setsid_env_i_child_dies_when_the_server_stops(
+    hub: Hub, open_dir: Path
+) -> None:
     hub.spawn("bea", 0.5)
     token = hub.user_token("bea")
     pidfile = open_dir / "escaped.pid"
@@ -216,8 +256,9 @@ def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> No
 
     off = Config()
     off.Containment.mode = "off"
-    assert "NO cgroups (turned off" in banner(8000, "p", "a", str(tmp_path),
-                                              contained=containment_note(off, str(tmp_path)))
+    assert "NO cgroups (turned off" in banner(
+        8000, "p", "a", str(tmp_path), contained=containment_note(off, str(tmp_path))
+    )
     note = containment_note(Config(), str(tmp_path))
     tree = detect("auto", hub_key(f"sqlite:///{tmp_path}/gpupool.sqlite"))
     assert ("cgroup of its own" in note) == tree.available, note

@@ -85,7 +85,9 @@ def reach_resume(hub: Hub, token: str) -> None:
     borrower = submit(hub, token, "lab", "borrower")
     until(state_is(hub, token, borrower["id"], "running"), "the borrower running", detail=hub.tail)
     owner = submit(hub, token, "own", "owner")
-    running = until(lambda: (j := job(hub, token, owner["id"]))["state"] == "running" and j, "the owner", detail=hub.tail)
+    running = until(
+        lambda: (j := job(hub, token, owner["id"]))["state"] == "running" and j, "the owner", detail=hub.tail
+    )
     Path(running["workdir"], "go").touch()  # the owner ends; the borrower resumes
 
 
@@ -96,10 +98,15 @@ def reach_cancel(hub: Hub, token: str) -> None:
 
 
 REACH = {
-    "spawn.reserved": reach_spawn, "spawn.started": reach_spawn, "stop.stopped": reach_stop,
-    "train.start.reserved": reach_train_start, "train.start.recorded": reach_train_start,
-    "train.start.spawned": reach_train_start, "train.resume.recorded": reach_resume,
-    "train.preempt.persisted": reach_preempt, "train.cancel.persisted": reach_cancel,
+    "spawn.reserved": reach_spawn,
+    "spawn.started": reach_spawn,
+    "stop.stopped": reach_stop,
+    "train.start.reserved": reach_train_start,
+    "train.start.recorded": reach_train_start,
+    "train.start.spawned": reach_train_start,
+    "train.resume.recorded": reach_resume,
+    "train.preempt.persisted": reach_preempt,
+    "train.cancel.persisted": reach_cancel,
 }
 
 
@@ -139,6 +146,7 @@ def check_shares(hub: Hub) -> None:
 
 def settle(hub: Hub, token: str) -> list[dict]:
     """Let every job end: each run that starts gets its "go"; returns the jobs at the end."""
+
     def all_done():
         jobs = hub.api("GET", J, token=token)["jobs"]
         for j in jobs:
@@ -149,7 +157,9 @@ def settle(hub: Hub, token: str) -> list[dict]:
     return until(all_done, "every job ending", timeout=120, detail=hub.tail)[0]
 
 
-@pytest.mark.parametrize("point", sorted(p for p in POINTS if not p.startswith("move.")))  # moves: test_move_hub.py
+@pytest.mark.parametrize(
+    "point", sorted(p for p in POINTS if not p.startswith("move."))
+)  # moves: test_move_hub.py
 def test_a_hub_killed_at_each_failpoint_restarts_with_every_invariant_held(make_hub, point: str) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0", "GPUPOOL_FAILPOINT": point}).start()
     token = hub.user_token("ann")
@@ -172,7 +182,11 @@ def test_a_hub_killed_at_each_failpoint_restarts_with_every_invariant_held(make_
         else:
             assert j["state"] == "succeeded", j
     assert not [s for s in hub.allocations() if s["kind"] == "train"]  # every job's GPUs came back
-    until(lambda: not processes(str(hub.state).encode(), b"runners/wrap.py"), "no job process left", detail=hub.tail)
+    until(
+        lambda: not processes(str(hub.state).encode(), b"runners/wrap.py"),
+        "no job process left",
+        detail=hub.tail,
+    )
 
     # workspaces: a server the hub does not know as running has no process and no share
     server = hub.api("GET", "/hub/api/users/ann").get("servers", {}).get("")
@@ -188,6 +202,8 @@ def test_a_hub_killed_at_each_failpoint_restarts_with_every_invariant_held(make_
     hub.stop_server("ann")
     assert not hub.allocations()
     new = submit(hub, token, "own", "after")
-    running = until(lambda: (j := job(hub, token, new["id"]))["state"] == "running" and j, "a new job", detail=hub.tail)
+    running = until(
+        lambda: (j := job(hub, token, new["id"]))["state"] == "running" and j, "a new job", detail=hub.tail
+    )
     Path(running["workdir"], "go").touch()
     until(state_is(hub, token, new["id"], "succeeded"), "the new job succeeding", detail=hub.tail)

@@ -30,12 +30,22 @@ def app_for(argv: list[str], monkeypatch: pytest.MonkeyPatch, hub: dict | None =
 
 
 def test_settings_come_from_the_hub_then_the_config_file_then_the_command_line(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conf = tmp_path / "culler_config.py"
     conf.write_text("c.IdleCuller.idle_limit_s = 1200\nc.IdleCuller.sampler = 'nvml'\n")
     hub = IdleCuller(interval_s=60, idle_limit_s=100, sampler="file").as_dict()  # what the hub hands it
-    app = app_for([f"--config={conf}", "--sampler=node-agent", "--dry-run", "--once",
-                   "--gpupool-url=http://127.0.0.1:8095/services/gpupool/"], monkeypatch, hub)
+    app = app_for(
+        [
+            f"--config={conf}",
+            "--sampler=node-agent",
+            "--dry-run",
+            "--once",
+            "--gpupool-url=http://127.0.0.1:8095/services/gpupool/",
+        ],
+        monkeypatch,
+        hub,
+    )
     cfg = app.settings()
     assert (cfg.interval_s, cfg.idle_limit_s, cfg.sampler, cfg.dry_run) == (60, 1200, "node-agent", True)
     assert app.once and app.gpupool_url.endswith("/services/gpupool/")
@@ -68,9 +78,23 @@ class Hub(Client):
 
     def call(self, method, url, body=None, accept="application/json"):
         if url.endswith("api/culler/targets"):
-            return {"workspaces": [{"owner": u, "name": "", "pid": None, "gpu_uuids": ["GPU-x"], "whole_gpus": False,
-                                    "milli": 250, "memory_limit_mib": 0, "groups": g, "admin": False,
-                                    "extended": False} for u, g in GROUPS.items()]}
+            return {
+                "workspaces": [
+                    {
+                        "owner": u,
+                        "name": "",
+                        "pid": None,
+                        "gpu_uuids": ["GPU-x"],
+                        "whole_gpus": False,
+                        "milli": 250,
+                        "memory_limit_mib": 0,
+                        "groups": g,
+                        "admin": False,
+                        "extended": False,
+                    }
+                    for u, g in GROUPS.items()
+                ]
+            }
         if url.endswith("api/culler/report"):
             self.report = body
             return {"ok": True}
@@ -80,8 +104,10 @@ class Hub(Client):
         raise AssertionError(f"unexpected {method} {url}")
 
     def paginated(self, url, concurrency=1):
-        return [{"name": u, "servers": {"": {"ready": True, "started": STARTED, "last_activity": STARTED}}}
-                for u in GROUPS]
+        return [
+            {"name": u, "servers": {"": {"ready": True, "started": STARTED, "last_activity": STARTED}}}
+            for u in GROUPS
+        ]
 
 
 class NoGPUData:
@@ -104,9 +130,17 @@ def broken(*, action: str, reason: str, workspace: dict) -> bool:
 def a_pass(arbiter: object) -> tuple[Hub, dict]:
     hub = Hub()
     # as the hub hands it over: an import path in JSON, imported by the culler's process
-    cfg = IdleCuller(**json.loads(json.dumps(IdleCuller(sampler="file", concurrency=1, arbiter=arbiter).as_dict())))
-    culler = Culler(cfg, hub, "http://hub/hub/api", "http://hub/services/gpupool/", NoGPUData(),
-                    clock=lambda: time.time() + 30 * 86400)
+    cfg = IdleCuller(
+        **json.loads(json.dumps(IdleCuller(sampler="file", concurrency=1, arbiter=arbiter).as_dict()))
+    )
+    culler = Culler(
+        cfg,
+        hub,
+        "http://hub/hub/api",
+        "http://hub/services/gpupool/",
+        NoGPUData(),
+        clock=lambda: time.time() + 30 * 86400,
+    )
     return hub, culler.run_pass()
 
 

@@ -39,8 +39,15 @@ def test_pages_after_the_first_come_from_its_numbers_and_only_sane_ones() -> Non
     page = {"offset": 0, "limit": 200, "total": 500, "next": {"offset": 200, "limit": 200, "url": "x"}}
     assert _remaining_offsets(page, 10) == [(200, 200), (400, 200)]
     assert _remaining_offsets(page, 1) == []  # concurrency 1: follow `next`, one page at a time
-    for bad in ({**page, "total": "500"}, {**page, "limit": 0}, {**page, "total": 10**12},
-                {**page, "next": {"offset": 900, "url": "x"}}, {**page, "limit": True}):
+    for bad in (
+        {**page, "total": "500"},
+        {**page, "limit": 0},
+        {**page, "total": 10**12},
+        {**page, "next": {"offset": 900, "url": "x"}},
+        {**page, "limit": True},
+    ):
         assert _remaining_offsets(bad, 10) == []  # not trusted: read by `next` links instead
-    assert _at_offset("http://h/hub/api/users?state=active&offset=0", 400, 200) == \
-        "http://h/hub/api/users?state=active&offset=400&limit=200"
+    assert (
+        _at_offset("http://h/hub/api/users?state=active&offset=0", 400, 200)
+        == "http://h/hub/api/users?state=active&offset=400&limit=200"
+    )

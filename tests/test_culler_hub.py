@@ -35,20 +35,40 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     for user in ("idle1", "busy1", "nodata1", "admin"):
         hub.spawn(user, "0.25")
     samples = tmp_path / "samples.json"
-    samples.write_text(json.dumps({"idle1/": {"util_pct": 0}, "busy1/": {"util_pct": 85, "memory_mib": 900},
-                                   "admin/": {"util_pct": 0}}))  # nodata1: NVML has nothing on it
-    cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, max_age_s=2400,
-                     extension_s=600, window_s=30, stale_after_s=900)
+    samples.write_text(
+        json.dumps(
+            {
+                "idle1/": {"util_pct": 0},
+                "busy1/": {"util_pct": 85, "memory_mib": 900},
+                "admin/": {"util_pct": 0},
+            }
+        )
+    )  # nodata1: NVML has nothing on it
+    cfg = IdleCuller(
+        sampler="file",
+        idle_limit_s=1800,
+        jupyter_idle_s=600,
+        warn_before_s=600,
+        max_age_s=2400,
+        extension_s=600,
+        window_s=30,
+        stale_after_s=900,
+    )
     t0 = time.time()
     now = [t0]
-    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                    FileSampler(str(samples)), clock=lambda: now[0])
+    culler = Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
 
     def at(minutes: int) -> dict:
         now[0] = t0 + minutes * 60
         # nodata1's owner is working in Jupyter (activity up to now, in travelled time)
-        hub.api("POST", "/hub/api/users/nodata1/activity",
-                {"servers": {"": {"last_activity": iso(now[0])}}})
+        hub.api("POST", "/hub/api/users/nodata1/activity", {"servers": {"": {"last_activity": iso(now[0])}}})
         return culler.run_pass()
 
     def running() -> set[str]:
@@ -68,14 +88,18 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     assert [(e["owner"], e["reason"]) for e in events if e["kind"] == "cull"] == [("idle1", "idle-gpu")]
     # the 40-minute session limit is now 10 minutes away for the others (not the exempt admin)
     assert {(e["owner"], e["reason"]) for e in events if e["kind"] == "warn"} == {
-        ("busy1", "max-age"), ("nodata1", "max-age")}
+        ("busy1", "max-age"),
+        ("nodata1", "max-age"),
+    }
     until(lambda: "idle1" not in running(), "idle1's server stopped", timeout=30, detail=running)
     assert running() == {"busy1", "nodata1", "admin"}  # busy GPU, no GPU data, exempt admin
 
     # busy1 asks for more time, once
     token = hub.user_token("busy1")
     hub.api("POST", "/services/gpupool/api/culler/extend", {"server": ""}, token=token)
-    status, message = hub.api_error("POST", "/services/gpupool/api/culler/extend", {"server": ""}, token=token)
+    status, message = hub.api_error(
+        "POST", "/services/gpupool/api/culler/extend", {"server": ""}, token=token
+    )
     assert status == 409 and "already extended once" in message
 
     events = at(40)["events"]  # the 40-minute session limit
@@ -92,7 +116,9 @@ def test_only_the_culler_service_may_report_or_list(hub: Hub) -> None:
     assert status == 403
     status, _ = hub.api_error("GET", "/services/gpupool/api/culler/targets", token=token)
     assert status == 403
-    status, message = hub.api_error("POST", "/services/gpupool/api/culler/extend", {"server": "x"}, token=token)
+    status, message = hub.api_error(
+        "POST", "/services/gpupool/api/culler/extend", {"server": "x"}, token=token
+    )
     assert status == 404 and "no running GPU workspace 'x' of eve" in message
 
 
@@ -119,8 +145,14 @@ def test_a_workspace_over_its_gpu_memory_gets_its_kernels_restarted(make_hub, tm
     cfg = IdleCuller(sampler="file", memory_resolver="restart-kernel", memory_grace_s=300, window_s=30)
     t0 = time.time()
     now = [t0]
-    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                    FileSampler(str(samples)), clock=lambda: now[0])
+    culler = Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
     events = culler.run_pass()["events"]
     assert [(e["kind"], e["reason"]) for e in events] == [("memory", "memory")]  # warned first
     assert kernel_pid(kernel["id"]) == before
@@ -128,7 +160,11 @@ def test_a_workspace_over_its_gpu_memory_gets_its_kernels_restarted(make_hub, tm
     events = culler.run_pass()["events"]
     assert [(e["kind"], e["reason"]) for e in events] == [("memory", "restart-kernel")]
     assert "restarted its kernels because it uses 1000000 MiB of GPU memory" in events[0]["message"]
-    until(lambda: kernel_pid(kernel["id"]) not in (None, before), "the kernel restarted (a new process)", timeout=60)
+    until(
+        lambda: kernel_pid(kernel["id"]) not in (None, before),
+        "the kernel restarted (a new process)",
+        timeout=60,
+    )
     # the server and the kernel (same id, new process) are still there; nothing was stopped
     assert [k["id"] for k in hub.api("GET", "/user/mem1/api/kernels", token=token)] == [kernel["id"]]
     assert {s["owner"] for s in hub.allocations()} == {"mem1"}
@@ -151,18 +187,50 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
     from gpupool.api.warnings import warnings_for
 
     saved = runtime.api_settings
-    runtime.api_settings = {"culler_state": {"pass_time": 0, "workspaces": {
-        "ann/": {"owner": "ann", "name": "", "action": "warn", "reason": "idle-gpu", "message": "will stop"},
-        "ann/big": {"owner": "ann", "name": "big", "action": "warn", "reason": "memory", "message": "uses"},
-        "ann/old": {"owner": "ann", "name": "old", "action": "warn", "reason": "max-age", "extended": True,
-                    "message": "will stop"},
-        "ann/ok": {"owner": "ann", "name": "ok", "action": "keep"},
-        "bob/": {"owner": "bob", "name": "", "action": "warn", "reason": "idle-gpu", "message": "bob's"},
-    }}}
+    runtime.api_settings = {
+        "culler_state": {
+            "pass_time": 0,
+            "workspaces": {
+                "ann/": {
+                    "owner": "ann",
+                    "name": "",
+                    "action": "warn",
+                    "reason": "idle-gpu",
+                    "message": "will stop",
+                },
+                "ann/big": {
+                    "owner": "ann",
+                    "name": "big",
+                    "action": "warn",
+                    "reason": "memory",
+                    "message": "uses",
+                },
+                "ann/old": {
+                    "owner": "ann",
+                    "name": "old",
+                    "action": "warn",
+                    "reason": "max-age",
+                    "extended": True,
+                    "message": "will stop",
+                },
+                "ann/ok": {"owner": "ann", "name": "ok", "action": "keep"},
+                "bob/": {
+                    "owner": "bob",
+                    "name": "",
+                    "action": "warn",
+                    "reason": "idle-gpu",
+                    "message": "bob's",
+                },
+            },
+        }
+    }
     try:
         got = warnings_for(SimpleNamespace(name="ann"), "/jhub")
         assert [(w["name"], w["extend_url"]) for w in got] == [
-            ("", "/jhub/services/gpupool/culler/extend?server="), ("big", ""), ("old", "")]
+            ("", "/jhub/services/gpupool/culler/extend?server="),
+            ("big", ""),
+            ("old", ""),
+        ]
         assert warnings_for(None) == [] and warnings_for(SimpleNamespace(name="cy")) == []
     finally:
         runtime.api_settings = saved
@@ -180,8 +248,14 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
     samples.write_text(json.dumps({"wendy/": {"util_pct": 0}, "xavi/": {"util_pct": 90}}))
     cfg = IdleCuller(sampler="file", idle_limit_s=1800, jupyter_idle_s=600, warn_before_s=600, window_s=30)
     now = [time.time()]
-    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                    FileSampler(str(samples)), clock=lambda: now[0])
+    culler = Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
     assert culler.run_pass()["events"] == []
     now[0] += 22 * 60  # nobody touched wendy's GPU or notebook since
     assert [e["owner"] for e in culler.run_pass()["events"]] == ["wendy"]
@@ -197,7 +271,9 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         assert "will stop in 8 min because its GPU has been idle" in banner.inner_text()
         assert page.locator("#stop").count() == 1  # the stock page is still there
         share = page.inner_text(".gpupool-default-share")  # under the hub's own Stop/My Server buttons
-        assert "0.25 GPU" in share and "stops at" in share and " min)" in share  # (the culler's clock is travelled)
+        assert (
+            "0.25 GPU" in share and "stops at" in share and " min)" in share
+        )  # (the culler's clock is travelled)
         shot(page, "home-1-warning")
         page.click(".gpupool-extend")
         page.wait_for_selector("#gpupool-extend")  # the gpupool service's confirmation
@@ -215,7 +291,9 @@ def test_the_hub_home_page_shows_the_warning_and_extends_once(make_hub, tmp_path
         page.click("#stop")
         page.locator(".gpupool-default-share").wait_for(state="detached", timeout=60_000)
         assert [s["owner"] for s in hub.allocations()] == ["xavi"]
-    assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == ["extend"]
+    assert [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]] == [
+        "extend"
+    ]
 
 
 def test_the_culler_may_enter_servers_only_when_a_rule_restarts_kernels() -> None:

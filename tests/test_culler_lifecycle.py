@@ -34,8 +34,13 @@ def test_the_culler_judges_every_active_server_past_the_hubs_page_limit(make_hub
     hub.api("POST", "/hub/api/users/nobody-running")  # a user without a server is not listed
     samples = tmp_path / "samples.json"
     samples.write_text(json.dumps({f"{u}/": {"util_pct": 50} for u in users}))
-    culler = Culler(IdleCuller(sampler="file"), Client(TOKEN), f"{hub.url}/hub/api",
-                    f"http://127.0.0.1:{hub.api_port}/services/gpupool/", FileSampler(str(samples)))
+    culler = Culler(
+        IdleCuller(sampler="file"),
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+    )
     assert sorted(culler.servers()) == [f"{u}/" for u in users]  # 3 pages of at most 2
     judged = culler.run_pass()["workspaces"]
     assert sorted(w["owner"] for w in judged) == users

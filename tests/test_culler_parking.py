@@ -15,7 +15,9 @@ PARKING = Limits(park_after_s=600, idle_limit_s=1800, jupyter_idle_s=900, max_ag
 
 def ws(gpu_idle_s, last_activity_ago=3600.0, **kw) -> Workspace:
     now = T0 + 4 * 3600
-    return Workspace("ann", "", started=T0, last_activity=now - last_activity_ago, gpu_idle_s=gpu_idle_s, **kw)
+    return Workspace(
+        "ann", "", started=T0, last_activity=now - last_activity_ago, gpu_idle_s=gpu_idle_s, **kw
+    )
 
 
 NOW = T0 + 4 * 3600
@@ -65,8 +67,11 @@ def test_a_due_time_limit_stops_rather_than_parks():
 
 
 def test_per_group_and_profile_park_thresholds():
-    cfg = IdleCuller(park_after_s=0, group_overrides={"lab": {"park_after_s": 300}},
-                     profile_overrides={"big-model": {"park_after_s": 120}})
+    cfg = IdleCuller(
+        park_after_s=0,
+        group_overrides={"lab": {"park_after_s": 300}},
+        profile_overrides={"big-model": {"park_after_s": 120}},
+    )
     policy: CullerPolicy = cfg.policy()
     assert cfg.parks()
     assert decide(ws(600), NOW, policy.limits_for([])).action != "park"

@@ -16,8 +16,14 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
 
 T0 = 1_790_000_000.0
-LIMITS = Limits(idle_limit_s=3600, jupyter_idle_s=600, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600,
-                warn_before_s=900, extension_s=1800)
+LIMITS = Limits(
+    idle_limit_s=3600,
+    jupyter_idle_s=600,
+    gpu_idle_hard_s=4 * 3600,
+    max_age_s=12 * 3600,
+    warn_before_s=900,
+    extension_s=1800,
+)
 
 
 def ws(**kw) -> Workspace:
@@ -109,7 +115,9 @@ def test_workday_cutoff_in_the_configured_time_zone() -> None:
     assert workday_cutoff(start, limits) == dt.datetime(2026, 11, 23, 19, 0, tzinfo=berlin).timestamp()
     late = dt.datetime(2026, 11, 23, 20, 0, tzinfo=berlin).timestamp()  # started after hours
     assert workday_cutoff(late, limits) == dt.datetime(2026, 11, 24, 19, 0, tzinfo=berlin).timestamp()
-    d = decide(ws(started=start, gpu_idle_s=None, last_activity=start + 9.4 * 3600), start + 9.5 * 3600, limits)
+    d = decide(
+        ws(started=start, gpu_idle_s=None, last_activity=start + 9.4 * 3600), start + 9.5 * 3600, limits
+    )
     assert (d.action, d.reason) == ("cull", "workday-end")
 
 
@@ -121,35 +129,65 @@ def test_memory_overrun_warns_then_the_resolver_acts() -> None:
     over = dict(memory_mib=9000, memory_limit_mib=8192, memory_over_since=T0)
     d = decide(ws(**over), T0 + 10, Limits(memory_resolver="stop", memory_grace_s=300))
     assert (d.action, d.reason) == ("warn", "memory") and "more than its share of 8192 MiB" in d.message
-    assert decide(ws(**over), T0 + 300, Limits(memory_resolver="stop", memory_grace_s=300)).action \
+    assert (
+        decide(ws(**over), T0 + 300, Limits(memory_resolver="stop", memory_grace_s=300)).action
         == "resolve-memory"
+    )
     assert decide(ws(**over), T0 + 10**5, Limits(memory_resolver="warn")).action == "warn"
 
 
 def test_group_and_profile_overrides() -> None:
-    policy = CullerPolicy(default=LIMITS, groups={"research": {"idle_limit_s": 7200}, "ta": {"idle_limit_s": 5400}},
-                          profiles={"data-prep": {"idle_limit_s": 3 * 3600}})
+    policy = CullerPolicy(
+        default=LIMITS,
+        groups={"research": {"idle_limit_s": 7200}, "ta": {"idle_limit_s": 5400}},
+        profiles={"data-prep": {"idle_limit_s": 3 * 3600}},
+    )
     assert policy.limits_for(["research", "ta"]).idle_limit_s == 7200  # the most generous group
     assert policy.limits_for([]).idle_limit_s == 3600
     assert policy.limits_for(["ta"], "data-prep").idle_limit_s == 3 * 3600  # profile wins
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("workday_end", "25:99", "IdleCuller.workday_end: '25:99' is not a time of day"),
-    ("workday_end", "7pm", "IdleCuller.workday_end: '7pm' is not a time of day"),
-    ("timezone", "Mars/Olympus", "IdleCuller.timezone: 'Mars/Olympus' is not a time zone"),
-    ("timezone", "../../etc/passwd", "is not a time zone"),
-    ("idle_limit_s", -1, "IdleCuller.idle_limit_s"),
-    ("group_overrides", {"x": {"idle_limit_s": "soon"}},
-     "IdleCuller.group_overrides['x']: idle_limit_s must be seconds from 0 to 1e9, got 'soon'"),
-    ("group_overrides", {"x": {"idle_limit": 1}}, r"IdleCuller.group_overrides['x']: unknown keys ['idle_limit']"),
-    ("group_overrides", {"x": 3600}, "IdleCuller.group_overrides['x'] must be a dict of limits, got 3600"),
-    ("group_overrides", {"x": {"max_age_s": float("inf")}}, "max_age_s must be seconds"),
-    ("group_overrides", {"x": {"workday_end": "24:00"}}, "IdleCuller.group_overrides['x']: workday_end '24:00'"),
-    ("profile_overrides", {"big": {"timezone": "Mars/Olympus"}},
-     "IdleCuller.profile_overrides['big']: timezone 'Mars/Olympus' is not a time zone"),
-    ("profile_overrides", {"big": {"util_threshold_pct": 101}}, "util_threshold_pct must be a percentage"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("workday_end", "25:99", "IdleCuller.workday_end: '25:99' is not a time of day"),
+        ("workday_end", "7pm", "IdleCuller.workday_end: '7pm' is not a time of day"),
+        ("timezone", "Mars/Olympus", "IdleCuller.timezone: 'Mars/Olympus' is not a time zone"),
+        ("timezone", "../../etc/passwd", "is not a time zone"),
+        ("idle_limit_s", -1, "IdleCuller.idle_limit_s"),
+        (
+            "group_overrides",
+            {"x": {"idle_limit_s": "soon"}},
+            "IdleCuller.group_overrides['x']: idle_limit_s must be seconds from 0 to 1e9, got 'soon'",
+        ),
+        (
+            "group_overrides",
+            {"x": {"idle_limit": 1}},
+            r"IdleCuller.group_overrides['x']: unknown keys ['idle_limit']",
+        ),
+        (
+            "group_overrides",
+            {"x": 3600},
+            "IdleCuller.group_overrides['x'] must be a dict of limits, got 3600",
+        ),
+        ("group_overrides", {"x": {"max_age_s": float("inf")}}, "max_age_s must be seconds"),
+        (
+            "group_overrides",
+            {"x": {"workday_end": "24:00"}},
+            "IdleCuller.group_overrides['x']: workday_end '24:00'",
+        ),
+        (
+            "profile_overrides",
+            {"big": {"timezone": "Mars/Olympus"}},
+            "IdleCuller.profile_overrides['big']: timezone 'Mars/Olympus' is not a time zone",
+        ),
+        (
+            "profile_overrides",
+            {"big": {"util_threshold_pct": 101}},
+            "util_threshold_pct must be a percentage",
+        ),
+    ],
+)
 def test_config_load_rejects_bad_limits_with_the_option_and_value(option, value, message) -> None:
     """A typo in a culler setting stops the hub while it reads its config, not at 19:00 when the
     culler first computes a workday end (or never, for a group nobody of is logged in)."""
@@ -161,9 +199,19 @@ def test_config_load_rejects_bad_limits_with_the_option_and_value(option, value,
 
 
 def test_config_accepts_good_limits() -> None:
-    cfg = IdleCuller(workday_end="09:30", timezone="Europe/Berlin",
-                     group_overrides={"lab": {"idle_limit_s": 7200, "workday_end": "", "timezone": "Asia/Tokyo",
-                                              "memory_resolver": "stop", "util_threshold_pct": 5}})
+    cfg = IdleCuller(
+        workday_end="09:30",
+        timezone="Europe/Berlin",
+        group_overrides={
+            "lab": {
+                "idle_limit_s": 7200,
+                "workday_end": "",
+                "timezone": "Asia/Tokyo",
+                "memory_resolver": "stop",
+                "util_threshold_pct": 5,
+            }
+        },
+    )
     assert cfg.policy().limits_for(["lab"]).idle_limit_s == 7200
 
 
@@ -179,11 +227,22 @@ def test_the_dead_enabled_switch_warns_and_is_ignored(caplog) -> None:
 def test_among_several_groups_never_beats_any_number() -> None:
     """The most generous group wins, and 0 ("never") is more generous than any time: a user in a
     group that never takes an idle GPU back keeps it, whatever their other groups say."""
-    policy = CullerPolicy(default=LIMITS, groups={
-        "research": {"gpu_idle_hard_s": 0}, "students": {"gpu_idle_hard_s": 3600, "busy_grace_s": 0},
-        "lab": {"park_after_s": 0, "parked_stop_s": 0}, "class": {"park_after_s": 300, "parked_stop_s": 7200},
-        "ta": {"busy_grace_s": 1800, "memory_resolver": "warn", "util_threshold_pct": 2, "workday_end": ""},
-        "night": {"memory_resolver": "stop", "util_threshold_pct": 10, "workday_end": "19:00"}})
+    policy = CullerPolicy(
+        default=LIMITS,
+        groups={
+            "research": {"gpu_idle_hard_s": 0},
+            "students": {"gpu_idle_hard_s": 3600, "busy_grace_s": 0},
+            "lab": {"park_after_s": 0, "parked_stop_s": 0},
+            "class": {"park_after_s": 300, "parked_stop_s": 7200},
+            "ta": {
+                "busy_grace_s": 1800,
+                "memory_resolver": "warn",
+                "util_threshold_pct": 2,
+                "workday_end": "",
+            },
+            "night": {"memory_resolver": "stop", "util_threshold_pct": 10, "workday_end": "19:00"},
+        },
+    )
     both = policy.limits_for(["students", "research"])
     assert both.gpu_idle_hard_s == 0
     # a user typing all day with a GPU idle for 5 hours is not stopped (students alone would be)
@@ -196,8 +255,12 @@ def test_among_several_groups_never_beats_any_number() -> None:
     # where 0 means "no grace", it is the least generous; the gentlest resolver, lowest idle
     # threshold and no workday end win
     other = policy.limits_for(["students", "ta", "night"])
-    assert (other.busy_grace_s, other.memory_resolver, other.util_threshold_pct, other.workday_end) \
-        == (1800, "warn", 2, "")
+    assert (other.busy_grace_s, other.memory_resolver, other.util_threshold_pct, other.workday_end) == (
+        1800,
+        "warn",
+        2,
+        "",
+    )
     assert policy.limits_for(["night", "students"]).workday_end == "19:00"
 
 

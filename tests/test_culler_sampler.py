@@ -28,8 +28,11 @@ class FakeNVML:
             raise NVMLUnavailable("driver gone")
 
     def process_samples(self):
-        return [ProcessSample(101, "GPU-a", 60, 3000), ProcessSample(102, "GPU-a", 10, 500),
-                ProcessSample(201, "GPU-a", 0, 100)]
+        return [
+            ProcessSample(101, "GPU-a", 60, 3000),
+            ProcessSample(102, "GPU-a", 10, 500),
+            ProcessSample(201, "GPU-a", 0, 100),
+        ]
 
     def device_samples(self):
         return [DeviceSample("GPU-b", 97, 70000, 81559)]
@@ -40,8 +43,13 @@ def test_processes_count_for_the_workspace_whose_server_started_them(tmp_path: P
     proc = fake_proc(tmp_path, {100: 1, 101: 100, 102: 101, 200: 1, 201: 200, 300: 1})
     assert descendants(100, proc) == {100, 101, 102}
     sampler = NVMLSampler(FakeNVML(), proc)
-    out = sampler.sample([Target("ann", "", pid=100), Target("bob", "", pid=200),
-                          Target("cy", "big", pid=300, gpu_uuids=("GPU-b",), whole_gpus=True)])
+    out = sampler.sample(
+        [
+            Target("ann", "", pid=100),
+            Target("bob", "", pid=200),
+            Target("cy", "big", pid=300, gpu_uuids=("GPU-b",), whole_gpus=True),
+        ]
+    )
     assert (out["ann/"].util_pct, out["ann/"].memory_mib) == (60, 3500)
     assert (out["bob/"].util_pct, out["bob/"].memory_mib) == (0, 100)
     assert (out["cy/big"].util_pct, out["cy/big"].memory_mib) == (97, 70000)

@@ -25,9 +25,23 @@ class Hub(Client):
 
     def call(self, method, url, body=None, accept="application/json"):
         if url.endswith("api/culler/targets"):
-            return {"workspaces": [{"owner": u, "name": "", "pid": None, "gpu_uuids": ["GPU-x"], "whole_gpus": False,
-                                    "milli": 250, "memory_limit_mib": 0, "groups": [], "admin": False,
-                                    "extended": False} for u in USERS]}
+            return {
+                "workspaces": [
+                    {
+                        "owner": u,
+                        "name": "",
+                        "pid": None,
+                        "gpu_uuids": ["GPU-x"],
+                        "whole_gpus": False,
+                        "milli": 250,
+                        "memory_limit_mib": 0,
+                        "groups": [],
+                        "admin": False,
+                        "extended": False,
+                    }
+                    for u in USERS
+                ]
+            }
         if url.endswith("api/culler/report"):
             self.report = body
             return {"ok": True}
@@ -42,8 +56,10 @@ class Hub(Client):
         raise AssertionError(f"unexpected {method} {url}")
 
     def paginated(self, url, concurrency=1):
-        return [{"name": u, "servers": {"": {"ready": True, "started": STARTED, "last_activity": STARTED}}}
-                for u in USERS]
+        return [
+            {"name": u, "servers": {"": {"ready": True, "started": STARTED, "last_activity": STARTED}}}
+            for u in USERS
+        ]
 
 
 class Idle:
@@ -53,8 +69,14 @@ class Idle:
 
 def test_one_stop_that_fails_never_ends_the_pass_for_the_rest_of_the_class() -> None:
     hub = Hub()
-    culler = Culler(IdleCuller(sampler="file", concurrency=1), hub, "http://hub/hub/api",
-                    "http://hub/services/gpupool/", Idle(), clock=lambda: time.time() + 30 * 86400)
+    culler = Culler(
+        IdleCuller(sampler="file", concurrency=1),
+        hub,
+        "http://hub/hub/api",
+        "http://hub/services/gpupool/",
+        Idle(),
+        clock=lambda: time.time() + 30 * 86400,
+    )
     result = culler.run_pass()
     assert hub.deleted == USERS  # every stop was asked for, in order, one at a time
     culled = {e["owner"] for e in result["events"] if e["kind"] == "cull"}

@@ -44,8 +44,14 @@ def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> No
     hub.api("POST", "/user/dora/api/kernels", {"name": "python3"}, token=dora)
     api = f"http://127.0.0.1:{hub.api_port}/services/gpupool/"
     client = Client(TOKEN)
-    culler = Culler(IdleCuller(**SETTINGS), client, f"{hub.url}/hub/api", api,
-                    make_sampler("demo", read=lambda path: client.call("GET", api + path)), clock=lambda: now[0])
+    culler = Culler(
+        IdleCuller(**SETTINGS),
+        client,
+        f"{hub.url}/hub/api",
+        api,
+        make_sampler("demo", read=lambda path: client.call("GET", api + path)),
+        clock=lambda: now[0],
+    )
     started = parse_time(hub.api("GET", "/hub/api/users/dora")["servers"][""]["started"])
     now = [started]
     events: list[tuple[float, dict]] = []
@@ -65,8 +71,10 @@ def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> No
     assert hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "parked"
     # a cell (its resume hook), or the Resume button: the GPU comes back
     hub.api("POST", f"{P}/parking/resume", {"server": ""}, token=dora)
-    until(lambda: hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "running",
-          "dora's workspace resumed")
+    until(
+        lambda: hub.api("GET", f"{P}/parking/status?server=", token=dora)["state"] == "running",
+        "dora's workspace resumed",
+    )
     # %gpupool gpu busy: the GPU computes, so nothing parks it
     said = demo_gpu_use(["busy"], client=WidgetClient(api, dora))
     assert said.startswith("this workspace's GPU now counts as busy"), said
@@ -87,8 +95,11 @@ def test_the_demo_parks_resumes_warns_extends_stops_and_says_why(make_hub) -> No
     user = WebUser(hub.url, "dora")
     user.log_in(PASSWORD)
     _, _, home = user.get("/hub/home")
-    assert re.search(r"was stopped at \d\d:\d\d: it reached the longest session allowed\. Start it again when"
-                     r" you need it\.", home), home[-3000:]
+    assert re.search(
+        r"was stopped at \d\d:\d\d: it reached the longest session allowed\. Start it again when"
+        r" you need it\.",
+        home,
+    ), home[-3000:]
     hub.spawn("dora", "0.25")
     _, _, home = user.get("/hub/home")
     assert "gpupool-stopped" not in home

@@ -11,13 +11,26 @@ from gpupool.train.estimates import eta_text
 POLICY = get_policy("best-fit")
 
 
-def running(state: ClusterState, job_id: str, gpus: int, started: float, project: str = "p",
-            max_runtime_s: float = 0.0) -> Job:
+def running(
+    state: ClusterState,
+    job_id: str,
+    gpus: int,
+    started: float,
+    project: str = "p",
+    max_runtime_s: float = 0.0,
+) -> Job:
     job = Job(job_id, project, Request(gpus), submitted=started, started=started, max_runtime_s=max_runtime_s)
     placement = POLICY.choose(state, job.request, None)
     state.apply(placement)
-    return Job(job_id, project, Request(gpus), submitted=started, started=started, placement=placement,
-               max_runtime_s=max_runtime_s)
+    return Job(
+        job_id,
+        project,
+        Request(gpus),
+        submitted=started,
+        started=started,
+        placement=placement,
+        max_runtime_s=max_runtime_s,
+    )
 
 
 def test_jobs_start_when_the_runs_ahead_of_them_are_expected_to_end() -> None:
@@ -28,7 +41,9 @@ def test_jobs_start_when_the_runs_ahead_of_them_are_expected_to_end() -> None:
     c = Job("c", "p", Request(1), submitted=10, max_runtime_s=300)
     d = Job("d", "p", Request(2), submitted=20)
     before = state.gpu_free.copy()
-    est = forecast(state, projects, [c, d], [a, b], now=100, policy=POLICY, runtimes=Runtimes.of({"p": [5000]}))
+    est = forecast(
+        state, projects, [c, d], [a, b], now=100, policy=POLICY, runtimes=Runtimes.of({"p": [5000]})
+    )
     assert est["c"].start == 600 and "job a of p is expected to end" in est["c"].after  # a's max runtime
     assert est["d"].start == 1200  # c ends at 900 (its max runtime), b at 1200
     assert (state.gpu_free == before).all()  # the pool itself is not changed
@@ -46,8 +61,16 @@ def test_a_guarantee_comes_back_by_reclaim_after_the_grace_period() -> None:
     projects = {"mine": Project("mine", 1000), "other": Project("other", 0)}
     borrower = running(state, "x", 1, 0, project="other")  # over its (zero) guarantee: reclaimable
     mine = Job("m", "mine", Request(1), submitted=5)
-    est = forecast(state, projects, [mine], [borrower], now=50, policy=POLICY,
-                   runtimes=Runtimes.of({"other": [10**6]}), grace_s=60)
+    est = forecast(
+        state,
+        projects,
+        [mine],
+        [borrower],
+        now=50,
+        policy=POLICY,
+        runtimes=Runtimes.of({"other": [10**6]}),
+        grace_s=60,
+    )
     assert est["m"].start == 110  # preempted now, its GPU free when its grace ends
     assert "grace period" in est["m"].after
 
@@ -69,5 +92,8 @@ def test_the_estimate_in_words() -> None:
 
     now = time.time()
     text = eta_text(now + 35 * 60, 35 * 60, "job ab12 of vision is expected to end")
-    assert text.startswith("starts around ") and "(in 35 min), once job ab12 of vision is expected to end" in text
+    assert (
+        text.startswith("starts around ")
+        and "(in 35 min), once job ab12 of vision is expected to end" in text
+    )
     assert "(now)" in eta_text(now, 10, "now")

@@ -26,8 +26,10 @@ def test_each_session_may_be_extended_once_whatever_row_its_share_gets(make_hub)
     assert not extended(hub, "rhea")
     hub.api("POST", EXTEND, {"server": ""}, token=token)
     assert extended(hub, "rhea")
-    assert hub.api_error("POST", EXTEND, {"server": ""}, token=token) == \
-        (409, "this session was already extended once; save your work")
+    assert hub.api_error("POST", EXTEND, {"server": ""}, token=token) == (
+        409,
+        "this session was already extended once; save your work",
+    )
 
     hub.kill9()  # a hub restart is not a new session: the servers ran on
     hub.start()

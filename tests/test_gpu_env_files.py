@@ -21,9 +21,14 @@ from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node
 from gpupool.pool.request import Placement
 from tests.support.pools import make_pool
 
-QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),
-                                              max_per_workspace_milli=1000, max_workspaces=1))
-INVENTORY = Inventory(nodes=(Node("n1", tuple(GPU(i, f"GPU-{i}", "A100", 40960, virtual=True) for i in range(3))),))
+QUOTAS = BuildQuotaPolicy(
+    default=BuildLimits(
+        quota_milli=1000, sizes_milli=(500, 1000), max_per_workspace_milli=1000, max_workspaces=1
+    )
+)
+INVENTORY = Inventory(
+    nodes=(Node("n1", tuple(GPU(i, f"GPU-{i}", "A100", 40960, virtual=True) for i in range(3))),)
+)
 
 
 def published(folder: Path, owner: str, name: str = "") -> dict | None:
@@ -35,8 +40,13 @@ def run_python(code: str, env_file: Path | None, workspace: str = "ann/", **extr
     """A Python process of the workspace, as its server starts one (startup folder on its path,
     started with GPU 0 in its environment)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "CUDA_"))}
-    env.update(PYTHONPATH=STARTUP_DIR, CUDA_VISIBLE_DEVICES="0", GPUPOOL_GPU_UUIDS="GPU-0",
-               GPUPOOL_WORKSPACE=workspace, **extra)
+    env.update(
+        PYTHONPATH=STARTUP_DIR,
+        CUDA_VISIBLE_DEVICES="0",
+        GPUPOOL_GPU_UUIDS="GPU-0",
+        GPUPOOL_WORKSPACE=workspace,
+        **extra,
+    )
     if env_file is not None:
         env["GPUPOOL_GPU_ENV_FILE"] = str(env_file)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -59,8 +69,11 @@ def test_a_python_process_started_after_a_move_runs_on_the_gpu_the_hub_says(file
     pool, pub = files
     pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (2,), 500))
     doc = published(pub.folder, "ann")
-    assert (doc["state"], doc["env"]["CUDA_VISIBLE_DEVICES"], doc["env"]["GPUPOOL_GPU_FRACTION"]) == ("running", "2",
-                                                                                                       "0.5")
+    assert (doc["state"], doc["env"]["CUDA_VISIBLE_DEVICES"], doc["env"]["GPUPOOL_GPU_FRACTION"]) == (
+        "running",
+        "2",
+        "0.5",
+    )
     assert run_python(SEES, pub.path("ann", "")) == "2 GPU-2"
     # nothing to follow: no file (a server started by an older hub), a file about another
     # workspace, a malformed or oversized one — the environment as started
@@ -80,13 +93,20 @@ def test_terminals_and_children_opened_after_a_move_get_the_current_gpu(files) -
     pool, pub = files
     w = Workload("build", "ann", "")
     pool.reserve_at(w, Placement("n1", (2,), 500))
-    code = ("import os, sys, terminado.management as m; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True);"
-            " sys.stdin.readline(); print(m.TermManagerBase(['sh']).make_term_env()['CUDA_VISIBLE_DEVICES'])")
+    code = (
+        "import os, sys, terminado.management as m; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True);"
+        " sys.stdin.readline(); print(m.TermManagerBase(['sh']).make_term_env()['CUDA_VISIBLE_DEVICES'])"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "CUDA_"))}
-    env.update(PYTHONPATH=STARTUP_DIR, CUDA_VISIBLE_DEVICES="0", GPUPOOL_WORKSPACE="ann/",
-               GPUPOOL_GPU_ENV_FILE=str(pub.path("ann", "")))
-    server = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    env.update(
+        PYTHONPATH=STARTUP_DIR,
+        CUDA_VISIBLE_DEVICES="0",
+        GPUPOOL_WORKSPACE="ann/",
+        GPUPOOL_GPU_ENV_FILE=str(pub.path("ann", "")),
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert server.stdout.readline().strip() == "2"
     pool.release(w, "moved")  # as the mover's switch does, in the hub: the rows, then the file
     pool.reserve_at(w, Placement("n1", (1,), 500))
@@ -115,8 +135,9 @@ def test_the_files_are_the_hubs_readable_by_their_owners_group_only(tmp_path: Pa
 
 
 @pytest.mark.parametrize("spawner, writes", [("local", True), ("kube", False)])
-def test_the_hub_publishes_only_where_servers_run_on_its_machine(tmp_path: Path, monkeypatch, spawner: str,
-                                                                 writes: bool) -> None:
+def test_the_hub_publishes_only_where_servers_run_on_its_machine(
+    tmp_path: Path, monkeypatch, spawner: str, writes: bool
+) -> None:
     """Local servers read the hub's folder; a pod cannot (its GPU is the device plugin's), so a
     Kubernetes hub writes nothing there and looks up no Unix accounts for it."""
     from types import SimpleNamespace

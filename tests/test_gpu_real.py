@@ -79,11 +79,16 @@ def _share_env(milli: int, mps_dir: str = "", torch_cap: bool = True) -> dict[st
     return env
 
 
-def _allocate(milli: int, fit: float, more: float, loops: int = 0, mps_dir: str = "",
-              torch_cap: bool = True) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", ALLOCATE, str(fit), str(more), str(loops)],
-                            env=_share_env(milli, mps_dir, torch_cap), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def _allocate(
+    milli: int, fit: float, more: float, loops: int = 0, mps_dir: str = "", torch_cap: bool = True
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", ALLOCATE, str(fit), str(more), str(loops)],
+        env=_share_env(milli, mps_dir, torch_cap),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _result(proc: subprocess.Popen) -> dict:
@@ -96,8 +101,10 @@ def test_a_quarter_share_gets_its_memory_and_no_more() -> None:
     r = _result(_allocate(250, 0.9, 0.3))
     assert r["fit"] == "ok"  # 90 % of the share is there for the user
     assert r["more"] != "ok" and "out of memory" in r["more"].lower(), r  # 120 % is refused by torch's cap
-    print(f"0.25 share on a {r['total_mib']} MiB card: 90 % of the share allocated, 120 % refused: "
-          f"{r['more'][:120]}")
+    print(
+        f"0.25 share on a {r['total_mib']} MiB card: 90 % of the share allocated, 120 % refused: "
+        f"{r['more'][:120]}"
+    )
 
 
 def test_two_half_shares_run_side_by_side_on_one_card() -> None:
@@ -113,8 +120,13 @@ def _start_server(env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
     after it keeps bash from exec-ing python in its place)."""
     flag = Path(tempfile.mkdtemp()) / "busy"
     flag.touch()
-    shell = subprocess.Popen(["bash", "-c", f'"{sys.executable}" -c "$0" "$1"; exit $?', BUSY_THEN_IDLE, str(flag)],
-                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{sys.executable}" -c "$0" "$1"; exit $?', BUSY_THEN_IDLE, str(flag)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert shell.stdout.readline().strip() == "ready"
     return shell, flag
 
@@ -153,8 +165,10 @@ def test_sampler_tells_a_busy_workspace_from_an_idle_one(server) -> None:
     for _ in range(12):
         time.sleep(1)
         readings.append(sampler.sample([mine])[mine.key])
-    print(f"NVML sampler: busy {busy.util_pct} % SM / {busy.memory_mib} MiB (whole-GPU view "
-          f"{busy_whole.util_pct} %); idle, one reading a second: {[u.util_pct for u in readings]} %")
+    print(
+        f"NVML sampler: busy {busy.util_pct} % SM / {busy.memory_mib} MiB (whole-GPU view "
+        f"{busy_whole.util_pct} %); idle, one reading a second: {[u.util_pct for u in readings]} %"
+    )
     assert all(u.memory_mib >= 1024 for u in readings), readings  # idle, still holding its memory
     assert max(u.util_pct for u in readings[-8:]) < Limits().util_threshold_pct, readings
 
@@ -178,8 +192,10 @@ def test_mps_limits_a_quarter_share_to_its_sms_and_memory(mps_daemon) -> None:
     mps_only = _result(_allocate(250, 0.9, 0.3, loops=10, mps_dir=mps_daemon, torch_cap=False))
     share_mib = _share_env(250)["GPUPOOL_GPU_MEMORY_MIB"]
     for name, r in (("torch cap + MPS", with_cap), ("MPS alone", mps_only)):
-        print(f"under MPS at 0.25 ({name}): {r['sms']} of {full_sms} SMs, share {share_mib} MiB; "
-              f"90 %: {r['fit']}; 120 %: {r['more'][:160]}")
+        print(
+            f"under MPS at 0.25 ({name}): {r['sms']} of {full_sms} SMs, share {share_mib} MiB; "
+            f"90 %: {r['fit']}; 120 %: {r['more'][:160]}"
+        )
         assert r["fit"] == "ok", r  # the user gets the share MPS pins, not a share of the share
         assert r["more"] != "ok", r  # 120 % of the share is refused
         assert r["sms"] <= full_sms * 0.3, r  # the active-thread percentage shows as a quarter of the SMs

@@ -28,14 +28,17 @@ def hub(tmp_path_factory) -> Hub:
     from tests.conftest import require_chp
 
     require_chp()
-    h = Hub(state=tmp_path_factory.mktemp("hostile"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    h = Hub(
+        state=tmp_path_factory.mktemp("hostile"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}
+    ).start()
     yield h
     h.cleanup()
 
 
 def raw(hub: Hub, method: str, path: str, data: bytes, token: str = ADMIN_TOKEN) -> tuple[int, dict | str]:
-    req = urllib.request.Request(hub.url + path, data=data, method=method,
-                                 headers={"Authorization": f"token {token}"})
+    req = urllib.request.Request(
+        hub.url + path, data=data, method=method, headers={"Authorization": f"token {token}"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             status, text = r.status, r.read().decode()
@@ -59,8 +62,14 @@ BAD_JOBS = [
     ({"project": "vision", "gpus": 1, "notebook": "print(1)"}, "notebook must be a notebook document"),
     ({"project": "vision", "gpus": 1, "notebook": {"cells": "nope"}}, "not a valid notebook"),
     ({"project": "vision", "gpus": 1, "code": {"a": 1}}, "code must be Python source"),
-    ({"project": "vision", "gpus": 1, "code": "print(n)", "parameters": [1, 2]}, "parameters must be an object"),
-    ({"project": "vision", "gpus": 1, "command": "true", "priority": float("1e308")}, "priority must be between"),
+    (
+        {"project": "vision", "gpus": 1, "code": "print(n)", "parameters": [1, 2]},
+        "parameters must be an object",
+    ),
+    (
+        {"project": "vision", "gpus": 1, "command": "true", "priority": float("1e308")},
+        "priority must be between",
+    ),
     ({"project": "vision" * 100_000, "gpus": 1, "command": "true"}, "unknown project"),
 ]
 
@@ -74,13 +83,16 @@ def test_malformed_job_submissions_are_400_with_a_short_message(hub: Hub, body: 
     assert hub.api("GET", J, token=token)["jobs"] == []
 
 
-@pytest.mark.parametrize("data, status", [
-    (b"[" * 200_000 + b"]" * 200_000, 400),  # deeper than Python's parser goes
-    (b'{"a":' * 100 + b"1" + b"}" * 100, 400),  # parses, but deeper than any real body
-    (b"[1, 2]", 400),
-    (b"{not json", 400),
-    (b'{"project": "vision", "gpus": 1, "script": "' + b"x" * (5 * 1024 * 1024) + b'"}', 413),
-])
+@pytest.mark.parametrize(
+    "data, status",
+    [
+        (b"[" * 200_000 + b"]" * 200_000, 400),  # deeper than Python's parser goes
+        (b'{"a":' * 100 + b"1" + b"}" * 100, 400),  # parses, but deeper than any real body
+        (b"[1, 2]", 400),
+        (b"{not json", 400),
+        (b'{"project": "vision", "gpus": 1, "script": "' + b"x" * (5 * 1024 * 1024) + b'"}', 413),
+    ],
+)
 def test_bodies_out_of_shape_or_size_are_refused(hub: Hub, data: bytes, status: int) -> None:
     got, reply = raw(hub, "POST", J, data, token=hub.user_token("mallory"))
     assert got == status, reply
@@ -90,15 +102,27 @@ def test_a_huge_gpu_count_on_the_spawn_api_is_refused_and_stored_short(hub: Hub)
     hub.api("POST", "/hub/api/users/trudy")
     status, reply = raw(hub, "POST", "/hub/api/users/trudy/server", json.dumps({"gpus": HUGE}).encode())
     assert status == 400 and "more GPUs than any pool has" in str(reply), reply
-    status, reply = raw(hub, "POST", "/hub/api/users/trudy/server", json.dumps({"gpus": "x" * 1_000_000}).encode())
+    status, reply = raw(
+        hub, "POST", "/hub/api/users/trudy/server", json.dumps({"gpus": "x" * 1_000_000}).encode()
+    )
     assert status == 400 and len(str(reply)) < 2000, str(reply)[:300]
     events = hub.api("GET", "/services/gpupool/api/events?limit=1000")["events"]
     assert all(len(e["message"]) <= 2000 for e in events)
     assert hub.allocations() == []
 
 
-@pytest.mark.parametrize("query", ["tail=abc", "tail=0", "tail=1e9", "tail=" + "9" * 5000, "before=-1",
-                                   "before=1.5", "tail=5&before=" + "9" * 100])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "tail=abc",
+        "tail=0",
+        "tail=1e9",
+        "tail=" + "9" * 5000,
+        "before=-1",
+        "before=1.5",
+        "tail=5&before=" + "9" * 100,
+    ],
+)
 def test_log_paging_arguments_are_bounded(hub: Hub, query: str) -> None:
     token = hub.user_token("peggy")
     job = hub.api("POST", J, {"project": "vision", "gpus": 1, "command": ["true"]}, token=token)
@@ -106,15 +130,18 @@ def test_log_paging_arguments_are_bounded(hub: Hub, query: str) -> None:
     assert status == 400 and ("tail" in reply["message"] or "before" in reply["message"]), reply
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"allowed_fractions": [0]}, "more than 0"),
-    ({"allowed_fractions": [0.25, -1]}, "negative"),
-    ({"max_workspaces_per_user": -1}, "from 0 to 1000"),
-    ({"allowed_fractions": "abc"}, ""),
-    ({"group_overrides": {"g": {"fractions": [0]}}}, "more than 0"),
-    ({"group_overrides": {"g": {"max_workspaces": -1}}}, "from 0 to 1000"),
-    ({"group_overrides": {"g": {"fractions": "0.5"}}}, "must be a list"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"allowed_fractions": [0]}, "more than 0"),
+        ({"allowed_fractions": [0.25, -1]}, "negative"),
+        ({"max_workspaces_per_user": -1}, "from 0 to 1000"),
+        ({"allowed_fractions": "abc"}, ""),
+        ({"group_overrides": {"g": {"fractions": [0]}}}, "more than 0"),
+        ({"group_overrides": {"g": {"max_workspaces": -1}}}, "from 0 to 1000"),
+        ({"group_overrides": {"g": {"fractions": "0.5"}}}, "must be a list"),
+    ],
+)
 def test_quota_changes_that_make_no_sense_are_400(hub: Hub, change: dict, message: str) -> None:
     before = hub.api("GET", "/services/gpupool/api/quotas")
     status, reply = raw(hub, "PUT", "/services/gpupool/api/quotas", json.dumps(change).encode())
@@ -122,10 +149,15 @@ def test_quota_changes_that_make_no_sense_are_400(hub: Hub, change: dict, messag
     assert hub.api("GET", "/services/gpupool/api/quotas") == before
 
 
-@pytest.mark.parametrize("setting, value", [
-    ("allowed_fractions", [0]), ("max_workspaces_per_user", -1), ("allowed_fractions", [0.1, 0]),
-    ("group_overrides", {"g": {"max_workspaces": -3}}),
-])
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("allowed_fractions", [0]),
+        ("max_workspaces_per_user", -1),
+        ("allowed_fractions", [0.1, 0]),
+        ("group_overrides", {"g": {"max_workspaces": -3}}),
+    ],
+)
 def test_the_config_file_refuses_a_zero_size_or_a_negative_count(setting: str, value) -> None:
     from gpupool.setup import validate
 

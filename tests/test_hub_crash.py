@@ -42,13 +42,18 @@ def test_kill_9_and_restart_keeps_running_shares_and_drops_half_made_ones(make_h
         )
     db.close()
     # ...and its server process had started: alive, pinned to GPU 3, unknown to the hub
-    orphan = subprocess.Popen(["sleep", "600"], env={**os.environ, "GPUPOOL_WORKSPACE": "u3/",
-                                                     "CUDA_VISIBLE_DEVICES": "3"})
+    orphan = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, "GPUPOOL_WORKSPACE": "u3/", "CUDA_VISIBLE_DEVICES": "3"}
+    )
 
     hub.start()
     # the start-up reconcile runs once the hub's own API answers, just after the hub comes up
-    until(lambda: shares_by_owner(hub) == before, "the shares as before the crash", timeout=30,
-          detail=lambda: shares_by_owner(hub))
+    until(
+        lambda: shares_by_owner(hub) == before,
+        "the shares as before the crash",
+        timeout=30,
+        detail=lambda: shares_by_owner(hub),
+    )
     assert shares_by_owner(hub) == before  # same shares, same server processes, and u3's half-made one gone
     per_gpu: dict[int, int] = {}
     for s in hub.allocations():

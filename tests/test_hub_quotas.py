@@ -68,6 +68,8 @@ def test_a_groups_total_counts_its_members_now_not_at_their_spawn(make_hub) -> N
     hub.spawn("amy", "0.5")  # not in the class yet
     hub.api("POST", "/hub/api/groups/cs101/users", {"users": ["amy"]})
     status, message = hub.api_error("POST", "/hub/api/users/bo/server", {"gpus": 0.25})
-    assert status == 403 and "group 'cs101' may hold 0.5 GPU in all and its members hold 0.5 GPU" in message, message
+    assert (
+        status == 403 and "group 'cs101' may hold 0.5 GPU in all and its members hold 0.5 GPU" in message
+    ), message
     hub.api("DELETE", "/hub/api/groups/cs101/users", {"users": ["amy"]})
     hub.spawn("bo", "0.25")  # amy's share no longer counts for the class

@@ -43,8 +43,11 @@ def hub(tmp_path_factory) -> Hub:
 
 def test_tokens_in_urls_and_headers_never_reach_the_log(hub: Hub) -> None:
     secret = secrets.token_hex(16)
-    for path in (f"/services/gpupool/api/me?token={secret}", f"/services/gpupool/api/jobs?x=1&token={secret}",
-                 f"/hub/api/users?token={secret}"):
+    for path in (
+        f"/services/gpupool/api/me?token={secret}",
+        f"/services/gpupool/api/jobs?x=1&token={secret}",
+        f"/hub/api/users?token={secret}",
+    ):
         req = urllib.request.Request(hub.url + path, headers={"Authorization": f"token {secret}x"})
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(req, timeout=30)
@@ -62,16 +65,24 @@ def browser_session(hub: Hub, user: str) -> urllib.request.OpenerDirector:
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
     form = urllib.parse.urlencode({"username": user, "password": PASSWORD, "_xsrf": xsrf}).encode()
     opener.open(f"{hub.url}/hub/login?next=/hub/home", data=form, timeout=60).read()
-    opener.open(f"{hub.url}/services/gpupool/", timeout=60).read()  # the OAuth dance sets the service's cookie
-    assert any(c.name.startswith("gpupool") or "services" in (c.path or "") for c in jar), [c.name for c in jar]
+    opener.open(
+        f"{hub.url}/services/gpupool/", timeout=60
+    ).read()  # the OAuth dance sets the service's cookie
+    assert any(c.name.startswith("gpupool") or "services" in (c.path or "") for c in jar), [
+        c.name for c in jar
+    ]
     return opener
 
 
 def test_a_made_up_authorization_header_does_not_skip_the_xsrf_check(hub: Hub) -> None:
     opener = browser_session(hub, "xena")
     body = json.dumps({"project": "lab", "gpus": 1, "command": ["true"]}).encode()
-    req = urllib.request.Request(f"{hub.url}{J}", data=body, method="POST",
-                                 headers={"Authorization": "token made-up", "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{hub.url}{J}",
+        data=body,
+        method="POST",
+        headers={"Authorization": "token made-up", "Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         opener.open(req, timeout=30)
     assert err.value.code == 403
@@ -86,7 +97,9 @@ def test_a_profile_name_a_user_makes_up_gets_no_culler_override(hub: Hub) -> Non
     hub.wait_ready("pia")
     token = hub.user_token("pia")
     [mine] = hub.api("GET", "/services/gpupool/api/culler/status", token=token)["workspaces"]
-    [target] = [t for t in hub.api("GET", "/services/gpupool/api/culler/targets")["workspaces"] if t["owner"] == "pia"]
+    [target] = [
+        t for t in hub.api("GET", "/services/gpupool/api/culler/targets")["workspaces"] if t["owner"] == "pia"
+    ]
     started = time.time()
     assert target["profile"] == ""  # the local spawner offers no profiles
     assert mine["cull_at"] - started < 3600 + 60, mine  # the default hour, not the 30 days of "long"
@@ -100,12 +113,17 @@ def test_a_full_disk_is_named_in_the_error(make_hub, tmp_path: Path) -> None:
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
     try:
-        hub: Hub = make_hub(CONFIG.replace("c.IdleCuller", "# c.IdleCuller") +
-                            f"c.GPUPool.db_url = 'sqlite:///{disk}/gpupool.sqlite'\n"
-                            f"c.TrainPool.jobs_root = '{disk}/jobs/{{username}}'\n", env={"GPUPOOL_CULLER": "0"})
+        hub: Hub = make_hub(
+            CONFIG.replace("c.IdleCuller", "# c.IdleCuller")
+            + f"c.GPUPool.db_url = 'sqlite:///{disk}/gpupool.sqlite'\n"
+            f"c.TrainPool.jobs_root = '{disk}/jobs/{{username}}'\n",
+            env={"GPUPOOL_CULLER": "0"},
+        )
         hub.start()
         token = hub.user_token("dora")
-        waiting = hub.api("POST", J, {"project": "lab", "gpus": 0.5, "command": ["sleep", "1000"]}, token=token)
+        waiting = hub.api(
+            "POST", J, {"project": "lab", "gpus": 0.5, "command": ["sleep", "1000"]}, token=token
+        )
         filler = disk / "filler"
         with open(filler, "wb") as f:  # the disk fills up
             try:
@@ -114,7 +132,9 @@ def test_a_full_disk_is_named_in_the_error(make_hub, tmp_path: Path) -> None:
                     f.flush()
             except OSError:
                 pass
-        status, message = hub.api_error("POST", J, {"project": "lab", "gpus": 1, "script": "print(1)"}, token=token)
+        status, message = hub.api_error(
+            "POST", J, {"project": "lab", "gpus": 1, "script": "print(1)"}, token=token
+        )
         assert status == 507 and "disk is full" in message, (status, message)
         status, message = hub.api_error("DELETE", f"{J}/{waiting['id']}", token=token)
         assert status == 507 and "disk is full" in message, (status, message)

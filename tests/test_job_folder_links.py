@@ -52,8 +52,15 @@ def secret():
 def svc(tmp_path: Path):
     root = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
     root.chmod(0o755)
-    yield make_training(tmp_path, 1, limits=BuildLimits(1000, (1000,), 1000, 1), python=PYTHON,
-                        projects={"p": {"guarantee": 1}}, jobs_root=str(root / "{username}"), run_as="owner")
+    yield make_training(
+        tmp_path,
+        1,
+        limits=BuildLimits(1000, (1000,), 1000, 1),
+        python=PYTHON,
+        projects={"p": {"guarantee": 1}},
+        jobs_root=str(root / "{username}"),
+        run_as="owner",
+    )
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -71,7 +78,9 @@ def logs(svc: TrainingService, job_id: str) -> str:
     return "\n".join(asyncio.run(svc.logs(svc.job(job_id), 100))["lines"])
 
 
-def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(svc, secret: Path, monkeypatch) -> None:
+def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(
+    svc, secret: Path, monkeypatch
+) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     script = f"import os\nos.remove('job.log')\nos.symlink({str(secret)!r}, 'job.log')\n"
     job = svc.submit("nobody", "p", "link", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
@@ -103,7 +112,9 @@ def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret:
 
 def test_a_checkpoint_folder_replaced_by_a_link_is_not_followed(svc, secret: Path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    script = f"import os, shutil\nshutil.rmtree('checkpoint')\nos.symlink({str(secret.parent)!r}, 'checkpoint')\n"
+    script = (
+        f"import os, shutil\nshutil.rmtree('checkpoint')\nos.symlink({str(secret.parent)!r}, 'checkpoint')\n"
+    )
     job = svc.submit("nobody", "p", "ckpt", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
     finish(svc, job.id)
     assert svc.job(job.id).state == "succeeded"

@@ -13,8 +13,10 @@ from traitlets import Float, HasTraits
 
 from gpupool.spawner.kube_ready import PromptStart, wait_until_running
 
-RUNNING = {"metadata": {"uid": "u"}, "status": {"phase": "Running", "podIP": "10.0.0.7",
-                                                  "containerStatuses": [{"ready": True}]}}
+RUNNING = {
+    "metadata": {"uid": "u"},
+    "status": {"phase": "Running", "podIP": "10.0.0.7", "containerStatuses": [{"ready": True}]},
+}
 
 
 class Kube(HasTraits):
@@ -33,8 +35,12 @@ class Spawner(PromptStart, Kube):  # as GPUKubeSpawner mixes it in before KubeSp
 
     def is_pod_running(self, pod) -> bool:
         self.looks += 1
-        return (pod is not None and pod["status"]["phase"] == "Running" and pod["status"]["podIP"] is not None
-                and all(c["ready"] for c in pod["status"]["containerStatuses"]))
+        return (
+            pod is not None
+            and pod["status"]["phase"] == "Running"
+            and pod["status"]["podIP"] is not None
+            and all(c["ready"] for c in pod["status"]["containerStatuses"])
+        )
 
 
 async def test_the_wait_ends_at_the_first_look_after_the_pod_runs() -> None:
@@ -55,7 +61,9 @@ async def test_an_ended_or_missing_pod_is_left_to_kubespawner(pod) -> None:
     sp = Spawner(ready_poll_s=0.01)
     if pod is not None:
         sp.pod_reflector.pods["ns/jupyter-ann"] = pod
-    await asyncio.wait_for(wait_until_running(sp, 0.1 if pod is None else 5.0, 0.01), 2)  # returns, never raises
+    await asyncio.wait_for(
+        wait_until_running(sp, 0.1 if pod is None else 5.0, 0.01), 2
+    )  # returns, never raises
 
 
 async def test_the_admins_hook_runs_first_and_zero_turns_the_wait_off() -> None:

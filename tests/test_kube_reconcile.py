@@ -18,13 +18,30 @@ LABELS = {MANAGED_BY: "gpupool", JOB_ID: "j1"}
 
 
 def job(rv: str, **status) -> dict:
-    return {"metadata": {"name": "gpupool-j1", "namespace": "ns", "uid": "job-uid", "resourceVersion": rv,
-                         "labels": LABELS}, "spec": {}, "status": status}
+    return {
+        "metadata": {
+            "name": "gpupool-j1",
+            "namespace": "ns",
+            "uid": "job-uid",
+            "resourceVersion": rv,
+            "labels": LABELS,
+        },
+        "spec": {},
+        "status": status,
+    }
 
 
 def pod(uid: str, rv: str, phase: str) -> dict:
-    return {"metadata": {"name": f"gpupool-j1-{uid}", "namespace": "ns", "uid": uid, "resourceVersion": rv,
-                         "labels": LABELS}, "status": {"phase": phase}}
+    return {
+        "metadata": {
+            "name": f"gpupool-j1-{uid}",
+            "namespace": "ns",
+            "uid": uid,
+            "resourceVersion": rv,
+            "labels": LABELS,
+        },
+        "status": {"phase": phase},
+    }
 
 
 @pytest.fixture

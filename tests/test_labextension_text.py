@@ -19,7 +19,9 @@ def run(expr: str):
     if not node:
         pytest.skip("node is not installed")
     script = f"import * as t from {json.dumps(TEXT_JS.as_uri())}; console.log(JSON.stringify({expr}));"
-    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -29,17 +31,24 @@ def test_status_item_text() -> None:
     assert run("t.itemText({share: '0.5', cull_at: null, now: 1000})") == "GPU 0.5"
     assert run("t.itemText({share: '', now: 1})") == "no GPU"
     assert run("t.itemText({share: '0.25', parked: 'idle for 2 h', now: 1})") == "GPU 0.25 · parked"
-    assert run("t.itemTitle({lines: ['a'], stale: 'HTTP 502'})") == "gpupool\na\n(not updated just now: HTTP 502)"
+    assert (
+        run("t.itemTitle({lines: ['a'], stale: 'HTTP 502'})")
+        == "gpupool\na\n(not updated just now: HTTP 502)"
+    )
     assert run("t.itemText(null)") == "GPU …"  # reading: not "GPU ?", which says no answer came
     assert run("t.itemText({error: 'HTTP 502'})") == "GPU ?"
 
 
 def test_the_warning_comes_from_the_culler_or_the_users_own_lead_time() -> None:
-    soon = "{cull_at: 2000, now: 1000, action: 'keep', reason: 'idle-gpu', reason_text: 'if its GPU stays idle'," \
-           " extendable: true}"
+    soon = (
+        "{cull_at: 2000, now: 1000, action: 'keep', reason: 'idle-gpu', reason_text: 'if its GPU stays idle',"
+        " extendable: true}"
+    )
     assert run(f"t.warning({soon}, 20)") == {
-        "key": "warn:idle-gpu", "extendable": True,
-        "message": "This server stops in 16 min if its GPU stays idle: save your work."}
+        "key": "warn:idle-gpu",
+        "extendable": True,
+        "message": "This server stops in 16 min if its GPU stays idle: save your work.",
+    }
     assert run(f"t.warning({soon}, 10)") is None  # 16 min left, warn 10 min before: not yet
     culler = "{cull_at: 9000, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 133 min'}"
     assert run(f"t.warning({culler}, 10)")["message"] == "This server will stop in 133 min"
@@ -49,8 +58,10 @@ def test_the_warning_comes_from_the_culler_or_the_users_own_lead_time() -> None:
 def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_longer_applies() -> None:
     """The culler's end time moves a few seconds at each of its passes: the same warning, new words
     in the notification already on screen, not a new one each time (12 stacked in 3 minutes)."""
-    warn = "{{cull_at: {at}, now: 1000, action: 'warn', reason: 'idle-gpu', message: 'will stop in {m} min'," \
-           " extendable: true}}"
+    warn = (
+        "{{cull_at: {at}, now: 1000, action: 'warn', reason: 'idle-gpu', message: 'will stop in {m} min',"
+        " extendable: true}}"
+    )
     first = run(f"t.notices({warn.format(at=1480, m=8)}, 15)")["warning"]
     moved = run(f"t.notices({warn.format(at=1487, m=8)}, 15)")["warning"]
     assert first["key"] == moved["key"] == "warn:idle-gpu" and first["kind"] == "warning"
@@ -59,13 +70,18 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
     later = run(f"t.notices({warn.format(at=1480, m=7)}, 15)")["warning"]
     assert run(f"t.noticeChange({json.dumps(first)}, {json.dumps(later)})") == "update"
     # extended (or the GPU in use again): nothing applies, the notification goes
-    assert run("t.notices({cull_at: null, now: 1000, action: 'keep', extendable: false}, 15)") == \
-        {"warning": None, "info": None, "budget": None}
+    assert run("t.notices({cull_at: null, now: 1000, action: 'keep', extendable: false}, 15)") == {
+        "warning": None,
+        "info": None,
+        "budget": None,
+    }
     assert run(f"t.noticeChange({json.dumps(first)}, null)") == "dismiss"
     # parked: a notice of its own beside a warning (a parked session still ends at its time limit),
     # dismissed once the GPU is back
-    both = run("t.notices({cull_at: 1300, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 5 min',"
-               " parked: 'GPU parked — it comes back when you run a cell'}, 15)")
+    both = run(
+        "t.notices({cull_at: 1300, now: 1000, action: 'warn', reason: 'max-age', message: 'will stop in 5 min',"
+        " parked: 'GPU parked — it comes back when you run a cell'}, 15)"
+    )
     assert both["warning"]["key"] == "warn:max-age" and both["info"]["key"] == "parked"
     assert run("t.itemText({share: '', parked: 'x', now: 1})") == "GPU parked"
     assert run(f"t.noticeChange({json.dumps(both['info'])}, null)") == "dismiss"
@@ -75,26 +91,39 @@ def test_the_status_bar_says_where_a_moved_kernel_went_for_a_while() -> None:
     said = "moved to GPU 3 at 14:02 (to make room for a training job)"
     status = f"{{share: '0.5', cull_at: null, now: 2000, moved: {json.dumps(said)}, moved_at: 1900}}"
     assert run(f"t.itemText({status})") == f"GPU 0.5 · {said}"
-    assert run(f"t.moved({status})") == {"key": "moved:1900", "message": f"Your kernel {said}. Nothing restarted."}
+    assert run(f"t.moved({status})") == {
+        "key": "moved:1900",
+        "message": f"Your kernel {said}. Nothing restarted.",
+    }
     later = f"{{share: '0.5', cull_at: null, now: 1900 + 15 * 60, moved: {json.dumps(said)}, moved_at: 1900}}"
     assert run(f"t.itemText({later})") == "GPU 0.5"  # the tooltip keeps it; the bar goes back
     assert run(f"t.moved({later})") is None
 
 
 def test_the_budget_and_a_queued_jobs_start_follow_the_share() -> None:
-    near = "{share: '0.25', now: 1, budget: {status: 'near', used_pct: 85, used_gpu_hours: 34.04," \
-           " limit_gpu_hours: 40, message: '34 of 40 GPU-h used'}}"
+    near = (
+        "{share: '0.25', now: 1, budget: {status: 'near', used_pct: 85, used_gpu_hours: 34.04,"
+        " limit_gpu_hours: 40, message: '34 of 40 GPU-h used'}}"
+    )
     assert run(f"t.itemText({near})") == "GPU 0.25 · budget 85 %"
-    assert run("t.itemText({share: '', now: 1, budget: {status: 'over', used_pct: 101, message: 'm'}})") == \
-        "no GPU · budget used up"
+    assert (
+        run("t.itemText({share: '', now: 1, budget: {status: 'over', used_pct: 101, message: 'm'}})")
+        == "no GPU · budget used up"
+    )
     assert run("t.itemText({share: '0.5', now: 1, budget: {status: 'ok', used_pct: 10}})") == "GPU 0.5"
     assert run("t.itemText({share: '0.5', now: 1, job: {start: null}})") == "GPU 0.5 · job queued"
     assert run(f"t.budgetWarning({near})") == {
-        "key": "budget:near", "message": "GPU-hour budget nearly used: 34 of 40 GPU-h (85 %). Over it, new work is refused."}
+        "key": "budget:near",
+        "message": "GPU-hour budget nearly used: 34 of 40 GPU-h (85 %). Over it, new work is refused.",
+    }
     over = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41.25, limit_gpu_hours: 40}})")
-    assert over == {"key": "budget:over",
-                    "message": "GPU-hour budget used up: 41.3 of 40 GPU-h. New work is refused; running work keeps running."}
-    timed = run("t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41, limit_gpu_hours: 40, frees_at: 1e9}})")
+    assert over == {
+        "key": "budget:over",
+        "message": "GPU-hour budget used up: 41.3 of 40 GPU-h. New work is refused; running work keeps running.",
+    }
+    timed = run(
+        "t.budgetWarning({budget: {status: 'over', used_gpu_hours: 41, limit_gpu_hours: 40, frees_at: 1e9}})"
+    )
     assert " until " in timed["message"] and len(timed["message"]) <= 140
     assert run("t.budgetWarning({budget: {status: 'ok'}})") is None
     assert run("t.budgetWarning({error: 'HTTP 502', budget: {status: 'over'}})") is None

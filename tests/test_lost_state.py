@@ -77,8 +77,11 @@ def test_a_hub_whose_database_was_lost_while_servers_and_jobs_run_refuses_to_sta
     job = running_job(hub, hub.user_token("ann"))
     hub.kill9()  # the servers, the job and the proxy keep running, as in a real crash
     aside = move_aside(hub.state)
-    for loss, says in (("moved aside", "no instance id"), ("emptied", "no instance id"),
-                       ("another instance's", "belongs to instance 0123456789ab")):
+    for loss, says in (
+        ("moved aside", "no instance id"),
+        ("emptied", "no instance id"),
+        ("another instance's", "belongs to instance 0123456789ab"),
+    ):
         for suffix in ("", "-wal", "-shm"):
             (hub.state / (DB + suffix)).unlink(missing_ok=True)
         if loss == "emptied":
@@ -86,7 +89,10 @@ def test_a_hub_whose_database_was_lost_while_servers_and_jobs_run_refuses_to_sta
         elif loss == "another instance's":
             another_instances_database(hub.state / DB)
         log = refused_start(hub)
-        assert "gpupool will not start" in log and "still run" in log and "gpupool restore" in log, (loss, log)
+        assert "gpupool will not start" in log and "still run" in log and "gpupool restore" in log, (
+            loss,
+            log,
+        )
         assert says in log, (loss, log)
 
     put_back(hub.state, aside)  # what the message says to do
@@ -110,7 +116,9 @@ def test_an_unreadable_database_stops_the_hub_with_the_reason(make_hub) -> None:
 
 
 def gpupool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpupool.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_backup_and_restore_bring_a_lost_database_back(make_hub, tmp_path: Path) -> None:
@@ -170,8 +178,10 @@ def test_the_config_file_refuses_duplicate_sizes() -> None:
 
     from gpupool.setup import validate
 
-    for setting, value in (("allowed_fractions", [0.25, 0.25]),
-                           ("group_overrides", {"g": {"fractions": [0.5, 1, 0.5]}})):
+    for setting, value in (
+        ("allowed_fractions", [0.25, 0.25]),
+        ("group_overrides", {"g": {"fractions": [0.5, 1, 0.5]}}),
+    ):
         c = Config()
         setattr(c.GPUPool, setting, value)
         with pytest.raises(TraitError, match="repeated"):

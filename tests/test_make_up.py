@@ -19,16 +19,35 @@ pytestmark = pytest.mark.hub
 
 def test_banner_last_after_the_hub_is_ready_and_no_deprecation_noise(tmp_path: Path) -> None:
     port = free_port()
-    env = dict(os.environ, GPUPOOL_HUB_PORT=str(free_port()), GPUPOOL_API_PORT=str(free_port()),
-               GPUPOOL_PROXY_API_PORT=str(free_port()), GPUPOOL_CULLER="0",
-               PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
-                    f"{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ,
+        GPUPOOL_HUB_PORT=str(free_port()),
+        GPUPOOL_API_PORT=str(free_port()),
+        GPUPOOL_PROXY_API_PORT=str(free_port()),
+        GPUPOOL_CULLER="0",
+        PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
+        f"{os.pathsep}{os.environ.get('PATH', '')}",
+    )
     env.pop("GPUPOOL_DEMO_PASSWORD", None)
     log = tmp_path / "up.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpupool.cli", "up", "--state", str(tmp_path / "state"),
-                                 "--port", str(port)], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpupool.cli",
+                "up",
+                "--state",
+                str(tmp_path / "state"),
+                "--port",
+                str(port),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
 
         def ready() -> bool:

@@ -27,12 +27,16 @@ RULES = MoveRules(rest_s=600, per_hour=2, max_moves=8)
 
 
 def pool(*gpus_per_node: int, model: str = "A100") -> ClusterState:
-    nodes = tuple(Node(f"n{i}", tuple(GPU(g, f"GPU-{i}-{g}", model, 40960) for g in range(k)))
-                  for i, k in enumerate(gpus_per_node))
+    nodes = tuple(
+        Node(f"n{i}", tuple(GPU(g, f"GPU-{i}-{g}", model, 40960) for g in range(k)))
+        for i, k in enumerate(gpus_per_node)
+    )
     return ClusterState(Inventory(nodes))
 
 
-def place(state: ClusterState, node: int, gpu: int, milli: int, name: str, idle: bool = True, **kw) -> Movable:
+def place(
+    state: ClusterState, node: int, gpu: int, milli: int, name: str, idle: bool = True, **kw
+) -> Movable:
     p = Placement(f"n{node}", (gpu,), milli)
     state.apply(p)
     return Movable(name, p, "A100", idle, **kw)
@@ -73,7 +77,9 @@ def test_busy_recently_parked_and_often_moved_notebooks_stay() -> None:
     hourly = Movable("h", busy.placement, "A100", True, moved_at=(NOW - 3000, NOW - 1000))
     assert why_not(hourly, NOW, RULES) == "it was moved 2 times in the last hour"
     assert plan(state, Request(1), [hourly]) is None
-    old = Movable("o", busy.placement, "A100", True, rested_since=NOW - 601, moved_at=(NOW - 3601, NOW - 1000))
+    old = Movable(
+        "o", busy.placement, "A100", True, rested_since=NOW - 601, moved_at=(NOW - 3601, NOW - 1000)
+    )
     p = plan(state, Request(1), [old])
     assert [(s.id, s.dest.gpus) for s in p.steps] == [("o", (1,))] and p.target.gpus == (0,)
 
@@ -97,8 +103,10 @@ def test_for_a_large_share_the_largest_notebook_leaves_its_gpu() -> None:
 
 
 def test_a_resume_claim_of_another_model_only_moves_notebooks_within_that_model() -> None:
-    nodes = (Node("v", tuple(GPU(g, f"V-{g}", "V100", 16384) for g in range(2))),
-             Node("a", tuple(GPU(g, f"A-{g}", "A100", 40960) for g in range(2))))
+    nodes = (
+        Node("v", tuple(GPU(g, f"V-{g}", "V100", 16384) for g in range(2))),
+        Node("a", tuple(GPU(g, f"A-{g}", "A100", 40960) for g in range(2))),
+    )
     state = ClusterState(Inventory(nodes))
     a0 = Placement("a", (0,), 600)
     state.apply(a0)
@@ -141,12 +149,25 @@ def pools(draw):
                 if state.gpu_free[i, g] < milli:
                     break
                 if draw(st.booleans()):
-                    ws.append(place(state, i, g, milli, f"w{len(ws)}", idle=draw(st.booleans()),
-                                    memory_mib=draw(st.integers(0, 8192))))
+                    ws.append(
+                        place(
+                            state,
+                            i,
+                            g,
+                            milli,
+                            f"w{len(ws)}",
+                            idle=draw(st.booleans()),
+                            memory_mib=draw(st.integers(0, 8192)),
+                        )
+                    )
                 else:
                     fixed(state, i, g, milli)
-    head = draw(st.one_of(st.builds(Request, st.integers(1, 4)),
-                          st.builds(lambda m: Request(1, m), st.sampled_from([250, 500, 750]))))
+    head = draw(
+        st.one_of(
+            st.builds(Request, st.integers(1, 4)),
+            st.builds(lambda m: Request(1, m), st.sampled_from([250, 500, 750])),
+        )
+    )
     return state, ws, head
 
 
@@ -280,9 +301,15 @@ def blocked_until(driver: FakeDriver, pid: int, t: float) -> float:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 3), st.floats(0.0, 20.0), st.sets(st.sampled_from(
-    ["lock", "restore-dest", "restore-source", "recheckpoint"])), st.floats(0.0, 1.0))
-def test_a_move_never_loses_a_kernel_and_a_cell_waits_at_most_the_rest_of_the_move(n, gib, fail, when) -> None:
+@given(
+    st.integers(1, 3),
+    st.floats(0.0, 20.0),
+    st.sets(st.sampled_from(["lock", "restore-dest", "restore-source", "recheckpoint"])),
+    st.floats(0.0, 1.0),
+)
+def test_a_move_never_loses_a_kernel_and_a_cell_waits_at_most_the_rest_of_the_move(
+    n, gib, fail, when
+) -> None:
     pids = list(range(100, 100 + n))
     driver = FakeDriver(pids, gib, fail)
     phases: list[str] = []
@@ -307,8 +334,14 @@ def test_a_move_never_loses_a_kernel_and_a_cell_waits_at_most_the_rest_of_the_mo
     # a cell started at any instant of the move goes on when its process is unlocked: after
     # what was left of the parking and the restores (nothing else waits in between)
     restore, checkpoint = 0.21 + 0.19 * gib, 0.37 + 0.58 * gib
-    parked_by = max(t for t, p, s in driver.timeline if s == "checkpointed" and t <= first(driver, "locked", 1))
-    after = n * (restore + 0.001) if expected == "moved" else n * restore + (n - 1) * checkpoint + n * (restore + 0.001)
+    parked_by = max(
+        t for t, p, s in driver.timeline if s == "checkpointed" and t <= first(driver, "locked", 1)
+    )
+    after = (
+        n * (restore + 0.001)
+        if expected == "moved"
+        else n * restore + (n - 1) * checkpoint + n * (restore + 0.001)
+    )
     assert driver.t - parked_by <= after + 1e-9
     pid = pids[0]
     first_lock = next(t for t, p, s in driver.timeline if p == pid and s == "locked")
@@ -354,6 +387,10 @@ def test_recovery_after_a_crash_leaves_every_process_running_on_one_gpu(phase: s
         driver.unlock(7)
     out = recover(driver, pids, phase, {"GPU-A": "GPU-B"})
     assert all(s == "running" for s in driver.states.values())
-    expected = {"reserved": ("aborted", "A"), "parked": ("moved", "B"), "returning": ("returned", "A"),
-                "restored": ("moved", "B")}[phase]
+    expected = {
+        "reserved": ("aborted", "A"),
+        "parked": ("moved", "B"),
+        "returning": ("returned", "A"),
+        "restored": ("moved", "B"),
+    }[phase]
     assert (out.result, *{driver.where[p] for p in pids}) == expected

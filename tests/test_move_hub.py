@@ -71,8 +71,12 @@ def set_up(hub: Hub) -> tuple[str, dict, dict]:
     assert layout(hub) == {"ann": [("build", 0)], "ben": [("build", 1)]}
     ann = hub.user_token("ann")
     kernel = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
-    job = hub.api("POST", J, {"project": "own", "gpus": 1, "name": "gang", "script": WAITER},
-                  token=hub.user_token("dan"))
+    job = hub.api(
+        "POST",
+        J,
+        {"project": "own", "gpus": 1, "name": "gang", "script": WAITER},
+        token=hub.user_token("dan"),
+    )
     assert hub.api("GET", f"{J}/{job['id']}", token=hub.user_token("dan"))["state"] == "queued"
     return ann, kernel, job
 
@@ -83,8 +87,14 @@ def culler_says_ann_is_idle(hub: Hub, tmp: Path) -> None:
     samples.write_text(json.dumps({"ann/": {"util_pct": 0}, "ben/": {"util_pct": 80}}))
     cfg = IdleCuller(sampler="file", park_after_s=0, window_s=30, stale_after_s=900, max_age_s=10**6)
     now = [time.time()]
-    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                    FileSampler(str(samples)), clock=lambda: now[0])
+    culler = Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
     culler.run_pass()
     now[0] += 300
     found = {w["owner"]: w for w in culler.run_pass()["workspaces"]}
@@ -134,8 +144,14 @@ def test_an_idle_notebook_moves_to_make_room_for_a_training_job(make_hub, tmp_pa
 
 def sees_gpu(hub: Hub, token: str, kernel_id: str, shell: bool = False) -> str:
     """CUDA_VISIBLE_DEVICES as a kernel's cell sees it (or a shell the cell starts)."""
-    code = ("import subprocess; print(subprocess.check_output('echo $CUDA_VISIBLE_DEVICES', shell=True,"
-            " text=True).strip())") if shell else "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    code = (
+        (
+            "import subprocess; print(subprocess.check_output('echo $CUDA_VISIBLE_DEVICES', shell=True,"
+            " text=True).strip())"
+        )
+        if shell
+        else "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    )
     return run_code(hub, "ann", token, kernel_id, code).strip()
 
 
@@ -153,8 +169,9 @@ def event_time(event: dict) -> float:
 
 
 @pytest.mark.parametrize("point", ["move.reserved", "move.parked", "move.restored"])
-def test_a_hub_killed_at_each_phase_of_a_move_restarts_with_every_invariant_held(make_hub, tmp_path: Path,
-                                                                                  point: str) -> None:
+def test_a_hub_killed_at_each_phase_of_a_move_restarts_with_every_invariant_held(
+    make_hub, tmp_path: Path, point: str
+) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0", "GPUPOOL_FAILPOINT": point}).start()
     ann, kernel, job = set_up(hub)
     dan = hub.user_token("dan")
@@ -195,8 +212,10 @@ def progress_messages(hub: Hub, user: str, timeout: float = 120) -> list[str]:
     is pending until it is ready or failed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        req = urllib.request.Request(f"{hub.url}/hub/api/users/{user}/server/progress",
-                                     headers={"Authorization": f"token {ADMIN_TOKEN}"})
+        req = urllib.request.Request(
+            f"{hub.url}/hub/api/users/{user}/server/progress",
+            headers={"Authorization": f"token {ADMIN_TOKEN}"},
+        )
         try:
             stream = urllib.request.urlopen(req, timeout=timeout)
         except urllib.error.HTTPError:  # not pending yet

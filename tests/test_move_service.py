@@ -34,9 +34,14 @@ from gpupool.pool.request import Placement
 from gpupool.store import Move
 from tests.support.pools import make_pool
 
-QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(500, 1000),
-                                              max_per_workspace_milli=1000, max_workspaces=1))
-INVENTORY = Inventory(nodes=(Node("n1", tuple(GPU(i, f"GPU-{i}", "A100", 40960, virtual=True) for i in range(2))),))
+QUOTAS = BuildQuotaPolicy(
+    default=BuildLimits(
+        quota_milli=1000, sizes_milli=(500, 1000), max_per_workspace_milli=1000, max_workspaces=1
+    )
+)
+INVENTORY = Inventory(
+    nodes=(Node("n1", tuple(GPU(i, f"GPU-{i}", "A100", 40960, virtual=True) for i in range(2))),)
+)
 PIDS = {"ann": 101, "ben": 102, "cat": 103}  # each server's one kernel (>= 100: it has a CUDA context)
 
 
@@ -55,18 +60,22 @@ class Driver(VirtualParking):
 class World:
     def __init__(self, tmp: Path, now: list[float]) -> None:
         self.tmp, self.now = tmp, now
-        self.driver = Driver(tmp / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None,
-                             delays=Delays(0, 0))
+        self.driver = Driver(
+            tmp / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
+        )
         self.findings: dict = {"workspaces": {}}
         self.start()
 
     def start(self) -> None:
         """A (re)started hub: the pool from the database, the same driver state."""
         self.pool = make_pool(self.tmp, INVENTORY, limits=QUOTAS)
-        self.parking = ParkingService(self.pool, self.driver, pids_of=lambda pid: {pid},
-                                      clock=lambda: self.now[0])
+        self.parking = ParkingService(
+            self.pool, self.driver, pids_of=lambda pid: {pid}, clock=lambda: self.now[0]
+        )
         cfg = GPUMover(enabled=True, head_wait_s=0, idle_after_s=120, rest_s=600)
-        self.mover = MoverService(self.pool, self.parking, cfg, lambda: self.findings, clock=lambda: self.now[0])
+        self.mover = MoverService(
+            self.pool, self.parking, cfg, lambda: self.findings, clock=lambda: self.now[0]
+        )
         self.files = GPUEnvFiles(self.tmp / "gpu-env", self.pool)
         self.pool.build_changed = self.files.publish
 
@@ -83,8 +92,13 @@ class World:
         self.pool.mark_running(w, PIDS[owner])
 
     def idle(self, owner: str, seconds: float) -> None:
-        self.findings["workspaces"][f"{owner}/"] = {"owner": owner, "name": "", "gpu_data": True,
-                                                    "gpu_idle_s": seconds, "memory_mib": 2048}
+        self.findings["workspaces"][f"{owner}/"] = {
+            "owner": owner,
+            "name": "",
+            "gpu_data": True,
+            "gpu_idle_s": seconds,
+            "memory_mib": 2048,
+        }
 
     def shares(self) -> list[tuple[str, str, tuple[int, ...], int]]:
         return sorted((a.kind, a.owner, tuple(a.gpus), a.gpu_milli) for a in self.pool.store.allocations())
@@ -130,7 +144,10 @@ def test_an_idle_notebook_moves_so_that_a_resume_claim_gets_its_whole_gpu(world:
     [move] = world.moves()
     assert (move.phase, move.why) == ("moved", "a notebook resuming its GPU")
     event = world.pool.store.events(kind="move")[0]
-    assert event.message == "build ann/default moved from GPU 0 to GPU 1 to make room for a notebook resuming its GPU"
+    assert (
+        event.message
+        == "build ann/default moved from GPU 0 to GPU 1 to make room for a notebook resuming its GPU"
+    )
     world.parking.grant()  # GPU 0 is whole again: cat's claim is granted there
     assert world.parking.status("cat", "")["state"] == "running"
     assert ("build", "cat", (0,), 1000) in world.shares()
@@ -139,13 +156,16 @@ def test_an_idle_notebook_moves_so_that_a_resume_claim_gets_its_whole_gpu(world:
     assert world.mover.tick() is None
 
 
-def test_processes_started_during_and_after_a_move_use_the_gpu_the_kernel_goes_to(world: World,
-                                                                                  monkeypatch) -> None:
+def test_processes_started_during_and_after_a_move_use_the_gpu_the_kernel_goes_to(
+    world: World, monkeypatch
+) -> None:
     """From the moment the destination is held, a new kernel starts there (the source is let go
     at the end); after a failed restore, back on the source."""
     assert world.gpu_for_new_processes("ann") == "0"
     seen = {}
-    monkeypatch.setattr(failpoints, "reach", lambda name: seen.setdefault(name, world.gpu_for_new_processes("ann")))
+    monkeypatch.setattr(
+        failpoints, "reach", lambda name: seen.setdefault(name, world.gpu_for_new_processes("ann"))
+    )
     world.idle("ann", 600)
     world.mover.tick()
     assert seen == {"move.reserved": "1", "move.parked": "1", "move.restored": "1"}
@@ -167,7 +187,10 @@ def test_a_failed_restore_returns_the_kernel_to_its_own_gpu(world: World) -> Non
     world.idle("ann", 600)
     Driver.fail = {"dest"}
     world.mover.tick()
-    assert world.shares() == [("build", "ann", (0,), 500), ("build", "ben", (1,), 500)]  # destination released
+    assert world.shares() == [
+        ("build", "ann", (0,), 500),
+        ("build", "ben", (1,), 500),
+    ]  # destination released
     assert world.driver.state(101) == "running" and world.driver.remapped(101) == {}
     [move] = world.moves()
     assert move.phase == "returned" and "restore on the destination failed" in move.reason
@@ -194,7 +217,9 @@ class Crash(BaseException):  # the hub dies: nothing in it may catch this
 
 
 @pytest.mark.parametrize("point", ["move.reserved", "move.parked", "move.restored", "move.returning"])
-def test_a_hub_killed_at_each_phase_of_a_move_finishes_it_after_restart(world: World, monkeypatch, point) -> None:
+def test_a_hub_killed_at_each_phase_of_a_move_finishes_it_after_restart(
+    world: World, monkeypatch, point
+) -> None:
     world.idle("ann", 600)
     if point == "move.returning":
         Driver.fail = {"dest"}
@@ -210,7 +235,9 @@ def test_a_hub_killed_at_each_phase_of_a_move_finishes_it_after_restart(world: W
     Driver.fail = set()
     world.start()  # a new hub process: the pool from the rows, the driver as the crash left it
     assert [a.kind for a in world.pool.store.allocations(owner="ann")] == ["build", "move"]  # both held
-    assert world.mover.recover() == [f"ann/: {'moved' if point in ('move.parked', 'move.restored') else 'returned' if point == 'move.returning' else 'aborted'}"]
+    assert world.mover.recover() == [
+        f"ann/: {'moved' if point in ('move.parked', 'move.restored') else 'returned' if point == 'move.returning' else 'aborted'}"
+    ]
     [move] = world.moves()
     on = (1,) if move.phase == "moved" else (0,)
     assert [(a.kind, tuple(a.gpus)) for a in world.pool.store.allocations(owner="ann")] == [("build", on)]
@@ -224,7 +251,9 @@ def test_an_unexpected_error_mid_move_is_finished_from_its_phase(world: World, m
     world.idle("ann", 600)
     calls = []
 
-    def flaky(pid, gpu_map=None):  # the first restore onto the destination breaks oddly, not as the driver refuses
+    def flaky(
+        pid, gpu_map=None
+    ):  # the first restore onto the destination breaks oddly, not as the driver refuses
         calls.append(gpu_map)
         if len(calls) == 1:
             raise OSError("the driver's library went away")
@@ -269,7 +298,11 @@ def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_
     world.pool.spawns_waiting.add(("dan", ""))  # the spawner waits (GPUSpawnerMixin.reserve_waiting)
     plan = world.mover.tick()
     assert [(s.id, s.source.gpus, s.dest.gpus) for s in plan.steps] == [("ann/", (0,), (1,))]
-    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500), ("build", "dan", (0,), 1000)]
+    assert world.shares() == [
+        ("build", "ann", (1,), 500),
+        ("build", "ben", (1,), 500),
+        ("build", "dan", (0,), 1000),
+    ]
     assert world.driver.remapped(101) == {"GPU-0": "GPU-1"}
     assert world.pool.store.events(kind="move")[0].message.endswith("to make room for a new workspace")
     # the spawner's next try finds its share held
@@ -310,8 +343,11 @@ def test_room_made_for_a_spawn_that_gave_up_meanwhile_is_held_for_nobody(tmp_pat
         world.pool.reserve_build("dan", [], "", 1000)
     world.pool.spawns_waiting.add(("dan", ""))
     # dan's start times out (or he cancels it) while ann's kernel is parked
-    monkeypatch.setattr(failpoints, "reach",
-                        lambda name: world.pool.spawns_waiting.discard(("dan", "")) if name == "move.parked" else None)
+    monkeypatch.setattr(
+        failpoints,
+        "reach",
+        lambda name: world.pool.spawns_waiting.discard(("dan", "")) if name == "move.parked" else None,
+    )
     world.mover.tick()
     assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
     consistent(world)

@@ -18,8 +18,12 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FOLDERS = {"hub_ext": "gpupool", "spawner": "gpupool.spawner", "idle_culler": "gpupool.idle_culler",
-           "widgets": "gpupool.widgets"}
+FOLDERS = {
+    "hub_ext": "gpupool",
+    "spawner": "gpupool.spawner",
+    "idle_culler": "gpupool.idle_culler",
+    "widgets": "gpupool.widgets",
+}
 # The wiring at the top of the package: it names every part (the hub set-up starts the culler
 # service, `%load_ext gpupool` loads the widgets); nothing below may import it back.
 WIRING = {"gpupool", "gpupool.setup", "gpupool.cli", "gpupool.embedded", "gpupool.embedded_config"}
@@ -62,15 +66,21 @@ def test_every_module_imports_once_under_gpupool():
     assert not foreign, f"modules loaded outside gpupool: {foreign}"
     from gpupool.store.models import Base
 
-    tables = [m for m in list(sys.modules.values()) if getattr(m, "Base", None) is not None
-              and hasattr(m.Base, "metadata") and m.__name__.startswith("gpupool")]
+    tables = [
+        m
+        for m in list(sys.modules.values())
+        if getattr(m, "Base", None) is not None
+        and hasattr(m.Base, "metadata")
+        and m.__name__.startswith("gpupool")
+    ]
     assert {id(m.Base.metadata) for m in tables} == {id(Base.metadata)}
 
 
 def test_the_folders_are_not_importable_by_their_own_names():
     # as a user's kernel or the hub sees it: outside the clone (pytest itself has the clone on its path)
     probe = "import importlib.util as u; print([n for n in FOLDERS if u.find_spec(n)])".replace(
-        "FOLDERS", repr(list(FOLDERS)))
+        "FOLDERS", repr(list(FOLDERS))
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", check=True)
     assert out.stdout.strip() == "[]"
 
@@ -78,8 +88,23 @@ def test_the_folders_are_not_importable_by_their_own_names():
 def test_wheel_installs_nothing_but_gpupool(tmp_path):
     had_build = (REPO / "build").exists()
     try:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(tmp_path),
+                str(REPO),
+            ],
+            check=True,
+            capture_output=True,
+            cwd=tmp_path,
+        )
     finally:
         if not had_build:  # pip builds in the source tree
             shutil.rmtree(REPO / "build", ignore_errors=True)
@@ -89,28 +114,45 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
     files = set(zipfile.ZipFile(wheel).namelist())
     # the JupyterLab extension, built from widgets/labextension, and its server side's switch
     data = "gpupool-0.1.0.data/data/"
-    assert {data + "share/jupyter/labextensions/gpupool-lab/package.json",
-            data + "etc/jupyter/jupyter_server_config.d/gpupool.json"} <= files
-    assert any(f.startswith(data + "share/jupyter/labextensions/gpupool-lab/static/remoteEntry.") for f in files)
+    assert {
+        data + "share/jupyter/labextensions/gpupool-lab/package.json",
+        data + "etc/jupyter/jupyter_server_config.d/gpupool.json",
+    } <= files
+    assert any(
+        f.startswith(data + "share/jupyter/labextensions/gpupool-lab/static/remoteEntry.") for f in files
+    )
     assert not any("labextension" in f for f in files if f.startswith("gpupool/"))
-    for expected in ("gpupool/spawner/local.py", "gpupool/idle_culler/__main__.py", "gpupool/widgets/magics.py",
-                     "gpupool/gpu/startup/sitecustomize.py", "gpupool/templates/home.html",
-                     # gpupool's own pages and fragments (gpupool.templating renders them)
-                     "gpupool/templates/gpupool-spawn-form.html", "gpupool/templates/gpupool-extend.html",
-                     "gpupool/templates/gpupool-plot.html", "gpupool/templates/gpupool-usage-plot.html",
-                     # alembic's environment and revisions: the hub upgrades its database from these
-                     "gpupool/store/migrations/env.py", "gpupool/store/migrations/script.py.mako",
-                     "gpupool/store/migrations/versions/0001_baseline.py"):
+    for expected in (
+        "gpupool/spawner/local.py",
+        "gpupool/idle_culler/__main__.py",
+        "gpupool/widgets/magics.py",
+        "gpupool/gpu/startup/sitecustomize.py",
+        "gpupool/templates/home.html",
+        # gpupool's own pages and fragments (gpupool.templating renders them)
+        "gpupool/templates/gpupool-spawn-form.html",
+        "gpupool/templates/gpupool-extend.html",
+        "gpupool/templates/gpupool-plot.html",
+        "gpupool/templates/gpupool-usage-plot.html",
+        # alembic's environment and revisions: the hub upgrades its database from these
+        "gpupool/store/migrations/env.py",
+        "gpupool/store/migrations/script.py.mako",
+        "gpupool/store/migrations/versions/0001_baseline.py",
+    ):
         assert expected in files
     # every module of the four folders, sub-packages included (a package missing from
     # pyproject's list installs from a checkout but not from the wheel the images install)
-    folders = {"hub_ext": "gpupool", "spawner": "gpupool/spawner", "idle_culler": "gpupool/idle_culler",
-               "widgets": "gpupool/widgets"}
+    folders = {
+        "hub_ext": "gpupool",
+        "spawner": "gpupool/spawner",
+        "idle_culler": "gpupool/idle_culler",
+        "widgets": "gpupool/widgets",
+    }
     for folder, prefix in folders.items():
         for module in (REPO / folder).rglob("*.py"):
             rel = module.relative_to(REPO / folder).as_posix()
-            if "labextension" in rel or (folder == "hub_ext" and rel.split("/")[0] in ("spawner", "idle_culler",
-                                                                                     "widgets")):
+            if "labextension" in rel or (
+                folder == "hub_ext" and rel.split("/")[0] in ("spawner", "idle_culler", "widgets")
+            ):
                 continue
             assert f"{prefix}/{rel}" in files, f"{folder}/{rel} is not in the wheel"
 
@@ -142,8 +184,9 @@ def test_load_ext_gpupool_registers_the_magics():
 
 
 def test_culler_runs_as_a_gpupool_module():
-    out = subprocess.run([sys.executable, "-m", "gpupool.idle_culler", "--help"], capture_output=True,
-                         text=True, cwd="/")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpupool.idle_culler", "--help"], capture_output=True, text=True, cwd="/"
+    )
     assert out.returncode == 0 and "python -m gpupool.idle_culler" in out.stdout
 
 
@@ -158,8 +201,11 @@ def _imports(path: Path, module: str) -> set[str]:
             else:
                 target = node.module or ""
             # `from gpupool import runtime` imports the module gpupool.runtime
-            subs = [f"{target}.{a.name}" for a in node.names
-                    if target.startswith("gpupool") and _is_module(f"{target}.{a.name}")]
+            subs = [
+                f"{target}.{a.name}"
+                for a in node.names
+                if target.startswith("gpupool") and _is_module(f"{target}.{a.name}")
+            ]
             found.update(subs or [target])
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
@@ -182,8 +228,13 @@ def _part(module: str) -> str:
 
 def test_imports_point_one_way():
     """wiring -> spawner, idle_culler, widgets -> core; the three never import each other."""
-    allowed = {"wiring": {"core", "spawner", "idle_culler", "widgets"}, "spawner": {"core"},
-               "idle_culler": {"core"}, "widgets": {"core"}, "core": set()}
+    allowed = {
+        "wiring": {"core", "spawner", "idle_culler", "widgets"},
+        "spawner": {"core"},
+        "idle_culler": {"core"},
+        "widgets": {"core"},
+        "core": set(),
+    }
     wrong = []
     for folder, top in FOLDERS.items():
         for path in (REPO / folder).rglob("*.py"):

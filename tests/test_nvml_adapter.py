@@ -28,11 +28,21 @@ class FakeNVML:
         mp.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: i)
         mp.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: self.gpus[h]["uuid"])
         mp.setattr(pynvml, "nvmlDeviceGetName", lambda h: self.gpus[h]["name"])
-        mp.setattr(pynvml, "nvmlDeviceGetMemoryInfo",
-                   lambda h: SimpleNamespace(total=self.gpus[h]["mem"] * MIB, used=self.gpus[h]["used"] * MIB))
-        mp.setattr(pynvml, "nvmlDeviceGetUtilizationRates", lambda h: SimpleNamespace(gpu=self.gpus[h]["util"]))
-        mp.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", lambda h: [
-            SimpleNamespace(pid=p, usedGpuMemory=m * MIB) for p, m in self.gpus[h]["procs"].items()])
+        mp.setattr(
+            pynvml,
+            "nvmlDeviceGetMemoryInfo",
+            lambda h: SimpleNamespace(total=self.gpus[h]["mem"] * MIB, used=self.gpus[h]["used"] * MIB),
+        )
+        mp.setattr(
+            pynvml, "nvmlDeviceGetUtilizationRates", lambda h: SimpleNamespace(gpu=self.gpus[h]["util"])
+        )
+        mp.setattr(
+            pynvml,
+            "nvmlDeviceGetComputeRunningProcesses",
+            lambda h: [
+                SimpleNamespace(pid=p, usedGpuMemory=m * MIB) for p, m in self.gpus[h]["procs"].items()
+            ],
+        )
         mp.setattr(pynvml, "nvmlDeviceGetProcessUtilization", self.process_utilization)
 
     def process_utilization(self, handle, last_seen):
@@ -44,15 +54,25 @@ class FakeNVML:
 
 
 def h100(**kw) -> dict:
-    return {"uuid": "GPU-aaaa", "name": "NVIDIA H100 80GB HBM3", "mem": 81559, "used": 0, "util": 0,
-            "procs": {}, "samples": [], **kw}
+    return {
+        "uuid": "GPU-aaaa",
+        "name": "NVIDIA H100 80GB HBM3",
+        "mem": 81559,
+        "used": 0,
+        "util": 0,
+        "procs": {},
+        "samples": [],
+        **kw,
+    }
 
 
 def test_discovery_reads_uuid_model_and_memory(monkeypatch) -> None:
     FakeNVML([h100(), h100(uuid="GPU-bbbb", name=b"NVIDIA A10")]).install(monkeypatch)
     gpus = adapter.discover_gpus()
     assert [(g.index, g.uuid, g.model, g.memory_mib, g.virtual) for g in gpus] == [
-        (0, "GPU-aaaa", "NVIDIA H100 80GB HBM3", 81559, False), (1, "GPU-bbbb", "NVIDIA A10", 81559, False)]
+        (0, "GPU-aaaa", "NVIDIA H100 80GB HBM3", 81559, False),
+        (1, "GPU-bbbb", "NVIDIA A10", 81559, False),
+    ]
 
 
 def test_no_driver_means_no_gpus_not_a_crash(monkeypatch) -> None:

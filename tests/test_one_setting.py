@@ -23,7 +23,9 @@ TOKEN = "/etc/gpupool-agent/token"
 
 def culler_as_started(c: Config) -> IdleCuller:
     """The culler service's settings as it reads them: what the hub hands it in its environment."""
-    service, _ = service_definition("gpupool-culler", "http://127.0.0.1:8095/", IdleCuller(config=c).as_dict())
+    service, _ = service_definition(
+        "gpupool-culler", "http://127.0.0.1:8095/", IdleCuller(config=c).as_dict()
+    )
     return IdleCuller(**json.loads(service["environment"]["GPUPOOL_CULLER_CONFIG"]))
 
 
@@ -78,8 +80,11 @@ def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
     c.TrainPool.idle_util_pct = 3.0
     with caplog.at_level("WARNING"):
         assert train_side(c) == (3.0, ("file", "/tmp/job-samples.json", ""))
-    for old, new in [("idle_sampler", "sampler"), ("idle_sampler_arg", "sampler_arg"),
-                     ("idle_util_pct", "util_threshold_pct")]:
+    for old, new in [
+        ("idle_sampler", "sampler"),
+        ("idle_sampler_arg", "sampler_arg"),
+        ("idle_util_pct", "util_threshold_pct"),
+    ]:
         assert f"c.TrainPool.{old} is deprecated: use c.IdleCuller.{new}" in caplog.text
     # the workspaces keep what they had
     assert culler_as_started(c).sampler == "nvml" and culler_as_started(c).limits().util_threshold_pct == 1.0
@@ -87,7 +92,10 @@ def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
     c.TrainPool.idle_sampler_token_file = TOKEN
     with caplog.at_level("WARNING"):
         assert train_side(c)[1] == ("nvml", "", TOKEN)
-    assert "c.TrainPool.idle_sampler_token_file is deprecated: use c.IdleCuller.node_agent_token_file" in caplog.text
+    assert (
+        "c.TrainPool.idle_sampler_token_file is deprecated: use c.IdleCuller.node_agent_token_file"
+        in caplog.text
+    )
 
 
 def test_the_grace_period_is_one_setting_for_local_and_kubernetes_jobs() -> None:

@@ -49,8 +49,12 @@ def for_this_hub(tmp_path: Path) -> Path:
         "gpus": {"type": "integer", "minimum": 1, "maximum": 2},
         "name": sub["properties"]["name"],
         "priority": sub["properties"]["priority"],
-        "command": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64,
-                                               "pattern": "^[a-z]+$"}, "minItems": 1, "maxItems": 4},
+        "command": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[a-z]+$"},
+            "minItems": 1,
+            "maxItems": 4,
+        },
     }
     sub["required"], sub["additionalProperties"] = ["project", "gpus", "command"], False
     path = tmp_path / "openapi-this-hub.yaml"
@@ -58,18 +62,48 @@ def for_this_hub(tmp_path: Path) -> Path:
     return path
 
 
-def schemathesis(cli: str, hub: Hub, token: str, tmp_path: Path, name: str, *extra: str,
-                 spec: Path = REPO / "docs" / "openapi.yaml") -> tuple[int, str]:
+def schemathesis(
+    cli: str,
+    hub: Hub,
+    token: str,
+    tmp_path: Path,
+    name: str,
+    *extra: str,
+    spec: Path = REPO / "docs" / "openapi.yaml",
+) -> tuple[int, str]:
     config = tmp_path / "schemathesis.toml"
     config.write_text(f"[phases.stateful]\nmax-steps = {STEPS}\n")
     report = tmp_path / f"{name}.xml"
     run = subprocess.run(
-        [cli, "--config-file", str(config), "run", str(spec),
-         "--url", f"{hub.url}/services/gpupool", "-H", f"Authorization: token {token}",
-         "--max-examples", str(EXAMPLES), "--seed", "16", "--checks", CHECKS, *extra,
-         "--report", "junit", "--report-junit-path", str(report), "--request-timeout", "30",
-         "--continue-on-failure"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,  # its cache stays out of the clone
+        [
+            cli,
+            "--config-file",
+            str(config),
+            "run",
+            str(spec),
+            "--url",
+            f"{hub.url}/services/gpupool",
+            "-H",
+            f"Authorization: token {token}",
+            "--max-examples",
+            str(EXAMPLES),
+            "--seed",
+            "16",
+            "--checks",
+            CHECKS,
+            *extra,
+            "--report",
+            "junit",
+            "--report-junit-path",
+            str(report),
+            "--request-timeout",
+            "30",
+            "--continue-on-failure",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,  # its cache stays out of the clone
     )
     print(f"--- {name}\n" + run.stdout[-3000:])
     tests = ET.parse(report).getroot() if report.exists() else None
@@ -88,10 +122,20 @@ def test_every_documented_endpoint_answers_as_documented(make_hub, tmp_path: Pat
     code, out = schemathesis(cli, hub, token, tmp_path, "admin", "--phases", "examples,coverage,fuzzing")
     assert code == 0, out + hub.tail(30)
     # sequences along the links: submit -> read, its log, cancel -> read, cancel again
-    code, out = schemathesis(cli, hub, token, tmp_path, "stateful", "--phases", "stateful",
-                             spec=for_this_hub(tmp_path))
+    code, out = schemathesis(
+        cli, hub, token, tmp_path, "stateful", "--phases", "stateful", spec=for_this_hub(tmp_path)
+    )
     assert code == 0, out + hub.tail(30)
     # the report only the culler may post: every malformed report is a 400, never a 500
-    code, out = schemathesis(cli, hub, CULLER_TOKEN, tmp_path, "culler", "--phases", "examples,coverage,fuzzing",
-                             "--include-path", "/api/culler/report")
+    code, out = schemathesis(
+        cli,
+        hub,
+        CULLER_TOKEN,
+        tmp_path,
+        "culler",
+        "--phases",
+        "examples,coverage,fuzzing",
+        "--include-path",
+        "/api/culler/report",
+    )
     assert code == 0, out + hub.tail(30)

@@ -19,8 +19,13 @@ from gpupool.gpu.parking import (
 
 def virtual(tmp_path, pids=(100, 101), mib=4096):
     slept: list[float] = []
-    backend = VirtualParking(tmp_path, has_context=lambda pid: pid in pids, memory_mib=lambda pid: mib,
-                             delays=Delays(fixed_s=0.5, per_gib_s=0.25), sleep=slept.append)
+    backend = VirtualParking(
+        tmp_path,
+        has_context=lambda pid: pid in pids,
+        memory_mib=lambda pid: mib,
+        delays=Delays(fixed_s=0.5, per_gib_s=0.25),
+        sleep=slept.append,
+    )
     return backend, slept
 
 

@@ -20,8 +20,11 @@ from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, Po
 from gpupool.pool.parking import plan_claims
 from tests.support.pools import make_pool
 
-QUOTAS = BuildQuotaPolicy(default=BuildLimits(quota_milli=1000, sizes_milli=(250, 500, 1000),
-                                              max_per_workspace_milli=1000, max_workspaces=2))
+QUOTAS = BuildQuotaPolicy(
+    default=BuildLimits(
+        quota_milli=1000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=1000, max_workspaces=2
+    )
+)
 
 
 def inventory() -> Inventory:
@@ -52,8 +55,9 @@ class Pool(PoolManager):
 def build(folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None):
     """The pool on `folder/pool.sqlite` (a second build on the same folder: a restarted hub)."""
     pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool)
-    backend = VirtualParking(folder / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None,
-                             delays=Delays(0, 0))
+    backend = VirtualParking(
+        folder / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
+    )
     return pool, ParkingService(pool, backend, pids_of=lambda pid: (pids or {}).get(pid, {pid}), clock=clock)
 
 
@@ -235,7 +239,11 @@ class ParkingMachine(RuleBasedStateMachine):
         self.clock = Clock()
         self.pool, self.svc = build(self.dir, self.clock)
 
-    @rule(user=st.sampled_from(USERS), server=st.sampled_from(["", "b"]), milli=st.sampled_from((250, 500, 1000)))
+    @rule(
+        user=st.sampled_from(USERS),
+        server=st.sampled_from(["", "b"]),
+        milli=st.sampled_from((250, 500, 1000)),
+    )
     def spawn(self, user: str, server: str, milli: int) -> None:
         w = Workload("build", user, server)
         held = self.pool.allocation(w)
@@ -244,8 +252,9 @@ class ParkingMachine(RuleBasedStateMachine):
             # placement, judged against the claims as they stand once it has gone
             self.pool.release(w, "replaced by a new start with another size")
             held = None
-        blocked = plan_claims(self.pool.state, self.pool.parked_without_gpu(), self.pool.policy,
-                              self.pool.rng).blocked_models
+        blocked = plan_claims(
+            self.pool.state, self.pool.parked_without_gpu(), self.pool.policy, self.pool.rng
+        ).blocked_models
         try:
             row = self.pool.reserve_build(user, [], server, milli)
         except PoolError:
@@ -309,8 +318,9 @@ class ParkingMachine(RuleBasedStateMachine):
             assert self.pool.allocation(Workload("build", p.owner, p.name)) is None
 
 
-ParkingMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,
-                                            suppress_health_check=[HealthCheck.too_slow])
+ParkingMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 test_parking_machine = ParkingMachine.TestCase
 
 
@@ -327,7 +337,9 @@ def test_a_retried_start_keeps_its_share_while_a_claim_waits_for_its_model(world
     pool.reserve_build("dan", [], "", 1000)  # takes ann's A100
     clock.now += 1
     assert svc.claim("ann", "")["state"] == "waiting"
-    assert plan_claims(pool.state, pool.parked_without_gpu(), pool.policy, pool.rng).blocked_models == {"A100"}
+    assert plan_claims(pool.state, pool.parked_without_gpu(), pool.policy, pool.rng).blocked_models == {
+        "A100"
+    }
     again = pool.reserve_build("ben", [], "", 1000)
     assert (again.id, again.node, again.gpus) == (ben.id, ben.node, ben.gpus)
     # another size: ben's A100 goes first, ann's claim takes it, nothing is left for ben's half
@@ -340,12 +352,29 @@ def test_a_retried_start_keeps_its_share_while_a_claim_waits_for_its_model(world
 # hypothesis's counterexample to test_parking_machine: its last spawn is a start of dan's server
 # "b", which holds its share on an A100 while cat's claim waits for an A100; the property took the
 # share returned for a newcomer's (rules: spawn user/server/milli, park user/server, claim ...+later)
-FOUND = [("spawn", "ann", "b", 500), ("park", "ann", ""), ("park", "ann", ""), ("spawn", "dan", "b", 500),
-         ("park", "ann", ""), ("spawn", "cat", "", 250), ("spawn", "dan", "b", 1000), ("spawn", "cat", "b", 500),
-         ("park", "cat", ""), ("claim", "dan", "", 4), ("spawn", "ann", "", 500), ("claim", "ann", "b", 23),
-         ("park", "cat", ""), ("claim", "ben", "b", 13), ("spawn", "ann", "b", 250), ("spawn", "dan", "", 250),
-         ("claim", "dan", "", 5), ("park", "ann", "b"), ("spawn", "ben", "", 500), ("claim", "cat", "", 5),
-         ("spawn", "dan", "b", 1000)]
+FOUND = [
+    ("spawn", "ann", "b", 500),
+    ("park", "ann", ""),
+    ("park", "ann", ""),
+    ("spawn", "dan", "b", 500),
+    ("park", "ann", ""),
+    ("spawn", "cat", "", 250),
+    ("spawn", "dan", "b", 1000),
+    ("spawn", "cat", "b", 500),
+    ("park", "cat", ""),
+    ("claim", "dan", "", 4),
+    ("spawn", "ann", "", 500),
+    ("claim", "ann", "b", 23),
+    ("park", "cat", ""),
+    ("claim", "ben", "b", 13),
+    ("spawn", "ann", "b", 250),
+    ("spawn", "dan", "", 250),
+    ("claim", "dan", "", 5),
+    ("park", "ann", "b"),
+    ("spawn", "ben", "", 500),
+    ("claim", "cat", "", 5),
+    ("spawn", "dan", "b", 1000),
+]
 
 
 def test_parking_machine_counterexample_found_by_hypothesis() -> None:

@@ -19,19 +19,29 @@ def culler_config(c: Config, spawner: str = "gpupool-simple") -> dict:
     return json.loads(service["environment"]["GPUPOOL_CULLER_CONFIG"])
 
 
-@pytest.mark.parametrize("setup, spawner, parks, why", [
-    (lambda c: None, "gpupool-simple", False, "no NVIDIA GPU found"),  # this machine: virtual GPUs
-    (lambda c: setattr(c.GPUParking, "backend", "virtual"), "gpupool-simple", True, "virtual"),
-    (lambda c: setattr(c.GPUParking, "backend", "virtual"), "gpupool-kubernetes", False, "Kubernetes pods"),
-    (lambda c: setattr(c.GPUPool, "mps_pipe_directory", "/tmp/mps"), "gpupool-simple", False, "MPS"),
-    (lambda c: setattr(c.GPUPool, "use_nvml", False), "gpupool-simple", False, "virtual"),
-])
+@pytest.mark.parametrize(
+    "setup, spawner, parks, why",
+    [
+        (lambda c: None, "gpupool-simple", False, "no NVIDIA GPU found"),  # this machine: virtual GPUs
+        (lambda c: setattr(c.GPUParking, "backend", "virtual"), "gpupool-simple", True, "virtual"),
+        (
+            lambda c: setattr(c.GPUParking, "backend", "virtual"),
+            "gpupool-kubernetes",
+            False,
+            "Kubernetes pods",
+        ),
+        (lambda c: setattr(c.GPUPool, "mps_pipe_directory", "/tmp/mps"), "gpupool-simple", False, "MPS"),
+        (lambda c: setattr(c.GPUPool, "use_nvml", False), "gpupool-simple", False, "virtual"),
+    ],
+)
 def test_the_culler_parks_by_default_only_where_the_hub_can(setup, spawner, parks, why) -> None:
     c = Config()
     setup(c)
     after, note = culler_park_after(IdleCuller(config=c).park_after_s, c, spawner)
     assert after == (AUTO_PARK_AFTER_S if parks else 0.0)
-    assert why in note and ("parking idle GPUs after 10 min" in note if parks else "stopping idle workspaces" in note)
+    assert why in note and (
+        "parking idle GPUs after 10 min" in note if parks else "stopping idle workspaces" in note
+    )
     assert culler_config(c, spawner)["park_after_s"] == after  # what the culler service is started with
 
 

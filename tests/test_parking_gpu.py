@@ -42,8 +42,9 @@ def test_park_frees_the_gpu_and_resume_restores_identical_tensors() -> None:
 
     backend = _backend()
     gib = 10
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(gib)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(gib)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         ready, before = holder.stdout.readline().split()
         assert ready == "ready"
@@ -51,8 +52,16 @@ def test_park_frees_the_gpu_and_resume_restores_identical_tensors() -> None:
         assert park_process(backend, holder.pid) is True
         park_s = time.perf_counter() - t0
         assert backend.state(holder.pid) == "checkpointed"
-        other = subprocess.run([sys.executable, "-c", "import torch; x = torch.ones(2**28, device='cuda');"
-                                "print(float(x.sum()))"], capture_output=True, text=True, timeout=120)
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import torch; x = torch.ones(2**28, device='cuda');print(float(x.sum()))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert other.returncode == 0, other.stderr  # a second process uses the freed GPU
         t0 = time.perf_counter()
         resume_process(backend, holder.pid)

@@ -38,12 +38,25 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     kernel = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
     samples = tmp_path / "samples.json"
     samples.write_text(json.dumps({"ann/": {"util_pct": 0}}))
-    cfg = IdleCuller(sampler="file", park_after_s=600, idle_limit_s=1800, jupyter_idle_s=900, window_s=30,
-                     stale_after_s=900, max_age_s=10**6)
+    cfg = IdleCuller(
+        sampler="file",
+        park_after_s=600,
+        idle_limit_s=1800,
+        jupyter_idle_s=900,
+        window_s=30,
+        stale_after_s=900,
+        max_age_s=10**6,
+    )
     t0 = time.time()
     now = [t0]
-    culler = Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                    FileSampler(str(samples)), clock=lambda: now[0])
+    culler = Culler(
+        cfg,
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
     status_path = "/services/gpupool/api/parking/status?server="
 
     for minutes in (0, 5):
@@ -65,7 +78,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     now[0] = t0 + 60 * 60
     report = culler.run_pass()
     assert [(w["owner"], w["action"], w["parked"]) for w in report["workspaces"]] == [
-        ("ann", "keep", "GPU parked — it comes back when you run a cell")]
+        ("ann", "keep", "GPU parked — it comes back when you run a cell")
+    ]
 
     # another user spawns on the freed GPU
     hub.spawn("ben", "1")
@@ -78,7 +92,9 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     assert hub.api("GET", status_path, token=ann)["state"] == "waiting"
     hub.stop_server("ben")
     freed = time.monotonic()
-    resumed = until(lambda: hub.api("GET", status_path, token=ann)["state"] == "running", "ann's workspace resumed")
+    resumed = until(
+        lambda: hub.api("GET", status_path, token=ann)["state"] == "running", "ann's workspace resumed"
+    )
     assert resumed and time.monotonic() - freed < 10
     assert [s["owner"] for s in hub.allocations()] == ["ann"]
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
@@ -91,8 +107,9 @@ def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("cat", "0.5")
     dan = hub.user_token("dan")
-    code, message = hub.api_error("POST", "/services/gpupool/api/parking/park", {"owner": "cat", "server": ""},
-                                  token=dan)
+    code, message = hub.api_error(
+        "POST", "/services/gpupool/api/parking/park", {"owner": "cat", "server": ""}, token=dan
+    )
     assert code == 403
     code, _ = hub.api_error("POST", "/services/gpupool/api/parking/park", {"server": ["x"]}, token=dan)
     assert code == 400
@@ -104,8 +121,12 @@ def test_users_park_and_resume_only_their_own_workspaces(make_hub) -> None:
     # the JupyterLab item's Resume button posts to api/culler/resume: the same claim
     back = hub.api("POST", "/services/gpupool/api/culler/resume", {"server": ""}, token=cat)
     assert back["state"] in ("resuming", "running")
-    until(lambda: hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running",
-          "cat's workspace resumed")
+    until(
+        lambda: (
+            hub.api("GET", "/services/gpupool/api/parking/status?server=", token=cat)["state"] == "running"
+        ),
+        "cat's workspace resumed",
+    )
 
 
 def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
@@ -113,7 +134,9 @@ def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
     hub.spawn("eve", "1")
     eve = hub.user_token("eve")
     hub.api("POST", "/user/eve/api/kernels", {"name": "python3"}, token=eve)
-    assert hub.api("POST", "/services/gpupool/api/parking/park", {"server": ""}, token=eve)["state"] == "parked"
+    assert (
+        hub.api("POST", "/services/gpupool/api/parking/park", {"server": ""}, token=eve)["state"] == "parked"
+    )
     hub.kill9()
     hub.start()
     status_path = "/services/gpupool/api/parking/status?server="

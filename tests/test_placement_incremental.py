@@ -17,18 +17,30 @@ from gpupool.pool import GPU, ClusterState, Inventory, Node, Request, get_policy
 from gpupool.pool.capacity import FragAware, FragModel
 from gpupool.pool.node_classes import NodeIndex
 
-SHAPES = [Request.for_gpus(250, cpu_milli=2000), Request.for_gpus(500, cpu_milli=4000),
-          Request.for_gpus(300, cpu_milli=0), Request.for_gpus(1000, cpu_milli=8000),
-          Request.for_gpus(2000, cpu_milli=16000), Request(num_gpu=0, cpu_milli=6000),
-          Request.for_gpus(700, cpu_milli=1000, gpu_models=frozenset({"B"})),
-          Request.for_gpus(4000, cpu_milli=2000, gpu_models=frozenset({"A"}))]
+SHAPES = [
+    Request.for_gpus(250, cpu_milli=2000),
+    Request.for_gpus(500, cpu_milli=4000),
+    Request.for_gpus(300, cpu_milli=0),
+    Request.for_gpus(1000, cpu_milli=8000),
+    Request.for_gpus(2000, cpu_milli=16000),
+    Request(num_gpu=0, cpu_milli=6000),
+    Request.for_gpus(700, cpu_milli=1000, gpu_models=frozenset({"B"})),
+    Request.for_gpus(4000, cpu_milli=2000, gpu_models=frozenset({"A"})),
+]
 
 
 def inventory(widths: list[int], models: list[str], cpus: list[int]) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(name=f"n{i}", gpus=tuple(GPU(g, f"n{i}-{g}", models[i], 16384) for g in range(w)),
-             cpu_milli=cpus[i], memory_mib=1 << 20)
-        for i, w in enumerate(widths)))
+    return Inventory(
+        nodes=tuple(
+            Node(
+                name=f"n{i}",
+                gpus=tuple(GPU(g, f"n{i}-{g}", models[i], 16384) for g in range(w)),
+                cpu_milli=cpus[i],
+                memory_mib=1 << 20,
+            )
+            for i, w in enumerate(widths)
+        )
+    )
 
 
 def scan(policy: FragAware, state: ClusterState, req: Request):
@@ -43,15 +55,23 @@ def scan(policy: FragAware, state: ClusterState, req: Request):
     i = int(idx[pos])
     if req.is_sharing:
         return state.placement_on(i, req, [int(gpu[pos])])
-    return state.placement_on(i, req, [int(g) for g in np.flatnonzero(state.gpu_free[i] == 1000)[: req.num_gpu]])
+    return state.placement_on(
+        i, req, [int(g) for g in np.flatnonzero(state.gpu_free[i] == 1000)[: req.num_gpu]]
+    )
 
 
-clusters = st.integers(1, 14).flatmap(lambda n: st.tuples(
-    st.lists(st.sampled_from([1, 2, 4, 8]), min_size=n, max_size=n),
-    st.lists(st.sampled_from(["A", "B"]), min_size=n, max_size=n),
-    st.lists(st.sampled_from([16000, 32000, 64000]), min_size=n, max_size=n)))
-steps = st.lists(st.tuples(st.sampled_from(range(len(SHAPES))), st.booleans(), st.integers(0, 10**6)),
-                 min_size=1, max_size=60)
+clusters = st.integers(1, 14).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.sampled_from([1, 2, 4, 8]), min_size=n, max_size=n),
+        st.lists(st.sampled_from(["A", "B"]), min_size=n, max_size=n),
+        st.lists(st.sampled_from([16000, 32000, 64000]), min_size=n, max_size=n),
+    )
+)
+steps = st.lists(
+    st.tuples(st.sampled_from(range(len(SHAPES))), st.booleans(), st.integers(0, 10**6)),
+    min_size=1,
+    max_size=60,
+)
 
 
 def replay(cluster, ops, classes_from: int, prefill: int) -> int:
@@ -91,7 +111,9 @@ def test_every_decision_equals_a_fresh_scan(cluster, ops, classes_from, prefill)
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster=clusters, ops=steps, prefill=st.integers(0, 40))
-def test_a_hash_collision_costs_time_never_a_wrong_decision(cluster, ops, prefill, monkeypatch_weights) -> None:
+def test_a_hash_collision_costs_time_never_a_wrong_decision(
+    cluster, ops, prefill, monkeypatch_weights
+) -> None:
     replay(cluster, ops, 1, prefill)  # every node hashes alike here: only the comparison keeps them apart
 
 

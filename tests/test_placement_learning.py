@@ -15,15 +15,20 @@ from gpupool.pool.training import Job, Project, schedule
 
 
 def nodes(n: int, gpus: int = 2, cpu: int = 64000) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(gpus)), cpu_milli=cpu)
-        for i in range(n)))
+    return Inventory(
+        nodes=tuple(
+            Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(gpus)), cpu_milli=cpu)
+            for i in range(n)
+        )
+    )
 
 
 def learned(policy) -> object:
     """Everything a learning policy has learned, as a comparable value."""
     t = policy.target
-    return copy.deepcopy((dict(t.counts), t.seen, getattr(policy, "_shapes", None), getattr(t, "_chosen", None)))
+    return copy.deepcopy(
+        (dict(t.counts), t.seen, getattr(policy, "_shapes", None), getattr(t, "_chosen", None))
+    )
 
 
 @pytest.mark.parametrize("name", ["frag-aware", "fgd"])
@@ -42,8 +47,10 @@ def test_planning_a_reclaim_leaves_the_learned_workload_unchanged(name) -> None:
     before = learned(policy)
     projects = {"own": Project("own", 2000), "lab": Project("lab", 0)}
     # odd shapes that were never learned: trial placements of them must not be learned either
-    pending = [Job(f"mine{i}", "own", Request.for_gpus(m, cpu_milli=3000), submitted=10)
-               for i, m in enumerate((300, 700))]
+    pending = [
+        Job(f"mine{i}", "own", Request.for_gpus(m, cpu_milli=3000), submitted=10)
+        for i, m in enumerate((300, 700))
+    ]
     plan = schedule(state, projects, pending, running, now=100, policy=policy, rng=rng)
     assert plan.preempt, "the plan reclaims GPUs from the borrower (trial placements were made)"
     assert learned(policy) == before

@@ -17,21 +17,37 @@ MODELS = ["T4", "V100", "A10"]
 
 
 def inventory(shapes: list[tuple[int, str, int]]) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(name=f"n{i}", gpus=tuple(GPU(g, f"n{i}g{g}", model, 16384, True) for g in range(count)),
-             cpu_milli=cpu, memory_mib=65536)
-        for i, (count, model, cpu) in enumerate(shapes)
-    ))
+    return Inventory(
+        nodes=tuple(
+            Node(
+                name=f"n{i}",
+                gpus=tuple(GPU(g, f"n{i}g{g}", model, 16384, True) for g in range(count)),
+                cpu_milli=cpu,
+                memory_mib=65536,
+            )
+            for i, (count, model, cpu) in enumerate(shapes)
+        )
+    )
 
 
-nodes_st = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(MODELS),
-                              st.sampled_from([8000, 32000, 96000])), min_size=1, max_size=6)
+nodes_st = st.lists(
+    st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from(MODELS), st.sampled_from([8000, 32000, 96000])),
+    min_size=1,
+    max_size=6,
+)
 request_st = st.one_of(
-    st.builds(lambda milli, cpu, models: Request(1, milli, cpu, 1024, frozenset(models)),
-              st.integers(1, 999), st.sampled_from([0, 2000, 8000]), st.sets(st.sampled_from(MODELS), max_size=2)),
-    st.builds(lambda n, cpu, models: Request(n, 1000, cpu, 2048, frozenset(models)),
-              st.sampled_from([1, 2, 4, 8]), st.sampled_from([0, 4000, 16000]),
-              st.sets(st.sampled_from(MODELS), max_size=2)),
+    st.builds(
+        lambda milli, cpu, models: Request(1, milli, cpu, 1024, frozenset(models)),
+        st.integers(1, 999),
+        st.sampled_from([0, 2000, 8000]),
+        st.sets(st.sampled_from(MODELS), max_size=2),
+    ),
+    st.builds(
+        lambda n, cpu, models: Request(n, 1000, cpu, 2048, frozenset(models)),
+        st.sampled_from([1, 2, 4, 8]),
+        st.sampled_from([0, 4000, 16000]),
+        st.sets(st.sampled_from(MODELS), max_size=2),
+    ),
     st.builds(lambda cpu: Request(0, 1000, cpu, 4096), st.sampled_from([1000, 8000, 32000])),
 )
 
@@ -63,8 +79,12 @@ def test_policies_never_over_allocate_and_respect_models(name, shapes, requests,
 def test_bestfit_protocol_on_a_hand_computed_cluster() -> None:
     # two nodes of two GPUs; BestFit puts the 0.5 share on the node it leaves fullest
     inv = inventory([(2, "T4", 64000), (2, "T4", 64000)])
-    pods = [TracePod("a", Request(2, 1000, 8000, 0)), TracePod("b", Request(1, 500, 4000, 0)),
-            TracePod("c", Request(1, 500, 4000, 0)), TracePod("d", Request(2, 1000, 4000, 0))]
+    pods = [
+        TracePod("a", Request(2, 1000, 8000, 0)),
+        TracePod("b", Request(1, 500, 4000, 0)),
+        TracePod("c", Request(1, 500, 4000, 0)),
+        TracePod("d", Request(2, 1000, 4000, 0)),
+    ]
     state = ClusterState(inv)
     bf = get_policy("best-fit")
     rng = random.Random(0)
@@ -106,8 +126,10 @@ def test_frag_aware_keeps_whole_gpus_whole() -> None:
 def test_same_seed_same_result_and_different_seed_differs() -> None:
     inv = inventory([(8, "T4", 96000)] * 6 + [(2, "V100", 32000)] * 6)
     rng = random.Random(5)
-    pods = [TracePod(f"p{i}", Request(1, rng.choice([250, 500, 1000]), rng.choice([2000, 8000]), 0))
-            for i in range(60)]
+    pods = [
+        TracePod(f"p{i}", Request(1, rng.choice([250, 500, 1000]), rng.choice([2000, 8000]), 0))
+        for i in range(60)
+    ]
     a = fgd.run(inv, pods, "frag-aware", seed=42)
     b = fgd.run(inv, pods, "frag-aware", seed=42)
     c = fgd.run(inv, pods, "random", seed=43)

@@ -13,8 +13,7 @@ from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
 from tests.support.pools import make_pool
 
-QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2),
-                          group_totals_milli={"cs101": 500})
+QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2), group_totals_milli={"cs101": 500})
 
 
 def manager(tmp_path: Path, gpus: int = 4) -> PoolManager:
@@ -49,8 +48,11 @@ async def test_concurrent_spawns_off_the_loop_keep_every_quota(tmp_path: Path) -
     """Forty users, two servers each asked for at once, four GPUs: the manager's lock keeps the
     quota check and the placement of each one together, as on the loop."""
     pm = manager(tmp_path, gpus=4)
-    asks = [pm.reserve_build_async(f"u{i}", ["cs101"] if i < 4 else [], name, 250)
-            for i in range(40) for name in ("", "two")]
+    asks = [
+        pm.reserve_build_async(f"u{i}", ["cs101"] if i < 4 else [], name, 250)
+        for i in range(40)
+        for name in ("", "two")
+    ]
     results = await asyncio.gather(*asks, return_exceptions=True)
     held = [r for r in results if not isinstance(r, BaseException)]
     refused = [r for r in results if isinstance(r, BaseException)]

@@ -21,13 +21,16 @@ USERS = ["ann", "ben", "cat", "dan"]
 GROUPS = {"ann": ["students"], "ben": ["students"], "cat": ["research"], "dan": []}
 SIZES = (100, 250, 500, 1000, 2000)
 POLICY = BuildQuotaPolicy(
-    default=BuildLimits(quota_milli=1000, sizes_milli=(100, 250, 500, 1000), max_per_workspace_milli=1000,
-                        max_workspaces=2),
+    default=BuildLimits(
+        quota_milli=1000, sizes_milli=(100, 250, 500, 1000), max_per_workspace_milli=1000, max_workspaces=2
+    ),
     group_overrides={
-        "students": BuildLimits(quota_milli=250, sizes_milli=(100, 250), max_per_workspace_milli=250,
-                                max_workspaces=1),
-        "research": BuildLimits(quota_milli=2000, sizes_milli=(500, 1000, 2000),
-                                max_per_workspace_milli=2000, max_workspaces=2),
+        "students": BuildLimits(
+            quota_milli=250, sizes_milli=(100, 250), max_per_workspace_milli=250, max_workspaces=1
+        ),
+        "research": BuildLimits(
+            quota_milli=2000, sizes_milli=(500, 1000, 2000), max_per_workspace_milli=2000, max_workspaces=2
+        ),
     },
     group_totals_milli={"students": 300},
 )
@@ -92,7 +95,9 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 PoolMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None,
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestPool = PoolMachine.TestCase

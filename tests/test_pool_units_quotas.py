@@ -40,8 +40,10 @@ def test_request_for_gpus_refuses_impossible_shapes() -> None:
 
 POLICY = BuildQuotaPolicy(
     default=BuildLimits(500, (100, 250, 500), 500, 2),
-    group_overrides={"research": BuildLimits(2000, (500, 1000, 2000), 2000, 3),
-                     "gpu-heavy": BuildLimits(1000, (1000,), 1000, 1)},
+    group_overrides={
+        "research": BuildLimits(2000, (500, 1000, 2000), 2000, 3),
+        "gpu-heavy": BuildLimits(1000, (1000,), 1000, 1),
+    },
     group_totals_milli={"cs101": 1000},
 )
 
@@ -67,7 +69,9 @@ def test_refusal_names_the_server_that_holds_the_quota() -> None:
 
 
 def test_refusals_for_size_count_and_group_total() -> None:
-    with pytest.raises(InvalidRequest, match="not an offered size; choose one of: 0.1 GPU, 0.25 GPU, 0.5 GPU"):
+    with pytest.raises(
+        InvalidRequest, match="not an offered size; choose one of: 0.1 GPU, 0.25 GPU, 0.5 GPU"
+    ):
         POLICY.check(1000, [], [])
     with pytest.raises(QuotaExceeded, match="you may run 2 GPU workspace"):
         POLICY.check(100, [], [Holding("a", 100), Holding("b", 100)])

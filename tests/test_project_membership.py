@@ -20,7 +20,9 @@ def hub(tmp_path_factory) -> Hub:
     from tests.conftest import require_chp
 
     require_chp()
-    h = Hub(state=tmp_path_factory.mktemp("members"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    h = Hub(
+        state=tmp_path_factory.mktemp("members"), extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"}
+    ).start()
     h.api("POST", "/hub/api/users/bea")
     h.api("POST", "/hub/api/groups/lab")
     h.api("POST", "/hub/api/groups/lab/users", {"users": ["bea"]})
@@ -30,7 +32,9 @@ def hub(tmp_path_factory) -> Hub:
 
 
 def submit(hub: Hub, user: str, project: str) -> dict:
-    return hub.api("POST", J, {"project": project, "gpus": 1, "command": ["true"]}, token=hub.user_token(user))
+    return hub.api(
+        "POST", J, {"project": project, "gpus": 1, "command": ["true"]}, token=hub.user_token(user)
+    )
 
 
 @pytest.mark.parametrize("user, why", [("ada", "listed user"), ("bea", "in group lab"), ("boss", "admin")])
@@ -40,10 +44,14 @@ def test_members_and_admins_may_submit_to_a_project_with_a_list(hub: Hub, user: 
 
 def test_others_get_403_with_the_projects_they_may_use(hub: Hub) -> None:
     token = hub.user_token("eve")
-    status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, "command": ["true"]}, token=token)
+    status, message = hub.api_error(
+        "POST", J, {"project": "vision", "gpus": 1, "command": ["true"]}, token=token
+    )
     assert status == 403 and "your projects: ['open']" in message
     assert hub.api("GET", J, token=token)["jobs"] == []
     assert submit(hub, "eve", "open")["project"] == "open"  # a project without lists is open to all
-    listed = {p["name"]: p["may_submit"] for p in hub.api("GET", "/services/gpupool/api/projects",
-                                                           token=token)["projects"]}
+    listed = {
+        p["name"]: p["may_submit"]
+        for p in hub.api("GET", "/services/gpupool/api/projects", token=token)["projects"]
+    }
     assert listed == {"open": True, "vision": False}

@@ -29,11 +29,28 @@ JOB = "import time\nfor i in range(400):\n    print('step', i, flush=True)\n    
 
 def message(code: str) -> dict:
     msg_id = uuid.uuid4().hex
-    return {"channel": "shell", "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "t",
-                                           "session": "t", "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {},
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}, "buffers": []}
+    return {
+        "channel": "shell",
+        "header": {
+            "msg_id": msg_id,
+            "msg_type": "execute_request",
+            "username": "t",
+            "session": "t",
+            "version": "5.3",
+            "date": "",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        "buffers": [],
+    }
 
 
 async def run_then_listen(ws_url: str, token: str, code: str, listen_s: float, between) -> dict:
@@ -46,8 +63,11 @@ async def run_then_listen(ws_url: str, token: str, code: str, listen_s: float, b
         msg = json.loads(await asyncio.wait_for(ws.read_message(), 120))
         if msg["msg_type"] == "error":
             raise AssertionError(msg["content"])
-        if (msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
-                and msg["parent_header"].get("msg_id") == request["header"]["msg_id"]):
+        if (
+            msg["msg_type"] == "status"
+            and msg["content"]["execution_state"] == "idle"
+            and msg["parent_header"].get("msg_id") == request["header"]["msg_id"]
+        ):
             break
     counts: dict[str, int] = {}
     await asyncio.sleep(1)  # the execute's own activity settles
@@ -79,9 +99,11 @@ def test_widget_refreshes_and_share_reads_are_not_user_activity(make_hub) -> Non
             _get(server + path, token)
         return _get(server + "/api/status", token)["last_activity"]
 
-    code = ("from gpupool.widgets import JobMonitor, WorkspaceStatus\n"
-            f"monitor = JobMonitor(job_id={job['id']!r}, interval=0.3)\n"
-            "status = WorkspaceStatus(interval=0.3)\n")
+    code = (
+        "from gpupool.widgets import JobMonitor, WorkspaceStatus\n"
+        f"monitor = JobMonitor(job_id={job['id']!r}, interval=0.3)\n"
+        "status = WorkspaceStatus(interval=0.3)\n"
+    )
     ws_url = server.replace("http://", "ws://") + f"/api/kernels/{kernel['id']}/channels"
     seen = asyncio.run(run_then_listen(ws_url, token, code, 6, activity))
     # the widgets did send their new values (the job's log grows) ...

@@ -50,7 +50,8 @@ def test_notebook_examples_run_against_the_demo_hub(hub: Hub, monkeypatch, capsy
         assert re.search(r"^  research\s+1 GPU guaranteed", help_text, re.M)
         shell.run_cell("%%train --gpus 1\nprint(1)\n")
         assert capsys.readouterr().out.strip() == (
-            "%%train: the following arguments are required: --project; see %%train --help")
+            "%%train: the following arguments are required: --project; see %%train --help"
+        )
     finally:
         InteractiveShell.clear_instance()
 

@@ -31,8 +31,9 @@ class Hub:
         self.now += s
 
     def hook(self) -> ResumeHook:
-        return ResumeHook(self.call, "exp", say=self.said.append, sleep=self.sleep, clock=lambda: self.now,
-                          watch_s=3600)
+        return ResumeHook(
+            self.call, "exp", say=self.said.append, sleep=self.sleep, clock=lambda: self.now, watch_s=3600
+        )
 
 
 def test_the_cell_runs_with_the_gpu_the_kernel_came_back_on():
@@ -40,8 +41,15 @@ def test_the_cell_runs_with_the_gpu_the_kernel_came_back_on():
     (a kernel that had not touched CUDA yet initialises it there; what the cell starts too)."""
     hub = Hub([{"state": "parked"}, {"state": "waiting"}, {"state": "running"}])
     states_when_followed = []
-    hook = ResumeHook(hub.call, "exp", say=hub.said.append, sleep=hub.sleep, clock=lambda: hub.now, watch_s=3600,
-                      follow=lambda: states_when_followed.append(hub.states[0]["state"]))
+    hook = ResumeHook(
+        hub.call,
+        "exp",
+        say=hub.said.append,
+        sleep=hub.sleep,
+        clock=lambda: hub.now,
+        watch_s=3600,
+        follow=lambda: states_when_followed.append(hub.states[0]["state"]),
+    )
     assert hook() == "running"
     assert states_when_followed == ["running"]
 
@@ -59,10 +67,20 @@ def test_a_running_workspace_costs_one_status_call_per_burst_of_cells():
 
 
 def test_a_parked_kernel_asks_waits_with_progress_and_runs_the_cell_when_restored():
-    waiting = {"state": "waiting", "message": "waiting for a A100 GPU (1 GPU) for 3 s; held by: another user's"
-                                              " workspace (1 GPU)", "wait_limit_s": 300}
-    hub = Hub([{"state": "parked", "wait_limit_s": 300}, waiting, waiting, {"state": "resuming"},
-               {"state": "running"}])
+    waiting = {
+        "state": "waiting",
+        "message": "waiting for a A100 GPU (1 GPU) for 3 s; held by: another user's workspace (1 GPU)",
+        "wait_limit_s": 300,
+    }
+    hub = Hub(
+        [
+            {"state": "parked", "wait_limit_s": 300},
+            waiting,
+            waiting,
+            {"state": "resuming"},
+            {"state": "running"},
+        ]
+    )
     assert hub.hook()() == "running"
     assert hub.calls[1] == ("POST", "api/parking/resume")
     assert any("held by: another user's workspace" in s for s in hub.said)
@@ -139,11 +157,21 @@ def test_the_workspace_start_up_hooks_every_ipython_shell(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        env = dict(os.environ, PYTHONPATH=STARTUP_DIR, GPUPOOL_API_URL=f"http://127.0.0.1:{server.server_port}/x/",
-                   JUPYTERHUB_API_TOKEN="t", JUPYTERHUB_SERVER_NAME="exp", IPYTHONDIR=str(tmp_path))
-        code = ("from IPython.core.interactiveshell import InteractiveShell\n"
-                "InteractiveShell.instance().run_cell('x = 1')\n")
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        env = dict(
+            os.environ,
+            PYTHONPATH=STARTUP_DIR,
+            GPUPOOL_API_URL=f"http://127.0.0.1:{server.server_port}/x/",
+            JUPYTERHUB_API_TOKEN="t",
+            JUPYTERHUB_SERVER_NAME="exp",
+            IPYTHONDIR=str(tmp_path),
+        )
+        code = (
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance().run_cell('x = 1')\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
     finally:
         server.shutdown()

@@ -38,8 +38,9 @@ def test_the_session_end_is_the_earliest_time_limit_from_the_start() -> None:
 
 
 def test_the_culler_config_gives_each_user_their_end_or_none_when_exempt() -> None:
-    end = IdleCuller(max_age_s=3600, exempt_users=["prof"],
-                     group_overrides={"night": {"max_age_s": 8 * 3600}}).session_end()
+    end = IdleCuller(
+        max_age_s=3600, exempt_users=["prof"], group_overrides={"night": {"max_age_s": 8 * 3600}}
+    ).session_end()
     assert end("ann", (), False, "", at(9), False) == ("max-age", at(10))
     assert end("ann", ("night",), False, "", at(9), False) == ("max-age", at(17))
     assert end("prof", (), False, "", at(9), False) is None
@@ -58,17 +59,37 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
 
     # what %gpupool and the status bar make of it, an hour after the spawn
     me = {"name": "ann"}
-    gpus = {"gpus": [{"index": 0, "virtual": True, "memory_mib": 16384, "shares": [
-        {"owner": "ann", "name": "", "kind": "build", "milli": 250}]}]}
+    gpus = {
+        "gpus": [
+            {
+                "index": 0,
+                "virtual": True,
+                "memory_mib": 16384,
+                "shares": [{"owner": "ann", "name": "", "kind": "build", "milli": 250}],
+            }
+        ]
+    }
     out = summary(me, gpus, {"workspaces": list(found.values())}, "", now=started + 3600)
     assert out["share"] == "0.25" and out["reason"] == "max-age"
     assert any(line.endswith("(in 1 h) at the end of the longest session allowed") for line in out["lines"])
 
     # an extension moves the end at once; the culler's own finding wins once it has one
-    pool.store.put_setting(EXTENSION.format(owner="ann", name=""), {"session": session_of(None, "ann", "", row)})
-    settings["culler_state"] = {"pass_time": started, "workspaces": {
-        "ann/b": {"owner": "ann", "name": "b", "action": "warn", "reason": "idle-jupyter", "cull_at": started + 60},
-        "ann/": {"owner": "ann", "name": "", "action": "keep", "extended": True, "cull_at": None}}}
+    pool.store.put_setting(
+        EXTENSION.format(owner="ann", name=""), {"session": session_of(None, "ann", "", row)}
+    )
+    settings["culler_state"] = {
+        "pass_time": started,
+        "workspaces": {
+            "ann/b": {
+                "owner": "ann",
+                "name": "b",
+                "action": "warn",
+                "reason": "idle-jupyter",
+                "cull_at": started + 60,
+            },
+            "ann/": {"owner": "ann", "name": "", "action": "keep", "extended": True, "cull_at": None},
+        },
+    }
     found = findings(settings, pool)
     assert found["ann/"]["cull_at"] == started + 7200 + 3600 and found["ann/"]["extended"] is True
     assert found["ann/b"] == settings["culler_state"]["workspaces"]["ann/b"]
@@ -100,8 +121,10 @@ def test_time_left_shows_in_each_row_of_the_home_page_right_after_the_spawn(make
         for name, share in (("small", "0.25 GPU"), ("big", "0.5 GPU")):
             row = page.locator(f"tr.home-server-row[data-server-name='{name}']")
             assert row.locator("td.gpupool-share").inner_text() == share
-            assert re.fullmatch(r"stops at \d\d:\d\d \(in (1 h 5\d|2 h 0) min\)",
-                                row.locator("td.gpupool-time-left").inner_text()), row.inner_text()
+            assert re.fullmatch(
+                r"stops at \d\d:\d\d \(in (1 h 5\d|2 h 0) min\)",
+                row.locator("td.gpupool-time-left").inner_text(),
+            ), row.inner_text()
             assert row.locator("a.stop-server").count() == 1  # the hub's own row, with its actions
         assert page.locator(".gpupool-default-share").count() == 0  # no default server running
         shot(page, "home-0-shares")

@@ -13,17 +13,24 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 OPENB = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared")) / "data" / "openb"
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\nn1,96000,786432,8,G2\n"
-PODS = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-        "scheduled_time\n"
-        "p0,4000,8192,1,500,,LS,Running,0,100,0\n"
-        "p1,8000,8192,2,1000,G2,LS,Running,10,50,10\n"
-        "p2,2000,4096,0,0,,BE,Running,20,30,20\n"
-        "p3,4000,8192,1,250,T4|G2,LS,Running,30,200,30\n")
+PODS = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    "scheduled_time\n"
+    "p0,4000,8192,1,500,,LS,Running,0,100,0\n"
+    "p1,8000,8192,2,1000,G2,LS,Running,10,50,10\n"
+    "p2,2000,4096,0,0,,BE,Running,20,30,20\n"
+    "p3,4000,8192,1,250,T4|G2,LS,Running,30,200,30\n"
+)
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpupool.cli", "simulate", *args],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
 
 
 def write(tmp: Path, nodes: str = NODES, pods: str = PODS) -> tuple[str, str]:
@@ -35,8 +42,21 @@ def write(tmp: Path, nodes: str = NODES, pods: str = PODS) -> tuple[str, str]:
 def test_fgd_scenario_writes_the_json_contract(tmp_path: Path) -> None:
     nodes, pods = write(tmp_path)
     out = tmp_path / "r.json"
-    r = simulate("fgd", "--nodes", nodes, "--pods", pods, "--policy", "best-fit", "--inflation", "1.3",
-                 "--seed", "42", "--json", str(out))
+    r = simulate(
+        "fgd",
+        "--nodes",
+        nodes,
+        "--pods",
+        pods,
+        "--policy",
+        "best-fit",
+        "--inflation",
+        "1.3",
+        "--seed",
+        "42",
+        "--json",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert {"policy", "seed", "arrived_pct", "alloc_ratio_pct", "unallocated_gpus", "wall_s"} <= set(result)
@@ -60,14 +80,28 @@ def test_replay_scenario_reports_time_averages(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "which, text, expected",
     [
-        ("pods", PODS.replace("p1,8000", "p1,lots"), "pods.csv:3: column cpu_milli: not a whole number: 'lots'"),
-        ("pods", PODS.replace("p0,4000,8192,1,500", "p0,4000,8192,9,500"), "pods.csv:2: column num_gpu: must be between 0 and 8, got 9"),
-        ("pods", PODS.replace("p1,8000,8192,2,1000", "p1,8000,8192,2,500"), "pods.csv:3: columns num_gpu/gpu_milli"),
+        (
+            "pods",
+            PODS.replace("p1,8000", "p1,lots"),
+            "pods.csv:3: column cpu_milli: not a whole number: 'lots'",
+        ),
+        (
+            "pods",
+            PODS.replace("p0,4000,8192,1,500", "p0,4000,8192,9,500"),
+            "pods.csv:2: column num_gpu: must be between 0 and 8, got 9",
+        ),
+        (
+            "pods",
+            PODS.replace("p1,8000,8192,2,1000", "p1,8000,8192,2,500"),
+            "pods.csv:3: columns num_gpu/gpu_milli",
+        ),
         ("pods", "name,cpu_milli\np0,1\n", "pods.csv:1: missing column(s) memory_mib, num_gpu, gpu_milli"),
         ("nodes", NODES.replace("n1,96000", "n1,-5"), "nodes.csv:3: column cpu_milli: must be >= 0, got -5"),
     ],
 )
-def test_malformed_csv_names_file_line_and_column(tmp_path: Path, which: str, text: str, expected: str) -> None:
+def test_malformed_csv_names_file_line_and_column(
+    tmp_path: Path, which: str, text: str, expected: str
+) -> None:
     nodes, pods = write(tmp_path, **{which: text})
     r = simulate("fgd", "--nodes", nodes, "--pods", pods)
     assert r.returncode == 2
@@ -92,7 +126,10 @@ def test_the_documented_commands_run_on_the_sample_trace_from_a_clone(tmp_path: 
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "gpupool simulate fgd: policy frag-aware, seed 42, 97 pods"
-    assert lines[1].startswith("  GPUs allocated: ") and "% of capacity when 129 % of it had been requested" in lines[1]
+    assert (
+        lines[1].startswith("  GPUs allocated: ")
+        and "% of capacity when 129 % of it had been requested" in lines[1]
+    )
     r = simulate("replay", *sample, "--queue")
     assert r.returncode == 0 and "GPU allocation, time average:" in r.stdout, r.stderr
 

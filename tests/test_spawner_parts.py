@@ -28,12 +28,23 @@ def test_form_offers_sizes_and_disables_those_over_the_quota_left() -> None:
 def test_form_counts_every_server_and_says_memory_room_and_workspaces() -> None:
     held = [Holding("", 250), Holding("exp1", 500)]
     free = [[250, 1000, 1000, -1]]  # one node: a quarter and two whole GPUs free
-    html = render_form([(250, True), (1000, False), (2000, False)], held, 2000, virtual=False,
-                       memory_mib_per_gpu=16384, gpu_free=free, max_workspaces=3, this_server="exp2")
-    assert "in use: <b>0.75 GPU</b>" in html and "workspaces <b class=\"gpupool-workspaces\">2 of 3</b>" in html
+    html = render_form(
+        [(250, True), (1000, False), (2000, False)],
+        held,
+        2000,
+        virtual=False,
+        memory_mib_per_gpu=16384,
+        gpu_free=free,
+        max_workspaces=3,
+        this_server="exp2",
+    )
+    assert "in use: <b>0.75 GPU</b>" in html and 'workspaces <b class="gpupool-workspaces">2 of 3</b>' in html
     assert html.count("<li>") == 2  # both servers listed
-    assert "0.25 GPU <small class=\"gpupool-facts\">(4,096 MiB, room for 9 now)</small>" in html
-    assert "2 GPUs <small class=\"gpupool-facts\">(32,768 MiB, room for 1 now)</small> — over your quota left" in html
+    assert '0.25 GPU <small class="gpupool-facts">(4,096 MiB, room for 9 now)</small>' in html
+    assert (
+        '2 GPUs <small class="gpupool-facts">(32,768 MiB, room for 1 now)</small> — over your quota left'
+        in html
+    )
     assert 'value="2" disabled>' in html
     full = render_form([(250, True)], held, 2000, virtual=False, max_workspaces=2, this_server="exp2")
     assert "You run 2 of 2 GPU workspaces allowed" in full and 'value="0.25" disabled>' in full
@@ -83,7 +94,7 @@ def test_env_for_two_whole_gpus() -> None:
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=81559M,1=81559M"
 
 
-FAKE_TORCH = textwrap.dedent('''
+FAKE_TORCH = textwrap.dedent("""
     import types
     calls = []
     _lazy = []
@@ -97,14 +108,16 @@ FAKE_TORCH = textwrap.dedent('''
         set_per_process_memory_fraction=lambda f, d: calls.append((f, d)),
         init=_init,
     )
-''')
+""")
 
 
 def run_python(tmp_path: Path, code: str, env: dict[str, str]) -> str:
     (tmp_path / "torch.py").write_text(FAKE_TORCH)  # torch itself needs CUDA for this call
     full_env = {**os.environ, **env}
     full_env["PYTHONPATH"] = os.pathsep.join([STARTUP_DIR, str(tmp_path)])
-    out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 

@@ -47,10 +47,12 @@ def pool(tmp_path: Path):
     runtime.reset()
 
 
-@pytest.mark.parametrize("stop_fails, dies_anyway, kept", [(True, False, True), (True, True, False),
-                                                           (False, False, False)])
-def test_a_failed_stop_keeps_the_share_while_the_server_runs(pool, stop_fails: bool, dies_anyway: bool,
-                                                             kept: bool) -> None:
+@pytest.mark.parametrize(
+    "stop_fails, dies_anyway, kept", [(True, False, True), (True, True, False), (False, False, False)]
+)
+def test_a_failed_stop_keeps_the_share_while_the_server_runs(
+    pool, stop_fails: bool, dies_anyway: bool, kept: bool
+) -> None:
     sp = Spawner(stop_fails, dies_anyway)
     sp.reserve_milli(500)
     if stop_fails:

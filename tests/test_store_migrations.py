@@ -38,7 +38,10 @@ def test_a_database_from_before_migrations_upgrades_and_keeps_every_row(tmp_path
     [ann, bob] = store.allocations()
     assert (ann.owner, ann.gpus, ann.gpu_milli, ann.groups, ann.pid) == ("ann", [0], 250, ["students"], 4242)
     assert (bob.kind, bob.name, bob.gpus) == ("train", "j-000001", [1, 2])
-    assert store.get_setting("quotas") == {"default_build_quota": 1.0, "group_overrides": {"lab": {"quota": 2}}}
+    assert store.get_setting("quotas") == {
+        "default_build_quota": 1.0,
+        "group_overrides": {"lab": {"quota": 2}},
+    }
     [event] = store.events()
     assert (event.kind, event.owner, event.data) == ("reserve", "ann", {"gpus": [0]})
     with store.session() as s:
@@ -77,4 +80,3 @@ def test_a_new_database_gets_the_newest_revision_and_the_models_schema(tmp_path:
     assert schema_drift(store) == [], "a model changed without a revision: see gpupool.store.migrate"
     memory = Store("sqlite:///:memory:")  # the tests' own stores
     assert current(memory.engine) == head()
-

@@ -12,14 +12,19 @@ from tests.support.wait import until, until_async
 
 def test_until_returns_the_first_truthy_value_and_steps_between_checks() -> None:
     seen: list[int] = []
-    assert until(lambda: len(seen) >= 3 and seen, "three steps", every=0.001, step=lambda: seen.append(1)) == [1, 1, 1]
+    assert until(
+        lambda: len(seen) >= 3 and seen, "three steps", every=0.001, step=lambda: seen.append(1)
+    ) == [1, 1, 1]
 
 
 def test_until_names_what_it_waited_for_the_last_value_and_the_detail() -> None:
     with pytest.raises(AssertionError) as failed:
-        until(lambda: [], "the queue to fill", timeout=0.05, every=0.01, detail=lambda: "log tail: nothing ran")
-    assert str(failed.value) == ("timed out after 0.05 s waiting for the queue to fill; last value seen: []\n"
-                                 "log tail: nothing ran")
+        until(
+            lambda: [], "the queue to fill", timeout=0.05, every=0.01, detail=lambda: "log tail: nothing ran"
+        )
+    assert str(failed.value) == (
+        "timed out after 0.05 s waiting for the queue to fill; last value seen: []\nlog tail: nothing ran"
+    )
 
 
 def test_an_assertion_inside_the_check_ends_the_wait_at_once() -> None:

@@ -20,9 +20,23 @@ c.TrainPool.projects = {"vision": {"guarantee": 4}}
 
 def test_combinations_are_the_product_in_order_within_bounds() -> None:
     assert combinations({"lr": [0.1, 0.01], "batch": [32, 64]}) == [
-        {"lr": 0.1, "batch": 32}, {"lr": 0.1, "batch": 64}, {"lr": 0.01, "batch": 32}, {"lr": 0.01, "batch": 64}]
-    for bad in ({}, [], {"lr": []}, {"lr": 0.1}, {"1x": [1]}, {"lr": [float("nan")]}, {"lr": [[1]]},
-                {"lr": [None]}, {"a": list(range(8)), "b": list(range(5))}, {f"k{i}": [1] for i in range(9)}):
+        {"lr": 0.1, "batch": 32},
+        {"lr": 0.1, "batch": 64},
+        {"lr": 0.01, "batch": 32},
+        {"lr": 0.01, "batch": 64},
+    ]
+    for bad in (
+        {},
+        [],
+        {"lr": []},
+        {"lr": 0.1},
+        {"1x": [1]},
+        {"lr": [float("nan")]},
+        {"lr": [[1]]},
+        {"lr": [None]},
+        {"a": list(range(8)), "b": list(range(5))},
+        {f"k{i}": [1] for i in range(9)},
+    ):
         with pytest.raises(SweepError):
             combinations(bad)
     assert len(combinations({"a": list(range(8)), "b": list(range(4))})) == MAX_RUNS
@@ -47,7 +61,9 @@ def test_the_widgets_sweep_field_counts_the_jobs_it_would_submit() -> None:
     from gpupool.widgets.sweep import parse_sweep_field
 
     assert parse_sweep_field("lr=0.1,0.01 opt=adam,sgd,'a b'") == (
-        {"lr": [0.1, 0.01], "opt": ["adam", "sgd", "a b"]}, 6)
+        {"lr": [0.1, 0.01], "opt": ["adam", "sgd", "a b"]},
+        6,
+    )
     assert parse_sweep_field("  ") == ({}, 1)
     for bad in ("x" * 5000, "lr=1,,2", "=1", "lr=[1]", "k=" + ",".join(map(str, range(17)))):
         with pytest.raises(SweepError):
@@ -63,8 +79,18 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
     try:
         token = hub.user_token("ada")
         code = "loss = 1 / (lr * batch)\nprint(f'final loss={loss:.4f} lr={lr}')"
-        out = hub.api("POST", J, {"project": "vision", "gpus": 1, "name": "grid", "code": code,
-                                  "sweep": {"lr": [0.5, 0.25], "batch": [2, 4]}}, token=token)
+        out = hub.api(
+            "POST",
+            J,
+            {
+                "project": "vision",
+                "gpus": 1,
+                "name": "grid",
+                "code": code,
+                "sweep": {"lr": [0.5, 0.25], "batch": [2, 4]},
+            },
+            token=token,
+        )
         assert [j["name"] for j in out["jobs"]] == ["grid-1", "grid-2", "grid-3", "grid-4"]
 
         def ended() -> dict | None:
@@ -81,15 +107,20 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
         assert table.table.value.count("<tr>") == 5 and "<th>loss</th>" in table.table.value
         assert "<td>grid-4</td><td>succeeded</td><td>4</td><td>0.25</td><td>1</td>" in table.table.value
         got = {(r["parameters"]["lr"], r["parameters"]["batch"]): r["metrics"] for r in sweep["runs"]}
-        assert got == {(lr, b): {"loss": round(1 / (lr * b), 4), "lr": lr} for lr in (0.5, 0.25) for b in (2, 4)}
+        assert got == {
+            (lr, b): {"loss": round(1 / (lr * b), 4), "lr": lr} for lr in (0.5, 0.25) for b in (2, 4)
+        }
         # another user does not see it; bounds and kinds are checked before anything is submitted
-        status, _ = hub.api_error("GET", f"/services/gpupool/api/sweeps/{out['sweep']}",
-                                  token=hub.user_token("eve"))
+        status, _ = hub.api_error(
+            "GET", f"/services/gpupool/api/sweeps/{out['sweep']}", token=hub.user_token("eve")
+        )
         assert status == 404
-        for body, why in (({"script": "print(1)", "sweep": {"lr": [1]}}, "only for code or notebook"),
-                          ({"code": "1", "sweep": {"lr": list(range(7))}}, "at most 6"),
-                          ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list"),
-                          ({"code": "1", "pools": ["dgx"]}, "pools: a list of node pools of project vision")):
+        for body, why in (
+            ({"script": "print(1)", "sweep": {"lr": [1]}}, "only for code or notebook"),
+            ({"code": "1", "sweep": {"lr": list(range(7))}}, "at most 6"),
+            ({"code": "1", "sweep": {"lr": "0.1"}}, "needs a list"),
+            ({"code": "1", "pools": ["dgx"]}, "pools: a list of node pools of project vision"),
+        ):
             status, message = hub.api_error("POST", J, {"project": "vision", "gpus": 1, **body}, token=token)
             assert status in (400, 429) and why in message, message
         assert len(hub.api("GET", J, token=token)["jobs"]) == 4
@@ -102,8 +133,12 @@ def test_a_sweep_on_a_real_hub_runs_each_combination_and_reports_its_metrics(tmp
 def test_train_help_lists_projects_with_their_pools() -> None:
     from gpupool.widgets.magics import projects_text
 
-    text = projects_text([{"name": "vision", "guarantee_milli": 8000, "used_milli": 0, "pools": ["dgx", "ws"]},
-                          {"name": "teach", "guarantee_milli": 1000, "used_milli": 0, "pools": []}])
+    text = projects_text(
+        [
+            {"name": "vision", "guarantee_milli": 8000, "used_milli": 0, "pools": ["dgx", "ws"]},
+            {"name": "teach", "guarantee_milli": 1000, "used_milli": 0, "pools": []},
+        ]
+    )
     vision, teach = (line for line in text.splitlines() if line.strip().startswith(("vision", "teach")))
     assert "8 GPUs guaranteed" in vision and "GPUs from dgx, ws" in vision
     assert "1 GPU guaranteed" in teach and "GPUs from" not in teach
@@ -112,9 +147,18 @@ def test_train_help_lists_projects_with_their_pools() -> None:
 def test_the_sweep_table_escapes_what_runs_printed() -> None:
     from gpupool.widgets.sweep import sweep_html
 
-    page = sweep_html({"parameters": ["tag"], "runs": [
-        {"job": {"name": "a-1", "state": "running"}, "parameters": {"tag": "<b>x</b>"}, "metrics": {"acc": 0.91234}},
-        {"job": {"name": "a-2", "state": "queued"}, "parameters": {"tag": "y"}, "metrics": {}}]})
+    page = sweep_html(
+        {
+            "parameters": ["tag"],
+            "runs": [
+                {
+                    "job": {"name": "a-1", "state": "running"},
+                    "parameters": {"tag": "<b>x</b>"},
+                    "metrics": {"acc": 0.91234},
+                },
+                {"job": {"name": "a-2", "state": "queued"}, "parameters": {"tag": "y"}, "metrics": {}},
+            ],
+        }
+    )
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
     assert "<td>0.9123</td>" in page and page.count("<tr>") == 3
-

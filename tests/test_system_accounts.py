@@ -74,14 +74,24 @@ def pids_with(marker: str) -> list[int]:
 
 def open_as(uid: int, gid: int, paths: list[Path]) -> dict[str, str]:
     """open() each path for reading in a process with this uid (no other groups): its errno name."""
-    code = ("import errno, sys\n"
-            "for p in sys.argv[1:]:\n"
-            "    try:\n"
-            "        open(p, 'rb').read(1); print('READ')\n"
-            "    except OSError as e:\n"
-            "        print(errno.errorcode[e.errno])\n")
-    out = subprocess.run(["/usr/bin/env", "python3", "-c", code, *map(str, paths)], user=uid, group=gid,
-                         extra_groups=[], capture_output=True, text=True, timeout=30, cwd="/")
+    code = (
+        "import errno, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    try:\n"
+        "        open(p, 'rb').read(1); print('READ')\n"
+        "    except OSError as e:\n"
+        "        print(errno.errorcode[e.errno])\n"
+    )
+    out = subprocess.run(
+        ["/usr/bin/env", "python3", "-c", code, *map(str, paths)],
+        user=uid,
+        group=gid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
     assert out.returncode == 0, out.stderr
     return dict(zip(map(str, paths), out.stdout.split(), strict=True))
 
@@ -92,12 +102,18 @@ def hub(make_hub) -> Hub:
     names no real account has."""
     if WHY_NOT:
         pytest.skip(WHY_NOT)
-    h = make_hub(account_prefix=ACCOUNT_PREFIX, env={
-        "GPUPOOL_CULLER": "0",
-        # the demo passwords kept in files, as `make up` keeps them
-        "GPUPOOL_DEMO_PASSWORD": "", "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
-        # secrets an admin hands JupyterHub in its environment
-        "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32), "JPY_COOKIE_SECRET": secrets.token_hex(32)})
+    h = make_hub(
+        account_prefix=ACCOUNT_PREFIX,
+        env={
+            "GPUPOOL_CULLER": "0",
+            # the demo passwords kept in files, as `make up` keeps them
+            "GPUPOOL_DEMO_PASSWORD": "",
+            "GPUPOOL_DEMO_ADMIN_PASSWORD": "",
+            # secrets an admin hands JupyterHub in its environment
+            "CONFIGPROXY_AUTH_TOKEN": secrets.token_hex(32),
+            "JPY_COOKIE_SECRET": secrets.token_hex(32),
+        },
+    )
     return h.start()
 
 
@@ -111,11 +127,11 @@ def log_in(hub: Hub, user: str) -> None:
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     opener.open(f"{hub.url}/hub/login", timeout=30).read()
     xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    form = urllib.parse.urlencode({"username": user, "password": (hub.state / "demo-password").read_text().strip(),
-                                   "_xsrf": xsrf}).encode()
+    form = urllib.parse.urlencode(
+        {"username": user, "password": (hub.state / "demo-password").read_text().strip(), "_xsrf": xsrf}
+    ).encode()
     opener.open(f"{hub.url}/hub/login?next=/hub/home", data=form, timeout=60).read()
     assert any(c.name.startswith("jupyterhub-hub-login") for c in jar), "not logged in"
-
 
 
 def secrets_of(hub: Hub) -> dict[str, str]:
@@ -123,10 +139,16 @@ def secrets_of(hub: Hub) -> dict[str, str]:
     environment), the admin token, the demo passwords."""
     state = hub.state
     proxy_pid = int((state / "proxy.pid").read_text().strip())
-    proxy_env = dict(item.split(b"=", 1) for item in Path(f"/proc/{proxy_pid}/environ").read_bytes().split(b"\0")
-                     if b"=" in item)
-    found = {"proxy token": proxy_env[b"CONFIGPROXY_AUTH_TOKEN"].decode(), "admin token": ADMIN_TOKEN,
-             "cookie secret": hub.env["JPY_COOKIE_SECRET"]}
+    proxy_env = dict(
+        item.split(b"=", 1)
+        for item in Path(f"/proc/{proxy_pid}/environ").read_bytes().split(b"\0")
+        if b"=" in item
+    )
+    found = {
+        "proxy token": proxy_env[b"CONFIGPROXY_AUTH_TOKEN"].decode(),
+        "admin token": ADMIN_TOKEN,
+        "cookie secret": hub.env["JPY_COOKIE_SECRET"],
+    }
     for name in ("demo-password", "demo-admin-password"):
         found[name] = (state / name).read_text().strip()
     assert found["proxy token"] == hub.env["CONFIGPROXY_AUTH_TOKEN"]
@@ -150,8 +172,11 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     assert a.pw_dir == f"{hub.state}/home/jupyter-{alice}"
     home = os.stat(a.pw_dir)
     assert (home.st_uid, home.st_mode & 0o777) == (a.pw_uid, 0o700)
-    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={alice}/") if "singleuser" in Path(f"/proc/{p}/cmdline")
-                .read_text(errors="replace")]
+    [server] = [
+        p
+        for p in pids_with(f"GPUPOOL_WORKSPACE={alice}/")
+        if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+    ]
     assert uid_of(server) == a.pw_uid  # not 0
 
     token = hub.user_token(alice)
@@ -171,15 +196,25 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
 
     hub.spawn(bob, 0.25)
     b = pwd.getpwnam(f"jupyter-{bob}")
-    [bob_server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={bob}/")
-                    if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    [bob_server] = [
+        p
+        for p in pids_with(f"GPUPOOL_WORKSPACE={bob}/")
+        if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+    ]
     assert uid_of(bob_server) == b.pw_uid != a.pw_uid
     (Path(a.pw_dir) / "notes.txt").write_text("alice's notes")
     os.chown(Path(a.pw_dir) / "notes.txt", a.pw_uid, a.pw_gid)
     os.chmod(Path(a.pw_dir) / "notes.txt", 0o644)
-    targets = [folder / "alice-output.txt", folder / "job.log", Path(a.pw_dir) / "notes.txt",
-               hub.state / "jupyterhub.sqlite", hub.state / "gpupool.sqlite", hub.state / "demo-password",
-               hub.state / "demo-admin-password", hub.state / "hub.log"]
+    targets = [
+        folder / "alice-output.txt",
+        folder / "job.log",
+        Path(a.pw_dir) / "notes.txt",
+        hub.state / "jupyterhub.sqlite",
+        hub.state / "gpupool.sqlite",
+        hub.state / "demo-password",
+        hub.state / "demo-admin-password",
+        hub.state / "hub.log",
+    ]
     assert all(t.exists() for t in targets)
     assert set(open_as(b.pw_uid, b.pw_gid, targets).values()) == {errno.errorcode[errno.EACCES]}
     # alice herself reads her own files (the refusals above are about who asks), her job's
@@ -203,8 +238,11 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
 
 
 def server_uid(hub: Hub, user: str) -> int:
-    [server] = [p for p in pids_with(f"GPUPOOL_WORKSPACE={user}/")
-                if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+    [server] = [
+        p
+        for p in pids_with(f"GPUPOOL_WORKSPACE={user}/")
+        if "singleuser" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+    ]
     return uid_of(server)
 
 
@@ -216,13 +254,18 @@ def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes
     name = unix_name(odd, ACCOUNT_PREFIX)
     assert name.startswith("jupyter-eve-") and len(name) <= 32
     # a squatter registers first the hub name whose account is the name eve's would get
-    squatter = name[len(ACCOUNT_PREFIX):]
+    squatter = name[len(ACCOUNT_PREFIX) :]
     hub.spawn(squatter, 0.25)
     assert pwd.getpwnam(name).pw_gecos == comment_for(squatter)
     # eve is not locked out: the stored mapping gives her an account of her own, with another name
     hub.spawn(odd, 0.25)
     mine = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=f"{hub.state}/home").lookup(odd)
-    assert mine is not None and mine.name != name and mine.name.startswith("jupyter-eve-") and len(mine.name) <= 32
+    assert (
+        mine is not None
+        and mine.name != name
+        and mine.name.startswith("jupyter-eve-")
+        and len(mine.name) <= 32
+    )
     assert pwd.getpwnam(mine.name).pw_gecos == comment_for(odd)
     assert server_uid(hub, odd) == mine.uid != pwd.getpwnam(name).pw_uid != 0
     assert server_uid(hub, squatter) == pwd.getpwnam(name).pw_uid
@@ -236,8 +279,12 @@ def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes
 def test_an_account_made_by_the_earlier_naming_keeps_working(tmp_path: Path) -> None:
     hub_name = f"Old.{secrets.token_hex(3)}@Example.org"
     name = unix_name(hub_name, ACCOUNT_PREFIX)  # the name the earlier code computed and made
-    subprocess.run(["useradd", "--no-create-home", "--comment", comment_for(hub_name), "--", name], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        ["useradd", "--no-create-home", "--comment", comment_for(hub_name), "--", name],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     try:
         accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path))
         assert accounts.ensure(hub_name).name == name
@@ -253,7 +300,9 @@ def test_making_accounts_is_bounded_per_minute(tmp_path: Path, monkeypatch) -> N
 
     monkeypatch.setattr(gpupool.accounts, "_made", collections.deque())  # this test's minute only
     tmp_path.chmod(0o711)
-    accounts = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_created_per_minute=2)
+    accounts = SystemAccounts(
+        prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_created_per_minute=2
+    )
     names = [f"flood{secrets.token_hex(3)}" for _ in range(3)]
     try:
         accounts.ensure(names[0])
@@ -278,22 +327,43 @@ def test_jobs_have_a_path_of_their_own_and_no_argument_shows_to_other_users(hub:
     token = hub.user_token(alice)
     # a command that does not exist: said as such (127), not "Permission denied" (126) from a PATH
     # folder of root's that the job's account may not search
-    bad = hub.api("POST", J, {"project": "default", "gpus": 1, "command": ["no-such-command-xyz"]}, token=token)
+    bad = hub.api(
+        "POST", J, {"project": "default", "gpus": 1, "command": ["no-such-command-xyz"]}, token=token
+    )
     bad = hub.wait_job(bad["id"], {"failed", "succeeded"}, token)
     assert bad["exit_code"] == 127 and "No such file or directory" in bad["message"], bad
     # a notebook job whose parameter is a secret, and a script job
     secret = f"s3cr3t{tag}"
-    job = hub.api("POST", J, {"project": "default", "gpus": 1, "name": f"private{tag}", "parameters": {"key": secret},
-                              "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)"},
-                  token=token)
+    job = hub.api(
+        "POST",
+        J,
+        {
+            "project": "default",
+            "gpus": 1,
+            "name": f"private{tag}",
+            "parameters": {"key": secret},
+            "code": "import os, time\nwhile not os.path.exists('go'): time.sleep(0.1)",
+        },
+        token=token,
+    )
     running = hub.wait_job(job["id"], {"running"}, token)
     pids = until(lambda: pids_with(f"GPUPOOL_JOB_ID={job['id']}"), "the job's processes")
-    environ = dict(v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v)
+    environ = dict(
+        v.split("=", 1) for v in Path(f"/proc/{pids[0]}/environ").read_text().split("\0") if "=" in v
+    )
     assert "/root" not in environ["PATH"] and environ["PATH"].endswith("/usr/local/bin:/usr/bin:/bin")
     hub.spawn(bob, 0.25)  # bob's account exists; he lists every process, as `ps` does
     b = pwd.getpwnam(f"jupyter-{bob}")
-    out = subprocess.run(["ps", "-eww", "-o", "args"], user=b.pw_uid, group=b.pw_gid, extra_groups=[],
-                         capture_output=True, text=True, timeout=30, cwd="/").stdout
+    out = subprocess.run(
+        ["ps", "-eww", "-o", "args"],
+        user=b.pw_uid,
+        group=b.pw_gid,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    ).stdout
     assert "runners/wrap.py" in out  # bob sees that a job runs...
     assert secret not in out and f"private{tag}" not in out and running["workdir"] not in out  # ...not what
     Path(running["workdir"], "go").touch()
@@ -316,7 +386,6 @@ def test_names_map_within_unix_limits_and_refuse_what_cannot_map() -> None:
 def test_root_is_never_an_account_for_a_user() -> None:
     with pytest.raises(AccountError, match="never run as root"):
         SystemAccounts(prefix="").lookup("root")
-
 
 
 @real_accounts
@@ -366,8 +435,16 @@ def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
         assert folder, "gpupool up would run every workspace as root"
         monkeypatch.setenv("GPUPOOL_USER_ENV", folder)
         assert isolation(str(state), euid=0, spawner="") == ("accounts", "")
-        out = subprocess.run([f"{folder}/bin/python", "-c", "import gpupool, jupyterhub; print('ok')"], user=65534,
-                             group=65534, extra_groups=[], capture_output=True, text=True, timeout=60, cwd="/")
+        out = subprocess.run(
+            [f"{folder}/bin/python", "-c", "import gpupool, jupyterhub; print('ok')"],
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         assert out.stdout.strip() == "ok", out.stderr  # as nobody
     finally:
         shutil.rmtree(top, ignore_errors=True)
@@ -384,9 +461,14 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
     elsewhere = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path / "home"))
     elsewhere.ensure(other)  # made by gpupool, for another hub's state folder
     try:
+
         def accounts(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "gpupool.cli", "accounts", "--state", str(hub.state), *args],
-                                  capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [sys.executable, "-m", "gpupool.cli", "accounts", "--state", str(hub.state), *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
 
         listed = accounts()
         assert f"jupyter-{name}\t" in listed.stdout and f"hub user {name}\t" in listed.stdout

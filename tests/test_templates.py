@@ -9,7 +9,9 @@ from gpupool.spawner.form import render_form
 from gpupool.templating import TEMPLATES, render
 
 HOSTILE = "<script>alert('x')</script>\"'><img src=x onerror=alert(1)>"
-ESCAPED = "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&quot;&#x27;&gt;&lt;img src=x onerror=alert(1)&gt;"
+ESCAPED = (
+    "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&quot;&#x27;&gt;&lt;img src=x onerror=alert(1)&gt;"
+)
 
 
 def assert_inert(html: str, times: int) -> None:
@@ -18,19 +20,22 @@ def assert_inert(html: str, times: int) -> None:
 
 
 def test_the_spawn_form_escapes_server_pool_and_note_text() -> None:
-    html = render_form([(1000, True)], [Holding(HOSTILE, 500)], 2000, virtual=False,
-                       pools=["ws", HOSTILE], notes=[HOSTILE])
+    html = render_form(
+        [(1000, True)], [Holding(HOSTILE, 500)], 2000, virtual=False, pools=["ws", HOSTILE], notes=[HOSTILE]
+    )
     # the note, the held server's label, the pool list, the pool's value and its label
     assert_inert(html, 5)
     assert f'<input type="radio" name="pool" value="{ESCAPED}">' in html  # the attribute is not broken out of
 
 
 def test_the_extend_page_escapes_the_server_name_warning_and_error() -> None:
-    asked = render("gpupool-extend.html", home="/hub/home", server=HOSTILE, warning=HOSTILE, error=None,
-                   xsrf="t")
+    asked = render(
+        "gpupool-extend.html", home="/hub/home", server=HOSTILE, warning=HOSTILE, error=None, xsrf="t"
+    )
     assert_inert(asked, 3)  # the heading, the warning and the form's hidden field
-    refused = render("gpupool-extend.html", home="/hub/home", server=HOSTILE, warning="", error=HOSTILE,
-                     xsrf="t")
+    refused = render(
+        "gpupool-extend.html", home="/hub/home", server=HOSTILE, warning="", error=HOSTILE, xsrf="t"
+    )
     assert_inert(refused, 1)
     assert "<h1>Not extended</h1>" in refused and "gpupool-extend" not in refused
 

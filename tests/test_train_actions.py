@@ -15,12 +15,24 @@ POLICY = get_policy("best-fit")
 
 
 def nodes(n: int, gpus: int = 2) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(gpus))) for i in range(n)))
+    return Inventory(
+        nodes=tuple(
+            Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(gpus)))
+            for i in range(n)
+        )
+    )
 
 
-def run(state: ClusterState, jid: str, project: str, node: int, gpus: list[int], milli: int = 1000,
-        started: float = 0, **kw) -> Job:
+def run(
+    state: ClusterState,
+    jid: str,
+    project: str,
+    node: int,
+    gpus: list[int],
+    milli: int = 1000,
+    started: float = 0,
+    **kw,
+) -> Job:
     req = Request.for_gpus(milli * len(gpus))
     placement = state.placement_on(node, req, gpus)
     state.apply(placement)
@@ -35,16 +47,21 @@ def cycle(state: ClusterState, projects: dict, running: list[Job], now: float = 
 def test_victims_lowest_priority_first_then_the_youngest_never_in_quota_or_too_young() -> None:
     state = ClusterState(virtual_inventory(6))
     projects = {"own": Project("own", 1000), "lab": Project("lab", 0), "vip": Project("vip", 0, priority=5)}
-    running = [run(state, "old", "lab", 0, [0], started=0), run(state, "young", "lab", 0, [1], started=50),
-               run(state, "keen", "lab", 0, [2], started=60, priority=3),
-               run(state, "boss", "vip", 0, [3], started=70),
-               run(state, "fresh", "lab", 0, [4], started=95, min_runtime_s=3600),
-               run(state, "mine", "own", 0, [5], started=0)]
+    running = [
+        run(state, "old", "lab", 0, [0], started=0),
+        run(state, "young", "lab", 0, [1], started=50),
+        run(state, "keen", "lab", 0, [2], started=60, priority=3),
+        run(state, "boss", "vip", 0, [3], started=70),
+        run(state, "fresh", "lab", 0, [4], started=95, min_runtime_s=3600),
+        run(state, "mine", "own", 0, [5], started=0),
+    ]
     c = cycle(state, projects, running)
     order = [j.id for j in reclaimable(running, c.over, projects, now=100)]
     assert order == ["young", "old", "keen", "boss"]  # not "mine" (in quota), not "fresh" (min runtime)
-    assert [j.id for j in reclaimable(running, c.over, projects, 100, skip={"young"}, not_of="vip")] \
-        == ["old", "keen"]
+    assert [j.id for j in reclaimable(running, c.over, projects, 100, skip={"young"}, not_of="vip")] == [
+        "old",
+        "keen",
+    ]
     assert sorted(running, key=victim_key(projects))[0].id == "fresh"  # the order alone ignores eligibility
 
 
@@ -54,8 +71,10 @@ def test_allocate_admits_in_queue_order_and_hands_only_in_quota_jobs_to_make_roo
     projects = {"own": Project("own", 1000), "lab": Project("lab", 0)}
     c = cycle(state, projects, [run(state, "busy", "lab", 0, [0])])
     asked: list[str] = []
-    pending = [Job("borrow", "lab", Request.for_gpus(1000), submitted=1),
-               Job("mine", "own", Request.for_gpus(1000), submitted=2)]
+    pending = [
+        Job("borrow", "lab", Request.for_gpus(1000), submitted=1),
+        Job("mine", "own", Request.for_gpus(1000), submitted=2),
+    ]
     allocate(c, pending, make_room=lambda job: asked.append(job.id) or False)
     assert asked == ["mine"] and c.plan.admit == []
     assert [j.id for j in c.blocked] == ["mine"] and c.owed == {"own"}
@@ -66,8 +85,10 @@ def test_allocate_keeps_a_pinned_spot_and_respects_limits() -> None:
     projects = {"p": Project("p", 4000, limit_milli=2000)}
     spot = Placement("n1", (1,), 1000)
     c = cycle(state, projects, [])
-    pending = [Job("pinned", "p", Request.for_gpus(1000), submitted=0, placement=spot),
-               Job("big", "p", Request.for_gpus(2000), submitted=1)]
+    pending = [
+        Job("pinned", "p", Request.for_gpus(1000), submitted=0, placement=spot),
+        Job("big", "p", Request.for_gpus(2000), submitted=1),
+    ]
     allocate(c, pending, make_room=lambda job: False)
     assert [(a.job, a.placement) for a in c.plan.admit] == [("pinned", spot)]  # "big" would pass the limit
     assert c.usage == {"p": 1000}
@@ -77,8 +98,11 @@ def test_allocate_keeps_a_pinned_spot_and_respects_limits() -> None:
 def test_reclaim_preempts_the_fewest_victims_and_holds_the_spot() -> None:
     state = ClusterState(nodes(2))
     projects = {"own": Project("own", 2000), "lab": Project("lab", 0)}
-    running = [run(state, "a", "lab", 0, [0], started=1), run(state, "b", "lab", 1, [0], started=2),
-               run(state, "c", "lab", 1, [1], started=3)]
+    running = [
+        run(state, "a", "lab", 0, [0], started=1),
+        run(state, "b", "lab", 1, [0], started=2),
+        run(state, "c", "lab", 1, [1], started=3),
+    ]
     c = cycle(state, projects, running)
     want = Job("mine", "own", Request.for_gpus(2000), submitted=5)
     assert reclaim(c, want)
@@ -148,10 +172,14 @@ def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> No
 def test_preempt_stops_the_projects_own_lowest_priority_job_for_a_higher_one() -> None:
     state = ClusterState(nodes(1))
     projects = {"p": Project("p", 2000), "q": Project("q", 0)}
-    running = [run(state, "low", "p", 0, [0], started=50, priority=-5),
-               run(state, "mid", "p", 0, [1], started=60, priority=0)]
-    pending = [Job("urgent", "p", Request.for_gpus(1000), submitted=70, priority=10),
-               Job("other", "q", Request.for_gpus(1000), submitted=1)]
+    running = [
+        run(state, "low", "p", 0, [0], started=50, priority=-5),
+        run(state, "mid", "p", 0, [1], started=60, priority=0),
+    ]
+    pending = [
+        Job("urgent", "p", Request.for_gpus(1000), submitted=70, priority=10),
+        Job("other", "q", Request.for_gpus(1000), submitted=1),
+    ]
     plan = schedule(state, projects, pending, running, now=100, policy=POLICY)
     assert [(p.job, p.for_job) for p in plan.preempt] == [("low", "urgent")] and plan.admit == []
     # an equal priority never preempts
@@ -177,5 +205,6 @@ def test_preempt_waits_for_its_own_victims_and_respects_min_runtime() -> None:
     other = Job(**{**young.__dict__, "id": "young2", "placement": Placement("n0", (0,), 1000)})
     assert schedule(state, projects, [urgent], [young, other], now=100, policy=POLICY).preempt == []
     # the priorities decide who is over quota: the high one fills the guarantee first
-    assert in_quota_split(projects, [low, Job("hi", "p", Request.for_gpus(1000), 0, priority=5,
-                                              started=99)])[1] == {"low"}
+    assert in_quota_split(projects, [low, Job("hi", "p", Request.for_gpus(1000), 0, priority=5, started=99)])[
+        1
+    ] == {"low"}

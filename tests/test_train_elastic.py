@@ -74,11 +74,16 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
 
     from tests.support.pools import make_training, run_until
 
-    svc = make_training(tmp_path, 4, placement=POLICY, projects={"lab": {"guarantee": 1}, "own": {"guarantee": 3}},
-                        grace_s=1)
+    svc = make_training(
+        tmp_path, 4, placement=POLICY, projects={"lab": {"guarantee": 1}, "own": {"guarantee": 3}}, grace_s=1
+    )
     pool = svc.pool
-    job = [sys.executable, "-c", "import os, time\nprint('GPUPOOL_GPUS', os.environ['GPUPOOL_GPUS'], flush=True)\n"
-                                 "while not os.path.exists('stop'): time.sleep(0.05)"]
+    job = [
+        sys.executable,
+        "-c",
+        "import os, time\nprint('GPUPOOL_GPUS', os.environ['GPUPOOL_GPUS'], flush=True)\n"
+        "while not os.path.exists('stop'): time.sleep(0.05)",
+    ]
 
     def sizes(job_id: str) -> list[str]:
         log = Path(svc.job(job_id).workdir, "job.log").read_text()
@@ -94,8 +99,11 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
         mine = svc.submit("bob", "own", "mine", 2, 1000, job, now=5).id
         run_until(svc, lambda: svc.job(mine).state == "running", "the in-quota job runs", now=100)
         run_until(svc, lambda: sizes(e) == ["3", "1"], "the elastic job restarts on 1 GPU", now=101)
-        assert svc.job(e).num_gpu == 1 and "shrunk to 1 GPUs" in [ev.message for ev in pool.store.events(limit=50)
-                                                                  if ev.kind == "preempt"][0]
+        assert (
+            svc.job(e).num_gpu == 1
+            and "shrunk to 1 GPUs"
+            in [ev.message for ev in pool.store.events(limit=50) if ev.kind == "preempt"][0]
+        )
         Path(svc.job(mine).workdir, "stop").touch()
         run_until(svc, lambda: svc.job(mine).state == "succeeded", "the in-quota job ends", now=200)
         run_until(svc, lambda: sizes(e) == ["3", "1", "3"], "the elastic job grows back to 3", now=300)

@@ -49,8 +49,13 @@ def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_pa
     from gpupool.idle_culler.sampler import FileSampler
     from gpupool.setup import job_gpu_use
 
-    svc = make_training(tmp_path, 3, projects={"lab": {"guarantee": 2, "idle_gpu_s": 1800}, "free": {"guarantee": 1}},
-                        idle_warn_s=600, grace_s=1)
+    svc = make_training(
+        tmp_path,
+        3,
+        projects={"lab": {"guarantee": 2, "idle_gpu_s": 1800}, "free": {"guarantee": 1}},
+        idle_warn_s=600,
+        grace_s=1,
+    )
     pool = svc.pool
     samples = tmp_path / "samples.json"
     svc.gpu_use = job_gpu_use(FileSampler(str(samples)), pool)
@@ -59,8 +64,15 @@ def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_pa
         busy = svc.submit("ann", "lab", "busy", 1, 1000, UNTIL_TOLD, now=0).id
         other = svc.submit("bob", "free", "other", 1, 1000, UNTIL_TOLD, now=0).id
         svc.tick(now=1)
-        samples.write_text(json.dumps({f"ann/{hung}": {"util_pct": 0}, f"ann/{busy}": {"util_pct": 97},
-                                       f"bob/{other}": {"util_pct": 0}}))
+        samples.write_text(
+            json.dumps(
+                {
+                    f"ann/{hung}": {"util_pct": 0},
+                    f"ann/{busy}": {"util_pct": 97},
+                    f"bob/{other}": {"util_pct": 0},
+                }
+            )
+        )
         for now in (10, 600, 1210):
             svc.tick(now)
         assert "it will be stopped in 10 min" in svc.job(hung).message

@@ -32,9 +32,11 @@ def accounts_available() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not accounts_available() or not os.access("/usr/bin/python3", os.X_OK)
+    not accounts_available()
+    or not os.access("/usr/bin/python3", os.X_OK)
     or not world_reachable(Path(__file__).resolve().parent.parent),
-    reason="needs root, the nobody/daemon accounts, /usr/bin/python3 and a checkout other accounts can read")
+    reason="needs root, the nobody/daemon accounts, /usr/bin/python3 and a checkout other accounts can read",
+)
 
 PEEK = """
 import os
@@ -61,8 +63,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def service(root: Path, tmp_path: Path) -> TrainingService:
-    return make_training(tmp_path, 2, limits=BuildLimits(1000, (1000,), 1000, 1), python=SYSTEM_PYTHON,
-                         projects={"p": {"guarantee": 2}}, jobs_root=str(root / "{username}"), run_as="owner")
+    return make_training(
+        tmp_path,
+        2,
+        limits=BuildLimits(1000, (1000,), 1000, 1),
+        python=SYSTEM_PYTHON,
+        projects={"p": {"guarantee": 2}},
+        jobs_root=str(root / "{username}"),
+        run_as="owner",
+    )
 
 
 def finish(svc: TrainingService, job_id: str) -> str:
@@ -72,16 +81,30 @@ def finish(svc: TrainingService, job_id: str) -> str:
 
 def test_jobs_run_as_their_owner_and_cannot_read_each_other(root_dir: Path, tmp_path: Path) -> None:
     svc = service(root_dir, tmp_path)
-    first = svc.submit("nobody", "p", "first", 1, 1000, [SYSTEM_PYTHON, "job.py"],
-                       files={"job.py": PEEK.format(path="/etc/shadow").encode()})
+    first = svc.submit(
+        "nobody",
+        "p",
+        "first",
+        1,
+        1000,
+        [SYSTEM_PYTHON, "job.py"],
+        files={"job.py": PEEK.format(path="/etc/shadow").encode()},
+    )
     log = finish(svc, first.id)
     assert f"uid {pwd.getpwnam('nobody').pw_uid}" in log and "denied" in log
     folder = Path(first.workdir)
     assert folder.stat().st_uid == pwd.getpwnam("nobody").pw_uid and folder.stat().st_mode & 0o777 == 0o700
     assert (folder / "mine.txt").read_text() == "ok"
 
-    second = svc.submit("daemon", "p", "second", 1, 1000, [SYSTEM_PYTHON, "job.py"],
-                        files={"job.py": PEEK.format(path=str(folder / "mine.txt")).encode()})
+    second = svc.submit(
+        "daemon",
+        "p",
+        "second",
+        1,
+        1000,
+        [SYSTEM_PYTHON, "job.py"],
+        files={"job.py": PEEK.format(path=str(folder / "mine.txt")).encode()},
+    )
     log = finish(svc, second.id)
     assert f"uid {pwd.getpwnam('daemon').pw_uid}" in log and "denied" in log
 

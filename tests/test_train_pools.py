@@ -15,21 +15,27 @@ from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
 
 POLICY = get_policy("best-fit")
-POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),
-         "dgx": NodePool("dgx", models=frozenset({"H100"}))}
+POOLS = {
+    "workstations": NodePool("workstations", models=frozenset({"A2000"})),
+    "dgx": NodePool("dgx", models=frozenset({"H100"})),
+}
 
 
 def mixed() -> Inventory:
     """Two workstations with two A2000 each, one DGX with eight H100."""
-    ws = [Node(f"ws{i}", tuple(GPU(g, f"ws{i}g{g}", "A2000", 12000, True) for g in range(2))) for i in range(2)]
+    ws = [
+        Node(f"ws{i}", tuple(GPU(g, f"ws{i}g{g}", "A2000", 12000, True) for g in range(2))) for i in range(2)
+    ]
     dgx = Node("dgx0", tuple(GPU(g, f"dgx0g{g}", "H100", 80000, True) for g in range(8)))
     return Inventory(nodes=(*ws, dgx))
 
 
 def test_jobs_go_to_their_preferred_pool_first_and_never_outside_their_pools() -> None:
     state = ClusterState(mixed())
-    projects = {"vision": Project("vision", 8000, pools=("dgx", "workstations")),
-                "teach": Project("teach", 4000, pools=("workstations",))}
+    projects = {
+        "vision": Project("vision", 8000, pools=("dgx", "workstations")),
+        "teach": Project("teach", 4000, pools=("workstations",)),
+    }
     pending = [Job(f"v{i}", "vision", Request.for_gpus(1000), submitted=i) for i in range(10)]
     pending += [Job(f"t{i}", "teach", Request.for_gpus(1000), submitted=20 + i) for i in range(4)]
     plan = schedule(state, projects, pending, [], now=0, policy=POLICY, pools=POOLS)
@@ -82,13 +88,24 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     from tests.support.pools import make_training, run_until
 
     gpus = tuple(GPU(g, f"GPU-{g}", "A2000" if g < 2 else "H100", 12000, True) for g in range(4))
-    svc = make_training(tmp_path, Inventory(nodes=(Node("localhost", gpus),)), placement=POLICY,
-                        node_pools={"workstations": {"models": ["A2000"]}, "dgx": {"gpus": [2, 3]}},
-                        projects={"vision": {"guarantee": 3, "pools": ["dgx", "workstations"]},
-                                  "teach": {"guarantee": 1, "pools": ["workstations"]}})
+    svc = make_training(
+        tmp_path,
+        Inventory(nodes=(Node("localhost", gpus),)),
+        placement=POLICY,
+        node_pools={"workstations": {"models": ["A2000"]}, "dgx": {"gpus": [2, 3]}},
+        projects={
+            "vision": {"guarantee": 3, "pools": ["dgx", "workstations"]},
+            "teach": {"guarantee": 1, "pools": ["workstations"]},
+        },
+    )
     go = tmp_path / "go"  # runs hold their GPUs until the test says so: placements never race exits
-    show = [sys.executable, "-c", "import os, sys, time; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
-            "while not os.path.exists(sys.argv[1]): time.sleep(0.05)", str(go)]
+    show = [
+        sys.executable,
+        "-c",
+        "import os, sys, time; print('GPUS', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.05)",
+        str(go),
+    ]
     ids = [svc.submit("ann", "vision", f"v{i}", 1, 1000, show, now=i).id for i in range(3)]
     ids.append(svc.submit("bob", "teach", "t", 1, 1000, show, now=5).id)
     ids.append(svc.submit("ann", "vision", "low-end", 1, 1000, show, now=6, pools=("workstations",)).id)
@@ -109,19 +126,28 @@ def test_guarantees_per_pool_are_one_project_per_pool_under_a_department() -> No
     from gpupool.pool.training import Department
 
     state = ClusterState(mixed())
-    projects = {"vision-dgx": Project("vision-dgx", 2000, pools=("dgx",), department="vision"),
-                "vision-ws": Project("vision-ws", 2000, pools=("workstations",), department="vision"),
-                "lab": Project("lab", 0)}
+    projects = {
+        "vision-dgx": Project("vision-dgx", 2000, pools=("dgx",), department="vision"),
+        "vision-ws": Project("vision-ws", 2000, pools=("workstations",), department="vision"),
+        "lab": Project("lab", 0),
+    }
     departments = {"vision": Department("vision", 4000, limit_milli=6000)}
     running = []
-    for node, gpus, jid, project in (("ws0", [0, 1], "w", "vision-ws"), ("dgx0", list(range(8)), "borrow", "lab")):
+    for node, gpus, jid, project in (
+        ("ws0", [0, 1], "w", "vision-ws"),
+        ("dgx0", list(range(8)), "borrow", "lab"),
+    ):
         p = state.placement_on(state.inventory.index_of(node), Request(len(gpus)), gpus)
         state.apply(p)
         running.append(Job(jid, project, Request(len(gpus)), submitted=0, started=0, placement=p))
     want = Job("d", "vision-dgx", Request(2), submitted=5)
-    plan = schedule(state, projects, [want], running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    plan = schedule(
+        state, projects, [want], running, now=100, policy=POLICY, pools=POOLS, departments=departments
+    )
     assert [(p.job, p.for_job) for p in plan.preempt] == [("borrow", "d")]
     # beyond its workstation guarantee a job borrows the free workstation, never the DGX
     more = [Job(f"w{i}", "vision-ws", Request(1), submitted=6 + i) for i in range(3)]
-    plan = schedule(state, projects, more, running, now=100, policy=POLICY, pools=POOLS, departments=departments)
+    plan = schedule(
+        state, projects, more, running, now=100, policy=POLICY, pools=POOLS, departments=departments
+    )
     assert plan.preempt == [] and sorted(a.placement.node for a in plan.admit) == ["ws1", "ws1"]

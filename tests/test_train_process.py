@@ -37,8 +37,9 @@ def service(tmp_path: Path, projects: dict, gpus: int = 1, grace: float = 5.0) -
 
 
 def submit(svc: TrainingService, owner: str, project: str, **kw):
-    return svc.submit(owner, project, "count", 1, 1000, [sys.executable, "job.py"], files={"job.py": JOB.encode()},
-                      **kw)
+    return svc.submit(
+        owner, project, "count", 1, 1000, [sys.executable, "job.py"], files={"job.py": JOB.encode()}, **kw
+    )
 
 
 def result(svc: TrainingService, job_id: str) -> str:
@@ -59,9 +60,16 @@ def test_preempted_three_times_and_resumed_gives_the_uninterrupted_result(tmp_pa
         assert svc.job(borrower).state == "queued"  # kept its place, waiting to resume
         line = last_preemption(svc.pool, svc.job(borrower))  # what the job monitor shows, in one line
         saved = any(Path(svc.job(borrower).workdir, "checkpoint").iterdir())  # SIGTERM may beat the handler
-        assert line.startswith("preempted at ") and "so that project paper gets its guarantee back; " + (
-            "resumes from the checkpoint saved at " if saved else "restarts from the beginning: no checkpoint") \
-            in line, line
+        assert (
+            line.startswith("preempted at ")
+            and "so that project paper gets its guarantee back; "
+            + (
+                "resumes from the checkpoint saved at "
+                if saved
+                else "restarts from the beginning: no checkpoint"
+            )
+            in line
+        ), line
         run_until(svc, lambda owner=owner: svc.job(owner).state == "succeeded")
     run_until(svc, lambda: svc.job(borrower).state == "succeeded")
     job = svc.job(borrower)
@@ -78,8 +86,9 @@ UNTIL_RELEASED = "import os, time\nwhile not os.path.exists('release'):\n    tim
 
 def test_in_quota_jobs_are_never_preempted(tmp_path: Path) -> None:
     svc = service(tmp_path, {"a": {"guarantee": 1}, "b": {"guarantee": 1}})
-    first = svc.submit("ann", "a", "hold", 1, 1000, [sys.executable, "job.py"],
-                       files={"job.py": UNTIL_RELEASED.encode()}).id
+    first = svc.submit(
+        "ann", "a", "hold", 1, 1000, [sys.executable, "job.py"], files={"job.py": UNTIL_RELEASED.encode()}
+    ).id
     run_until(svc, lambda: svc.job(first).state == "running")
     second = submit(svc, "bob", "b").id
     for _ in range(20):

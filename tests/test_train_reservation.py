@@ -20,12 +20,17 @@ PROJECTS = {"big": Project("big", 8000), "flood": Project("flood", 8000)}
 
 
 def dgx(n: int) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(f"dgx{i}", tuple(GPU(g, f"dgx{i}g{g}", "H100", 80000, True) for g in range(8))) for i in range(n)))
+    return Inventory(
+        nodes=tuple(
+            Node(f"dgx{i}", tuple(GPU(g, f"dgx{i}g{g}", "H100", 80000, True) for g in range(8)))
+            for i in range(n)
+        )
+    )
 
 
-def flood(durations: list[int], arrives: int, declared: bool, reserve_after: float | None,
-          cycles: int = 60) -> int | None:
+def flood(
+    durations: list[int], arrives: int, declared: bool, reserve_after: float | None, cycles: int = 60
+) -> int | None:
     """Two 8-GPU nodes; "flood" keeps them full of 1-GPU jobs (4 new ones a cycle, each
     protected by a min runtime as long as its run, so nothing can be reclaimed or moved);
     "big" submits one 8-GPU job within its guarantee. The cycle it starts at, or None."""
@@ -42,12 +47,26 @@ def flood(durations: list[int], arrives: int, declared: bool, reserve_after: flo
         for _ in range(4):
             d = durations[n % len(durations)]
             n += 1
-            pending[f"f{n}"] = Job(f"f{n}", "flood", Request.for_gpus(1000), submitted=now,
-                                   min_runtime_s=d * CYCLE, max_runtime_s=d * CYCLE if declared else 0.0)
+            pending[f"f{n}"] = Job(
+                f"f{n}",
+                "flood",
+                Request.for_gpus(1000),
+                submitted=now,
+                min_runtime_s=d * CYCLE,
+                max_runtime_s=d * CYCLE if declared else 0.0,
+            )
         if cycle == arrives:
             pending["big"] = Job("big", "big", Request.for_gpus(8000), submitted=now)
-        plan = schedule(state, PROJECTS, list(pending.values()), [j for j, _ in running.values()], now, POLICY,
-                        random.Random(0), reserve_after_s=reserve_after)
+        plan = schedule(
+            state,
+            PROJECTS,
+            list(pending.values()),
+            [j for j, _ in running.values()],
+            now,
+            POLICY,
+            random.Random(0),
+            reserve_after_s=reserve_after,
+        )
         for r in plan.reserve:  # the caller pins the reserved job to its spot
             pending[r.job] = Job(**{**pending[r.job].__dict__, "placement": r.placement})
         for a in plan.admit:
@@ -97,16 +116,36 @@ def test_backfill_only_of_jobs_that_end_before_the_reserved_start_or_borrow() ->
         assert [(r.job, r.start_by) for r in plan.reserve] == [("big", 600)]
         return [a.job for a in plan.admit]
 
-    assert try_with(Job("short", "small", Request.for_gpus(1000), submitted=1, max_runtime_s=300)) == ["short"]
+    assert try_with(Job("short", "small", Request.for_gpus(1000), submitted=1, max_runtime_s=300)) == [
+        "short"
+    ]
     assert try_with(Job("long", "small", Request.for_gpus(1000), submitted=1, max_runtime_s=1200)) == []
     assert try_with(Job("open", "small", Request.for_gpus(1000), submitted=1)) == []
     assert try_with(Job("borrow", "lend", Request.for_gpus(1000), submitted=1)) == ["borrow"]
     # before its wait is over, nothing is reserved: anyone may take the free GPU
-    plan = schedule(state, projects, [big, Job("long", "small", Request.for_gpus(1000), submitted=1)], [busy],
-                    now=30, policy=POLICY, reserve_after_s=60)
+    plan = schedule(
+        state,
+        projects,
+        [big, Job("long", "small", Request.for_gpus(1000), submitted=1)],
+        [busy],
+        now=30,
+        policy=POLICY,
+        reserve_after_s=60,
+    )
     assert plan.reserve == [] and [a.job for a in plan.admit] == ["long"]
-    assert math.isinf(schedule(state, projects, [big], [Job(**{**busy.__dict__, "max_runtime_s": 0})], now=300,
-                               policy=POLICY, reserve_after_s=60).reserve[0].start_by)
+    assert math.isinf(
+        schedule(
+            state,
+            projects,
+            [big],
+            [Job(**{**busy.__dict__, "max_runtime_s": 0})],
+            now=300,
+            policy=POLICY,
+            reserve_after_s=60,
+        )
+        .reserve[0]
+        .start_by
+    )
 
 
 # --- the hub's training service ------------------------------------------------
@@ -122,8 +161,14 @@ def test_the_hub_reserves_gpus_for_a_waiting_gang_job_and_starts_it_there(tmp_pa
 
     from tests.support.pools import make_training, run_until
 
-    svc = make_training(tmp_path, 2, placement=POLICY, projects={"big": {"guarantee": 2}, "flood": {"guarantee": 2}},
-                        reserve_after_s=600, train_gpus=[0, 1])
+    svc = make_training(
+        tmp_path,
+        2,
+        placement=POLICY,
+        projects={"big": {"guarantee": 2}, "flood": {"guarantee": 2}},
+        reserve_after_s=600,
+        train_gpus=[0, 1],
+    )
     pool = svc.pool
     cmd = [sys.executable, *UNTIL_TOLD]
 
@@ -162,7 +207,9 @@ def test_a_borrowers_reservation_yields_to_guarantees_but_not_to_other_borrowers
     state.apply(placement)
     busy = Job(**{**busy.__dict__, "placement": placement})
     big = Job("big", "big", Request.for_gpus(8000), submitted=0)
-    for other, admitted in ((Job("mine", "small", Request.for_gpus(1000), submitted=1), ["mine"]),
-                            (Job("more", "lend", Request.for_gpus(1000), submitted=1), [])):
+    for other, admitted in (
+        (Job("mine", "small", Request.for_gpus(1000), submitted=1), ["mine"]),
+        (Job("more", "lend", Request.for_gpus(1000), submitted=1), []),
+    ):
         plan = schedule(state, projects, [big, other], [busy], now=300, policy=POLICY, reserve_after_s=60)
         assert [r.job for r in plan.reserve] == ["big"] and [a.job for a in plan.admit] == admitted

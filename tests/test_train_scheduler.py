@@ -21,8 +21,11 @@ PROJECTS = {
 
 
 def cluster() -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))
+    return Inventory(
+        nodes=tuple(
+            Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)
+        )
+    )
 
 
 class TrainMachine(RuleBasedStateMachine):
@@ -54,14 +57,22 @@ class TrainMachine(RuleBasedStateMachine):
     def cycle(self) -> None:
         self.now += 10
         _, over = in_quota_split(PROJECTS, self.running.values())
-        plan = schedule(self.state, PROJECTS, list(self.pending.values()), list(self.running.values()),
-                        self.now, get_policy("best-fit"), random.Random(1))
+        plan = schedule(
+            self.state,
+            PROJECTS,
+            list(self.pending.values()),
+            list(self.running.values()),
+            self.now,
+            get_policy("best-fit"),
+            random.Random(1),
+        )
         for a in plan.admit:
             job = self.pending.pop(a.job)
             # raises on any over-allocation, including onto GPUs whose preempted jobs still run
             self.state.apply(a.placement)
-            self.running[job.id] = Job(job.id, job.project, job.request, job.submitted, started=self.now,
-                                       placement=a.placement)
+            self.running[job.id] = Job(
+                job.id, job.project, job.request, job.submitted, started=self.now, placement=a.placement
+            )
         for p in plan.preempt:
             if p.job not in over:
                 self.preempted_in_quota = True
@@ -74,8 +85,9 @@ class TrainMachine(RuleBasedStateMachine):
             self.state.release(job.placement)
             self.pending[job.id] = Job(job.id, job.project, job.request, job.submitted, placement=m.to)
             blocked = self.pending[m.for_job]
-            self.pending[m.for_job] = Job(blocked.id, blocked.project, blocked.request, blocked.submitted,
-                                          placement=m.target)
+            self.pending[m.for_job] = Job(
+                blocked.id, blocked.project, blocked.request, blocked.submitted, placement=m.target
+            )
         usage, _ = in_quota_split(PROJECTS, self.running.values())
         for job in self.pending.values():
             # a job that fits its project's guarantee, and could fit the cluster at all
@@ -123,8 +135,18 @@ def test_reclaim_takes_the_youngest_lowest_priority_borrower_and_respects_min_ru
     for i, (started, prio, min_rt) in enumerate([(0, 0, 0), (50, 0, 0)]):
         placement = policy.choose(state, Request.for_gpus(1000), random.Random(0))
         state.apply(placement)
-        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=started, priority=prio,
-                           started=started, placement=placement, min_runtime_s=min_rt))
+        running.append(
+            Job(
+                f"lab{i}",
+                "lab",
+                Request.for_gpus(1000),
+                submitted=started,
+                priority=prio,
+                started=started,
+                placement=placement,
+                min_runtime_s=min_rt,
+            )
+        )
     want = Job("mine", "own", Request.for_gpus(1000), submitted=60)
     plan = schedule(state, projects, [want], running, now=100, policy=policy)
     assert [p.job for p in plan.preempt] == ["lab1"]  # the youngest borrower
@@ -141,9 +163,13 @@ def test_nobody_is_admitted_onto_gpus_whose_jobs_are_being_preempted() -> None:
     for i in range(2):
         placement = policy.choose(state, Request.for_gpus(1000), random.Random(0))
         state.apply(placement)
-        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement))
-    pending = [Job("mine", "own", Request.for_gpus(500), submitted=5),
-               Job("more", "lab", Request.for_gpus(500), submitted=6)]
+        running.append(
+            Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement)
+        )
+    pending = [
+        Job("mine", "own", Request.for_gpus(500), submitted=5),
+        Job("more", "lab", Request.for_gpus(500), submitted=6),
+    ]
     plan = schedule(state, projects, pending, running, now=100, policy=policy)
     assert [p.job for p in plan.preempt] == ["lab1"]
     assert plan.admit == []  # lab1 still holds its GPU during its grace period
@@ -152,8 +178,11 @@ def test_nobody_is_admitted_onto_gpus_whose_jobs_are_being_preempted() -> None:
 
 
 def two_gpu_nodes(n: int) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(n)))
+    return Inventory(
+        nodes=tuple(
+            Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(n)
+        )
+    )
 
 
 def test_the_free_half_of_a_reclaimed_node_waits_for_the_job_it_was_reclaimed_for() -> None:
@@ -167,10 +196,20 @@ def test_the_free_half_of_a_reclaimed_node_waits_for_the_job_it_was_reclaimed_fo
     for i, (node, gpu, started) in enumerate([("n0", 0, 9), ("n1", 0, 0), ("n1", 1, 1)]):
         placement = state.placement_on(state.inventory.index_of(node), Request.for_gpus(1000), [gpu])
         state.apply(placement)
-        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=started, started=started,
-                           placement=placement))
-    pending = [Job("mine", "own", Request.for_gpus(2000), submitted=5),
-               Job("borrow", "lab", Request.for_gpus(1000), submitted=1)]
+        running.append(
+            Job(
+                f"lab{i}",
+                "lab",
+                Request.for_gpus(1000),
+                submitted=started,
+                started=started,
+                placement=placement,
+            )
+        )
+    pending = [
+        Job("mine", "own", Request.for_gpus(2000), submitted=5),
+        Job("borrow", "lab", Request.for_gpus(1000), submitted=1),
+    ]
     plan = schedule(state, projects, pending, running, now=100, policy=policy)
     assert [(p.job, p.for_job) for p in plan.preempt] == [("lab0", "mine")]
     assert plan.admit == []  # without the hold, "borrow" takes n0's free GPU
@@ -186,12 +225,16 @@ def test_a_project_waiting_for_its_guarantee_does_not_borrow_meanwhile() -> None
     for i in range(2):  # the lab borrows all of n0
         placement = state.placement_on(0, Request.for_gpus(1000), [i])
         state.apply(placement)
-        running.append(Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement))
+        running.append(
+            Job(f"lab{i}", "lab", Request.for_gpus(1000), submitted=i, started=i, placement=placement)
+        )
     placement = state.placement_on(1, Request.for_gpus(1000), [0])
     state.apply(placement)
     running.append(Job("own0", "own", Request.for_gpus(1000), submitted=0, started=0, placement=placement))
-    pending = [Job("mine", "own", Request.for_gpus(2000), submitted=5),  # 1 + 2 <= 3: in quota
-               Job("extra", "own", Request.for_gpus(1000), submitted=6)]  # then 3 + 1 > 3: borrows
+    pending = [
+        Job("mine", "own", Request.for_gpus(2000), submitted=5),  # 1 + 2 <= 3: in quota
+        Job("extra", "own", Request.for_gpus(1000), submitted=6),
+    ]  # then 3 + 1 > 3: borrows
     plan = schedule(state, projects, pending, running, now=100, policy=policy)
     assert sorted(p.job for p in plan.preempt) == ["lab0", "lab1"]
     assert plan.admit == []
@@ -203,8 +246,11 @@ def test_a_project_waiting_for_its_guarantee_does_not_borrow_meanwhile() -> None
 
 
 def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> None:
-    inv = Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)))
+    inv = Inventory(
+        nodes=tuple(
+            Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2)
+        )
+    )
     state = ClusterState(inv)
     projects = {"p": Project("p", 4000)}  # the blocked job is within its guarantee
     policy = get_policy("best-fit")
@@ -224,8 +270,10 @@ def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> N
     moved = next(r for r in running if r.id == move.job)
     state.release(moved.placement)
     still = [r for r in running if r.id != move.job]
-    pending = [Job(big.id, "p", big.request, big.submitted, placement=move.target),
-               Job(moved.id, "p", moved.request, moved.submitted, placement=move.to)]
+    pending = [
+        Job(big.id, "p", big.request, big.submitted, placement=move.target),
+        Job(moved.id, "p", moved.request, moved.submitted, placement=move.to),
+    ]
     plan = schedule(state, projects, pending, still, now=200, policy=policy)
     assert {a.job: a.placement for a in plan.admit} == {"big": move.target, moved.id: move.to}
     for a in plan.admit:
@@ -235,28 +283,55 @@ def test_consolidation_moves_a_job_when_only_fragmentation_blocks_another() -> N
 def test_no_consolidation_of_jobs_within_their_min_runtime() -> None:
     from gpupool.pool.request import Placement
 
-    state = ClusterState(Inventory(nodes=tuple(
-        Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2))) for i in range(2))))
+    state = ClusterState(
+        Inventory(
+            nodes=tuple(
+                Node(f"n{i}", tuple(GPU(g, f"n{i}g{g}", "T4", 16000, True) for g in range(2)))
+                for i in range(2)
+            )
+        )
+    )
     running = []
     for i, node in enumerate(("n0", "n1")):
         placement = Placement(node, (0,), 1000)
         state.apply(placement)
-        running.append(Job(f"r{i}", "p", Request.for_gpus(1000), submitted=i, started=50, placement=placement,
-                           min_runtime_s=3600))
-    plan = schedule(state, {"p": Project("p", 4000)}, [Job("big", "p", Request.for_gpus(2000), submitted=5)],
-                    running, now=100, policy=get_policy("best-fit"))
+        running.append(
+            Job(
+                f"r{i}",
+                "p",
+                Request.for_gpus(1000),
+                submitted=i,
+                started=50,
+                placement=placement,
+                min_runtime_s=3600,
+            )
+        )
+    plan = schedule(
+        state,
+        {"p": Project("p", 4000)},
+        [Job("big", "p", Request.for_gpus(2000), submitted=5)],
+        running,
+        now=100,
+        policy=get_policy("best-fit"),
+    )
     assert plan.move == [] and plan.admit == []
 
 
 def test_a_department_limit_caps_what_its_projects_borrow_together() -> None:
     state = ClusterState(two_gpu_nodes(4))  # 8 idle GPUs
-    projects = {"vision": Project("vision", 1000, department="research"),
-                "nlp": Project("nlp", 1000, department="research"),
-                "other": Project("other", 0)}
+    projects = {
+        "vision": Project("vision", 1000, department="research"),
+        "nlp": Project("nlp", 1000, department="research"),
+        "other": Project("other", 0),
+    }
     departments = {"research": Department("research", 2000, limit_milli=5000)}
-    pending = [Job(f"{p}{i}", p, Request.for_gpus(1000), submitted=i) for p in ("vision", "nlp") for i in range(4)]
+    pending = [
+        Job(f"{p}{i}", p, Request.for_gpus(1000), submitted=i) for p in ("vision", "nlp") for i in range(4)
+    ]
     pending.append(Job("o", "other", Request.for_gpus(1000), submitted=9))
-    plan = schedule(state, projects, pending, [], now=0, policy=get_policy("best-fit"), departments=departments)
+    plan = schedule(
+        state, projects, pending, [], now=0, policy=get_policy("best-fit"), departments=departments
+    )
     admitted = [a.job for a in plan.admit]
     assert sum(j.startswith(("vision", "nlp")) for j in admitted) == 5  # the department's limit
     assert "o" in admitted and {"vision0", "nlp0"} <= set(admitted)  # guarantees first, others still borrow
@@ -271,8 +346,10 @@ def test_department_config_is_checked_against_its_projects() -> None:
     from gpupool.train.config import TrainPool
 
     c = Config()
-    c.TrainPool.projects = {"vision": {"guarantee": 2, "department": "research"},
-                            "nlp": {"guarantee": 2, "department": "research"}}
+    c.TrainPool.projects = {
+        "vision": {"guarantee": 2, "department": "research"},
+        "nlp": {"guarantee": 2, "department": "research"},
+    }
     c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 6}}
     with pytest.raises(TraitError, match="add up to 4 GPUs, more than its guarantee of 3"):
         TrainPool(config=c).department_table()
@@ -304,12 +381,16 @@ def test_a_low_weight_project_is_not_starved_by_a_flooding_one(durations, arrive
             pending[f"f{cycle}-{k}"] = Job(f"f{cycle}-{k}", "flood", Request.for_gpus(1000), submitted=cycle)
         if cycle == arrives:
             pending["s"] = Job("s", "small", Request.for_gpus(1000), submitted=cycle)
-        plan = schedule(state, projects, list(pending.values()), [j for j, _ in running.values()], cycle, policy)
+        plan = schedule(
+            state, projects, list(pending.values()), [j for j, _ in running.values()], cycle, policy
+        )
         for a in plan.admit:
             job = pending.pop(a.job)
             state.apply(a.placement)
-            running[a.job] = (Job(job.id, job.project, job.request, job.submitted, started=cycle,
-                                  placement=a.placement), cycle + durations[cycle])
+            running[a.job] = (
+                Job(job.id, job.project, job.request, job.submitted, started=cycle, placement=a.placement),
+                cycle + durations[cycle],
+            )
             if a.job == "s":
                 started_at = cycle
     assert started_at is not None and started_at - arrives <= 3
@@ -322,13 +403,20 @@ def test_a_guarantee_blocked_by_shares_gets_a_preemption_and_a_move_together() -
     a's own half share to the other node's free room frees n0's GPU 0."""
     state = ClusterState(cluster())
     running = {}
-    for jid, project, milli, node, gpu in [("j1", "a", 500, 0, 0), ("j2", "c", 500, 0, 0), ("j4", "b", 1000, 0, 1),
-                                          ("j5", "b", 500, 1, 0), ("j3", "c", 250, 1, 0), ("j6", "a", 250, 1, 0),
-                                          ("j7", "a", 250, 1, 1)]:
+    for jid, project, milli, node, gpu in [
+        ("j1", "a", 500, 0, 0),
+        ("j2", "c", 500, 0, 0),
+        ("j4", "b", 1000, 0, 1),
+        ("j5", "b", 500, 1, 0),
+        ("j3", "c", 250, 1, 0),
+        ("j6", "a", 250, 1, 0),
+        ("j7", "a", 250, 1, 1),
+    ]:
         placement = state.placement_on(node, Request.for_gpus(milli), [gpu])
         state.apply(placement)
-        running[jid] = Job(jid, project, Request.for_gpus(milli), submitted=0, started=int(jid[1:]),
-                           placement=placement)
+        running[jid] = Job(
+            jid, project, Request.for_gpus(milli), submitted=0, started=int(jid[1:]), placement=placement
+        )
     want = Job("j8", "a", Request.for_gpus(1000), submitted=5)
     plan = schedule(state, PROJECTS, [want], list(running.values()), now=100, policy=get_policy("best-fit"))
     assert [(p.job, p.for_job) for p in plan.preempt] == [("j2", "j8")]  # c borrows: preempted

@@ -45,8 +45,14 @@ def no_job_left_behind(tmp_path: Path):
 
 
 def service(tmp_path: Path, grace: float = 30.0, **train) -> TrainingService:
-    return make_training(tmp_path, 1, limits=BuildLimits(1000, (1000,), 1000, 2),
-                         projects={"a": {"guarantee": 1}}, grace_s=grace, **train)
+    return make_training(
+        tmp_path,
+        1,
+        limits=BuildLimits(1000, (1000,), 1000, 2),
+        projects={"a": {"guarantee": 1}},
+        grace_s=grace,
+        **train,
+    )
 
 
 def restart(tmp_path: Path, **kw) -> TrainingService:
@@ -61,8 +67,16 @@ def wait_file(path: Path, timeout: float = 30) -> None:
 
 
 def waiter(svc: TrainingService, stubborn: bool = False, **kw):
-    return svc.submit("ann", "a", "wait", 1, 1000, [sys.executable, "job.py"],
-                      files={"job.py": WAITER.format(stubborn=stubborn).encode()}, **kw)
+    return svc.submit(
+        "ann",
+        "a",
+        "wait",
+        1,
+        1000,
+        [sys.executable, "job.py"],
+        files={"job.py": WAITER.format(stubborn=stubborn).encode()},
+        **kw,
+    )
 
 
 def started(svc: TrainingService, job_id: str) -> Path:
@@ -73,7 +87,9 @@ def started(svc: TrainingService, job_id: str) -> Path:
 
 
 # --- start failures ----------------------------------------------------------------------
-def test_a_command_that_does_not_exist_fails_with_the_errno_message_and_the_queue_goes_on(tmp_path: Path) -> None:
+def test_a_command_that_does_not_exist_fails_with_the_errno_message_and_the_queue_goes_on(
+    tmp_path: Path,
+) -> None:
     svc = service(tmp_path)
     bad = svc.submit("ann", "a", "bad", 1, 1000, ["no-such-command-xyz", "--flag"])
     good = svc.submit("ann", "a", "good", 1, 1000, [sys.executable, "-c", "print('hello')"])
@@ -87,8 +103,9 @@ def test_a_command_that_does_not_exist_fails_with_the_errno_message_and_the_queu
 
 
 @pytest.mark.parametrize("breakage", ["checkpoint-is-a-file", "checkpoint-is-a-link", "missing-interpreter"])
-def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycle(tmp_path: Path,
-                                                                                 breakage: str) -> None:
+def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycle(
+    tmp_path: Path, breakage: str
+) -> None:
     train = {"python": "/no/such/python3"} if breakage == "missing-interpreter" else {}
     svc = service(tmp_path, **train)
     job = svc.submit("ann", "a", "broken", 1, 1000, [sys.executable, "-c", "pass"])
@@ -101,9 +118,11 @@ def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycl
     svc.tick(time.time())  # one cycle: no exception, the job has failed, nothing is held
     row = svc.job(job.id)
     assert row.state == "failed", row.to_json()
-    expected = {"checkpoint-is-a-file": "checkpoint is not a folder",
-                "checkpoint-is-a-link": "checkpoint is not a folder",
-                "missing-interpreter": "No such file or directory"}[breakage]
+    expected = {
+        "checkpoint-is-a-file": "checkpoint is not a folder",
+        "checkpoint-is-a-link": "checkpoint is not a folder",
+        "missing-interpreter": "No such file or directory",
+    }[breakage]
     assert row.message.startswith("could not start") and expected in row.message
     assert svc.pool.store.allocations() == []
     assert svc.pool.state.copy().gpu_free.sum() == 1000  # in memory too
@@ -198,7 +217,9 @@ def test_logs_are_read_from_the_end_in_bounded_pages(tmp_path: Path) -> None:
     svc = service(tmp_path)
     job = svc.submit("ann", "a", "big", 1, 1000, [sys.executable, "-c", "pass"])
     with open(Path(job.workdir, "job.log"), "wb") as f:
-        f.write(b"x" * (8 << 20) + b"\n")  # an 8 MiB line (a progress bar without newlines), then numbered lines
+        f.write(
+            b"x" * (8 << 20) + b"\n"
+        )  # an 8 MiB line (a progress bar without newlines), then numbered lines
         f.write(b"".join(f"line {i}\n".encode() for i in range(1000)))
     last = asyncio.run(svc.logs(svc.job(job.id), 3))
     assert last["lines"] == ["line 997", "line 998", "line 999"]
@@ -215,7 +236,9 @@ def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path
     monkeypatch.setenv("GPUPOOL_DEMO_PASSWORD", "demo-password")
     monkeypatch.setenv("CONFIGPROXY_AUTH_TOKEN", "proxy-secret")
     svc = service(tmp_path)
-    job = svc.submit("ann", "a", "env", 1, 1000, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"])
+    job = svc.submit(
+        "ann", "a", "env", 1, 1000, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"]
+    )
     run_until(svc, lambda: svc.job(job.id).state in DONE)
     log = Path(job.workdir, "job.log").read_text()
     assert svc.job(job.id).state == "succeeded" and "GPUPOOL_CHECKPOINT_DIR" in log

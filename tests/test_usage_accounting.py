@@ -24,7 +24,9 @@ GPU_H = acc.MILLI_S_PER_GPU_HOUR
 
 
 def held(owner="ann", milli=250, start=0, end=H, kind="build", groups=(), project="", pools=(), name=""):
-    return acc.Held(kind, owner, name or f"{owner}-{start}", milli, start, end, tuple(groups), project, tuple(pools), "m")
+    return acc.Held(
+        kind, owner, name or f"{owner}-{start}", milli, start, end, tuple(groups), project, tuple(pools), "m"
+    )
 
 
 def test_allocated_is_fraction_times_time_clipped_to_the_period() -> None:
@@ -36,11 +38,16 @@ def test_allocated_is_fraction_times_time_clipped_to_the_period() -> None:
 
 
 def test_dimensions_count_a_session_under_each_of_its_groups() -> None:
-    rows = [held("ann", 500, 0, H, groups=("students", "cs101")),
-            held("cy", 1000, 0, H, kind="train", project="vision", pools=("dgx",))]
+    rows = [
+        held("ann", 500, 0, H, groups=("students", "cs101")),
+        held("cy", 1000, 0, H, kind="train", project="vision", pools=("dgx",)),
+    ]
     by_group = acc.totals(rows, 0, H, H, "group", groups_of=lambda o: ("staff",) if o == "cy" else ())
-    assert {k: v.allocated for k, v in by_group.items()} == {"students": 500 * H, "cs101": 500 * H,
-                                                              "staff": 1000 * H}
+    assert {k: v.allocated for k, v in by_group.items()} == {
+        "students": 500 * H,
+        "cs101": 500 * H,
+        "staff": 1000 * H,
+    }
     by_project = acc.totals(rows, 0, H, H, "project")
     assert set(by_project) == {acc.BUILD, "vision"}
     assert set(acc.totals(rows, 0, H, H, "pool")) == {acc.ANY_POOL, "dgx"}
@@ -50,8 +57,10 @@ def test_dimensions_count_a_session_under_each_of_its_groups() -> None:
 
 def test_used_and_waste_come_from_samples_of_the_session_and_never_exceed_what_was_measured() -> None:
     h = held("ann", 500, 0, 2 * H)
-    uses = [acc.UseRow(0, "build", "ann", h.name, 0, 500, 500 * H, 100 * H, 3000, 8000),
-            acc.UseRow(1, "build", "ann", h.name, 0, 500, 500 * H // 2, 10**12, 1000, 8000)]  # a bogus row
+    uses = [
+        acc.UseRow(0, "build", "ann", h.name, 0, 500, 500 * H, 100 * H, 3000, 8000),
+        acc.UseRow(1, "build", "ann", h.name, 0, 500, 500 * H // 2, 10**12, 1000, 8000),
+    ]  # a bogus row
     t = acc.totals([h], 0, 2 * H, 2 * H, "user", uses)["ann"]
     assert t.measured == 500 * H + 500 * H // 2
     assert t.used == 100 * H + 500 * H // 2  # capped at what was measured
@@ -74,12 +83,26 @@ def test_series_buckets_add_up_to_the_total() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 10_000), st.sampled_from([100, 250, 1000, 2000]),
-                          st.booleans()), max_size=20),
-       st.integers(0, 20_000), st.integers(1, 20_000), st.integers(60, 5000))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10_000),
+            st.integers(1, 10_000),
+            st.sampled_from([100, 250, 1000, 2000]),
+            st.booleans(),
+        ),
+        max_size=20,
+    ),
+    st.integers(0, 20_000),
+    st.integers(1, 20_000),
+    st.integers(60, 5000),
+)
 def test_series_and_totals_agree_for_any_intervals(spans, a, span, step) -> None:
     now = 25_000
-    rows = [held(f"u{i % 3}", m, s, None if open_ else s + d, name=f"w{i}") for i, (s, d, m, open_) in enumerate(spans)]
+    rows = [
+        held(f"u{i % 3}", m, s, None if open_ else s + d, name=f"w{i}")
+        for i, (s, d, m, open_) in enumerate(spans)
+    ]
     b = a + span
     totals = acc.totals(rows, a, b, now, "user")
     series = acc.series(rows, a, b, step, now, "user")
@@ -88,7 +111,10 @@ def test_series_and_totals_agree_for_any_intervals(spans, a, span, step) -> None
 
 
 def test_waits_per_project_are_nearest_rank_percentiles() -> None:
-    jobs = [acc.JobEvent("start", f"j{i}", "ann", "vision", 1000 + i, wait_s=w) for i, w in enumerate(range(0, 100, 5))]
+    jobs = [
+        acc.JobEvent("start", f"j{i}", "ann", "vision", 1000 + i, wait_s=w)
+        for i, w in enumerate(range(0, 100, 5))
+    ]
     jobs.append(acc.JobEvent("start", "late", "ann", "vision", 10**9, wait_s=10**6))  # outside the period
     w = acc.waits(jobs, 0, 10_000)
     assert w == {"vision": {"p50_s": 45, "p95_s": 90, "jobs": 20}}
@@ -96,8 +122,9 @@ def test_waits_per_project_are_nearest_rank_percentiles() -> None:
 
 
 def small_pool(tmp_path, name="usage.sqlite") -> PoolManager:
-    limits = BuildLimits(quota_milli=4000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=2000,
-                         max_workspaces=5)
+    limits = BuildLimits(
+        quota_milli=4000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=2000, max_workspaces=5
+    )
     pool = make_pool(tmp_path, 2, limits=limits, db=name)
     pool.node_pools = {"low": NodePool("low", gpus=frozenset({0}))}
     return pool
@@ -147,8 +174,19 @@ def test_the_ledger_reads_allocations_from_the_event_log_and_is_the_same_after_a
 def test_train_runs_count_under_their_project_and_node_pool(tmp_path) -> None:
     pool = small_pool(tmp_path)
     with pool.store.session() as s:
-        s.add(TrainJob(id="j1", owner="cy", project="vision", name="x", num_gpu=1, gpu_milli=1000, command=["true"],
-                       workdir="/nonexistent", submitted=0.0))
+        s.add(
+            TrainJob(
+                id="j1",
+                owner="cy",
+                project="vision",
+                name="x",
+                num_gpu=1,
+                gpu_milli=1000,
+                command=["true"],
+                workdir="/nonexistent",
+                submitted=0.0,
+            )
+        )
     pool.reserve(Workload("train", "cy", "j1"), Request(1))
     rows = Ledger(pool.store, pool.inventory, pool.node_pools).held(0, 2**31)
     (h,) = rows
@@ -160,10 +198,26 @@ def test_a_legacy_release_without_its_interval_is_paired_with_its_allocate_event
     store = Store(f"sqlite:///{tmp_path / 'old.sqlite'}")
     t0 = dt.datetime(2026, 1, 1, 10, 0)
     with store.session() as s:
-        s.add(Event(kind="allocate", owner="ann", name="", message="build ann/default holds 0.5 GPU", time=t0,
-                    data={"milli": 500}))
-        s.add(Event(kind="release", owner="ann", name="", message="build ann/default released 0.5 GPU: stopped",
-                    time=t0 + dt.timedelta(hours=2), data={"milli": 500}))
+        s.add(
+            Event(
+                kind="allocate",
+                owner="ann",
+                name="",
+                message="build ann/default holds 0.5 GPU",
+                time=t0,
+                data={"milli": 500},
+            )
+        )
+        s.add(
+            Event(
+                kind="release",
+                owner="ann",
+                name="",
+                message="build ann/default released 0.5 GPU: stopped",
+                time=t0 + dt.timedelta(hours=2),
+                data={"milli": 500},
+            )
+        )
     rows = Ledger(store, virtual_inventory(1)).held(0, 2**31)
     assert [(h.kind, h.end - h.start, h.milli) for h in rows] == [("build", 2 * H, 500)]
 
@@ -173,12 +227,20 @@ def test_samples_of_the_culler_become_used_hours_bounded_by_the_gap(tmp_path) ->
     row = pool.reserve_build("ann", [], "", 500)
     since = row.created.replace(tzinfo=dt.UTC).timestamp()
     ledger = Ledger(pool.store, pool.inventory)
-    w = {"owner": "ann", "name": "", "gpu_data": True, "gpu_util_pct": 25.0, "memory_mib": 1200,
-         "memory_limit_mib": 8192}
+    w = {
+        "owner": "ann",
+        "name": "",
+        "gpu_data": True,
+        "gpu_util_pct": 25.0,
+        "memory_mib": 1200,
+        "memory_limit_mib": 8192,
+    }
     t = since + 60
     assert ledger.record_samples([w], t, gap_s=180) == 1  # the first: since the session began (60 s)
     ledger.record_samples([w], t + 30, gap_s=180)
-    ledger.record_samples([{**w, "gpu_util_pct": 100.0, "memory_mib": 4000}], t + 30 + 3600, gap_s=180)  # a gap
+    ledger.record_samples(
+        [{**w, "gpu_util_pct": 100.0, "memory_mib": 4000}], t + 30 + 3600, gap_s=180
+    )  # a gap
     ledger.record_samples([{**w, "gpu_data": False}], t + 4000, gap_s=180)  # stale: nothing
     uses = ledger.uses(0, 2**31)
     measured = sum(u.measured_milli_s for u in uses)
@@ -195,14 +257,17 @@ def test_a_report_pages_sorts_by_waste_and_writes_csv_a_spreadsheet_will_not_run
         pool.reserve_build(user, [], "", milli)
     import time
 
-    usage = UsageService(pool, Usage(currency="EUR", prices={"default": 2.0}), clock=lambda: time.time() + 1800)
+    usage = UsageService(
+        pool, Usage(currency="EUR", prices={"default": 2.0}), clock=lambda: time.time() + 1800
+    )
     now = usage.now()
     for user in ("ann", "=cmd|calc", "bob"):
         row = pool.allocation(Workload("build", user, ""))
         since = row.created.replace(tzinfo=dt.UTC).timestamp()
         util = {"ann": 90.0, "=cmd|calc": 5.0, "bob": 40.0}[user]
-        usage.ledger.record_samples([{"owner": user, "name": "", "gpu_data": True, "gpu_util_pct": util}],
-                                    since + 120, gap_s=180)
+        usage.ledger.record_samples(
+            [{"owner": user, "name": "", "gpu_data": True, "gpu_util_pct": util}], since + 120, gap_s=180
+        )
     # the window starts two hours back: used hours are kept per clock hour, and an hour that began
     # before the window's start would be left out (the test would depend on the minute it runs)
     report = usage.report(now - 7200, now + 1, "user", sort="waste", limit=2)
@@ -226,8 +291,11 @@ def test_retention_deletes_old_records_and_keeps_what_is_still_held(tmp_path) ->
     pool.reserve_build("still", [], "", 500)
     ledger = Ledger(pool.store, pool.inventory)
     row = pool.allocation(Workload("build", "still", ""))
-    ledger.record_samples([{"owner": "still", "name": "", "gpu_data": True, "gpu_util_pct": 50.0}],
-                          row.created.replace(tzinfo=dt.UTC).timestamp() + 60, gap_s=180)
+    ledger.record_samples(
+        [{"owner": "still", "name": "", "gpu_data": True, "gpu_util_pct": 50.0}],
+        row.created.replace(tzinfo=dt.UTC).timestamp() + 60,
+        gap_s=180,
+    )
     ledger.add_grant("user:old", "topup", 1000, int(time.time()) - 100 * 86400, "admin")  # ended long ago
     backdate(pool.store, 100 * 86400)  # everything happened 100 days ago
     with pool.store.session() as s:

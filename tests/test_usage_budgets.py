@@ -26,25 +26,41 @@ def held(milli: int, start: int, end: int | None, owner: str = "ann", groups=())
 
 
 def test_config_reads_budgets_per_member_shared_and_per_user_and_refuses_bad_ones() -> None:
-    rules = Usage(budgets={"students": {"gpu_hours": 40, "min_share": 0.1},
-                           "cs101": {"gpu_hours": 200, "window_days": 7, "shared": True},
-                           "user:ada": {"gpu_hours": 100, "window_days": 30, "warn_at": 0.5}}).budget_rules()
+    rules = Usage(
+        budgets={
+            "students": {"gpu_hours": 40, "min_share": 0.1},
+            "cs101": {"gpu_hours": 200, "window_days": 7, "shared": True},
+            "user:ada": {"gpu_hours": 100, "window_days": 30, "warn_at": 0.5},
+        }
+    ).budget_rules()
     by = {r.target: r for r in rules}
     assert by["group:students"] == bud.Rule("group:students", 40 * MILLI_S_PER_GPU_HOUR, WEEK, 80, 100, False)
-    assert by["group:cs101"].shared and by["user:ada"].warn_pct == 50 and by["user:ada"].window_s == 30 * 86400
+    assert (
+        by["group:cs101"].shared and by["user:ada"].warn_pct == 50 and by["user:ada"].window_s == 30 * 86400
+    )
     assert by["group:students"].describe() == "40 GPU-h per a week (each member of group students)"
-    for bad, why in (({"x": {"gpu_hours": -1}}, "gpu_hours"), ({"x": {"hours": 1}}, "gpu_hours and some"),
-                     ({"x": {"gpu_hours": 1, "window_days": 400}}, "window_days"),
-                     ({"user:a": {"gpu_hours": 1, "shared": True}}, "cannot be shared"),
-                     ({"x": {"gpu_hours": 1, "min_share": "lots"}}, "min_share")):
+    for bad, why in (
+        ({"x": {"gpu_hours": -1}}, "gpu_hours"),
+        ({"x": {"hours": 1}}, "gpu_hours and some"),
+        ({"x": {"gpu_hours": 1, "window_days": 400}}, "window_days"),
+        ({"user:a": {"gpu_hours": 1, "shared": True}}, "cannot be shared"),
+        ({"x": {"gpu_hours": 1, "min_share": "lots"}}, "min_share"),
+    ):
         with pytest.raises(TraitError, match=why):
             Usage(budgets=bad).budget_rules()
 
 
 def test_a_users_own_rule_wins_else_the_most_generous_group_plus_shared_ones() -> None:
-    rules = [bud.Rule("group:students", 40 * H * 1000, WEEK), bud.Rule("group:ta", 80 * H * 1000, WEEK),
-             bud.Rule("group:cs101", 200 * H * 1000, WEEK, shared=True), bud.Rule("user:ann", 10 * H * 1000, WEEK)]
-    assert [r.target for r in bud.rules_for(rules, "bob", ["students", "ta", "cs101"])] == ["group:ta", "group:cs101"]
+    rules = [
+        bud.Rule("group:students", 40 * H * 1000, WEEK),
+        bud.Rule("group:ta", 80 * H * 1000, WEEK),
+        bud.Rule("group:cs101", 200 * H * 1000, WEEK, shared=True),
+        bud.Rule("user:ann", 10 * H * 1000, WEEK),
+    ]
+    assert [r.target for r in bud.rules_for(rules, "bob", ["students", "ta", "cs101"])] == [
+        "group:ta",
+        "group:cs101",
+    ]
     assert [r.target for r in bud.rules_for(rules, "ann", ["students"])] == ["user:ann"]
     assert bud.rules_for(rules, "eve", ["other"]) == []
 
@@ -68,12 +84,19 @@ def test_state_is_fraction_weighted_over_the_rolling_window_with_warnings_and_to
     assert bud.state(rule, [*rows, held(250, now - 4 * H, None)], [expired], now, "ann").status == "over"
     exempt = bud.Grant("group:students", "exempt", 0, now + H)
     assert bud.state(rule, [*rows, held(250, now - 4 * H, None)], [exempt], now, "bob").status == "exempt"
-    assert "used up" in over.message(lambda t: "Tue 14:00") and "until Tue 14:00" in over.message(lambda t: "Tue 14:00")
+    assert "used up" in over.message(lambda t: "Tue 14:00") and "until Tue 14:00" in over.message(
+        lambda t: "Tue 14:00"
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40_000), st.integers(1, 40_000), st.sampled_from([100, 250, 1000])),
-                max_size=12), st.integers(1, 20) )
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40_000), st.integers(1, 40_000), st.sampled_from([100, 250, 1000])),
+        max_size=12,
+    ),
+    st.integers(1, 20),
+)
 def test_frees_at_is_the_first_moment_the_window_has_room(spans, limit_h) -> None:
     now, window = 50_000, 20_000
     rows = [held(m, s, min(now, s + d)) for s, d, m in spans]
@@ -107,10 +130,19 @@ def step_plan():
 
 @settings(max_examples=300, deadline=None)
 @given(step_plan(), st.integers(1, 40), st.booleans())
-def test_no_budget_overrun_beyond_one_culler_interval_and_no_running_cell_interrupted(plan, budget_min, parking):
+def test_no_budget_overrun_beyond_one_culler_interval_and_no_running_cell_interrupted(
+    plan, budget_min, parking
+):
     rule = bud.Rule("user:ann", budget_min * 60 * 1000, 6 * H, min_share_milli=MIN_SHARE)
-    limits = Limits(window_s=INTERVAL, idle_limit_s=10**9, jupyter_idle_s=10**9, gpu_idle_hard_s=0, max_age_s=10**9,
-                    busy_grace_s=0, park_after_s=0)
+    limits = Limits(
+        window_s=INTERVAL,
+        idle_limit_s=10**9,
+        jupyter_idle_s=10**9,
+        gpu_idle_hard_s=0,
+        max_age_s=10**9,
+        busy_grace_s=0,
+        park_after_s=0,
+    )
     intervals: list[Held] = []  # everything ann held, closed and open
     ws: dict | None = None  # the workspace: {"milli", "start", "parked", "cell_left", "tracker", "over_idle"}
     job: dict | None = None  # a queued or running train job: {"left", "start"}
@@ -126,8 +158,13 @@ def test_no_budget_overrun_beyond_one_culler_interval_and_no_running_cell_interr
             refused = bud.admits(states, arg, "build")
             assert refused is None or arg > MIN_SHARE  # the minimum share always starts
             if refused is None:
-                ws = {"milli": arg, "start": now, "parked": False, "cell_left": 0,
-                      "tracker": IdleTracker(limits.window_s, limits.util_threshold_pct)}
+                ws = {
+                    "milli": arg,
+                    "start": now,
+                    "parked": False,
+                    "cell_left": 0,
+                    "tracker": IdleTracker(limits.window_s, limits.util_threshold_pct),
+                }
                 intervals.append(Held("build", "ann", "ws", arg, now, None))
                 assert not over or arg <= MIN_SHARE  # nothing above the minimum share starts over budget
         elif op == "cell" and ws is not None:
@@ -150,8 +187,14 @@ def test_no_budget_overrun_beyond_one_culler_interval_and_no_running_cell_interr
         if ws is not None and not ws["parked"]:
             busy = ws["cell_left"] > 0
             ws["tracker"].add(now, 90.0 if busy else 0.0)
-            w = Workspace("ann", "", ws["start"], last_activity=now, gpu_idle_s=ws["tracker"].idle_s,
-                          budget=("park" if parking else "stop") if over else "")
+            w = Workspace(
+                "ann",
+                "",
+                ws["start"],
+                last_activity=now,
+                gpu_idle_s=ws["tracker"].idle_s,
+                budget=("park" if parking else "stop") if over else "",
+            )
             d = decide(w, now, limits)
             if busy:  # a running cell is never parked or stopped, budget or not
                 assert d.action not in ("park", "cull"), (d, now)
@@ -177,8 +220,13 @@ def test_no_budget_overrun_beyond_one_culler_interval_and_no_running_cell_interr
                 job = None
         # the bound, every interval: over budget, an idle GPU above the minimum share is not
         # held longer than one window and two passes after the budget ran out or the cell ended
-        if ws is not None and not ws["parked"] and ws["cell_left"] == 0 and crossed_at is not None \
-                and ws["milli"] > MIN_SHARE:
+        if (
+            ws is not None
+            and not ws["parked"]
+            and ws["cell_left"] == 0
+            and crossed_at is not None
+            and ws["milli"] > MIN_SHARE
+        ):
             idle_for = min(now - crossed_at, ws["tracker"].idle_s + INTERVAL)
             assert idle_for <= limits.window_s + 3 * INTERVAL
 

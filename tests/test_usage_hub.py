@@ -23,20 +23,25 @@ from tests.test_culler_hub import CONFIG, TOKEN
 
 pytestmark = pytest.mark.hub
 U = "/services/gpupool/api/usage"
-USAGE_CONFIG = CONFIG + """
+USAGE_CONFIG = (
+    CONFIG
+    + """
 c.Usage.budgets = {"students": {"gpu_hours": 1, "window_days": 1, "min_share": 0.1}}
 c.Usage.prices = {"default": 2.0}
 c.Usage.currency = "EUR"
 c.TrainPool.projects = {"default": {"guarantee": 4}}
 c.TrainPool.tick_s = 0.5
 """
+)
 
 
 def backdate(hub: Hub, owner: str, hours: float) -> None:
     """`owner`'s GPU shares were taken `hours` earlier than they were (travel in time)."""
     with sqlite3.connect(hub.state / "gpupool.sqlite", timeout=30) as db:
-        db.execute("UPDATE gpupool_allocations SET created = datetime(created, ?) WHERE owner = ?",
-                   (f"-{int(hours * 3600)} seconds", owner))
+        db.execute(
+            "UPDATE gpupool_allocations SET created = datetime(created, ?) WHERE owner = ?",
+            (f"-{int(hours * 3600)} seconds", owner),
+        )
 
 
 def rows(report: dict) -> dict[str, dict]:
@@ -64,10 +69,14 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
     # 2.2 h: over. New work above the minimum share is refused with the reason; the minimum starts
     backdate(hub, "stu", 0.5)
     status, message = hub.api_error("POST", "/hub/api/users/stu/servers/more", {"gpus": 0.25})
-    assert status == 403 and "your GPU-hour budget (1 GPU-h per a day (each member of group students))" in message
+    assert (
+        status == 403
+        and "your GPU-hour budget (1 GPU-h per a day (each member of group students))" in message
+    )
     assert "is used up" in message and "a workspace of at most 0.1 GPU still starts" in message
-    status, message = hub.api_error("POST", "/services/gpupool/api/jobs",
-                                    {"project": "default", "gpus": 1, "command": "true"}, token=stu)
+    status, message = hub.api_error(
+        "POST", "/services/gpupool/api/jobs", {"project": "default", "gpus": 1, "command": "true"}, token=stu
+    )
     assert status == 403 and "a train job is refused: your GPU-hour budget" in message
     hub.spawn("stu", "0.1", server="tiny")
     hub.stop_server("stu", "tiny")
@@ -76,12 +85,18 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
     # the culler: stu's idle GPU is parked; kim (over budget too) runs a cell: keeps the GPU
     backdate(hub, "kim", 2.5)
     samples = tmp_path / "samples.json"
-    samples.write_text(json.dumps({"stu/": {"util_pct": 0, "memory_mib": 300},
-                                   "kim/": {"util_pct": 95, "memory_mib": 5000}}))
+    samples.write_text(
+        json.dumps({"stu/": {"util_pct": 0, "memory_mib": 300}, "kim/": {"util_pct": 95, "memory_mib": 5000}})
+    )
     now = [time.time()]
-    culler = Culler(IdleCuller(sampler="file", window_s=30), Client(TOKEN), f"{hub.url}/hub/api",
-                    f"http://127.0.0.1:{hub.api_port}/services/gpupool/", FileSampler(str(samples)),
-                    clock=lambda: now[0])
+    culler = Culler(
+        IdleCuller(sampler="file", window_s=30),
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
     targets = {t["owner"]: t for t in hub.api("GET", "/services/gpupool/api/culler/targets")["workspaces"]}
     assert targets["stu"]["budget"] == "park" and targets["kim"]["budget"] == "park"
     assert culler.run_pass()["events"] == []  # the first sample: no window seen idle yet
@@ -93,15 +108,23 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
     assert hub.api("GET", "/hub/api/users/stu")["servers"][""]["ready"]  # the session itself is still there
 
     # an admin tops stu up: a train job is accepted again
-    grant = hub.api("POST", "/services/gpupool/api/budgets/grants",
-                    {"target": "user:stu", "kind": "topup", "gpu_hours": 5, "days": 1, "note": "deadline"})
+    grant = hub.api(
+        "POST",
+        "/services/gpupool/api/budgets/grants",
+        {"target": "user:stu", "kind": "topup", "gpu_hours": 5, "days": 1, "note": "deadline"},
+    )
     assert grant["gpu_hours"] == 5
     assert hub.api("GET", "/services/gpupool/api/budget", token=stu)["status"] == "ok"
-    job = hub.api("POST", "/services/gpupool/api/jobs", {"project": "default", "gpus": 1, "command": "true"},
-                  token=stu)
+    job = hub.api(
+        "POST", "/services/gpupool/api/jobs", {"project": "default", "gpus": 1, "command": "true"}, token=stu
+    )
     assert job["state"] == "queued"
-    status, _ = hub.api_error("POST", "/services/gpupool/api/budgets/grants",
-                              {"target": "user:stu", "kind": "topup", "gpu_hours": 5}, token=stu)
+    status, _ = hub.api_error(
+        "POST",
+        "/services/gpupool/api/budgets/grants",
+        {"target": "user:stu", "kind": "topup", "gpu_hours": 5},
+        token=stu,
+    )
     assert status == 403  # only admins
     admin_view = hub.api("GET", "/services/gpupool/api/budgets")
     assert [g["target"] for g in admin_view["grants"]] == ["user:stu"]
@@ -115,28 +138,39 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
     assert r["stu"]["cost"] == pytest.approx(2.2, abs=0.05) and report["currency"] == "EUR"
     assert r["stu"]["measured_gpu_hours"] > 0 and r["stu"]["used_gpu_hours"] == 0  # its samples said 0 %
     assert r["stu"]["parked_hours"] >= 0 and report["rows"][0]["key"] == "kim"
-    assert rows(hub.api("GET", f"{U}?period=24h&by=group"))["students"]["allocated_gpu_hours"] == \
-        pytest.approx(2.35, abs=0.04)
+    assert rows(hub.api("GET", f"{U}?period=24h&by=group"))["students"][
+        "allocated_gpu_hours"
+    ] == pytest.approx(2.35, abs=0.04)
     mine = hub.api("GET", f"{U}?period=7d&by=user", token=stu)
     assert set(rows(mine)) == {"stu"}  # a user sees only their own use
     series = hub.api("GET", f"{U}?period=24h&by=user&step=auto")["series"]
     assert series["step_s"] == 1800 and set(series["keys"]) == {"kim", "stu"}
-    with urllib.request.urlopen(urllib.request.Request(f"{hub.url}{U}?period=24h&by=user&format=csv",
-                                                       headers={"Authorization": f"token {ADMIN_TOKEN}"})) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(
+            f"{hub.url}{U}?period=24h&by=user&format=csv", headers={"Authorization": f"token {ADMIN_TOKEN}"}
+        )
+    ) as resp:
         assert resp.headers["Content-Type"].startswith("text/csv")
         lines = resp.read().decode().splitlines()
     assert lines[0].startswith("user,allocated_gpu_hours,") and len(lines) == 3
-    for bad, why in (("limit=0", "limit must be"), ("period=3w", "period must be one of"),
-                     ("from=2026-01-02&to=2026-01-01", "from must be before to"), ("by=colour", "by must be"),
-                     ("period=365d&step=60", "at most 500 buckets"), ("from=tomorrow", "from: a time"),
-                     ("offset=-1", "offset must be"), ("limit=1&limit=2", "given more than once"),
-                     ("colour=red", "unknown parameters")):
+    for bad, why in (
+        ("limit=0", "limit must be"),
+        ("period=3w", "period must be one of"),
+        ("from=2026-01-02&to=2026-01-01", "from must be before to"),
+        ("by=colour", "by must be"),
+        ("period=365d&step=60", "at most 500 buckets"),
+        ("from=tomorrow", "from: a time"),
+        ("offset=-1", "offset must be"),
+        ("limit=1&limit=2", "given more than once"),
+        ("colour=red", "unknown parameters"),
+    ):
         status, message = hub.api_error("GET", f"{U}?{bad}")
         assert status == 400 and why in message, (bad, message)
 
     # gauges on the hub's own Prometheus endpoint
-    with urllib.request.urlopen(urllib.request.Request(f"{hub.url}/hub/metrics",
-                                                       headers={"Authorization": f"token {ADMIN_TOKEN}"})) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{hub.url}/hub/metrics", headers={"Authorization": f"token {ADMIN_TOKEN}"})
+    ) as resp:
         metrics = resp.read().decode()
     assert 'gpupool_usage_allocated_gpu_hours{dimension="user",key="kim"}' in metrics
     assert 'gpupool_budget_used_ratio{target="group:students",user="kim"}' in metrics
@@ -155,12 +189,20 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
 def test_a_queued_job_says_when_it_should_start_and_why(make_hub) -> None:
     hub: Hub = make_hub(USAGE_CONFIG).start()
     token = hub.user_token("eta")
-    first = hub.api("POST", "/services/gpupool/api/jobs",
-                    {"project": "default", "gpus": 4, "command": ["sleep", "300"], "max_runtime_s": 900}, token=token)
+    first = hub.api(
+        "POST",
+        "/services/gpupool/api/jobs",
+        {"project": "default", "gpus": 4, "command": ["sleep", "300"], "max_runtime_s": 900},
+        token=token,
+    )
     hub.wait_job(first["id"], {"running"}, token)
     started = hub.api("GET", f"/services/gpupool/api/jobs/{first['id']}", token=token)["started"]
-    second = hub.api("POST", "/services/gpupool/api/jobs", {"project": "default", "gpus": 1, "command": "true"},
-                     token=token)
+    second = hub.api(
+        "POST",
+        "/services/gpupool/api/jobs",
+        {"project": "default", "gpus": 1, "command": "true"},
+        token=token,
+    )
     assert second["state"] == "queued"
     eta = second["eta"]
     assert eta["start"] == pytest.approx(started + 900, abs=2)  # when the first one's max runtime ends

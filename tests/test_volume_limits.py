@@ -44,8 +44,9 @@ while not os.path.exists("go"):
 
 
 def raw(hub: Hub, method: str, path: str, data: bytes | None, token: str) -> tuple[int, str, dict | str]:
-    req = urllib.request.Request(hub.url + path, data=data, method=method,
-                                 headers={"Authorization": f"token {token}"})
+    req = urllib.request.Request(
+        hub.url + path, data=data, method=method, headers={"Authorization": f"token {token}"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, ctype, text = r.status, r.headers.get("Content-Type", ""), r.read().decode()
@@ -95,14 +96,27 @@ def test_jobs_queued_and_running_are_bounded_per_user_and_per_project(hub: Hub) 
             hub.api("DELETE", f"{J}/{job['id']}", token=token)
 
 
-@pytest.mark.parametrize("body, status, limit", [
-    ({"code": ["print(1)"] * 6}, 413, "max_cells"),
-    ({"notebook": {"cells": [{"cell_type": "code", "source": "1", "metadata": {}, "outputs": []}] * 6,
-                   "metadata": {}, "nbformat": 4, "nbformat_minor": 5}}, 413, "max_cells"),
-    ({"script": "x = 1\n" * 1000}, 413, "max_code_kib"),
-    ({"code": ["x = 1\n" * 400] * 2}, 413, "max_code_kib"),
-    ({"code": "print(lr)", "sweep": {"lr": [1, 2, 3]}}, 400, "max_sweep_runs"),
-])
+@pytest.mark.parametrize(
+    "body, status, limit",
+    [
+        ({"code": ["print(1)"] * 6}, 413, "max_cells"),
+        (
+            {
+                "notebook": {
+                    "cells": [{"cell_type": "code", "source": "1", "metadata": {}, "outputs": []}] * 6,
+                    "metadata": {},
+                    "nbformat": 4,
+                    "nbformat_minor": 5,
+                }
+            },
+            413,
+            "max_cells",
+        ),
+        ({"script": "x = 1\n" * 1000}, 413, "max_code_kib"),
+        ({"code": ["x = 1\n" * 400] * 2}, 413, "max_code_kib"),
+        ({"code": "print(lr)", "sweep": {"lr": [1, 2, 3]}}, 400, "max_sweep_runs"),
+    ],
+)
 def test_code_size_cells_and_sweep_size_are_bounded(hub: Hub, body: dict, status: int, limit: str) -> None:
     token = hub.user_token(f"coder{abs(hash(limit + str(status))) % 10_000}")
     got, reply = submit(hub, token, **body)
@@ -154,7 +168,10 @@ def test_a_job_whose_folder_grows_over_its_limit_is_stopped_and_folders_go_after
 def test_an_oversized_body_is_a_json_413_and_errors_are_bounded(hub: Hub) -> None:
     token = hub.user_token("olga")
     status, ctype, reply = raw(hub, "POST", J, b"{" + b" " * (10 * 1024 * 1024) + b"}", token)
-    assert status == 413 and ctype.startswith("application/json") and "limit" in reply["message"], (status, reply)
+    assert status == 413 and ctype.startswith("application/json") and "limit" in reply["message"], (
+        status,
+        reply,
+    )
     status, ctype, reply = raw(hub, "PUT", "/services/gpupool/api/quotas", b" " * (200 * 1024), token)
     assert status == 413 and ctype.startswith("application/json"), (status, reply)
     status, _, reply = raw(hub, "POST", J, json.dumps({"project": "x" * 60_000, "gpus": 1}).encode(), token)
@@ -180,8 +197,14 @@ def test_while_one_user_floods_another_users_call_keeps_a_p99_under_a_second(mak
         # 20,000 one-character cells: the body that held the event loop for seconds
         json.dumps({"project": "lab", "gpus": 1, "code": [hold] + ["1"] * 19_999}).encode(),
         # a sweep of 16 runs of a 500-cell notebook: 16 snapshots made and written
-        json.dumps({"project": "lab", "gpus": 1, "code": [hold] + [f"x = {i}" for i in range(499)],
-                    "sweep": {"lr": list(range(16))}}).encode(),
+        json.dumps(
+            {
+                "project": "lab",
+                "gpus": 1,
+                "code": [hold] + [f"x = {i}" for i in range(499)],
+                "sweep": {"lr": list(range(16))},
+            }
+        ).encode(),
         b"{" + b" " * (6 * 1024 * 1024) + b"}",  # over the body limit
     ]
     stop = threading.Event()
@@ -205,7 +228,9 @@ def test_while_one_user_floods_another_users_call_keeps_a_p99_under_a_second(mak
     for t in threads:
         t.join(120)
     p99 = statistics.quantiles(latencies, n=100)[98]
-    print(f"flood: {len(answered)} requests answered {sorted(set(answered))}; the calm user's GET api/me:"
-          f" median {statistics.median(latencies) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
+    print(
+        f"flood: {len(answered)} requests answered {sorted(set(answered))}; the calm user's GET api/me:"
+        f" median {statistics.median(latencies) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+    )
     assert p99 <= 1.0, f"p99 {p99:.2f} s while another user floods"
     assert {201, 413, 429} <= set(answered), answered

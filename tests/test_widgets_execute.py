@@ -39,18 +39,27 @@ def start(tmp_path: Path, code: str) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / "job.log"
     env = {**os.environ, "GPUPOOL_CHECKPOINT_DIR": str(tmp_path / "checkpoint")}
     with open(log, "wb") as out:  # as the local runner does: its own session, stdout+stderr to the log
-        proc = subprocess.Popen([sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"],
-                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     return proc, log
 
 
 def wait_for(log: Path, text: str) -> str:
-    return until(lambda: text in (now := log.read_text()) and now, f"{text!r} in the job's log", detail=log.read_text)
+    return until(
+        lambda: text in (now := log.read_text()) and now, f"{text!r} in the job's log", detail=log.read_text
+    )
 
 
 def test_output_streams_into_the_log_without_transport_warnings(tmp_path: Path) -> None:
-    proc, log = start(tmp_path, "print('hello from the job', flush=True)\nimport time; time.sleep(1)\nprint('bye')")
+    proc, log = start(
+        tmp_path, "print('hello from the job', flush=True)\nimport time; time.sleep(1)\nprint('bye')"
+    )
     assert proc.wait(60) == 0
     text = log.read_text()
     assert "hello from the job\nbye\n" in text

@@ -45,14 +45,39 @@ def test_promote_a_cell_and_watch_it_succeed(make_hub) -> None:
 
 
 def test_job_row_and_choices_are_explained() -> None:
-    row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 0.5, "state": "queued", "queue_position": 2,
-                   "runs": 0, "preemptions": 0, "gpu": [], "message": ""})
+    row = job_row(
+        {
+            "id": "abc",
+            "name": "n",
+            "project": "p",
+            "gpus": 0.5,
+            "state": "queued",
+            "queue_position": 2,
+            "runs": 0,
+            "preemptions": 0,
+            "gpu": [],
+            "message": "",
+        }
+    )
     assert "#2 in queue" in row and "not started" in row
     why = "waiting for GPUs: project p uses 2 of its 2-GPU guarantee and no GPU is idle; 1 job ahead"
-    row = job_row({"id": "abc", "name": "n", "project": "p", "gpus": 1, "state": "queued", "queue_position": 2,
-                   "wait_reason": why, "runs": 1, "preemptions": 1, "gpu": [], "message": "preempted; will resume",
-                   "preemption": "preempted at 14:02 so that project q gets its guarantee back; resumes from"
-                                 " the checkpoint saved at 13:55"})
+    row = job_row(
+        {
+            "id": "abc",
+            "name": "n",
+            "project": "p",
+            "gpus": 1,
+            "state": "queued",
+            "queue_position": 2,
+            "wait_reason": why,
+            "runs": 1,
+            "preemptions": 1,
+            "gpu": [],
+            "message": "preempted; will resume",
+            "preemption": "preempted at 14:02 so that project q gets its guarantee back; resumes from"
+            " the checkpoint saved at 13:55",
+        }
+    )
     assert why in row and "run 1, preempted 1×" in row and "resumes from the checkpoint saved at 13:55" in row
     assert "will resume" not in row  # the plain line replaces the bare state message
     problems, params = validate_choices("x", 1, [{"name": "p", "limit_milli": -1}], '{"a": 1}')
@@ -106,13 +131,20 @@ def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(ma
     hub.spawn("ida", "0.25")
     token, server = hub.user_token("ida"), "/user/ida/"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("a = 1"), nbformat.v4.new_markdown_cell("x"),
-                nbformat.v4.new_code_cell("print(a)"),
-                nbformat.v4.new_code_cell("%%train --project default\nprint('a job of its own')"),
-                nbformat.v4.new_code_cell("PromoteToTraining.current_notebook()")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("a = 1"),
+        nbformat.v4.new_markdown_cell("x"),
+        nbformat.v4.new_code_cell("print(a)"),
+        nbformat.v4.new_code_cell("%%train --project default\nprint('a job of its own')"),
+        nbformat.v4.new_code_cell("PromoteToTraining.current_notebook()"),
+    ]
     hub.api("PUT", server + "api/contents/Untitled.ipynb", {"type": "notebook", "content": nb}, token=token)
-    session = hub.api("POST", server + "api/sessions", {"path": "Untitled.ipynb", "type": "notebook",
-                                                        "name": "", "kernel": {"name": "python3"}}, token=token)
+    session = hub.api(
+        "POST",
+        server + "api/sessions",
+        {"path": "Untitled.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+        token=token,
+    )
     # JupyterLab's rename on first save: the file moves and the session follows it
     hub.api("PATCH", server + "api/contents/Untitled.ipynb", {"path": "analysis.ipynb"}, token=token)
     hub.api("PATCH", server + f"api/sessions/{session['id']}", {"path": "analysis.ipynb"}, token=token)
@@ -123,10 +155,15 @@ def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(ma
     promote = PromoteToTraining.current_notebook(connection_file=connection_file, env=env, client=client)
     assert promote.source_path == "analysis.ipynb"
     # a %%train cell submits a job of its own: never promoted with the rest, and the widget says so
-    assert [c["source"] for c in promote.notebook["cells"]] == ["a = 1", "print(a)",
-                                                                "PromoteToTraining.current_notebook()"]
-    assert promote.source.value == ("Submits <code>analysis.ipynb</code>: code cells 1, 2, 4 of 4, as last saved;"
-                                    " left out: 3 (%%train: it submits a job of its own).")
+    assert [c["source"] for c in promote.notebook["cells"]] == [
+        "a = 1",
+        "print(a)",
+        "PromoteToTraining.current_notebook()",
+    ]
+    assert promote.source.value == (
+        "Submits <code>analysis.ipynb</code>: code cells 1, 2, 4 of 4, as last saved;"
+        " left out: 3 (%%train: it submits a job of its own)."
+    )
     from gpupool.widgets.notebook import code_cells
 
     chosen = code_cells(promote.notebook, [1], leave_out="")
@@ -134,7 +171,9 @@ def test_promote_the_current_notebook_after_a_rename_without_the_calling_cell(ma
     kept = code_cells(promote.notebook, None, leave_out="PromoteToTraining.current_notebook()\n")
     assert [c["source"] for c in kept] == ["a = 1", "print(a)"]  # the calling cell is left out
     with pytest.raises(Exception, match="no notebook of this server runs this kernel"):
-        PromoteToTraining.current_notebook(connection_file="kernel-0000aaaa-0000.json", env=env, client=client)
+        PromoteToTraining.current_notebook(
+            connection_file="kernel-0000aaaa-0000.json", env=env, client=client
+        )
     with pytest.raises(Exception, match="JUPYTERHUB_SERVICE_URL is not set"):
         PromoteToTraining.current_notebook(connection_file=connection_file, env={}, client=client)
 
@@ -146,8 +185,18 @@ def test_promote_a_script_as_it_is_now(tmp_path) -> None:
     class Recorder:
         sent: dict = {}
 
-        job = {"id": "0123456789ab", "name": "promoted", "project": "p", "gpus": 1, "state": "queued",
-               "queue_position": 1, "runs": 0, "preemptions": 0, "gpu": [], "message": ""}
+        job = {
+            "id": "0123456789ab",
+            "name": "promoted",
+            "project": "p",
+            "gpus": 1,
+            "state": "queued",
+            "queue_position": 1,
+            "runs": 0,
+            "preemptions": 0,
+            "gpu": [],
+            "message": "",
+        }
 
         def get(self, path):
             if path == "api/projects":
@@ -173,16 +222,26 @@ def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_
     """The promotion widget's sweep field (the syntax of %%train --sweep) is checked as it is
     typed, shows how many jobs Submit will send, and submits one job per combination that the
     sweep table then shows with each run's final metrics."""
-    hub: Hub = make_hub(CONFIG.replace('"limit": 2', '"limit": 4') + "c.TrainPool.max_queued_per_user = 8\n",
-                        env={"GPUPOOL_CULLER": "0"}).start()
+    hub: Hub = make_hub(
+        CONFIG.replace('"limit": 2', '"limit": 4') + "c.TrainPool.max_queued_per_user = 8\n",
+        env={"GPUPOOL_CULLER": "0"},
+    ).start()
     client = Client(f"http://127.0.0.1:{hub.api_port}/services/gpupool/", hub.user_token("ivy"))
     promote = PromoteToTraining(code="print(f'final loss={1 / (lr * batch):.4f}')", client=client)
     promote.gpus.value = 0.25
-    for text, why in (("lr=", "lr needs values separated by commas"), ("lr", "is not KEY=V1,V2"),
-                      ("lr=1 lr=2", "lr is given twice"), ("1x=1,2", "is not a parameter name"),
-                      ("a=1,2,3,4,5,6 b=1,2,3,4,5,6", "36 combinations, at most 32"), ("lr='0.1", "quotation")):
+    for text, why in (
+        ("lr=", "lr needs values separated by commas"),
+        ("lr", "is not KEY=V1,V2"),
+        ("lr=1 lr=2", "lr is given twice"),
+        ("1x=1,2", "is not a parameter name"),
+        ("a=1,2,3,4,5,6 b=1,2,3,4,5,6", "36 combinations, at most 32"),
+        ("lr='0.1", "quotation"),
+    ):
         promote.sweep.value = text
-        assert promote.submit_button.disabled and why in promote.problems.value, (text, promote.problems.value)
+        assert promote.submit_button.disabled and why in promote.problems.value, (
+            text,
+            promote.problems.value,
+        )
     promote.sweep.value = "lr=0.5,0.25 batch=2,4"
     assert not promote.submit_button.disabled
     assert "4 jobs: one per combination of lr, batch" in promote.problems.value
@@ -193,8 +252,13 @@ def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_
     assert "<th>lr</th>" in table.table.value and "<th>batch</th>" in table.table.value
     from tests.support.wait import until
 
-    until(lambda: not table.refresh() or table.table.value.count("succeeded") >= 4, "four runs succeeded",
-          timeout=120, every=0.5, detail=lambda: table.table.value)
+    until(
+        lambda: not table.refresh() or table.table.value.count("succeeded") >= 4,
+        "four runs succeeded",
+        timeout=120,
+        every=0.5,
+        detail=lambda: table.table.value,
+    )
     assert "<th>loss</th>" in table.table.value and "<td>1</td>" in table.table.value  # 1 / (0.5 * 2)
     promote.sweep.value = ""
     assert promote.submit_button.description == "Submit to training"

@@ -15,14 +15,20 @@ from gpupool.snapshot import SnapshotError, check_name, from_code, from_notebook
 def execute(tmp_path: Path, nb) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode]:
     src, out = tmp_path / "input.ipynb", tmp_path / "output.ipynb"
     nbformat.write(nb, str(src))
-    result = subprocess.run([sys.executable, "-m", "gpupool.widgets.execute", str(src), str(out)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupool.widgets.execute", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return result, nbformat.read(str(out), as_version=4)
 
 
 def test_a_cell_runs_headless_with_its_parameters(tmp_path: Path) -> None:
-    nb = with_parameters(from_code("total = sum(range(n))\nprint('total', total, flag, name)"),
-                         {"n": 10, "flag": True, "name": "it's"})
+    nb = with_parameters(
+        from_code("total = sum(range(n))\nprint('total', total, flag, name)"),
+        {"n": 10, "flag": True, "name": "it's"},
+    )
     result, done = execute(tmp_path, nb)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "total 45 True it's" in result.stdout  # the log shows the output
@@ -41,8 +47,12 @@ def test_a_failing_cell_still_writes_the_executed_notebook(tmp_path: Path) -> No
 
 def test_chosen_cells_of_a_saved_notebook(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("a = 1"),
-                nbformat.v4.new_code_cell("b = 2"), nbformat.v4.new_code_cell("print(a)")]
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# title"),
+        nbformat.v4.new_code_cell("a = 1"),
+        nbformat.v4.new_code_cell("b = 2"),
+        nbformat.v4.new_code_cell("print(a)"),
+    ]
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="old")]
     path = tmp_path / "work.ipynb"
     nbformat.write(nb, str(path))

@@ -24,11 +24,18 @@ def test_status_shows_this_workspace_share_and_quota(hub: Hub) -> None:
     widget = WorkspaceStatus(client=client, interval=0.3)
     assert "0.5 GPU = 8,192 MiB" in widget.table.value and widget.message.value == ""
     assert "also: side 0.25 GPU" in widget.table.value
-    assert "Train projects" in widget.table.value and "default (2 GPUs guaranteed, 0 GPU in use)" in widget.table.value
+    assert (
+        "Train projects" in widget.table.value
+        and "default (2 GPUs guaranteed, 0 GPU in use)" in widget.table.value
+    )
     hub.stop_server("wanda", "side")
     # nobody refreshes: the widget reads again by itself
-    until(lambda: "also: side" not in widget.table.value, "the widget to drop the stopped server", timeout=20,
-          detail=lambda: widget.table.value)
+    until(
+        lambda: "also: side" not in widget.table.value,
+        "the widget to drop the stopped server",
+        timeout=20,
+        detail=lambda: widget.table.value,
+    )
     widget.close()
     hub.stop_server("wanda")
 
@@ -50,9 +57,18 @@ def test_client_outside_a_workspace_says_so(monkeypatch) -> None:
 def test_culler_findings_become_rows_with_the_warning() -> None:
     from gpupool.widgets.status import culler_rows
 
-    finding = {"owner": "ann", "name": "", "action": "warn", "reason": "idle-gpu", "cull_at": 1000 + 600,
-               "message": "will stop in 10 min because its GPU has been idle: save your work",
-               "gpu_idle_s": 1500, "gpu_util_pct": 0.0, "memory_mib": 512, "memory_limit_mib": 4096}
+    finding = {
+        "owner": "ann",
+        "name": "",
+        "action": "warn",
+        "reason": "idle-gpu",
+        "cull_at": 1000 + 600,
+        "message": "will stop in 10 min because its GPU has been idle: save your work",
+        "gpu_idle_s": 1500,
+        "gpu_util_pct": 0.0,
+        "memory_mib": 512,
+        "memory_limit_mib": 4096,
+    }
     rows = dict(culler_rows({"workspaces": [finding]}, "ann", "", now=1000))
     assert rows["GPU idle"] == "25 min"
     assert rows["Session"].endswith("(in 10 min) if its GPU stays idle")
@@ -62,6 +78,9 @@ def test_culler_findings_become_rows_with_the_warning() -> None:
     assert culler_rows(None, "ann", "", now=1000, virtual=True) == [("GPU use", "no GPU data: virtual GPU")]
     just_extended = {**finding, "action": "keep", "extended": True, "cull_at": None}  # as the API leaves it
     assert dict(culler_rows({"workspaces": [just_extended]}, "ann", "", 1000))["Session"].startswith(
-        "extended once")  # at once, not the old end time
+        "extended once"
+    )  # at once, not the old end time
     later = {**just_extended, "cull_at": 1000 + 3600}  # the culler's next pass
-    assert dict(culler_rows({"workspaces": [later]}, "ann", "", 1000))["Session"].endswith("(in 1 h) if its GPU stays idle")
+    assert dict(culler_rows({"workspaces": [later]}, "ann", "", 1000))["Session"].endswith(
+        "(in 1 h) if its GPU stays idle"
+    )

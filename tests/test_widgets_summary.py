@@ -7,22 +7,47 @@ import time
 from gpupool.widgets.summary import summary
 
 ME = {"name": "ann"}
-POOL = {"gpus": [
-    {"index": 1, "model": "A100", "virtual": False, "memory_mib": 40960, "shares": [
-        {"owner": "ann", "name": "", "kind": "build", "milli": 250},
-        {"owner": "ann", "name": "other", "kind": "build", "milli": 500},
-        {"owner": "bob", "name": "", "kind": "build", "milli": 250}]},
-]}
+POOL = {
+    "gpus": [
+        {
+            "index": 1,
+            "model": "A100",
+            "virtual": False,
+            "memory_mib": 40960,
+            "shares": [
+                {"owner": "ann", "name": "", "kind": "build", "milli": 250},
+                {"owner": "ann", "name": "other", "kind": "build", "milli": 500},
+                {"owner": "bob", "name": "", "kind": "build", "milli": 250},
+            ],
+        },
+    ]
+}
 NOW = time.mktime((2026, 11, 23, 17, 0, 0, 0, 0, -1))
 
 
 def test_share_time_left_and_reason_in_plain_words() -> None:
-    culler = {"workspaces": [{"owner": "ann", "name": "", "action": "keep", "reason": "workday-end",
-                              "cull_at": NOW + 3600, "gpu_util_pct": 12.0, "gpu_idle_s": 0, "extended": False}]}
+    culler = {
+        "workspaces": [
+            {
+                "owner": "ann",
+                "name": "",
+                "action": "keep",
+                "reason": "workday-end",
+                "cull_at": NOW + 3600,
+                "gpu_util_pct": 12.0,
+                "gpu_idle_s": 0,
+                "extended": False,
+            }
+        ]
+    }
     got = summary(ME, POOL, culler, "", NOW)
     assert got["share"] == "0.25" and not got["virtual"] and got["extendable"]
-    assert got["lines"] == ["0.25 GPU of A100 #1 (10,240 MiB)", "GPU use 12 %", "GPU idle for 0 min",
-                            "stops at 18:00 (in 1 h) at the end of the workday"]
+    assert got["lines"] == [
+        "0.25 GPU of A100 #1 (10,240 MiB)",
+        "GPU use 12 %",
+        "GPU idle for 0 min",
+        "stops at 18:00 (in 1 h) at the end of the workday",
+    ]
 
 
 def test_no_culler_data_yet_and_a_virtual_gpu_say_so() -> None:
@@ -33,10 +58,17 @@ def test_no_culler_data_yet_and_a_virtual_gpu_say_so() -> None:
 
 
 def test_a_warning_once_extended_or_about_memory_cannot_be_extended() -> None:
-    base = {"owner": "ann", "name": "", "action": "warn", "cull_at": NOW + 300, "message": "will stop in 5 min"}
+    base = {
+        "owner": "ann",
+        "name": "",
+        "action": "warn",
+        "cull_at": NOW + 300,
+        "message": "will stop in 5 min",
+    }
     assert summary(ME, POOL, {"workspaces": [{**base, "reason": "idle-gpu"}]}, "", NOW)["extendable"]
-    assert not summary(ME, POOL, {"workspaces": [{**base, "reason": "idle-gpu", "extended": True}]}, "",
-                       NOW)["extendable"]
+    assert not summary(ME, POOL, {"workspaces": [{**base, "reason": "idle-gpu", "extended": True}]}, "", NOW)[
+        "extendable"
+    ]
     assert not summary(ME, POOL, {"workspaces": [{**base, "reason": "memory"}]}, "", NOW)["extendable"]
 
 

@@ -8,11 +8,27 @@ from gpupool.widgets.status import budget_rows
 from gpupool.widgets.summary import summary
 
 ME = {"name": "ann", "build_quota_milli": 1000, "holdings": []}
-POOL = {"gpus": [{"node": "n", "index": 0, "model": "virtual", "memory_mib": 16384, "virtual": True,
-                  "shares": [{"kind": "build", "owner": "ann", "name": "", "milli": 500}]}]}
-OVER = {"status": "over", "message": "1.1 of 1 GPU-h used (110 %): the budget is used up",
-        "budgets": [{"used_pct": 110}, {"used_pct": 20}],
-        "rightsizing": {"suggested_gpus": 0.25, "message": "your last 3 sessions on 0.5 GPU used at most 900 MiB"}}
+POOL = {
+    "gpus": [
+        {
+            "node": "n",
+            "index": 0,
+            "model": "virtual",
+            "memory_mib": 16384,
+            "virtual": True,
+            "shares": [{"kind": "build", "owner": "ann", "name": "", "milli": 500}],
+        }
+    ]
+}
+OVER = {
+    "status": "over",
+    "message": "1.1 of 1 GPU-h used (110 %): the budget is used up",
+    "budgets": [{"used_pct": 110}, {"used_pct": 20}],
+    "rightsizing": {
+        "suggested_gpus": 0.25,
+        "message": "your last 3 sessions on 0.5 GPU used at most 900 MiB",
+    },
+}
 
 
 def test_gpupool_shows_the_budget_and_a_smaller_size() -> None:
@@ -24,10 +40,24 @@ def test_gpupool_shows_the_budget_and_a_smaller_size() -> None:
 
 
 def test_the_status_item_carries_the_budget_and_the_next_queued_job() -> None:
-    jobs = {"jobs": [{"id": "j2", "name": "b", "state": "queued", "eta": {"start": 2000, "text": "starts around 10:33"},
-                      "wait_reason": "waiting for its turn"},
-                     {"id": "j1", "name": "a", "state": "queued", "eta": {"start": 1500, "text": "starts around 10:25"},
-                      "wait_reason": "waiting for GPUs"}]}
+    jobs = {
+        "jobs": [
+            {
+                "id": "j2",
+                "name": "b",
+                "state": "queued",
+                "eta": {"start": 2000, "text": "starts around 10:33"},
+                "wait_reason": "waiting for its turn",
+            },
+            {
+                "id": "j1",
+                "name": "a",
+                "state": "queued",
+                "eta": {"start": 1500, "text": "starts around 10:25"},
+                "wait_reason": "waiting for GPUs",
+            },
+        ]
+    }
     s = summary(ME, POOL, None, "", 1000, budget=OVER, jobs=jobs)
     assert s["budget"]["status"] == "over" and s["budget"]["used_pct"] == 110  # the fullest of its budgets
     assert s["budget"]["message"] == OVER["message"]
@@ -39,9 +69,19 @@ def test_the_status_item_carries_the_budget_and_the_next_queued_job() -> None:
 
 
 def test_the_job_monitor_says_when_a_queued_job_should_start() -> None:
-    job = {"id": "abc", "name": "n", "project": "p", "gpus": 1, "state": "queued", "runs": 0, "preemptions": 0,
-           "gpu": [], "message": "", "wait_reason": "waiting for GPUs: no node has a free GPU",
-           "eta": {"start": 5000, "text": "starts around 14:20 (in 35 min), once job x of p is expected to end"}}
+    job = {
+        "id": "abc",
+        "name": "n",
+        "project": "p",
+        "gpus": 1,
+        "state": "queued",
+        "runs": 0,
+        "preemptions": 0,
+        "gpu": [],
+        "message": "",
+        "wait_reason": "waiting for GPUs: no node has a free GPU",
+        "eta": {"start": 5000, "text": "starts around 14:20 (in 35 min), once job x of p is expected to end"},
+    }
     row = job_row(job)
     assert "starts around 14:20 (in 35 min), once job x of p is expected to end; waiting for GPUs" in row
     assert "starts around" not in job_row({**job, "state": "running", "runs": 1})

@@ -5,8 +5,14 @@ from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.jobs import JobMonitor, PromoteToTraining
 from gpupool.widgets.status import WorkspaceStatus
 
-__all__ = ["Client", "GPUPoolError", "JobMonitor", "PromoteToTraining", "WorkspaceStatus",
-           "load_ipython_extension"]
+__all__ = [
+    "Client",
+    "GPUPoolError",
+    "JobMonitor",
+    "PromoteToTraining",
+    "WorkspaceStatus",
+    "load_ipython_extension",
+]
 
 
 def load_ipython_extension(ipython) -> None:

@@ -55,7 +55,7 @@ def ansi_html(text: str) -> str:
         out.append(body)
 
     for m in ESCAPE.finditer(text):
-        emit(text[pos:m.start()])
+        emit(text[pos : m.start()])
         pos = m.end()
         if m.group(2) == "m":
             codes = [int(x) for x in m.group(1).split(";") if x.isdigit()] or [0]
@@ -69,6 +69,8 @@ def log_box(lines: list[str], height: str = "14em") -> str:
     it scrolled to its last line as lines come, unless the reader scrolled up: a failure's error
     is in view, not below the fold."""
     body = ansi_html("\n".join(lines)) or "<i style='color:#777'>no output yet</i>"
-    return (f"<div class='gpupool-log' style='max-height:{height};overflow:auto;"
-            "border:1px solid var(--jp-border-color2,#ccc);padding:4px'>"
-            f"<pre style='margin:0;white-space:pre-wrap;font-size:90%'>{body}</pre></div>")
+    return (
+        f"<div class='gpupool-log' style='max-height:{height};overflow:auto;"
+        "border:1px solid var(--jp-border-color2,#ccc);padding:4px'>"
+        f"<pre style='margin:0;white-space:pre-wrap;font-size:90%'>{body}</pre></div>"
+    )

@@ -34,7 +34,9 @@ from gpupool.train.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
 
 
 class Checkpoint:
-    def __init__(self, name: str = "state.json", directory: str | None = None, handle_sigterm: bool = True) -> None:
+    def __init__(
+        self, name: str = "state.json", directory: str | None = None, handle_sigterm: bool = True
+    ) -> None:
         self.dir = Path(directory or os.environ.get("GPUPOOL_CHECKPOINT_DIR") or ".")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.file = self.dir / name

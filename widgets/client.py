@@ -28,7 +28,9 @@ class Client:
     def request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
-            self.api_url + path.lstrip("/"), data=data, method=method,
+            self.api_url + path.lstrip("/"),
+            data=data,
+            method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         try:

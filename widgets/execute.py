@@ -69,8 +69,13 @@ PREEMPTED = "gpupool: this run stopped (SIGTERM)"
 def run(input_path: Path, output_path: Path, timeout: int | None = None) -> int:
     nb = nbformat.read(str(input_path), as_version=4)
     ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(output_path.parent / ".kernel-ipc")}})
-    client = ProgressClient(nb, config=ipc, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(output_path.parent)}})
+    client = ProgressClient(
+        nb,
+        config=ipc,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(output_path.parent)}},
+    )
     status = 0
     try:
         client.execute()
@@ -86,8 +91,10 @@ def run(input_path: Path, output_path: Path, timeout: int | None = None) -> int:
             print(PREEMPTED, flush=True)
             status = 143
         else:
-            print(f"the kernel stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-                  flush=True)
+            print(
+                f"the kernel stopped: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                flush=True,
+            )
             status = 1
     finally:
         nbformat.write(nb, str(output_path))

@@ -19,8 +19,14 @@ from gpupool.widgets.ansi import log_box
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.sweep import SweepTable, parse_sweep_field
 
-STATE_COLOURS = {JobState.QUEUED: "#b58900", JobState.RUNNING: "#268bd2", JobState.PREEMPTING: "#cb4b16",
-                 JobState.SUCCEEDED: "#2aa198", JobState.FAILED: "#dc322f", JobState.CANCELLED: "#839496"}
+STATE_COLOURS = {
+    JobState.QUEUED: "#b58900",
+    JobState.RUNNING: "#268bd2",
+    JobState.PREEMPTING: "#cb4b16",
+    JobState.SUCCEEDED: "#2aa198",
+    JobState.FAILED: "#dc322f",
+    JobState.CANCELLED: "#839496",
+}
 
 
 def job_row(job: Mapping[str, Any]) -> str:
@@ -28,19 +34,26 @@ def job_row(job: Mapping[str, Any]) -> str:
     waits (the API's wait_reason), a preempted one when and from where it goes on."""
     colour = STATE_COLOURS.get(job["state"], "#000")
     where = ", ".join(f"{g['node']} GPU {g['gpus']}" for g in job.get("gpu", [])) or "—"
-    why = job.get("wait_reason") or (f"#{job['queue_position']} in queue" if job.get("queue_position") else "")
+    why = job.get("wait_reason") or (
+        f"#{job['queue_position']} in queue" if job.get("queue_position") else ""
+    )
     eta = (job.get("eta") or {}).get("text") if job["state"] == JobState.QUEUED else ""
     if eta:  # when the forward simulation of the scheduler expects it to start (gpupool.pool.eta)
         why = f"{eta}; {why}" if why else eta
-    runs = "not started" if not job["runs"] else f"run {job['runs']}" + (
-        f", preempted {job['preemptions']}×" if job["preemptions"] else "")
+    runs = (
+        "not started"
+        if not job["runs"]
+        else f"run {job['runs']}" + (f", preempted {job['preemptions']}×" if job["preemptions"] else "")
+    )
     # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
     cancelled = job["state"] == JobState.CANCELLED
     note = (job.get("message") if cancelled else job.get("preemption") or job.get("message")) or ""
-    return (f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
-            f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
-            f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
-            f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>")
+    return (
+        f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
+        f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
+        f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
+        f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>"
+    )
 
 
 GPU_SIZES = (0.25, 0.5, 1, 2, 4, 8)
@@ -59,7 +72,9 @@ def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
     return [x for x in GPU_SIZES if x <= biggest] + ([biggest] if biggest not in GPU_SIZES else [])
 
 
-def validate_choices(project: str, gpus: float, projects: list[dict], params_text: str) -> tuple[list[str], dict]:
+def validate_choices(
+    project: str, gpus: float, projects: list[dict], params_text: str
+) -> tuple[list[str], dict]:
     """Problems a user can fix before submitting, and the parsed parameters."""
     problems = []
     known = {p["name"]: p for p in projects}
@@ -86,13 +101,18 @@ def output_link(path: str, env: Mapping[str, str] | None = None) -> str:
     home, prefix = env.get("HOME", ""), env.get("JUPYTERHUB_SERVICE_PREFIX", "")
     # with an account per user the jobs live outside the home, linked from it as ~/gpupool-jobs
     link = os.path.join(home, "gpupool-jobs") if home else ""
-    if link and os.path.islink(link) and os.path.commonpath([os.path.realpath(link), path]) == \
-            os.path.realpath(link):
+    if (
+        link
+        and os.path.islink(link)
+        and os.path.commonpath([os.path.realpath(link), path]) == os.path.realpath(link)
+    ):
         path = os.path.join(link, os.path.relpath(path, os.path.realpath(link)))
     if home and prefix and os.path.commonpath([home, path]) == os.path.abspath(home):
         rel = os.path.relpath(path, home)
-        return (f"Executed notebook: <a href='{escape(prefix)}lab/tree/{escape(quote(rel))}' target='_blank'>"
-                f"{escape(rel)}</a>")
+        return (
+            f"Executed notebook: <a href='{escape(prefix)}lab/tree/{escape(quote(rel))}' target='_blank'>"
+            f"{escape(rel)}</a>"
+        )
     return f"Executed notebook: <code>{escape(path)}</code>"
 
 
@@ -104,8 +124,14 @@ class JobMonitor(w.VBox):
     has ended, then reads once more for the final log and output link; those reads are not user
     activity (gpupool.widgets.quiet)."""
 
-    def __init__(self, client: Client | None = None, job_id: str | None = None, follow: bool = True,
-                 interval: float = 2.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        client: Client | None = None,
+        job_id: str | None = None,
+        follow: bool = True,
+        interval: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
         self.client, self.job_id, self.interval = client, job_id, interval
         self.table, self.message, self.status = w.HTML(), w.HTML(), w.HTML()
         self.log_lines: list[str] = []
@@ -140,8 +166,11 @@ class JobMonitor(w.VBox):
                 failures = failures + 1 if not jobs else 0
                 if (jobs and not any(j["state"] in UNFINISHED for j in jobs)) or failures >= 30:
                     break
-        self.status.value = "" if failures < 30 else \
-            "<small style='color:#b00'>stopped following: the API did not answer</small>"
+        self.status.value = (
+            ""
+            if failures < 30
+            else "<small style='color:#b00'>stopped following: the API did not answer</small>"
+        )
 
     def close(self) -> None:
         self._stop.set()
@@ -149,7 +178,9 @@ class JobMonitor(w.VBox):
 
     def refresh(self) -> list[dict]:
         try:
-            jobs = [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
+            jobs = (
+                [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
+            )
             if self.job_id:
                 logs = self.api.get(f"api/jobs/{self.job_id}/logs?tail=200")
                 if logs["lines"] != self.log_lines:
@@ -159,8 +190,10 @@ class JobMonitor(w.VBox):
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
-        self.table.value = ("<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
-                            "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>")
+        self.table.value = (
+            "<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
+            "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>"
+        )
         if self.job_id and jobs:  # an ended job has nothing to cancel: no button, not a dead one
             self.cancel_button.layout.display = "" if jobs[0]["state"] in UNFINISHED else "none"
             self.cancel_button.disabled = jobs[0]["state"] not in UNFINISHED
@@ -178,8 +211,14 @@ class JobMonitor(w.VBox):
 class PromoteToTraining(w.VBox):
     """Choose project, GPUs, priority and parameters; Submit sends `code` to the training pool."""
 
-    def __init__(self, code: str | list[str] | None = None, notebook: dict | None = None,
-                 client: Client | None = None, script: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        code: str | list[str] | None = None,
+        notebook: dict | None = None,
+        client: Client | None = None,
+        script: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.client, self.code, self.notebook, self.script = client, code, notebook, script
         try:
             self.projects = self.api.get("api/projects")["projects"]
@@ -193,23 +232,43 @@ class PromoteToTraining(w.VBox):
             choices = list(GPU_SIZES)
         label = {"style": {"description_width": "7em"}}  # long enough for every label: none is cut
         self.project = w.Dropdown(options=names, description="Project", **label)
-        self.gpus = w.Dropdown(options=choices, value=1 if 1 in choices else choices[-1], description="GPUs",
-                               **label)
-        self.priority = w.IntSlider(value=0, min=PRIORITY_MIN, max=PRIORITY_MAX, description="Priority", **label)
+        self.gpus = w.Dropdown(
+            options=choices, value=1 if 1 in choices else choices[-1], description="GPUs", **label
+        )
+        self.priority = w.IntSlider(
+            value=0, min=PRIORITY_MIN, max=PRIORITY_MAX, description="Priority", **label
+        )
         self.name = w.Text(value="promoted", description="Name", **label)
         self.params = w.Text(placeholder='{"lr": 0.01}', description="Parameters", **label)
         # one job per combination, as %%train --sweep: KEY=V1,V2 items separated by spaces
         self.sweep = w.Text(placeholder="lr=0.1,0.01 batch=32,64", description="Sweep", **label)
         self.problems = w.HTML()
-        self.submit_button = w.Button(description="Submit to training", icon="rocket", button_style="primary",
-                                      layout=w.Layout(width="auto"))
+        self.submit_button = w.Button(
+            description="Submit to training",
+            icon="rocket",
+            button_style="primary",
+            layout=w.Layout(width="auto"),
+        )
         self.submit_button.on_click(lambda _: self.submit())
         self.monitor_box = w.VBox()
         self.source = w.HTML()  # what is submitted (current_notebook: the notebook and its cells)
         for widget in (self.project, self.gpus, self.params, self.sweep):
             widget.observe(lambda _: self.check(), names="value")
-        super().__init__([self.source, self.project, self.gpus, self.priority, self.name, self.params, self.sweep,
-                          self.problems, self.submit_button, self.monitor_box], **kwargs)
+        super().__init__(
+            [
+                self.source,
+                self.project,
+                self.gpus,
+                self.priority,
+                self.name,
+                self.params,
+                self.sweep,
+                self.problems,
+                self.submit_button,
+                self.monitor_box,
+            ],
+            **kwargs,
+        )
         self.check()
 
     @classmethod
@@ -223,8 +282,13 @@ class PromoteToTraining(w.VBox):
         return cls(script=source, **kwargs)
 
     @classmethod
-    def current_notebook(cls, cells: list[int] | None = None, connection_file: str | None = None,
-                         env: Mapping[str, str] | None = None, **kwargs: Any) -> PromoteToTraining:
+    def current_notebook(
+        cls,
+        cells: list[int] | None = None,
+        connection_file: str | None = None,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> PromoteToTraining:
         """Promote the notebook this kernel runs, as last saved, without the cell that calls this.
 
             PromoteToTraining.current_notebook()              # every other code cell
@@ -246,7 +310,9 @@ class PromoteToTraining(w.VBox):
         chosen, which = promoted_cells(nb, cells, leave_out=caller)
         widget = cls(notebook={**nb, "cells": chosen}, **kwargs)
         widget.source_path = path
-        widget.source.value = f"Submits <code>{escape(path)}</code>: {escape(which)}."  # before anything is sent
+        widget.source.value = (
+            f"Submits <code>{escape(path)}</code>: {escape(which)}."  # before anything is sent
+        )
         return widget
 
     @property
@@ -254,8 +320,9 @@ class PromoteToTraining(w.VBox):
         return self.client or Client()
 
     def check(self) -> tuple[list[str], dict]:
-        problems, params = validate_choices(self.project.value or "", float(self.gpus.value), self.projects,
-                                            self.params.value)
+        problems, params = validate_choices(
+            self.project.value or "", float(self.gpus.value), self.projects, self.params.value
+        )
         self.sweep_spec: dict[str, list] = {}
         runs = 1
         try:
@@ -263,13 +330,16 @@ class PromoteToTraining(w.VBox):
         except SweepError as err:
             problems.append(str(err))
         if self.sweep_spec and self.script is not None:
-            problems.append("sweep: only for code or a notebook (their parameters get the values), not a script")
+            problems.append(
+                "sweep: only for code or a notebook (their parameters get the values), not a script"
+            )
         self.problems.value = "".join(f"<div style='color:#b00'>{escape(p)}</div>" for p in problems)
         if self.sweep_spec and not problems:  # how many jobs, before anything is submitted
             names = ", ".join(self.sweep_spec)
             self.problems.value = f"<div>{runs} jobs: one per combination of {escape(names)}</div>"
-        self.submit_button.description = f"Submit {runs} jobs to training" if self.sweep_spec else \
-            "Submit to training"
+        self.submit_button.description = (
+            f"Submit {runs} jobs to training" if self.sweep_spec else "Submit to training"
+        )
         self.submit_button.disabled = bool(problems)
         return problems, params
 
@@ -277,8 +347,13 @@ class PromoteToTraining(w.VBox):
         problems, params = self.check()
         if problems:
             return None
-        body: dict[str, Any] = {"project": self.project.value, "gpus": self.gpus.value, "name": self.name.value,
-                                "priority": self.priority.value, "parameters": params}
+        body: dict[str, Any] = {
+            "project": self.project.value,
+            "gpus": self.gpus.value,
+            "name": self.name.value,
+            "priority": self.priority.value,
+            "parameters": params,
+        }
         if self.sweep_spec:
             body["sweep"] = self.sweep_spec
         if self.script is not None:
@@ -296,7 +371,9 @@ class PromoteToTraining(w.VBox):
             self.submit_button.disabled = False
             return None
         if "sweep" in job:  # its runs side by side, with their final metrics
-            self.problems.value = f"Submitted sweep <code>{escape(str(job['sweep']))}</code>: {len(job['jobs'])} jobs."
+            self.problems.value = (
+                f"Submitted sweep <code>{escape(str(job['sweep']))}</code>: {len(job['jobs'])} jobs."
+            )
             self.monitor_box.children = [SweepTable(str(job["sweep"]), self.client)]
             return job
         self.problems.value = f"Submitted job <code>{escape(job['id'])}</code>."

@@ -33,8 +33,15 @@ def read_status(client: Client, now: float) -> dict[str, Any]:
         culler = client.get("api/culler/status")
     except GPUPoolError:
         culler = None
-    return summary(me, pool, culler, server_name(), now, budget=_optional(client, "api/budget"),
-                   jobs=_optional(client, "api/jobs?state=queued"))
+    return summary(
+        me,
+        pool,
+        culler,
+        server_name(),
+        now,
+        budget=_optional(client, "api/budget"),
+        jobs=_optional(client, "api/jobs?state=queued"),
+    )
 
 
 def _optional(client: Client, path: str) -> Any:
@@ -106,9 +113,12 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     untrack(server_app.kernel_manager)  # widgets' own refreshes are no user activity (gpupool.widgets.quiet)
     web_app = server_app.web_app
     base = url_path_join(web_app.settings["base_url"], "gpupool")
-    web_app.add_handlers(".*$", [
-        (url_path_join(base, "status"), StatusHandler),
-        (url_path_join(base, "workspace"), WorkspaceHandler),
-        (url_path_join(base, "extend"), ExtendHandler),
-        (url_path_join(base, "resume"), ResumeHandler),
-    ])
+    web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "status"), StatusHandler),
+            (url_path_join(base, "workspace"), WorkspaceHandler),
+            (url_path_join(base, "extend"), ExtendHandler),
+            (url_path_join(base, "resume"), ResumeHandler),
+        ],
+    )

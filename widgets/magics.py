@@ -17,24 +17,51 @@ class _Parser(argparse.ArgumentParser):
 
 def _priority(text: str) -> int:
     if not text.lstrip("-").isdigit() or len(text) > 5 or not PRIORITY_MIN <= int(text) <= PRIORITY_MAX:
-        raise argparse.ArgumentTypeError(f"a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}, not {text[:20]!r}")
+        raise argparse.ArgumentTypeError(
+            f"a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}, not {text[:20]!r}"
+        )
     return int(text)
 
 
 def train_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="%%train", add_help=False,
-                 description="Run this cell as a train job in the shared pool and follow it below.")
+    ap = _Parser(
+        prog="%%train",
+        add_help=False,
+        description="Run this cell as a train job in the shared pool and follow it below.",
+    )
     ap.add_argument("--project", required=True, help="the training project whose quota the job uses")
-    ap.add_argument("--gpus", type=float, default=1.0, help="GPUs for the job: 0.25, 0.5, 1, 2, ... (default 1)")
+    ap.add_argument(
+        "--gpus", type=float, default=1.0, help="GPUs for the job: 0.25, 0.5, 1, 2, ... (default 1)"
+    )
     ap.add_argument("--name", default="cell", help="a name for the job (default: cell)")
-    ap.add_argument("--priority", type=_priority, default=0,
-                    help=f"{PRIORITY_MIN}..{PRIORITY_MAX} within the project, higher first (default 0)")
-    ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=JSON",
-                    help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline")
-    ap.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
-                    help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64")
-    ap.add_argument("--pool", action="append", default=[], metavar="NODE_POOL",
-                    help="run only on these of the project's node pools, in this order, e.g. --pool dgx")
+    ap.add_argument(
+        "--priority",
+        type=_priority,
+        default=0,
+        help=f"{PRIORITY_MIN}..{PRIORITY_MAX} within the project, higher first (default 0)",
+    )
+    ap.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a parameter set before the cell runs, e.g. -p lr=0.01 -p tag=baseline",
+    )
+    ap.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="one job per combination of the values, e.g. --sweep lr=0.1,0.01 --sweep batch=32,64",
+    )
+    ap.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NODE_POOL",
+        help="run only on these of the project's node pools, in this order, e.g. --pool dgx",
+    )
     ap.add_argument("-h", "--help", action="store_true", help="this help, with your projects")
     return ap
 
@@ -69,13 +96,16 @@ def projects_text(projects: list[dict]) -> str:
     for p in projects:
         free = max(0, p["guarantee_milli"] - p["used_milli"])
         limit = f", at most {_gpus(p['limit_milli'])}" if p.get("limit_milli", -1) >= 0 else ""
-        per_pool = ", ".join(f"{g['pool']} {_gpus(g['guarantee_milli']).split()[0]}"
-                             for g in p.get("pool_guarantees") or [])
+        per_pool = ", ".join(
+            f"{g['pool']} {_gpus(g['guarantee_milli']).split()[0]}" for g in p.get("pool_guarantees") or []
+        )
         per_pool = f" ({per_pool})" if per_pool else ""
-        lines.append(f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed{per_pool},"
-                     f" {_gpus(free)} of them free"
-                     f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
-                     f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}")
+        lines.append(
+            f"  {p['name']:<{width}}  {_gpus(p['guarantee_milli'])} guaranteed{per_pool},"
+            f" {_gpus(free)} of them free"
+            f" now{limit}; {p.get('queued', 0)} queued{_pools(p)}"
+            f"{'' if p.get('may_submit', True) else ' (members only: not open to you)'}"
+        )
     return "\n".join(lines)
 
 
@@ -106,8 +136,10 @@ def demo_gpu_use(words: list[str], client: Any = None) -> str:
         return f"%gpupool gpu: {err}"
     if words[0] == "busy":
         return "this workspace's GPU now counts as busy (100 %): the culler neither parks nor stops it for idleness"
-    return ("this workspace's GPU now counts as idle: after 2 min it is parked (a cell brings it back),"
-            " as the demo's culler decides at its next pass")
+    return (
+        "this workspace's GPU now counts as idle: after 2 min it is parked (a cell brings it back),"
+        " as the demo's culler decides at its next pass"
+    )
 
 
 def register(ipython: Any) -> None:
@@ -128,7 +160,9 @@ def register(ipython: Any) -> None:
             print(demo_gpu_use(words[1:]))
             return
         if words:
-            print(f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, or %gpupool gpu busy|idle in the demo")
+            print(
+                f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, or %gpupool gpu busy|idle in the demo"
+            )
             return
         display(live_view(), raw=True)
 
@@ -142,15 +176,23 @@ def register(ipython: Any) -> None:
         except ValueError as err:
             print(f"%%train: {err}; see %%train --help")
             return
-        if args is None or cell is None:  # `%train --help` works as a line too (IPython refuses an empty %%cell)
+        if (
+            args is None or cell is None
+        ):  # `%train --help` works as a line too (IPython refuses an empty %%cell)
             try:
                 projects = Client().get("api/projects")["projects"]
             except GPUPoolError:
                 projects = None
             print(train_help(projects))
             return
-        payload = {"project": args.project, "gpus": args.gpus, "name": args.name, "priority": args.priority,
-                   "code": cell, "parameters": args.parameters}
+        payload = {
+            "project": args.project,
+            "gpus": args.gpus,
+            "name": args.name,
+            "priority": args.priority,
+            "code": cell,
+            "parameters": args.parameters,
+        }
         if args.sweep_spec:
             payload["sweep"] = args.sweep_spec
         if args.pool:

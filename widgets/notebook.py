@@ -20,7 +20,9 @@ KERNEL_FILE = re.compile(r"kernel-([0-9a-fA-F-]{8,64})\.json$")
 def kernel_id_from(connection_file: str) -> str:
     found = KERNEL_FILE.search(os.path.basename(connection_file or ""))
     if not found:
-        raise GPUPoolError(f"cannot tell this kernel's id from {connection_file!r}: pass code=... or notebook=...")
+        raise GPUPoolError(
+            f"cannot tell this kernel's id from {connection_file!r}: pass code=... or notebook=..."
+        )
     return found.group(1)
 
 
@@ -29,7 +31,9 @@ def session_path(sessions: Any, kernel_id: str) -> str:
     for s in sessions if isinstance(sessions, list) else []:
         if isinstance(s, dict) and (s.get("kernel") or {}).get("id") == kernel_id and s.get("path"):
             return str(s["path"])
-    raise GPUPoolError("no notebook of this server runs this kernel (a console?): pass code=... or notebook=...")
+    raise GPUPoolError(
+        "no notebook of this server runs this kernel (a console?): pass code=... or notebook=..."
+    )
 
 
 def _source(c: Mapping[str, Any]) -> str:
@@ -37,8 +41,9 @@ def _source(c: Mapping[str, Any]) -> str:
     return ("".join(s) if isinstance(s, list) else str(s)).strip()
 
 
-def promoted_cells(nb: Mapping[str, Any], cells: Iterable[int] | None,
-                   leave_out: str = "") -> tuple[list[dict], str]:
+def promoted_cells(
+    nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = ""
+) -> tuple[list[dict], str]:
     """The notebook's code cells a job gets, without outputs, and a line saying which: the chosen
     ones (0-based among code cells, shown 1-based), never the cell that asked (its source is
     `leave_out`) and never a `%%train` cell: a job must not promote itself again, and a %%train
@@ -60,8 +65,10 @@ def promoted_cells(nb: Mapping[str, Any], cells: Iterable[int] | None,
         else:
             kept.append((i, {**c, "outputs": [], "execution_count": None}))
     if not kept:
-        raise GPUPoolError("the notebook has no other code cell to promote (%%train cells and this one are left"
-                           " out): save it with the code to promote")
+        raise GPUPoolError(
+            "the notebook has no other code cell to promote (%%train cells and this one are left"
+            " out): save it with the code to promote"
+        )
     which = ", ".join(str(i + 1) for i, _ in kept)
     note = f"code cell{'s' if len(kept) > 1 else ''} {which} of {len(code)}, as last saved"
     if skipped:
@@ -91,8 +98,10 @@ def current_notebook(connection_file: str, env: Mapping[str, str] | None = None)
     server = env.get("JUPYTERHUB_SERVICE_URL", "")
     token = env.get("JUPYTERHUB_API_TOKEN", "") or env.get("JPY_API_TOKEN", "")
     if not server:
-        raise GPUPoolError("this kernel does not run in a JupyterHub server (JUPYTERHUB_SERVICE_URL is not set):"
-                           " pass code=... or notebook=...")
+        raise GPUPoolError(
+            "this kernel does not run in a JupyterHub server (JUPYTERHUB_SERVICE_URL is not set):"
+            " pass code=... or notebook=..."
+        )
     base = server.rstrip("/") + "/"
     path = session_path(_get(base + "api/sessions", token), kernel_id_from(connection_file))
     model = _get(base + "api/contents/" + urllib.parse.quote(path) + "?type=notebook&content=1", token)

@@ -42,10 +42,22 @@ def _parent_var() -> ContextVar | None:
 
 
 def refresh_parent() -> dict[str, Any]:
-    header = {"msg_id": uuid.uuid4().hex, "msg_type": REFRESH, "session": "gpupool", "username": "gpupool",
-              "date": dt.datetime.now(dt.UTC).isoformat(), "version": "5.3"}
-    return {"header": header, "msg_id": header["msg_id"], "msg_type": REFRESH, "parent_header": {},
-            "metadata": {}, "content": {}}
+    header = {
+        "msg_id": uuid.uuid4().hex,
+        "msg_type": REFRESH,
+        "session": "gpupool",
+        "username": "gpupool",
+        "date": dt.datetime.now(dt.UTC).isoformat(),
+        "version": "5.3",
+    }
+    return {
+        "header": header,
+        "msg_id": header["msg_id"],
+        "msg_type": REFRESH,
+        "parent_header": {},
+        "metadata": {},
+        "content": {},
+    }
 
 
 @contextmanager

@@ -21,14 +21,20 @@ def _gpus(milli: int) -> str:
     return gpus_text(milli)
 
 
-def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: float,
-                virtual: bool = False) -> list[tuple[str, str]]:
+def culler_rows(
+    culler: Mapping[str, Any] | None, owner: str, server: str, now: float, virtual: bool = False
+) -> list[tuple[str, str]]:
     """What the idle culler last found about this workspace, in plain words."""
     found = culler_finding(culler, owner, server)
     rows = []
     if found.get("gpu_util_pct") is not None:
-        rows.append(("GPU use", f"{found['gpu_util_pct']:.0f} % now, {found.get('memory_mib', 0):,} of"
-                                f" {found.get('memory_limit_mib', 0):,} MiB"))
+        rows.append(
+            (
+                "GPU use",
+                f"{found['gpu_util_pct']:.0f} % now, {found.get('memory_mib', 0):,} of"
+                f" {found.get('memory_limit_mib', 0):,} MiB",
+            )
+        )
     else:
         rows.append(("GPU use", "no GPU data: virtual GPU" if virtual else "no GPU data yet"))
     if found.get("gpu_idle_s") is not None:
@@ -37,8 +43,13 @@ def culler_rows(culler: Mapping[str, Any] | None, owner: str, server: str, now: 
         rows.append(("Session", "extended once: the new end time comes with the idle culler's next pass"))
     elif found.get("cull_at"):
         why = REASONS.get(found.get("reason", ""), "")
-        rows.append(("Session", f"stops at {clock(found['cull_at'])} (in {left_text(found['cull_at'] - now)})"
-                                + (f" {why}" if why else "")))
+        rows.append(
+            (
+                "Session",
+                f"stops at {clock(found['cull_at'])} (in {left_text(found['cull_at'] - now)})"
+                + (f" {why}" if why else ""),
+            )
+        )
     if found.get("action") in ("warn", "resolve-memory"):
         rows.append(("Warning", found.get("message", "")))
     return rows
@@ -55,8 +66,9 @@ def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [("GPU parked", parking.get("message") or "GPU parked — it comes back when you run a cell")]
 
 
-def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str],
-                server: str = "") -> list[tuple[str, str]]:
+def status_rows(
+    me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str], server: str = ""
+) -> list[tuple[str, str]]:
     """Label/value rows for this workspace: pure, so the widget and its tests agree."""
     mine = my_shares(pool, me["name"], server)
     rows: list[tuple[str, str]] = []
@@ -70,7 +82,9 @@ def status_rows(me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str
     others = [h for h in me.get("holdings", []) if h["server"] != server]
     quota = f"{_gpus(held)} of {_gpus(me['build_quota_milli'])} in use"
     if others:
-        quota += " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+        quota += (
+            " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+        )
     moved, _ = last_move(mine)
     if moved:
         rows.append(("Moved", f"{moved}: nothing restarted"))
@@ -100,8 +114,10 @@ def project_rows(projects: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     items = (projects or {}).get("projects", [])
     if not items:
         return []
-    text = "; ".join(f"{p['name']} ({_gpus(p['guarantee_milli'])} guaranteed, {_gpus(p['used_milli'])} in use)"
-                     for p in items)
+    text = "; ".join(
+        f"{p['name']} ({_gpus(p['guarantee_milli'])} guaranteed, {_gpus(p['used_milli'])} in use)"
+        for p in items
+    )
     return [("Train projects", text)]
 
 
@@ -131,21 +147,31 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
         parked = []  # a hub without parking
     try:  # the culling demo (gpupool up --demo-culling): GPU use is what the user says
         said = client.get("api/demo/gpu-use").get("use", {}).get(f"{me['name']}/{server}", "idle")
-        rows.append(("Demo GPU use", f"{said} (simulated; say %gpupool gpu {'idle' if said == 'busy' else 'busy'})"))
+        rows.append(
+            ("Demo GPU use", f"{said} (simulated; say %gpupool gpu {'idle' if said == 'busy' else 'busy'})")
+        )
     except GPUPoolError:
         pass  # not the demo
     found = culler_finding(culler, me["name"], server)
     holds = bool(parked) or bool(my_shares(pool, me["name"], server))
     if parked:  # not "none: this workspace runs without a GPU share": its GPU comes back on use
         rows = [r for r in rows if r[0] != "GPU" or not r[1].startswith("none:")]
-    return {"rows": parked + rows, "parked": bool(parked),
-            "extendable": holds and not found.get("extended") and found.get("reason") != "memory"}
+    return {
+        "rows": parked + rows,
+        "parked": bool(parked),
+        "extendable": holds and not found.get("extended") and found.get("reason") != "memory",
+    }
 
 
 def rows_html(rows: list[tuple[str, str]] | list[list[str]]) -> str:
-    return "<table>" + "".join(
-        f"<tr><td style='padding-right:1em;vertical-align:top'>{escape(k)}</td><td>{escape(v)}</td></tr>"
-        for k, v in rows) + "</table>"
+    return (
+        "<table>"
+        + "".join(
+            f"<tr><td style='padding-right:1em;vertical-align:top'>{escape(k)}</td><td>{escape(v)}</td></tr>"
+            for k, v in rows
+        )
+        + "</table>"
+    )
 
 
 # %gpupool's output: JupyterLab's gpupool extension renders this type as a live view that reads
@@ -163,7 +189,11 @@ def live_view(client: Client | None = None, env: Mapping[str, str] | None = None
         html = f"<b>gpupool workspace</b>{rows_html(view['rows'])}"
         text = "\n".join(f"{k}: {v}" for k, v in view["rows"])
     except GPUPoolError as err:
-        view, html, text = {"rows": [], "error": str(err)}, f"<span style='color:#b00'>{escape(str(err))}</span>", str(err)
+        view, html, text = (
+            {"rows": [], "error": str(err)},
+            f"<span style='color:#b00'>{escape(str(err))}</span>",
+            str(err),
+        )
     return {MIME_TYPE: {"server": server, **view}, "text/html": html, "text/plain": text}
 
 
@@ -173,21 +203,36 @@ class WorkspaceStatus(w.VBox):
     the widget is closed), and those refreshes are not user activity (gpupool.widgets.quiet).
     `%gpupool` shows the same rows as a view the browser refreshes."""
 
-    def __init__(self, client: Client | None = None, follow: bool = True, interval: float = 30.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, client: Client | None = None, follow: bool = True, interval: float = 30.0, **kwargs: Any
+    ) -> None:
         self.client, self.interval = client, interval
         self.table = w.HTML()
         self.message = w.HTML()
-        self.extend_button = w.Button(description="Extend session", icon="clock-o",
-                                      layout=w.Layout(width="auto"),
-                                      tooltip="Ask the idle culler for more time (once per session)")
+        self.extend_button = w.Button(
+            description="Extend session",
+            icon="clock-o",
+            layout=w.Layout(width="auto"),
+            tooltip="Ask the idle culler for more time (once per session)",
+        )
         self.extend_button.on_click(lambda _: self.extend())
-        self.resume_button = w.Button(description="Resume GPU", icon="play", tooltip="Ask for the parked GPU back",
-                                      layout=w.Layout(display="none"))
+        self.resume_button = w.Button(
+            description="Resume GPU",
+            icon="play",
+            tooltip="Ask for the parked GPU back",
+            layout=w.Layout(display="none"),
+        )
         self.resume_button.on_click(lambda _: self.resume())
         self._stop = threading.Event()
-        super().__init__([w.HTML("<b>gpupool workspace</b>"), self.table, self.message,
-                          w.HBox([self.extend_button, self.resume_button])], **kwargs)
+        super().__init__(
+            [
+                w.HTML("<b>gpupool workspace</b>"),
+                self.table,
+                self.message,
+                w.HBox([self.extend_button, self.resume_button]),
+            ],
+            **kwargs,
+        )
         self.refresh()
         if follow:
             threading.Thread(target=self._follow, name="gpupool-status", daemon=True).start()
@@ -206,8 +251,9 @@ class WorkspaceStatus(w.VBox):
     def extend(self) -> None:
         self.extend_button.disabled = True
         try:
-            (self.client or Client()).post("api/culler/extend",
-                                           {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")})
+            (self.client or Client()).post(
+                "api/culler/extend", {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")}
+            )
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return
@@ -217,8 +263,9 @@ class WorkspaceStatus(w.VBox):
     def resume(self) -> None:
         """The Resume button: the same claim the kernel's pre-run hook makes."""
         try:
-            state = (self.client or Client()).post("api/parking/resume",
-                                                   {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")})
+            state = (self.client or Client()).post(
+                "api/parking/resume", {"server": os.environ.get("JUPYTERHUB_SERVER_NAME", "")}
+            )
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return
@@ -229,8 +276,9 @@ class WorkspaceStatus(w.VBox):
         if not quiet:
             self.message.value = "<i>reading the pool…</i>"
         try:
-            view = workspace_view(self.client or Client(), os.environ.get("JUPYTERHUB_SERVER_NAME", ""),
-                                  os.environ, time.time())
+            view = workspace_view(
+                self.client or Client(), os.environ.get("JUPYTERHUB_SERVER_NAME", ""), os.environ, time.time()
+            )
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return

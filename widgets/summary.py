@@ -37,8 +37,12 @@ def left_text(seconds: float) -> str:
 
 
 def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Mapping, Mapping]]:
-    return [(gpu, share) for gpu in pool.get("gpus", []) for share in gpu.get("shares", [])
-            if share.get("owner") == owner and share.get("name") == server and share.get("kind") == "build"]
+    return [
+        (gpu, share)
+        for gpu in pool.get("gpus", [])
+        for share in gpu.get("shares", [])
+        if share.get("owner") == owner and share.get("name") == server and share.get("kind") == "build"
+    ]
 
 
 def moved_text(share: Mapping[str, Any]) -> str:
@@ -74,9 +78,15 @@ def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not budget or budget.get("status") in (None, "none"):
         return None
     worst = max(budget.get("budgets") or [{}], key=lambda b: b.get("used_pct", 0))
-    return {"status": budget["status"], "message": budget.get("message", ""), "used_pct": worst.get("used_pct", 0),
-            "used_gpu_hours": worst.get("used_gpu_hours", 0), "limit_gpu_hours": worst.get("limit_gpu_hours", 0),
-            "frees_at": worst.get("frees_at"), "min_share_gpus": worst.get("min_share_gpus", 0)}
+    return {
+        "status": budget["status"],
+        "message": budget.get("message", ""),
+        "used_pct": worst.get("used_pct", 0),
+        "used_gpu_hours": worst.get("used_gpu_hours", 0),
+        "limit_gpu_hours": worst.get("limit_gpu_hours", 0),
+        "frees_at": worst.get("frees_at"),
+        "min_share_gpus": worst.get("min_share_gpus", 0),
+    }
 
 
 def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -87,13 +97,25 @@ def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
     timed = [j for j in queued if (j.get("eta") or {}).get("start")]
     first = min(timed, key=lambda j: j["eta"]["start"]) if timed else queued[0]
     eta = first.get("eta") or {}
-    return {"queued": len(queued), "id": first.get("id", ""), "name": first.get("name", ""),
-            "start": eta.get("start"), "text": eta.get("text", ""), "reason": first.get("wait_reason", "")}
+    return {
+        "queued": len(queued),
+        "id": first.get("id", ""),
+        "name": first.get("name", ""),
+        "start": eta.get("start"),
+        "text": eta.get("text", ""),
+        "reason": first.get("wait_reason", ""),
+    }
 
 
-def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str, Any] | None,
-            server: str, now: float, budget: Mapping[str, Any] | None = None,
-            jobs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summary(
+    me: Mapping[str, Any],
+    pool: Mapping[str, Any],
+    culler: Mapping[str, Any] | None,
+    server: str,
+    now: float,
+    budget: Mapping[str, Any] | None = None,
+    jobs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """What the status item shows: the share ("0.25" GPU), when and why the server stops, whether
     the culler warns now and whether Extend may still be pressed, and tooltip lines."""
     mine = my_shares(pool, me.get("name", ""), server)
@@ -102,11 +124,15 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
     out: dict[str, Any] = {
         "share": gpus_text(milli).removesuffix(" GPUs").removesuffix(" GPU") if mine else "",
         "virtual": any(gpu.get("virtual") for gpu, _ in mine),
-        "now": now, "cull_at": found.get("cull_at"), "reason": found.get("reason", ""),
+        "now": now,
+        "cull_at": found.get("cull_at"),
+        "reason": found.get("reason", ""),
         "reason_text": REASONS.get(found.get("reason", ""), ""),
-        "action": found.get("action", ""), "message": found.get("message", ""),
+        "action": found.get("action", ""),
+        "message": found.get("message", ""),
         "extendable": bool(found) and not found.get("extended") and found.get("reason") != "memory",
-        "gpu_util_pct": found.get("gpu_util_pct"), "gpu_idle_s": found.get("gpu_idle_s"),
+        "gpu_util_pct": found.get("gpu_util_pct"),
+        "gpu_idle_s": found.get("gpu_idle_s"),
         "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
     }
     out["moved"], out["moved_at"] = last_move(mine)  # the status item shows it for a while after the move
@@ -139,8 +165,10 @@ def summary(me: Mapping[str, Any], pool: Mapping[str, Any], culler: Mapping[str,
     if out["job"]:
         j = out["job"]
         when = j["text"] or "no estimate yet"
-        lines.append(f"train job {j['id']} ({j['name']}) queued: {when}"
-                     + (f"; {j['reason']}" if j["reason"] else "")
-                     + (f" ({j['queued']} queued)" if j["queued"] > 1 else ""))
+        lines.append(
+            f"train job {j['id']} ({j['name']}) queued: {when}"
+            + (f"; {j['reason']}" if j["reason"] else "")
+            + (f" ({j['queued']} queued)" if j["queued"] > 1 else "")
+        )
     out["lines"] = lines
     return out

@@ -74,8 +74,14 @@ def sweep_html(data: dict) -> str:
 
 
 class SweepTable(w.VBox):
-    def __init__(self, sweep_id: str, client: Client | None = None, follow: bool = True,
-                 interval: float = 5.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        sweep_id: str,
+        client: Client | None = None,
+        follow: bool = True,
+        interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
         self.sweep_id, self.client, self.interval = sweep_id, client, interval
         self.table, self.status = w.HTML(), w.HTML()
         self._stop = threading.Event()
@@ -98,7 +104,9 @@ class SweepTable(w.VBox):
         while not self._stop.wait(self.interval):
             data = self.refresh()
             failures = failures + 1 if not data else 0
-            if (data and not any(r["job"].get("state") in UNFINISHED for r in data["runs"])) or failures >= 30:
+            if (
+                data and not any(r["job"].get("state") in UNFINISHED for r in data["runs"])
+            ) or failures >= 30:
                 return
 
     def close(self) -> None:

@@ -46,21 +46,34 @@ MODES = {
     "static": Mode("(a) static: whole GPUs, a partition per team", None, fractions=False),
     # the culler's rules as published with these figures (30/15 min, 4 h hard, 12 h max; the
     # defaults before #26, which the culling benchmark replaced: docs/culling.md#defaults)
-    "pooled": Mode("(b) gpupool: fractions + culling + guaranteed quotas",
-                   Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600),
-                   fractions=True),
+    "pooled": Mode(
+        "(b) gpupool: fractions + culling + guaranteed quotas",
+        Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=4 * 3600, max_age_s=12 * 3600),
+        fractions=True,
+    ),
     "parking": Mode("(c) gpupool + parking", PARK, fractions=True, delays=RESTORE),
-    "moves": Mode("(d) gpupool + parking + moves", PARK, fractions=True, delays=RESTORE,
-                  moves=MoveRules(rest_s=600, per_hour=2, max_moves=4)),
+    "moves": Mode(
+        "(d) gpupool + parking + moves",
+        PARK,
+        fractions=True,
+        delays=RESTORE,
+        moves=MoveRules(rest_s=600, per_hour=2, max_moves=4),
+    ),
 }
 
 
 DENSE_SESSIONS, DENSE_MILLI = 20, 250  # the notebook-dense variant: 4x the sessions, each a quarter GPU
 DENSE = {
-    "parking-dense": replace(MODES["parking"], name=f"(c') (c), {DENSE_SESSIONS} quarter-GPU notebooks per team",
-                             notebook_milli=DENSE_MILLI),
-    "moves-dense": replace(MODES["moves"], name=f"(d') (d), {DENSE_SESSIONS} quarter-GPU notebooks per team",
-                           notebook_milli=DENSE_MILLI),
+    "parking-dense": replace(
+        MODES["parking"],
+        name=f"(c') (c), {DENSE_SESSIONS} quarter-GPU notebooks per team",
+        notebook_milli=DENSE_MILLI,
+    ),
+    "moves-dense": replace(
+        MODES["moves"],
+        name=f"(d') (d), {DENSE_SESSIONS} quarter-GPU notebooks per team",
+        notebook_milli=DENSE_MILLI,
+    ),
 }
 
 
@@ -70,9 +83,16 @@ def run(w: World, key: str) -> Metrics:
         out = Metrics()
         for t in w.teams:
             g = w.gpus_per_team * 1000
-            out.merge(replay(w.inventory(t), [n for n in w.notebooks if n.team == t],
-                             [s for s in w.streams if s.project == t], {t: Project(t, g, limit_milli=g)},
-                             w.horizon, mode))
+            out.merge(
+                replay(
+                    w.inventory(t),
+                    [n for n in w.notebooks if n.team == t],
+                    [s for s in w.streams if s.project == t],
+                    {t: Project(t, g, limit_milli=g)},
+                    w.horizon,
+                    mode,
+                )
+            )
         return out
     projects = {t: Project(t, w.gpus_per_team * 1000 // 2) for t in w.teams}
     return replay(w.inventory(), w.notebooks, w.streams, projects, w.horizon, mode)
@@ -108,18 +128,25 @@ def minutes(values: list[float], q: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.cluster", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--sessions", type=int, default=2000, help="notebook sessions for the notebooks-alone part")
+    ap.add_argument(
+        "--sessions", type=int, default=2000, help="notebook sessions for the notebooks-alone part"
+    )
     ap.add_argument("--quiet-h", type=float, default=0.0, help="skip the calibration and use this quiet time")
     ap.add_argument("--plot", default="", help="write an SVG of utilization over the week here")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     delays = RESTORE
-    print(f"Park and restore times measured on an NVIDIA H200 (benchmarks/gpu_move_cycle.py): park {PARK_TIME.fixed_s} s"
-          f" + {PARK_TIME.per_gib_s} s per GiB, restore {RESTORE.fixed_s} s + {RESTORE.per_gib_s} s per GiB per"
-          " process; a kernel holding half its share's memory, the resume hook polling every second.\n")
+    print(
+        f"Park and restore times measured on an NVIDIA H200 (benchmarks/gpu_move_cycle.py): park {PARK_TIME.fixed_s} s"
+        f" + {PARK_TIME.per_gib_s} s per GiB, restore {RESTORE.fixed_s} s + {RESTORE.per_gib_s} s per GiB per"
+        " process; a kernel holding half its share's memory, the resume hook polling every second.\n"
+    )
 
     # --- the notebook sessions alone ------------------------------------------------
     sessions = make_sessions(args.sessions, args.seed)
@@ -130,86 +157,128 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     print(f"| reserve for life | {100 * busy / life:.1f} % | 0 | 0 | 0 | | | |", flush=True)
     for label, limits in (
-        ("gpupool culling: GPU idle 15 min + Jupyter quiet 10 min, no time limits",
-         Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=10**9)),
+        (
+            "gpupool culling: GPU idle 15 min + Jupyter quiet 10 min, no time limits",
+            Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=10**9),
+        ),
         ("gpupool parking: park after 10 min GPU idle, no time limits", PARK),
-        ("gpupool parking: park after 5 min GPU idle, no time limits", Limits(park_after_s=300, max_age_s=10**9,
-                                                                                gpu_idle_hard_s=0)),
+        (
+            "gpupool parking: park after 5 min GPU idle, no time limits",
+            Limits(park_after_s=300, max_age_s=10**9, gpu_idle_hard_s=0),
+        ),
     ):
         print(f"  replaying: {label}", file=sys.stderr, flush=True)
         a = replay_alone(sessions, limits, delays, args.seed)
         waits = a.resume_waits
-        tail = (f"{pct(waits, .5):.1f} s | {pct(waits, .95):.1f} s | {pct(waits, .99):.1f} s" if waits
-                else " | | ")
-        print(f"| {label} | {a.used_pct:.1f} % | {a.parks} | {a.culls} | {a.lost_states} | {tail} |", flush=True)
+        tail = (
+            f"{pct(waits, 0.5):.1f} s | {pct(waits, 0.95):.1f} s | {pct(waits, 0.99):.1f} s"
+            if waits
+            else " | | "
+        )
+        print(
+            f"| {label} | {a.used_pct:.1f} % | {a.parks} | {a.culls} | {a.lost_states} | {tail} |", flush=True
+        )
 
     # --- the shared cluster -----------------------------------------------------------
     quiet = args.quiet_h or calibrate(args.seed)
     w = build(args.seed, quiet, RESEARCHERS)
-    print(f"\nShared cluster: {len(w.teams)} teams x {w.gpus_per_team} GPUs = {w.capacity_gpus} GPUs, one week;"
-          f" {len(w.notebooks)} notebook sessions; training bursts of mean 8 h every {quiet:.1f} h of quiet"
-          f" (calibrated), {RESEARCHERS} researchers per team while busy; seed {args.seed}\n")
+    print(
+        f"\nShared cluster: {len(w.teams)} teams x {w.gpus_per_team} GPUs = {w.capacity_gpus} GPUs, one week;"
+        f" {len(w.notebooks)} notebook sessions; training bursts of mean 8 h every {quiet:.1f} h of quiet"
+        f" (calibrated), {RESEARCHERS} researchers per team while busy; seed {args.seed}\n"
+    )
     results = {}
     for key in MODES:
         print(f"  replaying {MODES[key].name}", file=sys.stderr, flush=True)
         results[key] = run(w, key)
     base = results["static"]
-    print("| world | GPU utilization of capacity | allocation | experiments completed | per 1,000 GPU-h |"
-          " vs (a) | notebook waits for a GPU p50 / p99 | notebooks used / reserved | lost kernel states |"
-          " resume waits p50 / p95 / p99 (resumes) |")
+    print(
+        "| world | GPU utilization of capacity | allocation | experiments completed | per 1,000 GPU-h |"
+        " vs (a) | notebook waits for a GPU p50 / p99 | notebooks used / reserved | lost kernel states |"
+        " resume waits p50 / p95 / p99 (resumes) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for key, m in results.items():
-        resume = (f"{pct(m.resume_waits, .5):.1f} s / {pct(m.resume_waits, .95):.1f} s /"
-                  f" {pct(m.resume_waits, .99):.0f} s ({len(m.resume_waits)})") if m.resume_waits else "—"
-        print(f"| {MODES[key].name} | {100 * m.utilization:.1f} % | {100 * m.allocation:.1f} % | {m.experiments} |"
-              f" {1000 * m.experiments_per_gpu_hour:.1f} | {m.experiments_per_gpu_hour / base.experiments_per_gpu_hour:.2f}x"
-              f" | {minutes(m.waits, .5)} / {minutes(m.waits, .99)} ({len(m.waits)} spawns) |"
-              f" {100 * m.nb_used_s / max(m.nb_reserved_s, 1):.1f} % | {m.lost_states} | {resume} |")
+        resume = (
+            (
+                f"{pct(m.resume_waits, 0.5):.1f} s / {pct(m.resume_waits, 0.95):.1f} s /"
+                f" {pct(m.resume_waits, 0.99):.0f} s ({len(m.resume_waits)})"
+            )
+            if m.resume_waits
+            else "—"
+        )
+        print(
+            f"| {MODES[key].name} | {100 * m.utilization:.1f} % | {100 * m.allocation:.1f} % | {m.experiments} |"
+            f" {1000 * m.experiments_per_gpu_hour:.1f} | {m.experiments_per_gpu_hour / base.experiments_per_gpu_hour:.2f}x"
+            f" | {minutes(m.waits, 0.5)} / {minutes(m.waits, 0.99)} ({len(m.waits)} spawns) |"
+            f" {100 * m.nb_used_s / max(m.nb_reserved_s, 1):.1f} % | {m.lost_states} | {resume} |"
+        )
     c = results["parking"]
-    print(f"\n(c) vs targets: utilization {100 * c.utilization:.1f} % (target >= 70 %), experiments per GPU-hour"
-          f" {c.experiments_per_gpu_hour / base.experiments_per_gpu_hour:.2f}x of (a) (target >= 2x), lost kernel"
-          f" states {c.lost_states} (target 0); {c.parks} parks, {c.preemptions} train preemptions")
+    print(
+        f"\n(c) vs targets: utilization {100 * c.utilization:.1f} % (target >= 70 %), experiments per GPU-hour"
+        f" {c.experiments_per_gpu_hour / base.experiments_per_gpu_hour:.2f}x of (a) (target >= 2x), lost kernel"
+        f" states {c.lost_states} (target 0); {c.parks} parks, {c.preemptions} train preemptions"
+    )
     dense_world = build(args.seed, quiet, RESEARCHERS, sessions_per_team=DENSE_SESSIONS)
     dense = {}
     for key in DENSE:
         print(f"  replaying {DENSE[key].name}", file=sys.stderr, flush=True)
         dense[key] = run(dense_world, key)
-    print(f"\n8-GPU gang jobs and moves; (c') and (d'): the same teams and training with {DENSE_SESSIONS} notebook"
-          f" sessions a week per team instead of {SESSIONS_PER_TEAM}, each on a quarter GPU:\n")
+    print(
+        f"\n8-GPU gang jobs and moves; (c') and (d'): the same teams and training with {DENSE_SESSIONS} notebook"
+        f" sessions a week per team instead of {SESSIONS_PER_TEAM}, each on a quarter GPU:\n"
+    )
     print(gang_table({**results, **dense}, w.horizon))
     openb = openb_default_with_moves()
     d = results["moves"]
-    print(f"\n(d) vs targets: gang p99 wait {pct(d.gang_waits, .99) / 60:.0f} min against (c)'s"
-          f" {pct(c.gang_waits, .99) / 60:.0f} min (target <= half), lost kernels {d.moves.lost_kernels} (target 0),"
-          f" utilization {100 * d.utilization:.1f} % against (c)'s {100 * c.utilization:.1f} % (target >=)")
+    print(
+        f"\n(d) vs targets: gang p99 wait {pct(d.gang_waits, 0.99) / 60:.0f} min against (c)'s"
+        f" {pct(c.gang_waits, 0.99) / 60:.0f} min (target <= half), lost kernels {d.moves.lost_kernels} (target 0),"
+        f" utilization {100 * d.utilization:.1f} % against (c)'s {100 * c.utilization:.1f} % (target >=)"
+    )
     if args.plot:
-        series = {MODES[k].name: [100 * b / 3600 / w.capacity_gpus for b in m.hourly_busy][: int(w.horizon // 3600)]
-                  for k, m in results.items()}
-        Path(args.plot).write_text(svg_lines(series, "GPU utilization of capacity over the replayed week (%)",
-                                             "hour of the week"))
+        series = {
+            MODES[k].name: [100 * b / 3600 / w.capacity_gpus for b in m.hourly_busy][: int(w.horizon // 3600)]
+            for k, m in results.items()
+        }
+        Path(args.plot).write_text(
+            svg_lines(series, "GPU utilization of capacity over the replayed week (%)", "hour of the week")
+        )
         print(f"plot: {args.plot}")
     print(f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    print(f"moves: gang p99 wait {pct(c.gang_waits, .99) / 60:.0f} -> {pct(d.gang_waits, .99) / 60:.0f} min,"
-          f" lost kernels {d.moves.lost_kernels}, openb default {openb:.2f} %")
+    print(
+        f"moves: gang p99 wait {pct(c.gang_waits, 0.99) / 60:.0f} -> {pct(d.gang_waits, 0.99) / 60:.0f} min,"
+        f" lost kernels {d.moves.lost_kernels}, openb default {openb:.2f} %"
+    )
     return 0
 
 
 def gang_table(results: dict, horizon: float) -> str:
     """8-GPU jobs' waits, whole GPUs free, moves and what users' cells paid for them."""
-    lines = ["| world | 8-GPU gang jobs | gang wait p50 / p99 | whole GPUs free (mean) | utilization |"
-             " moves per hour | lost kernels | cells delayed by a move: count, p50 / p99 / max |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| world | 8-GPU gang jobs | gang wait p50 / p99 | whole GPUs free (mean) | utilization |"
+        " moves per hour | lost kernels | cells delayed by a move: count, p50 / p99 / max |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, m in results.items():
         if key == "static":
             continue
         hours = horizon / 3600
         mv = m.moves
-        delays = (f"{len(mv.cell_delays)}, {pct(mv.cell_delays, .5):.1f} / {pct(mv.cell_delays, .99):.1f} /"
-                  f" {max(mv.cell_delays, default=0):.1f} s") if mv else "—"
-        lines.append(f"| {(MODES[key] if key in MODES else DENSE[key]).name} | {len(m.gang_waits)} | {minutes(m.gang_waits, .5)} /"
-                     f" {minutes(m.gang_waits, .99)} | {m.whole_free_s / m.horizon:.1f} |"
-                     f" {100 * m.utilization:.1f} % | {(mv.moves / hours) if mv else 0:.2f} |"
-                     f" {mv.lost_kernels if mv else 0} | {delays} |")
+        delays = (
+            (
+                f"{len(mv.cell_delays)}, {pct(mv.cell_delays, 0.5):.1f} / {pct(mv.cell_delays, 0.99):.1f} /"
+                f" {max(mv.cell_delays, default=0):.1f} s"
+            )
+            if mv
+            else "—"
+        )
+        lines.append(
+            f"| {(MODES[key] if key in MODES else DENSE[key]).name} | {len(m.gang_waits)} | {minutes(m.gang_waits, 0.5)} /"
+            f" {minutes(m.gang_waits, 0.99)} | {m.whole_free_s / m.horizon:.1f} |"
+            f" {100 * m.utilization:.1f} % | {(mv.moves / hours) if mv else 0:.2f} |"
+            f" {mv.lost_kernels if mv else 0} | {delays} |"
+        )
     return "\n".join(lines)
 
 
@@ -223,9 +292,14 @@ def openb_default_with_moves(seed: int = 42) -> float:
     from gpupool.sim.traces import read_nodes, read_pods
 
     print("  openb default with moves", file=sys.stderr, flush=True)
-    result = run_moves(read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv")),
-                       read_pods(shared_data("openb", "openb_pod_list_default.csv")), DEFAULT_POLICY, seed,
-                       idle_probability(), CAP)
+    result = run_moves(
+        read_nodes(shared_data("openb", "openb_node_list_gpu_node.csv")),
+        read_pods(shared_data("openb", "openb_pod_list_default.csv")),
+        DEFAULT_POLICY,
+        seed,
+        idle_probability(),
+        CAP,
+    )
     return _alloc_at(result, 130)
 
 

@@ -55,7 +55,9 @@ def move_s(milli: int, park: Delays = PARK, restore: Delays = RESTORE) -> float:
 class Mover:
     """The mover of world (d), called once per replayed minute."""
 
-    def __init__(self, rules: MoveRules, park: Delays = PARK, restore: Delays = RESTORE, seed: int = 0) -> None:
+    def __init__(
+        self, rules: MoveRules, park: Delays = PARK, restore: Delays = RESTORE, seed: int = 0
+    ) -> None:
         self.rules, self.park, self.restore = rules, park, restore
         self.stats = MoveStats()
         self.rng = random.Random(seed + 7)
@@ -66,8 +68,20 @@ class Mover:
         """A notebook got a GPU (spawn or resume): no move within rest_s."""
         self.rested[nb_id] = t
 
-    def step(self, t: float, state: ClusterState, nbs: list, pending: dict, running: dict, stopping: list,
-             projects: dict, as_job, parked_shares, policy, rng: random.Random) -> None:
+    def step(
+        self,
+        t: float,
+        state: ClusterState,
+        nbs: list,
+        pending: dict,
+        running: dict,
+        stopping: list,
+        projects: dict,
+        as_job,
+        parked_shares,
+        policy,
+        rng: random.Random,
+    ) -> None:
         head, pin = self._head(t, state, nbs, pending, running, projects, parked_shares, policy, rng)
         if head is None:
             return
@@ -78,8 +92,17 @@ class Mover:
                 continue
             by_id[n.nb.id] = n
             idle = not n.busy(t) and n.tracker.idle_s >= IDLE_AFTER_S
-            movable.append(Movable(n.nb.id, n.placement, MODEL, idle, rested_since=self.rested.get(n.nb.id),
-                                   moved_at=tuple(self.moved_at.get(n.nb.id, ())), memory_mib=kernel_mib(n.milli)))
+            movable.append(
+                Movable(
+                    n.nb.id,
+                    n.placement,
+                    MODEL,
+                    idle,
+                    rested_since=self.rested.get(n.nb.id),
+                    moved_at=tuple(self.moved_at.get(n.nb.id, ())),
+                    memory_mib=kernel_mib(n.milli),
+                )
+            )
         plan = plan_moves(state, head, movable, t, self.rules, policy, rng)
         if plan is None or not plan.steps:
             return
@@ -96,7 +119,7 @@ class Mover:
             # the move happens at a moment of this minute; a cell started before it ends waits
             begin = t + self.rng.uniform(0, 60)
             end = begin + move_s(n.milli, self.park, self.restore)
-            for s, _ in n.cells[n.cell:]:
+            for s, _ in n.cells[n.cell :]:
                 if s > end:
                     break
                 if s >= begin:

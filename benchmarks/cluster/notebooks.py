@@ -30,7 +30,9 @@ class Alone:
         return 100 * self.used_s / self.reserved_s
 
 
-def replay_alone(sessions: list[Session], limits: Limits, delays: Delays | None = None, seed: int = 1) -> Alone:
+def replay_alone(
+    sessions: list[Session], limits: Limits, delays: Delays | None = None, seed: int = 1
+) -> Alone:
     delays = delays or Delays()
     out = Alone()
     jitter = random.Random(seed)
@@ -43,15 +45,16 @@ def replay_alone(sessions: list[Session], limits: Limits, delays: Delays | None 
             while k < len(cells) and cells[k][1] <= t:
                 k += 1
             busy = k < len(cells) and cells[k][0] <= t
-            came_back = any(t - STEP < a <= t for a, _ in cells[k:k + 2])
+            came_back = any(t - STEP < a <= t for a, _ in cells[k : k + 2])
             if not held:
                 if came_back:
                     held = True
                     if culled:  # a new session, with an empty kernel (as benchmarks.culling replays it)
                         started, last, culled = t, t, False
                     else:  # the hook's claim: nothing else competes for the GPU
-                        out.resume_waits.append(restore_s(min(s.gpus * 1000, 1000), delays)
-                                                + jitter.uniform(0, POLL_S))
+                        out.resume_waits.append(
+                            restore_s(min(s.gpus * 1000, 1000), delays) + jitter.uniform(0, POLL_S)
+                        )
                     tracker = IdleTracker(limits.window_s, limits.util_threshold_pct)
                 else:
                     t += STEP

@@ -7,8 +7,14 @@ from html import escape
 COLOURS = ("#888888", "#1f77b4", "#d62728", "#2ca02c")
 
 
-def svg_lines(series: dict[str, list[float]], title: str, xlabel: str, width: int = 900, height: int = 400,
-              ymax: float = 100.0) -> str:
+def svg_lines(
+    series: dict[str, list[float]],
+    title: str,
+    xlabel: str,
+    width: int = 900,
+    height: int = 400,
+    ymax: float = 100.0,
+) -> str:
     left, right, top = 50, 20, 40
     bottom = 50 + 16 * len(series)  # one legend line per series
     w, h = width - left - right, height - top - bottom
@@ -17,9 +23,12 @@ def svg_lines(series: dict[str, list[float]], title: str, xlabel: str, width: in
     def xy(i: int, v: float) -> str:
         return f"{left + w * i / max(n - 1, 1):.1f},{top + h * (1 - min(v, ymax) / ymax):.1f}"
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif"'
-             ' font-size="12">', f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="22" font-size="14">{escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif"'
+        ' font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="22" font-size="14">{escape(title)}</text>',
+    ]
     for y in range(0, int(ymax) + 1, 20):
         py = top + h * (1 - y / ymax)
         parts.append(f'<line x1="{left}" y1="{py:.1f}" x2="{left + w}" y2="{py:.1f}" stroke="#eee"/>')

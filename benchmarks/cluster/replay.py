@@ -69,16 +69,29 @@ class Metrics:
     def merge(self, other: Metrics) -> None:
         self.capacity_gpus += other.capacity_gpus
         self.horizon = max(self.horizon, other.horizon)
-        for name in ("busy_s", "alloc_s", "nb_used_s", "nb_reserved_s", "experiments", "lost_states",
-                     "killed_cells", "culls", "parks", "preemptions"):
+        for name in (
+            "busy_s",
+            "alloc_s",
+            "nb_used_s",
+            "nb_reserved_s",
+            "experiments",
+            "lost_states",
+            "killed_cells",
+            "culls",
+            "parks",
+            "preemptions",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.waits += other.waits
         self.gang_waits += other.gang_waits
         self.whole_free_s += other.whole_free_s
         self.resume_waits += other.resume_waits
         n = max(len(self.hourly_busy), len(other.hourly_busy))
-        self.hourly_busy = [(self.hourly_busy[i] if i < len(self.hourly_busy) else 0.0)
-                            + (other.hourly_busy[i] if i < len(other.hourly_busy) else 0.0) for i in range(n)]
+        self.hourly_busy = [
+            (self.hourly_busy[i] if i < len(self.hourly_busy) else 0.0)
+            + (other.hourly_busy[i] if i < len(other.hourly_busy) else 0.0)
+            for i in range(n)
+        ]
 
     @property
     def gpu_hours(self) -> float:
@@ -117,7 +130,7 @@ class NB:
 
     def started_in(self, a: float, b: float) -> float | None:
         """Start of a cell in (a, b], if any (the user came back)."""
-        for s, _ in self.cells[self.cell:]:
+        for s, _ in self.cells[self.cell :]:
             if s > b:
                 return None
             if s > a:
@@ -125,7 +138,7 @@ class NB:
         return None
 
     def more_cells_after(self, t: float) -> bool:
-        return any(s > t for s, _ in self.cells[self.cell:])
+        return any(s > t for s, _ in self.cells[self.cell :])
 
 
 def restore_s(milli: int, delays: Delays) -> float:
@@ -134,15 +147,26 @@ def restore_s(milli: int, delays: Delays) -> float:
     return delays.for_mib(int(GPU_MEMORY_MIB * per_gpu / 1000 * KERNEL_MEMORY_SHARE))
 
 
-def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream], projects: dict[str, Project],
-           horizon: float, mode: Mode, seed: int = 0) -> Metrics:
+def replay(
+    inventory: Inventory,
+    notebooks: list[Notebook],
+    streams: list[Stream],
+    projects: dict[str, Project],
+    horizon: float,
+    mode: Mode,
+    seed: int = 0,
+) -> Metrics:
     state = ClusterState(inventory)
     policy = get_policy("best-fit")
     rng = random.Random(seed)
     jitter = random.Random(seed + 1)
     static = mode.limits is None
-    m = Metrics(capacity_gpus=inventory.gpu_count, horizon=horizon,
-                hourly_busy=[0.0] * int(horizon // 3600 + 1), hourly_whole_free=[0.0] * int(horizon // 3600 + 1))
+    m = Metrics(
+        capacity_gpus=inventory.gpu_count,
+        horizon=horizon,
+        hourly_busy=[0.0] * int(horizon // 3600 + 1),
+        hourly_whole_free=[0.0] * int(horizon // 3600 + 1),
+    )
     mover = Mover(mode.moves, seed=seed) if mode.moves is not None else None
     if mover is not None:
         m.moves = mover.stats
@@ -170,8 +194,14 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
     stopping: list[tuple[float, str, SimJob]] = []
 
     def as_job(j: SimJob) -> Job:
-        return Job(j.id, j.project, Request.for_gpus(j.gpus * 1000), j.submitted, started=j.started,
-                   placement=j.placement)
+        return Job(
+            j.id,
+            j.project,
+            Request.for_gpus(j.gpus * 1000),
+            j.submitted,
+            started=j.started,
+            placement=j.placement,
+        )
 
     def preempt(j: SimJob, now: float) -> None:
         del running[j.id]
@@ -199,9 +229,19 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
                 return
 
     def parked_shares() -> list[ParkedShare]:
-        return [ParkedShare(n.nb.id, "", "", tuple(range(max(1, n.milli // 1000))), min(n.milli, 1000), MODEL,
-                            claimed_at=n.since if n.state == "claim" else None)
-                for n in nbs if n.state in ("parked", "claim")]
+        return [
+            ParkedShare(
+                n.nb.id,
+                "",
+                "",
+                tuple(range(max(1, n.milli // 1000))),
+                min(n.milli, 1000),
+                MODEL,
+                claimed_at=n.since if n.state == "claim" else None,
+            )
+            for n in nbs
+            if n.state in ("parked", "claim")
+        ]
 
     t = 0.0
     while t < horizon:
@@ -268,7 +308,11 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
                 n = by_id[claim.owner]
                 n.first_try = t if n.first_try is None else n.first_try
                 make_room(claim.request(), t)
-        view = newcomer_view(state, parked_shares(), policy, rng) if any(n.state == "claim" for n in nbs) else state
+        view = (
+            newcomer_view(state, parked_shares(), policy, rng)
+            if any(n.state == "claim" for n in nbs)
+            else state
+        )
         for n in sorted((n for n in nbs if n.state == "want"), key=lambda n: n.since):
             req = Request.for_gpus(n.milli)
             spot = policy.choose(view, req, rng)
@@ -320,9 +364,16 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
             plan = None
         else:
             tview = newcomer_view(state, parked_shares(), policy, rng)
-            plan = schedule(tview, projects, [as_job(j) for j in pending.values()],
-                            [as_job(j) for j in running.values()], t, policy, rng,
-                            stopping=[as_job(j) for _, _, j in stopping])
+            plan = schedule(
+                tview,
+                projects,
+                [as_job(j) for j in pending.values()],
+                [as_job(j) for j in running.values()],
+                t,
+                policy,
+                rng,
+                stopping=[as_job(j) for _, _, j in stopping],
+            )
         for p in plan.preempt if plan else ():
             if p.job in running:
                 preempt(running[p.job], t)
@@ -342,7 +393,9 @@ def replay(inventory: Inventory, notebooks: list[Notebook], streams: list[Stream
                     m.gang_waits.append(t - j.submitted)
         if mover is not None and pending:
             before = mover.stats.moves
-            mover.step(t, state, nbs, pending, running, stopping, projects, as_job, parked_shares, policy, rng)
+            mover.step(
+                t, state, nbs, pending, running, stopping, projects, as_job, parked_shares, policy, rng
+            )
             moved = mover.stats.moves > before
         # --- accounting for this minute -----------------------------------------------
         busy_s = 0.0

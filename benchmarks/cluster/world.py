@@ -65,8 +65,15 @@ def runtimes() -> list[float]:
         return [min(86400.0, float(r["runtime"])) for r in csv.DictReader(f) if float(r["runtime"]) >= 60]
 
 
-def build(seed: int, quiet_h: float, researchers: int, days: float = 7.0, teams: int = TEAMS,
-          gpus_per_team: int = GPUS_PER_TEAM, sessions_per_team: int = SESSIONS_PER_TEAM) -> World:
+def build(
+    seed: int,
+    quiet_h: float,
+    researchers: int,
+    days: float = 7.0,
+    teams: int = TEAMS,
+    gpus_per_team: int = GPUS_PER_TEAM,
+    sessions_per_team: int = SESSIONS_PER_TEAM,
+) -> World:
     rng = random.Random(seed)
     bursts = random.Random(seed + 1)  # burst times do not depend on how many researchers there are
     names = [f"team{i}" for i in range(teams)]
@@ -81,8 +88,12 @@ def build(seed: int, quiet_h: float, researchers: int, days: float = 7.0, teams:
     streams = []
     nodes: dict[str, list[Node]] = {}
     for t in names:
-        nodes[t] = [Node(f"{t}-n{i}", tuple(GPU(g, f"GPU-{t}-{i}-{g}", MODEL, GPU_MEMORY_MIB, True) for g in range(8)))
-                    for i in range(gpus_per_team // 8)]
+        nodes[t] = [
+            Node(
+                f"{t}-n{i}", tuple(GPU(g, f"GPU-{t}-{i}-{g}", MODEL, GPU_MEMORY_MIB, True) for g in range(8))
+            )
+            for i in range(gpus_per_team // 8)
+        ]
         periods = _busy_periods(bursts, horizon, Bursts(busy_h=BUSY_H, quiet_h=quiet_h))
         for r in range(researchers):
             streams.append(Stream(f"{t}-r{r}", t, periods, rng.randrange(2**31), run))

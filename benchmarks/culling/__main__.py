@@ -81,8 +81,14 @@ def evaluate(sessions: list[Session], limits: Limits | None, gpu_aware: bool) ->
         culls += c
         false_sessions += 1 if f else 0
         killed += k
-    return {"reserved_gpu_h": reserved / 3600, "used_gpu_h": used / 3600, "used_pct": 100 * used / reserved,
-            "culls": culls, "false_cull_sessions_pct": 100 * false_sessions / len(sessions), "killed": killed}
+    return {
+        "reserved_gpu_h": reserved / 3600,
+        "used_gpu_h": used / 3600,
+        "used_pct": 100 * used / reserved,
+        "culls": culls,
+        "false_cull_sessions_pct": 100 * false_sessions / len(sessions),
+        "killed": killed,
+    }
 
 
 def pass_cost(n: int = 1000) -> tuple[float, float]:
@@ -129,8 +135,14 @@ def class_size(users: int, concurrency: int, stops: int, one_at_a_time: int) -> 
 
         print(f"[class size] {users} workspaces on a real hub ...", file=sys.stderr, flush=True)
         try:
-            figures = measure(hub_for, Path(tmp) / "samples.json", users, concurrency,
-                              stops=min(stops, users), one_at_a_time=min(one_at_a_time, stops // 2))
+            figures = measure(
+                hub_for,
+                Path(tmp) / "samples.json",
+                users,
+                concurrency,
+                stops=min(stops, users),
+                one_at_a_time=min(one_at_a_time, stops // 2),
+            )
         finally:
             for h in hubs:
                 h.stop()
@@ -143,79 +155,152 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.culling", description=__doc__)
     ap.add_argument("--sessions", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--class-size", type=int, default=0, help="also time the culler on a real hub with this many"
-                    " running workspaces (0: skip; takes minutes)")
+    ap.add_argument(
+        "--class-size",
+        type=int,
+        default=0,
+        help="also time the culler on a real hub with this many running workspaces (0: skip; takes minutes)",
+    )
     ap.add_argument("--concurrency", type=int, default=10, help="the culler's concurrency for --class-size")
-    ap.add_argument("--stops", type=int, default=1000, help="workspaces stopped at the end of the workday"
-                    " (--class-size; default 1,000)")
-    ap.add_argument("--one-at-a-time", type=int, default=100, help="of those, stopped one request at a time"
-                    " beside the concurrent ones (--class-size; default 100)")
+    ap.add_argument(
+        "--stops",
+        type=int,
+        default=1000,
+        help="workspaces stopped at the end of the workday (--class-size; default 1,000)",
+    )
+    ap.add_argument(
+        "--one-at-a-time",
+        type=int,
+        default=100,
+        help="of those, stopped one request at a time beside the concurrent ones (--class-size; default 100)",
+    )
     args = ap.parse_args(argv)
     if not 0 <= args.class_size <= 100_000 or not 1 <= args.concurrency <= 100:
         ap.error("--class-size must be 0..100000 and --concurrency 1..100")
-    class_line = class_size(args.class_size, args.concurrency, args.stops, args.one_at_a_time) \
-        if args.class_size else ""
+    class_line = (
+        class_size(args.class_size, args.concurrency, args.stops, args.one_at_a_time)
+        if args.class_size
+        else ""
+    )
     sessions = make_sessions(args.sessions, args.seed)
     life = [s.lifetime_s / 3600 for s in sessions]
     busy = [s.busy_s / s.lifetime_s for s in sessions]
-    print(f"{len(sessions)} sessions: median lifetime {statistics.median(life):.1f} h, GPU busy median"
-          f" {100 * statistics.median(busy):.1f} % of a session, aggregate"
-          f" {100 * sum(s.busy_s for s in sessions) / sum(s.lifetime_s for s in sessions):.1f} %")
+    print(
+        f"{len(sessions)} sessions: median lifetime {statistics.median(life):.1f} h, GPU busy median"
+        f" {100 * statistics.median(busy):.1f} % of a session, aggregate"
+        f" {100 * sum(s.busy_s for s in sessions) / sum(s.lifetime_s for s in sessions):.1f} %"
+    )
     H = 3600
     old = dict(gpu_idle_hard_s=4 * H, max_age_s=12 * H)  # the limits shipped before #26
-    rows = [("reserve for life", None, False),
-            ("stock culler: Jupyter idle 1 h", Limits(idle_limit_s=3600, jupyter_idle_s=0, max_age_s=0), False)]
-    rows.append(("gpupool, GPU only: GPU idle 30 min (ignores Jupyter)",
-                 Limits(idle_limit_s=1800, jupyter_idle_s=0, gpu_idle_hard_s=0, max_age_s=12 * H), True))
+    rows = [
+        ("reserve for life", None, False),
+        ("stock culler: Jupyter idle 1 h", Limits(idle_limit_s=3600, jupyter_idle_s=0, max_age_s=0), False),
+    ]
+    rows.append(
+        (
+            "gpupool, GPU only: GPU idle 30 min (ignores Jupyter)",
+            Limits(idle_limit_s=1800, jupyter_idle_s=0, gpu_idle_hard_s=0, max_age_s=12 * H),
+            True,
+        )
+    )
     for gpu_min, jup_min in ((30, 15), (15, 10)):
-        rows.append((f"gpupool: GPU idle {gpu_min} min + Jupyter quiet {jup_min} min, 4 h hard, 12 h max",
-                     Limits(idle_limit_s=gpu_min * 60, jupyter_idle_s=jup_min * 60, **old), True))
-    rows.append(("gpupool: GPU idle 30 min + Jupyter quiet 15 min, no hard or max-age limit",
-                 Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=0, max_age_s=0), True))
-    rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, no hard or max-age limit",
-                 Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=0), True))
-    rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, 12 h max only",
-                 Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=12 * H), True))
-    rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, 4 h hard, 12 h max that waits for a running cell",
-                 Limits(idle_limit_s=900, jupyter_idle_s=600, busy_grace_s=100 * H, **old), True))
-    rows.append(("gpupool: GPU idle 15 min + Jupyter quiet 10 min, 4 h hard, no max",
-                 Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=4 * H, max_age_s=0), True))
-    rows.append(("gpupool: GPU idle 30 min + Jupyter quiet 15 min, 4 h hard, 12 h max, workday end 19:00",
-                 Limits(idle_limit_s=1800, jupyter_idle_s=900, workday_end="19:00", **old), True))
+        rows.append(
+            (
+                f"gpupool: GPU idle {gpu_min} min + Jupyter quiet {jup_min} min, 4 h hard, 12 h max",
+                Limits(idle_limit_s=gpu_min * 60, jupyter_idle_s=jup_min * 60, **old),
+                True,
+            )
+        )
+    rows.append(
+        (
+            "gpupool: GPU idle 30 min + Jupyter quiet 15 min, no hard or max-age limit",
+            Limits(idle_limit_s=1800, jupyter_idle_s=900, gpu_idle_hard_s=0, max_age_s=0),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "gpupool: GPU idle 15 min + Jupyter quiet 10 min, no hard or max-age limit",
+            Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=0),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "gpupool: GPU idle 15 min + Jupyter quiet 10 min, 12 h max only",
+            Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=0, max_age_s=12 * H),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "gpupool: GPU idle 15 min + Jupyter quiet 10 min, 4 h hard, 12 h max that waits for a running cell",
+            Limits(idle_limit_s=900, jupyter_idle_s=600, busy_grace_s=100 * H, **old),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "gpupool: GPU idle 15 min + Jupyter quiet 10 min, 4 h hard, no max",
+            Limits(idle_limit_s=900, jupyter_idle_s=600, gpu_idle_hard_s=4 * H, max_age_s=0),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "gpupool: GPU idle 30 min + Jupyter quiet 15 min, 4 h hard, 12 h max, workday end 19:00",
+            Limits(idle_limit_s=1800, jupyter_idle_s=900, workday_end="19:00", **old),
+            True,
+        )
+    )
     defaults = IdleCuller().limits()
     rows.append((f"**gpupool defaults** (IdleCuller()): {describe(defaults)}", defaults, True))
-    print("| policy | reserved GPU-h | used / reserved | GPU-h reclaimed vs reserve-for-life | culls |"
-          " sessions with a false cull | culls that killed a running cell |")
+    print(
+        "| policy | reserved GPU-h | used / reserved | GPU-h reclaimed vs reserve-for-life | culls |"
+        " sessions with a false cull | culls that killed a running cell |"
+    )
     print("|---|---|---|---|---|---|---|")
     base = None
     for n, (label, limits, aware) in enumerate(rows, 1):
         print(f"[{n}/{len(rows)}] replaying {len(sessions)} sessions: {label}", file=sys.stderr, flush=True)
         r = evaluate(sessions, limits, aware)
         base = base or r["reserved_gpu_h"]
-        print(f"| {label} | {r['reserved_gpu_h']:,.0f} | {r['used_pct']:.1f} % | {base - r['reserved_gpu_h']:,.0f}"
-              f" | {r['culls']} | {r['false_cull_sessions_pct']:.1f} % | {r['killed']} |", flush=True)
+        print(
+            f"| {label} | {r['reserved_gpu_h']:,.0f} | {r['used_pct']:.1f} % | {base - r['reserved_gpu_h']:,.0f}"
+            f" | {r['culls']} | {r['false_cull_sessions_pct']:.1f} % | {r['killed']} |",
+            flush=True,
+        )
     culled = r  # the last row: the defaults
-    print(f"\nParking in place of the stop (the default where the hub can park: {AUTO_PARK_AFTER_S / 60:g} min of idle"
-          " GPU), the same sessions, a GPU always free to come back to (benchmarks.cluster.notebooks):")
+    print(
+        f"\nParking in place of the stop (the default where the hub can park: {AUTO_PARK_AFTER_S / 60:g} min of idle"
+        " GPU), the same sessions, a GPU always free to come back to (benchmarks.cluster.notebooks):"
+    )
     print("| policy | used / reserved | parks | culls | lost kernel states | resume wait p50 / p95 |")
     print("|---|---|---|---|---|---|")
     parking = replay_alone(sessions, replace(defaults, park_after_s=AUTO_PARK_AFTER_S))
     waits = sorted(parking.resume_waits)
     p50, p95 = (waits[len(waits) // 2], waits[int(len(waits) * 0.95)]) if waits else (0.0, 0.0)
-    print(f"| defaults + parking after {AUTO_PARK_AFTER_S / 60:g} min | {parking.used_pct:.1f} % | {parking.parks} |"
-          f" {parking.culls} | {parking.lost_states} | {p50:.1f} / {p95:.1f} s |", flush=True)
+    print(
+        f"| defaults + parking after {AUTO_PARK_AFTER_S / 60:g} min | {parking.used_pct:.1f} % | {parking.parks} |"
+        f" {parking.culls} | {parking.lost_states} | {p50:.1f} / {p95:.1f} s |",
+        flush=True,
+    )
     ours, stock = pass_cost()
-    print(f"\none culler pass at 1,000 GPUs: {ours:.4f} ms per GPU (policy: windows + decision) vs"
-          f" {stock:.4f} ms per GPU for the stock rule (ratio {ours / stock:.0f}x); target <= 1 ms per GPU")
+    print(
+        f"\none culler pass at 1,000 GPUs: {ours:.4f} ms per GPU (policy: windows + decision) vs"
+        f" {stock:.4f} ms per GPU for the stock rule (ratio {ours / stock:.0f}x); target <= 1 ms per GPU"
+    )
     stop_ok = culled["used_pct"] >= 70 and culled["false_cull_sessions_pct"] <= 1 and culled["killed"] == 0
     park_ok = parking.used_pct >= 85 and parking.lost_states == 0
     if class_line:
         print(class_line)
-    print(f"defaults ({describe(defaults)}): {culled['used_pct']:.1f} % used/reserved, "
-          f"{culled['false_cull_sessions_pct']:.1f} % of sessions falsely culled, {culled['killed']} running cells"
-          f" stopped (target >= 70 %, <= 1 %, 0: {'met' if stop_ok else 'NOT met'}); with parking where supported"
-          f" ({AUTO_PARK_AFTER_S / 60:g} min): {parking.used_pct:.1f} % used/reserved, {parking.lost_states} lost"
-          f" kernels (target >= 85 %, 0: {'met' if park_ok else 'NOT met'})")
+    print(
+        f"defaults ({describe(defaults)}): {culled['used_pct']:.1f} % used/reserved, "
+        f"{culled['false_cull_sessions_pct']:.1f} % of sessions falsely culled, {culled['killed']} running cells"
+        f" stopped (target >= 70 %, <= 1 %, 0: {'met' if stop_ok else 'NOT met'}); with parking where supported"
+        f" ({AUTO_PARK_AFTER_S / 60:g} min): {parking.used_pct:.1f} % used/reserved, {parking.lost_states} lost"
+        f" kernels (target >= 85 %, 0: {'met' if park_ok else 'NOT met'})"
+    )
     return 0
 
 
@@ -223,8 +308,10 @@ def describe(limits: Limits) -> str:
     """The stop rules of `limits` in the words of the table."""
     hard = f"{limits.gpu_idle_hard_s / 3600:g} h hard" if limits.gpu_idle_hard_s else "no hard"
     top = f"{limits.max_age_s / 3600:g} h max" if limits.max_age_s else "no max"
-    return (f"GPU idle {limits.idle_limit_s / 60:g} min + Jupyter quiet {limits.jupyter_idle_s / 60:g} min,"
-            f" {hard}, {top}")
+    return (
+        f"GPU idle {limits.idle_limit_s / 60:g} min + Jupyter quiet {limits.jupyter_idle_s / 60:g} min,"
+        f" {hard}, {top}"
+    )
 
 
 if __name__ == "__main__":

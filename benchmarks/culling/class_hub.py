@@ -67,14 +67,39 @@ def populate(state: Path, users: list[str], port: int) -> None:
     for name in users:
         user = orm.User(name=name, created=now, last_activity=now, roles=[role])
         server = orm.Server(ip="127.0.0.1", port=port, base_url=f"/user/{name}/")
-        db.add_all([user, server, orm.Spawner(user=user, name="", server=server, state={"running": True},
-                                              started=now, last_activity=now, user_options={"gpus": 0.1})])
+        db.add_all(
+            [
+                user,
+                server,
+                orm.Spawner(
+                    user=user,
+                    name="",
+                    server=server,
+                    state={"running": True},
+                    started=now,
+                    last_activity=now,
+                    user_options={"gpus": 0.1},
+                ),
+            ]
+        )
     db.commit()
     db.close()
     store = Store(f"sqlite:///{state / 'gpupool.sqlite'}")
     with store.session() as s:  # first fit: ten 0.1 shares per virtual GPU, as the spawns placed them
-        s.add_all(Allocation(kind="build", owner=name, name="", node="localhost", gpus=[i // 10], gpu_milli=100,
-                             groups=[], state="running", created=now) for i, name in enumerate(users))
+        s.add_all(
+            Allocation(
+                kind="build",
+                owner=name,
+                name="",
+                node="localhost",
+                gpus=[i // 10],
+                gpu_milli=100,
+                groups=[],
+                state="running",
+                created=now,
+            )
+            for i, name in enumerate(users)
+        )
     store.engine.dispose()
 
 
@@ -82,8 +107,15 @@ def ready_count(hub: Hub) -> int:
     return len(Client(ADMIN_TOKEN).paginated(f"{hub.url}/hub/api/users?state=ready", 10))
 
 
-def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int = 10, stops: int = 0,
-            one_at_a_time: int = -1, probe: bool = True) -> dict:
+def measure(
+    hub_for: object,
+    samples: Path,
+    users: int = 500,
+    concurrency: int = 10,
+    stops: int = 0,
+    one_at_a_time: int = -1,
+    probe: bool = True,
+) -> dict:
     """Start a hub with `hub_for(extra_config, env=...)` (a Hub factory) holding `users` running
     workspaces (populate) and time the culler on it: reads, a pass that judges all (beside the
     bare reads it needs), and passes that stop `stops` of them at the end of the workday (all
@@ -93,10 +125,15 @@ def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int =
     responder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
     threading.Thread(target=responder.serve_forever, daemon=True).start()
     try:
-        hub: Hub = hub_for(config(users), env={
-            "GPUPOOL_CULLER": "0", "GPUPOOL_SPAWNER": "tests.support.shared_server.SharedServerGPUSpawner",
-            "GPUPOOL_TEST_RESPONDER_PORT": str(responder.server_address[1]), "PYTHONPATH": str(REPO),
-        })
+        hub: Hub = hub_for(
+            config(users),
+            env={
+                "GPUPOOL_CULLER": "0",
+                "GPUPOOL_SPAWNER": "tests.support.shared_server.SharedServerGPUSpawner",
+                "GPUPOOL_TEST_RESPONDER_PORT": str(responder.server_address[1]),
+                "PYTHONPATH": str(REPO),
+            },
+        )
         names = [f"student{i:04d}" for i in range(users)]
         hub.start()  # makes the databases
         hub.stop()
@@ -111,10 +148,21 @@ def measure(hub_for: object, samples: Path, users: int = 500, concurrency: int =
         def culler(util: float, conc: int, exempt: list[str] = (), clock_s: float = 0.0) -> Culler:
             samples.write_text(json.dumps({f"{u}/": {"util_pct": util} for u in names}))
             # the end of the workday: sessions end at 18:00, two days on every one is past it
-            cfg = IdleCuller(sampler="file", concurrency=conc, exempt_users=list(exempt), workday_end="18:00",
-                             busy_grace_s=0)
-            return Culler(cfg, Client(TOKEN), f"{hub.url}/hub/api", f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
-                          FileSampler(str(samples)), clock=lambda: time.time() + clock_s)
+            cfg = IdleCuller(
+                sampler="file",
+                concurrency=conc,
+                exempt_users=list(exempt),
+                workday_end="18:00",
+                busy_grace_s=0,
+            )
+            return Culler(
+                cfg,
+                Client(TOKEN),
+                f"{hub.url}/hub/api",
+                f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+                FileSampler(str(samples)),
+                clock=lambda: time.time() + clock_s,
+            )
 
         out: dict = {"users": users, "concurrency": concurrency}
         t = time.perf_counter()
@@ -172,8 +220,11 @@ class Prober:
 
     def __init__(self, hub: Hub, users: list[str]) -> None:
         self.hub = hub
-        self.calls = [(path, hub.user_token(u)) for u in users
-                      for path in ("/hub/api/user", "/services/gpupool/api/culler/status")]
+        self.calls = [
+            (path, hub.user_token(u))
+            for u in users
+            for path in ("/hub/api/user", "/services/gpupool/api/culler/status")
+        ]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.times: list[float] = []
@@ -205,8 +256,13 @@ class Prober:
         self._stop.set()
         assert self._thread is not None
         self._thread.join(120)
-        return {"n": len(self.times), "p50": pct(self.times, 50), "p99": pct(self.times, 99), "errors": self.errors,
-                "failures": list(self.failures)}
+        return {
+            "n": len(self.times),
+            "p50": pct(self.times, 50),
+            "p99": pct(self.times, 99),
+            "errors": self.errors,
+            "failures": list(self.failures),
+        }
 
     def run_for(self, seconds: float) -> dict:
         self.start()
@@ -237,28 +293,40 @@ def table(f: dict) -> str:
         f"| whole pass, all busy (nothing to stop) | {f['judge_s']:.2f} s | {len(f['judged'])} judged |",
     ]
     if "stop_sequential_s" in f:
-        lines.append(f"| pass stopping {f['stop_sequential_n']}, one stop at a time (concurrency 1) |"
-                     f" {f['stop_sequential_s']:.2f} s | {len(f['stop_sequential_culled'])} stopped |")
+        lines.append(
+            f"| pass stopping {f['stop_sequential_n']}, one stop at a time (concurrency 1) |"
+            f" {f['stop_sequential_s']:.2f} s | {len(f['stop_sequential_culled'])} stopped |"
+        )
     if "stop_concurrent_s" in f:
-        lines.append(f"| pass stopping {f['stop_concurrent_n']}, {c} stops at once (concurrency {c}) |"
-                     f" {f['stop_concurrent_s']:.2f} s | {len(f['stop_concurrent_culled'])} stopped |")
-    for key, label in (("probe_quiet", "other users' API calls, quiet hub (baseline)"),
-                       ("probe_stopping", "other users' API calls while the pass stops the class")):
+        lines.append(
+            f"| pass stopping {f['stop_concurrent_n']}, {c} stops at once (concurrency {c}) |"
+            f" {f['stop_concurrent_s']:.2f} s | {len(f['stop_concurrent_culled'])} stopped |"
+        )
+    for key, label in (
+        ("probe_quiet", "other users' API calls, quiet hub (baseline)"),
+        ("probe_stopping", "other users' API calls while the pass stops the class"),
+    ):
         if key in f:
             p = f[key]
-            lines.append(f"| {label}: p50 / p99 | {p['p50']:.3f} / {p['p99']:.3f} s | {p['n']} calls,"
-                         f" {p['errors']} failed |")
+            lines.append(
+                f"| {label}: p50 / p99 | {p['p50']:.3f} / {p['p99']:.3f} s | {p['n']} calls,"
+                f" {p['errors']} failed |"
+            )
     return "\n".join(lines)
 
 
 def verdict(f: dict) -> str:
     """One line: each figure beside its baseline as a ratio, and whether its target is met."""
-    parts = [f"pass over {f['users']}: {f['judge_s']:.1f} s = {f['judge_s'] / f['bare_reads_s']:.1f}x the bare reads"
-             f" (target <= {PASS_TARGET_S:.0f} s: {'met' if f['judge_s'] <= PASS_TARGET_S else 'NOT met'})"]
+    parts = [
+        f"pass over {f['users']}: {f['judge_s']:.1f} s = {f['judge_s'] / f['bare_reads_s']:.1f}x the bare reads"
+        f" (target <= {PASS_TARGET_S:.0f} s: {'met' if f['judge_s'] <= PASS_TARGET_S else 'NOT met'})"
+    ]
     if "probe_stopping" in f:
         quiet, busy = f["probe_quiet"], f["probe_stopping"]
         ok = busy["p99"] <= API_TARGET_S and not busy["errors"]
-        parts.append(f"other users' API p99 while stopping {f['stop_concurrent_n']}: {busy['p99']:.2f} s ="
-                     f" {busy['p99'] / quiet['p99']:.1f}x the quiet hub's {quiet['p99']:.2f} s"
-                     f" (target <= {API_TARGET_S:.0f} s: {'met' if ok else 'NOT met'})")
+        parts.append(
+            f"other users' API p99 while stopping {f['stop_concurrent_n']}: {busy['p99']:.2f} s ="
+            f" {busy['p99'] / quiet['p99']:.1f}x the quiet hub's {quiet['p99']:.2f} s"
+            f" (target <= {API_TARGET_S:.0f} s: {'met' if ok else 'NOT met'})"
+        )
     return "class size: " + "; ".join(parts)

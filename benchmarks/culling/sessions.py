@@ -99,7 +99,9 @@ def make_sessions(n: int, seed: int = 1, active: tuple[float, float] | None = No
             cells.append((t, t + d))
             t += d + rng.lognormvariate(GAP_MU, GAP_SIGMA)
         cells = [(a, b) for a, b in cells if a < lifetime]
-        out.append(Session(gpus=rng.choice(gpus), lifetime_s=lifetime, cells=tuple(cells), start_tod=start_tod))
+        out.append(
+            Session(gpus=rng.choice(gpus), lifetime_s=lifetime, cells=tuple(cells), start_tod=start_tod)
+        )
     return out
 
 
@@ -117,6 +119,7 @@ def calibrate(seed: int = 1, n: int = 800) -> tuple[float, float]:
     """Median and sigma of the active share f that reproduce both published figures, by nested
     bisection on sessions of another seed: for a sigma, the median f that gives the median
     session's busy share; then the sigma that gives the aggregate used/reserved."""
+
     def median_for(sigma: float) -> float:
         lo, hi = 0.005, 1.0
         for _ in range(14):

@@ -64,11 +64,20 @@ class Observer:
             history.setdefault(j.project, []).append(j.work)
         runtimes = Runtimes.of(history)
         t0 = time.perf_counter()
-        est = forecast(state, projects, [as_job(j) for j in pending.values()],
-                       [as_job(j) for j in running.values()], now, self.policy, runtimes,
-                       stopping=[as_job(j) for j in stopping], requeued=[j.id for j in stopping],
-                       horizon_s=HORIZON_S, max_cycles=self.max_cycles,
-                       done={j.id: j.done for j in [*pending.values(), *running.values()]})
+        est = forecast(
+            state,
+            projects,
+            [as_job(j) for j in pending.values()],
+            [as_job(j) for j in running.values()],
+            now,
+            self.policy,
+            runtimes,
+            stopping=[as_job(j) for j in stopping],
+            requeued=[j.id for j in stopping],
+            horizon_s=HORIZON_S,
+            max_cycles=self.max_cycles,
+            done={j.id: j.done for j in [*pending.values(), *running.values()]},
+        )
         self.forecast_s += time.perf_counter() - t0
         self.forecasts += 1
         mean_run = statistics.mean(j.work for j in self.finished) if self.finished else 3600.0
@@ -77,8 +86,15 @@ class Observer:
         lanes = max(1, len(running))  # jobs served at once: the queue drains that many at a time
         for j in waiting:
             ours = est[j.id].start
-            self.estimates.append((j.id, now, ours if ours is not None else now + HORIZON_S,
-                                   now + position[j.id] * mean_run, now + position[j.id] * mean_run / lanes))
+            self.estimates.append(
+                (
+                    j.id,
+                    now,
+                    ours if ours is not None else now + HORIZON_S,
+                    now + position[j.id] * mean_run,
+                    now + position[j.id] * mean_run / lanes,
+                )
+            )
 
 
 def run(days: float, seeds: list[int], model: str, every_s: float, max_cycles: int) -> dict:
@@ -101,13 +117,20 @@ def run(days: float, seeds: list[int], model: str, every_s: float, max_cycles: i
         forecasts += obs.forecasts
         forecast_s += obs.forecast_s
     nan = float("nan")
-    return {"model": model, "pairs": len(ours), "jobs": jobs, "never_started": never,
-            "ours_p50": statistics.median(ours) if ours else nan, "ours_p90": nearest_rank(ours, 90) if ours else nan,
-            "naive_p50": statistics.median(naive) if naive else nan,
-            "naive_p90": nearest_rank(naive, 90) if naive else nan,
-            "lanes_p50": statistics.median(lanes) if lanes else nan,
-            "lanes_p90": nearest_rank(lanes, 90) if lanes else nan,
-            "forecasts": forecasts, "forecast_ms": 1000 * forecast_s / max(1, forecasts)}
+    return {
+        "model": model,
+        "pairs": len(ours),
+        "jobs": jobs,
+        "never_started": never,
+        "ours_p50": statistics.median(ours) if ours else nan,
+        "ours_p90": nearest_rank(ours, 90) if ours else nan,
+        "naive_p50": statistics.median(naive) if naive else nan,
+        "naive_p90": nearest_rank(naive, 90) if naive else nan,
+        "lanes_p50": statistics.median(lanes) if lanes else nan,
+        "lanes_p90": nearest_rank(lanes, 90) if lanes else nan,
+        "forecasts": forecasts,
+        "forecast_ms": 1000 * forecast_s / max(1, forecasts),
+    }
 
 
 def minutes(s: float) -> str:
@@ -115,8 +138,11 @@ def minutes(s: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.eta", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.eta",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--days", type=float, default=3.0)
     ap.add_argument("--seeds", default="1,2,3", help="workload seeds; errors pooled over them")
     ap.add_argument("--model", choices=("open", "closed", "both"), default="both")
@@ -129,26 +155,36 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--seeds must be whole numbers separated by commas, got {args.seeds!r}")
     if args.days <= 0 or args.every_min <= 0 or args.max_cycles <= 0 or not seeds:
         ap.error("--days, --every-min and --max-cycles must be more than 0, and --seeds not empty")
-    rows = [run(args.days, seeds, model, args.every_min * 60, args.max_cycles)
-            for model in (("open", "closed") if args.model == "both" else (args.model,))]
+    rows = [
+        run(args.days, seeds, model, args.every_min * 60, args.max_cycles)
+        for model in (("open", "closed") if args.model == "both" else (args.model,))
+    ]
     rows = [r for r in rows if r["pairs"]] or rows  # an arrival model where no job ever waited says nothing
-    print(f"\nPhilly workload of benchmarks.quota, {args.days:g} days, seeds {', '.join(map(str, seeds))}, an"
-          f" estimate for every waiting job every {args.every_min:g} min\n")
-    print("| arrivals | estimates (jobs; never started) | gpupool: median / p90 abs. error |"
-          " naive (queue position x mean run time): median / p90 | gpupool / naive (median) |"
-          " naive / jobs running: median / p90 | one forecast |")
+    print(
+        f"\nPhilly workload of benchmarks.quota, {args.days:g} days, seeds {', '.join(map(str, seeds))}, an"
+        f" estimate for every waiting job every {args.every_min:g} min\n"
+    )
+    print(
+        "| arrivals | estimates (jobs; never started) | gpupool: median / p90 abs. error |"
+        " naive (queue position x mean run time): median / p90 | gpupool / naive (median) |"
+        " naive / jobs running: median / p90 | one forecast |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['pairs']} ({r['jobs']}; {r['never_started']}) |"
-              f" {minutes(r['ours_p50'])} / {minutes(r['ours_p90'])} |"
-              f" {minutes(r['naive_p50'])} / {minutes(r['naive_p90'])} | {r['ours_p50'] / r['naive_p50']:.2f} |"
-              f" {minutes(r['lanes_p50'])} / {minutes(r['lanes_p90'])} | {r['forecast_ms']:.0f} ms |")
+        print(
+            f"| {r['model']} | {r['pairs']} ({r['jobs']}; {r['never_started']}) |"
+            f" {minutes(r['ours_p50'])} / {minutes(r['ours_p90'])} |"
+            f" {minutes(r['naive_p50'])} / {minutes(r['naive_p90'])} | {r['ours_p50'] / r['naive_p50']:.2f} |"
+            f" {minutes(r['lanes_p50'])} / {minutes(r['lanes_p90'])} | {r['forecast_ms']:.0f} ms |"
+        )
     ours = statistics.median([r["ours_p50"] for r in rows])
     naive = statistics.median([r["naive_p50"] for r in rows])
     met = all(r["ours_p50"] <= r["naive_p50"] / 2 for r in rows)
-    print(f"\neta: median abs error gpupool {minutes(ours)} vs naive {minutes(naive)}"
-          f" ({', '.join(r['model'] + ' ' + minutes(r['ours_p50']) + ' vs ' + minutes(r['naive_p50']) for r in rows)});"
-          f" target median <= half the naive: {'met' if met else 'NOT met'}")
+    print(
+        f"\neta: median abs error gpupool {minutes(ours)} vs naive {minutes(naive)}"
+        f" ({', '.join(r['model'] + ' ' + minutes(r['ours_p50']) + ' vs ' + minutes(r['naive_p50']) for r in rows)});"
+        f" target median <= half the naive: {'met' if met else 'NOT met'}"
+    )
     return 0
 
 

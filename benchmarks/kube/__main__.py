@@ -40,26 +40,34 @@ def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
     ok = lambda good: "met" if good else "NOT met"  # noqa: E731
     if w is not None:
         ratio = w["spawn_ours_rate"] / w["spawn_bare_rate"]
-        parts.append(f"spawns {ratio:.2f}x bare pod creates ({w['spawn_ours_rate'] / w['spawn_stock_rate']:.2f}x"
-                     f" KubeSpawner alone; target >= {SPAWN_RATIO}x: {ok(ratio >= SPAWN_RATIO)})")
+        parts.append(
+            f"spawns {ratio:.2f}x bare pod creates ({w['spawn_ours_rate'] / w['spawn_stock_rate']:.2f}x"
+            f" KubeSpawner alone; target >= {SPAWN_RATIO}x: {ok(ratio >= SPAWN_RATIO)})"
+        )
     if j is not None:
         o, b = j["lag_exit_ours"], j["lag_exit_bare"]
         good = pct(o, 50) <= EXIT_P50_S and pct(o, 99) <= EXIT_P99_S and j["exited"][0] == j["exited"][1]
-        parts.append(f"exit seen p50 {pct(o, 50):.2f} s / p99 {pct(o, 99):.2f} s = {pct(o, 50) / max(pct(b, 50), 1e-3):.0f}x"
-                     f" the bare pod watch's p50 (target <= {EXIT_P50_S:g} / {EXIT_P99_S:g} s: {ok(good)}),"
-                     f" preemptions seen {j['preempted'][0]} of {j['preempted'][1]}"
-                     f" ({ok(j['preempted'][0] == j['preempted'][1])})")
+        parts.append(
+            f"exit seen p50 {pct(o, 50):.2f} s / p99 {pct(o, 99):.2f} s = {pct(o, 50) / max(pct(b, 50), 1e-3):.0f}x"
+            f" the bare pod watch's p50 (target <= {EXIT_P50_S:g} / {EXIT_P99_S:g} s: {ok(good)}),"
+            f" preemptions seen {j['preempted'][0]} of {j['preempted'][1]}"
+            f" ({ok(j['preempted'][0] == j['preempted'][1])})"
+        )
         rss = j.get("rss_all", j["rss_jobs"])
         what = "Jobs and workspaces" if "rss_all" in j else "Jobs"
-        parts.append(f"memory following the {what} {rss:.0f} MiB = {rss / j['rss_start']:.2f}x the process at start"
-                     f" (target <= {MEMORY_MIB} MiB: {ok(rss <= MEMORY_MIB)})")
+        parts.append(
+            f"memory following the {what} {rss:.0f} MiB = {rss / j['rss_start']:.2f}x the process at start"
+            f" (target <= {MEMORY_MIB} MiB: {ok(rss <= MEMORY_MIB)})"
+        )
     if p is not None:
         from benchmarks.kube.placement import p as ms
 
         cpu, wall, scan = ms(p["ours_cpu"], 99), ms(p["ours_wall"], 99), ms(p["scan_cpu"], 99)
-        parts.append(f"placement p99 at {p['gpus']:,} GPUs {cpu:.1f} ms CPU ({wall:.1f} ms wall) = {cpu / scan:.2f}x a fresh"
-                     f" scan's, {p['different']} decisions differ (target <= {PLACEMENT_P99_MS:g} ms:"
-                     f" {ok(cpu <= PLACEMENT_P99_MS and not p['different'])})")
+        parts.append(
+            f"placement p99 at {p['gpus']:,} GPUs {cpu:.1f} ms CPU ({wall:.1f} ms wall) = {cpu / scan:.2f}x a fresh"
+            f" scan's, {p['different']} decisions differ (target <= {PLACEMENT_P99_MS:g} ms:"
+            f" {ok(cpu <= PLACEMENT_P99_MS and not p['different'])})"
+        )
     return "kube: " + "; ".join(parts)
 
 
@@ -98,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
                 found["w"] = await ws_mod.run(plane, args.nodes, args.users)
                 return {"rss_all": found["w"]["rss_after"]}
 
-            jr = await jobs_mod.run(plane, args.jobs, min(args.bare_jobs, args.jobs), args.exits, args.wait,
-                                    args.preempts, then=workspaces if args.run == "all" else None)
+            jr = await jobs_mod.run(
+                plane,
+                args.jobs,
+                min(args.bare_jobs, args.jobs),
+                args.exits,
+                args.wait,
+                args.preempts,
+                then=workspaces if args.run == "all" else None,
+            )
             return jr, found.get("w")
 
         with plane_with_nodes(args.nodes) as plane:

@@ -20,20 +20,52 @@ NS = "bench"
 
 
 def spec(i: int, prefix: str) -> TrainJobSpec:
-    return TrainJobSpec(id=f"{prefix}{i}", owner="bench", project="default", num_gpu=1, gpu_milli=1000,
-                        command=["python", "train.py"], image="registry.example.org/train:1")
+    return TrainJobSpec(
+        id=f"{prefix}{i}",
+        owner="bench",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
 
 
 def prepare(res: Resources) -> JobOptions:
     res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    res.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "train"},
-               "value": 50})  # KAI's chart installs it
-    res.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "bench"},
-               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "bench",
-                        "hostPath": {"path": "/tmp/bench"}}})
-    res.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": NS},
-               "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "bench",
-                        "resources": {"requests": {"storage": "1Gi"}}}})
+    res.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "train"},
+            "value": 50,
+        }
+    )  # KAI's chart installs it
+    res.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "bench"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "bench",
+                "hostPath": {"path": "/tmp/bench"},
+            },
+        }
+    )
+    res.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "shared", "namespace": NS},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "bench",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
     return JobOptions(namespace=NS, queue="default", checkpoint_claim="shared", ttl_after_finished_s=3600)
 
 
@@ -44,30 +76,52 @@ async def bare_pod_watch(api: client.ApiClient, phases: dict[str, dict[str, floa
     while True:
         w = watch.Watch()
         kw = {"resource_version": rv} if rv else {}
-        async with w.stream(core.list_namespaced_pod, NS, label_selector="app.kubernetes.io/managed-by=gpupool",
-                            timeout_seconds=600, **kw) as stream:
+        async with w.stream(
+            core.list_namespaced_pod,
+            NS,
+            label_selector="app.kubernetes.io/managed-by=gpupool",
+            timeout_seconds=600,
+            **kw,
+        ) as stream:
             async for ev in stream:
                 pod = ev["raw_object"]
                 rv = pod["metadata"].get("resourceVersion", rv)
                 jid = pod["metadata"].get("labels", {}).get("gpupool.io/job-id", "")
                 now = time.perf_counter()
                 phases.setdefault(pod["status"].get("phase", ""), {}).setdefault(jid, now)
-                if any(c.get("type") == "DisruptionTarget" for c in pod["status"].get("conditions") or []) \
-                        or ev["type"] == "DELETED":
+                if (
+                    any(c.get("type") == "DisruptionTarget" for c in pod["status"].get("conditions") or [])
+                    or ev["type"] == "DELETED"
+                ):
                     phases.setdefault("Disrupted", {}).setdefault(jid, now)
 
 
 def evict_as_kai(res: Resources, name: str) -> None:
     """KAI's eviction with --update-pod-eviction-condition: the condition, then the delete."""
-    cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-            "message": "kai-scheduler: reclaimed", "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    res.http.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status", json={"status": {"conditions": [cond]}},
-                   headers={"Content-Type": "application/strategic-merge-patch+json"}).raise_for_status()
+    cond = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": "kai-scheduler: reclaimed",
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    res.http.patch(
+        f"/api/v1/namespaces/{NS}/pods/{name}/status",
+        json={"status": {"conditions": [cond]}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    ).raise_for_status()
     res.http.delete(f"/api/v1/namespaces/{NS}/pods/{name}").raise_for_status()
 
 
-async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s: float, preempts: int = 20,
-              then: Callable[[], Awaitable[dict]] | None = None) -> dict:
+async def run(
+    plane: ControlPlane,
+    jobs: int,
+    bare_jobs: int,
+    exits: int,
+    wait_s: float,
+    preempts: int = 20,
+    then: Callable[[], Awaitable[dict]] | None = None,
+) -> dict:
     """`then`: more work done while the controller still follows every Job (its figures are
     merged into the result), so that the process's memory counts both."""
     res = Resources(plane.client())
@@ -113,36 +167,45 @@ async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s
 
         # exits, paced: the kwok stage ends the container, the Job controller completes the Job
         exited: dict[str, float] = {}
-        pods = res.get(f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io/managed-by=gpupool")["items"]
+        pods = res.get(f"/api/v1/namespaces/{NS}/pods?labelSelector=app.kubernetes.io/managed-by=gpupool")[
+            "items"
+        ]
         for pod in [p for p in pods if p["status"].get("phase") == "Running"][:exits]:
             jid = pod["metadata"]["labels"]["gpupool.io/job-id"]
             exited[jid] = time.perf_counter()
-            res.http.patch(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}",
-                           json={"metadata": {"annotations": {EXIT_CODE: "0"}}},
-                           headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+            res.http.patch(
+                f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}",
+                json={"metadata": {"annotations": {EXIT_CODE: "0"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
             await asyncio.sleep(0.2)
         deadline = time.monotonic() + 120
         while len(set(exited) & set(ours.get("succeeded", {}))) < len(exited) and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         done = ours.get("succeeded", {})
         out["lag_exit_ours"] = [done[j] - exited[j] for j in exited if j in done]
-        out["lag_exit_bare"] = [bare["Succeeded"][j] - exited[j] for j in exited if j in bare.get("Succeeded", {})]
+        out["lag_exit_bare"] = [
+            bare["Succeeded"][j] - exited[j] for j in exited if j in bare.get("Succeeded", {})
+        ]
         out["exited"] = (len(out["lag_exit_ours"]), len(exited))
 
         # preemptions, paced: KAI's eviction of running pods of other jobs
         evicted: dict[str, float] = {}
-        for pod in [p for p in pods if p["status"].get("phase") == "Running"][exits:exits + preempts]:
+        for pod in [p for p in pods if p["status"].get("phase") == "Running"][exits : exits + preempts]:
             jid = pod["metadata"]["labels"]["gpupool.io/job-id"]
             evicted[jid] = time.perf_counter()
             evict_as_kai(res, pod["metadata"]["name"])
             await asyncio.sleep(0.2)
         deadline = time.monotonic() + 120
-        while len(set(evicted) & set(ours.get("preemption", {}))) < len(evicted) and time.monotonic() < deadline:
+        while (
+            len(set(evicted) & set(ours.get("preemption", {}))) < len(evicted) and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.5)
         seen = ours.get("preemption", {})
         out["lag_preempt_ours"] = [seen[j] - evicted[j] for j in evicted if j in seen]
-        out["lag_preempt_bare"] = [bare["Disrupted"][j] - evicted[j] for j in evicted
-                                   if j in bare.get("Disrupted", {})]
+        out["lag_preempt_bare"] = [
+            bare["Disrupted"][j] - evicted[j] for j in evicted if j in bare.get("Disrupted", {})
+        ]
         out["preempted"] = (len(out["lag_preempt_ours"]), len(evicted))
         out["rss_jobs"] = rss_mib()
         out["lists"] = {k: f.lists for k, f in ctl.reflectors.items()}
@@ -156,18 +219,28 @@ async def run(plane: ControlPlane, jobs: int, bare_jobs: int, exits: int, wait_s
 
 def report(r: dict) -> None:
     lag = r["lag_run"]
-    print(f"submit, jobs/s                 gpupool {r['submit_ours']:7.1f}   bare create_namespaced_job "
-          f"{r['submit_bare']:7.1f}")
+    print(
+        f"submit, jobs/s                 gpupool {r['submit_ours']:7.1f}   bare create_namespaced_job "
+        f"{r['submit_bare']:7.1f}"
+    )
     print(f"pods running, seen by gpupool  {r['running']} of {r['jobs']}")
-    print(f"pod Running -> job row running, s (after the bare watch saw it): p50 {pct(lag, 50):.2f}"
-          f"  p90 {pct(lag, 90):.2f}  p99 {pct(lag, 99):.2f}  (n={len(lag)})")
+    print(
+        f"pod Running -> job row running, s (after the bare watch saw it): p50 {pct(lag, 50):.2f}"
+        f"  p90 {pct(lag, 90):.2f}  p99 {pct(lag, 99):.2f}  (n={len(lag)})"
+    )
     o, b = r["lag_exit_ours"], r["lag_exit_bare"]
-    print(f"exit -> seen, s p50/p90/p99    gpupool succeeded {pct(o, 50):.2f}/{pct(o, 90):.2f}/{pct(o, 99):.2f}"
-          f"   bare pod watch Succeeded {pct(b, 50):.2f}/{pct(b, 90):.2f}/{pct(b, 99):.2f}"
-          f"   ({r['exited'][0]} of {r['exited'][1]} seen)")
+    print(
+        f"exit -> seen, s p50/p90/p99    gpupool succeeded {pct(o, 50):.2f}/{pct(o, 90):.2f}/{pct(o, 99):.2f}"
+        f"   bare pod watch Succeeded {pct(b, 50):.2f}/{pct(b, 90):.2f}/{pct(b, 99):.2f}"
+        f"   ({r['exited'][0]} of {r['exited'][1]} seen)"
+    )
     o, b = r["lag_preempt_ours"], r["lag_preempt_bare"]
-    print(f"eviction -> preemption seen, s p50/p99  gpupool {pct(o, 50):.2f}/{pct(o, 99):.2f}   bare pod watch"
-          f" {pct(b, 50):.2f}/{pct(b, 99):.2f}   ({r['preempted'][0]} of {r['preempted'][1]} seen)")
-    print(f"RSS of this process, MiB       controller started {r['rss_start']:.0f}   following "
-          f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}   after the exits and preemptions {r['rss_jobs']:.0f}"
-          f"   (full lists: {r['lists']})")
+    print(
+        f"eviction -> preemption seen, s p50/p99  gpupool {pct(o, 50):.2f}/{pct(o, 99):.2f}   bare pod watch"
+        f" {pct(b, 50):.2f}/{pct(b, 99):.2f}   ({r['preempted'][0]} of {r['preempted'][1]} seen)"
+    )
+    print(
+        f"RSS of this process, MiB       controller started {r['rss_start']:.0f}   following "
+        f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}   after the exits and preemptions {r['rss_jobs']:.0f}"
+        f"   (full lists: {r['lists']})"
+    )

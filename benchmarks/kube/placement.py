@@ -24,10 +24,17 @@ TRIES = 30
 
 
 def cluster(gpus: int) -> Inventory:
-    return Inventory(nodes=tuple(
-        Node(name=f"n{i}", gpus=tuple(GPU(g, f"n{i}-{g}", "G2", 32768, True) for g in range(8)),
-             cpu_milli=96_000, memory_mib=786_432)
-        for i in range(gpus // 8)))
+    return Inventory(
+        nodes=tuple(
+            Node(
+                name=f"n{i}",
+                gpus=tuple(GPU(g, f"n{i}-{g}", "G2", 32768, True) for g in range(8)),
+                cpu_milli=96_000,
+                memory_mib=786_432,
+            )
+            for i in range(gpus // 8)
+        )
+    )
 
 
 def filled(gpus: int, requests: list[Request], rng: random.Random, tries: int = TRIES) -> ClusterState:
@@ -58,7 +65,11 @@ def filled(gpus: int, requests: list[Request], rng: random.Random, tries: int = 
 
 def fits(state: ClusterState, i: int, req: Request) -> bool:
     """ClusterState.feasible for one node (without computing it for all of them)."""
-    if state.cpu_free[i] < req.cpu_milli or state.mem_free[i] < req.memory_mib or state.pods[i] >= state.max_pods[i]:
+    if (
+        state.cpu_free[i] < req.cpu_milli
+        or state.mem_free[i] < req.memory_mib
+        or state.pods[i] >= state.max_pods[i]
+    ):
         return False
     free = state.gpu_free[i]
     if req.num_gpu == 0:
@@ -78,11 +89,17 @@ def scan(policy: FragAware, state: ClusterState, req: Request):
     i = int(idx[pos])
     if req.is_sharing:
         return state.placement_on(i, req, [int(gpu[pos])])
-    return state.placement_on(i, req, [int(g) for g in np.flatnonzero(state.gpu_free[i] == 1000)[: req.num_gpu]])
+    return state.placement_on(
+        i, req, [int(g) for g in np.flatnonzero(state.gpu_free[i] == 1000)[: req.num_gpu]]
+    )
 
 
 def run(gpus: int = 100_000, decisions: int = 300, seed: int = 7) -> dict:
-    pods = [p.request for p in read_pods(shared_data("openb", "openb_pod_list_default.csv")) if p.request.num_gpu <= 8]
+    pods = [
+        p.request
+        for p in read_pods(shared_data("openb", "openb_pod_list_default.csv"))
+        if p.request.num_gpu <= 8
+    ]
     rng = random.Random(seed)
     t0 = time.perf_counter()
     state = filled(gpus, pods, random.Random(gpus))
@@ -91,8 +108,16 @@ def run(gpus: int = 100_000, decisions: int = 300, seed: int = 7) -> dict:
     policy = FragAware()
     for req in requests[:100]:  # a realistic learned mix before the timed decisions
         policy.learn(req)
-    out: dict = {"gpus": gpus, "fill_s": fill_s, "decisions": decisions,
-                 "ours_wall": [], "ours_cpu": [], "scan_wall": [], "scan_cpu": [], "different": 0}
+    out: dict = {
+        "gpus": gpus,
+        "fill_s": fill_s,
+        "decisions": decisions,
+        "ours_wall": [],
+        "ours_cpu": [],
+        "scan_wall": [],
+        "scan_cpu": [],
+        "different": 0,
+    }
     for req in requests[100:]:
         # a decision: learning the request that arrived, then choosing (the hub does both per spawn)
         w, c = time.perf_counter(), time.thread_time()
@@ -115,11 +140,18 @@ def p(values: list[float], q: float) -> float:
 
 
 def report(r: dict) -> None:
-    print(f"placement at {r['gpus']:,} GPUs ({r['gpus'] // 8:,} nodes, {FILL:.0%} full, filled in {r['fill_s']:.0f} s),"
-          f" {r['decisions']} openb decisions, ms:")
+    print(
+        f"placement at {r['gpus']:,} GPUs ({r['gpus'] // 8:,} nodes, {FILL:.0%} full, filled in {r['fill_s']:.0f} s),"
+        f" {r['decisions']} openb decisions, ms:"
+    )
     print("| decision | wall p50 | wall p99 | CPU p50 | CPU p99 |")
     print("|---|---|---|---|---|")
-    for key, label in (("ours", "frag-aware with its kept state (the hub's)"), ("scan", "fresh scan of every node (baseline)")):
-        print(f"| {label} | {p(r[key + '_wall'], 50):.2f} | {p(r[key + '_wall'], 99):.2f} | {p(r[key + '_cpu'], 50):.2f}"
-              f" | {p(r[key + '_cpu'], 99):.2f} |")
+    for key, label in (
+        ("ours", "frag-aware with its kept state (the hub's)"),
+        ("scan", "fresh scan of every node (baseline)"),
+    ):
+        print(
+            f"| {label} | {p(r[key + '_wall'], 50):.2f} | {p(r[key + '_wall'], 99):.2f} | {p(r[key + '_cpu'], 50):.2f}"
+            f" | {p(r[key + '_cpu'], 99):.2f} |"
+        )
     print(f"decisions that differ from the fresh scan: {r['different']} of {r['decisions']}")

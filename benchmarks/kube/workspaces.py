@@ -45,8 +45,9 @@ def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
     c.KubeSpawner.start_timeout = 300
     c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
     c.GPUKubeSpawner.kai_queue = "default"
-    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
-                          api_url="http://hub:8081/hub/api")
+    hub = SimpleNamespace(
+        public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
+    )
     u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
     sp = GPUKubeSpawner(user=u, hub=hub, config=c)
     sp.api_token = "token"
@@ -66,8 +67,9 @@ def stock_spawner(plane: ControlPlane, user: str):
     c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
     c.KubeSpawner.start_timeout = 300
     c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
-    hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
-                          api_url="http://hub:8081/hub/api")
+    hub = SimpleNamespace(
+        public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
+    )
     u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
     sp = KubeSpawner(user=u, hub=hub, config=c)
     sp.api_token = "token"
@@ -103,7 +105,9 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     out["spawn_ours_s"] = await asyncio.gather(*(timed(sem, sp.start) for sp in spawners))
     out["spawn_ours_rate"] = users / (time.perf_counter() - t0)
     out["rss_after"] = rss_mib()
-    print(f"{users} workspaces spawned through GPUKubeSpawner in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(
+        f"{users} workspaces spawned through GPUKubeSpawner in {time.perf_counter() - t0:.0f} s", flush=True
+    )
 
     # the baseline: the same pod, created bare and awaited Running through a watch
     cfg = client.Configuration()
@@ -112,12 +116,17 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
         core = client.CoreV1Api(api)
         ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
         spec = {k: v for k, v in ref["spec"].items() if k != "nodeName"}
-        labels = {**{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")}, "bench": "bare"}
+        labels = {
+            **{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")},
+            "bench": "bare",
+        }
         running: dict[str, asyncio.Future] = {}
 
         async def follow() -> None:
             w = watch.Watch()
-            async with w.stream(core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=600) as s:
+            async with w.stream(
+                core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=600
+            ) as s:
                 async for ev in s:
                     pod = ev["raw_object"]
                     fut = running.get(pod["metadata"]["name"])
@@ -130,13 +139,25 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
         async def bare(i: int) -> None:
             name = f"bare-{i}"
             running[name] = asyncio.get_running_loop().create_future()
-            await core.create_namespaced_pod(NS, {
-                "apiVersion": "v1", "kind": "Pod", "spec": spec,
-                "metadata": {"name": name, "labels": labels, "annotations": ref["metadata"].get("annotations", {})}})
+            await core.create_namespaced_pod(
+                NS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "spec": spec,
+                    "metadata": {
+                        "name": name,
+                        "labels": labels,
+                        "annotations": ref["metadata"].get("annotations", {}),
+                    },
+                },
+            )
             await running[name]
 
         t0 = time.perf_counter()
-        out["spawn_bare_s"] = await asyncio.gather(*(timed(sem, functools.partial(bare, i)) for i in range(users)))
+        out["spawn_bare_s"] = await asyncio.gather(
+            *(timed(sem, functools.partial(bare, i)) for i in range(users))
+        )
         out["spawn_bare_rate"] = users / (time.perf_counter() - t0)
         follower.cancel()
     print(f"{users} bare pods running in {users / out['spawn_bare_rate']:.0f} s", flush=True)
@@ -144,9 +165,14 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     t0 = time.perf_counter()
     out["spawn_stock_s"] = await asyncio.gather(*(timed(sem, sp.start) for sp in stock))
     out["spawn_stock_rate"] = users / (time.perf_counter() - t0)
-    print(f"{users} workspaces spawned through KubeSpawner alone in {time.perf_counter() - t0:.0f} s", flush=True)
-    out["pods"] = [(sp.pod_uid(), sp.pod_reflector.pods[f"{NS}/{sp.pod_name}"]["spec"]["nodeName"], sp.user.name)
-                   for sp in spawners]
+    print(
+        f"{users} workspaces spawned through KubeSpawner alone in {time.perf_counter() - t0:.0f} s",
+        flush=True,
+    )
+    out["pods"] = [
+        (sp.pod_uid(), sp.pod_reflector.pods[f"{NS}/{sp.pod_name}"]["spec"]["nodeName"], sp.user.name)
+        for sp in spawners
+    ]
     for reflector in list(type(spawners[0]).reflectors.values()):
         await reflector.stop()
     return out
@@ -187,7 +213,9 @@ def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict
         proc.mkdir(parents=True)
         for pid, uid in enumerate(by_node.get(f"gpu-node-{i}", []), start=100):
             (proc / str(pid)).mkdir()
-            (proc / str(pid) / "cgroup").write_text(f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/c\n")
+            (proc / str(pid) / "cgroup").write_text(
+                f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/c\n"
+            )
         agent = Agent(NoGPUProcesses(), proc)
         agent.refresh()
         handlers[ip] = make_handler(agent, file_token(token))
@@ -196,8 +224,9 @@ def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict
     port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        sampler = NodeAgentSampler([f"http://agents.bench:{port}/pods"], resolve=lambda _h, _p: ips,
-                                   token_file=str(token))
+        sampler = NodeAgentSampler(
+            [f"http://agents.bench:{port}/pods"], resolve=lambda _h, _p: ips, token_file=str(token)
+        )
         targets = [Target(user, "", pod_uid=uid) for uid, _node, user in pods]
         t0 = time.perf_counter()
         got = sampler.sample(targets)
@@ -205,8 +234,9 @@ def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict
         headers = {"Authorization": f"Bearer {token.read_text()}"}
         t0 = time.perf_counter()
         for ip in ips:  # the floor: the same requests, bodies read, nothing parsed
-            with urllib.request.urlopen(urllib.request.Request(f"http://{ip}:{port}/pods", headers=headers),
-                                        timeout=5) as r:
+            with urllib.request.urlopen(
+                urllib.request.Request(f"http://{ip}:{port}/pods", headers=headers), timeout=5
+            ) as r:
                 r.read()
         bare = time.perf_counter() - t0
     finally:
@@ -218,8 +248,14 @@ def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict
 async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
     res = Resources(plane.client())
     res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    res.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "build"},
-               "value": 100})
+    res.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "build"},
+            "value": 100,
+        }
+    )
     res.http.close()
     tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-ws-"))
     out = await spawn_both(plane, nodes, users, tmp)
@@ -230,14 +266,22 @@ async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
 
 def report(r: dict) -> None:
     o, b, k = r["spawn_ours_s"], r["spawn_bare_s"], r["spawn_stock_s"]
-    print(f"spawns/s ({CONCURRENCY} in flight)      GPUKubeSpawner {r['spawn_ours_rate']:6.2f}   KubeSpawner alone "
-          f"{r['spawn_stock_rate']:6.2f}   bare pod create {r['spawn_bare_rate']:6.2f}")
-    print(f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   KubeSpawner alone"
-          f" {pct(k, 50):.2f}/{pct(k, 90):.2f}   bare pod create {pct(b, 50):.2f}/{pct(b, 90):.2f}")
-    print(f"culler sampling pass over {r['users']} pods on {r['nodes']} node agents, s: gpupool "
-          f"{r['culler_ours_s']:.2f} (found {r['culler_seen'][0]} of {r['culler_seen'][1]})   bare GETs "
-          f"{r['culler_bare_s']:.2f}")
+    print(
+        f"spawns/s ({CONCURRENCY} in flight)      GPUKubeSpawner {r['spawn_ours_rate']:6.2f}   KubeSpawner alone "
+        f"{r['spawn_stock_rate']:6.2f}   bare pod create {r['spawn_bare_rate']:6.2f}"
+    )
+    print(
+        f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   KubeSpawner alone"
+        f" {pct(k, 50):.2f}/{pct(k, 90):.2f}   bare pod create {pct(b, 50):.2f}/{pct(b, 90):.2f}"
+    )
+    print(
+        f"culler sampling pass over {r['users']} pods on {r['nodes']} node agents, s: gpupool "
+        f"{r['culler_ours_s']:.2f} (found {r['culler_seen'][0]} of {r['culler_seen'][1]})   bare GETs "
+        f"{r['culler_bare_s']:.2f}"
+    )
     if FAILED:
         print(f"failed spawns (all sides): {len(FAILED)}, e.g. {FAILED[0]}")
-    print(f"RSS of this process, MiB      before spawning {r['rss_before']:.0f}   with {r['users']} workspaces "
-          f"{r['rss_after']:.0f}")
+    print(
+        f"RSS of this process, MiB      before spawning {r['rss_before']:.0f}   with {r['users']} workspaces "
+        f"{r['rss_after']:.0f}"
+    )

@@ -37,7 +37,10 @@ class Mix:
     multi: int
 
     def __post_init__(self) -> None:
-        if min(self.cpu, self.share, self.whole, self.multi) < 0 or self.cpu + self.share + self.whole + self.multi != 100:
+        if (
+            min(self.cpu, self.share, self.whole, self.multi) < 0
+            or self.cpu + self.share + self.whole + self.multi != 100
+        ):
             raise ValueError(f"class shares must be >= 0 and sum to 100: {self}")
 
     @property

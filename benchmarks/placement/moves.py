@@ -41,8 +41,15 @@ def idle_probability(after_s: float = 120.0, sessions: int = 2000, seed: int = 1
     return idle / life
 
 
-def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, p_idle: float, cap: int,
-        inflation: float = 1.3) -> dict:
+def run(
+    inventory: Inventory,
+    pods: list[TracePod],
+    policy: str,
+    seed: int,
+    p_idle: float,
+    cap: int,
+    inflation: float = 1.3,
+) -> dict:
     """`gpupool.sim.fgd.run` with moves for pods that fit nowhere; also counts the moves."""
     t0, c0 = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
@@ -54,7 +61,9 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, p_id
     # the mover's own copy of the policy, taught the same arrivals: trying destinations on
     # scratch copies of the pool must not throw away the chooser's per-node caches of `state`
     planner = get_policy(policy)
-    coins = np.random.default_rng(seed)  # who is idle at each try: its own stream, the order stays the protocol's
+    coins = np.random.default_rng(
+        seed
+    )  # who is idle at each try: its own stream, the order stays the protocol's
     rules = MoveRules(rest_s=0.0, per_hour=10**9, max_moves=cap)
     models = {n.name: n.model for n in inventory.nodes}
     sharing: dict[str, Movable] = {}  # placed sharing pods, by a unique id
@@ -70,7 +79,9 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, p_id
         if placement is None and req.num_gpu and sharing:
             pool = list(sharing.values())
             idle = coins.random(len(pool)) < p_idle
-            plan = plan_moves(state, req, [w for w, i in zip(pool, idle, strict=True) if i], 0.0, rules, planner, rng)
+            plan = plan_moves(
+                state, req, [w for w, i in zip(pool, idle, strict=True) if i], 0.0, rules, planner, rng
+            )
             if plan is not None and plan.steps:
                 for step in plan.steps:  # make-before-break: the destination first
                     state.apply(step.dest)
@@ -93,10 +104,20 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, p_id
         counts[level] = counts.get(level, 0) + 1
     levels = sorted(sums)
     return {
-        "policy": policy, "seed": seed, "inflation": inflation, "pods": len(order), "failed_pods": failed,
-        "arrived_pct": levels, "alloc_ratio_pct": [round(100 * sums[lv] / counts[lv], 4) for lv in levels],
-        "moves": moves, "rescued": rescued, "placed": placed, "p_idle": p_idle, "cap": cap,
-        "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
+        "policy": policy,
+        "seed": seed,
+        "inflation": inflation,
+        "pods": len(order),
+        "failed_pods": failed,
+        "arrived_pct": levels,
+        "alloc_ratio_pct": [round(100 * sums[lv] / counts[lv], 4) for lv in levels],
+        "moves": moves,
+        "rescued": rescued,
+        "placed": placed,
+        "p_idle": p_idle,
+        "cap": cap,
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "cpu_s": round(time.process_time() - c0, 3),
     }
 
 
@@ -116,7 +137,9 @@ def _one(task: tuple[str, list[TracePod], int, float, int]) -> tuple[str, int, d
     return label, seed, run(_INVENTORY, pods, DEFAULT_POLICY, seed, p_idle, cap)
 
 
-def run_all(loads: list, seeds: list[int], p_idle: float, cap: int = CAP, jobs: int = 1) -> dict[str, list[dict]]:
+def run_all(
+    loads: list, seeds: list[int], p_idle: float, cap: int = CAP, jobs: int = 1
+) -> dict[str, list[dict]]:
     """The protocol with moves for every workload (benchmarks.placement.robustness.Workload) and seed."""
     from concurrent.futures import ProcessPoolExecutor
 
@@ -140,8 +163,10 @@ def table(rows: list, moved: dict[str, list[dict]], published: dict[str, float],
     from benchmarks.placement.robustness import _alloc_at
     from gpupool.pool.placement import DEFAULT_POLICY
 
-    head = ("| workload | published FGD | ours, no moves | ours + moves | gain | moves per 100 placements"
-            " | pods placed thanks to moves |")
+    head = (
+        "| workload | published FGD | ours, no moves | ours + moves | gain | moves per 100 placements"
+        " | pods placed thanks to moves |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|"]
     for r in rows:
         results = moved.get(r.workload.label)
@@ -151,7 +176,9 @@ def table(rows: list, moved: dict[str, list[dict]], published: dict[str, float],
         per100 = 100 * sum(x["moves"] for x in results) / sum(x["placed"] for x in results)
         rescued = mean(x["rescued"] for x in results)
         pub = published.get(r.workload.label)
-        lines.append(f"| {r.workload.label} | {f'{pub:.2f}' if pub is not None else ''} |"
-                     f" {r.alloc[DEFAULT_POLICY]:.2f} | {with_moves:.2f} | {with_moves - r.alloc[DEFAULT_POLICY]:+.2f} |"
-                     f" {per100:.2f} | {rescued:.1f} |")
+        lines.append(
+            f"| {r.workload.label} | {f'{pub:.2f}' if pub is not None else ''} |"
+            f" {r.alloc[DEFAULT_POLICY]:.2f} | {with_moves:.2f} | {with_moves - r.alloc[DEFAULT_POLICY]:+.2f} |"
+            f" {per100:.2f} | {rescued:.1f} |"
+        )
     return "\n".join(lines)

@@ -48,7 +48,9 @@ def workloads(mixes: list[Mix] | None = None, variants: list[str] | None = None)
 
 def _alloc_at(result: dict, level: int) -> float:
     levels = result["arrived_pct"]
-    return result["alloc_ratio_pct"][levels.index(level)] if level in levels else result["alloc_ratio_pct"][-1]
+    return (
+        result["alloc_ratio_pct"][levels.index(level)] if level in levels else result["alloc_ratio_pct"][-1]
+    )
 
 
 _INVENTORY: Inventory | None = None
@@ -76,8 +78,12 @@ class Row:
 
 def run(loads: list[Workload], seeds: list[int], jobs: int = 1, progress=None) -> list[Row]:
     """Every workload x policy x seed, in `jobs` processes."""
-    tasks = [(n, w.label, w.pods, p, s) for n, w in enumerate(loads) for p in [DEFAULT_POLICY, *RIVALS]
-             for s in seeds]
+    tasks = [
+        (n, w.label, w.pods, p, s)
+        for n, w in enumerate(loads)
+        for p in [DEFAULT_POLICY, *RIVALS]
+        for s in seeds
+    ]
     allocs: dict[tuple[int, str], list[float]] = {}
     walls: dict[tuple[int, str], list[tuple[float, float]]] = {}
     if jobs > 1:
@@ -95,21 +101,31 @@ def run(loads: list[Workload], seeds: list[int], jobs: int = 1, progress=None) -
             walls.setdefault((n, p), []).append(w)
             if progress:
                 progress(done, len(tasks))
-    return [Row(w, {p: statistics.mean(allocs[(n, p)]) for p in [DEFAULT_POLICY, *RIVALS]},
-                {p: walls[(n, p)] for p in [DEFAULT_POLICY, *RIVALS]}) for n, w in enumerate(loads)]
+    return [
+        Row(
+            w,
+            {p: statistics.mean(allocs[(n, p)]) for p in [DEFAULT_POLICY, *RIVALS]},
+            {p: walls[(n, p)] for p in [DEFAULT_POLICY, *RIVALS]},
+        )
+        for n, w in enumerate(loads)
+    ]
 
 
 def table(rows: list[Row], published: dict[str, float]) -> str:
-    head = ("| workload | CPU-only % | sharing % | whole % | multi % | default (frag-aware) | fgd | best-fit"
-            " | margin | published FGD | default − published |")
+    head = (
+        "| workload | CPU-only % | sharing % | whole % | multi % | default (frag-aware) | fgd | best-fit"
+        " | margin | published FGD | default − published |"
+    )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         s = r.workload.shares
         pub = published.get(r.workload.label)
         extra = f"{pub:.2f} | {r.alloc[DEFAULT_POLICY] - pub:+.2f}" if pub is not None else " | "
-        lines.append(f"| {r.workload.label} | {s['cpu']:.0f} | {s['share']:.0f} | {s['whole']:.0f} | {s['multi']:.0f}"
-                     f" | {r.alloc[DEFAULT_POLICY]:.2f} | {r.alloc['fgd']:.2f} | {r.alloc['best-fit']:.2f}"
-                     f" | {r.margin:+.2f} | {extra} |")
+        lines.append(
+            f"| {r.workload.label} | {s['cpu']:.0f} | {s['share']:.0f} | {s['whole']:.0f} | {s['multi']:.0f}"
+            f" | {r.alloc[DEFAULT_POLICY]:.2f} | {r.alloc['fgd']:.2f} | {r.alloc['best-fit']:.2f}"
+            f" | {r.margin:+.2f} | {extra} |"
+        )
     return "\n".join(lines)
 
 
@@ -122,7 +138,9 @@ def plot(rows: list[Row], path: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [r.workload.label.replace("-", "\n") if not r.workload.variant else r.workload.label for r in rows]
+    labels = [
+        r.workload.label.replace("-", "\n") if not r.workload.variant else r.workload.label for r in rows
+    ]
     margins = [r.margin for r in rows]
     fig, ax = plt.subplots(figsize=(max(8, 0.62 * len(rows)), 4.2))
     colors = ["#2a7" if m >= 0 else "#c33" for m in margins]

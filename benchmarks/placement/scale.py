@@ -24,8 +24,12 @@ POLICIES = ["frag-aware", "best-fit"]
 
 def cluster(gpus: int) -> Inventory:
     nodes = tuple(
-        Node(name=f"n{i}", gpus=tuple(GPU(g, f"n{i}-{g}", "G2", 32768, True) for g in range(8)),
-             cpu_milli=96_000, memory_mib=786_432)
+        Node(
+            name=f"n{i}",
+            gpus=tuple(GPU(g, f"n{i}-{g}", "G2", 32768, True) for g in range(8)),
+            cpu_milli=96_000,
+            memory_mib=786_432,
+        )
         for i in range(gpus // 8)
     )
     return Inventory(nodes=nodes)
@@ -62,12 +66,18 @@ def latencies(state: ClusterState, policy: str, requests, seed: int) -> list[flo
 
 
 def scale_table() -> str:
-    pods = [p for p in read_pods(shared_data("openb", "openb_pod_list_default.csv")) if p.request.num_gpu <= 8]
+    pods = [
+        p for p in read_pods(shared_data("openb", "openb_pod_list_default.csv")) if p.request.num_gpu <= 8
+    ]
     rng = random.Random(7)
     requests = [rng.choice(pods).request for _ in range(400)]
-    lines = ["placement decision latency, ms (300 decisions on a ~70 % full cluster of 8-GPU nodes)",
-             "| GPUs | nodes | " + " | ".join(f"{p} p50 | {p} p99" for p in POLICIES) + " | frag-aware / best-fit (p50) |",
-             "|---|---|" + "---|---|" * len(POLICIES) + "---|"]
+    lines = [
+        "placement decision latency, ms (300 decisions on a ~70 % full cluster of 8-GPU nodes)",
+        "| GPUs | nodes | "
+        + " | ".join(f"{p} p50 | {p} p99" for p in POLICIES)
+        + " | frag-aware / best-fit (p50) |",
+        "|---|---|" + "---|---|" * len(POLICIES) + "---|",
+    ]
     for gpus in SIZES:
         state = filled(gpus, pods, random.Random(gpus))
         cells, p50 = [], {}
@@ -75,6 +85,9 @@ def scale_table() -> str:
             ms = np.array(latencies(state, policy, requests, 1)) * 1000
             p50[policy] = statistics.median(ms)
             cells.append(f"{p50[policy]:.2f} | {np.percentile(ms, 99):.2f}")
-        lines.append(f"| {gpus:,} | {gpus // 8:,} | " + " | ".join(cells)
-                     + f" | {p50['frag-aware'] / p50['best-fit']:.2f} |")
+        lines.append(
+            f"| {gpus:,} | {gpus // 8:,} | "
+            + " | ".join(cells)
+            + f" | {p50['frag-aware'] / p50['best-fit']:.2f} |"
+        )
     return "\n".join(lines)

@@ -20,8 +20,10 @@ from benchmarks.quota.workload import SimJob, Workload
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 
-POOLS = {"workstations": NodePool("workstations", models=frozenset({"A2000"})),
-         "dgx": NodePool("dgx", models=frozenset({"H100"}))}
+POOLS = {
+    "workstations": NodePool("workstations", models=frozenset({"A2000"})),
+    "dgx": NodePool("dgx", models=frozenset({"H100"})),
+}
 
 
 def heterogeneous(w: Workload) -> Workload:
@@ -29,8 +31,12 @@ def heterogeneous(w: Workload) -> Workload:
     for k, n in enumerate(w.inventory.nodes):
         if k % 4 == 3:
             for s in range(4):
-                nodes.append(Node(f"{n.name}-ws{s}", tuple(GPU(g, f"{n.name}-ws{s}-{g}", "A2000", 12000, True)
-                                                           for g in range(2))))
+                nodes.append(
+                    Node(
+                        f"{n.name}-ws{s}",
+                        tuple(GPU(g, f"{n.name}-ws{s}-{g}", "A2000", 12000, True) for g in range(2)),
+                    )
+                )
         else:
             nodes.append(Node(n.name, tuple(GPU(g.index, g.uuid, "H100", 80000, True) for g in n.gpus)))
     return replace(w, inventory=Inventory(nodes=tuple(nodes)))
@@ -52,6 +58,9 @@ def per_pool_guarantees(w: Workload) -> Workload:
     projects = {}
     for name, p in w.projects.items():
         on_ws = round(p.guarantee_milli * share / 1000) * 1000
-        projects[name] = replace(p, pools=("dgx", "workstations"),
-                                 pool_guarantees=(("dgx", p.guarantee_milli - on_ws), ("workstations", on_ws)))
+        projects[name] = replace(
+            p,
+            pools=("dgx", "workstations"),
+            pool_guarantees=(("dgx", p.guarantee_milli - on_ws), ("workstations", on_ws)),
+        )
     return replace(w, projects=projects)

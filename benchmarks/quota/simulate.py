@@ -36,10 +36,15 @@ class Result:
     pool_alloc: dict[str, list[float]] = field(default_factory=dict)  # per node pool, per cycle
 
 
-def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, declared: bool = False,
-             pools: dict[str, NodePool] | None = None,
-             job_pools: Callable[[SimJob], tuple[str, ...]] | None = None,
-             observe: Callable[..., None] | None = None) -> Result:
+def simulate(
+    w: Workload,
+    static: bool,
+    reserve_after_s: float | None = None,
+    declared: bool = False,
+    pools: dict[str, NodePool] | None = None,
+    job_pools: Callable[[SimJob], tuple[str, ...]] | None = None,
+    observe: Callable[..., None] | None = None,
+) -> Result:
     """(static) each project may use its guarantee and never more; (not static) guaranteed
     quotas: idle GPUs lent by weight, over-quota jobs preempted when a guarantee is claimed.
     `reserve_after_s`: reserve a node for an in-quota gang job after that wait (None: never).
@@ -50,8 +55,10 @@ def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, de
     pending, running, stopping, as_job, jobs)` is called after each pass (benchmarks.eta)."""
     projects = w.projects
     if static:
-        projects = {n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
-                    for n, p in projects.items()}
+        projects = {
+            n: Project(n, p.guarantee_milli, p.weight, limit_milli=p.guarantee_milli)
+            for n, p in projects.items()
+        }
     state = ClusterState(w.inventory)
     masks = {n: p.mask(w.inventory, state.gpu_free.shape[1]) for n, p in (pools or {}).items()}
     policy = get_policy("best-fit")
@@ -105,12 +112,29 @@ def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, de
 
         def as_job(j: SimJob) -> Job:
             bound = math.ceil((j.work - j.done) / 3600) * 3600.0 if declared else 0.0
-            return Job(j.id, j.project, Request.for_gpus(j.gpus * 1000), j.submitted, started=j.started,
-                       placement=j.placement, max_runtime_s=bound, pools=job_pools(j) if job_pools else ())
-        plan = schedule(state, projects, [as_job(j) for j in pending.values()],
-                        [as_job(j) for j in running.values()], now, policy, rng,
-                        stopping=[as_job(j) for _, _, j in stopping], reserve_after_s=reserve_after_s,
-                        pools=pools)
+            return Job(
+                j.id,
+                j.project,
+                Request.for_gpus(j.gpus * 1000),
+                j.submitted,
+                started=j.started,
+                placement=j.placement,
+                max_runtime_s=bound,
+                pools=job_pools(j) if job_pools else (),
+            )
+
+        plan = schedule(
+            state,
+            projects,
+            [as_job(j) for j in pending.values()],
+            [as_job(j) for j in running.values()],
+            now,
+            policy,
+            rng,
+            stopping=[as_job(j) for _, _, j in stopping],
+            reserve_after_s=reserve_after_s,
+            pools=pools,
+        )
         for r in plan.reserve:  # pinned to its reserved spot, as the hub does
             pins[r.job] = r.placement
             pending[r.job].placement = r.placement
@@ -152,7 +176,8 @@ def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, de
             res.alloc_samples.append(used)
             for name, mask in masks.items():
                 res.pool_alloc.setdefault(name, []).append(
-                    1 - state.gpu_free[mask].sum() / (MILLI_PER_GPU * mask.sum()))
+                    1 - state.gpu_free[mask].sum() / (MILLI_PER_GPU * mask.sum())
+                )
             if sum(j.gpus for j in pending.values()) * 1000 + state.used_milli() > cap:
                 res.contended_alloc.append(used)
             next_cycle += CYCLE
@@ -160,8 +185,13 @@ def simulate(w: Workload, static: bool, reserve_after_s: float | None = None, de
     return res
 
 
-def _mark_in_quota(projects: dict[str, Project], pending: dict[str, SimJob], running: dict[str, SimJob],
-                   now: float, last_pass: float) -> None:
+def _mark_in_quota(
+    projects: dict[str, Project],
+    pending: dict[str, SimJob],
+    running: dict[str, SimJob],
+    now: float,
+    last_pass: float,
+) -> None:
     """Which pending jobs fit in their project's guarantee (oldest first): from then on the
     project is owed their GPUs and the clock for getting its guarantee back runs, counted
     from the earliest moment it could have (its arrival, or the previous pass)."""

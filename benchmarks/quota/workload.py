@@ -109,7 +109,9 @@ def load(days: float, seed: int, model: str = "open", bursts: Bursts = Bursts())
     for vc, n in vcs:
         count = max(1, n // 8)
         for i in range(count):
-            nodes.append(Node(f"{vc}-{i}", tuple(GPU(g, f"{vc}-{i}-{g}", "V100", 16000, True) for g in range(8))))
+            nodes.append(
+                Node(f"{vc}-{i}", tuple(GPU(g, f"{vc}-{i}-{g}", "V100", 16000, True) for g in range(8)))
+            )
         projects[vc] = Project(vc, guarantee_milli=count * 8 * 1000, weight=1.0)
     w = Workload(Inventory(nodes=tuple(nodes)), projects, days * 86400)
     mean_run = statistics.mean(runtimes)

@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     with tempfile.TemporaryDirectory() as tmp:
-        hub = Hub(state=Path(tmp) / "hub", extra_config="c.GPUPool.virtual_gpus = 1\n",
-                  env={"GPUPOOL_CULLER": "0"})
+        hub = Hub(
+            state=Path(tmp) / "hub", extra_config="c.GPUPool.virtual_gpus = 1\n", env={"GPUPOOL_CULLER": "0"}
+        )
         try:
             hub.start()
             hub.spawn("bench", "1")
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             api = f"http://127.0.0.1:{hub.api_port}/services/gpupool/"
             hooks = {  # a cell after a pause checks; cells in quick succession share one check
                 "with the hook, a cell after a pause (one status GET)": ResumeHook(
-                    HubCalls(api, token, timeout=2.0), "", recheck_s=0, watch_s=3600),
+                    HubCalls(api, token, timeout=2.0), "", recheck_s=0, watch_s=3600
+                ),
                 "with the hook, cells in quick succession": ResumeHook(
-                    HubCalls(api, token, timeout=2.0), "", watch_s=3600),
+                    HubCalls(api, token, timeout=2.0), "", watch_s=3600
+                ),
             }
             assert all(h() == "running" for h in hooks.values()), "the hub did not answer the hook"
             shell = InteractiveShell.instance()
@@ -63,14 +66,20 @@ def main(argv: list[str] | None = None) -> int:
                 probe.append(time.perf_counter() - t0)
         finally:
             hub.stop()
-    print(f"{args.cells} cells each, alternating; a real hub on 127.0.0.1; 2-core machine shared with other work\n")
+    print(
+        f"{args.cells} cells each, alternating; a real hub on 127.0.0.1; 2-core machine shared with other work\n"
+    )
     print("| cell `x = 1` | p50 (ms) | p99 (ms) |")
     print("|---|---|---|")
     for label, values in times.items():
         values.sort()
-        print(f"| {label} | {statistics.median(values) * 1000:.2f} | {values[int(0.99 * len(values))] * 1000:.2f} |")
-    print(f"\nfor comparison, GET api/me (any gpupool API call, authentication included): p50"
-          f" {statistics.median(probe) * 1000:.1f} ms")
+        print(
+            f"| {label} | {statistics.median(values) * 1000:.2f} | {values[int(0.99 * len(values))] * 1000:.2f} |"
+        )
+    print(
+        f"\nfor comparison, GET api/me (any gpupool API call, authentication included): p50"
+        f" {statistics.median(probe) * 1000:.1f} ms"
+    )
     return 0
 
 

@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|")
     print(f"| SimpleLocalProcessSpawner (baseline) | {med['baseline']:.2f} | {tail['baseline']:.2f} |")
     print(f"| gpupool GPUSimpleLocalProcessSpawner | {med['gpupool']:.2f} | {tail['gpupool']:.2f} |")
-    print(f"| ratio gpupool / baseline | {med['gpupool'] / med['baseline']:.3f} |"
-          f" {tail['gpupool'] / tail['baseline']:.3f} |")
+    print(
+        f"| ratio gpupool / baseline | {med['gpupool'] / med['baseline']:.3f} |"
+        f" {tail['gpupool'] / tail['baseline']:.3f} |"
+    )
     return 0
 
 

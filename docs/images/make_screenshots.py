@@ -48,7 +48,9 @@ def save(page, name: str) -> None:
 
 def main() -> None:
     if os.geteuid() != 0:
-        raise SystemExit("run as root: the screenshots show the hub make up starts as root (accounts per user)")
+        raise SystemExit(
+            "run as root: the screenshots show the hub make up starts as root (accounts per user)"
+        )
     top = Path(tempfile.mkdtemp(prefix="gpupool-shots-"))
     hub = Hub(state=top / "state", extra_config=CONFIG, up_args=["--demo-culling"], account_prefix="jupyter-")
     hub.start()
@@ -74,13 +76,21 @@ def shoot(hub: Hub) -> None:
         run_cell(page, 0, "%load_ext gpupool\n%gpupool")
         page.get_by_text("0.25 GPU = 4,096 MiB").first.wait_for(timeout=60_000)
         run_cell(page, 1, "!whoami")
-        page.locator(".jp-OutputArea-output").filter(has_text=f"jupyter-{USER}").first.wait_for(timeout=30_000)
-        page.wait_for_function("document.querySelector('.gpupool-StatusItem')?.textContent.startsWith('GPU 0.25')",
-                               timeout=60_000)
+        page.locator(".jp-OutputArea-output").filter(has_text=f"jupyter-{USER}").first.wait_for(
+            timeout=30_000
+        )
+        page.wait_for_function(
+            "document.querySelector('.gpupool-StatusItem')?.textContent.startsWith('GPU 0.25')",
+            timeout=60_000,
+        )
         save(page, "first-hour-lab")
-        run_cell(page, 2, "%%train --project default --gpus 1 --name squares -p n=12\n"
-                          "for i in range(n): print('step', i, 'loss', round(1 / (i + 1), 3))\n"
-                          "print('\\x1b[32mdone:\\x1b[0m sum of squares', sum(i * i for i in range(n)))")
+        run_cell(
+            page,
+            2,
+            "%%train --project default --gpus 1 --name squares -p n=12\n"
+            "for i in range(n): print('step', i, 'loss', round(1 / (i + 1), 3))\n"
+            "print('\\x1b[32mdone:\\x1b[0m sum of squares', sum(i * i for i in range(n)))",
+        )
         monitor = page.locator(".jp-OutputArea-output").filter(has_text="Executed notebook").last
         monitor.wait_for(timeout=120_000)
         page.locator(".gpupool-log").last.scroll_into_view_if_needed()
@@ -93,11 +103,21 @@ def shoot(hub: Hub) -> None:
         save(page, "demo-parked")
         parked.get_by_role("button", name="Resume").click()
         parked.wait_for(state="detached", timeout=60_000)
-        hub.api("POST", "/services/gpupool/api/demo/gpu-use", {"server": "", "busy": True}, token=hub.user_token(USER))
+        hub.api(
+            "POST",
+            "/services/gpupool/api/demo/gpu-use",
+            {"server": "", "busy": True},
+            token=hub.user_token(USER),
+        )
         # 4 minutes before the end of the 8-minute demo session, the culler warns
         page.locator(".Toastify__toast").filter(has_text="will stop in").wait_for(timeout=300_000)
         save(page, "demo-warning")
-        hub.api("POST", "/services/gpupool/api/demo/gpu-use", {"server": "", "busy": False}, token=hub.user_token(USER))
+        hub.api(
+            "POST",
+            "/services/gpupool/api/demo/gpu-use",
+            {"server": "", "busy": False},
+            token=hub.user_token(USER),
+        )
         deadline = time.monotonic() + 600  # not extended: stopped at the end of the session
         while hub.api("GET", f"/hub/api/users/{USER}")["servers"]:
             assert time.monotonic() < deadline, hub.tail()

@@ -46,16 +46,21 @@ class AdminBase(BaseHandler):
         if user is None:
             raise web.HTTPError(403, "sign in to the hub first")
         if not user.admin:
-            raise web.HTTPError(403, "the GPU pool page is for hub admins; your GPU shares are on the home page")
-        return Caller(name=user.name, kind="user", admin=True, groups=tuple(sorted(g.name for g in user.groups)))
+            raise web.HTTPError(
+                403, "the GPU pool page is for hub admins; your GPU shares are on the home page"
+            )
+        return Caller(
+            name=user.name, kind="user", admin=True, groups=tuple(sorted(g.name for g in user.groups))
+        )
 
 
 class AdminPage(AdminBase):
     @web.authenticated
     async def get(self) -> None:
         caller = self.admin_caller()
-        html = await self.render_template("gpupool-admin.html", admin_access=True,
-                                          **admin_view(self.api_settings, caller))
+        html = await self.render_template(
+            "gpupool-admin.html", admin_access=True, **admin_view(self.api_settings, caller)
+        )
         self.finish(html)
 
 
@@ -90,17 +95,24 @@ class QuotaAction(ActionBase):
                 what = f"set group {body['group']}'s build quota to {amount(body['quota'])}"
             elif keys == {"group", "total"}:
                 change = group_total_change(pool, body["group"], body["total"])
-                what = (f"set group {body['group']}'s total to {amount(body['total'])}" if body["total"] not in ("", None)
-                        else f"took group {body['group']}'s total away")
+                what = (
+                    f"set group {body['group']}'s total to {amount(body['total'])}"
+                    if body["total"] not in ("", None)
+                    else f"took group {body['group']}'s total away"
+                )
             elif keys == {"group", "remove"} and body["remove"] is True:
                 change = group_removal(pool, body["group"])
                 what = f"removed group {body['group']}'s own quota and total"
             elif keys == {"default_build_quota"}:
-                change = {"default_build_quota": gpus_amount(body["default_build_quota"], "the default build quota")}
+                change = {
+                    "default_build_quota": gpus_amount(body["default_build_quota"], "the default build quota")
+                }
                 what = f"set the default build quota to {amount(body['default_build_quota'])}"
             else:
-                raise QuotaRefused("send default_build_quota; or group with quota, total or remove;"
-                                   f" got {shown(sorted(body))}")
+                raise QuotaRefused(
+                    "send default_build_quota; or group with quota, total or remove;"
+                    f" got {shown(sorted(body))}"
+                )
             change_quotas(pool, caller.name, change, what)
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
@@ -136,9 +148,12 @@ def register(hub: JupyterHub, api_settings: dict[str, Any]) -> None:
     kwargs = {"api_settings": api_settings}
     from gpupool.admin.usage_page import routes as usage_routes
 
-    hub.tornado_application.add_handlers(".*$", [
-        (prefix, AdminPage, kwargs),
-        (f"{prefix}/quotas", QuotaAction, kwargs),
-        (f"{prefix}/jobs/([A-Za-z0-9._-]{{1,32}})/cancel", CancelAction, kwargs),
-        *usage_routes(prefix, kwargs),  # /hub/gpupool/usage: where the GPU-hours go
-    ])
+    hub.tornado_application.add_handlers(
+        ".*$",
+        [
+            (prefix, AdminPage, kwargs),
+            (f"{prefix}/quotas", QuotaAction, kwargs),
+            (f"{prefix}/jobs/([A-Za-z0-9._-]{{1,32}})/cancel", CancelAction, kwargs),
+            *usage_routes(prefix, kwargs),  # /hub/gpupool/usage: where the GPU-hours go
+        ],
+    )

@@ -7,13 +7,30 @@ import time
 
 from gpupool.templating import render
 
-COLOURS = ("#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc",
-           "#d6616b")
+COLOURS = (
+    "#3182bd",
+    "#e6550d",
+    "#31a354",
+    "#756bb1",
+    "#636363",
+    "#9ecae1",
+    "#fdae6b",
+    "#a1d99b",
+    "#bcbddc",
+    "#d6616b",
+)
 MAX_BANDS = 9  # the rest are one band, "others"
 
 
-def stacked_svg(keys: list[str], gpus: dict[str, list[float]], start: int, step: int, capacity: float,
-                width: int = 760, height: int = 260) -> str:
+def stacked_svg(
+    keys: list[str],
+    gpus: dict[str, list[float]],
+    start: int,
+    step: int,
+    capacity: float,
+    width: int = 760,
+    height: int = 260,
+) -> str:
     """Stacked bands of the average GPUs each key held per bucket, under the pool's capacity
     (templates/gpupool-usage-plot.html draws them)."""
     pad_l, pad_r, pad_t, pad_b = 44, 150, 16, 34
@@ -45,10 +62,23 @@ def stacked_svg(keys: list[str], gpus: dict[str, list[float]], start: int, step:
         below = upper
     fmt = "%H:%M" if n * step <= 2 * 86400 else "%b %d"
     return render(
-        "gpupool-usage-plot.html", bands=drawn, width=width, height=height, left=pad_l, top=pad_t, bottom=pad_b,
-        w=w, h=h, legend_x=width - pad_r + 10, capacity=f"{capacity:g}" if capacity else "",
-        capacity_y=f"{y(capacity):.1f}", capacity_label_y=f"{y(capacity) - 3:.1f}",
+        "gpupool-usage-plot.html",
+        bands=drawn,
+        width=width,
+        height=height,
+        left=pad_l,
+        top=pad_t,
+        bottom=pad_b,
+        w=w,
+        h=h,
+        legend_x=width - pad_r + 10,
+        capacity=f"{capacity:g}" if capacity else "",
+        capacity_y=f"{y(capacity):.1f}",
+        capacity_label_y=f"{y(capacity) - 3:.1f}",
         y_ticks=[(f"{y(top * f) + 4:.1f}", f"{top * f:.3g}") for f in (0, 0.5, 1)],
-        x_ticks=[(f"{x(n * f):.1f}", time.strftime(fmt, time.localtime(start + n * step * f)))
-                 for f in (0, 0.25, 0.5, 0.75, 1)],
-        per=f"{step // 60} min" if step < 3600 else f"{step // 3600} h")
+        x_ticks=[
+            (f"{x(n * f):.1f}", time.strftime(fmt, time.localtime(start + n * step * f)))
+            for f in (0, 0.25, 0.5, 0.75, 1)
+        ],
+        per=f"{step // 60} min" if step < 3600 else f"{step // 3600} h",
+    )

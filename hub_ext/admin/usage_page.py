@@ -47,16 +47,27 @@ def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) 
     series = report["series"]
     money = bool(usage.cfg.currency) or any(r["cost"] for r in report["rows"])
     return {
-        "error": error, "periods": list(PERIODS), "period": args.get("period", "" if "from" in args else "24h"),
-        "from": args.get("from", ""), "to": args.get("to", ""), "by": p["by"], "dimensions": DIMENSIONS,
+        "error": error,
+        "periods": list(PERIODS),
+        "period": args.get("period", "" if "from" in args else "24h"),
+        "from": args.get("from", ""),
+        "to": args.get("to", ""),
+        "by": p["by"],
+        "dimensions": DIMENSIONS,
         "start": time.strftime("%Y-%m-%d %H:%M", time.localtime(p["a"])),
         "end": time.strftime("%Y-%m-%d %H:%M", time.localtime(min(p["b"], report["now"]))),
         "plot": stacked_svg(series["keys"], series["gpus"], series["start"], series["step_s"], capacity_gpus),
-        "rows": report["rows"], "rows_total": report["rows_total"], "total": report["total"],
-        "currency": usage.cfg.currency, "money": money, "waits": report["waits"],
-        "over_requesters": report["over_requesters"], "rightsizing": report["rightsizing"],
+        "rows": report["rows"],
+        "rows_total": report["rows_total"],
+        "total": report["total"],
+        "currency": usage.cfg.currency,
+        "money": money,
+        "waits": report["waits"],
+        "over_requesters": report["over_requesters"],
+        "rightsizing": report["rightsizing"],
         "budgets": [{"target": r.target, "describe": r.describe()} for r in usage.rules],
-        "budget_users": usage.budget_users(), "grants": usage.ledger.grant_rows(time.time()),
+        "budget_users": usage.budget_users(),
+        "grants": usage.ledger.grant_rows(time.time()),
         "csv_query": "&".join(f"{k}={v}" for k, v in args.items() if k in ("period", "from", "to", "by")),
     }
 
@@ -81,8 +92,11 @@ class UsageCSV(AdminBase):
         usage = self.api_settings.get("usage")
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
-        args = {k: self.get_argument(k) for k in ("period", "from", "to", "by", "sort", "limit", "offset")
-                if self.get_argument(k, None)}
+        args = {
+            k: self.get_argument(k)
+            for k in ("period", "from", "to", "by", "sort", "limit", "offset")
+            if self.get_argument(k, None)
+        }
         p = report_args(args, usage)
         report = usage.report(p["a"], p["b"], p["by"], sort=p["sort"], offset=p["offset"], limit=p["limit"])
         self.set_header("Content-Type", "text/csv; charset=utf-8")
@@ -104,5 +118,8 @@ class GrantAction(ActionBase):
 
 
 def routes(prefix: str, kwargs: dict) -> list[tuple]:
-    return [(f"{prefix}/{PAGE}", UsagePage, kwargs), (f"{prefix}/{PAGE}.csv", UsageCSV, kwargs),
-            (f"{prefix}/budgets/grants", GrantAction, kwargs)]
+    return [
+        (f"{prefix}/{PAGE}", UsagePage, kwargs),
+        (f"{prefix}/{PAGE}.csv", UsageCSV, kwargs),
+        (f"{prefix}/budgets/grants", GrantAction, kwargs),
+    ]

@@ -18,8 +18,18 @@ if TYPE_CHECKING:
     from gpupool.manager import PoolManager
     from gpupool.train.backend import TrainingBackend
 
-EVENT_KINDS = ("cull", "warn", "preempt", "requeue", "resume", "memory", "quota", "cancel",
-               "setting-skipped", "disk-limit")  # what an admin must know: a stored setting no longer applies
+EVENT_KINDS = (
+    "cull",
+    "warn",
+    "preempt",
+    "requeue",
+    "resume",
+    "memory",
+    "quota",
+    "cancel",
+    "setting-skipped",
+    "disk-limit",
+)  # what an admin must know: a stored setting no longer applies
 
 
 def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -37,16 +47,21 @@ def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
         "groups": groups(pool, settings.get("directory")),
         "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
         "quota_notes": quota_notes(pool.quotas),  # what the quotas in force shut out
-        "events": [{"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
-                   for e in pool.store.events(limit=300) if e.kind in EVENT_KINDS][:30],
+        "events": [
+            {"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
+            for e in pool.store.events(limit=300)
+            if e.kind in EVENT_KINDS
+        ][:30],
     }
 
 
 def gpus(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
     out = []
     for gpu in gpu_table(pool, caller):
-        held = ", ".join(f"{s['owner']}{'/' + s['name'] if s['name'] else ''} ({format_gpus(s['milli'])},"
-                         f" {s['kind']})" for s in gpu["shares"])
+        held = ", ".join(
+            f"{s['owner']}{'/' + s['name'] if s['name'] else ''} ({format_gpus(s['milli'])}, {s['kind']})"
+            for s in gpu["shares"]
+        )
         out.append({**gpu, "allocated_milli": 1000 - gpu["free_milli"], "held_by": held or "—"})
     return out
 
@@ -57,12 +72,27 @@ def jobs(training: TrainingBackend) -> list[dict[str, Any]]:
 
     rows = training.jobs()
     active = [j for j in rows if j.state in UNFINISHED]
-    ended = sorted((j for j in rows if j.state not in UNFINISHED), key=lambda j: j.finished or 0, reverse=True)[:10]
+    ended = sorted(
+        (j for j in rows if j.state not in UNFINISHED), key=lambda j: j.finished or 0, reverse=True
+    )[:10]
     held = training.holds(active) if training.holds is not None else {}  # GPU-hour budgets
-    return [{"id": j.id, "name": j.name, "owner": j.owner, "project": j.project, "state": j.state,
-             "gpus": format_gpus(j.total_milli), "active": j.state in UNFINISHED,
-             "why": held.get(j.id) or explain(training, j) or last_preemption(training.pool, j) or j.message or ""}
-            for j in active + ended]
+    return [
+        {
+            "id": j.id,
+            "name": j.name,
+            "owner": j.owner,
+            "project": j.project,
+            "state": j.state,
+            "gpus": format_gpus(j.total_milli),
+            "active": j.state in UNFINISHED,
+            "why": held.get(j.id)
+            or explain(training, j)
+            or last_preemption(training.pool, j)
+            or j.message
+            or "",
+        }
+        for j in active + ended
+    ]
 
 
 def _in_use(jobs: list, projects: set[str]) -> int:
@@ -75,10 +105,17 @@ def _limit(milli: int) -> str:
 
 def projects(training: TrainingBackend) -> list[dict[str, Any]]:
     rows = training.jobs()
-    return [{"name": p.name, "department": p.department, "guarantee": format_gpus(p.guarantee_milli),
-             "limit": _limit(p.limit_milli), "in_use": format_gpus(_in_use(rows, {p.name})),
-             "queued": sum(1 for j in rows if j.project == p.name and j.state == JobState.QUEUED)}
-            for p in training.projects.values()]
+    return [
+        {
+            "name": p.name,
+            "department": p.department,
+            "guarantee": format_gpus(p.guarantee_milli),
+            "limit": _limit(p.limit_milli),
+            "in_use": format_gpus(_in_use(rows, {p.name})),
+            "queued": sum(1 for j in rows if j.project == p.name and j.state == JobState.QUEUED),
+        }
+        for p in training.projects.values()
+    ]
 
 
 def departments(training: TrainingBackend) -> list[dict[str, Any]]:
@@ -86,8 +123,15 @@ def departments(training: TrainingBackend) -> list[dict[str, Any]]:
     out = []
     for d in training.departments.values():
         members = [p.name for p in training.projects.values() if p.department == d.name]
-        out.append({"name": d.name, "projects": ", ".join(members), "guarantee": format_gpus(d.guarantee_milli),
-                    "limit": _limit(d.limit_milli), "in_use": format_gpus(_in_use(rows, set(members)))})
+        out.append(
+            {
+                "name": d.name,
+                "projects": ", ".join(members),
+                "guarantee": format_gpus(d.guarantee_milli),
+                "limit": _limit(d.limit_milli),
+                "in_use": format_gpus(_in_use(rows, set(members))),
+            }
+        )
     return out
 
 
@@ -104,7 +148,15 @@ def groups(pool: PoolManager, directory: Directory | None = None) -> list[dict[s
     for g in sorted(set(overrides) | set(totals)):
         quota = (overrides.get(g) or {}).get("quota")
         quota_milli = parse_gpus(quota) if quota is not None else default_milli
-        out.append({"name": g, "quota": format_gpus(quota_milli), "own_quota": quota is not None,
-                    "used_milli": usage.get(g, 0), "used": format_gpus(usage.get(g, 0)),
-                    "total_milli": totals.get(g), "total": format_gpus(totals[g]) if g in totals else ""})
+        out.append(
+            {
+                "name": g,
+                "quota": format_gpus(quota_milli),
+                "own_quota": quota is not None,
+                "used_milli": usage.get(g, 0),
+                "used": format_gpus(usage.get(g, 0)),
+                "total_milli": totals.get(g),
+                "total": format_gpus(totals[g]) if g in totals else "",
+            }
+        )
     return out

@@ -48,12 +48,19 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
 
 def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
     """(path pattern, largest body) of each route, for api/bodies.py."""
-    return [(rule.matcher.regex, getattr(rule.target, "max_body", DEFAULT_MAX_BODY))
-            for rule in app.wildcard_router.rules if isinstance(rule.matcher, PathMatches)]
+    return [
+        (rule.matcher.regex, getattr(rule.target, "max_body", DEFAULT_MAX_BODY))
+        for rule in app.wildcard_router.rules
+        if isinstance(rule.matcher, PathMatches)
+    ]
 
 
-def make_app(pool: PoolManager, hub_auth: HubOAuth, hub_app: JupyterHub | None = None,
-             extra_settings: dict[str, Any] | None = None) -> web.Application:
+def make_app(
+    pool: PoolManager,
+    hub_auth: HubOAuth,
+    hub_app: JupyterHub | None = None,
+    extra_settings: dict[str, Any] | None = None,
+) -> web.Application:
     prefix = hub_auth.base_url
     handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]
     handlers += [(url_path_join(prefix, path) if path else prefix, h) for path, h in ROUTES]

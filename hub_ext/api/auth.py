@@ -56,7 +56,6 @@ class Directory:
         reads = kind == "service" and bool({"read:servers", "admin:servers"} & scopes)
         return Caller(name=name, kind=kind, admin=admin, groups=groups, reads_servers=reads)
 
-
     def groups_of(self, names: set[str]) -> dict[str, tuple[str, ...]] | None:
         """Each of these users' groups as the hub has them now (None without the hub: callers
         fall back to the groups recorded at each spawn)."""

@@ -27,14 +27,18 @@ DISCARD_MAX = 256 * 1024 * 1024  # read and drop a refused body up to this (keep
 class BodyLimits(httputil.HTTPServerConnectionDelegate):
     """Wraps a tornado Application: each request first passes its route's body limit."""
 
-    def __init__(self, app: Application, limits: list[tuple[re.Pattern[str], int]], default: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(
+        self, app: Application, limits: list[tuple[re.Pattern[str], int]], default: int = DEFAULT_MAX_BODY
+    ) -> None:
         self.app, self.limits, self.default = app, limits, default
 
     def limit_for(self, path: str) -> int:
         path = path.split("?", 1)[0]
         return next((n for pattern, n in self.limits if pattern.fullmatch(path)), self.default)
 
-    def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
+    def start_request(
+        self, server_conn: object, request_conn: httputil.HTTPConnection
+    ) -> httputil.HTTPMessageDelegate:
         return _Guard(self.app.start_request(server_conn, request_conn), request_conn, self)
 
     def on_close(self, server_conn: object) -> None:
@@ -42,7 +46,9 @@ class BodyLimits(httputil.HTTPServerConnectionDelegate):
 
 
 class _Guard(httputil.HTTPMessageDelegate):
-    def __init__(self, inner: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limits: BodyLimits) -> None:
+    def __init__(
+        self, inner: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limits: BodyLimits
+    ) -> None:
         # tornado's HTTPServer makes no other kind of connection (set_max_body_size is its own)
         self.inner, self.conn, self.limits = inner, cast(HTTP1Connection, conn), limits
         self.limit, self.seen, self.refused, self.started = 0, 0, False, False
@@ -83,11 +89,15 @@ class _Guard(httputil.HTTPMessageDelegate):
             self.inner.on_connection_close()
 
     def answer(self) -> None:
-        body = json.dumps({"status": 413, "message": f"request body over {self.limit} bytes,"
-                                                     " the limit of this endpoint"}).encode()
-        headers = httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body)),
-                                        "Connection": "close"})
-        self.conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"), headers, body)
+        body = json.dumps(
+            {"status": 413, "message": f"request body over {self.limit} bytes, the limit of this endpoint"}
+        ).encode()
+        headers = httputil.HTTPHeaders(
+            {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"}
+        )
+        self.conn.write_headers(
+            httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"), headers, body
+        )
         self.conn.finish()
 
 

@@ -33,7 +33,9 @@ EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
-def session_of(app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, user: User | None = None) -> str:
+def session_of(
+    app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, user: User | None = None
+) -> str:
     """The session a one-time extension belongs to: the server's start as the hub records it
     (`started`), the same through hub restarts and GPU parking and new at each start. A share's
     row id would not do: SQLite hands a freed id to the next row, so the session after an extended
@@ -47,8 +49,16 @@ def session_of(app: JupyterHub | None, owner: str, name: str, row: Allocation | 
     return f"share {row.id} {row.created.isoformat()}" if row is not None else ""
 
 
-def extended_in(pool: PoolManager, app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, *, user: User | None = None,
-                extensions: dict[str, Any] | None = None) -> bool:
+def extended_in(
+    pool: PoolManager,
+    app: JupyterHub | None,
+    owner: str,
+    name: str,
+    row: Allocation | None = None,
+    *,
+    user: User | None = None,
+    extensions: dict[str, Any] | None = None,
+) -> bool:
     """Whether this session of the workspace has had its one extension. `extensions`: every
     workspace's, read at once by a caller that lists many (else this one's is read)."""
     key = EXTENSION.format(owner=owner, name=name)
@@ -66,7 +76,9 @@ def culler_state(settings: dict) -> dict[str, Any]:
 SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, float] | None"]
 
 
-def findings(settings: dict, pool: PoolManager, hub_app: JupyterHub | None = None, owner: str | None = None) -> dict[str, dict]:
+def findings(
+    settings: dict, pool: PoolManager, hub_app: JupyterHub | None = None, owner: str | None = None
+) -> dict[str, dict]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
     culler's own time rules (settings["session_end"]): known from the spawn on, not only after
@@ -88,12 +100,23 @@ def findings(settings: dict, pool: PoolManager, hub_app: JupyterHub | None = Non
         spawner = user.spawners.get(row.name) if user is not None else None
         profile = spawner_profile(spawner)
         started = row.created.replace(tzinfo=dt.UTC).timestamp()
-        end = session_end(row.owner, tuple(row.groups or ()), bool(user.admin) if user else False, profile,
-                          started, extended)
+        end = session_end(
+            row.owner,
+            tuple(row.groups or ()),
+            bool(user.admin) if user else False,
+            profile,
+            started,
+            extended,
+        )
         if end is None:
             continue
-        found[key] = {**(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
-                      "reason": end[0], "cull_at": end[1], "extended": extended, "planned": True}
+        found[key] = {
+            **(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
+            "reason": end[0],
+            "cull_at": end[1],
+            "extended": extended,
+            "planned": True,
+        }
     return found
 
 
@@ -124,21 +147,33 @@ class TargetsHandler(APIHandler):
             gpus = [node.gpus[i] for i in row.gpus]
             user = user_of(row.owner)
             spawner = user.spawners.get(row.name) if user is not None else None
-            out.append({
-                "owner": row.owner, "name": row.name, "pid": row.pid,
-                "pod_uid": spawner.pod_uid() if spawner is not None and hasattr(spawner, "pod_uid") else "",
-                # where the culler reaches the server itself (to restart kernels)
-                "server_url": spawner.server.url if spawner is not None and spawner.server is not None else "",
-                "gpu_uuids": [g.uuid for g in gpus], "whole_gpus": row.gpu_milli >= 1000,
-                "milli": row.total_milli,
-                "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
-                "groups": row.groups or [], "admin": bool(user.admin) if user else False,
-                "profile": spawner_profile(spawner),
-                "extended": extended_in(pool, app, row.owner, row.name, row, user=user, extensions=extensions),
-                "started": row.created.isoformat() + "Z",
-                # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
-                "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
-            })
+            out.append(
+                {
+                    "owner": row.owner,
+                    "name": row.name,
+                    "pid": row.pid,
+                    "pod_uid": spawner.pod_uid()
+                    if spawner is not None and hasattr(spawner, "pod_uid")
+                    else "",
+                    # where the culler reaches the server itself (to restart kernels)
+                    "server_url": spawner.server.url
+                    if spawner is not None and spawner.server is not None
+                    else "",
+                    "gpu_uuids": [g.uuid for g in gpus],
+                    "whole_gpus": row.gpu_milli >= 1000,
+                    "milli": row.total_milli,
+                    "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
+                    "groups": row.groups or [],
+                    "admin": bool(user.admin) if user else False,
+                    "profile": spawner_profile(spawner),
+                    "extended": extended_in(
+                        pool, app, row.owner, row.name, row, user=user, extensions=extensions
+                    ),
+                    "started": row.created.isoformat() + "Z",
+                    # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
+                    "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
+                }
+            )
         self.write_json({"workspaces": out + parked_targets(pool, app)})
 
 
@@ -176,27 +211,56 @@ class ReportHandler(APIHandler):
             self.settings["usage"].record_report(workspaces, pass_time)
         if events:
             with self.pool.store.session() as s:
-                s.add_all(Event(kind=e["kind"], message=bounded(e["message"]), owner=e["owner"], name=e["name"],
-                                data={"reason": e["reason"]}) for e in events)
+                s.add_all(
+                    Event(
+                        kind=e["kind"],
+                        message=bounded(e["message"]),
+                        owner=e["owner"],
+                        name=e["name"],
+                        data={"reason": e["reason"]},
+                    )
+                    for e in events
+                )
 
 
 EVENT_KINDS = ("warn", "cull", "memory", "park")
 MAX_REPORTED = 100_000  # workspaces (and events) in one pass: far over any hub, under the body limit
 # a workspace's findings as the culler sends them: key -> (types, may be null)
 FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "action": ((str,), False), "reason": ((str,), False), "message": ((str,), False), "parked": ((str,), False),
-    "cull_at": ((int, float), True), "gpu_idle_s": ((int, float), True), "gpu_util_pct": ((int, float), True),
-    "memory_mib": ((int, float), False), "memory_limit_mib": ((int, float), False), "extended": ((bool,), False),
+    "action": ((str,), False),
+    "reason": ((str,), False),
+    "message": ((str,), False),
+    "parked": ((str,), False),
+    "cull_at": ((int, float), True),
+    "gpu_idle_s": ((int, float), True),
+    "gpu_util_pct": ((int, float), True),
+    "memory_mib": ((int, float), False),
+    "memory_limit_mib": ((int, float), False),
+    "extended": ((bool,), False),
     "gpu_data": ((bool,), False),
 }
 
 
-KINDS: dict[tuple[type, ...], str] = {(str,): "text", (int, float): "a number (below 1e15)", (bool,): "true or false"}
+KINDS: dict[tuple[type, ...], str] = {
+    (str,): "text",
+    (int, float): "a number (below 1e15)",
+    (bool,): "true or false",
+}
 ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
-DEFAULTS: dict[str, Any] = {"action": "keep", "reason": "", "message": "", "parked": "", "cull_at": None,
-                            "gpu_idle_s": None, "gpu_util_pct": None, "memory_mib": 0, "memory_limit_mib": 0,
-                            "extended": False, "gpu_data": False}
+DEFAULTS: dict[str, Any] = {
+    "action": "keep",
+    "reason": "",
+    "message": "",
+    "parked": "",
+    "cull_at": None,
+    "gpu_idle_s": None,
+    "gpu_util_pct": None,
+    "memory_mib": 0,
+    "memory_limit_mib": 0,
+    "extended": False,
+    "gpu_data": False,
+}
 
 
 def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]:
@@ -222,11 +286,27 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
-    return (float(pass_time),
-            [{"owner": w["owner"], "name": w["name"],
-              **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()}} for w in workspaces],
-            [{"kind": e["kind"], "owner": e["owner"], "name": e["name"], "message": _cut(e.get("message", "")),
-              "reason": _cut(e.get("reason", ""), 200)} for e in events])
+    return (
+        float(pass_time),
+        [
+            {
+                "owner": w["owner"],
+                "name": w["name"],
+                **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()},
+            }
+            for w in workspaces
+        ],
+        [
+            {
+                "kind": e["kind"],
+                "owner": e["owner"],
+                "name": e["name"],
+                "message": _cut(e.get("message", "")),
+                "reason": _cut(e.get("reason", ""), 200),
+            }
+            for e in events
+        ],
+    )
 
 
 def _fits(value: Any, types: tuple[type, ...], nullable: bool) -> bool:
@@ -245,7 +325,11 @@ def _number(value: Any) -> bool:
 
 def _items(body: dict, key: str) -> list[dict]:
     items = body.get(key, [])
-    if not isinstance(items, list) or len(items) > MAX_REPORTED or not all(isinstance(x, dict) for x in items):
+    if (
+        not isinstance(items, list)
+        or len(items) > MAX_REPORTED
+        or not all(isinstance(x, dict) for x in items)
+    ):
         raise ValueError(f"{key} must be a list of at most {MAX_REPORTED} objects")
     return items
 
@@ -270,12 +354,16 @@ class StatusHandler(APIHandler):
     def get(self) -> None:
         caller = self.caller
         state = culler_state(self.settings)
-        found = findings(self.settings, self.pool, self.directory.hub_app, None if caller.sees_all else caller.name)
+        found = findings(
+            self.settings, self.pool, self.directory.hub_app, None if caller.sees_all else caller.name
+        )
         items = [w for w in found.values() if caller.sees_all or w["owner"] == caller.name]
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
-def extend_workspace(settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: JupyterHub | None = None) -> None:
+def extend_workspace(
+    settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: JupyterHub | None = None
+) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
     rows = pool.store.allocations(kind="build", owner=owner, name=name)

@@ -21,7 +21,9 @@ MAX_NAME = 255
 class DemoUseHandler(APIHandler):
     def demo_only(self) -> None:
         if not self.settings.get("demo_gpu_use"):
-            raise web.HTTPError(404, "GPU use is simulated only in the culling demo (gpupool up --demo-culling)")
+            raise web.HTTPError(
+                404, "GPU use is simulated only in the culling demo (gpupool up --demo-culling)"
+            )
 
     @web.authenticated
     def get(self) -> None:
@@ -38,7 +40,9 @@ class DemoUseHandler(APIHandler):
         body = self.json_body()
         server, busy = body.get("server", ""), body.get("busy")
         if not isinstance(server, str) or len(server) > MAX_NAME:
-            raise web.HTTPError(400, f"server must be a server name of at most {MAX_NAME} characters ('' for the default)")
+            raise web.HTTPError(
+                400, f"server must be a server name of at most {MAX_NAME} characters ('' for the default)"
+            )
         if not isinstance(busy, bool):
             raise web.HTTPError(400, "busy must be true (the GPU computes) or false (it idles)")
         use = self.pool.store.get_setting(SETTING) or {}

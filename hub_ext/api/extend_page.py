@@ -13,10 +13,20 @@ from gpupool.templating import render
 
 
 class ExtendPage(BaseHandler):
-    def page(self, status: int = 200, *, server: str = "", warning: str = "", error: str | None = None) -> None:
+    def page(
+        self, status: int = 200, *, server: str = "", warning: str = "", error: str | None = None
+    ) -> None:
         self.set_status(status)
-        self.finish(render("gpupool-extend.html", home=self.hub_auth.hub_prefix + "home", server=server,
-                           warning=warning, error=error, xsrf=self.xsrf_token.decode()))
+        self.finish(
+            render(
+                "gpupool-extend.html",
+                home=self.hub_auth.hub_prefix + "home",
+                server=server,
+                warning=warning,
+                error=error,
+                xsrf=self.xsrf_token.decode(),
+            )
+        )
 
     @web.authenticated
     def get(self) -> None:
@@ -28,8 +38,9 @@ class ExtendPage(BaseHandler):
     def post(self) -> None:
         name = self.get_argument("server", "")
         try:
-            extend_workspace(self.settings, self.pool, self.caller.name, self.caller.name, name,
-                             self.directory.hub_app)
+            extend_workspace(
+                self.settings, self.pool, self.caller.name, self.caller.name, name, self.directory.hub_app
+            )
         except web.HTTPError as err:
             self.page(err.status_code, server=name, error=err.log_message or "")
             return

@@ -83,11 +83,15 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float
 
 class JobsHandler(JobsBase):
     max_body = MAX_BODY
+
     @web.authenticated
     def get(self) -> None:
         caller = self.caller
-        rows = self.training.jobs() if caller.admin and self.get_argument("all", "") else \
-            self.training.jobs(owner=caller.name)
+        rows = (
+            self.training.jobs()
+            if caller.admin and self.get_argument("all", "")
+            else self.training.jobs(owner=caller.name)
+        )
         state = self.get_argument("state", "")  # e.g. "queued": the status bar's poll reads only those
         if state:
             if state not in STATES:
@@ -110,7 +114,9 @@ class JobsHandler(JobsBase):
         body = await asyncio.to_thread(self.json_body, MAX_BODY)
         project = body.get("project")
         if not isinstance(project, str) or project not in svc.projects:
-            raise web.HTTPError(400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}")
+            raise web.HTTPError(
+                400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}"
+            )
         if not svc.cfg.may_submit(project, caller.name, caller.groups, caller.admin):
             mine = svc.cfg.projects_for(caller.name, caller.groups, caller.admin)
             raise web.HTTPError(403, f"you may not submit to project {project!r}; your projects: {mine}")
@@ -132,7 +138,9 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(err.status, str(err)) from None
         name = body.get("name", "job")
         if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
-            raise web.HTTPError(400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'")
+            raise web.HTTPError(
+                400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+            )
         min_gpus = 0
         if "min_gpus" in body:  # an elastic job: min_gpus to gpus whole GPUs
             min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
@@ -150,12 +158,27 @@ class JobsHandler(JobsBase):
         if why := count_refusal(active, caller.name, project, len(runs), svc.cfg):
             raise web.HTTPError(429, why)
         codes = await asyncio.to_thread(
-            lambda: [self.job_code(body if params is None else {**body, "parameters": params}) for _, params in runs])
+            lambda: [
+                self.job_code(body if params is None else {**body, "parameters": params})
+                for _, params in runs
+            ]
+        )
         rows = []
         for (run_name, _), code in zip(runs, codes, strict=True):
             try:
-                row = await svc.submit(caller.name, project, run_name, request.num_gpu, request.gpu_milli, code,
-                                       priority, min_runtime, max_runtime, min_gpus=min_gpus, pools=pools)
+                row = await svc.submit(
+                    caller.name,
+                    project,
+                    run_name,
+                    request.num_gpu,
+                    request.gpu_milli,
+                    code,
+                    priority,
+                    min_runtime,
+                    max_runtime,
+                    min_gpus=min_gpus,
+                    pools=pools,
+                )
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
@@ -169,8 +192,9 @@ class JobsHandler(JobsBase):
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)
             return
-        sweep_id = record_sweep(self.pool.store, caller.name, rows,
-                                [p for _, p in runs if p is not None])  # a sweep's runs all have them
+        sweep_id = record_sweep(
+            self.pool.store, caller.name, rows, [p for _, p in runs if p is not None]
+        )  # a sweep's runs all have them
         queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
         self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
 
@@ -182,8 +206,13 @@ class JobsHandler(JobsBase):
         svc = self.training
         allowed = svc.projects[project].pools or tuple(svc.pools)
         chosen = body["pools"]
-        if not isinstance(chosen, list) or not 1 <= len(chosen) <= 16 or not all(isinstance(p, str) for p in chosen) \
-                or len(set(chosen)) != len(chosen) or set(chosen) - set(allowed):
+        if (
+            not isinstance(chosen, list)
+            or not 1 <= len(chosen) <= 16
+            or not all(isinstance(p, str) for p in chosen)
+            or len(set(chosen)) != len(chosen)
+            or set(chosen) - set(allowed)
+        ):
             raise web.HTTPError(400, f"pools: a list of node pools of project {project}: {list(allowed)}")
         return tuple(chosen)
 
@@ -193,7 +222,9 @@ class JobsHandler(JobsBase):
         if "sweep" not in body:
             return [(name, None)]
         if "code" not in body and "notebook" not in body:
-            raise web.HTTPError(400, "sweep: only for code or notebook jobs (their parameters get the values)")
+            raise web.HTTPError(
+                400, "sweep: only for code or notebook jobs (their parameters get the values)"
+            )
         base = body.get("parameters") or {}
         if not isinstance(base, dict):
             raise web.HTTPError(400, "parameters must be an object")
@@ -216,20 +247,30 @@ class JobsHandler(JobsBase):
                     value = shlex.split(value)
                 except ValueError as err:  # unbalanced quotes
                     raise web.HTTPError(400, f"command: {err}") from None
-            if (not isinstance(value, list) or not value or len(value) > MAX_ARGS
-                    or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)):
-                raise web.HTTPError(400, f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
-                                         " string), e.g. [\"python\", \"train.py\"]")
+            if (
+                not isinstance(value, list)
+                or not value
+                or len(value) > MAX_ARGS
+                or not all(isinstance(v, str) and len(v) <= MAX_ARG_CHARS and "\0" not in v for v in value)
+            ):
+                raise web.HTTPError(
+                    400,
+                    f"command must be a list of at most {MAX_ARGS} strings (or a shell-like"
+                    ' string), e.g. ["python", "train.py"]',
+                )
             return JobCode.command(value)
         if kind == "script":
             if not isinstance(value, str) or not value.strip():
                 raise web.HTTPError(400, "script must be Python source")
             return JobCode.script(value.encode())
-        if kind == "code" and not (isinstance(value, str) or
-                                   (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+        if kind == "code" and not (
+            isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
             raise web.HTTPError(400, "code must be Python source: a string, or a list of cells' sources")
         if kind == "notebook" and not isinstance(value, dict):
-            raise web.HTTPError(400, "notebook must be a notebook document (a JSON object, as in a .ipynb file)")
+            raise web.HTTPError(
+                400, "notebook must be a notebook document (a JSON object, as in a .ipynb file)"
+            )
         parameters = body.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise web.HTTPError(400, "parameters must be an object of names and values")
@@ -289,23 +330,43 @@ class ProjectsHandler(JobsBase):
         caller = self.caller
         by_pool = self.used_by_pool(running)
         for p in svc.projects.values():
-            out.append({"name": p.name, "department": p.department, "guarantee_milli": p.guarantee_milli,
-                        "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
-                        "limit_milli": p.limit_milli, "weight": p.weight, "priority": p.priority,
-                        "pools": list(p.pools),
-                        "used_milli": sum(j.total_milli for j in running if j.project == p.name),
-                        "queued": sum(1 for j in queued if j.project == p.name)})
+            out.append(
+                {
+                    "name": p.name,
+                    "department": p.department,
+                    "guarantee_milli": p.guarantee_milli,
+                    "may_submit": svc.cfg.may_submit(p.name, caller.name, caller.groups, caller.admin),
+                    "limit_milli": p.limit_milli,
+                    "weight": p.weight,
+                    "priority": p.priority,
+                    "pools": list(p.pools),
+                    "used_milli": sum(j.total_milli for j in running if j.project == p.name),
+                    "queued": sum(1 for j in queued if j.project == p.name),
+                }
+            )
             if p.pool_guarantees:  # a guarantee per node pool, and what runs there (embedded: known)
                 out[-1]["pool_guarantees"] = [
-                    {"pool": pool, "guarantee_milli": g,
-                     "used_milli": None if by_pool is None else by_pool.get((p.name, pool), 0)}
-                    for pool, g in p.pool_guarantees]
-        depts = [{"name": d.name, "guarantee_milli": d.guarantee_milli, "limit_milli": d.limit_milli,
-                  "projects": [p["name"] for p in out if p["department"] == d.name],
-                  "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name)}
-                 for d in svc.departments.values()]
-        pools = {n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
-                 for n, p in svc.pools.items()}
+                    {
+                        "pool": pool,
+                        "guarantee_milli": g,
+                        "used_milli": None if by_pool is None else by_pool.get((p.name, pool), 0),
+                    }
+                    for pool, g in p.pool_guarantees
+                ]
+        depts = [
+            {
+                "name": d.name,
+                "guarantee_milli": d.guarantee_milli,
+                "limit_milli": d.limit_milli,
+                "projects": [p["name"] for p in out if p["department"] == d.name],
+                "used_milli": sum(p["used_milli"] for p in out if p["department"] == d.name),
+            }
+            for d in svc.departments.values()
+        ]
+        pools = {
+            n: {"models": sorted(p.models), "nodes": sorted(p.nodes), "gpus": sorted(p.gpus)}
+            for n, p in svc.pools.items()
+        }
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
     def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:

@@ -28,8 +28,9 @@ def clock(t: float, span: float) -> str:
     return time.strftime("%H:%M:%S" if span < 600 else "%H:%M", time.localtime(t))
 
 
-def svg_plot(points: list[tuple[float, float, float | None]], capacity: float, width: int = 720,
-             height: int = 220) -> str:
+def svg_plot(
+    points: list[tuple[float, float, float | None]], capacity: float, width: int = 720, height: int = 220
+) -> str:
     """Allocation (blue) and utilization (orange) in GPUs over time, as an inline SVG
     (templates/gpupool-plot.html draws it)."""
     pad = 40
@@ -44,12 +45,21 @@ def svg_plot(points: list[tuple[float, float, float | None]], capacity: float, w
         return f"{x:.1f},{y:.1f}"
 
     return render(
-        "gpupool-plot.html", width=width, height=height, pad=pad,
+        "gpupool-plot.html",
+        width=width,
+        height=height,
+        pad=pad,
         allocated=" ".join(xy(t, a) for t, a, _ in points),
         used=" ".join(xy(t, u) for t, _, u in points if u is not None),
-        y_ticks=[(f"{height - pad - f * (height - 2 * pad) + 4:.0f}", f"{capacity * f:g}") for f in (0, 0.5, 1)],
-        x_ticks=[(f"{pad + f * (width - 2 * pad):.1f}", clock(t0 + f * span, span)) for f in (0, 0.25, 0.5, 0.75, 1)],
-        window=f"{span / 60:.0f} min" if span >= 120 else f"{span:.0f} s")
+        y_ticks=[
+            (f"{height - pad - f * (height - 2 * pad) + 4:.0f}", f"{capacity * f:g}") for f in (0, 0.5, 1)
+        ],
+        x_ticks=[
+            (f"{pad + f * (width - 2 * pad):.1f}", clock(t0 + f * span, span))
+            for f in (0, 0.25, 0.5, 0.75, 1)
+        ],
+        window=f"{span / 60:.0f} min" if span >= 120 else f"{span:.0f} s",
+    )
 
 
 class StatusPage(BaseHandler):
@@ -72,6 +82,8 @@ def record_history(settings: dict, pool, workspaces: list[dict], now: float | No
     if measured:
         shares = {(r.owner, r.name): r.total_milli for r in pool.store.allocations(kind="build")}
         # SM utilization is a share of a whole GPU; a multi-GPU workspace reports its busiest GPU
-        used = sum(w["gpu_util_pct"] / 100 * max(1.0, shares.get((w["owner"], w["name"]), 0) / 1000)
-                   for w in measured)
+        used = sum(
+            w["gpu_util_pct"] / 100 * max(1.0, shares.get((w["owner"], w["name"]), 0) / 1000)
+            for w in measured
+        )
     history.add(now if now is not None else time.time(), allocated, used)

@@ -34,12 +34,23 @@ def parked_targets(pool: PoolManager, app: JupyterHub) -> list[dict[str, Any]]:
     user_of = hub_users(app)
     for p in pool.parked_without_gpu():
         user = user_of(p.owner)
-        out.append({
-            "owner": p.owner, "name": p.name, "pid": None, "pod_uid": "", "server_url": "",
-            "gpu_uuids": [], "whole_gpus": False, "milli": 0, "memory_limit_mib": 0,
-            "groups": list(p.groups), "admin": bool(user.admin) if user else False,
-            "extended": extended_in(pool, app, p.owner, p.name), "parked": True,
-        })
+        out.append(
+            {
+                "owner": p.owner,
+                "name": p.name,
+                "pid": None,
+                "pod_uid": "",
+                "server_url": "",
+                "gpu_uuids": [],
+                "whole_gpus": False,
+                "milli": 0,
+                "memory_limit_mib": 0,
+                "groups": list(p.groups),
+                "admin": bool(user.admin) if user else False,
+                "extended": extended_in(pool, app, p.owner, p.name),
+                "parked": True,
+            }
+        )
     return out
 
 

@@ -24,26 +24,45 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
         seen = row.owner == caller.name or caller.sees_all
         m = moved.get((row.owner, row.name)) if seen and row.kind == "build" else None
         for g in row.gpus:
-            shares.setdefault((row.node, g), []).append({
-                "kind": row.kind,
-                "owner": row.owner if seen else OTHER,
-                "name": row.name if seen else "",
-                "milli": row.gpu_milli,
-                "state": row.state,
-                **({"pid": row.pid} if caller.sees_all else {}),
-                **({"moved": {"at": m.ended_at, "from_node": m.from_node, "from_gpus": m.from_gpus,
-                              "to_node": m.to_node, "to_gpus": m.to_gpus, "why": m.why}}
-                   if m is not None and m.to_node == row.node and list(m.to_gpus) == list(row.gpus) else {}),
-            })
+            shares.setdefault((row.node, g), []).append(
+                {
+                    "kind": row.kind,
+                    "owner": row.owner if seen else OTHER,
+                    "name": row.name if seen else "",
+                    "milli": row.gpu_milli,
+                    "state": row.state,
+                    **({"pid": row.pid} if caller.sees_all else {}),
+                    **(
+                        {
+                            "moved": {
+                                "at": m.ended_at,
+                                "from_node": m.from_node,
+                                "from_gpus": m.from_gpus,
+                                "to_node": m.to_node,
+                                "to_gpus": m.to_gpus,
+                                "why": m.why,
+                            }
+                        }
+                        if m is not None and m.to_node == row.node and list(m.to_gpus) == list(row.gpus)
+                        else {}
+                    ),
+                }
+            )
     out = []
     for n, node in enumerate(pool.inventory.nodes):
         for gpu in node.gpus:
-            out.append({
-                "node": node.name, "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model,
-                "memory_mib": gpu.memory_mib, "virtual": gpu.virtual,
-                "free_milli": int(pool.state.gpu_free[n][gpu.index]),
-                "shares": shares.get((node.name, gpu.index), []),
-            })
+            out.append(
+                {
+                    "node": node.name,
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "model": gpu.model,
+                    "memory_mib": gpu.memory_mib,
+                    "virtual": gpu.virtual,
+                    "free_milli": int(pool.state.gpu_free[n][gpu.index]),
+                    "shares": shares.get((node.name, gpu.index), []),
+                }
+            )
     return out
 
 
@@ -60,18 +79,22 @@ class MeHandler(APIHandler):
         pool: PoolManager = self.pool
         held = pool.holdings(caller.name)
         limits = pool.quotas.limits_for(caller.groups)
-        self.write_json({
-            "name": caller.name,
-            "admin": caller.admin,
-            "groups": list(caller.groups),
-            "build_quota_milli": limits.quota_milli,
-            "build_quota": format_gpus(limits.quota_milli),
-            "sizes_milli": list(limits.sizes_milli),
-            "max_per_workspace_milli": limits.max_per_workspace_milli,
-            "max_workspaces": limits.max_workspaces,
-            "holdings": [{"server": h.server_name, "milli": h.milli} for h in held],
-            "offered": [{"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)],
-        })
+        self.write_json(
+            {
+                "name": caller.name,
+                "admin": caller.admin,
+                "groups": list(caller.groups),
+                "build_quota_milli": limits.quota_milli,
+                "build_quota": format_gpus(limits.quota_milli),
+                "sizes_milli": list(limits.sizes_milli),
+                "max_per_workspace_milli": limits.max_per_workspace_milli,
+                "max_workspaces": limits.max_workspaces,
+                "holdings": [{"server": h.server_name, "milli": h.milli} for h in held],
+                "offered": [
+                    {"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)
+                ],
+            }
+        )
 
 
 class EventsHandler(APIHandler):
@@ -88,8 +111,18 @@ class EventsHandler(APIHandler):
         if kind := self.get_argument("kind", ""):
             filters["kind"] = kind
         events = self.pool.store.events(limit=limit, **filters)
-        self.write_json({"events": [
-            {"time": e.time.isoformat() + "Z", "kind": e.kind, "owner": e.owner, "name": e.name,
-             "message": e.message, "data": e.data}
-            for e in events
-        ]})
+        self.write_json(
+            {
+                "events": [
+                    {
+                        "time": e.time.isoformat() + "Z",
+                        "kind": e.kind,
+                        "owner": e.owner,
+                        "name": e.name,
+                        "message": e.message,
+                        "data": e.data,
+                    }
+                    for e in events
+                ]
+            }
+        )

@@ -39,7 +39,11 @@ def change_quotas(pool: PoolManager, who: str, body: dict, what: str = "") -> di
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
-    stored = {} if runtime.QUOTAS_SETTING in pool.skipped_settings else pool.store.get_setting(runtime.QUOTAS_SETTING)
+    stored = (
+        {}
+        if runtime.QUOTAS_SETTING in pool.skipped_settings
+        else pool.store.get_setting(runtime.QUOTAS_SETTING)
+    )
     changed = {**(stored or {}), **body}
     try:
         policy = policy_from_document({**quota_document(runtime.settings()), **changed})
@@ -61,8 +65,10 @@ def notes(pool: PoolManager) -> list[str]:
 
 def checked_group(group: object) -> str:
     if not isinstance(group, str) or not GROUP_NAME.match(group):
-        raise QuotaRefused(f"a group name is 1 to {MAX_GROUP_CHARS} letters, digits or . _ @ + : / -, starting"
-                           f" with a letter or digit (no spaces); {shown(group)} is not one")
+        raise QuotaRefused(
+            f"a group name is 1 to {MAX_GROUP_CHARS} letters, digits or . _ @ + : / -, starting"
+            f" with a letter or digit (no spaces); {shown(group)} is not one"
+        )
     return group
 
 
@@ -72,8 +78,9 @@ def gpus_amount(value: object, what: str) -> int | float:
     try:
         milli = parse_gpus(value)
     except UnitError:
-        raise QuotaRefused(f"{what} must be an amount of GPUs such as 0.25, 1 or 2; {shown(value)} is not one") \
-            from None
+        raise QuotaRefused(
+            f"{what} must be an amount of GPUs such as 0.25, 1 or 2; {shown(value)} is not one"
+        ) from None
     if milli < 0:
         raise QuotaRefused(f"{what} cannot be negative; got {shown(value)}")
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
@@ -120,9 +127,13 @@ class QuotasHandler(APIHandler):
         self.admin_only()
         changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
         skipped = self.pool.skipped_settings.get(runtime.QUOTAS_SETTING, "")
-        self.write_json({"quotas": current_quotas(self.pool),
-                         "changed_through_api": [] if skipped else sorted(changed),
-                         **({"skipped": skipped} if skipped else {})})
+        self.write_json(
+            {
+                "quotas": current_quotas(self.pool),
+                "changed_through_api": [] if skipped else sorted(changed),
+                **({"skipped": skipped} if skipped else {}),
+            }
+        )
 
     @web.authenticated
     def put(self) -> None:
@@ -132,8 +143,13 @@ class QuotasHandler(APIHandler):
             changed = change_quotas(self.pool, self.caller.name, self.json_body())
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
-        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": sorted(changed),
-                         "notes": notes(self.pool)})
+        self.write_json(
+            {
+                "quotas": current_quotas(self.pool),
+                "changed_through_api": sorted(changed),
+                "notes": notes(self.pool),
+            }
+        )
 
     @web.authenticated
     def delete(self) -> None:
@@ -142,6 +158,7 @@ class QuotasHandler(APIHandler):
         self.pool.store.delete_setting(runtime.QUOTAS_SETTING)
         self.pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
         self.pool.quotas = runtime.settings().quota_policy()
-        self.pool.store.record("quota", f"{self.caller.name} reset quotas to the config",
-                               owner=self.caller.name)
+        self.pool.store.record(
+            "quota", f"{self.caller.name} reset quotas to the config", owner=self.caller.name
+        )
         self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": []})

@@ -29,7 +29,9 @@ class SweepHandler(APIHandler):
         if training is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
         with self.pool.store.session() as s:
-            runs = list(s.scalars(select(SweepRun).filter_by(sweep_id=sweep_id[:32]).order_by(SweepRun.job_id)))
+            runs = list(
+                s.scalars(select(SweepRun).filter_by(sweep_id=sweep_id[:32]).order_by(SweepRun.job_id))
+            )
         if not runs or not (self.caller.admin or runs[0].owner == self.caller.name):
             raise web.HTTPError(404, f"no sweep {sweep_id!r} of yours")
         out = []

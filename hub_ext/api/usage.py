@@ -26,7 +26,14 @@ from gpupool.usage.accounting import DIMENSIONS, MILLI_S_PER_GPU_HOUR
 from gpupool.usage.budgets import GROUP, USER
 from gpupool.usage.service import MAX_BUCKETS, SORTS, UsageService
 
-PERIODS = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400, "90d": 90 * 86400, "365d": 365 * 86400}
+PERIODS = {
+    "1h": 3600,
+    "24h": 86400,
+    "7d": 7 * 86400,
+    "30d": 30 * 86400,
+    "90d": 90 * 86400,
+    "365d": 365 * 86400,
+}
 MAX_LIMIT = 1000
 MAX_OFFSET = 10**6
 MAX_TEXT = 40  # a date or a number, never more
@@ -36,15 +43,18 @@ def parse_time(text: str, key: str, now: float) -> int:
     """Epoch seconds, or an ISO date/time (UTC unless it says otherwise), within 1970..now + a year."""
     text = text.strip()
     if not text or len(text) > MAX_TEXT:
-        raise web.HTTPError(400, f"{key}: a time as epoch seconds or an ISO date such as 2026-11-20, got {shown(text)}")
+        raise web.HTTPError(
+            400, f"{key}: a time as epoch seconds or an ISO date such as 2026-11-20, got {shown(text)}"
+        )
     if text.isascii() and text.isdigit():
         value = int(text)
     else:
         try:
             d = dt.datetime.fromisoformat(text)
         except ValueError:
-            raise web.HTTPError(400, f"{key}: a time as epoch seconds or an ISO date such as 2026-11-20,"
-                                     f" got {shown(text)}") from None
+            raise web.HTTPError(
+                400, f"{key}: a time as epoch seconds or an ISO date such as 2026-11-20, got {shown(text)}"
+            ) from None
         value = int((d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp())
     if not 0 <= value <= now + 366 * 86400:
         raise web.HTTPError(400, f"{key}: a time between 1970 and a year from now")
@@ -99,17 +109,29 @@ def report_args(args: dict[str, str], usage: UsageService) -> dict[str, Any]:
     known = {"period", "from", "to", "by", "sort", "limit", "offset", "step", "format"}
     unknown = set(args) - known
     if unknown:
-        raise web.HTTPError(400, f"unknown parameters {shown(sorted(unknown))}; use {', '.join(sorted(known))}")
+        raise web.HTTPError(
+            400, f"unknown parameters {shown(sorted(unknown))}; use {', '.join(sorted(known))}"
+        )
     a, b = parse_period(args, time.time(), usage.cfg.retention_days)
     step: int | None = None
     if "step" in args:
         step = auto_step(b - a) if args["step"] == "auto" else whole(args, "step", 0, 60, 366 * 86400)
         if (b - a) / step > MAX_BUCKETS:
-            raise web.HTTPError(400, f"step: at most {MAX_BUCKETS} buckets; use a step of at least"
-                                     f" {-(-(b - a) // MAX_BUCKETS)} s for this period")
-    return {"a": a, "b": b, "by": one_of(args, "by", "user", DIMENSIONS), "sort": one_of(args, "sort", "waste", SORTS),
-            "limit": whole(args, "limit", 100, 1, MAX_LIMIT), "offset": whole(args, "offset", 0, 0, MAX_OFFSET),
-            "step": step, "format": one_of(args, "format", "json", ("json", "csv"))}
+            raise web.HTTPError(
+                400,
+                f"step: at most {MAX_BUCKETS} buckets; use a step of at least"
+                f" {-(-(b - a) // MAX_BUCKETS)} s for this period",
+            )
+    return {
+        "a": a,
+        "b": b,
+        "by": one_of(args, "by", "user", DIMENSIONS),
+        "sort": one_of(args, "sort", "waste", SORTS),
+        "limit": whole(args, "limit", 100, 1, MAX_LIMIT),
+        "offset": whole(args, "offset", 0, 0, MAX_OFFSET),
+        "step": step,
+        "format": one_of(args, "format", "json", ("json", "csv")),
+    }
 
 
 def single_args(handler: web.RequestHandler) -> dict[str, str]:
@@ -139,8 +161,16 @@ class UsageHandler(UsageBase):
     def get(self) -> None:
         caller = self.caller
         p = report_args(single_args(self), self.usage)
-        report = self.usage.report(p["a"], p["b"], p["by"], owner=None if caller.sees_all else caller.name,
-                                   step=p["step"], sort=p["sort"], offset=p["offset"], limit=p["limit"])
+        report = self.usage.report(
+            p["a"],
+            p["b"],
+            p["by"],
+            owner=None if caller.sees_all else caller.name,
+            step=p["step"],
+            sort=p["sort"],
+            offset=p["offset"],
+            limit=p["limit"],
+        )
         if p["format"] == "csv":
             self.set_header("Content-Type", "text/csv; charset=utf-8")
             self.set_header("Content-Disposition", f'attachment; filename="gpupool-usage-{p["by"]}.csv"')
@@ -159,10 +189,18 @@ class BudgetHandler(UsageBase):
         groups = self.groups_of(caller, user)
         out = self.usage.budget_json(user, groups)
         advice = self.usage.advice_for(user, groups)
-        out["rightsizing"] = None if advice is None else {
-            "current_gpus": advice.current_milli / 1000, "suggested_gpus": advice.suggested_milli / 1000,
-            "peak_memory_mib": advice.peak_memory_mib, "share_memory_mib": advice.share_memory_mib,
-            "sessions": advice.sessions, "message": advice.message()}
+        out["rightsizing"] = (
+            None
+            if advice is None
+            else {
+                "current_gpus": advice.current_milli / 1000,
+                "suggested_gpus": advice.suggested_milli / 1000,
+                "peak_memory_mib": advice.peak_memory_mib,
+                "share_memory_mib": advice.share_memory_mib,
+                "sessions": advice.sessions,
+                "message": advice.message(),
+            }
+        )
         self.write_json(out)
 
 
@@ -172,11 +210,21 @@ class BudgetsHandler(UsageBase):
         if not self.caller.admin:
             raise web.HTTPError(403, "only admins may read every budget; see yours in api/budget")
         usage = self.usage
-        rules = [{"target": r.target, "gpu_hours": r.gpu_hours, "window_days": r.window_s / 86400,
-                  "warn_at": r.warn_pct / 100, "min_share_gpus": r.min_share_milli / 1000, "shared": r.shared,
-                  "describe": r.describe()} for r in usage.rules]
-        self.write_json({"budgets": rules, "grants": usage.ledger.grant_rows(time.time()),
-                         "users": usage.budget_users()})
+        rules = [
+            {
+                "target": r.target,
+                "gpu_hours": r.gpu_hours,
+                "window_days": r.window_s / 86400,
+                "warn_at": r.warn_pct / 100,
+                "min_share_gpus": r.min_share_milli / 1000,
+                "shared": r.shared,
+                "describe": r.describe(),
+            }
+            for r in usage.rules
+        ]
+        self.write_json(
+            {"budgets": rules, "grants": usage.ledger.grant_rows(time.time()), "users": usage.budget_users()}
+        )
 
 
 MAX_GRANT_DAYS = 366
@@ -186,7 +234,9 @@ def parse_grant(body: dict[str, Any]) -> tuple[str, str, int, int, str]:
     """(target, kind, milli-GPU x seconds, seconds it lasts, note) of a grant, or a 400."""
     unknown = set(body) - {"target", "kind", "gpu_hours", "days", "note"}
     if unknown:
-        raise web.HTTPError(400, f"unknown keys {shown(sorted(unknown))}; use target, kind, gpu_hours, days, note")
+        raise web.HTTPError(
+            400, f"unknown keys {shown(sorted(unknown))}; use target, kind, gpu_hours, days, note"
+        )
     target, kind = body.get("target"), body.get("kind")
     if not isinstance(target, str) or not target.startswith((USER, GROUP)) or not 6 <= len(target) <= 260:
         raise web.HTTPError(400, f"target must be user:NAME or group:NAME, got {shown(target)}")
@@ -194,7 +244,9 @@ def parse_grant(body: dict[str, Any]) -> tuple[str, str, int, int, str]:
         raise web.HTTPError(400, f"kind must be topup or exempt, got {shown(kind)}")
     days = body.get("days", 7)
     if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days <= MAX_GRANT_DAYS:
-        raise web.HTTPError(400, f"days must be a number of days from 0 to {MAX_GRANT_DAYS}, got {shown(days)}")
+        raise web.HTTPError(
+            400, f"days must be a number of days from 0 to {MAX_GRANT_DAYS}, got {shown(days)}"
+        )
     milli_s = 0
     if kind == "topup":
         hours = body.get("gpu_hours")
@@ -218,8 +270,16 @@ class GrantsHandler(UsageBase):
         target, kind, milli_s, seconds, note = parse_grant(self.json_body(max_bytes=4096))
         until = int(time.time()) + seconds
         grant = self.usage.ledger.add_grant(target, kind, milli_s, until, caller.name, note)
-        self.write_json({"id": grant, "target": target, "kind": kind, "gpu_hours": milli_s / MILLI_S_PER_GPU_HOUR,
-                         "until": until}, status=201)
+        self.write_json(
+            {
+                "id": grant,
+                "target": target,
+                "kind": kind,
+                "gpu_hours": milli_s / MILLI_S_PER_GPU_HOUR,
+                "until": until,
+            },
+            status=201,
+        )
 
 
 class GrantHandler(UsageBase):

@@ -45,9 +45,12 @@ def shares_for(user: User, now: float | None = None) -> list[dict]:
         stops = "no time limit"
         if w.get("cull_at"):
             left = max(0, int((w["cull_at"] - now) // 60))
-            stops = f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))}" \
-                    f" (in {left // 60} h {left % 60} min)" if left >= 60 else \
-                    f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
+            stops = (
+                f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))}"
+                f" (in {left // 60} h {left % 60} min)"
+                if left >= 60
+                else f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
+            )
         out.append({"name": row.name, "share": format_gpus(row.total_milli), "stops": stops})
     return sorted(out, key=lambda s: s["name"])
 
@@ -83,7 +86,9 @@ def stops_for(user: User, now: float | None = None, within_s: float = 7 * 86400)
         if e.kind != "cull" or name in running or now - at > within_s or "dry run" in e.message:
             continue
         reason = (e.data or {}).get("reason", "")
-        why = STOPPED.get(reason) or e.message.partition(" stopped because ")[2] or "the idle culler stopped it"
+        why = (
+            STOPPED.get(reason) or e.message.partition(" stopped because ")[2] or "the idle culler stopped it"
+        )
         when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
         out.append({"name": name, "message": f"stopped at {when}: {why}"})
     return sorted(out, key=lambda s: s["name"])

@@ -16,7 +16,11 @@ __all__ = ["Containment", "Tree", "Unavailable", "WorkloadCgroups", "detect", "j
 class Containment(Configurable):
     """How the hub keeps every process a job or workspace starts in one place it can end."""
 
-    mode = Enum(["auto", "v2", "v1", "off"], "auto", config=True, help="""Which cgroups hold each train
+    mode = Enum(
+        ["auto", "v2", "v1", "off"],
+        "auto",
+        config=True,
+        help="""Which cgroups hold each train
         job and workspace, so that ending it ends every process it started, whatever they did to
         their session (setsid, double fork, env -i). auto: cgroup v2 where /sys/fs/cgroup is
         cgroup2, else the cgroup v1 freezer, else a hybrid set-up's cgroup2 mount; v2 or v1: only
@@ -25,13 +29,18 @@ class Containment(Configurable):
         Example::
 
             c.Containment.mode = "v1"
-        """)
-    stop_timeout_s = Float(10.0, config=True, help="""Seconds a stopping workspace's cgroup may take to
+        """,
+    )
+    stop_timeout_s = Float(
+        10.0,
+        config=True,
+        help="""Seconds a stopping workspace's cgroup may take to
         empty after SIGKILL (processes in uninterruptible sleep); its GPU share is kept until it is
         empty. Example::
 
             c.Containment.stop_timeout_s = 30
-        """)
+        """,
+    )
 
 
 def hub_key(db_url: str) -> str:
@@ -64,5 +73,7 @@ class WorkloadCgroups:
         """One line for the log and the banner."""
         if self.available:
             return f"each job and workspace runs in a {self.tree.kind} cgroup of its own ({self.tree.root})"
-        return (f"NO cgroups ({self.tree.reason}): a job's or workspace's processes that leave their"
-                " process group (setsid) can outlive it")
+        return (
+            f"NO cgroups ({self.tree.reason}): a job's or workspace's processes that leave their"
+            " process group (setsid) can outlive it"
+        )

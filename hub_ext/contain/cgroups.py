@@ -255,8 +255,11 @@ def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: s
     if mode in ("auto", "v2"):
         choices += [(V2, m[0], mine.get("", "/")) for m in v2 if m not in unified]
     if not choices:
-        return Unavailable({"v2": "no cgroup2 file system is mounted", "v1": "no cgroup v1 freezer is mounted"}
-                           .get(mode, "no cgroup v2 nor v1 freezer hierarchy is mounted"))
+        return Unavailable(
+            {"v2": "no cgroup2 file system is mounted", "v1": "no cgroup v1 freezer is mounted"}.get(
+                mode, "no cgroup v2 nor v1 freezer hierarchy is mounted"
+            )
+        )
     why = ""
     for cls, point, own in choices:
         root = Path(point, own.lstrip("/"), f"gpupool-{hub_key}")
@@ -272,7 +275,11 @@ def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: s
             why = f"cannot make cgroups under {root}: {err.strerror}"
             continue
         if not ok:
-            why = "the kernel has no cgroup.kill (Linux 5.14+)" if cls is V2 else "no freezer.state in the freezer"
+            why = (
+                "the kernel has no cgroup.kill (Linux 5.14+)"
+                if cls is V2
+                else "no freezer.state in the freezer"
+            )
             continue
         return cls(root)
     return Unavailable(why)

@@ -36,19 +36,30 @@ class CudaCheckpoint:
         try:
             from cuda.bindings import driver
         except ImportError as err:
-            raise ParkingError("parking with the CUDA driver needs the cuda-bindings package"
-                               " (pip install cuda-bindings)") from err
-        missing = [f for f in ("cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
-                               "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock",
-                               "cuCheckpointProcessGetState") if not hasattr(driver, f)]
+            raise ParkingError(
+                "parking with the CUDA driver needs the cuda-bindings package (pip install cuda-bindings)"
+            ) from err
+        missing = [
+            f
+            for f in (
+                "cuCheckpointProcessLock",
+                "cuCheckpointProcessCheckpoint",
+                "cuCheckpointProcessRestore",
+                "cuCheckpointProcessUnlock",
+                "cuCheckpointProcessGetState",
+            )
+            if not hasattr(driver, f)
+        ]
         if missing:
             raise ParkingError(f"cuda-bindings is too old for process checkpoints (no {', '.join(missing)})")
         self.driver = driver
         self._call("cuInit", driver.cuInit, 0)
         version = self._call("cuDriverGetVersion", driver.cuDriverGetVersion)
         if int(version) < 12080:  # the API came with driver r570 (CUDA 12.8)
-            raise ParkingError(f"the NVIDIA driver supports CUDA {int(version) // 1000}.{int(version) % 1000 // 10};"
-                               " parking needs driver r570 (CUDA 12.8) or later")
+            raise ParkingError(
+                f"the NVIDIA driver supports CUDA {int(version) // 1000}.{int(version) % 1000 // 10};"
+                " parking needs driver r570 (CUDA 12.8) or later"
+            )
 
     def _call(self, step: str, fn, *args):
         result = fn(*args)
@@ -70,7 +81,9 @@ class CudaCheckpoint:
         self._call(f"lock of process {pid}", self.driver.cuCheckpointProcessLock, check_pid(pid), args)
 
     def checkpoint(self, pid: int) -> None:
-        self._call(f"checkpoint of process {pid}", self.driver.cuCheckpointProcessCheckpoint, check_pid(pid), None)
+        self._call(
+            f"checkpoint of process {pid}", self.driver.cuCheckpointProcessCheckpoint, check_pid(pid), None
+        )
 
     def restore(self, pid: int, gpu_map: Mapping[str, str] | None = None) -> None:
         args = None

@@ -16,8 +16,9 @@ def fraction_text(milli_per_gpu: int, num_gpus: int) -> str:
     return format(total.normalize(), "f")
 
 
-def gpu_env(gpus: list[GPU], milli_per_gpu: int, mps_pipe_directory: str = "",
-            pythonpath: str = "") -> dict[str, str]:
+def gpu_env(
+    gpus: list[GPU], milli_per_gpu: int, mps_pipe_directory: str = "", pythonpath: str = ""
+) -> dict[str, str]:
     """Variables that pin a workspace to its GPUs and tell frameworks its share.
 
     CUDA_VISIBLE_DEVICES names GPUs by UUID where NVML gave one (indices shift when

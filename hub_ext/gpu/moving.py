@@ -36,8 +36,13 @@ def _nothing(phase: str, pids: list[int]) -> None:
     pass
 
 
-def move_processes(backend: ParkingBackend, pids: Sequence[int], gpu_map: Mapping[str, str], lock_timeout_ms: int,
-                   on_phase: PhaseHook = _nothing) -> Outcome:
+def move_processes(
+    backend: ParkingBackend,
+    pids: Sequence[int],
+    gpu_map: Mapping[str, str],
+    lock_timeout_ms: int,
+    on_phase: PhaseHook = _nothing,
+) -> Outcome:
     """Park `pids` on their GPU, restore them with `gpu_map` (A's UUID -> B's), unlock."""
     parked: list[int] = []
     try:
@@ -49,7 +54,9 @@ def move_processes(backend: ParkingBackend, pids: Sequence[int], gpu_map: Mappin
             for pid in parked:  # who was parked runs on its own GPU again
                 resume_process(backend, pid)
         except ParkingError as again:
-            return Outcome("lost", f"could not park ({err}), nor restore what was parked ({again})", tuple(parked))
+            return Outcome(
+                "lost", f"could not park ({err}), nor restore what was parked ({again})", tuple(parked)
+            )
         return Outcome("aborted", f"could not park: {err}")
     if not parked:
         return Outcome("moved")  # no CUDA context anywhere: the share alone moves
@@ -57,7 +64,9 @@ def move_processes(backend: ParkingBackend, pids: Sequence[int], gpu_map: Mappin
     return _forward(backend, parked, gpu_map, on_phase)
 
 
-def _forward(backend: ParkingBackend, parked: list[int], gpu_map: Mapping[str, str], on_phase: PhaseHook) -> Outcome:
+def _forward(
+    backend: ParkingBackend, parked: list[int], gpu_map: Mapping[str, str], on_phase: PhaseHook
+) -> Outcome:
     """Restore every checkpointed process onto B, then unlock all; back to A on failure."""
     try:
         for pid in parked:
@@ -92,8 +101,9 @@ def _return(backend: ParkingBackend, parked: list[int], why: str, on_phase: Phas
     return _unlock(backend, parked, on_phase, "returned", "returned", why)
 
 
-def _unlock(backend: ParkingBackend, parked: list[int], on_phase: PhaseHook, phase: str, result: Result,
-            why: str) -> Outcome:
+def _unlock(
+    backend: ParkingBackend, parked: list[int], on_phase: PhaseHook, phase: str, result: Result, why: str
+) -> Outcome:
     try:
         for pid in parked:
             if backend.state(pid) == "locked":
@@ -104,8 +114,13 @@ def _unlock(backend: ParkingBackend, parked: list[int], on_phase: PhaseHook, pha
     return Outcome(result, why, tuple(parked))
 
 
-def recover(backend: ParkingBackend, pids: Sequence[int], phase: str, gpu_map: Mapping[str, str],
-            on_phase: PhaseHook = _nothing) -> Outcome:
+def recover(
+    backend: ParkingBackend,
+    pids: Sequence[int],
+    phase: str,
+    gpu_map: Mapping[str, str],
+    on_phase: PhaseHook = _nothing,
+) -> Outcome:
     """Finish a move from the last phase persisted before a crash (see the module's docstring).
     `phase` "reserved": nothing was parked for sure, so whatever is locked or checkpointed is
     on A and runs there again."""
@@ -115,7 +130,9 @@ def recover(backend: ParkingBackend, pids: Sequence[int], phase: str, gpu_map: M
             for pid in pids:
                 resume_process(backend, pid)
         except ParkingError as err:
-            return Outcome("lost", f"the hub restarted while parking it; restoring it failed: {err}", tuple(pids))
+            return Outcome(
+                "lost", f"the hub restarted while parking it; restoring it failed: {err}", tuple(pids)
+            )
         return Outcome("aborted", "the hub restarted before the move began")
     if phase == "parked":
         return _forward(backend, pids, gpu_map, on_phase)

@@ -100,9 +100,14 @@ class VirtualParking:
 
     name = "virtual"
 
-    def __init__(self, folder: str | os.PathLike, has_context: Callable[[int], bool],
-                 memory_mib: Callable[[int], int] = lambda pid: 1024, delays: Delays = Delays(),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        has_context: Callable[[int], bool],
+        memory_mib: Callable[[int], int] = lambda pid: 1024,
+        delays: Delays = Delays(),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.has_context, self.memory_mib, self.delays, self.sleep = has_context, memory_mib, delays, sleep

@@ -41,8 +41,10 @@ class PodGPU:
 
 def _check_shape(num_gpu: int, gpu_milli: int) -> None:
     if num_gpu < 1 or not 0 < gpu_milli <= MILLI_PER_GPU:
-        raise InvalidRequest(f"{num_gpu} x {gpu_milli} milli-GPU is not a GPU share: ask for 1 or more"
-                             " devices of a fraction (0 < fraction <= 1)")
+        raise InvalidRequest(
+            f"{num_gpu} x {gpu_milli} milli-GPU is not a GPU share: ask for 1 or more"
+            " devices of a fraction (0 < fraction <= 1)"
+        )
 
 
 class SharingBackend:
@@ -53,8 +55,14 @@ class SharingBackend:
     # node pools are the scheduler's shards (KAI): a pod goes to one pool, labelled for it
     pools_are_shards: ClassVar[bool] = False
 
-    def pod_gpu(self, num_gpu: int, gpu_milli: int, memory_mib: int = 0, queue: str = "",
-                priority_class: str = "build") -> PodGPU:
+    def pod_gpu(
+        self,
+        num_gpu: int,
+        gpu_milli: int,
+        memory_mib: int = 0,
+        queue: str = "",
+        priority_class: str = "build",
+    ) -> PodGPU:
         """Pod fields for `num_gpu` devices of `gpu_milli` each; `memory_mib` is the memory of
         one device (for memory-based fractions)."""
         _check_shape(num_gpu, gpu_milli)
@@ -89,8 +97,14 @@ class KAISharing(SharingBackend):
     def __init__(self, by_memory: bool = False) -> None:
         self.by_memory = by_memory
 
-    def pod_gpu(self, num_gpu: int, gpu_milli: int, memory_mib: int = 0, queue: str = "",
-                priority_class: str = "build") -> PodGPU:
+    def pod_gpu(
+        self,
+        num_gpu: int,
+        gpu_milli: int,
+        memory_mib: int = 0,
+        queue: str = "",
+        priority_class: str = "build",
+    ) -> PodGPU:
         out = super().pod_gpu(num_gpu, gpu_milli, memory_mib, queue, priority_class)
         if queue:
             out.labels[KAI_QUEUE_LABEL] = queue
@@ -107,8 +121,10 @@ class KAISharing(SharingBackend):
 
     def fraction(self, out: PodGPU, num_gpu: int, gpu_milli: int, memory_mib: int) -> None:
         if num_gpu != 1:
-            raise InvalidRequest("KAI-Scheduler gives a fraction of one GPU or whole GPUs:"
-                                 f" {num_gpu} x {gpu_milli / MILLI_PER_GPU:g} GPU is neither")
+            raise InvalidRequest(
+                "KAI-Scheduler gives a fraction of one GPU or whole GPUs:"
+                f" {num_gpu} x {gpu_milli / MILLI_PER_GPU:g} GPU is neither"
+            )
         if self.by_memory and memory_mib:
             out.annotations["gpu-memory"] = str(memory_mib * gpu_milli // MILLI_PER_GPU)
         else:
@@ -137,8 +153,10 @@ class MIGSharing(SharingBackend):
 
     def fraction(self, out: PodGPU, num_gpu: int, gpu_milli: int, memory_mib: int) -> None:
         if gpu_milli not in self.profiles:
-            raise InvalidRequest(f"no MIG profile stands for {gpu_milli / MILLI_PER_GPU:g} GPU; configured:"
-                                 f" {', '.join(f'{m / MILLI_PER_GPU:g}' for m in sorted(self.profiles))}")
+            raise InvalidRequest(
+                f"no MIG profile stands for {gpu_milli / MILLI_PER_GPU:g} GPU; configured:"
+                f" {', '.join(f'{m / MILLI_PER_GPU:g}' for m in sorted(self.profiles))}"
+            )
         out.limits[MIG_PREFIX + self.profiles[gpu_milli]] = str(num_gpu)
 
 
@@ -147,8 +165,9 @@ BACKENDS: dict[str, type[SharingBackend]] = {
 }
 
 
-def make_backend(name: str, by_memory: bool = False, mig_profiles: dict[int, str] | None = None
-                 ) -> SharingBackend:
+def make_backend(
+    name: str, by_memory: bool = False, mig_profiles: dict[int, str] | None = None
+) -> SharingBackend:
     """A backend by short name (kai, hami, mig, whole) or by import path of a subclass."""
     if "." in name:
         from traitlets.utils.importstring import import_item
@@ -158,8 +177,10 @@ def make_backend(name: str, by_memory: bool = False, mig_profiles: dict[int, str
             raise InvalidRequest(f"{name} is not a gpupool SharingBackend subclass")
         return cls()
     if name not in BACKENDS:
-        raise InvalidRequest(f"unknown GPU sharing backend {name!r}; use one of {', '.join(BACKENDS)}"
-                             " or the import path of a SharingBackend subclass")
+        raise InvalidRequest(
+            f"unknown GPU sharing backend {name!r}; use one of {', '.join(BACKENDS)}"
+            " or the import path of a SharingBackend subclass"
+        )
     if name == "kai":
         return KAISharing(by_memory)
     if name == "mig":
@@ -188,7 +209,11 @@ def _container_milli(c: dict, mig_milli: dict[str, int], memory_mib: int) -> int
             cores = int(asked.get(HAMI_CORES, 0)) * MILLI_PER_GPU // 100
             mem = 0
             if HAMI_MEM in asked:
-                mem = math.ceil(int(asked[HAMI_MEM]) * MILLI_PER_GPU / memory_mib) if memory_mib else MILLI_PER_GPU
+                mem = (
+                    math.ceil(int(asked[HAMI_MEM]) * MILLI_PER_GPU / memory_mib)
+                    if memory_mib
+                    else MILLI_PER_GPU
+                )
             per_gpu = min(MILLI_PER_GPU, max(cores, mem))
         total += gpus * per_gpu
     for key, value in asked.items():
@@ -219,5 +244,7 @@ def requested_milli(pod: dict, memory_mib: int = 0, mig_profiles: dict[int, str]
     if "gpu-memory" in annotations:
         # without the device size a memory share may be a whole GPU
         mem = int(annotations["gpu-memory"])
-        running += min(MILLI_PER_GPU, math.ceil(mem * MILLI_PER_GPU / memory_mib)) if memory_mib else MILLI_PER_GPU
+        running += (
+            min(MILLI_PER_GPU, math.ceil(mem * MILLI_PER_GPU / memory_mib)) if memory_mib else MILLI_PER_GPU
+        )
     return max(running, init)

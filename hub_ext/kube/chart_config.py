@@ -15,9 +15,13 @@ from typing import Any
 
 from gpupool.kube.objects import JobOptions
 
-BUILD_KEYS = {"quota": "default_build_quota", "fractions": "allowed_fractions",
-              "maxPerWorkspace": "max_gpus_per_workspace", "maxWorkspaces": "max_workspaces_per_user",
-              "groupOverrides": "group_overrides"}
+BUILD_KEYS = {
+    "quota": "default_build_quota",
+    "fractions": "allowed_fractions",
+    "maxPerWorkspace": "max_gpus_per_workspace",
+    "maxWorkspaces": "max_workspaces_per_user",
+    "groupOverrides": "group_overrides",
+}
 
 
 def train_projects(values: dict[str, Any]) -> dict[str, dict]:
@@ -25,9 +29,13 @@ def train_projects(values: dict[str, Any]) -> dict[str, dict]:
     out = {}
     for name, p in (values.get("projects") or {}).items():
         limit = p.get("limit", -1)
-        out[name] = {"guarantee": p["guarantee"], "weight": p.get("overQuotaWeight", 1),
-                     "limit": None if limit is None or limit < 0 else limit,
-                     "priority": p.get("priority", 100), "department": p.get("department", "")}
+        out[name] = {
+            "guarantee": p["guarantee"],
+            "weight": p.get("overQuotaWeight", 1),
+            "limit": None if limit is None or limit < 0 else limit,
+            "priority": p.get("priority", 100),
+            "department": p.get("department", ""),
+        }
         if p.get("pools"):
             out[name]["pools"] = list(p["pools"])
     return out
@@ -36,12 +44,17 @@ def train_projects(values: dict[str, Any]) -> dict[str, dict]:
 def job_options(values: dict[str, Any]) -> JobOptions:
     jobs = values.get("jobs") or {}
     kai = values.get("kai") or {}
-    return JobOptions(namespace=values.get("hubNamespace", "default"), queue="{project}",
-                      checkpoint_size=jobs.get("checkpointSize", "10Gi"),
-                      storage_class=jobs.get("storageClass") or None, grace_s=int(jobs.get("graceSeconds", 60)),
-                      high_priority_class=jobs.get("highPriorityClass", "gpupool-train-high"),
-                      kueue=bool((values.get("kueue") or {}).get("enabled")),
-                      kai_namespace=kai.get("namespace") or "kai-scheduler", kai_version=kai.get("version") or "")
+    return JobOptions(
+        namespace=values.get("hubNamespace", "default"),
+        queue="{project}",
+        checkpoint_size=jobs.get("checkpointSize", "10Gi"),
+        storage_class=jobs.get("storageClass") or None,
+        grace_s=int(jobs.get("graceSeconds", 60)),
+        high_priority_class=jobs.get("highPriorityClass", "gpupool-train-high"),
+        kueue=bool((values.get("kueue") or {}).get("enabled")),
+        kai_namespace=kai.get("namespace") or "kai-scheduler",
+        kai_version=kai.get("version") or "",
+    )
 
 
 def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
@@ -67,11 +80,14 @@ def apply_chart_config(c: Any, path: str | Path) -> dict[str, Any]:
         c.KubeSpawner.enable_user_namespaces = True
         c.KubeSpawner.user_namespace_template = users.get("prefix", "gpupool-") + "{username}"
     c.TrainPool.projects = train_projects(values)
-    c.TrainPool.node_pools = {name: {k: list(v) for k, v in (pool or {}).items() if v}
-                              for name, pool in (values.get("nodePools") or {}).items()}
+    c.TrainPool.node_pools = {
+        name: {k: list(v) for k, v in (pool or {}).items() if v}
+        for name, pool in (values.get("nodePools") or {}).items()
+    }
     c.TrainPool.departments = {
         name: {"guarantee": d.get("quota", 0), "limit": None if d.get("limit", -1) < 0 else d["limit"]}
-        for name, d in (values.get("departments") or {}).items()}
+        for name, d in (values.get("departments") or {}).items()
+    }
     # train jobs become Jobs in the hub's namespace, queued by KAI (or Kueue) under the same projects
     jobs = values.get("jobs") or {}
     opts = job_options(values)

@@ -34,10 +34,14 @@ class Expected:
     @classmethod
     def from_json(cls, text: str) -> Expected:
         data = json.loads(text)
-        return cls(queues=list(data.get("queues") or []), priority_classes=list(data.get("priorityClasses") or []),
-                   pools=list(data.get("pools") or []), kai=bool(data.get("kai", True)),
-                   kai_namespace=data.get("kaiNamespace") or "kai-scheduler",
-                   kai_version=data.get("kaiVersion") or "")
+        return cls(
+            queues=list(data.get("queues") or []),
+            priority_classes=list(data.get("priorityClasses") or []),
+            pools=list(data.get("pools") or []),
+            kai=bool(data.get("kai", True)),
+            kai_namespace=data.get("kaiNamespace") or "kai-scheduler",
+            kai_version=data.get("kaiVersion") or "",
+        )
 
 
 @dataclass
@@ -65,10 +69,18 @@ def findings(want: Expected, seen: Seen) -> list[str]:
         elif names:
             out.append(f"ok: {len(names)} {kind}")
 
-    listed("queues", seen.queues, want.queues,
-           "is KAI-Scheduler installed, with its CRDs? the chart's queues are kept on uninstall only")
-    listed("priority classes", seen.priority_classes, want.priority_classes,
-           "KAI's chart makes build and train; or set priorityClasses.create")
+    listed(
+        "queues",
+        seen.queues,
+        want.queues,
+        "is KAI-Scheduler installed, with its CRDs? the chart's queues are kept on uninstall only",
+    )
+    listed(
+        "priority classes",
+        seen.priority_classes,
+        want.priority_classes,
+        "KAI's chart makes build and train; or set priorityClasses.create",
+    )
     if want.pools:
         shards = {f"gpupool-{p}" for p in want.pools}
         if seen.shards is None:
@@ -78,8 +90,10 @@ def findings(want: Expected, seen: Seen) -> list[str]:
                 if name not in seen.shards:
                     out.append(f"FAIL: SchedulingShard {name} missing (KAI's operator makes its scheduler)")
             if "default" not in seen.shards:
-                out.append("FAIL: KAI's default SchedulingShard is missing: projects without pools never run"
-                           " (KAI's chart value defaultShard.enabled)")
+                out.append(
+                    "FAIL: KAI's default SchedulingShard is missing: projects without pools never run"
+                    " (KAI's chart value defaultShard.enabled)"
+                )
         if seen.pool_nodes is None:
             out.append(f"FAIL: cannot list nodes: {seen.errors.get('nodes', 'unknown error')}")
         else:
@@ -88,9 +102,11 @@ def findings(want: Expected, seen: Seen) -> list[str]:
                 if n:
                     out.append(f"ok: node pool {pool}: {n} node(s) labelled {NODE_POOL}={pool}")
                 else:
-                    out.append(f"FAIL: node pool {pool} has no node: label its nodes"
-                               f" (kubectl label nodes NODE {NODE_POOL}={pool}); its workspaces and jobs stay"
-                               " Pending until then")
+                    out.append(
+                        f"FAIL: node pool {pool} has no node: label its nodes"
+                        f" (kubectl label nodes NODE {NODE_POOL}={pool}); its workspaces and jobs stay"
+                        " Pending until then"
+                    )
     kai = seen.kai
     if not want.kai:
         pass
@@ -98,8 +114,10 @@ def findings(want: Expected, seen: Seen) -> list[str]:
         why = kai.error if kai is not None else seen.errors.get("kai", "not read")
         out.append(f"FAIL: cannot tell which KAI-Scheduler runs ({why}): set kai.version")
     elif kai.version < ELASTIC_SINCE:
-        out.append(f"ok: KAI-Scheduler {kai.text} (elastic jobs are refused: they need"
-                   f" v{'.'.join(map(str, ELASTIC_SINCE))} or later)")
+        out.append(
+            f"ok: KAI-Scheduler {kai.text} (elastic jobs are refused: they need"
+            f" v{'.'.join(map(str, ELASTIC_SINCE))} or later)"
+        )
     else:
         out.append(f"ok: KAI-Scheduler {kai.text}")
     return out
@@ -121,15 +139,24 @@ async def read(want: Expected, api: Any) -> Seen:
             seen.errors[kind] = _why(err)
             return None
 
-    q = await attempt("queues", lambda: custom.list_cluster_custom_object("scheduling.run.ai", "v2", "queues"))
+    q = await attempt(
+        "queues", lambda: custom.list_cluster_custom_object("scheduling.run.ai", "v2", "queues")
+    )
     seen.queues = None if q is None else {i["metadata"]["name"] for i in q.get("items", [])}
     pc = await attempt("priority classes", sched.list_priority_class)
     seen.priority_classes = None if pc is None else {i.metadata.name for i in pc.items}
     if want.pools:
-        s = await attempt("shards", lambda: custom.list_cluster_custom_object("kai.scheduler", "v1",
-                                                                            "schedulingshards"))
-        seen.shards = None if s is None else {i["metadata"]["name"]: (i.get("spec") or {}).get(
-            "partitionLabelValue", "") for i in s.get("items", [])}
+        s = await attempt(
+            "shards", lambda: custom.list_cluster_custom_object("kai.scheduler", "v1", "schedulingshards")
+        )
+        seen.shards = (
+            None
+            if s is None
+            else {
+                i["metadata"]["name"]: (i.get("spec") or {}).get("partitionLabelValue", "")
+                for i in s.get("items", [])
+            }
+        )
         nodes = await attempt("nodes", lambda: core.list_node(label_selector=NODE_POOL))
         if nodes is not None:
             seen.pool_nodes = {}
@@ -138,8 +165,11 @@ async def read(want: Expected, api: Any) -> Seen:
                 seen.pool_nodes[pool] = seen.pool_nodes.get(pool, 0) + 1
     if want.kai_version:
         version = parse_version(want.kai_version)
-        seen.kai = KaiVersion(version, want.kai_version, "" if version else f"kai.version {want.kai_version!r}"
-                              " is not a version such as v0.17.0")
+        seen.kai = KaiVersion(
+            version,
+            want.kai_version,
+            "" if version else f"kai.version {want.kai_version!r} is not a version such as v0.17.0",
+        )
     elif want.kai:
         seen.kai = await detect(api, want.kai_namespace)
     return seen

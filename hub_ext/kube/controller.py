@@ -49,9 +49,17 @@ OnChange = Callable[[str, JobStatus], None]  # told each new status; writes the 
 
 
 class KubeJobController:
-    def __init__(self, api_client: client.ApiClient, opts: JobOptions, backend: SharingBackend | None = None,
-                 on_change: OnChange | None = None, watch_timeout_s: int = 60, resync_s: float = 0.5,
-                 confirm_after_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        opts: JobOptions,
+        backend: SharingBackend | None = None,
+        on_change: OnChange | None = None,
+        watch_timeout_s: int = 60,
+        resync_s: float = 0.5,
+        confirm_after_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api_client = api_client
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -86,11 +94,15 @@ class KubeJobController:
         if not uid:  # it existed already: ask for its uid
             uid = (await self.batch.read_namespaced_job(name_of(spec.id), ns)).metadata.uid
         if not self.opts.checkpoint_claim:
-            await _create_or_keep(self.core.create_namespaced_persistent_volume_claim, ns,
-                                  checkpoint_claim(spec, self.opts, uid))
+            await _create_or_keep(
+                self.core.create_namespaced_persistent_volume_claim,
+                ns,
+                checkpoint_claim(spec, self.opts, uid),
+            )
         if files:
-            await _create_or_keep(self.core.create_namespaced_config_map, ns,
-                                  code_config_map(spec, self.opts, files, uid))
+            await _create_or_keep(
+                self.core.create_namespaced_config_map, ns, code_config_map(spec, self.opts, files, uid)
+            )
         if spec.id not in self.jobs:
             self.unseen[spec.id] = self.clock()
         if spec.id not in self.statuses:  # news now: the next pass may already see it running
@@ -106,8 +118,9 @@ class KubeJobController:
         views = sorted((v for v in self.pods.get(job_id, {}).values() if not v.gone), key=lambda v: v.order)
         for view in reversed(views):
             try:
-                text = await self.core.read_namespaced_pod_log(view.name, self.opts.namespace,
-                                                               limit_bytes=LOG_READ_MAX)
+                text = await self.core.read_namespaced_pod_log(
+                    view.name, self.opts.namespace, limit_bytes=LOG_READ_MAX
+                )
             except ApiException as err:
                 if err.status in (400, 404):  # not started yet, or already gone
                     continue
@@ -119,8 +132,9 @@ class KubeJobController:
         """Delete the Job and its pods (the pod gets its grace period); the watch says cancelled."""
         self.cancel_requested.add(job_id)
         try:
-            await self.batch.delete_namespaced_job(name_of(job_id), self.opts.namespace,
-                                                   propagation_policy="Background")
+            await self.batch.delete_namespaced_job(
+                name_of(job_id), self.opts.namespace, propagation_policy="Background"
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -167,9 +181,14 @@ class KubeJobController:
         """A trimmed copy of gpupool's Jobs or pods on our API client (follow.py: list in pages,
         watch, resume the watch where it ended; kubespawner's reflector kept whole objects and
         listed everything again at each watch timeout)."""
-        follower = Follower(self.batch.list_namespaced_job if kind == "jobs" else self.core.list_namespaced_pod,
-                            self.opts.namespace, f"{MANAGED_BY}=gpupool", trim_job if kind == "jobs" else trim_pod,
-                            watch_timeout_s=self.watch_timeout_s, kind=f"train {kind}")
+        follower = Follower(
+            self.batch.list_namespaced_job if kind == "jobs" else self.core.list_namespaced_pod,
+            self.opts.namespace,
+            f"{MANAGED_BY}=gpupool",
+            trim_job if kind == "jobs" else trim_pod,
+            watch_timeout_s=self.watch_timeout_s,
+            kind=f"train {kind}",
+        )
         await follower.start()
         return follower
 
@@ -221,7 +240,9 @@ class KubeJobController:
                     # will show; not when the hub itself deleted it (cancel) or its Job went
                     self._vanished.add(uid)
                     ours = job_id in self.cancel_requested or job_id in self.deleted
-                    why = view.disrupted or ("its pod was deleted" if view.phase == "Running" and not ours else "")
+                    why = view.disrupted or (
+                        "its pod was deleted" if view.phase == "Running" and not ours else ""
+                    )
                     views[uid] = replace(view, gone=True, disrupted=why)
                     self._seen.pop(uid, None)
                     changed.add(job_id)
@@ -260,25 +281,52 @@ class KubeJobController:
 
     async def _update(self, job_id: str) -> None:
         old = self.statuses.get(job_id)
-        new = job_status(self.jobs.get(job_id), self.pods.get(job_id, {}).values(),
-                         cancel_requested=job_id in self.cancel_requested, job_deleted=job_id in self.deleted)
+        new = job_status(
+            self.jobs.get(job_id),
+            self.pods.get(job_id, {}).values(),
+            cancel_requested=job_id in self.cancel_requested,
+            job_deleted=job_id in self.deleted,
+        )
         if old is not None and old.state in FINAL and new.state != old.state:
             return  # a final state stays (the Job's later cleanup is not news); its details may still come
         if job_id not in self.jobs and job_id not in self.deleted and job_id not in self.cancel_requested:
             return  # pods seen before their Job: wait for it
         if new == old:
             return
-        if (old is not None and old.state != ObservedState.PREEMPTED and new.preemptions > old.preemptions
-                and new.state not in (ObservedState.PREEMPTED, ObservedState.CANCELLED)):
+        if (
+            old is not None
+            and old.state != ObservedState.PREEMPTED
+            and new.preemptions > old.preemptions
+            and new.state not in (ObservedState.PREEMPTED, ObservedState.CANCELLED)
+        ):
             # preempted and already resumed (or ended) between two passes: the preemption is news too
-            await self._tell(job_id, replace(new, state=ObservedState.PREEMPTED, runs=old.runs,
-                                             message="preempted; it resumes from its checkpoint"))
+            await self._tell(
+                job_id,
+                replace(
+                    new,
+                    state=ObservedState.PREEMPTED,
+                    runs=old.runs,
+                    message="preempted; it resumes from its checkpoint",
+                ),
+            )
             old = self.statuses[job_id]
-        if old is not None and new.state in FINAL and old.state != ObservedState.RUNNING and new.runs > old.runs:
+        if (
+            old is not None
+            and new.state in FINAL
+            and old.state != ObservedState.RUNNING
+            and new.runs > old.runs
+        ):
             # (re)started and ended between two passes (the end now comes from the pod, before the
             # Job's condition): the run is news too, before its end
-            await self._tell(job_id, replace(new, state=ObservedState.RUNNING, exit_code=old.exit_code,
-                                             message="resumed from its checkpoint" if new.preemptions else ""))
+            await self._tell(
+                job_id,
+                replace(
+                    new,
+                    state=ObservedState.RUNNING,
+                    exit_code=old.exit_code,
+                    message="resumed from its checkpoint" if new.preemptions else "",
+                ),
+            )
         await self._tell(job_id, new)
 
     async def _tell(self, job_id: str, new: JobStatus) -> None:

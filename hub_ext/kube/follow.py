@@ -35,37 +35,63 @@ def _meta(obj: dict) -> dict:
 
 
 def _conditions(status: dict) -> list[dict]:
-    return [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-            for c in status.get("conditions") or []]
+    return [
+        {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+        for c in status.get("conditions") or []
+    ]
 
 
 def trim_job(obj: dict) -> dict:
     """What gpupool.kube.status reads of a Job: its spec's shape and its conditions."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    return {"metadata": _meta(obj),
-            "spec": {k: spec[k] for k in ("suspend", "parallelism", "completions", "backoffLimit") if k in spec},
-            "status": {"conditions": _conditions(status),
-                       **{k: status[k] for k in ("active", "succeeded", "failed") if k in status}}}
+    return {
+        "metadata": _meta(obj),
+        "spec": {k: spec[k] for k in ("suspend", "parallelism", "completions", "backoffLimit") if k in spec},
+        "status": {
+            "conditions": _conditions(status),
+            **{k: status[k] for k in ("active", "succeeded", "failed") if k in status},
+        },
+    }
 
 
 def trim_pod(obj: dict) -> dict:
     """What gpupool.kube.status reads of a pod: phase, conditions, its containers' states."""
     status = obj.get("status") or {}
-    containers = [{"name": c.get("name", ""), "state": {
-        k: ({"exitCode": v.get("exitCode"), "reason": v.get("reason")} if k == "terminated" else {})
-        for k, v in (c.get("state") or {}).items()}} for c in status.get("containerStatuses") or []]
-    return {"metadata": _meta(obj), "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName")},
-            "status": {"phase": status.get("phase"), "conditions": _conditions(status),
-                       "containerStatuses": containers}}
+    containers = [
+        {
+            "name": c.get("name", ""),
+            "state": {
+                k: ({"exitCode": v.get("exitCode"), "reason": v.get("reason")} if k == "terminated" else {})
+                for k, v in (c.get("state") or {}).items()
+            },
+        }
+        for c in status.get("containerStatuses") or []
+    ]
+    return {
+        "metadata": _meta(obj),
+        "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName")},
+        "status": {
+            "phase": status.get("phase"),
+            "conditions": _conditions(status),
+            "containerStatuses": containers,
+        },
+    }
 
 
 class Follower:
     """A trimmed copy of the objects of one kind in a namespace (matching `label_selector`),
     kept up to date: `resources` maps "namespace/name" to the trimmed object."""
 
-    def __init__(self, list_method: Callable[..., Any], namespace: str, label_selector: str,
-                 trim: Callable[[dict], dict], watch_timeout_s: int = 300, page: int = 250,
-                 kind: str = "objects") -> None:
+    def __init__(
+        self,
+        list_method: Callable[..., Any],
+        namespace: str,
+        label_selector: str,
+        trim: Callable[[dict], dict],
+        watch_timeout_s: int = 300,
+        page: int = 250,
+        kind: str = "objects",
+    ) -> None:
         self.list_method, self.namespace, self.label_selector = list_method, namespace, label_selector
         self.trim, self.watch_timeout_s, self.page, self.kind = trim, watch_timeout_s, page, kind
         self.resources: dict[str, dict] = {}
@@ -93,8 +119,12 @@ class Follower:
         items: dict[str, dict] = {}
         cont: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"label_selector": self.label_selector, "limit": self.page,
-                                      "_preload_content": False, "_request_timeout": 60}
+            kwargs: dict[str, Any] = {
+                "label_selector": self.label_selector,
+                "limit": self.page,
+                "_preload_content": False,
+                "_request_timeout": 60,
+            }
             if cont:
                 kwargs["_continue"] = cont
             resp = await self.list_method(self.namespace, **kwargs)
@@ -147,9 +177,15 @@ class Follower:
         w = watch.Watch()
         self.watches += 1
         try:
-            async with w.stream(method, self.namespace, label_selector=self.label_selector,
-                                resource_version=self._rv, timeout_seconds=self.watch_timeout_s,
-                                allow_watch_bookmarks=True, _request_timeout=self.watch_timeout_s + 30) as stream:
+            async with w.stream(
+                method,
+                self.namespace,
+                label_selector=self.label_selector,
+                resource_version=self._rv,
+                timeout_seconds=self.watch_timeout_s,
+                allow_watch_bookmarks=True,
+                _request_timeout=self.watch_timeout_s + 30,
+            ) as stream:
                 async for event in stream:
                     obj = event["raw_object"]
                     rv = (obj.get("metadata") or {}).get("resourceVersion")

@@ -35,7 +35,9 @@ class TrainJobSpec:
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
-            raise InvalidRequest(f"job id {self.id!r} must be lower-case letters, digits and '-' (at most 42)")
+            raise InvalidRequest(
+                f"job id {self.id!r} must be lower-case letters, digits and '-' (at most 42)"
+            )
         if not self.command or not all(isinstance(a, str) for a in self.command):
             raise InvalidRequest("a train job needs a command: a list of strings")
         if not self.image:
@@ -45,7 +47,9 @@ class TrainJobSpec:
         if self.max_runtime_s < 0:
             raise InvalidRequest("max_runtime_s must be 0 (none) or more")
         if self.min_gpus and not (1 <= self.min_gpus <= self.num_gpu and self.gpu_milli == MILLI_PER_GPU):
-            raise InvalidRequest("an elastic job runs on min_gpus to num_gpu whole GPUs (1 <= min_gpus <= num_gpu)")
+            raise InvalidRequest(
+                "an elastic job runs on min_gpus to num_gpu whole GPUs (1 <= min_gpus <= num_gpu)"
+            )
         for name in self.files:
             if not _FILE.match(name):
                 raise InvalidRequest(f"file name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -55,11 +59,27 @@ class TrainJobSpec:
         return self.num_gpu * self.gpu_milli
 
     @classmethod
-    def from_train_job(cls, row: TrainJob, image: str, env: dict[str, str] | None = None,
-                       files: tuple[str, ...] = (), **more: Any) -> TrainJobSpec:
+    def from_train_job(
+        cls,
+        row: TrainJob,
+        image: str,
+        env: dict[str, str] | None = None,
+        files: tuple[str, ...] = (),
+        **more: Any,
+    ) -> TrainJobSpec:
         """From the training pool's job row (gpupool.store.TrainJob); `more`: pools,
         queue_pool, min_gpus."""
-        return cls(id=row.id, owner=row.owner, project=row.project, num_gpu=row.num_gpu, gpu_milli=row.gpu_milli,
-                   command=list(row.command), image=image, env=dict(env or {}),
-                   max_runtime_s=float(row.max_runtime_s or 0), files=tuple(files), priority=int(row.priority or 0),
-                   **more)
+        return cls(
+            id=row.id,
+            owner=row.owner,
+            project=row.project,
+            num_gpu=row.num_gpu,
+            gpu_milli=row.gpu_milli,
+            command=list(row.command),
+            image=image,
+            env=dict(env or {}),
+            max_runtime_s=float(row.max_runtime_s or 0),
+            files=tuple(files),
+            priority=int(row.priority or 0),
+            **more,
+        )

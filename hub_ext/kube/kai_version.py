@@ -43,14 +43,20 @@ def elastic_refusal(kai: KaiVersion | None, where: str = "") -> str | None:
     since = "v" + ".".join(map(str, ELASTIC_SINCE))
     if kai is not None and kai.elastic:
         return None
-    what = ("elastic jobs (min_gpus) need KAI-Scheduler " + since + " or later, which gang-schedules a Job's"
-            " pods as one group of min_gpus (kai.scheduler/batch-min-member)")
+    what = (
+        "elastic jobs (min_gpus) need KAI-Scheduler " + since + " or later, which gang-schedules a Job's"
+        " pods as one group of min_gpus (kai.scheduler/batch-min-member)"
+    )
     if kai is None or kai.version is None:
         why = kai.error if kai is not None else "not read yet"
-        return (f"{what}; which KAI runs here is unknown ({why}): the admin sets it (the chart's kai.version)."
-                " Submit a fixed-size job (gpus without min_gpus) meanwhile")
-    return (f"{what}; this cluster runs {kai.text}{where}, which would start each pod on its own:"
-            " submit a fixed-size job (gpus without min_gpus), or ask the admin to upgrade KAI")
+        return (
+            f"{what}; which KAI runs here is unknown ({why}): the admin sets it (the chart's kai.version)."
+            " Submit a fixed-size job (gpus without min_gpus) meanwhile"
+        )
+    return (
+        f"{what}; this cluster runs {kai.text}{where}, which would start each pod on its own:"
+        " submit a fixed-size job (gpus without min_gpus), or ask the admin to upgrade KAI"
+    )
 
 
 async def detect(api: Any, namespace: str = "kai-scheduler") -> KaiVersion:
@@ -68,5 +74,9 @@ async def detect(api: Any, namespace: str = "kai-scheduler") -> KaiVersion:
         version = parse_version(image)
         if version is not None:
             return KaiVersion(version, image.rsplit(":", 1)[-1])
-    return KaiVersion(None, "", f"deployment {namespace}/{POD_GROUPER} runs {', '.join(images) or 'no image'},"
-                                " which has no version tag")
+    return KaiVersion(
+        None,
+        "",
+        f"deployment {namespace}/{POD_GROUPER} runs {', '.join(images) or 'no image'},"
+        " which has no version tag",
+    )

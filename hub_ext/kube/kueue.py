@@ -24,8 +24,9 @@ def _gpus(milli: int) -> int:
     return math.ceil(milli / MILLI_PER_GPU)
 
 
-def kueue_objects(projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool",
-                  flavor: str = "gpu") -> list[dict]:
+def kueue_objects(
+    projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool", flavor: str = "gpu"
+) -> list[dict]:
     out: list[dict] = [
         {"apiVersion": API, "kind": "Cohort", "metadata": {"name": cohort}, "spec": {}},
         {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
@@ -34,17 +35,28 @@ def kueue_objects(projects: Mapping[str, Project], namespace: str, cohort: str =
         quota: dict = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
         if p.limit_milli >= 0:
             quota["borrowingLimit"] = max(0, _gpus(p.limit_milli) - _gpus(p.guarantee_milli))
-        out.append({
-            "apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {
-                "cohortName": cohort,
-                "namespaceSelector": {},
-                "queueingStrategy": "BestEffortFIFO",
-                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [{"coveredResources": [GPU],
-                                    "flavors": [{"name": flavor, "resources": [quota]}]}],
-            },
-        })
-        out.append({"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
-                    "spec": {"clusterQueue": name}})
+        out.append(
+            {
+                "apiVersion": API,
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": {
+                    "cohortName": cohort,
+                    "namespaceSelector": {},
+                    "queueingStrategy": "BestEffortFIFO",
+                    "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {"coveredResources": [GPU], "flavors": [{"name": flavor, "resources": [quota]}]}
+                    ],
+                },
+            }
+        )
+        out.append(
+            {
+                "apiVersion": API,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": name},
+            }
+        )
     return out

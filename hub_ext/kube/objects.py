@@ -73,8 +73,12 @@ def queue_name(project: str, owner: str, opts: JobOptions) -> str:
 
 
 def labels(spec: TrainJobSpec) -> dict[str, str]:
-    return {MANAGED_BY: "gpupool", JOB_ID: spec.id, OWNER: label_value(spec.owner),
-            PROJECT: label_value(spec.project)}
+    return {
+        MANAGED_BY: "gpupool",
+        JOB_ID: spec.id,
+        OWNER: label_value(spec.owner),
+        PROJECT: label_value(spec.project),
+    }
 
 
 def code_name(job_id: str) -> str:
@@ -86,10 +90,18 @@ def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes
     given, so Kubernetes' garbage collector deletes it with the Job."""
     import base64
 
-    meta: dict = {"name": code_name(spec.id), "namespace": opts.namespace, "labels": labels(spec),
-                  **owned_by(spec, job_uid)}
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "binaryData": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())}}
+    meta: dict = {
+        "name": code_name(spec.id),
+        "namespace": opts.namespace,
+        "labels": labels(spec),
+        **owned_by(spec, job_uid),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "binaryData": {k: base64.b64encode(v).decode() for k, v in sorted(files.items())},
+    }
 
 
 def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
@@ -97,8 +109,17 @@ def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
     or when ttlSecondsAfterFinished removes a finished Job)."""
     if not job_uid:
         return {}
-    return {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name_of(spec.id),
-                                 "uid": job_uid, "blockOwnerDeletion": False}]}
+    return {
+        "ownerReferences": [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name_of(spec.id),
+                "uid": job_uid,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    }
 
 
 def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") -> dict:
@@ -107,9 +128,14 @@ def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") ->
     # an elastic job's workers may run on several nodes at once: they share the claim
     mode = "ReadWriteMany" if spec.min_gpus else "ReadWriteOnce"
     claim: dict = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim_name(spec, opts), "namespace": opts.namespace, "labels": labels(spec),
-                     **owned_by(spec, job_uid)},
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": claim_name(spec, opts),
+            "namespace": opts.namespace,
+            "labels": labels(spec),
+            **owned_by(spec, job_uid),
+        },
         "spec": {"accessModes": [mode], "resources": {"requests": {"storage": opts.checkpoint_size}}},
     }
     if opts.storage_class:
@@ -146,16 +172,28 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     if opts.kueue:
         job_labels[KUEUE_QUEUE] = queue
     sub_path = f"gpupool-jobs/{spec.id}" if opts.checkpoint_claim else None
-    env = {**spec.env, "GPUPOOL_JOB_ID": spec.id, "GPUPOOL_CHECKPOINT_DIR": opts.checkpoint_dir,
-           "GPUPOOL_GPU_FRACTION": f"{per_pod * spec.gpu_milli / 1000:g}", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **spec.env,
+        "GPUPOOL_JOB_ID": spec.id,
+        "GPUPOOL_CHECKPOINT_DIR": opts.checkpoint_dir,
+        "GPUPOOL_GPU_FRACTION": f"{per_pod * spec.gpu_milli / 1000:g}",
+        "PYTHONUNBUFFERED": "1",
+    }
     if spec.min_gpus:  # each pod is one worker of an elastic job: it rendezvouses with the others
-        env.update({"GPUPOOL_GPUS": "1", "GPUPOOL_MIN_WORKERS": str(spec.min_gpus),
-                    "GPUPOOL_MAX_WORKERS": str(spec.num_gpu)})
+        env.update(
+            {
+                "GPUPOOL_GPUS": "1",
+                "GPUPOOL_MIN_WORKERS": str(spec.min_gpus),
+                "GPUPOOL_MAX_WORKERS": str(spec.num_gpu),
+            }
+        )
     mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
     if sub_path:
         mount["subPath"] = sub_path
     container: dict = {
-        "name": CONTAINER, "image": spec.image, "command": list(spec.command),
+        "name": CONTAINER,
+        "image": spec.image,
+        "command": list(spec.command),
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "volumeMounts": [mount],
     }
@@ -167,16 +205,22 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         # embedded runner's job folder holds the snapshot beside what the run writes
         container["workingDir"] = WORKDIR
         container["volumeMounts"] += [{"name": "work", "mountPath": WORKDIR}] + [
-            {"name": "code", "mountPath": f"{WORKDIR}/{f}", "subPath": f, "readOnly": True} for f in spec.files]
-        code_volumes = [{"name": "work", "emptyDir": {}},
-                        {"name": "code", "configMap": {"name": code_name(spec.id)}}]
+            {"name": "code", "mountPath": f"{WORKDIR}/{f}", "subPath": f, "readOnly": True}
+            for f in spec.files
+        ]
+        code_volumes = [
+            {"name": "work", "emptyDir": {}},
+            {"name": "code", "configMap": {"name": code_name(spec.id)}},
+        ]
     pod_spec: dict = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
         "priorityClassName": priority_class,
         "terminationGracePeriodSeconds": opts.grace_s,
         "containers": [container],
-        "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}},
-                    *code_volumes],
+        "volumes": [
+            {"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}},
+            *code_volumes,
+        ],
     }
     if scheduler:
         pod_spec["schedulerName"] = scheduler
@@ -188,14 +232,18 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     job_spec: dict = {
         "backoffLimit": opts.backoff_limit,
         "podReplacementPolicy": "Failed",
-        "podFailurePolicy": {"rules": [
-            # preempted or evicted: not the job's fault; a new pod resumes from the checkpoint
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            # the checkpoint helper's "preempted, resume me" (a scheduler that deletes the pod without
-            # the DisruptionTarget condition still lets it save and exit with this)
-            {"action": "Ignore", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                 "values": [PREEMPTED]}},
-        ]},
+        "podFailurePolicy": {
+            "rules": [
+                # preempted or evicted: not the job's fault; a new pod resumes from the checkpoint
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                # the checkpoint helper's "preempted, resume me" (a scheduler that deletes the pod without
+                # the DisruptionTarget condition still lets it save and exit with this)
+                {
+                    "action": "Ignore",
+                    "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [PREEMPTED]},
+                },
+            ]
+        },
         "ttlSecondsAfterFinished": opts.ttl_after_finished_s,
         "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
     }
@@ -208,8 +256,13 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         job_spec["parallelism"] = spec.num_gpu
         job_annotations[MIN_MEMBER] = str(spec.min_gpus)  # KAI gang-schedules this many
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name_of(spec.id), "namespace": opts.namespace, "labels": job_labels,
-                     "annotations": job_annotations},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name_of(spec.id),
+            "namespace": opts.namespace,
+            "labels": job_labels,
+            "annotations": job_annotations,
+        },
         "spec": job_spec,
     }

@@ -45,12 +45,16 @@ def gfd_product(model: str) -> str:
 def pool_term(pool: NodePool, label_key: str) -> dict:
     """The nodeSelectorTerm of the nodes in `pool` (its expressions are ANDed)."""
     if pool.gpus and not (pool.models or pool.nodes):
-        raise InvalidRequest(f"node pool {pool.name!r} is defined by GPU indices, which mean nothing on a"
-                             " cluster: define it by models or nodes, or label its nodes"
-                             f" {label_key}={pool.name}")
+        raise InvalidRequest(
+            f"node pool {pool.name!r} is defined by GPU indices, which mean nothing on a"
+            " cluster: define it by models or nodes, or label its nodes"
+            f" {label_key}={pool.name}"
+        )
     exprs = []
     if pool.models:
-        exprs.append({"key": GPU_PRODUCT, "operator": "In", "values": sorted(gfd_product(m) for m in pool.models)})
+        exprs.append(
+            {"key": GPU_PRODUCT, "operator": "In", "values": sorted(gfd_product(m) for m in pool.models)}
+        )
     if pool.nodes:
         exprs.append({"key": HOSTNAME, "operator": "In", "values": sorted(pool.nodes)})
     if not exprs:
@@ -68,7 +72,8 @@ def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict:
     affinity: dict = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
     if len(pools) > 1:  # the first pool weighs most
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": max(1, 100 >> i), "preference": t} for i, t in enumerate(terms)]
+            {"weight": max(1, 100 >> i), "preference": t} for i, t in enumerate(terms)
+        ]
     return {"nodeAffinity": affinity}
 
 
@@ -93,10 +98,12 @@ def shard_problem(project: Project) -> str | None:
     shards, each with queues of its own."""
     if project.pool_guarantees or len(project.pools) < 2 or project.guarantee_milli <= 0:
         return None
-    return (f"project {project.name}: one guarantee of {project.guarantee_milli / 1000:g} GPUs across node pools"
-            f" {', '.join(project.pools)} cannot be said to KAI-Scheduler, whose node pools are scheduling"
-            " shards with queues of their own: give it per pool (\"guarantee\": {" + f"\"{project.pools[0]}\":"
-            f" {project.guarantee_milli / 1000:g}, ...}}) or name one pool")
+    return (
+        f"project {project.name}: one guarantee of {project.guarantee_milli / 1000:g} GPUs across node pools"
+        f" {', '.join(project.pools)} cannot be said to KAI-Scheduler, whose node pools are scheduling"
+        ' shards with queues of their own: give it per pool ("guarantee": {' + f'"{project.pools[0]}":'
+        f" {project.guarantee_milli / 1000:g}, ...}}) or name one pool"
+    )
 
 
 def kai_shard(project: Project, chosen: Sequence[str], per_pool_choice: str | None) -> str | None:
@@ -109,35 +116,68 @@ def kai_shard(project: Project, chosen: Sequence[str], per_pool_choice: str | No
     return order[0] if order else None
 
 
-def pool_queues(projects: Sequence[Project], pools: Sequence[str] = (), labels: dict[str, str] | None = None
-                ) -> list[dict]:
+def pool_queues(
+    projects: Sequence[Project], pools: Sequence[str] = (), labels: dict[str, str] | None = None
+) -> list[dict]:
     """KAI Queues of the node pools' shards: per pool (the given ones, and every pool a project
     has a guarantee in), a parent Queue (quota: the sum of the guarantees there, no limit) and a
     leaf Queue per project (quota: `shard_guarantee`; limit: the project's, which KAI can only
     apply per shard; its min runtime). Every Queue carries KAI's node-pool label of its pool."""
-    names = list(dict.fromkeys([*pools, *(pool for p in projects for pool, _ in p.pool_guarantees),
-                                *(p.pools[0] for p in projects if len(p.pools) == 1)]))
+    names = list(
+        dict.fromkeys(
+            [
+                *pools,
+                *(pool for p in projects for pool, _ in p.pool_guarantees),
+                *(p.pools[0] for p in projects if len(p.pools) == 1),
+            ]
+        )
+    )
     out = []
     for pool in sorted(names):
         meta = {**(labels or {}), KAI_NODE_POOL: pool}
         members = sorted(projects, key=lambda p: p.name)
-        out.append(_queue(pool_parent_name(pool), meta, f"pool {pool}",
-                          sum(shard_guarantee(p, pool) for p in members), -1, 1.0))
+        out.append(
+            _queue(
+                pool_parent_name(pool),
+                meta,
+                f"pool {pool}",
+                sum(shard_guarantee(p, pool) for p in members),
+                -1,
+                1.0,
+            )
+        )
         for p in members:
-            q = _queue(pool_queue_name(p.name, pool), meta, f"{p.name} on {pool}", shard_guarantee(p, pool),
-                       p.limit_milli, p.weight)
+            q = _queue(
+                pool_queue_name(p.name, pool),
+                meta,
+                f"{p.name} on {pool}",
+                shard_guarantee(p, pool),
+                p.limit_milli,
+                p.weight,
+            )
             q["spec"]["parentQueue"] = pool_parent_name(pool)
             q["spec"]["priority"] = p.priority or 100
             out.append(q)
     return out
 
 
-def _queue(name: str, labels: dict[str, str], display: str, quota_milli: int, limit_milli: int,
-           weight: float) -> dict:
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-            "metadata": {"name": name, "labels": dict(labels)},
-            "spec": {"displayName": display, "resources": {
-                "gpu": {"quota": quota_milli / 1000, "overQuotaWeight": weight,
-                        "limit": -1 if limit_milli < 0 else limit_milli / 1000},
+def _queue(
+    name: str, labels: dict[str, str], display: str, quota_milli: int, limit_milli: int, weight: float
+) -> dict:
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "displayName": display,
+            "resources": {
+                "gpu": {
+                    "quota": quota_milli / 1000,
+                    "overQuotaWeight": weight,
+                    "limit": -1 if limit_milli < 0 else limit_milli / 1000,
+                },
                 "cpu": {"quota": -1, "overQuotaWeight": 1, "limit": -1},
-                "memory": {"quota": -1, "overQuotaWeight": 1, "limit": -1}}}}
+                "memory": {"quota": -1, "overQuotaWeight": 1, "limit": -1},
+            },
+        },
+    }

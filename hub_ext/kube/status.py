@@ -17,7 +17,9 @@ from gpupool.train.states import ObservedState as S
 
 STATES = tuple(ObservedState)
 FINAL = OBSERVED_FINAL
-UNSCHEDULABLE = "unschedulable: "  # a queued job's message when its scheduler said why it waits (also a field)
+UNSCHEDULABLE = (
+    "unschedulable: "  # a queued job's message when its scheduler said why it waits (also a field)
+)
 REASON_MAX = 400  # characters of the scheduler's reason kept (KAI lists fit errors per node)
 
 
@@ -51,9 +53,14 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
     meta, st = pod.get("metadata") or {}, pod.get("status") or {}
     view = prev or PodView(uid=meta.get("uid", ""), name=meta.get("name", ""), order=order)
     phase = st.get("phase") or view.phase
-    ran = view.ran or phase == "Running" or any(
-        "running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
-        for c in st.get("containerStatuses") or [])
+    ran = (
+        view.ran
+        or phase == "Running"
+        or any(
+            "running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {})
+            for c in st.get("containerStatuses") or []
+        )
+    )
     disrupted = view.disrupted
     for cond in st.get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
@@ -68,9 +75,18 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
     unschedulable = ""
     for cond in st.get("conditions") or []:  # KAI (and kube-scheduler) say here why a pod waits
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            unschedulable = " ".join(str(cond.get("message") or cond.get("reason") or "").split())[:REASON_MAX]
-    return replace(view, phase=phase, ran=ran, disrupted=disrupted, exit_code=exit_code, unschedulable=unschedulable,
-                   gone=view.gone or deleted or bool(meta.get("deletionTimestamp")))
+            unschedulable = " ".join(str(cond.get("message") or cond.get("reason") or "").split())[
+                :REASON_MAX
+            ]
+    return replace(
+        view,
+        phase=phase,
+        ran=ran,
+        disrupted=disrupted,
+        exit_code=exit_code,
+        unschedulable=unschedulable,
+        gone=view.gone or deleted or bool(meta.get("deletionTimestamp")),
+    )
 
 
 def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
@@ -91,8 +107,11 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
     succeeded = [p for p in pods if p.phase == "Succeeded" and not p.disrupted and not p.gone]
     if succeeded and (one_pod or (elastic and not live)):
         return JobStatus(S.SUCCEEDED)
-    failures = [p for p in pods
-                if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)]
+    failures = [
+        p
+        for p in pods
+        if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)
+    ]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
         return JobStatus(S.FAILED, f"exit code {failures[-1].exit_code}")
@@ -107,16 +126,20 @@ class _Counts(TypedDict):
     exit_code: int | None
 
 
-def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False,
-               job_deleted: bool = False) -> JobStatus:
+def job_status(
+    job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False, job_deleted: bool = False
+) -> JobStatus:
     """The state of a train job from its Job (None before the watch saw it) and its pods."""
     pods = sorted(pods, key=lambda p: (p.order, p.name))
     runs = sum(p.ran for p in pods)
     preemptions = sum(bool(p.disrupted) for p in pods)
     exit_code = next((p.exit_code for p in reversed(pods) if p.exit_code is not None), None)
     counts: _Counts = {"runs": runs, "preemptions": preemptions, "exit_code": exit_code}
-    conditions = {c.get("type"): c for c in ((job or {}).get("status") or {}).get("conditions") or []
-                  if c.get("status") == "True"}
+    conditions = {
+        c.get("type"): c
+        for c in ((job or {}).get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
     for kind in ("Complete", "SuccessCriteriaMet"):
         if kind in conditions:
             return JobStatus(S.SUCCEEDED, **counts)
@@ -135,21 +158,28 @@ def job_status(job: dict | None, pods: Iterable[PodView], cancel_requested: bool
     if cancel_requested or job_deleted:
         live = [p for p in pods if not p.gone and p.phase in ("Pending", "Running")]
         if cancel_requested and live and not job_deleted:
-            return JobStatus(S.RUNNING if any(p.phase == "Running" for p in live) else S.QUEUED,
-                             "cancelling", **counts)
-        return JobStatus(S.CANCELLED, "cancelled" if cancel_requested else "its Job was deleted outside gpupool",
-                         **counts)
+            return JobStatus(
+                S.RUNNING if any(p.phase == "Running" for p in live) else S.QUEUED, "cancelling", **counts
+            )
+        return JobStatus(
+            S.CANCELLED, "cancelled" if cancel_requested else "its Job was deleted outside gpupool", **counts
+        )
     if ((job or {}).get("spec") or {}).get("suspend"):
         if runs:  # Kueue evicted it (reclaim, priority): it suspends the Job, which stops its pods
-            return JobStatus(S.PREEMPTED, "preempted by Kueue; it resumes from its checkpoint when Kueue admits "
-                             "it again", **counts)
+            return JobStatus(
+                S.PREEMPTED,
+                "preempted by Kueue; it resumes from its checkpoint when Kueue admits it again",
+                **counts,
+            )
         return JobStatus(S.QUEUED, "waiting for Kueue to admit it", **counts)
     live = [p for p in pods if not p.gone and not p.disrupted and p.phase in ("Pending", "Running")]
     ended = ended_by_pods(job, pods, live)
     if ended is not None:
         return replace(ended, **counts)
     if any(p.phase == "Running" for p in live):
-        return JobStatus(S.RUNNING, "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts)
+        return JobStatus(
+            S.RUNNING, "resumed from its checkpoint" if preemptions and runs > 1 else "", **counts
+        )
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
         return JobStatus(S.RUNNING, "finishing", **counts)  # the Job's Complete condition follows
     last = pods[-1] if pods else None

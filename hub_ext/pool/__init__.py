@@ -10,7 +10,22 @@ from gpupool.pool.state import ClusterState
 from gpupool.pool.units import MILLI_PER_GPU, format_gpus, parse_gpus
 
 __all__ = [
-    "GPU", "MILLI_PER_GPU", "BuildLimits", "BuildQuotaPolicy", "ClusterState", "Holding",
-    "InvalidRequest", "Inventory", "NoCapacity", "Node", "Placement", "PoolError",
-    "QuotaExceeded", "Request", "format_gpus", "get_policy", "parse_gpus", "virtual_inventory",
+    "GPU",
+    "MILLI_PER_GPU",
+    "BuildLimits",
+    "BuildQuotaPolicy",
+    "ClusterState",
+    "Holding",
+    "InvalidRequest",
+    "Inventory",
+    "NoCapacity",
+    "Node",
+    "Placement",
+    "PoolError",
+    "QuotaExceeded",
+    "Request",
+    "format_gpus",
+    "get_policy",
+    "parse_gpus",
+    "virtual_inventory",
 ]

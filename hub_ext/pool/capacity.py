@@ -74,7 +74,9 @@ class OnlineTarget:
     `learn()` is the only method that changes it; `shapes()` only reads.
     """
 
-    def __init__(self, coverage: float = 0.95, half_life: float | None = None, max_shapes: int = 1024) -> None:
+    def __init__(
+        self, coverage: float = 0.95, half_life: float | None = None, max_shapes: int = 1024
+    ) -> None:
         if not 0 < coverage <= 1:
             raise ValueError("coverage must be in (0, 1]")
         if half_life is not None and not half_life > 0:
@@ -107,7 +109,9 @@ class OnlineTarget:
         self.seen += 1
         if len(self.counts) > self.max_shapes:
             # drop the lightest quarter at once, so the cut happens rarely
-            keep = sorted(self.counts, key=lambda k: (-self.counts[k], _sortable(k)))[: self.max_shapes * 3 // 4]
+            keep = sorted(self.counts, key=lambda k: (-self.counts[k], _sortable(k)))[
+                : self.max_shapes * 3 // 4
+            ]
             self.counts = {k: self.counts[k] for k in keep}
             self.memory = {k: self.memory[k] for k in keep}
 
@@ -163,14 +167,16 @@ class FragModel:
     `cpu_aware`, the CPU-capped one); `fragmentation` gives FGD's F for reports.
     """
 
-    def __init__(self, state: ClusterState, shapes: list[Shape], *, cpu_aware: bool = True,
-                 size_exponent: float = 0.0) -> None:
+    def __init__(
+        self, state: ClusterState, shapes: list[Shape], *, cpu_aware: bool = True, size_exponent: float = 0.0
+    ) -> None:
         share = [s for s in shapes if s.num_gpu and s.is_sharing]
         whole = [s for s in shapes if s.num_gpu and not s.is_sharing]
         self.cpu_aware = cpu_aware
         # a shape's weight: how often it is asked for, times (GPUs it asks for) ^ size_exponent
-        weight = _whole_weights([s.weight * (s.num_gpu * s.gpu_milli / MILLI_PER_GPU) ** size_exponent
-                                 for s in share + whole])
+        weight = _whole_weights(
+            [s.weight * (s.num_gpu * s.gpu_milli / MILLI_PER_GPU) ** size_exponent for s in share + whole]
+        )
         self.weight_total = float(sum(weight))
         # sharing shapes: the distinct per-GPU needs x_j, each shape's column j(s)
         self.thresholds = np.array(sorted({s.gpu_milli for s in share}), dtype=np.int64)
@@ -183,10 +189,12 @@ class FragModel:
         # weight of each shape on each GPU model (0 where the model is not allowed), looked up by
         # the nodes' models when scored: a refreshed target costs (models x shapes), not (nodes x shapes)
         self.model_id = state.model_id
-        allowed = np.array([[not s.gpu_models or m in s.gpu_models for s in share + whole] for m in state.models],
-                           dtype=float).reshape(len(state.models), len(share) + len(whole))
+        allowed = np.array(
+            [[not s.gpu_models or m in s.gpu_models for s in share + whole] for m in state.models],
+            dtype=float,
+        ).reshape(len(state.models), len(share) + len(whole))
         wm = allowed * np.array(weight, dtype=float)
-        self.share_wm, self.whole_wm = wm[:, : len(share)], wm[:, len(share):]
+        self.share_wm, self.whole_wm = wm[:, : len(share)], wm[:, len(share) :]
 
     # --- building blocks -------------------------------------------------------
     def _q(self, free: np.ndarray) -> np.ndarray:
@@ -199,16 +207,26 @@ class FragModel:
         """(M, S): how many tasks of each shape the CPU left can take."""
         return np.where(need > 0, cpu[:, None] // np.maximum(need, 1), np.int64(1 << 40))
 
-    def _u(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, nf: np.ndarray,
-           *, cpu_aware: bool) -> np.ndarray:
+    def _u(
+        self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, nf: np.ndarray, *, cpu_aware: bool
+    ) -> np.ndarray:
         """U from the CPU left (M,), Q (M, J) and whole free GPUs (M,)."""
-        return self._u_share(idx, cpu, q, cpu_aware=cpu_aware) + self._u_whole(idx, cpu, nf, cpu_aware=cpu_aware)
+        return self._u_share(idx, cpu, q, cpu_aware=cpu_aware) + self._u_whole(
+            idx, cpu, nf, cpu_aware=cpu_aware
+        )
 
     # U is a sum of exact integers (whole weights x milli): its two parts can be added in any
     # order, and computed on different rows (a share's part per candidate GPU, the whole GPUs'
     # part per node and count of whole free GPUs)
-    def _u_share(self, idx: np.ndarray, cpu: np.ndarray, q: np.ndarray, *, cpu_aware: bool,
-                 rows: np.ndarray | None = None) -> np.ndarray:
+    def _u_share(
+        self,
+        idx: np.ndarray,
+        cpu: np.ndarray,
+        q: np.ndarray,
+        *,
+        cpu_aware: bool,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The sharing shapes' part of U, from the CPU left (M,) and Q (M, J); with `rows`, Q
         has one row per candidate, on node rows[i]."""
         cs = self._slots(cpu, self.share_cpu)  # (M, S1)
@@ -223,8 +241,15 @@ class FragModel:
             u = u + (ws * np.minimum(qs, cs * self.share_milli)).sum(axis=-1)
         return u
 
-    def _u_whole(self, idx: np.ndarray, cpu: np.ndarray, nf: np.ndarray, *, cpu_aware: bool,
-                 less: tuple[int, ...] = (0,)) -> np.ndarray:
+    def _u_whole(
+        self,
+        idx: np.ndarray,
+        cpu: np.ndarray,
+        nf: np.ndarray,
+        *,
+        cpu_aware: bool,
+        less: tuple[int, ...] = (0,),
+    ) -> np.ndarray:
         """The whole-GPU shapes' part of U, from the CPU left (M,) and whole free GPUs (M,);
         with `less`, one row per value: nf minus that many (the slots are counted once)."""
         cw = self._slots(cpu, self.whole_cpu)  # (M, S2)
@@ -242,8 +267,9 @@ class FragModel:
     # --- what the policy and the reports call ---------------------------------
     def usable(self, state: ClusterState, idx: np.ndarray) -> np.ndarray:
         """U of nodes `idx` as they are now."""
-        return self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)),
-                       _full(state, idx), cpu_aware=self.cpu_aware)
+        return self._u(
+            idx, state.cpu_free[idx], self._q(_free(state, idx)), _full(state, idx), cpu_aware=self.cpu_aware
+        )
 
     def fragmentation(self, state: ClusterState, idx: np.ndarray | None = None) -> np.ndarray:
         """FGD's F of nodes `idx` (all nodes by default), in milli: the idle GPU milli
@@ -252,13 +278,10 @@ class FragModel:
             idx = np.arange(len(state.inventory.nodes))
         if self.weight_total == 0:
             return np.zeros(len(idx))
-        u = self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)),
-                    _full(state, idx), cpu_aware=False)
+        u = self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)), _full(state, idx), cpu_aware=False)
         return _free(state, idx).sum(axis=1) - u / self.weight_total
 
-    def best_after(
-        self, state: ClusterState, idx: np.ndarray, req: Request
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def best_after(self, state: ClusterState, idx: np.ndarray, req: Request) -> tuple[np.ndarray, np.ndarray]:
         """For each node in `idx` (all of which fit `req`): U after placing `req` there
         on its best GPU, and that GPU (-1 for whole-GPU and CPU-only requests, which
         take the lowest-index free GPUs). For a sharing request every fitting GPU is
@@ -303,6 +326,7 @@ class FragModel:
         # ... on the lowest-index GPU with that room
         out_gpu[nodes] = np.argmax(free[nodes] == a[first][:, None], axis=1)
         return out_u, out_gpu
+
 
 # --- the policy --------------------------------------------------------------
 # Like FGD it scores a node and a GPU by the change of usable capacity for the target
@@ -353,7 +377,10 @@ class FragAware:
     CLASSES_FROM = 64
 
     def __init__(
-        self, coverage: float = 0.95, half_life: float | None = HALF_LIFE, refresh_every: int = 1024,
+        self,
+        coverage: float = 0.95,
+        half_life: float | None = HALF_LIFE,
+        refresh_every: int = 1024,
         max_shapes: int = 1024,
     ) -> None:
         self.target = OnlineTarget(coverage=coverage, half_life=half_life, max_shapes=max_shapes)
@@ -392,8 +419,9 @@ class FragAware:
         if self._index is None or self._index.state is not state:
             self._index = NodeIndex(state)  # kept across target refreshes: it depends on the state alone
 
-    def _best_after(self, model: FragModel, state: ClusterState, nodes: np.ndarray,
-                    req: Request) -> tuple[np.ndarray, np.ndarray]:
+    def _best_after(
+        self, model: FragModel, state: ClusterState, nodes: np.ndarray, req: Request
+    ) -> tuple[np.ndarray, np.ndarray]:
         """model.best_after for `nodes`, scoring one node per class of alike nodes."""
         if len(nodes) < self.CLASSES_FROM:
             return model.best_after(state, nodes, req)

@@ -58,7 +58,7 @@ class Runtimes:
         if not hist:
             left = self.default_s
         else:
-            longer = hist[bisect.bisect_right(hist, elapsed):]
+            longer = hist[bisect.bisect_right(hist, elapsed) :]
             left = longer[len(longer) // 2] - elapsed if longer else max(elapsed, 1.0)
         if job.max_runtime_s > 0:
             left = min(left, job.max_runtime_s - elapsed)
@@ -71,12 +71,25 @@ class Estimate:
     after: str = ""  # what lets it start in the replay, in plain words
 
 
-def forecast(state: ClusterState, projects: dict[str, Project], pending: Sequence[Job], running: Sequence[Job],
-             now: float, policy: Policy, runtimes: Runtimes, stopping: Sequence[Job] = (),
-             requeued: Iterable[str] = (), departments: dict[str, Department] | None = None,
-             pools: dict[str, NodePool] | None = None, reserve_after_s: float | None = None,
-             grace_s: float = 60.0, horizon_s: float = 7 * 86400, max_cycles: int = 400,
-             seed: int = 0, done: dict[str, float] | None = None) -> dict[str, Estimate]:
+def forecast(
+    state: ClusterState,
+    projects: dict[str, Project],
+    pending: Sequence[Job],
+    running: Sequence[Job],
+    now: float,
+    policy: Policy,
+    runtimes: Runtimes,
+    stopping: Sequence[Job] = (),
+    requeued: Iterable[str] = (),
+    departments: dict[str, Department] | None = None,
+    pools: dict[str, NodePool] | None = None,
+    reserve_after_s: float | None = None,
+    grace_s: float = 60.0,
+    horizon_s: float = 7 * 86400,
+    max_cycles: int = 400,
+    seed: int = 0,
+    done: dict[str, float] | None = None,
+) -> dict[str, Estimate]:
     """Estimated start of every job in `pending`. `state` holds every allocation (it is not
     changed); `stopping` are preempted jobs in their grace period (they leave at `now + grace_s`
     at the latest), those in `requeued` queue again then; `done` is the run time a job saved
@@ -93,17 +106,31 @@ def forecast(state: ClusterState, projects: dict[str, Project], pending: Sequenc
     j: Job | None  # one name for a job taken out of the tables below (pop: None when absent)
     for j in running:
         started = now if j.started is None else j.started
-        heapq.heappush(ends, (now + runtimes.remaining(j, done.get(j.id, 0.0) + max(0.0, now - started)), j.id))
-    leaving: list[tuple[float, str, Job]] = [(now + grace_s, j.id, j) for j in stopping if j.placement is not None]
+        heapq.heappush(
+            ends, (now + runtimes.remaining(j, done.get(j.id, 0.0) + max(0.0, now - started)), j.id)
+        )
+    leaving: list[tuple[float, str, Job]] = [
+        (now + grace_s, j.id, j) for j in stopping if j.placement is not None
+    ]
     heapq.heapify(leaving)
     out: dict[str, Estimate] = {}
     pinned: dict = {}  # planned spots (reservations, consolidation) of jobs not yet started
     cause = "now"
     t = now
     for _ in range(max_cycles):
-        plan = schedule(work, projects, list(pend.values()), list(run.values()), t, policy, rng,
-                        stopping=[j for _, _, j in leaving], departments=departments,
-                        reserve_after_s=reserve_after_s, pools=pools)
+        plan = schedule(
+            work,
+            projects,
+            list(pend.values()),
+            list(run.values()),
+            t,
+            policy,
+            rng,
+            stopping=[j for _, _, j in leaving],
+            departments=departments,
+            reserve_after_s=reserve_after_s,
+            pools=pools,
+        )
         pins = {}
         for r in plan.reserve:  # pinned to its reserved spot, as the hub does
             pins[r.job] = r.placement
@@ -156,8 +183,15 @@ def forecast(state: ClusterState, projects: dict[str, Project], pending: Sequenc
     return out
 
 
-def _next_wake(t: float, ends: list, leaving: list, run: dict[str, Job], pend: dict[str, Job],
-               projects: dict[str, Project], reserve_after_s: float | None) -> tuple[float | None, str]:
+def _next_wake(
+    t: float,
+    ends: list,
+    leaving: list,
+    run: dict[str, Job],
+    pend: dict[str, Job],
+    projects: dict[str, Project],
+    reserve_after_s: float | None,
+) -> tuple[float | None, str]:
     """The next moment the plan may change, and why: a run ends, a grace period ends, a
     borrower passes its min runtime (reclaimable then), a gang job becomes due for a reservation."""
     while ends and ends[0][1] not in run:  # runs preempted in the replay: no end of theirs

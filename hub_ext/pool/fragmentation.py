@@ -133,8 +133,11 @@ def _can_host(shapes: ShapeArrays, cpu, model, full, top) -> np.ndarray:
     gpu_ok = np.where(
         shapes.num[None, :] == 0,
         False,  # a CPU-only shape never uses a GPU: all idle GPU milli is fragment to it
-        np.where(shapes.sharing[None, :], top[:, None] >= shapes.need[None, :],
-                 full[:, None] >= shapes.num[None, :]),
+        np.where(
+            shapes.sharing[None, :],
+            top[:, None] >= shapes.need[None, :],
+            full[:, None] >= shapes.num[None, :],
+        ),
     )
     return gpu_ok & (cpu[:, None] >= shapes.cpu[None, :]) & shapes.model_ok[:, model].T
 
@@ -187,8 +190,9 @@ class FGD:
         if not self.quantize:
             return np.round(delta, 6)
         with np.errstate(over="ignore", invalid="ignore"):
-            return np.where(np.isinf(delta), np.inf,
-                            -np.floor(100 / (1 + np.exp(np.clip(delta / self.scale, -50, 50)))))
+            return np.where(
+                np.isinf(delta), np.inf, -np.floor(100 / (1 + np.exp(np.clip(delta / self.scale, -50, 50))))
+            )
 
     def _deltas(self, state: ClusterState, idx: np.ndarray, shapes: ShapeArrays, req: Request):
         """Per feasible node: the least rise in fragmentation over its GPU choices, and for a
@@ -230,16 +234,23 @@ class FGD:
         fa = f - milli
         valid = f >= milli
         need = shapes.need[None, None, :]
-        h_a = (hfrag[:, None, :] - np.where((f >= 0)[..., None] & (f[..., None] < need), f[..., None], 0)
-               + np.where(fa[..., None] < need, fa[..., None], 0))
+        h_a = (
+            hfrag[:, None, :]
+            - np.where((f >= 0)[..., None] & (f[..., None] < need), f[..., None], 0)
+            + np.where(fa[..., None] < need, fa[..., None], 0)
+        )
         w_last = r.shape[1] - 1
-        other_top = np.where(np.arange(r.shape[1])[None, :] == w_last,
-                             r[:, w_last - 1][:, None] if w_last >= 1 else -1, r[:, w_last][:, None])
+        other_top = np.where(
+            np.arange(r.shape[1])[None, :] == w_last,
+            r[:, w_last - 1][:, None] if w_last >= 1 else -1,
+            r[:, w_last][:, None],
+        )
         top_a = np.maximum(other_top, fa)
         full_a = full[:, None] - (f == MILLI_PER_GPU)
         D, W = f.shape
-        can_a = _can_host(shapes, np.repeat(cut_after, W), np.repeat(m, W),
-                          full_a.reshape(-1), top_a.reshape(-1)).reshape(D, W, -1)
+        can_a = _can_host(
+            shapes, np.repeat(cut_after, W), np.repeat(m, W), full_a.reshape(-1), top_a.reshape(-1)
+        ).reshape(D, W, -1)
         d = _frag(shapes, np.broadcast_to((idle - milli)[:, None], (D, W)), h_a, can_a) - f_before[:, None]
         # invalid choices never win; among equal deltas prefer the tightest GPU (smallest f)
         d = np.where(valid, d, np.inf)

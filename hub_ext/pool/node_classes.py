@@ -47,7 +47,9 @@ class NodeIndex:
         rows = st.gpu_free[changed]
         self.top[changed] = rows.max(axis=1)
         self.full[changed] = (rows == MILLI_PER_GPU).sum(axis=1)
-        sig = np.concatenate([np.sort(rows, axis=1), st.cpu_free[changed, None], st.model_id[changed, None]], axis=1)
+        sig = np.concatenate(
+            [np.sort(rows, axis=1), st.cpu_free[changed, None], st.model_id[changed, None]], axis=1
+        )
         self.signature[changed] = sig
         if sig.shape[1] <= len(_WEIGHTS):
             with np.errstate(over="ignore"):

@@ -62,17 +62,24 @@ class ParkedShare:
 
 def claim_order(parked: list[ParkedShare]) -> list[ParkedShare]:
     """Waiting claims, first come first served (ties by owner and name, for determinism)."""
-    return sorted((p for p in parked if p.claimed_at is not None), key=lambda p: (p.claimed_at, p.owner, p.name))
+    return sorted(
+        (p for p in parked if p.claimed_at is not None), key=lambda p: (p.claimed_at, p.owner, p.name)
+    )
 
 
-def place_claim(state: ClusterState, claim: ParkedShare, policy: Policy, rng: random.Random) -> Placement | None:
+def place_claim(
+    state: ClusterState, claim: ParkedShare, policy: Policy, rng: random.Random
+) -> Placement | None:
     """Its old GPUs when they still have room, else any GPU of its model the policy picks."""
     req = claim.request()
     if claim.node in {n.name for n in state.inventory.nodes}:
         i = state.inventory.index_of(claim.node)
         old = [g for g in claim.gpus if 0 <= g < state.gpu_count[i]]
-        if len(old) == len(claim.gpus) and state.node_fits(i, req) and all(
-                state.gpu_free[i, g] >= claim.gpu_milli for g in old):
+        if (
+            len(old) == len(claim.gpus)
+            and state.node_fits(i, req)
+            and all(state.gpu_free[i, g] >= claim.gpu_milli for g in old)
+        ):
             return state.placement_on(i, req, old)
     return policy.choose(state, req, rng)
 
@@ -88,7 +95,9 @@ class ClaimPlan:
         return frozenset(c.model for c in self.waiting)
 
 
-def plan_claims(state: ClusterState, parked: list[ParkedShare], policy: Policy, rng: random.Random) -> ClaimPlan:
+def plan_claims(
+    state: ClusterState, parked: list[ParkedShare], policy: Policy, rng: random.Random
+) -> ClaimPlan:
     """Rule 2: place claims in order on a copy of `state`; `state` itself is not changed."""
     view = state.copy()
     granted, waiting = [], []
@@ -102,8 +111,9 @@ def plan_claims(state: ClusterState, parked: list[ParkedShare], policy: Policy, 
     return ClaimPlan(granted, waiting, view)
 
 
-def newcomer_view(state: ClusterState, parked: list[ParkedShare], policy: Policy,
-                  rng: random.Random) -> ClusterState:
+def newcomer_view(
+    state: ClusterState, parked: list[ParkedShare], policy: Policy, rng: random.Random
+) -> ClusterState:
     """Rule 3 as a view: `state` with every claim that fits placed, and every GPU of a model
     a claim waits for shown full. New spawns and train jobs are placed on this view."""
     if not any(p.claimed_at is not None for p in parked):
@@ -119,8 +129,9 @@ def newcomer_view(state: ClusterState, parked: list[ParkedShare], policy: Policy
     return view
 
 
-def admit(state: ClusterState, parked: list[ParkedShare], req: Request, policy: Policy,
-          rng: random.Random) -> Placement | None:
+def admit(
+    state: ClusterState, parked: list[ParkedShare], req: Request, policy: Policy, rng: random.Random
+) -> Placement | None:
     """A placement for a newcomer that leaves room for the claims, or None."""
     return policy.choose(newcomer_view(state, parked, policy, rng), req, rng)
 

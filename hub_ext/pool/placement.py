@@ -43,8 +43,9 @@ class Stateless:
         pass
 
 
-def gpus_for(state: ClusterState, i: int, req: Request, how: str = "tightest",
-             rng: random.Random | None = None) -> list[int]:
+def gpus_for(
+    state: ClusterState, i: int, req: Request, how: str = "tightest", rng: random.Random | None = None
+) -> list[int]:
     """GPUs on node i: whole GPUs take the lowest-index free ones; a share takes the fitting
     GPU with the least room (`tightest`, lowest index on ties), a `random` one, or the `lowest`."""
     if req.num_gpu == 0:

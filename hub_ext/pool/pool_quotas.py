@@ -33,9 +33,17 @@ def parts_of(project: Project) -> dict[str, Project]:
     per-pool guarantees)."""
     if not project.pool_guarantees:
         return {project.name: project}
-    out = {part_name(project.name, pool): replace(project, name=part_name(project.name, pool), guarantee_milli=g,
-                                                  pools=(pool,), pool_guarantees=(), parent=project.name)
-           for pool, g in project.pool_guarantees}
+    out = {
+        part_name(project.name, pool): replace(
+            project,
+            name=part_name(project.name, pool),
+            guarantee_milli=g,
+            pools=(pool,),
+            pool_guarantees=(),
+            parent=project.name,
+        )
+        for pool, g in project.pool_guarantees
+    }
     out[project.name] = replace(project, guarantee_milli=0, pool_guarantees=(), parent=project.name)
     return out
 
@@ -49,13 +57,20 @@ def in_pool(pool: NodePool | None, inventory: Inventory, job: Job) -> bool:
         node = inventory.node(p.node)
     except KeyError:
         return False
-    return all(0 <= g < len(node.gpus) and pool.has(node.name, node.gpus[g].index, node.gpus[g].model)
-               for g in p.gpus)
+    return all(
+        0 <= g < len(node.gpus) and pool.has(node.name, node.gpus[g].index, node.gpus[g].model)
+        for g in p.gpus
+    )
 
 
-def split_by_pool(projects: dict[str, Project], pools: dict[str, NodePool], inventory: Inventory,
-                  pending: list[Job], running: list[Job], stopping: list[Job] | None = None,
-                  ) -> tuple[dict[str, Project], list[Job], list[Job], list[Job]]:
+def split_by_pool(
+    projects: dict[str, Project],
+    pools: dict[str, NodePool],
+    inventory: Inventory,
+    pending: list[Job],
+    running: list[Job],
+    stopping: list[Job] | None = None,
+) -> tuple[dict[str, Project], list[Job], list[Job], list[Job]]:
     """Projects, pending, running and stopping jobs with every per-pool project split into its
     parts (see the module's text). Nothing changes when no project has per-pool guarantees."""
     stopping = stopping or []
@@ -91,7 +106,9 @@ def split_by_pool(projects: dict[str, Project], pools: dict[str, NodePool], inve
             if pool not in guarantees:
                 continue
             part = part_name(proj.name, pool)
-            used = sum(j.milli for j in (*running2, *pending2) if j.project == part and j.priority >= job.priority)
+            used = sum(
+                j.milli for j in (*running2, *pending2) if j.project == part and j.priority >= job.priority
+            )
             if used + job.milli <= guarantees[pool]:
                 pending2.append(replace(job, project=part, pools=(pool,)))
                 break
@@ -100,7 +117,9 @@ def split_by_pool(projects: dict[str, Project], pools: dict[str, NodePool], inve
     return out, pending2, running2, stopping2
 
 
-def queue_pool(project: Project, chosen: tuple[str, ...], used_by_pool: dict[str, int], milli: int) -> str | None:
+def queue_pool(
+    project: Project, chosen: tuple[str, ...], used_by_pool: dict[str, int], milli: int
+) -> str | None:
     """Where a job goes where the cluster's scheduler decides inside one queue per pool
     (Kubernetes: KAI's queues of a project with a guarantee per pool): the first of its pools
     (`chosen`, else its project's) that has a guarantee and where the job is within it,
@@ -112,8 +131,10 @@ def queue_pool(project: Project, chosen: tuple[str, ...], used_by_pool: dict[str
     guarantees = dict(project.pool_guarantees)
     order = [p for p in (chosen or project.pools) if p in guarantees]
     if not order:
-        raise ValueError(f"project {project.name} has a guarantee only in {sorted(guarantees)}: a job must be"
-                         " able to use one of them")
+        raise ValueError(
+            f"project {project.name} has a guarantee only in {sorted(guarantees)}: a job must be"
+            " able to use one of them"
+        )
     for pool in order:
         if used_by_pool.get(pool, 0) + milli <= guarantees[pool]:
             return pool

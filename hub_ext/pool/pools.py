@@ -34,8 +34,11 @@ class NodePool:
 
     def has(self, node: str, index: int, model: str) -> bool:
         """Is GPU `index` of `node` (of `model`) in the pool? Every criterion given must hold."""
-        return ((not self.models or model in self.models) and (not self.nodes or node in self.nodes)
-                and (not self.gpus or index in self.gpus))
+        return (
+            (not self.models or model in self.models)
+            and (not self.nodes or node in self.nodes)
+            and (not self.gpus or index in self.gpus)
+        )
 
     def mask(self, inventory: Inventory, width: int) -> np.ndarray:
         """(nodes x width) booleans: which GPU slots of the pool state belong to the pool."""
@@ -57,8 +60,9 @@ def within(state: ClusterState, pools: Sequence[NodePool]) -> ClusterState:
     return view
 
 
-def choose_in_pools(policy: Policy, state: ClusterState, request: Request, rng: random.Random,
-                    pools: Sequence[NodePool]) -> Placement | None:
+def choose_in_pools(
+    policy: Policy, state: ClusterState, request: Request, rng: random.Random, pools: Sequence[NodePool]
+) -> Placement | None:
     """A placement in the first of `pools` (in order of preference) where `request` fits;
     anywhere when no pool is given."""
     if not pools:

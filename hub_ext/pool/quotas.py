@@ -24,8 +24,11 @@ class BuildLimits:
     def merged(self, other: BuildLimits) -> BuildLimits:
         """The more generous of two limits, field by field (a user in several groups); pools:
         either's (in this one's order first), or every GPU when either allows every GPU."""
-        pools = () if not self.pools or not other.pools else \
-            self.pools + tuple(p for p in other.pools if p not in self.pools)
+        pools = (
+            ()
+            if not self.pools or not other.pools
+            else self.pools + tuple(p for p in other.pools if p not in self.pools)
+        )
         return BuildLimits(
             quota_milli=max(self.quota_milli, other.quota_milli),
             sizes_milli=tuple(sorted(set(self.sizes_milli) | set(other.sizes_milli))),
@@ -83,9 +86,7 @@ class BuildQuotaPolicy:
         limits = self.limits_for(groups)
         if milli not in limits.sizes_milli:
             offered = ", ".join(format_gpus(s) for s in limits.sizes_milli) or "none"
-            raise InvalidRequest(
-                f"{format_gpus(milli)} is not an offered size; choose one of: {offered}"
-            )
+            raise InvalidRequest(f"{format_gpus(milli)} is not an offered size; choose one of: {offered}")
         if milli > limits.max_per_workspace_milli:
             raise InvalidRequest(
                 f"one workspace may hold at most {format_gpus(limits.max_per_workspace_milli)};"
@@ -101,8 +102,10 @@ class BuildQuotaPolicy:
         if used + milli > limits.quota_milli:
             if held:
                 holds = ", ".join(f"{h.label} holds {format_gpus(h.milli)}" for h in held)
-                hint = "stop it or choose a smaller fraction" if len(held) == 1 else (
-                    "stop one or choose a smaller fraction"
+                hint = (
+                    "stop it or choose a smaller fraction"
+                    if len(held) == 1
+                    else ("stop one or choose a smaller fraction")
                 )
                 raise QuotaExceeded(
                     f"your build quota is {format_gpus(limits.quota_milli)} and {holds}: {hint}"

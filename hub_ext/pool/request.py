@@ -43,9 +43,7 @@ class Request:
         if milli < MILLI_PER_GPU:
             return cls(num_gpu=1, gpu_milli=milli, **kwargs)  # type: ignore[arg-type]
         if milli % MILLI_PER_GPU:
-            raise InvalidRequest(
-                f"{format_gpus(milli)} is more than one GPU but not a whole number of GPUs"
-            )
+            raise InvalidRequest(f"{format_gpus(milli)} is more than one GPU but not a whole number of GPUs")
         return cls(num_gpu=milli // MILLI_PER_GPU, **kwargs)  # type: ignore[arg-type]
 
     @property

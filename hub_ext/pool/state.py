@@ -64,7 +64,9 @@ class ClusterState:
 
     def feasible(self, req: Request) -> np.ndarray:
         """Which nodes can take the request: CPU, memory, pod count, model and GPU room."""
-        mask = (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib) & (self.pods < self.max_pods)
+        mask = (
+            (self.cpu_free >= req.cpu_milli) & (self.mem_free >= req.memory_mib) & (self.pods < self.max_pods)
+        )
         if req.num_gpu == 0:
             return mask
         mask &= self.model_mask(req)

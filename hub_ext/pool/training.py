@@ -58,14 +58,35 @@ from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import NodePool
 from gpupool.pool.state import ClusterState
 
-__all__ = ["CONSOLIDATIONS_PER_CYCLE", "Admit", "Department", "Job", "Move", "Plan", "Preempt", "Project",
-           "Reserve", "Resize", "in_quota_split", "schedule"]
+__all__ = [
+    "CONSOLIDATIONS_PER_CYCLE",
+    "Admit",
+    "Department",
+    "Job",
+    "Move",
+    "Plan",
+    "Preempt",
+    "Project",
+    "Reserve",
+    "Resize",
+    "in_quota_split",
+    "schedule",
+]
 
 
-def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Job], running: list[Job],
-             now: float, policy: Policy, rng: random.Random | None = None,
-             stopping: list[Job] | None = None, departments: dict[str, Department] | None = None,
-             reserve_after_s: float | None = None, pools: dict[str, NodePool] | None = None) -> Plan:
+def schedule(
+    state: ClusterState,
+    projects: dict[str, Project],
+    pending: list[Job],
+    running: list[Job],
+    now: float,
+    policy: Policy,
+    rng: random.Random | None = None,
+    stopping: list[Job] | None = None,
+    departments: dict[str, Department] | None = None,
+    reserve_after_s: float | None = None,
+    pools: dict[str, NodePool] | None = None,
+) -> Plan:
     """One scheduling cycle. `state` holds every allocation (build and train); it is not changed.
     `stopping` are jobs preempted earlier that still hold their GPUs during their grace period;
     `departments` cap what their projects use together; `reserve_after_s` (None: never) is how
@@ -73,13 +94,20 @@ def schedule(state: ClusterState, projects: dict[str, Project], pending: list[Jo
     jobs name in `Job.pools`. A project with a guarantee per pool is split into its per-pool
     parts first (`gpupool.pool.pool_quotas`)."""
     if pools and any(p.pool_guarantees for p in projects.values()):
-        projects, pending, running, stopping = split_by_pool(projects, pools, state.inventory, pending, running,
-                                                             stopping)
-    cycle = Cycle(state, projects, running, now, policy, rng or random.Random(0), stopping, departments, pools)
+        projects, pending, running, stopping = split_by_pool(
+            projects, pools, state.inventory, pending, running, stopping
+        )
+    cycle = Cycle(
+        state, projects, running, now, policy, rng or random.Random(0), stopping, departments, pools
+    )
     if reserve_after_s is not None:
         reserve(cycle, pending, reserve_after_s)
-    allocate(cycle, pending, make_room=lambda job: shrink(cycle, job) or reclaim(cycle, job) or preempt(cycle, job),
-             make_room_in_project=lambda job: preempt(cycle, job))
+    allocate(
+        cycle,
+        pending,
+        make_room=lambda job: shrink(cycle, job) or reclaim(cycle, job) or preempt(cycle, job),
+        make_room_in_project=lambda job: preempt(cycle, job),
+    )
     consolidate(cycle)
     expand(cycle, pending)
     return cycle.plan

@@ -32,8 +32,17 @@ WRAPPER = str(Path(__file__).with_name("wrap.py"))
 # what a job keeps of the hub's environment: the locale and where libraries are; never the hub's
 # tokens, the proxy's secret or the demo password, nor its PATH (root's may name folders the job's
 # account cannot search, and a missing command then reads "Permission denied")
-KEEP_ENV = ("LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
-            "LD_LIBRARY_PATH", "CUDA_HOME")
+KEEP_ENV = (
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+)
 KEEP_PREFIXES = ("LC_", "NVIDIA_")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -108,8 +117,14 @@ def is_run(pid: int, workdir: str = "") -> bool:
 
 
 class LocalRunner:
-    def __init__(self, grace_s: float = 60.0, python: str = sys.executable, cgroups: WorkloadCgroups | None = None,
-                 log_limit: int = 0, path: str = "") -> None:
+    def __init__(
+        self,
+        grace_s: float = 60.0,
+        python: str = sys.executable,
+        cgroups: WorkloadCgroups | None = None,
+        log_limit: int = 0,
+        path: str = "",
+    ) -> None:
         self.grace_s, self.python, self.cgroups = grace_s, python, cgroups
         self.log_limit = log_limit  # bytes of a job's log (0: none); the wrapper cuts it with a note
         self.path = path or job_path(python)
@@ -131,11 +146,22 @@ class LocalRunner:
     @staticmethod
     def paths(workdir: str) -> dict[str, Path]:
         root = Path(workdir)
-        return {"root": root, "log": root / "job.log", "exit": root / ".exit_code",
-                "checkpoint": root / "checkpoint"}
+        return {
+            "root": root,
+            "log": root / "job.log",
+            "exit": root / ".exit_code",
+            "checkpoint": root / "checkpoint",
+        }
 
-    def start(self, job_id: str, command: list[str], workdir: str, env: dict[str, str], run: int,
-              account: Account | None = None) -> int:
+    def start(
+        self,
+        job_id: str,
+        command: list[str],
+        workdir: str,
+        env: dict[str, str],
+        run: int,
+        account: Account | None = None,
+    ) -> int:
         """Start a run; with `account`, as that Unix user (the job's owner), never as the hub.
 
         Raises OSError (UnsafePath among them) with a plain reason when the run cannot start:
@@ -158,8 +184,15 @@ class LocalRunner:
                 os.close(cmd_fd)
             log_fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, uid, gid, create=True)
         # a clean environment: the hub's secrets (its tokens, the proxy's) are not the job's
-        full_env = {**job_base_env(), "PATH": self.path, **env, "GPUPOOL_JOB_ID": job_id, "GPUPOOL_JOB_RUN": str(run),
-                    "GPUPOOL_CHECKPOINT_DIR": str(p["checkpoint"]), "PYTHONUNBUFFERED": "1"}
+        full_env = {
+            **job_base_env(),
+            "PATH": self.path,
+            **env,
+            "GPUPOOL_JOB_ID": job_id,
+            "GPUPOOL_JOB_RUN": str(run),
+            "GPUPOOL_CHECKPOINT_DIR": str(p["checkpoint"]),
+            "PYTHONUNBUFFERED": "1",
+        }
         if self.cgroups is not None:  # what a restarted hub recognizes this instance's jobs by
             full_env.update({HUB_VAR: self.cgroups.hub_key, INSTANCE_VAR: self.cgroups.instance})
         as_user: dict = {}
@@ -174,8 +207,14 @@ class LocalRunner:
                 join_fd = self.contained_cgroups.tree.join_fd(group)
             os.write(log_fd, f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             proc = subprocess.Popen(
-                [self.python, WRAPPER], cwd=p["root"], env=full_env, stdout=log_fd, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=joiner(join_fd), **as_user,
+                [self.python, WRAPPER],
+                cwd=p["root"],
+                env=full_env,
+                stdout=log_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=joiner(join_fd),
+                **as_user,
             )
         finally:
             os.close(log_fd)
@@ -187,13 +226,16 @@ class LocalRunner:
             self.groups[proc.pid] = group
         return proc.pid
 
-    def exit_code(self, pid: int, workdir: str, account: Account | None = None, job_id: str = "") -> int | None:
+    def exit_code(
+        self, pid: int, workdir: str, account: Account | None = None, job_id: str = ""
+    ) -> int | None:
         """None while the run is alive; its exit code once it ended (negative: killed by signal)."""
         ended = self.ended(pid, workdir, account, job_id)
         return None if ended is None else ended[0]
 
-    def ended(self, pid: int, workdir: str, account: Account | None = None,
-              job_id: str = "") -> tuple[int, str] | None:
+    def ended(
+        self, pid: int, workdir: str, account: Account | None = None, job_id: str = ""
+    ) -> tuple[int, str] | None:
         """None while the run is alive; (exit code, reason) once it ended. The reason is the
         wrapper's plain words when the command could not start (e.g. the errno message). With a
         cgroup, a run whose wrapper exited has ended only once its cgroup is empty: what is left
@@ -212,7 +254,9 @@ class LocalRunner:
             table.pop(pid, None)
         return read_exit(workdir, owner_ids(account)[0])
 
-    def preempt(self, pid: int, now: float, workdir: str = "", sent: float | None = None, job_id: str = "") -> None:
+    def preempt(
+        self, pid: int, now: float, workdir: str = "", sent: float | None = None, job_id: str = ""
+    ) -> None:
         """SIGTERM now; `enforce` sends SIGKILL once the grace period is over. `sent`: when
         the first SIGTERM went out (persisted), so that a restarted hub keeps the deadline."""
         if pid not in self.term_sent:

@@ -60,9 +60,15 @@ def open_file(dir_fd: int, name: str, flags: int, uid: int, gid: int = -1, creat
     except OSError as err:
         raise UnsafePath(err.errno, f"{name}: {err.strerror} (links are not followed)") from None
     st = os.fstat(fd)
-    why = ("not a regular file" if not stat.S_ISREG(st.st_mode)
-           else f"{st.st_nlink} hard links" if st.st_nlink != 1
-           else f"owned by uid {st.st_uid}, not the job's account ({uid})" if st.st_uid != uid else "")
+    why = (
+        "not a regular file"
+        if not stat.S_ISREG(st.st_mode)
+        else f"{st.st_nlink} hard links"
+        if st.st_nlink != 1
+        else f"owned by uid {st.st_uid}, not the job's account ({uid})"
+        if st.st_uid != uid
+        else ""
+    )
     if why:
         os.close(fd)
         raise UnsafePath(f"{name}: {why}; the hub does not open it")
@@ -103,8 +109,9 @@ def is_file(dir_fd: int, name: str) -> bool:
         return False
 
 
-def tail_text(data: bytes, lines: int, before: int | None = None, max_bytes: int = 1 << 20
-              ) -> tuple[list[str], int]:
+def tail_text(
+    data: bytes, lines: int, before: int | None = None, max_bytes: int = 1 << 20
+) -> tuple[list[str], int]:
     """`tail_lines` on bytes already read (a pod's log from the API server): the same lines and
     the same offset as `tail_lines` on a file holding `data`."""
     end = len(data) if before is None else max(0, min(before, len(data)))
@@ -126,8 +133,9 @@ def tail_text(data: bytes, lines: int, before: int | None = None, max_bytes: int
     return [x.decode(errors="replace") for x in keep], max(first, start)
 
 
-def tail_lines(fd: int, lines: int, before: int | None = None, max_bytes: int = 1 << 20,
-               block: int = 64 * 1024) -> tuple[list[str], int]:
+def tail_lines(
+    fd: int, lines: int, before: int | None = None, max_bytes: int = 1 << 20, block: int = 64 * 1024
+) -> tuple[list[str], int]:
     """The last `lines` lines that end before byte offset `before` (default: the end of
     the file), read backwards in blocks and never more than `max_bytes`; with the offset
     where the first returned line starts, to page further back."""

@@ -58,9 +58,13 @@ def copy_output(src: int, dst: int, limit: int) -> None:
         os.write(dst, chunk)
         written += len(chunk)
         if cut:
-            os.write(dst, (f"\n--- gpupool: the log reached its limit of {limit // (1024 * 1024)} MiB"
-                           " (c.TrainPool.max_log_mib); the job goes on, its further output is not kept ---\n")
-                     .encode())
+            os.write(
+                dst,
+                (
+                    f"\n--- gpupool: the log reached its limit of {limit // (1024 * 1024)} MiB"
+                    " (c.TrainPool.max_log_mib); the job goes on, its further output is not kept ---\n"
+                ).encode(),
+            )
 
 
 def main(argv: list[str]) -> int:

@@ -30,8 +30,14 @@ def workload(pods: list[TracePod], capacity: int, inflation: float, rng: random.
         total += pod.request.total_milli
 
 
-def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, inflation: float = 1.3,
-        progress: Callable[[int, int], None] | None = None) -> dict:
+def run(
+    inventory: Inventory,
+    pods: list[TracePod],
+    policy: str,
+    seed: int,
+    inflation: float = 1.3,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     capacity = inventory.capacity_milli
@@ -69,5 +75,7 @@ def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, infl
         "alloc_ratio_pct": [round(100 * sums[lv] / counts[lv], 4) for lv in levels],
         "unallocated_gpus": round(inventory.gpu_count * (1 - ratio), 2),
         "wall_s": round(time.perf_counter() - t0, 3),
-        "cpu_s": round(time.process_time() - c0, 3),  # this process only: steadier than wall on a busy machine
+        "cpu_s": round(
+            time.process_time() - c0, 3
+        ),  # this process only: steadier than wall on a busy machine
     }

@@ -20,8 +20,10 @@ class Progress:
         width = 30
         filled = int(width * done / total)
         eta = elapsed / max(done, 1) * (total - done)
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
-                          f" {elapsed:.0f}s, ~{eta:.0f}s left")
+        self.stream.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+            f" {elapsed:.0f}s, ~{eta:.0f}s left"
+        )
         self.stream.flush()
 
     def close(self) -> None:

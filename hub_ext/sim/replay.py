@@ -24,13 +24,22 @@ def _fragmented(state: ClusterState) -> int:
     return int(np.where((free > 0) & (free < MILLI_PER_GPU), free, 0).sum())
 
 
-def run(inventory: Inventory, pods: list[TracePod], policy: str, seed: int, queue: bool = False,
-        progress: Callable[[int, int], None] | None = None) -> dict:
+def run(
+    inventory: Inventory,
+    pods: list[TracePod],
+    policy: str,
+    seed: int,
+    queue: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
     t0 = time.perf_counter()
     rng = random.Random(seed)
     # (created, lifetime, pod) of the pods with both times
-    timed = [(p.created, p.deleted - p.created, p) for p in pods
-             if p.created is not None and p.deleted is not None and p.deleted > p.created]
+    timed = [
+        (p.created, p.deleted - p.created, p)
+        for p in pods
+        if p.created is not None and p.deleted is not None and p.deleted > p.created
+    ]
     if not timed:
         raise ValueError("replay needs creation_time and deletion_time columns")
     state = ClusterState(inventory)

@@ -13,8 +13,11 @@ import random
 import sys
 from pathlib import Path
 
-NODES = [("v100", 96_000, 786_432, 8, "V100M32")] * 12 + [("t4", 64_000, 262_144, 4, "T4")] * 10 \
+NODES = (
+    [("v100", 96_000, 786_432, 8, "V100M32")] * 12
+    + [("t4", 64_000, 262_144, 4, "T4")] * 10
     + [("cpu", 96_000, 393_216, 0, "")] * 2
+)
 PODS = 90
 WINDOW_S = 4 * 3600
 
@@ -23,10 +26,14 @@ def write(folder: Path, seed: int = 1) -> None:
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     lines = ["sn,cpu_milli,memory_mib,gpu,model"]
-    lines += [f"{kind}-{i:02d},{cpu},{mem},{gpus},{model}" for i, (kind, cpu, mem, gpus, model) in enumerate(NODES)]
+    lines += [
+        f"{kind}-{i:02d},{cpu},{mem},{gpus},{model}" for i, (kind, cpu, mem, gpus, model) in enumerate(NODES)
+    ]
     (folder / "nodes.csv").write_text("\n".join(lines) + "\n")
-    pods = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
-            "scheduled_time"]
+    pods = [
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+        "scheduled_time"
+    ]
     for i in range(PODS):
         shape = rng.random()
         if shape < 0.35:
@@ -41,7 +48,9 @@ def write(folder: Path, seed: int = 1) -> None:
         created = rng.randrange(WINDOW_S)
         deleted = created + int(rng.expovariate(1 / 10_800)) + 60
         spec = "V100M32" if num >= 8 else ""
-        pods.append(f"pod-{i:04d},{cpu},{cpu * 2},{num},{milli},{spec},LS,Running,{created},{deleted},{created}")
+        pods.append(
+            f"pod-{i:04d},{cpu},{cpu * 2},{num},{milli},{spec},LS,Running,{created},{deleted},{created}"
+        )
     (folder / "pods.csv").write_text("\n".join(pods) + "\n")
 
 

@@ -40,8 +40,15 @@ def _rows(path: Path, required: list[str]):
             yield reader.line_num, row
 
 
-def _int(path: Path, line: int, row: dict, column: str, lo: int | None = None, hi: int | None = None,
-         blank: int | None = None) -> int:
+def _int(
+    path: Path,
+    line: int,
+    row: dict,
+    column: str,
+    lo: int | None = None,
+    hi: int | None = None,
+    blank: int | None = None,
+) -> int:
     text = (row.get(column) or "").strip()
     if text == "" and blank is not None:
         return blank
@@ -64,10 +71,18 @@ def read_nodes(path: str | Path) -> Inventory:
         name = (row.get("sn") or "").strip()
         if not name:
             raise TraceError(f"{path}:{line}: column sn: empty node name")
-        gpus = tuple(GPU(index=g, uuid=f"{name}-gpu{g}", model=model, memory_mib=0, virtual=True)
-                     for g in range(count))
-        nodes.append(Node(name=name, gpus=gpus, cpu_milli=_int(path, line, row, "cpu_milli", 0),
-                          memory_mib=_int(path, line, row, "memory_mib", 0), max_pods=1001))
+        gpus = tuple(
+            GPU(index=g, uuid=f"{name}-gpu{g}", model=model, memory_mib=0, virtual=True) for g in range(count)
+        )
+        nodes.append(
+            Node(
+                name=name,
+                gpus=gpus,
+                cpu_milli=_int(path, line, row, "cpu_milli", 0),
+                memory_mib=_int(path, line, row, "memory_mib", 0),
+                max_pods=1001,
+            )
+        )
     if not nodes:
         raise TraceError(f"{path}: no nodes")
     try:
@@ -89,14 +104,25 @@ def read_pods(path: str | Path) -> list[TracePod]:
         spec = (row.get("gpu_spec") or "").strip()
         models = frozenset(m for m in spec.split("|") if m) if spec else frozenset()
         try:
-            req = Request(num_gpu=num, gpu_milli=milli, cpu_milli=_int(path, line, row, "cpu_milli", 0),
-                          memory_mib=_int(path, line, row, "memory_mib", 0), gpu_models=models)
+            req = Request(
+                num_gpu=num,
+                gpu_milli=milli,
+                cpu_milli=_int(path, line, row, "cpu_milli", 0),
+                memory_mib=_int(path, line, row, "memory_mib", 0),
+                gpu_models=models,
+            )
         except InvalidRequest as err:
             raise TraceError(f"{path}:{line}: columns num_gpu/gpu_milli: {err}") from None
         created = _int(path, line, row, "creation_time", 0, blank=-1) if "creation_time" in row else -1
         deleted = _int(path, line, row, "deletion_time", 0, blank=-1) if "deletion_time" in row else -1
-        pods.append(TracePod(name=row.get("name", ""), request=req,
-                             created=None if created < 0 else created, deleted=None if deleted < 0 else deleted))
+        pods.append(
+            TracePod(
+                name=row.get("name", ""),
+                request=req,
+                created=None if created < 0 else created,
+                deleted=None if deleted < 0 else deleted,
+            )
+        )
     if not pods:
         raise TraceError(f"{path}: no pods")
     return pods

@@ -10,5 +10,16 @@ from gpupool.store.parked import Parked  # registers its table before Store crea
 from gpupool.store.sweeps import SweepRun
 from gpupool.store.usage_tables import BudgetGrant, UsageHour  # usage accounting and budgets
 
-__all__ = ["Allocation", "BudgetGrant", "ElasticRange", "Event", "JobPools", "Move", "Parked", "Store", "SweepRun",
-           "TrainJob", "UsageHour"]
+__all__ = [
+    "Allocation",
+    "BudgetGrant",
+    "ElasticRange",
+    "Event",
+    "JobPools",
+    "Move",
+    "Parked",
+    "Store",
+    "SweepRun",
+    "TrainJob",
+    "UsageHour",
+]

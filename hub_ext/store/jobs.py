@@ -39,7 +39,9 @@ class TrainJob(Base):
     # what the hub has decided to do to the current run, written before it acts, so that a
     # restarted hub carries it out: a gpupool.train.states.Intent ("": a preemption, requeue)
     intent: Mapped[str] = mapped_column(String(16), default="")
-    term_sent: Mapped[float | None] = mapped_column(Float, nullable=True)  # first SIGTERM: kill deadline - grace
+    term_sent: Mapped[float | None] = mapped_column(
+        Float, nullable=True
+    )  # first SIGTERM: kill deadline - grace
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property
@@ -48,11 +50,24 @@ class TrainJob(Base):
 
     def to_json(self) -> dict:
         return {
-            "id": self.id, "owner": self.owner, "project": self.project, "name": self.name,
-            "gpus": self.total_milli / 1000, "num_gpu": self.num_gpu, "gpu_milli": self.gpu_milli,
-            "priority": self.priority, "command": self.command, "state": self.state,
-            "submitted": self.submitted, "started": self.started, "finished": self.finished,
-            "preemptions": self.preemptions, "runs": self.runs, "exit_code": self.exit_code,
-            "message": self.message, "workdir": self.workdir,
-            "min_runtime_s": self.min_runtime_s, "max_runtime_s": self.max_runtime_s,
+            "id": self.id,
+            "owner": self.owner,
+            "project": self.project,
+            "name": self.name,
+            "gpus": self.total_milli / 1000,
+            "num_gpu": self.num_gpu,
+            "gpu_milli": self.gpu_milli,
+            "priority": self.priority,
+            "command": self.command,
+            "state": self.state,
+            "submitted": self.submitted,
+            "started": self.started,
+            "finished": self.finished,
+            "preemptions": self.preemptions,
+            "runs": self.runs,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "workdir": self.workdir,
+            "min_runtime_s": self.min_runtime_s,
+            "max_runtime_s": self.max_runtime_s,
         }

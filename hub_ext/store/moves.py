@@ -30,7 +30,9 @@ class Move(Base):
     to_gpus: Mapped[list[int]] = mapped_column(JSON)
     to_uuids: Mapped[list[str]] = mapped_column(JSON)
     gpu_milli: Mapped[int] = mapped_column(Integer)
-    why: Mapped[str] = mapped_column(String(255), default="")  # "a training job", "a notebook resuming its GPU"
+    why: Mapped[str] = mapped_column(
+        String(255), default=""
+    )  # "a training job", "a notebook resuming its GPU"
     phase: Mapped[str] = mapped_column(String(16), default="reserved")
     pids: Mapped[list[int]] = mapped_column(JSON, default=list)  # the processes parked (from "parked" on)
     server_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -44,5 +46,7 @@ def last_moves(session, since: float) -> dict[tuple[str, str], Move]:
     """Each workspace's last completed move that ended after `since`, by (owner, name)."""
     from sqlalchemy import select
 
-    rows = session.scalars(select(Move).where(Move.phase == "moved", Move.ended_at >= since).order_by(Move.id))
+    rows = session.scalars(
+        select(Move).where(Move.phase == "moved", Move.ended_at >= since).order_by(Move.id)
+    )
     return {(m.owner, m.name): m for m in rows}

@@ -71,9 +71,21 @@ class TrainingBackend(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
-                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+    async def submit(
+        self,
+        owner: str,
+        project: str,
+        name: str,
+        num_gpu: int,
+        gpu_milli: int,
+        code: JobCode,
+        priority: int = 0,
+        min_runtime_s: float = 0.0,
+        max_runtime_s: float = 0.0,
+        now: float | None = None,
+        min_gpus: int = 0,
+        pools: tuple[str, ...] = (),
+    ) -> TrainJob:
         """Record a new queued job (`code`: its files and entry, run as this back-end runs it);
         `min_gpus`: an elastic job of min_gpus to num_gpu whole GPUs; `pools`: the node pools
         it may use, in its order (checked by the caller)."""
@@ -124,14 +136,39 @@ class LocalTraining:
     async def stop(self) -> None:
         pass  # runs go on without the hub; a restarted hub adopts them
 
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
-                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+    async def submit(
+        self,
+        owner: str,
+        project: str,
+        name: str,
+        num_gpu: int,
+        gpu_milli: int,
+        code: JobCode,
+        priority: int = 0,
+        min_runtime_s: float = 0.0,
+        max_runtime_s: float = 0.0,
+        now: float | None = None,
+        min_gpus: int = 0,
+        pools: tuple[str, ...] = (),
+    ) -> TrainJob:
         # the hub's TrainPool.python (the jobs' accounts can run it); the notebook beside its input
         command = code.command_line(self.cfg.python or sys.executable)
-        return await asyncio.to_thread(self.engine.submit, owner, project, name, num_gpu, gpu_milli, command,
-                                       priority, min_runtime_s, max_runtime_s, dict(code.files), now, min_gpus,
-                                       pools)
+        return await asyncio.to_thread(
+            self.engine.submit,
+            owner,
+            project,
+            name,
+            num_gpu,
+            gpu_milli,
+            command,
+            priority,
+            min_runtime_s,
+            max_runtime_s,
+            dict(code.files),
+            now,
+            min_gpus,
+            pools,
+        )
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         return self.engine.cancel(job_id, now, by)

@@ -51,10 +51,22 @@ class JobBook:
         queued = [j.id for j in self.jobs(state=JobState.QUEUED)]
         return queued.index(job_id) + 1 if job_id in queued else None
 
-    def _record_new(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
-                    priority: int, min_runtime_s: float, max_runtime_s: float, files: dict[str, bytes] | None,
-                    now: float | None, message: str = "",
-                    prepare: Callable[[Path], None] | None = None) -> TrainJob:
+    def _record_new(
+        self,
+        owner: str,
+        project: str,
+        name: str,
+        num_gpu: int,
+        gpu_milli: int,
+        command: list[str],
+        priority: int,
+        min_runtime_s: float,
+        max_runtime_s: float,
+        files: dict[str, bytes] | None,
+        now: float | None,
+        message: str = "",
+        prepare: Callable[[Path], None] | None = None,
+    ) -> TrainJob:
         """A new queued job: its folder under jobs_root with the snapshotted code (`prepare`
         may adjust the folder, e.g. hand it to the owner), its row and its event."""
         job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
@@ -70,14 +82,33 @@ class JobBook:
                         f.write(content)
         if prepare is not None:
             prepare(workdir)
-        row = TrainJob(id=job_id, owner=owner, project=project, name=name, num_gpu=num_gpu, gpu_milli=gpu_milli,
-                       priority=priority, command=command, workdir=str(workdir), state=JobState.QUEUED,
-                       submitted=now if now is not None else time.time(), min_runtime_s=min_runtime_s,
-                       max_runtime_s=max_runtime_s, message=message)
+        row = TrainJob(
+            id=job_id,
+            owner=owner,
+            project=project,
+            name=name,
+            num_gpu=num_gpu,
+            gpu_milli=gpu_milli,
+            priority=priority,
+            command=command,
+            workdir=str(workdir),
+            state=JobState.QUEUED,
+            submitted=now if now is not None else time.time(),
+            min_runtime_s=min_runtime_s,
+            max_runtime_s=max_runtime_s,
+            message=message,
+        )
         with self.pool.store.session() as s:
             s.add(row)
-            s.add(Event(kind=JobEvent.SUBMITTED, message=f"{owner} submitted job {job_id} ({name}) to {project}",
-                        owner=owner, name=job_id, data={}))
+            s.add(
+                Event(
+                    kind=JobEvent.SUBMITTED,
+                    message=f"{owner} submitted job {job_id} ({name}) to {project}",
+                    owner=owner,
+                    name=job_id,
+                    data={},
+                )
+            )
         return row
 
     def _set(self, job_id: str, **values) -> None:
@@ -114,12 +145,17 @@ class JobBook:
             pass
         except UnsafePath as err:
             if err.errno == errno.ENOENT and not os.path.lexists(row.workdir):
-                lines = ["gpupool: this job's folder no longer exists (the folders of finished jobs are removed"
-                         " after c.TrainPool.keep_finished_days)"]
+                lines = [
+                    "gpupool: this job's folder no longer exists (the folders of finished jobs are removed"
+                    " after c.TrainPool.keep_finished_days)"
+                ]
             else:
                 lines = [f"gpupool: the log is not shown: {err}"]
-        return {"lines": lines, "before": start,
-                "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None}
+        return {
+            "lines": lines,
+            "before": start,
+            "output_notebook": str(Path(row.workdir, "output.ipynb")) if output else None,
+        }
 
 
 def make_job_folders(parent: Path) -> None:

@@ -26,8 +26,10 @@ def _pool_guarantees(project: str, raw: object) -> tuple[tuple[str, int], ...]:
     if not isinstance(raw, dict):
         return ()
     if not 1 <= len(raw) <= MAX_POOLS or not all(isinstance(k, str) and k for k in raw):
-        raise TraitError(f"TrainPool.projects[{project!r}]: guarantee per pool is a dict of 1 to {MAX_POOLS}"
-                         " node pool names and GPUs, e.g. {\"dgx\": 4, \"workstations\": 2}")
+        raise TraitError(
+            f"TrainPool.projects[{project!r}]: guarantee per pool is a dict of 1 to {MAX_POOLS}"
+            ' node pool names and GPUs, e.g. {"dgx": 4, "workstations": 2}'
+        )
     out = []
     for pool, value in raw.items():
         try:
@@ -76,109 +78,198 @@ class TrainPool(LoggingConfigurable):
             c.TrainPool.departments = {"research": {"guarantee": 3, "limit": 5}}
         """,
     )
-    reserve_after_s = Float(1800.0, config=True, help="""Seconds an in-quota job of several GPUs
+    reserve_after_s = Float(
+        1800.0,
+        config=True,
+        help="""Seconds an in-quota job of several GPUs
         waits before a node is reserved for it, so that a stream of small jobs cannot starve it:
         the reserved node's free GPUs are held for it, backfilled only by jobs whose declared
         max runtime ends before it could start, or by other projects' borrowers (reclaimable).
         A negative value turns reservations off. Example::
 
             c.TrainPool.reserve_after_s = 600
-        """)
-    grace_s = Float(60.0, config=True, help="""Seconds between SIGTERM and SIGKILL when a job is
+        """,
+    )
+    grace_s = Float(
+        60.0,
+        config=True,
+        help="""Seconds between SIGTERM and SIGKILL when a job is
         preempted or cancelled: time to write a checkpoint. Example::
 
             c.TrainPool.grace_s = 120
-        """)
-    tick_s = Float(2.0, config=True, help="""Seconds between scheduling cycles. Example::
+        """,
+    )
+    tick_s = Float(
+        2.0,
+        config=True,
+        help="""Seconds between scheduling cycles. Example::
 
             c.TrainPool.tick_s = 5
-        """)
-    max_queued_per_user = Int(20, min=0, config=True, help="""Jobs one user may have waiting at once; a
+        """,
+    )
+    max_queued_per_user = Int(
+        20,
+        min=0,
+        config=True,
+        help="""Jobs one user may have waiting at once; a
         submission over it is refused (429). Example::
 
             c.TrainPool.max_queued_per_user = 5
-        """)
-    max_active_per_user = Int(50, min=0, config=True, help="""Jobs one user may have queued and running
+        """,
+    )
+    max_active_per_user = Int(
+        50,
+        min=0,
+        config=True,
+        help="""Jobs one user may have queued and running
         together (a sweep counts each of its runs); over it a submission is refused (429). Example::
 
             c.TrainPool.max_active_per_user = 20
-        """)
-    max_active_per_project = Int(500, min=0, config=True, help="""Jobs a project may have queued and
+        """,
+    )
+    max_active_per_project = Int(
+        500,
+        min=0,
+        config=True,
+        help="""Jobs a project may have queued and
         running together, all its users' together; over it a submission is refused (429). Example::
 
             c.TrainPool.max_active_per_project = 100
-        """)
-    max_submissions_per_minute = Int(30, min=1, config=True, help="""Job submissions (requests, a sweep
+        """,
+    )
+    max_submissions_per_minute = Int(
+        30,
+        min=1,
+        config=True,
+        help="""Job submissions (requests, a sweep
         is one) one user may make in any 60 seconds; more are refused (429) until the minute has
         passed. Example::
 
             c.TrainPool.max_submissions_per_minute = 10
-        """)
-    max_code_kib = Int(1024, min=1, max=2048, config=True, help="""Largest code a job may carry: a
+        """,
+    )
+    max_code_kib = Int(
+        1024,
+        min=1,
+        max=2048,
+        config=True,
+        help="""Largest code a job may carry: a
         script, a cell's code or a notebook, in KiB as sent (at most 2048: the API's request limit).
         Larger is refused (413). Example::
 
             c.TrainPool.max_code_kib = 256
-        """)
-    max_cells = Int(1000, min=1, max=100_000, config=True, help="""Most cells a code or notebook job may
+        """,
+    )
+    max_cells = Int(
+        1000,
+        min=1,
+        max=100_000,
+        config=True,
+        help="""Most cells a code or notebook job may
         have; more is refused (413) before anything is parsed. Example::
 
             c.TrainPool.max_cells = 300
-        """)
-    max_sweep_runs = Int(32, min=1, max=1000, config=True, help="""Most runs (combinations of values)
+        """,
+    )
+    max_sweep_runs = Int(
+        32,
+        min=1,
+        max=1000,
+        config=True,
+        help="""Most runs (combinations of values)
         one sweep may submit; more is refused (400). Example::
 
             c.TrainPool.max_sweep_runs = 16
-        """)
-    max_log_mib = Int(100, min=0, config=True, help="""Size of a job's log in MiB: past it the log gets a
+        """,
+    )
+    max_log_mib = Int(
+        100,
+        min=0,
+        config=True,
+        help="""Size of a job's log in MiB: past it the log gets a
         line saying so and the rest of the job's output is dropped; the job goes on (0: no limit).
         Example::
 
             c.TrainPool.max_log_mib = 20
-        """)
-    max_job_folder_mib = Int(10 * 1024, min=0, config=True, help="""Disk space a running job's folder
+        """,
+    )
+    max_job_folder_mib = Int(
+        10 * 1024,
+        min=0,
+        config=True,
+        help="""Disk space a running job's folder
         (checkpoints, outputs, its log) may use, in MiB; a job over it is stopped and fails with the
         reason (0: no limit). Measured every folder_check_s. Example::
 
             c.TrainPool.max_job_folder_mib = 50 * 1024
-        """)
-    folder_check_s = Float(60.0, min=1.0, config=True, help="""Seconds between measurements of running
+        """,
+    )
+    folder_check_s = Float(
+        60.0,
+        min=1.0,
+        config=True,
+        help="""Seconds between measurements of running
         jobs' folders (max_job_folder_mib) and clean-ups of finished ones (keep_finished_days).
         Example::
 
             c.TrainPool.folder_check_s = 300
-        """)
-    keep_finished_days = Float(14.0, min=0.0, config=True, help="""Days a finished (succeeded, failed or
+        """,
+    )
+    keep_finished_days = Float(
+        14.0,
+        min=0.0,
+        config=True,
+        help="""Days a finished (succeeded, failed or
         cancelled) job's folder is kept; then it is removed, its record stays (0: keep forever).
         Example::
 
             c.TrainPool.keep_finished_days = 30
-        """)
-    job_path = Unicode("", config=True, help="""PATH of train jobs; empty: the folder of
+        """,
+    )
+    job_path = Unicode(
+        "",
+        config=True,
+        help="""PATH of train jobs; empty: the folder of
         c.TrainPool.python, then /usr/local/bin:/usr/bin:/bin (never the hub's own PATH). Example::
 
             c.TrainPool.job_path = "/opt/conda/bin:/usr/local/bin:/usr/bin:/bin"
-        """)
-    jobs_root = Unicode("gpupool-jobs/{username}", config=True, help="""Folder of a user's jobs
+        """,
+    )
+    jobs_root = Unicode(
+        "gpupool-jobs/{username}",
+        config=True,
+        help="""Folder of a user's jobs
         ({username} is replaced); each job gets a sub-folder with its log, code and checkpoint.
         Example::
 
             c.TrainPool.jobs_root = "/home/{username}/gpupool-jobs"
-        """)
-    train_gpus = List(Int(), config=True, help="""GPU indices train jobs may use (empty: all): split
+        """,
+    )
+    train_gpus = List(
+        Int(),
+        config=True,
+        help="""GPU indices train jobs may use (empty: all): split
         build and train GPUs, or share one pool where build workspaces come first. Example::
 
             c.TrainPool.train_gpus = [2, 3]
-        """)
-    run_as = Unicode("owner-if-exists", config=True, help="""Whose Unix account runs a job: "owner" (the
+        """,
+    )
+    run_as = Unicode(
+        "owner-if-exists",
+        config=True,
+        help="""Whose Unix account runs a job: "owner" (the
         job owner's account; submissions from users without one are refused), "owner-if-exists"
         (the owner's account when there is one, else the hub's — as SimpleLocalProcessSpawner
         does for workspaces) or "hub". Switching accounts needs the hub to run as root. Example::
 
             c.TrainPool.run_as = "owner"
-        """)
+        """,
+    )
 
-    node_pools = Dict({}, config=True, help="""Named groups of GPUs (KAI-Scheduler's node pools) that
+    node_pools = Dict(
+        {},
+        config=True,
+        help="""Named groups of GPUs (KAI-Scheduler's node pools) that
         projects choose with their "pools" key, in order of preference. A pool takes the GPUs
         that match every key it gives: models (GPU model names), nodes (node names), gpus (GPU
         indices). On Kubernetes, models match GPU feature discovery's nvidia.com/gpu.product,
@@ -190,7 +281,8 @@ class TrainPool(LoggingConfigurable):
                 "dgx": {"models": ["NVIDIA H100 80GB HBM3"]},
             }
             c.TrainPool.projects = {"vision": {"guarantee": 8, "pools": ["dgx", "workstations"]}}
-        """)
+        """,
+    )
 
     def pool_table(self):
         """The node pools, checked, and checked against the projects that name them."""
@@ -199,45 +291,76 @@ class TrainPool(LoggingConfigurable):
         out = {}
         for name, spec in self.node_pools.items():
             if not isinstance(spec, dict) or set(spec) - POOL_KEYS:  # {}: by label, Kubernetes only
-                raise TraitError(f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}")
+                raise TraitError(
+                    f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}"
+                )
             models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
-            if not all(isinstance(v, list) for v in (models, nodes, gpus)) \
-                    or not all(isinstance(m, str) for m in models + nodes) \
-                    or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024 for g in gpus):
-                raise TraitError(f"TrainPool.node_pools[{name!r}]: models and nodes are lists of names,"
-                                 " gpus a list of GPU indices")
+            if (
+                not all(isinstance(v, list) for v in (models, nodes, gpus))
+                or not all(isinstance(m, str) for m in models + nodes)
+                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024 for g in gpus)
+            ):
+                raise TraitError(
+                    f"TrainPool.node_pools[{name!r}]: models and nodes are lists of names,"
+                    " gpus a list of GPU indices"
+                )
             out[name] = NodePool(name, frozenset(models), frozenset(nodes), frozenset(gpus))
         for p in self.project_table().values():
             unknown = set(p.pools) - set(out)
             if unknown:
-                raise TraitError(f"TrainPool.projects[{p.name!r}]: pools {sorted(unknown)} are not in"
-                                 f" TrainPool.node_pools ({sorted(out)})")
+                raise TraitError(
+                    f"TrainPool.projects[{p.name!r}]: pools {sorted(unknown)} are not in"
+                    f" TrainPool.node_pools ({sorted(out)})"
+                )
         return out
 
-    idle_warn_s = Float(300.0, config=True, help="""Seconds before an idle train job is stopped (a
+    idle_warn_s = Float(
+        300.0,
+        config=True,
+        help="""Seconds before an idle train job is stopped (a
         project's idle_gpu_s) that a warning is written to its log. Example::
 
             c.TrainPool.idle_warn_s = 600
-        """)
+        """,
+    )
     # Where GPU use comes from and what counts as idle are the idle culler's settings
     # (c.IdleCuller.sampler, sampler_arg, node_agent_token_file, util_threshold_pct): they were
     # also set here under other names. The old names are read for one release, with a warning;
     # a config that sets one keeps what it meant (train jobs by it, workspaces by the culler's).
-    idle_util_pct = Float(1.0, config=True, help="""Deprecated: use c.IdleCuller.util_threshold_pct.
-        """).tag(deprecated="IdleCuller.util_threshold_pct")
-    idle_sampler = Unicode("nvml", config=True, help="""Deprecated: use c.IdleCuller.sampler.
-        """).tag(deprecated="IdleCuller.sampler")
-    idle_sampler_arg = Unicode("", config=True, help="""Deprecated: use c.IdleCuller.sampler_arg.
-        """).tag(deprecated="IdleCuller.sampler_arg")
-    idle_sampler_token_file = Unicode("", config=True, help="""Deprecated: use
+    idle_util_pct = Float(
+        1.0,
+        config=True,
+        help="""Deprecated: use c.IdleCuller.util_threshold_pct.
+        """,
+    ).tag(deprecated="IdleCuller.util_threshold_pct")
+    idle_sampler = Unicode(
+        "nvml",
+        config=True,
+        help="""Deprecated: use c.IdleCuller.sampler.
+        """,
+    ).tag(deprecated="IdleCuller.sampler")
+    idle_sampler_arg = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: use c.IdleCuller.sampler_arg.
+        """,
+    ).tag(deprecated="IdleCuller.sampler_arg")
+    idle_sampler_token_file = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: use
         c.IdleCuller.node_agent_token_file.
-        """).tag(deprecated="IdleCuller.node_agent_token_file")
+        """,
+    ).tag(deprecated="IdleCuller.node_agent_token_file")
 
     @observe("idle_util_pct", "idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
     def _old_idle_names(self, change: dict) -> None:
         new = self.traits()[change["name"]].metadata["deprecated"]
-        self.log.warning("c.TrainPool.%s is deprecated: use c.%s (one setting for workspaces and"
-                         " train jobs)", change["name"], new)
+        self.log.warning(
+            "c.TrainPool.%s is deprecated: use c.%s (one setting for workspaces and train jobs)",
+            change["name"],
+            new,
+        )
 
     def gpu_use_source(self, culler: tuple[str, str, str]) -> tuple[str, str, str]:
         """(sampler, argument, token file) that measures train jobs' GPU use. `culler`: the idle
@@ -264,9 +387,13 @@ class TrainPool(LoggingConfigurable):
             try:
                 idle_s = float(raw)
             except (TypeError, ValueError):
-                raise TraitError(f"TrainPool.projects[{name!r}]: idle_gpu_s must be seconds, got {raw!r}") from None
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: idle_gpu_s must be seconds, got {raw!r}"
+                ) from None
             if not 0 <= idle_s <= MAX_IDLE_S:
-                raise TraitError(f"TrainPool.projects[{name!r}]: idle_gpu_s must be between 0 and {MAX_IDLE_S}")
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: idle_gpu_s must be between 0 and {MAX_IDLE_S}"
+                )
             if idle_s:
                 out[name] = IdleRule(idle_s, min(self.idle_warn_s, idle_s), threshold)
         return out
@@ -277,33 +404,53 @@ class TrainPool(LoggingConfigurable):
             raise TraitError("TrainPool.run_as must be owner, owner-if-exists or hub")
         return proposal["value"]
 
-    python = Unicode(sys.executable, config=True, help="""Python that runs the small job wrapper (standard
+    python = Unicode(
+        sys.executable,
+        config=True,
+        help="""Python that runs the small job wrapper (standard
         library only); it must be executable by the accounts jobs run as. Example::
 
             c.TrainPool.python = "/usr/bin/python3"
-        """)
-    placement_policy = Unicode("best-fit", config=True, help="""How train jobs are packed onto GPUs:
+        """,
+    )
+    placement_policy = Unicode(
+        "best-fit",
+        config=True,
+        help="""How train jobs are packed onto GPUs:
         best-fit (default), first-fit, gpu-packing, spread, random, fgd, frag-aware. Build
         workspaces are placed by c.GPUPool.build_placement_policy. Example::
 
             c.TrainPool.placement_policy = "gpu-packing"
-        """)
+        """,
+    )
 
-    runner = Enum(["local", "kubernetes"], "local", config=True, help="""Where train jobs run.
+    runner = Enum(
+        ["local", "kubernetes"],
+        "local",
+        config=True,
+        help="""Where train jobs run.
         "local": gpupool schedules them itself and runs them as processes on this machine.
         "kubernetes": each job becomes a batch/v1 Job that KAI-Scheduler (or Kueue) queues, admits,
         preempts and resumes; the hub validates, records and follows it. Set by the gpupool
         chart's apply_chart_config. Example::
 
             c.TrainPool.runner = "kubernetes"
-        """)
-    image = Unicode("", config=True, help="""Container image of train jobs on Kubernetes; it needs
+        """,
+    )
+    image = Unicode(
+        "",
+        config=True,
+        help="""Container image of train jobs on Kubernetes; it needs
         Python, the job's libraries and gpupool (for notebook jobs), like the single-user image.
         Example::
 
             c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
-        """)
-    kube_job_options = Dict({}, config=True, help="""Settings of train Jobs on Kubernetes (fields of
+        """,
+    )
+    kube_job_options = Dict(
+        {},
+        config=True,
+        help="""Settings of train Jobs on Kubernetes (fields of
         gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
         service_account, kueue, device_memory_mib; grace_s is TrainPool.grace_s, the node pool
@@ -311,15 +458,22 @@ class TrainPool(LoggingConfigurable):
         Example::
 
             c.TrainPool.kube_job_options = {"namespace": "jhub", "storage_class": "fast", "kueue": False}
-        """)
+        """,
+    )
     # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
-    gpu_sharing = Unicode("", config=True, help="""Deprecated: use c.GPUPool.gpu_sharing.
-        """).tag(deprecated="GPUPool.gpu_sharing")
+    gpu_sharing = Unicode(
+        "",
+        config=True,
+        help="""Deprecated: use c.GPUPool.gpu_sharing.
+        """,
+    ).tag(deprecated="GPUPool.gpu_sharing")
 
     @observe("gpu_sharing")
     def _old_gpu_sharing(self, change: dict) -> None:
-        self.log.warning("c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing (one setting for"
-                         " workspaces and train jobs)")
+        self.log.warning(
+            "c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing (one setting for"
+            " workspaces and train jobs)"
+        )
 
     def sharing(self) -> str:
         """How train job pods ask for GPUs: c.GPUPool.gpu_sharing, or the deprecated
@@ -339,10 +493,14 @@ class TrainPool(LoggingConfigurable):
         known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
         unknown = set(proposal["value"]) - known
         if unknown:
-            raise TraitError(f"TrainPool.kube_job_options: unknown keys {sorted(unknown)}; use {sorted(known)}")
+            raise TraitError(
+                f"TrainPool.kube_job_options: unknown keys {sorted(unknown)}; use {sorted(known)}"
+            )
         if "node_pool_label" in proposal["value"]:  # one label for workspaces and jobs
-            self.log.warning("c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use"
-                             " c.GPUPool.node_pool_label (one setting for workspaces and train jobs)")
+            self.log.warning(
+                "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use"
+                " c.GPUPool.node_pool_label (one setting for workspaces and train jobs)"
+            )
         return proposal["value"]
 
     def job_options(self):
@@ -363,8 +521,10 @@ class TrainPool(LoggingConfigurable):
                 raise TraitError(f"TrainPool.projects[{name!r}] must be a dict")
             unknown = set(spec) - PROJECT_KEYS
             if unknown:
-                raise TraitError(f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
-                                 f" use {sorted(PROJECT_KEYS)}")
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
+                    f" use {sorted(PROJECT_KEYS)}"
+                )
             for key in ("users", "groups"):
                 names = spec.get(key, [])
                 if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
@@ -390,7 +550,9 @@ class TrainPool(LoggingConfigurable):
         out = {}
         for name, spec in self.departments.items():
             if not isinstance(spec, dict) or set(spec) - DEPARTMENT_KEYS:
-                raise TraitError(f"TrainPool.departments[{name!r}] must be a dict with keys {sorted(DEPARTMENT_KEYS)}")
+                raise TraitError(
+                    f"TrainPool.departments[{name!r}] must be a dict with keys {sorted(DEPARTMENT_KEYS)}"
+                )
             try:
                 guarantee = parse_gpus(spec.get("guarantee", 0))
                 limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
@@ -402,13 +564,17 @@ class TrainPool(LoggingConfigurable):
         projects = self.project_table()
         for p in projects.values():
             if p.department and out and p.department not in out:
-                raise TraitError(f"TrainPool.projects[{p.name!r}]: department {p.department!r} is not in"
-                                 f" TrainPool.departments ({sorted(out)})")
+                raise TraitError(
+                    f"TrainPool.projects[{p.name!r}]: department {p.department!r} is not in"
+                    f" TrainPool.departments ({sorted(out)})"
+                )
         for d in out.values():
             total = sum(p.guarantee_milli for p in projects.values() if p.department == d.name)
             if total > d.guarantee_milli:
-                raise TraitError(f"TrainPool.departments[{d.name!r}]: its projects' guarantees add up to"
-                                 f" {total / 1000:g} GPUs, more than its guarantee of {d.guarantee_milli / 1000:g}")
+                raise TraitError(
+                    f"TrainPool.departments[{d.name!r}]: its projects' guarantees add up to"
+                    f" {total / 1000:g} GPUs, more than its guarantee of {d.guarantee_milli / 1000:g}"
+                )
         return out
 
     def project_table(self) -> dict[str, Project]:
@@ -421,21 +587,38 @@ class TrainPool(LoggingConfigurable):
             except UnitError as err:
                 raise TraitError(f"TrainPool.projects[{name!r}]: {err}") from None
             if guarantee < 0 or (limit >= 0 and limit < guarantee):
-                raise TraitError(f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit"
-                                 + (" (the guarantee is the sum of its pools' guarantees)" if per_pool else ""))
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit"
+                    + (" (the guarantee is the sum of its pools' guarantees)" if per_pool else "")
+                )
             weight = float(spec.get("weight", 1))
             if weight <= 0:
                 raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
             pools = spec.get("pools", [g for g, _ in per_pool])  # per-pool guarantees: their order by default
-            if not isinstance(pools, list) or not all(isinstance(x, str) for x in pools) or len(pools) > MAX_POOLS:
-                raise TraitError(f"TrainPool.projects[{name!r}]: pools must be a list of at most {MAX_POOLS}"
-                                 " node pool names")
+            if (
+                not isinstance(pools, list)
+                or not all(isinstance(x, str) for x in pools)
+                or len(pools) > MAX_POOLS
+            ):
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: pools must be a list of at most {MAX_POOLS}"
+                    " node pool names"
+                )
             missing = [g for g, _ in per_pool if g not in pools]
             if missing:
-                raise TraitError(f"TrainPool.projects[{name!r}]: guarantee names pools {missing} that are not in"
-                                 f" its pools {pools}")
+                raise TraitError(
+                    f"TrainPool.projects[{name!r}]: guarantee names pools {missing} that are not in"
+                    f" its pools {pools}"
+                )
             order = {g: i for i, g in enumerate(pools)}
-            out[name] = Project(name, guarantee, weight, limit, int(spec.get("priority", 0)),
-                                str(spec.get("department", "")), tuple(pools),
-                                tuple(sorted(per_pool, key=lambda pg: order[pg[0]])))
+            out[name] = Project(
+                name,
+                guarantee,
+                weight,
+                limit,
+                int(spec.get("priority", 0)),
+                str(spec.get("department", "")),
+                tuple(pools),
+                tuple(sorted(per_pool, key=lambda pg: order[pg[0]])),
+            )
         return out

@@ -22,8 +22,9 @@ HISTORY = 200  # finished runs per project that the expected run times come from
 
 
 class Estimates:
-    def __init__(self, training: TrainingService | None, ttl_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, training: TrainingService | None, ttl_s: float = 5.0, clock: Callable[[], float] = time.time
+    ) -> None:
         """`training`: the embedded scheduler (a back-end's `local`); None: no estimates."""
         self.training, self.ttl_s, self.clock = training, ttl_s, clock
         self._at = -1e18
@@ -52,9 +53,21 @@ class Estimates:
         self._runtimes = Runtimes.of(history)
         requeued = [r.id for r in rows if r.state == JobState.PREEMPTING and not r.intent]
         reserve = t.cfg.reserve_after_s if t.cfg.reserve_after_s >= 0 else None
-        self._estimates = forecast(t.train_view(), t.projects, pending, running, now, t.policy, self._runtimes,
-                                   stopping=stopping, requeued=requeued, departments=t.departments,
-                                   pools=t.pools, reserve_after_s=reserve, grace_s=t.cfg.grace_s)
+        self._estimates = forecast(
+            t.train_view(),
+            t.projects,
+            pending,
+            running,
+            now,
+            t.policy,
+            self._runtimes,
+            stopping=stopping,
+            requeued=requeued,
+            departments=t.departments,
+            pools=t.pools,
+            reserve_after_s=reserve,
+            grace_s=t.cfg.grace_s,
+        )
         self._at = now
         return self._estimates
 
@@ -69,14 +82,27 @@ class Estimates:
         if est is None:
             return None  # held by a budget, or not schedulable here: its wait reason says why
         runs = self._runtimes.by_project.get(row.project, ())
-        basis = (f"expected ends of the running jobs; run times from {len(runs)} finished job(s) of {row.project}"
-                 if runs else "expected ends of the running jobs; no finished job of this project yet (1 h each)")
+        basis = (
+            f"expected ends of the running jobs; run times from {len(runs)} finished job(s) of {row.project}"
+            if runs
+            else "expected ends of the running jobs; no finished job of this project yet (1 h each)"
+        )
         if est.start is None:
-            return {"start": None, "in_s": None, "after": "", "basis": basis,
-                    "text": "no start in sight within a week at the present load"}
+            return {
+                "start": None,
+                "in_s": None,
+                "after": "",
+                "basis": basis,
+                "text": "no start in sight within a week at the present load",
+            }
         in_s = max(0.0, est.start - now)
-        return {"start": est.start, "in_s": in_s, "after": est.after, "basis": basis,
-                "text": eta_text(est.start, in_s, est.after)}
+        return {
+            "start": est.start,
+            "in_s": in_s,
+            "after": est.after,
+            "basis": basis,
+            "text": eta_text(est.start, in_s, est.after),
+        }
 
 
 def eta_text(start: float, in_s: float, after: str = "") -> str:

@@ -21,8 +21,9 @@ class IdleClock:
     since: dict[tuple[str, int], float] = field(default_factory=dict)
     warned: set[tuple[str, int]] = field(default_factory=set)
 
-    def step(self, runs: dict[tuple[str, int], IdleRule], util: dict[str, float | None],
-             now: float) -> list[tuple[str, str, float]]:
+    def step(
+        self, runs: dict[tuple[str, int], IdleRule], util: dict[str, float | None], now: float
+    ) -> list[tuple[str, str, float]]:
         """`runs`: the running runs with their project's rule; `util`: GPU utilization of each
         job id (None or missing: no data, which never counts as idle). Returns (job id,
         "warn" | "stop", seconds idle)."""

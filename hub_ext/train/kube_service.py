@@ -54,8 +54,14 @@ class KubeTrainingService(JobBook):
 
     local: TrainingService | None = None
 
-    def __init__(self, pool: PoolManager, cfg: TrainPool, api_client: Any, backend: Any = None,
-                 idle_util_pct: float | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        cfg: TrainPool,
+        api_client: Any,
+        backend: Any = None,
+        idle_util_pct: float | None = None,
+    ) -> None:
         super().__init__(pool, cfg)
         if not cfg.image:
             raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
@@ -90,21 +96,30 @@ class KubeTrainingService(JobBook):
         """The KAI version as configured (the chart's kai.version), else read from the cluster."""
         if self.opts.kai_version:
             found = parse_version(self.opts.kai_version)
-            return KaiVersion(found, self.opts.kai_version,
-                              "" if found else f"kai_version {self.opts.kai_version!r} is not a version")
+            return KaiVersion(
+                found,
+                self.opts.kai_version,
+                "" if found else f"kai_version {self.opts.kai_version!r} is not a version",
+            )
         return await detect(self.api_client, self.opts.kai_namespace)
 
     async def check_elastic(self) -> None:
         """Refuse an elastic job where the cluster cannot gang-schedule it (InvalidRequest: 400).
         A KAI found too old or unknown is read again first: it may have been upgraded since."""
         if not self.shards:
-            raise InvalidRequest("elastic jobs (min_gpus) on Kubernetes need KAI-Scheduler's gang scheduling;"
-                                 f" this hub's train jobs use GPU sharing '{self.cfg.sharing()}', whose"
-                                 " scheduler starts each pod on its own: submit a fixed-size job")
+            raise InvalidRequest(
+                "elastic jobs (min_gpus) on Kubernetes need KAI-Scheduler's gang scheduling;"
+                f" this hub's train jobs use GPU sharing '{self.cfg.sharing()}', whose"
+                " scheduler starts each pod on its own: submit a fixed-size job"
+            )
         if self.kai is None or not self.kai.elastic:
             self.kai = await self.kai_version()
-        why = elastic_refusal(self.kai, f" (deployment {self.opts.kai_namespace}/pod-grouper)"
-                              if not self.opts.kai_version else " (the chart's kai.version)")
+        why = elastic_refusal(
+            self.kai,
+            f" (deployment {self.opts.kai_namespace}/pod-grouper)"
+            if not self.opts.kai_version
+            else " (the chart's kai.version)",
+        )
         if why:
             raise InvalidRequest(why)
 
@@ -112,9 +127,21 @@ class KubeTrainingService(JobBook):
         await self.controller.stop()
 
     # --- changes from the API -------------------------------------------------
-    async def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, code: JobCode,
-                     priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-                     now: float | None = None, min_gpus: int = 0, pools: tuple[str, ...] = ()) -> TrainJob:
+    async def submit(
+        self,
+        owner: str,
+        project: str,
+        name: str,
+        num_gpu: int,
+        gpu_milli: int,
+        code: JobCode,
+        priority: int = 0,
+        min_runtime_s: float = 0.0,
+        max_runtime_s: float = 0.0,
+        now: float | None = None,
+        min_gpus: int = 0,
+        pools: tuple[str, ...] = (),
+    ) -> TrainJob:
         """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
         it may use, in its order. For a project with a guarantee per pool, the pure core picks
         the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool); on KAI a job of
@@ -125,8 +152,20 @@ class KubeTrainingService(JobBook):
             await self.check_elastic()
         chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
         command = code.command_line("python", self.opts.checkpoint_dir)
-        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
-                               max_runtime_s, dict(code.files), now, message=SUBMITTING)
+        row = self._record_new(
+            owner,
+            project,
+            name,
+            num_gpu,
+            gpu_milli,
+            command,
+            priority,
+            min_runtime_s,
+            max_runtime_s,
+            dict(code.files),
+            now,
+            message=SUBMITTING,
+        )
         if min_gpus or pools or chosen:
             with self.pool.store.session() as s:
                 if min_gpus:
@@ -166,22 +205,31 @@ class KubeTrainingService(JobBook):
         per_pool = project is not None and bool(project.pool_guarantees)
         if self.shards:  # KAI: the job's one shard, recorded at submission
             names = names[:1]
-        return {"pools": tuple(self.pools[n] for n in names if n in self.pools),
-                "queue_pool": names[0] if (per_pool or self.shards) and names else "", "min_gpus": min_gpus}
+        return {
+            "pools": tuple(self.pools[n] for n in names if n in self.pools),
+            "queue_pool": names[0] if (per_pool or self.shards) and names else "",
+            "min_gpus": min_gpus,
+        }
 
     async def _send(self, job_id: str) -> None:
         row = self.known_job(job_id)
         folder = Path(row.workdir)
         files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
-        spec = TrainJobSpec.from_train_job(row, self.cfg.image, files=tuple(sorted(files)), **self._placement_of(row))
+        spec = TrainJobSpec.from_train_job(
+            row, self.cfg.image, files=tuple(sorted(files)), **self._placement_of(row)
+        )
         try:
             await self.controller.submit(spec, files)
         except ApiException as err:
             if err.status and 400 <= err.status < 500 and err.status not in (408, 429):
                 # the cluster refuses it (invalid, forbidden by a ResourceQuota...): say why
                 self.unsent.discard(job_id)
-                self._set(job_id, state=JobState.FAILED, finished=time.time(),
-                          message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}")
+                self._set(
+                    job_id,
+                    state=JobState.FAILED,
+                    finished=time.time(),
+                    message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}",
+                )
                 self._drop_folder(row)
                 return
             log.warning("could not create the Job of %s (%s); retrying", job_id, err.status)
@@ -247,7 +295,11 @@ class KubeTrainingService(JobBook):
 
     def running_pods(self, job_id: str) -> list[str]:
         """The uids of the job's pods that run now (an elastic job has several)."""
-        return [v.uid for v in self.controller.pods.get(job_id, {}).values() if v.phase == "Running" and not v.gone]
+        return [
+            v.uid
+            for v in self.controller.pods.get(job_id, {}).values()
+            if v.phase == "Running" and not v.gone
+        ]
 
     async def _stop_idle(self, now: float) -> list[str]:
         """The embedded rule (train/idle.py) on the node agents' samples: warn in the job's
@@ -263,18 +315,27 @@ class KubeTrainingService(JobBook):
         rows = [r for r in rows if r.intent != Intent.IDLE]
         util = self.gpu_use([(r, self.running_pods(r.id)) for r in rows]) if rows else {}
         by_id = {r.id: r for r in rows}
-        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
-                                                    util, now):
+        for job_id, verdict, idle in self.idle.step(
+            {(r.id, r.runs): self.idle_rules[r.project] for r in rows}, util, now
+        ):
             row, rule = by_id[job_id], self.idle_rules[by_id[job_id].project]
             if verdict == "warn":
-                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
-                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                msg = (
+                    f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                    f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them"
+                )
                 self._set(job_id, message=f"warning: {msg}")
-                self.pool.store.record(JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                self.pool.store.record(
+                    JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id
+                )
                 continue
             self._set(job_id, intent=Intent.IDLE, message="stopping: idle GPU")
-            self.pool.store.record(JobEvent.IDLE_STOP, f"job {job_id} of {row.project} stopped: idle GPU for"
-                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+            self.pool.store.record(
+                JobEvent.IDLE_STOP,
+                f"job {job_id} of {row.project} stopped: idle GPU for {idle / 60:.0f} min",
+                owner=row.owner,
+                name=job_id,
+            )
             await self.controller.cancel(job_id)
             stopped.append(job_id)
         return stopped
@@ -289,9 +350,16 @@ class KubeTrainingService(JobBook):
         state = JobState.QUEUED if st.state == ObservedState.PREEMPTED else JobState(st.state)
         message = st.message
         if row.intent == Intent.IDLE:  # the hub deleted its Job because its GPUs stayed idle
-            state, message = (JobState.FAILED, "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
-        values: dict[str, Any] = {"state": state, "message": message, "runs": max(row.runs, st.runs),
-                                  "preemptions": max(row.preemptions, st.preemptions), "exit_code": st.exit_code}
+            state, message = (
+                (JobState.FAILED, "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
+            )
+        values: dict[str, Any] = {
+            "state": state,
+            "message": message,
+            "runs": max(row.runs, st.runs),
+            "preemptions": max(row.preemptions, st.preemptions),
+            "exit_code": st.exit_code,
+        }
         if state == JobState.RUNNING and row.state != JobState.RUNNING:
             values["started"] = now
         if state in FINAL and row.finished is None:
@@ -302,13 +370,20 @@ class KubeTrainingService(JobBook):
             values["message"] = self._waiting(row)
         self._set(job_id, **values)
         if state != row.state:
-            kind = {JobState.RUNNING: JobEvent.RESUME if st.runs > 1 else JobEvent.START,
-                    JobState.QUEUED: JobEvent.PREEMPT}.get(state, JobEvent.SUBMITTED)
+            kind = {
+                JobState.RUNNING: JobEvent.RESUME if st.runs > 1 else JobEvent.START,
+                JobState.QUEUED: JobEvent.PREEMPT,
+            }.get(state, JobEvent.SUBMITTED)
             if kind == JobEvent.PREEMPT and st.preemptions <= row.preemptions:
                 return  # still waiting for its first pod: not news
             cause = {"cause": PreemptCause.CLUSTER} if kind == JobEvent.PREEMPT else {}
-            self.pool.store.record(kind, f"job {job_id} {state}: {st.message}".rstrip(": "), owner=row.owner,
-                                   name=job_id, **cause)
+            self.pool.store.record(
+                kind,
+                f"job {job_id} {state}: {st.message}".rstrip(": "),
+                owner=row.owner,
+                name=job_id,
+                **cause,
+            )
 
     def _waiting(self, row: TrainJob) -> str:
         queue = queue_name(row.project, row.owner, self.opts)
@@ -326,8 +401,12 @@ class KubeTrainingService(JobBook):
             if row.message.startswith(SUBMITTING):
                 self.unsent.add(row.id)
             else:
-                self._set(row.id, state=JobState.FAILED, finished=time.time(),
-                          message="its Job is gone from the cluster (deleted while the hub was down)")
+                self._set(
+                    row.id,
+                    state=JobState.FAILED,
+                    finished=time.time(),
+                    message="its Job is gone from the cluster (deleted while the hub was down)",
+                )
 
 
 def _reason(err: ApiException) -> str:

@@ -42,11 +42,18 @@ NEVER_BEGAN = "the hub stopped before its run began"
 class TrainingService(JobBook):
     """The embedded back-end: gpupool's own scheduler, jobs as local processes."""
 
-    def __init__(self, pool: PoolManager, cfg: TrainPool, runner: LocalRunner | None = None,
-                 cgroups: WorkloadCgroups | None = None, idle_util_pct: float | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        cfg: TrainPool,
+        runner: LocalRunner | None = None,
+        cgroups: WorkloadCgroups | None = None,
+        idle_util_pct: float | None = None,
+    ) -> None:
         super().__init__(pool, cfg)
-        self.runner = runner or LocalRunner(cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024,
-                                            path=cfg.job_path)
+        self.runner = runner or LocalRunner(
+            cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024, path=cfg.job_path
+        )
         self.policy = get_policy(cfg.placement_policy)
         self.rng = random.Random(0)
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
@@ -59,7 +66,9 @@ class TrainingService(JobBook):
         self.idle = IdleClock()
         empty = sorted(n for n, p in self.pools.items() if not (p.models or p.nodes or p.gpus))
         if empty:  # a pool by node label exists on Kubernetes only; here it would be every GPU
-            raise ValueError(f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus")
+            raise ValueError(
+                f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus"
+            )
         if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
             pool.make_room_for_build = self.make_room_for_build
             pool.room_for_build = self.room_for_build
@@ -83,18 +92,41 @@ class TrainingService(JobBook):
             return owner_ids(None)[0]
 
     # --- changes from the API -------------------------------------------------
-    def submit(self, owner: str, project: str, name: str, num_gpu: int, gpu_milli: int, command: list[str],
-               priority: int = 0, min_runtime_s: float = 0.0, max_runtime_s: float = 0.0,
-               files: dict[str, bytes] | None = None, now: float | None = None, min_gpus: int = 0,
-               pools: tuple[str, ...] = ()) -> TrainJob:
+    def submit(
+        self,
+        owner: str,
+        project: str,
+        name: str,
+        num_gpu: int,
+        gpu_milli: int,
+        command: list[str],
+        priority: int = 0,
+        min_runtime_s: float = 0.0,
+        max_runtime_s: float = 0.0,
+        files: dict[str, bytes] | None = None,
+        now: float | None = None,
+        min_gpus: int = 0,
+        pools: tuple[str, ...] = (),
+    ) -> TrainJob:
         """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs.
         `pools`: the node pools this job may use, in its order (checked by the caller)."""
         account = self.account(owner)  # refused before anything is written
         if account is not None:
             self._show_jobs_to(owner, account)
-        row = self._record_new(owner, project, name, num_gpu, gpu_milli, command, priority, min_runtime_s,
-                               max_runtime_s, files, now,
-                               prepare=(lambda folder: give_to(folder, account)) if account is not None else None)
+        row = self._record_new(
+            owner,
+            project,
+            name,
+            num_gpu,
+            gpu_milli,
+            command,
+            priority,
+            min_runtime_s,
+            max_runtime_s,
+            files,
+            now,
+            prepare=(lambda folder: give_to(folder, account)) if account is not None else None,
+        )
         if min_gpus or pools:
             with self.pool.store.session() as s:
                 if min_gpus:
@@ -143,13 +175,26 @@ class TrainingService(JobBook):
             if row.state == JobState.QUEUED:
                 row.state, row.finished, row.message = JobState.CANCELLED, now, bounded(f"{who} while queued")
                 # GPUs a crash left reserved for it go back with the cancel
-                placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "cancelled while queued")
+                placement = self.pool.release_in(
+                    s, Workload("train", row.owner, row.id), "cancelled while queued"
+                )
             elif row.state in HAS_RUN:
-                row.intent, row.state, row.message = Intent.CANCEL, JobState.PREEMPTING, bounded(f"cancelling: {who}")
+                row.intent, row.state, row.message = (
+                    Intent.CANCEL,
+                    JobState.PREEMPTING,
+                    bounded(f"cancelling: {who}"),
+                )
                 row.term_sent = row.term_sent or now
             # `who` is read back from here when the run has stopped (_settle)
-            s.add(Event(kind=JobEvent.CANCEL, message=bounded(f"job {job_id} of {row.project} {who}"), owner=row.owner,
-                        name=job_id, data={"by": by, "who": who}))
+            s.add(
+                Event(
+                    kind=JobEvent.CANCEL,
+                    message=bounded(f"job {job_id} of {row.project} {who}"),
+                    owner=row.owner,
+                    name=job_id,
+                    data={"by": by, "who": who},
+                )
+            )
             pid, workdir, sent, state = row.pid, row.workdir, row.term_sent, row.state
             log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         if placement is not None:
@@ -172,8 +217,12 @@ class TrainingService(JobBook):
             self._preempt(p.job, p.reason, now, p.cause, p.for_project)
         for m in plan.move:
             self.pins[m.job], self.pins[m.for_job] = m.to, m.target
-            self._preempt(m.job, f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)", now,
-                          PreemptCause.CONSOLIDATION)
+            self._preempt(
+                m.job,
+                f"moved to {m.to.node} so that job {m.for_job} fits (consolidation)",
+                now,
+                PreemptCause.CONSOLIDATION,
+            )
         for z in plan.resize:  # an elastic job restarts from its checkpoint at another size
             self.pins[z.job] = z.to
             self._preempt(z.job, z.reason, now, PreemptCause.RESIZE)
@@ -184,8 +233,12 @@ class TrainingService(JobBook):
         for a in plan.admit:
             self.pins.pop(a.job, None)
             self._start(a.job, a.placement, now)
-        return {"admitted": [a.job for a in plan.admit], "preempted": [p.job for p in plan.preempt],
-                "moved": [m.job for m in plan.move], "resized": [z.job for z in plan.resize]}
+        return {
+            "admitted": [a.job for a in plan.admit],
+            "preempted": [p.job for p in plan.preempt],
+            "moved": [m.job for m in plan.move],
+            "resized": [z.job for z in plan.resize],
+        }
 
     def _observe(self, now: float) -> None:
         for row in self.jobs():
@@ -199,10 +252,18 @@ class TrainingService(JobBook):
             else:
                 ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
                 if ended is None:
-                    if (row.max_runtime_s and row.state == JobState.RUNNING
-                            and now - (row.started or now) >= row.max_runtime_s):
-                        self._set(row.id, state=JobState.PREEMPTING, intent=Intent.MAX_RUNTIME, term_sent=now,
-                                  message="reached its max runtime")
+                    if (
+                        row.max_runtime_s
+                        and row.state == JobState.RUNNING
+                        and now - (row.started or now) >= row.max_runtime_s
+                    ):
+                        self._set(
+                            row.id,
+                            state=JobState.PREEMPTING,
+                            intent=Intent.MAX_RUNTIME,
+                            term_sent=now,
+                            message="reached its max runtime",
+                        )
                         self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
                     continue
             self._settle(row.id, *ended, now=now)
@@ -221,14 +282,23 @@ class TrainingService(JobBook):
                 row.state, row.finished, row.message = JobState.FAILED, now, "idle GPU"
             elif row.intent == Intent.DISK_LIMIT:
                 row.state, row.finished = JobState.FAILED, now
-                row.message = (f"stopped: its folder grew over {self.cfg.max_job_folder_mib} MiB"
-                               " (c.TrainPool.max_job_folder_mib)")
+                row.message = (
+                    f"stopped: its folder grew over {self.cfg.max_job_folder_mib} MiB"
+                    " (c.TrainPool.max_job_folder_mib)"
+                )
             elif row.state == JobState.PREEMPTING or reason == NEVER_BEGAN:
                 # back in the queue with its original submit time: it keeps its place
                 row.state = JobState.QUEUED
                 row.message = "preempted; will resume" if reason != NEVER_BEGAN else f"requeued: {reason}"
-                s.add(Event(kind=JobEvent.REQUEUE, message=f"job {row.id} requeued after preemption", owner=row.owner,
-                            name=row.id, data={}))
+                s.add(
+                    Event(
+                        kind=JobEvent.REQUEUE,
+                        message=f"job {row.id} requeued after preemption",
+                        owner=row.owner,
+                        name=row.id,
+                        data={},
+                    )
+                )
             else:
                 row.state, row.finished = (JobState.SUCCEEDED if code == 0 else JobState.FAILED), now
                 row.message = "" if code == 0 else bounded(reason or f"exit code {code}")
@@ -249,25 +319,41 @@ class TrainingService(JobBook):
         rows = [r for r in self.jobs(state=JobState.RUNNING) if r.project in self.idle_rules]
         util = self.gpu_use(rows) if rows else {}
         by_id = {r.id: r for r in rows}
-        for job_id, verdict, idle in self.idle.step({(r.id, r.runs): self.idle_rules[r.project] for r in rows},
-                                                    util, now):
+        for job_id, verdict, idle in self.idle.step(
+            {(r.id, r.runs): self.idle_rules[r.project] for r in rows}, util, now
+        ):
             row = by_id[job_id]
             rule = self.idle_rules[row.project]
             if verdict == "warn":
-                msg = (f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
-                       f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them")
+                msg = (
+                    f"its GPUs have been idle for {idle / 60:.0f} min: it will be stopped in"
+                    f" {(rule.idle_s - idle) / 60:.0f} min unless it uses them"
+                )
                 self._log_line(row, f"--- gpupool: {msg} ---")
                 self._set(job_id, message=f"warning: {msg}")
-                self.pool.store.record(JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id)
+                self.pool.store.record(
+                    JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id
+                )
                 continue
-            self._log_line(row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---")
+            self._log_line(
+                row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---"
+            )
             # the intent is written before the signal, so a hub restart in between still ends it "idle GPU"
-            self._set(job_id, state=JobState.PREEMPTING, intent=Intent.IDLE, term_sent=now,
-                      message="stopping: idle GPU")
+            self._set(
+                job_id,
+                state=JobState.PREEMPTING,
+                intent=Intent.IDLE,
+                term_sent=now,
+                message="stopping: idle GPU",
+            )
             if row.pid is not None:  # else its run never began: _observe clears what is left of it
                 self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
-            self.pool.store.record(JobEvent.IDLE_STOP, f"job {job_id} of {row.project} stopped: idle GPU for"
-                                   f" {idle / 60:.0f} min", owner=row.owner, name=job_id)
+            self.pool.store.record(
+                JobEvent.IDLE_STOP,
+                f"job {job_id} of {row.project} stopped: idle GPU for {idle / 60:.0f} min",
+                owner=row.owner,
+                name=job_id,
+            )
 
     @staticmethod
     def _log_line(row: TrainJob, line: str) -> None:
@@ -287,28 +373,49 @@ class TrainingService(JobBook):
             elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
             chosen = {p.job_id: tuple(p.pools) for p in s.scalars(select(JobPools))}
         held = self.holds(rows) if self.holds is not None else {}
-        pending = [replace(self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
-                   for r in rows if r.state == JobState.QUEUED and r.project in self.projects and r.id not in held]
-        running = [replace(self.scheduler_job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
-                   for r in rows if r.state == JobState.RUNNING]
+        pending = [
+            replace(self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
+            for r in rows
+            if r.state == JobState.QUEUED and r.project in self.projects and r.id not in held
+        ]
+        running = [
+            replace(self.scheduler_job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
+            for r in rows
+            if r.state == JobState.RUNNING
+        ]
         stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
         return pending, running, stopping
 
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         pending, running, stopping = self.scheduler_inputs(self.jobs())
-        return schedule(self.train_view(), self.projects, pending, running, now, self.policy, self.rng,
-                        stopping=stopping, departments=self.departments,
-                        reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
-                        pools=self.pools)
+        return schedule(
+            self.train_view(),
+            self.projects,
+            pending,
+            running,
+            now,
+            self.policy,
+            self.rng,
+            stopping=stopping,
+            departments=self.departments,
+            reserve_after_s=self.cfg.reserve_after_s if self.cfg.reserve_after_s >= 0 else None,
+            pools=self.pools,
+        )
 
     def _reserved(self, r, now: float) -> None:
         """Tell the job's owner where it will start, and from when at the latest (if known)."""
         row = self.known_job(r.job)
-        by = "when the jobs there end" if r.start_by == float("inf") else f"in about {(r.start_by - now) / 60:.0f} min"
+        by = (
+            "when the jobs there end"
+            if r.start_by == float("inf")
+            else f"in about {(r.start_by - now) / 60:.0f} min"
+        )
         msg = f"waited long: GPUs {list(r.placement.gpus)} on {r.placement.node} are reserved for it; starts {by}"
         self._set(r.job, message=msg)
-        self.pool.store.record(JobEvent.RESERVE, f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job)
+        self.pool.store.record(
+            JobEvent.RESERVE, f"job {r.job} of {row.project}: {msg}", owner=row.owner, name=r.job
+        )
 
     def wait_reason(self, row: TrainJob) -> str:
         """Why queued job `row` waits, from this scheduler's own view of the pool."""
@@ -330,20 +437,33 @@ class TrainingService(JobBook):
                     view.gpu_free[:, g] = -1
         return view
 
-    def scheduler_job(self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None) -> Job:
+    def scheduler_job(
+        self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None
+    ) -> Job:
         """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
         while queued, and runs at its current size (num_gpu)."""
         alloc = self.pool.allocation(Workload("train", row.owner, row.id))
         placement = pin
         if alloc is not None:
-            placement = Placement(alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib)
+            placement = Placement(
+                alloc.node, tuple(alloc.gpus), alloc.gpu_milli, alloc.cpu_milli, alloc.memory_mib
+            )
         request = Request(row.num_gpu, row.gpu_milli)
         if elastic is not None:
             request = Request(row.num_gpu if row.state != JobState.QUEUED else elastic[0])
-        return Job(id=row.id, project=row.project, request=request,
-                   min_gpus=elastic[0] if elastic else 0, max_gpus=elastic[1] if elastic else 0,
-                   submitted=row.submitted, priority=row.priority, min_runtime_s=row.min_runtime_s,
-                   started=row.started, placement=placement, max_runtime_s=row.max_runtime_s or 0.0)
+        return Job(
+            id=row.id,
+            project=row.project,
+            request=request,
+            min_gpus=elastic[0] if elastic else 0,
+            max_gpus=elastic[1] if elastic else 0,
+            submitted=row.submitted,
+            priority=row.priority,
+            min_runtime_s=row.min_runtime_s,
+            started=row.started,
+            placement=placement,
+            max_runtime_s=row.max_runtime_s or 0.0,
+        )
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
         """Reserve, record the run, start the process, record its pid. A crash between any
@@ -356,19 +476,30 @@ class TrainingService(JobBook):
             self.policy.learn(Request(row.num_gpu, row.gpu_milli))
         failpoints.reach("train.start.reserved")
         resumed = row.runs > 0
-        self._set(job_id, state=JobState.RUNNING, started=now, pid=None, runs=row.runs + 1, intent=Intent.NONE,
-                  term_sent=None,
-                  message="resumed from its checkpoint" if resumed else "")
+        self._set(
+            job_id,
+            state=JobState.RUNNING,
+            started=now,
+            pid=None,
+            runs=row.runs + 1,
+            intent=Intent.NONE,
+            term_sent=None,
+            message="resumed from its checkpoint" if resumed else "",
+        )
         failpoints.reach("train.resume.recorded" if resumed else "train.start.recorded")
         node = self.pool.inventory.node(placement.node)
         gpus = [node.gpus[i] for i in placement.gpus]
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
-               "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000),
-               "GPUPOOL_GPUS": str(len(gpus))}  # this run's size (an elastic job's changes between runs)
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),
+            "GPUPOOL_GPU_FRACTION": str(placement.total_milli / 1000),
+            "GPUPOOL_GPUS": str(len(gpus)),
+        }  # this run's size (an elastic job's changes between runs)
         if len(gpus) != row.num_gpu and placement.gpu_milli == 1000:
             self._set(job_id, num_gpu=len(gpus))  # an elastic job runs at another size now
         try:
-            pid = self.runner.start(row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner))
+            pid = self.runner.start(
+                row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner)
+            )
         except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError
             log.warning("job %s could not start: %s", job_id, err)
             self._fail_start(job_id, f"could not start: {err}", now)
@@ -380,22 +511,37 @@ class TrainingService(JobBook):
             alloc = s.scalar(_alloc_query(w))
             if alloc is not None:
                 alloc.state, alloc.pid = "running", pid
-            s.add(Event(kind=JobEvent.RESUME if resumed else JobEvent.START, owner=row.owner, name=job_id, data={},
-                        message=f"job {job_id} {'resumed' if resumed else 'started'}"
-                                f" on {placement.node} GPU {list(placement.gpus)}"))
+            s.add(
+                Event(
+                    kind=JobEvent.RESUME if resumed else JobEvent.START,
+                    owner=row.owner,
+                    name=job_id,
+                    data={},
+                    message=f"job {job_id} {'resumed' if resumed else 'started'}"
+                    f" on {placement.node} GPU {list(placement.gpus)}",
+                )
+            )
 
     def _fail_start(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:
             row = s.get_one(TrainJob, job_id)
             placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
             row.state, row.finished, row.pid, row.message = JobState.FAILED, now, None, bounded(reason)
-            s.add(Event(kind=JobEvent.FAIL, message=bounded(f"job {job_id} failed to start: {reason}"), owner=row.owner,
-                        name=job_id, data={}))
+            s.add(
+                Event(
+                    kind=JobEvent.FAIL,
+                    message=bounded(f"job {job_id} failed to start: {reason}"),
+                    owner=row.owner,
+                    name=job_id,
+                    data={},
+                )
+            )
         if placement is not None:
             self.pool.state.release(placement)
 
-    def room_for_build(self, request: Request, now: float | None = None,
-                       pools: tuple[str, ...] = ()) -> list[str] | None:
+    def room_for_build(
+        self, request: Request, now: float | None = None, pools: tuple[str, ...] = ()
+    ) -> list[str] | None:
         """The train jobs a build workspace of `request` would preempt to fit (within its node
         `pools`, if any): [] when it fits once the jobs already stopping are gone, None when not
         even every over-quota job makes room. Changes nothing: the spawn form asks it to offer
@@ -405,8 +551,9 @@ class TrainingService(JobBook):
         running = [self.scheduler_job(r) for r in rows if r.state == JobState.RUNNING]
         stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
         # per-pool guarantees: who is over quota is decided within each pool
-        projects, _, running, stopping = split_by_pool(self.projects, self.pools, self.pool.inventory, [],
-                                                       running, stopping)
+        projects, _, running, stopping = split_by_pool(
+            self.projects, self.pools, self.pool.inventory, [], running, stopping
+        )
         _, over = in_quota_split(projects, running)
         trial = self.pool.state.copy()
         if pools:  # only the GPUs of the workspace's node pools count
@@ -424,8 +571,9 @@ class TrainingService(JobBook):
                 return chosen
         return None
 
-    def make_room_for_build(self, w: Workload, request: Request, now: float | None = None,
-                            pools: tuple[str, ...] = ()) -> bool:
+    def make_room_for_build(
+        self, w: Workload, request: Request, now: float | None = None, pools: tuple[str, ...] = ()
+    ) -> bool:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
         `request` fits (within the workspace's node `pools`, if any); False when even that would
         not make room. Build workspaces are never preempted; in-quota train jobs neither."""
@@ -439,22 +587,33 @@ class TrainingService(JobBook):
         self.build_holds[(w.owner, w.name)] = (request, now + self.cfg.grace_s + 300)
         return True
 
-    def _preempt(self, job_id: str, reason: str, now: float, cause: PreemptCause, for_project: str = "") -> None:
+    def _preempt(
+        self, job_id: str, reason: str, now: float, cause: PreemptCause, for_project: str = ""
+    ) -> None:
         """Stop the run; it goes back to the queue. Its event says why as fields (`cause`,
         `for_project`, `reason`), which the job monitor's line is made from (waiting.last_preemption)."""
         with self.pool.store.session() as s:
             row = s.get_one(TrainJob, job_id)
             row.state, row.preemptions = JobState.PREEMPTING, row.preemptions + 1
             row.message, row.term_sent = bounded(f"preempted: {reason}"), row.term_sent or now
-            s.add(Event(kind=JobEvent.PREEMPT, message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
-                        owner=row.owner, name=job_id,
-                        data={"cause": cause, "for_project": for_project, "reason": bounded(reason, 500)}))
+            s.add(
+                Event(
+                    kind=JobEvent.PREEMPT,
+                    message=bounded(f"job {job_id} of {row.project} preempted: {reason}"),
+                    owner=row.owner,
+                    name=job_id,
+                    data={"cause": cause, "for_project": for_project, "reason": bounded(reason, 500)},
+                )
+            )
             pid, workdir, sent = row.pid, row.workdir, row.term_sent
             log_row = TrainJob(id=row.id, owner=row.owner, workdir=row.workdir)
         failpoints.reach("train.preempt.persisted")
         if pid:
-            self._log_line(log_row, f"--- gpupool: preempted at {clock(now)}: {reason}; the job goes back to the"
-                                    " queue and resumes from its checkpoint ---")
+            self._log_line(
+                log_row,
+                f"--- gpupool: preempted at {clock(now)}: {reason}; the job goes back to the"
+                " queue and resumes from its checkpoint ---",
+            )
             self.runner.preempt(pid, now, workdir, sent=sent, job_id=job_id)
 
     def adopt_after_restart(self, now: float | None = None) -> None:
@@ -480,7 +639,6 @@ class TrainingService(JobBook):
                 if row.state == JobState.PREEMPTING:  # the signal may not have gone out before the crash
                     self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
 
-
     # --- job folders (called off the event loop where they walk folders: gpupool.setup) -------
     def measure_folders(self) -> dict[str, int]:
         """Bytes used by each running job's folder (stops counting past the limit)."""
@@ -500,10 +658,17 @@ class TrainingService(JobBook):
                 continue
             msg = f"its folder holds {size // (1024 * 1024)} MiB, over the limit of {self.cfg.max_job_folder_mib} MiB"
             self._log_line(row, f"--- gpupool: {msg}: stopped ---")
-            self._set(job_id, state=JobState.PREEMPTING, intent=Intent.DISK_LIMIT, term_sent=now,
-                      message=f"stopping: {msg}")
+            self._set(
+                job_id,
+                state=JobState.PREEMPTING,
+                intent=Intent.DISK_LIMIT,
+                term_sent=now,
+                message=f"stopping: {msg}",
+            )
             self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
-            self.pool.store.record(JobEvent.DISK_LIMIT, f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id)
+            self.pool.store.record(
+                JobEvent.DISK_LIMIT, f"job {job_id} stopped: {msg}", owner=row.owner, name=job_id
+            )
             stopped.append(job_id)
         return stopped
 
@@ -521,9 +686,13 @@ class TrainingService(JobBook):
                 continue
             if remove_folder(row.workdir):
                 removed.append(row.id)
-                self.pool.store.record(JobEvent.FOLDER_REMOVED, f"the folder of job {row.id} was removed"
-                                       f" {self.cfg.keep_finished_days:g} days after it ended", owner=row.owner,
-                                       name=row.id)
+                self.pool.store.record(
+                    JobEvent.FOLDER_REMOVED,
+                    f"the folder of job {row.id} was removed"
+                    f" {self.cfg.keep_finished_days:g} days after it ended",
+                    owner=row.owner,
+                    name=row.id,
+                )
             else:
                 log.warning("could not remove the folder of job %s: %s", row.id, row.workdir)
         return removed
@@ -548,7 +717,9 @@ def _alloc_query(w: Workload):
 def _cancelled_by(s, job_id: str) -> str:
     """Who cancelled the job and when ("cancelled by its owner at 14:02"), from its last cancel
     event's fields; "cancelled" when there is none."""
-    event = s.scalar(select(Event).filter_by(kind=JobEvent.CANCEL, name=job_id).order_by(Event.id.desc()).limit(1))
+    event = s.scalar(
+        select(Event).filter_by(kind=JobEvent.CANCEL, name=job_id).order_by(Event.id.desc()).limit(1)
+    )
     data = (event.data or {}) if event is not None else {}
     if data.get("who"):
         return data["who"]
@@ -562,6 +733,6 @@ def clock(epoch: float) -> str:
 
 
 def cancelled_by(by: str, owner: str, now: float) -> str:
-    """"cancelled by its owner at 14:02" / "cancelled by admin at 14:02": what the job's owner reads."""
+    """ "cancelled by its owner at 14:02" / "cancelled by admin at 14:02": what the job's owner reads."""
     who = "its owner" if not by or by == owner else by
     return f"cancelled by {who} at {clock(now)}"

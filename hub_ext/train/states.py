@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["OBSERVED_FINAL", "FINISHED", "HAS_RUN", "UNFINISHED", "ObservedState", "Intent", "JobEvent", "JobState",
-           "PreemptCause"]
+__all__ = [
+    "OBSERVED_FINAL",
+    "FINISHED",
+    "HAS_RUN",
+    "UNFINISHED",
+    "ObservedState",
+    "Intent",
+    "JobEvent",
+    "JobState",
+    "PreemptCause",
+]
 
 
 class JobState(StrEnum):

@@ -32,8 +32,11 @@ def combinations(spec: object, max_runs: int = MAX_RUNS) -> list[dict]:
         if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
             raise SweepError(f"sweep: {key} needs a list of 1 to {MAX_VALUES} values")
         for v in values:
-            if not isinstance(v, str | int | float | bool) or (isinstance(v, float) and not math.isfinite(v)) \
-                    or (isinstance(v, str) and len(v) > 200):
+            if (
+                not isinstance(v, str | int | float | bool)
+                or (isinstance(v, float) and not math.isfinite(v))
+                or (isinstance(v, str) and len(v) > 200)
+            ):
                 raise SweepError(f"sweep: {key} values must be numbers, short strings or booleans, got {v!r}")
         axes.append([(key, v) for v in values])
     total = math.prod(len(a) for a in axes)

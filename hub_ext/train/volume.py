@@ -19,14 +19,16 @@ class SubmitRate:
         self.times: dict[str, deque[float]] = {}
 
     def refuse(self, user: str, now: float) -> str:
-        """"" and counts this submission, or why it is refused (and does not count it)."""
+        """ "" and counts this submission, or why it is refused (and does not count it)."""
         times = self.times.setdefault(user, deque())
         while times and times[0] <= now - 60:
             times.popleft()
         if len(times) >= self.per_minute:
             wait = 60 - (now - times[0])
-            return (f"you submitted {len(times)} jobs in the last minute, at most {self.per_minute}"
-                    f" (c.TrainPool.max_submissions_per_minute): try again in {wait:.0f} s")
+            return (
+                f"you submitted {len(times)} jobs in the last minute, at most {self.per_minute}"
+                f" (c.TrainPool.max_submissions_per_minute): try again in {wait:.0f} s"
+            )
         times.append(now)
         if len(self.times) > 10_000:  # forget users idle for a minute: the table stays small
             self.times = {u: t for u, t in self.times.items() if t and t[-1] > now - 60}
@@ -44,14 +46,20 @@ def count_refusal(jobs: Iterable[Any], user: str, project: str, adding: int, cfg
             queued += j.state == JobState.QUEUED
         in_project += j.project == project
     if queued + adding > cfg.max_queued_per_user:
-        return (f"you have {queued} jobs waiting, at most {cfg.max_queued_per_user}"
-                " (c.TrainPool.max_queued_per_user): cancel one or wait")
+        return (
+            f"you have {queued} jobs waiting, at most {cfg.max_queued_per_user}"
+            " (c.TrainPool.max_queued_per_user): cancel one or wait"
+        )
     if active + adding > cfg.max_active_per_user:
-        return (f"you have {active} jobs queued or running, at most {cfg.max_active_per_user}"
-                " (c.TrainPool.max_active_per_user): wait for some to end or cancel some")
+        return (
+            f"you have {active} jobs queued or running, at most {cfg.max_active_per_user}"
+            " (c.TrainPool.max_active_per_user): wait for some to end or cancel some"
+        )
     if in_project + adding > cfg.max_active_per_project:
-        return (f"project {project} has {in_project} jobs queued or running, at most {cfg.max_active_per_project}"
-                " (c.TrainPool.max_active_per_project): wait for some to end")
+        return (
+            f"project {project} has {in_project} jobs queued or running, at most {cfg.max_active_per_project}"
+            " (c.TrainPool.max_active_per_project): wait for some to end"
+        )
     return ""
 
 

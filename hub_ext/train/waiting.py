@@ -29,18 +29,30 @@ def _gpus(milli: int) -> str:
     return f"{milli / MILLI_PER_GPU:.3f}".rstrip("0").rstrip(".")
 
 
-def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int, limit_milli: int,
-                used_milli: int, ahead: int, gpu_free: Sequence[Sequence[int]]) -> str:
+def wait_reason(
+    num_gpu: int,
+    gpu_milli: int,
+    project: str,
+    guarantee_milli: int,
+    limit_milli: int,
+    used_milli: int,
+    ahead: int,
+    gpu_free: Sequence[Sequence[int]],
+) -> str:
     """`gpu_free[node][gpu]`: free milli-GPU of each GPU a train job may use; negative: none there."""
     need = num_gpu * gpu_milli
     ahead_text = "" if ahead <= 0 else f"; {ahead} job{'s' if ahead > 1 else ''} ahead"
     sizes = [sum(1 for f in node if f >= 0) for node in gpu_free]
     if num_gpu > max(sizes, default=0):
-        return (f"waiting: no node has {num_gpu} GPUs (the largest has {max(sizes, default=0)}):"
-                " it cannot start until you ask for fewer")
+        return (
+            f"waiting: no node has {num_gpu} GPUs (the largest has {max(sizes, default=0)}):"
+            " it cannot start until you ask for fewer"
+        )
     if 0 <= limit_milli < used_milli + need:
-        return (f"waiting for GPUs: project {project} uses {_gpus(used_milli)} of its"
-                f" {_gpus(limit_milli)}-GPU limit{ahead_text}")
+        return (
+            f"waiting for GPUs: project {project} uses {_gpus(used_milli)} of its"
+            f" {_gpus(limit_milli)}-GPU limit{ahead_text}"
+        )
     fits = any(sum(1 for f in node if f >= gpu_milli) >= num_gpu for node in gpu_free)
     if fits:
         return f"waiting for its turn{ahead_text}" if ahead_text else "starting: GPUs are free"
@@ -48,10 +60,14 @@ def wait_reason(num_gpu: int, gpu_milli: int, project: str, guarantee_milli: int
     if num_gpu == 1 and gpu_milli >= MILLI_PER_GPU:
         what = "a free GPU"
     if used_milli + need > guarantee_milli:
-        return (f"waiting for GPUs: no node has {what}; project {project} uses {_gpus(used_milli)} of its"
-                f" {_gpus(guarantee_milli)}-GPU guarantee, so it waits for idle GPUs{ahead_text}")
-    return (f"waiting: no node has {what}; within its guarantee, project {project} gets GPUs back from"
-            f" jobs running beyond theirs{ahead_text}")
+        return (
+            f"waiting for GPUs: no node has {what}; project {project} uses {_gpus(used_milli)} of its"
+            f" {_gpus(guarantee_milli)}-GPU guarantee, so it waits for idle GPUs{ahead_text}"
+        )
+    return (
+        f"waiting: no node has {what}; within its guarantee, project {project} gets GPUs back from"
+        f" jobs running beyond theirs{ahead_text}"
+    )
 
 
 def explain(training: TrainingBackend | TrainingService, row: TrainJob) -> str:
@@ -77,14 +93,31 @@ def explain_here(training: TrainingService, row: TrainJob) -> str:
         pool, in_pool_used = _pool_of(training, project, [training.scheduler_job(j) for j in active], row)
         if pool is not None:
             mask = within(view, [training.pools[pool]])
-            return wait_reason(row.num_gpu, row.gpu_milli, f"{row.project} (pool {pool})",
-                               dict(project.pool_guarantees)[pool], project.limit_milli, in_pool_used, ahead,
-                               mask.gpu_free.tolist())
-    return wait_reason(row.num_gpu, row.gpu_milli, row.project, project.guarantee_milli, project.limit_milli,
-                       used, ahead, view.gpu_free.tolist())
+            return wait_reason(
+                row.num_gpu,
+                row.gpu_milli,
+                f"{row.project} (pool {pool})",
+                dict(project.pool_guarantees)[pool],
+                project.limit_milli,
+                in_pool_used,
+                ahead,
+                mask.gpu_free.tolist(),
+            )
+    return wait_reason(
+        row.num_gpu,
+        row.gpu_milli,
+        row.project,
+        project.guarantee_milli,
+        project.limit_milli,
+        used,
+        ahead,
+        view.gpu_free.tolist(),
+    )
 
 
-def _pool_of(training: TrainingService, project: Project, running: list, row: TrainJob) -> tuple[str | None, int]:
+def _pool_of(
+    training: TrainingService, project: Project, running: list, row: TrainJob
+) -> tuple[str | None, int]:
     """The first of the project's pools where `row` is within that pool's guarantee, and what
     the project uses there; (None, 0) when it is within none (it borrows)."""
     from gpupool.pool.pool_quotas import in_pool
@@ -101,8 +134,14 @@ def _clock(epoch: float) -> str:
     return time.strftime("%H:%M", time.localtime(epoch))
 
 
-def preemption_text(preempted_at: float, cause: str, reason: str, checkpoint_at: float | None, state: str,
-                    for_project: str = "") -> str:
+def preemption_text(
+    preempted_at: float,
+    cause: str,
+    reason: str,
+    checkpoint_at: float | None,
+    state: str,
+    for_project: str = "",
+) -> str:
     """The last preemption as one line: when, why (its `cause`, a PreemptCause, picks the words;
     `reason` is the scheduler's own), and where the job goes on from."""
     if cause == PreemptCause.GUARANTEE and for_project:
@@ -140,7 +179,11 @@ def last_preemption(pool: PoolManager, row: TrainJob) -> str:
 def _legacy_cause(reason: str) -> tuple[str, str, str]:
     """(cause, reason, for_project) of a preempt event written before it had fields: from its words."""
     if reason.startswith("project ") and reason.endswith(" needs its guarantee"):
-        return PreemptCause.GUARANTEE, reason, reason.removeprefix("project ").removesuffix(" needs its guarantee")
+        return (
+            PreemptCause.GUARANTEE,
+            reason,
+            reason.removeprefix("project ").removesuffix(" needs its guarantee"),
+        )
     if reason.startswith("moved to "):
         return PreemptCause.CONSOLIDATION, reason, ""
     return "", reason, ""

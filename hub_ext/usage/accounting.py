@@ -122,8 +122,17 @@ class Totals:
         return max(0, self.measured - self.used)
 
     def add(self, other: Totals) -> None:
-        for name in ("allocated", "measured", "used", "parked", "parked_s", "cost", "jobs_run", "jobs_failed",
-                     "jobs_preempted"):
+        for name in (
+            "allocated",
+            "measured",
+            "used",
+            "parked",
+            "parked_s",
+            "cost",
+            "jobs_run",
+            "jobs_failed",
+            "jobs_preempted",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.peak_memory_mib = max(self.peak_memory_mib, other.peak_memory_mib)
         self.share_memory_mib = max(self.share_memory_mib, other.share_memory_mib)
@@ -153,9 +162,18 @@ def session_key(kind: str, owner: str, name: str, since: int) -> tuple[str, str,
     return (kind, owner, name, since)
 
 
-def totals(held: Iterable[Held], a: int, b: int, now: int, by: str, uses: Iterable[UseRow] = (),
-           parked: Iterable[Parked] = (), jobs: Iterable[JobEvent] = (), prices: Prices = Prices(),
-           groups_of: Callable[[str], tuple[str, ...]] | None = None) -> dict[str, Totals]:
+def totals(
+    held: Iterable[Held],
+    a: int,
+    b: int,
+    now: int,
+    by: str,
+    uses: Iterable[UseRow] = (),
+    parked: Iterable[Parked] = (),
+    jobs: Iterable[JobEvent] = (),
+    prices: Prices = Prices(),
+    groups_of: Callable[[str], tuple[str, ...]] | None = None,
+) -> dict[str, Totals]:
     """Totals per key of dimension `by` over [a, b). `uses` are counted by the hour they fall in
     (hours starting in [a, b)) and attributed through the session they belong to; `groups_of`
     gives the groups of an owner for records that carry none (train jobs, parked shares)."""
@@ -220,8 +238,15 @@ def totals(held: Iterable[Held], a: int, b: int, now: int, by: str, uses: Iterab
     return out
 
 
-def series(held: Iterable[Held], a: int, b: int, step: int, now: int, by: str,
-           groups_of: Callable[[str], tuple[str, ...]] | None = None) -> dict[str, list[int]]:
+def series(
+    held: Iterable[Held],
+    a: int,
+    b: int,
+    step: int,
+    now: int,
+    by: str,
+    groups_of: Callable[[str], tuple[str, ...]] | None = None,
+) -> dict[str, list[int]]:
     """Allocated milli-GPU x seconds per key in each bucket [a + i*step, a + (i+1)*step) — the
     stacked plot. Buckets are whole seconds; the last one may end after `b` (clipped)."""
     n = max(1, math.ceil((b - a) / step))
@@ -259,8 +284,10 @@ def waits(jobs: Iterable[JobEvent], a: int, b: int) -> dict[str, dict[str, int |
     for j in jobs:
         if j.kind == "start" and a <= j.time < b:
             by_project.setdefault(j.project, []).append(max(0, j.wait_s))
-    return {p: {"p50_s": percentile(w, 50), "p95_s": percentile(w, 95), "jobs": len(w)}
-            for p, w in sorted(by_project.items())}
+    return {
+        p: {"p50_s": percentile(w, 50), "p95_s": percentile(w, 95), "jobs": len(w)}
+        for p, w in sorted(by_project.items())
+    }
 
 
 def sessions(held: Iterable[Held], uses: Iterable[UseRow]) -> list[Session]:
@@ -280,8 +307,18 @@ def sessions(held: Iterable[Held], uses: Iterable[UseRow]) -> list[Session]:
         top = peaks.get(key)
         if h.kind != "build" or top is None or not top.share_memory_mib:
             continue
-        out.append(Session(h.owner, h.name, h.milli, h.start, h.end, top.peak_memory_mib, top.share_memory_mib,
-                           measured.get(key, 0)))
+        out.append(
+            Session(
+                h.owner,
+                h.name,
+                h.milli,
+                h.start,
+                h.end,
+                top.peak_memory_mib,
+                top.share_memory_mib,
+                measured.get(key, 0),
+            )
+        )
     return sorted(out, key=lambda s: (s.owner, s.start))
 
 
@@ -297,8 +334,9 @@ class Session:
     measured_milli_s: int
 
 
-def over_requesters(sess: Iterable[Session], held: Iterable[Held], a: int, b: int, now: int,
-                    limit: int = 10) -> list[dict]:
+def over_requesters(
+    sess: Iterable[Session], held: Iterable[Held], a: int, b: int, now: int, limit: int = 10
+) -> list[dict]:
     """Users whose peak GPU memory stayed far under their share: the lowest peak/share first,
     among those who held the most (GPU-hours held in [a, b) break ties)."""
     held_by: dict[str, int] = {}
@@ -313,11 +351,23 @@ def over_requesters(sess: Iterable[Session], held: Iterable[Held], a: int, b: in
         peak[s.owner] = (max(p, s.peak_memory_mib), max(sh, s.share_memory_mib), n + 1)
     rows: list[dict[str, Any]] = []
     for owner, (p, sh, n) in peak.items():
-        rows.append({"user": owner, "peak_memory_mib": p, "share_memory_mib": sh, "sessions": n,
-                     "peak_pct": round(100 * p / sh) if sh else None,
-                     "allocated_gpu_hours": gpu_hours(held_by.get(owner, 0))})
-    rows.sort(key=lambda r: (r["peak_pct"] if r["peak_pct"] is not None else 999, -r["allocated_gpu_hours"],
-                             r["user"]))
+        rows.append(
+            {
+                "user": owner,
+                "peak_memory_mib": p,
+                "share_memory_mib": sh,
+                "sessions": n,
+                "peak_pct": round(100 * p / sh) if sh else None,
+                "allocated_gpu_hours": gpu_hours(held_by.get(owner, 0)),
+            }
+        )
+    rows.sort(
+        key=lambda r: (
+            r["peak_pct"] if r["peak_pct"] is not None else 999,
+            -r["allocated_gpu_hours"],
+            r["user"],
+        )
+    )
     return rows[:limit]
 
 

@@ -42,8 +42,11 @@ class Rule:
         days = self.window_s / 86400
         window = "a week" if days == 7 else ("a day" if days == 1 else f"{days:g} days")
         who = self.target.removeprefix(USER).removeprefix(GROUP)
-        whose = f"user {who}" if self.target.startswith(USER) else \
-            (f"group {who} together" if self.shared else f"each member of group {who}")
+        whose = (
+            f"user {who}"
+            if self.target.startswith(USER)
+            else (f"group {who} together" if self.shared else f"each member of group {who}")
+        )
         return f"{self.gpu_hours:g} GPU-h per {window} ({whose})"
 
 
@@ -77,10 +80,15 @@ class State:
             return f"{head}: near the limit; over it, new workspaces and train jobs are refused"
         if self.status == "over":
             when = f" until {clock(self.frees_at)}" if clock and self.frees_at else ""
-            small = (f" except workspaces of at most {self.rule.min_share_milli / 1000:g} GPU"
-                     if self.rule.min_share_milli else "")
-            return (f"{head}: the budget is used up; new workspaces{small} and train jobs are refused{when};"
-                    " running work keeps running, idle GPUs are parked. Ask an admin for a top-up")
+            small = (
+                f" except workspaces of at most {self.rule.min_share_milli / 1000:g} GPU"
+                if self.rule.min_share_milli
+                else ""
+            )
+            return (
+                f"{head}: the budget is used up; new workspaces{small} and train jobs are refused{when};"
+                " running work keeps running, idle GPUs are parked. Ask an admin for a top-up"
+            )
         return head
 
 
@@ -89,9 +97,14 @@ def rules_for(rules: Sequence[Rule], owner: str, groups: Iterable[str]) -> list[
     per-member rule of their groups (by GPU-h per day); plus every shared rule of their groups."""
     groups = set(groups)
     own = [r for r in rules if r.target == USER + owner]
-    member = [r for r in rules if r.target.startswith(GROUP) and not r.shared
-              and r.target.removeprefix(GROUP) in groups]
-    shared = [r for r in rules if r.target.startswith(GROUP) and r.shared and r.target.removeprefix(GROUP) in groups]
+    member = [
+        r
+        for r in rules
+        if r.target.startswith(GROUP) and not r.shared and r.target.removeprefix(GROUP) in groups
+    ]
+    shared = [
+        r for r in rules if r.target.startswith(GROUP) and r.shared and r.target.removeprefix(GROUP) in groups
+    ]
     if own:
         personal = own[:1]
     elif member:
@@ -143,6 +156,7 @@ def frees_at(held: Sequence[Held], window_s: int, limit: int, now: int) -> int:
     """The first time t >= now at which what was held in (t - window_s, now] is below `limit`,
     if nothing is held after now: the window slides past old use. Usage falls monotonically
     in t, so a binary search over whole seconds finds it."""
+
     def spent(t: int) -> int:
         return sum(h.milli * h.seconds_in(t - window_s, now, now) for h in held)
 

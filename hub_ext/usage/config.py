@@ -17,25 +17,40 @@ MICRO = 1_000_000
 class Usage(Configurable):
     """Where the GPU-hours go: accounting, prices, GPU-hour budgets and right-sizing advice."""
 
-    retention_days = Float(90.0, config=True, help="""Days the event log and the GPU utilization
+    retention_days = Float(
+        90.0,
+        config=True,
+        help="""Days the event log and the GPU utilization
         samples are kept; older records are deleted every hour (usage reports reach back this
         far, and no budget window may be longer). Example::
 
             c.Usage.retention_days = 400
-        """)
-    currency = Unicode("", config=True, help="""What prices are in, shown next to costs (empty: no
+        """,
+    )
+    currency = Unicode(
+        "",
+        config=True,
+        help="""What prices are in, shown next to costs (empty: no
         cost columns unless a price is set). Example::
 
             c.Usage.currency = "EUR"
-        """)
-    prices = Dict({}, config=True, help="""Price of one GPU-hour (fraction-weighted: a 0.25 share
+        """,
+    )
+    prices = Dict(
+        {},
+        config=True,
+        help="""Price of one GPU-hour (fraction-weighted: a 0.25 share
         for an hour costs a quarter), for the cost columns of usage reports. Keys: default, pools
         (per node pool of c.TrainPool.node_pools, which win) and models (per GPU model). Example::
 
             c.Usage.prices = {"default": 1.2, "pools": {"dgx": 3.5},
                               "models": {"NVIDIA RTX A2000": 0.4}}
-        """)
-    budgets = Dict({}, config=True, help="""Optional GPU-hour budgets over a rolling window, counted
+        """,
+    )
+    budgets = Dict(
+        {},
+        config=True,
+        help="""Optional GPU-hour budgets over a rolling window, counted
         fraction-weighted over build workspaces and train jobs. The key is a group name (each
         member has the budget; with "shared": true the members share it) or "user:NAME". Keys:
         gpu_hours, window_days (default 7), warn_at (share of the budget at which the user is
@@ -51,31 +66,51 @@ class Usage(Configurable):
                 "cs101": {"gpu_hours": 200, "window_days": 7, "shared": True},
                 "user:ada": {"gpu_hours": 100, "window_days": 30},
             }
-        """)
-    over_budget = Enum(("park", "park-or-stop"), "park", config=True, help="""What the idle culler does
+        """,
+    )
+    over_budget = Enum(
+        ("park", "park-or-stop"),
+        "park",
+        config=True,
+        help="""What the idle culler does
         with a workspace of a user over budget once its GPU has idled one culler window (a cell
         running on the GPU is never interrupted): park (where parking is on; else it keeps its
         GPU until its own idle limits) or park-or-stop (park where parking is on, else stop it).
         Example::
 
             c.Usage.over_budget = "park-or-stop"
-        """)
-    rightsizing_sessions = Int(3, min=0, max=100, config=True, help="""Suggest a smaller GPU size on the
+        """,
+    )
+    rightsizing_sessions = Int(
+        3,
+        min=0,
+        max=100,
+        config=True,
+        help="""Suggest a smaller GPU size on the
         spawn form and in %gpupool when a user's last this many workspace sessions each peaked at
         no more than half their share's GPU memory (0: never). Example::
 
             c.Usage.rightsizing_sessions = 5
-        """)
-    sample_gap_s = Float(180.0, config=True, help="""Longest time one utilization sample of the culler
+        """,
+    )
+    sample_gap_s = Float(
+        180.0,
+        config=True,
+        help="""Longest time one utilization sample of the culler
         stands for (a longer gap between samples counts as time without GPU data). Example::
 
             c.Usage.sample_gap_s = 300
-        """)
-    metrics_window_s = Float(86400.0, config=True, help="""The window of the usage gauges on the hub's
+        """,
+    )
+    metrics_window_s = Float(
+        86400.0,
+        config=True,
+        help="""The window of the usage gauges on the hub's
         Prometheus endpoint (/hub/metrics). Example::
 
             c.Usage.metrics_window_s = 3600
-        """)
+        """,
+    )
 
     @validate("retention_days")
     def _check_retention(self, proposal: dict) -> float:
@@ -112,8 +147,11 @@ class Usage(Configurable):
                 raise TraitError(f"{where} must be a dict with gpu_hours and some of {sorted(BUDGET_KEYS)}")
             hours, days = spec["gpu_hours"], spec.get("window_days", 7)
             warn, shared = spec.get("warn_at", 0.8), spec.get("shared", False)
-            for name, value, lo, hi in (("gpu_hours", hours, 0, 1e7), ("window_days", days, 1 / 24, self.retention_days),
-                                        ("warn_at", warn, 0, 1)):
+            for name, value, lo, hi in (
+                ("gpu_hours", hours, 0, 1e7),
+                ("window_days", days, 1 / 24, self.retention_days),
+                ("warn_at", warn, 0, 1),
+            ):
                 if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
                     raise TraitError(f"{where}: {name} must be a number from {lo:g} to {hi:g}, got {value!r}")
             if not isinstance(shared, bool):
@@ -126,6 +164,14 @@ class Usage(Configurable):
             if is_user and shared:
                 raise TraitError(f"{where}: a user's budget cannot be shared")
             target = key if is_user else GROUP + key
-            out.append(Rule(target, round(hours * MILLI_S_PER_GPU_HOUR), round(days * 86400), round(warn * 100),
-                            max(0, min_share), bool(shared)))
+            out.append(
+                Rule(
+                    target,
+                    round(hours * MILLI_S_PER_GPU_HOUR),
+                    round(days * 86400),
+                    round(warn * 100),
+                    max(0, min_share),
+                    bool(shared),
+                )
+            )
         return out

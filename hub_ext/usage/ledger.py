@@ -40,7 +40,9 @@ def stored(t: float) -> dt.datetime:
 
 
 class Ledger:
-    def __init__(self, store: Store, inventory: Inventory, node_pools: dict[str, NodePool] | None = None) -> None:
+    def __init__(
+        self, store: Store, inventory: Inventory, node_pools: dict[str, NodePool] | None = None
+    ) -> None:
         self.store, self.inventory, self.node_pools = store, inventory, node_pools or {}
         self.last_sample: dict[tuple[str, str, str, int], float] = {}  # session -> time of its last sample
         self._where: dict[tuple[str, tuple[int, ...]], tuple[tuple[str, ...], str]] = {}
@@ -50,8 +52,12 @@ class Ledger:
         """Every allocation interval that overlaps [a, b) (open ones included)."""
         who = {"owner": owner} if owner is not None else {}
         with self.store.session() as s:
-            q = select(Event).where(Event.kind.in_(("release", "allocate")), Event.time >= stored(a)) \
-                .filter_by(**who).order_by(Event.id)
+            q = (
+                select(Event)
+                .where(Event.kind.in_(("release", "allocate")), Event.time >= stored(a))
+                .filter_by(**who)
+                .order_by(Event.id)
+            )
             events = list(s.scalars(q))
             rows = list(s.scalars(select(Allocation).filter_by(**who)))
         out: list[Held] = []
@@ -69,20 +75,53 @@ class Ledger:
                 since = opened.pop((kind, e.owner, e.name), a)
             if since >= b:
                 continue
-            out.append(self._held(kind, e.owner, e.name, data.get("milli"), since, epoch(e.time),
-                                  data.get("groups"), data.get("node", ""), data.get("gpus")))
+            out.append(
+                self._held(
+                    kind,
+                    e.owner,
+                    e.name,
+                    data.get("milli"),
+                    since,
+                    epoch(e.time),
+                    data.get("groups"),
+                    data.get("node", ""),
+                    data.get("gpus"),
+                )
+            )
         for r in rows:
             start = epoch(r.created)
             if start < b:
-                out.append(self._held(r.kind, r.owner, r.name, r.total_milli, start, None, r.groups, r.node, r.gpus))
+                out.append(
+                    self._held(r.kind, r.owner, r.name, r.total_milli, start, None, r.groups, r.node, r.gpus)
+                )
         return self._with_projects(out)
 
-    def _held(self, kind: str, owner: str, name: str, milli: Any, start: float, end: float | None,
-              groups: Any, node: Any, gpus: Any) -> Held:
+    def _held(
+        self,
+        kind: str,
+        owner: str,
+        name: str,
+        milli: Any,
+        start: float,
+        end: float | None,
+        groups: Any,
+        node: Any,
+        gpus: Any,
+    ) -> Held:
         gpus = tuple(g for g in (gpus or ()) if isinstance(g, int))
         pools, model = self._where_on(str(node or ""), gpus)
-        return Held(kind, owner, name, int(milli or 0), int(start), None if end is None else int(end),
-                    tuple(sorted({str(g) for g in groups or ()})), "", pools, model)
+        return Held(
+            kind,
+            owner,
+            name,
+            int(milli or 0),
+            int(start),
+            None if end is None else int(end),
+            tuple(sorted({str(g) for g in groups or ()})),
+            "",
+            pools,
+            model,
+        )
 
     def _where_on(self, node: str, gpus: tuple[int, ...]) -> tuple[tuple[str, ...], str]:
         """(node pools, GPU model) of GPUs `gpus` of `node` (a node no longer in the inventory: none, '?')."""
@@ -94,8 +133,11 @@ class Ledger:
                 self._where[key] = ((), "?")
             else:
                 on = [n.gpus[g] for g in gpus if 0 <= g < len(n.gpus)]
-                pools = tuple(p.name for p in self.node_pools.values()
-                              if on and any(p.has(node, g.index, g.model) for g in on))
+                pools = tuple(
+                    p.name
+                    for p in self.node_pools.values()
+                    if on and any(p.has(node, g.index, g.model) for g in on)
+                )
                 self._where[key] = (pools, n.model or "?")
         return self._where[key]
 
@@ -106,42 +148,83 @@ class Ledger:
         if not ids:
             return held
         with self.store.session() as s:
-            projects = dict(s.execute(select(TrainJob.id, TrainJob.project).where(TrainJob.id.in_(ids))).all())
+            projects = dict(
+                s.execute(select(TrainJob.id, TrainJob.project).where(TrainJob.id.in_(ids))).all()
+            )
         return [replace(h, project=projects.get(h.name, "?")) if h.kind == "train" else h for h in held]
 
     def parked(self, a: float, b: float, owner: str | None = None) -> list[ParkedSpan]:
         who = {"owner": owner} if owner is not None else {}
         with self.store.session() as s:
-            events = list(s.scalars(select(Event).where(Event.kind == "unpark", Event.time >= stored(a))
-                                    .filter_by(**who)))
+            events = list(
+                s.scalars(
+                    select(Event).where(Event.kind == "unpark", Event.time >= stored(a)).filter_by(**who)
+                )
+            )
             rows = list(s.scalars(select(Parked).filter_by(**who)))
         out = []
         for e in events:
             data = e.data or {}
             since = data.get("since")
             if isinstance(since, int | float) and since < b:
-                out.append(ParkedSpan(e.owner, e.name, int(data.get("milli") or 0), int(since), int(epoch(e.time)),
-                                      tuple(data.get("groups") or ())))
+                out.append(
+                    ParkedSpan(
+                        e.owner,
+                        e.name,
+                        int(data.get("milli") or 0),
+                        int(since),
+                        int(epoch(e.time)),
+                        tuple(data.get("groups") or ()),
+                    )
+                )
         for r in rows:
             if r.parked_at < b:
-                out.append(ParkedSpan(r.owner, r.name, len(r.gpus) * r.gpu_milli, int(r.parked_at), None,
-                                      tuple(r.groups or ())))
+                out.append(
+                    ParkedSpan(
+                        r.owner,
+                        r.name,
+                        len(r.gpus) * r.gpu_milli,
+                        int(r.parked_at),
+                        None,
+                        tuple(r.groups or ()),
+                    )
+                )
         return out
 
     # --- what was used --------------------------------------------------------------
     def uses(self, a: float, b: float, owner: str | None = None) -> list[UseRow]:
         who = {"owner": owner} if owner is not None else {}
         with self.store.session() as s:
-            rows = list(s.scalars(select(UsageHour).where(UsageHour.hour >= int(a) // 3600,
-                                                          UsageHour.hour < -(-int(b) // 3600)).filter_by(**who)))
-        return [UseRow(r.hour, r.kind, r.owner, r.name, r.since, r.milli, r.measured_milli_s, r.used_milli_s,
-                       r.peak_memory_mib, r.share_memory_mib) for r in rows]
+            rows = list(
+                s.scalars(
+                    select(UsageHour)
+                    .where(UsageHour.hour >= int(a) // 3600, UsageHour.hour < -(-int(b) // 3600))
+                    .filter_by(**who)
+                )
+            )
+        return [
+            UseRow(
+                r.hour,
+                r.kind,
+                r.owner,
+                r.name,
+                r.since,
+                r.milli,
+                r.measured_milli_s,
+                r.used_milli_s,
+                r.peak_memory_mib,
+                r.share_memory_mib,
+            )
+            for r in rows
+        ]
 
     def record_samples(self, workspaces: Iterable[dict], now: float, gap_s: float) -> int:
         """The culler's findings of one pass: GPU use of each build workspace with fresh data,
         added to its session's hour. A sample stands for the time since the session's last one
         (at most `gap_s`; the first after a hub restart: since the session began, as far)."""
-        found = [w for w in workspaces if w.get("gpu_data") and isinstance(w.get("gpu_util_pct"), int | float)]
+        found = [
+            w for w in workspaces if w.get("gpu_data") and isinstance(w.get("gpu_util_pct"), int | float)
+        ]
         if not found:
             return 0
         allocations = {(r.owner, r.name): r for r in self.store.allocations(kind="build")}
@@ -149,8 +232,10 @@ class Ledger:
         n = 0
         with self.store.session() as s:
             # this hour's cells in one read, not one query per workspace (a class of 5,000 each pass)
-            cells = {(c.owner, c.name, c.since): c for c in
-                     s.scalars(select(UsageHour).where(UsageHour.hour == hour, UsageHour.kind == "build"))}
+            cells = {
+                (c.owner, c.name, c.since): c
+                for c in s.scalars(select(UsageHour).where(UsageHour.hour == hour, UsageHour.kind == "build"))
+            }
             for w in found:
                 row = allocations.get((w["owner"], w["name"]))
                 if row is None:
@@ -169,9 +254,19 @@ class Ledger:
                 share_mib = share_mib if isinstance(share_mib, int | float) else 0
                 cell = cells.get((row.owner, row.name, since))
                 if cell is None:
-                    cell = UsageHour(hour=hour, kind="build", owner=row.owner, name=row.name, since=since, milli=milli,
-                                     measured_milli_s=0, used_milli_s=0, peak_memory_mib=0, share_memory_mib=0,
-                                     samples=0)
+                    cell = UsageHour(
+                        hour=hour,
+                        kind="build",
+                        owner=row.owner,
+                        name=row.name,
+                        since=since,
+                        milli=milli,
+                        measured_milli_s=0,
+                        used_milli_s=0,
+                        peak_memory_mib=0,
+                        share_memory_mib=0,
+                        samples=0,
+                    )
                     s.add(cell)
                     cells[(row.owner, row.name, since)] = cell
                 cell.measured_milli_s += milli * seconds
@@ -190,12 +285,24 @@ class Ledger:
         """First starts (with their wait), preemptions and failures of train jobs in [a, b)."""
         with self.store.session() as s:
             kinds = (states.JobEvent.START, states.JobEvent.PREEMPT)
-            events = list(s.scalars(select(Event).where(Event.kind.in_(kinds), Event.time >= stored(a),
-                                                        Event.time < stored(b))))
+            events = list(
+                s.scalars(
+                    select(Event).where(
+                        Event.kind.in_(kinds), Event.time >= stored(a), Event.time < stored(b)
+                    )
+                )
+            )
             ids = {e.name for e in events}
             jobs = {j.id: j for j in s.scalars(select(TrainJob).where(TrainJob.id.in_(ids)))} if ids else {}
-            failed = list(s.scalars(select(TrainJob).where(TrainJob.state == states.JobState.FAILED,
-                                                           TrainJob.finished >= a, TrainJob.finished < b)))
+            failed = list(
+                s.scalars(
+                    select(TrainJob).where(
+                        TrainJob.state == states.JobState.FAILED,
+                        TrainJob.finished >= a,
+                        TrainJob.finished < b,
+                    )
+                )
+            )
         out = []
         for e in events:
             j = jobs.get(e.name)
@@ -203,8 +310,11 @@ class Ledger:
                 continue
             t = int(epoch(e.time))
             out.append(JobEvent(e.kind, j.id, j.owner, j.project, t, int(max(0.0, t - j.submitted))))
-        out += [JobEvent("fail", j.id, j.owner, j.project, int(j.finished))
-                for j in failed if j.finished is not None]  # the query asked for a finish time
+        out += [
+            JobEvent("fail", j.id, j.owner, j.project, int(j.finished))
+            for j in failed
+            if j.finished is not None
+        ]  # the query asked for a finish time
         return out
 
     # --- budgets ------------------------------------------------------------------------
@@ -215,20 +325,40 @@ class Ledger:
 
     def grant_rows(self, now: float) -> list[dict]:
         with self.store.session() as s:
-            rows = list(s.scalars(select(BudgetGrant).where(BudgetGrant.until > now).order_by(BudgetGrant.id)))
-        return [{"id": r.id, "target": r.target, "kind": r.kind, "gpu_hours": r.milli_s / 3_600_000,
-                 "until": r.until, "by": r.by, "note": r.note} for r in rows]
+            rows = list(
+                s.scalars(select(BudgetGrant).where(BudgetGrant.until > now).order_by(BudgetGrant.id))
+            )
+        return [
+            {
+                "id": r.id,
+                "target": r.target,
+                "kind": r.kind,
+                "gpu_hours": r.milli_s / 3_600_000,
+                "until": r.until,
+                "by": r.by,
+                "note": r.note,
+            }
+            for r in rows
+        ]
 
     def add_grant(self, target: str, kind: str, milli_s: int, until: int, by: str, note: str = "") -> int:
         with self.store.session() as s:
-            row = BudgetGrant(target=target, kind=kind, milli_s=milli_s, until=until, by=by, note=note[:MAX_GRANT_NOTE])
+            row = BudgetGrant(
+                target=target, kind=kind, milli_s=milli_s, until=until, by=by, note=note[:MAX_GRANT_NOTE]
+            )
             s.add(row)
             s.flush()
-            s.add(Event(kind="budget", owner=by, name=target,
-                        message=f"{by} {'exempted' if kind == 'exempt' else 'topped up'} {target}"
-                                + (f" by {milli_s / 3_600_000:g} GPU-h" if kind == "topup" else "")
-                                + f" until {stored(until):%Y-%m-%d %H:%M} UTC",
-                        data={"kind": kind, "milli_s": milli_s, "until": until}))
+            s.add(
+                Event(
+                    kind="budget",
+                    owner=by,
+                    name=target,
+                    message=f"{by} {'exempted' if kind == 'exempt' else 'topped up'} {target}"
+                    + (f" by {milli_s / 3_600_000:g} GPU-h" if kind == "topup" else "")
+                    + f" until {stored(until):%Y-%m-%d %H:%M} UTC",
+                    data={"kind": kind, "milli_s": milli_s, "until": until},
+                )
+            )
             return row.id
 
     def end_grant(self, grant_id: int, now: float, by: str) -> bool:
@@ -237,8 +367,15 @@ class Ledger:
             if row is None or row.until <= now:
                 return False
             row.until = int(now)
-            s.add(Event(kind="budget", owner=by, name=row.target, message=f"{by} ended the {row.kind} of {row.target}",
-                        data={"grant": grant_id}))
+            s.add(
+                Event(
+                    kind="budget",
+                    owner=by,
+                    name=row.target,
+                    message=f"{by} ended the {row.kind} of {row.target}",
+                    data={"grant": grant_id},
+                )
+            )
             return True
 
     # --- retention ------------------------------------------------------------------------
@@ -256,8 +393,10 @@ class Ledger:
                 break
         with self.store.session() as s:
             # a DELETE's result is a CursorResult (SQLAlchemy types execute() for any statement)
-            for stmt in (delete(UsageHour).where(UsageHour.hour < int(before) // 3600),
-                         delete(BudgetGrant).where(BudgetGrant.until < before)):
+            for stmt in (
+                delete(UsageHour).where(UsageHour.hour < int(before) // 3600),
+                delete(BudgetGrant).where(BudgetGrant.until < before),
+            ):
                 n += cast(CursorResult, s.execute(stmt)).rowcount or 0
         return n
 

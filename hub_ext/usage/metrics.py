@@ -19,12 +19,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpupool.usage")
 DIMENSIONS = ("user", "group", "project", "pool", "kind")
 CACHE_S = 60.0
-MEASURES = (("allocated_gpu_hours", "GPU-hours held (fraction-weighted)"),
-            ("used_gpu_hours", "GPU-hours the GPU was busy, where measured"),
-            ("measured_gpu_hours", "GPU-hours held with GPU use data"),
-            ("waste_gpu_hours", "GPU-hours held idle, where measured"),
-            ("parked_hours", "hours workspaces were parked"),
-            ("cost", "cost at c.Usage.prices"))
+MEASURES = (
+    ("allocated_gpu_hours", "GPU-hours held (fraction-weighted)"),
+    ("used_gpu_hours", "GPU-hours the GPU was busy, where measured"),
+    ("measured_gpu_hours", "GPU-hours held with GPU use data"),
+    ("waste_gpu_hours", "GPU-hours held idle, where measured"),
+    ("parked_hours", "hours workspaces were parked"),
+    ("cost", "cost at c.Usage.prices"),
+)
 _registered: list[Any] = []
 
 
@@ -55,13 +57,22 @@ class UsageCollector:
         window = int(usage.cfg.metrics_window_s)
         b = usage.now() + 1
         a = b - window
-        families = {key: GaugeMetricFamily(f"gpupool_usage_{key}", f"{text} in the last {window} s",
-                                           labels=["dimension", "key"]) for key, text in MEASURES}
-        jobs = GaugeMetricFamily("gpupool_usage_jobs", f"train jobs in the last {window} s, by outcome",
-                                 labels=["project", "outcome"])
-        waits = GaugeMetricFamily("gpupool_train_wait_seconds",
-                                  f"how long train jobs that first started in the last {window} s waited",
-                                  labels=["project", "quantile"])
+        families = {
+            key: GaugeMetricFamily(
+                f"gpupool_usage_{key}", f"{text} in the last {window} s", labels=["dimension", "key"]
+            )
+            for key, text in MEASURES
+        }
+        jobs = GaugeMetricFamily(
+            "gpupool_usage_jobs",
+            f"train jobs in the last {window} s, by outcome",
+            labels=["project", "outcome"],
+        )
+        waits = GaugeMetricFamily(
+            "gpupool_train_wait_seconds",
+            f"how long train jobs that first started in the last {window} s waited",
+            labels=["project", "quantile"],
+        )
         for by in DIMENSIONS:
             report = usage.report(a, b, by, limit=10_000)
             for row in report["rows"]:
@@ -75,8 +86,9 @@ class UsageCollector:
                     for q, key in (("0.5", "p50_s"), ("0.95", "p95_s")):
                         if w[key] is not None:
                             waits.add_metric([project, q], w[key])
-        budget = GaugeMetricFamily("gpupool_budget_used_ratio", "share of each GPU-hour budget used",
-                                   labels=["user", "target"])
+        budget = GaugeMetricFamily(
+            "gpupool_budget_used_ratio", "share of each GPU-hour budget used", labels=["user", "target"]
+        )
         for u in usage.budget_users():
             for bgt in u["budgets"]:
                 budget.add_metric([u["user"], bgt["target"]], bgt["used_pct"] / 100)

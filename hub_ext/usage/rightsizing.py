@@ -22,9 +22,11 @@ class Advice:
     sessions: int
 
     def message(self) -> str:
-        return (f"your last {self.sessions} sessions on {self.current_milli / 1000:g} GPU used at most"
-                f" {self.peak_memory_mib:,} MiB of its {self.share_memory_mib:,} MiB: {self.suggested_milli / 1000:g}"
-                " GPU would do, and leaves GPUs for others")
+        return (
+            f"your last {self.sessions} sessions on {self.current_milli / 1000:g} GPU used at most"
+            f" {self.peak_memory_mib:,} MiB of its {self.share_memory_mib:,} MiB: {self.suggested_milli / 1000:g}"
+            " GPU would do, and leaves GPUs for others"
+        )
 
 
 def advise(sessions: Sequence[Session], owner: str, sizes_milli: Sequence[int], n: int) -> Advice | None:
@@ -49,5 +51,8 @@ def freed(advice: Advice, held: Sequence[Held], a: int, b: int, now: int) -> int
     """Milli-GPU x seconds the suggested size would have freed over [a, b): the difference on
     every build session of the advised size."""
     saved = advice.current_milli - advice.suggested_milli
-    return sum(saved * h.seconds_in(a, b, now) for h in held
-               if h.kind == "build" and h.owner == advice.owner and h.milli == advice.current_milli)
+    return sum(
+        saved * h.seconds_in(a, b, now)
+        for h in held
+        if h.kind == "build" and h.owner == advice.owner and h.milli == advice.current_milli
+    )

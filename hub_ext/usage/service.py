@@ -38,8 +38,14 @@ def clock_text(t: float | None) -> str:
 
 
 class UsageService:
-    def __init__(self, pool: PoolManager, cfg: Usage | None = None, groups_of: Callable[[str], tuple[str, ...]] | None = None,
-                 clock: Callable[[], float] = time.time, parking: bool = False) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        cfg: Usage | None = None,
+        groups_of: Callable[[str], tuple[str, ...]] | None = None,
+        clock: Callable[[], float] = time.time,
+        parking: bool = False,
+    ) -> None:
         self.pool, self.cfg = pool, cfg or Usage()
         self.ledger = Ledger(pool.store, pool.inventory, getattr(pool, "node_pools", {}))
         self.rules = self.cfg.budget_rules()
@@ -55,8 +61,17 @@ class UsageService:
         return int(self.clock())
 
     # --- reports ---------------------------------------------------------------------
-    def report(self, a: int, b: int, by: str, owner: str | None = None, step: int | None = None,
-               sort: str = "waste", offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    def report(
+        self,
+        a: int,
+        b: int,
+        by: str,
+        owner: str | None = None,
+        step: int | None = None,
+        sort: str = "waste",
+        offset: int = 0,
+        limit: int = 100,
+    ) -> dict[str, Any]:
         """Totals per key of `by` over [a, b), sorted and paged; `owner`: only their own use."""
         now = self.now()
         held = self.ledger.held(a, b, owner)
@@ -65,24 +80,45 @@ class UsageService:
         jobs = [j for j in self.ledger.job_events(a, b) if owner is None or j.owner == owner]
         per = acc.totals(held, a, b, now, by, uses, parked, jobs, self.prices, self.groups_of)
         rows = [{"key": k, **self._json(t)} for k, t in per.items()]
-        key = {"waste": "waste_milli_s", "allocated": "allocated_milli_s", "used": "used_milli_s",
-               "cost": "cost_micro", "parked": "parked_milli_s"}.get(sort)
+        key = {
+            "waste": "waste_milli_s",
+            "allocated": "allocated_milli_s",
+            "used": "used_milli_s",
+            "cost": "cost_micro",
+            "parked": "parked_milli_s",
+        }.get(sort)
         rows.sort(key=(lambda r: (-r[key], r["key"])) if key else (lambda r: r["key"]))
         # every session counts once in the total, even where a dimension counts it in several keys
         total = acc.Totals()
-        for t in (per if by in ("user", "project", "model", "kind") else
-                  acc.totals(held, a, b, now, "kind", uses, parked, jobs, self.prices)).values():
+        for t in (
+            per
+            if by in ("user", "project", "model", "kind")
+            else acc.totals(held, a, b, now, "kind", uses, parked, jobs, self.prices)
+        ).values():
             total.add(t)
         out: dict[str, Any] = {
-            "from": a, "to": b, "now": now, "by": by, "sort": sort, "offset": offset, "limit": limit,
-            "rows_total": len(rows), "rows": rows[offset:offset + limit], "total": self._json(total),
-            "currency": self.cfg.currency, "waits": acc.waits(jobs, a, b),
+            "from": a,
+            "to": b,
+            "now": now,
+            "by": by,
+            "sort": sort,
+            "offset": offset,
+            "limit": limit,
+            "rows_total": len(rows),
+            "rows": rows[offset : offset + limit],
+            "total": self._json(total),
+            "currency": self.cfg.currency,
+            "waits": acc.waits(jobs, a, b),
         }
         if step:
             values = acc.series(held, a, b, step, now, by, self.groups_of)
             order = sorted(values, key=lambda k: -sum(values[k]))
-            out["series"] = {"start": a, "step_s": step, "keys": order,
-                             "gpus": {k: [round(v / step / 1000, 4) for v in values[k]] for k in order}}
+            out["series"] = {
+                "start": a,
+                "step_s": step,
+                "keys": order,
+                "gpus": {k: [round(v / step / 1000, 4) for v in values[k]] for k in order},
+            }
         sess = acc.sessions(held, uses)
         out["over_requesters"] = acc.over_requesters(sess, held, a, b, now)
         out["rightsizing"] = self._rightsizing(sess, held, a, b, now)
@@ -90,15 +126,30 @@ class UsageService:
 
     def _json(self, t: acc.Totals) -> dict[str, Any]:
         h = acc.gpu_hours
-        return {"allocated_gpu_hours": h(t.allocated), "measured_gpu_hours": h(t.measured),
-                "used_gpu_hours": h(t.used), "waste_gpu_hours": h(t.waste), "parked_gpu_hours": h(t.parked),
-                "parked_hours": round(t.parked_s / 3600, 3), "cost": round(t.cost / 1_000_000, 2),
-                "jobs_run": t.jobs_run, "jobs_failed": t.jobs_failed, "jobs_preempted": t.jobs_preempted,
-                "peak_memory_mib": t.peak_memory_mib, "share_memory_mib": t.share_memory_mib,
-                "allocated_milli_s": t.allocated, "measured_milli_s": t.measured, "used_milli_s": t.used,
-                "waste_milli_s": t.waste, "parked_milli_s": t.parked, "cost_micro": t.cost}
+        return {
+            "allocated_gpu_hours": h(t.allocated),
+            "measured_gpu_hours": h(t.measured),
+            "used_gpu_hours": h(t.used),
+            "waste_gpu_hours": h(t.waste),
+            "parked_gpu_hours": h(t.parked),
+            "parked_hours": round(t.parked_s / 3600, 3),
+            "cost": round(t.cost / 1_000_000, 2),
+            "jobs_run": t.jobs_run,
+            "jobs_failed": t.jobs_failed,
+            "jobs_preempted": t.jobs_preempted,
+            "peak_memory_mib": t.peak_memory_mib,
+            "share_memory_mib": t.share_memory_mib,
+            "allocated_milli_s": t.allocated,
+            "measured_milli_s": t.measured,
+            "used_milli_s": t.used,
+            "waste_milli_s": t.waste,
+            "parked_milli_s": t.parked,
+            "cost_micro": t.cost,
+        }
 
-    def _rightsizing(self, sess: list[acc.Session], held: list[acc.Held], a: int, b: int, now: int) -> list[dict]:
+    def _rightsizing(
+        self, sess: list[acc.Session], held: list[acc.Held], a: int, b: int, now: int
+    ) -> list[dict]:
         n = self.cfg.rightsizing_sessions
         if not n:
             return []
@@ -106,19 +157,37 @@ class UsageService:
         for owner in sorted({s.owner for s in sess}):
             advice = advise(sess, owner, self.sizes_for(owner), n)
             if advice is not None:
-                out.append({"user": owner, "current_gpus": advice.current_milli / 1000,
-                            "suggested_gpus": advice.suggested_milli / 1000, "peak_memory_mib": advice.peak_memory_mib,
-                            "share_memory_mib": advice.share_memory_mib,
-                            "would_free_gpu_hours": acc.gpu_hours(freed(advice, held, a, b, now))})
+                out.append(
+                    {
+                        "user": owner,
+                        "current_gpus": advice.current_milli / 1000,
+                        "suggested_gpus": advice.suggested_milli / 1000,
+                        "peak_memory_mib": advice.peak_memory_mib,
+                        "share_memory_mib": advice.share_memory_mib,
+                        "would_free_gpu_hours": acc.gpu_hours(freed(advice, held, a, b, now)),
+                    }
+                )
         return sorted(out, key=lambda r: -r["would_free_gpu_hours"])
 
     def sizes_for(self, owner: str) -> tuple[int, ...]:
         return tuple(self.pool.quotas.limits_for(list(self.groups_of(owner))).sizes_milli)
 
     def csv(self, report: dict[str, Any]) -> str:
-        cols = ["key", "allocated_gpu_hours", "measured_gpu_hours", "used_gpu_hours", "waste_gpu_hours",
-                "parked_hours", "parked_gpu_hours", "cost", "jobs_run", "jobs_failed", "jobs_preempted",
-                "peak_memory_mib", "share_memory_mib"]
+        cols = [
+            "key",
+            "allocated_gpu_hours",
+            "measured_gpu_hours",
+            "used_gpu_hours",
+            "waste_gpu_hours",
+            "parked_hours",
+            "parked_gpu_hours",
+            "cost",
+            "jobs_run",
+            "jobs_failed",
+            "jobs_preempted",
+            "peak_memory_mib",
+            "share_memory_mib",
+        ]
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow([report["by"], *cols[1:]])
@@ -166,8 +235,11 @@ class UsageService:
         for r in rules:
             if r.shared:
                 group = r.target.removeprefix(bud.GROUP)
-                held = [h for h in self.ledger.held(now - r.window_s, now + 1)
-                        if group in (h.groups or self.groups_of(h.owner))]
+                held = [
+                    h
+                    for h in self.ledger.held(now - r.window_s, now + 1)
+                    if group in (h.groups or self.groups_of(h.owner))
+                ]
                 out.append(bud.state(r, held, grants, now, owner))
             else:
                 out.append(bud.state(r, mine, grants, now, owner))
@@ -176,14 +248,26 @@ class UsageService:
     def budget_json(self, owner: str, groups: Iterable[str]) -> dict[str, Any]:
         states = self.budget_states(owner, groups)
         shown = bud.worst(states)
-        return {"user": owner, "status": shown.status if shown else "none",
-                "message": shown.message(clock_text) if shown else "",
-                "budgets": [{"target": s.rule.target, "shared": s.rule.shared, "status": s.status,
-                             "used_gpu_hours": acc.gpu_hours(s.used_milli_s),
-                             "limit_gpu_hours": acc.gpu_hours(s.limit_milli_s),
-                             "window_days": s.rule.window_s / 86400, "used_pct": s.used_pct,
-                             "min_share_gpus": s.rule.min_share_milli / 1000, "frees_at": s.frees_at,
-                             "message": s.message(clock_text)} for s in states]}
+        return {
+            "user": owner,
+            "status": shown.status if shown else "none",
+            "message": shown.message(clock_text) if shown else "",
+            "budgets": [
+                {
+                    "target": s.rule.target,
+                    "shared": s.rule.shared,
+                    "status": s.status,
+                    "used_gpu_hours": acc.gpu_hours(s.used_milli_s),
+                    "limit_gpu_hours": acc.gpu_hours(s.limit_milli_s),
+                    "window_days": s.rule.window_s / 86400,
+                    "used_pct": s.used_pct,
+                    "min_share_gpus": s.rule.min_share_milli / 1000,
+                    "frees_at": s.frees_at,
+                    "message": s.message(clock_text),
+                }
+                for s in states
+            ],
+        }
 
     def budget_users(self, limit: int = 200) -> list[dict]:
         """Users with a budget who held GPUs in the longest window: their state, worst first."""
@@ -197,7 +281,9 @@ class UsageService:
             if j["budgets"]:
                 out.append(j)
         order = {"over": 0, "near": 1, "ok": 2, "exempt": 3}
-        out.sort(key=lambda j: (order.get(j["status"], 4), -max(b["used_pct"] for b in j["budgets"]), j["user"]))
+        out.sort(
+            key=lambda j: (order.get(j["status"], 4), -max(b["used_pct"] for b in j["budgets"]), j["user"])
+        )
         return out[:limit]
 
     def check(self, owner: str, groups: Iterable[str], milli: int, kind: str) -> None:
@@ -209,12 +295,17 @@ class UsageService:
             return
         what = f"a workspace of {format_gpus(milli)}" if kind == "build" else "a train job"
         when = f"; it has room again at {clock_text(refusing.frees_at)}" if refusing.frees_at else ""
-        small = (f"; a workspace of at most {format_gpus(refusing.rule.min_share_milli)} still starts"
-                 if kind == "build" and refusing.rule.min_share_milli else "")
+        small = (
+            f"; a workspace of at most {format_gpus(refusing.rule.min_share_milli)} still starts"
+            if kind == "build" and refusing.rule.min_share_milli
+            else ""
+        )
         used = acc.gpu_hours(refusing.used_milli_s)
-        raise BudgetRefused(f"{what} is refused: your GPU-hour budget ({refusing.rule.describe()}) is used up,"
-                            f" {used:g} of {acc.gpu_hours(refusing.limit_milli_s):g} GPU-h{when}{small}."
-                            " Running work keeps running; ask an admin for a top-up")
+        raise BudgetRefused(
+            f"{what} is refused: your GPU-hour budget ({refusing.rule.describe()}) is used up,"
+            f" {used:g} of {acc.gpu_hours(refusing.limit_milli_s):g} GPU-h{when}{small}."
+            " Running work keeps running; ask an admin for a top-up"
+        )
 
     def over(self, owner: str, groups: Iterable[str]) -> bud.State | None:
         """The budget `owner` is over, if any (exempt: never), as known at most CACHE_S ago."""
@@ -251,8 +342,10 @@ class UsageService:
             s = seen[r.owner]
             if s is not None:
                 when = f" until {clock_text(s.frees_at)}" if s.frees_at else ""
-                out[r.id] = (f"held: {r.owner}'s GPU-hour budget ({s.rule.describe()}) is used up{when};"
-                             " it starts once the budget has room (or an admin tops it up)")
+                out[r.id] = (
+                    f"held: {r.owner}'s GPU-hour budget ({s.rule.describe()}) is used up{when};"
+                    " it starts once the budget has room (or an admin tops it up)"
+                )
         return out
 
     # --- samples and retention --------------------------------------------------------------

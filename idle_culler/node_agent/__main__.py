@@ -16,20 +16,36 @@ log = logging.getLogger("gpupool.node_agent")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gpupool.idle_culler.node_agent",
-                                 description="Per-pod GPU use from NVML, served at /pods and /metrics.")
+    ap = argparse.ArgumentParser(
+        prog="python -m gpupool.idle_culler.node_agent",
+        description="Per-pod GPU use from NVML, served at /pods and /metrics.",
+    )
     ap.add_argument("--port", type=int, default=9402, help="9402: beside dcgm-exporter's 9400")
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between NVML samples")
-    ap.add_argument("--proc", default=os.environ.get("GPUPOOL_PROC_ROOT", "/proc"),
-                    help="the host's /proc (the DaemonSet runs with hostPID)")
-    ap.add_argument("--token-file", default=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""),
-                    help="file holding the token /pods and /metrics require (the chart's Secret)")
-    ap.add_argument("--no-token", action="store_true",
-                    help="serve /pods and /metrics to anyone who can reach the port (not on a shared cluster)")
-    ap.add_argument("--virtual-gpus", type=int, default=0, metavar="N",
-                    help="a node without a GPU driver whose N GPUs are virtual (a demo or test cluster): "
-                         "no NVML, every pod on the node reported GPU-idle")
+    ap.add_argument(
+        "--proc",
+        default=os.environ.get("GPUPOOL_PROC_ROOT", "/proc"),
+        help="the host's /proc (the DaemonSet runs with hostPID)",
+    )
+    ap.add_argument(
+        "--token-file",
+        default=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""),
+        help="file holding the token /pods and /metrics require (the chart's Secret)",
+    )
+    ap.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve /pods and /metrics to anyone who can reach the port (not on a shared cluster)",
+    )
+    ap.add_argument(
+        "--virtual-gpus",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a node without a GPU driver whose N GPUs are virtual (a demo or test cluster): "
+        "no NVML, every pod on the node reported GPU-idle",
+    )
     args = ap.parse_args(argv)
     if not args.token_file and not args.no_token:
         ap.error("--token-file is required (or --no-token to serve without one)")

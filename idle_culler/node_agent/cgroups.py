@@ -7,8 +7,10 @@ from pathlib import Path
 
 # .../kubepods/burstable/pod<uid>/<container>            (cgroupfs)
 # .../kubepods-burstable-pod<uid with _>.slice/cri-...   (systemd)
-POD = re.compile(r"kubepods[^/]*?(?:/[a-z]+)?[/-](?:[a-z]+-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}"
-                 r"[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+POD = re.compile(
+    r"kubepods[^/]*?(?:/[a-z]+)?[/-](?:[a-z]+-)?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}"
+    r"[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
 
 
 def pod_uid(cgroup_text: str) -> str | None:

@@ -19,10 +19,19 @@ def per_pod(processes: Iterable[ProcessSample], pod_of: Callable[[int], str | No
         gpus = by_gpu.setdefault(uid, {})
         gpus[s.gpu_uuid] = min(100.0, gpus.get(s.gpu_uuid, 0.0) + float(s.sm_util_pct))
         memory[uid] = memory.get(uid, 0) + s.memory_mib
-    return [{"uid": uid, "gpu_util_pct": max(gpus.values()), "memory_mib": memory[uid], "gpus": sorted(gpus)}
-            for uid, gpus in sorted(by_gpu.items())]
+    return [
+        {"uid": uid, "gpu_util_pct": max(gpus.values()), "memory_mib": memory[uid], "gpus": sorted(gpus)}
+        for uid, gpus in sorted(by_gpu.items())
+    ]
 
 
 def per_gpu(devices: Iterable[DeviceSample]) -> list[dict]:
-    return [{"uuid": d.gpu_uuid, "util_pct": float(d.util_pct), "memory_used_mib": d.memory_used_mib,
-             "memory_total_mib": d.memory_total_mib} for d in devices]
+    return [
+        {
+            "uuid": d.gpu_uuid,
+            "util_pct": float(d.util_pct),
+            "memory_used_mib": d.memory_used_mib,
+            "memory_total_mib": d.memory_total_mib,
+        }
+        for d in devices
+    ]

@@ -35,9 +35,16 @@ class Agent:
         try:
             pods = per_pod(self.nvml.process_samples(), lambda pid: pod_of(pid, self.proc))
             using = {p["uid"] for p in pods}
-            pods += [{"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
-                     for uid in sorted(pods_on_node(self.proc) - using)]
-            snap: dict = {"time": self.clock(), "error": None, "pods": pods, "gpus": per_gpu(self.nvml.device_samples())}
+            pods += [
+                {"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
+                for uid in sorted(pods_on_node(self.proc) - using)
+            ]
+            snap: dict = {
+                "time": self.clock(),
+                "error": None,
+                "pods": pods,
+                "gpus": per_gpu(self.nvml.device_samples()),
+            }
         except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
             log.warning("NVML sample failed: %s", err)
             snap = {**self.snapshot, "error": f"NVML: {err}"}
@@ -57,10 +64,15 @@ class Agent:
     def metrics(self) -> bytes:
         snap = self.current()
         reg = CollectorRegistry()
-        util = Gauge("gpupool_pod_gpu_utilization_pct", "SM use of the pod's processes (busiest GPU)",
-                     ["pod_uid"], registry=reg)
-        mem = Gauge("gpupool_pod_gpu_memory_mib", "GPU memory held by the pod's processes", ["pod_uid"],
-                    registry=reg)
+        util = Gauge(
+            "gpupool_pod_gpu_utilization_pct",
+            "SM use of the pod's processes (busiest GPU)",
+            ["pod_uid"],
+            registry=reg,
+        )
+        mem = Gauge(
+            "gpupool_pod_gpu_memory_mib", "GPU memory held by the pod's processes", ["pod_uid"], registry=reg
+        )
         gutil = Gauge("gpupool_gpu_utilization_pct", "Device utilization", ["gpu"], registry=reg)
         gmem = Gauge("gpupool_gpu_memory_used_mib", "Device memory in use", ["gpu"], registry=reg)
         up = Gauge("gpupool_node_agent_nvml_up", "1 when the last NVML sample succeeded", registry=reg)
@@ -103,8 +115,12 @@ def make_handler(agent: Agent, token: Callable[[], str | None]) -> type[BaseHTTP
                 return True
             scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
             if scheme.lower() != "bearer" or not given:
-                self.send(401, b"a bearer token is required", "text/plain",
-                          {"WWW-Authenticate": 'Bearer realm="gpupool-node-agent"'})
+                self.send(
+                    401,
+                    b"a bearer token is required",
+                    "text/plain",
+                    {"WWW-Authenticate": 'Bearer realm="gpupool-node-agent"'},
+                )
                 return False
             if not expected or not hmac.compare_digest(given.strip().encode(), expected.encode()):
                 self.send(403, b"wrong token", "text/plain")
@@ -140,7 +156,8 @@ def file_token(path: Path) -> Callable[[], str]:
     return read
 
 
-def serve(agent: Agent, port: int, host: str = "0.0.0.0",
-          token: Callable[[], str | None] = lambda: None) -> ThreadingHTTPServer:
+def serve(
+    agent: Agent, port: int, host: str = "0.0.0.0", token: Callable[[], str | None] = lambda: None
+) -> ThreadingHTTPServer:
     """`token` gives the token requests must carry, None for none (tests of the data alone)."""
     return ThreadingHTTPServer((host, port), make_handler(agent, token))

@@ -48,44 +48,113 @@ def coredns_objects(image: str) -> list[dict]:
     meta = {"namespace": "kube-system"}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coredns", **meta}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:coredns"},
-         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-                    "verbs": ["list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "system:coredns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-         "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}]},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", **meta},
-         "data": {"Corefile": COREFILE}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", **meta, "labels": labels},
-         "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                  "template": {"metadata": {"labels": labels}, "spec": {
-                      "serviceAccountName": "coredns", "dnsPolicy": "Default", "priorityClassName": "system-cluster-critical",
-                      "containers": [{
-                          "name": "coredns", "image": image, "args": ["-conf", "/etc/coredns/Corefile"],
-                          "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
-                          # 1053: a non-root process may not bind 53 (CoreDNS's image sets a file
-                          # capability for that; our layers carry no xattrs), the Service maps 53 to it
-                          "ports": [{"containerPort": 1053, "name": "dns", "protocol": "UDP"},
-                                    {"containerPort": 1053, "name": "dns-tcp", "protocol": "TCP"}],
-                          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                              "readOnlyRootFilesystem": True, "runAsNonRoot": True},
-                          "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}, "periodSeconds": 2},
-                          "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}}}],
-                      "volumes": [{"name": "config", "configMap": {"name": "coredns"}}]}}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", **meta, "labels": labels},
-         "spec": {"selector": labels, "clusterIP": CLUSTER_DNS,
-                  "ports": [{"name": "dns", "port": 53, "targetPort": 1053, "protocol": "UDP"},
-                            {"name": "dns-tcp", "port": 53, "targetPort": 1053, "protocol": "TCP"}]}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:coredns",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "coredns", **meta},
+            "data": {"Corefile": COREFILE},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "coredns", **meta, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": "coredns",
+                        "dnsPolicy": "Default",
+                        "priorityClassName": "system-cluster-critical",
+                        "containers": [
+                            {
+                                "name": "coredns",
+                                "image": image,
+                                "args": ["-conf", "/etc/coredns/Corefile"],
+                                "volumeMounts": [
+                                    {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
+                                ],
+                                # 1053: a non-root process may not bind 53 (CoreDNS's image sets a file
+                                # capability for that; our layers carry no xattrs), the Service maps 53 to it
+                                "ports": [
+                                    {"containerPort": 1053, "name": "dns", "protocol": "UDP"},
+                                    {"containerPort": 1053, "name": "dns-tcp", "protocol": "TCP"},
+                                ],
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]},
+                                    "readOnlyRootFilesystem": True,
+                                    "runAsNonRoot": True,
+                                },
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/ready", "port": 8181},
+                                    "periodSeconds": 2,
+                                },
+                                "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}},
+                            }
+                        ],
+                        "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "kube-dns", **meta, "labels": labels},
+            "spec": {
+                "selector": labels,
+                "clusterIP": CLUSTER_DNS,
+                "ports": [
+                    {"name": "dns", "port": 53, "targetPort": 1053, "protocol": "UDP"},
+                    {"name": "dns-tcp", "port": 53, "targetPort": 1053, "protocol": "TCP"},
+                ],
+            },
+        },
     ]
 
 
 def storage_class() -> dict:
-    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": STORAGE_CLASS,
-                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-            "provisioner": PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }
 
 
 class LocalVolumes:
@@ -117,27 +186,52 @@ class LocalVolumes:
         for claim in claims:
             meta, spec = claim["metadata"], claim["spec"]
             wanted = (meta.get("annotations") or {}).get("volume.kubernetes.io/storage-provisioner")
-            if claim.get("status", {}).get("phase") != "Pending" or wanted != PROVISIONER or spec.get("volumeName"):
+            if (
+                claim.get("status", {}).get("phase") != "Pending"
+                or wanted != PROVISIONER
+                or spec.get("volumeName")
+            ):
                 continue
             name = f"pvc-{meta['uid']}"
             path = self.folder / name
             path.mkdir(exist_ok=True)
             path.chmod(0o777)
-            pv = {"apiVersion": "v1", "kind": "PersistentVolume",
-                  "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
-                  "spec": {"capacity": {"storage": spec["resources"]["requests"]["storage"]},
-                           "accessModes": spec["accessModes"], "persistentVolumeReclaimPolicy": "Delete",
-                           "storageClassName": STORAGE_CLASS, "volumeMode": "Filesystem",
-                           "hostPath": {"path": str(path), "type": "Directory"},
-                           "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
-                           "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                               {"key": "kubernetes.io/hostname", "operator": "In", "values": [self.node]}]}]}}}}
+            pv = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name, "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+                "spec": {
+                    "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                    "accessModes": spec["accessModes"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": STORAGE_CLASS,
+                    "volumeMode": "Filesystem",
+                    "hostPath": {"path": str(path), "type": "Directory"},
+                    "claimRef": {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [self.node],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
             r = http.post("/api/v1/persistentvolumes", json=pv)
             if r.status_code < 300:
                 self.made.append(name)
         for pv in http.get("/api/v1/persistentvolumes").json().get("items", []):
             meta = pv["metadata"]
-            if ((meta.get("annotations") or {}).get("pv.kubernetes.io/provisioned-by") == PROVISIONER
-                    and pv.get("status", {}).get("phase") == "Released"):
+            if (meta.get("annotations") or {}).get(
+                "pv.kubernetes.io/provisioned-by"
+            ) == PROVISIONER and pv.get("status", {}).get("phase") == "Released":
                 shutil.rmtree(self.folder / meta["name"], ignore_errors=True)
                 http.delete(f"/api/v1/persistentvolumes/{meta['name']}")

@@ -43,8 +43,19 @@ class Component:
 
 COMPONENTS = (
     Component("etcd", ("server",)),  # go.etcd.io/etcd/server/v3: Go names it "server"
-    Component("kube", ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy",
-                       "deviceplugin"), stamp="k8s.io/kubernetes", packages=("./deviceplugin",)),
+    Component(
+        "kube",
+        (
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kubelet",
+            "kube-proxy",
+            "deviceplugin",
+        ),
+        stamp="k8s.io/kubernetes",
+        packages=("./deviceplugin",),
+    ),
     Component("kwok", ("kwok",)),
 )
 # Built only for the tests that need them (their fixture asks): a failure to build one skips
@@ -54,7 +65,9 @@ OPTIONAL = (
     # KAI-Scheduler's cmd/* (module and version: go/kai/go.mod, the one pin; kai.py derives the
     # rest): what queues, shards, GPU fractions and reclaim need. On KAI's own k8s.io pins
     # (v0.34 before KAI v0.15): those versions do not compile against 1.35's scheduler framework.
-    Component("kai", ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")),
+    Component(
+        "kai", ("scheduler", "binder", "podgrouper", "queuecontroller", "podgroupcontroller", "admission")
+    ),
     # the real node's tests (tests/cluster/node.py): helm.sh/helm/v3/cmd/helm, and CoreDNS (our
     # main with the plugins a cluster's Corefile uses) for the node's cluster DNS
     Component("helm", ("helm",)),
@@ -73,8 +86,14 @@ def cache_root() -> Path:
 
 def go_env() -> dict[str, str]:
     root = cache_root() / "go"
-    return {**os.environ, "GOMODCACHE": str(root / "mod"), "GOCACHE": str(root / "build"),
-            "GOFLAGS": "-buildvcs=false -mod=readonly", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    return {
+        **os.environ,
+        "GOMODCACHE": str(root / "mod"),
+        "GOCACHE": str(root / "build"),
+        "GOFLAGS": "-buildvcs=false -mod=readonly",
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "0",
+    }
 
 
 def go_version() -> str:
@@ -122,10 +141,21 @@ def build(component: Component, version: str, log=print) -> Path:
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
         mod = (GO_DIR / component.name / "go.mod").read_text()
         tools = ["tool"] if re.search(r"^tool\b", mod, re.M) else []
-        proc = subprocess.run(["go", "build", f"-ldflags={ldflags(component)}", "-o", tmp + os.sep, *tools,
-                               *component.packages],
-                              cwd=GO_DIR / component.name,
-                              env=go_env(), capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "go",
+                "build",
+                f"-ldflags={ldflags(component)}",
+                "-o",
+                tmp + os.sep,
+                *tools,
+                *component.packages,
+            ],
+            cwd=GO_DIR / component.name,
+            env=go_env(),
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             raise RuntimeError(f"building {component.name} failed:\n{proc.stderr[-4000:]}")
         Path(tmp, ".complete").write_text(f"{version}\n")
@@ -171,8 +201,13 @@ def download(component: str, module: str) -> Path:
     (without building anything): where CRDs are read from. RuntimeError if the proxy refuses."""
     folder = module_dir(component, module)
     if not folder.exists():
-        proc = subprocess.run(["go", "mod", "download", module], cwd=GO_DIR / component, env=go_env(),
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["go", "mod", "download", module],
+            cwd=GO_DIR / component,
+            env=go_env(),
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             raise RuntimeError(f"go mod download {module} failed:\n{proc.stderr[-2000:]}")
     return folder
@@ -188,22 +223,36 @@ def repin(component: str, target: str, log=print) -> None:
     old = (folder / "go.mod").read_text()
     tools = re.findall(r"^\s*(?:tool\s+)?(\S+/cmd/\S+)\s*$", old, re.M)
     if not (module and version and tools):
-        raise SystemExit(f"usage: --repin {component} <module>@<version> (the wrapper names its commands"
-                         " as <module>/cmd/<name> tool lines)")
+        raise SystemExit(
+            f"usage: --repin {component} <module>@<version> (the wrapper names its commands"
+            " as <module>/cmd/<name> tool lines)"
+        )
     cmds = [f"{module}/cmd/{t.rsplit('/cmd/', 1)[1]}@{version}" for t in tools]
     comment = "".join(line + "\n" for line in old.splitlines() if line.startswith("//"))
     with tempfile.TemporaryDirectory() as tmp:
         env = {**go_env(), "GOFLAGS": "-buildvcs=false"}
-        subprocess.run(["go", "mod", "init", f"gpupool.test/cluster/{component}"], cwd=tmp, env=env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["go", "mod", "init", f"gpupool.test/cluster/{component}"],
+            cwd=tmp,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         # the lowest go line: `go get` raises it to what the dependencies need, not to this Go's
         subprocess.run(["go", "mod", "edit", "-go=1.22"], cwd=tmp, env=env, check=True)
         proc = subprocess.run(["go", "get", "-tool", *cmds], cwd=tmp, env=env, capture_output=True, text=True)
         if proc.returncode and "sum.golang.org" in proc.stderr and "404" in proc.stderr:
-            log(f"the checksum database does not know {module}@{version}; fetching it without:"
-                f" {proc.stderr.strip().splitlines()[-1]}")
-            proc = subprocess.run(["go", "get", "-tool", *cmds], cwd=tmp, env={**env, "GONOSUMDB": module},
-                                  capture_output=True, text=True)
+            log(
+                f"the checksum database does not know {module}@{version}; fetching it without:"
+                f" {proc.stderr.strip().splitlines()[-1]}"
+            )
+            proc = subprocess.run(
+                ["go", "get", "-tool", *cmds],
+                cwd=tmp,
+                env={**env, "GONOSUMDB": module},
+                capture_output=True,
+                text=True,
+            )
         if proc.returncode:
             raise SystemExit(f"go get {module}@{version} failed:\n{proc.stderr[-3000:]}")
         (folder / "go.mod").write_text(comment + Path(tmp, "go.mod").read_text())
@@ -214,8 +263,12 @@ def repin(component: str, target: str, log=print) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report whether every component is built")
-    ap.add_argument("--repin", nargs=2, metavar=("COMPONENT", "MODULE@VERSION"),
-                    help="pin a component to another module version (rewrites its go.mod and go.sum)")
+    ap.add_argument(
+        "--repin",
+        nargs=2,
+        metavar=("COMPONENT", "MODULE@VERSION"),
+        help="pin a component to another module version (rewrites its go.mod and go.sum)",
+    )
     args = ap.parse_args(argv)
     if args.repin:
         repin(*args.repin)

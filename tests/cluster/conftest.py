@@ -47,10 +47,19 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
             res = Resources(http)
             for i in range(GPU_NODES):
                 res.apply(gpu_node(f"gpu-node-{i}"))
-            until(lambda: all(
-                any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in (res.get(f"/api/v1/nodes/gpu-node-{i}") or {}).get("status", {}).get("conditions", []))
-                for i in range(GPU_NODES)), 60, "kwok nodes Ready")
+            until(
+                lambda: all(
+                    any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in (res.get(f"/api/v1/nodes/gpu-node-{i}") or {})
+                        .get("status", {})
+                        .get("conditions", [])
+                    )
+                    for i in range(GPU_NODES)
+                ),
+                60,
+                "kwok nodes Ready",
+            )
         yield cp
     finally:
         cp.stop()
@@ -64,8 +73,11 @@ def admin(plane: ControlPlane) -> Iterator[Resources]:
 
 # --- the chart, applied as a cluster admin would ------------------------------------------
 HUB_NS = "jhub"
-CHART_VALUES = {"hub": {"namespace": HUB_NS, "serviceAccountName": "hub"}, "priorityClasses": {"create": True},
-                "userNamespaces": {"enabled": True, "users": ["ann", "bob"]}}
+CHART_VALUES = {
+    "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
+    "priorityClasses": {"create": True},
+    "userNamespaces": {"enabled": True, "users": ["ann", "bob"]},
+}
 
 
 @pytest.fixture(scope="session")
@@ -83,20 +95,34 @@ def chart(plane: ControlPlane) -> list[dict]:
             pytest.fail(f"KAI-Scheduler's CRDs could not be read from its module: {err}")
         pytest.skip(f"KAI-Scheduler's CRDs could not be read from its module: {err}")
     docs = render(CHART_VALUES)
-    z2jh = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}},
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpupool"}},  # helm --create-namespace
-            # KAI's chart makes its namespace (installed first): gpupool's chart grants the hub a read there
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kai-scheduler"}},
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub", "namespace": HUB_NS}},
-            # z2jh's own hub Role (its chart renders these rules): workspace pods in its namespace
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "hub", "namespace": HUB_NS},
-             "rules": [{"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
-                        "verbs": ["get", "watch", "list", "create", "delete"]},
-                       {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": "hub", "namespace": HUB_NS},
-             "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": HUB_NS}],
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"}}]
+    z2jh = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpupool"}},  # helm --create-namespace
+        # KAI's chart makes its namespace (installed first): gpupool's chart grants the hub a read there
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kai-scheduler"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub", "namespace": HUB_NS}},
+        # z2jh's own hub Role (its chart renders these rules): workspace pods in its namespace
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "hub", "namespace": HUB_NS},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+                    "verbs": ["get", "watch", "list", "create", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "hub", "namespace": HUB_NS},
+            "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": HUB_NS}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "hub"},
+        },
+    ]
     with plane.client() as http:
         Resources(http).apply_all(crds + z2jh + docs)
     return docs
@@ -104,13 +130,19 @@ def chart(plane: ControlPlane) -> list[dict]:
 
 # --- workspaces spawned by GPUKubeSpawner as the chart's hub account -----------------------
 def make_user(name: str, groups: tuple[str, ...] = ("students",)) -> SimpleNamespace:
-    return SimpleNamespace(name=name, id=7, url=f"/user/{name}/", escaped_name=name,
-                           groups=[SimpleNamespace(name=g) for g in groups])
+    return SimpleNamespace(
+        name=name,
+        id=7,
+        url=f"/user/{name}/",
+        escaped_name=name,
+        groups=[SimpleNamespace(name=g) for g in groups],
+    )
 
 
 @pytest.fixture
-async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
-                       monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., object]]:
+async def make_spawner(
+    plane: ControlPlane, chart: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., object]]:
     """GPUKubeSpawners sharing one pool (quota 0.5 GPU per user, two 80 GB GPUs declared), whose
     kubespawner calls the API server with a TokenRequest token of the chart's hub account."""
     from jupyterhub import orm
@@ -127,9 +159,14 @@ async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
     runtime.reset()
     made: list[GPUKubeSpawner] = []
 
-    def make(user: str = "ann", server: str = "", options: dict | None = None,
-             groups: tuple[str, ...] = ("students",), more: Callable[[Config], None] | None = None,
-             **settings) -> GPUKubeSpawner:
+    def make(
+        user: str = "ann",
+        server: str = "",
+        options: dict | None = None,
+        groups: tuple[str, ...] = ("students",),
+        more: Callable[[Config], None] | None = None,
+        **settings,
+    ) -> GPUKubeSpawner:
         c = Config()
         c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
         c.GPUPool.use_nvml = False
@@ -148,10 +185,13 @@ async def make_spawner(plane: ControlPlane, chart: list[dict], tmp_path: Path,
             setattr(c.GPUKubeSpawner, key, value)
         if more is not None:  # other sections (GPUPool, TrainPool, KubeSpawner)
             more(c)
-        hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
-                              api_url="http://hub:8081/hub/api")
+        hub = SimpleNamespace(
+            public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
+        )
         # a named server's name lives on its ORM row (JupyterHub's own class, not in a database)
-        sp = GPUKubeSpawner(user=make_user(user, groups), hub=hub, config=c, orm_spawner=orm.Spawner(name=server))
+        sp = GPUKubeSpawner(
+            user=make_user(user, groups), hub=hub, config=c, orm_spawner=orm.Spawner(name=server)
+        )
         sp.api_token = "token"
         sp.user_options = options if options is not None else {"gpus": "0.25"}
         made.append(sp)

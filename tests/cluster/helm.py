@@ -18,12 +18,18 @@ class Helm:
     home: Path
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HELM_CACHE_HOME": str(self.home / "cache"),
-                "HELM_CONFIG_HOME": str(self.home / "config"), "HELM_DATA_HOME": str(self.home / "data")}
+        return {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
 
     def __call__(self, *args: str, timeout: float = 600) -> str:
-        proc = subprocess.run([str(self.binary), *args], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [str(self.binary), *args], env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
         if proc.returncode:
             raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
         return proc.stdout

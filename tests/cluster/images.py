@@ -47,24 +47,39 @@ MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-BUILD_CA = "/run/build/ca-certificates.crt"  # where RUN steps find the host's CA bundle (a tmpfs, not a layer)
+BUILD_CA = (
+    "/run/build/ca-certificates.crt"  # where RUN steps find the host's CA bundle (a tmpfs, not a layer)
+)
 # what RUN steps are told about it: build-time settings, as docker build's proxy variables are
-BUILD_ENV = {k: BUILD_CA for k in ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                                   "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")}
+BUILD_ENV = {
+    k: BUILD_CA
+    for k in (
+        "SSL_CERT_FILE",
+        "PIP_CERT",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+    )
+}
 RECIPE_VERSION = "1"  # bump to rebuild every layer (a change in how layers are made)
 
 
 # debian:*-slim's apt and dpkg settings (debuerreotype's): downloaded packages deleted after
 # installing, no package indexes cached, no documentation, manuals or translations installed
-_CLEAN = "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"
+_CLEAN = (
+    "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"
+)
 SLIM = {
     "etc/apt/apt.conf.d/docker-clean": f'DPkg::Post-Invoke {{ "{_CLEAN}"; }};\nAPT::Update::Post-Invoke {{ "{_CLEAN}"; }};\n'
-                                       'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
+    'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
     "etc/apt/apt.conf.d/docker-no-languages": 'Acquire::Languages "none";\n',
     "etc/apt/apt.conf.d/docker-autoremove-suggests": 'Apt::AutoRemove::SuggestsImportant "false";\n',
-    "etc/dpkg/dpkg.cfg.d/docker": "".join(f"path-exclude /usr/share/{p}/*\n" for p in
-                                          ("doc", "man", "groff", "info", "lintian", "linda", "locale"))
-                                  + "path-include /usr/share/doc/*/copyright\n",
+    "etc/dpkg/dpkg.cfg.d/docker": "".join(
+        f"path-exclude /usr/share/{p}/*\n"
+        for p in ("doc", "man", "groff", "info", "lintian", "linda", "locale")
+    )
+    + "path-include /usr/share/doc/*/copyright\n",
 }
 
 
@@ -97,6 +112,7 @@ class Layer:
 @dataclass
 class Image:
     """A stage being built, or built: its layers (bottom first) and runtime configuration."""
+
     layers: list[Layer] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=lambda: {"PATH": DEFAULT_PATH})
     user: str = ""
@@ -150,11 +166,13 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 def expand(text: str, variables: dict[str, str]) -> str:
     """`$VAR`, `${VAR}` and `${VAR:-default}` as docker expands them in instructions."""
+
     def sub(m: re.Match) -> str:
         name = m.group(1) or m.group(3)
         default = m.group(2)
         value = variables.get(name, "")
         return value if value or default is None else default
+
     return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)", sub, text)
 
 
@@ -228,14 +246,18 @@ class Builder:
             dockerfile, context, target = BASES[ref]()
             image = self.dockerfile(dockerfile, context, target=target)
         else:
-            raise RuntimeError(f"no local equivalent of the base image {ref!r} (known: {', '.join(sorted(BASES))})")
+            raise RuntimeError(
+                f"no local equivalent of the base image {ref!r} (known: {', '.join(sorted(BASES))})"
+            )
         self.built[ref] = image
         return image
 
     def _debootstrap(self) -> Image:
         """debian:bookworm-slim's equivalent: debootstrap's minbase of the suite."""
         if not shutil.which("debootstrap"):
-            raise RuntimeError("debootstrap is missing (apt-get install debootstrap): it makes the images' Debian base")
+            raise RuntimeError(
+                "debootstrap is missing (apt-get install debootstrap): it makes the images' Debian base"
+            )
         key = _hash("debootstrap", SUITE, MIRROR, "minbase", json.dumps(SLIM))
         layer = Layer(key)
         if (layer.folder / ".complete").exists():
@@ -243,8 +265,11 @@ class Builder:
         else:
             start = time.monotonic()
             self._fresh(layer)
-            proc = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(layer.fs), MIRROR],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", SUITE, str(layer.fs), MIRROR],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode:
                 raise RuntimeError(f"debootstrap failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
             # what the docker image trims and keeps: no apt lists or caches; a resolv.conf to mount over
@@ -255,7 +280,12 @@ class Builder:
             for path, text in SLIM.items():  # and what its -slim variant configures apt and dpkg with
                 (layer.fs / path).write_text(text)
             share = layer.fs / "usr/share"
-            for p in [*share.glob("man/*"), *share.glob("info/*"), *share.glob("locale/*"), *share.glob("doc/*/*")]:
+            for p in [
+                *share.glob("man/*"),
+                *share.glob("info/*"),
+                *share.glob("locale/*"),
+                *share.glob("doc/*/*"),
+            ]:
                 if p.name == "copyright":  # what those dpkg excludes would have kept out
                     continue
                 if p.is_dir() and not p.is_symlink():
@@ -301,8 +331,12 @@ if [ -e "$M/etc/resolv.conf" ]; then mount --bind /etc/resolv.conf "$M/etc/resol
 if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
 {ca}{body}
 """
-        proc = subprocess.run(["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script],
-                              env={"PATH": DEFAULT_PATH, **(env or {})}, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["unshare", "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c", script],
+            env={"PATH": DEFAULT_PATH, **(env or {})},
+            capture_output=True,
+            text=True,
+        )
         shutil.rmtree(work, ignore_errors=True)
         if proc.returncode:
             raise RuntimeError(f"exit {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
@@ -326,8 +360,14 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
             self._done(layer, start, what)
         return replace(image, layers=[*image.layers, layer], history=[*image.history, what])
 
-    def run(self, image: Image, command: str | list[str], mounts: list[dict[str, str]],
-            stages: dict[str, Image], variables: dict[str, str]) -> Image:
+    def run(
+        self,
+        image: Image,
+        command: str | list[str],
+        mounts: list[dict[str, str]],
+        stages: dict[str, Image],
+        variables: dict[str, str],
+    ) -> Image:
         argv = command if isinstance(command, list) else ["/bin/sh", "-c", command]
         env = {**image.env}
         env.update({k: v for k, v in variables.items() if k not in env})
@@ -339,7 +379,11 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
                 binds.append(("stage", src_stage, m.get("source", "/"), target))
                 key_parts.append(f"from={src_stage.key}:{m.get('source')}:{target}")
             elif m.get("type") == "cache":
-                folder = cache() / "build-cache" / hashlib.sha256((m.get("id") or target).encode()).hexdigest()[:16]
+                folder = (
+                    cache()
+                    / "build-cache"
+                    / hashlib.sha256((m.get("id") or target).encode()).hexdigest()[:16]
+                )
                 folder.mkdir(parents=True, exist_ok=True)
                 binds.append(("dir", folder, "", target))
             else:
@@ -360,15 +404,37 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
         run_env = {**env, **(BUILD_ENV if HOST_CA.exists() else {})}
         env_words = " ".join(shlex.quote(f"{k}={v}") for k, v in run_env.items())
         inner = shlex.quote(f'cd {shlex.quote(image.workdir)} && exec "$@"')
-        lines.append(f'chroot {spec}"$M" /usr/bin/env -i {env_words} sh -c {inner} sh '
-                     + " ".join(shlex.quote(a) for a in argv))
-        key = _hash(image.key, "RUN", json.dumps(argv), json.dumps(sorted(env.items())), user, image.workdir,
-                    *key_parts, *[f"{k}:{t}" for k, _, _, t in binds])
-        return self._step(image, key, "RUN " + (command if isinstance(command, str) else json.dumps(command)),
-                          "\n".join(lines))
+        lines.append(
+            f'chroot {spec}"$M" /usr/bin/env -i {env_words} sh -c {inner} sh '
+            + " ".join(shlex.quote(a) for a in argv)
+        )
+        key = _hash(
+            image.key,
+            "RUN",
+            json.dumps(argv),
+            json.dumps(sorted(env.items())),
+            user,
+            image.workdir,
+            *key_parts,
+            *[f"{k}:{t}" for k, _, _, t in binds],
+        )
+        return self._step(
+            image,
+            key,
+            "RUN " + (command if isinstance(command, str) else json.dumps(command)),
+            "\n".join(lines),
+        )
 
-    def copy(self, image: Image, sources: list[Path], dest: str, chown: str, from_root: Path | None,
-             from_image: Image | None, what: str) -> Image:
+    def copy(
+        self,
+        image: Image,
+        sources: list[Path],
+        dest: str,
+        chown: str,
+        from_root: Path | None,
+        from_image: Image | None,
+        what: str,
+    ) -> Image:
         many = len(sources) > 1 or dest.endswith("/")
         lines = []
         if from_image is not None and from_image.root is None:
@@ -391,16 +457,24 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
             lines.append(f'mkdir -p "$(dirname {target})"')
         for s in srcs:
             # a folder's content goes into dest; a file goes to dest (or into it when dest is a folder)
-            lines.append(f'if [ -d {s} ] && [ ! -L {s} ]; then mkdir -p {target} && cp -a {s}/. {target}/; '
-                         f'else cp -a {s} {target}; fi')
+            lines.append(
+                f"if [ -d {s} ] && [ ! -L {s} ]; then mkdir -p {target} && cp -a {s}/. {target}/; "
+                f"else cp -a {s} {target}; fi"
+            )
         if chown:
             lines.append(f'chroot "$M" chown -R {shlex.quote(chown)} {d}')
         key = _hash(image.key, "COPY", key_src, dest, chown)
         return self._step(image, key, what, "\n".join(lines))
 
     # Dockerfiles -------------------------------------------------------------------------
-    def dockerfile(self, path: Path, context: Path, args: dict[str, str] | None = None,
-                   target: str | None = None, stages: dict[str, Path] | None = None) -> Image:
+    def dockerfile(
+        self,
+        path: Path,
+        context: Path,
+        args: dict[str, str] | None = None,
+        target: str | None = None,
+        stages: dict[str, Path] | None = None,
+    ) -> Image:
         """Builds `path` with `context`; returns its `target` stage (the last by default).
         `stages` maps stage names to folders that stand in for them (built elsewhere)."""
         args = dict(args or {})
@@ -438,8 +512,17 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
 
         return stage(wanted)
 
-    def instruction(self, image: Image, word: str, rest: str, variables: dict[str, str], args: dict[str, str],
-                    context: Path, stage: Callable[[str], Image], path: Path) -> Image:
+    def instruction(
+        self,
+        image: Image,
+        word: str,
+        rest: str,
+        variables: dict[str, str],
+        args: dict[str, str],
+        context: Path,
+        stage: Callable[[str], Image],
+        path: Path,
+    ) -> Image:
         scope = {**variables, **image.env}
         if word == "ARG":
             for k, v in _pairs(rest):
@@ -452,8 +535,9 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
         elif word == "WORKDIR":
             wd = expand(rest, scope)
             wd = wd if wd.startswith("/") else str(Path(image.workdir) / wd)
-            image = self._step(image, _hash(image.key, "WORKDIR", wd), f"WORKDIR {wd}",
-                               f'mkdir -p "$M"{shlex.quote(wd)}')
+            image = self._step(
+                image, _hash(image.key, "WORKDIR", wd), f"WORKDIR {wd}", f'mkdir -p "$M"{shlex.quote(wd)}'
+            )
             image = replace(image, workdir=wd)
         elif word == "USER":
             image = replace(image, user=expand(rest, scope))
@@ -467,7 +551,9 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
             pass  # no effect on the files or the runtime config the tests use
         elif word == "RUN":
             flags, cmd = _flags(rest)
-            mounts = [dict(kv.split("=", 1) for kv in expand(m, scope).split(",")) for m in flags.get("mount", [])]
+            mounts = [
+                dict(kv.split("=", 1) for kv in expand(m, scope).split(",")) for m in flags.get("mount", [])
+            ]
             command = _exec_form(cmd) or cmd
             stages_by_name = {m["from"]: stage(m["from"]) for m in mounts if m.get("from")}
             image = self.run(image, command, mounts, stages_by_name, variables)
@@ -480,12 +566,15 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
             chown = expand(flags.get("chown", [""])[0], scope)
             if flags.get("from"):
                 other = stage(flags["from"][0])
-                image = self.copy(image, [Path(s) for s in srcs], dest, chown, other.root, other,
-                                  f"{word} {rest}")
+                image = self.copy(
+                    image, [Path(s) for s in srcs], dest, chown, other.root, other, f"{word} {rest}"
+                )
             else:
                 found: list[Path] = []
                 for s in srcs:
-                    matches = sorted(context.glob(s.lstrip("/"))) if any(c in s for c in "*?[") else [context / s]
+                    matches = (
+                        sorted(context.glob(s.lstrip("/"))) if any(c in s for c in "*?[") else [context / s]
+                    )
                     found += matches
                 image = self.copy(image, found, dest, chown, None, None, f"{word} {rest}")
         else:
@@ -502,7 +591,9 @@ if [ -d "$M/run" ]; then mount -t tmpfs tmpfs "$M/run"; fi
             out.parent.mkdir(parents=True, exist_ok=True)
             start = time.monotonic()
             oci.archive(out, name, [layer.blob() for layer in image.layers], image.config(), image.history)
-            self.log(f"  archive {name}: {out.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - start:.0f} s")
+            self.log(
+                f"  archive {name}: {out.stat().st_size / 2**20:.0f} MiB in {time.monotonic() - start:.0f} s"
+            )
         return out
 
 
@@ -514,7 +605,9 @@ def _python_base(full: bool) -> tuple[Path, Path, str | None]:
 def _k8s_hub() -> tuple[Path, Path, str | None]:
     folder = SHARED / "charts" / "jupyterhub-4.4.0-images" / "hub"
     if not folder.exists():
-        raise RuntimeError(f"z2jh's hub image recipe is missing: {folder} (the shared charts folder beside the checkout)")
+        raise RuntimeError(
+            f"z2jh's hub image recipe is missing: {folder} (the shared charts folder beside the checkout)"
+        )
     return folder / "Dockerfile", folder, None
 
 
@@ -530,8 +623,19 @@ def wheel_stage(log: Callable[[str], None] = print) -> Path:
     """What the Dockerfiles' `wheel` stage makes (gpupool's wheel with its JupyterLab extension
     built, in /wheels), made here by the same `pip wheel` with the checkout's Node tools; cached
     by the package's sources."""
-    sources = [REPO / p for p in ("pyproject.toml", "setup.py", "hub_ext", "spawner", "idle_culler", "widgets",
-                                  "README.md", "package-lock.json")]
+    sources = [
+        REPO / p
+        for p in (
+            "pyproject.toml",
+            "setup.py",
+            "hub_ext",
+            "spawner",
+            "idle_culler",
+            "widgets",
+            "README.md",
+            "package-lock.json",
+        )
+    ]
     sources = [p for p in sources if p.exists()]
     key = hashlib.sha256(tree_hash_filtered(sources).encode()).hexdigest()[:16]
     root = cache() / "wheels" / key
@@ -543,8 +647,23 @@ def wheel_stage(log: Callable[[str], None] = print) -> Path:
     (root / "wheels").mkdir(parents=True)
     had_build = (REPO / "build").exists()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                               "-w", str(root / "wheels"), str(REPO)], capture_output=True, text=True, cwd=root)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(root / "wheels"),
+                str(REPO),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=root,
+        )
     finally:
         if not had_build:  # setuptools builds in the source tree
             shutil.rmtree(REPO / "build", ignore_errors=True)
@@ -631,12 +750,19 @@ def chp_context(log: Callable[[str], None] = print) -> Path:
         return ctx
     shutil.rmtree(ctx, ignore_errors=True)
     (ctx / "chp").mkdir(parents=True)
-    (ctx / "chp" / "package.json").write_text(json.dumps({"private": True, "dependencies": {
-        "configurable-http-proxy": CHP_VERSION}}))
-    proc = subprocess.run(["npm", "install", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
-                          cwd=ctx / "chp", capture_output=True, text=True)
+    (ctx / "chp" / "package.json").write_text(
+        json.dumps({"private": True, "dependencies": {"configurable-http-proxy": CHP_VERSION}})
+    )
+    proc = subprocess.run(
+        ["npm", "install", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=ctx / "chp",
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
-        raise RuntimeError(f"npm install configurable-http-proxy@{CHP_VERSION} failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"npm install configurable-http-proxy@{CHP_VERSION} failed:\n{proc.stderr[-2000:]}"
+        )
     shutil.copy(HERE / "chp.Dockerfile", ctx / "Dockerfile")
     (ctx / ".complete").touch()
     log(f"  configurable-http-proxy {CHP_VERSION} from npm")
@@ -674,7 +800,9 @@ def prune(log: Callable[[str], None] = print) -> None:
         freed = 0
         for marker in [*cache().glob("layers/*/.complete"), *cache().glob("wheels/*/.complete")]:
             if marker.stat().st_mtime < cutoff:
-                freed += sum(p.stat().st_size for p in marker.parent.rglob("*") if p.is_file() and not p.is_symlink())
+                freed += sum(
+                    p.stat().st_size for p in marker.parent.rglob("*") if p.is_file() and not p.is_symlink()
+                )
                 shutil.rmtree(marker.parent, ignore_errors=True)
         for archive in cache().glob("archives/*.tar"):
             if archive.stat().st_mtime < cutoff:

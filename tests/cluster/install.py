@@ -32,14 +32,20 @@ def gpupool_values(node_images: dict) -> dict:
         "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
         "priorityClasses": {"create": True},  # KAI's chart would install them; KAI runs as processes here
         "departments": {"research": {"quota": 2, "overQuotaWeight": 1, "limit": -1}},
-        "projects": {"default": {**project, "guarantee": 1}, "nlp": {**project, "guarantee": 1},
-                     "vision": {**project, "guarantee": 0}},
+        "projects": {
+            "default": {**project, "guarantee": 1},
+            "nlp": {**project, "guarantee": 1},
+            "vision": {**project, "guarantee": 0},
+        },
         "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
         "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
         # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
-        "nodeAgent": {"image": image_values(node_images["hub"][0]), "intervalSeconds": 2,
-                      "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"},
-                      "virtualGpus": 2},  # no driver here: the agent reports the node's pods GPU-idle
+        "nodeAgent": {
+            "image": image_values(node_images["hub"][0]),
+            "intervalSeconds": 2,
+            "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"},
+            "virtualGpus": 2,
+        },  # no driver here: the agent reports the node's pods GPU-idle
     }
 
 
@@ -56,16 +62,23 @@ def z2jh_values(node_images: dict) -> dict:
     node port (no cloud load balancer here), the node's 2 GPUs, and off what needs images
     nobody built (the pre-puller, the user placeholders, the cloud metadata blocker)."""
     return {
-        "hub": {"image": image_values(node_images["hub"][0]),
-                "config": {"JupyterHub": {"authenticator_class": "dummy"},
-                           "DummyAuthenticator": {"password": PASSWORD},
-                           "Authenticator": {"allow_all": True}},
-                # before the overlay's (configure() takes the culler's settings as they are then):
-                # cara's workspaces are culled within seconds, everyone else's as by default
-                "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": "c.GPUPool.virtual_gpus = 2\n"}},
+        "hub": {
+            "image": image_values(node_images["hub"][0]),
+            "config": {
+                "JupyterHub": {"authenticator_class": "dummy"},
+                "DummyAuthenticator": {"password": PASSWORD},
+                "Authenticator": {"allow_all": True},
+            },
+            # before the overlay's (configure() takes the culler's settings as they are then):
+            # cara's workspaces are culled within seconds, everyone else's as by default
+            "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": "c.GPUPool.virtual_gpus = 2\n"},
+        },
         "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
-        "singleuser": {"image": image_values(node_images["singleuser"][0]),
-                       "cloudMetadata": {"blockWithIptables": False}, "startTimeout": 240},
+        "singleuser": {
+            "image": image_values(node_images["singleuser"][0]),
+            "cloudMetadata": {"blockWithIptables": False},
+            "startTimeout": 240,
+        },
         "prePuller": {"hook": {"enabled": False}, "continuous": {"enabled": False}},
         "scheduling": {"userPlaceholder": {"enabled": False}},
     }
@@ -79,8 +92,9 @@ def clear_applied_chart(admin: Resources) -> None:
 
     for doc in render(CHART_VALUES):
         with contextlib.suppress(KeyError):
-            path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
-                              doc["metadata"].get("namespace", ""))
+            path = admin.path(
+                doc["apiVersion"], doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace", "")
+            )
             admin.http.delete(path)
 
 
@@ -92,11 +106,16 @@ def clear_leftovers(admin: Resources, docs: list[dict], namespace: str = "") -> 
     the release's, for objects that do not name theirs."""
     for doc in docs:
         with contextlib.suppress(KeyError):
-            path = admin.path(doc["apiVersion"], doc["kind"], doc["metadata"]["name"],
-                              doc["metadata"].get("namespace") or namespace)
+            path = admin.path(
+                doc["apiVersion"],
+                doc["kind"],
+                doc["metadata"]["name"],
+                doc["metadata"].get("namespace") or namespace,
+            )
             found = admin.http.get(path)
             if found.status_code == 200 and "meta.helm.sh/release-name" not in (
-                    found.json().get("metadata", {}).get("annotations") or {}):
+                found.json().get("metadata", {}).get("annotations") or {}
+            ):
                 admin.http.delete(path)
 
 
@@ -116,13 +135,21 @@ def z2jh_rendered(*overlays: dict, name: str = "jupyterhub", namespace: str = HU
     for overlay in overlays:
         values = merged(values, overlay)
     out = helm.Chart.load(str(Z2JH)).render(values, name=name, namespace=namespace)
-    return [d for file, text in out.items() if not file.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    return [
+        d
+        for file, text in out.items()
+        if not file.endswith("NOTES.txt")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
 
 
 def merged(base: dict, over: dict) -> dict:
     out = dict(base)
     for key, value in over.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -140,7 +167,9 @@ def diagnose(admin: Resources, *namespaces: str) -> str:
             states = {c["name"]: c.get("state") for c in pod.get("status", {}).get("containerStatuses") or []}
             out.append(f"--- {ns}/{name}: {pod.get('status', {}).get('phase')} {json.dumps(states)[:600]}")
             for c in pod["spec"]["containers"]:
-                r = admin.http.get(f"/api/v1/namespaces/{ns}/pods/{name}/log", params={"container": c["name"]})
+                r = admin.http.get(
+                    f"/api/v1/namespaces/{ns}/pods/{name}/log", params={"container": c["name"]}
+                )
                 if r.status_code != 200:
                     out.append(f"(no log: {r.status_code})")
                     continue
@@ -155,4 +184,6 @@ def pod_log(http, namespace: str, name: str) -> str:
 
 
 def phase(admin: Resources, namespace: str, name: str) -> str:
-    return ((admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("status") or {}).get("phase", "")
+    return ((admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("status") or {}).get(
+        "phase", ""
+    )

@@ -67,8 +67,12 @@ QUEUE_LABEL = "kai.scheduler/queue"
 NODE_POOL_LABEL = "kai.scheduler/node-pool"
 WEBHOOKS = (("mutating", "kai-admission"), ("validating", "kai-admission"))
 # KAI's default shard as its chart renders it with the install command docs/kubernetes.md gives
-DEFAULT_SHARD = {"apiVersion": "kai.scheduler/v1", "kind": "SchedulingShard", "metadata": {"name": "default"},
-                 "spec": {"partitionLabelValue": "", "args": {"update-pod-eviction-condition": "true"}}}
+DEFAULT_SHARD = {
+    "apiVersion": "kai.scheduler/v1",
+    "kind": "SchedulingShard",
+    "metadata": {"name": "default"},
+    "spec": {"partitionLabelValue": "", "args": {"update-pod-eviction-condition": "true"}},
+}
 SHARD_FIELDS = {"partitionLabelValue", "args"}  # what start_shard translates
 
 
@@ -84,8 +88,11 @@ class Pin:
     @property
     def registry(self) -> str:
         """Where that release's images live (named on objects only: kwok pulls nothing)."""
-        return "ghcr.io/nvidia/kai-scheduler" if self.module.startswith("github.com/NVIDIA/") else \
-            "ghcr.io/kai-scheduler/kai-scheduler"
+        return (
+            "ghcr.io/nvidia/kai-scheduler"
+            if self.module.startswith("github.com/NVIDIA/")
+            else "ghcr.io/kai-scheduler/kai-scheduler"
+        )
 
 
 def pin() -> Pin:
@@ -119,21 +126,49 @@ def crds() -> list[dict]:
 def webhook_configurations(url: str, ca_bundle: str) -> list[dict]:
     """The two pod webhooks KAI's operator registers (operands/admission): all pods created
     outside kube-system and KAI's namespace, failurePolicy Fail."""
-    common = {"admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-              "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                                          "values": ["kube-system", NAMESPACE]}]}}
+    common = {
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", NAMESPACE],
+                }
+            ]
+        },
+    }
     rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
     return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-         "metadata": {"name": "kai-admission"},
-         "webhooks": [{**common, "name": "admission.run.ai", "reinvocationPolicy": "IfNeeded",
-                       "clientConfig": {"url": f"{url}/mutate--v1-pod", "caBundle": ca_bundle},
-                       "rules": [{**rule, "operations": ["CREATE"]}]}]},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-         "metadata": {"name": "kai-admission"},
-         "webhooks": [{**common, "name": "admission.run.ai",
-                       "clientConfig": {"url": f"{url}/validate--v1-pod", "caBundle": ca_bundle},
-                       "rules": [{**rule, "operations": ["CREATE", "UPDATE"]}]}]},
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "kai-admission"},
+            "webhooks": [
+                {
+                    **common,
+                    "name": "admission.run.ai",
+                    "reinvocationPolicy": "IfNeeded",
+                    "clientConfig": {"url": f"{url}/mutate--v1-pod", "caBundle": ca_bundle},
+                    "rules": [{**rule, "operations": ["CREATE"]}],
+                }
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "kai-admission"},
+            "webhooks": [
+                {
+                    **common,
+                    "name": "admission.run.ai",
+                    "clientConfig": {"url": f"{url}/validate--v1-pod", "caBundle": ca_bundle},
+                    "rules": [{**rule, "operations": ["CREATE", "UPDATE"]}],
+                }
+            ],
+        },
     ]
 
 
@@ -141,29 +176,67 @@ def cluster_objects(p: Pin) -> list[dict]:
     """What KAI's chart, its operator and the GPU operator leave in a cluster that the processes
     (and gpupool) rely on."""
     ns = lambda name: {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}  # noqa: E731
-    return [ns(NAMESPACE), ns(RESERVATION_NS), ns(SCALE_ADJUST_NS), operator_deployment("pod-grouper", "podgrouper", p),
-            {"apiVersion": "v1", "kind": "ServiceAccount",
-             "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS}},
-            # what the reservation pod's program may do: annotate its own pod (KAI's chart's rbac/)
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": RESERVATION_NS},
-             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "update", "watch"]}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS},
-             "subjects": [{"kind": "ServiceAccount", "name": RESERVATION_NS, "namespace": RESERVATION_NS}],
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RESERVATION_NS}},
-            # the admission webhook sets it on GPU pods (its default, the GPU operator's class)
-            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
-             "handler": "nvidia"}]
+    return [
+        ns(NAMESPACE),
+        ns(RESERVATION_NS),
+        ns(SCALE_ADJUST_NS),
+        operator_deployment("pod-grouper", "podgrouper", p),
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS},
+        },
+        # what the reservation pod's program may do: annotate its own pod (KAI's chart's rbac/)
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": RESERVATION_NS},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "patch", "update", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": RESERVATION_NS, "namespace": RESERVATION_NS},
+            "subjects": [{"kind": "ServiceAccount", "name": RESERVATION_NS, "namespace": RESERVATION_NS}],
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": RESERVATION_NS,
+            },
+        },
+        # the admission webhook sets it on GPU pods (its default, the GPU operator's class)
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        },
+    ]
 
 
 def operator_deployment(name: str, image: str, p: Pin) -> dict:
     """A Deployment as KAI's operator makes it for a component (operands/*/resources.go: the
     image <registry>/<name>:<version>), with no replicas: the process runs beside the plane."""
     labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                         {"name": name, "image": f"{p.registry}/{image}:{p.version}"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": name, "image": f"{p.registry}/{image}:{p.version}"}]},
+            },
+        },
+    }
 
 
 def start_shard(plane: ControlPlane, shard: dict) -> str:
@@ -177,11 +250,21 @@ def start_shard(plane: ControlPlane, shard: dict) -> str:
         Resources(http).apply(shard)
     process = SCHEDULER_NAME if name == "default" else f"{SCHEDULER_NAME}-{name}"
     args = [f"--{k}={v}" for k, v in sorted((spec.get("args") or {}).items())]
-    plane._spawn(process, [
-        build.optional("kai") / "scheduler", f"--scheduler-name={SCHEDULER_NAME}", f"--namespace={NAMESPACE}",
-        f"--nodepool-label-key={NODE_POOL_LABEL}", f"--partition-label-value={spec.get('partitionLabelValue', '')}",
-        f"--resource-reservation-app-label={RESERVATION_NS}", f"--listen-address=127.0.0.1:{free_port()}",
-        f"--plugin-server-port={free_port()}", *args], env={"KUBECONFIG": str(plane.kubeconfig)})
+    plane._spawn(
+        process,
+        [
+            build.optional("kai") / "scheduler",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            f"--namespace={NAMESPACE}",
+            f"--nodepool-label-key={NODE_POOL_LABEL}",
+            f"--partition-label-value={spec.get('partitionLabelValue', '')}",
+            f"--resource-reservation-app-label={RESERVATION_NS}",
+            f"--listen-address=127.0.0.1:{free_port()}",
+            f"--plugin-server-port={free_port()}",
+            *args,
+        ],
+        env={"KUBECONFIG": str(plane.kubeconfig)},
+    )
     return process
 
 
@@ -204,36 +287,86 @@ def start(plane: ControlPlane, folder: Path, timeout: float = 90.0, reservation_
         res.apply_all(crds() + cluster_objects(p))
     plane.start_kube_scheduler(standin=False)
     env = {"KUBECONFIG": str(plane.kubeconfig)}
-    plane._spawn("kai-admission", [
-        bins / "admission", f"--scheduler-name={SCHEDULER_NAME}", f"--webhook-addr={webhook_port}",
-        f"--health-probe-bind-address=127.0.0.1:{probes['admission']}", "--metrics-bind-address=0",
-        "--gpu-sharing-enabled=true"], env={**env, "TMPDIR": str(folder / "tmp")})
-    plane._spawn("kai-binder", [
-        bins / "binder", f"--scheduler-name={SCHEDULER_NAME}", f"--resource-reservation-namespace={RESERVATION_NS}",
-        f"--resource-reservation-service-account={RESERVATION_NS}", f"--resource-reservation-app-label={RESERVATION_NS}",
-        # KAI's image by default; a real node runs a locally built stand-in (no NVML there)
-        f"--resource-reservation-pod-image={reservation_image or f'{p.registry}/resource-reservation:{p.version}'}",
-        f"--scale-adjust-namespace={SCALE_ADJUST_NS}", f"--health-probe-bind-address=127.0.0.1:{probes['binder']}",
-        "--metrics-bind-address=0", "--resource-reservation-allocation-timeout=20", *flags("binder", p)], env=env)
-    plane._spawn("kai-podgrouper", [
-        bins / "podgrouper", f"--scheduler-name={SCHEDULER_NAME}", f"--queue-label-key={QUEUE_LABEL}",
-        f"--nodepool-label-key={NODE_POOL_LABEL}", "--metrics-bind-address=0",
-        f"--health-probe-bind-address=127.0.0.1:{probes['podgrouper']}"], env=env)
-    plane._spawn("kai-queuecontroller", [
-        bins / "queuecontroller", "--metrics-listen-address=0", "--enable-webhook=false",
-        *flags("queuecontroller", p)], env=env)
-    plane._spawn("kai-podgroupcontroller", [
-        bins / "podgroupcontroller", f"--scheduler-name={SCHEDULER_NAME}", "--metrics-bind-address=0",
-        f"--health-probe-bind-address=127.0.0.1:{probes['podgroupcontroller']}", "--enable-podgroup-webhook=false"],
-        env=env)
+    plane._spawn(
+        "kai-admission",
+        [
+            bins / "admission",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            f"--webhook-addr={webhook_port}",
+            f"--health-probe-bind-address=127.0.0.1:{probes['admission']}",
+            "--metrics-bind-address=0",
+            "--gpu-sharing-enabled=true",
+        ],
+        env={**env, "TMPDIR": str(folder / "tmp")},
+    )
+    plane._spawn(
+        "kai-binder",
+        [
+            bins / "binder",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            f"--resource-reservation-namespace={RESERVATION_NS}",
+            f"--resource-reservation-service-account={RESERVATION_NS}",
+            f"--resource-reservation-app-label={RESERVATION_NS}",
+            # KAI's image by default; a real node runs a locally built stand-in (no NVML there)
+            f"--resource-reservation-pod-image={reservation_image or f'{p.registry}/resource-reservation:{p.version}'}",
+            f"--scale-adjust-namespace={SCALE_ADJUST_NS}",
+            f"--health-probe-bind-address=127.0.0.1:{probes['binder']}",
+            "--metrics-bind-address=0",
+            "--resource-reservation-allocation-timeout=20",
+            *flags("binder", p),
+        ],
+        env=env,
+    )
+    plane._spawn(
+        "kai-podgrouper",
+        [
+            bins / "podgrouper",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            f"--queue-label-key={QUEUE_LABEL}",
+            f"--nodepool-label-key={NODE_POOL_LABEL}",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{probes['podgrouper']}",
+        ],
+        env=env,
+    )
+    plane._spawn(
+        "kai-queuecontroller",
+        [
+            bins / "queuecontroller",
+            "--metrics-listen-address=0",
+            "--enable-webhook=false",
+            *flags("queuecontroller", p),
+        ],
+        env=env,
+    )
+    plane._spawn(
+        "kai-podgroupcontroller",
+        [
+            bins / "podgroupcontroller",
+            f"--scheduler-name={SCHEDULER_NAME}",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{probes['podgroupcontroller']}",
+            "--enable-podgroup-webhook=false",
+        ],
+        env=env,
+    )
     start_shard(plane, DEFAULT_SHARD)
     for name, port in probes.items():
         if name == "binder":  # it registers no readiness check: ready when its BindRequest workers run
-            plane._wait(lambda: '"controller": "bindrequest"' in plane.log_tail("kai-binder", 10**6)
-                        and "Starting workers" in plane.log_tail("kai-binder", 10**6), "kai-binder", timeout)
+            plane._wait(
+                lambda: (
+                    '"controller": "bindrequest"' in plane.log_tail("kai-binder", 10**6)
+                    and "Starting workers" in plane.log_tail("kai-binder", 10**6)
+                ),
+                "kai-binder",
+                timeout,
+            )
             continue
-        plane._wait(lambda p=port: httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=1).status_code == 200,
-                    f"kai-{name}", timeout)
+        plane._wait(
+            lambda p=port: httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=1).status_code == 200,
+            f"kai-{name}",
+            timeout,
+        )
     with plane.client() as http:  # only now: with failurePolicy Fail, a pod create needs the server up
         Resources(http).apply_all(webhook_configurations(f"https://127.0.0.1:{webhook_port}", ca_bundle))
 
@@ -283,15 +416,22 @@ class ReservationStandIn:
             meta, node = pod["metadata"], pod["spec"].get("nodeName")
             if not node or GPU_INDEX in (meta.get("annotations") or {}) or meta.get("deletionTimestamp"):
                 continue
-            held = {p["metadata"]["annotations"][GPU_INDEX] for p in pods
-                    if p["spec"].get("nodeName") == node and GPU_INDEX in (p["metadata"].get("annotations") or {})}
-            gpus = int(http.get(f"/api/v1/nodes/{node}").json()["status"]["allocatable"].get("nvidia.com/gpu", "0"))
+            held = {
+                p["metadata"]["annotations"][GPU_INDEX]
+                for p in pods
+                if p["spec"].get("nodeName") == node and GPU_INDEX in (p["metadata"].get("annotations") or {})
+            }
+            gpus = int(
+                http.get(f"/api/v1/nodes/{node}").json()["status"]["allocatable"].get("nvidia.com/gpu", "0")
+            )
             free = next((f"GPU-{node}-{i}" for i in range(gpus) if f"GPU-{node}-{i}" not in held), None)
             if free is None:
                 continue  # the device plugin would not have admitted it either
-            r = http.patch(f"/api/v1/namespaces/{RESERVATION_NS}/pods/{meta['name']}",
-                           json={"metadata": {"annotations": {GPU_INDEX: free}}},
-                           headers={"Content-Type": "application/merge-patch+json"})
+            r = http.patch(
+                f"/api/v1/namespaces/{RESERVATION_NS}/pods/{meta['name']}",
+                json={"metadata": {"annotations": {GPU_INDEX: free}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
             if r.status_code < 400:
                 self.annotated.append((meta["name"], free))
                 pod["metadata"].setdefault("annotations", {})[GPU_INDEX] = free

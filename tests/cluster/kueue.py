@@ -46,15 +46,22 @@ def module_dir() -> Path:
 def _cert(subject: str, key, issuer: x509.Name, issuer_key, sans: list, *, ca: bool) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    b = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer if not ca else name)
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - datetime.timedelta(minutes=5))
-         # the rotator renews what expires within 90 days: a year keeps ours
-         .not_valid_after(now + datetime.timedelta(days=365))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-         .add_extension(x509.SubjectAlternativeName(sans), critical=False))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer if not ca else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        # the rotator renews what expires within 90 days: a year keeps ours
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    )
     if ca:
-        b = b.add_extension(x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True)
+        b = b.add_extension(
+            x509.KeyUsage(True, False, True, False, False, True, True, False, False), critical=True
+        )
     else:
         b = b.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     return b.sign(issuer_key, hashes.SHA256())
@@ -67,16 +74,25 @@ def make_webhook_certs(folder: Path) -> dict[str, bytes]:
     ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     ca = _cert("kueue-ca", ca_key, None, ca_key, [x509.DNSName("kueue-ca")], ca=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = _cert(f"{SERVICE}.{NAMESPACE}.svc", key, ca.subject, ca_key,
-                 [x509.DNSName(f"{SERVICE}.{NAMESPACE}.svc"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
-                 ca=False)
+    cert = _cert(
+        f"{SERVICE}.{NAMESPACE}.svc",
+        key,
+        ca.subject,
+        ca_key,
+        [x509.DNSName(f"{SERVICE}.{NAMESPACE}.svc"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        ca=False,
+    )
     pem = serialization.Encoding.PEM
-    data = {"ca.crt": ca.public_bytes(pem),
-            "ca.key": ca_key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
-                                           serialization.NoEncryption()),
-            "tls.crt": cert.public_bytes(pem),
-            "tls.key": key.private_bytes(pem, serialization.PrivateFormat.TraditionalOpenSSL,
-                                         serialization.NoEncryption())}
+    data = {
+        "ca.crt": ca.public_bytes(pem),
+        "ca.key": ca_key.private_bytes(
+            pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ),
+        "tls.crt": cert.public_bytes(pem),
+        "tls.key": key.private_bytes(
+            pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ),
+    }
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("tls.crt", "tls.key"):
         (folder / name).write_bytes(data[name])
@@ -90,9 +106,13 @@ def crds(webhook: str, ca_bundle: str) -> list[dict]:
     for f in sorted((module_dir() / "config/components/crd/bases").glob("kueue.x-k8s.io_*.yaml")):
         crd = yaml.safe_load(f.read_text())
         if crd["spec"]["names"]["plural"] in CONVERTED:
-            crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
-                "conversionReviewVersions": ["v1"],
-                "clientConfig": {"url": f"{webhook}/convert", "caBundle": ca_bundle}}}
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": {"url": f"{webhook}/convert", "caBundle": ca_bundle},
+                },
+            }
         out.append(crd)
     return out
 
@@ -121,17 +141,27 @@ def webhook_configurations(webhook: str, ca_bundle: str) -> list[dict]:
 
 def configuration(folder: Path, webhook_port: int, health_port: int) -> Path:
     path = folder / "kueue-config.yaml"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": NAMESPACE,
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-        "metrics": {"bindAddress": "0"},  # no metrics server
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(folder / "certs")},
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE, "webhookSecretName": SECRET},
-        "integrations": {"frameworks": ["batch/job"]},
-        # on by default since v0.9, it serves an aggregated API on a fixed port (8082)
-        "featureGates": {"VisibilityOnDemand": False},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "kind": "Configuration",
+                "namespace": NAMESPACE,
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+                "metrics": {"bindAddress": "0"},  # no metrics server
+                "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(folder / "certs")},
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {
+                    "enable": True,
+                    "webhookServiceName": SERVICE,
+                    "webhookSecretName": SECRET,
+                },
+                "integrations": {"frameworks": ["batch/job"]},
+                # on by default since v0.9, it serves an aggregated API on a fixed port (8082)
+                "featureGates": {"VisibilityOnDemand": False},
+            }
+        )
+    )
     return path
 
 
@@ -146,12 +176,23 @@ def start(plane: ControlPlane, binary: Path, folder: Path, timeout: float = 90.0
     ca_bundle = base64.b64encode(certs["ca.crt"]).decode()
     with plane.client() as http:
         res = Resources(http)
-        res.apply_all(crds(webhook, ca_bundle) + webhook_configurations(webhook, ca_bundle) + [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE},
-             "data": {k: base64.b64encode(v).decode() for k, v in certs.items()}}])
+        res.apply_all(
+            crds(webhook, ca_bundle)
+            + webhook_configurations(webhook, ca_bundle)
+            + [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": SECRET, "namespace": NAMESPACE},
+                    "data": {k: base64.b64encode(v).decode() for k, v in certs.items()},
+                },
+            ]
+        )
     config = configuration(folder, webhook_port, health_port)
-    plane._spawn("kueue", [binary, f"--config={config}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=2"])
+    plane._spawn(
+        "kueue", [binary, f"--config={config}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=2"]
+    )
     ready = f"http://127.0.0.1:{health_port}/readyz"
     plane._wait(lambda: httpx.get(ready, timeout=1).status_code == 200, "kueue", timeout)
     return plane.procs["kueue"]
@@ -163,8 +204,12 @@ def stop(plane: ControlPlane) -> None:
     plane.stop_process("kueue")
     with plane.client() as http:
         for kind in ("mutating", "validating"):
-            http.delete(f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/kueue-{kind}-webhook-configuration")
+            http.delete(
+                f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/kueue-{kind}-webhook-configuration"
+            )
 
 
 def condition(obj: dict | None, kind: str) -> dict:
-    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+    return next(
+        (c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {}
+    )

@@ -24,8 +24,12 @@ def selects(selector: dict | None, labels: dict[str, str]) -> bool:
     for e in selector.get("matchExpressions") or []:
         has, value = e["key"] in labels, labels.get(e["key"])
         op = e["operator"]
-        if (op == "Exists" and not has) or (op == "DoesNotExist" and has) or (
-                op == "In" and value not in e["values"]) or (op == "NotIn" and has and value in e["values"]):
+        if (
+            (op == "Exists" and not has)
+            or (op == "DoesNotExist" and has)
+            or (op == "In" and value not in e["values"])
+            or (op == "NotIn" and has and value in e["values"])
+        ):
             return False
     return True
 
@@ -36,39 +40,66 @@ def _peer(peer: dict, policy_ns: str, other: Pod | None, ip: str | None, ns_labe
             return False
         addr, block = ipaddress.ip_address(ip), peer["ipBlock"]
         return addr in ipaddress.ip_network(block["cidr"]) and not any(
-            addr in ipaddress.ip_network(x) for x in block.get("except") or [])
+            addr in ipaddress.ip_network(x) for x in block.get("except") or []
+        )
     if other is None:
         return False
-    ns_ok = selects(peer["namespaceSelector"], ns_labels[other.ns]) if "namespaceSelector" in peer else \
-        other.ns == policy_ns
+    ns_ok = (
+        selects(peer["namespaceSelector"], ns_labels[other.ns])
+        if "namespaceSelector" in peer
+        else other.ns == policy_ns
+    )
     return ns_ok and selects(peer.get("podSelector"), other.labels)
 
 
 def _port(rule: dict, port: int, target: Pod | None) -> bool:
     for p in rule.get("ports") or [{}]:
         want = p.get("port")
-        if want is None or want == port or (isinstance(want, str) and target is not None
-                                            and target.ports.get(want) == port):
+        if (
+            want is None
+            or want == port
+            or (isinstance(want, str) and target is not None and target.ports.get(want) == port)
+        ):
             return True
     return False
 
 
-def _side(policies: list[dict], pod: Pod, direction: str, other: Pod | None, ip: str | None, port: int,
-          target: Pod | None, ns_labels: dict[str, dict]) -> bool:
+def _side(
+    policies: list[dict],
+    pod: Pod,
+    direction: str,
+    other: Pod | None,
+    ip: str | None,
+    port: int,
+    target: Pod | None,
+    ns_labels: dict[str, dict],
+) -> bool:
     kind = "Egress" if direction == "egress" else "Ingress"
-    mine = [p for p in policies if p["metadata"]["namespace"] == pod.ns and selects(p["spec"]["podSelector"], pod.labels)
-            and kind in (p["spec"].get("policyTypes") or ["Ingress"])]
+    mine = [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == pod.ns
+        and selects(p["spec"]["podSelector"], pod.labels)
+        and kind in (p["spec"].get("policyTypes") or ["Ingress"])
+    ]
     if not mine:
         return True
     peers = "to" if direction == "egress" else "from"
-    return any(_port(rule, port, target) and (not rule.get(peers) or any(
-        _peer(peer, policy["metadata"]["namespace"], other, ip, ns_labels) for peer in rule[peers]))
-        for policy in mine for rule in policy["spec"].get(direction) or [])
+    return any(
+        _port(rule, port, target)
+        and (
+            not rule.get(peers)
+            or any(_peer(peer, policy["metadata"]["namespace"], other, ip, ns_labels) for peer in rule[peers])
+        )
+        for policy in mine
+        for rule in policy["spec"].get(direction) or []
+    )
 
 
 def allowed(policies: list[dict], ns_labels: dict[str, dict], src: Pod, dst: Pod | str, port: int) -> bool:
     """Whether `src` may open a connection to `dst` (a pod, or an address outside the cluster)."""
     if isinstance(dst, str):
         return _side(policies, src, "egress", None, dst, port, None, ns_labels)
-    return (_side(policies, src, "egress", dst, None, port, dst, ns_labels)
-            and _side(policies, dst, "ingress", src, None, port, dst, ns_labels))
+    return _side(policies, src, "egress", dst, None, port, dst, ns_labels) and _side(
+        policies, dst, "ingress", src, None, port, dst, ns_labels
+    )

@@ -61,13 +61,20 @@ def missing() -> list[str]:
         if not (CNI_BIN / plugin).exists():
             out.append(f"the CNI plugin {plugin} in {CNI_BIN} (apt-get install containernetworking-plugins)")
     if not Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists():
-        out.append("the kernel's br_netfilter (modprobe br_netfilter): Services need bridged traffic filtered")
+        out.append(
+            "the kernel's br_netfilter (modprobe br_netfilter): Services need bridged traffic filtered"
+        )
     return out
 
 
 def ctr(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["ctr", "-a", str(SOCKET), "-n", "k8s.io", *args], capture_output=True, text=True,
-                          check=check, timeout=timeout)
+    return subprocess.run(
+        ["ctr", "-a", str(SOCKET), "-n", "k8s.io", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )
 
 
 @dataclass
@@ -87,8 +94,10 @@ class RealNode:
             raise RuntimeError("the real node cannot start here; missing: " + "; ".join(problems))
         self.ip = self.plane.host_ip
         if self.ip == "127.0.0.1":
-            raise RuntimeError("the real node needs a host address other than 127.0.0.1 (a default route): "
-                               "its pods reach the API server there")
+            raise RuntimeError(
+                "the real node needs a host address other than 127.0.0.1 (a default route): "
+                "its pods reach the API server there"
+            )
         self.folder.mkdir(parents=True, exist_ok=True)
         self.plane.exclusive()  # one real node per machine: its paths, bridge and device plugins are fixed
         self.holds_slot = True
@@ -107,11 +116,19 @@ class RealNode:
         if "deviceplugin" in self.bins:
             self._start_device_plugin()
         with self.plane.client() as http:
-            until(lambda: self.ready(http), timeout, f"node {self.name} Ready",
-                  lambda: self.plane.log_tail("kubelet"))
+            until(
+                lambda: self.ready(http),
+                timeout,
+                f"node {self.name} Ready",
+                lambda: self.plane.log_tail("kubelet"),
+            )
             if "deviceplugin" in self.bins:
-                until(lambda: self.allocatable(http).get(GPU_RESOURCE) == str(self.gpus), timeout,
-                      f"{self.gpus} {GPU_RESOURCE} on {self.name}", lambda: self.plane.log_tail("deviceplugin"))
+                until(
+                    lambda: self.allocatable(http).get(GPU_RESOURCE) == str(self.gpus),
+                    timeout,
+                    f"{self.gpus} {GPU_RESOURCE} on {self.name}",
+                    lambda: self.plane.log_tail("deviceplugin"),
+                )
         return self
 
     def stop(self) -> None:
@@ -119,21 +136,32 @@ class RealNode:
         node's processes; whatever a killed run left in containerd is removed here too."""
         with contextlib.suppress(httpx.HTTPError, AssertionError), self.plane.client() as http:
             # cordoned first, so that what a controller makes again is not started here
-            http.patch(f"/api/v1/nodes/{self.name}", json={"spec": {"unschedulable": True}},
-                       headers={"Content-Type": "application/merge-patch+json"})
+            http.patch(
+                f"/api/v1/nodes/{self.name}",
+                json={"spec": {"unschedulable": True}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
             pods = http.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.name}"}).json()
             for pod in pods.get("items", []):
                 m = pod["metadata"]
-                http.delete(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", params={"gracePeriodSeconds": "1"})
+                http.delete(
+                    f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}",
+                    params={"gracePeriodSeconds": "1"},
+                )
             until(lambda: not self._sandboxes(), 20, "the node's pods to stop")  # then the rest is killed
         for name in ("deviceplugin", "kube-proxy", "kubelet"):
             self.plane.stop_process(name)
         if "kube-proxy" in self.bins:
-            subprocess.run([self.bins["kube-proxy"], "--cleanup", f"--config={self.folder / 'kube-proxy.yaml'}"],
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [self.bins["kube-proxy"], "--cleanup", f"--config={self.folder / 'kube-proxy.yaml'}"],
+                capture_output=True,
+                timeout=60,
+            )
         self._remove_containers()
         self.plane.stop_process("containerd")
-        unmount_under(self.kubelet_dir)  # the kubelet makes its root folder a shared mount, pods' volumes below it
+        unmount_under(
+            self.kubelet_dir
+        )  # the kubelet makes its root folder a shared mount, pods' volumes below it
         with contextlib.suppress(httpx.HTTPError), self.plane.client() as http:
             http.delete(f"/api/v1/nodes/{self.name}")
         if self.holds_slot:
@@ -155,28 +183,56 @@ class RealNode:
         (cni / "10-gpupool.conflist").write_text(json.dumps(self.cni_config(), indent=1))
         runc = {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": False}}
         config = {
-            "version": 2, "root": str(root), "state": str(RUN / "state"),
-            "grpc": {"address": str(SOCKET)}, "ttrpc": {"address": str(SOCKET) + ".ttrpc"},
-            "plugins": {"io.containerd.grpc.v1.cri": {
-                "sandbox_image": self.pause_image, "restrict_oom_score_adj": True, "enable_cdi": False,
-                "containerd": {"snapshotter": "overlayfs", "default_runtime_name": "runc",
-                               # the GPU operator's handler name, which KAI's admission sets on GPU pods
-                               "runtimes": {"runc": runc, "nvidia": runc}},
-                "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(cni), "max_conf_num": 1}}},
+            "version": 2,
+            "root": str(root),
+            "state": str(RUN / "state"),
+            "grpc": {"address": str(SOCKET)},
+            "ttrpc": {"address": str(SOCKET) + ".ttrpc"},
+            "plugins": {
+                "io.containerd.grpc.v1.cri": {
+                    "sandbox_image": self.pause_image,
+                    "restrict_oom_score_adj": True,
+                    "enable_cdi": False,
+                    "containerd": {
+                        "snapshotter": "overlayfs",
+                        "default_runtime_name": "runc",
+                        # the GPU operator's handler name, which KAI's admission sets on GPU pods
+                        "runtimes": {"runc": runc, "nvidia": runc},
+                    },
+                    "cni": {"bin_dir": str(CNI_BIN), "conf_dir": str(cni), "max_conf_num": 1},
+                }
+            },
         }
         path = self.folder / "containerd.toml"
         path.write_text(_toml(config))
         self.plane._spawn("containerd", ["containerd", f"--config={path}"])
-        self.plane._wait(lambda: ctr("version", check=False, timeout=5).returncode == 0, "containerd", timeout)
+        self.plane._wait(
+            lambda: ctr("version", check=False, timeout=5).returncode == 0, "containerd", timeout
+        )
 
     pause_image: str = "gpupool.local/pause:catatonit"
 
     def cni_config(self) -> dict:
-        return {"cniVersion": "1.0.0", "name": "gpupool", "plugins": [
-            {"type": "bridge", "bridge": "gpupool0", "isGateway": True, "ipMasq": True, "hairpinMode": True,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}],
-                      "dataDir": str(RUN / "ipam")}},
-            {"type": "portmap", "capabilities": {"portMappings": True}}]}
+        return {
+            "cniVersion": "1.0.0",
+            "name": "gpupool",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": "gpupool0",
+                    "isGateway": True,
+                    "ipMasq": True,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": POD_CIDR}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "dataDir": str(RUN / "ipam"),
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }
 
     def load(self, ref: str, archive: Path) -> None:
         """Imports an image archive into containerd, unless the same image is there already."""
@@ -215,51 +271,90 @@ class RealNode:
         certs = self.plane.certs
         client = certs.issue(pki, "kubelet-client", f"system:node:{self.name}", "system:nodes")
         serving = certs.issue(pki, "kubelet", self.name, server_ips=(self.ip,), server_names=(self.name,))
-        kubeconfig = self.plane.write_kubeconfig(self.folder / "kubelet.kubeconfig",
-                                                 {"client-certificate": str(client[0]), "client-key": str(client[1])})
+        kubeconfig = self.plane.write_kubeconfig(
+            self.folder / "kubelet.kubeconfig",
+            {"client-certificate": str(client[0]), "client-key": str(client[1])},
+        )
         config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
             "failCgroupV1": False,  # this VM has cgroup v1 (1.35 refuses it unless told)
-            "cgroupDriver": "cgroupfs", "containerRuntimeEndpoint": f"unix://{SOCKET}",
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(certs.ca)}},
+            "cgroupDriver": "cgroupfs",
+            "containerRuntimeEndpoint": f"unix://{SOCKET}",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(certs.ca)},
+            },
             "authorization": {"mode": "Webhook"},
-            "tlsCertFile": str(serving[0]), "tlsPrivateKeyFile": str(serving[1]),
-            "address": self.ip, "port": free_port(), "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": free_port(),
-            "clusterDomain": "cluster.local", "clusterDNS": [CLUSTER_DNS],
-            "podLogsDir": str(self.kubelet_dir / "pod-logs"), "failSwapOn": False,
-            "serializeImagePulls": False, "registerNode": True,
+            "tlsCertFile": str(serving[0]),
+            "tlsPrivateKeyFile": str(serving[1]),
+            "address": self.ip,
+            "port": free_port(),
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port(),
+            "clusterDomain": "cluster.local",
+            "clusterDNS": [CLUSTER_DNS],
+            "podLogsDir": str(self.kubelet_dir / "pod-logs"),
+            "failSwapOn": False,
+            "serializeImagePulls": False,
+            "registerNode": True,
             # images come from no registry: never collect them
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
-            "podCIDR": POD_CIDR, "maxPods": 60,
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {
+                "memory.available": "200Mi",
+                "nodefs.available": "2%",
+                "imagefs.available": "2%",
+            },
+            "podCIDR": POD_CIDR,
+            "maxPods": 60,
             "shutdownGracePeriod": "0s",
         }
         path = self.folder / "kubelet.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.plane._spawn("kubelet", [self.bins["kubelet"], f"--config={path}", f"--kubeconfig={kubeconfig}",
-                                      f"--root-dir={self.kubelet_dir / 'root'}", f"--hostname-override={self.name}",
-                                      f"--node-ip={self.ip}", "--v=1", f"--node-labels={self.labels()}"])
+        self.plane._spawn(
+            "kubelet",
+            [
+                self.bins["kubelet"],
+                f"--config={path}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={self.kubelet_dir / 'root'}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.ip}",
+                "--v=1",
+                f"--node-labels={self.labels()}",
+            ],
+        )
 
     def labels(self) -> str:
         """What NVIDIA's GPU feature discovery would label the node with (the chart's node agent
         selects nvidia.com/gpu.present), for its virtual GPUs."""
-        labels = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(self.gpus),
-                  "nvidia.com/gpu.product": "Virtual-GPU", "nvidia.com/gpu.memory": "16384"}
+        labels = {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.count": str(self.gpus),
+            "nvidia.com/gpu.product": "Virtual-GPU",
+            "nvidia.com/gpu.memory": "16384",
+        }
         return ",".join(f"{k}={v}" for k, v in labels.items())
 
     def _start_kube_proxy(self) -> None:
         if "kube-proxy" not in self.bins:
             return
         crt, key = self.plane.certs.issue(self.folder / "pki", "kube-proxy", "system:kube-proxy")
-        kubeconfig = self.plane.write_kubeconfig(self.folder / "kube-proxy.kubeconfig",
-                                                 {"client-certificate": str(crt), "client-key": str(key)})
+        kubeconfig = self.plane.write_kubeconfig(
+            self.folder / "kube-proxy.kubeconfig", {"client-certificate": str(crt), "client-key": str(key)}
+        )
         config = {
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig)}, "mode": "nftables",
-            "hostnameOverride": self.name, "clusterCIDR": POD_CIDR,
-            "healthzBindAddress": f"127.0.0.1:{free_port()}", "metricsBindAddress": f"127.0.0.1:{free_port()}",
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "mode": "nftables",
+            "hostnameOverride": self.name,
+            "clusterCIDR": POD_CIDR,
+            "healthzBindAddress": f"127.0.0.1:{free_port()}",
+            "metricsBindAddress": f"127.0.0.1:{free_port()}",
             "conntrack": {"maxPerCore": 0, "min": 0},  # leave the host's conntrack sysctls alone
         }
         path = self.folder / "kube-proxy.yaml"
@@ -268,8 +363,15 @@ class RealNode:
 
     def _start_device_plugin(self) -> None:
         # the kubelet serves device plugins at /var/lib/kubelet/device-plugins whatever its --root-dir
-        self.plane._spawn("deviceplugin", [self.bins["deviceplugin"], "--kubelet-dir=/var/lib/kubelet",
-                                           f"--gpus={self.gpus}", f"--node={self.name}"])
+        self.plane._spawn(
+            "deviceplugin",
+            [
+                self.bins["deviceplugin"],
+                "--kubelet-dir=/var/lib/kubelet",
+                f"--gpus={self.gpus}",
+                f"--node={self.name}",
+            ],
+        )
 
     # --- state ---------------------------------------------------------------------------
     def node(self, http: httpx.Client) -> dict:

@@ -52,6 +52,7 @@ def layer(folder: Path, out: Path) -> Blob:
             return super().write(b)
 
     with Hashing(tmp, "w") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
         def add(path: Path, arcname: str) -> None:
             info = tar.gettarinfo(str(path), arcname)
             info.uname = info.gname = ""
@@ -59,7 +60,9 @@ def layer(folder: Path, out: Path) -> Blob:
             if info.isreg():
                 with open(path, "rb") as f:
                     tar.addfile(info, f)
-            elif info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE) and arcname.startswith("dev/"):
+            elif info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE) and arcname.startswith(
+                "dev/"
+            ):
                 return  # device nodes come from the runtime, never from an image
             else:
                 tar.addfile(info)
@@ -101,26 +104,46 @@ def archive(out: Path, name: str, layers: list[Blob], config: dict, history: lis
     """Writes the image `name` (e.g. `gpupool.local/hub:abc`) with `layers` (bottom first) and
     the runtime `config` (Env, Entrypoint, Cmd, User, WorkingDir, ExposedPorts) as an OCI
     archive; returns the manifest digest."""
-    cfg = json.dumps({
-        "architecture": "amd64", "os": "linux", "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [b.digest for b in layers]},
-        "history": [{"created_by": h} for h in (history or [])],
-    }, sort_keys=True).encode()
+    cfg = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": config,
+            "rootfs": {"type": "layers", "diff_ids": [b.digest for b in layers]},
+            "history": [{"created_by": h} for h in (history or [])],
+        },
+        sort_keys=True,
+    ).encode()
     cfg_digest, _ = _bytes_blob(cfg)
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": MANIFEST,
-        "config": {"mediaType": CONFIG, "digest": cfg_digest, "size": len(cfg)},
-        "layers": [{"mediaType": LAYER, "digest": b.digest, "size": b.size} for b in layers],
-    }, sort_keys=True).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": {"mediaType": CONFIG, "digest": cfg_digest, "size": len(cfg)},
+            "layers": [{"mediaType": LAYER, "digest": b.digest, "size": b.size} for b in layers],
+        },
+        sort_keys=True,
+    ).encode()
     man_digest, _ = _bytes_blob(manifest)
-    index = json.dumps({
-        "schemaVersion": 2,
-        "manifests": [{"mediaType": MANIFEST, "digest": man_digest, "size": len(manifest),
-                       "annotations": {"io.containerd.image.name": name,
-                                       "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}],
-    }).encode()
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "manifests": [
+                {
+                    "mediaType": MANIFEST,
+                    "digest": man_digest,
+                    "size": len(manifest),
+                    "annotations": {
+                        "io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                    },
+                }
+            ],
+        }
+    ).encode()
     tmp = out.with_name(out.name + ".part")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+
         def add_bytes(path: str, data: bytes) -> None:
             info = tarfile.TarInfo(path)
             info.size = len(data)

@@ -70,8 +70,10 @@ def machine_lock() -> TextIO:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         f.seek(0)
-        print(f"waiting for the control plane of another run on this machine to stop ({f.read().strip()})",
-              flush=True)
+        print(
+            f"waiting for the control plane of another run on this machine to stop ({f.read().strip()})",
+            flush=True,
+        )
         fcntl.flock(f, fcntl.LOCK_EX)
     f.seek(0)
     f.truncate()
@@ -110,7 +112,9 @@ _TERMINATED = """
       {{ end }}
       phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
 """
-EXIT_STAGES = ("""
+EXIT_STAGES = (
+    (
+        """
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata: {name: gpupool-test-exit}
@@ -124,7 +128,9 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
-      {{ $code := index .metadata.annotations "@EXIT@" }}""" + _TERMINATED + """
+      {{ $code := index .metadata.annotations "@EXIT@" }}"""
+        + _TERMINATED
+        + """
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -138,7 +144,9 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
-      {{ $code := or (index (or .metadata.annotations dict) "@SIGTERM@") "143" }}""" + _TERMINATED + """
+      {{ $code := or (index (or .metadata.annotations dict) "@SIGTERM@") "143" }}"""
+        + _TERMINATED
+        + """
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -151,7 +159,11 @@ spec:
     - {key: '.status.phase', operator: NotIn, values: [Running]}
   next:
     delete: true
-""").replace("@EXIT@", EXIT_CODE).replace("@SIGTERM@", SIGTERM_EXIT_CODE)
+"""
+    )
+    .replace("@EXIT@", EXIT_CODE)
+    .replace("@SIGTERM@", SIGTERM_EXIT_CODE)
+)
 
 
 def kwok_stages() -> str:
@@ -159,8 +171,11 @@ def kwok_stages() -> str:
     bound pods run), plus ours. Not kwok's pod-complete: a Job's pod finishes only when a test
     says how; not its pod-delete: a deleted pod first ends as a SIGTERMed container does."""
     stage = kwok_module_dir() / "kustomize" / "stage"
-    files = [stage / "node/fast/node-initialize.yaml", stage / "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-             stage / "pod/fast/pod-ready.yaml"]
+    files = [
+        stage / "node/fast/node-initialize.yaml",
+        stage / "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+        stage / "pod/fast/pod-ready.yaml",
+    ]
     return "\n---\n".join([f.read_text() for f in files] + [EXIT_STAGES])
 
 
@@ -180,54 +195,102 @@ class ControlPlane:
     def start(self, timeout: float = 120.0) -> ControlPlane:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.host_ip = host_ip()
-        self.certs = make_certs(self.folder / "pki", api_ips=tuple(dict.fromkeys(("127.0.0.1", API_SERVICE_IP,
-                                                                                  self.host_ip))))
+        self.certs = make_certs(
+            self.folder / "pki", api_ips=tuple(dict.fromkeys(("127.0.0.1", API_SERVICE_IP, self.host_ip)))
+        )
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd = f"http://127.0.0.1:{etcd_port}"
-        self._spawn("etcd", [self.bins["etcd"], "--name=test", f"--data-dir={self.folder / 'etcd'}",
-                             f"--listen-client-urls={etcd}", f"--advertise-client-urls={etcd}",
-                             f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
-                             f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
-                             f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
-                             "--unsafe-no-fsync", "--log-level=warn"])
+        self._spawn(
+            "etcd",
+            [
+                self.bins["etcd"],
+                "--name=test",
+                f"--data-dir={self.folder / 'etcd'}",
+                f"--listen-client-urls={etcd}",
+                f"--advertise-client-urls={etcd}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=test=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
         self._wait(lambda: httpx.get(f"{etcd}/health", timeout=1).status_code == 200, "etcd", timeout)
         c = self.certs
         self.url = f"https://127.0.0.1:{api_port}"
-        self._spawn("kube-apiserver", [
-            self.bins["kube-apiserver"], f"--etcd-servers={etcd}", f"--secure-port={api_port}",
-            f"--cert-dir={self.folder / 'pki'}", *self._address_flags(),
-            f"--tls-cert-file={c.server_cert}", f"--tls-private-key-file={c.server_key}",
-            f"--client-ca-file={c.ca}", f"--service-account-key-file={c.sa_pub}",
-            f"--service-account-signing-key-file={c.sa_key}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            # a real node's kubelet may touch only its own Node and its pods' objects, as on a cluster
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-            # logs, exec and port-forward reach the real node's kubelet at its address, as the admin
-            f"--kubelet-client-certificate={c.admin_cert}", f"--kubelet-client-key={c.admin_key}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--v=0",
-            # every pod and Job create, with its body: what a test says was never created is read here
-            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.folder / 'audit.log'}",
-            "--audit-log-mode=blocking",
-            # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
-            # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
-            "--watch-cache-sizes=jobs.batch#0", "--etcd-compaction-interval=3s"])
-        self.kubeconfig = self.write_kubeconfig(self.folder / "admin.kubeconfig",
-                                                {"client-certificate": str(c.admin_cert),
-                                                 "client-key": str(c.admin_key)})
+        self._spawn(
+            "kube-apiserver",
+            [
+                self.bins["kube-apiserver"],
+                f"--etcd-servers={etcd}",
+                f"--secure-port={api_port}",
+                f"--cert-dir={self.folder / 'pki'}",
+                *self._address_flags(),
+                f"--tls-cert-file={c.server_cert}",
+                f"--tls-private-key-file={c.server_key}",
+                f"--client-ca-file={c.ca}",
+                f"--service-account-key-file={c.sa_pub}",
+                f"--service-account-signing-key-file={c.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                # a real node's kubelet may touch only its own Node and its pods' objects, as on a cluster
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                # logs, exec and port-forward reach the real node's kubelet at its address, as the admin
+                f"--kubelet-client-certificate={c.admin_cert}",
+                f"--kubelet-client-key={c.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                "--v=0",
+                # every pod and Job create, with its body: what a test says was never created is read here
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.folder / 'audit.log'}",
+                "--audit-log-mode=blocking",
+                # Job watches straight from etcd, compacted every few seconds: a watch resumed from an
+                # old resourceVersion gets 410 Gone within seconds (the watch cache would keep minutes)
+                "--watch-cache-sizes=jobs.batch#0",
+                "--etcd-compaction-interval=3s",
+            ],
+        )
+        self.kubeconfig = self.write_kubeconfig(
+            self.folder / "admin.kubeconfig",
+            {"client-certificate": str(c.admin_cert), "client-key": str(c.admin_key)},
+        )
         self._wait(lambda: self.client().get("/readyz").status_code == 200, "kube-apiserver", timeout)
-        self._spawn("kube-controller-manager", [
-            self.bins["kube-controller-manager"], f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-            "--secure-port=0", f"--root-ca-file={c.ca}", f"--service-account-private-key-file={c.sa_key}",
-            "--controllers=*", "--concurrent-job-syncs=10", "--v=0"])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                self.bins["kube-controller-manager"],
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--root-ca-file={c.ca}",
+                f"--service-account-private-key-file={c.sa_key}",
+                "--controllers=*",
+                "--concurrent-job-syncs=10",
+                "--v=0",
+            ],
+        )
         self.start_kube_scheduler(standin=True)
         stages = self.folder / "kwok.yaml"
         stages.write_text(kwok_stages())
-        self._spawn("kwok", [self.bins["kwok"], f"--kubeconfig={self.kubeconfig}", f"-c={stages}",
-                             f"--manage-nodes-with-annotation-selector={KWOK_NODE}=fake"])
+        self._spawn(
+            "kwok",
+            [
+                self.bins["kwok"],
+                f"--kubeconfig={self.kubeconfig}",
+                f"-c={stages}",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE}=fake",
+            ],
+        )
         # the controller-manager is up when it has made the default namespace's service account
-        self._wait(lambda: self.client().get("/api/v1/namespaces/default/serviceaccounts/default")
-                   .status_code == 200, "kube-controller-manager", timeout)
+        self._wait(
+            lambda: (
+                self.client().get("/api/v1/namespaces/default/serviceaccounts/default").status_code == 200
+            ),
+            "kube-controller-manager",
+            timeout,
+        )
         return self
 
     def _address_flags(self) -> list[str]:
@@ -235,19 +298,32 @@ class ControlPlane:
         127.0.0.1) when it has one, so that pods on the real node reach it through the
         `kubernetes` Service; else 127.0.0.1 alone, which may not be an Endpoints address."""
         if self.host_ip == "127.0.0.1":
-            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+            return [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
         return ["--bind-address=0.0.0.0", f"--advertise-address={self.host_ip}"]
 
     def start_kube_scheduler(self, standin: bool) -> None:
         """(Re)starts kube-scheduler: with the `kai-scheduler` stand-in profile, or, while the real
         KAI-Scheduler runs, with the default profile only."""
         self.stop_process("kube-scheduler")
-        profiles = [{"schedulerName": "default-scheduler"}] + ([{"schedulerName": SCHEDULER_STANDIN}] if standin else [])
+        profiles = [{"schedulerName": "default-scheduler"}] + (
+            [{"schedulerName": SCHEDULER_STANDIN}] if standin else []
+        )
         sched = self.folder / "scheduler.yaml"
-        sched.write_text(yaml.safe_dump({
-            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig)}, "leaderElection": {"leaderElect": False},
-            "profiles": profiles}))
+        sched.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                    "profiles": profiles,
+                }
+            )
+        )
         self._spawn("kube-scheduler", [self.bins["kube-scheduler"], f"--config={sched}", "--secure-port=0"])
 
     def stop_process(self, name: str, grace: float = 10.0) -> None:
@@ -263,11 +339,26 @@ class ControlPlane:
 
     def _audit_policy(self) -> Path:
         path = self.folder / "audit-policy.yaml"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Request", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]},
-                                                                            {"group": "batch", "resources": ["jobs"]}]},
-                      {"level": "None"}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {
+                            "level": "Request",
+                            "verbs": ["create"],
+                            "resources": [
+                                {"group": "", "resources": ["pods"]},
+                                {"group": "batch", "resources": ["jobs"]},
+                            ],
+                        },
+                        {"level": "None"},
+                    ],
+                }
+            )
+        )
         return path
 
     def created(self, resource: str, namespace: str) -> list[str]:
@@ -280,7 +371,11 @@ class ControlPlane:
         for line in (self.folder / "audit.log").read_text().splitlines():
             event = json.loads(line)
             ref = event.get("objectRef") or {}
-            if ref.get("resource") == resource and ref.get("namespace") == namespace and not ref.get("subresource"):
+            if (
+                ref.get("resource") == resource
+                and ref.get("namespace") == namespace
+                and not ref.get("subresource")
+            ):
                 meta = (event.get("requestObject") or {}).get("metadata") or {}
                 names.append(meta.get("name") or meta.get("generateName", ""))  # a Job's pods: generateName
         return names
@@ -315,9 +410,15 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list, env: dict[str, str] | None = None) -> None:
         log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 (lives as long as the process)
-        self.procs[name] = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True,
-                                            env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+        self.procs[name] = subprocess.Popen(
+            [str(a) for a in argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent,
+        )
 
     def _wait(self, ready, what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -337,12 +438,25 @@ class ControlPlane:
 
     # --- clients ---------------------------------------------------------------------
     def write_kubeconfig(self, path: Path, user: dict, namespace: str = "default") -> Path:
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url,
-                                                      "certificate-authority": str(self.certs.ca)}}],
-            "users": [{"name": "u", "user": user}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "u", "namespace": namespace}}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [
+                        {
+                            "name": "test",
+                            "cluster": {"server": self.url, "certificate-authority": str(self.certs.ca)},
+                        }
+                    ],
+                    "users": [{"name": "u", "user": user}],
+                    "contexts": [
+                        {"name": "test", "context": {"cluster": "test", "user": "u", "namespace": namespace}}
+                    ],
+                }
+            )
+        )
         path.chmod(0o600)
         return path
 
@@ -350,16 +464,23 @@ class ControlPlane:
         """An HTTP client as the admin (client certificate), or as whoever `token` belongs to."""
         ctx = ssl.create_default_context(cafile=str(self.certs.ca))
         if token:
-            return httpx.Client(base_url=self.url, verify=ctx, timeout=10, headers={"Authorization": f"Bearer {token}"})
+            return httpx.Client(
+                base_url=self.url, verify=ctx, timeout=10, headers={"Authorization": f"Bearer {token}"}
+            )
         ctx.load_cert_chain(str(self.certs.admin_cert), str(self.certs.admin_key))
         return httpx.Client(base_url=self.url, verify=ctx, timeout=10)
 
     def token(self, namespace: str, service_account: str, seconds: int = 3600) -> str:
         """A service-account token from the TokenRequest API, as a pod of that account gets one."""
         with self.client() as c:
-            r = c.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-                       json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                             "spec": {"expirationSeconds": seconds}})
+            r = c.post(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                json={
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": seconds},
+                },
+            )
             r.raise_for_status()
             return r.json()["status"]["token"]
 

@@ -44,8 +44,9 @@ class WatchRelay:
         server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server_ctx.load_cert_chain(str(self.plane.certs.server_cert), str(self.plane.certs.server_key))
         client_ctx = ssl.create_default_context(cafile=str(self.plane.certs.ca))
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx),
-                                             timeout=aiohttp.ClientTimeout(total=None))
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=client_ctx), timeout=aiohttp.ClientTimeout(total=None)
+        )
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._relay)
         # its watches stream for minutes: at the end they are cut, not waited for (60 s by default)
@@ -63,17 +64,19 @@ class WatchRelay:
             self.held.append(request.path_qs)
             await self.release.wait()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-        async with self.session.request(request.method, self.plane.url + request.path_qs, headers=headers,
-                                        data=await request.read()) as up:
+        async with self.session.request(
+            request.method, self.plane.url + request.path_qs, headers=headers, data=await request.read()
+        ) as up:
             record.status = up.status
-            out = web.StreamResponse(status=up.status, headers={k: v for k, v in up.headers.items()
-                                                                 if k.lower() not in HOP})
+            out = web.StreamResponse(
+                status=up.status, headers={k: v for k, v in up.headers.items() if k.lower() not in HOP}
+            )
             await out.prepare(request)
             self._responses.add(request.transport)
             try:
                 async for chunk in up.content.iter_any():
                     if len(record.head) < 4096:
-                        record.head += chunk[:4096 - len(record.head)]
+                        record.head += chunk[: 4096 - len(record.head)]
                     await out.write(chunk)
             finally:
                 self._responses.discard(request.transport)

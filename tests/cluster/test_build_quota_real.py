@@ -29,8 +29,9 @@ def created(plane: ControlPlane, name: str) -> int:
     return plane.created("pods", HUB_NS).count(name)
 
 
-async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(make_spawner, plane: ControlPlane,
-                                                                      admin: Resources) -> None:
+async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(
+    make_spawner, plane: ControlPlane, admin: Resources
+) -> None:
     """Two workspaces of 0.25 GPU fill ann's build quota (0.5 GPU, at most 2 workspaces)."""
     a, b = make_spawner("ann", "a"), make_spawner("ann", "b")
     for sp in (a, b):
@@ -39,8 +40,9 @@ async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(make_spaw
     with pytest.raises(web.HTTPError) as err:
         await c.start()
     assert err.value.status_code == 403
-    assert err.value.jupyterhub_message == ("you may run 2 GPU workspace(s) at once and hold server 'a',"
-                                            " server 'b': stop one first")
+    assert err.value.jupyterhub_message == (
+        "you may run 2 GPU workspace(s) at once and hold server 'a', server 'b': stop one first"
+    )
     assert created(plane, c.pod_name) == 0  # never asked for
     assert admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{c.pod_name}") is None
     assert sorted(x.name for x in c.pool.store.allocations(owner="ann")) == ["a", "b"]
@@ -50,8 +52,9 @@ async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(make_spaw
     with pytest.raises(web.HTTPError) as err:
         await big.start()
     assert err.value.status_code == 403
-    assert "quota" in err.value.jupyterhub_message and "0.5" in err.value.jupyterhub_message, \
+    assert "quota" in err.value.jupyterhub_message and "0.5" in err.value.jupyterhub_message, (
         err.value.jupyterhub_message
+    )
     assert created(plane, c.pod_name) == 0
     # another user's quota is their own; and within ann's, the same spawn at 0.25 runs
     bob = make_spawner("bob", "x", options={"gpus": "0.5"})
@@ -62,7 +65,9 @@ async def test_the_spawn_past_the_quota_is_refused_and_creates_nothing(make_spaw
         await sp.stop()
 
 
-async def test_over_quota_in_one_spawn_is_refused_before_any_pod_exists(make_spawner, plane: ControlPlane) -> None:
+async def test_over_quota_in_one_spawn_is_refused_before_any_pod_exists(
+    make_spawner, plane: ControlPlane
+) -> None:
     sp = make_spawner("cat", options={"gpus": "1"})  # quota 0.5
     with pytest.raises(web.HTTPError) as err:
         await sp.start()
@@ -71,7 +76,9 @@ async def test_over_quota_in_one_spawn_is_refused_before_any_pod_exists(make_spa
     assert sp.pool.store.allocations() == []
 
 
-async def test_a_hook_that_adds_gpus_is_caught_on_the_final_manifest(make_spawner, plane: ControlPlane) -> None:
+async def test_a_hook_that_adds_gpus_is_caught_on_the_final_manifest(
+    make_spawner, plane: ControlPlane
+) -> None:
     def greedy_hook(spawner, pod):
         pod.spec.containers[0].resources.limits["nvidia.com/gpu"] = "1"
         return pod
@@ -79,7 +86,10 @@ async def test_a_hook_that_adds_gpus_is_caught_on_the_final_manifest(make_spawne
     sp = make_spawner("dan", modify_pod_hook=greedy_hook)
     with pytest.raises(web.HTTPError) as err:
         await sp.start()
-    assert err.value.status_code == 403 and "asks for 1.25 GPU but your quota allowed 0.25" in err.value.log_message
+    assert (
+        err.value.status_code == 403
+        and "asks for 1.25 GPU but your quota allowed 0.25" in err.value.log_message
+    )
     assert created(plane, sp.pod_name) == 0
     assert sp.pool.store.allocations() == []  # the reservation was released
 
@@ -87,15 +97,24 @@ async def test_a_hook_that_adds_gpus_is_caught_on_the_final_manifest(make_spawne
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu"},
     {"display_name": "Quarter GPU", "slug": "quarter", "gpupool": {"gpus": 0.25}, "default": True},
-    {"display_name": "Staff GPU", "slug": "staff", "gpupool": {"gpus": 0.5, "groups": ["staff"]},
-     "kubespawner_override": {"image": "registry.example.org/staff:1"}},
-    {"display_name": "Broken", "slug": "broken", "gpupool": {"gpus": 0.25},
-     "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "2"}}},
+    {
+        "display_name": "Staff GPU",
+        "slug": "staff",
+        "gpupool": {"gpus": 0.5, "groups": ["staff"]},
+        "kubespawner_override": {"image": "registry.example.org/staff:1"},
+    },
+    {
+        "display_name": "Broken",
+        "slug": "broken",
+        "gpupool": {"gpus": 0.25},
+        "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": "2"}},
+    },
 ]
 
 
-async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(make_spawner, plane: ControlPlane,
-                                                                         admin: Resources) -> None:
+async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(
+    make_spawner, plane: ControlPlane, admin: Resources
+) -> None:
     student = make_spawner("eve", options={"profile": "staff"}, profile_list=PROFILES)
     form = await student.options_form(student)
     assert "Quarter GPU" in form and "Staff GPU" not in form
@@ -112,7 +131,9 @@ async def test_profiles_offer_only_what_the_users_groups_and_quota_allow(make_sp
     await staff.stop()
 
 
-async def test_a_profile_that_asks_for_more_than_it_says_is_refused(make_spawner, plane: ControlPlane) -> None:
+async def test_a_profile_that_asks_for_more_than_it_says_is_refused(
+    make_spawner, plane: ControlPlane
+) -> None:
     sp = make_spawner("gus", options={"profile": "broken"}, profile_list=PROFILES)
     with pytest.raises(web.HTTPError) as err:
         await sp.start()
@@ -133,8 +154,9 @@ async def test_a_pod_that_dies_gives_its_share_back_on_poll(make_spawner, admin:
     sp = make_spawner("ida")
     await start(sp)
     # evicted, node lost, deleted by hand: gone without the hub asking
-    admin.http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}",
-                      params={"gracePeriodSeconds": "0"}).raise_for_status()
+    admin.http.delete(
+        f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}", params={"gracePeriodSeconds": "0"}
+    ).raise_for_status()
     for _ in range(300):
         if sp.pod_reflector.pods.get(f"{HUB_NS}/{sp.pod_name}") is None:
             break
@@ -149,20 +171,25 @@ def pools_config(c: Config) -> None:
     c.GPUPool.build_pools = ["ws"]
     c.GPUPool.gpu_sharing = "whole"  # through the device plugin, kube-scheduler places the pod
     c.GPUPool.group_overrides = {"research": {"pools": ["dgx", "ws"]}}
-    c.KubeSpawner.node_affinity_required = [{"matchExpressions": [{"key": "zone", "operator": "In",
-                                                                    "values": ["a"]}]}]
+    c.KubeSpawner.node_affinity_required = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    ]
 
 
-async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawner, plane: ControlPlane,
-                                                                       admin: Resources) -> None:
+async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(
+    make_spawner, plane: ControlPlane, admin: Resources
+) -> None:
     """Without KAI (whole GPUs through the device plugin; kube-scheduler places the pod): the
     nominal placement ignores pools (the hub's inventory on Kubernetes has none); the pod's node
     affinity keeps it on the user's pools, ANDed with what the profile asks, any of them with
     the first preferred, and the real scheduler places it accordingly. (On KAI a workspace goes
     to one pool, its shard: test_kai_real.py.)"""
     for node in ("gpu-node-0", "gpu-node-1"):  # the profile's own requirement: zone a
-        admin.http.patch(f"/api/v1/nodes/{node}", json={"metadata": {"labels": {"zone": "a"}}},
-                         headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+        admin.http.patch(
+            f"/api/v1/nodes/{node}",
+            json={"metadata": {"labels": {"zone": "a"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ).raise_for_status()
     sp = make_spawner(user="rex", groups=("research",), options={"gpus": "1"}, more=pools_config)
     await start(sp)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
@@ -170,12 +197,24 @@ async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawn
     terms = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     zone = {"key": "zone", "operator": "In", "values": ["a"]}
     assert terms == [
-        {"matchExpressions": [zone, {"key": "nvidia.com/gpu.product", "operator": "In",
-                                     "values": ["NVIDIA-H100-80GB-HBM3"]}]},
-        {"matchExpressions": [zone, {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]}]}]
+        {
+            "matchExpressions": [
+                zone,
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
+            ]
+        },
+        {
+            "matchExpressions": [
+                zone,
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-1"]},
+            ]
+        },
+    ]
     assert [p["weight"] for p in aff["preferredDuringSchedulingIgnoredDuringExecution"]] == [100, 50]
     await sp.stop()
-    one = make_spawner(user="rex", groups=("research",), options={"gpus": "1", "pool": "ws"}, more=pools_config)
+    one = make_spawner(
+        user="rex", groups=("research",), options={"gpus": "1", "pool": "ws"}, more=pools_config
+    )
     await start(one)
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{one.pod_name}")
     terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -185,5 +224,8 @@ async def test_a_workspace_pod_gets_its_groups_node_pools_as_affinity(make_spawn
     other = make_spawner(user="ivy", options={"gpus": "1", "pool": "dgx"}, more=pools_config)
     with pytest.raises(web.HTTPError) as err:
         await other.start()
-    assert err.value.status_code == 403 and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message
+    assert (
+        err.value.status_code == 403
+        and "node pool 'dgx' is not one you may use" in err.value.jupyterhub_message
+    )
     assert created(plane, other.pod_name) == 0 and other.pool.store.allocations(owner="ivy") == []

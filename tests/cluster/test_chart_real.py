@@ -20,11 +20,19 @@ def missing(rendered: object, kept: object, path: str = "") -> list[str]:
     if isinstance(rendered, list):
         if not isinstance(kept, list) or len(kept) != len(rendered):
             return [f"{path}: kept as {kept!r}"]
-        return [m for i, (a, b) in enumerate(zip(rendered, kept, strict=True)) for m in missing(a, b, f"{path}[{i}]")]
-    return [] if rendered == kept or str(rendered) == str(kept) else [f"{path}: {rendered!r} kept as {kept!r}"]
+        return [
+            m
+            for i, (a, b) in enumerate(zip(rendered, kept, strict=True))
+            for m in missing(a, b, f"{path}[{i}]")
+        ]
+    return (
+        [] if rendered == kept or str(rendered) == str(kept) else [f"{path}: {rendered!r} kept as {kept!r}"]
+    )
 
 
-def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(chart: list[dict], admin: Resources) -> None:
+def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(
+    chart: list[dict], admin: Resources
+) -> None:
     """The `helm test` hook's objects, which no other fixture applies, created for real as `helm
     test` creates them (its service account and RBAC, then its pod, admitted by the server's
     admission with that account); every other rendered object sent again with strict field
@@ -42,26 +50,39 @@ def test_every_field_the_chart_renders_is_admitted_and_kept_as_written(chart: li
         params = {"fieldManager": "gpupool-test", "force": "true", "fieldValidation": "Strict"}
         if doc not in hooks:
             params["dryRun"] = "All"
-        r = admin.http.patch(url, params=params, json=doc, headers={"Content-Type": "application/apply-patch+yaml"})
+        r = admin.http.patch(
+            url, params=params, json=doc, headers={"Content-Type": "application/apply-patch+yaml"}
+        )
         assert r.status_code in (200, 201), f"{doc['kind']}/{meta['name']}: {r.status_code} {r.text[:400]}"
         kept = r.json()
         for key in ("spec", "data", "rules", "subjects", "roleRef", "value", "webhooks"):
             if key in doc:
-                assert not missing(doc[key], kept.get(key)), (doc["kind"], meta["name"], missing(doc[key], kept.get(key)))
+                assert not missing(doc[key], kept.get(key)), (
+                    doc["kind"],
+                    meta["name"],
+                    missing(doc[key], kept.get(key)),
+                )
         assert not missing(meta.get("labels") or {}, kept["metadata"].get("labels") or {})
         assert not missing(meta.get("annotations") or {}, kept["metadata"].get("annotations") or {})
     pod = next(d for d in hooks if d["kind"] == "Pod")
-    admin.http.delete(f"/api/v1/namespaces/gpupool/pods/{pod['metadata']['name']}", params={"gracePeriodSeconds": "0"})
+    admin.http.delete(
+        f"/api/v1/namespaces/gpupool/pods/{pod['metadata']['name']}", params={"gracePeriodSeconds": "0"}
+    )
     # and what the session applied is there, with the keep policy on every queue
     queues = admin.get("/apis/scheduling.run.ai/v2/queues")["items"]
     assert {q["metadata"]["name"] for q in queues} >= {"default", "department-default"}
-    assert all(q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for q in queues
-               if q["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gpupool")
+    assert all(
+        q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        for q in queues
+        if q["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gpupool"
+    )
 
 
 def test_department_and_project_of_one_name_are_two_queues(chart: list[dict], admin: Resources) -> None:
     """A release that names no project gets a department and a project both called 'default'."""
-    queues = {q["metadata"]["name"]: q["spec"] for q in admin.get("/apis/scheduling.run.ai/v2/queues")["items"]}
+    queues = {
+        q["metadata"]["name"]: q["spec"] for q in admin.get("/apis/scheduling.run.ai/v2/queues")["items"]
+    }
     assert queues["default"]["parentQueue"] == "department-default"
     assert "parentQueue" not in queues["department-default"]
     assert queues["default"]["resources"]["gpu"]["quota"] == 4
@@ -69,16 +90,32 @@ def test_department_and_project_of_one_name_are_two_queues(chart: list[dict], ad
 
 
 def test_a_high_priority_job_gets_the_charts_class_and_the_server_resolves_it(
-        chart: list[dict], admin: Resources) -> None:
+    chart: list[dict], admin: Resources
+) -> None:
     """Server-side dry runs as the hub's account: the Priority admission plugin fills in
     spec.priority from the class (and refuses a class that does not exist)."""
     opts = JobOptions(namespace=HUB_NS)
     got = {}
     for priority in (0, 3):
-        job = train_job(TrainJobSpec(id=f"prio{priority}", owner="ann", project="default", num_gpu=1,
-                                     gpu_milli=1000, command=["true"], image="x", priority=priority), opts)
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"prio{priority}", "namespace": HUB_NS},
-               "spec": job["spec"]["template"]["spec"] | {"volumes": []}}
+        job = train_job(
+            TrainJobSpec(
+                id=f"prio{priority}",
+                owner="ann",
+                project="default",
+                num_gpu=1,
+                gpu_milli=1000,
+                command=["true"],
+                image="x",
+                priority=priority,
+            ),
+            opts,
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"prio{priority}", "namespace": HUB_NS},
+            "spec": job["spec"]["template"]["spec"] | {"volumes": []},
+        }
         pod["spec"]["containers"][0]["volumeMounts"] = []
         r = admin.http.post(f"/api/v1/namespaces/{HUB_NS}/pods", params={"dryRun": "All"}, json=pod)
         assert r.status_code == 201, r.text
@@ -94,27 +131,47 @@ def as_user(plane: ControlPlane, user: str, group: str = "system:authenticated")
     return c
 
 
-def test_a_user_reads_their_own_namespace_and_cannot_touch_anothers(plane: ControlPlane, chart: list[dict]) -> None:
+def test_a_user_reads_their_own_namespace_and_cannot_touch_anothers(
+    plane: ControlPlane, chart: list[dict]
+) -> None:
     with as_user(plane, "ann") as ann:
         assert ann.get("/api/v1/namespaces/gpupool-ann/pods").status_code == 200
         assert ann.get("/api/v1/namespaces/gpupool-bob/pods").status_code == 403
         assert ann.delete("/api/v1/namespaces/gpupool-bob/pods/jupyter-bob").status_code == 403
-        assert ann.post("/api/v1/namespaces/gpupool-ann/pods", json={
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mine"},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}).status_code == 403  # read only
+        assert (
+            ann.post(
+                "/api/v1/namespaces/gpupool-ann/pods",
+                json={
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "mine"},
+                    "spec": {"containers": [{"name": "c", "image": "x"}]},
+                },
+            ).status_code
+            == 403
+        )  # read only
         assert ann.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").status_code == 403
 
 
-def test_the_hub_account_has_what_the_chart_grants_and_no_more(plane: ControlPlane, chart: list[dict]) -> None:
+def test_the_hub_account_has_what_the_chart_grants_and_no_more(
+    plane: ControlPlane, chart: list[dict]
+) -> None:
     with plane.client(plane.token(HUB_NS, "hub")) as hub:
         assert hub.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").status_code == 200
         assert hub.get("/api/v1/pods").status_code == 200  # watches workspace pods in user namespaces
         assert hub.get("/api/v1/namespaces/gpupool-ann/secrets").status_code == 403
         assert hub.get("/api/v1/nodes").status_code == 403
         assert hub.delete("/apis/scheduling.run.ai/v2/queues/default").status_code == 403
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "jupyter-ann"},
-               "spec": {"containers": [{"name": "c", "image": "x"}]}}
-        assert hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod).status_code == 201
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "jupyter-ann"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }
+        assert (
+            hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod).status_code
+            == 201
+        )
 
 
 # --- NetworkPolicy: who may reach whom ------------------------------------------------
@@ -131,9 +188,11 @@ def test_notebooks_reach_the_hub_and_api_from_any_namespace_and_nothing_private(
     ours = render({"hub": {"namespace": hub_ns}, "userNamespaces": {"enabled": True, "users": ["nina"]}})
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": hub_ns}})
     admin.apply_all(d for d in ours if d["kind"] == "Namespace")
-    applied = [{**d, "metadata": {**d["metadata"], "namespace": d["metadata"].get("namespace", hub_ns)}}
-               for d in z2jh + [d for d in ours if d["metadata"].get("namespace") == user_ns]
-               if d["kind"] == "NetworkPolicy"]
+    applied = [
+        {**d, "metadata": {**d["metadata"], "namespace": d["metadata"].get("namespace", hub_ns)}}
+        for d in z2jh + [d for d in ours if d["metadata"].get("namespace") == user_ns]
+        if d["kind"] == "NetworkPolicy"
+    ]
     try:
         _evaluate(admin, [admin.apply(d) for d in applied], z2jh, hub_ns, user_ns)
     finally:  # the real-node tests helm-install z2jh into this namespace later in the session
@@ -143,18 +202,32 @@ def test_notebooks_reach_the_hub_and_api_from_any_namespace_and_nothing_private(
 def _evaluate(admin: Resources, policies: list[dict], z2jh: list[dict], hub_ns: str, user_ns: str) -> None:
     # the node agent's, as the session's chart made it
     policies += admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies")["items"]
-    ns_labels = {ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"] for ns in (hub_ns, user_ns, "gpupool")}
+    ns_labels = {
+        ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"] for ns in (hub_ns, user_ns, "gpupool")
+    }
     templates = {d["metadata"]["name"]: d["spec"]["template"] for d in z2jh if d["kind"] == "Deployment"}
 
     def deployed(name: str) -> Pod:
         t = templates[name]
-        return Pod(hub_ns, t["metadata"]["labels"], {p["name"]: p["containerPort"] for c in t["spec"]["containers"]
-                                                   for p in c.get("ports") or [] if "name" in p})
+        return Pod(
+            hub_ns,
+            t["metadata"]["labels"],
+            {
+                p["name"]: p["containerPort"]
+                for c in t["spec"]["containers"]
+                for p in c.get("ports") or []
+                if "name" in p
+            },
+        )
 
     hub, proxy = deployed("hub"), deployed("proxy")
     # kubespawner's labels with z2jh's singleuser.extraLabels, in the hub's and a user's namespace
-    labels = {"app": "jupyterhub", "component": "singleuser-server", "release": "jhub",
-              "hub.jupyter.org/network-access-hub": "true"}
+    labels = {
+        "app": "jupyterhub",
+        "component": "singleuser-server",
+        "release": "jhub",
+        "hub.jupyter.org/network-access-hub": "true",
+    }
     here, there = Pod(hub_ns, labels, {"notebook-port": 8888}), Pod(user_ns, labels, {"notebook-port": 8888})
     agent = Pod("gpupool", {"app.kubernetes.io/name": "gpupool-node-agent"}, {"http": 9402})
     check = lambda a, b, port: allowed(policies, ns_labels, a, b, port)  # noqa: E731
@@ -171,17 +244,25 @@ def _evaluate(admin: Resources, policies: list[dict], z2jh: list[dict], hub_ns: 
     assert not check(other, there, 8888) and not check(here, there, 8888)  # notebooks do not reach each other
     # the defect, checked: without gpupool's rules a notebook in a user namespace reaches neither
     # port, and nothing keeps it from the metadata server
-    z2jh_only = [{**p, "spec": {**p["spec"], "ingress": p["spec"]["ingress"][:1]}}  # z2jh's own rule only
-                 if p["metadata"]["name"] == "hub" else p
-                 for p in policies if p["metadata"]["namespace"] != user_ns]
-    assert not allowed(z2jh_only, ns_labels, there, hub, 8095) and not allowed(z2jh_only, ns_labels, there, hub, 8081)
+    z2jh_only = [
+        {**p, "spec": {**p["spec"], "ingress": p["spec"]["ingress"][:1]}}  # z2jh's own rule only
+        if p["metadata"]["name"] == "hub"
+        else p
+        for p in policies
+        if p["metadata"]["namespace"] != user_ns
+    ]
+    assert not allowed(z2jh_only, ns_labels, there, hub, 8095) and not allowed(
+        z2jh_only, ns_labels, there, hub, 8081
+    )
     assert allowed(z2jh_only, ns_labels, there, "169.254.169.254", 80)
 
 
 def test_only_the_hub_may_ask_the_node_agent(admin: Resources, chart: list[dict]) -> None:
     policies = admin.get("/apis/networking.k8s.io/v1/namespaces/gpupool/networkpolicies")["items"]
-    ns_labels = {ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]
-                 for ns in (HUB_NS, "gpupool-ann", "gpupool")}
+    ns_labels = {
+        ns: admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]
+        for ns in (HUB_NS, "gpupool-ann", "gpupool")
+    }
     agent = Pod("gpupool", {"app.kubernetes.io/name": "gpupool-node-agent"}, {"http": 9402})
     assert allowed(policies, ns_labels, Pod(HUB_NS, {"component": "hub", "app": "jupyterhub"}), agent, 9402)
     assert not allowed(policies, ns_labels, Pod(HUB_NS, {"component": "singleuser-server"}), agent, 9402)

@@ -17,19 +17,35 @@ from tests.cluster.test_train_jobs_real import hub_api, wait_for  # noqa: F401
 
 
 def pod(admin: Resources, name: str, label: str) -> None:
-    admin.apply({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": name, "namespace": HUB_NS, "labels": {"gpupool.test/follow": label},
-                              "annotations": {"note": "x" * 2000}},  # what a trimmed copy leaves out
-                 "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "c", "image": "registry.example.org/x:1"}]}})
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": HUB_NS,
+                "labels": {"gpupool.test/follow": label},
+                "annotations": {"note": "x" * 2000},
+            },  # what a trimmed copy leaves out
+            "spec": {
+                "nodeName": "gpu-node-0",
+                "containers": [{"name": "c", "image": "registry.example.org/x:1"}],
+            },
+        }
+    )
 
 
-async def test_a_trimmed_copy_read_in_pages_whose_watch_resumes_without_listing_again(hub_api, admin: Resources) -> None:  # noqa: F811
+async def test_a_trimmed_copy_read_in_pages_whose_watch_resumes_without_listing_again(
+    hub_api, admin: Resources
+) -> None:
     label = secrets.token_hex(4)
     names = [f"follow-{label}-{i}" for i in range(5)]
     for name in names:
         pod(admin, name, label)
     core = client.CoreV1Api(hub_api)
-    f = Follower(core.list_namespaced_pod, HUB_NS, f"gpupool.test/follow={label}", trim_pod, watch_timeout_s=1, page=2)
+    f = Follower(
+        core.list_namespaced_pod, HUB_NS, f"gpupool.test/follow={label}", trim_pod, watch_timeout_s=1, page=2
+    )
     await f.start()
     try:
         assert sorted(f.resources) == sorted(f"{HUB_NS}/{n}" for n in names)
@@ -40,10 +56,16 @@ async def test_a_trimmed_copy_read_in_pages_whose_watch_resumes_without_listing_
         await wait_for(lambda: f.watches >= 3, what="watches that ended after their 1 s and were resumed")
         pod(admin, f"follow-{label}-new", label)
         admin.http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{names[0]}", params={"gracePeriodSeconds": "0"})
-        await wait_for(lambda: f"{HUB_NS}/follow-{label}-new" in f.resources
-                       and f"{HUB_NS}/{names[0]}" not in f.resources, what="a new pod and a deletion")
-        await wait_for(lambda: f.resources[f"{HUB_NS}/{names[1]}"]["status"]["phase"] == "Running",
-                       what="kwok's Running, through the watch")
+        await wait_for(
+            lambda: (
+                f"{HUB_NS}/follow-{label}-new" in f.resources and f"{HUB_NS}/{names[0]}" not in f.resources
+            ),
+            what="a new pod and a deletion",
+        )
+        await wait_for(
+            lambda: f.resources[f"{HUB_NS}/{names[1]}"]["status"]["phase"] == "Running",
+            what="kwok's Running, through the watch",
+        )
         assert f.lists == 1  # never listed again
     finally:
         await f.stop()

@@ -57,9 +57,25 @@ def agent_process(chart, admin: Resources, tmp_path: Path):
     token_file = tmp_path / "token"
     token_file.write_text(admitted_token(admin, AGENT_NS))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpupool.idle_culler.node_agent", "--host", "127.0.0.1",
-                             "--port", str(port), "--interval", "1", "--proc", str(tmp_path),
-                             "--token-file", str(token_file)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpupool.idle_culler.node_agent",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--interval",
+            "1",
+            "--proc",
+            str(tmp_path),
+            "--token-file",
+            str(token_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -79,7 +95,9 @@ def test_a_real_agent_refuses_requests_without_the_token(agent_process) -> None:
     for path in ("/pods", "/metrics"):
         r = httpx.get(url + path)
         assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
-        assert httpx.get(url + path, headers={"Authorization": "Bearer " + "x" * len(token)}).status_code == 403
+        assert (
+            httpx.get(url + path, headers={"Authorization": "Bearer " + "x" * len(token)}).status_code == 403
+        )
         assert httpx.get(url + path, headers={"Authorization": f"Basic {token}"}).status_code == 401
     # with the token it answers what it knows: here, that NVML is missing (no GPU on this machine)
     r = httpx.get(url + "/pods", headers={"Authorization": f"Bearer {token}"})
@@ -88,8 +106,12 @@ def test_a_real_agent_refuses_requests_without_the_token(agent_process) -> None:
 
 
 def test_an_agent_started_without_a_token_refuses_to_start() -> None:
-    r = subprocess.run([sys.executable, "-m", "gpupool.idle_culler.node_agent", "--port", "0"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpupool.idle_culler.node_agent", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 2 and "--token-file is required" in r.stderr
 
 
@@ -101,11 +123,15 @@ class NoGPUProcesses:
         return []
 
 
-def test_the_culler_sends_the_token_and_without_it_gets_no_data(chart, admin: Resources, tmp_path: Path) -> None:
+def test_the_culler_sends_the_token_and_without_it_gets_no_data(
+    chart, admin: Resources, tmp_path: Path
+) -> None:
     uid = "6f1c9a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
     proc = tmp_path / "proc" / "4242"
     proc.mkdir(parents=True)
-    (proc / "cgroup").write_text(f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-1.scope\n")
+    (proc / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-1.scope\n"
+    )
     token_file = tmp_path / "token"  # as the hub pod mounts the Secret of its own namespace
     token_file.write_text(admitted_token(admin, HUB_NS))
     agent = Agent(NoGPUProcesses(), tmp_path / "proc")

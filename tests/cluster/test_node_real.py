@@ -73,7 +73,9 @@ def node_images() -> dict[str, tuple[str, Path]]:
 
 
 @pytest.fixture(scope="module")
-def real_node(plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+def real_node(
+    plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealNode]:
     bins = build.binaries(log=lambda line: print(line, flush=True))
     folder = tmp_path_factory.mktemp("node")
     node = RealNode(plane, folder, bins, gpus=2, images=dict(node_images.values()))
@@ -81,21 +83,35 @@ def real_node(plane: ControlPlane, node_images: dict, tmp_path_factory: pytest.T
         admin = Resources(http)
         kwok = [f"gpu-node-{i}" for i in range(GPU_NODES)]
         for name in kwok:  # every pod of this module must run for real
-            http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": True}},
-                       headers={"Content-Type": "application/merge-patch+json"})
+            http.patch(
+                f"/api/v1/nodes/{name}",
+                json={"spec": {"unschedulable": True}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
         try:
             node.start()
             admin.apply_all(addons.coredns_objects(node_images["coredns"][0]) + [addons.storage_class()])
-            until(lambda: (admin.get("/apis/apps/v1/namespaces/kube-system/deployments/coredns") or {})
-                  .get("status", {}).get("readyReplicas") == 1, 120, "CoreDNS ready",
-                  lambda: plane.log_tail("kubelet"))
+            until(
+                lambda: (
+                    (admin.get("/apis/apps/v1/namespaces/kube-system/deployments/coredns") or {})
+                    .get("status", {})
+                    .get("readyReplicas")
+                    == 1
+                ),
+                120,
+                "CoreDNS ready",
+                lambda: plane.log_tail("kubelet"),
+            )
             with addons.LocalVolumes(plane.client, folder / "volumes", node.name):
                 yield node
         finally:
             node.stop()
             for name in kwok:
-                http.patch(f"/api/v1/nodes/{name}", json={"spec": {"unschedulable": False}},
-                           headers={"Content-Type": "application/merge-patch+json"})
+                http.patch(
+                    f"/api/v1/nodes/{name}",
+                    json={"spec": {"unschedulable": False}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
 
 
 PROBE = r"""
@@ -113,8 +129,9 @@ print(json.dumps(out))
 """
 
 
-def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node: RealNode, node_images: dict,
-                                                                    admin: Resources) -> None:
+def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(
+    real_node: RealNode, node_images: dict, admin: Resources
+) -> None:
     """A pod's code runs as its image's non-root user; it is given the GPU device the kubelet
     assigned from the device plugin's, resolves and reaches a Service (CoreDNS and kube-proxy),
     the API server through the `kubernetes` Service with its service-account token, and writes
@@ -123,35 +140,84 @@ def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node:
     ns = "node-test"
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
-        admin.apply_all([
-            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
-             "spec": {"containers": [{"name": "web", "image": image, "workingDir": "/tmp", "command": [
-                 "sh", "-c", "echo hello > hello.txt && exec python -m http.server 8080"],
-                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": ns},
-             "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": ns},
-             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
-        ])
+        admin.apply_all(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "web", "namespace": ns, "labels": {"app": "web"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "web",
+                                "image": image,
+                                "workingDir": "/tmp",
+                                "command": [
+                                    "sh",
+                                    "-c",
+                                    "echo hello > hello.txt && exec python -m http.server 8080",
+                                ],
+                                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                            }
+                        ]
+                    },
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": "web", "namespace": ns},
+                    "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "namespace": ns},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                },
+            ]
+        )
+
         def web_ready() -> bool:  # Ready, not only Running: a Service without ready endpoints refuses
             pod = admin.http.get(f"/api/v1/namespaces/{ns}/pods/web").json()
-            return any(c["type"] == "Ready" and c["status"] == "True"
-                       for c in pod.get("status", {}).get("conditions") or [])
+            return any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in pod.get("status", {}).get("conditions") or []
+            )
 
         until(web_ready, 120, "the web pod ready", lambda: real_node.plane.log_tail("kubelet"))
-        admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},
-                     "spec": {"restartPolicy": "Never", "containers": [{
-                         "name": "probe", "image": image, "command": ["python", "-c", PROBE],
-                         "resources": {"limits": {GPU_RESOURCE: "1"}},
-                         "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]}})
-        until(lambda: phase(admin, ns, "probe") in ("Succeeded", "Failed"), 180, "the probe pod to finish",
-              lambda: pod_log(admin.http, ns, "probe") + real_node.plane.log_tail("kubelet"))
+        admin.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "probe", "namespace": ns},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "probe",
+                            "image": image,
+                            "command": ["python", "-c", PROBE],
+                            "resources": {"limits": {GPU_RESOURCE: "1"}},
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        }
+                    ],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+                },
+            }
+        )
+        until(
+            lambda: phase(admin, ns, "probe") in ("Succeeded", "Failed"),
+            180,
+            "the probe pod to finish",
+            lambda: pod_log(admin.http, ns, "probe") + real_node.plane.log_tail("kubelet"),
+        )
         log = pod_log(admin.http, ns, "probe")
         assert phase(admin, ns, "probe") == "Succeeded", log
         out = json.loads(log.strip().splitlines()[-1])
         assert out["uid"] == 1000  # the image's user, never root
-        assert out["gpus"].startswith(f"GPU-{real_node.name}-")  # one device, from the kubelet's device manager
+        assert out["gpus"].startswith(
+            f"GPU-{real_node.name}-"
+        )  # one device, from the kubelet's device manager
         assert out["dns"] == "10.96.0.1" and out["api"] == "v1.35.4"
         assert out["web"] == "hello\n" and out["volume"] == "kept"
         pod = admin.get(f"/api/v1/namespaces/{ns}/pods/probe")
@@ -164,8 +230,9 @@ def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(real_node:
 
 
 @pytest.fixture(scope="module")
-def kai_on_node(plane: ControlPlane, real_node: RealNode, node_images: dict,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def kai_on_node(
+    plane: ControlPlane, real_node: RealNode, node_images: dict, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """KAI-Scheduler's components as processes (as in test_kai_real.py), its reservation pods
     running our stand-in program on the real node."""
     try:
@@ -179,9 +246,6 @@ def kai_on_node(plane: ControlPlane, real_node: RealNode, node_images: dict,
         kai.stop(plane)
 
 
-
-
-
 @pytest.fixture(scope="module")
 def helm_cli(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
     try:
@@ -192,8 +256,9 @@ def helm_cli(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> H
 
 
 @pytest.fixture(scope="module")
-def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
-            admin_module: Resources) -> Iterator[dict]:
+def release(
+    real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict, admin_module: Resources
+) -> Iterator[dict]:
     """`helm install` of gpupool's chart, then of the JupyterHub chart with the overlay, as
     docs/kubernetes.md tells an admin; waits for the hub and the proxy to be ready."""
     if not Z2JH.exists():
@@ -205,12 +270,36 @@ def release(real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict,
     # the hub mounts them (docs/kubernetes.md: `kubectl create namespace jupyterhub`)
     admin_module.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HUB_NS}})
     gp = helm_cli.values_file("gpupool", gpupool_values(node_images))
-    helm_cli("install", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS, "--create-namespace",
-             "-f", str(gp), "--wait", "--timeout", "5m")
+    helm_cli(
+        "install",
+        "gpupool",
+        str(REPO / "helm" / "gpupool"),
+        "-n",
+        GPUPOOL_NS,
+        "--create-namespace",
+        "-f",
+        str(gp),
+        "--wait",
+        "--timeout",
+        "5m",
+    )
     jh = helm_cli.values_file("jupyterhub", z2jh_values(node_images))
     try:
-        helm_cli("install", "jupyterhub", str(Z2JH), "-n", HUB_NS, "--create-namespace",
-                 "-f", str(REPO / "helm" / "z2jh-values.yaml"), "-f", str(jh), "--wait", "--timeout", "8m")
+        helm_cli(
+            "install",
+            "jupyterhub",
+            str(Z2JH),
+            "-n",
+            HUB_NS,
+            "--create-namespace",
+            "-f",
+            str(REPO / "helm" / "z2jh-values.yaml"),
+            "-f",
+            str(jh),
+            "--wait",
+            "--timeout",
+            "8m",
+        )
     except AssertionError as err:
         raise AssertionError(f"{err}\n{diagnose(admin_module, HUB_NS, GPUPOOL_NS)}") from None
     svc = admin_module.get(f"/api/v1/namespaces/{HUB_NS}/services/proxy-public")
@@ -245,8 +334,10 @@ def ann(release: dict) -> Iterator[WebUser]:
 
 
 def workspace_pod(admin: Resources, user: str) -> dict:
-    pods = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
-                          params={"labelSelector": f"component=singleuser-server,hub.jupyter.org/username={user}"})
+    pods = admin.http.get(
+        f"/api/v1/namespaces/{HUB_NS}/pods",
+        params={"labelSelector": f"component=singleuser-server,hub.jupyter.org/username={user}"},
+    )
     items = pods.json()["items"]
     assert len(items) == 1, [p["metadata"]["name"] for p in items]
     return items[0]
@@ -291,8 +382,9 @@ def log_lines(user: WebUser, job_id: str) -> list[str]:
     return r.json().get("lines", []) if r.status_code == 200 else []
 
 
-def test_helm_test_checks_the_install_from_a_pod_of_the_hub_image(release: dict, helm_cli: Helm,
-                                                                   admin: Resources) -> None:
+def test_helm_test_checks_the_install_from_a_pod_of_the_hub_image(
+    release: dict, helm_cli: Helm, admin: Resources
+) -> None:
     """`helm test gpupool` after the install, as docs/kubernetes.md tells the admin: the hook's
     pod (the hub's image, the hook's read-only service account) runs on the node and its check
     finds the queues, the priority classes, KAI's default shard and KAI's version (it exits 1 on
@@ -304,7 +396,8 @@ def test_helm_test_checks_the_install_from_a_pod_of_the_hub_image(release: dict,
 
 
 def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
-        release: dict, real_node: RealNode, admin: Resources, ann: WebUser) -> None:
+    release: dict, real_node: RealNode, admin: Resources, ann: WebUser
+) -> None:
     """Through the proxy's node port, as a browser: log in, spawn a 0.25-GPU workspace (the
     spawn form), whose pod runs on the real node with the share's environment and KAI's
     fraction binding (its reservation pod holds the GPU the device plugin gave it, and the
@@ -324,13 +417,18 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
         assert env.get("GPUPOOL_GPU_FRACTION") == "0.25" and "CUDA_VISIBLE_DEVICES" not in env
         group = pod["metadata"]["labels"][kai.GPU_GROUP]  # the binder put it in a GPU group
-        reservations = admin.http.get(f"/api/v1/namespaces/{kai.RESERVATION_NS}/pods",
-                                      params={"labelSelector": f"{kai.GPU_GROUP}={group}"}).json()["items"]
+        reservations = admin.http.get(
+            f"/api/v1/namespaces/{kai.RESERVATION_NS}/pods",
+            params={"labelSelector": f"{kai.GPU_GROUP}={group}"},
+        ).json()["items"]
         assert len(reservations) == 1
         reservation = reservations[0]
         assert reservation["spec"]["nodeName"] == real_node.name
-        until(lambda: phase(admin, kai.RESERVATION_NS, reservation["metadata"]["name"]) == "Running", 60,
-              "the reservation pod running")
+        until(
+            lambda: phase(admin, kai.RESERVATION_NS, reservation["metadata"]["name"]) == "Running",
+            60,
+            "the reservation pod running",
+        )
         gpu = reservation["metadata"]["annotations"][kai.GPU_INDEX]  # written by the pod's own program
         assert gpu.startswith(f"GPU-{real_node.name}-")
 
@@ -342,7 +440,9 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         out = ann.execute("%load_ext gpupool", "%gpupool", TRAIN)  # the status widget, then a promoted cell
         job_id = re.search(r"submitted job (\S+) to vision", out).group(1)
         until(lambda: job(ann, job_id)["state"] == "running", 180, "the train job running")
-        runs = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{job_id}"})
+        runs = admin.http.get(
+            f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{job_id}"}
+        )
         first = runs.json()["items"][0]
         assert first["spec"]["nodeName"] == real_node.name
         until(lambda: "step 3" in log_lines(ann, job_id), 120, "the cell running and checkpointing")
@@ -351,8 +451,11 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         bob = WebUser(release["url"], "bob", PASSWORD)
         bob.login()
         try:
-            r = bob.api("POST", "/services/gpupool/api/jobs",
-                        json={"project": "nlp", "gpus": 1, "name": "nlp", "code": "print('nlp ran')"})
+            r = bob.api(
+                "POST",
+                "/services/gpupool/api/jobs",
+                json={"project": "nlp", "gpus": 1, "name": "nlp", "code": "print('nlp ran')"},
+            )
             assert r.status_code in (200, 201), r.text[:500]
             nlp_id = r.json()["id"]
             until(lambda: job(ann, job_id)["preemptions"] >= 1, 120, "vision's job reclaimed for nlp")
@@ -371,7 +474,8 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
 
 
 def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
-        release: dict, real_node: RealNode, admin: Resources) -> None:
+    release: dict, real_node: RealNode, admin: Resources
+) -> None:
     """The node agent runs as its DaemonSet runs it (hostPID) on the real node and finds a
     workspace's pod from its container's processes (/proc/<pid>/cgroup: cgroup v1, the
     kubelet's cgroupfs driver); the hub's culler asks it through its headless Service with the
@@ -384,8 +488,10 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
             assert cara.spawn_form(gpus="0.25").status_code == 302
             cara.wait_ready()
             pod = workspace_pod(admin, "cara")
-            agents = admin.http.get(f"/api/v1/namespaces/{GPUPOOL_NS}/pods",
-                                    params={"labelSelector": "app.kubernetes.io/name=gpupool-node-agent"})
+            agents = admin.http.get(
+                f"/api/v1/namespaces/{GPUPOOL_NS}/pods",
+                params={"labelSelector": "app.kubernetes.io/name=gpupool-node-agent"},
+            )
             (agent,) = agents.json()["items"]
             assert agent["spec"]["hostPID"] and agent["spec"]["nodeName"] == real_node.name
             secret = admin.get(f"/api/v1/namespaces/{GPUPOOL_NS}/secrets/gpupool-node-agent-token")
@@ -395,22 +501,37 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
 
             def reported() -> dict:
                 r = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
-                assert r.status_code in (200, 503), f"the agent refused the chart's token: {r.status_code} {r.text}"
+                assert r.status_code in (200, 503), (
+                    f"the agent refused the chart's token: {r.status_code} {r.text}"
+                )
                 return {p["uid"]: p for p in r.json()["pods"]} if r.status_code == 200 else {}
 
-            found = until(lambda: reported().get(pod["metadata"]["uid"]), 60, "the agent reporting cara's pod")
+            found = until(
+                lambda: reported().get(pod["metadata"]["uid"]), 60, "the agent reporting cara's pod"
+            )
             assert found["gpu_util_pct"] == 0.0
 
             def culled() -> list[str]:
                 r = cara.api("GET", "/services/gpupool/api/events", params={"kind": "cull"})
-                return [e["message"] for e in r.json().get("events", []) if e["owner"] == "cara"] \
-                    if r.status_code == 200 else []
+                return (
+                    [e["message"] for e in r.json().get("events", []) if e["owner"] == "cara"]
+                    if r.status_code == 200
+                    else []
+                )
 
             until(culled, 180, "the culler stopping cara's idle workspace")
             assert any("its GPU has been idle" in m for m in culled()), culled()
             until(lambda: not cara.server(), 120, "cara's server gone")
-            until(lambda: not admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={
-                "labelSelector": "hub.jupyter.org/username=cara"}).json()["items"], 120, "cara's pod gone")
+            until(
+                lambda: (
+                    not admin.http.get(
+                        f"/api/v1/namespaces/{HUB_NS}/pods",
+                        params={"labelSelector": "hub.jupyter.org/username=cara"},
+                    ).json()["items"]
+                ),
+                120,
+                "cara's pod gone",
+            )
         finally:
             cara.close()
 
@@ -436,7 +557,8 @@ def pod_uid(admin: Resources, namespace: str, name: str) -> str:
 
 
 def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
-        release: dict, helm_cli: Helm, node_images: dict, real_node: RealNode, admin: Resources, ann: WebUser) -> None:
+    release: dict, helm_cli: Helm, node_images: dict, real_node: RealNode, admin: Resources, ann: WebUser
+) -> None:
     """`helm upgrade` with changed quotas while a workspace and a train job run: KAI's queues
     change, neither pod is touched, and the hub, restarted to read the new quotas, finds the
     workspace again and the job finishes in one run. Then, as z2jh's docs say, the user's server
@@ -449,25 +571,42 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
             assert ann.spawn_form(gpus="0.25").status_code == 302
             ann.wait_ready()
         workspace = workspace_pod(admin, "ann")
-        r = ann.api("POST", "/services/gpupool/api/jobs",
-                    json={"project": "vision", "gpus": 1, "name": "across-upgrade", "code": LONG_CELL})
+        r = ann.api(
+            "POST",
+            "/services/gpupool/api/jobs",
+            json={"project": "vision", "gpus": 1, "name": "across-upgrade", "code": LONG_CELL},
+        )
         assert r.status_code in (200, 201), r.text[:500]
         job_id = r.json()["id"]
         until(lambda: "step 2" in log_lines(ann, job_id), 180, "the job running across the upgrade")
-        job_pod = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods",
-                                 params={"labelSelector": f"job-name=gpupool-train-{job_id}"}).json()["items"][0]
+        job_pod = admin.http.get(
+            f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{job_id}"}
+        ).json()["items"][0]
 
         values = gpupool_values(node_images)
         values["departments"]["research"]["quota"] = 3
         values["projects"]["nlp"]["guarantee"] = 2
         values["build"].update(quota=1, fractions=[0.25, 0.5, 1], maxPerWorkspace=1)
-        helm_cli("upgrade", "gpupool", str(REPO / "helm" / "gpupool"), "-n", GPUPOOL_NS,
-                 "-f", str(helm_cli.values_file("gpupool-upgraded", values)), "--wait", "--timeout", "5m")
+        helm_cli(
+            "upgrade",
+            "gpupool",
+            str(REPO / "helm" / "gpupool"),
+            "-n",
+            GPUPOOL_NS,
+            "-f",
+            str(helm_cli.values_file("gpupool-upgraded", values)),
+            "--wait",
+            "--timeout",
+            "5m",
+        )
         queue = admin.get("/apis/scheduling.run.ai/v2/queues/nlp")
         assert queue["spec"]["resources"]["gpu"]["quota"] == 2
         for pod in (workspace, job_pod):  # the running work, untouched
             name = pod["metadata"]["name"]
-            assert pod_uid(admin, HUB_NS, name) == pod["metadata"]["uid"] and phase(admin, HUB_NS, name) == "Running"
+            assert (
+                pod_uid(admin, HUB_NS, name) == pod["metadata"]["uid"]
+                and phase(admin, HUB_NS, name) == "Running"
+            )
 
         # the hub reads gpupool's ConfigMap when it starts: restarted, it has the new quotas and
         # finds the workspace it left (z2jh keeps servers across hub restarts)
@@ -482,50 +621,86 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
                 return {}
             return r.json() if r.status_code == 200 else {}
 
-        until(lambda: me().get("build_quota_milli") == 1000, 180, "the restarted hub with the new build quota")
-        assert ann.server().get("ready") and pod_uid(admin, HUB_NS, workspace["metadata"]["name"]) == \
-            workspace["metadata"]["uid"]
+        until(
+            lambda: me().get("build_quota_milli") == 1000, 180, "the restarted hub with the new build quota"
+        )
+        assert (
+            ann.server().get("ready")
+            and pod_uid(admin, HUB_NS, workspace["metadata"]["name"]) == workspace["metadata"]["uid"]
+        )
         assert [h["milli"] for h in me()["holdings"]] == [250]  # the workspace's share, re-adopted
-        until(lambda: job(ann, job_id)["state"] in ("succeeded", "failed"), 240, "the job across the upgrade done")
+        until(
+            lambda: job(ann, job_id)["state"] in ("succeeded", "failed"),
+            240,
+            "the job across the upgrade done",
+        )
         row = job(ann, job_id)
         assert row["state"] == "succeeded" and row["runs"] == 1 and row["preemptions"] == 0, row
         assert pod_uid(admin, HUB_NS, job_pod["metadata"]["name"]) == job_pod["metadata"]["uid"]
 
         # uninstall, as z2jh's docs say: servers stopped first, then the releases
         assert ann.api("DELETE", f"/hub/api/users/{ann.name}/server").status_code in (202, 204)
-        until(lambda: not admin.http.get(f"/api/v1/namespaces/{HUB_NS}/pods", params={
-            "labelSelector": "component=singleuser-server"}).json()["items"], 120, "the workspace stopped")
+        until(
+            lambda: (
+                not admin.http.get(
+                    f"/api/v1/namespaces/{HUB_NS}/pods",
+                    params={"labelSelector": "component=singleuser-server"},
+                ).json()["items"]
+            ),
+            120,
+            "the workspace stopped",
+        )
         helm_cli("uninstall", "jupyterhub", "-n", HUB_NS, "--wait", "--timeout", "3m")
         helm_cli("uninstall", "gpupool", "-n", GPUPOOL_NS, "--wait", "--timeout", "3m")
 
         def running(ns: str) -> list[str]:
             pods = admin.http.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]
-            return [p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")]
+            return [
+                p["metadata"]["name"] for p in pods if p["status"].get("phase") not in ("Succeeded", "Failed")
+            ]
 
         until(lambda: not running(HUB_NS) and not running(GPUPOOL_NS), 120, "every pod of both releases gone")
         for ns in (HUB_NS, GPUPOOL_NS):
             for kind in ("services", "configmaps", "secrets", "serviceaccounts"):
-                left = [i["metadata"]["name"] for i in admin.http.get(f"/api/v1/namespaces/{ns}/{kind}").json()["items"]
-                        if not i["metadata"]["name"].startswith(("kube-root-ca.crt", "default"))
-                        and not i["metadata"]["name"].startswith("gpupool-code-")]  # a Job's own, below
+                left = [
+                    i["metadata"]["name"]
+                    for i in admin.http.get(f"/api/v1/namespaces/{ns}/{kind}").json()["items"]
+                    if not i["metadata"]["name"].startswith(("kube-root-ca.crt", "default"))
+                    and not i["metadata"]["name"].startswith("gpupool-code-")
+                ]  # a Job's own, below
                 assert left == [], (ns, kind, left)
         # KAI's queues stay (the chart keeps them: deleting a queue in use strands its pods);
         # the admin deletes them by hand once empty, as docs/kubernetes.md says
-        queues = [q for q in admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"]  # this release's
-                  if (q["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name") == "gpupool"]
+        queues = [
+            q
+            for q in admin.http.get("/apis/scheduling.run.ai/v2/queues").json()["items"]  # this release's
+            if (q["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name") == "gpupool"
+        ]
         assert {q["metadata"]["name"] for q in queues} == {"department-research", "default", "nlp", "vision"}
         assert all(q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for q in queues)
         for q in queues:
             admin.http.delete(f"/apis/scheduling.run.ai/v2/queues/{q['metadata']['name']}")
-        assert not [p for p in admin.http.get("/apis/scheduling.k8s.io/v1/priorityclasses").json()["items"]
-                    if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "Helm"]
-        assert not [r for r in admin.http.get("/apis/rbac.authorization.k8s.io/v1/clusterroles").json()["items"]
-                    if "gpupool" in r["metadata"]["name"]]
-        claims = {c["metadata"]["name"] for c in
-                  admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]}
-        jobs = {j["metadata"]["name"] for j in admin.http.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").json()["items"]}
+        assert not [
+            p
+            for p in admin.http.get("/apis/scheduling.k8s.io/v1/priorityclasses").json()["items"]
+            if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "Helm"
+        ]
+        assert not [
+            r
+            for r in admin.http.get("/apis/rbac.authorization.k8s.io/v1/clusterroles").json()["items"]
+            if "gpupool" in r["metadata"]["name"]
+        ]
+        claims = {
+            c["metadata"]["name"]
+            for c in admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]
+        }
+        jobs = {
+            j["metadata"]["name"]
+            for j in admin.http.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").json()["items"]
+        }
         homes = {c for c in claims if c.startswith("claim-")}  # the users' home folders, kept
         assert "claim-ann" in homes and "hub-db-dir" not in claims
         assert f"gpupool-train-{job_id}" in jobs and all(
-            admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{j}")["status"].get("succeeded") for j in jobs)
+            admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{j}")["status"].get("succeeded") for j in jobs
+        )
         assert claims - homes == {f"gpupool-ckpt-{j.removeprefix('gpupool-train-')}" for j in jobs}

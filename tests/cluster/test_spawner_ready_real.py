@@ -15,7 +15,9 @@ async def test_start_returns_with_the_pod_running_and_the_admins_hook_run(make_s
     def admins_hook(spawner, pod) -> None:  # e.g. an Ingress for the pod, as kubespawner documents
         seen.append(pod["metadata"]["uid"])
 
-    sp = make_spawner("ann", "ready", more=lambda c: setattr(c.KubeSpawner, "after_pod_created_hook", admins_hook))
+    sp = make_spawner(
+        "ann", "ready", more=lambda c: setattr(c.KubeSpawner, "after_pod_created_hook", admins_hook)
+    )
     assert getattr(sp.after_pod_created_hook, "_gpupool_waits_for_running", False)
     await asyncio.wait_for(sp.start(), 90)
     pod = sp.pod_reflector.pods[f"{HUB_NS}/{sp.pod_name}"]

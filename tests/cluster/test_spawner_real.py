@@ -42,7 +42,8 @@ def culler_sample(tmp_path: Path, uid: str):
     (proc / "4242").mkdir(parents=True)
     slice_uid = uid.replace("-", "_")  # systemd cgroup driver, as kubeadm sets up the kubelet
     (proc / "4242" / "cgroup").write_text(
-        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/cri-containerd-1.scope\n")
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice_uid}.slice/cri-containerd-1.scope\n"
+    )
     agent = Agent(NoGPUProcesses(), proc)
     agent.refresh()
     server = serve(agent, 0, host="127.0.0.1")
@@ -56,8 +57,9 @@ def culler_sample(tmp_path: Path, uid: str):
         server.server_close()
 
 
-async def test_a_quarter_gpu_workspace_runs_with_the_pods_own_environment(spawner, admin: Resources,
-                                                                           tmp_path: Path) -> None:
+async def test_a_quarter_gpu_workspace_runs_with_the_pods_own_environment(
+    spawner, admin: Resources, tmp_path: Path
+) -> None:
     url = await asyncio.wait_for(spawner.start(), 90)
     assert url
     pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{spawner.pod_name}")
@@ -68,7 +70,9 @@ async def test_a_quarter_gpu_workspace_runs_with_the_pods_own_environment(spawne
     assert pod["metadata"]["labels"]["kai.scheduler/queue"] == "default"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
-    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "CUDA_MPS_PIPE_DIRECTORY", "GPUPOOL_GPU_UUIDS"} & set(env)
+    assert not {"CUDA_VISIBLE_DEVICES", "PYTHONPATH", "CUDA_MPS_PIPE_DIRECTORY", "GPUPOOL_GPU_UUIDS"} & set(
+        env
+    )
     assert [a.total_milli for a in spawner.pool.store.allocations(owner="ann")] == [250]
     assert await spawner.poll() is None
     assert spawner.pod_uid() == pod["metadata"]["uid"]  # what the culler asks the node agents about

@@ -25,8 +25,15 @@ NOBODY = "example.org/nobody"  # spec.managedBy: the built-in Job controller lea
 
 
 def unmanaged_job(admin: Resources, prefix: str, backoff_limit: int = 0) -> TrainJobSpec:
-    spec = TrainJobSpec(id=f"{prefix}{secrets.token_hex(3)}", owner="ann", project="default", num_gpu=1,
-                        gpu_milli=1000, command=["python", "train.py"], image="registry.example.org/train:1")
+    spec = TrainJobSpec(
+        id=f"{prefix}{secrets.token_hex(3)}",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
     manifest = train_job(spec, OPTS)
     manifest["spec"].update(managedBy=NOBODY, backoffLimit=backoff_limit)
     admin.apply(manifest)
@@ -40,10 +47,19 @@ def make_pod(admin: Resources, spec: TrainJobSpec, n: int) -> dict:
     pod_spec = {**template["spec"], "nodeName": "gpu-node-0", "volumes": []}
     pod_spec.pop("schedulerName", None)
     pod_spec["containers"] = [{**c, "volumeMounts": []} for c in pod_spec["containers"]]
-    return admin.apply({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec,
-                        "metadata": {"name": f"{job['metadata']['name']}-{n}", "namespace": HUB_NS,
-                                     "labels": template["metadata"]["labels"],
-                                     "annotations": template["metadata"]["annotations"]}})
+    return admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "spec": pod_spec,
+            "metadata": {
+                "name": f"{job['metadata']['name']}-{n}",
+                "namespace": HUB_NS,
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"]["annotations"],
+            },
+        }
+    )
 
 
 def conditions(admin: Resources, spec: TrainJobSpec) -> list[dict]:
@@ -51,7 +67,7 @@ def conditions(admin: Resources, spec: TrainJobSpec) -> list[dict]:
     return [c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
 
 
-async def test_a_preemption_and_the_end_are_seen_through_the_pod_watch(hub_api, admin: Resources) -> None:  # noqa: F811
+async def test_a_preemption_and_the_end_are_seen_through_the_pod_watch(hub_api, admin: Resources) -> None:
     spec = unmanaged_job(admin, "podend")
     seen: list[str] = []
 
@@ -67,11 +83,16 @@ async def test_a_preemption_and_the_end_are_seen_through_the_pod_watch(hub_api, 
         evict_as_kai(admin, first)  # the DisruptionTarget condition, then the delete
         await wait_for(lambda: ctl.status(spec.id).state == "preempted", what="the preemption, from the pod")
         second = make_pod(admin, spec, 2)  # the replacement the Job controller would make
-        await wait_for(lambda: ctl.status(spec.id).state == "running" and ctl.status(spec.id).runs == 2,
-                       what="running again")
+        await wait_for(
+            lambda: ctl.status(spec.id).state == "running" and ctl.status(spec.id).runs == 2,
+            what="running again",
+        )
         exit_pod(admin, second, 0)
-        await wait_for(lambda: ctl.status(spec.id).state == "succeeded", timeout=30,
-                       what="succeeded, read from the pod (no Job controller writes Complete here)")
+        await wait_for(
+            lambda: ctl.status(spec.id).state == "succeeded",
+            timeout=30,
+            what="succeeded, read from the pod (no Job controller writes Complete here)",
+        )
         assert conditions(admin, spec) == []  # nobody but the pod said so
         st = ctl.status(spec.id)
         assert (st.runs, st.preemptions) == (2, 1)
@@ -80,7 +101,9 @@ async def test_a_preemption_and_the_end_are_seen_through_the_pod_watch(hub_api, 
         await ctl.stop()
 
 
-async def test_a_failure_is_read_from_the_pod_and_a_retry_left_is_not_an_end(hub_api, admin: Resources) -> None:  # noqa: F811
+async def test_a_failure_is_read_from_the_pod_and_a_retry_left_is_not_an_end(
+    hub_api, admin: Resources
+) -> None:
     once = unmanaged_job(admin, "podfail")
     retried = unmanaged_job(admin, "podretry", backoff_limit=1)  # one failure is allowed: not over yet
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)

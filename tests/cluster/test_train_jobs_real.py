@@ -33,19 +33,31 @@ from tests.cluster.plane import EXIT_CODE, SIGTERM_EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
 
 STORAGE = "gpupool-test"  # a class with no provisioner: the test makes one PV per claim
-OPTS = JobOptions(namespace=HUB_NS, queue="{project}", storage_class=STORAGE, checkpoint_size="1Gi",
-                  grace_s=5, ttl_after_finished_s=600)
+OPTS = JobOptions(
+    namespace=HUB_NS,
+    queue="{project}",
+    storage_class=STORAGE,
+    checkpoint_size="1Gi",
+    grace_s=5,
+    ttl_after_finished_s=600,
+)
 
 
 def checkpoint_helper_exit_code(tmp_path: Path) -> int:
     """A real process: the documented checkpoint loop, SIGTERMed mid-run, and how it exits."""
-    script = ("import time\nfrom gpupool.widgets.checkpoint import Checkpoint\n"
-              "ckpt = Checkpoint()\nstate = ckpt.load(default={'step': 0})\n"
-              "print('ready', flush=True)\n"
-              "while state['step'] < 10**6:\n    state['step'] += 1\n    time.sleep(0.01)\n"
-              "    if ckpt.preempted:\n        ckpt.save(state)\n        ckpt.exit()\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env={"GPUPOOL_CHECKPOINT_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    script = (
+        "import time\nfrom gpupool.widgets.checkpoint import Checkpoint\n"
+        "ckpt = Checkpoint()\nstate = ckpt.load(default={'step': 0})\n"
+        "print('ready', flush=True)\n"
+        "while state['step'] < 10**6:\n    state['step'] += 1\n    time.sleep(0.01)\n"
+        "    if ckpt.preempted:\n        ckpt.save(state)\n        ckpt.exit()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"GPUPOOL_CHECKPOINT_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.stdout.readline().strip() == "ready"
     proc.terminate()
     code = proc.wait(20)
@@ -65,10 +77,20 @@ async def hub_api(plane: ControlPlane, chart: list[dict], tmp_path: Path):
 
 def volume_for(admin: Resources, job_id: str) -> None:
     """A PV the job's checkpoint claim binds to (what a provisioner would make)."""
-    admin.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{job_id}"},
-                 "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                          "storageClassName": STORAGE, "hostPath": {"path": f"/tmp/gpupool-test/{job_id}"},
-                          "persistentVolumeReclaimPolicy": "Delete"}})
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"pv-{job_id}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": STORAGE,
+                "hostPath": {"path": f"/tmp/gpupool-test/{job_id}"},
+                "persistentVolumeReclaimPolicy": "Delete",
+            },
+        }
+    )
 
 
 def pods_of(admin: Resources, job_id: str) -> list[dict]:
@@ -77,14 +99,24 @@ def pods_of(admin: Resources, job_id: str) -> list[dict]:
 
 
 def running_pod(admin: Resources, job_id: str, not_uid: set[str]) -> dict | None:
-    return next((p for p in pods_of(admin, job_id) if p["status"].get("phase") == "Running"
-                 and p["metadata"]["uid"] not in not_uid and not p["metadata"].get("deletionTimestamp")), None)
+    return next(
+        (
+            p
+            for p in pods_of(admin, job_id)
+            if p["status"].get("phase") == "Running"
+            and p["metadata"]["uid"] not in not_uid
+            and not p["metadata"].get("deletionTimestamp")
+        ),
+        None,
+    )
 
 
 def annotate(admin: Resources, pod: dict, key: str, value: str) -> None:
-    r = admin.http.patch(f"/api/v1/namespaces/{HUB_NS}/pods/{pod['metadata']['name']}",
-                         json={"metadata": {"annotations": {key: value}}},
-                         headers={"Content-Type": "application/merge-patch+json"})
+    r = admin.http.patch(
+        f"/api/v1/namespaces/{HUB_NS}/pods/{pod['metadata']['name']}",
+        json={"metadata": {"annotations": {key: value}}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     r.raise_for_status()
 
 
@@ -97,12 +129,18 @@ def evict_as_kai(admin: Resources, pod: dict, condition: bool = True) -> None:
     without the flag, the delete alone."""
     name = pod["metadata"]["name"]
     if condition:
-        cond = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-                "message": "kai-scheduler: reclaimed by queue paper",
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        r = admin.http.patch(f"/api/v1/namespaces/{HUB_NS}/pods/{name}/status",
-                             json={"status": {"conditions": [cond]}},
-                             headers={"Content-Type": "application/strategic-merge-patch+json"})
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "kai-scheduler: reclaimed by queue paper",
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        r = admin.http.patch(
+            f"/api/v1/namespaces/{HUB_NS}/pods/{name}/status",
+            json={"status": {"conditions": [cond]}},
+            headers={"Content-Type": "application/strategic-merge-patch+json"},
+        )
         r.raise_for_status()
     admin.http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{name}").raise_for_status()
 
@@ -117,7 +155,8 @@ async def wait_for(check, timeout: float = 60, what: str = "") -> object:
 
 
 async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when_done(
-        hub_api, admin: Resources, tmp_path: Path) -> None:
+    hub_api, admin: Resources, tmp_path: Path
+) -> None:
     seen: list[str] = []
 
     def on_change(job_id: str, st: JobStatus) -> None:
@@ -127,8 +166,15 @@ async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when
             seen.append(st.state)
 
     ctl = KubeJobController(hub_api, OPTS, None, on_change=on_change, watch_timeout_s=20)
-    job = TrainJobSpec(id="resume1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                       command=["python", "train.py"], image="registry.example.org/train:1")
+    job = TrainJobSpec(
+        id="resume1",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
     volume_for(admin, job.id)
     await ctl.start()
     try:
@@ -141,8 +187,10 @@ async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when
         evict_as_kai(admin, first)
         done.add(first["metadata"]["uid"])
         second = await wait_for(lambda: running_pod(admin, job.id, done), what="a replacement pod")
-        await wait_for(lambda: ctl.status(job.id).state == "running" and ctl.status(job.id).runs == 2,
-                       what="running again")
+        await wait_for(
+            lambda: ctl.status(job.id).state == "running" and ctl.status(job.id).runs == 2,
+            what="running again",
+        )
 
         # 2. KAI without --update-pod-eviction-condition: a bare delete; the program gets SIGTERM
         # and the checkpoint helper leaves with its code (measured from a real run), not 0
@@ -153,14 +201,18 @@ async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when
         done.add(second["metadata"]["uid"])
         third = await wait_for(lambda: running_pod(admin, job.id, done), what="a pod after the helper's exit")
         jobobj = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(job.id)}")
-        assert not [c for c in jobobj["status"].get("conditions", []) if c["status"] == "True"], jobobj["status"]
+        assert not [c for c in jobobj["status"].get("conditions", []) if c["status"] == "True"], jobobj[
+            "status"
+        ]
 
         # 3. the work is done: only now it succeeds
         exit_pod(admin, third, 0)
         await wait_for(lambda: ctl.status(job.id).state == "succeeded", what="succeeded")
         st = ctl.status(job.id)
         assert (st.runs, st.preemptions) == (3, 2)
-        assert seen == ["queued", "running", "preempted", "running", "preempted", "running", "succeeded"], seen
+        assert seen == ["queued", "running", "preempted", "running", "preempted", "running", "succeeded"], (
+            seen
+        )
     finally:
         await ctl.cancel(job.id)
         await ctl.stop()
@@ -169,8 +221,15 @@ async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when
 async def test_a_real_failure_still_fails_the_job(hub_api, admin: Resources) -> None:
     """The control: an exit code other than the helper's counts against backoffLimit 0."""
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
-    job = TrainJobSpec(id="crash1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                       command=["python", "train.py"], image="registry.example.org/train:1")
+    job = TrainJobSpec(
+        id="crash1",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
     volume_for(admin, job.id)
     await ctl.start()
     try:
@@ -187,26 +246,45 @@ async def test_a_real_failure_still_fails_the_job(hub_api, admin: Resources) -> 
 async def test_a_job_past_its_max_runtime_is_stopped_by_the_job_controller(hub_api, admin: Resources) -> None:
     """max_runtime_s is the Job's activeDeadlineSeconds: the real Job controller ends it."""
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
-    job = TrainJobSpec(id="deadline1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                       command=["python", "train.py"], image="registry.example.org/train:1", max_runtime_s=2)
+    job = TrainJobSpec(
+        id="deadline1",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+        max_runtime_s=2,
+    )
     volume_for(admin, job.id)
     await ctl.start()
     try:
         await ctl.submit(job)
         await wait_for(lambda: running_pod(admin, job.id, set()), what="the pod to run")
-        await wait_for(lambda: ctl.status(job.id).state == "failed", timeout=60, what="failed at its deadline")
+        await wait_for(
+            lambda: ctl.status(job.id).state == "failed", timeout=60, what="failed at its deadline"
+        )
         assert ctl.status(job.id).message == "stopped at its max runtime"
     finally:
         await ctl.cancel(job.id)
         await ctl.stop()
 
 
-async def test_without_the_kai_flag_a_program_without_the_helper_fails_its_job(hub_api, admin: Resources) -> None:
+async def test_without_the_kai_flag_a_program_without_the_helper_fails_its_job(
+    hub_api, admin: Resources
+) -> None:
     """Why the chart asks for --update-pod-eviction-condition: a bare delete of a pod whose
     program simply dies of SIGTERM (143) is a failure to the Job."""
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
-    job = TrainJobSpec(id="bare1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                       command=["python", "train.py"], image="registry.example.org/train:1")
+    job = TrainJobSpec(
+        id="bare1",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
     volume_for(admin, job.id)
     await ctl.start()
     try:
@@ -221,8 +299,16 @@ async def test_without_the_kai_flag_a_program_without_the_helper_fails_its_job(h
 
 async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Resources) -> None:
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20)
-    job = TrainJobSpec(id="cancel1", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                       command=["python", "job.py"], image="registry.example.org/train:1", files=("job.py",))
+    job = TrainJobSpec(
+        id="cancel1",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "job.py"],
+        image="registry.example.org/train:1",
+        files=("job.py",),
+    )
     volume_for(admin, job.id)
     await ctl.start()
     try:
@@ -234,8 +320,9 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await wait_for(lambda: ctl.status(job.id).state == "cancelled", what="cancelled")
         # the garbage collector removes what the Job owned; kwok's stage ends the pod
         await wait_for(lambda: admin.get(f"{ns}/configmaps/gpupool-code-{job.id}") is None, what="code gone")
-        await wait_for(lambda: admin.get(f"{ns}/persistentvolumeclaims/gpupool-ckpt-{job.id}") is None,
-                       what="claim gone")
+        await wait_for(
+            lambda: admin.get(f"{ns}/persistentvolumeclaims/gpupool-ckpt-{job.id}") is None, what="claim gone"
+        )
         await wait_for(lambda: not pods_of(admin, job.id), what="pods gone")
         assert admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(job.id)}") is None
     finally:
@@ -260,19 +347,28 @@ def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict 
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
-    c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi",
-                                    **job_options}
+    c.TrainPool.kube_job_options = {
+        "namespace": HUB_NS,
+        "storage_class": STORAGE,
+        "checkpoint_size": "1Gi",
+        **job_options,
+    }
     for key, value in (train or {}).items():
         setattr(c.TrainPool, key, value)
-    pool = PoolManager(virtual_inventory(4), Store(f"sqlite:///{tmp_path}/pool.sqlite"),
-                       BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)), get_policy("best-fit"))
+    pool = PoolManager(
+        virtual_inventory(4),
+        Store(f"sqlite:///{tmp_path}/pool.sqlite"),
+        BuildQuotaPolicy(BuildLimits(1000, (250, 1000), 1000, 2)),
+        get_policy("best-fit"),
+    )
     svc = KubeTrainingService(pool, TrainPool(config=c), api, KAISharing())
     svc.controller.watch_timeout_s = 20
     return svc
 
 
 async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down(
-        hub_api, admin: Resources, tmp_path: Path) -> None:
+    hub_api, admin: Resources, tmp_path: Path
+) -> None:
     first = make_service(tmp_path, hub_api)
     await first.start()
     row = await first.submit("ann", "default", "long", 1, 1000, JobCode.command(["python", "train.py"]))
@@ -294,14 +390,17 @@ async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down
         await wait_for(lambda: second.job(row.id).state == "succeeded", what="succeeded")
         kinds = [e.kind for e in reversed(second.pool.store.events(name=row.id))]
         assert kinds[0] == "job" and kinds[-1] == "job" and "start" in kinds
-        creates = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs?labelSelector=gpupool.io/job-id={row.id}")
+        creates = admin.get(
+            f"/apis/batch/v1/namespaces/{HUB_NS}/jobs?labelSelector=gpupool.io/job-id={row.id}"
+        )
         assert len(creates["items"]) == 1  # never sent twice
     finally:
         await second.stop()
 
 
-async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: ControlPlane, chart: list[dict],
-                                                                      admin: Resources, tmp_path: Path) -> None:
+async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(
+    plane: ControlPlane, chart: list[dict], admin: Resources, tmp_path: Path
+) -> None:
     """The hub's connection drops; kubespawner's reflector lists the Jobs again and resumes its
     watch from that list, but the network holds the watch request back (relay.WatchRelay) while
     a Job is deleted and etcd compacts its history. When the request arrives, the API server
@@ -319,8 +418,15 @@ async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: Cont
     jobs = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
     async with client.ApiClient(cfg) as api:
         ctl = KubeJobController(api, OPTS, None, watch_timeout_s=300)
-        keep = TrainJobSpec(id="keep410", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                            command=["python", "train.py"], image="registry.example.org/train:1")
+        keep = TrainJobSpec(
+            id="keep410",
+            owner="ann",
+            project="default",
+            num_gpu=1,
+            gpu_milli=1000,
+            command=["python", "train.py"],
+            image="registry.example.org/train:1",
+        )
         gone = TrainJobSpec(**{**keep.__dict__, "id": "gone410"})
         await ctl.start()
         try:
@@ -336,10 +442,15 @@ async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: Cont
             resumes_from = dict(q.split("=", 1) for q in held.split("?", 1)[1].split("&"))["resourceVersion"]
             admin.http.delete(f"{jobs}/{name_of('gone410')}", params={"propagationPolicy": "Background"})
             for i in range(3):  # more history for etcd to compact away
-                admin.http.patch(f"{jobs}/{name_of('keep410')}", json={"metadata": {"annotations": {"n": str(i)}}},
-                                 headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+                admin.http.patch(
+                    f"{jobs}/{name_of('keep410')}",
+                    json={"metadata": {"annotations": {"n": str(i)}}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                ).raise_for_status()
             await asyncio.sleep(8)  # two compaction intervals (--etcd-compaction-interval=3s)
-            r = admin.http.get(jobs, params={"watch": "1", "resourceVersion": resumes_from, "timeoutSeconds": "1"})
+            r = admin.http.get(
+                jobs, params={"watch": "1", "resourceVersion": resumes_from, "timeoutSeconds": "1"}
+            )
             assert '"code":410' in r.text.replace(" ", "") or r.status_code == 410, r.text[:300]  # compacted
             # the Job watch has said nothing since (its pod's watch may have: its pod went with it)
             assert "gone410" not in ctl.deleted and ctl.status("gone410").state != "cancelled"
@@ -347,19 +458,26 @@ async def test_a_watch_that_gets_410_gone_relists_and_misses_nothing(plane: Cont
             relay.release.set()  # the network delivers the held watch request
 
             def answered_410() -> bool:
-                return any(x.path_qs == held and (x.status == 410 or b'"code":410' in x.head.replace(b" ", b""))
-                           for x in relay.relayed)
+                return any(
+                    x.path_qs == held and (x.status == 410 or b'"code":410' in x.head.replace(b" ", b""))
+                    for x in relay.relayed
+                )
 
             await wait_for(answered_410, what="the API server's 410 Gone relayed to the reflector")
-            await wait_for(lambda: ctl.status("gone410").state == "cancelled", timeout=60,
-                           what="the deletion seen after the 410")
+            await wait_for(
+                lambda: ctl.status("gone410").state == "cancelled",
+                timeout=60,
+                what="the deletion seen after the 410",
+            )
             assert "outside gpupool" in ctl.status("gone410").message
             assert ctl.status("keep410").state not in ("cancelled", "failed")
         finally:
             await ctl.stop()
             await relay.stop()
-            admin.http.delete(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('keep410')}",
-                              params={"propagationPolicy": "Background"})
+            admin.http.delete(
+                f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('keep410')}",
+                params={"propagationPolicy": "Background"},
+            )
 
 
 async def test_a_job_deleted_before_its_watch_showed_it_ends_cancelled(hub_api, admin: Resources) -> None:
@@ -369,25 +487,39 @@ async def test_a_job_deleted_before_its_watch_showed_it_ends_cancelled(hub_api, 
     server: the deleted one ends cancelled, the one that exists stays queued."""
     now = [0.0]
     ctl = KubeJobController(hub_api, OPTS, None, watch_timeout_s=20, confirm_after_s=5, clock=lambda: now[0])
-    lost = TrainJobSpec(id="lost", owner="ann", project="default", num_gpu=1, gpu_milli=1000,
-                        command=["python", "train.py"], image="registry.example.org/train:1")
+    lost = TrainJobSpec(
+        id="lost",
+        owner="ann",
+        project="default",
+        num_gpu=1,
+        gpu_milli=1000,
+        command=["python", "train.py"],
+        image="registry.example.org/train:1",
+    )
     late = TrainJobSpec(**{**lost.__dict__, "id": "late"})
     await ctl.start()
     try:
         await ctl.reflectors["jobs"].stop()  # the Job watch shows nothing new from here on
         await ctl.submit(lost)
         await ctl.submit(late)
-        admin.http.delete(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('lost')}",
-                          params={"propagationPolicy": "Background"}).raise_for_status()
+        admin.http.delete(
+            f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('lost')}",
+            params={"propagationPolicy": "Background"},
+        ).raise_for_status()
         await asyncio.sleep(1)  # passes within confirm_after_s: no read yet, nothing concluded
         assert ctl.status("lost").state == "queued" and set(ctl.unseen) == {"lost", "late"}
         now[0] += 6
-        await wait_for(lambda: ctl.status("lost").state == "cancelled", timeout=30,
-                       what="the Job the watch never showed seen as deleted")
+        await wait_for(
+            lambda: ctl.status("lost").state == "cancelled",
+            timeout=30,
+            what="the Job the watch never showed seen as deleted",
+        )
         assert "outside gpupool" in ctl.status("lost").message
         # the same pass read `late` too: it exists, so it is only late, and is read again later
         assert ctl.status("late").state == "queued" and set(ctl.unseen) == {"late"}, ctl.status("late")
     finally:
         await ctl.stop()
-        admin.http.delete(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('late')}",
-                          params={"propagationPolicy": "Background"})
+        admin.http.delete(
+            f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of('late')}",
+            params={"propagationPolicy": "Background"},
+        )

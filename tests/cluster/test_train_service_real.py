@@ -43,7 +43,8 @@ def jobs_created(plane: ControlPlane, job_id: str) -> int:
 
 
 async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_cluster(
-        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    hub_api, admin: Resources, tmp_path: Path
+) -> None:
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
@@ -55,8 +56,12 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
         assert container["command"] == ["python", "job.py"]  # the image's python, not the hub's
         assert job["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] == "0.5"
         assert container["workingDir"] == "/gpupool/job"
-        assert {"name": "code", "mountPath": "/gpupool/job/job.py", "subPath": "job.py", "readOnly": True} \
-            in container["volumeMounts"]
+        assert {
+            "name": "code",
+            "mountPath": "/gpupool/job/job.py",
+            "subPath": "job.py",
+            "readOnly": True,
+        } in container["volumeMounts"]
         code = admin.get(f"/api/v1/namespaces/{HUB_NS}/configmaps/{code_name(row.id)}")
         assert base64.b64decode(code["binaryData"]["job.py"]) == b"print('epoch 1')\n"
         assert code["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]  # deleted with its Job
@@ -66,10 +71,12 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
         await wait_for(lambda: service.job(row.id).state == "running", what="row running")
         assert service.job(row.id).started is not None
         evict_as_kai(admin, first)  # KAI reclaims the GPU for another queue's guarantee
-        second = await wait_for(lambda: running_pod(admin, row.id, {first["metadata"]["uid"]}),
-                                what="the replacement pod")
-        await wait_for(lambda: service.job(row.id).state == "running" and service.job(row.id).runs == 2,
-                       what="resumed")
+        second = await wait_for(
+            lambda: running_pod(admin, row.id, {first["metadata"]["uid"]}), what="the replacement pod"
+        )
+        await wait_for(
+            lambda: service.job(row.id).state == "running" and service.job(row.id).runs == 2, what="resumed"
+        )
         got = service.job(row.id)
         assert (got.preemptions, got.message) == (1, "resumed from its checkpoint")
         exit_pod(admin, second, 0)
@@ -82,7 +89,8 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
 
 
 async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes_everything(
-        hub_api, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    hub_api, admin: Resources, tmp_path: Path
+) -> None:
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
@@ -90,7 +98,12 @@ async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
-            "python", "-m", "gpupool.widgets.execute", "input.ipynb", "/checkpoint/output.ipynb"]
+            "python",
+            "-m",
+            "gpupool.widgets.execute",
+            "input.ipynb",
+            "/checkpoint/output.ipynb",
+        ]
         await wait_for(lambda: service.job(row.id).state == "running", what="running")
         await service.cancel(row.id)
         await wait_for(lambda: service.job(row.id).state == "cancelled", what="cancelled")
@@ -103,7 +116,8 @@ async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes
 
 
 async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart(
-        hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path
+) -> None:
     # the API server cannot be reached when the job is submitted: the row waits, nothing is lost
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as dead:
         down = make_service(tmp_path, dead)
@@ -126,7 +140,8 @@ async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart
 
 
 async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
-        hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path) -> None:  # noqa: F811
+    hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path
+) -> None:
     first = make_service(tmp_path, hub_api)
     await first.start()
     keep = await first.submit("ann", "default", "keep", 1, 1000, JobCode.command(["python", "-c", "1"]))
@@ -136,7 +151,9 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
     await wait_for(lambda: first.job(keep.id).state == "running", what="running")
     await first.stop()
     # while the hub is down one Job runs on, the other is deleted by hand
-    admin.http.delete(f"{JOBS}/{name_of(gone.id)}", params={"propagationPolicy": "Background"}).raise_for_status()
+    admin.http.delete(
+        f"{JOBS}/{name_of(gone.id)}", params={"propagationPolicy": "Background"}
+    ).raise_for_status()
     second = make_service(tmp_path, hub_api)
     await second.start()
     try:
@@ -150,7 +167,7 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
         await second.stop()
 
 
-async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:  # noqa: F811
+async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:
     """An admin's typo the real API server refuses (backoffLimit must be an integer)."""
     svc = make_service(tmp_path, hub_api, backoff_limit="many")
     row = await svc.submit("ann", "default", "typo", 1, 1000, JobCode.command(["python", "-c", "1"]))
@@ -161,23 +178,31 @@ async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_p
 
 # --- the same through a real hub's jobs API ------------------------------------------------
 @pytest.mark.hub
-def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(make_hub, plane: ControlPlane, chart, admin: Resources,
-                                                    tmp_path: Path) -> None:
+def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(
+    make_hub, plane: ControlPlane, chart, admin: Resources, tmp_path: Path
+) -> None:
     kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
-    hub = make_hub(f"""
+    hub = make_hub(
+        f"""
         c.TrainPool.runner = "kubernetes"
         c.TrainPool.image = "registry.example.org/train:1"
         c.TrainPool.tick_s = 0.3
         c.TrainPool.projects = {{"vision": {{"guarantee": 1}}}}
         c.TrainPool.kube_job_options = {{"namespace": "{HUB_NS}", "storage_class": "{STORAGE}",
                                          "checkpoint_size": "1Gi"}}
-    """, env={"KUBECONFIG": str(kubeconfig), "GPUPOOL_CULLER": "0"}).start()
+    """,
+        env={"KUBECONFIG": str(kubeconfig), "GPUPOOL_CULLER": "0"},
+    ).start()
     J = "/services/gpupool/api/jobs"
     token = hub.user_token("ann")
     code, message = hub.api_error("POST", J, {"project": "nope", "gpus": 1, "command": "true"}, token=token)
     assert code == 400 and "unknown project" in message
-    job = hub.api("POST", J, {"project": "vision", "gpus": 0.5, "name": "train",
-                              "script": "print('hello from the pod')"}, token=token)
+    job = hub.api(
+        "POST",
+        J,
+        {"project": "vision", "gpus": 0.5, "name": "train", "script": "print('hello from the pod')"},
+        token=token,
+    )
     assert job["state"] == "queued"
     assert admin.get(f"{JOBS}/{name_of(job['id'])}") is not None
     volume_for(admin, job["id"])
@@ -196,4 +221,3 @@ def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(make_hub, plane: ControlPlan
         assert time.monotonic() < deadline + 30, hub.tail()
         time.sleep(0.3)
     assert admin.get(f"{JOBS}/{name_of(job['id'])}") is None
-

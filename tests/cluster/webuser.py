@@ -35,10 +35,15 @@ class WebUser:
     def login(self) -> None:
         r = self.web.get("/hub/login")
         assert r.status_code == 200, r.text[:500]
-        r = self.web.post("/hub/login", data={"username": self.name, "password": self.password, "_xsrf": self.xsrf()})
+        r = self.web.post(
+            "/hub/login", data={"username": self.name, "password": self.password, "_xsrf": self.xsrf()}
+        )
         assert r.status_code == 302, f"login refused: {r.status_code} {r.text[:500]}"
-        r = self.web.post(f"/hub/api/users/{self.name}/tokens", json={"note": "test", "expires_in": 3600},
-                          headers={"X-XSRFToken": self.xsrf()})
+        r = self.web.post(
+            f"/hub/api/users/{self.name}/tokens",
+            json={"note": "test", "expires_in": 3600},
+            headers={"X-XSRFToken": self.xsrf()},
+        )
         assert r.status_code in (200, 201), r.text[:500]
         self.token = r.json()["token"]
 
@@ -87,19 +92,40 @@ class WebUser:
         url = self.base.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{kernel}/channels"
         ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {self.token}"}))
         msg_id = uuid.uuid4().hex
-        ws.write_message(json.dumps({
-            "header": {"msg_id": msg_id, "username": self.name, "session": uuid.uuid4().hex, "msg_type": "execute_request",
-                       "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell",
-            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
+        ws.write_message(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "username": self.name,
+                        "session": uuid.uuid4().hex,
+                        "msg_type": "execute_request",
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "channel": "shell",
+                    "content": {
+                        "code": code,
+                        "silent": False,
+                        "store_history": False,
+                        "user_expressions": {},
+                        "allow_stdin": False,
+                        "stop_on_error": True,
+                    },
+                }
+            )
+        )
         out, error = [], None
         loop_deadline = asyncio.get_running_loop().time() + timeout
         try:
             while True:
                 left = loop_deadline - asyncio.get_running_loop().time()
                 if left <= 0:
-                    raise AssertionError(f"the kernel did not finish in {timeout:.0f} s; output so far: {''.join(out)}")
+                    raise AssertionError(
+                        f"the kernel did not finish in {timeout:.0f} s; output so far: {''.join(out)}"
+                    )
                 raw = await asyncio.wait_for(ws.read_message(), left)
                 if raw is None:
                     raise AssertionError("the kernel's websocket closed")

@@ -31,10 +31,20 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 K8S_VERSION = kubernetes_validate.latest_version()
-PATH = re.compile(r"^/(?P<prefix>api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)"
-                  r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?$")
-KINDS = {"pods": "Pod", "jobs": "Job", "persistentvolumeclaims": "PersistentVolumeClaim", "events": "Event",
-         "namespaces": "Namespace", "services": "Service", "secrets": "Secret", "configmaps": "ConfigMap"}
+PATH = re.compile(
+    r"^/(?P<prefix>api/v1|apis/[^/]+/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?$"
+)
+KINDS = {
+    "pods": "Pod",
+    "jobs": "Job",
+    "persistentvolumeclaims": "PersistentVolumeClaim",
+    "events": "Event",
+    "namespaces": "Namespace",
+    "services": "Service",
+    "secrets": "Secret",
+    "configmaps": "ConfigMap",
+}
 VALIDATED = {"pods", "jobs", "persistentvolumeclaims", "services", "namespaces", "configmaps"}
 # the API server deletes a Job's pods only when asked to: batch/v1 still orphans by default
 ORPHAN_BY_DEFAULT = {"jobs"}
@@ -47,8 +57,15 @@ def now_iso() -> str:
 
 
 def status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -147,7 +164,9 @@ class Handler(tornado.web.RequestHandler):
     def parts(self) -> tuple[str, str, str, str | None, str | None] | None:
         m = PATH.match(self.request.path)
         if not m:
-            self.fail(404, "NotFound", f"the server could not find the requested resource {self.request.path}")
+            self.fail(
+                404, "NotFound", f"the server could not find the requested resource {self.request.path}"
+            )
             return None
         return m["prefix"], m["res"], m["ns"] or "", m["name"], m["sub"]
 
@@ -170,8 +189,14 @@ class Handler(tornado.web.RequestHandler):
             return await self.watch(prefix, res, ns)
         items = [o for k, o in sorted(self.store.objects.items()) if self.selected(k, o, prefix, res, ns)]
         kind = KINDS.get(res, res.title())
-        self.reply({"kind": f"{kind}List", "apiVersion": prefix.removeprefix("apis/").removeprefix("api/"),
-                    "metadata": {"resourceVersion": str(self.store.rv)}, "items": items})
+        self.reply(
+            {
+                "kind": f"{kind}List",
+                "apiVersion": prefix.removeprefix("apis/").removeprefix("api/"),
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": items,
+            }
+        )
 
     def pod_log(self, pod: dict, ns: str, name: str) -> None:
         if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
@@ -179,14 +204,18 @@ class Handler(tornado.web.RequestHandler):
         lines = self.store.logs.get((ns, name), "").splitlines(keepends=True)
         tail = self.get_argument("tailLines", None)
         if tail is not None:
-            lines = lines[-int(tail):] if int(tail) > 0 else []
+            lines = lines[-int(tail) :] if int(tail) > 0 else []
         self.set_header("Content-Type", "text/plain")
         self.finish("".join(lines))
 
     def selected(self, key: Key, obj: dict, prefix: str, res: str, ns: str) -> bool:
-        return (key[0] == prefix and key[1] == res and (not ns or key[2] == ns)
-                and selector_matches(self.get_argument("labelSelector", ""), obj["metadata"].get("labels") or {})
-                and field_matches(self.get_argument("fieldSelector", ""), obj))
+        return (
+            key[0] == prefix
+            and key[1] == res
+            and (not ns or key[2] == ns)
+            and selector_matches(self.get_argument("labelSelector", ""), obj["metadata"].get("labels") or {})
+            and field_matches(self.get_argument("fieldSelector", ""), obj)
+        )
 
     async def watch(self, prefix: str, res: str, ns: str) -> None:
         since = int(self.get_argument("resourceVersion", "0") or 0)
@@ -230,7 +259,9 @@ class Handler(tornado.web.RequestHandler):
             try:
                 kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
             except kubernetes_validate.ValidationError as err:
-                return self.fail(422, "Invalid", f"{KINDS[res]} is invalid: {err.message} at {list(err.path)}")
+                return self.fail(
+                    422, "Invalid", f"{KINDS[res]} is invalid: {err.message} at {list(err.path)}"
+                )
         key = (prefix, res, ns, meta.get("name", ""))
         if key in self.store.objects:
             return self.fail(409, "AlreadyExists", f'{res} "{key[3]}" already exists')
@@ -298,13 +329,22 @@ class FakeAPIServer:
         return self.call(lambda: copy.deepcopy(self.store.objects.get((prefix, res, ns, name))))
 
     def list(self, prefix: str, res: str, ns: str = "", labels: str = "") -> list[dict]:
-        return self.call(lambda: [copy.deepcopy(o) for k, o in sorted(self.store.objects.items())
-                                  if k[:2] == (prefix, res) and (not ns or k[2] == ns)
-                                  and selector_matches(labels, o["metadata"].get("labels") or {})])
+        return self.call(
+            lambda: [
+                copy.deepcopy(o)
+                for k, o in sorted(self.store.objects.items())
+                if k[:2] == (prefix, res)
+                and (not ns or k[2] == ns)
+                and selector_matches(labels, o["metadata"].get("labels") or {})
+            ]
+        )
 
     def create(self, prefix: str, res: str, ns: str, obj: dict) -> dict:
-        return self.call(lambda: copy.deepcopy(self.store.create((prefix, res, ns, obj["metadata"]["name"]),
-                                                                 copy.deepcopy(obj))))
+        return self.call(
+            lambda: copy.deepcopy(
+                self.store.create((prefix, res, ns, obj["metadata"]["name"]), copy.deepcopy(obj))
+            )
+        )
 
     def patch(self, prefix: str, res: str, ns: str, name: str, change: Callable[[dict], None]) -> dict:
         def run() -> dict:
@@ -319,6 +359,7 @@ class FakeAPIServer:
 
     def write_log(self, ns: str, pod: str, text: str) -> None:
         """What the pod's container printed (served at .../pods/<name>/log)."""
+
         def append() -> None:
             self.store.logs[(ns, pod)] = self.store.logs.get((ns, pod), "") + text
 
@@ -345,37 +386,79 @@ class Cluster:
         job = self.job(ns, job_name)
         tmpl = copy.deepcopy(job["spec"]["template"])
         uid = job["metadata"]["uid"]
-        labels = {**tmpl["metadata"].get("labels", {}), "batch.kubernetes.io/job-name": job_name,
-                  "batch.kubernetes.io/controller-uid": uid}
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"{job_name}-{uuid.uuid4().hex[:5]}", "namespace": ns, "labels": labels,
-                            "annotations": tmpl["metadata"].get("annotations", {}),
-                            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name,
-                                                 "uid": uid, "controller": True}]},
-               "spec": tmpl["spec"], "status": {"phase": "Pending"}}
-        self.api.patch("apis/batch/v1", "jobs", ns, job_name,
-                       lambda j: j.setdefault("status", {}).update(active=1, startTime=now_iso()))
+        labels = {
+            **tmpl["metadata"].get("labels", {}),
+            "batch.kubernetes.io/job-name": job_name,
+            "batch.kubernetes.io/controller-uid": uid,
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{job_name}-{uuid.uuid4().hex[:5]}",
+                "namespace": ns,
+                "labels": labels,
+                "annotations": tmpl["metadata"].get("annotations", {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job_name,
+                        "uid": uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": tmpl["spec"],
+            "status": {"phase": "Pending"},
+        }
+        self.api.patch(
+            "apis/batch/v1",
+            "jobs",
+            ns,
+            job_name,
+            lambda j: j.setdefault("status", {}).update(active=1, startTime=now_iso()),
+        )
         return self.api.create("api/v1", "pods", ns, pod)
 
     def run_pod(self, ns: str, name: str, ip: str = "10.0.0.7") -> dict:
         """The kubelet started the containers."""
+
         def running(p: dict) -> None:
-            p["status"] = {"phase": "Running", "podIP": ip, "startTime": now_iso(),
-                           "conditions": [{"type": "Ready", "status": "True"}],
-                           "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
-                                                  "image": c["image"], "imageID": "", "started": True,
-                                                  "state": {"running": {"startedAt": now_iso()}}}
-                                                 for c in p["spec"]["containers"]]}
+            p["status"] = {
+                "phase": "Running",
+                "podIP": ip,
+                "startTime": now_iso(),
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": c["image"],
+                        "imageID": "",
+                        "started": True,
+                        "state": {"running": {"startedAt": now_iso()}},
+                    }
+                    for c in p["spec"]["containers"]
+                ],
+            }
 
         return self.api.patch("api/v1", "pods", ns, name, running)
 
     def evict_pod(self, ns: str, name: str, reason: str = "PreemptionByScheduler") -> None:
         """A scheduler preempts the pod: DisruptionTarget condition, then the pod is gone."""
+
         def disrupted(p: dict) -> None:
             p["status"]["phase"] = "Failed"
             p["status"].setdefault("conditions", []).append(
-                {"type": "DisruptionTarget", "status": "True", "reason": reason,
-                 "message": "evicted to reclaim the queue's quota"})
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": reason,
+                    "message": "evicted to reclaim the queue's quota",
+                }
+            )
 
         self.api.patch("api/v1", "pods", ns, name, disrupted)
         self.api.remove("api/v1", "pods", ns, name)
@@ -384,8 +467,13 @@ class Cluster:
         """The pod ends and the Job controller writes the final condition."""
         for pod in self.pods(ns, f"batch.kubernetes.io/job-name={job_name}"):
             phase = "Succeeded" if succeeded else "Failed"
-            self.api.patch("api/v1", "pods", ns, pod["metadata"]["name"],
-                           lambda p, phase=phase: p["status"].update(phase=phase))
+            self.api.patch(
+                "api/v1",
+                "pods",
+                ns,
+                pod["metadata"]["name"],
+                lambda p, phase=phase: p["status"].update(phase=phase),
+            )
         cond = "Complete" if succeeded else "Failed"
         reason = reason or ("Completed" if succeeded else "BackoffLimitExceeded")
 
@@ -394,7 +482,8 @@ class Cluster:
             st.update(active=0, completionTime=now_iso()) if succeeded else st.update(active=0, failed=1)
             if succeeded:
                 st["succeeded"] = 1
-            st["conditions"] = [{"type": cond, "status": "True", "reason": reason,
-                                 "message": f"job {cond.lower()}"}]
+            st["conditions"] = [
+                {"type": cond, "status": "True", "reason": reason, "message": f"job {cond.lower()}"}
+            ]
 
         self.api.patch("apis/batch/v1", "jobs", ns, job_name, done)

@@ -27,7 +27,13 @@ def render(values: dict | None, hooks: bool = False) -> list[dict]:
     """The manifests `helm install` applies (NOTES.txt is text, not a manifest; the `helm test`
     hook's objects only with `hooks`)."""
     out = helm.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
-    docs = [d for name, text in out.items() if not name.endswith("NOTES.txt") for d in yaml.safe_load_all(text) if d]
+    docs = [
+        d
+        for name, text in out.items()
+        if not name.endswith("NOTES.txt")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
     return [d for d in docs if hooks or "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
 
 
@@ -41,7 +47,9 @@ def crd_schema(schemas: Path, group: str, kind: str, version: str) -> dict:
     for f in (schemas / "crds").glob(f"{group}_*.yaml"):
         crd = yaml.safe_load(f.read_text())
         if crd["spec"]["names"]["kind"] == kind:
-            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"][
+                "openAPIV3Schema"
+            ]
     raise AssertionError(f"no CRD for {group} {kind}")
 
 
@@ -57,7 +65,9 @@ def kai_module_schema(kind: str, version: str) -> dict | None:
     for f in sorted(folder.glob("kai.scheduler_*.yaml")) if folder.is_dir() else ():
         crd = yaml.safe_load(f.read_text())
         if crd["spec"]["names"]["kind"] == kind:
-            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+            return next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"][
+                "openAPIV3Schema"
+            ]
     return None
 
 
@@ -68,9 +78,19 @@ def validate(doc: dict, schemas: Path) -> None:
     elif group == "kai.scheduler":
         schema = kai_module_schema(doc["kind"], version)
         if schema is None:  # the real API server checks it against KAI's CRD in tests/cluster
-            schema = {"type": "object", "required": ["metadata", "spec"], "properties": {"spec": {
-                "type": "object", "properties": {"partitionLabelValue": {"type": "string"},
-                                                 "args": {"type": "object", "additionalProperties": {"type": "string"}}}}}}
+            schema = {
+                "type": "object",
+                "required": ["metadata", "spec"],
+                "properties": {
+                    "spec": {
+                        "type": "object",
+                        "properties": {
+                            "partitionLabelValue": {"type": "string"},
+                            "args": {"type": "object", "additionalProperties": {"type": "string"}},
+                        },
+                    }
+                },
+            }
         jsonschema.validate(doc, schema)
     else:
         kubernetes_validate.validate(doc, K8S, strict=True)
@@ -112,9 +132,13 @@ def test_chart_lints_clean_in_strict_mode() -> None:
         ({"projects": {"Bad_Name": {"department": "default", "guarantee": 1}}}, "Bad_Name"),
         ({"nodeAgent": {"port": 70000}}, "port"),
         ({"projects": {"p": {"department": "nowhere", "guarantee": 1}}}, "department nowhere"),
-        ({"departments": {"default": {"quota": 4}}, "projects": {"p": {"department": "default", "guarantee": 4,
-                                                                        "limit": 2}}},
-         "limit 2 is below its guarantee"),
+        (
+            {
+                "departments": {"default": {"quota": 4}},
+                "projects": {"p": {"department": "default", "guarantee": 4, "limit": 2}},
+            },
+            "limit 2 is below its guarantee",
+        ),
         ({"sharing": {"backend": "slurm"}}, "backend"),
         ({"build": {"quota": -0.5}}, "quota"),
         ({"departments": {"default": {"quota": -2}}}, "quota"),
@@ -154,8 +178,11 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     c = Config()
     data = apply_chart_config(c, tmp_path / "gpupool.json")
     projects = TrainPool(config=c).project_table()
-    assert (projects["vision"].guarantee_milli, projects["vision"].limit_milli, projects["vision"].weight) == (
-        8000, 16000, 2.0)
+    assert (
+        projects["vision"].guarantee_milli,
+        projects["vision"].limit_milli,
+        projects["vision"].weight,
+    ) == (8000, 16000, 2.0)
     assert projects["robotics"].priority == 110 and projects["nlp"].department == "research"
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
@@ -166,13 +193,19 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     assert c.GPUKubeSpawner.kai_default_group == "nlp" and set(projects) == {"nlp", "robotics", "vision"}
     assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
-    assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
+    assert (
+        train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
+    )
     assert train.job_options() == job_options(data) and train.sharing() == "kai"
 
 
 def rules_of(docs: list[dict]) -> list[tuple[str, str, dict]]:
-    return [(d["kind"], d["metadata"].get("namespace", ""), r) for d in docs
-            if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    return [
+        (d["kind"], d["metadata"].get("namespace", ""), r)
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        for r in d["rules"]
+    ]
 
 
 def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> None:
@@ -185,11 +218,22 @@ def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> No
             assert set(rule["verbs"]) <= {"get", "list", "watch", "create"}
             assert "create" not in rule["verbs"] or rule["resources"] == ["namespaces"]
     user_roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "gpupool-user"]
-    assert {r["metadata"]["namespace"] for r in user_roles} == {"lab-student01", "lab-student02", "lab-student03"}
+    assert {r["metadata"]["namespace"] for r in user_roles} == {
+        "lab-student01",
+        "lab-student02",
+        "lab-student03",
+    }
     assert all(set(rule["verbs"]) == {"get", "list", "watch"} for r in user_roles for rule in r["rules"])
-    bindings = {(d["metadata"]["namespace"], d["subjects"][0]["name"]) for d in docs
-                if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "gpupool-user"}
-    assert bindings == {("lab-student01", "student01"), ("lab-student02", "student02"), ("lab-student03", "student03")}
+    bindings = {
+        (d["metadata"]["namespace"], d["subjects"][0]["name"])
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "gpupool-user"
+    }
+    assert bindings == {
+        ("lab-student01", "student01"),
+        ("lab-student02", "student02"),
+        ("lab-student03", "student03"),
+    }
     agent = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert agent["hostPID"] is True and "privileged" not in agent["containers"][0]["securityContext"]
 
@@ -206,7 +250,10 @@ def test_a_release_gets_its_own_projects_only_and_a_default_only_when_it_names_n
     assert "no projects were given" in notes(None) and "no projects were given" not in notes(values)
     with pytest.raises(helm.HelmError, match="departments are set but no projects"):
         render({"departments": {"d": {"quota": 1}}})
-    two = {"departments": {"d": {"quota": 2}}, "projects": {p: {"department": "d", "guarantee": 1} for p in "ab"}}
+    two = {
+        "departments": {"d": {"quota": 2}},
+        "projects": {p: {"department": "d", "guarantee": 1} for p in "ab"},
+    }
     with pytest.raises(helm.HelmError, match="set build.defaultProject"):
         render(two)
     cm = next(d for d in render({**two, "build": {"defaultProject": "b"}}) if d["kind"] == "ConfigMap")
@@ -214,19 +261,32 @@ def test_a_release_gets_its_own_projects_only_and_a_default_only_when_it_names_n
 
 
 def test_operability_values_keep_policy_global_and_the_node_agents_pod() -> None:
-    docs = render({"global": {"imageRegistry": "mirror.example.org"},  # as a parent chart passes it
-                   "nodeAgent": {"imagePullSecrets": [{"name": "regcred"}], "runtimeClassName": "nvidia",
-                                 "priorityClassName": "system-node-critical",
-                                 "tolerations": [{"key": "dedicated", "operator": "Exists"}],
-                                 "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "1Gi"}}}})
+    docs = render(
+        {
+            "global": {"imageRegistry": "mirror.example.org"},  # as a parent chart passes it
+            "nodeAgent": {
+                "imagePullSecrets": [{"name": "regcred"}],
+                "runtimeClassName": "nvidia",
+                "priorityClassName": "system-node-critical",
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "1Gi"}},
+            },
+        }
+    )
     for q in (d for d in docs if d["kind"] == "Queue"):
-        assert q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"  # uninstall keeps queues in use
+        assert (
+            q["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        )  # uninstall keeps queues in use
     pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["runtimeClassName"] == "nvidia"
     assert pod["priorityClassName"] == "system-node-critical" and pod["tolerations"] == [
-        {"key": "dedicated", "operator": "Exists"}]
+        {"key": "dedicated", "operator": "Exists"}
+    ]
     # Helm merges maps: the default memory request stays
-    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"},
+        "limits": {"memory": "1Gi"},
+    }
     # the token file is readable by the pod's fsGroup: the agent does not run as root
     assert pod["securityContext"]["fsGroup"] == 1000 and pod["volumes"][0]["secret"]["defaultMode"] == 0o440
     text = notes(None)
@@ -241,25 +301,48 @@ def test_the_helm_test_hook_checks_what_was_rendered(tmp_path: Path) -> None:
     their label commands in NOTES, and the hub's user namespaces from the ConfigMap."""
     import json
 
-    values = {"departments": {"r": {"quota": 4}}, "nodePools": {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]},
-                                                             "ws": {"nodes": ["ws-1", "ws-2"]}},
-              "projects": {"v": {"department": "r", "guarantee": {"dgx": 2, "ws": 1}}},
-              "userNamespaces": {"enabled": True, "prefix": "lab-", "users": ["ann"]}}
-    hooks = [d for d in render(values, hooks=True) if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+    values = {
+        "departments": {"r": {"quota": 4}},
+        "nodePools": {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {"nodes": ["ws-1", "ws-2"]}},
+        "projects": {"v": {"department": "r", "guarantee": {"dgx": 2, "ws": 1}}},
+        "userNamespaces": {"enabled": True, "prefix": "lab-", "users": ["ann"]},
+    }
+    hooks = [
+        d for d in render(values, hooks=True) if "helm.sh/hook" in (d["metadata"].get("annotations") or {})
+    ]
     pod = next(d for d in hooks if d["kind"] == "Pod")
     assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "gpupool.kube.check"]
     check = json.loads(pod["spec"]["containers"][0]["env"][0]["value"])
-    assert check["pools"] == ["dgx", "ws"] and {"v-dgx", "v-ws", "pool-dgx", "department-r", "v"} <= set(check["queues"])
-    assert {d["kind"] for d in hooks} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding", "Pod"}
+    assert check["pools"] == ["dgx", "ws"] and {"v-dgx", "v-ws", "pool-dgx", "department-r", "v"} <= set(
+        check["queues"]
+    )
+    assert {d["kind"] for d in hooks} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "Pod",
+    }
     text = notes(values)
-    assert "kubectl label nodes -l 'nvidia.com/gpu.product in (NVIDIA-H100-80GB-HBM3)' kai.scheduler/node-pool=dgx" in text
+    assert (
+        "kubectl label nodes -l 'nvidia.com/gpu.product in (NVIDIA-H100-80GB-HBM3)' kai.scheduler/node-pool=dgx"
+        in text
+    )
     assert "kubectl label nodes ws-1 ws-2 kai.scheduler/node-pool=ws" in text
     cm = next(d for d in render(values) if d["kind"] == "ConfigMap")
     (tmp_path / "gpupool.json").write_text(cm["data"]["gpupool.json"])
     c = Config()
     apply_chart_config(c, tmp_path / "gpupool.json")
     # the chart made lab-<user> namespaces with the hub's RBAC there: kubespawner starts pods there
-    assert c.KubeSpawner.enable_user_namespaces is True and c.KubeSpawner.user_namespace_template == "lab-{username}"
+    assert (
+        c.KubeSpawner.enable_user_namespaces is True
+        and c.KubeSpawner.user_namespace_template == "lab-{username}"
+    )
     with pytest.raises(helm.HelmError, match="longer than 63 characters"):
-        render({**values, "projects": {"p" * 60: {"department": "r", "guarantee": {"dgx": 1}}},
-                "build": {"defaultProject": "p" * 60}})
+        render(
+            {
+                **values,
+                "projects": {"p" * 60: {"department": "r", "guarantee": {"dgx": 1}}},
+                "build": {"defaultProject": "p" * 60},
+            }
+        )

@@ -18,25 +18,42 @@ def test_elastic_jobs_need_kai_0_14_1() -> None:
     assert elastic_refusal(KaiVersion((0, 17, 0), "v0.17.0")) is None
     old = elastic_refusal(KaiVersion((0, 13, 1), "v0.13.1"), " (deployment kai-scheduler/pod-grouper)")
     assert "need KAI-Scheduler v0.14.1 or later" in old and "runs v0.13.1 (deployment" in old
-    unknown = elastic_refusal(KaiVersion(None, "", "reading deployment kai-scheduler/pod-grouper: 403 Forbidden"))
+    unknown = elastic_refusal(
+        KaiVersion(None, "", "reading deployment kai-scheduler/pod-grouper: 403 Forbidden")
+    )
     assert "unknown (reading deployment kai-scheduler/pod-grouper: 403 Forbidden)" in unknown
     assert "kai.version" in unknown
 
 
 def test_helm_test_findings_say_what_is_missing_and_what_to_do() -> None:
-    want = Expected(queues=["department-r", "v", "pool-ws", "v-ws"], priority_classes=["build", "train"],
-                    pools=["ws", "dgx"])
-    good = Seen(queues={"department-r", "v", "pool-ws", "v-ws", "other"}, priority_classes={"build", "train"},
-                shards={"default": "", "gpupool-ws": "ws", "gpupool-dgx": "dgx"}, pool_nodes={"ws": 2, "dgx": 1},
-                kai=KaiVersion((0, 17, 0), "v0.17.0"))
+    want = Expected(
+        queues=["department-r", "v", "pool-ws", "v-ws"],
+        priority_classes=["build", "train"],
+        pools=["ws", "dgx"],
+    )
+    good = Seen(
+        queues={"department-r", "v", "pool-ws", "v-ws", "other"},
+        priority_classes={"build", "train"},
+        shards={"default": "", "gpupool-ws": "ws", "gpupool-dgx": "dgx"},
+        pool_nodes={"ws": 2, "dgx": 1},
+        kai=KaiVersion((0, 17, 0), "v0.17.0"),
+    )
     lines = findings(want, good)
     assert not [line for line in lines if line.startswith("FAIL")], lines
     assert "ok: node pool ws: 2 node(s) labelled kai.scheduler/node-pool=ws" in lines
-    bad = Seen(queues={"department-r"}, priority_classes=None, shards={"gpupool-ws": "ws"}, pool_nodes={"ws": 1},
-               kai=KaiVersion((0, 12, 0), "v0.12.0"), errors={"priority classes": "403 Forbidden"})
+    bad = Seen(
+        queues={"department-r"},
+        priority_classes=None,
+        shards={"gpupool-ws": "ws"},
+        pool_nodes={"ws": 1},
+        kai=KaiVersion((0, 12, 0), "v0.12.0"),
+        errors={"priority classes": "403 Forbidden"},
+    )
     lines = findings(want, bad)
-    assert "FAIL: queues missing: v, pool-ws, v-ws (is KAI-Scheduler installed, with its CRDs? the chart's queues" \
-           " are kept on uninstall only)" in lines
+    assert (
+        "FAIL: queues missing: v, pool-ws, v-ws (is KAI-Scheduler installed, with its CRDs? the chart's queues"
+        " are kept on uninstall only)" in lines
+    )
     assert "FAIL: cannot list priority classes: 403 Forbidden" in lines
     assert "FAIL: SchedulingShard gpupool-dgx missing (KAI's operator makes its scheduler)" in lines
     assert any(line.startswith("FAIL: KAI's default SchedulingShard is missing") for line in lines)

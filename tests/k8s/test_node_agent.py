@@ -21,30 +21,36 @@ UID2 = "7d9e1c2b-2222-4a3b-8c7d-fedcba987654"
 U = UID.replace("-", "_")
 
 
-@pytest.mark.parametrize("line", [
-    # cgroup v2, systemd driver (kubeadm, GKE, EKS)
-    f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/cri-containerd-5e1f.scope",
-    # cgroup v1, cgroupfs driver (k3s, older kind)
-    f"12:memory:/kubepods/burstable/pod{UID}/6b0b2c7e8d",
-    f"11:devices:/kubepods/besteffort/pod{UID}/6b0b2c7e8d",
-    # guaranteed QoS has no QoS level in the path
-    f"0::/kubepods/pod{UID}/abc",
-    f"0::/kubepods.slice/kubepods-pod{U}.slice/cri-o-1.scope",
-    # cgroup v2 seen from the agent's own cgroup namespace: relative to it
-    f"0::/../../kubepods-besteffort-pod{U}.slice/cri-containerd-77aa.scope",
-    # cgroup v1 systemd with docker
-    f"4:cpu,cpuacct:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/docker-1.scope",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        # cgroup v2, systemd driver (kubeadm, GKE, EKS)
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/cri-containerd-5e1f.scope",
+        # cgroup v1, cgroupfs driver (k3s, older kind)
+        f"12:memory:/kubepods/burstable/pod{UID}/6b0b2c7e8d",
+        f"11:devices:/kubepods/besteffort/pod{UID}/6b0b2c7e8d",
+        # guaranteed QoS has no QoS level in the path
+        f"0::/kubepods/pod{UID}/abc",
+        f"0::/kubepods.slice/kubepods-pod{U}.slice/cri-o-1.scope",
+        # cgroup v2 seen from the agent's own cgroup namespace: relative to it
+        f"0::/../../kubepods-besteffort-pod{U}.slice/cri-containerd-77aa.scope",
+        # cgroup v1 systemd with docker
+        f"4:cpu,cpuacct:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/docker-1.scope",
+    ],
+)
 def test_pod_uid_from_real_cgroup_lines(line: str) -> None:
     assert pod_uid("1:name=systemd:/user.slice\n" + line + "\n") == UID
 
 
-@pytest.mark.parametrize("text", [
-    "0::/user.slice/user-1000.slice/session-3.scope\n",
-    "0::/system.slice/containerd.service\n",
-    "0::/kubepods.slice/kubepods-burstable.slice\n",  # a QoS slice, no pod
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0::/user.slice/user-1000.slice/session-3.scope\n",
+        "0::/system.slice/containerd.service\n",
+        "0::/kubepods.slice/kubepods-burstable.slice\n",  # a QoS slice, no pod
+        "",
+    ],
+)
 def test_processes_outside_pods_are_not_attributed(text: str) -> None:
     assert pod_uid(text) is None
 
@@ -53,8 +59,12 @@ class FakeNVML:
     """gpupool.nvml.NVML's surface, with samples a test sets."""
 
     def __init__(self) -> None:
-        self.processes = [ProcessSample(11, "GPU-a", 40, 1000), ProcessSample(12, "GPU-a", 70, 500),
-                          ProcessSample(13, "GPU-b", 5, 100), ProcessSample(14, "GPU-b", 30, 2000)]
+        self.processes = [
+            ProcessSample(11, "GPU-a", 40, 1000),
+            ProcessSample(12, "GPU-a", 70, 500),
+            ProcessSample(13, "GPU-b", 5, 100),
+            ProcessSample(14, "GPU-b", 30, 2000),
+        ]
         self.devices = [DeviceSample("GPU-a", 100, 1600, 81920), DeviceSample("GPU-b", 35, 2100, 81920)]
         self.fail = False
 
@@ -70,10 +80,12 @@ class FakeNVML:
 @pytest.fixture
 def proc(tmp_path: Path) -> Path:
     """A /proc with two processes of one pod, one of another, and one of the host."""
-    for pid, text in ((11, f"0::/kubepods/burstable/pod{UID}/c1\n"),
-                      (12, f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/c2\n"),
-                      (13, "0::/system.slice/sshd.service\n"),
-                      (14, f"0::/kubepods/besteffort/pod{UID2}/c3\n")):
+    for pid, text in (
+        (11, f"0::/kubepods/burstable/pod{UID}/c1\n"),
+        (12, f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U}.slice/c2\n"),
+        (13, "0::/system.slice/sshd.service\n"),
+        (14, f"0::/kubepods/besteffort/pod{UID2}/c3\n"),
+    ):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(text)
     return tmp_path
@@ -104,8 +116,10 @@ def test_serves_per_pod_json_and_metrics(served) -> None:
     agent.refresh()
     pods = json.loads(get(f"{base}/pods")[1])["pods"]
     # pod 1: two processes on GPU-a add up (40 + 70, capped at 100); pod 2 alone on GPU-b; sshd not a pod
-    assert pods == [{"uid": UID, "gpu_util_pct": 100.0, "memory_mib": 1500, "gpus": ["GPU-a"]},
-                    {"uid": UID2, "gpu_util_pct": 30.0, "memory_mib": 2000, "gpus": ["GPU-b"]}]
+    assert pods == [
+        {"uid": UID, "gpu_util_pct": 100.0, "memory_mib": 1500, "gpus": ["GPU-a"]},
+        {"uid": UID2, "gpu_util_pct": 30.0, "memory_mib": 2000, "gpus": ["GPU-b"]},
+    ]
     metrics = get(f"{base}/metrics")[1].decode()
     assert f'gpupool_pod_gpu_memory_mib{{pod_uid="{UID}"}} 1500.0' in metrics
     assert f'gpupool_pod_gpu_utilization_pct{{pod_uid="{UID2}"}} 30.0' in metrics
@@ -163,7 +177,10 @@ def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> N
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     servers = []
-    for host, processes in (("127.0.0.1", [(11, "GPU-a", 40, 1000)]), ("127.0.0.2", [(14, "GPU-b", 30, 2000)])):
+    for host, processes in (
+        ("127.0.0.1", [(11, "GPU-a", 40, 1000)]),
+        ("127.0.0.2", [(14, "GPU-b", 30, 2000)]),
+    ):
         nvml = FakeNVML()
         nvml.processes = [p for p in nvml.processes if (p.pid, p.gpu_uuid) == processes[0][:2]]
         node_proc = proc / host  # each node's /proc holds its own pods' processes only
@@ -176,8 +193,11 @@ def test_the_sampler_asks_every_agent_behind_a_headless_service(proc: Path) -> N
         servers.append(server)
     try:
         resolved = {"gpupool-node-agent.gpupool": ["127.0.0.1", "127.0.0.2", "127.0.0.3"]}
-        sampler = NodeAgentSampler([f"http://gpupool-node-agent.gpupool:{port}/pods"], timeout=1,
-                                   resolve=lambda host, _port: resolved[host])
+        sampler = NodeAgentSampler(
+            [f"http://gpupool-node-agent.gpupool:{port}/pods"],
+            timeout=1,
+            resolve=lambda host, _port: resolved[host],
+        )
         use = sampler.sample([Target("ann", "", pod_uid=UID), Target("bob", "", pod_uid=UID2)])
         assert use["ann/"].util_pct == 40.0 and use["bob/"].memory_mib == 2000
     finally:

@@ -15,23 +15,49 @@ MEM = 81920  # one device's MiB
 
 
 def pod(patch, containers: list[dict] | None = None) -> dict:
-    spec = {"containers": containers or [{"name": "notebook", "image": "quay.io/jupyter/base-notebook",
-                                          "resources": {"limits": dict(patch.limits)}}],
-            "priorityClassName": patch.priority_class}
+    spec = {
+        "containers": containers
+        or [
+            {
+                "name": "notebook",
+                "image": "quay.io/jupyter/base-notebook",
+                "resources": {"limits": dict(patch.limits)},
+            }
+        ],
+        "priorityClassName": patch.priority_class,
+    }
     if patch.scheduler_name:
         spec["schedulerName"] = patch.scheduler_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "jupyter-ann", "labels": dict(patch.labels), "annotations": dict(patch.annotations)},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "jupyter-ann",
+            "labels": dict(patch.labels),
+            "annotations": dict(patch.annotations),
+        },
+        "spec": spec,
+    }
 
 
 @pytest.mark.parametrize(
     "backend, milli, expect",
     [
-        ("kai", 250, {"annotations": {"gpu-fraction": "0.25"}, "labels": {"kai.scheduler/queue": "students"},
-                      "schedulerName": "kai-scheduler"}),
+        (
+            "kai",
+            250,
+            {
+                "annotations": {"gpu-fraction": "0.25"},
+                "labels": {"kai.scheduler/queue": "students"},
+                "schedulerName": "kai-scheduler",
+            },
+        ),
         ("kai", 2000, {"limits": {"nvidia.com/gpu": "2"}, "labels": {"kai.scheduler/queue": "students"}}),
-        ("hami", 500, {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50", "nvidia.com/gpumem": "40960"}}),
+        (
+            "hami",
+            500,
+            {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50", "nvidia.com/gpumem": "40960"}},
+        ),
         ("mig", 250, {"limits": {"nvidia.com/mig-2g.20gb": "1"}}),
         ("whole", 1000, {"limits": {"nvidia.com/gpu": "1"}}),
     ],
@@ -58,13 +84,16 @@ def test_kai_by_memory_asks_for_the_share_of_the_device_memory() -> None:
     assert requested_milli(pod(patch), MEM) == 500
 
 
-@pytest.mark.parametrize("backend, milli, message", [
-    ("whole", 250, "whole GPUs only"),
-    ("mig", 300, "no MIG profile stands for 0.3 GPU"),
-    ("kai", 1500, "neither a fraction"),
-    ("slurm", 1000, "unknown GPU sharing backend"),
-    ("os.path.join", 1000, "not a gpupool SharingBackend"),
-])
+@pytest.mark.parametrize(
+    "backend, milli, message",
+    [
+        ("whole", 250, "whole GPUs only"),
+        ("mig", 300, "no MIG profile stands for 0.3 GPU"),
+        ("kai", 1500, "neither a fraction"),
+        ("slurm", 1000, "unknown GPU sharing backend"),
+        ("os.path.join", 1000, "not a gpupool SharingBackend"),
+    ],
+)
 def test_impossible_shares_are_refused(backend, milli, message) -> None:
     with pytest.raises(InvalidRequest, match=message):
         make_backend(backend).pod_gpu(*split_milli(milli))
@@ -86,29 +115,51 @@ def test_a_backend_can_be_plugged_in_by_import_path() -> None:
 
 
 # Ways a profile, user option or hook could ask for more than the reservation; each is counted.
-@pytest.mark.parametrize("containers, annotations, counted", [
-    ([{"limits": {"nvidia.com/gpu": "2"}}], {"gpu-fraction": "0.25"}, 2250),
-    ([{"limits": {"nvidia.com/gpu": "4", "nvidia.com/gpucores": "25"}}], {}, 1000),  # HAMi: 4 devices x 25 %
-    ([{"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "81920"}}], {}, 1000),
-    ([{"requests": {"nvidia.com/gpu": "1"}}], {}, 1000),  # requests only
-    ([{}, {"limits": {"nvidia.com/gpu": "1"}}], {}, 1000),  # a second container
-    ([{"limits": {"nvidia.com/mig-1g.10gb": "2"}}], {}, 250),
-    ([{"limits": {"nvidia.com/mig-9g.999gb": "1"}}], {}, 1000),  # unknown profile: a whole GPU
-    ([{}], {"gpu-memory": "20480"}, 250),
-    ([{}], {"gpu-fraction": "0.7"}, 700),  # no float drift
-])
+@pytest.mark.parametrize(
+    "containers, annotations, counted",
+    [
+        ([{"limits": {"nvidia.com/gpu": "2"}}], {"gpu-fraction": "0.25"}, 2250),
+        (
+            [{"limits": {"nvidia.com/gpu": "4", "nvidia.com/gpucores": "25"}}],
+            {},
+            1000,
+        ),  # HAMi: 4 devices x 25 %
+        (
+            [{"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10", "nvidia.com/gpumem": "81920"}}],
+            {},
+            1000,
+        ),
+        ([{"requests": {"nvidia.com/gpu": "1"}}], {}, 1000),  # requests only
+        ([{}, {"limits": {"nvidia.com/gpu": "1"}}], {}, 1000),  # a second container
+        ([{"limits": {"nvidia.com/mig-1g.10gb": "2"}}], {}, 250),
+        ([{"limits": {"nvidia.com/mig-9g.999gb": "1"}}], {}, 1000),  # unknown profile: a whole GPU
+        ([{}], {"gpu-memory": "20480"}, 250),
+        ([{}], {"gpu-fraction": "0.7"}, 700),  # no float drift
+    ],
+)
 def test_every_way_to_ask_for_gpu_is_counted(containers, annotations, counted) -> None:
-    manifest = {"metadata": {"annotations": annotations},
-                "spec": {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]}}
+    manifest = {
+        "metadata": {"annotations": annotations},
+        "spec": {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]},
+    }
     assert requested_milli(manifest, MEM) == counted
 
 
 def test_init_containers_count_as_kubernetes_counts_them() -> None:
-    manifest = {"metadata": {}, "spec": {
-        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-        "initContainers": [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "3"}}},
-                           {"name": "sidecar", "restartPolicy": "Always",
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    manifest = {
+        "metadata": {},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "initContainers": [
+                {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "3"}}},
+                {
+                    "name": "sidecar",
+                    "restartPolicy": "Always",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                },
+            ],
+        },
+    }
     assert requested_milli(manifest) == 3000  # the init step needs 3 at once; the pod then runs 1 + 1
 
 
@@ -117,7 +168,9 @@ def test_memory_shares_without_the_device_size_count_as_a_whole_gpu() -> None:
 
 
 # --- profiles filtered by groups and quota (kubespawner #589, #889) ---------------------------
-LIMITS = BuildLimits(quota_milli=1000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=500, max_workspaces=2)
+LIMITS = BuildLimits(
+    quota_milli=1000, sizes_milli=(250, 500, 1000), max_per_workspace_milli=500, max_workspaces=2
+)
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu"},
     {"display_name": "Quarter GPU", "slug": "quarter", "gpupool": {"gpus": 0.25}},

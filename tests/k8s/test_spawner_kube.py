@@ -30,17 +30,25 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "none",
-        "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"token": "x"}}],
-        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "none",
+                "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "x"}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "u"}}],
+            }
+        )
+    )
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     clients.load_config.cache_clear()
     runtime.reset()
 
-    def make(groups: tuple[str, ...] = ("students",), sections: dict[str, dict] | None = None,
-             **settings) -> GPUKubeSpawner:
+    def make(
+        groups: tuple[str, ...] = ("students",), sections: dict[str, dict] | None = None, **settings
+    ) -> GPUKubeSpawner:
         c = Config()
         for section, options in (sections or {}).items():  # other classes' options (c.GPUPool...)
             for key, value in options.items():
@@ -52,10 +60,16 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
         for key, value in settings.items():
             setattr(c.GPUKubeSpawner, key, value)
-        user = SimpleNamespace(name="ann", id=7, url="/user/ann/", escaped_name="ann",
-                               groups=[SimpleNamespace(name=g) for g in groups])
-        hub = SimpleNamespace(public_host="", url="http://hub:8081/hub/", base_url="/hub/",
-                              api_url="http://hub:8081/hub/api")
+        user = SimpleNamespace(
+            name="ann",
+            id=7,
+            url="/user/ann/",
+            escaped_name="ann",
+            groups=[SimpleNamespace(name=g) for g in groups],
+        )
+        hub = SimpleNamespace(
+            public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
+        )
         return GPUKubeSpawner(user=user, hub=hub, config=c, orm_spawner=orm.Spawner(name=""))
 
     yield make
@@ -75,7 +89,9 @@ async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(offl
     assert (one.queue_name(), one.queue_name("ws")) == ("cs101", "cs101-ws")
 
 
-async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(offline_spawner) -> None:
+async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(
+    offline_spawner,
+) -> None:
     gpu = offline_spawner()
     assert "0.25" in await gpu.get_options_form()
     assert requested_milli(gpu.run_options_from_form({"gpus": ["0.5"]})) == 500  # the form posts GPUs
@@ -88,7 +104,9 @@ async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_
     assert await admins.get_options_form() == "<p>our own form</p>"
 
 
-async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_train_jobs(offline_spawner) -> None:
+async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_train_jobs(
+    offline_spawner,
+) -> None:
     """c.GPUPool.gpu_sharing and c.GPUPool.node_pool_label, set once, shape both the workspace
     pod (the spawner) and the train Job (TrainPool); before, each side had its own copy, and a
     cluster set up through one of them ran the other side on the default."""
@@ -109,8 +127,11 @@ async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, cap
     from gpupool.train.config import TrainPool
 
     with caplog.at_level("WARNING"):
-        old = offline_spawner(sections={"TrainPool": {"node_pools": {"lab": {}}}}, gpu_sharing="whole",
-                              node_pool_label="example.org/pool")
+        old = offline_spawner(
+            sections={"TrainPool": {"node_pools": {"lab": {}}}},
+            gpu_sharing="whole",
+            node_pool_label="example.org/pool",
+        )
     assert old.backend().name == "whole"
     terms = old.pools_affinity({}, ["lab"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "example.org/pool"
@@ -124,11 +145,16 @@ async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, cap
         train = TrainPool(config=c)
         assert (train.sharing(), train.job_options().node_pool_label) == ("mig", "example.org/pool")
     assert "c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing" in caplog.text
-    assert "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use c.GPUPool.node_pool_label" \
+    assert (
+        "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use c.GPUPool.node_pool_label"
         in caplog.text
+    )
     c.GPUPool.gpu_sharing = "kai"  # both set: the new name wins
     c.GPUPool.node_pool_label = "kai.scheduler/node-pool"
     train = TrainPool(config=c)
     assert (train.sharing(), train.job_options().node_pool_label) == ("kai", "kai.scheduler/node-pool")
     # nothing set: KAI, whose label marks its shards
-    assert (TrainPool().sharing(), TrainPool().job_options().node_pool_label) == ("kai", "kai.scheduler/node-pool")
+    assert (TrainPool().sharing(), TrainPool().job_options().node_pool_label) == (
+        "kai",
+        "kai.scheduler/node-pool",
+    )

@@ -25,9 +25,16 @@ OPTS = JobOptions(namespace=NS, queue="{project}", device_memory_mib=81920)
 
 
 def spec(job_id: str = "a1b2c3", num_gpu: int = 1, gpu_milli: int = 250, **kw) -> TrainJobSpec:
-    return TrainJobSpec(id=job_id, owner=kw.pop("owner", "ann@uni.edu"), project=kw.pop("project", "vision"),
-                        num_gpu=num_gpu, gpu_milli=gpu_milli, command=["python", "train.py", "--epochs", "3"],
-                        image="registry.example.org/train:1", **kw)
+    return TrainJobSpec(
+        id=job_id,
+        owner=kw.pop("owner", "ann@uni.edu"),
+        project=kw.pop("project", "vision"),
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        command=["python", "train.py", "--epochs", "3"],
+        image="registry.example.org/train:1",
+        **kw,
+    )
 
 
 def env_of(job: dict) -> dict[str, str]:
@@ -35,15 +42,22 @@ def env_of(job: dict) -> dict[str, str]:
 
 
 # --- the Job manifest -------------------------------------------------------------------
-@pytest.mark.parametrize("backend, num_gpu, milli, expect", [
-    (KAISharing(), 1, 250, {"annotations": {"gpu-fraction": "0.25"}}),
-    (KAISharing(), 2, 1000, {"limits": {"nvidia.com/gpu": "2"}}),
-    (KAISharing(by_memory=True), 1, 500, {"annotations": {"gpu-memory": "40960"}}),
-    (HAMiSharing(), 2, 500, {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "50",
-                                        "nvidia.com/gpumem": "40960"}}),
-    (MIGSharing(), 1, 500, {"limits": {"nvidia.com/mig-3g.40gb": "1"}}),
-    (None, 4, 1000, {"limits": {"nvidia.com/gpu": "4"}}),
-])
+@pytest.mark.parametrize(
+    "backend, num_gpu, milli, expect",
+    [
+        (KAISharing(), 1, 250, {"annotations": {"gpu-fraction": "0.25"}}),
+        (KAISharing(), 2, 1000, {"limits": {"nvidia.com/gpu": "2"}}),
+        (KAISharing(by_memory=True), 1, 500, {"annotations": {"gpu-memory": "40960"}}),
+        (
+            HAMiSharing(),
+            2,
+            500,
+            {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpucores": "50", "nvidia.com/gpumem": "40960"}},
+        ),
+        (MIGSharing(), 1, 500, {"limits": {"nvidia.com/mig-3g.40gb": "1"}}),
+        (None, 4, 1000, {"limits": {"nvidia.com/gpu": "4"}}),
+    ],
+)
 def test_a_train_job_is_a_valid_job_that_asks_for_exactly_its_gpus(backend, num_gpu, milli, expect) -> None:
     job = train_job(spec(num_gpu=num_gpu, gpu_milli=milli, max_runtime_s=3600), OPTS, backend)
     kubernetes_validate.validate(job, K8S, strict=True)
@@ -87,11 +101,14 @@ def test_a_shared_claim_gets_one_folder_per_job_and_kueue_gets_its_label() -> No
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision"
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"job_id": "Bad_ID"}, "lower-case"),
-    ({"num_gpu": 2, "gpu_milli": 1500}, "not a GPU request"),
-    ({"max_runtime_s": -1}, "max_runtime_s"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"job_id": "Bad_ID"}, "lower-case"),
+        ({"num_gpu": 2, "gpu_milli": 1500}, "not a GPU request"),
+        ({"max_runtime_s": -1}, "max_runtime_s"),
+    ],
+)
 def test_bad_job_specs_are_refused(kw, message) -> None:
     with pytest.raises(InvalidRequest, match=message):
         spec(**kw)
@@ -122,42 +139,132 @@ def pv(name: str, **kw) -> PodView:
     return PodView(uid=name, name=name, order=int(name[1:]), **kw)
 
 
-@pytest.mark.parametrize("job, pods, kw, state, message", [
-    ({}, [], {}, "queued", "waiting for GPUs"),
-    ({"spec": {"suspend": True}}, [], {}, "queued", "Kueue"),
-    # Kueue's eviction (reclaim): the Job suspended again after it ran, its pod checkpointed and gone
-    ({"spec": {"suspend": True}}, [pv("p1", phase="Failed", ran=True, disrupted="checkpointed and stopped",
-                                      exit_code=75, gone=True)], {}, "preempted", "preempted by Kueue"),
-    ({}, [pv("p1", phase="Running", ran=True)], {}, "running", ""),
-    ({}, [pv("p1", phase="Failed", ran=True, disrupted="PreemptionByScheduler", gone=True)], {}, "preempted",
-     "resumes from its checkpoint"),
-    ({}, [pv("p1", phase="Failed", ran=True, disrupted="X", gone=True), pv("p2", phase="Running", ran=True)], {},
-     "running", "resumed from its checkpoint"),
-    ({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}, [], {}, "succeeded", ""),
-    ({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}}, [], {},
-     "failed", "max runtime"),
-    ({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}},
-     [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "failed", "exit code 3"),
-    ({}, [pv("p1", phase="Running", ran=True)], {"cancel_requested": True}, "running", "cancelling"),
-    ({}, [pv("p1", phase="Running", ran=True, gone=True)], {"cancel_requested": True, "job_deleted": True},
-     "cancelled", "cancelled"),
-    ({}, [], {"job_deleted": True}, "cancelled", "deleted outside gpupool"),
-    # the end read from the pods, before the Job controller writes its condition
-    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0)], {}, "succeeded", ""),
-    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "failed", "exit code 3"),
-    ({"spec": {"backoffLimit": 1}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "queued", ""),
-    # the checkpoint helper's exit (75) and a deleted pod are no end: the Job replaces them
-    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Failed", ran=True, exit_code=75,
-                                        disrupted="checkpointed and stopped")], {}, "preempted", "resumes"),
-    ({"spec": {"backoffLimit": 0}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0, gone=True)], {},
-     "running", "finishing"),
-    # an elastic job: done when one worker succeeded and none is left
-    ({"spec": {"parallelism": 4}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0),
-                                    pv("p2", phase="Running", ran=True)], {}, "running", ""),
-    ({"spec": {"parallelism": 4}}, [pv("p1", phase="Succeeded", ran=True, exit_code=0),
-                                    pv("p2", phase="Succeeded", ran=True, exit_code=0)], {}, "succeeded", ""),
-    (None, [pv("p1", phase="Succeeded", ran=True, exit_code=0)], {}, "running", "finishing"),  # Job not seen yet
-])
+@pytest.mark.parametrize(
+    "job, pods, kw, state, message",
+    [
+        ({}, [], {}, "queued", "waiting for GPUs"),
+        ({"spec": {"suspend": True}}, [], {}, "queued", "Kueue"),
+        # Kueue's eviction (reclaim): the Job suspended again after it ran, its pod checkpointed and gone
+        (
+            {"spec": {"suspend": True}},
+            [
+                pv(
+                    "p1",
+                    phase="Failed",
+                    ran=True,
+                    disrupted="checkpointed and stopped",
+                    exit_code=75,
+                    gone=True,
+                )
+            ],
+            {},
+            "preempted",
+            "preempted by Kueue",
+        ),
+        ({}, [pv("p1", phase="Running", ran=True)], {}, "running", ""),
+        (
+            {},
+            [pv("p1", phase="Failed", ran=True, disrupted="PreemptionByScheduler", gone=True)],
+            {},
+            "preempted",
+            "resumes from its checkpoint",
+        ),
+        (
+            {},
+            [
+                pv("p1", phase="Failed", ran=True, disrupted="X", gone=True),
+                pv("p2", phase="Running", ran=True),
+            ],
+            {},
+            "running",
+            "resumed from its checkpoint",
+        ),
+        ({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}, [], {}, "succeeded", ""),
+        (
+            {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}},
+            [],
+            {},
+            "failed",
+            "max runtime",
+        ),
+        (
+            {
+                "status": {
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+                }
+            },
+            [pv("p1", phase="Failed", ran=True, exit_code=3)],
+            {},
+            "failed",
+            "exit code 3",
+        ),
+        ({}, [pv("p1", phase="Running", ran=True)], {"cancel_requested": True}, "running", "cancelling"),
+        (
+            {},
+            [pv("p1", phase="Running", ran=True, gone=True)],
+            {"cancel_requested": True, "job_deleted": True},
+            "cancelled",
+            "cancelled",
+        ),
+        ({}, [], {"job_deleted": True}, "cancelled", "deleted outside gpupool"),
+        # the end read from the pods, before the Job controller writes its condition
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Succeeded", ran=True, exit_code=0)],
+            {},
+            "succeeded",
+            "",
+        ),
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Failed", ran=True, exit_code=3)],
+            {},
+            "failed",
+            "exit code 3",
+        ),
+        ({"spec": {"backoffLimit": 1}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "queued", ""),
+        # the checkpoint helper's exit (75) and a deleted pod are no end: the Job replaces them
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Failed", ran=True, exit_code=75, disrupted="checkpointed and stopped")],
+            {},
+            "preempted",
+            "resumes",
+        ),
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Succeeded", ran=True, exit_code=0, gone=True)],
+            {},
+            "running",
+            "finishing",
+        ),
+        # an elastic job: done when one worker succeeded and none is left
+        (
+            {"spec": {"parallelism": 4}},
+            [pv("p1", phase="Succeeded", ran=True, exit_code=0), pv("p2", phase="Running", ran=True)],
+            {},
+            "running",
+            "",
+        ),
+        (
+            {"spec": {"parallelism": 4}},
+            [
+                pv("p1", phase="Succeeded", ran=True, exit_code=0),
+                pv("p2", phase="Succeeded", ran=True, exit_code=0),
+            ],
+            {},
+            "succeeded",
+            "",
+        ),
+        (
+            None,
+            [pv("p1", phase="Succeeded", ran=True, exit_code=0)],
+            {},
+            "running",
+            "finishing",
+        ),  # Job not seen yet
+    ],
+)
 def test_job_states(job, pods, kw, state, message) -> None:
     st = job_status(job, pods, **kw)
     assert st.state == state and message in st.message
@@ -168,13 +275,28 @@ def test_a_queued_jobs_message_is_its_schedulers_reason_while_it_cannot_place_it
     the job's wait reason on Kubernetes, not a guess from the hub's nominal inventory."""
     from gpupool.kube.status import job_status, observe_pod
 
-    pod = {"metadata": {"uid": "u1", "name": "p1"}, "status": {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "NodePool 'ws': Resources were found for 0 pods,\n  requested 1 GPU"}]}}
+    pod = {
+        "metadata": {"uid": "u1", "name": "p1"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "NodePool 'ws': Resources were found for 0 pods,\n  requested 1 GPU",
+                }
+            ],
+        },
+    }
     view = observe_pod(None, pod)
     st = job_status({"status": {}}, [view])
-    assert (st.state, st.message) == ("queued", "unschedulable: NodePool 'ws': Resources were found for 0 pods,"
-                                                " requested 1 GPU")
-    placed = observe_pod(view, {**pod, "status": {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "True"}]}})
+    assert (st.state, st.message) == (
+        "queued",
+        "unschedulable: NodePool 'ws': Resources were found for 0 pods, requested 1 GPU",
+    )
+    placed = observe_pod(
+        view,
+        {**pod, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}},
+    )
     assert job_status({"status": {}}, [placed]).message == "waiting for GPUs in its queue"

@@ -24,8 +24,13 @@ NS = "jhub"
 
 
 def make_service(tmp_path: Path, api_client, **train) -> KubeTrainingService:
-    settings = {"projects": {"vision": {"guarantee": 1}}, "runner": "kubernetes", "image": "registry.example.org/train:1",
-                "kube_job_options": {"namespace": NS, "device_memory_mib": 81920}, **train}
+    settings = {
+        "projects": {"vision": {"guarantee": 1}},
+        "runner": "kubernetes",
+        "image": "registry.example.org/train:1",
+        "kube_job_options": {"namespace": NS, "device_memory_mib": 81920},
+        **train,
+    }
     c = train_config(tmp_path, **settings)
     svc = KubeTrainingService(make_pool(tmp_path, 4), TrainPool(config=c), api_client, KAISharing())
     svc.controller.watch_timeout_s = 2
@@ -46,9 +51,14 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
 
 
 async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
-    row = await service.submit("ann", "vision", "resnet", 1, 1000,
-                               JobCode.command(["python", "job.py"], {"job.py": b"1"}))
-    assert await service.logs(service.job(row.id), 5) == {"lines": [], "before": 0, "output_notebook": None}  # no pod
+    row = await service.submit(
+        "ann", "vision", "resnet", 1, 1000, JobCode.command(["python", "job.py"], {"job.py": b"1"})
+    )
+    assert await service.logs(service.job(row.id), 5) == {
+        "lines": [],
+        "before": 0,
+        "output_notebook": None,
+    }  # no pod
     first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
     cluster.run_pod(NS, first)
     await until_async(lambda: service.job(row.id).state == "running", "the job running")
@@ -83,20 +93,32 @@ async def test_one_guarantee_across_kai_shards_stops_the_hub_with_the_reason(tmp
     guarantee over two pools has nowhere to live. The chart refuses it too (test_chart.py)."""
     pools = {"dgx": {"models": ["NVIDIA H100 80GB HBM3"]}, "ws": {}}
     with pytest.raises(ValueError, match="one guarantee of 1 GPUs across node pools ws, dgx cannot be said"):
-        make_service(tmp_path, None, node_pools=pools, projects={"lab": {"guarantee": 1, "pools": ["ws", "dgx"]}})
-    ok = make_service(tmp_path, None, node_pools=pools,
-                      projects={"lab": {"guarantee": {"ws": 1}}, "borrow": {"guarantee": 0, "pools": ["ws", "dgx"]}})
+        make_service(
+            tmp_path, None, node_pools=pools, projects={"lab": {"guarantee": 1, "pools": ["ws", "dgx"]}}
+        )
+    ok = make_service(
+        tmp_path,
+        None,
+        node_pools=pools,
+        projects={"lab": {"guarantee": {"ws": 1}}, "borrow": {"guarantee": 0, "pools": ["ws", "dgx"]}},
+    )
     assert ok.shards and ok.queue_pool("borrow", ("dgx",), 1000) == "dgx"  # one shard: the job's first pool
 
 
-async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(service: KubeTrainingService,
-                                                                          cluster: Cluster) -> None:
+async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
+    service: KubeTrainingService, cluster: Cluster
+) -> None:
     """The API sends what the user gave (files and an entry); the Job runs it with the image's
     python, its notebook's executed copy beside the checkpoints; the embedded back-end runs the
     same code with the hub's TrainPool.python, the notebook beside its input."""
     nb = await service.submit("ann", "vision", "nb", 1, 1000, JobCode.notebook(b"{}"))
-    assert service.job(nb.id).command == ["python", "-m", "gpupool.widgets.execute", "input.ipynb",
-                                         f"{service.opts.checkpoint_dir}/output.ipynb"]
+    assert service.job(nb.id).command == [
+        "python",
+        "-m",
+        "gpupool.widgets.execute",
+        "input.ipynb",
+        f"{service.opts.checkpoint_dir}/output.ipynb",
+    ]
     job = cluster.job(NS, name_of(nb.id))
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == service.job(nb.id).command
     script = await service.submit("ann", "vision", "s", 1, 1000, JobCode.script(b"print(1)"))
@@ -104,4 +126,9 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(servic
     mine = ["/opt/env/bin/python", "-u", "train.py", "output.ipynb"]  # a user's command is run as given
     assert (await service.submit("ann", "vision", "c", 1, 1000, JobCode.command(mine))).command == mine
     assert JobCode.notebook(b"{}").command_line("/usr/bin/python3") == [
-        "/usr/bin/python3", "-m", "gpupool.widgets.execute", "input.ipynb", "output.ipynb"]
+        "/usr/bin/python3",
+        "-m",
+        "gpupool.widgets.execute",
+        "input.ipynb",
+        "output.ipynb",
+    ]

@@ -26,9 +26,15 @@ from tests.support.wait import TIMEOUT_S, until
 LIMITS = BuildLimits(1000, (250, 1000), 1000, 2)
 
 
-def make_pool(tmp_path: Path, gpus: int | Inventory = 1, *, limits: BuildLimits | BuildQuotaPolicy = LIMITS,
-              placement: str | Policy = "best-fit", db: str = "pool.sqlite",
-              cls: type[PoolManager] = PoolManager) -> PoolManager:
+def make_pool(
+    tmp_path: Path,
+    gpus: int | Inventory = 1,
+    *,
+    limits: BuildLimits | BuildQuotaPolicy = LIMITS,
+    placement: str | Policy = "best-fit",
+    db: str = "pool.sqlite",
+    cls: type[PoolManager] = PoolManager,
+) -> PoolManager:
     """A pool manager with `gpus` virtual GPUs on one node (or the Inventory given), `limits` for
     every user (or a whole BuildQuotaPolicy), a placement policy by name or object, and its
     database `tmp_path/db` (a second manager on the same file is a restarted hub)."""
@@ -47,19 +53,34 @@ def train_config(tmp_path: Path, **settings: object) -> Config:
     return c
 
 
-def make_training(tmp_path: Path, gpus: int | Inventory = 1, *, limits: BuildLimits | BuildQuotaPolicy = LIMITS,
-                  placement: str | Policy = "best-fit", **settings: object) -> TrainingService:
+def make_training(
+    tmp_path: Path,
+    gpus: int | Inventory = 1,
+    *,
+    limits: BuildLimits | BuildQuotaPolicy = LIMITS,
+    placement: str | Policy = "best-fit",
+    **settings: object,
+) -> TrainingService:
     """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's."""
     pool = make_pool(tmp_path, gpus, limits=limits, placement=placement)
     return TrainingService(pool, TrainPool(config=train_config(tmp_path, **settings)))
 
 
-def run_until(svc: TrainingService, cond: Callable[[], object], what: str = "the jobs to get there", *,
-              now: float | Callable[[], float] | None = None, timeout: float = TIMEOUT_S) -> None:
+def run_until(
+    svc: TrainingService,
+    cond: Callable[[], object],
+    what: str = "the jobs to get there",
+    *,
+    now: float | Callable[[], float] | None = None,
+    timeout: float = TIMEOUT_S,
+) -> None:
     """Tick `svc` until `cond()` holds while its jobs run as real processes. The scheduler sees
     `now` (a fixed time: the test travels it; a callable; or None: the wall clock, for grace and
     runtime limits that real processes live through). On a timeout: every job's state."""
+
     def tick() -> None:
         svc.tick(time.time() if now is None else now() if callable(now) else now)
 
-    until(cond, what, timeout=timeout, every=0.05, step=tick, detail=lambda: [j.to_json() for j in svc.jobs()])
+    until(
+        cond, what, timeout=timeout, every=0.05, step=tick, detail=lambda: [j.to_json() for j in svc.jobs()]
+    )

@@ -26,15 +26,24 @@ TIMEOUT_S = 90.0
 EVERY_S = 0.1
 
 
-def _timed_out(what: str, timeout: float, value: object, detail: Callable[[], object] | None) -> AssertionError:
+def _timed_out(
+    what: str, timeout: float, value: object, detail: Callable[[], object] | None
+) -> AssertionError:
     text = f"timed out after {timeout:g} s waiting for {what}; last value seen: {value!r}"
     if detail is not None:
         text += f"\n{detail()}"
     return AssertionError(text)
 
 
-def until(check: Callable[[], T], what: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S,
-          step: Callable[[], object] | None = None, detail: Callable[[], object] | None = None) -> T:
+def until(
+    check: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = TIMEOUT_S,
+    every: float = EVERY_S,
+    step: Callable[[], object] | None = None,
+    detail: Callable[[], object] | None = None,
+) -> T:
     """Call `check` until it returns something truthy, and return that value.
 
     `what` names the awaited event for the failure message, which also shows the last value
@@ -53,8 +62,14 @@ def until(check: Callable[[], T], what: str, *, timeout: float = TIMEOUT_S, ever
             step()
 
 
-async def until_async(check: Callable[[], T], what: str, *, timeout: float = TIMEOUT_S, every: float = EVERY_S,
-                      detail: Callable[[], object] | None = None) -> T:
+async def until_async(
+    check: Callable[[], T],
+    what: str,
+    *,
+    timeout: float = TIMEOUT_S,
+    every: float = EVERY_S,
+    detail: Callable[[], object] | None = None,
+) -> T:
     """`until` inside an event loop: the loop runs (watches, informers) between two checks."""
     deadline = time.monotonic() + timeout
     while True:

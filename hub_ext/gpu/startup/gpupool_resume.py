@@ -40,9 +40,12 @@ class HubCalls:
 
     def __call__(self, method: str, path: str, body: Any = None) -> dict | None:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.api_url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.api_url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 reply = json.loads(r.read(1 << 20) or b"{}")
@@ -57,10 +60,18 @@ class ResumeHook:
     once, so the cell's next CUDA call — which the driver holds while parked — goes on after
     the restore instead of waiting for a next cell that cannot start."""
 
-    def __init__(self, call: Callable[..., dict | None], server: str, say: Callable[[str], None] = print,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 poll_s: float = 1.0, watch_s: float = 10.0, recheck_s: float = 10.0,
-                 follow: Callable[[], None] = _follow_current_gpu) -> None:
+    def __init__(
+        self,
+        call: Callable[..., dict | None],
+        server: str,
+        say: Callable[[str], None] = print,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        poll_s: float = 1.0,
+        watch_s: float = 10.0,
+        recheck_s: float = 10.0,
+        follow: Callable[[], None] = _follow_current_gpu,
+    ) -> None:
         self.call, self.server, self.say, self.sleep, self.clock = call, server, say, sleep, clock
         self.follow = follow  # the environment's GPU variables from the hub's current ones
         self.poll_s, self.watch_s, self.recheck_s = poll_s, watch_s, recheck_s
@@ -129,12 +140,16 @@ class ResumeHook:
         if state.get("state") == "running":
             self.say(f"gpupool: GPU back after {waited:.1f} s")
         elif state.get("state") == "failed":
-            self.say(f"gpupool: {state.get('message', 'the GPU could not be restored')}; ask an admin or"
-                     " restart the kernel")
+            self.say(
+                f"gpupool: {state.get('message', 'the GPU could not be restored')}; ask an admin or"
+                " restart the kernel"
+            )
         else:
-            self.say(f"gpupool: no GPU after {waited:.0f} s — {state.get('message', '')}. This cell runs now:"
-                     " CPU code works; a CUDA call waits until the GPU comes back (your request stays"
-                     " queued). Stop the kernel to give the request up.")
+            self.say(
+                f"gpupool: no GPU after {waited:.0f} s — {state.get('message', '')}. This cell runs now:"
+                " CPU code works; a CUDA call waits until the GPU comes back (your request stays"
+                " queued). Stop the kernel to give the request up."
+            )
         return str(state.get("state"))
 
 

@@ -87,6 +87,7 @@ def _install_resume_hook() -> None:
     shell once it has its event manager; nothing is imported until IPython itself is."""
     if not os.environ.get("GPUPOOL_API_URL") or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
         return
+
     def patch(module) -> None:
         shell_class = module.InteractiveShell
         original = shell_class.init_events

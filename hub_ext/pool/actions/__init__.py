@@ -34,6 +34,23 @@ from gpupool.pool.actions.reservation import Reservation
 from gpupool.pool.actions.reserve import RESERVATIONS_PER_CYCLE, reserve
 from gpupool.pool.actions.victims import reclaimable, victim_key
 
-__all__ = ["CONSOLIDATIONS_PER_CYCLE", "RESERVATIONS_PER_CYCLE", "Cycle", "Movable", "MovePlan", "MoveRules",
-           "Reservation", "Step", "allocate", "consolidate", "expand", "plan_moves", "preempt", "shrink", "reclaim",
-           "reclaimable", "reserve", "victim_key"]
+__all__ = [
+    "CONSOLIDATIONS_PER_CYCLE",
+    "RESERVATIONS_PER_CYCLE",
+    "Cycle",
+    "Movable",
+    "MovePlan",
+    "MoveRules",
+    "Reservation",
+    "Step",
+    "allocate",
+    "consolidate",
+    "expand",
+    "plan_moves",
+    "preempt",
+    "shrink",
+    "reclaim",
+    "reclaimable",
+    "reserve",
+    "victim_key",
+]

@@ -15,8 +15,12 @@ from gpupool.pool.request import Placement, Request
 from gpupool.pool.state import ClusterState
 
 
-def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
-             make_room_in_project: Callable[[Job], bool] = lambda job: False) -> None:
+def allocate(
+    cycle: Cycle,
+    pending: list[Job],
+    make_room: Callable[[Job], bool],
+    make_room_in_project: Callable[[Job], bool] = lambda job: False,
+) -> None:
     """`make_room` is for an in-quota job that does not fit (reclaim, then preempt);
     `make_room_in_project` for any other job (preempt: its own project's lower priorities)."""
     queue = sorted(pending, key=cycle.rank)
@@ -34,7 +38,7 @@ def allocate(cycle: Cycle, pending: list[Job], make_room: Callable[[Job], bool],
         placement = pinned(view, job)
         if placement is not None and job.elastic:
             job = replace(job, request=Request(len(placement.gpus)))  # the size it was resized to
-        for sized in (sizes(cycle, job) if placement is None else ()):  # an elastic job: the largest that fits
+        for sized in sizes(cycle, job) if placement is None else ():  # an elastic job: the largest that fits
             placement = place(cycle, sized, view)
             if placement is not None:
                 job = sized
@@ -87,7 +91,10 @@ def pinned(work: ClusterState, job: Job) -> Placement | None:
         return None
     i = work.inventory.index_of(p.node)
     free = work.gpu_free[i]
-    if all(0 <= g < len(free) and free[g] >= p.gpu_milli for g in p.gpus) \
-            and work.cpu_free[i] >= p.cpu_milli and work.mem_free[i] >= p.memory_mib:
+    if (
+        all(0 <= g < len(free) and free[g] >= p.gpu_milli for g in p.gpus)
+        and work.cpu_free[i] >= p.cpu_milli
+        and work.mem_free[i] >= p.memory_mib
+    ):
         return p
     return None

@@ -30,8 +30,15 @@ def consolidate(cycle: Cycle) -> None:
         victims, moves = room
         for v in victims:
             moving.add(v.id)
-            cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee",
-                                       PreemptCause.GUARANTEE, job.project))
+            cycle.plan.preempt.append(
+                Preempt(
+                    v.id,
+                    job.id,
+                    f"project {job.project} needs its guarantee",
+                    PreemptCause.GUARANTEE,
+                    job.project,
+                )
+            )
         for m in moves:
             moving.add(m.job)
             cycle.plan.move.append(m)
@@ -39,7 +46,9 @@ def consolidate(cycle: Cycle) -> None:
             hold(cycle, job, victims)
 
 
-def plan_room(cycle: Cycle, job: Job, busy: set[str], preemptible: set[str]) -> tuple[list[Job], list[Move]] | None:
+def plan_room(
+    cycle: Cycle, job: Job, busy: set[str], preemptible: set[str]
+) -> tuple[list[Job], list[Move]] | None:
     """The cheapest (victims, moves) that empties the GPUs `job` needs on one node, or None."""
     work = cycle.view(job)
     req = job.request
@@ -73,7 +82,7 @@ def plan_room(cycle: Cycle, job: Job, busy: set[str], preemptible: set[str]) -> 
             continue
         options.sort(key=lambda o: o[:3])
         # one GPU: try each in order of cost; several: the cheapest set
-        for chosen in ([[o] for o in options] if k == 1 else [options[:k]]):
+        for chosen in [[o] for o in options] if k == 1 else [options[:k]]:
             plan = _room_on(cycle, work, i, req, chosen, job, preemptible)
             if plan is not None:
                 if best is None or plan[0] < best[0]:
@@ -82,8 +91,15 @@ def plan_room(cycle: Cycle, job: Job, busy: set[str], preemptible: set[str]) -> 
     return None if best is None else (best[1], best[2])
 
 
-def _room_on(cycle: Cycle, work: ClusterState, i: int, req: Request, chosen: list[tuple], job: Job,
-             preemptible: set[str]) -> tuple[tuple[int, int], list[Job], list[Move]] | None:
+def _room_on(
+    cycle: Cycle,
+    work: ClusterState,
+    i: int,
+    req: Request,
+    chosen: list[tuple],
+    job: Job,
+    preemptible: set[str],
+) -> tuple[tuple[int, int], list[Job], list[Move]] | None:
     """Take the jobs off the chosen GPUs of node i: (cost, preempted, moves), or None when the
     job would still not fit or a moved job fits nowhere else."""
     victims = list({r.id: r for o in chosen for r in o[3]}.values())

@@ -18,10 +18,18 @@ from gpupool.pool.state import ClusterState
 
 
 class Cycle:
-    def __init__(self, state: ClusterState, projects: dict[str, Project], running: list[Job], now: float,
-                 policy: Policy, rng: random.Random, stopping: list[Job] | None = None,
-                 departments: dict[str, Department] | None = None,
-                 pools: dict[str, NodePool] | None = None) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        projects: dict[str, Project],
+        running: list[Job],
+        now: float,
+        policy: Policy,
+        rng: random.Random,
+        stopping: list[Job] | None = None,
+        departments: dict[str, Department] | None = None,
+        pools: dict[str, NodePool] | None = None,
+    ) -> None:
         self.work = state.copy()
         self.plan = Plan()
         self.projects = projects
@@ -85,8 +93,11 @@ class Cycle:
     def in_quota_at_priority(self, job: Job) -> bool:
         """Would `job` be within its project's guarantee counting only the project's work of its
         priority or higher (running and not preempted, or admitted in this cycle)?"""
-        used = sum(j.milli for j in (*self.running.values(), *self.counted)
-                   if j.project == job.project and j.priority >= job.priority and j.id not in self.preempted)
+        used = sum(
+            j.milli
+            for j in (*self.running.values(), *self.counted)
+            if j.project == job.project and j.priority >= job.priority and j.id not in self.preempted
+        )
         return used + job.milli <= self.projects[job.project].guarantee_milli
 
     def in_quota(self, job: Job) -> bool:
@@ -104,8 +115,11 @@ class Cycle:
     def within_limits(self, job: Job) -> bool:
         """Under its project's limit and its department's limit."""
         proj = self.projects[job.project]
-        used = sum(self.usage.get(q, 0) for q in self.parts[proj.parent]) if proj.parent else \
-            self.usage.get(job.project, 0)
+        used = (
+            sum(self.usage.get(q, 0) for q in self.parts[proj.parent])
+            if proj.parent
+            else self.usage.get(job.project, 0)
+        )
         if used + job.milli > proj.cap():
             return False
         dept = self.departments.get(proj.department)
@@ -117,7 +131,9 @@ class Cycle:
         self.usage[job.project] = self.usage.get(job.project, 0) + job.milli
         d = self.projects[job.project].department
         self.dept_usage[d] = self.dept_usage.get(d, 0) + job.milli
-        self.borrowed[job.project] = max(0, self.usage[job.project] - self.projects[job.project].guarantee_milli)
+        self.borrowed[job.project] = max(
+            0, self.usage[job.project] - self.projects[job.project].guarantee_milli
+        )
 
     def can_stop(self, job: Job) -> bool:
         """Past its min runtime: it may be preempted or moved now."""

@@ -27,10 +27,19 @@ def shrink(cycle: Cycle, job: Job) -> bool:
     """Room for in-quota `job` from elastic jobs of other projects shrunk to their minimum."""
     if waits_for_stopping(cycle, job):
         return False  # reclaim counts it: nobody needs to shrink
-    candidates = sorted((r for r in cycle.running.values()
-                         if r.elastic and r.project != job.project and r.placement is not None
-                         and r.request.num_gpu > r.min_gpus and r.id not in cycle.preempted and cycle.can_stop(r)),
-                        key=victim_key(cycle.projects))
+    candidates = sorted(
+        (
+            r
+            for r in cycle.running.values()
+            if r.elastic
+            and r.project != job.project
+            and r.placement is not None
+            and r.request.num_gpu > r.min_gpus
+            and r.id not in cycle.preempted
+            and cycle.can_stop(r)
+        ),
+        key=victim_key(cycle.projects),
+    )
     # shrink on the whole pool (an elastic job may sit outside `job`'s node pools), then look
     # with `job`'s eyes whether it fits
     trial = cycle.work.copy()
@@ -47,8 +56,11 @@ def shrink(cycle: Cycle, job: Job) -> bool:
             cycle.work.hold(cycle.work.inventory.index_of(spot.node), spot.gpus)
             for r, to in chosen:
                 cycle.preempted.add(r.id)
-                cycle.plan.resize.append(Resize(r.id, to, f"shrunk to {r.min_gpus} GPUs: project {job.project}"
-                                                          " needs its guarantee"))
+                cycle.plan.resize.append(
+                    Resize(
+                        r.id, to, f"shrunk to {r.min_gpus} GPUs: project {job.project} needs its guarantee"
+                    )
+                )
             cycle.count(job)
             return True
     return False
@@ -62,12 +74,21 @@ def expand(cycle: Cycle, pending: list[Job]) -> None:
     for r in sorted(cycle.running.values(), key=lambda j: (j.request.num_gpu, j.started or 0, j.id)):
         if grown >= GROWTHS_PER_CYCLE:
             return
-        if not r.elastic or r.placement is None or r.request.num_gpu >= r.max_gpus \
-                or r.id in cycle.preempted or not cycle.can_stop(r):
+        if (
+            not r.elastic
+            or r.placement is None
+            or r.request.num_gpu >= r.max_gpus
+            or r.id in cycle.preempted
+            or not cycle.can_stop(r)
+        ):
             continue
         view = cycle.view(r)
         i = view.inventory.index_of(r.placement.node)
-        free = [g for g in range(int(view.gpu_count[i])) if view.gpu_free[i, g] == 1000 and g not in r.placement.gpus]
+        free = [
+            g
+            for g in range(int(view.gpu_count[i]))
+            if view.gpu_free[i, g] == 1000 and g not in r.placement.gpus
+        ]
         for k in range(min(r.max_gpus, r.request.num_gpu + len(free)), r.request.num_gpu, -1):
             bigger = replace(r, request=Request(k - r.request.num_gpu))
             if not cycle.within_limits(bigger):  # the extra GPUs count on top of what it runs

@@ -67,8 +67,13 @@ class Movable:
 
     def request(self) -> Request:
         p = self.placement
-        return Request(num_gpu=len(p.gpus), gpu_milli=p.gpu_milli, cpu_milli=p.cpu_milli, memory_mib=p.memory_mib,
-                       gpu_models=frozenset({self.model}))
+        return Request(
+            num_gpu=len(p.gpus),
+            gpu_milli=p.gpu_milli,
+            cpu_milli=p.cpu_milli,
+            memory_mib=p.memory_mib,
+            gpu_models=frozenset({self.model}),
+        )
 
     @property
     def milli(self) -> int:
@@ -107,8 +112,15 @@ class MovePlan:
         return sum(s.memory_mib for s in self.steps)
 
 
-def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable], now: float,
-               rules: MoveRules, policy: Policy, rng: random.Random) -> MovePlan | None:
+def plan_moves(
+    state: ClusterState,
+    head: Request,
+    workspaces: Iterable[Movable],
+    now: float,
+    rules: MoveRules,
+    policy: Policy,
+    rng: random.Random,
+) -> MovePlan | None:
     """The plan with the fewest moves (then the least memory copied) after which `head` fits,
     or None (no plan within the rules). A head that fits already gets a plan of no steps.
     `state` is not changed; neither is anything the policy has learned."""
@@ -144,7 +156,9 @@ def plan_moves(state: ClusterState, head: Request, workspaces: Iterable[Movable]
     # a lower bound on a node's moves: one per GPU it still needs that is not free now; among
     # equal bounds, the nodes where the least must leave first (the likeliest to find room)
     bound = np.maximum(0, k - ((free >= need) & (free >= 0)).sum(axis=1))
-    deficit = np.sort(np.where(could, np.maximum(0, need - free), 10 * MILLI_PER_GPU), axis=1)[:, :k].sum(axis=1)
+    deficit = np.sort(np.where(could, np.maximum(0, need - free), 10 * MILLI_PER_GPU), axis=1)[:, :k].sum(
+        axis=1
+    )
     nodes = np.flatnonzero(ok & (bound <= rules.max_moves))
     search = _Search(state, head, need, on_gpu, rules, policy, rng)
     for i in nodes[np.lexsort((state.rank[nodes], deficit[nodes], bound[nodes]))]:
@@ -180,8 +194,16 @@ class _Search:
     """The best plan found so far, and one scratch copy of the pool on which destinations are
     tried and undone (one copy per plan keeps the policy's per-node caches warm)."""
 
-    def __init__(self, state: ClusterState, head: Request, need: int, on_gpu: dict[tuple[int, int], list[Movable]],
-                 rules: MoveRules, policy: Policy, rng: random.Random) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        head: Request,
+        need: int,
+        on_gpu: dict[tuple[int, int], list[Movable]],
+        rules: MoveRules,
+        policy: Policy,
+        rng: random.Random,
+    ) -> None:
         self.state, self.head, self.need, self.on_gpu = state, head, need, on_gpu
         self.rules, self.policy, self.rng = rules, policy, rng
         self.best: tuple[tuple[int, int], MovePlan] | None = None
@@ -199,7 +221,9 @@ class _Search:
                 continue
             off: list[Movable] = []
             # the largest first: the fewest moves that make room on this GPU
-            for w in sorted(self.on_gpu.get((i, g), []), key=lambda w: (-w.placement.gpu_milli, w.memory_mib, w.id)):
+            for w in sorted(
+                self.on_gpu.get((i, g), []), key=lambda w: (-w.placement.gpu_milli, w.memory_mib, w.id)
+            ):
                 if free >= need:
                     break
                 off.append(w)
@@ -211,8 +235,11 @@ class _Search:
             return
         # a share takes the tightest GPU that suits; whole GPUs any k, the cheapest first
         options.sort(key=lambda o: (o[0], o[1] if head.is_sharing else 0, o[2]))
-        choices = ([[o] for o in options] if k == 1 else
-                   sorted(itertools.combinations(options, k), key=lambda c: _cost([w for o in c for w in o[3]])))
+        choices = (
+            [[o] for o in options]
+            if k == 1
+            else sorted(itertools.combinations(options, k), key=lambda c: _cost([w for o in c for w in o[3]]))
+        )
         for choice in choices[:ATTEMPTS_PER_NODE]:
             off = list({w.id: w for o in choice for w in o[3]}.values())
             cost = _cost(off)
@@ -230,8 +257,10 @@ class _Search:
         the head would still not fit or a moved workspace fits nowhere with every source held."""
         state, head = self.state, self.head
         leaving = [w for w in off if w.placement.node == state.inventory.nodes[i].name]
-        if (state.cpu_free[i] + sum(w.placement.cpu_milli for w in leaving) < head.cpu_milli
-                or state.mem_free[i] + sum(w.placement.memory_mib for w in leaving) < head.memory_mib):
+        if (
+            state.cpu_free[i] + sum(w.placement.cpu_milli for w in leaving) < head.cpu_milli
+            or state.mem_free[i] + sum(w.placement.memory_mib for w in leaving) < head.memory_mib
+        ):
             return None
         if not all(self._somewhere(w.request(), i, gpus) for w in off):
             return None
@@ -256,8 +285,12 @@ class _Search:
         finally:
             # undo on the scratch copy; the rows changed get new versions, so no policy cache
             # keeps a score of the trial
-            changed = np.flatnonzero((dests.gpu_free != saved[0]).any(axis=1) | (dests.cpu_free != saved[1])
-                                     | (dests.mem_free != saved[2]) | (dests.pods != saved[3]))
+            changed = np.flatnonzero(
+                (dests.gpu_free != saved[0]).any(axis=1)
+                | (dests.cpu_free != saved[1])
+                | (dests.mem_free != saved[2])
+                | (dests.pods != saved[3])
+            )
             dests.gpu_free[:], dests.cpu_free[:], dests.mem_free[:], dests.pods[:] = saved
             for row in changed:
                 dests._touch(int(row))
@@ -269,7 +302,7 @@ class _Search:
         mask = self._feasible.get(key)
         if mask is None:
             mask = self._feasible[key] = self.state.feasible(req)
-        if mask[:i].any() or mask[i + 1:].any():
+        if mask[:i].any() or mask[i + 1 :].any():
             return True
         others = [g for g in self.state.fitting_gpus(i, req) if g not in gpus]
         return bool(mask[i]) and len(others) >= req.num_gpu

@@ -18,9 +18,15 @@ def preempt(cycle: Cycle, job: Job) -> bool:
     """True when room for `job` is on its way (stopping jobs, or victims preempted now)."""
     if not cycle.in_quota_at_priority(job):
         return False
-    candidates = [r for r in cycle.running.values()
-                  if r.project == job.project and r.priority < job.priority and r.placement is not None
-                  and r.id not in cycle.preempted and cycle.can_stop(r)]
+    candidates = [
+        r
+        for r in cycle.running.values()
+        if r.project == job.project
+        and r.priority < job.priority
+        and r.placement is not None
+        and r.id not in cycle.preempted
+        and cycle.can_stop(r)
+    ]
     if not candidates:
         return False
     if waits_for_stopping(cycle, job):
@@ -36,9 +42,15 @@ def preempt(cycle: Cycle, job: Job) -> bool:
             hold(cycle, job, victims)
             for v in victims:
                 cycle.preempted.add(v.id)
-                cycle.plan.preempt.append(Preempt(v.id, job.id, f"a job of priority {job.priority} in"
-                                                                f" {job.project} needs its GPUs",
-                                                    PreemptCause.PRIORITY, job.project))
+                cycle.plan.preempt.append(
+                    Preempt(
+                        v.id,
+                        job.id,
+                        f"a job of priority {job.priority} in {job.project} needs its GPUs",
+                        PreemptCause.PRIORITY,
+                        job.project,
+                    )
+                )
             cycle.count(job)
             return True
     return False

@@ -25,8 +25,15 @@ def reclaim(cycle: Cycle, job: Job) -> bool:
     hold(cycle, job, victims)
     for v in victims:
         cycle.preempted.add(v.id)
-        cycle.plan.preempt.append(Preempt(v.id, job.id, f"project {job.project} needs its guarantee",
-                                       PreemptCause.GUARANTEE, job.project))
+        cycle.plan.preempt.append(
+            Preempt(
+                v.id,
+                job.id,
+                f"project {job.project} needs its guarantee",
+                PreemptCause.GUARANTEE,
+                job.project,
+            )
+        )
     # the victims keep their GPUs until they have stopped, so nobody else can be admitted onto
     # them in this cycle; next cycle this job, in quota, comes first
     cycle.count(job)
@@ -46,8 +53,14 @@ def waits_for_stopping(cycle: Cycle, job: Job) -> bool:
 
 def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
     """The fewest over-quota jobs of other projects whose stopping lets `job` fit, or None."""
-    candidates = reclaimable(cycle.running.values(), cycle.over, cycle.projects, cycle.now,
-                             skip=cycle.preempted, not_of=job.project)
+    candidates = reclaimable(
+        cycle.running.values(),
+        cycle.over,
+        cycle.projects,
+        cycle.now,
+        skip=cycle.preempted,
+        not_of=job.project,
+    )
     trial = cycle.view(job).copy()
     chosen: list[Job] = []
     for victim in candidates:

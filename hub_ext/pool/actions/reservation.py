@@ -28,5 +28,9 @@ class Reservation:
             return True
         if not self.in_quota:
             return in_quota
-        return (job.project != self.project and not in_quota and self.start_by != float("inf")
-                and now + job.min_runtime_s <= self.start_by)
+        return (
+            job.project != self.project
+            and not in_quota
+            and self.start_by != float("inf")
+            and now + job.min_runtime_s <= self.start_by
+        )

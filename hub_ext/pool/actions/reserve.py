@@ -57,7 +57,9 @@ def reserve(cycle: Cycle, pending: list[Job], after_s: float) -> None:
         cycle.plan.reserve.append(Reserve(job.id, placement, start_by))
 
 
-def _soonest(cycle: Cycle, job: Job, taken: set[int], reclaims: bool) -> tuple[int, tuple[int, ...], float] | None:
+def _soonest(
+    cycle: Cycle, job: Job, taken: set[int], reclaims: bool
+) -> tuple[int, tuple[int, ...], float] | None:
     """(node, GPUs, when they should all be free) of the best spot for `job`: the node whose k
     GPUs free soonest (then the most free now); its pinned spot unless another frees sooner
     for sure (a spot does not wander while nothing is known)."""
@@ -68,15 +70,21 @@ def _soonest(cycle: Cycle, job: Job, taken: set[int], reclaims: bool) -> tuple[i
     pin = job.placement
     if pin is not None:
         i = work.inventory.index_of(pin.node)
-        if i not in taken and models[i] and all(0 <= g < work.gpu_count[i] and work.gpu_free[i, g] >= 0
-                                                for g in pin.gpus):
+        if (
+            i not in taken
+            and models[i]
+            and all(0 <= g < work.gpu_count[i] and work.gpu_free[i, g] >= 0 for g in pin.gpus)
+        ):
             kept = i, tuple(pin.gpus), max(free_at.get((i, g), math.inf) for g in pin.gpus)
     best = None
     for i in range(len(work.inventory.nodes)):
         if i in taken or not models[i] or work.gpu_count[i] < k:
             continue
-        times = sorted((free_at.get((i, g), math.inf), g) for g in range(int(work.gpu_count[i]))
-                       if work.gpu_free[i, g] >= 0)
+        times = sorted(
+            (free_at.get((i, g), math.inf), g)
+            for g in range(int(work.gpu_count[i]))
+            if work.gpu_free[i, g] >= 0
+        )
         if len(times) < k:
             continue
         start_by = times[k - 1][0]

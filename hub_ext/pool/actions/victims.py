@@ -14,12 +14,24 @@ def victim_key(projects: dict[str, Project]):
     return lambda j: (projects[j.project].priority, j.priority, -(j.started or 0), j.id)
 
 
-def reclaimable(running: Iterable[Job], over: set[str], projects: dict[str, Project], now: float,
-                skip: AbstractSet[str] = frozenset(), not_of: str | None = None) -> list[Job]:
+def reclaimable(
+    running: Iterable[Job],
+    over: set[str],
+    projects: dict[str, Project],
+    now: float,
+    skip: AbstractSet[str] = frozenset(),
+    not_of: str | None = None,
+) -> list[Job]:
     """Over-quota running jobs past their min runtime, in victim order; `skip` are already
     chosen, `not_of` a project whose own jobs are not candidates (a reclaim is for another
     project's guarantee)."""
-    candidates = [j for j in running
-                  if j.id in over and j.id not in skip and j.project != not_of and j.placement is not None
-                  and now - (j.started or now) >= j.min_runtime_s]
+    candidates = [
+        j
+        for j in running
+        if j.id in over
+        and j.id not in skip
+        and j.project != not_of
+        and j.placement is not None
+        and now - (j.started or now) >= j.min_runtime_s
+    ]
     return sorted(candidates, key=victim_key(projects))

@@ -21,7 +21,9 @@ def main() -> int:
         print(f"found {len(devices)} devices, 1 was expected", file=sys.stderr)
         return 1
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
-    url = f"https://{host}:{port}/api/v1/namespaces/{os.environ['POD_NAMESPACE']}/pods/{os.environ['POD_NAME']}"
+    url = (
+        f"https://{host}:{port}/api/v1/namespaces/{os.environ['POD_NAMESPACE']}/pods/{os.environ['POD_NAME']}"
+    )
     with open(f"{SA}/token") as f:
         headers = {"Authorization": f"Bearer {f.read().strip()}"}
     ctx = ssl.create_default_context(cafile=f"{SA}/ca.crt")
@@ -29,8 +31,12 @@ def main() -> int:
         pod = json.load(r)
     if ANNOTATION not in (pod["metadata"].get("annotations") or {}):
         body = json.dumps({"metadata": {"annotations": {ANNOTATION: devices[0]}}}).encode()
-        req = urllib.request.Request(url, data=body, method="PATCH",
-                                     headers={**headers, "Content-Type": "application/merge-patch+json"})
+        req = urllib.request.Request(
+            url,
+            data=body,
+            method="PATCH",
+            headers={**headers, "Content-Type": "application/merge-patch+json"},
+        )
         urllib.request.urlopen(req, context=ctx, timeout=30).close()
         print(f"pod annotated with GPU {devices[0]}", flush=True)
     signal.pause()

@@ -23,7 +23,8 @@ depends_on = None
 SCHEMA = sa.MetaData()
 
 sa.Table(
-    "gpupool_allocations", SCHEMA,
+    "gpupool_allocations",
+    SCHEMA,
     sa.Column("id", sa.Integer(), primary_key=True),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("owner", sa.String(255), nullable=False, index=True),
@@ -41,7 +42,8 @@ sa.Table(
     sa.UniqueConstraint("kind", "owner", "name", name="one_allocation_per_workload"),
 )
 sa.Table(
-    "gpupool_budget_grants", SCHEMA,
+    "gpupool_budget_grants",
+    SCHEMA,
     sa.Column("id", sa.Integer(), primary_key=True),
     sa.Column("target", sa.String(300), nullable=False, index=True),
     sa.Column("kind", sa.String(16), nullable=False),
@@ -52,13 +54,15 @@ sa.Table(
     sa.Column("created", sa.DateTime(), nullable=False),
 )
 sa.Table(
-    "gpupool_elastic", SCHEMA,
+    "gpupool_elastic",
+    SCHEMA,
     sa.Column("job_id", sa.String(32), primary_key=True),
     sa.Column("min_gpus", sa.Integer(), nullable=False),
     sa.Column("max_gpus", sa.Integer(), nullable=False),
 )
 sa.Table(
-    "gpupool_events", SCHEMA,
+    "gpupool_events",
+    SCHEMA,
     sa.Column("id", sa.Integer(), primary_key=True),
     sa.Column("time", sa.DateTime(), nullable=False, index=True),
     sa.Column("kind", sa.String(32), nullable=False, index=True),
@@ -68,12 +72,14 @@ sa.Table(
     sa.Column("data", sa.JSON(), nullable=False),
 )
 sa.Table(
-    "gpupool_job_pools", SCHEMA,
+    "gpupool_job_pools",
+    SCHEMA,
     sa.Column("job_id", sa.String(32), primary_key=True),
     sa.Column("pools", sa.JSON(), nullable=False),
 )
 sa.Table(
-    "gpupool_jobs", SCHEMA,
+    "gpupool_jobs",
+    SCHEMA,
     sa.Column("id", sa.String(32), primary_key=True),
     sa.Column("owner", sa.String(255), nullable=False, index=True),
     sa.Column("project", sa.String(255), nullable=False),
@@ -99,7 +105,8 @@ sa.Table(
     sa.Column("created", sa.DateTime(), nullable=False),
 )
 sa.Table(
-    "gpupool_moves", SCHEMA,
+    "gpupool_moves",
+    SCHEMA,
     sa.Column("id", sa.Integer(), primary_key=True),
     sa.Column("owner", sa.String(255), nullable=False, index=True),
     sa.Column("name", sa.String(255), nullable=False),
@@ -120,7 +127,8 @@ sa.Table(
     sa.Column("created", sa.DateTime(), nullable=False),
 )
 sa.Table(
-    "gpupool_parked", SCHEMA,
+    "gpupool_parked",
+    SCHEMA,
     sa.Column("id", sa.Integer(), primary_key=True),
     sa.Column("owner", sa.String(255), nullable=False, index=True),
     sa.Column("name", sa.String(255), nullable=False),
@@ -138,20 +146,23 @@ sa.Table(
     sa.UniqueConstraint("owner", "name", name="one_parking_per_workspace"),
 )
 sa.Table(
-    "gpupool_settings", SCHEMA,
+    "gpupool_settings",
+    SCHEMA,
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("value", sa.JSON(), nullable=False),
     sa.Column("updated", sa.DateTime(), nullable=False),
 )
 sa.Table(
-    "gpupool_sweep_runs", SCHEMA,
+    "gpupool_sweep_runs",
+    SCHEMA,
     sa.Column("job_id", sa.String(32), primary_key=True),
     sa.Column("sweep_id", sa.String(32), nullable=False, index=True),
     sa.Column("owner", sa.String(255), nullable=False),
     sa.Column("parameters", sa.JSON(), nullable=False),
 )
 sa.Table(
-    "gpupool_usage_hours", SCHEMA,
+    "gpupool_usage_hours",
+    SCHEMA,
     sa.Column("hour", sa.Integer(), primary_key=True),
     sa.Column("kind", sa.String(16), primary_key=True),
     sa.Column("owner", sa.String(255), primary_key=True),
@@ -180,7 +191,9 @@ def upgrade() -> None:
             # as gpupool 0.1 did: nullable, the default for the rows already there
             default = col.default.arg if isinstance(col.default, sa.ColumnDefault) else None
             server_default = None if default is None else sa.text(repr(default))
-            op.add_column(table.name, sa.Column(col.name, col.type, nullable=True, server_default=server_default))
+            op.add_column(
+                table.name, sa.Column(col.name, col.type, nullable=True, server_default=server_default)
+            )
         indexes = {i["name"] for i in have.get_indexes(table.name)}
         for index in table.indexes:
             if index.name not in indexes:
