@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpupool.pool import (
@@ -363,10 +363,21 @@ class PoolManager:
             self.build_changed(w.owner, w.name)
 
     def mark_running(self, w: Workload, pid: int | None) -> None:
+        """The workload's server runs (with `pid` where the hub can see it); nothing if its
+        share was released meanwhile. One UPDATE: a spawn pays it on the hub's event loop."""
         with self.store.session() as s:
-            row = s.scalar(select(Allocation).filter_by(kind=w.kind, owner=w.owner, name=w.name))
-            if row is not None:
-                row.state, row.pid = "running", pid
+            s.execute(
+                update(Allocation)
+                .where(Allocation.kind == w.kind, Allocation.owner == w.owner, Allocation.name == w.name)
+                .values(state="running", pid=pid)
+            )
+
+    async def mark_running_async(self, w: Workload, pid: int | None) -> None:
+        """`mark_running` in a worker thread (its commit waits for an fsync), for hubs where a
+        spawn's reservation is made off the loop too (Kubernetes). A release that commits first
+        deletes the row and this updates nothing; with no pid on Kubernetes, a new reservation of
+        the same server marked a moment early is marked as it would be a moment later."""
+        await asyncio.to_thread(self.mark_running, w, pid)
 
     def newcomer_view(self) -> ClusterState:
         """The pool as a new spawn or train job may see it: room kept for resume claims."""
