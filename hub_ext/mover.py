@@ -595,7 +595,7 @@ class MoverService:
             }[result]
             s.add(
                 Event(
-                    kind=MovePhase(result).event,
+                    kind=result.event,
                     owner=owner,
                     name=name,
                     message=message[:2000],
