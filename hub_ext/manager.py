@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from gpupool.kinds import AllocationState, EventKind
 from gpupool.pool import (
     BuildQuotaPolicy,
     ClusterState,
@@ -186,7 +187,7 @@ class PoolManager:
                 # the parked interval, whole, for usage accounting (gpupool.usage.ledger)
                 s.add(
                     Event(
-                        kind="unpark",
+                        kind=EventKind.UNPARK,
                         message=f"{w.label} no longer parked",
                         owner=w.owner,
                         name=w.name,
@@ -331,7 +332,7 @@ class PoolManager:
                 s.add(row)
                 s.add(
                     Event(
-                        kind="allocate",
+                        kind=EventKind.ALLOCATE,
                         message=f"{w.label} holds {format_gpus(placement.total_milli)}"
                         f" on {placement.node} GPU {list(placement.gpus)}",
                         owner=w.owner,
@@ -369,7 +370,7 @@ class PoolManager:
             s.execute(
                 update(Allocation)
                 .where(Allocation.kind == w.kind, Allocation.owner == w.owner, Allocation.name == w.name)
-                .values(state="running", pid=pid)
+                .values(state=AllocationState.RUNNING, pid=pid)
             )
 
     async def mark_running_async(self, w: Workload, pid: int | None) -> None:
@@ -389,7 +390,7 @@ class PoolManager:
         with self.lock:
             if w.kind == "build" and not keep_parked and self.forget_parked(w):
                 self.store.record(
-                    "release", f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name
+                    EventKind.RELEASE, f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name
                 )
             with self.store.session() as s:
                 placement = self.release_in(s, w, reason)
@@ -427,7 +428,7 @@ class PoolManager:
         since = row.created.replace(tzinfo=dt.UTC).timestamp() if row.created else None
         s.add(
             Event(
-                kind="release",
+                kind=EventKind.RELEASE,
                 message=f"{_label(row)} released {format_gpus(milli)}: {reason}",
                 owner=row.owner,
                 name=row.name,

@@ -36,13 +36,13 @@ from traitlets.config import Configurable
 
 from gpupool import failpoints
 from gpupool.gpu.moving import Outcome, move_processes, recover
+from gpupool.kinds import ACTIVE_PHASES, AllocationState, MovePhase
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import PoolError, Request, format_gpus
 from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
 from gpupool.pool.parking import plan_claims, quota_holdings
 from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
-from gpupool.store.moves import ACTIVE_PHASES
 from gpupool.train.states import HAS_RUN, JobState
 
 if TYPE_CHECKING:
@@ -442,7 +442,7 @@ class MoverService:
             except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
                 log.exception("move of %s failed", step.id)
                 out = self._finish(begun[0], f"the move failed: {err}")
-            if self._end(begun[0], out) != "moved":
+            if self._end(begun[0], out) != MovePhase.MOVED:
                 return
         head.done(plan.target)
 
@@ -468,7 +468,7 @@ class MoverService:
                 except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
                     log.exception("move of %s failed", step.id)
                     out = self._finish(begun[0], f"the move failed: {err}")
-                if self._end(begun[0], out) != "moved":
+                if self._end(begun[0], out) != MovePhase.MOVED:
                     return
             head.done(plan.target)
         except Exception:  # noqa: BLE001 - a failed plan must not stop the next pass
@@ -488,8 +488,8 @@ class MoverService:
                 pids = sorted(self.parking.pids_of(server_pid))
             out = recover(self.parking.backend, pids, phase, gpu_map, self._on_phase(move_id))
         except Exception as err:  # noqa: BLE001 - where its kernel is, nobody can say: reported lost
-            return Outcome("lost", f"{why}; finishing the move failed: {err}", tuple(pids))
-        return Outcome("aborted", why) if out.result == "aborted" else out
+            return Outcome(MovePhase.LOST, f"{why}; finishing the move failed: {err}", tuple(pids))
+        return Outcome(MovePhase.ABORTED, why) if out.result == MovePhase.ABORTED else out
 
     def _lock_ms(self) -> int:
         return int(self.cfg.lock_timeout_s * 1000)
@@ -520,7 +520,7 @@ class MoverService:
                     to_uuids=to_uuids,
                     gpu_milli=step.dest.gpu_milli,
                     why=why,
-                    phase="reserved",
+                    phase=MovePhase.RESERVED,
                     server_pid=row.pid,
                     started_at=self.clock(),
                 )
@@ -536,7 +536,7 @@ class MoverService:
                         cpu_milli=step.dest.cpu_milli,
                         memory_mib=step.dest.memory_mib,
                         groups=list(row.groups or []),
-                        state="reserved",
+                        state=AllocationState.RESERVED,
                     )
                 )
                 s.flush()
@@ -554,8 +554,8 @@ class MoverService:
         pids = sorted(self.parking.pids_of(row.pid))
         return move_id, pids, dict(zip(from_uuids, to_uuids, strict=True))
 
-    def _on_phase(self, move_id: int) -> Callable[[str, list[int]], None]:
-        def phase(name: str, pids: list[int]) -> None:
+    def _on_phase(self, move_id: int) -> Callable[[MovePhase, list[int]], None]:
+        def phase(name: MovePhase, pids: list[int]) -> None:
             with self.pool.store.session() as s:
                 m = s.get_one(Move, move_id)
                 m.phase, m.pids = name, list(pids)
@@ -563,7 +563,7 @@ class MoverService:
 
         return phase
 
-    def _end(self, move_id: int, out: Outcome) -> str:
+    def _end(self, move_id: int, out: Outcome) -> MovePhase:
         """Switch the workspace to the destination (moved), or release the destination (any
         other end); the event says what happened and why."""
         now = self.clock()
@@ -575,11 +575,11 @@ class MoverService:
             source = _placement(build) if build is not None else None
             result = out.result
             if build is None:  # stopped meanwhile: whatever the kernel's fate, nothing is lost to anyone
-                result, reason = "aborted", "the workspace stopped during the move"
+                result, reason = MovePhase.ABORTED, "the workspace stopped during the move"
             else:
                 reason = out.reason
             m.phase, m.ended_at, m.reason = result, now, reason[:2000]
-            moved = result == "moved"
+            moved = result == MovePhase.MOVED
             if moved and build is not None:  # moved: the workspace was there (above)
                 build.node, build.gpus = m.to_node, list(m.to_gpus)
             released = _placement(dest) if dest is not None else None
@@ -588,14 +588,14 @@ class MoverService:
             what = f"build {owner}/{name or 'default'}"
             where = f"GPU {_gpus(m.to_gpus)}{_on(m.to_node, m.from_node)}"
             message = {
-                "moved": f"{what} moved from GPU {_gpus(m.from_gpus)} to {where} to make room for {m.why}",
-                "returned": f"{what} stays on GPU {_gpus(m.from_gpus)}: {reason}",
-                "aborted": f"{what} was not moved: {reason}",
-                "lost": f"{what}: its kernel was lost while moving to {where}: {reason}",
+                MovePhase.MOVED: f"{what} moved from GPU {_gpus(m.from_gpus)} to {where} to make room for {m.why}",
+                MovePhase.RETURNED: f"{what} stays on GPU {_gpus(m.from_gpus)}: {reason}",
+                MovePhase.ABORTED: f"{what} was not moved: {reason}",
+                MovePhase.LOST: f"{what}: its kernel was lost while moving to {where}: {reason}",
             }[result]
             s.add(
                 Event(
-                    kind="move" if moved else f"move-{result}",
+                    kind=result.event,
                     owner=owner,
                     name=name,
                     message=message[:2000],
@@ -615,7 +615,7 @@ class MoverService:
             self.pool.state.release(released)
         self.pool.placement_changed(Workload("build", owner, name))  # moved: the destination; else the source
         self.parking.moving.pop((owner, name), None)
-        if result == "lost":
+        if result == MovePhase.LOST:
             self.parking.failures[(owner, name)] = f"the kernel was lost while moving: {reason}"
         (log.info if moved else log.warning)("%s", message)
         return result

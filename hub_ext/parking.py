@@ -31,6 +31,7 @@ from gpupool.gpu.parking import (
     park_process,
     resume_process,
 )
+from gpupool.kinds import EventKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import format_gpus
 from gpupool.pool.parking import ParkedShare, plan_claims
@@ -198,7 +199,7 @@ class ParkingService:
             for pid in done:  # who was parked runs on the GPU again
                 resume_process(self.backend, pid)
             self.pool.store.record(
-                "park-failed",
+                EventKind.PARK_FAILED,
                 f"build {row.owner}/{row.name or 'default'} stays on its GPU: {err}",
                 owner=row.owner,
                 name=row.name,
@@ -229,7 +230,7 @@ class ParkingService:
             )
         self.pool.release(w, reason=f"parked ({len(done)} process(es) checkpointed)", keep_parked=True)
         self.pool.store.record(
-            "park",
+            EventKind.PARK,
             f"{w.label} parked: {format_gpus(row.total_milli)} free for others,"
             f" {len(done)} process(es) checkpointed",
             owner=row.owner,
@@ -322,7 +323,10 @@ class ParkingService:
             # keep the share (the kernel is locked and needs it) and say so; an admin may stop it
             self.failures[p.key] = error
             self.pool.store.record(
-                "resume-failed", f"{w.label} could not be restored: {error}", owner=p.owner, name=p.name
+                EventKind.RESUME_FAILED,
+                f"{w.label} could not be restored: {error}",
+                owner=p.owner,
+                name=p.name,
             )
             log.error("resume of %s failed: %s", w.label, error)
             return
@@ -331,7 +335,7 @@ class ParkingService:
         waited = self.clock() - (p.claimed_at or self.clock())
         moved = f", remapped {remap}" if remap else ""
         self.pool.store.record(
-            "resume",
+            EventKind.RESUME,
             f"{w.label} resumed after {waited:.1f} s{moved}",
             owner=p.owner,
             name=p.name,

@@ -7,6 +7,7 @@ import logging
 from traitlets.config import Config
 
 from gpupool.config import GPUPool, policy_from_document, quota_document
+from gpupool.kinds import EventKind
 from gpupool.manager import PoolManager
 from gpupool.nvml import discover_gpus
 from gpupool.pool import Inventory, Node, get_policy, virtual_inventory
@@ -78,7 +79,7 @@ def stored_quotas(cfg: GPUPool, store, config: Config):
             " api/quotas) or resets them (DELETE api/quotas)"
         )
         log.error("%s", why)
-        store.record("setting-skipped", why, setting=QUOTAS_SETTING)
+        store.record(EventKind.SETTING_SKIPPED, why, setting=QUOTAS_SETTING)
         return cfg.quota_policy(), {QUOTAS_SETTING: why}
     log.info("quotas changed through the API override the config: %s", sorted(changed))
     return quotas, {}

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from gpupool.culling import BudgetAction, CullAction, CullReason
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -90,13 +92,15 @@ class Workspace:
     exempt: bool = False
     parked: bool = False  # its GPU is parked: it holds no share now
     park_failed: bool = False  # the last park did not work: the GPU-idle rules stop it instead
-    budget: str = ""  # its owner is over a GPU-hour budget: "park" or "stop" its GPU once idle ("": no)
+    budget: BudgetAction = (
+        BudgetAction.NONE
+    )  # its owner is over a GPU-hour budget: park or stop its GPU once idle
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # keep | park | warn | cull | resolve-memory
-    reason: str = ""  # idle-gpu | idle-jupyter | max-age | workday-end | memory
+    action: CullAction
+    reason: CullReason = CullReason.NONE
     cull_at: float | None = None  # when the earliest limit ends the session
     message: str = ""
 
@@ -114,27 +118,27 @@ def workday_cutoff(started: float, limits: Limits) -> float | None:
     return cut.timestamp()
 
 
-TIME_LIMITS = ("max-age", "workday-end")
+TIME_LIMITS = (CullReason.MAX_AGE, CullReason.WORKDAY_END)
 
 
-def time_limits(started: float, extended: bool, limits: Limits) -> dict[str, float]:
+def time_limits(started: float, extended: bool, limits: Limits) -> dict[CullReason, float]:
     """The session's own time limits (maximum length, end of the workday), known from its start."""
     bonus = limits.extension_s if extended else 0.0
-    out = {"max-age": started + limits.max_age_s + bonus} if limits.max_age_s else {}
+    out = {CullReason.MAX_AGE: started + limits.max_age_s + bonus} if limits.max_age_s else {}
     cut = workday_cutoff(started, limits)
     if cut is not None:
-        out["workday-end"] = cut + bonus
+        out[CullReason.WORKDAY_END] = cut + bonus
     return out
 
 
-def session_end(started: float, extended: bool, limits: Limits) -> tuple[str, float] | None:
+def session_end(started: float, extended: bool, limits: Limits) -> tuple[CullReason, float] | None:
     """(reason, epoch seconds): when the session ends at the latest, whatever the user does;
     pages show it from the spawn on, before the culler's first pass judges the idle rules.
     None: no time limit (neither a maximum length nor an end of the workday)."""
     return min(time_limits(started, extended, limits).items(), key=lambda kv: kv[1], default=None)
 
 
-def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
+def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[CullReason, float]:
     """Every limit that applies, as the time it ends the session."""
     bonus = limits.extension_s if ws.extended else 0.0
     out = time_limits(ws.started, ws.extended, limits)
@@ -148,21 +152,23 @@ def deadlines(ws: Workspace, now: float, limits: Limits) -> dict[str, float]:
     if ws.parked:
         # no GPU held: nothing to reclaim for idleness, only the session's own limits
         if limits.parked_stop_s:
-            out["parked-idle"] = last + limits.parked_stop_s + bonus
+            out[CullReason.PARKED_IDLE] = last + limits.parked_stop_s + bonus
         return out
     if parks(ws, limits) and ws.gpu_idle_s is not None:  # parks() checked the GPU data too
         # the GPU-idle rules end in a park, not a stop
-        out["park"] = now - ws.gpu_idle_s + limits.park_after_s
+        out[CullReason.PARK] = now - ws.gpu_idle_s + limits.park_after_s
     elif ws.gpu_idle_s is not None:
         gpu_idle_since = now - ws.gpu_idle_s
         # GPU data confirms the idleness, so a short Jupyter silence is enough ...
-        out["idle-gpu"] = max(gpu_idle_since + limits.idle_limit_s, last + limits.jupyter_idle_s) + bonus
+        out[CullReason.IDLE_GPU] = (
+            max(gpu_idle_since + limits.idle_limit_s, last + limits.jupyter_idle_s) + bonus
+        )
         if limits.gpu_idle_hard_s:
             # ... and a GPU idle for hours is taken back even from someone still typing
-            out["idle-gpu-long"] = gpu_idle_since + limits.gpu_idle_hard_s + bonus
+            out[CullReason.IDLE_GPU_LONG] = gpu_idle_since + limits.gpu_idle_hard_s + bonus
     else:
         # fail-safe: no fresh GPU data -> only Jupyter activity can make it idle
-        out["idle-jupyter"] = last + limits.idle_limit_s + limits.jupyter_idle_s + bonus
+        out[CullReason.IDLE_JUPYTER] = last + limits.idle_limit_s + limits.jupyter_idle_s + bonus
     return out
 
 
@@ -174,18 +180,18 @@ def parks(ws: Workspace, limits: Limits) -> bool:
 PARKED = "GPU parked — it comes back when you run a cell"
 
 MESSAGES = {
-    "parked-idle": "nobody has used it since its GPU was parked",
-    "idle-gpu": "its GPU has been idle",
-    "idle-gpu-long": "its GPU has been idle for hours",
-    "idle-jupyter": "nobody has used it",
-    "max-age": "it reached the maximum session length",
-    "workday-end": "the workday ends",
+    CullReason.PARKED_IDLE: "nobody has used it since its GPU was parked",
+    CullReason.IDLE_GPU: "its GPU has been idle",
+    CullReason.IDLE_GPU_LONG: "its GPU has been idle for hours",
+    CullReason.IDLE_JUPYTER: "nobody has used it",
+    CullReason.MAX_AGE: "it reached the maximum session length",
+    CullReason.WORKDAY_END: "the workday ends",
 }
 
 
 def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     if ws.exempt:
-        return Decision("keep", message="exempt from culling")
+        return Decision(CullAction.KEEP, message="exempt from culling")
     if ws.memory_limit_mib and ws.memory_mib > ws.memory_limit_mib:
         over_for = now - (ws.memory_over_since if ws.memory_over_since is not None else now)
         msg = (
@@ -193,43 +199,43 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
             f" free memory or stop it and ask for a bigger fraction"
         )
         if over_for >= limits.memory_grace_s and limits.memory_resolver != "warn":
-            return Decision("resolve-memory", "memory", now, msg)
-        return Decision("warn", "memory", None, msg)
+            return Decision(CullAction.RESOLVE_MEMORY, CullReason.MEMORY, now, msg)
+        return Decision(CullAction.WARN, CullReason.MEMORY, None, msg)
     over = over_budget(ws, limits)
     if over is not None:
         return over
     ends = deadlines(ws, now, limits)
-    park_at = ends.pop("park", None)
+    park_at = ends.pop(CullReason.PARK, None)
     if not ends:  # nothing ends this session: parked, or parking in place of the idle stop, and no time limit
         if park_at is not None and park_at <= now:
-            return Decision("park", "idle-gpu", None, PARKED)
-        return Decision("keep", "", None, PARKED if ws.parked else "")
+            return Decision(CullAction.PARK, CullReason.IDLE_GPU, None, PARKED)
+        return Decision(CullAction.KEEP, CullReason.NONE, None, PARKED if ws.parked else "")
     reason, cull_at = min(ends.items(), key=lambda kv: kv[1])
     if park_at is not None and park_at <= now and cull_at > now:
-        return Decision("park", "idle-gpu", cull_at, PARKED)
+        return Decision(CullAction.PARK, CullReason.IDLE_GPU, cull_at, PARKED)
     left = cull_at - now
     if left <= 0:
-        return Decision("cull", reason, cull_at, f"stopped because {MESSAGES[reason]}")
+        return Decision(CullAction.CULL, reason, cull_at, f"stopped because {MESSAGES[reason]}")
     if reason in TIME_LIMITS and deadlines(ws, now, replace(limits, busy_grace_s=0))[reason] <= now:
         return Decision(
-            "warn",
+            CullAction.WARN,
             reason,
             cull_at,
             f"{MESSAGES[reason]}: it stops as soon as its GPU work ends; save your work",
         )
-    if reason in ("idle-gpu", "idle-gpu-long") and (ws.gpu_idle_s or 0.0) < limits.window_s:
+    if reason in (CullReason.IDLE_GPU, CullReason.IDLE_GPU_LONG) and (ws.gpu_idle_s or 0.0) < limits.window_s:
         # a busy GPU is not warned "its GPU has been idle", even where the warning time is as long
         # as the idle limit (the defaults: 15 min each); it is warned once it has been idle a window
-        return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
+        return Decision(CullAction.KEEP, reason, cull_at, PARKED if ws.parked else "")
     if left <= limits.warn_before_s:
         hint = "" if ws.extended else " (you may extend once)"
         return Decision(
-            "warn",
+            CullAction.WARN,
             reason,
             cull_at,
             f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}",
         )
-    return Decision("keep", reason, cull_at, PARKED if ws.parked else "")
+    return Decision(CullAction.KEEP, reason, cull_at, PARKED if ws.parked else "")
 
 
 BUDGET = "the GPU-hour budget is used up: its idle GPU was given back"
@@ -242,11 +248,14 @@ def over_budget(ws: Workspace, limits: Limits) -> Decision | None:
     can tell a running cell from an idle one."""
     if not ws.budget or ws.parked or ws.gpu_idle_s is None or ws.gpu_idle_s < limits.window_s:
         return None
-    if ws.budget == "park" and not ws.park_failed:
-        return Decision("park", "budget", None, BUDGET)
-    if ws.budget == "stop":
+    if ws.budget == BudgetAction.PARK and not ws.park_failed:
+        return Decision(CullAction.PARK, CullReason.BUDGET, None, BUDGET)
+    if ws.budget == BudgetAction.STOP:
         return Decision(
-            "cull", "budget", None, "stopped because the GPU-hour budget is used up and its GPU is idle"
+            CullAction.CULL,
+            CullReason.BUDGET,
+            None,
+            "stopped because the GPU-hour budget is used up and its GPU is idle",
         )
     return None
 

@@ -21,10 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
+from gpupool.culling import BudgetAction, CullAction, CullReason
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
 from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
 from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
+from gpupool.kinds import EventKind
 
 log = logging.getLogger("gpupool.culler")
 
@@ -209,12 +211,18 @@ class Culler:
                 exempt=self.cfg.exempt(t["owner"], t["admin"]),
                 parked=bool(t.get("parked")),
                 park_failed=key in self.park_failed,
-                budget=t.get("budget") if t.get("budget") in ("park", "stop") else "",
+                budget=BudgetAction(t["budget"])
+                if t.get("budget") in tuple(BudgetAction)
+                else BudgetAction.NONE,
             )
             d = decide(ws, now, limits)
-            if d.action in ("park", "cull", "resolve-memory") and not self.arbiter_allows(d, t, ws):
+            if d.action in (
+                CullAction.PARK,
+                CullAction.CULL,
+                CullAction.RESOLVE_MEMORY,
+            ) and not self.arbiter_allows(d, t, ws):
                 d = Decision(
-                    "keep", d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})"
+                    CullAction.KEEP, d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})"
                 )
             report.append(
                 {
@@ -236,25 +244,25 @@ class Culler:
             )
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
-            if d.action == "warn" and self.warned.get(key) != d.reason:
+            if d.action == CullAction.WARN and self.warned.get(key) != d.reason:
                 self.warned[key] = d.reason
                 events.append(
                     {
-                        "kind": "memory" if d.reason == "memory" else "warn",
+                        "kind": EventKind.MEMORY if d.reason == CullReason.MEMORY else EventKind.WARN,
                         "owner": ws.owner,
                         "name": ws.name,
                         "reason": d.reason,
                         "message": f"{key} {d.message}",
                     }
                 )
-            elif d.action == "keep":
+            elif d.action == CullAction.KEEP:
                 self.warned.pop(key, None)
-            elif d.action in ("park", "cull", "resolve-memory"):
+            elif d.action in (CullAction.PARK, CullAction.CULL, CullAction.RESOLVE_MEMORY):
                 kind = (
                     "restart"
-                    if d.action == "resolve-memory" and limits.memory_resolver == "restart-kernel"
+                    if d.action == CullAction.RESOLVE_MEMORY and limits.memory_resolver == "restart-kernel"
                     else "park"
-                    if d.action == "park"
+                    if d.action == CullAction.PARK
                     else "cull"
                 )
                 events.append(None)  # its place: the event follows the outcome
@@ -325,10 +333,10 @@ class Culler:
                 self.memory_over.pop(key, None)  # a fresh kernel gets a fresh grace period
                 self.warned.pop(key, None)  # and a fresh warning if it is over again
                 events[at] = {
-                    "kind": "memory",
+                    "kind": EventKind.MEMORY,
                     "owner": ws.owner,
                     "name": ws.name,
-                    "reason": "restart-kernel",
+                    "reason": CullReason.RESTART_KERNEL,
                     "message": f"{key} restarted its kernels because it uses {ws.memory_mib} MiB of GPU"
                     f" memory, more than its share of {ws.memory_limit_mib} MiB{dry}",
                 }
@@ -338,20 +346,20 @@ class Culler:
             if ok:
                 dry = " (dry run: not parked)" if self.cfg.dry_run else ""
                 events[at] = {
-                    "kind": "park",
+                    "kind": EventKind.PARK,
                     "owner": ws.owner,
                     "name": ws.name,
                     "reason": d.reason,
                     "message": f"{key} {d.message}{dry}",
                 }
-                report[row].update(parked="" if self.cfg.dry_run else PARKED, action="keep")
+                report[row].update(parked="" if self.cfg.dry_run else PARKED, action=CullAction.KEEP)
                 self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
                 if self.metrics:
                     self.metrics.culls.labels(reason="park").inc()
         elif ok:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
             events[at] = {
-                "kind": "cull",
+                "kind": EventKind.CULL,
                 "owner": ws.owner,
                 "name": ws.name,
                 "reason": d.reason,

@@ -19,6 +19,7 @@ from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
 from gpupool import runtime
 from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.kinds import EventKind
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.spawner.form import requested_milli as form_milli
@@ -343,5 +344,5 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
                 f"the pod asks for {asked / 1000:g} GPU but your quota allowed {reserved / 1000:g}:"
                 " a profile or hook added GPUs; ask your admin to fix the profile"
             )
-            self.pool.store.record("refuse", msg, owner=self.user.name, name=self.name)
+            self.pool.store.record(EventKind.REFUSE, msg, owner=self.user.name, name=self.name)
             raise with_message(web.HTTPError(403, msg), msg)

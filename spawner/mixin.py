@@ -15,6 +15,7 @@ from traitlets import HasTraits, default
 from gpupool import failpoints, runtime
 from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
+from gpupool.kinds import EventKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
@@ -233,7 +234,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         return alloc
 
     def refused(self, err: PoolError) -> web.HTTPError:
-        self.pool.store.record("refuse", str(err), owner=self.user.name, name=self.name)
+        self.pool.store.record(EventKind.REFUSE, str(err), owner=self.user.name, name=self.name)
         self.log.warning("refused %s: %s", self.server_label, err)
         return http_error(err)
 

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import ipywidgets as w
 
+from gpupool.culling import CullAction, CullReason
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
 
@@ -50,7 +51,7 @@ def culler_rows(
                 + (f" {why}" if why else ""),
             )
         )
-    if found.get("action") in ("warn", "resolve-memory"):
+    if found.get("action") in (CullAction.WARN, CullAction.RESOLVE_MEMORY):
         rows.append(("Warning", found.get("message", "")))
     return rows
 
@@ -159,7 +160,7 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
     return {
         "rows": parked + rows,
         "parked": bool(parked),
-        "extendable": holds and not found.get("extended") and found.get("reason") != "memory",
+        "extendable": holds and not found.get("extended") and found.get("reason") != CullReason.MEMORY,
     }
 
 

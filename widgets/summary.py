@@ -7,16 +7,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.culling import CullAction, CullReason
 from gpupool.train.states import JobState
 
 # the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
 REASONS = {
-    "idle-gpu": "if its GPU stays idle",
-    "idle-gpu-long": "if its GPU stays idle, even while you type",
-    "idle-jupyter": "if nobody uses it",
-    "max-age": "at the end of the longest session allowed",
-    "workday-end": "at the end of the workday",
-    "memory": "because it uses more GPU memory than its share",
+    CullReason.IDLE_GPU: "if its GPU stays idle",
+    CullReason.IDLE_GPU_LONG: "if its GPU stays idle, even while you type",
+    CullReason.IDLE_JUPYTER: "if nobody uses it",
+    CullReason.MAX_AGE: "at the end of the longest session allowed",
+    CullReason.WORKDAY_END: "at the end of the workday",
+    CullReason.MEMORY: "because it uses more GPU memory than its share",
 }
 
 
@@ -130,7 +131,7 @@ def summary(
         "reason_text": REASONS.get(found.get("reason", ""), ""),
         "action": found.get("action", ""),
         "message": found.get("message", ""),
-        "extendable": bool(found) and not found.get("extended") and found.get("reason") != "memory",
+        "extendable": bool(found) and not found.get("extended") and found.get("reason") != CullReason.MEMORY,
         "gpu_util_pct": found.get("gpu_util_pct"),
         "gpu_idle_s": found.get("gpu_idle_s"),
         "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
@@ -156,7 +157,7 @@ def summary(
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
     if out["moved"]:
         lines.append(f"{out['moved']}: nothing restarted")
-    if out["action"] == "warn" and out["message"]:
+    if out["action"] == CullAction.WARN and out["message"]:
         lines.append(f"warning: {out['message']}")
     out["budget"] = budget_summary(budget)
     if out["budget"]:

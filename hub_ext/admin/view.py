@@ -9,27 +9,31 @@ from gpupool.api.page import History, svg_plot
 from gpupool.api.pool import gpu_table
 from gpupool.api.quotas import current_quotas
 from gpupool.config import quota_notes
+from gpupool.kinds import EventKind
 from gpupool.pool import format_gpus
 from gpupool.pool.units import parse_gpus
-from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
+from gpupool.train.states import HAS_RUN, UNFINISHED, JobEvent, JobState
 
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
     from gpupool.manager import PoolManager
     from gpupool.train.backend import TrainingBackend
 
-EVENT_KINDS = (
-    "cull",
-    "warn",
-    "preempt",
-    "requeue",
-    "resume",
-    "memory",
-    "quota",
-    "cancel",
-    "setting-skipped",
-    "disk-limit",
-)  # what an admin must know: a stored setting no longer applies
+# what an admin must know (the page's last events): among them, a stored setting no longer applies
+EVENT_KINDS = frozenset(
+    {
+        EventKind.CULL,
+        EventKind.WARN,
+        JobEvent.PREEMPT,
+        JobEvent.REQUEUE,
+        JobEvent.RESUME,  # the same word as a workspace's resume (EventKind.RESUME)
+        EventKind.MEMORY,
+        EventKind.QUOTA,
+        JobEvent.CANCEL,
+        EventKind.SETTING_SKIPPED,
+        JobEvent.DISK_LIMIT,
+    }
+)
 
 
 def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:

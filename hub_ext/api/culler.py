@@ -18,6 +18,8 @@ from gpupool.api.auth import APIHandler
 from gpupool.api.hub_users import hub_user, hub_users
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
+from gpupool.culling import BudgetAction, CullAction, CullReason
+from gpupool.kinds import CULLER_EVENTS, EventKind
 from gpupool.store import Event
 from gpupool.store.db import bounded
 
@@ -111,7 +113,7 @@ def findings(
         if end is None:
             continue
         found[key] = {
-            **(seen or {"owner": row.owner, "name": row.name, "action": "keep", "message": ""}),
+            **(seen or {"owner": row.owner, "name": row.name, "action": CullAction.KEEP, "message": ""}),
             "reason": end[0],
             "cull_at": end[1],
             "extended": extended,
@@ -177,9 +179,9 @@ class TargetsHandler(APIHandler):
         self.write_json({"workspaces": out + parked_targets(pool, app)})
 
 
-def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> str:
+def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> BudgetAction:
     usage = settings.get("usage")
-    return usage.culler_action(owner, groups) if usage is not None else ""
+    return usage.culler_action(owner, groups) if usage is not None else BudgetAction.NONE
 
 
 class ReportHandler(APIHandler):
@@ -223,7 +225,7 @@ class ReportHandler(APIHandler):
                 )
 
 
-EVENT_KINDS = ("warn", "cull", "memory", "park")
+EVENT_KINDS = CULLER_EVENTS
 MAX_REPORTED = 100_000  # workspaces (and events) in one pass: far over any hub, under the body limit
 # a workspace's findings as the culler sends them: key -> (types, may be null)
 FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -246,11 +248,11 @@ KINDS: dict[tuple[type, ...], str] = {
     (int, float): "a number (below 1e15)",
     (bool,): "true or false",
 }
-ACTIONS = ("keep", "warn", "cull", "park", "resolve-memory")  # the culler policy's decisions
+ACTIONS = tuple(CullAction)  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
 DEFAULTS: dict[str, Any] = {
-    "action": "keep",
-    "reason": "",
+    "action": CullAction.KEEP,
+    "reason": CullReason.NONE,
     "message": "",
     "parked": "",
     "cull_at": None,
@@ -276,7 +278,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
             if key not in w or _fits(w[key], types, nullable):
                 continue
             raise ValueError(f"workspaces[{i}].{key} must be {KINDS[types]}{' or null' if nullable else ''}")
-        if w.get("action", "keep") not in ACTIONS:
+        if w.get("action", CullAction.KEEP) not in ACTIONS:
             raise ValueError(f"workspaces[{i}].action must be one of {', '.join(ACTIONS)}")
     events = _items(body, "events")
     for i, e in enumerate(events):
@@ -298,7 +300,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         ],
         [
             {
-                "kind": e["kind"],
+                "kind": EventKind(e["kind"]),
                 "owner": e["owner"],
                 "name": e["name"],
                 "message": _cut(e.get("message", "")),
@@ -375,11 +377,15 @@ def extend_workspace(
         raise web.HTTPError(409, "this session was already extended once; save your work")
     key = EXTENSION.format(owner=owner, name=name)
     pool.store.put_setting(key, {"session": session_of(app, owner, name, row), "at": time.time()})
-    pool.store.record("extend", f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
+    pool.store.record(EventKind.EXTEND, f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
-    if found is not None and found.get("action") == "warn" and found.get("reason") != "memory":
+    if (
+        found is not None
+        and found.get("action") == CullAction.WARN
+        and found.get("reason") != CullReason.MEMORY
+    ):
         # the old end time no longer holds: the culler's next pass reports the new one
-        found.update(action="keep", extended=True, message="extended once", cull_at=None)
+        found.update(action=CullAction.KEEP, extended=True, message="extended once", cull_at=None)
 
 
 class ExtendHandler(APIHandler):

@@ -14,6 +14,7 @@ from traitlets import TraitError
 from gpupool import runtime
 from gpupool.api.auth import APIHandler
 from gpupool.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
+from gpupool.kinds import EventKind
 from gpupool.pool.units import UnitError, parse_gpus, shown
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def change_quotas(pool: PoolManager, who: str, body: dict, what: str = "") -> di
     pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
     pool.quotas = policy
     pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
-    pool.store.record("quota", f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
+    pool.store.record(EventKind.QUOTA, f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
     return changed
 
 
@@ -159,6 +160,6 @@ class QuotasHandler(APIHandler):
         self.pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
         self.pool.quotas = runtime.settings().quota_policy()
         self.pool.store.record(
-            "quota", f"{self.caller.name} reset quotas to the config", owner=self.caller.name
+            EventKind.QUOTA, f"{self.caller.name} reset quotas to the config", owner=self.caller.name
         )
         self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": []})

@@ -10,6 +10,8 @@ from urllib.parse import quote
 
 from gpupool import runtime
 from gpupool.api.culler import culler_state, findings
+from gpupool.culling import CullAction, CullReason
+from gpupool.kinds import EventKind
 from gpupool.pool import format_gpus
 
 if TYPE_CHECKING:
@@ -23,9 +25,9 @@ def warnings_for(user: User, base_url: str = "") -> list[dict]:
         return []
     out = []
     for w in culler_state(runtime.api_settings)["workspaces"].values():
-        if w.get("owner") != user.name or w.get("action") != "warn":
+        if w.get("owner") != user.name or w.get("action") != CullAction.WARN:
             continue
-        can_extend = not w.get("extended") and w.get("reason") != "memory"
+        can_extend = not w.get("extended") and w.get("reason") != CullReason.MEMORY
         link = f"{base_url}/services/gpupool/culler/extend?server={quote(w.get('name', ''))}"
         out.append({**w, "extend_url": link if can_extend else ""})
     return sorted(out, key=lambda w: w.get("name", ""))
@@ -57,13 +59,13 @@ def shares_for(user: User, now: float | None = None) -> list[dict]:
 
 # why the culler stopped a server, as its owner reads it after "stopped at 18:00: "
 STOPPED = {
-    "workday-end": "end of the workday",
-    "max-age": "it reached the longest session allowed",
-    "idle-gpu": "its GPU had been idle while nobody used it",
-    "idle-gpu-long": "its GPU had been idle for hours",
-    "idle-jupyter": "nobody had used it",
-    "parked-idle": "nobody had used it since its GPU was parked",
-    "memory": "it used more GPU memory than its share",
+    CullReason.WORKDAY_END: "end of the workday",
+    CullReason.MAX_AGE: "it reached the longest session allowed",
+    CullReason.IDLE_GPU: "its GPU had been idle while nobody used it",
+    CullReason.IDLE_GPU_LONG: "its GPU had been idle for hours",
+    CullReason.IDLE_JUPYTER: "nobody had used it",
+    CullReason.PARKED_IDLE: "nobody had used it since its GPU was parked",
+    CullReason.MEMORY: "it used more GPU memory than its share",
 }
 
 
@@ -77,13 +79,15 @@ def stops_for(user: User, now: float | None = None, within_s: float = 7 * 86400)
     now = time.time() if now is None else now
     latest: dict[str, Any] = {}
     for e in pool.store.events(limit=200, owner=user.name):  # newest first
-        if e.kind == "cull" or (e.kind == "allocate" and e.message.startswith("build ")):  # a start
+        if e.kind == EventKind.CULL or (
+            e.kind == EventKind.ALLOCATE and e.message.startswith("build ")
+        ):  # a start
             latest.setdefault(e.name, e)
     running = {row.name for row in pool.store.allocations(kind="build", owner=user.name)}
     out = []
     for name, e in latest.items():
         at = e.time.replace(tzinfo=dt.UTC).timestamp()
-        if e.kind != "cull" or name in running or now - at > within_s or "dry run" in e.message:
+        if e.kind != EventKind.CULL or name in running or now - at > within_s or "dry run" in e.message:
             continue
         reason = (e.data or {}).get("reason", "")
         why = (

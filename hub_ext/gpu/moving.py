@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpupool.gpu.parking import ParkingBackend, ParkingError, park_process, resume_process
+from gpupool.kinds import MovePhase
 
-Result = Literal["moved", "returned", "aborted", "lost"]
-PhaseHook = Callable[[str, list[int]], None]
+Result = Literal[MovePhase.MOVED, MovePhase.RETURNED, MovePhase.ABORTED, MovePhase.LOST]
+PhaseHook = Callable[[MovePhase, list[int]], None]
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Outcome:
     pids: tuple[int, ...] = field(default=())  # the processes that were parked (what moved)
 
 
-def _nothing(phase: str, pids: list[int]) -> None:
+def _nothing(phase: MovePhase, pids: list[int]) -> None:
     pass
 
 
@@ -55,12 +56,14 @@ def move_processes(
                 resume_process(backend, pid)
         except ParkingError as again:
             return Outcome(
-                "lost", f"could not park ({err}), nor restore what was parked ({again})", tuple(parked)
+                MovePhase.LOST,
+                f"could not park ({err}), nor restore what was parked ({again})",
+                tuple(parked),
             )
-        return Outcome("aborted", f"could not park: {err}")
+        return Outcome(MovePhase.ABORTED, f"could not park: {err}")
     if not parked:
-        return Outcome("moved")  # no CUDA context anywhere: the share alone moves
-    on_phase("parked", parked)
+        return Outcome(MovePhase.MOVED)  # no CUDA context anywhere: the share alone moves
+    on_phase(MovePhase.PARKED, parked)
     return _forward(backend, parked, gpu_map, on_phase)
 
 
@@ -74,7 +77,7 @@ def _forward(
                 backend.restore(pid, gpu_map)
     except ParkingError as err:
         return _back(backend, parked, f"restore on the destination failed: {err}", on_phase)
-    return _unlock(backend, parked, on_phase, "restored", "moved", "")
+    return _unlock(backend, parked, on_phase, MovePhase.RESTORED, MovePhase.MOVED, "")
 
 
 def _back(backend: ParkingBackend, parked: list[int], why: str, on_phase: PhaseHook) -> Outcome:
@@ -86,8 +89,10 @@ def _back(backend: ParkingBackend, parked: list[int], why: str, on_phase: PhaseH
             if backend.state(pid) == "locked":
                 backend.checkpoint(pid)
     except ParkingError as err:
-        return Outcome("lost", f"{why}; taking it off the destination failed too: {err}", tuple(parked))
-    on_phase("returning", parked)
+        return Outcome(
+            MovePhase.LOST, f"{why}; taking it off the destination failed too: {err}", tuple(parked)
+        )
+    on_phase(MovePhase.RETURNING, parked)
     return _return(backend, parked, why, on_phase)
 
 
@@ -97,19 +102,24 @@ def _return(backend: ParkingBackend, parked: list[int], why: str, on_phase: Phas
             if backend.state(pid) == "checkpointed":
                 backend.restore(pid, None)
     except ParkingError as err:
-        return Outcome("lost", f"{why}; restoring it on its own GPU failed too: {err}", tuple(parked))
-    return _unlock(backend, parked, on_phase, "returned", "returned", why)
+        return Outcome(MovePhase.LOST, f"{why}; restoring it on its own GPU failed too: {err}", tuple(parked))
+    return _unlock(backend, parked, on_phase, MovePhase.RETURNED, MovePhase.RETURNED, why)
 
 
 def _unlock(
-    backend: ParkingBackend, parked: list[int], on_phase: PhaseHook, phase: str, result: Result, why: str
+    backend: ParkingBackend,
+    parked: list[int],
+    on_phase: PhaseHook,
+    phase: MovePhase,
+    result: Result,
+    why: str,
 ) -> Outcome:
     try:
         for pid in parked:
             if backend.state(pid) == "locked":
                 backend.unlock(pid)
     except ParkingError as err:
-        return Outcome("lost", f"{why + '; ' if why else ''}unlock failed: {err}", tuple(parked))
+        return Outcome(MovePhase.LOST, f"{why + '; ' if why else ''}unlock failed: {err}", tuple(parked))
     on_phase(phase, parked)
     return Outcome(result, why, tuple(parked))
 
@@ -125,19 +135,20 @@ def recover(
     `phase` "reserved": nothing was parked for sure, so whatever is locked or checkpointed is
     on A and runs there again."""
     pids = [p for p in pids if backend.state(p) != "none"]
-    if phase == "reserved":
+    if phase == MovePhase.RESERVED:
         try:
             for pid in pids:
                 resume_process(backend, pid)
         except ParkingError as err:
             return Outcome(
-                "lost", f"the hub restarted while parking it; restoring it failed: {err}", tuple(pids)
+                MovePhase.LOST, f"the hub restarted while parking it; restoring it failed: {err}", tuple(pids)
             )
-        return Outcome("aborted", "the hub restarted before the move began")
-    if phase == "parked":
+        return Outcome(MovePhase.ABORTED, "the hub restarted before the move began")
+    if phase == MovePhase.PARKED:
         return _forward(backend, pids, gpu_map, on_phase)
-    if phase == "returning":
+    if phase == MovePhase.RETURNING:
         return _return(backend, pids, "the restore on the destination failed", on_phase)
-    if phase in ("restored", "returned"):
-        return _unlock(backend, pids, on_phase, phase, "moved" if phase == "restored" else "returned", "")
+    if phase in (MovePhase.RESTORED, MovePhase.RETURNED):
+        done: Result = MovePhase.MOVED if phase == MovePhase.RESTORED else MovePhase.RETURNED
+        return _unlock(backend, pids, on_phase, MovePhase(phase), done, "")
     raise ValueError(f"unknown move phase {phase!r}")

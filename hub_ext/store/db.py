@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpupool.store.migrate import upgrade
 from gpupool.store.models import Allocation, Event, Setting
+
+if TYPE_CHECKING:
+    from gpupool.kinds import EventKind
+    from gpupool.train.states import JobEvent
 
 
 class Store:
@@ -64,7 +68,9 @@ class Store:
             if row is not None:
                 s.delete(row)
 
-    def record(self, kind: str, message: str, owner: str = "", name: str = "", **data: Any) -> None:
+    def record(
+        self, kind: EventKind | JobEvent, message: str, owner: str = "", name: str = "", **data: Any
+    ) -> None:
         with self.session() as s:
             s.add(Event(kind=kind, owner=owner, name=name, message=bounded(message), data=data))
 

@@ -7,6 +7,8 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gpupool.kinds import AllocationState
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
@@ -32,7 +34,7 @@ class Allocation(Base):
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     groups: Mapped[list[str]] = mapped_column(JSON, default=list)  # owner's groups at reserve time
-    state: Mapped[str] = mapped_column(String(16), default="reserved")  # reserved | running
+    state: Mapped[str] = mapped_column(String(16), default=AllocationState.RESERVED)
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     updated: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
@@ -49,7 +51,9 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     time: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
-    kind: Mapped[str] = mapped_column(String(32), index=True)
+    kind: Mapped[str] = mapped_column(
+        String(32), index=True
+    )  # gpupool.kinds.EventKind or train.states.JobEvent
     owner: Mapped[str] = mapped_column(String(255), default="", index=True)
     name: Mapped[str] = mapped_column(String(255), default="")
     message: Mapped[str] = mapped_column(Text, default="")

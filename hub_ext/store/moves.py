@@ -8,9 +8,8 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from gpupool.kinds import MovePhase
 from gpupool.store.models import Base, utcnow
-
-ACTIVE_PHASES = ("reserved", "parked", "returning", "restored")  # a move the hub must finish
 
 
 class Move(Base):
@@ -33,7 +32,7 @@ class Move(Base):
     why: Mapped[str] = mapped_column(
         String(255), default=""
     )  # "a training job", "a notebook resuming its GPU"
-    phase: Mapped[str] = mapped_column(String(16), default="reserved")
+    phase: Mapped[str] = mapped_column(String(16), default=MovePhase.RESERVED)
     pids: Mapped[list[int]] = mapped_column(JSON, default=list)  # the processes parked (from "parked" on)
     server_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     started_at: Mapped[float] = mapped_column(Float)
@@ -47,6 +46,6 @@ def last_moves(session, since: float) -> dict[tuple[str, str], Move]:
     from sqlalchemy import select
 
     rows = session.scalars(
-        select(Move).where(Move.phase == "moved", Move.ended_at >= since).order_by(Move.id)
+        select(Move).where(Move.phase == MovePhase.MOVED, Move.ended_at >= since).order_by(Move.id)
     )
     return {(m.owner, m.name): m for m in rows}

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.train import states
+
 MILLI_S_PER_GPU_HOUR = 1000 * 3600
 DIMENSIONS = ("user", "group", "project", "pool", "model", "kind")
 NO_GROUP = "(no group)"
@@ -94,7 +96,7 @@ class UseRow:
 
 @dataclass(frozen=True)
 class JobEvent:
-    kind: str  # start (a first run) | fail | preempt
+    kind: states.JobEvent  # START (a first run) | FAIL | PREEMPT
     job: str
     owner: str
     project: str
@@ -229,11 +231,11 @@ def totals(
         h = with_groups(Held("train", j.owner, j.job, 0, j.time, j.time, (), j.project))
         for k in h.keys(by) if by not in ("pool", "model") else (ANY_POOL if by == "pool" else "?",):
             t = at(k)
-            if j.kind == "start":
+            if j.kind == states.JobEvent.START:
                 t.jobs_run += 1
-            elif j.kind == "fail":
+            elif j.kind == states.JobEvent.FAIL:
                 t.jobs_failed += 1
-            elif j.kind == "preempt":
+            elif j.kind == states.JobEvent.PREEMPT:
                 t.jobs_preempted += 1
     return out
 
@@ -282,7 +284,7 @@ def waits(jobs: Iterable[JobEvent], a: int, b: int) -> dict[str, dict[str, int |
     """Per project: how long jobs that first started in [a, b) waited (p50, p95, count)."""
     by_project: dict[str, list[int]] = {}
     for j in jobs:
-        if j.kind == "start" and a <= j.time < b:
+        if j.kind == states.JobEvent.START and a <= j.time < b:
             by_project.setdefault(j.project, []).append(max(0, j.wait_s))
     return {
         p: {"p50_s": percentile(w, 50), "p95_s": percentile(w, 95), "jobs": len(w)}

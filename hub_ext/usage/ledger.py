@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, select
 
+from gpupool.kinds import EventKind
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.pools import NodePool
 from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
@@ -54,7 +55,7 @@ class Ledger:
         with self.store.session() as s:
             q = (
                 select(Event)
-                .where(Event.kind.in_(("release", "allocate")), Event.time >= stored(a))
+                .where(Event.kind.in_((EventKind.RELEASE, EventKind.ALLOCATE)), Event.time >= stored(a))
                 .filter_by(**who)
                 .order_by(Event.id)
             )
@@ -67,7 +68,7 @@ class Ledger:
             kind = data.get("kind") or _kind_of(e.message)
             if kind not in KINDS:
                 continue
-            if e.kind == "allocate":
+            if e.kind == EventKind.ALLOCATE:
                 opened[(kind, e.owner, e.name)] = epoch(e.time)
                 continue
             since = data.get("since")
@@ -158,7 +159,9 @@ class Ledger:
         with self.store.session() as s:
             events = list(
                 s.scalars(
-                    select(Event).where(Event.kind == "unpark", Event.time >= stored(a)).filter_by(**who)
+                    select(Event)
+                    .where(Event.kind == EventKind.UNPARK, Event.time >= stored(a))
+                    .filter_by(**who)
                 )
             )
             rows = list(s.scalars(select(Parked).filter_by(**who)))
@@ -309,9 +312,11 @@ class Ledger:
             if j is None:
                 continue
             t = int(epoch(e.time))
-            out.append(JobEvent(e.kind, j.id, j.owner, j.project, t, int(max(0.0, t - j.submitted))))
+            out.append(
+                JobEvent(states.JobEvent(e.kind), j.id, j.owner, j.project, t, int(max(0.0, t - j.submitted)))
+            )
         out += [
-            JobEvent("fail", j.id, j.owner, j.project, int(j.finished))
+            JobEvent(states.JobEvent.FAIL, j.id, j.owner, j.project, int(j.finished))
             for j in failed
             if j.finished is not None
         ]  # the query asked for a finish time
@@ -350,7 +355,7 @@ class Ledger:
             s.flush()
             s.add(
                 Event(
-                    kind="budget",
+                    kind=EventKind.BUDGET,
                     owner=by,
                     name=target,
                     message=f"{by} {'exempted' if kind == 'exempt' else 'topped up'} {target}"
@@ -369,7 +374,7 @@ class Ledger:
             row.until = int(now)
             s.add(
                 Event(
-                    kind="budget",
+                    kind=EventKind.BUDGET,
                     owner=by,
                     name=row.target,
                     message=f"{by} ended the {row.kind} of {row.target}",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from gpupool.culling import BudgetAction
 from gpupool.pool.errors import QuotaExceeded
 from gpupool.pool.units import format_gpus
 from gpupool.train.states import JobState
@@ -320,13 +321,13 @@ class UsageService:
             hit = self._cache[key] = (now, self.budget_states(owner, key[1]))
         return next((s for s in hit[1] if s.status == "over"), None)
 
-    def culler_action(self, owner: str, groups: Iterable[str]) -> str:
-        """For the culler's targets: "park", "stop" or "" — what to do with an idle GPU of `owner`."""
+    def culler_action(self, owner: str, groups: Iterable[str]) -> BudgetAction:
+        """For the culler's targets: what to do with an idle GPU of `owner` (NONE: nothing)."""
         if self.over(owner, groups) is None:
-            return ""
+            return BudgetAction.NONE
         if self.parking:
-            return "park"
-        return "stop" if self.cfg.over_budget == "park-or-stop" else ""
+            return BudgetAction.PARK
+        return BudgetAction.STOP if self.cfg.over_budget == "park-or-stop" else BudgetAction.NONE
 
     def held_jobs(self, rows: Iterable[Any]) -> dict[str, str]:
         """Queued train jobs of owners over budget: they wait (job id -> why)."""

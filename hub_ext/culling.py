@@ -1,0 +1,48 @@
+"""The words of the culler's decisions (gpupool.idle_culler.policy), which travel in its report
+to the hub (gpupool.api.culler) and on to the pages and the notebook widgets: what it does to a
+workspace and why. String-valued enums, serialised as the same strings they always were.
+
+Core, not the culler's own folder, because the hub and the widgets read them too (and neither may
+import the culler); pure and stdlib-only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["BudgetAction", "CullAction", "CullReason"]
+
+
+class CullAction(StrEnum):
+    """What the policy decided for one workspace in one pass."""
+
+    KEEP = "keep"
+    WARN = "warn"
+    PARK = "park"  # checkpoint its idle GPU and give the share to others
+    CULL = "cull"  # stop it
+    RESOLVE_MEMORY = "resolve-memory"  # over its memory share past the grace: the resolver acts
+
+
+class CullReason(StrEnum):
+    """Why: the limit that ends the session (or the rule that acts on it)."""
+
+    NONE = ""
+    IDLE_GPU = "idle-gpu"
+    IDLE_GPU_LONG = "idle-gpu-long"
+    IDLE_JUPYTER = "idle-jupyter"
+    PARKED_IDLE = "parked-idle"
+    MAX_AGE = "max-age"
+    WORKDAY_END = "workday-end"
+    MEMORY = "memory"
+    BUDGET = "budget"  # its owner is over a GPU-hour budget
+    RESTART_KERNEL = "restart-kernel"  # a memory event: its kernels were restarted
+    PARK = "park"  # not a reason the policy gives: the key of the park time among the limits
+
+
+class BudgetAction(StrEnum):
+    """What the culler does with an idle GPU of a user over a GPU-hour budget (the hub says so in
+    each target's `budget`, from gpupool.usage)."""
+
+    NONE = ""  # not over budget, or nothing to do
+    PARK = "park"
+    STOP = "stop"
