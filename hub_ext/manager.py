@@ -373,13 +373,6 @@ class PoolManager:
                 .values(state=AllocationState.RUNNING, pid=pid)
             )
 
-    async def mark_running_async(self, w: Workload, pid: int | None) -> None:
-        """`mark_running` in a worker thread (its commit waits for an fsync), for hubs where a
-        spawn's reservation is made off the loop too (Kubernetes). A release that commits first
-        deletes the row and this updates nothing; with no pid on Kubernetes, a new reservation of
-        the same server marked a moment early is marked as it would be a moment later."""
-        await asyncio.to_thread(self.mark_running, w, pid)
-
     def newcomer_view(self) -> ClusterState:
         """The pool as a new spawn or train job may see it: room kept for resume claims."""
         return newcomer_view(self.state, self.parked_without_gpu(), self.policy, self.rng)

@@ -269,10 +269,6 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         # changes the pool's state without the manager's lock
         return await self.reserve_milli_off_loop(milli)
 
-    async def record_running(self) -> None:
-        # off the loop as the reservation was (its commit waits for an fsync)
-        await self.pool.mark_running_async(self.workload, self.server_pid())
-
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
         backend = self.backend()

@@ -325,12 +325,8 @@ class GPUSpawnerMixin(_SpawnerBase):
             raise
         failpoints.reach("spawn.started")
         if self.gpupool_allocation is not None:
-            await self.record_running()
+            self.pool.mark_running(self.workload, self.server_pid())
         return url
-
-    async def record_running(self) -> None:
-        """The share's server runs (its row says so, with the pid the culler follows)."""
-        self.pool.mark_running(self.workload, self.server_pid())
 
     async def stop(self, now: bool = False) -> None:
         """Stop the server; its share goes back only once the server is gone. A stop that

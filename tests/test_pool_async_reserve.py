@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.manager import PoolManager, Workload
+from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
 from tests.support.pools import make_pool
 
@@ -73,32 +73,3 @@ def test_group_usage_is_read_only_for_a_group_with_a_total(tmp_path: Path) -> No
     assert pm.group_usage() == {"cs101": 250, "other": 250}  # the admin page's view: every group
     with pytest.raises(QuotaExceeded, match="group 'cs101' may hold"):
         pm.reserve_build("bob", ["cs101"], "", 500)
-
-
-async def test_a_running_server_is_marked_off_the_loop_and_a_released_one_stays_released(
-    tmp_path: Path,
-) -> None:
-    """The Kubernetes spawn's last write (the row says `running`) runs in a worker thread like its
-    reservation; a share released before that write lands is not brought back by it."""
-
-    pm = manager(tmp_path)
-    pm.reserve_build("ann", [], "", 250)
-    pm.reserve_build("bob", [], "", 250)
-    loop_thread, marked_in = threading.get_ident(), []
-    real = pm.mark_running
-
-    def spy(w, pid) -> None:
-        marked_in.append(threading.get_ident())
-        real(w, pid)
-
-    pm.mark_running = spy  # type: ignore[method-assign]
-    await pm.mark_running_async(Workload("build", "ann", ""), None)
-    assert marked_in and marked_in[0] != loop_thread
-    assert [(r.owner, r.state) for r in pm.store.allocations(kind="build")] == [
-        ("ann", "running"),
-        ("bob", "reserved"),
-    ]
-    pm.release(Workload("build", "bob", ""), "stopped")
-    await pm.mark_running_async(Workload("build", "bob", ""), None)
-    assert [r.owner for r in pm.store.allocations(kind="build")] == ["ann"]
-    assert pm.state.used_milli() == 250
