@@ -115,14 +115,22 @@ def real_node(
 
 
 PROBE = r"""
-import json, os, socket, ssl, urllib.request
+import json, os, socket, ssl, time, urllib.request
 out = {"uid": os.getuid(), "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES", "")}
 out["dns"] = socket.gethostbyname("kubernetes.default.svc.cluster.local")
 sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 req = urllib.request.Request("https://kubernetes.default.svc/version",
                              headers={"Authorization": "Bearer " + open(sa + "/token").read()})
 out["api"] = json.load(urllib.request.urlopen(req, context=ssl.create_default_context(cafile=sa + "/ca.crt")))["gitVersion"]
-out["web"] = urllib.request.urlopen("http://web.node-test.svc.cluster.local/hello.txt", timeout=10).read().decode()
+# a new Service's rules reach kube-proxy a moment after its endpoint is ready: retry, as clients do
+for attempt in range(30):
+    try:
+        out["web"] = urllib.request.urlopen("http://web.node-test.svc.cluster.local/hello.txt", timeout=10).read().decode()
+        break
+    except OSError:
+        if attempt == 29:
+            raise
+        time.sleep(1)
 open("/data/written", "w").write("kept")
 out["volume"] = open("/data/written").read()
 print(json.dumps(out))
