@@ -60,13 +60,17 @@ class PoolManager:
         quotas: BuildQuotaPolicy,
         policy: Policy,
         seed: int = 0,
+        node_pools: dict[str, NodePool] | None = None,
+        skipped_settings: dict[str, str] | None = None,
     ) -> None:
         self.inventory = inventory
         self.store = store
         self.quotas = quotas
         self.policy = policy
-        self.node_pools: dict[str, NodePool] = {}  # c.TrainPool.node_pools, for build workspaces too
-        self.skipped_settings: dict[str, str] = {}  # stored admin settings that no longer validate: why
+        # c.TrainPool.node_pools, for build workspaces too
+        self.node_pools: dict[str, NodePool] = dict(node_pools or {})
+        # stored admin settings that no longer validate: why
+        self.skipped_settings: dict[str, str] = dict(skipped_settings or {})
         self.rng = random.Random(seed)
         self.state = ClusterState(inventory)
         # held by every change of `state` made here: reserve_build_async runs in a worker thread

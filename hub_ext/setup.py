@@ -23,14 +23,17 @@ from typing import TYPE_CHECKING, Any
 from traitlets.config import Config
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
-
+    from gpupool.config import GPUPool
+    from gpupool.gpu_env_files import GPUEnvFiles
+    from gpupool.hub_adapter import HubApp
     from gpupool.idle_culler.sampler import Sampler
     from gpupool.manager import PoolManager
+    from gpupool.mover import MoverService
     from gpupool.parking import ParkingService
-    from gpupool.store import Allocation
+    from gpupool.root import GPUPoolHub
     from gpupool.train.backend import TrainingBackend
     from gpupool.train.service import TrainingService
+    from gpupool.usage.service import UsageService
 
 log = logging.getLogger("gpupool")
 
@@ -41,13 +44,15 @@ ACCESS = f"access:services!service={SERVICE}"
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
-    from gpupool.config import GPUPool
+    from gpupool.root import ROOT_KEY, GPUPoolHub
 
     # a broken quota, project or culler table stops the hub here, while it reads its config,
     # with the reason, instead of failing inside the running hub
     validate(c)
     c.JupyterHub.spawner_class = spawner
-    settings = GPUPool(config=c)  # only to read the API address; the hub builds its own later
+    root = GPUPoolHub(c)  # the hub side's parts, once; the hub hands it to spawners and pages
+    c.JupyterHub.tornado_settings = {**c.JupyterHub.get("tornado_settings", {}), ROOT_KEY: root}
+    settings = root.settings
     token = secrets.token_hex(32)
     api_url = _service_url(settings)
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
@@ -85,8 +90,8 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.services = services
     c.JupyterHub.load_roles = roles
     c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", ACCESS]
-    _home_page_warnings(c)
-    _start_in_hub(c, token, settings.api_ip, settings.api_port, culler, notes)
+    _home_page_warnings(c, root)
+    _start_in_hub(root, token, settings.api_ip, settings.api_port, culler, notes)
 
 
 def _service_url(settings: Any) -> str:
@@ -103,7 +108,7 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from gpupool.accounts import SystemAccounts
     from gpupool.config import GPUPool
-    from gpupool.runtime import node_pools
+    from gpupool.quota_settings import node_pools
     from gpupool.train.config import TrainPool
 
     node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
@@ -122,7 +127,7 @@ def validate(c: Config) -> None:
     culler.arbiter_hook()  # importable here, so in the culler's process too (same install)
 
 
-def _home_page_warnings(c: Config) -> None:
+def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     """The hub's home page shows the culler's warnings (hub_ext/templates/home.html extends
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
@@ -135,14 +140,14 @@ def _home_page_warnings(c: Config) -> None:
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
     c.JupyterHub.template_vars = {
         **c.JupyterHub.get("template_vars", {}),
-        "gpupool_warnings": lambda user: warnings_for(user, base),
-        "gpupool_shares": shares_for,
-        "gpupool_stops": stops_for,
+        "gpupool_warnings": lambda user: warnings_for(root, user, base),
+        "gpupool_shares": lambda user: shares_for(root, user),
+        "gpupool_stops": lambda user: stops_for(root, user),
     }
 
 
 def _start_in_hub(
-    c: Config, token: str, ip: str, port: int, culler: bool = False, notes: list[str] | None = None
+    root: GPUPoolHub, token: str, ip: str, port: int, culler: bool = False, notes: list[str] | None = None
 ) -> None:
     """Schedule the API server and the start-up reconcile on the hub's event loop.
 
@@ -154,71 +159,43 @@ def _start_in_hub(
     except RuntimeError:
         return
     from gpupool import tasks
+    from gpupool.hub_adapter import HubApp
 
-    refuse_lost_state(c)  # before the hub polls any server: the share table must be this one's
-    tasks.start(
-        _serve(c, token, ip, port, culler, notes or []), "the gpupool API and its start-up reconcile", loop
-    )
+    root.refuse_lost_state()  # before the hub polls any server: the share table must be this one's
 
+    async def serve() -> None:
+        await _serve(root, HubApp.running(), token, ip, port, culler, notes or [])
 
-def refuse_lost_state(c: Config) -> None:
-    """Open the database and check that running work is its own (gpupool.instance); the hub stops
-    here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from gpupool import runtime
-    from gpupool.instance import LostState
-
-    try:
-        runtime.cgroups(c)
-    except LostState as err:
-        runtime.close()
-        raise SystemExit(str(err)) from None
-    except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
-        runtime.close()
-        where = runtime.db_where(runtime.settings(c).db_url)
-        raise SystemExit(
-            f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
-            f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
-            " move it aside to start empty only when no server or job of this hub runs."
-        ) from None
-    except Exception as err:
-        # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
-        import traceback
-
-        traceback.print_exc()
-        raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
+    tasks.start(serve(), "the gpupool API and its start-up reconcile", loop)
 
 
 async def _serve(
-    c: Config, token: str, ip: str, port: int, culler: bool = False, notes: Sequence[str] = ()
+    root: GPUPoolHub, hub: HubApp, token: str, ip: str, port: int, culler: bool, notes: Sequence[str]
 ) -> None:
-    from jupyterhub.app import JupyterHub
+    """Start the hub-side services in the running hub, hand them to the root, serve the gpupool
+    API, and once the hub answers reconcile persisted allocations with what runs."""
     from jupyterhub.services.auth import HubOAuth
 
-    from gpupool import runtime
     from gpupool.api import make_app
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
-
-    hub = JupyterHub.instance()
-    _log_like_hub(hub.log)
     from gpupool.redact import install
+    from gpupool.root import Running
 
+    log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
-    contained = runtime.cgroups(hub.config)
-    if hasattr(hub.spawner_class, "cleanup_orphans"):  # processes on this machine (on Kubernetes: pods)
+    contained = root.cgroups
+    if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
     for note in notes:
         log.info("%s", note)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
-    pool = runtime.pool(hub.config)
-    gpu_files = _publish_gpus(hub, pool)
-    hub_api = _hub_api_url(hub)
+    pool = root.pool
+    gpu_files = publish_gpus(hub, pool, root.settings)
     base_url = f"{hub.base_url.rstrip('/')}/services/{SERVICE}/"
     auth = HubOAuth(
         api_token=token,
-        api_url=hub_api,
+        api_url=hub.api_url,
         base_url=base_url,
         hub_prefix=f"{hub.base_url.rstrip('/')}/hub/",
         oauth_client_id=f"service-{SERVICE}",
@@ -226,23 +203,24 @@ async def _serve(
         access_scopes={ACCESS},
         cache_max_age=60,
     )
-    training = await _start_training(hub, pool)
-    parking = _start_parking(hub, pool)
-    usage = _start_usage(hub, pool, training, parking)
+    training = await start_training(root, hub.config)
+    parking = start_parking(hub.config, pool)
+    usage = start_usage(hub, pool, training, parking)
     app = make_app(
-        pool,
+        root,
         auth,
-        hub_app=hub,
+        hub,
         extra_settings={
             "training": training,
             "parking": parking,
-            "session_end": _session_end(hub.config, culler),
-            "demo_gpu_use": _demo_use(hub.config, culler),
+            "session_end": session_end(hub.config, culler),
+            "demo_gpu_use": demo_use(hub.config),
             "usage": usage,
         },
     )
-    runtime.api_settings = app.settings  # the home page's warnings read the culler's findings here
-    _start_mover(hub, pool, parking, training, app.settings)
+    mover = start_mover(hub.config, pool, parking, training, app.settings)
+    # from here the home page's warnings read the culler's findings in the API's settings
+    root.serving(Running(hub, app.settings, training, parking, usage, mover))
     if gpu_files is not None:
         gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
@@ -250,18 +228,8 @@ async def _serve(
     # The hub waits for this service to answer before it finishes starting, so we listen first.
     # The hub binds its own REST API only after initialize() has checked every server it had
     # running, so once that API answers, the spawners say truthfully what is running.
-    await _hub_answers(hub_api)
-
-    def is_running(row: Allocation) -> bool:
-        if _is_active(hub, row):
-            return True
-        cleanup = getattr(hub.spawner_class, "cleanup_orphans", None)
-        if cleanup is not None and row.kind == "build":
-            for pid in cleanup(row.owner, row.name):
-                log.warning("stopped orphaned server process %d of %s/%s", pid, row.owner, row.name)
-        return False
-
-    released = pool.reconcile(is_running)
+    await hub_answers(hub.api_url)
+    released = pool.reconcile(root.is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
     from gpupool.admin import register
@@ -269,30 +237,26 @@ async def _serve(
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
 
 
-def _publish_gpus(hub: JupyterHub, pool: PoolManager) -> Any:
+def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFiles | None:
     """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
     where the servers run on this machine (local spawners: their shares can move)."""
-    from gpupool import runtime
     from gpupool.gpu_env_files import GPUEnvFiles, account_gid, default_folder
 
-    if not getattr(hub.spawner_class, "follows_published_gpu", False):
+    if not hub.follows_published_gpu:
         return None
-    config = hub.config
-    files = GPUEnvFiles(
-        default_folder(), pool, runtime.settings(config).mps_pipe_directory, account_gid(config)
-    )
+    files = GPUEnvFiles(default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config))
     pool.build_changed = files.publish
     return files
 
 
-def _demo_use(config: Config, culler: bool) -> bool:
+def demo_use(config: Config) -> bool:
     """Whether users say what their GPU does (the culling demo's sampler): api/demo/gpu-use."""
     from gpupool.idle_culler.config import IdleCuller
 
     return IdleCuller(config=config).sampler == "demo"
 
 
-def _session_end(config: Config, culler: bool) -> Any:
+def session_end(config: Config, culler: bool) -> Any:
     """The culler's time rules, so pages show when a session ends from its spawn on (None: no culler)."""
     if not culler:
         return None
@@ -301,9 +265,9 @@ def _session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
-def _start_usage(
-    hub: JupyterHub, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None
-) -> Any:
+def start_usage(
+    hub: HubApp, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None
+) -> UsageService:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
     from tornado.ioloop import IOLoop, PeriodicCallback
@@ -312,14 +276,7 @@ def _start_usage(
     from gpupool.usage.metrics import register_metrics
     from gpupool.usage.service import UsageService
 
-    def groups_of(owner: str) -> tuple[str, ...]:
-        try:
-            user = hub.users[owner]
-        except KeyError:
-            return ()
-        return tuple(sorted(g.name for g in user.groups))
-
-    usage = UsageService(pool, Usage(config=hub.config), groups_of, parking=parking is not None)
+    usage = UsageService(pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None)
     pool.admission = lambda w, groups, milli: usage.check(w.owner, groups, milli, "build")
     pool.form_notes = usage.form_notes
     if training is not None:
@@ -337,7 +294,7 @@ def _start_usage(
     return usage
 
 
-def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
+def start_parking(config: Config, pool: PoolManager) -> ParkingService | None:
     """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
     from tornado.ioloop import PeriodicCallback
 
@@ -345,7 +302,7 @@ def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
     from gpupool.parking import build_parking
 
     try:
-        parking = build_parking(hub.config, pool, state_dir())
+        parking = build_parking(config, pool, state_dir())
     except ParkingError as err:
         log.warning("parking is off: %s", err)
         return None
@@ -360,13 +317,13 @@ def _start_parking(hub: JupyterHub, pool: PoolManager) -> Any:
     return parking
 
 
-def _start_mover(
-    hub: JupyterHub,
+def start_mover(
+    config: Config,
     pool: PoolManager,
     parking: ParkingService | None,
     training: TrainingBackend | None,
     settings: dict,
-) -> Any:
+) -> MoverService | None:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
     from tornado.ioloop import PeriodicCallback
@@ -375,7 +332,7 @@ def _start_mover(
     from gpupool.mover import build_mover
 
     mover = build_mover(
-        hub.config,
+        config,
         pool,
         parking,
         lambda: culler_state(settings),
@@ -406,21 +363,21 @@ def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
     return culler.util_threshold_pct, (culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
 
 
-async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend | None:
+async def start_training(root: GPUPoolHub, config: Config) -> TrainingBackend:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
 
-    from gpupool import runtime
     from gpupool.train.config import TrainPool
 
-    cfg = TrainPool(config=hub.config)
-    util_pct, gpu_use_source = culler_gpu_use(hub.config)
+    pool = root.pool
+    cfg = TrainPool(config=config)
+    util_pct, gpu_use_source = culler_gpu_use(config)
     if cfg.runner == "kubernetes":
         from gpupool.gpu.sharing import make_backend
         from gpupool.train.kube_service import KubeTrainingService
 
-        _configure_kubespawner_clients(hub.config)
+        _configure_kubespawner_clients(config)
         kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()), util_pct)
         # the API answers at once; the watches catch up (and settle rows) in the background
         from gpupool import tasks
@@ -435,7 +392,7 @@ async def _start_training(hub: JupyterHub, pool: PoolManager) -> TrainingBackend
         from gpupool.train.backend import LocalTraining
         from gpupool.train.service import TrainingService
 
-        engine = TrainingService(pool, cfg, cgroups=runtime.cgroups(hub.config), idle_util_pct=util_pct)
+        engine = TrainingService(pool, cfg, cgroups=root.cgroups, idle_util_pct=util_pct)
         training = LocalTraining(engine)
         await training.start()
         from gpupool import tasks
@@ -471,7 +428,7 @@ async def _look_after_folders(training: TrainingService, every_s: float) -> None
             log.exception("looking after job folders failed")
 
 
-async def _hub_answers(hub_api: str, every_s: float = 0.2) -> None:
+async def hub_answers(hub_api: str, every_s: float = 0.2) -> None:
     """Wait until the hub's REST API answers (its root needs no token)."""
     from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
@@ -560,28 +517,12 @@ async def _kube_api_client() -> Any:
     return client.ApiClient(cfg)
 
 
-def _log_like_hub(hub_log: logging.Logger) -> None:
+def log_like_hub(hub_log: logging.Logger) -> None:
     """gpupool's messages in the hub's log, with its format and level."""
     for handler in hub_log.handlers:
         log.addHandler(handler)
     log.setLevel(hub_log.level)
     log.propagate = False
-
-
-def _hub_api_url(hub: JupyterHub) -> str:
-    ip = hub.hub_connect_ip or hub.hub_ip or "127.0.0.1"
-    return f"http://{ip}:{hub.hub_port}{hub.base_url.rstrip('/')}/hub/api"
-
-
-def _is_active(hub: JupyterHub, row: Allocation) -> bool:
-    """Does the hub know a running or starting server for this allocation?"""
-    if row.kind != "build":
-        return True  # only build workspaces are reconciled here
-    from gpupool.api.hub_users import hub_user
-
-    user = hub_user(hub, row.owner)
-    spawner = user.spawners.get(row.name) if user is not None else None
-    return bool(spawner and spawner.active)
 
 
 def python_command(module: str, *args: str) -> list[str]:

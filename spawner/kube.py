@@ -17,7 +17,6 @@ from slugify import slugify
 from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
-from gpupool import runtime
 from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kinds import EventKind
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
@@ -129,7 +128,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         old = getattr(self, name)
         if old and name not in self.config.get("GPUPool", {}):
             return old
-        return getattr(runtime.settings(self.config), name)
+        return getattr(self.gpupool_root.settings, name)
 
     def places_in_pools(self) -> bool:
         return False  # the nominal inventory has no pools: the pod's node affinity keeps it there

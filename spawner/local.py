@@ -9,7 +9,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
 from tornado import web
 
-from gpupool import gpu_env_files, runtime
+from gpupool import gpu_env_files
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
@@ -26,7 +26,7 @@ class _LocalGPU(GPUSpawnerMixin):
 
     @property
     def cgroups(self) -> WorkloadCgroups:
-        return runtime.cgroups(self.config)
+        return self.gpupool_root.cgroups
 
     @property
     def cgroup(self) -> str:
@@ -145,14 +145,13 @@ def stop_orphans(
     return stopped
 
 
-def end_orphaned(owner: str, name: str) -> list[int]:
+def end_orphaned(cgroups: WorkloadCgroups, owner: str, name: str) -> list[int]:
     """After a hub restart, for a workspace the hub does not know as running: end its cgroup (every
     process it started) and SIGTERM untracked servers found by their tag; the pids ended."""
-    cgroups = runtime.cgroups()
     group = cgroups.workspace(owner, name)
     pids = cgroups.tree.pids(group)
     cgroups.tree.end(group, cgroups.stop_timeout_s)
-    return sorted({*pids, *stop_orphans(owner, name, marker=f"{HUB_VAR}={runtime.hub_key()}")})
+    return sorted({*pids, *stop_orphans(owner, name, marker=f"{HUB_VAR}={cgroups.hub_key}")})
 
 
 async def wait_gone(pids: list[int], grace_s: float, step_s: float = 0.1) -> None:

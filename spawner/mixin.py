@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 from traitlets import HasTraits, default
 
-from gpupool import failpoints, runtime
+from gpupool import failpoints
 from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
 from gpupool.kinds import EventKind
@@ -20,6 +20,7 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
+from gpupool.root import GPUPoolHub, root_of
 from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
 from gpupool.store import Allocation
 
@@ -52,8 +53,14 @@ class GPUSpawnerMixin(_SpawnerBase):
 
     # --- helpers -------------------------------------------------------------
     @property
+    def gpupool_root(self) -> GPUPoolHub:
+        """The hub side's composition root: JupyterHub hands every User the hub's tornado settings
+        (`User.settings`), where `configure(c)` put it (gpupool.root)."""
+        return root_of(getattr(self.user, "settings", None))
+
+    @property
     def pool(self) -> PoolManager:
-        return runtime.pool(self.config)
+        return self.gpupool_root.pool
 
     @property
     def workload(self) -> Workload:
@@ -73,7 +80,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         added to a group after their spawn count for it); None before the gpupool API runs,
         and when none of this user's groups has a total (nothing to count: a spawn in a class of
         thousands reads no other user). Read on the event loop: the hub's ORM is not threadsafe."""
-        directory = (runtime.api_settings or {}).get("directory")
+        directory = self.gpupool_root.directory
         if directory is None or not set(self.user_groups) & set(self.pool.quotas.group_totals_milli):
             return None
         return directory.groups_of(self.pool.build_holders())
@@ -381,7 +388,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         alloc = self.gpupool_allocation
         if alloc is None:
             return {}
-        cfg = runtime.settings(self.config)
+        cfg = self.gpupool_root.settings
         env = gpu_env(self.allocated_gpus(), alloc.gpu_milli, cfg.mps_pipe_directory, pythonpath)
         env["GPUPOOL_API_URL"] = cfg.api_url_for_servers(self.hub.base_url)
         return env

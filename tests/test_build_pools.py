@@ -70,7 +70,7 @@ def test_the_config_checks_the_pools_of_build_profiles() -> None:
     from traitlets.config import Config
 
     from gpupool.config import GPUPool
-    from gpupool.runtime import node_pools
+    from gpupool.quota_settings import node_pools
 
     c = Config()
     c.GPUPool.build_pools = ["ws"]

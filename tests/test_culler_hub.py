@@ -183,11 +183,14 @@ def test_an_unknown_memory_resolver_is_a_config_error() -> None:
 def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once() -> None:
     from types import SimpleNamespace
 
-    from gpupool import runtime
-    from gpupool.api.warnings import warnings_for
+    from traitlets.config import Config
 
-    saved = runtime.api_settings
-    runtime.api_settings = {
+    from gpupool.api.warnings import warnings_for
+    from gpupool.root import GPUPoolHub
+
+    root = GPUPoolHub(Config())
+    assert warnings_for(root, SimpleNamespace(name="ann")) == []  # before the gpupool API runs
+    root.api_settings = {  # what serve() keeps: the gpupool API app's settings
         "culler_state": {
             "pass_time": 0,
             "workspaces": {
@@ -224,16 +227,13 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
             },
         }
     }
-    try:
-        got = warnings_for(SimpleNamespace(name="ann"), "/jhub")
-        assert [(w["name"], w["extend_url"]) for w in got] == [
-            ("", "/jhub/services/gpupool/culler/extend?server="),
-            ("big", ""),
-            ("old", ""),
-        ]
-        assert warnings_for(None) == [] and warnings_for(SimpleNamespace(name="cy")) == []
-    finally:
-        runtime.api_settings = saved
+    got = warnings_for(root, SimpleNamespace(name="ann"), "/jhub")
+    assert [(w["name"], w["extend_url"]) for w in got] == [
+        ("", "/jhub/services/gpupool/culler/extend?server="),
+        ("big", ""),
+        ("old", ""),
+    ]
+    assert warnings_for(root, None) == [] and warnings_for(root, SimpleNamespace(name="cy")) == []
 
 
 @pytest.mark.browser

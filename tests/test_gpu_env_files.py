@@ -144,16 +144,17 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
 
     from traitlets.config import Config
 
-    from gpupool import runtime
-    from gpupool.setup import _publish_gpus
+    from gpupool.config import GPUPool
+    from gpupool.hub_adapter import HubApp
+    from gpupool.setup import publish_gpus
     from gpupool.spawner.kube import GPUKubeSpawner
     from gpupool.spawner.local import GPULocalProcessSpawner
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
-    monkeypatch.setattr(runtime, "_settings", None)  # read from this hub's (empty) config
     pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
     cls = GPULocalProcessSpawner if spawner == "local" else GPUKubeSpawner
-    files = _publish_gpus(SimpleNamespace(spawner_class=cls, config=Config()), pool)
+    hub = HubApp(SimpleNamespace(spawner_class=cls, config=Config()))  # the two attributes it reads
+    files = publish_gpus(hub, pool, GPUPool(config=Config()))
     pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (1,), 500))
     doc = published(tmp_path / "gpu-env", "ann")
     if writes:

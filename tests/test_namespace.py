@@ -200,7 +200,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            # `from gpupool import runtime` imports the module gpupool.runtime
+            # `from gpupool import tasks` imports the module gpupool.tasks
             subs = [
                 f"{target}.{a.name}"
                 for a in node.names

@@ -31,7 +31,7 @@ def culler_as_started(c: Config) -> IdleCuller:
 
 def train_side(c: Config) -> tuple[float, tuple[str, str, str]]:
     """The threshold and sampler of train jobs, as the hub's set-up hands them to the training
-    service (setup._start_training)."""
+    service (setup.start_training)."""
     util_pct, culler = culler_gpu_use(c)
     train = TrainPool(config=c)
     return train.idle_rules(util_pct)["vision"].util_pct, train.gpu_use_source(culler)

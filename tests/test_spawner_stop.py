@@ -9,9 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from traitlets.config import Config
 
-from gpupool import runtime
 from gpupool.pool import BuildLimits
+from gpupool.root import ROOT_KEY, GPUPoolHub
 from gpupool.spawner.mixin import GPUSpawnerMixin
 from tests.support.pools import make_pool
 
@@ -33,27 +34,26 @@ class Server:
 
 
 class Spawner(GPUSpawnerMixin, Server):
-    def __init__(self, stop_fails: bool, dies_anyway: bool = False) -> None:
+    def __init__(self, root: GPUPoolHub, stop_fails: bool, dies_anyway: bool = False) -> None:
         Server.__init__(self, stop_fails, dies_anyway)
-        self.user = SimpleNamespace(name="ann", groups=[])
+        # the hub's tornado settings reach a spawner through its User, as JupyterHub hands them
+        self.user = SimpleNamespace(name="ann", groups=[], settings={ROOT_KEY: root})
         self.name, self._log_name, self.log = "", "ann/", logging.getLogger("test")
-        self.config = None  # the pool below is already built
 
 
 @pytest.fixture
-def pool(tmp_path: Path):
-    runtime._pool = make_pool(tmp_path, 1, limits=BuildLimits(1000, (500, 1000), 1000, 2))
-    yield runtime._pool
-    runtime.reset()
+def root(tmp_path: Path) -> GPUPoolHub:
+    return GPUPoolHub(Config(), pool=make_pool(tmp_path, 1, limits=BuildLimits(1000, (500, 1000), 1000, 2)))
 
 
 @pytest.mark.parametrize(
     "stop_fails, dies_anyway, kept", [(True, False, True), (True, True, False), (False, False, False)]
 )
 def test_a_failed_stop_keeps_the_share_while_the_server_runs(
-    pool, stop_fails: bool, dies_anyway: bool, kept: bool
+    root: GPUPoolHub, stop_fails: bool, dies_anyway: bool, kept: bool
 ) -> None:
-    sp = Spawner(stop_fails, dies_anyway)
+    pool = root.pool
+    sp = Spawner(root, stop_fails, dies_anyway)
     sp.reserve_milli(500)
     if stop_fails:
         with pytest.raises(RuntimeError):

@@ -27,10 +27,11 @@ from gpupool.api.quotas import (
     notes,
 )
 from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
+from gpupool.root import root_of
 from gpupool.train.states import UNFINISHED
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
+    from gpupool.hub_adapter import HubApp
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
@@ -87,21 +88,22 @@ class QuotaAction(ActionBase):
     async def post(self) -> None:
         caller = self.admin_caller()
         body = self.body()
-        pool = self.api_settings["gpupool"]
+        root = root_of(self.api_settings)
+        pool = root.pool
         try:
             keys = set(body)
             if keys == {"group", "quota"}:
-                change = group_quota_change(pool, body["group"], body["quota"])
+                change = group_quota_change(root, body["group"], body["quota"])
                 what = f"set group {body['group']}'s build quota to {amount(body['quota'])}"
             elif keys == {"group", "total"}:
-                change = group_total_change(pool, body["group"], body["total"])
+                change = group_total_change(root, body["group"], body["total"])
                 what = (
                     f"set group {body['group']}'s total to {amount(body['total'])}"
                     if body["total"] not in ("", None)
                     else f"took group {body['group']}'s total away"
                 )
             elif keys == {"group", "remove"} and body["remove"] is True:
-                change = group_removal(pool, body["group"])
+                change = group_removal(root, body["group"])
                 what = f"removed group {body['group']}'s own quota and total"
             elif keys == {"default_build_quota"}:
                 change = {
@@ -113,7 +115,7 @@ class QuotaAction(ActionBase):
                     "send default_build_quota; or group with quota, total or remove;"
                     f" got {shown(sorted(body))}"
                 )
-            change_quotas(pool, caller.name, change, what)
+            change_quotas(root, caller.name, change, what)
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
         self.finish({"saved": True, "notes": notes(pool)})
@@ -142,14 +144,13 @@ class CancelAction(ActionBase):
         self.finish({"id": row.id, "state": row.state})
 
 
-def register(hub: JupyterHub, api_settings: dict[str, Any]) -> None:
+def register(hub: HubApp, api_settings: dict[str, Any]) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
     kwargs = {"api_settings": api_settings}
     from gpupool.admin.usage_page import routes as usage_routes
 
-    hub.tornado_application.add_handlers(
-        ".*$",
+    hub.add_handlers(
         [
             (prefix, AdminPage, kwargs),
             (f"{prefix}/quotas", QuotaAction, kwargs),

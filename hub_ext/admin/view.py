@@ -12,11 +12,13 @@ from gpupool.config import quota_notes
 from gpupool.kinds import EventKind
 from gpupool.pool import format_gpus
 from gpupool.pool.units import parse_gpus
+from gpupool.root import root_of
 from gpupool.train.states import HAS_RUN, UNFINISHED, JobEvent, JobState
 
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
     from gpupool.manager import PoolManager
+    from gpupool.root import GPUPoolHub
     from gpupool.train.backend import TrainingBackend
 
 # what an admin must know (the page's last events): among them, a stored setting no longer applies
@@ -48,7 +50,7 @@ def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
         "jobs": jobs(training) if training is not None else None,
         "projects": projects(training) if training is not None else [],
         "departments": departments(training) if training is not None else [],
-        "groups": groups(pool, settings.get("directory")),
+        "groups": groups(root_of(settings), settings.get("directory")),
         "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
         "quota_notes": quota_notes(pool.quotas),  # what the quotas in force shut out
         "events": [
@@ -139,11 +141,12 @@ def departments(training: TrainingBackend) -> list[dict[str, Any]]:
     return out
 
 
-def groups(pool: PoolManager, directory: Directory | None = None) -> list[dict[str, Any]]:
+def groups(root: GPUPoolHub, directory: Directory | None = None) -> list[dict[str, Any]]:
     """Every group with a build override or a total (teaching labs): its quota per member,
     what its members hold together (its members now, as the hub has them) and, where set, its
     `group_totals` ceiling."""
-    quotas = current_quotas(pool)
+    pool = root.pool
+    quotas = current_quotas(root)
     overrides: dict = quotas.get("group_overrides") or {}
     totals = getattr(pool.quotas, "group_totals_milli", {}) or {}
     usage = pool.group_usage(directory.groups_of(pool.build_holders()) if directory is not None else None)

@@ -22,10 +22,11 @@ from gpupool.api.parking import ROUTES as PARKING_ROUTES
 from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
 from gpupool.api.quotas import QuotasHandler
 from gpupool.api.usage import ROUTES as USAGE_ROUTES
-from gpupool.manager import PoolManager
+from gpupool.root import ROOT_KEY
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
+    from gpupool.hub_adapter import HubApp
+    from gpupool.root import GPUPoolHub
 
 # Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
 ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
@@ -56,18 +57,20 @@ def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
 
 
 def make_app(
-    pool: PoolManager,
+    root: GPUPoolHub,
     hub_auth: HubOAuth,
-    hub_app: JupyterHub | None = None,
+    hub: HubApp | None = None,
     extra_settings: dict[str, Any] | None = None,
 ) -> web.Application:
+    """The API app of the hub `root` (its handlers read it as `self.settings[ROOT_KEY]`)."""
     prefix = hub_auth.base_url
     handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]
     handlers += [(url_path_join(prefix, path) if path else prefix, h) for path, h in ROUTES]
     settings = {
-        "gpupool": pool,
+        ROOT_KEY: root,
+        "gpupool": root.pool,
         "hub_auth": hub_auth,
-        "directory": Directory(hub_app),
+        "directory": Directory(hub),
         "cookie_secret": secrets.token_bytes(32),
         "xsrf_cookies": False,
         **(extra_settings or {}),

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
-from gpupool.api.hub_users import hub_user, hub_users
 from gpupool.disk import disk_full
+from gpupool.hub_adapter import hub_user, hub_users
+from gpupool.root import root_of
 from gpupool.store.db import bounded
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
+    from gpupool.hub_adapter import HubApp
+    from gpupool.root import GPUPoolHub
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -39,13 +41,13 @@ class Caller:
 class Directory:
     """Answers 'is this user an admin, in which groups' from the hub's database."""
 
-    def __init__(self, hub_app: JupyterHub | None = None) -> None:
-        self.hub_app = hub_app
+    def __init__(self, hub: HubApp | None = None) -> None:
+        self.hub = hub
 
     def caller(self, model: dict[str, Any]) -> Caller:
         name, kind = model["name"], model.get("kind", "user")
         admin, groups = bool(model.get("admin")), tuple(model.get("groups") or ())
-        app = self.hub_app
+        app = self.hub
         user = hub_user(app, name) if kind == "user" else None
         if user is not None:
             admin, groups = bool(user.admin), tuple(sorted(g.name for g in user.groups))
@@ -59,7 +61,7 @@ class Directory:
     def groups_of(self, names: set[str]) -> dict[str, tuple[str, ...]] | None:
         """Each of these users' groups as the hub has them now (None without the hub: callers
         fall back to the groups recorded at each spawn)."""
-        app = self.hub_app
+        app = self.hub
         if app is None:
             return None
         find = hub_users(app)  # not `n in app.users`: a walk of every loaded user per name
@@ -94,6 +96,11 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
             self.current_user = self.check_hub_user(model) if model else None
         except UserNotAllowed:
             self.current_user = None
+
+    @property
+    def root(self) -> GPUPoolHub:
+        """The hub side's composition root (gpupool.root), from this app's settings."""
+        return root_of(self.settings)
 
     @property
     def pool(self):

@@ -15,19 +15,19 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler
-from gpupool.api.hub_users import hub_user, hub_users
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.culling import BudgetAction, CullAction, CullReason
+from gpupool.hub_adapter import hub_user, hub_users
 from gpupool.kinds import CULLER_EVENTS, EventKind
 from gpupool.store import Event
 from gpupool.store.db import bounded
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
     from jupyterhub.spawner import Spawner
     from jupyterhub.user import User
 
+    from gpupool.hub_adapter import HubApp
     from gpupool.manager import PoolManager
     from gpupool.store import Allocation
 
@@ -36,7 +36,7 @@ YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
 
 
 def session_of(
-    app: JupyterHub | None, owner: str, name: str, row: Allocation | None = None, user: User | None = None
+    app: HubApp | None, owner: str, name: str, row: Allocation | None = None, user: User | None = None
 ) -> str:
     """The session a one-time extension belongs to: the server's start as the hub records it
     (`started`), the same through hub restarts and GPU parking and new at each start. A share's
@@ -53,7 +53,7 @@ def session_of(
 
 def extended_in(
     pool: PoolManager,
-    app: JupyterHub | None,
+    app: HubApp | None,
     owner: str,
     name: str,
     row: Allocation | None = None,
@@ -79,7 +79,7 @@ SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, 
 
 
 def findings(
-    settings: dict, pool: PoolManager, hub_app: JupyterHub | None = None, owner: str | None = None
+    settings: dict, pool: PoolManager, hub: HubApp | None = None, owner: str | None = None
 ) -> dict[str, dict]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
@@ -90,7 +90,7 @@ def findings(
     if session_end is None:  # no culler: no time limit to show
         return found
     # one user's page asks for their own: no map of every user for that
-    user_of = hub_users(hub_app) if owner is None else (lambda name: hub_user(hub_app, name))
+    user_of = hub_users(hub) if owner is None else (lambda name: hub_user(hub, name))
     extensions = pool.store.settings_under(EXTENSION.split("{")[0]) if owner is None else None
     for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
         key = f"{row.owner}/{row.name}"
@@ -98,7 +98,7 @@ def findings(
         if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
             continue
         user = user_of(row.owner)
-        extended = extended_in(pool, hub_app, row.owner, row.name, row, user=user, extensions=extensions)
+        extended = extended_in(pool, hub, row.owner, row.name, row, user=user, extensions=extensions)
         spawner = user.spawners.get(row.name) if user is not None else None
         profile = spawner_profile(spawner)
         started = row.created.replace(tzinfo=dt.UTC).timestamp()
@@ -139,7 +139,7 @@ class TargetsHandler(APIHandler):
             raise web.HTTPError(403, "only the culler service and admins may list workspaces")
         pool = self.pool
         out = []
-        app = self.directory.hub_app
+        app = self.directory.hub
         user_of = hub_users(app)
         extensions = pool.store.settings_under(EXTENSION.split("{")[0])  # one read, not one per workspace
         for n, row in enumerate(pool.store.allocations(kind="build")):
@@ -357,14 +357,14 @@ class StatusHandler(APIHandler):
         caller = self.caller
         state = culler_state(self.settings)
         found = findings(
-            self.settings, self.pool, self.directory.hub_app, None if caller.sees_all else caller.name
+            self.settings, self.pool, self.directory.hub, None if caller.sees_all else caller.name
         )
         items = [w for w in found.values() if caller.sees_all or w["owner"] == caller.name]
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
 def extend_workspace(
-    settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: JupyterHub | None = None
+    settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: HubApp | None = None
 ) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
@@ -401,5 +401,5 @@ class ExtendHandler(APIHandler):
         owner = body.get("owner", caller.name) if caller.admin else caller.name
         if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
             raise web.HTTPError(400, "owner must be a user name")
-        extend_workspace(self.settings, self.pool, caller.name, owner, name, self.directory.hub_app)
+        extend_workspace(self.settings, self.pool, caller.name, owner, name, self.directory.hub)
         self.write_json({"extended": True})

@@ -39,7 +39,7 @@ class ExtendPage(BaseHandler):
         name = self.get_argument("server", "")
         try:
             extend_workspace(
-                self.settings, self.pool, self.caller.name, self.caller.name, name, self.directory.hub_app
+                self.settings, self.pool, self.caller.name, self.caller.name, name, self.directory.hub
             )
         except web.HTTPError as err:
             self.page(err.status_code, server=name, error=err.log_message or "")

@@ -14,18 +14,17 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler, Caller
-from gpupool.api.hub_users import hub_users
 from gpupool.gpu.parking import ParkingError
+from gpupool.hub_adapter import hub_users
 
 if TYPE_CHECKING:
-    from jupyterhub.app import JupyterHub
-
+    from gpupool.hub_adapter import HubApp
     from gpupool.manager import PoolManager
 
 MAX_NAME = 255
 
 
-def parked_targets(pool: PoolManager, app: JupyterHub) -> list[dict[str, Any]]:
+def parked_targets(pool: PoolManager, app: HubApp | None) -> list[dict[str, Any]]:
     """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
     (an extension of the session too)."""
     from gpupool.api.culler import extended_in

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 from tornado import web
 from traitlets import TraitError
 
-from gpupool import runtime
 from gpupool.api.auth import APIHandler
 from gpupool.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
 from gpupool.kinds import EventKind
 from gpupool.pool.units import UnitError, parse_gpus, shown
+from gpupool.quota_settings import QUOTAS_SETTING, node_pools
 
 if TYPE_CHECKING:
     from gpupool.manager import PoolManager
+    from gpupool.root import GPUPoolHub
 
 MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
 
@@ -27,34 +28,32 @@ class QuotaRefused(ValueError):
     """A quota change that is not stored, with the reason to show."""
 
 
-def current_quotas(pool: PoolManager) -> dict:
+def current_quotas(root: GPUPoolHub) -> dict:
     """The quota options in force: the config file's, with the API's changes over them (unless those
     were skipped at start because they no longer validate)."""
-    if runtime.QUOTAS_SETTING in pool.skipped_settings:
-        return quota_document(runtime.settings())
-    changed = pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-    return {**quota_document(runtime.settings()), **changed}
+    pool = root.pool
+    if QUOTAS_SETTING in pool.skipped_settings:
+        return quota_document(root.settings)
+    changed = pool.store.get_setting(QUOTAS_SETTING) or {}
+    return {**quota_document(root.settings), **changed}
 
 
-def change_quotas(pool: PoolManager, who: str, body: dict, what: str = "") -> dict:
+def change_quotas(root: GPUPoolHub, who: str, body: dict, what: str = "") -> dict:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
-    stored = (
-        {}
-        if runtime.QUOTAS_SETTING in pool.skipped_settings
-        else pool.store.get_setting(runtime.QUOTAS_SETTING)
-    )
+    pool = root.pool
+    stored = {} if QUOTAS_SETTING in pool.skipped_settings else pool.store.get_setting(QUOTAS_SETTING)
     changed = {**(stored or {}), **body}
     try:
-        policy = policy_from_document({**quota_document(runtime.settings()), **changed})
-        # the node pools named must exist now (and a restart re-checks them: runtime.stored_quotas)
-        runtime.node_pools(runtime.settings().config, policy)
+        policy = policy_from_document({**quota_document(root.settings), **changed})
+        # the node pools named must exist now (and a restart re-checks them: quota_settings.stored_quotas)
+        node_pools(root.config, policy)
     except (TraitError, ValueError) as err:
         raise QuotaRefused(str(err)) from None
-    pool.store.put_setting(runtime.QUOTAS_SETTING, changed)
+    pool.store.put_setting(QUOTAS_SETTING, changed)
     pool.quotas = policy
-    pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
+    pool.skipped_settings.pop(QUOTAS_SETTING, None)
     pool.store.record(EventKind.QUOTA, f"{who} {what or f'changed {sorted(body)}'}", owner=who, changes=body)
     return changed
 
@@ -87,21 +86,21 @@ def gpus_amount(value: object, what: str) -> int | float:
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
-def group_quota_change(pool: PoolManager, group: object, quota: object) -> dict:
+def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
     group = checked_group(group)
     gpus = gpus_amount(quota, f"the build quota of group {group!r}")
-    overrides = dict(current_quotas(pool).get("group_overrides") or {})
+    overrides = dict(current_quotas(root).get("group_overrides") or {})
     overrides[group] = {**(overrides.get(group) or {}), "quota": gpus}
     return {"group_overrides": overrides}
 
 
-def group_total_change(pool: PoolManager, group: object, total: object) -> dict:
+def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict:
     """The `group_totals` change that sets what one group's members hold together (a class's
     GPUs); an empty total takes the ceiling away."""
     group = checked_group(group)
-    totals = dict(current_quotas(pool).get("group_totals") or {})
+    totals = dict(current_quotas(root).get("group_totals") or {})
     if total in ("", None):
         totals.pop(group, None)
     else:
@@ -109,10 +108,10 @@ def group_total_change(pool: PoolManager, group: object, total: object) -> dict:
     return {"group_totals": totals}
 
 
-def group_removal(pool: PoolManager, group: object) -> dict:
+def group_removal(root: GPUPoolHub, group: object) -> dict:
     """The change that forgets a group's own quota and total: its members get the defaults."""
     group = checked_group(group)
-    quotas = current_quotas(pool)
+    quotas = current_quotas(root)
     overrides = {g: v for g, v in (quotas.get("group_overrides") or {}).items() if g != group}
     totals = {g: v for g, v in (quotas.get("group_totals") or {}).items() if g != group}
     return {"group_overrides": overrides, "group_totals": totals}
@@ -126,11 +125,11 @@ class QuotasHandler(APIHandler):
     @web.authenticated
     def get(self) -> None:
         self.admin_only()
-        changed = self.pool.store.get_setting(runtime.QUOTAS_SETTING) or {}
-        skipped = self.pool.skipped_settings.get(runtime.QUOTAS_SETTING, "")
+        changed = self.pool.store.get_setting(QUOTAS_SETTING) or {}
+        skipped = self.pool.skipped_settings.get(QUOTAS_SETTING, "")
         self.write_json(
             {
-                "quotas": current_quotas(self.pool),
+                "quotas": current_quotas(self.root),
                 "changed_through_api": [] if skipped else sorted(changed),
                 **({"skipped": skipped} if skipped else {}),
             }
@@ -141,12 +140,12 @@ class QuotasHandler(APIHandler):
         """Change some quota options; the body holds only the keys to change."""
         self.admin_only()
         try:
-            changed = change_quotas(self.pool, self.caller.name, self.json_body())
+            changed = change_quotas(self.root, self.caller.name, self.json_body())
         except QuotaRefused as err:
             raise web.HTTPError(400, str(err)) from None
         self.write_json(
             {
-                "quotas": current_quotas(self.pool),
+                "quotas": current_quotas(self.root),
                 "changed_through_api": sorted(changed),
                 "notes": notes(self.pool),
             }
@@ -156,10 +155,10 @@ class QuotasHandler(APIHandler):
     def delete(self) -> None:
         """Forget API changes: back to the config file's quotas."""
         self.admin_only()
-        self.pool.store.delete_setting(runtime.QUOTAS_SETTING)
-        self.pool.skipped_settings.pop(runtime.QUOTAS_SETTING, None)
-        self.pool.quotas = runtime.settings().quota_policy()
+        self.pool.store.delete_setting(QUOTAS_SETTING)
+        self.pool.skipped_settings.pop(QUOTAS_SETTING, None)
+        self.pool.quotas = self.root.settings.quota_policy()
         self.pool.store.record(
             EventKind.QUOTA, f"{self.caller.name} reset quotas to the config", owner=self.caller.name
         )
-        self.write_json({"quotas": current_quotas(self.pool), "changed_through_api": []})
+        self.write_json({"quotas": current_quotas(self.root), "changed_through_api": []})

@@ -8,7 +8,6 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gpupool import runtime
 from gpupool.api.culler import culler_state, findings
 from gpupool.culling import CullAction, CullReason
 from gpupool.kinds import EventKind
@@ -17,14 +16,16 @@ from gpupool.pool import format_gpus
 if TYPE_CHECKING:
     from jupyterhub.user import User
 
+    from gpupool.root import GPUPoolHub
 
-def warnings_for(user: User, base_url: str = "") -> list[dict]:
+
+def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> list[dict]:
     """The workspaces of `user` the culler's last pass warned about, with the link that
     extends one (when it may still be extended; memory warnings cannot be)."""
-    if user is None or runtime.api_settings is None:
+    if user is None or root.api_settings is None:
         return []
     out = []
-    for w in culler_state(runtime.api_settings)["workspaces"].values():
+    for w in culler_state(root.api_settings)["workspaces"].values():
         if w.get("owner") != user.name or w.get("action") != CullAction.WARN:
             continue
         can_extend = not w.get("extended") and w.get("reason") != CullReason.MEMORY
@@ -33,13 +34,13 @@ def warnings_for(user: User, base_url: str = "") -> list[dict]:
     return sorted(out, key=lambda w: w.get("name", ""))
 
 
-def shares_for(user: User, now: float | None = None) -> list[dict]:
+def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
     for the hub's home page: [{"name", "share", "stops"}], sorted by server name."""
-    if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
+    if user is None or root.api_settings is None:
         return []
-    pool = runtime.api_settings["gpupool"]
-    found = findings(runtime.api_settings, pool, runtime.api_settings["directory"].hub_app, user.name)
+    pool = root.pool
+    found = findings(root.api_settings, pool, root.hub, user.name)
     now = time.time() if now is None else now
     out = []
     for row in pool.store.allocations(kind="build", owner=user.name):
@@ -69,13 +70,15 @@ STOPPED = {
 }
 
 
-def stops_for(user: User, now: float | None = None, within_s: float = 7 * 86400) -> list[dict]:
+def stops_for(
+    root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
+) -> list[dict]:
     """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
     "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
     "Server not running", with no reason."""
-    if user is None or runtime.api_settings is None or "gpupool" not in runtime.api_settings:
+    if user is None or root.api_settings is None:
         return []
-    pool = runtime.api_settings["gpupool"]
+    pool = root.pool
     now = time.time() if now is None else now
     latest: dict[str, Any] = {}
     for e in pool.store.events(limit=200, owner=user.name):  # newest first

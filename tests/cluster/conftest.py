@@ -129,13 +129,18 @@ def chart(plane: ControlPlane) -> list[dict]:
 
 
 # --- workspaces spawned by GPUKubeSpawner as the chart's hub account -----------------------
-def make_user(name: str, groups: tuple[str, ...] = ("students",)) -> SimpleNamespace:
+def make_user(
+    name: str, groups: tuple[str, ...] = ("students",), settings: dict | None = None
+) -> SimpleNamespace:
+    """A hub User as a spawner sees it; `settings`: the hub's tornado settings (JupyterHub's
+    `User.settings`, where gpupool's composition root is)."""
     return SimpleNamespace(
         name=name,
         id=7,
         url=f"/user/{name}/",
         escaped_name=name,
         groups=[SimpleNamespace(name=g) for g in groups],
+        settings=settings or {},
     )
 
 
@@ -150,14 +155,14 @@ async def make_spawner(
     from kubespawner import clients
     from traitlets.config import Config
 
-    from gpupool import runtime
+    from gpupool.root import ROOT_KEY, GPUPoolHub
     from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     clients.load_config.cache_clear()  # kubespawner loads the kubeconfig once per process
-    runtime.reset()
     made: list[GPUKubeSpawner] = []
+    roots: list[GPUPoolHub] = []  # one hub: built from the first spawner's config, as a hub does once
 
     def make(
         user: str = "ann",
@@ -188,9 +193,14 @@ async def make_spawner(
         hub = SimpleNamespace(
             public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
         )
+        if not roots:
+            roots.append(GPUPoolHub(c))
         # a named server's name lives on its ORM row (JupyterHub's own class, not in a database)
         sp = GPUKubeSpawner(
-            user=make_user(user, groups), hub=hub, config=c, orm_spawner=orm.Spawner(name=server)
+            user=make_user(user, groups, {ROOT_KEY: roots[0]}),
+            hub=hub,
+            config=c,
+            orm_spawner=orm.Spawner(name=server),
         )
         sp.api_token = "token"
         sp.user_options = options if options is not None else {"gpus": "0.25"}
@@ -204,4 +214,5 @@ async def make_spawner(
     for reflector in list(GPUKubeSpawner.reflectors.values()):
         await reflector.stop()
     GPUKubeSpawner.reflectors.clear()
-    runtime.reset()
+    for root in roots:
+        root.close()

@@ -26,7 +26,7 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     from kubespawner import clients
     from traitlets.config import Config
 
-    from gpupool import runtime
+    from gpupool.root import ROOT_KEY, GPUPoolHub
     from gpupool.spawner.kube import GPUKubeSpawner
 
     kubeconfig = tmp_path / "kubeconfig"
@@ -44,7 +44,7 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     )
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     clients.load_config.cache_clear()
-    runtime.reset()
+    roots: list[GPUPoolHub] = []  # one hub: built from the first spawner's config, as a hub does once
 
     def make(
         groups: tuple[str, ...] = ("students",), sections: dict[str, dict] | None = None, **settings
@@ -60,12 +60,15 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         c.GPUPool.allowed_fractions = [0.25, 0.5, 1]
         for key, value in settings.items():
             setattr(c.GPUKubeSpawner, key, value)
+        if not roots:
+            roots.append(GPUPoolHub(c))
         user = SimpleNamespace(
             name="ann",
             id=7,
             url="/user/ann/",
             escaped_name="ann",
             groups=[SimpleNamespace(name=g) for g in groups],
+            settings={ROOT_KEY: roots[0]},  # JupyterHub's User.settings: the hub's tornado settings
         )
         hub = SimpleNamespace(
             public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
@@ -74,7 +77,8 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
     yield make
     clients.load_config.cache_clear()
-    runtime.reset()
+    for root in roots:
+        root.close()
 
 
 async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(offline_spawner) -> None:

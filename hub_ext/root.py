@@ -1,0 +1,246 @@
+"""The composition root of the hub side: one `GPUPoolHub` per hub, built once from the traitlets
+config by `configure(c)`. It owns the settings (c.GPUPool), the PoolManager (store, inventory,
+quotas, node pools), the workload cgroups, and what runs once the hub has started (the gpupool
+API, the training back-end, parking, usage accounting, the mover). Parts get what they need
+through their constructors; nothing in gpupool keeps a process global of these.
+
+              configure(c) ── GPUPoolHub(c) ──> c.JupyterHub.tornado_settings[ROOT_KEY]
+                                  │
+          settings, pool, cgroups │ serving(Running): the hub (HubApp), API app, training, parking,
+                                  │ usage, mover, started by gpupool.setup once the hub runs
+                                  │
+    ┌─────────────────────────────┼───────────────────────────────┬──────────────────────────┐
+ spawners                  gpupool API handlers              admin page handlers      home page templates
+ self.user.settings[ROOT_KEY]  self.settings[ROOT_KEY]       api_settings[ROOT_KEY]   closures over the root
+
+How the parts reach it. JupyterHub merges its `tornado_settings` option into its tornado
+application's settings and hands that same dict to every User it makes (app.py
+`init_tornado_settings`: `settings.update(self.tornado_settings)`, then `UserDict(...,
+settings=self.tornado_settings)`; user.py keeps it as the public `User.settings`); a spawner is made
+with `user=` that User, so a spawner reads `self.user.settings[ROOT_KEY]` (`root_of`). The gpupool
+API's own tornado application carries the root in its settings, as JupyterHub's handlers carry
+the hub's. This is the hub's documented option for handler settings, so no registry keyed by the
+Config object is needed. kubespawner, for comparison, shares its API client through a module
+cache (`kubespawner.clients.shared_client`) and its reflectors through a class attribute
+(`KubeSpawner.reflectors`): process globals, which this root is here to avoid.
+
+traitlets deep-copies a dict option when a Configurable loads it (`Configurable._load_config`), so
+the root copies as itself: the hub's copy of `tornado_settings` holds this same root.
+
+The JupyterHub application object itself is touched only through `gpupool.hub_adapter.HubApp`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traitlets.config import Config
+
+from gpupool.config import GPUPool
+
+if TYPE_CHECKING:
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.hub_adapter import HubApp
+    from gpupool.manager import PoolManager
+    from gpupool.mover import MoverService
+    from gpupool.parking import ParkingService
+    from gpupool.pool import Inventory
+    from gpupool.store import Allocation
+    from gpupool.train.backend import TrainingBackend
+    from gpupool.usage.service import UsageService
+
+log = logging.getLogger("gpupool")
+ROOT_KEY = "gpupool_root"  # its key in the hub's tornado settings and in the gpupool API's
+
+
+class NotConfigured(RuntimeError):
+    """A gpupool spawner or page in a hub whose config never called `configure(c)`."""
+
+
+def root_of(settings: Mapping[str, Any] | None) -> GPUPoolHub:
+    """The root in a tornado settings dict (a User's `settings`, a handler's `settings`)."""
+    root = (settings or {}).get(ROOT_KEY)
+    if root is None:
+        raise NotConfigured(
+            "gpupool is not set up in this hub: add `from gpupool import configure; configure(c)`"
+            " at the end of jupyterhub_config.py"
+        )
+    return root
+
+
+class GPUPoolHub:
+    """The hub side of gpupool, built once per hub from its config."""
+
+    def __init__(
+        self, config: Config, *, pool: PoolManager | None = None, cgroups: WorkloadCgroups | None = None
+    ) -> None:
+        """`pool`, `cgroups`: parts already built (tests); else each is built on first use."""
+        self.config = config
+        self.settings = GPUPool(config=config)
+        self._pool = pool
+        self._cgroups = cgroups
+        self.running: Running | None = None  # what runs once the hub has started (`serving`)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GPUPoolHub:
+        return self  # one per hub: a copied config option shares it (see the module's docstring)
+
+    def __copy__(self) -> GPUPoolHub:
+        return self
+
+    # --- parts built from the config -----------------------------------------------------------
+    @property
+    def pool(self) -> PoolManager:
+        """The pool manager (its database opened on first use)."""
+        if self._pool is None:
+            from gpupool.manager import PoolManager
+            from gpupool.pool import get_policy
+            from gpupool.quota_settings import node_pools, stored_quotas
+            from gpupool.store import Store
+
+            store = Store(self.settings.db_url)
+            quotas, skipped = stored_quotas(self.settings, store)
+            self._pool = PoolManager(
+                inventory=build_inventory(self.settings),
+                store=store,
+                quotas=quotas,
+                policy=get_policy(self.settings.build_placement_policy),
+                node_pools=node_pools(self.config, quotas),
+                skipped_settings=skipped,
+            )
+        return self._pool
+
+    @property
+    def hub_key(self) -> str:
+        from gpupool.contain import hub_key
+
+        return hub_key(self.settings.db_url)
+
+    @property
+    def cgroups(self) -> WorkloadCgroups:
+        """This hub instance's cgroups (gpupool.contain), made on first use after the start-up
+        check of the database's instance (gpupool.instance; LostState when it fails)."""
+        if self._cgroups is None:
+            from gpupool.contain import Containment, WorkloadCgroups, detect
+            from gpupool.instance import settle
+
+            opts = Containment(config=self.config)
+            tree = detect(opts.mode, self.hub_key)
+            instance = settle(
+                self.pool.store,
+                tree,
+                self.hub_key,
+                where=db_where(self.settings.db_url),
+                state_hint=os.environ.get("GPUPOOL_STATE_DIR", ""),
+            )
+            self._cgroups = WorkloadCgroups(tree, instance, self.hub_key, opts.stop_timeout_s)
+        return self._cgroups
+
+    @property
+    def directory(self) -> Any:
+        """Users' admin flags and groups as the hub has them (gpupool.api.auth.Directory); None
+        before the gpupool API runs."""
+        return (self.api_settings or {}).get("directory")
+
+    def close(self) -> None:
+        """Close the database (a hub that refuses to start leaves it as it found it)."""
+        if self._pool is not None:
+            self._pool.store.engine.dispose()
+
+    def refuse_lost_state(self) -> None:
+        """Open the database and check that running work is its own (gpupool.instance); the hub
+        stops here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from gpupool.instance import LostState
+
+        try:
+            _ = self.cgroups  # opens the database and checks its instance
+        except LostState as err:
+            self.close()
+            raise SystemExit(str(err)) from None
+        except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
+            self.close()
+            where = db_where(self.settings.db_url)
+            raise SystemExit(
+                f"gpupool will not start: its database {where} cannot be used: {type(err).__name__}:"
+                f" {str(err)[:500]}. Fix its permissions, or restore it from a backup (`gpupool restore`);"
+                " move it aside to start empty only when no server or job of this hub runs."
+            ) from None
+        except Exception as err:
+            # an error in a config file makes JupyterHub go on WITHOUT that file: stop here instead
+            import traceback
+
+            traceback.print_exc()
+            raise SystemExit(f"gpupool will not start: {type(err).__name__}: {str(err)[:500]}") from None
+
+    # --- the running hub ------------------------------------------------------------------------
+    def serving(self, running: Running) -> None:
+        """The hub has started and gpupool's services run (gpupool.setup starts them): from now on
+        the pages read the culler's findings, and the reconcile asks the hub what runs."""
+        if self.running is not None:
+            raise RuntimeError("this hub's gpupool services are already running")
+        self.running = running
+
+    @property
+    def hub(self) -> HubApp | None:
+        return self.running.hub if self.running is not None else None
+
+    @property
+    def api_settings(self) -> dict[str, Any] | None:
+        """The gpupool API app's settings (the culler's findings...); None before it runs."""
+        return self.running.api_settings if self.running is not None else None
+
+    def is_running(self, row: Allocation) -> bool:
+        """For the start-up reconcile: does the hub know this allocation's server as running? (Only
+        build workspaces are reconciled here.) What is left of a workspace it does not know is ended."""
+        if row.kind != "build":
+            return True
+        hub = self.hub
+        if hub is None:
+            raise RuntimeError("the reconcile runs once the hub serves (GPUPoolHub.serving)")
+        if hub.server_active(row.owner, row.name):
+            return True
+        if hub.cleans_up_orphans:
+            for pid in hub.cleanup_orphans(self.cgroups, row.owner, row.name):
+                log.warning("stopped orphaned server process %d of %s/%s", pid, row.owner, row.name)
+        return False
+
+
+@dataclass(frozen=True)
+class Running:
+    """What runs once the hub has started (None: that part is off)."""
+
+    hub: HubApp
+    api_settings: dict[str, Any]
+    training: TrainingBackend | None = None
+    parking: ParkingService | None = None
+    usage: UsageService | None = None
+    mover: MoverService | None = None
+
+
+def build_inventory(cfg: GPUPool) -> Inventory:
+    """NVML's GPUs, or the virtual ones c.GPUPool declares where there is none."""
+    from gpupool.nvml import discover_gpus
+    from gpupool.pool import Inventory as _Inventory
+    from gpupool.pool import Node, virtual_inventory
+
+    gpus = discover_gpus() if cfg.use_nvml else []
+    if gpus:
+        log.info("NVML found %d GPU(s): %s", len(gpus), ", ".join(g.model for g in gpus))
+        return _Inventory(nodes=(Node(name="localhost", gpus=tuple(gpus)),))
+    if cfg.virtual_gpus:
+        log.warning(
+            "no NVIDIA GPU found: declaring %d VIRTUAL GPU(s) of %d MiB",
+            cfg.virtual_gpus,
+            cfg.virtual_gpu_memory_mib,
+        )
+    return virtual_inventory(cfg.virtual_gpus, cfg.virtual_gpu_memory_mib)
+
+
+def db_where(db_url: str) -> str:
+    """Where the database is, for messages (a path, or a server without its credentials)."""
+    return db_url.removeprefix("sqlite:///") if db_url.startswith("sqlite:///") else db_url.split("@")[-1]
