@@ -51,7 +51,8 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     validate(c)
     c.JupyterHub.spawner_class = spawner
     root = GPUPoolHub(c)  # the hub side's parts, once; the hub hands it to spawners and pages
-    c.JupyterHub.tornado_settings = {**c.JupyterHub.get("tornado_settings", {}), ROOT_KEY: root}
+    # added to the admin's own settings, whether they assigned a dict or updated the default lazily
+    c.JupyterHub.tornado_settings.update({ROOT_KEY: root})
     settings = root.settings
     token = secrets.token_hex(32)
     api_url = _service_url(settings)
@@ -203,9 +204,9 @@ async def _serve(
         access_scopes={ACCESS},
         cache_max_age=60,
     )
-    training = await start_training(root, hub.config)
     parking = start_parking(hub.config, pool)
-    usage = start_usage(hub, pool, training, parking)
+    usage = start_usage(hub, pool, parking)
+    training = await start_training(root, hub.config, usage)  # jobs over a budget held from the start
     app = make_app(
         root,
         auth,
@@ -265,9 +266,7 @@ def session_end(config: Config, culler: bool) -> Any:
     return IdleCuller(config=config).session_end()
 
 
-def start_usage(
-    hub: HubApp, pool: PoolManager, training: TrainingBackend | None, parking: ParkingService | None
-) -> UsageService:
+def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) -> UsageService:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
     from tornado.ioloop import IOLoop, PeriodicCallback
@@ -279,8 +278,6 @@ def start_usage(
     usage = UsageService(pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None)
     pool.admission = lambda w, groups, milli: usage.check(w.owner, groups, milli, "build")
     pool.form_notes = usage.form_notes
-    if training is not None:
-        training.holds = usage.held_jobs
 
     def prune() -> None:
         try:
@@ -363,7 +360,7 @@ def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
     return culler.util_threshold_pct, (culler.sampler, culler.sampler_arg, culler.node_agent_token_file)
 
 
-async def start_training(root: GPUPoolHub, config: Config) -> TrainingBackend:
+async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) -> TrainingBackend:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
     from tornado.ioloop import PeriodicCallback
@@ -374,34 +371,48 @@ async def start_training(root: GPUPoolHub, config: Config) -> TrainingBackend:
     cfg = TrainPool(config=config)
     util_pct, gpu_use_source = culler_gpu_use(config)
     if cfg.runner == "kubernetes":
+        _configure_kubespawner_clients(config)  # before anything makes a Kubernetes client
+    # idle train jobs are measured by the idle culler's own samplers, where a project has idle rules
+    sampler = None
+    if cfg.idle_rules(util_pct):
+        from gpupool.idle_culler.sampler import make_sampler
+
+        sampler = make_sampler(*cfg.gpu_use_source(gpu_use_source))
+    if cfg.runner == "kubernetes":
         from gpupool.gpu.sharing import make_backend
         from gpupool.train.kube_service import KubeTrainingService
 
-        _configure_kubespawner_clients(config)
-        kube = KubeTrainingService(pool, cfg, await _kube_api_client(), make_backend(cfg.sharing()), util_pct)
+        kube = KubeTrainingService(
+            pool,
+            cfg,
+            await _kube_api_client(),
+            make_backend(cfg.sharing()),
+            util_pct,
+            gpu_use=kube_job_gpu_use(sampler) if sampler is not None else None,  # per-pod samples
+            holds=usage.held_jobs,
+        )
         # the API answers at once; the watches catch up (and settle rows) in the background
         from gpupool import tasks
 
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
-        if kube.idle_rules:  # idle train jobs, from the node agents' per-pod samples
-            from gpupool.idle_culler.sampler import make_sampler
-
-            kube.gpu_use = kube_job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)))
         training: TrainingBackend = kube
     else:
         from gpupool.train.backend import LocalTraining
         from gpupool.train.service import TrainingService
 
-        engine = TrainingService(pool, cfg, cgroups=root.cgroups, idle_util_pct=util_pct)
+        engine = TrainingService(
+            pool,
+            cfg,
+            cgroups=root.cgroups,
+            idle_util_pct=util_pct,
+            gpu_use=job_gpu_use(sampler, pool) if sampler is not None else None,
+            holds=usage.held_jobs,
+        )
         training = LocalTraining(engine)
         await training.start()
         from gpupool import tasks
 
         tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
-        if engine.idle_rules:  # idle train jobs, measured by the idle culler's own samplers
-            from gpupool.idle_culler.sampler import make_sampler
-
-            engine.gpu_use = job_gpu_use(make_sampler(*cfg.gpu_use_source(gpu_use_source)), pool)
 
     async def tick() -> None:
         try:

@@ -186,11 +186,12 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
     from traitlets.config import Config
 
     from gpupool.api.warnings import warnings_for
-    from gpupool.root import GPUPoolHub
+    from gpupool.hub_adapter import HubApp
+    from gpupool.root import GPUPoolHub, Running
 
     root = GPUPoolHub(Config())
     assert warnings_for(root, SimpleNamespace(name="ann")) == []  # before the gpupool API runs
-    root.api_settings = {  # what serve() keeps: the gpupool API app's settings
+    api_settings = {  # the gpupool API app's settings, where the culler's last pass is kept
         "culler_state": {
             "pass_time": 0,
             "workspaces": {
@@ -227,6 +228,7 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
             },
         }
     }
+    root.serving(Running(HubApp(SimpleNamespace()), api_settings))  # the hub has started (no user read)
     got = warnings_for(root, SimpleNamespace(name="ann"), "/jhub")
     assert [(w["name"], w["extend_url"]) for w in got] == [
         ("", "/jhub/services/gpupool/culler/extend?server="),

@@ -52,10 +52,7 @@ class TrainingBackend(Protocol):
 
     @property
     def holds(self) -> Holds | None:
-        """Queued jobs held by a GPU-hour budget (job id -> why), set by usage accounting."""
-
-    @holds.setter
-    def holds(self, value: Holds | None) -> None: ...
+        """Queued jobs held by a GPU-hour budget (job id -> why), from usage accounting."""
 
     def jobs(self, **filters: Any) -> list[TrainJob]: ...
 
@@ -113,10 +110,6 @@ class LocalTraining:
     @property
     def holds(self) -> Holds | None:
         return self.engine.holds
-
-    @holds.setter
-    def holds(self, value: Holds | None) -> None:
-        self.engine.holds = value
 
     def jobs(self, **filters: Any) -> list[TrainJob]:
         return self.engine.jobs(**filters)

@@ -24,14 +24,19 @@ from gpupool.train.states import JobEvent, JobState
 
 
 class JobBook:
-    def __init__(self, pool: PoolManager, cfg: TrainPool) -> None:
+    def __init__(
+        self,
+        pool: PoolManager,
+        cfg: TrainPool,
+        holds: Callable[[list[TrainJob]], dict[str, str]] | None = None,
+    ) -> None:
         self.pool, self.cfg = pool, cfg
         self.projects: dict[str, Project] = cfg.project_table()
         self.departments: dict[str, Department] = cfg.department_table()
         self.pools = cfg.pool_table()  # node pools (gpupool.pool.pools)
-        # set by usage accounting: queued jobs held by a GPU-hour budget (job id -> why), which
+        # from usage accounting: queued jobs held by a GPU-hour budget (job id -> why), which
         # the scheduler leaves waiting (gpupool.usage.service.UsageService.held_jobs)
-        self.holds: Callable[[list[TrainJob]], dict[str, str]] | None = None
+        self.holds = holds
 
     def jobs(self, **filters) -> list[TrainJob]:
         with self.pool.store.session() as s:

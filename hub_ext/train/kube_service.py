@@ -61,8 +61,10 @@ class KubeTrainingService(JobBook):
         api_client: Any,
         backend: Any = None,
         idle_util_pct: float | None = None,
+        gpu_use: Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]] | None = None,
+        holds: Callable[[list[TrainJob]], dict[str, str]] | None = None,
     ) -> None:
-        super().__init__(pool, cfg)
+        super().__init__(pool, cfg, holds)
         if not cfg.image:
             raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
         self.opts = cfg.job_options()
@@ -80,7 +82,7 @@ class KubeTrainingService(JobBook):
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
         # agents' per-pod samples (gpupool.setup.kube_job_gpu_use), None when unknown
-        self.gpu_use: Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]] | None = None
+        self.gpu_use = gpu_use
         self.idle_rules = cfg.idle_rules(idle_util_pct)  # the idle culler's threshold (set-up)
         self.idle = IdleClock()
 

@@ -49,8 +49,10 @@ class TrainingService(JobBook):
         runner: LocalRunner | None = None,
         cgroups: WorkloadCgroups | None = None,
         idle_util_pct: float | None = None,
+        gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None,
+        holds: Callable[[list[TrainJob]], dict[str, str]] | None = None,
     ) -> None:
-        super().__init__(pool, cfg)
+        super().__init__(pool, cfg, holds)
         self.runner = runner or LocalRunner(
             cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024, path=cfg.job_path
         )
@@ -59,9 +61,9 @@ class TrainingService(JobBook):
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
         # GPUs freed for a build workspace are held for it, not handed back to train jobs
         self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
-        # idle train jobs: the hub's set-up plugs in the idle culler's sampler (GPU utilization
-        # per job id, None when unknown) for projects with idle_gpu_s
-        self.gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None
+        # idle train jobs: the idle culler's sampler, from the hub's set-up (GPU utilization per
+        # job id, None when unknown) for projects with idle_gpu_s
+        self.gpu_use = gpu_use
         self.idle_rules = cfg.idle_rules(idle_util_pct)  # the idle culler's threshold (set-up)
         self.idle = IdleClock()
         empty = sorted(n for n, p in self.pools.items() if not (p.models or p.nodes or p.gpus))
