@@ -27,10 +27,8 @@ NS = "bench-ws"
 CONCURRENCY = 20  # spawns in flight at once, on each side
 
 
-def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
+def hub_config(plane: ControlPlane, db: Path, nodes: int):
     from traitlets.config import Config
-
-    from gpupool.spawner.kube import GPUKubeSpawner
 
     c = Config()
     c.GPUPool.db_url = f"sqlite:///{db}"
@@ -45,10 +43,21 @@ def spawner(plane: ControlPlane, db: Path, nodes: int, user: str):
     c.KubeSpawner.start_timeout = 300
     c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
     c.GPUKubeSpawner.kai_queue = "default"
+    return c
+
+
+def spawner(c, root, user: str):
+    """A GPUKubeSpawner of the hub whose composition root is `root` (gpupool.root: one pool for
+    every spawner, as in a hub), which JupyterHub hands each User in its settings."""
+    from gpupool.root import ROOT_KEY
+    from gpupool.spawner.kube import GPUKubeSpawner
+
     hub = SimpleNamespace(
         public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
     )
-    u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
+    u = SimpleNamespace(
+        name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[], settings={ROOT_KEY: root}
+    )
     sp = GPUKubeSpawner(user=u, hub=hub, config=c)
     sp.api_token = "token"
     sp.user_options = {"gpus": "0.25"}
@@ -99,7 +108,11 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(plane.kubeconfig)
     clients.load_config.cache_clear()
     out: dict = {"rss_before": rss_mib()}
-    spawners = [spawner(plane, tmp / "gpupool.sqlite", nodes, f"u{i}") for i in range(users)]
+    from gpupool.root import GPUPoolHub
+
+    c = hub_config(plane, tmp / "gpupool.sqlite", nodes)
+    root = GPUPoolHub(c)
+    spawners = [spawner(c, root, f"u{i}") for i in range(users)]
     sem = asyncio.Semaphore(CONCURRENCY)
     t0 = time.perf_counter()
     out["spawn_ours_s"] = await asyncio.gather(*(timed(sem, sp.start) for sp in spawners))
