@@ -43,6 +43,7 @@ from traitlets.config import Config
 from gpupool.config import GPUPool
 
 if TYPE_CHECKING:
+    from gpupool.api.auth import Directory
     from gpupool.contain import WorkloadCgroups
     from gpupool.hub_adapter import HubApp
     from gpupool.manager import PoolManager
@@ -140,7 +141,7 @@ class GPUPoolHub:
         return self._cgroups
 
     @property
-    def directory(self) -> Any:
+    def directory(self) -> Directory | None:
         """Users' admin flags and groups as the hub has them (gpupool.api.auth.Directory); None
         before the gpupool API runs."""
         return (self.api_settings or {}).get("directory")
@@ -225,13 +226,12 @@ class Running:
 def build_inventory(cfg: GPUPool) -> Inventory:
     """NVML's GPUs, or the virtual ones c.GPUPool declares where there is none."""
     from gpupool.nvml import discover_gpus
-    from gpupool.pool import Inventory as _Inventory
-    from gpupool.pool import Node, virtual_inventory
+    from gpupool.pool import Inventory, Node, virtual_inventory
 
     gpus = discover_gpus() if cfg.use_nvml else []
     if gpus:
         log.info("NVML found %d GPU(s): %s", len(gpus), ", ".join(g.model for g in gpus))
-        return _Inventory(nodes=(Node(name="localhost", gpus=tuple(gpus)),))
+        return Inventory(nodes=(Node(name="localhost", gpus=tuple(gpus)),))
     if cfg.virtual_gpus:
         log.warning(
             "no NVIDIA GPU found: declaring %d VIRTUAL GPU(s) of %d MiB",
