@@ -431,8 +431,8 @@ class TrainPool(LoggingConfigurable):
         help="""Where train jobs run.
         "local": gpupool schedules them itself and runs them as processes on this machine.
         "kubernetes": each job becomes a batch/v1 Job that KAI-Scheduler (or Kueue) queues, admits,
-        preempts and resumes; the hub validates, records and follows it. Set by the gpupool
-        chart's apply_chart_config. Example::
+        preempts and resumes; the hub validates, records and follows it. The gpupool chart
+        renders it into the hub's config (hub-config.json). Example::
 
             c.TrainPool.runner = "kubernetes"
         """,
