@@ -227,6 +227,7 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
     the option's own words, as in a config file."""
     from kubespawner import KubeSpawner
 
+    from gpupool.idle_culler.config import IdleCuller
     from gpupool.spawner.kube import GPUKubeSpawner
 
     values = {
@@ -247,6 +248,7 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
         "sharing": {"backend": "hami", "fractionByMemory": True},
         "jobs": {"graceSeconds": 120, "storageClass": "fast"},
         "userNamespaces": {"enabled": True, "prefix": "lab-"},
+        "nodeAgent": {"port": 9500},
     }
     path = hub_config(render(values), tmp_path)
     import json
@@ -256,6 +258,7 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
         "TrainPool": TrainPool,
         "GPUKubeSpawner": GPUKubeSpawner,
         "KubeSpawner": KubeSpawner,
+        "IdleCuller": IdleCuller,
     }
     raw = json.loads(path.read_text())
     assert set(raw) == set(classes)
@@ -282,11 +285,46 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
     assert train.job_options().storage_class == "fast" and train.job_options().grace_s == 120
     assert c.GPUKubeSpawner.fraction_by_memory is True and c.GPUKubeSpawner.kai_queue_groups == ["cs101"]
     assert c.KubeSpawner.user_namespace_template == "lab-{username}"
+    # the culler samples this release's node agents, at the chart's port (before, the overlay
+    # named 9402 and the namespace gpupool a second time)
+    culler = IdleCuller(config=c)
+    assert (culler.sampler, culler.sampler_arg) == (
+        "node-agent",
+        "http://gpupool-node-agent.gpupool:9500/pods",
+    )
+    assert "IdleCuller" not in json.loads(
+        hub_config(render({"nodeAgent": {"enabled": False}}), tmp_path).read_text()
+    )
     # the schema allows any positive sizes; GPUPool.allowed_fractions refuses a repeated one
     bad = Config()
     load_chart_config(bad, hub_config(render({"build": {"fractions": [0.5, 0.5]}}), tmp_path))
     with pytest.raises(TraitError, match=r"GPUPool.allowed_fractions: each GPU size once; repeated: \[0.5\]"):
         GPUPool(config=bad)
+
+
+def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> None:
+    """helm/z2jh-values.yaml's hub.extraConfig, run as z2jh's hub runs it (with `c` its config)
+    over the file the chart rendered, where the hub mounts it: the hub's quotas, its culler's
+    sampler (in the culler service's environment) and its own lines after the chart's."""
+    import json
+
+    overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    code = overlay["hub"]["extraConfig"]["gpupool"]
+    assert '"/etc/gpupool/hub-config.json"' in code
+    mounted = overlay["hub"]["extraVolumeMounts"][0]
+    assert (mounted["name"], mounted["mountPath"]) == ("gpupool-config", "/etc/gpupool")
+    path = hub_config(render({"build": {"quota": 0.5, "fractions": [0.25, 0.5]}}), tmp_path)
+    c = Config()
+    exec(compile(code.replace("/etc/gpupool/hub-config.json", str(path)), "extraConfig", "exec"), {"c": c})
+    assert GPUPool(config=c).quota_policy().default.quota_milli == 500
+    assert GPUPool(config=c).use_nvml is False  # the overlay's own line
+    culler = next(s for s in c.JupyterHub.services if s["name"] == "gpupool-culler")
+    settings = json.loads(culler["environment"]["GPUPOOL_CULLER_CONFIG"])
+    assert (settings["sampler"], settings["sampler_arg"], settings["node_agent_token_file"]) == (
+        "node-agent",
+        "http://gpupool-node-agent.gpupool:9402/pods",
+        "/etc/gpupool-agent/token",
+    )
 
 
 def test_an_older_charts_file_is_refused_and_the_old_call_still_loads_the_new_one(

@@ -102,5 +102,9 @@ helm.sh/resource-policy: keep
 {{- /* the chart made <prefix><user> namespaces with the hub's RBAC there */ -}}
 {{- $_ := set $config "KubeSpawner" (dict "enable_user_namespaces" true "user_namespace_template" (printf "%s{username}" .Values.userNamespaces.prefix)) -}}
 {{- end -}}
+{{- if .Values.nodeAgent.enabled -}}
+{{- /* GPU use of workspaces and train jobs: this release's agents, at their Service and port */ -}}
+{{- $_ := set $config "IdleCuller" (dict "sampler" "node-agent" "sampler_arg" (printf "http://gpupool-node-agent.%s:%d/pods" .Release.Namespace (int .Values.nodeAgent.port))) -}}
+{{- end -}}
 {{- $config | toJson -}}
 {{- end }}
