@@ -203,3 +203,50 @@ def test_each_structured_option_is_checked_where_traitlets_reads_it(settings: di
     with pytest.raises(TraitError) as api:
         policy_from_document(settings)
     assert str(api.value) == str(read.value)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"projects": {"v": {"guarantee": -1}}}, "TrainPool.projects['v']: need 0 <= guarantee <= limit"),
+        (
+            {"projects": {"v": {"guarantee": 1, "weight": "heavy"}}},
+            "TrainPool.projects['v']: weight must be > 0, got 'heavy'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": 1, "priority": "high"}}},
+            "TrainPool.projects['v']: priority must be a whole number, got 'high'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": 1, "idle_gpu_s": "soon"}}},
+            "TrainPool.projects['v']: idle_gpu_s must be seconds, got 'soon'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": {"dgx": "lots"}, "pools": ["dgx"]}}},
+            "TrainPool.projects['v']: guarantee['dgx']: not a GPU amount",
+        ),
+        ({"departments": {"d": {"guarantee": -2}}}, "TrainPool.departments['d']: the guarantee must be >= 0"),
+        ({"departments": {"d": {"quota": 2}}}, "TrainPool.departments['d'] must be a dict with keys"),
+        (
+            {"node_pools": {"p": {"gpus": [True]}}},
+            "TrainPool.node_pools['p']: models and nodes are lists of names",
+        ),
+        (
+            {"kube_job_options": {"namespaces": "x"}},
+            "TrainPool.kube_job_options: unknown keys ['namespaces']",
+        ),
+    ],
+)
+def test_each_training_table_is_checked_where_traitlets_reads_it(settings: dict, message: str) -> None:
+    """The training pool's tables are trait types too: a bad entry stops the config's read with
+    the option, the entry and the value named (before, most waited for the first table built
+    from them, a weight or priority that is not a number ended in a bare ValueError, and a
+    negative department guarantee was kept)."""
+    from gpupool.train.config import TrainPool
+
+    c = Config()
+    for name, value in settings.items():
+        setattr(c.TrainPool, name, value)
+    with pytest.raises(TraitError) as read:
+        TrainPool(config=c)
+    assert message in str(read.value)
