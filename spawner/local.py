@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
@@ -13,10 +14,11 @@ from gpupool import gpu_env_files, runtime
 from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
 
 
-class _LocalGPU(GPUSpawnerMixin):
+class _LocalGPU(PromptReady, GPUSpawnerMixin):
     """Local-process spawners: the GPU environment, the tag that finds orphaned servers, and the
     workspace's cgroup: the server starts in it, and the workspace has ended (its share may go)
     only once it is empty, whatever its processes did to their session (gpupool.contain)."""
@@ -50,6 +52,7 @@ class _LocalGPU(GPUSpawnerMixin):
     async def start(self):
         import asyncio
 
+        began = time.monotonic()
         cgroups = self.cgroups
         # what an earlier server of this workspace left behind ends before the new one starts
         if not await asyncio.to_thread(cgroups.tree.end, self.cgroup, cgroups.stop_timeout_s):
@@ -58,11 +61,14 @@ class _LocalGPU(GPUSpawnerMixin):
             )
         self._join_fd = cgroups.tree.join_fd(self.cgroup)
         try:
-            return await super().start()
+            url = await super().start()
         finally:
             if self._join_fd is not None:
                 os.close(self._join_fd)
             self._join_fd = None
+        # the hub's first look then finds it (spawner/local_ready.py)
+        await self.wait_listening(url, float(self.start_timeout) - (time.monotonic() - began))
+        return url
 
     def make_preexec_fn(self, name: str):
         # the child joins the workspace's cgroup first, as root, before anything else runs
