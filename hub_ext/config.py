@@ -7,17 +7,27 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-import re
-
-from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, observe, validate
+from traitlets import Bool, Int, Unicode, observe
 from traitlets.config import LoggingConfigurable
 
 from gpupool.gpu.sharing import BACKENDS
 from gpupool.kube.pool_objects import KAI_NODE_POOL
-from gpupool.pool import BuildLimits, BuildQuotaPolicy, parse_gpus
-from gpupool.pool.units import UnitError, shown
+from gpupool.pool import BuildLimits, BuildQuotaPolicy
+from gpupool.quota_traits import (
+    GROUP_NAME,
+    GPUs,
+    GPUSizes,
+    GroupLimits,
+    GroupTotals,
+    PoolNames,
+    WorkspaceCount,
+    gpus_milli,
+    pool_names,
+    sizes_milli,
+)
 
-LIMIT_KEYS = {"quota", "fractions", "max_per_workspace", "max_workspaces", "pools"}
+__all__ = ["GROUP_NAME", "QUOTA_KEYS", "GPUPool", "policy_from_document", "quota_document", "quota_notes"]
+
 # the options an admin may also change at run time through the API (PUT api/quotas)
 QUOTA_KEYS = (
     "default_build_quota",
@@ -28,11 +38,6 @@ QUOTA_KEYS = (
     "group_totals",
     "build_pools",
 )
-MAX_POOLS = 16
-# a group named in quotas: what JupyterHub and the usual authenticators name groups ("cs101",
-# "physics-lab", GitHub's "org:team", "staff@uni.edu"), at most JupyterHub's 255 characters; a
-# typo such as "cs 101!" would otherwise be kept as a group nobody is in
-GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+:/-]{0,254}\Z")
 
 
 class GPUPool(LoggingConfigurable):
@@ -110,7 +115,7 @@ class GPUPool(LoggingConfigurable):
         if "build_placement_policy" not in self.config.get("GPUPool", {}):  # the new name wins
             self.build_placement_policy = change["new"]
 
-    default_build_quota = Float(
+    default_build_quota = GPUs(
         1.0,
         config=True,
         help="""Fixed build quota of every user, in GPUs, across all their workspaces.
@@ -121,9 +126,8 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    allowed_fractions = List(
-        Float(),
-        default_value=[0.1, 0.25, 0.5, 1.0],
+    allowed_fractions = GPUSizes(
+        [0.1, 0.25, 0.5, 1.0],
         config=True,
         help="""GPU sizes offered on the spawn form, in GPUs. Values below 1 are fractions of
         one GPU; values of 1 and more must be whole GPUs. Example::
@@ -132,7 +136,7 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    max_gpus_per_workspace = Float(
+    max_gpus_per_workspace = GPUs(
         1.0,
         config=True,
         help="""Largest GPU size a single workspace may hold. Example::
@@ -141,7 +145,7 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    max_workspaces_per_user = Int(
+    max_workspaces_per_user = WorkspaceCount(
         2,
         config=True,
         help="""How many GPU workspaces (named servers) one user may run at once. Example::
@@ -150,7 +154,7 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    group_overrides = Dict(
+    group_overrides = GroupLimits(
         config=True,
         help="""Per-group build limits. A user in several groups gets the most generous value of
         each key. Keys: quota, fractions, max_per_workspace (GPUs), max_workspaces, pools (the
@@ -165,8 +169,7 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    build_pools = List(
-        Unicode(),
+    build_pools = PoolNames(
         config=True,
         help="""Node pools (defined in c.TrainPool.node_pools) that build workspaces may use, in
         order of preference; empty: every GPU. A group's "pools" in group_overrides replaces
@@ -176,7 +179,7 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
-    group_totals = Dict(
+    group_totals = GroupTotals(
         config=True,
         help="""Optional ceiling, in GPUs, on what all members of a group hold together.
         Example (a class of 30 shares 2 GPUs)::
@@ -260,130 +263,29 @@ class GPUPool(LoggingConfigurable):
         prefix = hub_base_url[: -len("hub/")] if hub_base_url.endswith("hub/") else "/"
         return f"http://{host}:{self.api_port}{prefix}services/gpupool/"
 
-    @validate("allowed_fractions")
-    def _check_fractions(self, proposal: dict) -> list[float]:
-        _sizes(proposal["value"], "allowed_fractions")
-        return proposal["value"]
-
-    @validate("max_workspaces_per_user")
-    def _check_max_workspaces(self, proposal: dict) -> int:
-        return _count(proposal["value"], "max_workspaces_per_user")
-
-    @validate("group_totals")
-    def _check_totals(self, proposal: dict) -> dict:
-        for group in proposal["value"]:
-            group_name(group, "group_totals")
-        return proposal["value"]
-
-    @validate("group_overrides")
-    def _check_overrides(self, proposal: dict) -> dict:
-        for group, limits in proposal["value"].items():
-            group_name(group, "group_overrides")
-            if not isinstance(limits, dict):
-                raise TraitError(f"GPUPool.group_overrides[{group!r}] must be a dict, got {limits!r}")
-            unknown = set(limits) - LIMIT_KEYS
-            if unknown:
-                raise TraitError(
-                    f"GPUPool.group_overrides[{group!r}]: unknown keys {sorted(unknown)};"
-                    f" use {sorted(LIMIT_KEYS)}"
-                )
-        return proposal["value"]
-
     def quota_policy(self) -> BuildQuotaPolicy:
-        """The pure policy object the manager enforces."""
+        """The pure policy object the manager enforces (every value was checked by its trait)."""
         default = BuildLimits(
-            quota_milli=_milli(self.default_build_quota, "default_build_quota"),
-            sizes_milli=tuple(sorted(_milli(f, "allowed_fractions") for f in self.allowed_fractions)),
-            max_per_workspace_milli=_milli(self.max_gpus_per_workspace, "max_gpus_per_workspace"),
+            quota_milli=gpus_milli(self.default_build_quota, "GPUPool.default_build_quota"),
+            sizes_milli=sizes_milli(self.allowed_fractions, "GPUPool.allowed_fractions"),
+            max_per_workspace_milli=gpus_milli(self.max_gpus_per_workspace, "GPUPool.max_gpus_per_workspace"),
             max_workspaces=self.max_workspaces_per_user,
-            pools=_pools(self.build_pools, "build_pools"),
+            pools=tuple(self.build_pools),
         )
         overrides = {}
         for group, lim in self.group_overrides.items():
-            where = f"group_overrides[{group!r}]"
+            where = f"GPUPool.group_overrides[{group!r}]"
             overrides[group] = BuildLimits(
-                quota_milli=_milli(lim.get("quota", self.default_build_quota), where),
-                sizes_milli=_sizes(_list(lim.get("fractions", self.allowed_fractions), where), where),
-                max_per_workspace_milli=_milli(
+                quota_milli=gpus_milli(lim.get("quota", self.default_build_quota), where),
+                sizes_milli=sizes_milli(lim.get("fractions", self.allowed_fractions), where),
+                max_per_workspace_milli=gpus_milli(
                     lim.get("max_per_workspace", self.max_gpus_per_workspace), where
                 ),
-                max_workspaces=_count(lim.get("max_workspaces", self.max_workspaces_per_user), where),
-                pools=_pools(lim.get("pools", self.build_pools), where),
+                max_workspaces=lim.get("max_workspaces", self.max_workspaces_per_user),
+                pools=pool_names(lim.get("pools", self.build_pools), where),
             )
-        totals = {g: _milli(v, f"group_totals[{g!r}]") for g, v in self.group_totals.items()}
+        totals = {g: gpus_milli(v, f"GPUPool.group_totals[{g!r}]") for g, v in self.group_totals.items()}
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
-
-
-def group_name(name: object, where: str) -> str:
-    if not isinstance(name, str) or not GROUP_NAME.match(name):
-        raise TraitError(
-            f"GPUPool.{where}: a group name is 1 to 255 letters, digits or . _ @ + : / -,"
-            f" starting with a letter or digit (no spaces); not {shown(name)}"
-        )
-    return name
-
-
-def _size(value: object, where: str) -> int:
-    """A GPU size offered on the form: more than 0 GPU."""
-    milli = _milli(value, where)
-    if milli <= 0:
-        raise TraitError(f"GPUPool.{where}: a GPU size must be more than 0, got {value!r}")
-    return milli
-
-
-MAX_SIZES = 64  # GPU sizes a form offers: a choice for people, not a table
-
-
-def _sizes(values: list, where: str) -> tuple[int, ...]:
-    """GPU sizes offered on the form: each more than 0, each once, at most MAX_SIZES of them."""
-    if len(values) > MAX_SIZES:
-        raise TraitError(f"GPUPool.{where}: at most {MAX_SIZES} GPU sizes, got {len(values)}")
-    sizes = sorted(_size(f, where) for f in values)
-    twice = sorted({m for m in sizes if sizes.count(m) > 1})
-    if twice:
-        raise TraitError(f"GPUPool.{where}: each GPU size once; repeated: {[m / 1000 for m in twice]}")
-    return tuple(sizes)
-
-
-def _pools(value: object, where: str) -> tuple[str, ...]:
-    """Node pool names, in order of preference: at most MAX_POOLS, no repeats (the names are
-    checked against c.TrainPool.node_pools when the hub starts)."""
-    if (
-        not isinstance(value, list | tuple)
-        or len(value) > MAX_POOLS
-        or not all(isinstance(v, str) and 0 < len(v) <= 63 for v in value)
-        or len(set(value)) != len(value)
-    ):
-        raise TraitError(
-            f"GPUPool.{where}: pools must be a list of at most {MAX_POOLS} node pool names,"
-            f' each once, e.g. ["workstations", "dgx"]; got {value!r}'[:300]
-        )
-    return tuple(value)
-
-
-def _list(value: object, where: str) -> list:
-    if not isinstance(value, list | tuple):
-        raise TraitError(f"GPUPool.{where}: fractions must be a list of GPU sizes")
-    return list(value)
-
-
-def _count(value: object, where: str) -> int:
-    """A number of workspaces: a whole number from 0 (none) to 1000."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
-        raise TraitError(f"GPUPool.{where}: must be a whole number from 0 to 1000, got {value!r}")
-    return value
-
-
-def _milli(value: object, where: str) -> int:
-    try:
-        milli = parse_gpus(value)
-    except UnitError as err:
-        raise TraitError(f"GPUPool.{where}: {err}") from None
-    if milli < 0:
-        raise TraitError(f"GPUPool.{where}: must not be negative, got {value!r}")
-    if milli > 1000 and milli % 1000:
-        raise TraitError(f"GPUPool.{where}: {value!r} is more than one GPU but not a whole number")
-    return milli
 
 
 def quota_document(cfg: GPUPool) -> dict:
@@ -397,9 +299,6 @@ def policy_from_document(doc: dict) -> BuildQuotaPolicy:
     unknown = set(doc) - set(QUOTA_KEYS)
     if unknown:
         raise ValueError(f"unknown quota options {sorted(unknown)}; use {list(QUOTA_KEYS)}")
-    for key in ("default_build_quota", "max_gpus_per_workspace"):  # in plain words, not traitlets'
-        if key in doc:
-            _milli(doc[key], key)
     return GPUPool(**doc).quota_policy()
 
 

@@ -156,3 +156,97 @@ def test_in_a_hub_pod_the_proxy_reaches_the_api_by_the_hub_services_name() -> No
     plain = Config()  # the embedded hub: api_ip and api_port, as before
     configure(plain)
     assert {s["name"]: s for s in plain.JupyterHub.services}["gpupool"]["url"] == "http://127.0.0.1:8095"
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"group_overrides": {"students": {"quota": -1}}},
+            "GPUPool.group_overrides['students']: must not be negative, got -1",
+        ),
+        (
+            {"group_overrides": {"students": {"fractions": [0.25, 1.5]}}},
+            "GPUPool.group_overrides['students']: 1.5 is more than one GPU but not a whole number",
+        ),
+        (
+            {"group_overrides": {"students": {"max_workspaces": "two"}}},
+            "GPUPool.group_overrides['students']: must be a whole number from 0 to 1000, got 'two'",
+        ),
+        (
+            {"group_overrides": {"students": {"pools": ["dgx", "dgx"]}}},
+            "GPUPool.group_overrides['students']: pools",
+        ),
+        ({"group_overrides": {"cs 101!": {"quota": 1}}}, "GPUPool.group_overrides: a group name is"),
+        ({"group_totals": {"cs101": "many"}}, "GPUPool.group_totals['cs101']: not a GPU amount: 'many'"),
+        ({"group_totals": {"cs101": 2.5}}, "GPUPool.group_totals['cs101']: 2.5 is more than one GPU"),
+        ({"build_pools": ["dgx", "dgx"]}, "GPUPool.build_pools: pools must be a list"),
+        ({"default_build_quota": "lots"}, "GPUPool.default_build_quota: not a GPU amount: 'lots'"),
+        ({"max_gpus_per_workspace": 1.5}, "GPUPool.max_gpus_per_workspace: 1.5 is more than one GPU"),
+        ({"max_workspaces_per_user": 1001}, "GPUPool.max_workspaces_per_user: must be a whole number"),
+        ({"allowed_fractions": [0.5, 0.5]}, "GPUPool.allowed_fractions: each GPU size once"),
+        ({"allowed_fractions": [0, 1]}, "GPUPool.allowed_fractions: a GPU size must be more than 0"),
+    ],
+)
+def test_each_structured_option_is_checked_where_traitlets_reads_it(settings: dict, message: str) -> None:
+    """One trait type per structured option: a bad value stops the config's read itself (not a
+    later quota_policy() call), names the option and the value, and the quota API's document is
+    refused with the very same words."""
+    from gpupool.config import policy_from_document
+
+    c = Config()
+    for name, value in settings.items():
+        setattr(c.GPUPool, name, value)
+    with pytest.raises(TraitError) as read:
+        GPUPool(config=c)
+    assert message in str(read.value)
+    with pytest.raises(TraitError) as api:
+        policy_from_document(settings)
+    assert str(api.value) == str(read.value)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"projects": {"v": {"guarantee": -1}}}, "TrainPool.projects['v']: need 0 <= guarantee <= limit"),
+        (
+            {"projects": {"v": {"guarantee": 1, "weight": "heavy"}}},
+            "TrainPool.projects['v']: weight must be > 0, got 'heavy'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": 1, "priority": "high"}}},
+            "TrainPool.projects['v']: priority must be a whole number, got 'high'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": 1, "idle_gpu_s": "soon"}}},
+            "TrainPool.projects['v']: idle_gpu_s must be seconds, got 'soon'",
+        ),
+        (
+            {"projects": {"v": {"guarantee": {"dgx": "lots"}, "pools": ["dgx"]}}},
+            "TrainPool.projects['v']: guarantee['dgx']: not a GPU amount",
+        ),
+        ({"departments": {"d": {"guarantee": -2}}}, "TrainPool.departments['d']: the guarantee must be >= 0"),
+        ({"departments": {"d": {"quota": 2}}}, "TrainPool.departments['d'] must be a dict with keys"),
+        (
+            {"node_pools": {"p": {"gpus": [True]}}},
+            "TrainPool.node_pools['p']: models and nodes are lists of names",
+        ),
+        (
+            {"kube_job_options": {"namespaces": "x"}},
+            "TrainPool.kube_job_options: unknown keys ['namespaces']",
+        ),
+    ],
+)
+def test_each_training_table_is_checked_where_traitlets_reads_it(settings: dict, message: str) -> None:
+    """The training pool's tables are trait types too: a bad entry stops the config's read with
+    the option, the entry and the value named (before, most waited for the first table built
+    from them, a weight or priority that is not a number ended in a bare ValueError, and a
+    negative department guarantee was kept)."""
+    from gpupool.train.config import TrainPool
+
+    c = Config()
+    for name, value in settings.items():
+        setattr(c.TrainPool, name, value)
+    with pytest.raises(TraitError) as read:
+        TrainPool(config=c)
+    assert message in str(read.value)

@@ -101,7 +101,15 @@ async def timed(sem: asyncio.Semaphore, start: Callable[[], Awaitable]) -> float
         return time.perf_counter() - t0
 
 
+ROUNDS = 6  # the two sides take turns, so load that drifts and the pods already there hit both alike
+
+
 async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> dict:
+    """`users` spawns through GPUKubeSpawner and as many bare pod creates, in ROUNDS rounds
+    whose order alternates (the first round starts with ours: its first pod is the template of
+    the bare creates); a side's rate is its spawns over the time it took in all. KubeSpawner
+    alone runs after them (it shares kubespawner's pod reflector: the memory figure is taken
+    before its pods join that)."""
     from kubernetes_asyncio.config import kube_config
     from kubespawner import clients
 
@@ -111,34 +119,23 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     from gpupool.root import GPUPoolHub
 
     c = hub_config(plane, tmp / "gpupool.sqlite", nodes)
-    root = GPUPoolHub(c)
+    root = GPUPoolHub(c)  # one pool for every spawner, as in a hub
     spawners = [spawner(c, root, f"u{i}") for i in range(users)]
+    stock = [stock_spawner(plane, f"k{i}") for i in range(users)]
     sem = asyncio.Semaphore(CONCURRENCY)
-    t0 = time.perf_counter()
-    out["spawn_ours_s"] = await asyncio.gather(*(timed(sem, sp.start) for sp in spawners))
-    out["spawn_ours_rate"] = users / (time.perf_counter() - t0)
-    out["rss_after"] = rss_mib()
-    print(
-        f"{users} workspaces spawned through GPUKubeSpawner in {time.perf_counter() - t0:.0f} s", flush=True
-    )
-
-    # the baseline: the same pod, created bare and awaited Running through a watch
+    took = {"ours": 0.0, "bare": 0.0, "stock": 0.0}
+    times: dict[str, list[float]] = {"ours": [], "bare": [], "stock": []}
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=cfg)
     async with client.ApiClient(cfg) as api:
         core = client.CoreV1Api(api)
-        ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
-        spec = {k: v for k, v in ref["spec"].items() if k != "nodeName"}
-        labels = {
-            **{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")},
-            "bench": "bare",
-        }
         running: dict[str, asyncio.Future] = {}
+        template: dict = {}
 
         async def follow() -> None:
             w = watch.Watch()
             async with w.stream(
-                core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=600
+                core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=900
             ) as s:
                 async for ev in s:
                     pod = ev["raw_object"]
@@ -150,6 +147,14 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
         await asyncio.sleep(0.5)
 
         async def bare(i: int) -> None:
+            # the same pod as gpupool's first, created bare and awaited Running through a watch
+            if not template:
+                ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
+                template.update(
+                    spec={k: v for k, v in ref["spec"].items() if k != "nodeName"},
+                    labels={**{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")}},
+                    annotations=ref["metadata"].get("annotations", {}),
+                )
             name = f"bare-{i}"
             running[name] = asyncio.get_running_loop().create_future()
             await core.create_namespaced_pod(
@@ -157,29 +162,41 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
                 {
                     "apiVersion": "v1",
                     "kind": "Pod",
-                    "spec": spec,
+                    "spec": template["spec"],
                     "metadata": {
                         "name": name,
-                        "labels": labels,
-                        "annotations": ref["metadata"].get("annotations", {}),
+                        "labels": {**template["labels"], "bench": "bare"},
+                        "annotations": template["annotations"],
                     },
                 },
             )
             await running[name]
 
-        t0 = time.perf_counter()
-        out["spawn_bare_s"] = await asyncio.gather(
-            *(timed(sem, functools.partial(bare, i)) for i in range(users))
-        )
-        out["spawn_bare_rate"] = users / (time.perf_counter() - t0)
+        sides = {
+            "ours": lambda i: spawners[i].start,
+            "bare": lambda i: functools.partial(bare, i),
+            "stock": lambda i: stock[i].start,
+        }
+
+        async def spawn(side: str, part: range) -> None:
+            t0 = time.perf_counter()
+            times[side] += await asyncio.gather(*(timed(sem, sides[side](i)) for i in part))
+            took[side] += time.perf_counter() - t0
+
+        for r in range(ROUNDS):
+            part = range(r * users // ROUNDS, (r + 1) * users // ROUNDS)
+            for side in ("ours", "bare") if r % 2 == 0 else ("bare", "ours"):
+                await spawn(side, part)
+            print(f"round {r + 1}/{ROUNDS}: {part.stop} spawns on each side", flush=True)
         follower.cancel()
-    print(f"{users} bare pods running in {users / out['spawn_bare_rate']:.0f} s", flush=True)
-    stock = [stock_spawner(plane, f"k{i}") for i in range(users)]
-    t0 = time.perf_counter()
-    out["spawn_stock_s"] = await asyncio.gather(*(timed(sem, sp.start) for sp in stock))
-    out["spawn_stock_rate"] = users / (time.perf_counter() - t0)
+        out["rss_after"] = rss_mib()
+        await spawn("stock", range(users))
+    for side in took:
+        out[f"spawn_{side}_s"] = times[side]
+        out[f"spawn_{side}_rate"] = users / took[side]
     print(
-        f"{users} workspaces spawned through KubeSpawner alone in {time.perf_counter() - t0:.0f} s",
+        f"{users} spawns each: GPUKubeSpawner {took['ours']:.0f} s, bare pods {took['bare']:.0f} s,"
+        f" KubeSpawner alone {took['stock']:.0f} s",
         flush=True,
     )
     out["pods"] = [

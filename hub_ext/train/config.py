@@ -5,47 +5,26 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, observe, validate
+from traitlets import Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from gpupool.pool.training import Department, Project
-from gpupool.pool.units import UnitError, parse_gpus
-
-PROJECT_KEYS = {"guarantee", "weight", "limit", "priority", "department", "users", "groups"}
-PROJECT_KEYS |= {"idle_gpu_s"}  # idle train jobs (train/idle.py)
-PROJECT_KEYS |= {"pools"}  # node pools, in order of preference
-POOL_KEYS = {"models", "nodes", "gpus"}
-MAX_IDLE_S = 7 * 86400
-DEPARTMENT_KEYS = {"guarantee", "limit"}
-MAX_POOLS = 16  # node pools a project names
-
-
-def _pool_guarantees(project: str, raw: object) -> tuple[tuple[str, int], ...]:
-    """A project's `guarantee` given per node pool ({"dgx": 4, "workstations": 2}), checked;
-    () for a plain number."""
-    if not isinstance(raw, dict):
-        return ()
-    if not 1 <= len(raw) <= MAX_POOLS or not all(isinstance(k, str) and k for k in raw):
-        raise TraitError(
-            f"TrainPool.projects[{project!r}]: guarantee per pool is a dict of 1 to {MAX_POOLS}"
-            ' node pool names and GPUs, e.g. {"dgx": 4, "workstations": 2}'
-        )
-    out = []
-    for pool, value in raw.items():
-        try:
-            milli = parse_gpus(value)
-        except UnitError as err:
-            raise TraitError(f"TrainPool.projects[{project!r}]: guarantee[{pool!r}]: {err}") from None
-        if milli < 0:
-            raise TraitError(f"TrainPool.projects[{project!r}]: guarantee[{pool!r}] must be >= 0")
-        out.append((pool, milli))
-    return tuple(out)
+from gpupool.train.traits import (
+    DepartmentTable,
+    JobOptionFields,
+    NodePoolTable,
+    ProjectTable,
+    department_of,
+    idle_seconds,
+    node_pool_of,
+    project_of,
+)
 
 
 class TrainPool(LoggingConfigurable):
     """Train jobs in a shared pool with guaranteed quotas per project."""
 
-    projects = Dict(
+    projects = ProjectTable(
         {"default": {"guarantee": 1}},
         config=True,
         help="""Projects (queues) with their guaranteed quota and how they borrow idle GPUs.
@@ -67,7 +46,7 @@ class TrainPool(LoggingConfigurable):
             }
         """,
     )
-    departments = Dict(
+    departments = DepartmentTable(
         {},
         config=True,
         help="""Departments: a quota level above projects (KAI-Scheduler's parent queues). Keys:
@@ -266,7 +245,7 @@ class TrainPool(LoggingConfigurable):
         """,
     )
 
-    node_pools = Dict(
+    node_pools = NodePoolTable(
         {},
         config=True,
         help="""Named groups of GPUs (KAI-Scheduler's node pools) that
@@ -285,26 +264,9 @@ class TrainPool(LoggingConfigurable):
     )
 
     def pool_table(self):
-        """The node pools, checked, and checked against the projects that name them."""
-        from gpupool.pool.pools import NodePool
-
-        out = {}
-        for name, spec in self.node_pools.items():
-            if not isinstance(spec, dict) or set(spec) - POOL_KEYS:  # {}: by label, Kubernetes only
-                raise TraitError(
-                    f"TrainPool.node_pools[{name!r}] must be a dict with some of {sorted(POOL_KEYS)}"
-                )
-            models, nodes, gpus = (spec.get(k, []) for k in ("models", "nodes", "gpus"))
-            if (
-                not all(isinstance(v, list) for v in (models, nodes, gpus))
-                or not all(isinstance(m, str) for m in models + nodes)
-                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 1024 for g in gpus)
-            ):
-                raise TraitError(
-                    f"TrainPool.node_pools[{name!r}]: models and nodes are lists of names,"
-                    " gpus a list of GPU indices"
-                )
-            out[name] = NodePool(name, frozenset(models), frozenset(nodes), frozenset(gpus))
+        """The node pools (each checked by its trait), checked against the projects that name
+        them."""
+        out = {name: node_pool_of(name, spec) for name, spec in self.node_pools.items()}
         for p in self.project_table().values():
             unknown = set(p.pools) - set(out)
             if unknown:
@@ -383,17 +345,7 @@ class TrainPool(LoggingConfigurable):
         old = "idle_util_pct" in self.config.get("TrainPool", {})
         threshold = self.idle_util_pct if old or util_pct is None else util_pct
         for name, spec in self.projects.items():
-            raw = spec.get("idle_gpu_s", 0)
-            try:
-                idle_s = float(raw)
-            except (TypeError, ValueError):
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: idle_gpu_s must be seconds, got {raw!r}"
-                ) from None
-            if not 0 <= idle_s <= MAX_IDLE_S:
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: idle_gpu_s must be between 0 and {MAX_IDLE_S}"
-                )
+            idle_s = idle_seconds(f"TrainPool.projects[{name!r}]", spec)
             if idle_s:
                 out[name] = IdleRule(idle_s, min(self.idle_warn_s, idle_s), threshold)
         return out
@@ -431,8 +383,8 @@ class TrainPool(LoggingConfigurable):
         help="""Where train jobs run.
         "local": gpupool schedules them itself and runs them as processes on this machine.
         "kubernetes": each job becomes a batch/v1 Job that KAI-Scheduler (or Kueue) queues, admits,
-        preempts and resumes; the hub validates, records and follows it. Set by the gpupool
-        chart's apply_chart_config. Example::
+        preempts and resumes; the hub validates, records and follows it. The gpupool chart
+        renders it into the hub's config (hub-config.json). Example::
 
             c.TrainPool.runner = "kubernetes"
         """,
@@ -447,7 +399,7 @@ class TrainPool(LoggingConfigurable):
             c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
         """,
     )
-    kube_job_options = Dict(
+    kube_job_options = JobOptionFields(
         {},
         config=True,
         help="""Settings of train Jobs on Kubernetes (fields of
@@ -484,24 +436,13 @@ class TrainPool(LoggingConfigurable):
             return self.gpu_sharing
         return GPUPool(config=self.config).gpu_sharing
 
-    @validate("kube_job_options")
-    def _check_job_options(self, proposal: dict) -> dict:
-        import dataclasses
-
-        from gpupool.kube.objects import JobOptions
-
-        known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
-        unknown = set(proposal["value"]) - known
-        if unknown:
-            raise TraitError(
-                f"TrainPool.kube_job_options: unknown keys {sorted(unknown)}; use {sorted(known)}"
-            )
-        if "node_pool_label" in proposal["value"]:  # one label for workspaces and jobs
+    @observe("kube_job_options")
+    def _old_job_option_names(self, change: dict) -> None:
+        if "node_pool_label" in change["new"]:  # one label for workspaces and jobs
             self.log.warning(
                 "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use"
                 " c.GPUPool.node_pool_label (one setting for workspaces and train jobs)"
             )
-        return proposal["value"]
 
     def job_options(self):
         """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s) and
@@ -513,23 +454,6 @@ class TrainPool(LoggingConfigurable):
         if "node_pool_label" not in opts or "node_pool_label" in self.config.get("GPUPool", {}):
             opts["node_pool_label"] = GPUPool(config=self.config).node_pool_label
         return JobOptions(**opts)
-
-    @validate("projects")
-    def _check_projects(self, proposal: dict) -> dict:
-        for name, spec in proposal["value"].items():
-            if not isinstance(spec, dict):
-                raise TraitError(f"TrainPool.projects[{name!r}] must be a dict")
-            unknown = set(spec) - PROJECT_KEYS
-            if unknown:
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: unknown keys {sorted(unknown)};"
-                    f" use {sorted(PROJECT_KEYS)}"
-                )
-            for key in ("users", "groups"):
-                names = spec.get(key, [])
-                if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-                    raise TraitError(f"TrainPool.projects[{name!r}][{key!r}] must be a list of names")
-        return proposal["value"]
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
         """Membership: admins always; a project without users and groups lists is open to all."""
@@ -546,21 +470,8 @@ class TrainPool(LoggingConfigurable):
         return sorted(p for p in self.projects if self.may_submit(p, user, groups, admin))
 
     def department_table(self) -> dict[str, Department]:
-        """Departments, checked against the projects that name them."""
-        out = {}
-        for name, spec in self.departments.items():
-            if not isinstance(spec, dict) or set(spec) - DEPARTMENT_KEYS:
-                raise TraitError(
-                    f"TrainPool.departments[{name!r}] must be a dict with keys {sorted(DEPARTMENT_KEYS)}"
-                )
-            try:
-                guarantee = parse_gpus(spec.get("guarantee", 0))
-                limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
-            except UnitError as err:
-                raise TraitError(f"TrainPool.departments[{name!r}]: {err}") from None
-            if limit >= 0 and limit < guarantee:
-                raise TraitError(f"TrainPool.departments[{name!r}]: need guarantee <= limit")
-            out[name] = Department(name, guarantee, limit)
+        """Departments (each checked by its trait), checked against the projects that name them."""
+        out = {name: department_of(name, spec) for name, spec in self.departments.items()}
         projects = self.project_table()
         for p in projects.values():
             if p.department and out and p.department not in out:
@@ -578,47 +489,5 @@ class TrainPool(LoggingConfigurable):
         return out
 
     def project_table(self) -> dict[str, Project]:
-        out = {}
-        for name, spec in self.projects.items():
-            per_pool = _pool_guarantees(name, spec.get("guarantee", 0))
-            try:
-                guarantee = sum(g for _, g in per_pool) if per_pool else parse_gpus(spec.get("guarantee", 0))
-                limit = -1 if spec.get("limit") is None else parse_gpus(spec["limit"])
-            except UnitError as err:
-                raise TraitError(f"TrainPool.projects[{name!r}]: {err}") from None
-            if guarantee < 0 or (limit >= 0 and limit < guarantee):
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: need 0 <= guarantee <= limit"
-                    + (" (the guarantee is the sum of its pools' guarantees)" if per_pool else "")
-                )
-            weight = float(spec.get("weight", 1))
-            if weight <= 0:
-                raise TraitError(f"TrainPool.projects[{name!r}]: weight must be > 0")
-            pools = spec.get("pools", [g for g, _ in per_pool])  # per-pool guarantees: their order by default
-            if (
-                not isinstance(pools, list)
-                or not all(isinstance(x, str) for x in pools)
-                or len(pools) > MAX_POOLS
-            ):
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: pools must be a list of at most {MAX_POOLS}"
-                    " node pool names"
-                )
-            missing = [g for g, _ in per_pool if g not in pools]
-            if missing:
-                raise TraitError(
-                    f"TrainPool.projects[{name!r}]: guarantee names pools {missing} that are not in"
-                    f" its pools {pools}"
-                )
-            order = {g: i for i, g in enumerate(pools)}
-            out[name] = Project(
-                name,
-                guarantee,
-                weight,
-                limit,
-                int(spec.get("priority", 0)),
-                str(spec.get("department", "")),
-                tuple(pools),
-                tuple(sorted(per_pool, key=lambda pg: order[pg[0]])),
-            )
-        return out
+        """The projects, each checked by its trait."""
+        return {name: project_of(name, spec) for name, spec in self.projects.items()}

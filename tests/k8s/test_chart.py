@@ -11,10 +11,11 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from traitlets import TraitError
 from traitlets.config import Config
 
 from gpupool.config import GPUPool
-from gpupool.kube.chart_config import apply_chart_config, job_options
+from gpupool.kube.chart_config import ChartConfigError, apply_chart_config, load_chart_config
 from gpupool.train.config import TrainPool
 from tests.k8s.conftest import REPO
 
@@ -152,6 +153,15 @@ def test_bad_values_are_refused_with_the_key_named(values: dict, message: str) -
     assert message in str(err.value)
 
 
+def hub_config(docs: list[dict], folder: Path) -> Path:
+    """The chart's ConfigMap's hub-config.json, written where the z2jh hub mounts it."""
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert cm["metadata"]["namespace"] == "jupyterhub"  # where the z2jh hub mounts it
+    path = folder / "hub-config.json"
+    path.write_text(cm["data"]["hub-config.json"])
+    return path
+
+
 def merged(base: dict, over: dict) -> dict:
     """Helm's merge of a values file over the chart's defaults."""
     out = dict(base)
@@ -172,11 +182,8 @@ def test_z2jh_overlay_fits_the_upstream_chart_schema(schemas: Path) -> None:
 
 def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp_path: Path) -> None:
     values = yaml.safe_load((REPO / "helm/examples/research-3-projects.yaml").read_text())
-    cm = next(d for d in render(values) if d["kind"] == "ConfigMap")
-    assert cm["metadata"]["namespace"] == "jupyterhub"  # where the z2jh hub mounts it
-    (tmp_path / "gpupool.json").write_text(cm["data"]["gpupool.json"])
     c = Config()
-    data = apply_chart_config(c, tmp_path / "gpupool.json")
+    load_chart_config(c, hub_config(render(values), tmp_path))
     projects = TrainPool(config=c).project_table()
     assert (
         projects["vision"].guarantee_milli,
@@ -184,6 +191,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
         projects["vision"].weight,
     ) == (8000, 16000, 2.0)
     assert projects["robotics"].priority == 110 and projects["nlp"].department == "research"
+    assert TrainPool(config=c).department_table()["research"].limit_milli == -1  # limit -1: none
     limits = GPUPool(config=c).quota_policy().limits_for([])
     assert limits.quota_milli == 1000 and limits.sizes_milli == (250, 500, 1000)
     assert c.GPUPool.gpu_sharing == "kai" and "gpu_sharing" not in c.GPUKubeSpawner  # once, for both sides
@@ -191,12 +199,152 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     # users in none of their groups: the example's build.defaultProject
     assert c.GPUKubeSpawner.kai_queue_groups == ["nlp", "robotics", "vision"]  # no build.queues
     assert c.GPUKubeSpawner.kai_default_group == "nlp" and set(projects) == {"nlp", "robotics", "vision"}
-    assert job_options(data).kueue is True and job_options(data).namespace == "jupyterhub"
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
     assert (
         train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
     )
-    assert train.job_options() == job_options(data) and train.sharing() == "kai"
+    opts = train.job_options()
+    assert (opts.namespace, opts.queue, opts.kueue, opts.checkpoint_size, opts.storage_class) == (
+        "jupyterhub",
+        "{project}",
+        True,
+        "10Gi",
+        None,
+    )
+    assert (opts.grace_s, opts.high_priority_class, opts.kai_namespace) == (
+        60,
+        "gpupool-train-high",
+        "kai-scheduler",
+    )
+    assert train.sharing() == "kai"
+
+
+def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: Path) -> None:
+    """hub-config.json is traitlets config as jupyterhub_config.py would set it: every key a
+    configurable class, every key under it one of that class's options (no second vocabulary
+    for Python to translate); the chart's values arrive on their traits as written; and a value
+    that the chart's schema lets through but an option refuses stops the hub's read of it with
+    the option's own words, as in a config file."""
+    from kubespawner import KubeSpawner
+
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.spawner.kube import GPUKubeSpawner
+
+    values = {
+        "departments": {"lab": {"quota": 2, "limit": 3}},
+        "projects": {
+            "cs101": {"department": "lab", "guarantee": 2, "pools": ["ws"]},
+            "guests": {"department": "lab", "guarantee": 0, "limit": 0},  # borrows nothing
+        },
+        "nodePools": {"ws": {"nodes": ["ws-1"], "models": []}},
+        "build": {
+            "quota": 0.5,
+            "fractions": [0.25, 0.5],
+            "maxWorkspaces": 1,
+            "groupOverrides": {"staff": {"quota": 2, "fractions": [1, 2], "max_per_workspace": 2}},
+            "queues": ["cs101"],
+            "defaultProject": "guests",
+        },
+        "sharing": {"backend": "hami", "fractionByMemory": True},
+        "jobs": {"graceSeconds": 120, "storageClass": "fast"},
+        "userNamespaces": {"enabled": True, "prefix": "lab-"},
+        "nodeAgent": {"port": 9500},
+    }
+    path = hub_config(render(values), tmp_path)
+    import json
+
+    classes = {
+        "GPUPool": GPUPool,
+        "TrainPool": TrainPool,
+        "GPUKubeSpawner": GPUKubeSpawner,
+        "KubeSpawner": KubeSpawner,
+        "IdleCuller": IdleCuller,
+    }
+    raw = json.loads(path.read_text())
+    assert set(raw) == set(classes)
+    for name, options in raw.items():
+        traits = classes[name].class_traits(config=True)
+        assert set(options) <= set(traits), (name, set(options) - set(traits))
+    c = Config()
+    load_chart_config(c, path)
+    pool = GPUPool(config=c)
+    policy = pool.quota_policy()
+    assert (policy.default.quota_milli, policy.default.sizes_milli, policy.default.max_workspaces) == (
+        500,
+        (250, 500),
+        1,
+    )
+    assert policy.limits_for(["staff"]).sizes_milli == (1000, 2000) and pool.gpu_sharing == "hami"
+    train = TrainPool(config=c)
+    assert train.project_table()["guests"].limit_milli == 0  # a limit of 0 is kept, not "none"
+    assert (
+        train.project_table()["cs101"].pools == ("ws",) and train.project_table()["cs101"].limit_milli == -1
+    )
+    assert train.department_table()["lab"].limit_milli == 3000
+    assert train.pool_table()["ws"].nodes == frozenset({"ws-1"}) and train.grace_s == 120
+    assert train.job_options().storage_class == "fast" and train.job_options().grace_s == 120
+    assert c.GPUKubeSpawner.fraction_by_memory is True and c.GPUKubeSpawner.kai_queue_groups == ["cs101"]
+    assert c.KubeSpawner.user_namespace_template == "lab-{username}"
+    # the culler samples this release's node agents, at the chart's port (before, the overlay
+    # named 9402 and the namespace gpupool a second time)
+    culler = IdleCuller(config=c)
+    assert (culler.sampler, culler.sampler_arg) == (
+        "node-agent",
+        "http://gpupool-node-agent.gpupool:9500/pods",
+    )
+    assert "IdleCuller" not in json.loads(
+        hub_config(render({"nodeAgent": {"enabled": False}}), tmp_path).read_text()
+    )
+    # the schema allows any positive sizes; GPUPool.allowed_fractions refuses a repeated one
+    bad = Config()
+    load_chart_config(bad, hub_config(render({"build": {"fractions": [0.5, 0.5]}}), tmp_path))
+    with pytest.raises(TraitError, match=r"GPUPool.allowed_fractions: each GPU size once; repeated: \[0.5\]"):
+        GPUPool(config=bad)
+
+
+def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> None:
+    """helm/z2jh-values.yaml's hub.extraConfig, run as z2jh's hub runs it (with `c` its config)
+    over the file the chart rendered, where the hub mounts it: the hub's quotas, its culler's
+    sampler (in the culler service's environment) and its own lines after the chart's."""
+    import json
+
+    overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    code = overlay["hub"]["extraConfig"]["gpupool"]
+    assert '"/etc/gpupool/hub-config.json"' in code
+    mounted = overlay["hub"]["extraVolumeMounts"][0]
+    assert (mounted["name"], mounted["mountPath"]) == ("gpupool-config", "/etc/gpupool")
+    path = hub_config(render({"build": {"quota": 0.5, "fractions": [0.25, 0.5]}}), tmp_path)
+    c = Config()
+    exec(compile(code.replace("/etc/gpupool/hub-config.json", str(path)), "extraConfig", "exec"), {"c": c})
+    assert GPUPool(config=c).quota_policy().default.quota_milli == 500
+    assert GPUPool(config=c).use_nvml is False  # the overlay's own line
+    culler = next(s for s in c.JupyterHub.services if s["name"] == "gpupool-culler")
+    settings = json.loads(culler["environment"]["GPUPOOL_CULLER_CONFIG"])
+    assert (settings["sampler"], settings["sampler_arg"], settings["node_agent_token_file"]) == (
+        "node-agent",
+        "http://gpupool-node-agent.gpupool:9402/pods",
+        "/etc/gpupool-agent/token",
+    )
+
+
+def test_an_older_charts_file_is_refused_and_the_old_call_still_loads_the_new_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hub image newer than its chart finds the old values-shaped file: it stops with what
+    to do, instead of starting with default quotas and no projects. An overlay that still calls
+    apply_chart_config(c, ".../gpupool.json") gets the new file, with a deprecation warning."""
+    old = tmp_path / "gpupool.json"
+    old.write_text('{"projects": {"vision": {"guarantee": 4}}, "build": {"quota": 2}}')
+    with pytest.raises(
+        ChartConfigError, match="rendered by an older gpupool chart; upgrade the gpupool chart"
+    ):
+        load_chart_config(Config(), old)
+    old.unlink()
+    hub_config(render({"build": {"quota": 0.5}}), tmp_path)
+    c = Config()
+    with caplog.at_level("WARNING"):
+        apply_chart_config(c, old)
+    assert c.GPUPool.default_build_quota == 0.5 and "apply_chart_config is deprecated" in caplog.text
 
 
 def rules_of(docs: list[dict]) -> list[tuple[str, str, dict]]:
@@ -257,7 +405,7 @@ def test_a_release_gets_its_own_projects_only_and_a_default_only_when_it_names_n
     with pytest.raises(helm.HelmError, match="set build.defaultProject"):
         render(two)
     cm = next(d for d in render({**two, "build": {"defaultProject": "b"}}) if d["kind"] == "ConfigMap")
-    assert '"defaultProject":"b"' in cm["data"]["gpupool.json"]
+    assert '"kai_default_group":"b"' in cm["data"]["hub-config.json"]
 
 
 def test_operability_values_keep_policy_global_and_the_node_agents_pod() -> None:
@@ -329,10 +477,8 @@ def test_the_helm_test_hook_checks_what_was_rendered(tmp_path: Path) -> None:
         in text
     )
     assert "kubectl label nodes ws-1 ws-2 kai.scheduler/node-pool=ws" in text
-    cm = next(d for d in render(values) if d["kind"] == "ConfigMap")
-    (tmp_path / "gpupool.json").write_text(cm["data"]["gpupool.json"])
     c = Config()
-    apply_chart_config(c, tmp_path / "gpupool.json")
+    load_chart_config(c, hub_config(render(values), tmp_path))
     # the chart made lab-<user> namespaces with the hub's RBAC there: kubespawner starts pods there
     assert (
         c.KubeSpawner.enable_user_namespaces is True

@@ -170,9 +170,9 @@ def test_the_chart_renders_the_same_per_pool_queues_and_the_hub_reads_the_pools(
     gpupool.kube.pool_objects renders from the project table the hub reads from the chart."""
     from traitlets.config import Config
 
-    from gpupool.kube.chart_config import apply_chart_config
+    from gpupool.kube.chart_config import load_chart_config
     from gpupool.train.config import TrainPool
-    from tests.k8s.test_chart import render
+    from tests.k8s.test_chart import hub_config, render
 
     docs = render(POOL_VALUES)
     for d in docs:
@@ -180,10 +180,8 @@ def test_the_chart_renders_the_same_per_pool_queues_and_the_hub_reads_the_pools(
     queues = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Queue"}
     # a guarantee lives in one shard: the project's queue in the default shard holds none of it
     assert queues["vision"]["spec"]["resources"]["gpu"]["quota"] == 0
-    cm = next(d for d in docs if d["kind"] == "ConfigMap")
-    (tmp_path / "gpupool.json").write_text(cm["data"]["gpupool.json"])
     c = Config()
-    apply_chart_config(c, tmp_path / "gpupool.json")
+    load_chart_config(c, hub_config(docs, tmp_path))
     train = TrainPool(config=c)
     projects = train.project_table()
     assert projects["vision"].pool_guarantees == (("dgx", 4000), ("ws", 2000)) and projects["lab"].pools == (

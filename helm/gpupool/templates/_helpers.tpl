@@ -52,3 +52,59 @@ default
 {{- define "gpupool.keep" -}}
 helm.sh/resource-policy: keep
 {{- end }}
+
+{{- /* The hub's traitlets config, keyed by configurable class and trait name, as a
+       jupyterhub_config.py would set them (c.GPUPool.default_build_quota = ...): the z2jh
+       overlay merges it into the hub's config as it is (gpupool.kube.chart_config), with no
+       table of names between the two. Each chart value lands on one trait; projects and
+       departments are the ones KAI's queues are rendered from (templates/queues.yaml). */ -}}
+{{- define "gpupool.hubConfig" -}}
+{{- $departments := include "gpupool.departments" . | fromJson -}}
+{{- $projects := include "gpupool.projects" . | fromJson -}}
+{{- $build := .Values.build -}}
+{{- /* build quotas: the same keys as c.GPUPool's options, group overrides included */ -}}
+{{- $gpupool := dict "gpu_sharing" .Values.sharing.backend -}}
+{{- range $value, $trait := dict "quota" "default_build_quota" "fractions" "allowed_fractions" "maxPerWorkspace" "max_gpus_per_workspace" "maxWorkspaces" "max_workspaces_per_user" "groupOverrides" "group_overrides" -}}
+{{- if hasKey $build $value }}{{ $_ := set $gpupool $trait (get $build $value) }}{{ end -}}
+{{- end -}}
+{{- /* the workspace queue is an explicit choice: the listed groups in order, else the
+       projects; users in none of them: defaultProject's (it names one that exists) */ -}}
+{{- $spawner := dict "kai_queue_groups" ($build.queues | default (keys $projects | sortAlpha)) "kai_default_group" (include "gpupool.defaultProject" .) -}}
+{{- if hasKey .Values.sharing "fractionByMemory" }}{{ $_ := set $spawner "fraction_by_memory" .Values.sharing.fractionByMemory }}{{ end -}}
+{{- $trainProjects := dict -}}
+{{- range $name, $p := $projects -}}
+{{- $limit := dict "limit" nil -}}
+{{- if and (hasKey $p "limit") (not (kindIs "invalid" $p.limit)) (ge (float64 $p.limit) 0.0) }}{{ $_ := set $limit "limit" $p.limit }}{{ end -}}
+{{- $t := dict "guarantee" $p.guarantee "weight" (hasKey $p "overQuotaWeight" | ternary $p.overQuotaWeight 1) "limit" $limit.limit "priority" (hasKey $p "priority" | ternary $p.priority 100) "department" ($p.department | default "") -}}
+{{- if $p.pools }}{{ $_ := set $t "pools" $p.pools }}{{ end -}}
+{{- $_ := set $trainProjects $name $t -}}
+{{- end -}}
+{{- $trainDepartments := dict -}}
+{{- range $name, $d := $departments -}}
+{{- $t := dict "guarantee" ($d.quota | default 0) "limit" nil -}}
+{{- if and (hasKey $d "limit") (not (kindIs "invalid" $d.limit)) (ge (float64 $d.limit) 0.0) }}{{ $_ := set $t "limit" $d.limit }}{{ end -}}
+{{- $_ := set $trainDepartments $name $t -}}
+{{- end -}}
+{{- $pools := dict -}}
+{{- range $name, $pool := .Values.nodePools -}}
+{{- $t := dict -}}
+{{- range $key, $list := $pool | default dict }}{{ if $list }}{{ $_ := set $t $key $list }}{{ end }}{{ end -}}
+{{- $_ := set $pools $name $t -}}
+{{- end -}}
+{{- /* train jobs become Jobs in the hub's namespace, queued by KAI (or Kueue) under the
+       same projects (fields of gpupool.kube.objects.JobOptions) */ -}}
+{{- $jobs := .Values.jobs | default dict -}}
+{{- $kai := .Values.kai | default dict -}}
+{{- $jobOptions := dict "namespace" .Values.hub.namespace "queue" "{project}" "checkpoint_size" ($jobs.checkpointSize | default "10Gi") "storage_class" ($jobs.storageClass | default nil) "high_priority_class" ($jobs.highPriorityClass | default "gpupool-train-high") "kueue" (.Values.kueue.enabled | default false) "kai_namespace" ($kai.namespace | default "kai-scheduler") "kai_version" ($kai.version | default "") -}}
+{{- $train := dict "runner" "kubernetes" "image" ($jobs.image | default "") "grace_s" (hasKey $jobs "graceSeconds" | ternary $jobs.graceSeconds 60) "kube_job_options" $jobOptions "projects" $trainProjects "departments" $trainDepartments "node_pools" $pools -}}
+{{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
+{{- if .Values.userNamespaces.enabled -}}
+{{- /* the chart made <prefix><user> namespaces with the hub's RBAC there */ -}}
+{{- $_ := set $config "KubeSpawner" (dict "enable_user_namespaces" true "user_namespace_template" (printf "%s{username}" .Values.userNamespaces.prefix)) -}}
+{{- end -}}
+{{- if .Values.nodeAgent.enabled -}}
+{{- /* GPU use of workspaces and train jobs: this release's agents, at their Service and port */ -}}
+{{- $_ := set $config "IdleCuller" (dict "sampler" "node-agent" "sampler_arg" (printf "http://gpupool-node-agent.%s:%d/pods" .Release.Namespace (int .Values.nodeAgent.port))) -}}
+{{- end -}}
+{{- $config | toJson -}}
+{{- end }}
