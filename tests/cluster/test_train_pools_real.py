@@ -82,8 +82,11 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
     await svc.start()
     try:
         from gpupool.train.code import JobCode
+        from gpupool.train.request import JobRequest
 
-        row = await svc.submit("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
+        row = await svc.submit(
+            JobRequest("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
+        )
         volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
         deadline = time.monotonic() + 60
         while svc.job(row.id).state != "running" or not svc.running_pods(row.id):
