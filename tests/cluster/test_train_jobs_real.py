@@ -32,6 +32,7 @@ from gpupool.train.request import JobRequest
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import EXIT_CODE, SIGTERM_EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
+from tests.support.wait import until_async
 
 STORAGE = "gpupool-test"  # a class with no provisioner: the test makes one PV per claim
 OPTS = JobOptions(
@@ -147,12 +148,7 @@ def evict_as_kai(admin: Resources, pod: dict, condition: bool = True) -> None:
 
 
 async def wait_for(check, timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-    return value
+    return await until_async(check, what, timeout=timeout)
 
 
 async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when_done(

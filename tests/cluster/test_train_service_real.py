@@ -12,7 +12,6 @@ tests/k8s/test_train_service.py."""
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from tests.cluster.test_train_jobs_real import (
     volume_for,
     wait_for,
 )
+from tests.support.wait import until
 
 JOBS = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
 
@@ -219,14 +219,15 @@ def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(
     def state() -> dict:
         return hub.api("GET", f"{J}/{job['id']}", token=token)
 
-    deadline = time.monotonic() + 60
-    while state()["state"] != "running":
-        assert time.monotonic() < deadline, hub.tail()
-        time.sleep(0.3)
+    until(lambda: state()["state"] == "running", "the job running", timeout=60, every=0.3, detail=hub.tail)
     code, _ = hub.api_error("DELETE", f"{J}/{job['id']}", token=hub.user_token("bob"))
     assert code == 404 and admin.get(f"{JOBS}/{name_of(job['id'])}") is not None  # not bob's to cancel
     hub.api("DELETE", f"{J}/{job['id']}", token=token)
-    while state()["state"] != "cancelled":
-        assert time.monotonic() < deadline + 30, hub.tail()
-        time.sleep(0.3)
+    until(
+        lambda: state()["state"] == "cancelled",
+        "the job cancelled",
+        timeout=90,  # the old bound at most: 30 s after the first wait's 60 s
+        every=0.3,
+        detail=hub.tail,
+    )
     assert admin.get(f"{JOBS}/{name_of(job['id'])}") is None
