@@ -15,9 +15,9 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.kinds import AllocationState, EventKind
@@ -37,7 +37,7 @@ from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
 from gpupool.store import Allocation, Event, Parked, Store
 
-_TABLE = Allocation.__table__
+_TABLE = cast(Table, Allocation.__table__)  # the ORM types it as a FromClause
 _MARK_RUNNING = (
     update(_TABLE)
     .where(
