@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BudgetAction", "CullAction", "CullReason"]
+__all__ = ["IDLE_UTIL_PCT", "BudgetAction", "CullAction", "CullReason", "gpu_idle"]
+
+IDLE_UTIL_PCT = 1.0  # c.IdleCuller.util_threshold_pct's default
+
+
+def gpu_idle(util_pct: float, threshold_pct: float) -> bool:
+    """Whether one GPU reading counts as idle: strictly below the threshold
+    (c.IdleCuller.util_threshold_pct), for workspaces and train jobs alike. A reading at the
+    threshold is use; a threshold of 0 makes no reading idle."""
+    return util_pct < threshold_pct
 
 
 class CullAction(StrEnum):

@@ -26,8 +26,9 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -430,51 +431,38 @@ class MoverService:
         return plan
 
     def _carry_out_now(self, plan: MovePlan, head: Head) -> None:
+        _at_once(self._moves(plan, head, _run))
+
+    async def _carry_out(self, plan: MovePlan, head: Head) -> None:
+        try:
+            await self._moves(plan, head, _off_loop)
+        except Exception:  # noqa: BLE001 - a failed plan must not stop the next pass
+            log.exception("moving notebooks failed")
+        finally:
+            self.busy = False
+
+    async def _moves(
+        self, plan: MovePlan, head: Head, run: Callable[[Callable[[], Outcome]], Awaitable[Outcome]]
+    ) -> None:
+        """The plan's moves one at a time; `run` runs each move's driver work (parking the
+        kernels and restoring them on the destination): at once, or off the hub's event loop."""
         for i, step in enumerate(plan.steps):
             head.moving(i + 1, len(plan.steps))
             begun = self._begin(step, head.why)
             if begun is None:
                 return
+            move_id, pids, gpu_map = begun
+            work = partial(
+                move_processes, self.parking.backend, pids, gpu_map, self._lock_ms(), self._on_phase(move_id)
+            )
             try:
-                out = move_processes(
-                    self.parking.backend, begun[1], begun[2], self._lock_ms(), self._on_phase(begun[0])
-                )
+                out = await run(work)
             except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
                 log.exception("move of %s failed", step.id)
-                out = self._finish(begun[0], f"the move failed: {err}")
-            if self._end(begun[0], out) != MovePhase.MOVED:
+                out = self._finish(move_id, f"the move failed: {err}")
+            if self._end(move_id, out) != MovePhase.MOVED:
                 return
         head.done(plan.target)
-
-    async def _carry_out(self, plan: MovePlan, head: Head) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-            for i, step in enumerate(plan.steps):
-                head.moving(i + 1, len(plan.steps))
-                begun = self._begin(step, head.why)
-                if begun is None:
-                    return
-                try:
-                    # the driver copies GBs: off the hub's event loop (the phases are written from there)
-                    out = await loop.run_in_executor(
-                        None,
-                        move_processes,
-                        self.parking.backend,
-                        begun[1],
-                        begun[2],
-                        self._lock_ms(),
-                        self._on_phase(begun[0]),
-                    )
-                except Exception as err:  # noqa: BLE001 - finished from its phase, as after a crash
-                    log.exception("move of %s failed", step.id)
-                    out = self._finish(begun[0], f"the move failed: {err}")
-                if self._end(begun[0], out) != MovePhase.MOVED:
-                    return
-            head.done(plan.target)
-        except Exception:  # noqa: BLE001 - a failed plan must not stop the next pass
-            log.exception("moving notebooks failed")
-        finally:
-            self.busy = False
 
     def _finish(self, move_id: int, why: str) -> Outcome:
         """Finish a move that stopped half-way (a crash, an unexpected error) from the phase it
@@ -633,6 +621,26 @@ class MoverService:
             out = self._finish(m.id, "the hub restarted before the kernel was parked")
             done.append(f"{m.owner}/{m.name}: {self._end(m.id, out)}")
         return done
+
+
+async def _run(work: Callable[[], Outcome]) -> Outcome:
+    return work()
+
+
+async def _off_loop(work: Callable[[], Outcome]) -> Outcome:
+    # the driver copies GBs: off the hub's event loop (the phases are written from there)
+    return await asyncio.get_running_loop().run_in_executor(None, work)
+
+
+def _at_once(moves: Coroutine[Any, Any, None]) -> None:
+    """Carry out MoverService._moves without an event loop (a pass outside the hub's loop): with
+    `_run` nothing in it waits, so it ends at its first step."""
+    try:
+        moves.send(None)
+    except StopIteration:
+        return
+    moves.close()
+    raise RuntimeError("moving notebooks waited without an event loop")
 
 
 def _spawn_message(size: str, step: int, steps: int) -> str:

@@ -12,6 +12,7 @@ from traitlets import Callable as CallableTrait
 from traitlets.config import Configurable, LoggingConfigurable
 from traitlets.utils.importstring import import_item
 
+from gpupool.culling import IDLE_UTIL_PCT
 from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
 from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
 
@@ -141,12 +142,15 @@ class IdleCuller(LoggingConfigurable):
         """,
     )
     util_threshold_pct = Float(
-        1.0,
+        IDLE_UTIL_PCT,
         min=0.0,
         max=100.0,
         config=True,
-        help="""GPU utilization (%) below which a window counts
-        as idle. Example::
+        help="""GPU utilization (%) strictly below which a
+        reading counts as idle, for workspaces (a window is idle when
+        every reading in it is) and for train jobs (projects with
+        idle_gpu_s) alike; a reading at the threshold is use, and 0
+        makes no GPU idle. Example::
 
             c.IdleCuller.util_threshold_pct = 5
         """,

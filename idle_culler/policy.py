@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from gpupool.culling import BudgetAction, CullAction, CullReason
+from gpupool.culling import IDLE_UTIL_PCT, BudgetAction, CullAction, CullReason, gpu_idle
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Limits:
     timezone: str = "UTC"
     warn_before_s: float = 900.0
     extension_s: float = 7200.0  # granted once per session on request
-    util_threshold_pct: float = 1.0  # below this the GPU counts as idle
+    util_threshold_pct: float = IDLE_UTIL_PCT  # below this the GPU counts as idle (gpu_idle)
     window_s: float = 30.0
     stale_after_s: float = 180.0  # GPU data older than this is missing data
     memory_resolver: str = "warn"  # warn | restart-kernel | stop
@@ -69,7 +69,7 @@ class IdleTracker:
                 self.idle_s += self.window_s
             self.window_start += self.window_s
             self.window_busy = False
-        if util_pct >= self.threshold_pct:
+        if not gpu_idle(util_pct, self.threshold_pct):
             self.window_busy = True
             self.idle_s = 0.0  # any use resets
         self.last_sample = now

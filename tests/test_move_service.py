@@ -6,7 +6,9 @@ phase is finished by the next hub's `recover`. The whole flow on a real hub: tes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -265,6 +267,39 @@ def test_an_unexpected_error_mid_move_is_finished_from_its_phase(world: World, m
     assert move.phase == "moved"  # parked already: finished forward, as after a crash
     assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
     assert world.driver.state(101) == "running" and calls == [{"GPU-0": "GPU-1"}] * 2
+    consistent(world)
+
+
+def test_on_the_hubs_loop_the_same_move_runs_off_the_loop_and_an_error_is_finished_alike(
+    world: World, monkeypatch
+) -> None:
+    """The hub's path (a pass on its event loop) takes the steps of the one above: the driver's
+    work runs off the loop, an error mid-move is finished from its phase, the pass ends."""
+    world.idle("ann", 600)
+    calls: list[tuple[dict | None, bool]] = []
+    loop_thread = threading.get_ident()
+
+    def flaky(pid, gpu_map=None):
+        calls.append((gpu_map, threading.get_ident() == loop_thread))
+        if len(calls) == 1:
+            raise OSError("the driver's library went away")
+        VirtualParking.restore(world.driver, pid, gpu_map)
+
+    monkeypatch.setattr(world.driver, "restore", flaky)
+
+    async def hub_pass() -> None:
+        assert world.mover.tick() is not None and world.mover.busy
+        await asyncio.gather(*world.mover._tasks)
+
+    asyncio.run(hub_pass())
+    assert not world.mover.busy
+    [move] = world.moves()
+    assert move.phase == "moved"
+    assert world.shares() == [("build", "ann", (1,), 500), ("build", "ben", (1,), 500)]
+    # the first restore off the loop (an executor thread); the finishing one from the loop, as before
+    assert calls == [({"GPU-0": "GPU-1"}, False), ({"GPU-0": "GPU-1"}, True)]
+    world.parking.grant()
+    assert world.parking.status("cat", "")["state"] == "running"
     consistent(world)
 
 

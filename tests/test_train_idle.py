@@ -11,6 +11,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from gpupool.idle_culler.policy import IdleTracker
 from gpupool.train.config import TrainPool
 from gpupool.train.idle import IdleClock, IdleRule
 from tests.support.pools import make_training, run_until
@@ -33,6 +34,23 @@ def test_the_clock_warns_once_then_stops_and_forgets_busy_or_unknown_runs() -> N
         assert clock.step(run, {"j": 0.0}, now=650) == []
     clock.step(run, {"j": 0.0}, now=700)
     assert clock.step({("j", 2): rule}, {"j": 0.0}, now=1400) == []  # a resumed run starts over
+
+
+@pytest.mark.parametrize(
+    "threshold, reading",
+    [(1.0, 1.0), (1.0, 0.99), (1.0, 1.5), (5.0, 5.0), (5.0, 4.0), (0.0, 0.0)],
+)
+def test_a_job_is_idle_exactly_when_a_workspace_would_be(threshold: float, reading: float) -> None:
+    """One meaning of c.IdleCuller.util_threshold_pct: strictly below is idle, at it is use, for
+    a workspace (the culler's windows) and a train job (its clock) alike."""
+    tracker = IdleTracker(window_s=30, threshold_pct=threshold)
+    for s in range(0, 700, 10):
+        tracker.add(s, reading)
+    workspace_idle = tracker.idle_s > 0
+    clock, run = IdleClock(), {("j", 1): IdleRule(idle_s=600, warn_s=60, util_pct=threshold)}
+    clock.step(run, {"j": reading}, now=0)
+    job_stopped = clock.step(run, {"j": reading}, now=600) == [("j", "stop", 600)]
+    assert job_stopped == workspace_idle == (reading < threshold)
 
 
 def test_idle_gpu_s_is_checked_per_project() -> None:

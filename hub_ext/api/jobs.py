@@ -11,6 +11,7 @@ import errno
 import json
 import shlex
 import time
+from dataclasses import replace
 from typing import Any
 
 from tornado import web
@@ -23,6 +24,7 @@ from gpupool.store.jobs import STATES
 from gpupool.train.backend import TrainingBackend
 from gpupool.train.code import JobCode
 from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.train.request import JobRequest
 from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
 from gpupool.train.sweep import SweepError, combinations
 from gpupool.train.volume import SubmitRate, code_refusal, count_refusal
@@ -163,22 +165,24 @@ class JobsHandler(JobsBase):
                 for _, params in runs
             ]
         )
+        job = JobRequest(
+            owner=caller.name,
+            project=project,
+            name=name,
+            num_gpu=request.num_gpu,
+            gpu_milli=request.gpu_milli,
+            code=codes[0],
+            priority=priority,
+            min_runtime_s=min_runtime,
+            max_runtime_s=max_runtime,
+            min_gpus=min_gpus,
+            pools=pools,
+        )
         rows = []
         for (run_name, _), code in zip(runs, codes, strict=True):
             try:
-                row = await svc.submit(
-                    caller.name,
-                    project,
-                    run_name,
-                    request.num_gpu,
-                    request.gpu_milli,
-                    code,
-                    priority,
-                    min_runtime,
-                    max_runtime,
-                    min_gpus=min_gpus,
-                    pools=pools,
-                )
+                # a sweep's runs differ in their names and code only
+                row = await svc.submit(replace(job, name=run_name, code=code))
             except PermissionError as err:
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)

@@ -21,8 +21,8 @@ from gpupool.manager import PoolManager
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Department, Project
 from gpupool.store import TrainJob
-from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
+from gpupool.train.request import JobRequest
 
 if TYPE_CHECKING:
     from gpupool.train.service import TrainingService
@@ -68,24 +68,8 @@ class TrainingBackend(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def submit(
-        self,
-        owner: str,
-        project: str,
-        name: str,
-        num_gpu: int,
-        gpu_milli: int,
-        code: JobCode,
-        priority: int = 0,
-        min_runtime_s: float = 0.0,
-        max_runtime_s: float = 0.0,
-        now: float | None = None,
-        min_gpus: int = 0,
-        pools: tuple[str, ...] = (),
-    ) -> TrainJob:
-        """Record a new queued job (`code`: its files and entry, run as this back-end runs it);
-        `min_gpus`: an elastic job of min_gpus to num_gpu whole GPUs; `pools`: the node pools
-        it may use, in its order (checked by the caller)."""
+    async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
+        """Record a new queued job (its code run as this back-end runs it)."""
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob: ...
 
@@ -129,38 +113,24 @@ class LocalTraining:
     async def stop(self) -> None:
         pass  # runs go on without the hub; a restarted hub adopts them
 
-    async def submit(
-        self,
-        owner: str,
-        project: str,
-        name: str,
-        num_gpu: int,
-        gpu_milli: int,
-        code: JobCode,
-        priority: int = 0,
-        min_runtime_s: float = 0.0,
-        max_runtime_s: float = 0.0,
-        now: float | None = None,
-        min_gpus: int = 0,
-        pools: tuple[str, ...] = (),
-    ) -> TrainJob:
+    async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
         # the hub's TrainPool.python (the jobs' accounts can run it); the notebook beside its input
-        command = code.command_line(self.cfg.python or sys.executable)
+        command = job.code.command_line(self.cfg.python or sys.executable)
         return await asyncio.to_thread(
             self.engine.submit,
-            owner,
-            project,
-            name,
-            num_gpu,
-            gpu_milli,
+            job.owner,
+            job.project,
+            job.name,
+            job.num_gpu,
+            job.gpu_milli,
             command,
-            priority,
-            min_runtime_s,
-            max_runtime_s,
-            dict(code.files),
+            job.priority,
+            job.min_runtime_s,
+            job.max_runtime_s,
+            dict(job.code.files),
             now,
-            min_gpus,
-            pools,
+            job.min_gpus,
+            job.pools,
         )
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:

@@ -8,6 +8,7 @@ from typing import Any
 from traitlets import Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
+from gpupool.culling import IDLE_UTIL_PCT
 from gpupool.pool.training import Department, Project
 from gpupool.train.traits import (
     DepartmentTable,
@@ -290,7 +291,7 @@ class TrainPool(LoggingConfigurable):
     # also set here under other names. The old names are read for one release, with a warning;
     # a config that sets one keeps what it meant (train jobs by it, workspaces by the culler's).
     idle_util_pct = Float(
-        1.0,
+        IDLE_UTIL_PCT,
         config=True,
         help="""Deprecated: use c.IdleCuller.util_threshold_pct.
         """,

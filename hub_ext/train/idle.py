@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpupool.culling import IDLE_UTIL_PCT, gpu_idle
+
 
 @dataclass(frozen=True)
 class IdleRule:
     idle_s: float  # stop after this long idle (0: never)
     warn_s: float = 300.0  # warn this long before the stop
-    util_pct: float = 1.0  # at or below: idle
+    util_pct: float = IDLE_UTIL_PCT  # below: idle, as for workspaces (gpu_idle)
 
 
 @dataclass
@@ -35,7 +37,7 @@ class IdleClock:
         for key, rule in runs.items():
             job_id = key[0]
             pct = util.get(job_id)
-            if rule.idle_s <= 0 or pct is None or pct > rule.util_pct:
+            if rule.idle_s <= 0 or pct is None or not gpu_idle(pct, rule.util_pct):
                 self.since.pop(key, None)
                 self.warned.discard(key)
                 continue

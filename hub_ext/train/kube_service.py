@@ -36,9 +36,9 @@ from gpupool.pool.pool_quotas import queue_pool
 from gpupool.store import ElasticRange, JobPools, TrainJob
 from gpupool.train.backend import JobLog
 from gpupool.train.book import JobBook
-from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
 from gpupool.train.idle import IdleClock
+from gpupool.train.request import JobRequest
 from gpupool.train.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
 
 if TYPE_CHECKING:
@@ -129,51 +129,36 @@ class KubeTrainingService(JobBook):
         await self.controller.stop()
 
     # --- changes from the API -------------------------------------------------
-    async def submit(
-        self,
-        owner: str,
-        project: str,
-        name: str,
-        num_gpu: int,
-        gpu_milli: int,
-        code: JobCode,
-        priority: int = 0,
-        min_runtime_s: float = 0.0,
-        max_runtime_s: float = 0.0,
-        now: float | None = None,
-        min_gpus: int = 0,
-        pools: tuple[str, ...] = (),
-    ) -> TrainJob:
-        """`min_gpus`: an elastic job (one pod per GPU, KAI's min-member); `pools`: the node pools
-        it may use, in its order. For a project with a guarantee per pool, the pure core picks
+    async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
+        """An elastic job (`job.min_gpus`) runs one pod per GPU (KAI's min-member). For a project with a guarantee per pool, the pure core picks
         the pool whose queue it waits in (gpupool.pool.pool_quotas.queue_pool); on KAI a job of
         another project with pools goes to the first of them (one shard per job). The job's
         container runs its code with the image's `python`; a notebook's executed copy is kept
         beside the checkpoints (the working folder is not kept)."""
-        if min_gpus:
+        if job.min_gpus:
             await self.check_elastic()
-        chosen = self.queue_pool(project, pools, num_gpu * gpu_milli if not min_gpus else min_gpus * 1000)
-        command = code.command_line("python", self.opts.checkpoint_dir)
+        chosen = self.queue_pool(job.project, job.pools, job.least_milli)
+        command = job.code.command_line("python", self.opts.checkpoint_dir)
         row = self._record_new(
-            owner,
-            project,
-            name,
-            num_gpu,
-            gpu_milli,
+            job.owner,
+            job.project,
+            job.name,
+            job.num_gpu,
+            job.gpu_milli,
             command,
-            priority,
-            min_runtime_s,
-            max_runtime_s,
-            dict(code.files),
+            job.priority,
+            job.min_runtime_s,
+            job.max_runtime_s,
+            dict(job.code.files),
             now,
             message=SUBMITTING,
         )
-        if min_gpus or pools or chosen:
+        if job.min_gpus or job.pools or chosen:
             with self.pool.store.session() as s:
-                if min_gpus:
-                    s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
-                if pools or chosen:
-                    s.add(JobPools(job_id=row.id, pools=[chosen] if chosen else list(pools)))
+                if job.min_gpus:
+                    s.add(ElasticRange(job_id=row.id, min_gpus=job.min_gpus, max_gpus=job.num_gpu))
+                if job.pools or chosen:
+                    s.add(JobPools(job_id=row.id, pools=[chosen] if chosen else list(job.pools)))
         self.unsent.add(row.id)
         await self._send(row.id)
         return self.known_job(row.id)

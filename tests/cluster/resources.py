@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from functools import cache
 
 import httpx
 
 from tests.cluster.plane import KWOK_NODE
+from tests.support import wait
 
 
 class Resources:
@@ -123,13 +123,6 @@ def until(
     log: Callable[[], str] = lambda: "",
 ) -> object:
     """Poll `check` until it returns something truthy: the control plane (and KAI or Kueue, on
-    their own clocks) acts asynchronously. Bounded; on a timeout says what it waited for, and
-    `log()` (a component's log tail) if given."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}".rstrip())
-        time.sleep(0.1)
+    their own clocks) acts asynchronously. tests.support.wait.until in the cluster tests' argument
+    order; on a timeout says what it waited for, and `log()` (a component's log tail)."""
+    return wait.until(check, what, timeout=timeout, detail=log)

@@ -18,6 +18,7 @@ from traitlets.config import Config
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
+from tests.support.wait import until_async
 
 
 async def start(sp) -> None:
@@ -157,10 +158,11 @@ async def test_a_pod_that_dies_gives_its_share_back_on_poll(make_spawner, admin:
     admin.http.delete(
         f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}", params={"gracePeriodSeconds": "0"}
     ).raise_for_status()
-    for _ in range(300):
-        if sp.pod_reflector.pods.get(f"{HUB_NS}/{sp.pod_name}") is None:
-            break
-        await asyncio.sleep(0.1)
+    await until_async(
+        lambda: sp.pod_reflector.pods.get(f"{HUB_NS}/{sp.pod_name}") is None,
+        "the reflector to see it gone",
+        timeout=30,
+    )
     assert await sp.poll() is not None
     assert sp.pool.store.allocations() == []
 

@@ -33,6 +33,7 @@ from tornado import web
 
 from gpupool.kube.objects import name_of
 from gpupool.train.code import JobCode
+from gpupool.train.request import JobRequest
 from tests.cluster import build, kai
 from tests.cluster.conftest import GPU_NODES, HUB_NS
 from tests.cluster.plane import ControlPlane, env_flag
@@ -269,7 +270,9 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
     try:
         for name in ("a1", "a2"):
             rows.append(
-                await svc.submit("ann", borrower, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                await svc.submit(
+                    JobRequest("ann", borrower, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                )
             )
         first = {}
         for row in rows:
@@ -282,7 +285,9 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
             assert first[row.id]["spec"]["schedulerName"] == "kai-scheduler"
         await wait_for(lambda: all(svc.job(r.id).state == "running" for r in rows), 30, "A's rows running")
 
-        rows.append(await svc.submit("bob", owner, "b1", 1, 1000, JobCode.command(["python", "train.py"])))
+        rows.append(
+            await svc.submit(JobRequest("bob", owner, "b1", 1, 1000, JobCode.command(["python", "train.py"])))
+        )
         b = rows[-1]
         b_pod = await wait_for(
             lambda: running_pod(admin, b.id, set()),
@@ -437,7 +442,9 @@ async def test_node_pools_are_kai_shards_and_each_workspace_and_job_runs_in_its_
     try:
         for project, name in (("vision", "v1"), ("vision", "v2"), ("flat", "f1"), ("course", "c1")):
             rows.append(
-                await svc.submit("ann", project, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                await svc.submit(
+                    JobRequest("ann", project, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                )
             )
             volume_for(admin, rows[-1].id)
         v1, v2, f1, c1 = rows
@@ -497,7 +504,9 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     try:
         with pytest.raises(InvalidRequest) as err:
             await svc.submit(
-                "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+                JobRequest(
+                    "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+                )
             )
         assert svc.kai is not None and svc.kai.text == version  # read from the cluster
         assert f"this cluster runs {version} (deployment kai-scheduler/pod-grouper)" in str(err.value)
@@ -512,7 +521,9 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     await stated.start()
     try:
         row = await stated.submit(
-            "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+            JobRequest(
+                "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+            )
         )
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")
         assert job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"

@@ -14,7 +14,6 @@ import base64
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -25,6 +24,7 @@ from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import free_port
 from tests.cluster.resources import Resources
+from tests.support.wait import until
 
 AGENT_NS = "gpupool"  # the release's namespace in conftest.CHART_VALUES
 SECRET = "gpupool-node-agent-token"
@@ -77,14 +77,16 @@ def agent_process(chart, admin: Resources, tmp_path: Path):
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def answers() -> bool:
         try:
             httpx.get(f"{url}/healthz", timeout=1)
-            break
+            return True
         except httpx.TransportError:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
-            time.sleep(0.1)
+            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]  # it died: its output
+            return False
+
+    until(answers, "the node agent to answer", timeout=30)
     yield url, token_file.read_text()
     proc.terminate()
     proc.wait(10)

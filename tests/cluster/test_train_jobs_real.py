@@ -28,9 +28,11 @@ from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JobOptions, name_of
 from gpupool.kube.status import JobStatus
 from gpupool.train.code import JobCode
+from gpupool.train.request import JobRequest
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import EXIT_CODE, SIGTERM_EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
+from tests.support.wait import until_async
 
 STORAGE = "gpupool-test"  # a class with no provisioner: the test makes one PV per claim
 OPTS = JobOptions(
@@ -146,12 +148,7 @@ def evict_as_kai(admin: Resources, pod: dict, condition: bool = True) -> None:
 
 
 async def wait_for(check, timeout: float = 60, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
-    return value
+    return await until_async(check, what, timeout=timeout)
 
 
 async def test_a_preempted_job_comes_back_through_the_job_and_succeeds_only_when_done(
@@ -371,7 +368,9 @@ async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down
 ) -> None:
     first = make_service(tmp_path, hub_api)
     await first.start()
-    row = await first.submit("ann", "default", "long", 1, 1000, JobCode.command(["python", "train.py"]))
+    row = await first.submit(
+        JobRequest("ann", "default", "long", 1, 1000, JobCode.command(["python", "train.py"]))
+    )
     volume_for(admin, row.id)
     pod = await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")
     await wait_for(lambda: first.job(row.id).state == "running", what="row running")

@@ -5,7 +5,6 @@ stopped from the node agents' samples. Where the pods land is KAI's real schedul
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources
 from tests.cluster.test_train_jobs_real import STORAGE, hub_api  # noqa: F401 (a fixture)
+from tests.support.wait import until_async
 
 WS_NODE = "ws-node-0"
 
@@ -82,13 +82,19 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
     await svc.start()
     try:
         from gpupool.train.code import JobCode
+        from gpupool.train.request import JobRequest
 
-        row = await svc.submit("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
+        row = await svc.submit(
+            JobRequest("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
+        )
         volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
-        deadline = time.monotonic() + 60
-        while svc.job(row.id).state != "running" or not svc.running_pods(row.id):
-            assert time.monotonic() < deadline, svc.job(row.id).to_json()
-            await asyncio.sleep(0.2)
+        await until_async(
+            lambda: svc.job(row.id).state == "running" and svc.running_pods(row.id),
+            "the job running in a pod",
+            timeout=60,
+            every=0.2,
+            detail=lambda: svc.job(row.id).to_json(),
+        )
         uid = svc.running_pods(row.id)[0]
         samples.write_text(json.dumps({f"ann/{row.id}/{uid}": {"util_pct": 0}}))
         t0 = time.time()
@@ -103,9 +109,13 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
         await svc.tick(now=t0 + 500)
         assert (await svc.tick(now=t0 + 1050))["idle_stopped"] == []  # idle 550 s only
         assert (await svc.tick(now=t0 + 1101))["idle_stopped"] == [row.id]
-        while svc.job(row.id).state != "failed":
-            assert time.monotonic() < deadline + 60, svc.job(row.id).to_json()
-            await asyncio.sleep(0.2)
+        await until_async(
+            lambda: svc.job(row.id).state == "failed",
+            "the idle job failed",
+            timeout=120,  # the old bound at most: 60 s after the first wait's 60 s
+            every=0.2,
+            detail=lambda: svc.job(row.id).to_json(),
+        )
         assert svc.job(row.id).message == "idle GPU"
         assert admin.get(
             f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{row.id}"

@@ -12,7 +12,6 @@ tests/k8s/test_train_service.py."""
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from kubernetes_asyncio import client
 
 from gpupool.kube.objects import code_name, name_of
 from gpupool.train.code import JobCode
+from gpupool.train.request import JobRequest
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
@@ -34,6 +34,7 @@ from tests.cluster.test_train_jobs_real import (
     volume_for,
     wait_for,
 )
+from tests.support.wait import until
 
 JOBS = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
 
@@ -48,7 +49,9 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
-        row = await service.submit("ann", "default", "resnet", 1, 500, JobCode.script(b"print('epoch 1')\n"))
+        row = await service.submit(
+            JobRequest("ann", "default", "resnet", 1, 500, JobCode.script(b"print('epoch 1')\n"))
+        )
         assert row.state == "queued" and "waiting for GPUs in queue default" in row.message
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
@@ -94,7 +97,7 @@ async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
-        row = await service.submit("bob", "default", "nb", 1, 1000, JobCode.notebook(b"{}"))
+        row = await service.submit(JobRequest("bob", "default", "nb", 1, 1000, JobCode.notebook(b"{}")))
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
@@ -121,7 +124,7 @@ async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart
     # the API server cannot be reached when the job is submitted: the row waits, nothing is lost
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as dead:
         down = make_service(tmp_path, dead)
-        row = await down.submit("ann", "default", "later", 1, 1000, JobCode.script(b"print(1)"))
+        row = await down.submit(JobRequest("ann", "default", "later", 1, 1000, JobCode.script(b"print(1)")))
     assert row.state == "queued" and "retrying" in row.message
     # the hub restarts with the cluster back: the job is sent, once, with its code
     up = make_service(tmp_path, hub_api)
@@ -144,8 +147,12 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
 ) -> None:
     first = make_service(tmp_path, hub_api)
     await first.start()
-    keep = await first.submit("ann", "default", "keep", 1, 1000, JobCode.command(["python", "-c", "1"]))
-    gone = await first.submit("ann", "default", "gone", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    keep = await first.submit(
+        JobRequest("ann", "default", "keep", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    )
+    gone = await first.submit(
+        JobRequest("ann", "default", "gone", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    )
     for row in (keep, gone):
         volume_for(admin, row.id)
     await wait_for(lambda: first.job(keep.id).state == "running", what="running")
@@ -170,7 +177,9 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
 async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:
     """An admin's typo the real API server refuses (backoffLimit must be an integer)."""
     svc = make_service(tmp_path, hub_api, backoff_limit="many")
-    row = await svc.submit("ann", "default", "typo", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    row = await svc.submit(
+        JobRequest("ann", "default", "typo", 1, 1000, JobCode.command(["python", "-c", "1"]))
+    )
     assert row.state == "failed" and row.message.startswith("Kubernetes refused the Job (4"), row.message
     assert "backoffLimit" in row.message or "many" in row.message, row.message
     assert svc.unsent == set() and (await svc.tick())["sent"] == []  # not retried
@@ -210,14 +219,15 @@ def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(
     def state() -> dict:
         return hub.api("GET", f"{J}/{job['id']}", token=token)
 
-    deadline = time.monotonic() + 60
-    while state()["state"] != "running":
-        assert time.monotonic() < deadline, hub.tail()
-        time.sleep(0.3)
+    until(lambda: state()["state"] == "running", "the job running", timeout=60, every=0.3, detail=hub.tail)
     code, _ = hub.api_error("DELETE", f"{J}/{job['id']}", token=hub.user_token("bob"))
     assert code == 404 and admin.get(f"{JOBS}/{name_of(job['id'])}") is not None  # not bob's to cancel
     hub.api("DELETE", f"{J}/{job['id']}", token=token)
-    while state()["state"] != "cancelled":
-        assert time.monotonic() < deadline + 30, hub.tail()
-        time.sleep(0.3)
+    until(
+        lambda: state()["state"] == "cancelled",
+        "the job cancelled",
+        timeout=90,  # the old bound at most: 30 s after the first wait's 60 s
+        every=0.3,
+        detail=hub.tail,
+    )
     assert admin.get(f"{JOBS}/{name_of(job['id'])}") is None

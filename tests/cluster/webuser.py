@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 
 import httpx
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
+
+from tests.support.wait import until
 
 
 @dataclass
@@ -60,15 +61,15 @@ class WebUser:
         return (r.json().get("servers") or {}).get("", {})
 
     def wait_ready(self, timeout: float = 300) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> dict | None:
             server = self.server()
             if server.get("ready"):
                 return server
-            if not server.get("pending") and not server.get("ready") and server != {}:
+            if not server.get("pending") and server != {}:
                 raise AssertionError(f"the server stopped while starting: {server}")
-            time.sleep(1)
-        raise AssertionError(f"the server of {self.name} was not ready in {timeout:.0f} s: {self.server()}")
+            return None
+
+        return until(ready, f"the server of {self.name} to be ready", timeout=timeout, every=1)
 
     # --- the single-user server ----------------------------------------------------------
     def lab(self, path: str = "lab") -> httpx.Response:

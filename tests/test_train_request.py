@@ -1,0 +1,48 @@
+"""A new train job travels as one request (gpupool.train.request.JobRequest), built once by the
+API: the embedded back-end records every field of it (the Kubernetes one:
+tests/k8s/test_train_service.py and tests/cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from gpupool.store import ElasticRange, JobPools
+from gpupool.train.backend import LocalTraining
+from gpupool.train.code import JobCode
+from gpupool.train.request import JobRequest
+from tests.support.pools import make_training
+
+
+def test_the_local_back_end_records_every_field_of_the_request(tmp_path: Path) -> None:
+    svc = make_training(tmp_path, 4, projects={"lab": {"guarantee": 4}})
+    job = JobRequest(
+        owner="ann",
+        project="lab",
+        name="elastic",
+        num_gpu=4,
+        gpu_milli=1000,
+        code=JobCode.notebook(b"{}"),
+        priority=3,
+        min_runtime_s=60.0,
+        max_runtime_s=600.0,
+        min_gpus=2,
+        pools=("dgx", "ws"),
+    )
+    assert job.least_milli == 2000  # an elastic job starts on its minimum
+    row = asyncio.run(LocalTraining(svc).submit(job, now=5.0))
+    assert (row.owner, row.project, row.name, row.num_gpu, row.gpu_milli, row.priority) == (
+        "ann",
+        "lab",
+        "elastic",
+        4,
+        1000,
+        3,
+    )
+    assert (row.min_runtime_s, row.max_runtime_s, row.submitted, row.state) == (60.0, 600.0, 5.0, "queued")
+    assert row.command[-2:] == ["input.ipynb", "output.ipynb"]  # the notebook run beside its input
+    assert json.loads(Path(row.workdir, "input.ipynb").read_bytes()) == {}
+    with svc.pool.store.session() as s:
+        elastic, pools = s.get(ElasticRange, row.id), s.get(JobPools, row.id)
+        assert (elastic.min_gpus, elastic.max_gpus, pools.pools) == (2, 4, ["dgx", "ws"])
