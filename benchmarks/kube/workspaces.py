@@ -5,7 +5,8 @@ then one culler sampling pass over their pods through one node agent per kwok no
 from __future__ import annotations
 
 import asyncio
-import functools
+import json
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 
 from benchmarks.kube.common import pct, rss_mib
 from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
@@ -105,9 +106,10 @@ ROUNDS = 6  # the two sides take turns, so load that drifts and the pods already
 
 
 async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> dict:
-    """`users` spawns through GPUKubeSpawner and as many bare pod creates, in ROUNDS rounds
-    whose order alternates (the first round starts with ours: its first pod is the template of
-    the bare creates); a side's rate is its spawns over the time it took in all. KubeSpawner
+    """`users` spawns through GPUKubeSpawner and as many bare pod creates (in a process of their
+    own: benchmarks.kube.bare_creates), in ROUNDS rounds whose order alternates (the first round
+    starts with ours: its first pod is the template of the bare creates); a side's rate is its
+    spawns over the time it took in all. KubeSpawner
     alone runs after them (it shares kubespawner's pod reflector: the memory figure is taken
     before its pods join that)."""
     from kubernetes_asyncio.config import kube_config
@@ -124,62 +126,50 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     stock = [stock_spawner(plane, f"k{i}") for i in range(users)]
     sem = asyncio.Semaphore(CONCURRENCY)
     took = {"ours": 0.0, "bare": 0.0, "stock": 0.0}
-    cpu = {"ours": 0.0, "bare": 0.0, "stock": 0.0}  # this process's CPU seconds (all its threads)
+    cpu = {"ours": 0.0, "bare": 0.0, "stock": 0.0}  # CPU seconds of the process that ran the side
     times: dict[str, list[float]] = {"ours": [], "bare": [], "stock": []}
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=cfg)
     async with client.ApiClient(cfg) as api:
         core = client.CoreV1Api(api)
-        running: dict[str, asyncio.Future] = {}
-        template: dict = {}
+        baseline: list[asyncio.subprocess.Process] = []  # benchmarks.kube.bare_creates, once started
 
-        async def follow() -> None:
-            w = watch.Watch()
-            async with w.stream(
-                core.list_namespaced_pod, NS, label_selector="bench=bare", timeout_seconds=900
-            ) as s:
-                async for ev in s:
-                    pod = ev["raw_object"]
-                    fut = running.get(pod["metadata"]["name"])
-                    if fut and not fut.done() and pod["status"].get("phase") == "Running":
-                        fut.set_result(None)
-
-        follower = asyncio.create_task(follow())
-        await asyncio.sleep(0.5)
-
-        async def bare(i: int) -> None:
-            # the same pod as gpupool's first, created bare and awaited Running through a watch
-            if not template:
+        async def bare_part(part: range) -> None:
+            # the same pod as gpupool's first, created bare in a process of its own
+            if not baseline:
                 ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
-                template.update(
-                    spec={k: v for k, v in ref["spec"].items() if k != "nodeName"},
-                    labels={**{k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")}},
-                    annotations=ref["metadata"].get("annotations", {}),
+                template = {
+                    "spec": {k: v for k, v in ref["spec"].items() if k != "nodeName"},
+                    "labels": {k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")},
+                    "annotations": ref["metadata"].get("annotations", {}),
+                }
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "benchmarks.kube.bare_creates",
+                    str(plane.kubeconfig),
+                    NS,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
                 )
-            name = f"bare-{i}"
-            running[name] = asyncio.get_running_loop().create_future()
-            await core.create_namespaced_pod(
-                NS,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "spec": template["spec"],
-                    "metadata": {
-                        "name": name,
-                        "labels": {**template["labels"], "bench": "bare"},
-                        "annotations": template["annotations"],
-                    },
-                },
-            )
-            await running[name]
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(json.dumps(template).encode() + b"\n")
+                if (await proc.stdout.readline()).strip() != b"ready":
+                    raise RuntimeError("the baseline process did not start")
+                baseline.append(proc)
+            proc = baseline[0]
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(f"{part.start} {part.stop}\n".encode())
+            done = json.loads(await proc.stdout.readline())
+            times["bare"] += done["times"]
+            took["bare"] += done["took"]
+            cpu["bare"] += done["cpu"]
 
-        sides = {
-            "ours": lambda i: spawners[i].start,
-            "bare": lambda i: functools.partial(bare, i),
-            "stock": lambda i: stock[i].start,
-        }
+        sides = {"ours": lambda i: spawners[i].start, "stock": lambda i: stock[i].start}
 
         async def spawn(side: str, part: range) -> None:
+            if side == "bare":
+                return await bare_part(part)
             t0, c0 = time.perf_counter(), time.process_time()
             times[side] += await asyncio.gather(*(timed(sem, sides[side](i)) for i in part))
             took[side] += time.perf_counter() - t0
@@ -190,8 +180,9 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
             for side in ("ours", "bare") if r % 2 == 0 else ("bare", "ours"):
                 await spawn(side, part)
             print(f"round {r + 1}/{ROUNDS}: {part.stop} spawns on each side", flush=True)
-        follower.cancel()
         out["rss_after"] = rss_mib()
+        baseline[0].stdin.close()  # type: ignore[union-attr]
+        await baseline[0].wait()
         await spawn("stock", range(users))
     for side in took:
         out[f"spawn_{side}_s"] = times[side]
@@ -304,7 +295,7 @@ def report(r: dict) -> None:
         f"{r['spawn_stock_rate']:6.2f}   bare pod create {r['spawn_bare_rate']:6.2f}"
     )
     print(
-        f"CPU per spawn, ms (this process) GPUKubeSpawner {r['spawn_ours_cpu_ms']:.1f}   KubeSpawner alone"
+        f"CPU per spawn, ms (its process)  GPUKubeSpawner {r['spawn_ours_cpu_ms']:.1f}   KubeSpawner alone"
         f" {r['spawn_stock_cpu_ms']:.1f}   bare pod create {r['spawn_bare_cpu_ms']:.1f}"
     )
     print(
