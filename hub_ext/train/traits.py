@@ -149,41 +149,40 @@ def node_pool_of(name: object, spec: object, where: str = "TrainPool.node_pools"
     return NodePool(name, frozenset(models), frozenset(nodes), frozenset(gpus))
 
 
-class ProjectTable(Dict):
+class _Entries(Dict):
+    """A dict of {name: spec}, each entry checked by `check(name, spec, where)` as it is read."""
+
+    @staticmethod
+    def check(name: Any, spec: Any, where: str) -> object:
+        raise NotImplementedError
+
+    def validate(self, obj: Any, value: Any) -> dict:
+        value = super().validate(obj, value)
+        for name, spec in value.items():
+            self.check(name, spec, _where(obj, self.name))
+        return value
+
+
+class ProjectTable(_Entries):
     """{project: {guarantee, weight, limit, priority, department, pools, users, groups,
     idle_gpu_s}}."""
 
     info_text = "a dict of {project: {guarantee, ...}}"
-
-    def validate(self, obj: Any, value: Any) -> dict:
-        value = super().validate(obj, value)
-        for name, spec in value.items():
-            project_of(name, spec, _where(obj, self.name))
-        return value
+    check = staticmethod(project_of)
 
 
-class DepartmentTable(Dict):
+class DepartmentTable(_Entries):
     """{department: {guarantee, limit}}."""
 
     info_text = "a dict of {department: {guarantee, limit}}"
-
-    def validate(self, obj: Any, value: Any) -> dict:
-        value = super().validate(obj, value)
-        for name, spec in value.items():
-            department_of(name, spec, _where(obj, self.name))
-        return value
+    check = staticmethod(department_of)
 
 
-class NodePoolTable(Dict):
+class NodePoolTable(_Entries):
     """{pool: {models, nodes, gpus}}."""
 
     info_text = "a dict of {pool: {models, nodes, gpus}}"
-
-    def validate(self, obj: Any, value: Any) -> dict:
-        value = super().validate(obj, value)
-        for name, spec in value.items():
-            node_pool_of(name, spec, _where(obj, self.name))
-        return value
+    check = staticmethod(node_pool_of)
 
 
 class JobOptionFields(Dict):
