@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from gpupool.gpu.env import gpu_env
+from gpupool.kinds import WorkloadKind
 from gpupool.store import Allocation, Parked
 
 if TYPE_CHECKING:
@@ -80,20 +81,20 @@ class GPUEnvFiles:
                     select(Allocation).where(
                         Allocation.owner == owner,
                         Allocation.name == name,
-                        Allocation.kind.in_(("build", "move")),
+                        Allocation.kind.in_((WorkloadKind.BUILD, WorkloadKind.MOVE)),
                     )
                 )
             )
             parked = s.scalar(select(Parked).filter_by(owner=owner, name=name)) is not None
-        row = next((r for r in rows if r.kind == "move"), None) or next(
-            (r for r in rows if r.kind == "build"), None
+        row = next((r for r in rows if r.kind == WorkloadKind.MOVE), None) or next(
+            (r for r in rows if r.kind == WorkloadKind.BUILD), None
         )
         doc: dict[str, Any] = {"workspace": f"{owner}/{name}"}
         if row is not None:
             node = self.pool.inventory.node(row.node)
             env = gpu_env([node.gpus[g] for g in row.gpus], row.gpu_milli, self.mps)
             doc.update(
-                state="moving" if row.kind == "move" else "running",
+                state="moving" if row.kind == WorkloadKind.MOVE else "running",
                 node=row.node,
                 gpus=list(row.gpus),
                 env={k: v for k, v in env.items() if k not in NOT_PUBLISHED},
@@ -136,7 +137,9 @@ class GPUEnvFiles:
         with self.pool.store.session() as s:
             keys = {
                 (r.owner, r.name)
-                for r in s.scalars(select(Allocation).where(Allocation.kind.in_(("build", "move"))))
+                for r in s.scalars(
+                    select(Allocation).where(Allocation.kind.in_((WorkloadKind.BUILD, WorkloadKind.MOVE)))
+                )
             }
             keys |= {(p.owner, p.name) for p in s.scalars(select(Parked))}
         for owner, name in sorted(keys):

@@ -1,5 +1,5 @@
 """The words the hub's records are told in, outside a train job's life (gpupool.train.states):
-the kinds of the events in `gpupool_events`, the state of an allocation and the phases of a
+the kinds of the events in `gpupool_events`, what holds an allocation and its state and the phases of a
 workspace's move. String-valued enums, stored in the database as the same strings they always
 were (no migration), compared and serialised as plain strings.
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ACTIVE_PHASES", "CULLER_EVENTS", "AllocationState", "EventKind", "MovePhase"]
+__all__ = ["ACTIVE_PHASES", "CULLER_EVENTS", "AllocationState", "EventKind", "MovePhase", "WorkloadKind"]
 
 
 class EventKind(StrEnum):
@@ -44,6 +44,14 @@ class EventKind(StrEnum):
 
 # the kinds the culler service may report (checked by gpupool.api.culler)
 CULLER_EVENTS = (EventKind.WARN, EventKind.CULL, EventKind.MEMORY, EventKind.PARK)
+
+
+class WorkloadKind(StrEnum):
+    """What holds a share (`Allocation.kind`, `Workload.kind`; usage accounting's `Held.kind`)."""
+
+    BUILD = "build"  # a build workspace: a notebook server
+    TRAIN = "train"  # a train job
+    MOVE = "move"  # the destination a moving workspace holds until it switches (gpupool.mover)
 
 
 class AllocationState(StrEnum):

@@ -20,7 +20,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from gpupool.kinds import AllocationState, EventKind
+from gpupool.kinds import AllocationState, EventKind, WorkloadKind
 from gpupool.pool import (
     BuildQuotaPolicy,
     ClusterState,
@@ -54,9 +54,17 @@ log = logging.getLogger("gpupool")
 
 @dataclass(frozen=True)
 class Workload:
-    kind: str  # build | train
+    kind: WorkloadKind
     owner: str
     name: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", WorkloadKind(self.kind))  # a kind read as text: checked
+
+    @classmethod
+    def of(cls, row: Allocation) -> Workload:
+        """The workload an allocation row is held for."""
+        return cls(WorkloadKind(row.kind), row.owner, row.name)
 
     @property
     def label(self) -> str:
@@ -106,7 +114,7 @@ class PoolManager:
                 self._delete(row.id, reason=f"no longer fits the inventory: {err}")
 
     # --- queries -------------------------------------------------------------
-    def holdings(self, owner: str, kind: str = "build") -> list[Holding]:
+    def holdings(self, owner: str, kind: WorkloadKind = WorkloadKind.BUILD) -> list[Holding]:
         return [Holding(r.name, r.total_milli) for r in self.store.allocations(owner=owner, kind=kind)]
 
     def allocation(self, w: Workload) -> Allocation | None:
@@ -135,7 +143,7 @@ class PoolManager:
         with self.store.session() as s:  # the columns only, not every row as an object
             rows = s.execute(
                 select(Allocation.owner, Allocation.groups, Allocation.gpus, Allocation.gpu_milli).filter_by(
-                    kind="build"
+                    kind=WorkloadKind.BUILD
                 )
             ).all()
         for owner, groups, gpus, gpu_milli in rows:
@@ -146,7 +154,7 @@ class PoolManager:
 
     def build_holders(self) -> set[str]:
         """Every user holding a build share (or a parked one)."""
-        return {r.owner for r in self.store.allocations(kind="build")} | {
+        return {r.owner for r in self.store.allocations(kind=WorkloadKind.BUILD)} | {
             p.owner for p in self.parked_shares()
         }
 
@@ -176,7 +184,9 @@ class PoolManager:
         if not parked:  # the common case: no table scan of every workspace per spawn
             return []
         with self.store.session() as s:
-            placed = set(s.execute(select(Allocation.owner, Allocation.name).filter_by(kind="build")).all())
+            placed = set(
+                s.execute(select(Allocation.owner, Allocation.name).filter_by(kind=WorkloadKind.BUILD)).all()
+            )
         return [p for p in parked if p.key not in placed]
 
     def forget_parked(self, w: Workload) -> bool:
@@ -245,8 +255,10 @@ class PoolManager:
         in_pools: bool,
         groups_of: Mapping[str, Iterable[str]] | None,
     ) -> Allocation:
-        w = Workload("build", owner, server_name)
-        mine = self.store.allocations(kind="build", owner=owner)  # one read: this server's row and the rest
+        w = Workload(WorkloadKind.BUILD, owner, server_name)
+        mine = self.store.allocations(
+            kind=WorkloadKind.BUILD, owner=owner
+        )  # one read: this server's row and the rest
         existing = next((r for r in mine if r.name == server_name), None)
         if existing is not None:
             # a retried start of the same server keeps its share instead of taking a second one
@@ -371,7 +383,7 @@ class PoolManager:
         return row
 
     def placement_changed(self, w: Workload) -> None:
-        if w.kind == "build":
+        if w.kind == WorkloadKind.BUILD:
             self.hooks.build_changed(w.owner, w.name)
 
     def mark_running(self, w: Workload, pid: int | None) -> None:
@@ -392,7 +404,7 @@ class PoolManager:
         """Give a workload's share back. Idempotent: releasing twice is harmless. A stopped
         workspace also drops its parked share; parking itself keeps it (`keep_parked`)."""
         with self.lock:
-            if w.kind == "build" and not keep_parked and self.forget_parked(w):
+            if w.kind == WorkloadKind.BUILD and not keep_parked and self.forget_parked(w):
                 self.store.record(
                     EventKind.RELEASE, f"{w.label} parked share dropped: {reason}", owner=w.owner, name=w.name
                 )
@@ -447,18 +459,20 @@ class PoolManager:
             )
         )
 
-    def reconcile(self, is_running: Callable[[Allocation], bool], kind: str = "build") -> list[str]:
+    def reconcile(
+        self, is_running: Callable[[Allocation], bool], kind: WorkloadKind = WorkloadKind.BUILD
+    ) -> list[str]:
         """Release allocations whose workload is not really running (after a crash)."""
         released = []
         for row in self.store.allocations(kind=kind):
             if not is_running(row):
-                self.release(Workload(row.kind, row.owner, row.name), reason="not running (reconciled)")
+                self.release(Workload.of(row), reason="not running (reconciled)")
                 released.append(_label(row))
-        if kind == "build":
+        if kind == WorkloadKind.BUILD:
             for p in self.parked_shares():
-                w = Workload("build", p.owner, p.name)
+                w = Workload(WorkloadKind.BUILD, p.owner, p.name)
                 if self.allocation(w) is None and not is_running(
-                    Allocation(kind="build", owner=p.owner, name=p.name)
+                    Allocation(kind=WorkloadKind.BUILD, owner=p.owner, name=p.name)
                 ):
                     self.release(w, reason="not running (reconciled)")
                     released.append(f"{w.label} (parked)")
@@ -483,4 +497,4 @@ def _placement(row: Allocation) -> Placement:
 
 
 def _label(row: Allocation) -> str:
-    return Workload(row.kind, row.owner, row.name).label
+    return Workload.of(row).label

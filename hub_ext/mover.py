@@ -37,7 +37,7 @@ from traitlets.config import Configurable
 
 from gpupool import failpoints
 from gpupool.gpu.moving import Outcome, move_processes, recover
-from gpupool.kinds import ACTIVE_PHASES, AllocationState, MovePhase
+from gpupool.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import PoolError, Request, format_gpus
 from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
@@ -327,7 +327,7 @@ class MoverService:
 
         def done(target: Placement) -> None:
             wait = self.spawns.get(key)
-            w = Workload("build", *key)
+            w = Workload(WorkloadKind.BUILD, *key)
             if wait is None or key not in self.pool.spawns_waiting or self.pool.allocation(w) is not None:
                 return  # the spawn gave up (or was served): nothing is held for nobody
             held = [h for h in self.pool.holdings(w.owner) if h.server_name != w.name]
@@ -361,7 +361,7 @@ class MoverService:
             moved.setdefault(key, []).append(m.started_at)
             rested[key] = max(rested.get(key, 0.0), m.ended_at or now)
         out = []
-        for row in self.pool.store.allocations(kind="build"):
+        for row in self.pool.store.allocations(kind=WorkloadKind.BUILD):
             key = f"{row.owner}/{row.name}"
             if row.state != JobState.RUNNING or not row.pid or (row.owner, row.name) in self._in_flight():
                 continue
@@ -486,7 +486,7 @@ class MoverService:
         """The intent and the destination's reservation, in one transaction; None when the
         workspace is no longer where the plan found it."""
         owner, name = step.id.split("/", 1)
-        row = self.pool.allocation(Workload("build", owner, name))
+        row = self.pool.allocation(Workload(WorkloadKind.BUILD, owner, name))
         if row is None or row.node != step.source.node or tuple(row.gpus) != step.source.gpus or not row.pid:
             return None
         src = self.pool.inventory.node(step.source.node)
@@ -514,7 +514,7 @@ class MoverService:
                 s.add(move)
                 s.add(
                     Allocation(
-                        kind="move",
+                        kind=WorkloadKind.MOVE,
                         owner=owner,
                         name=name,
                         node=step.dest.node,
@@ -532,7 +532,7 @@ class MoverService:
             self.pool.state.release(step.dest)
             raise
         # processes started from now on use the destination, held already (make-before-break)
-        self.pool.placement_changed(Workload("build", owner, name))
+        self.pool.placement_changed(Workload(WorkloadKind.BUILD, owner, name))
         self.parking.moving[(owner, name)] = (
             f"moving to GPU {_gpus(step.dest.gpus)}{_on(dst.name, src.name)}"
             f" (to make room for {why}): a cell waits a few seconds"
@@ -557,8 +557,8 @@ class MoverService:
         with self.pool.store.session() as s:
             m = s.get_one(Move, move_id)
             owner, name = m.owner, m.name
-            dest = s.scalar(select(Allocation).filter_by(kind="move", owner=owner, name=name))
-            build = s.scalar(select(Allocation).filter_by(kind="build", owner=owner, name=name))
+            dest = s.scalar(select(Allocation).filter_by(kind=WorkloadKind.MOVE, owner=owner, name=name))
+            build = s.scalar(select(Allocation).filter_by(kind=WorkloadKind.BUILD, owner=owner, name=name))
             source = _placement(build) if build is not None else None
             result = out.result
             if build is None:  # stopped meanwhile: whatever the kernel's fate, nothing is lost to anyone
@@ -600,7 +600,9 @@ class MoverService:
             self.pool.state.release(source)
         elif released is not None:
             self.pool.state.release(released)
-        self.pool.placement_changed(Workload("build", owner, name))  # moved: the destination; else the source
+        self.pool.placement_changed(
+            Workload(WorkloadKind.BUILD, owner, name)
+        )  # moved: the destination; else the source
         self.parking.moving.pop((owner, name), None)
         if result == MovePhase.LOST:
             self.parking.failures[(owner, name)] = f"the kernel was lost while moving: {reason}"

@@ -31,7 +31,7 @@ from gpupool.gpu.parking import (
     park_process,
     resume_process,
 )
-from gpupool.kinds import EventKind
+from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import format_gpus
 from gpupool.pool.parking import ParkedShare, plan_claims
@@ -165,7 +165,7 @@ class ParkingService:
         return self._park_end(begun[0], done)
 
     def _park_begin(self, owner: str, name: str):
-        w = Workload("build", owner, name)
+        w = Workload(WorkloadKind.BUILD, owner, name)
         row = self.pool.allocation(w)
         parked = self._parked(owner, name)
         if row is None:
@@ -209,7 +209,7 @@ class ParkingService:
 
     def _park_end(self, row: Allocation, done: list[int]) -> dict[str, Any]:
         """The parked row first, then the release: a crash in between never loses the claim."""
-        w = Workload("build", row.owner, row.name)
+        w = Workload(WorkloadKind.BUILD, row.owner, row.name)
         node = self.pool.inventory.node(row.node)
         with self.pool.store.session() as s:
             s.add(
@@ -244,7 +244,7 @@ class ParkingService:
         """The kernel (or the Resume button) asks for the GPU back: stamp the claim, grant
         what fits. Returns the workspace's state; the restore runs in the background."""
         if self._parked(owner, name) is None:
-            if self.pool.allocation(Workload("build", owner, name)) is None:
+            if self.pool.allocation(Workload(WorkloadKind.BUILD, owner, name)) is None:
                 raise LookupError(f"no GPU workspace {name or 'default'!r} of {owner}")
             status = self.status(owner, name)
             if status["state"] == "failed":
@@ -268,19 +268,21 @@ class ParkingService:
         plan = plan_claims(self.pool.state, waiting, self.pool.policy, self.pool.rng)
         granted = []
         for claim, spot in plan.granted:
-            w = Workload("build", claim.owner, claim.name)
+            w = Workload(WorkloadKind.BUILD, claim.owner, claim.name)
             self.pool.reserve_at(w, spot, claim.groups)
             self.pool.hooks.build_reserved(w)
             granted.append(claim.key)
         for claim in plan.waiting:
-            self.pool.hooks.make_room_for_build(Workload("build", claim.owner, claim.name), claim.request())
+            self.pool.hooks.make_room_for_build(
+                Workload(WorkloadKind.BUILD, claim.owner, claim.name), claim.request()
+            )
         self._restore_placed()
         return granted
 
     def _restore_placed(self) -> None:
         """Start the restore of every parked workspace that holds its allocation again."""
         for p in self.pool.parked_shares():
-            w = Workload("build", p.owner, p.name)
+            w = Workload(WorkloadKind.BUILD, p.owner, p.name)
             alloc = self.pool.allocation(w)
             if alloc is None or p.key in self._restoring or p.key in self.failures:
                 continue
@@ -315,7 +317,7 @@ class ParkingService:
         return ""
 
     def _finish(self, p: ParkedShare, remap: dict[str, str], server_pid: int | None, error: str) -> None:
-        w = Workload("build", p.owner, p.name)
+        w = Workload(WorkloadKind.BUILD, p.owner, p.name)
         self._restoring.discard(p.key)
         if error:
             # keep the share (the kernel is locked and needs it) and say so; an admin may stop it
@@ -343,7 +345,7 @@ class ParkingService:
     # --- what the user sees ---------------------------------------------------
     def status(self, owner: str, name: str, sees_all: bool = False) -> dict[str, Any]:
         row = self._parked(owner, name)
-        alloc = self.pool.allocation(Workload("build", owner, name))
+        alloc = self.pool.allocation(Workload(WorkloadKind.BUILD, owner, name))
         out: dict[str, Any] = {"owner": owner, "name": name, "wait_limit_s": self.cfg.resume_wait_s}
         if row is None:
             out["state"] = "running" if alloc is not None else "none"
@@ -390,7 +392,9 @@ class ParkingService:
             if self.pool.inventory.node(a.node).model != model:
                 continue
             who = a.owner if sees_all or a.owner == caller else "another user"
-            what = "train job" if a.kind == "train" else "workspace"  # "move": a workspace's destination
+            what = (
+                "train job" if a.kind == WorkloadKind.TRAIN else "workspace"
+            )  # "move": a workspace's destination
             out.append(f"{who}'s {what} ({format_gpus(a.total_milli)})")
         return out
 
@@ -421,7 +425,5 @@ def build_parking(config: Any, pool: PoolManager, state_folder: str) -> ParkingS
             " c.GPUPool.mps_pipe_directory is set: idle workspaces are culled, not parked"
         )
     delays = Delays(cfg.virtual_fixed_s, cfg.virtual_per_gib_s)
-    backend = make_backend(kind, str(Path(state_folder) / "parking"), delays)
-    if kind == "virtual":
-        backend.memory_mib = lambda pid: cfg.virtual_kernel_mib  # type: ignore[attr-defined]
+    backend = make_backend(kind, str(Path(state_folder) / "parking"), delays, cfg.virtual_kernel_mib)
     return ParkingService(pool, backend, cfg)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from traitlets.config import Config
 
 from gpupool.config import GPUPool
+from gpupool.kinds import WorkloadKind
 
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
@@ -219,7 +220,7 @@ class GPUPoolHub:
     def is_running(self, row: Allocation) -> bool:
         """For the start-up reconcile: does the hub know this allocation's server as running? (Only
         build workspaces are reconciled here.) What is left of a workspace it does not know is ended."""
-        if row.kind != "build":
+        if row.kind != WorkloadKind.BUILD:
             return True
         hub = self.hub
         if hub is None:

@@ -455,12 +455,13 @@ def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
     A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
     from gpupool.idle_culler.sampler import Target
+    from gpupool.kinds import WorkloadKind
     from gpupool.manager import Workload
 
     def use(rows: list) -> dict[str, float | None]:
         targets = []
         for r in rows:
-            alloc = pool.allocation(Workload("train", r.owner, r.id))
+            alloc = pool.allocation(Workload(WorkloadKind.TRAIN, r.owner, r.id))
             gpus = pool.inventory.node(alloc.node).gpus if alloc is not None else ()
             uuids = tuple(gpus[i].uuid for i in alloc.gpus) if alloc is not None else ()
             whole = alloc is not None and alloc.gpu_milli >= 1000

@@ -15,7 +15,7 @@ from traitlets import HasTraits, default
 from gpupool import failpoints
 from gpupool.disk import disk_full
 from gpupool.gpu.env import gpu_env
-from gpupool.kinds import EventKind
+from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
@@ -64,7 +64,7 @@ class GPUSpawnerMixin(_SpawnerBase):
 
     @property
     def workload(self) -> Workload:
-        return Workload("build", self.user.name, self.name)
+        return Workload(WorkloadKind.BUILD, self.user.name, self.name)
 
     @property
     def server_label(self) -> str:

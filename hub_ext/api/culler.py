@@ -19,7 +19,7 @@ from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.culling import BudgetAction, CullAction, CullReason
 from gpupool.hub_adapter import hub_user, hub_users
-from gpupool.kinds import CULLER_EVENTS, EventKind
+from gpupool.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 from gpupool.store import Event
 from gpupool.store.db import bounded
 
@@ -92,7 +92,9 @@ def findings(
     # one user's page asks for their own: no map of every user for that
     user_of = hub_users(hub) if owner is None else (lambda name: hub_user(hub, name))
     extensions = pool.store.settings_under(EXTENSION.split("{")[0]) if owner is None else None
-    for row in pool.store.allocations(kind="build", **({"owner": owner} if owner is not None else {})):
+    for row in pool.store.allocations(
+        kind=WorkloadKind.BUILD, **({"owner": owner} if owner is not None else {})
+    ):
         key = f"{row.owner}/{row.name}"
         seen = found.get(key)
         if seen is not None and (seen.get("cull_at") or not seen.get("extended")):
@@ -142,7 +144,7 @@ class TargetsHandler(APIHandler):
         app = self.directory.hub
         user_of = hub_users(app)
         extensions = pool.store.settings_under(EXTENSION.split("{")[0])  # one read, not one per workspace
-        for n, row in enumerate(pool.store.allocations(kind="build")):
+        for n, row in enumerate(pool.store.allocations(kind=WorkloadKind.BUILD)):
             if n and not n % YIELD_EVERY:
                 await asyncio.sleep(0)  # a class of thousands: other users' requests go in between
             node = pool.inventory.node(row.node)
@@ -368,7 +370,7 @@ def extend_workspace(
 ) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
-    rows = pool.store.allocations(kind="build", owner=owner, name=name)
+    rows = pool.store.allocations(kind=WorkloadKind.BUILD, owner=owner, name=name)
     parked = any(p.owner == owner and p.name == name for p in pool.parked_without_gpu())
     if not rows and not parked:
         raise web.HTTPError(404, f"no running GPU workspace {name or 'default'!r} of {owner}")

@@ -18,6 +18,7 @@ from tornado import web
 
 from gpupool.api.auth import APIHandler
 from gpupool.api.sweeps import SweepHandler, record_sweep
+from gpupool.kinds import WorkloadKind
 from gpupool.pool import InvalidRequest, PoolError, Request
 from gpupool.pool.units import UnitError, parse_gpus, shown
 from gpupool.store.jobs import STATES
@@ -69,7 +70,7 @@ class JobsBase(APIHandler):
             data["wait_reason"] = held[row.id]
         data["eta"] = self.estimates.for_job(row)  # when it should start, and why then; None unless queued
         data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
-        alloc = self.pool.store.allocations(kind="train", owner=row.owner, name=row.id)
+        alloc = self.pool.store.allocations(kind=WorkloadKind.TRAIN, owner=row.owner, name=row.id)
         data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
         return data
 
@@ -135,7 +136,9 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, f"gpus: project {project} may use at most {cap / 1000:g} GPUs")
         if self.settings.get("usage") is not None:  # a GPU-hour budget used up refuses new jobs
             try:
-                self.settings["usage"].check(caller.name, caller.groups, request.total_milli, "train")
+                self.settings["usage"].check(
+                    caller.name, caller.groups, request.total_milli, WorkloadKind.TRAIN
+                )
             except PoolError as err:
                 raise web.HTTPError(err.status, str(err)) from None
         name = body.get("name", "job")

@@ -9,6 +9,7 @@ from collections import deque
 from tornado import web
 
 from gpupool.api.auth import BaseHandler
+from gpupool.kinds import WorkloadKind
 from gpupool.templating import render
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
@@ -80,7 +81,7 @@ def record_history(settings: dict, pool, workspaces: list[dict], now: float | No
     measured = [w for w in workspaces if w.get("gpu_util_pct") is not None and w.get("gpu_data")]
     used = None
     if measured:
-        shares = {(r.owner, r.name): r.total_milli for r in pool.store.allocations(kind="build")}
+        shares = {(r.owner, r.name): r.total_milli for r in pool.store.allocations(kind=WorkloadKind.BUILD)}
         # SM utilization is a share of a whole GPU; a multi-GPU workspace reports its busiest GPU
         used = sum(
             w["gpu_util_pct"] / 100 * max(1.0, shares.get((w["owner"], w["name"]), 0) / 1000)

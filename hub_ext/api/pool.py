@@ -8,6 +8,7 @@ from typing import Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler, Caller
+from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager
 from gpupool.pool import format_gpus
 from gpupool.store.moves import last_moves
@@ -22,7 +23,7 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
         moved = last_moves(s, time.time() - 86400)
     for row in pool.store.allocations():
         seen = row.owner == caller.name or caller.sees_all
-        m = moved.get((row.owner, row.name)) if seen and row.kind == "build" else None
+        m = moved.get((row.owner, row.name)) if seen and row.kind == WorkloadKind.BUILD else None
         for g in row.gpus:
             shares.setdefault((row.node, g), []).append(
                 {

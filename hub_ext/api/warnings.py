@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from gpupool.api.culler import culler_state, findings
 from gpupool.culling import CullAction, CullReason
-from gpupool.kinds import EventKind
+from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.pool import format_gpus
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) ->
     found = findings(root.api_settings, pool, root.hub, user.name)
     now = time.time() if now is None else now
     out = []
-    for row in pool.store.allocations(kind="build", owner=user.name):
+    for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name):
         w = found.get(f"{user.name}/{row.name}") or {}
         stops = "no time limit"
         if w.get("cull_at"):
@@ -86,7 +86,7 @@ def stops_for(
             e.kind == EventKind.ALLOCATE and e.message.startswith("build ")
         ):  # a start
             latest.setdefault(e.name, e)
-    running = {row.name for row in pool.store.allocations(kind="build", owner=user.name)}
+    running = {row.name for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name)}
     out = []
     for name, e in latest.items():
         at = e.time.replace(tzinfo=dt.UTC).timestamp()

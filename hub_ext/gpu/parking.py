@@ -182,8 +182,11 @@ def kernel_like(pid: int, proc: Path = Path("/proc")) -> bool:
     return b"ipykernel" in cmdline
 
 
-def make_backend(kind: str, folder: str = "", delays: Delays = Delays()) -> ParkingBackend:
-    """`cuda` (the driver; needs cuda-bindings and driver r570+) or `virtual`."""
+def make_backend(
+    kind: str, folder: str = "", delays: Delays = Delays(), kernel_mib: int = 1024
+) -> ParkingBackend:
+    """`cuda` (the driver; needs cuda-bindings and driver r570+) or `virtual` (each kernel's GPU
+    memory said to be `kernel_mib`)."""
     if kind == "cuda":
         from gpupool.gpu.cuda_checkpoint import CudaCheckpoint
 
@@ -191,5 +194,5 @@ def make_backend(kind: str, folder: str = "", delays: Delays = Delays()) -> Park
     if kind == "virtual":
         if not folder:
             raise ValueError("the virtual parking backend needs a folder for its state")
-        return VirtualParking(folder, kernel_like, delays=delays)
+        return VirtualParking(folder, kernel_like, memory_mib=lambda pid: kernel_mib, delays=delays)
     raise ValueError(f"unknown parking backend {kind!r}: use 'cuda' or 'virtual'")

@@ -25,7 +25,7 @@ class Allocation(Base):
     __table_args__ = (UniqueConstraint("kind", "owner", "name", name="one_allocation_per_workload"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # build | train
+    kind: Mapped[str] = mapped_column(String(16))  # gpupool.kinds.WorkloadKind
     owner: Mapped[str] = mapped_column(String(255), index=True)
     name: Mapped[str] = mapped_column(String(255))  # server name ('' = default) or job id
     node: Mapped[str] = mapped_column(String(255))

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from gpupool import failpoints
 from gpupool.accounts import AccountError, SystemAccounts, made_by_gpupool
 from gpupool.contain import WorkloadCgroups
+from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import Request, get_policy
 from gpupool.pool.actions import reclaimable
@@ -180,7 +181,7 @@ class TrainingService(JobBook):
                 row.state, row.finished, row.message = JobState.CANCELLED, now, bounded(f"{who} while queued")
                 # GPUs a crash left reserved for it go back with the cancel
                 placement = self.pool.release_in(
-                    s, Workload("train", row.owner, row.id), "cancelled while queued"
+                    s, Workload(WorkloadKind.TRAIN, row.owner, row.id), "cancelled while queued"
                 )
             elif row.state in HAS_RUN:
                 row.intent, row.state, row.message = (
@@ -276,7 +277,9 @@ class TrainingService(JobBook):
         """A run ended: its GPUs go back and the job's next state is written in one transaction."""
         with self.pool.store.session() as s:
             row = s.get_one(TrainJob, job_id)
-            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), f"run ended ({code})")
+            placement = self.pool.release_in(
+                s, Workload(WorkloadKind.TRAIN, row.owner, row.id), f"run ended ({code})"
+            )
             row.pid, row.exit_code, row.term_sent = None, code, None
             if row.intent == Intent.CANCEL:
                 row.state, row.finished, row.message = JobState.CANCELLED, now, _cancelled_by(s, row.id)
@@ -446,7 +449,7 @@ class TrainingService(JobBook):
     ) -> Job:
         """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
         while queued, and runs at its current size (num_gpu)."""
-        alloc = self.pool.allocation(Workload("train", row.owner, row.id))
+        alloc = self.pool.allocation(Workload(WorkloadKind.TRAIN, row.owner, row.id))
         placement = pin
         if alloc is not None:
             placement = Placement(
@@ -474,7 +477,7 @@ class TrainingService(JobBook):
         two steps is repaired by `adopt_after_restart`; a start that fails ends the job
         `failed` with the reason, its GPUs returned in the same transaction."""
         row = self.known_job(job_id)
-        w = Workload("train", row.owner, row.id)
+        w = Workload(WorkloadKind.TRAIN, row.owner, row.id)
         self.pool.reserve_at(w, placement)
         if row.runs == 0:  # an admission the placement policy learns from; a resume is the same job
             self.policy.learn(Request(row.num_gpu, row.gpu_milli))
@@ -529,7 +532,9 @@ class TrainingService(JobBook):
     def _fail_start(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:
             row = s.get_one(TrainJob, job_id)
-            placement = self.pool.release_in(s, Workload("train", row.owner, row.id), "its start failed")
+            placement = self.pool.release_in(
+                s, Workload(WorkloadKind.TRAIN, row.owner, row.id), "its start failed"
+            )
             row.state, row.finished, row.pid, row.message = JobState.FAILED, now, None, bounded(reason)
             s.add(
                 Event(
@@ -628,7 +633,9 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         for row in self.jobs():
             if row.state not in HAS_RUN:
-                if self.pool.release(Workload("train", row.owner, row.id), reason="not running (reconciled)"):
+                if self.pool.release(
+                    Workload(WorkloadKind.TRAIN, row.owner, row.id), reason="not running (reconciled)"
+                ):
                     log.warning("released the GPUs of job %s, which is %s", row.id, row.state)
                 continue
             if row.pid is None:
@@ -636,7 +643,7 @@ class TrainingService(JobBook):
                 if pid is None:
                     continue  # the next tick settles it: requeued, cancelled or failed by its intent
                 self._set(row.id, pid=pid)
-                self.pool.mark_running(Workload("train", row.owner, row.id), pid)
+                self.pool.mark_running(Workload(WorkloadKind.TRAIN, row.owner, row.id), pid)
                 row.pid = pid
             if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)

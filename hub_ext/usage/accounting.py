@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.kinds import WorkloadKind
 from gpupool.train import states
 
 MILLI_S_PER_GPU_HOUR = 1000 * 3600
@@ -30,7 +31,7 @@ ANY_POOL = "(no pool)"
 
 @dataclass(frozen=True)
 class Held:
-    kind: str  # build | train
+    kind: WorkloadKind  # BUILD or TRAIN
     owner: str
     name: str  # server name or job id
     milli: int
@@ -208,7 +209,7 @@ def totals(
             continue
         session = sessions.get(session_key(u.kind, u.owner, u.name, u.since))
         if session is None:  # its allocation is outside the records read: count it under what the row says
-            session = with_groups(Held(u.kind, u.owner, u.name, u.milli, u.since, u.since))
+            session = with_groups(Held(WorkloadKind(u.kind), u.owner, u.name, u.milli, u.since, u.since))
         for k in session.keys(by):
             t = at(k)
             t.measured += u.measured_milli_s
@@ -220,7 +221,9 @@ def totals(
         s = p.seconds_in(a, b, now)
         if not s:
             continue
-        h = with_groups(Held("build", p.owner, p.name, p.milli, p.start, p.end, p.groups, "", (), ""))
+        h = with_groups(
+            Held(WorkloadKind.BUILD, p.owner, p.name, p.milli, p.start, p.end, p.groups, "", (), "")
+        )
         for k in h.keys(by) if by not in ("pool", "model") else (ANY_POOL if by == "pool" else "?",):
             t = at(k)
             t.parked += p.milli * s
@@ -228,7 +231,7 @@ def totals(
     for j in jobs:
         if not a <= j.time < b:
             continue
-        h = with_groups(Held("train", j.owner, j.job, 0, j.time, j.time, (), j.project))
+        h = with_groups(Held(WorkloadKind.TRAIN, j.owner, j.job, 0, j.time, j.time, (), j.project))
         for k in h.keys(by) if by not in ("pool", "model") else (ANY_POOL if by == "pool" else "?",):
             t = at(k)
             if j.kind == states.JobEvent.START:
@@ -307,7 +310,7 @@ def sessions(held: Iterable[Held], uses: Iterable[UseRow]) -> list[Session]:
     for h in held:
         key = session_key(h.kind, h.owner, h.name, h.start)
         top = peaks.get(key)
-        if h.kind != "build" or top is None or not top.share_memory_mib:
+        if h.kind != WorkloadKind.BUILD or top is None or not top.share_memory_mib:
             continue
         out.append(
             Session(
@@ -343,7 +346,7 @@ def over_requesters(
     among those who held the most (GPU-hours held in [a, b) break ties)."""
     held_by: dict[str, int] = {}
     for h in held:
-        if h.kind == "build":
+        if h.kind == WorkloadKind.BUILD:
             held_by[h.owner] = held_by.get(h.owner, 0) + h.milli * h.seconds_in(a, b, now)
     peak: dict[str, tuple[int, int, int]] = {}  # owner -> (peak MiB, share MiB, sessions)
     for s in sess:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpupool.kinds import WorkloadKind
 from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Held
 
 USER = "user:"
@@ -172,13 +173,13 @@ def frees_at(held: Sequence[Held], window_s: int, limit: int, now: int) -> int:
     return hi
 
 
-def admits(states: Iterable[State], milli: int, kind: str) -> State | None:
-    """The state that refuses a new `kind` ("build" of `milli`, or "train") workload, or None.
+def admits(states: Iterable[State], milli: int, kind: WorkloadKind) -> State | None:
+    """The state that refuses a new `kind` (a build of `milli`, or a train job) workload, or None.
     Over budget, a build workspace of at most the rule's minimum share still starts."""
     for s in states:
         if s.status != "over":
             continue
-        if kind == "build" and milli <= s.rule.min_share_milli:
+        if kind == WorkloadKind.BUILD and milli <= s.rule.min_share_milli:
             continue
         return s
     return None

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, select
 
-from gpupool.kinds import EventKind
+from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.pools import NodePool
 from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
@@ -26,7 +26,7 @@ from gpupool.usage.accounting import Held, JobEvent, UseRow
 from gpupool.usage.accounting import Parked as ParkedSpan
 from gpupool.usage.budgets import Grant
 
-KINDS = ("build", "train")
+KINDS = (WorkloadKind.BUILD, WorkloadKind.TRAIN)
 MAX_GRANT_NOTE = 500
 
 
@@ -112,7 +112,7 @@ class Ledger:
         gpus = tuple(g for g in (gpus or ()) if isinstance(g, int))
         pools, model = self._where_on(str(node or ""), gpus)
         return Held(
-            kind,
+            WorkloadKind(kind),
             owner,
             name,
             int(milli or 0),
@@ -145,14 +145,16 @@ class Ledger:
     def _with_projects(self, held: list[Held]) -> list[Held]:
         from dataclasses import replace
 
-        ids = {h.name for h in held if h.kind == "train"}
+        ids = {h.name for h in held if h.kind == WorkloadKind.TRAIN}
         if not ids:
             return held
         with self.store.session() as s:
             projects = dict(
                 s.execute(select(TrainJob.id, TrainJob.project).where(TrainJob.id.in_(ids))).all()
             )
-        return [replace(h, project=projects.get(h.name, "?")) if h.kind == "train" else h for h in held]
+        return [
+            replace(h, project=projects.get(h.name, "?")) if h.kind == WorkloadKind.TRAIN else h for h in held
+        ]
 
     def parked(self, a: float, b: float, owner: str | None = None) -> list[ParkedSpan]:
         who = {"owner": owner} if owner is not None else {}
@@ -230,21 +232,23 @@ class Ledger:
         ]
         if not found:
             return 0
-        allocations = {(r.owner, r.name): r for r in self.store.allocations(kind="build")}
+        allocations = {(r.owner, r.name): r for r in self.store.allocations(kind=WorkloadKind.BUILD)}
         hour = int(now) // 3600
         n = 0
         with self.store.session() as s:
             # this hour's cells in one read, not one query per workspace (a class of 5,000 each pass)
             cells = {
                 (c.owner, c.name, c.since): c
-                for c in s.scalars(select(UsageHour).where(UsageHour.hour == hour, UsageHour.kind == "build"))
+                for c in s.scalars(
+                    select(UsageHour).where(UsageHour.hour == hour, UsageHour.kind == WorkloadKind.BUILD)
+                )
             }
             for w in found:
                 row = allocations.get((w["owner"], w["name"]))
                 if row is None:
                     continue  # parked or gone: no share to account
                 since = int(epoch(row.created))
-                key = ("build", row.owner, row.name, since)
+                key = (WorkloadKind.BUILD, row.owner, row.name, since)
                 last = self.last_sample.get(key, float(since))
                 seconds = int(max(0.0, min(gap_s, now - last)))
                 self.last_sample[key] = now
@@ -259,7 +263,7 @@ class Ledger:
                 if cell is None:
                     cell = UsageHour(
                         hour=hour,
-                        kind="build",
+                        kind=WorkloadKind.BUILD,
                         owner=row.owner,
                         name=row.name,
                         since=since,
@@ -278,9 +282,9 @@ class Ledger:
                 cell.share_memory_mib = max(cell.share_memory_mib, int(share_mib))
                 cell.samples += 1
                 n += 1
-        live = {("build", r.owner, r.name, int(epoch(r.created))) for r in allocations.values()}
-        for key in set(self.last_sample) - live:
-            del self.last_sample[key]  # bounded: only sessions still held
+        live = {(WorkloadKind.BUILD, r.owner, r.name, int(epoch(r.created))) for r in allocations.values()}
+        for gone in set(self.last_sample) - live:
+            del self.last_sample[gone]  # bounded: only sessions still held
         return n
 
     # --- train jobs -------------------------------------------------------------------

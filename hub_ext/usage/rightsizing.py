@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpupool.kinds import WorkloadKind
 from gpupool.usage.accounting import Held, Session
 
 HEADROOM_PCT = 125  # the suggested size holds the peak plus a quarter
@@ -54,5 +55,5 @@ def freed(advice: Advice, held: Sequence[Held], a: int, b: int, now: int) -> int
     return sum(
         saved * h.seconds_in(a, b, now)
         for h in held
-        if h.kind == "build" and h.owner == advice.owner and h.milli == advice.current_milli
+        if h.kind == WorkloadKind.BUILD and h.owner == advice.owner and h.milli == advice.current_milli
     )

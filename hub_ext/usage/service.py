@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gpupool.culling import BudgetAction
+from gpupool.kinds import WorkloadKind
 from gpupool.pool.errors import QuotaExceeded
 from gpupool.pool.units import format_gpus
 from gpupool.train.states import JobState
@@ -287,18 +288,18 @@ class UsageService:
         )
         return out[:limit]
 
-    def check(self, owner: str, groups: Iterable[str], milli: int, kind: str) -> None:
+    def check(self, owner: str, groups: Iterable[str], milli: int, kind: WorkloadKind) -> None:
         """Raise BudgetRefused when `owner` is over a budget and the new workload is refused."""
         if not self.rules:
             return
         refusing = bud.admits(self.budget_states(owner, groups), milli, kind)
         if refusing is None:
             return
-        what = f"a workspace of {format_gpus(milli)}" if kind == "build" else "a train job"
+        what = f"a workspace of {format_gpus(milli)}" if kind == WorkloadKind.BUILD else "a train job"
         when = f"; it has room again at {clock_text(refusing.frees_at)}" if refusing.frees_at else ""
         small = (
             f"; a workspace of at most {format_gpus(refusing.rule.min_share_milli)} still starts"
-            if kind == "build" and refusing.rule.min_share_milli
+            if kind == WorkloadKind.BUILD and refusing.rule.min_share_milli
             else ""
         )
         used = acc.gpu_hours(refusing.used_milli_s)
