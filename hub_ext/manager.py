@@ -35,6 +35,7 @@ from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
 from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
+from gpupool.pool_hooks import PoolHooks
 from gpupool.store import Allocation, Event, Parked, Store
 
 _TABLE = cast(Table, Allocation.__table__)  # the ORM types it as a FromClause
@@ -73,6 +74,7 @@ class PoolManager:
         seed: int = 0,
         node_pools: dict[str, NodePool] | None = None,
         skipped_settings: dict[str, str] | None = None,
+        hooks: PoolHooks | None = None,
     ) -> None:
         self.inventory = inventory
         self.store = store
@@ -86,27 +88,10 @@ class PoolManager:
         self.state = ClusterState(inventory)
         # held by every change of `state` made here: reserve_build_async runs in a worker thread
         self.lock = threading.RLock()
-        # set by the training pool: stop over-quota train jobs so a build request fits
-        self.make_room_for_build: Callable[..., bool] | None = None  # (workload, request, pools=())
-        # (request, pools=()) -> the train jobs a build of that size would preempt, None: no room
-        self.room_for_build: Callable[..., list[str] | None] | None = None
-        self.build_reserved: Callable[[Workload], object] | None = None  # what it returns is unused
-        # told (owner, name) whenever a workspace's GPUs may have changed, once committed: the hub
-        # publishes its current GPU for the processes it starts later (gpupool.gpu_env_files)
-        self.build_changed: Callable[[str, str], None] | None = None
-        # set by the mover (gpupool.mover): for a spawn that fits nowhere, what its page says while
-        # idle notebooks move to make room, or None (no moves can: refused as before); and how
-        # many would move for a size (the spawn form). Spawns waiting in their spawner, by workspace:
-        self.make_room_by_moving: Callable[..., str | None] | None = (
-            None  # (workload, request, groups, pools)
-        )
-        self.room_by_moving: Callable[[Request], int | None] | None = None
+        # what the pool asks of the services built on it (training, usage, mover, GPU files)
+        self.hooks = hooks if hooks is not None else PoolHooks()
+        # spawns waiting in their spawner for idle notebooks to move (gpupool.mover), by workspace
         self.spawns_waiting: set[tuple[str, str]] = set()
-        # set by usage accounting: refuse a new workspace of (workload, groups, milli) over a
-        # GPU-hour budget by raising a PoolError (gpupool.usage.service.UsageService.check)
-        self.admission: Callable[[Workload, list[str], int], None] | None = None
-        # and what the spawn form tells a user first: budget near or over, a smaller size that would do
-        self.form_notes: Callable[[str, list[str]], list[str]] | None = None
         self._load()
 
     # --- start-up ------------------------------------------------------------
@@ -276,25 +261,23 @@ class PoolManager:
         parked = self.parked_without_gpu()  # read once: the quota and the placement see the same claims
         held += [h for h in quota_holdings(parked, owner) if h.server_name != server_name]
         self.quotas.check(milli, groups, held, self.group_usage(groups_of, only=groups))
-        if self.admission is not None:
-            self.admission(w, groups, milli)
+        self.hooks.admit(w, groups, milli)  # a GPU-hour budget used up (gpupool.usage): refused
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)
         try:
             row = self.reserve(w, req, groups, pools, parked)
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
-            if self.make_room_for_build is not None and self.make_room_for_build(w, req, pools=pools):
+            if self.hooks.make_room_for_build(w, req, pools=pools):
                 raise RoomBeingFreed(
                     f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
                     " borrowed them: start again in a minute"
                 ) from None
             # then idle notebooks may move out of its way (make-before-break, gpupool.mover)
-            moving = self.make_room_by_moving(w, req, groups, pools) if self.make_room_by_moving else None
+            moving = self.hooks.make_room_by_moving(w, req, groups, pools)
             if moving:
                 raise RoomBeingFreed(moving) from None
             raise
-        if self.build_reserved is not None:
-            self.build_reserved(w)
+        self.hooks.build_reserved(w)
         return row
 
     def reserve(
@@ -388,8 +371,8 @@ class PoolManager:
         return row
 
     def placement_changed(self, w: Workload) -> None:
-        if w.kind == "build" and self.build_changed is not None:
-            self.build_changed(w.owner, w.name)
+        if w.kind == "build":
+            self.hooks.build_changed(w.owner, w.name)
 
     def mark_running(self, w: Workload, pid: int | None) -> None:
         """The workload's server runs (with `pid` where the hub can see it); nothing if its

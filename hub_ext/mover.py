@@ -340,8 +340,7 @@ class MoverService:
             except PoolError as err:  # its quota changed, or the room was taken meanwhile: its next try says
                 log.warning("room made for %s not taken: %s", w.label, err)
                 return
-            if self.pool.build_reserved is not None:
-                self.pool.build_reserved(w)
+            self.pool.hooks.build_reserved(w)
             wait.message = "room made: starting the server"
 
         return done

@@ -270,12 +270,10 @@ class ParkingService:
         for claim, spot in plan.granted:
             w = Workload("build", claim.owner, claim.name)
             self.pool.reserve_at(w, spot, claim.groups)
-            if self.pool.build_reserved is not None:
-                self.pool.build_reserved(w)
+            self.pool.hooks.build_reserved(w)
             granted.append(claim.key)
         for claim in plan.waiting:
-            if self.pool.make_room_for_build is not None:
-                self.pool.make_room_for_build(Workload("build", claim.owner, claim.name), claim.request())
+            self.pool.hooks.make_room_for_build(Workload("build", claim.owner, claim.name), claim.request())
         self._restore_placed()
         return granted
 

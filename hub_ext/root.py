@@ -8,6 +8,8 @@ through their constructors; nothing in gpupool keeps a process global of these.
                                   │
           settings, pool, cgroups │ serving(Running): the hub (HubApp), API app, training, parking,
                                   │ usage, mover, started by gpupool.setup once the hub runs
+          PoolManager(hooks=ServiceHooks(root.services)): what the pool asks of those services
+          (make room for a build, budgets, moves, GPU files) reaches them once they run
                                   │
     ┌─────────────────────────────┼───────────────────────────────┬──────────────────────────┐
  spawners                  gpupool API handlers              admin page handlers      home page templates
@@ -45,11 +47,13 @@ from gpupool.config import GPUPool
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
     from gpupool.contain import WorkloadCgroups
+    from gpupool.gpu_env_files import GPUEnvFiles
     from gpupool.hub_adapter import HubApp
     from gpupool.manager import PoolManager
     from gpupool.mover import MoverService
     from gpupool.parking import ParkingService
     from gpupool.pool import Inventory
+    from gpupool.pool_hooks import Services
     from gpupool.store import Allocation
     from gpupool.train.backend import TrainingBackend
     from gpupool.usage.service import UsageService
@@ -99,6 +103,7 @@ class GPUPoolHub:
         if self._pool is None:
             from gpupool.manager import PoolManager
             from gpupool.pool import get_policy
+            from gpupool.pool_hooks import ServiceHooks
             from gpupool.quota_settings import node_pools, stored_quotas
             from gpupool.store import Store
 
@@ -111,6 +116,7 @@ class GPUPoolHub:
                 policy=get_policy(self.settings.build_placement_policy),
                 node_pools=node_pools(self.config, quotas),
                 skipped_settings=skipped,
+                hooks=ServiceHooks(self.services),  # the services' answers once they run
             )
         return self._pool
 
@@ -186,6 +192,21 @@ class GPUPoolHub:
             raise RuntimeError("this hub's gpupool services are already running")
         self.running = running
 
+    def services(self) -> Services | None:
+        """What the pool's questions go to (gpupool.pool_hooks): None until the services run."""
+        from gpupool.pool_hooks import Services
+
+        r = self.running
+        if r is None:
+            return None
+        engine = r.training.local if r.training is not None else None
+        return Services(
+            training=engine if engine is not None and engine.shares_build_gpus else None,
+            usage=r.usage,
+            mover=r.mover,
+            gpu_files=r.gpu_files,
+        )
+
     @property
     def hub(self) -> HubApp | None:
         return self.running.hub if self.running is not None else None
@@ -221,6 +242,7 @@ class Running:
     parking: ParkingService | None = None
     usage: UsageService | None = None
     mover: MoverService | None = None
+    gpu_files: GPUEnvFiles | None = None  # each workspace's current GPU, where servers run here
 
 
 def build_inventory(cfg: GPUPool) -> Inventory:

@@ -221,7 +221,8 @@ async def _serve(
     )
     mover = start_mover(hub.config, pool, parking, training, app.settings)
     # from here the home page's warnings read the culler's findings in the API's settings
-    root.serving(Running(hub, app.settings, training, parking, usage, mover))
+    # and the pool's questions (gpupool.pool_hooks) go to these services
+    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files))
     if gpu_files is not None:
         gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
@@ -245,9 +246,7 @@ def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFil
 
     if not hub.follows_published_gpu:
         return None
-    files = GPUEnvFiles(default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config))
-    pool.build_changed = files.publish
-    return files
+    return GPUEnvFiles(default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config))
 
 
 def demo_use(config: Config) -> bool:
@@ -276,8 +275,6 @@ def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) 
     from gpupool.usage.service import UsageService
 
     usage = UsageService(pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None)
-    pool.admission = lambda w, groups, milli: usage.check(w.owner, groups, milli, "build")
-    pool.form_notes = usage.form_notes
 
     def prune() -> None:
         try:
@@ -337,8 +334,6 @@ def start_mover(
     )
     if mover is None:
         return None
-    pool.make_room_by_moving = mover.make_room_for_spawn  # a spawn that fits nowhere waits for moves
-    pool.room_by_moving = mover.room_for_spawn
 
     def tick() -> None:
         try:

@@ -136,18 +136,19 @@ class GPUSpawnerMixin(_SpawnerBase):
         for milli, fits in offered:
             if not fits or free_slots(gpu_free, milli):
                 continue
-            victims = None
-            if pool.room_for_build is not None:  # build first: what borrowing train jobs would give back
-                victims = pool.room_for_build(
-                    Request.for_gpus(milli), pools=tuple(pools) if self.places_in_pools() else ()
-                )
+            # build first: what borrowing train jobs would give back
+            victims = pool.hooks.room_for_build(
+                Request.for_gpus(milli), pools=tuple(pools) if self.places_in_pools() else ()
+            )
             if victims is not None:
                 reclaim[milli] = len(victims)
-            elif pool.room_by_moving is not None and not (pools and self.places_in_pools()):
-                steps = pool.room_by_moving(Request.for_gpus(milli))  # then idle notebooks that would move
+            elif not (pools and self.places_in_pools()):
+                steps = pool.hooks.room_by_moving(
+                    Request.for_gpus(milli)
+                )  # then idle notebooks that would move
                 if steps is not None:
                     moves[milli] = steps
-        notes = pool.form_notes(self.user.name, self.user_groups) if pool.form_notes is not None else []
+        notes = pool.hooks.form_notes(self.user.name, self.user_groups)
         return render_form(
             offered,
             every,
@@ -173,8 +174,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             self.pool.quotas.check(
                 milli, self.user_groups, held, self.pool.group_usage(self.membership(), only=self.user_groups)
             )
-            if self.pool.admission is not None:  # a GPU-hour budget used up (gpupool.usage)
-                self.pool.admission(self.workload, self.user_groups, milli)
+            self.pool.hooks.admit(self.workload, self.user_groups, milli)  # a GPU-hour budget used up
         except PoolError as err:
             raise http_error(err) from None
         return options

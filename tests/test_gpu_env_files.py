@@ -19,6 +19,7 @@ from gpupool.gpu_env_files import GPUEnvFiles, file_name
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node
 from gpupool.pool.request import Placement
+from gpupool.pool_hooks import ServiceHooks, Services
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -59,9 +60,10 @@ SEES = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['GPUPOOL
 
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[PoolManager, GPUEnvFiles]:
-    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
+    pool = make_pool(
+        tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=files))
+    )
     files = GPUEnvFiles(tmp_path / "gpu-env", pool)
-    pool.build_changed = files.publish
     return pool, files
 
 
@@ -118,9 +120,8 @@ def test_terminals_and_children_opened_after_a_move_get_the_current_gpu(files) -
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="group ownership needs root")
 def test_the_files_are_the_hubs_readable_by_their_owners_group_only(tmp_path: Path) -> None:
-    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
+    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=pub)))
     pub = GPUEnvFiles(tmp_path / "gpu-env", pool, gid_of=lambda owner: 4242)
-    pool.build_changed = pub.publish
     pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (0,), 500))
     st = os.stat(pub.path("ann", ""))
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 4242, 0o640)
@@ -151,7 +152,8 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
     from gpupool.spawner.local import GPULocalProcessSpawner
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
-    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS)
+    # the pool asks the files the hub hands its root (gpupool.root.Running.gpu_files)
+    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=files)))
     cls = GPULocalProcessSpawner if spawner == "local" else GPUKubeSpawner
     hub = HubApp(SimpleNamespace(spawner_class=cls, config=Config()))  # the two attributes it reads
     files = publish_gpus(hub, pool, GPUPool(config=Config()))

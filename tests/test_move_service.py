@@ -33,6 +33,7 @@ from gpupool.pool import (
 )
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
+from gpupool.pool_hooks import ServiceHooks, Services
 from gpupool.store import Move
 from tests.support.pools import make_pool
 
@@ -66,11 +67,12 @@ class World:
             tmp / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
         )
         self.findings: dict = {"workspaces": {}}
+        self.spawns_wait_for_moves = False  # spawn_world: the pool asks the mover, as the hub's does
         self.start()
 
     def start(self) -> None:
         """A (re)started hub: the pool from the database, the same driver state."""
-        self.pool = make_pool(self.tmp, INVENTORY, limits=QUOTAS)
+        self.pool = make_pool(self.tmp, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(self.services))
         self.parking = ParkingService(
             self.pool, self.driver, pids_of=lambda pid: {pid}, clock=lambda: self.now[0]
         )
@@ -79,7 +81,10 @@ class World:
             self.pool, self.parking, cfg, lambda: self.findings, clock=lambda: self.now[0]
         )
         self.files = GPUEnvFiles(self.tmp / "gpu-env", self.pool)
-        self.pool.build_changed = self.files.publish
+
+    def services(self) -> Services:
+        """What the pool asks, as the hub's root hands it (gpupool.root.GPUPoolHub.services)."""
+        return Services(mover=self.mover if self.spawns_wait_for_moves else None, gpu_files=self.files)
 
     def gpu_for_new_processes(self, owner: str) -> str:
         """CUDA_VISIBLE_DEVICES as the hub publishes it for the workspace's next processes."""
@@ -318,8 +323,7 @@ def spawn_world(tmp: Path) -> World:
     w.place("ann", 0, 500)
     w.place("ben", 1, 500)
     now[0] += 3600
-    w.pool.make_room_by_moving = w.mover.make_room_for_spawn  # as the hub wires it (gpupool.setup)
-    w.pool.room_by_moving = w.mover.room_for_spawn
+    w.spawns_wait_for_moves = True
     w.idle("ben", 10)  # ben is busy
     return w
 
@@ -327,7 +331,7 @@ def spawn_world(tmp: Path) -> World:
 def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_the_room(tmp_path) -> None:
     world = spawn_world(tmp_path)
     world.idle("ann", 600)
-    assert world.pool.room_by_moving(Request.for_gpus(1000)) == 1  # what the form offers
+    assert world.pool.hooks.room_by_moving(Request.for_gpus(1000)) == 1  # what the form offers
     with pytest.raises(RoomBeingFreed, match="Making room for 1 GPU: 1 idle notebook of other users move"):
         world.pool.reserve_build("dan", [], "", 1000)
     world.pool.spawns_waiting.add(("dan", ""))  # the spawner waits (GPUSpawnerMixin.reserve_waiting)
@@ -349,7 +353,7 @@ def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_
 def test_a_spawn_no_move_can_make_room_for_is_refused_at_once(tmp_path) -> None:
     world = spawn_world(tmp_path)
     world.idle("ann", 30)  # not idle long enough
-    assert world.pool.room_by_moving(Request.for_gpus(1000)) is None
+    assert world.pool.hooks.room_by_moving(Request.for_gpus(1000)) is None
     with pytest.raises(NoCapacity, match="no GPU has room for 1 GPU") as err:
         world.pool.reserve_build("dan", [], "", 1000)
     assert not isinstance(err.value, RoomBeingFreed)

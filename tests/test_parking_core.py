@@ -18,6 +18,7 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.parking import ParkingService
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError
 from gpupool.pool.parking import plan_claims
+from gpupool.pool_hooks import PoolHooks, ServiceHooks, Services
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -52,9 +53,11 @@ class Pool(PoolManager):
         return row
 
 
-def build(folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None):
+def build(
+    folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None, hooks: PoolHooks | None = None
+):
     """The pool on `folder/pool.sqlite` (a second build on the same folder: a restarted hub)."""
-    pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool)
+    pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool, hooks=hooks)
     backend = VirtualParking(
         folder / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
     )
@@ -102,14 +105,14 @@ def test_park_frees_the_share_for_another_user_and_resume_waits_then_completes(w
     assert svc.backend.remapped(150) == {f"GPU-a100-{ann_gpu[0]}": f"GPU-a100-{row.gpus[0]}"}
 
 
-def test_new_processes_see_no_gpu_while_parked_and_the_new_one_after_a_resume_elsewhere(world, tmp_path):
+def test_new_processes_see_no_gpu_while_parked_and_the_new_one_after_a_resume_elsewhere(tmp_path):
     """What the hub publishes for the workspace's next processes (gpupool.gpu_env_files): its
     GPU, none while parked (the old one is someone else's now), the GPU it resumed on."""
     from gpupool.gpu_env_files import GPUEnvFiles
 
-    pool, svc, clock = world
+    clock = Clock()
+    pool, svc = build(tmp_path, clock, hooks=ServiceHooks(lambda: Services(gpu_files=files)))
     files = GPUEnvFiles(tmp_path / "gpu-env", pool)
-    pool.build_changed = files.publish
 
     def published() -> dict:
         return json.loads(files.path("ann", "").read_text())["env"]

@@ -11,27 +11,28 @@ import pytest
 
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
+from gpupool.pool_hooks import PoolHooks
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2), group_totals_milli={"cs101": 500})
 
 
-def manager(tmp_path: Path, gpus: int = 4) -> PoolManager:
-    return make_pool(tmp_path, gpus, limits=QUOTAS, placement="frag-aware")
+def manager(tmp_path: Path, gpus: int = 4, hooks: PoolHooks | None = None) -> PoolManager:
+    return make_pool(tmp_path, gpus, limits=QUOTAS, placement="frag-aware", hooks=hooks)
 
 
 async def test_the_event_loop_runs_while_a_spawn_reserves(tmp_path: Path) -> None:
     """The reservation waits on something only the event loop can give (a gate opened by a
     task): run on the loop it would block the loop, and the gate would never open."""
-    pm = manager(tmp_path)
     gate = threading.Event()
     blocked: list[str] = []
 
-    def admission(w, groups, milli) -> None:  # stands for the reads, placement and fsync'd commit
-        if not gate.wait(5):
-            blocked.append("the event loop was blocked while the reservation ran")
+    class Gated(PoolHooks):
+        def admit(self, w, groups, milli) -> None:  # stands for the reads, placement and commit
+            if not gate.wait(5):
+                blocked.append("the event loop was blocked while the reservation ran")
 
-    pm.admission = admission
+    pm = manager(tmp_path, hooks=Gated())
     reserving = asyncio.create_task(pm.reserve_build_async("ann", [], "", 250))
     for _ in range(100):  # the loop goes on: other users' requests are served meanwhile
         await asyncio.sleep(0.01)

@@ -73,10 +73,12 @@ class TrainingService(JobBook):
             raise ValueError(
                 f"TrainPool.node_pools {empty}: on one machine a pool needs models, nodes or gpus"
             )
-        if not cfg.train_gpus:  # one pool shared with build workspaces, which come first
-            pool.make_room_for_build = self.make_room_for_build
-            pool.room_for_build = self.room_for_build
-            pool.build_reserved = lambda w: self.build_holds.pop((w.owner, w.name), None)
+
+    @property
+    def shares_build_gpus(self) -> bool:
+        """One pool shared with build workspaces, which come first: the pool asks this engine to
+        make room for them (gpupool.pool_hooks)."""
+        return not self.cfg.train_gpus
 
     def account(self, owner: str) -> Account | None:
         if self.cfg.run_as == "hub":

@@ -11,12 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from traitlets.config import Config
 
 from gpupool.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, Inventory, get_policy, virtual_inventory
 from gpupool.pool.placement import Policy
+from gpupool.pool_hooks import PoolHooks, ServiceHooks, Services
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
@@ -34,14 +36,16 @@ def make_pool(
     placement: str | Policy = "best-fit",
     db: str = "pool.sqlite",
     cls: type[PoolManager] = PoolManager,
+    hooks: PoolHooks | None = None,
 ) -> PoolManager:
     """A pool manager with `gpus` virtual GPUs on one node (or the Inventory given), `limits` for
     every user (or a whole BuildQuotaPolicy), a placement policy by name or object, and its
-    database `tmp_path/db` (a second manager on the same file is a restarted hub)."""
+    database `tmp_path/db` (a second manager on the same file is a restarted hub); `hooks`: what
+    it asks of services (gpupool.pool_hooks; none by default)."""
     inventory = virtual_inventory(gpus) if isinstance(gpus, int) else gpus
     quotas = limits if isinstance(limits, BuildQuotaPolicy) else BuildQuotaPolicy(limits)
     policy = get_policy(placement) if isinstance(placement, str) else placement
-    return cls(inventory, Store(f"sqlite:///{tmp_path / db}"), quotas, policy)
+    return cls(inventory, Store(f"sqlite:///{tmp_path / db}"), quotas, policy, hooks=hooks)
 
 
 def train_config(tmp_path: Path, **settings: object) -> Config:
@@ -61,9 +65,21 @@ def make_training(
     placement: str | Policy = "best-fit",
     **settings: object,
 ) -> TrainingService:
-    """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's."""
-    pool = make_pool(tmp_path, gpus, limits=limits, placement=placement)
-    return TrainingService(pool, TrainPool(config=train_config(tmp_path, **settings)))
+    """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's.
+    The pool asks it to make room for build workspaces, as in the hub (gpupool.root.services)."""
+    svc: TrainingService | None = None
+    pool = make_pool(
+        tmp_path, gpus, limits=limits, placement=placement, hooks=ServiceHooks(lambda: services(svc))
+    )
+    svc = TrainingService(pool, TrainPool(config=train_config(tmp_path, **settings)))
+    return svc
+
+
+def services(training: TrainingService | None = None, **others: Any) -> Services:
+    """What a test's pool asks (gpupool.pool_hooks.Services): the training engine where it shares
+    the build workspaces' GPUs, as the hub's root hands it, and any other service given."""
+    shares = training is not None and training.shares_build_gpus
+    return Services(training=training if shares else None, **others)
 
 
 def run_until(
