@@ -153,7 +153,9 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
     # the pool asks the files the hub hands its root (gpupool.root.Running.gpu_files)
-    pool = make_pool(tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=files)))
+    pool = make_pool(
+        tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=files))
+    )
     cls = GPULocalProcessSpawner if spawner == "local" else GPUKubeSpawner
     hub = HubApp(SimpleNamespace(spawner_class=cls, config=Config()))  # the two attributes it reads
     files = publish_gpus(hub, pool, GPUPool(config=Config()))
