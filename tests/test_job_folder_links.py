@@ -18,6 +18,7 @@ import pytest
 
 from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,7 +84,15 @@ def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     script = f"import os\nos.remove('job.log')\nos.symlink({str(secret)!r}, 'job.log')\n"
-    job = svc.submit("nobody", "p", "link", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
+    job = svc.submit(
+        job_request(
+            owner="nobody",
+            project="p",
+            name="link",
+            command=[PYTHON, "job.py"],
+            files={"job.py": script.encode()},
+        )
+    )
     finish(svc, job.id)
     assert Path(job.workdir, "job.log").is_symlink()
     shown = logs(svc, job.id)
@@ -97,7 +106,7 @@ def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(
 
 def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret: Path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    job = svc.submit("nobody", "p", "hard", 1, 1000, [PYTHON, "-c", "pass"])
+    job = svc.submit(job_request(owner="nobody", project="p", name="hard", command=[PYTHON, "-c", "pass"]))
     finish(svc, job.id)
     folder = Path(job.workdir)
     # where fs.protected_hardlinks is off, a user may link any file it can see into its folder
@@ -115,7 +124,15 @@ def test_a_checkpoint_folder_replaced_by_a_link_is_not_followed(svc, secret: Pat
     script = (
         f"import os, shutil\nshutil.rmtree('checkpoint')\nos.symlink({str(secret.parent)!r}, 'checkpoint')\n"
     )
-    job = svc.submit("nobody", "p", "ckpt", 1, 1000, [PYTHON, "job.py"], files={"job.py": script.encode()})
+    job = svc.submit(
+        job_request(
+            owner="nobody",
+            project="p",
+            name="ckpt",
+            command=[PYTHON, "job.py"],
+            files={"job.py": script.encode()},
+        )
+    )
     finish(svc, job.id)
     assert svc.job(job.id).state == "succeeded"
     resume(svc, job.id)

@@ -10,6 +10,7 @@ from gpupool.pool.actions import Cycle, allocate, consolidate, reclaim, reclaima
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.request import Placement
 from gpupool.pool.training import Job, Project, in_quota_split, schedule
+from tests.support.jobs import job_request
 
 POLICY = get_policy("best-fit")
 
@@ -152,9 +153,13 @@ def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> No
     svc = make_training(tmp_path, 2, placement=POLICY, projects={"lab": {"guarantee": 0}})
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     try:
-        kept = svc.submit("ann", "lab", "kept", 1, 1000, sleeper, priority=5, now=0).id
+        kept = svc.submit(
+            job_request(owner="ann", project="lab", name="kept", command=sleeper, priority=5), now=0
+        ).id
         svc.tick(now=10)
-        low = svc.submit("ann", "lab", "low", 1, 1000, sleeper, priority=0, now=0).id
+        low = svc.submit(
+            job_request(owner="ann", project="lab", name="low", command=sleeper, priority=0), now=0
+        ).id
         svc.tick(now=20)
         assert svc.job(kept).state == svc.job(low).state == "running"
         running = [svc.scheduler_job(r) for r in svc.jobs(state="running")]

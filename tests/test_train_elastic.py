@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Job, Project, schedule
+from tests.support.jobs import job_request
 
 POLICY = get_policy("best-fit")
 
@@ -90,13 +91,17 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
         return [line.split()[1] for line in log.splitlines() if line.startswith("GPUPOOL_GPUS")]
 
     try:
-        busy = svc.submit("bob", "own", "busy", 1, 1000, job, now=0).id
+        busy = svc.submit(job_request(owner="bob", project="own", name="busy", command=job), now=0).id
         svc.tick(now=1)
-        e = svc.submit("ann", "lab", "elastic", 4, 1000, job, now=2, min_gpus=1).id
+        e = svc.submit(
+            job_request(owner="ann", project="lab", name="elastic", num_gpu=4, command=job, min_gpus=1), now=2
+        ).id
         svc.tick(now=3)
         run_until(svc, lambda: sizes(e) == ["3"], "the elastic job runs on 3 GPUs", now=4)
         assert svc.job(e).num_gpu == 3 and svc.job(busy).state == "running"
-        mine = svc.submit("bob", "own", "mine", 2, 1000, job, now=5).id
+        mine = svc.submit(
+            job_request(owner="bob", project="own", name="mine", num_gpu=2, command=job), now=5
+        ).id
         run_until(svc, lambda: svc.job(mine).state == "running", "the in-quota job runs", now=100)
         run_until(svc, lambda: sizes(e) == ["3", "1"], "the elastic job restarts on 1 GPU", now=101)
         assert (

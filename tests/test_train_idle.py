@@ -14,6 +14,7 @@ from traitlets.config import Config
 from gpupool.idle_culler.policy import IdleTracker
 from gpupool.train.config import TrainPool
 from gpupool.train.idle import IdleClock, IdleRule
+from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
 
 UNTIL_TOLD = [sys.executable, "-c", "import os, time\nwhile not os.path.exists('stop'): time.sleep(0.05)"]
@@ -78,9 +79,11 @@ def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_pa
     samples = tmp_path / "samples.json"
     svc.gpu_use = job_gpu_use(FileSampler(str(samples)), pool)
     try:
-        hung = svc.submit("ann", "lab", "hung", 1, 1000, UNTIL_TOLD, now=0).id
-        busy = svc.submit("ann", "lab", "busy", 1, 1000, UNTIL_TOLD, now=0).id
-        other = svc.submit("bob", "free", "other", 1, 1000, UNTIL_TOLD, now=0).id
+        hung = svc.submit(job_request(owner="ann", project="lab", name="hung", command=UNTIL_TOLD), now=0).id
+        busy = svc.submit(job_request(owner="ann", project="lab", name="busy", command=UNTIL_TOLD), now=0).id
+        other = svc.submit(
+            job_request(owner="bob", project="free", name="other", command=UNTIL_TOLD), now=0
+        ).id
         svc.tick(now=1)
         samples.write_text(
             json.dumps(

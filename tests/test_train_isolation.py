@@ -13,6 +13,7 @@ import pytest
 
 from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
 
 
@@ -82,13 +83,13 @@ def finish(svc: TrainingService, job_id: str) -> str:
 def test_jobs_run_as_their_owner_and_cannot_read_each_other(root_dir: Path, tmp_path: Path) -> None:
     svc = service(root_dir, tmp_path)
     first = svc.submit(
-        "nobody",
-        "p",
-        "first",
-        1,
-        1000,
-        [SYSTEM_PYTHON, "job.py"],
-        files={"job.py": PEEK.format(path="/etc/shadow").encode()},
+        job_request(
+            owner="nobody",
+            project="p",
+            name="first",
+            command=[SYSTEM_PYTHON, "job.py"],
+            files={"job.py": PEEK.format(path="/etc/shadow").encode()},
+        )
     )
     log = finish(svc, first.id)
     assert f"uid {pwd.getpwnam('nobody').pw_uid}" in log and "denied" in log
@@ -97,13 +98,13 @@ def test_jobs_run_as_their_owner_and_cannot_read_each_other(root_dir: Path, tmp_
     assert (folder / "mine.txt").read_text() == "ok"
 
     second = svc.submit(
-        "daemon",
-        "p",
-        "second",
-        1,
-        1000,
-        [SYSTEM_PYTHON, "job.py"],
-        files={"job.py": PEEK.format(path=str(folder / "mine.txt")).encode()},
+        job_request(
+            owner="daemon",
+            project="p",
+            name="second",
+            command=[SYSTEM_PYTHON, "job.py"],
+            files={"job.py": PEEK.format(path=str(folder / "mine.txt")).encode()},
+        )
     )
     log = finish(svc, second.id)
     assert f"uid {pwd.getpwnam('daemon').pw_uid}" in log and "denied" in log
@@ -112,5 +113,5 @@ def test_jobs_run_as_their_owner_and_cannot_read_each_other(root_dir: Path, tmp_
 def test_run_as_owner_refuses_users_without_an_account(root_dir: Path, tmp_path: Path) -> None:
     svc = service(root_dir, tmp_path)
     with pytest.raises(PermissionError, match="has no Unix account"):
-        svc.submit("no-such-user-xyz", "p", "x", 1, 1000, ["true"])
+        svc.submit(job_request(owner="no-such-user-xyz", project="p", name="x", command=["true"]))
     assert svc.jobs() == []

@@ -14,6 +14,7 @@ from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
+from tests.support.jobs import job_request
 
 POLICY = get_policy("best-fit")
 POOLS = {
@@ -376,10 +377,13 @@ def test_the_wait_reason_names_the_pool_whose_guarantee_the_job_gets_back(tmp_pa
         projects={"vision": {"guarantee": {"dgx": 1, "ws": 1}}, "lab": {"guarantee": 0, "pools": ["dgx"]}},
         grace_s=1,
     )
-    lab = [svc.submit("bob", "lab", f"l{i}", 1, 1000, ["sleep", "600"], now=i).id for i in range(2)]
+    lab = [
+        svc.submit(job_request(owner="bob", project="lab", name=f"l{i}", command=["sleep", "600"]), now=i).id
+        for i in range(2)
+    ]
     svc.tick(now=10)
     assert all(svc.job(j).state == "running" for j in lab)
-    want = svc.submit("ann", "vision", "v", 1, 1000, ["sleep", "600"], now=11)
+    want = svc.submit(job_request(owner="ann", project="vision", name="v", command=["sleep", "600"]), now=11)
     try:
         assert explain(svc, svc.job(want.id)) == (
             "waiting: no node has a free GPU; within its guarantee, project"

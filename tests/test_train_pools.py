@@ -13,6 +13,7 @@ from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
+from tests.support.jobs import job_request
 
 POLICY = get_policy("best-fit")
 POOLS = {
@@ -106,9 +107,17 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
         "while not os.path.exists(sys.argv[1]): time.sleep(0.05)",
         str(go),
     ]
-    ids = [svc.submit("ann", "vision", f"v{i}", 1, 1000, show, now=i).id for i in range(3)]
-    ids.append(svc.submit("bob", "teach", "t", 1, 1000, show, now=5).id)
-    ids.append(svc.submit("ann", "vision", "low-end", 1, 1000, show, now=6, pools=("workstations",)).id)
+    ids = [
+        svc.submit(job_request(owner="ann", project="vision", name=f"v{i}", command=show), now=i).id
+        for i in range(3)
+    ]
+    ids.append(svc.submit(job_request(owner="bob", project="teach", name="t", command=show), now=5).id)
+    ids.append(
+        svc.submit(
+            job_request(owner="ann", project="vision", name="low-end", command=show, pools=("workstations",)),
+            now=6,
+        ).id
+    )
     svc.tick(now=10)
     assert [svc.job(i).state for i in ids] == ["running"] * 4 + ["queued"]  # 4 GPUs, 4 in quota
     go.touch()

@@ -12,6 +12,7 @@ import pytest
 
 from gpupool.train.service import TrainingService
 from gpupool.train.waiting import last_preemption
+from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
 
 JOB = textwrap.dedent("""
@@ -36,9 +37,16 @@ def service(tmp_path: Path, projects: dict, gpus: int = 1, grace: float = 5.0) -
     return make_training(tmp_path, gpus, projects=projects, grace_s=grace)
 
 
-def submit(svc: TrainingService, owner: str, project: str, **kw):
+def submit(svc: TrainingService, *, owner: str, project: str, max_runtime_s: float = 0.0):
     return svc.submit(
-        owner, project, "count", 1, 1000, [sys.executable, "job.py"], files={"job.py": JOB.encode()}, **kw
+        job_request(
+            owner=owner,
+            project=project,
+            name="count",
+            command=[sys.executable, "job.py"],
+            files={"job.py": JOB.encode()},
+            max_runtime_s=max_runtime_s,
+        )
     )
 
 
@@ -50,11 +58,11 @@ def result(svc: TrainingService, job_id: str) -> str:
 def test_preempted_three_times_and_resumed_gives_the_uninterrupted_result(tmp_path: Path) -> None:
     # one GPU; 'lab' borrows it beyond a zero guarantee, 'paper' has a guarantee of 1
     svc = service(tmp_path, {"lab": {"guarantee": 0}, "paper": {"guarantee": 1}})
-    borrower = submit(svc, "ann", "lab").id
+    borrower = submit(svc, owner="ann", project="lab").id
     for _ in range(3):
         run_until(svc, lambda: svc.job(borrower).state == "running" and svc.job(borrower).runs > 0)
         time.sleep(0.2)  # let it make some progress
-        owner = submit(svc, "bob", "paper", max_runtime_s=0).id
+        owner = submit(svc, owner="bob", project="paper", max_runtime_s=0).id
         # the guarantee comes back within a cycle plus the grace period: ann's job is preempted
         run_until(svc, lambda owner=owner: svc.job(owner).state in ("running", "succeeded"))
         assert svc.job(borrower).state == "queued"  # kept its place, waiting to resume
@@ -87,10 +95,16 @@ UNTIL_RELEASED = "import os, time\nwhile not os.path.exists('release'):\n    tim
 def test_in_quota_jobs_are_never_preempted(tmp_path: Path) -> None:
     svc = service(tmp_path, {"a": {"guarantee": 1}, "b": {"guarantee": 1}})
     first = svc.submit(
-        "ann", "a", "hold", 1, 1000, [sys.executable, "job.py"], files={"job.py": UNTIL_RELEASED.encode()}
+        job_request(
+            owner="ann",
+            project="a",
+            name="hold",
+            command=[sys.executable, "job.py"],
+            files={"job.py": UNTIL_RELEASED.encode()},
+        )
     ).id
     run_until(svc, lambda: svc.job(first).state == "running")
-    second = submit(svc, "bob", "b").id
+    second = submit(svc, owner="bob", project="b").id
     for _ in range(20):
         svc.tick(time.time())
     assert svc.job(first).state == "running" and svc.job(second).state == "queued"
@@ -102,7 +116,7 @@ def test_in_quota_jobs_are_never_preempted(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["cancel", "max-runtime"])
 def test_cancel_and_max_runtime_end_a_run_for_good(tmp_path: Path, how: str) -> None:
     svc = service(tmp_path, {"a": {"guarantee": 1}}, grace=0.5)
-    job = submit(svc, "ann", "a", max_runtime_s=0.3 if how == "max-runtime" else 0).id
+    job = submit(svc, owner="ann", project="a", max_runtime_s=0.3 if how == "max-runtime" else 0).id
     run_until(svc, lambda: svc.job(job).state == "running")
     if how == "cancel":
         svc.cancel(job)
@@ -118,7 +132,7 @@ def test_build_workspaces_come_first_in_one_pool(tmp_path: Path) -> None:
     from gpupool.pool import NoCapacity
 
     svc = service(tmp_path, {"lab": {"guarantee": 0}, "own": {"guarantee": 1}}, grace=0.5)
-    borrower = submit(svc, "ann", "lab").id
+    borrower = submit(svc, owner="ann", project="lab").id
     run_until(svc, lambda: svc.job(borrower).state == "running")
     with pytest.raises(NoCapacity, match="being freed from training jobs that borrowed them"):
         svc.pool.reserve_build("bob", [], "", 1000)
@@ -134,7 +148,7 @@ def test_in_quota_train_jobs_are_not_preempted_for_a_workspace(tmp_path: Path) -
     from gpupool.pool import NoCapacity
 
     svc = service(tmp_path, {"own": {"guarantee": 1}})
-    job = submit(svc, "ann", "own").id
+    job = submit(svc, owner="ann", project="own").id
     run_until(svc, lambda: svc.job(job).state == "running")
     with pytest.raises(NoCapacity, match="no GPU has room"):
         svc.pool.reserve_build("bob", [], "", 1000)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from gpupool.pool import ClusterState, Request, get_policy
 from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.training import Job, Project, schedule
+from tests.support.jobs import job_request
 
 POLICY = get_policy("best-fit")
 CYCLE = 60.0
@@ -177,13 +178,15 @@ def test_the_hub_reserves_gpus_for_a_waiting_gang_job_and_starts_it_there(tmp_pa
         run_until(svc, lambda: svc.job(job_id).state != "running", f"{job_id} to end", now=now)
 
     try:
-        a1 = svc.submit("ann", "flood", "a1", 1, 1000, cmd, now=0).id
-        a2 = svc.submit("ann", "flood", "a2", 1, 1000, cmd, now=0).id
-        big = svc.submit("bob", "big", "big", 2, 1000, cmd, now=1).id
+        a1 = svc.submit(job_request(owner="ann", project="flood", name="a1", command=cmd), now=0).id
+        a2 = svc.submit(job_request(owner="ann", project="flood", name="a2", command=cmd), now=0).id
+        big = svc.submit(
+            job_request(owner="bob", project="big", name="big", num_gpu=2, command=cmd), now=1
+        ).id
         svc.tick(now=10)
         assert svc.job(a1).state == svc.job(a2).state == "running" and svc.job(big).state == "queued"
         end(a1, now=700)  # a GPU frees after big has waited long enough: it is held for big
-        a3 = svc.submit("ann", "flood", "a3", 1, 1000, cmd, now=700).id
+        a3 = svc.submit(job_request(owner="ann", project="flood", name="a3", command=cmd), now=700).id
         for now in (710, 720):
             svc.tick(now)
         assert svc.job(a3).state == "queued" and svc.job(big).state == "queued"

@@ -13,6 +13,7 @@ import pytest
 
 from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
+from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
 from tests.support.wait import until
 
@@ -66,16 +67,16 @@ def wait_file(path: Path, timeout: float = 30) -> None:
     until(path.exists, f"{path} to appear", timeout=timeout, every=0.02)
 
 
-def waiter(svc: TrainingService, stubborn: bool = False, **kw):
+def waiter(svc: TrainingService, stubborn: bool = False, max_runtime_s: float = 0.0):
     return svc.submit(
-        "ann",
-        "a",
-        "wait",
-        1,
-        1000,
-        [sys.executable, "job.py"],
-        files={"job.py": WAITER.format(stubborn=stubborn).encode()},
-        **kw,
+        job_request(
+            owner="ann",
+            project="a",
+            name="wait",
+            command=[sys.executable, "job.py"],
+            files={"job.py": WAITER.format(stubborn=stubborn).encode()},
+            max_runtime_s=max_runtime_s,
+        )
     )
 
 
@@ -91,8 +92,12 @@ def test_a_command_that_does_not_exist_fails_with_the_errno_message_and_the_queu
     tmp_path: Path,
 ) -> None:
     svc = service(tmp_path)
-    bad = svc.submit("ann", "a", "bad", 1, 1000, ["no-such-command-xyz", "--flag"])
-    good = svc.submit("ann", "a", "good", 1, 1000, [sys.executable, "-c", "print('hello')"])
+    bad = svc.submit(
+        job_request(owner="ann", project="a", name="bad", command=["no-such-command-xyz", "--flag"])
+    )
+    good = svc.submit(
+        job_request(owner="ann", project="a", name="good", command=[sys.executable, "-c", "print('hello')"])
+    )
     run_until(svc, lambda: svc.job(good.id).state in DONE)
     row = svc.job(bad.id)
     assert row.state == "failed"
@@ -108,7 +113,9 @@ def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycl
 ) -> None:
     train = {"python": "/no/such/python3"} if breakage == "missing-interpreter" else {}
     svc = service(tmp_path, **train)
-    job = svc.submit("ann", "a", "broken", 1, 1000, [sys.executable, "-c", "pass"])
+    job = svc.submit(
+        job_request(owner="ann", project="a", name="broken", command=[sys.executable, "-c", "pass"])
+    )
     folder = Path(job.workdir)
     if breakage == "checkpoint-is-a-file":
         (folder / "checkpoint").write_text("not a folder")
@@ -130,7 +137,9 @@ def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycl
     assert kinds[:2] == ["fail", "release"] or set(kinds[:2]) == {"fail", "release"}
     # the queue is not wedged: the next job starts and runs
     if breakage != "missing-interpreter":
-        nxt = svc.submit("ann", "a", "next", 1, 1000, [sys.executable, "-c", "pass"])
+        nxt = svc.submit(
+            job_request(owner="ann", project="a", name="next", command=[sys.executable, "-c", "pass"])
+        )
         run_until(svc, lambda: svc.job(nxt.id).state in DONE)
         assert svc.job(nxt.id).state == "succeeded"
 
@@ -215,7 +224,9 @@ def test_logs_are_read_from_the_end_in_bounded_pages(tmp_path: Path) -> None:
     import asyncio
 
     svc = service(tmp_path)
-    job = svc.submit("ann", "a", "big", 1, 1000, [sys.executable, "-c", "pass"])
+    job = svc.submit(
+        job_request(owner="ann", project="a", name="big", command=[sys.executable, "-c", "pass"])
+    )
     with open(Path(job.workdir, "job.log"), "wb") as f:
         f.write(
             b"x" * (8 << 20) + b"\n"
@@ -237,7 +248,12 @@ def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path
     monkeypatch.setenv("CONFIGPROXY_AUTH_TOKEN", "proxy-secret")
     svc = service(tmp_path)
     job = svc.submit(
-        "ann", "a", "env", 1, 1000, [sys.executable, "-c", "import os; print(sorted(os.environ.items()))"]
+        job_request(
+            owner="ann",
+            project="a",
+            name="env",
+            command=[sys.executable, "-c", "import os; print(sorted(os.environ.items()))"],
+        )
     )
     run_until(svc, lambda: svc.job(job.id).state in DONE)
     log = Path(job.workdir, "job.log").read_text()

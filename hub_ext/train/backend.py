@@ -13,7 +13,6 @@ scheduler knows (estimates, per-pool use, the mover's pins) is read from `local`
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -114,24 +113,7 @@ class LocalTraining:
         pass  # runs go on without the hub; a restarted hub adopts them
 
     async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
-        # the hub's TrainPool.python (the jobs' accounts can run it); the notebook beside its input
-        command = job.code.command_line(self.cfg.python or sys.executable)
-        return await asyncio.to_thread(
-            self.engine.submit,
-            job.owner,
-            job.project,
-            job.name,
-            job.num_gpu,
-            job.gpu_milli,
-            command,
-            job.priority,
-            job.min_runtime_s,
-            job.max_runtime_s,
-            dict(job.code.files),
-            now,
-            job.min_gpus,
-            job.pools,
-        )
+        return await asyncio.to_thread(self.engine.submit, job, now)
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         return self.engine.cancel(job_id, now, by)

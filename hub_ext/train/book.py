@@ -58,6 +58,7 @@ class JobBook:
 
     def _record_new(
         self,
+        *,  # by name only: a job's fields are too alike (str, str, str; int, int) to pass by position
         owner: str,
         project: str,
         name: str,

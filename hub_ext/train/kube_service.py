@@ -140,17 +140,17 @@ class KubeTrainingService(JobBook):
         chosen = self.queue_pool(job.project, job.pools, job.least_milli)
         command = job.code.command_line("python", self.opts.checkpoint_dir)
         row = self._record_new(
-            job.owner,
-            job.project,
-            job.name,
-            job.num_gpu,
-            job.gpu_milli,
-            command,
-            job.priority,
-            job.min_runtime_s,
-            job.max_runtime_s,
-            dict(job.code.files),
-            now,
+            owner=job.owner,
+            project=job.project,
+            name=job.name,
+            num_gpu=job.num_gpu,
+            gpu_milli=job.gpu_milli,
+            command=command,
+            priority=job.priority,
+            min_runtime_s=job.min_runtime_s,
+            max_runtime_s=job.max_runtime_s,
+            files=dict(job.code.files),
+            now=now,
             message=SUBMITTING,
         )
         if job.min_gpus or job.pools or chosen:

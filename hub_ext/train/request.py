@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from gpupool.train.code import JobCode
 
 
-@dataclass(frozen=True)
+# by name only (kw_only): its fields are too alike (three names, two GPU counts) to pass by position
+@dataclass(frozen=True, kw_only=True)
 class JobRequest:
     owner: str
     project: str

@@ -9,6 +9,7 @@ import datetime as dt
 import logging
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,6 +35,7 @@ from gpupool.train.book import JobBook, make_job_folders
 from gpupool.train.config import TrainPool
 from gpupool.train.folders import folder_bytes, remove_folder
 from gpupool.train.idle import IdleClock
+from gpupool.train.request import JobRequest
 from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
 
 log = logging.getLogger("gpupool.train")
@@ -97,47 +99,34 @@ class TrainingService(JobBook):
             return owner_ids(None)[0]
 
     # --- changes from the API -------------------------------------------------
-    def submit(
-        self,
-        owner: str,
-        project: str,
-        name: str,
-        num_gpu: int,
-        gpu_milli: int,
-        command: list[str],
-        priority: int = 0,
-        min_runtime_s: float = 0.0,
-        max_runtime_s: float = 0.0,
-        files: dict[str, bytes] | None = None,
-        now: float | None = None,
-        min_gpus: int = 0,
-        pools: tuple[str, ...] = (),
-    ) -> TrainJob:
-        """`min_gpus` (1 to num_gpu, whole GPUs): an elastic job, run on min_gpus to num_gpu GPUs.
-        `pools`: the node pools this job may use, in its order (checked by the caller)."""
-        account = self.account(owner)  # refused before anything is written
+    def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
+        """Record `job` as a new queued job, its code run by the hub's TrainPool.python (the
+        jobs' accounts can run it), a notebook executed beside its input. An elastic job
+        (`job.min_gpus`) runs on min_gpus to num_gpu whole GPUs; `job.pools` were checked by
+        the caller."""
+        account = self.account(job.owner)  # refused before anything is written
         if account is not None:
-            self._show_jobs_to(owner, account)
+            self._show_jobs_to(job.owner, account)
         row = self._record_new(
-            owner,
-            project,
-            name,
-            num_gpu,
-            gpu_milli,
-            command,
-            priority,
-            min_runtime_s,
-            max_runtime_s,
-            files,
-            now,
+            owner=job.owner,
+            project=job.project,
+            name=job.name,
+            num_gpu=job.num_gpu,
+            gpu_milli=job.gpu_milli,
+            command=job.code.command_line(self.cfg.python or sys.executable),
+            priority=job.priority,
+            min_runtime_s=job.min_runtime_s,
+            max_runtime_s=job.max_runtime_s,
+            files=dict(job.code.files),
+            now=now,
             prepare=(lambda folder: give_to(folder, account)) if account is not None else None,
         )
-        if min_gpus or pools:
+        if job.min_gpus or job.pools:
             with self.pool.store.session() as s:
-                if min_gpus:
-                    s.add(ElasticRange(job_id=row.id, min_gpus=min_gpus, max_gpus=num_gpu))
-                if pools:
-                    s.add(JobPools(job_id=row.id, pools=list(pools)))
+                if job.min_gpus:
+                    s.add(ElasticRange(job_id=row.id, min_gpus=job.min_gpus, max_gpus=job.num_gpu))
+                if job.pools:
+                    s.add(JobPools(job_id=row.id, pools=list(job.pools)))
         return row
 
     def _show_jobs_to(self, owner: str, account: Account) -> None:

@@ -271,7 +271,14 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         for name in ("a1", "a2"):
             rows.append(
                 await svc.submit(
-                    JobRequest("ann", borrower, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                    JobRequest(
+                        owner="ann",
+                        project=borrower,
+                        name=name,
+                        num_gpu=1,
+                        gpu_milli=1000,
+                        code=JobCode.command(["python", "train.py"]),
+                    )
                 )
             )
         first = {}
@@ -286,7 +293,16 @@ async def test_kai_reclaims_a_borrowed_gpu_and_the_job_resumes_without_a_failure
         await wait_for(lambda: all(svc.job(r.id).state == "running" for r in rows), 30, "A's rows running")
 
         rows.append(
-            await svc.submit(JobRequest("bob", owner, "b1", 1, 1000, JobCode.command(["python", "train.py"])))
+            await svc.submit(
+                JobRequest(
+                    owner="bob",
+                    project=owner,
+                    name="b1",
+                    num_gpu=1,
+                    gpu_milli=1000,
+                    code=JobCode.command(["python", "train.py"]),
+                )
+            )
         )
         b = rows[-1]
         b_pod = await wait_for(
@@ -443,7 +459,14 @@ async def test_node_pools_are_kai_shards_and_each_workspace_and_job_runs_in_its_
         for project, name in (("vision", "v1"), ("vision", "v2"), ("flat", "f1"), ("course", "c1")):
             rows.append(
                 await svc.submit(
-                    JobRequest("ann", project, name, 1, 1000, JobCode.command(["python", "train.py"]))
+                    JobRequest(
+                        owner="ann",
+                        project=project,
+                        name=name,
+                        num_gpu=1,
+                        gpu_milli=1000,
+                        code=JobCode.command(["python", "train.py"]),
+                    )
                 )
             )
             volume_for(admin, rows[-1].id)
@@ -505,7 +528,13 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
         with pytest.raises(InvalidRequest) as err:
             await svc.submit(
                 JobRequest(
-                    "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+                    owner="ann",
+                    project="default",
+                    name="elastic",
+                    num_gpu=2,
+                    gpu_milli=1000,
+                    code=JobCode.command(["python", "train.py"]),
+                    min_gpus=1,
                 )
             )
         assert svc.kai is not None and svc.kai.text == version  # read from the cluster
@@ -522,7 +551,13 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     try:
         row = await stated.submit(
             JobRequest(
-                "ann", "default", "elastic", 2, 1000, JobCode.command(["python", "train.py"]), min_gpus=1
+                owner="ann",
+                project="default",
+                name="elastic",
+                num_gpu=2,
+                gpu_milli=1000,
+                code=JobCode.command(["python", "train.py"]),
+                min_gpus=1,
             )
         )
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")

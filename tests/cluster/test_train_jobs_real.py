@@ -369,7 +369,14 @@ async def test_a_restarted_hub_adopts_a_job_that_was_preempted_while_it_was_down
     first = make_service(tmp_path, hub_api)
     await first.start()
     row = await first.submit(
-        JobRequest("ann", "default", "long", 1, 1000, JobCode.command(["python", "train.py"]))
+        JobRequest(
+            owner="ann",
+            project="default",
+            name="long",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.command(["python", "train.py"]),
+        )
     )
     volume_for(admin, row.id)
     pod = await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")

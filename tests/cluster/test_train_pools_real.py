@@ -85,7 +85,14 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
         from gpupool.train.request import JobRequest
 
         row = await svc.submit(
-            JobRequest("ann", "lab", "hung", 1, 1000, JobCode.command(["python", "train.py"]))
+            JobRequest(
+                owner="ann",
+                project="lab",
+                name="hung",
+                num_gpu=1,
+                gpu_milli=1000,
+                code=JobCode.command(["python", "train.py"]),
+            )
         )
         volume(admin, f"gpupool-ckpt-{row.id}", "ReadWriteOnce")
         await until_async(

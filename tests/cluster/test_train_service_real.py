@@ -50,7 +50,14 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
     await service.start()
     try:
         row = await service.submit(
-            JobRequest("ann", "default", "resnet", 1, 500, JobCode.script(b"print('epoch 1')\n"))
+            JobRequest(
+                owner="ann",
+                project="default",
+                name="resnet",
+                num_gpu=1,
+                gpu_milli=500,
+                code=JobCode.script(b"print('epoch 1')\n"),
+            )
         )
         assert row.state == "queued" and "waiting for GPUs in queue default" in row.message
         volume_for(admin, row.id)
@@ -97,7 +104,16 @@ async def test_notebook_output_is_kept_beside_the_checkpoints_and_cancel_removes
     service = make_service(tmp_path, hub_api)
     await service.start()
     try:
-        row = await service.submit(JobRequest("bob", "default", "nb", 1, 1000, JobCode.notebook(b"{}")))
+        row = await service.submit(
+            JobRequest(
+                owner="bob",
+                project="default",
+                name="nb",
+                num_gpu=1,
+                gpu_milli=1000,
+                code=JobCode.notebook(b"{}"),
+            )
+        )
         volume_for(admin, row.id)
         job = admin.get(f"{JOBS}/{name_of(row.id)}")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
@@ -124,7 +140,16 @@ async def test_a_job_the_cluster_could_not_take_is_sent_once_after_a_hub_restart
     # the API server cannot be reached when the job is submitted: the row waits, nothing is lost
     async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as dead:
         down = make_service(tmp_path, dead)
-        row = await down.submit(JobRequest("ann", "default", "later", 1, 1000, JobCode.script(b"print(1)")))
+        row = await down.submit(
+            JobRequest(
+                owner="ann",
+                project="default",
+                name="later",
+                num_gpu=1,
+                gpu_milli=1000,
+                code=JobCode.script(b"print(1)"),
+            )
+        )
     assert row.state == "queued" and "retrying" in row.message
     # the hub restarts with the cluster back: the job is sent, once, with its code
     up = make_service(tmp_path, hub_api)
@@ -148,10 +173,24 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
     first = make_service(tmp_path, hub_api)
     await first.start()
     keep = await first.submit(
-        JobRequest("ann", "default", "keep", 1, 1000, JobCode.command(["python", "-c", "1"]))
+        JobRequest(
+            owner="ann",
+            project="default",
+            name="keep",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.command(["python", "-c", "1"]),
+        )
     )
     gone = await first.submit(
-        JobRequest("ann", "default", "gone", 1, 1000, JobCode.command(["python", "-c", "1"]))
+        JobRequest(
+            owner="ann",
+            project="default",
+            name="gone",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.command(["python", "-c", "1"]),
+        )
     )
     for row in (keep, gone):
         volume_for(admin, row.id)
@@ -178,7 +217,14 @@ async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_p
     """An admin's typo the real API server refuses (backoffLimit must be an integer)."""
     svc = make_service(tmp_path, hub_api, backoff_limit="many")
     row = await svc.submit(
-        JobRequest("ann", "default", "typo", 1, 1000, JobCode.command(["python", "-c", "1"]))
+        JobRequest(
+            owner="ann",
+            project="default",
+            name="typo",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.command(["python", "-c", "1"]),
+        )
     )
     assert row.state == "failed" and row.message.startswith("Kubernetes refused the Job (4"), row.message
     assert "backoffLimit" in row.message or "many" in row.message, row.message

@@ -54,7 +54,12 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
 async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
     row = await service.submit(
         JobRequest(
-            "ann", "vision", "resnet", 1, 1000, JobCode.command(["python", "job.py"], {"job.py": b"1"})
+            owner="ann",
+            project="vision",
+            name="resnet",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.command(["python", "job.py"], {"job.py": b"1"}),
         )
     )
     assert await service.logs(service.job(row.id), 5) == {
@@ -114,7 +119,11 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
     """The API sends what the user gave (files and an entry); the Job runs it with the image's
     python, its notebook's executed copy beside the checkpoints; the embedded back-end runs the
     same code with the hub's TrainPool.python, the notebook beside its input."""
-    nb = await service.submit(JobRequest("ann", "vision", "nb", 1, 1000, JobCode.notebook(b"{}")))
+    nb = await service.submit(
+        JobRequest(
+            owner="ann", project="vision", name="nb", num_gpu=1, gpu_milli=1000, code=JobCode.notebook(b"{}")
+        )
+    )
     assert service.job(nb.id).command == [
         "python",
         "-m",
@@ -124,11 +133,24 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
     ]
     job = cluster.job(NS, name_of(nb.id))
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == service.job(nb.id).command
-    script = await service.submit(JobRequest("ann", "vision", "s", 1, 1000, JobCode.script(b"print(1)")))
+    script = await service.submit(
+        JobRequest(
+            owner="ann",
+            project="vision",
+            name="s",
+            num_gpu=1,
+            gpu_milli=1000,
+            code=JobCode.script(b"print(1)"),
+        )
+    )
     assert service.job(script.id).command == ["python", "job.py"]
     mine = ["/opt/env/bin/python", "-u", "train.py", "output.ipynb"]  # a user's command is run as given
     assert (
-        await service.submit(JobRequest("ann", "vision", "c", 1, 1000, JobCode.command(mine)))
+        await service.submit(
+            JobRequest(
+                owner="ann", project="vision", name="c", num_gpu=1, gpu_milli=1000, code=JobCode.command(mine)
+            )
+        )
     ).command == mine
     assert JobCode.notebook(b"{}").command_line("/usr/bin/python3") == [
         "/usr/bin/python3",
