@@ -302,6 +302,33 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
         GPUPool(config=bad)
 
 
+def test_the_schema_admits_what_the_hubs_options_admit_at_their_edges(tmp_path: Path) -> None:
+    """An admin's values the hub accepts are not refused by the chart first: no workspaces for a
+    group (0), a group's node pools; and what the hub would refuse, the schema refuses too."""
+    values = {
+        "nodePools": {"workstations": {"models": ["A2000"]}},
+        "build": {
+            "maxWorkspaces": 0,  # nobody gets one unless their group says so
+            "groupOverrides": {"cs101": {"max_workspaces": 1, "pools": ["workstations"]}},
+        },
+    }
+    c = Config()
+    load_chart_config(c, hub_config(render(values), tmp_path))
+    quotas = GPUPool(config=c).quota_policy()
+    assert quotas.limits_for([]).max_workspaces == 0
+    assert (quotas.limits_for(["cs101"]).max_workspaces, quotas.limits_for(["cs101"]).pools) == (
+        1,
+        ("workstations",),
+    )
+    for bad in (
+        {"build": {"maxWorkspaces": 1001}},
+        {"build": {"groupOverrides": {"cs101": {"pools": ["dgx", "dgx"]}}}},
+        {"build": {"groupOverrides": {"cs101": {"pools": "workstations"}}}},
+    ):
+        with pytest.raises(helm.HelmError):
+            render(bad)
+
+
 def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> None:
     """helm/z2jh-values.yaml's hub.extraConfig, run as z2jh's hub runs it (with `c` its config)
     over the file the chart rendered, where the hub mounts it: the hub's quotas, its culler's
