@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from gpupool.hub_adapter import HubApp
     from gpupool.root import GPUPoolHub
 
-# Other parts (jobs, admin) append (path, handler) pairs here before the app is built.
-ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
+# The API's routes, each module's own (jobs, parking, demo, usage) spliced in: a constant, as
+# JupyterHub's handler modules list theirs (`default_handlers`); nothing adds to it at run time.
+ROUTES: tuple[tuple[str, type[web.RequestHandler]], ...] = (
     ("api/pool", PoolHandler),
     ("api/me", MeHandler),
     ("api/events", EventsHandler),
@@ -44,7 +45,7 @@ ROUTES: list[tuple[str, type[web.RequestHandler]]] = [
     *DEMO_ROUTES,
     *USAGE_ROUTES,
     ("", StatusPage),
-]
+)
 
 
 def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:

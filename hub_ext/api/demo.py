@@ -51,4 +51,4 @@ class DemoUseHandler(APIHandler):
         self.write_json({"server": server, "use": "busy" if busy else "idle"})
 
 
-ROUTES = [("api/demo/gpu-use", DemoUseHandler)]
+ROUTES: tuple[tuple[str, type[APIHandler]], ...] = (("api/demo/gpu-use", DemoUseHandler),)

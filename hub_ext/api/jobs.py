@@ -397,10 +397,10 @@ class ProjectsHandler(JobsBase):
         return out
 
 
-ROUTES: list[tuple[str, Any]] = [
+ROUTES: tuple[tuple[str, type[APIHandler]], ...] = (
     ("api/jobs", JobsHandler),
     (r"api/jobs/([^/]+)", JobHandler),
     (r"api/jobs/([^/]+)/logs", LogsHandler),
     ("api/projects", ProjectsHandler),
     (r"api/sweeps/([^/]+)", SweepHandler),
-]
+)

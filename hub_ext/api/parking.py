@@ -116,9 +116,9 @@ class ParkingStatusHandler(ParkingHandler):
         self.write_json(self.parking.status(owner, server, sees_all=caller.sees_all))
 
 
-ROUTES = [
+ROUTES: tuple[tuple[str, type[APIHandler]], ...] = (
     ("api/parking/park", ParkHandler),
     ("api/parking/resume", ResumeHandler),
     ("api/culler/resume", ResumeHandler),  # where the JupyterLab item's Resume button posts
     ("api/parking/status", ParkingStatusHandler),
-]
+)

@@ -295,10 +295,10 @@ class GrantHandler(UsageBase):
         self.write_json({"ended": int(grant_id)})
 
 
-ROUTES: list[tuple[str, Any]] = [
+ROUTES: tuple[tuple[str, type[APIHandler]], ...] = (
     ("api/usage", UsageHandler),
     ("api/budget", BudgetHandler),
     ("api/budgets", BudgetsHandler),
     ("api/budgets/grants", GrantsHandler),
     (r"api/budgets/grants/([^/]+)", GrantHandler),
-]
+)
