@@ -77,6 +77,23 @@ def ctr(*args: str, check: bool = True, timeout: float = 600) -> subprocess.Comp
     )
 
 
+def old_images(refs: list[tuple[str, str]], current: set[str]) -> list[str]:
+    """Of containerd's image references (name, manifest digest), those of builds other than
+    `current`: gpupool.local/* under another tag, and id-named references (`sha256:...`) whose
+    manifest no kept name points at."""
+    kept = {
+        digest
+        for ref, digest in refs
+        if not ref.startswith("sha256:") and (ref in current or not ref.startswith("gpupool.local/"))
+    }
+    return [
+        ref
+        for ref, digest in refs
+        if (ref.startswith("gpupool.local/") and ref not in current)
+        or (ref.startswith("sha256:") and digest not in kept)
+    ]
+
+
 @dataclass
 class RealNode:
     plane: ControlPlane
@@ -249,10 +266,15 @@ class RealNode:
 
     def _forget_old_images(self) -> None:
         """Removes the images of earlier builds (gpupool.local/*, other tags) from containerd,
-        whose garbage collector then frees their layers: each change to gpupool makes new ones."""
-        for ref in ctr("images", "ls", "-q", check=False).stdout.split():
-            if ref.startswith("gpupool.local/") and ref not in self.images:
-                ctr("images", "rm", ref, check=False)
+        whose garbage collector then frees their layers: each change to gpupool makes new ones.
+        The CRI plugin also names every image it saw by its id (`sha256:<config digest>`); those
+        of old builds go too, else they keep every old build's layers (21 GB after a few days)."""
+        proc = ctr("images", "ls", check=False)
+        if proc.returncode:
+            return
+        refs = [(line.split()[0], line.split()[2]) for line in proc.stdout.splitlines()[1:] if line.strip()]
+        for ref in old_images(refs, set(self.images)):
+            ctr("images", "rm", ref, check=False)
 
     def _sandboxes(self) -> list[str]:
         proc = ctr("containers", "ls", "-q", check=False, timeout=30)

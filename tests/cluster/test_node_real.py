@@ -40,7 +40,7 @@ from tests.cluster.install import (
     z2jh_rendered,
     z2jh_values,
 )
-from tests.cluster.node import GPU_RESOURCE, RealNode, missing
+from tests.cluster.node import GPU_RESOURCE, RealNode, ctr, missing
 from tests.cluster.plane import ControlPlane, env_flag
 from tests.cluster.resources import Resources, until
 from tests.cluster.webuser import WebUser
@@ -135,6 +135,15 @@ open("/data/written", "w").write("kept")
 out["volume"] = open("/data/written").read()
 print(json.dumps(out))
 """
+
+
+def test_containerd_holds_only_this_builds_images(real_node: RealNode) -> None:
+    """Old builds' images, by tag or by the CRI's id-named reference, are gone once the node
+    started: their layers would otherwise fill the CI machine's disk over the days."""
+    listed = [line.split() for line in ctr("images", "ls").stdout.splitlines()[1:] if line.strip()]
+    ours = {digest for ref, _, digest, *_ in listed if ref in real_node.images}
+    assert {ref for ref, *_ in listed if ref.startswith("gpupool.local/")} == set(real_node.images)
+    assert [ref for ref, _, digest, *_ in listed if ref.startswith("sha256:") and digest not in ours] == []
 
 
 def test_pods_run_on_the_real_node_with_services_dns_volumes_and_gpus(
