@@ -14,6 +14,7 @@ from gpupool.pool.inventory import GPU, Inventory, Node
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Job, Project, schedule
 from tests.support.jobs import job_request
+from tests.support.wait import until
 
 POLICY = get_policy("best-fit")
 POOLS = {
@@ -120,9 +121,13 @@ def test_the_hub_runs_a_projects_jobs_on_its_pools_gpus(tmp_path: Path) -> None:
     )
     svc.tick(now=10)
     assert [svc.job(i).state for i in ids] == ["running"] * 4 + ["queued"]  # 4 GPUs, 4 in quota
+    logs = [Path(svc.job(i).workdir, "job.log") for i in ids]
+    # every run says its GPU before any ends: once one ends, low-end is in quota and a run that
+    # had not printed yet may be moved for it (consolidation), and would print its new GPU first
+    until(lambda: all("GPUS " in log.read_text() for log in logs[:4]), "the four runs to say their GPU")
     go.touch()
     run_until(svc, lambda: all(svc.job(i).state == "succeeded" for i in ids), "every run to succeed", now=11)
-    seen = [Path(svc.job(i).workdir, "job.log").read_text().split("GPUS ")[1].split()[0] for i in ids]
+    seen = [log.read_text().split("GPUS ")[1].split()[0] for log in logs]
     assert sorted(seen[:2]) == ["2", "3"] and seen[2] in ("0", "1")  # H100s first, then an A2000
     assert seen[3] in ("0", "1") and seen[3] != seen[2]
     assert seen[4] in ("0", "1")  # its own choice: an A2000, though vision prefers the H100s
