@@ -88,7 +88,12 @@ def test_the_hub_resizes_a_real_elastic_job_which_sees_its_size(tmp_path) -> Non
 
     def sizes(job_id: str) -> list[str]:
         log = Path(svc.job(job_id).workdir, "job.log").read_text()
-        return [line.split()[1] for line in log.splitlines() if line.startswith("GPUPOOL_GPUS")]
+        # whole lines only: the run may be writing its next one while the test reads
+        return [
+            line.split()[1]
+            for line in log.splitlines(keepends=True)
+            if line.startswith("GPUPOOL_GPUS") and line.endswith("\n")
+        ]
 
     try:
         busy = svc.submit(job_request(owner="bob", project="own", name="busy", command=job), now=0).id
