@@ -522,21 +522,21 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     from gpupool.pool import InvalidRequest
 
     version = kai.pin().version
+    # an elastic job of 1 to 2 whole GPUs, sent to both hubs
+    elastic = JobRequest(
+        owner="ann",
+        project="default",
+        name="elastic",
+        num_gpu=2,
+        gpu_milli=1000,
+        code=JobCode.command(["python", "train.py"]),
+        min_gpus=1,
+    )
     svc = make_service(tmp_path, hub_api, projects={"default": {"guarantee": 2}})
     await svc.start()
     try:
         with pytest.raises(InvalidRequest) as err:
-            await svc.submit(
-                JobRequest(
-                    owner="ann",
-                    project="default",
-                    name="elastic",
-                    num_gpu=2,
-                    gpu_milli=1000,
-                    code=JobCode.command(["python", "train.py"]),
-                    min_gpus=1,
-                )
-            )
+            await svc.submit(elastic)
         assert svc.kai is not None and svc.kai.text == version  # read from the cluster
         assert f"this cluster runs {version} (deployment kai-scheduler/pod-grouper)" in str(err.value)
         assert "need KAI-Scheduler v0.14.1 or later" in str(err.value)
@@ -549,17 +549,7 @@ async def test_elastic_jobs_are_refused_on_a_kai_that_cannot_gang_them(
     )
     await stated.start()
     try:
-        row = await stated.submit(
-            JobRequest(
-                owner="ann",
-                project="default",
-                name="elastic",
-                num_gpu=2,
-                gpu_milli=1000,
-                code=JobCode.command(["python", "train.py"]),
-                min_gpus=1,
-            )
-        )
+        row = await stated.submit(elastic)
         job = admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name_of(row.id)}")
         assert job["metadata"]["annotations"]["kai.scheduler/batch-min-member"] == "1"
         await stated.cancel(row.id)
