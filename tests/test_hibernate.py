@@ -1,0 +1,226 @@
+"""Hibernation's saver and restorer (gpupool.widgets.hibernate): a namespace comes back exactly or
+not at all, with the names it could not keep and why; foreign, truncated and corrupt states are
+refused; a kill -9 at any step of a save leaves the old state or none."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpupool.widgets import hibernate as h
+
+ME = h.Identity(user="ada", hub="hubkey", instance="inst1", version="1.0")
+
+
+def folder(tmp_path: Path) -> Path:
+    return h.state_dir(tmp_path, "", "work/analysis.ipynb")
+
+
+def make_fn():
+    def scale(x):  # defined "in the notebook": cloudpickle keeps it by value
+        return 3 * x
+
+    return scale
+
+
+class Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def test_round_trip_keeps_values_aliases_and_names_what_it_cannot(tmp_path: Path) -> None:
+    arr = np.arange(1_000_000, dtype=np.float32).reshape(1000, 1000)
+    shared = [1, 2, 3]
+    f = open(tmp_path / "log.txt", "w")  # noqa: SIM115 - an open file is what the test keeps open
+    gen = (i for i in range(3))
+    ns = {
+        "arr": arr,
+        "view_of_same": {"a": arr},
+        "shared": shared,
+        "again": shared,
+        "text": "héllo",
+        "p": Point(7),
+        "np": np,
+        "scale": make_fn(),
+        "f": f,
+        "gen": gen,
+        "lock": threading.Lock(),
+    }
+    saved = h.save(ns, folder(tmp_path), ME, "work/analysis.ipynb")
+    assert saved.skipped == {"f": "an open file", "gen": "a generator", "lock": "a lock"}
+    assert saved.bytes >= arr.nbytes
+
+    out: dict = {}
+    result = h.restore_into(out, folder(tmp_path), ME)
+    f.close()
+    assert result is not None and not result.refused
+    assert sorted(out) == ["again", "arr", "np", "p", "scale", "shared", "text", "view_of_same"]
+    assert np.array_equal(out["arr"], arr) and out["arr"].flags.writeable
+    assert out["view_of_same"]["a"] is out["arr"]  # one object under two names stays one
+    assert out["again"] is out["shared"]
+    assert out["p"].x == 7 and out["np"] is np and out["scale"](2) == 6
+    msg = result.message()
+    assert msg.startswith("gpupool: restored 8 variables")
+    assert "not restored: `f` (an open file), `gen` (a generator), `lock` (a lock)" in msg
+    # restored once: the next kernel starts clean
+    assert h.restore_into({}, folder(tmp_path), ME) is None
+
+
+def test_pandas_round_trip(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"a": np.arange(100_000), "b": np.random.default_rng(1).random(100_000), "c": "x"})
+    h.save({"df": df, "s": df["b"]}, folder(tmp_path), ME)
+    out: dict = {}
+    assert not h.restore_into(out, folder(tmp_path), ME).refused
+    pd.testing.assert_frame_equal(out["df"], df)
+    pd.testing.assert_series_equal(out["s"], df["b"])
+
+
+def test_a_value_that_fails_to_pickle_is_named_the_rest_kept(tmp_path: Path) -> None:
+    class Odd:
+        def __reduce__(self):
+            raise TypeError("no pickling here")
+
+    h.save({"good": 1, "odd": Odd()}, folder(tmp_path), ME)
+    out: dict = {}
+    r = h.restore_into(out, folder(tmp_path), ME)
+    assert out == {"good": 1}
+    assert r.skipped == {"odd": "cannot be saved: TypeError: no pickling here"}
+
+
+@pytest.mark.parametrize(
+    ("ident", "why"),
+    [
+        (h.Identity("eve", "hubkey", "inst1", "1.0"), "another user"),
+        (h.Identity("ada", "otherhub", "inst1", "1.0"), "another hub"),
+        (h.Identity("ada", "hubkey", "inst2", "1.0"), "another hub"),
+        (h.Identity("ada", "hubkey", "inst1", "2.0"), "gpupool 1.0, this is gpupool 2.0"),
+    ],
+)
+def test_foreign_state_is_refused_and_nothing_restored(tmp_path: Path, ident: h.Identity, why: str) -> None:
+    h.save({"x": 1}, folder(tmp_path), ME)
+    ns = {"mine": 0}
+    r = h.restore_into(ns, folder(tmp_path), ident)
+    assert r is not None and why in r.refused and ns == {"mine": 0}
+    assert "This is a clean kernel" in r.message()
+
+
+def _gen(tmp_path: Path) -> Path:
+    return folder(tmp_path) / os.readlink(folder(tmp_path) / h.CURRENT)
+
+
+@pytest.mark.parametrize("damage", ["truncate-buffer", "flip-byte-state", "truncate-manifest", "drop-file"])
+def test_corrupt_or_truncated_state_is_refused_whole(tmp_path: Path, damage: str) -> None:
+    h.save({"arr": np.ones(10_000), "x": 5}, folder(tmp_path), ME)
+    gen = _gen(tmp_path)
+    buf = next(gen.glob("buf-*"))
+    if damage == "truncate-buffer":
+        os.truncate(buf, buf.stat().st_size // 2)
+    elif damage == "flip-byte-state":
+        data = bytearray((gen / h.STATE).read_bytes())
+        data[-3] ^= 0xFF
+        (gen / h.STATE).write_bytes(data)
+    elif damage == "truncate-manifest":
+        os.truncate(gen / h.MANIFEST, 40)
+    else:
+        buf.unlink()
+    ns: dict = {}
+    r = h.restore_into(ns, folder(tmp_path), ME)
+    assert r is not None and r.refused and ns == {}  # never half-restored
+
+
+def test_cap_refuses_the_save_and_keeps_the_old_state(tmp_path: Path) -> None:
+    h.save({"x": 1}, folder(tmp_path), ME)
+    with pytest.raises(h.TooBig):
+        h.save({"big": np.zeros(1 << 20)}, folder(tmp_path), ME, cap_bytes=1 << 20)
+    out: dict = {}
+    h.restore_into(out, folder(tmp_path), ME)
+    assert out == {"x": 1}
+    assert [p.name for p in folder(tmp_path).iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_state_folder_hashes_names_and_is_private(tmp_path: Path) -> None:
+    d = h.state_dir(tmp_path, "../../etc", "../../x.ipynb")
+    assert d.parent.parent == tmp_path / h.ROOT and ".." not in d.relative_to(tmp_path).parts
+    h.save({"x": 1}, d, ME)
+    assert (tmp_path / h.ROOT).stat().st_mode & 0o077 == 0
+    assert all(p.stat().st_mode & 0o077 == 0 for p in _gen_files(d))
+
+
+def _gen_files(d: Path) -> list[Path]:
+    gen = d / os.readlink(d / h.CURRENT)
+    return [gen, *gen.iterdir()]
+
+
+def test_retention_removes_old_states(tmp_path: Path) -> None:
+    h.save({"x": 1}, folder(tmp_path), ME)
+    later = os.path.getmtime(folder(tmp_path) / h.CURRENT)
+    assert h.expire(tmp_path, keep_days=7, now=later + 6 * 86400) == []
+    assert h.expire(tmp_path, keep_days=7, now=later + 8 * 86400) == [folder(tmp_path)]
+    assert not folder(tmp_path).exists()
+
+
+KILLER = """
+import os, signal, sys
+import numpy as np
+from pathlib import Path
+from gpupool.widgets import hibernate as h
+at = int(sys.argv[2]); seen = [0]
+def step(name):
+    seen[0] += 1
+    if seen[0] == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+me = h.Identity("ada", "hubkey", "inst1", "1.0")
+h.save({"gen": 2, "arr": np.full(1000, 2.0), "t": np.zeros(10)}, Path(sys.argv[1]), me, step=step)
+print("done")
+"""
+
+
+def test_kill_9_at_every_step_of_a_save_leaves_old_or_new(tmp_path: Path) -> None:
+    """The property, at every step a save has (each file, manifest, rename, switch, prune)."""
+    step = 1
+    while True:
+        d = tmp_path / f"k{step}"
+        h.save({"gen": 1, "arr": np.full(1000, 1.0)}, d, ME)
+        proc = subprocess.run(
+            [sys.executable, "-c", KILLER, str(d), str(step)], capture_output=True, text=True, timeout=60
+        )
+        out: dict = {}
+        r = h.restore_into(out, d, ME)
+        assert r is not None and not r.refused, (step, r.refused if r else None)
+        assert out["gen"] in (1, 2) and np.all(out["arr"] == out["gen"])  # whole old or whole new
+        if proc.returncode == 0:
+            assert out["gen"] == 2 and "done" in proc.stdout
+            break
+        assert proc.returncode == -signal.SIGKILL
+        step += 1
+    assert step >= 7  # tmp, 3 files, manifest, rename, switch: each was a kill point
+
+
+def test_kernel_folder_keys_on_the_notebook(tmp_path: Path) -> None:
+    env = {"JPY_SESSION_NAME": "a.ipynb", "JUPYTERHUB_SERVER_NAME": ""}
+    assert h.kernel_folder(env, tmp_path) == h.state_dir(tmp_path, "", "a.ipynb")
+    assert h.kernel_folder({}, tmp_path) is None
+    assert h.kernel_folder({**env, "JPY_SESSION_NAME": "b.ipynb"}, tmp_path) != h.kernel_folder(env, tmp_path)
+
+
+def test_manifest_records_whose_state_it_is(tmp_path: Path) -> None:
+    h.save({"x": np.ones(3)}, folder(tmp_path), ME, "work/analysis.ipynb")
+    m = json.loads((_gen(tmp_path) / h.MANIFEST).read_text())
+    assert (m["user"], m["hub"], m["instance"], m["gpupool"], m["format"]) == (
+        "ada",
+        "hubkey",
+        "inst1",
+        "1.0",
+        1,
+    )
+    assert {f["name"] for f in m["files"]} == {"buf-000000.bin", "state.pkl"}
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in m["files"])
