@@ -224,3 +224,161 @@ def test_manifest_records_whose_state_it_is(tmp_path: Path) -> None:
     )
     assert {f["name"] for f in m["files"]} == {"buf-000000.bin", "state.pkl"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in m["files"])
+
+
+# -- the culler hibernates before it stops ------------------------------------------------------
+
+
+class FakeHub:
+    """The hub, the gpupool API and one workspace server, as the culler's client sees them."""
+
+    def __init__(self, answer: dict | Exception) -> None:
+        self.answer, self.calls = answer, []
+
+    def call(self, method: str, url: str, body=None, accept: str = "") -> object:
+        self.calls.append((method, url.split("/", 3)[-1]))
+        if url.endswith("api/culler/targets"):
+            target = {"owner": "ada", "name": "", "pid": 1, "gpu_uuids": [], "whole_gpus": False}
+            target |= {"memory_limit_mib": 0, "extended": False, "admin": False, "groups": ["lab"]}
+            return {"workspaces": [target | {"milli": 250, "server_url": "http://srv/user/ada/"}]}
+        if url.endswith("/gpupool/hibernate"):
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+        return None
+
+    def paginated(self, url: str, concurrency: int = 1) -> list:
+        return [{"name": "ada", "servers": {"": {"ready": True, "started": "2026-06-01T00:00:00Z"}}}]
+
+
+def _pass(answer: dict | Exception, **cfg) -> tuple[FakeHub, list[dict]]:
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.idle_culler.sampler import GPUUse
+    from gpupool.idle_culler.service import Culler
+
+    class Idle:
+        def sample(self, targets):
+            return {"ada/": GPUUse(0.0, 0)}
+
+    fake = FakeHub(answer)
+    now = [1_780_272_000.0]
+    culler = Culler(
+        IdleCuller(**cfg), fake, "http://hub/hub/api", "http://api/", Idle(), clock=lambda: now[0]
+    )
+    culler.run_pass()
+    now[0] += 3 * 3600  # idle GPU, quiet Jupyter, hours later
+    return fake, culler.run_pass()["events"]
+
+
+SAVED = {
+    "ok": True,
+    "bytes": 3 << 20,
+    "kernels": [{"id": "k1", "ok": True, "skipped": {"f": "an open file"}}],
+}
+
+
+def test_the_culler_hibernates_each_kernel_then_stops_where_it_is_on() -> None:
+    fake, events = _pass(SAVED, group_overrides={"lab": {"hibernate": True, "hibernate_max_gib": 2}})
+    asked = [c for c in fake.calls if c[0] in ("POST", "DELETE") and "report" not in c[1]]
+    assert asked == [("POST", "user/ada/gpupool/hibernate"), ("DELETE", "hub/api/users/ada/server")]
+    assert [e["kind"] for e in events] == ["cull"]
+    assert "hibernated (1 kernel, 3 MiB; not kept: f) and stopped because" in events[0]["message"]
+    assert "your variables come back when you start" in events[0]["message"]
+
+
+def test_without_hibernation_or_when_it_fails_the_stop_is_as_before_with_the_reason() -> None:
+    fake, events = _pass(SAVED)  # off: the server is not asked
+    assert ("POST", "user/ada/gpupool/hibernate") not in fake.calls
+    assert events[0]["message"] == "ada/ stopped because its GPU has been idle"
+    too_big = {
+        "ok": False,
+        "kernels": [{"id": "k1", "ok": False, "error": "the state is over the cap of 2.0 GiB"}],
+    }
+    fake, events = _pass(too_big, hibernate=True)
+    assert ("DELETE", "hub/api/users/ada/server") in fake.calls
+    assert (
+        "could not be hibernated (the state is over the cap of 2.0 GiB): its variables are lost"
+        in events[0]["message"]
+    )
+    fake, events = _pass(OSError("connection refused"), hibernate=True)
+    assert ("DELETE", "hub/api/users/ada/server") in fake.calls and "its variables are lost" in events[0][
+        "message"
+    ]
+
+
+def test_hibernation_needs_the_servers_scope_and_checked_overrides() -> None:
+    from traitlets import TraitError
+
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.idle_culler.service import service_definition
+
+    assert "access:servers" not in service_definition("c", "")[1]["scopes"]
+    assert "access:servers" in service_definition("c", "", {"hibernate": True})[1]["scopes"]
+    over = {"profile_overrides": {"gpu": {"hibernate": True}}}
+    assert "access:servers" in service_definition("c", "", over)[1]["scopes"]
+    with pytest.raises(TraitError, match="hibernate must be True or False"):
+        IdleCuller(group_overrides={"lab": {"hibernate": "yes"}})
+    policy = IdleCuller(group_overrides={"a": {"hibernate": True}, "b": {"hibernate": False}}).policy()
+    assert policy.limits_for(["a", "b"]).hibernate  # keeping the variables is the kinder
+
+
+# -- a real kernel: its variable survives stop + start ------------------------------------------
+
+
+def test_a_real_kernels_variables_survive_its_stop_and_come_back_before_the_first_cell(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    import gpupool.gpu
+    from gpupool.widgets.labserver import HIBERNATE_EXPR, hibernate_kernel
+
+    startup = Path(gpupool.gpu.__file__).parent / "startup"
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "JPY_SESSION_NAME": "work/analysis.ipynb",  # what jupyter_server gives a notebook's kernel
+        "JUPYTERHUB_USER": "ada",
+        "GPUPOOL_HUB": "hubkey",
+        "GPUPOOL_INSTANCE": "inst1",
+        "PYTHONPATH": str(startup),
+    }
+
+    async def run(code: str, km: AsyncKernelManager) -> str:
+        client = km.client()
+        client.start_channels()
+        out: list[str] = []
+        try:
+            await client.execute_interactive(
+                code,
+                timeout=60,
+                output_hook=lambda m: (
+                    out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None
+                ),
+            )
+        finally:
+            client.stop_channels()
+        return "".join(out)
+
+    async def story() -> tuple[dict, str]:
+        km = AsyncKernelManager(kernel_name="python3")
+        await km.start_kernel(env=env)
+        try:
+            await run("import numpy as np\nx = np.arange(10.0)\nf = open('/dev/null')", km)
+            saved = await hibernate_kernel(km, HIBERNATE_EXPR.format(cap=0, quota=0, keep=0), 60)
+        finally:
+            await km.shutdown_kernel(now=True)
+        km = AsyncKernelManager(kernel_name="python3")
+        await km.start_kernel(env=env)
+        try:
+            first = await run("print('sum', x.sum(), 'f' in dir())", km)
+        finally:
+            await km.shutdown_kernel(now=True)
+        return saved, first
+
+    saved, first = asyncio.run(story())
+    assert saved["ok"] and saved["variables"] == 2 and saved["skipped"] == {"f": "an open file"}
+    assert "gpupool: restored 2 variables" in first and "not restored: `f` (an open file)" in first
+    assert "sum 45.0 False" in first

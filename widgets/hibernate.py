@@ -481,10 +481,12 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
         return None
     path, manifest = found
     check_identity(manifest, ident)
-    files = {e.get("name") if isinstance(e, dict) else None: e for e in manifest["files"]}
+    files: dict[str, Any] = {
+        e["name"]: e for e in manifest["files"] if isinstance(e, dict) and isinstance(e.get("name"), str)
+    }
     if STATE not in files:
         raise Refused("its manifest has no state file")
-    buffers = [_read_checked(path, files[n]) for n in sorted(n for n in files if str(n).startswith("buf-"))]
+    buffers = [_read_checked(path, files[n]) for n in sorted(n for n in files if n.startswith("buf-"))]
     state = _read_checked(path, files[STATE])
     notes: list[str] = []
     tensors: dict[str, Any] = {}
@@ -525,7 +527,7 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
         raise Refused(f"it cannot be read back here ({type(err).__name__}: {str(err)[:160]})") from None
     if not isinstance(values, dict):
         raise Refused("its state is not a namespace")
-    skipped = manifest.get("skipped") if isinstance(manifest.get("skipped"), dict) else {}
+    skipped: dict[Any, Any] = manifest["skipped"] if isinstance(manifest.get("skipped"), dict) else {}
     return values, Restored(
         names=sorted(values),
         skipped={str(k): str(v) for k, v in skipped.items()},
@@ -566,7 +568,7 @@ def usage(home: Path) -> int:
 def expire(home: Path, keep_days: float, now: float | None = None) -> list[Path]:
     """Remove states older than `keep_days` (retention); the folders removed."""
     now = time.time() if now is None else now
-    gone = []
+    gone: list[Path] = []
     root = home / ROOT
     if not root.is_dir() or keep_days <= 0:
         return gone
@@ -615,6 +617,14 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
     except OSError as err:
         return {"ok": False, "error": f"could not write the state: {err.strerror or err}"}
     return saved.summary()
+
+
+def save_json(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
+    """save_shell's summary as JSON text (what the server extension reads back from the kernel)."""
+    try:
+        return json.dumps(save_shell(shell, cap_bytes, quota_bytes, keep_days))
+    except Exception as err:  # noqa: BLE001 - reported to the culler, which then stops as before
+        return json.dumps({"ok": False, "error": f"{type(err).__name__}: {str(err)[:200]}"})
 
 
 def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
