@@ -382,3 +382,31 @@ def test_a_real_kernels_variables_survive_its_stop_and_come_back_before_the_firs
     assert saved["ok"] and saved["variables"] == 2 and saved["skipped"] == {"f": "an open file"}
     assert "gpupool: restored 2 variables" in first and "not restored: `f` (an open file)" in first
     assert "sum 45.0 False" in first
+
+
+def test_hibernate_now_saves_every_kernel_before_it_stops_the_server(tmp_path: Path, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "a.ipynb")
+    env = {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9/user/ada/", "JUPYTERHUB_API_TOKEN": "t"}
+    shell = SimpleNamespace(user_ns={"x": 1, "f": open(os.devnull)}, user_ns_hidden={})  # noqa: SIM115
+    said: list[str] = []
+    asked: list[str] = []
+
+    def post(path, body, environ, timeout):
+        asked.append(path)
+        return {"ok": True, "kernels": [{"ok": True, "bytes": 5}]}
+
+    assert h.hibernate_now(shell, env, post, said.append)
+    assert asked == ["gpupool/hibernate", "api/shutdown"]
+    assert "hibernated 2 kernels" in said[0] and "not kept: `f` (an open file)" in said[0]
+    assert h.load(h.kernel_folder(), h.Identity.from_env())[0] == {"x": 1}
+
+    asked.clear()
+    said.clear()
+    broken = {"ok": False, "kernels": [{"ok": False, "error": "the state is over the cap of 8.0 GiB"}]}
+    assert not h.hibernate_now(shell, env, lambda *a: (asked.append(a[0]), broken)[1], said.append)
+    assert asked == ["gpupool/hibernate"]  # a kernel not saved: the server is not stopped
+    assert "over the cap" in said[0] and "nothing was stopped" in said[0]
+    shell.user_ns["f"].close()

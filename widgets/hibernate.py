@@ -627,6 +627,91 @@ def save_json(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: f
         return json.dumps({"ok": False, "error": f"{type(err).__name__}: {str(err)[:200]}"})
 
 
+DEFAULT_CAP_BYTES = (
+    8 << 30
+)  # c.IdleCuller.hibernate_max_gib's default (the kernel does not see the hub's config)
+DEFAULT_QUOTA_BYTES = 32 << 30  # c.IdleCuller.hibernate_quota_gib's default
+
+
+def own_kernel_id() -> str:
+    """This kernel's id, from its connection file's name (kernel-<id>.json); "" when unknown."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).name
+    except Exception:  # noqa: BLE001 - not an ipykernel: no id to leave out
+        return ""
+    return name.removeprefix("kernel-").removesuffix(".json")
+
+
+def _post_own_server(
+    path: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float
+) -> Any:
+    import urllib.request
+
+    url = environ.get("JUPYTERHUB_SERVICE_URL", "").rstrip("/") + "/" + path
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Authorization": f"token {environ.get('JUPYTERHUB_API_TOKEN', '')}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        text = r.read(1 << 20)
+    return json.loads(text) if text else None
+
+
+def hibernate_now(
+    shell: Any,
+    environ: MutableMapping[str, str] = os.environ,
+    post: Callable[[str, dict[str, Any], MutableMapping[str, str], float], Any] = _post_own_server,
+    say: Callable[[str], None] = print,
+) -> bool:
+    """`%gpupool hibernate`: save this kernel, ask the server to save its other kernels, then stop
+    the server (jupyter_server's own /api/shutdown; the hub sees it gone and frees the share).
+    Nothing is stopped unless every kernel was saved. True when the server was asked to stop."""
+    if not environ.get("JUPYTERHUB_SERVICE_URL"):
+        say("%gpupool hibernate: this kernel does not run in a JupyterHub server")
+        return False
+    mine = save_shell(shell, DEFAULT_CAP_BYTES, DEFAULT_QUOTA_BYTES)
+    if not mine.get("ok"):
+        say(f"%gpupool hibernate: this notebook could not be saved: {mine.get('error')}; nothing was stopped")
+        return False
+    try:
+        others = post(
+            "gpupool/hibernate",
+            {"cap_bytes": DEFAULT_CAP_BYTES, "quota_bytes": DEFAULT_QUOTA_BYTES, "except": [own_kernel_id()]},
+            environ,
+            600.0,
+        )
+    except (OSError, ValueError) as err:
+        say(f"%gpupool hibernate: the server could not save its other kernels ({err}); nothing was stopped")
+        return False
+    kernels = [mine, *((others or {}).get("kernels") or [])]
+    failed = [k for k in kernels if not k.get("ok")]
+    if failed:
+        say(
+            f"%gpupool hibernate: {len(failed)} kernel(s) could not be saved ({failed[0].get('error')});"
+            " nothing was stopped"
+        )
+        return False
+    size = sum(int(k.get("bytes") or 0) for k in kernels)
+    lost = sorted({f"`{n}` ({why})" for k in kernels for n, why in (k.get("skipped") or {}).items()})
+    say(
+        f"gpupool: hibernated {len(kernels)} kernel{'' if len(kernels) == 1 else 's'} ({_size(size)});"
+        " the server stops now and your variables come back when you start it and open the notebook"
+        + (f"; not kept: {', '.join(lost)}" if lost else "")
+    )
+    try:
+        post("api/shutdown", {}, environ, 5.0)
+    except (OSError, ValueError):
+        pass  # the server shuts this kernel down while answering: no answer is the normal case
+    return True
+
+
 def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
     """At the kernel's first cell: bring back its notebook's hibernated variables, and say so."""
     folder = kernel_folder()
