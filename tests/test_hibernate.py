@@ -410,3 +410,38 @@ def test_hibernate_now_saves_every_kernel_before_it_stops_the_server(tmp_path: P
     assert asked == ["gpupool/hibernate"]  # a kernel not saved: the server is not stopped
     assert "over the cap" in said[0] and "nothing was stopped" in said[0]
     shell.user_ns["f"].close()
+
+
+def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from gpupool.api.warnings import stops_for
+
+    now = 1_780_300_000.0
+    at = dt.datetime.fromtimestamp(now - 600, dt.UTC).replace(tzinfo=None)
+
+    def event(name: str, message: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            kind="cull", name=name, time=at, message=message, data={"reason": "workday-end"}
+        )
+
+    store = SimpleNamespace(
+        events=lambda limit, owner: [
+            event(
+                "a",
+                "ada/a hibernated (1 kernel, 3 MiB) and stopped because the workday ends: your variables come back when you start",
+            ),
+            event(
+                "b",
+                "ada/b stopped because the workday ends; it could not be hibernated (over the cap): its variables are lost",
+            ),
+        ],
+        allocations=lambda kind, owner: [],
+    )
+    root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
+    said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"), now=now)}
+    assert said["a"].startswith("hibernated at ") and said["a"].endswith(
+        "(end of the workday) — your variables come back when you start"
+    )
+    assert said["b"].startswith("stopped at ") and said["b"].endswith(": end of the workday")
