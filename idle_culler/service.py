@@ -62,6 +62,7 @@ def parse_time(text: str | None) -> float | None:
 
 
 HUB_PID = "GPUPOOL_HUB_PID"
+HIBERNATE_TIMEOUT_S = 900.0  # the server's answer once every kernel saved: 8 GiB at ~0.2 GiB/s and more
 PAGINATION = "application/jupyterhub-pagination+json"
 PAGE = 100  # users per page: short enough that one page never holds the hub long for other users
 MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
@@ -71,12 +72,19 @@ class Client:
     def __init__(self, token: str, timeout: float = 30) -> None:
         self.token, self.timeout = token, timeout
 
-    def call(self, method: str, url: str, body: Any = None, accept: str = "application/json") -> Any:
+    def call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        accept: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             url, data=data, method=method, headers={"Authorization": f"token {self.token}", "Accept": accept}
         )
-        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
 
@@ -418,7 +426,10 @@ class Culler:
             "keep_days": int(self.cfg.hibernate_keep_days),
         }
         try:
-            answer = self.client.call("POST", server_url.rstrip("/") + "/gpupool/hibernate", body)
+            # saving takes seconds per GiB (docs/culling.md#hibernation): far longer than a hub call
+            answer = self.client.call(
+                "POST", server_url.rstrip("/") + "/gpupool/hibernate", body, timeout=HIBERNATE_TIMEOUT_S
+            )
         except (OSError, ValueError) as err:  # URLError/HTTPError are OSErrors
             log.error("could not hibernate %s: %s; stopping it as before", key, err)
             return {"ok": False, "error": f"its server did not answer ({err})"}

@@ -235,8 +235,12 @@ class FakeHub:
     def __init__(self, answer: dict | Exception) -> None:
         self.answer, self.calls = answer, []
 
-    def call(self, method: str, url: str, body=None, accept: str = "") -> object:
+    def call(
+        self, method: str, url: str, body=None, accept: str = "", timeout: float | None = None
+    ) -> object:
         self.calls.append((method, url.split("/", 3)[-1]))
+        if url.endswith("/gpupool/hibernate"):
+            assert timeout and timeout >= 600  # a save of GiBs is no 30 s hub call
         if url.endswith("api/culler/targets"):
             target = {"owner": "ada", "name": "", "pid": 1, "gpu_uuids": [], "whole_gpus": False}
             target |= {"memory_limit_mib": 0, "extended": False, "admin": False, "groups": ["lab"]}
