@@ -72,6 +72,9 @@ def test_round_trip_keeps_values_aliases_and_names_what_it_cannot(tmp_path: Path
     assert "not restored: `f` (an open file), `gen` (a generator), `lock` (a lock)" in msg
     # restored once: the next kernel starts clean
     assert h.restore_into({}, folder(tmp_path), ME) is None
+    # the next hibernation supersedes the woken state: one generation on disk, not one per wake
+    h.save({"x": 1}, folder(tmp_path), ME)
+    assert len([p for p in folder(tmp_path).iterdir() if p.name.startswith("gen-")]) == 1
 
 
 def test_pandas_round_trip(tmp_path: Path) -> None:

@@ -368,6 +368,7 @@ def save(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    (folder / RESTORED).unlink(missing_ok=True)  # the state woken last time is superseded now
     prune(folder, keep_gen=gen)
     step("old generations removed")
     return Saved(folder / gen, sorted(keep), skipped, writer.total, time.perf_counter() - t0)
