@@ -473,12 +473,20 @@ class Culler:
 def hibernated_message(answer: dict, stopped: str) -> str:
     """The cull event's words: what was hibernated, or why not (then lost as before)."""
     kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict)]
-    if answer.get("ok") and kernels:
-        size = int(answer.get("bytes") or 0) / (1 << 20)
-        lost = sorted({n for k in kernels for n in (k.get("skipped") or {})})
+    saved = [k for k in kernels if k.get("ok")]
+    if saved:  # a kernel of another language, or one over the cap, is lost alone
+        size = sum(int(k.get("bytes") or 0) for k in saved) / (1 << 20)
+        lost = sorted({n for k in saved for n in (k.get("skipped") or {})})
         tail = f"; not kept: {', '.join(lost[:10])}" if lost else ""
+        failed = [k for k in kernels if not k.get("ok")]
+        also = (
+            f"; {len(failed)} other kernel{'' if len(failed) == 1 else 's'} could not be hibernated"
+            f" ({str(failed[0].get('error'))[:200]}): lost"
+            if failed
+            else ""
+        )
         return (
-            f"hibernated ({len(kernels)} kernel{'' if len(kernels) == 1 else 's'}, {size:.0f} MiB{tail}) and"
+            f"hibernated ({len(saved)} kernel{'' if len(saved) == 1 else 's'}, {size:.0f} MiB{tail}{also}) and"
             f" {stopped}: your variables come back when you start"
         )
     if answer.get("ok"):

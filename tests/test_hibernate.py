@@ -280,7 +280,7 @@ def _pass(answer: dict | Exception, **cfg) -> tuple[FakeHub, list[dict]]:
 SAVED = {
     "ok": True,
     "bytes": 3 << 20,
-    "kernels": [{"id": "k1", "ok": True, "skipped": {"f": "an open file"}}],
+    "kernels": [{"id": "k1", "ok": True, "bytes": 3 << 20, "skipped": {"f": "an open file"}}],
 }
 
 
@@ -305,6 +305,15 @@ def test_without_hibernation_or_when_it_fails_the_stop_is_as_before_with_the_rea
     assert ("DELETE", "hub/api/users/ada/server") in fake.calls
     assert (
         "could not be hibernated (the state is over the cap of 2.0 GiB): its variables are lost"
+        in events[0]["message"]
+    )
+    mixed = {
+        "ok": False,
+        "kernels": [*SAVED["kernels"], {"id": "k2", "ok": False, "error": "NameError: get_ipython"}],
+    }
+    fake, events = _pass(mixed, hibernate=True)  # an R kernel beside a Python one: only it is lost
+    assert (
+        "hibernated (1 kernel, 3 MiB; not kept: f; 1 other kernel could not be hibernated"
         in events[0]["message"]
     )
     fake, events = _pass(OSError("connection refused"), hibernate=True)
@@ -452,3 +461,28 @@ def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
         "(end of the workday) — your variables come back when you start"
     )
     assert said["b"].startswith("stopped at ") and said["b"].endswith(": end of the workday")
+
+
+def test_a_kernel_that_has_not_woken_yet_keeps_the_state_it_would_restore(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Opened and left before its first cell: the culler's next hibernation must not save the
+    empty kernel over the variables still waiting for it."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "a.ipynb")
+    me = h.Identity.from_env()
+    h.save({"x": 1}, h.kernel_folder(), me)
+    registered = []
+    shell = SimpleNamespace(
+        user_ns={}, user_ns_hidden={}, events=SimpleNamespace(register=lambda e, f: registered.append(f))
+    )
+    h.install_wake(shell)
+    assert h.save_shell(shell)["kept"] == "the state not woken yet"
+    assert h.load(h.kernel_folder(), me)[0] == {"x": 1}
+    shell.events.unregister = lambda e, f: None
+    registered[0]()  # the first cell: restored, and from now on this kernel's own variables count
+    assert shell.user_ns == {"x": 1}
+    shell.user_ns["y"] = 2
+    assert h.save_shell(shell)["variables"] == 2

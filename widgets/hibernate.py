@@ -599,6 +599,12 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
     folder = kernel_folder()
     if folder is None:
         return {"ok": False, "error": "this kernel has no notebook (JPY_SESSION_NAME unset)"}
+    if _waiting.get(id(shell)):
+        # started, but no cell ran yet: its variables are still the ones saved before; saving
+        # this empty kernel would overwrite them
+        found = read_manifest(folder)
+        size = int(found[1].get("bytes") or 0) if found else 0
+        return {"ok": True, "variables": 0, "skipped": {}, "bytes": size, "kept": "the state not woken yet"}
     home = Path.home()
     if keep_days:
         expire(home, keep_days)
@@ -613,9 +619,12 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
         saved = save(
             user_variables(shell), folder, Identity.from_env(), os.environ.get(ENV_NOTEBOOK, ""), cap
         )
-    except TooBig as err:
-        return {"ok": False, "error": str(err)}
-    except OSError as err:
+    except (TooBig, OSError) as err:
+        # whatever an earlier session left (a state refused at its wake) is older than what this
+        # kernel held: never restore it in its place
+        (folder / CURRENT).unlink(missing_ok=True)
+        if isinstance(err, TooBig):
+            return {"ok": False, "error": str(err)}
         return {"ok": False, "error": f"could not write the state: {err.strerror or err}"}
     return saved.summary()
 
@@ -724,14 +733,20 @@ def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
     return result
 
 
+_waiting: dict[int, bool] = {}  # shells whose state is restored at their first cell, which has not run yet
+
+
 def install_wake(shell: Any) -> None:
     """Register the wake on the shell's first cell (once); nothing when there is no state."""
     folder = kernel_folder()
     if folder is None or not (folder / CURRENT).is_symlink():
         return
 
+    _waiting[id(shell)] = True
+
     def first_cell(*_: Any) -> None:
         shell.events.unregister("pre_run_cell", first_cell)
+        _waiting.pop(id(shell), None)
         try:
             wake(shell)
         except Exception as err:  # noqa: BLE001 - never break the user's cell
