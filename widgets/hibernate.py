@@ -487,7 +487,13 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
     }
     if STATE not in files:
         raise Refused("its manifest has no state file")
-    buffers = [_read_checked(path, files[n]) for n in sorted(n for n in files if n.startswith("buf-"))]
+    # each buffer read and hashed on its own thread (hashlib and reads release the GIL): a wake
+    # waits for the largest buffer, not for all of them one after another
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = sorted(n for n in files if n.startswith("buf-"))
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1))) as pool:
+        buffers = list(pool.map(lambda n: _read_checked(path, files[n]), names))
     state = _read_checked(path, files[STATE])
     notes: list[str] = []
     tensors: dict[str, Any] = {}
