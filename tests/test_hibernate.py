@@ -1,4 +1,4 @@
-"""Hibernation's saver and restorer (gpupool.widgets.hibernate): a namespace comes back exactly or
+"""Hibernation's saver and restorer (gpupool.gpu.hibernate): a namespace comes back exactly or
 not at all, with the names it could not keep and why; foreign, truncated and corrupt states are
 refused; a kill -9 at any step of a save leaves the old state or none."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpupool.widgets import hibernate as h
+from gpupool.gpu import hibernate as h
 
 ME = h.Identity(user="ada", hub="hubkey", instance="inst1", version="1.0")
 
@@ -175,7 +175,7 @@ KILLER = """
 import os, signal, sys
 import numpy as np
 from pathlib import Path
-from gpupool.widgets import hibernate as h
+from gpupool.gpu import hibernate as h
 at = int(sys.argv[2]); seen = [0]
 def step(name):
     seen[0] += 1

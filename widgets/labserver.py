@@ -104,7 +104,7 @@ class ResumeHandler(_Handler):
 
 
 HIBERNATE_EXPR = (
-    "__import__('gpupool.widgets.hibernate', fromlist=['save_shell'])"
+    "__import__('gpupool.gpu.hibernate', fromlist=['save_shell'])"
     ".save_json(get_ipython(), {cap}, {quota}, {keep})"
 )
 
@@ -115,7 +115,7 @@ def _bounded_int(value: Any, top: int) -> int:
 
 class HibernateHandler(APIHandler):
     """POST: save the variables of each of this server's kernels to the user's home (run in the
-    kernels, as the user; gpupool.widgets.hibernate). The culler calls it before it stops the server
+    kernels, as the user; gpupool.gpu.hibernate). The culler calls it before it stops the server
     (its token's access:servers scope); `%gpupool hibernate` saves its own kernel first and asks
     for the others. Body (all optional): {"cap_bytes", "quota_bytes", "keep_days", "except": [kernel
     ids]}. Answer: {"ok": all saved, "kernels": [{"id", "ok", "bytes", "variables", "skipped",

@@ -162,7 +162,7 @@ def register(ipython: Any) -> None:
             print(demo_gpu_use(words[1:]))
             return
         if words == ["hibernate"]:
-            from gpupool.widgets.hibernate import hibernate_now
+            from gpupool.gpu.hibernate import hibernate_now
 
             hibernate_now(ipython)
             return

@@ -1,5 +1,5 @@
 """The culling replay's world "culling with hibernation": every cull saves the kernels first
-(gpupool.widgets.hibernate), so a user who comes back gets their variables after a wake instead
+(gpupool.gpu.hibernate), so a user who comes back gets their variables after a wake instead
 of an empty kernel. The GPU time held is the same as culling's with the same rules (a hibernated
 session holds nothing; the wake's seconds are left out: 7,455 wakes of 10 s are 21 GPU-h of
 ~60,000); what changes is which culls lose a kernel state: only those whose state is over the

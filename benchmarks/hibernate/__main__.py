@@ -2,7 +2,7 @@
 
     python -m benchmarks.hibernate [--sizes 10M,1G] [--repeat 5] [--torch] [--json out.json]
 
-Each run, end to end through the code a workspace runs (gpupool.widgets.hibernate):
+Each run, end to end through the code a workspace runs (gpupool.gpu.hibernate):
   1. a real IPython kernel (jupyter_client) builds the state: half a numpy float64 array, half a
      pandas DataFrame of four float64 columns (all numpy without pandas; --torch adds a CPU tensor);
   2. *hibernate*: the workspace server's call (gpupool.widgets.labserver.hibernate_kernel) saves

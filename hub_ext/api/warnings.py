@@ -98,7 +98,7 @@ def stops_for(
         )
         when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
         if " hibernated (" in e.message and "your variables come back" in e.message:
-            # the culler saved the kernels first (gpupool.widgets.hibernate): nothing is lost
+            # the culler saved the kernels first (gpupool.gpu.hibernate): nothing is lost
             why = STOPPED.get(reason) or e.message.partition(" stopped because ")[2].partition(":")[0] or why
             out.append(
                 {

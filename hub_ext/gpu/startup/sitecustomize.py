@@ -118,7 +118,7 @@ def _install_resume_hook() -> None:
 
 
 def _install_wake_hook() -> None:
-    """A kernel whose notebook was hibernated (gpupool.widgets.hibernate) gets its variables back
+    """A kernel whose notebook was hibernated (gpupool.gpu.hibernate) gets its variables back
     before its first cell: only kernels a Jupyter server started for a notebook, and only when
     gpupool is importable there; otherwise nothing happens."""
     if not os.environ.get("JPY_SESSION_NAME") or os.environ.get("GPUPOOL_HIBERNATE", "1") == "0":
@@ -131,7 +131,7 @@ def _install_wake_hook() -> None:
         def init_events(self, *args, **kwargs):
             original(self, *args, **kwargs)
             try:
-                from gpupool.widgets.hibernate import install_wake
+                from gpupool.gpu.hibernate import install_wake
             except ImportError:  # a kernel environment without gpupool: nothing was hibernated by it
                 return
             try:
