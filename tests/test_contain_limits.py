@@ -209,3 +209,16 @@ def test_each_limit_is_said_enforced_or_why_not() -> None:
     assert off.missing(["devices", "cgroups"]).keys() == {"devices", "cgroups"}
     v2 = detect("v2", "x", mountinfo="", proc_cgroup="")
     assert not v2.available
+
+
+def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_path: Path) -> None:
+    from gpupool.root import GPUPoolHub
+
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+    c.Containment.mode = "off"  # as a machine without cgroups
+    c.Containment.require = ["cgroups", "devices"]
+    with pytest.raises(SystemExit, match=r"require.*cgroups: turned off.*devices: no cgroups: turned off"):
+        GPUPoolHub(c).refuse_lost_state()
+    c.Containment.require = []
+    GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
