@@ -348,3 +348,35 @@ def test_a_jobs_memory_hog_is_killed_by_the_kernel_and_the_job_says_why(hub: Hub
     assert "killed: over its 600 MiB memory limit" in done["message"], done
     assert "killed: over its 600 MiB memory limit" in Path(done["workdir"], "job.log").read_text()
     assert hub.api("GET", "/hub/api/info")  # the hub itself is untouched
+
+
+def workspace_opens(hub: Hub, owner: str, name: str = "") -> list[str]:
+    """What a new process of `owner`'s workspace (as a kernel's child or a terminal would be: in its
+    cgroup, as nobody) gets opening /dev/nvidia0..3 look-alikes."""
+    from gpupool.contain import WorkloadCgroups, detect, hub_key, joiner
+
+    tree = detect("auto", hub_key(f"sqlite:///{hub.state}/gpupool.sqlite"))
+    [instance] = tree.names()
+    group = WorkloadCgroups(tree, instance).workspace(owner, name)
+    assert tree.pids(group), f"{owner}'s workspace has no cgroup {group}"
+    folder = Path(tempfile.mkdtemp(prefix="gpupool-devs-"))
+    folder.chmod(0o755)
+    fds = tree.join_fds(group)  # joins as it is: the workspace's rules, not new ones
+    try:
+        out = subprocess.run(
+            ["/usr/bin/python3", "-c", OPENS, str(gpu_nodes(folder))],
+            preexec_fn=joiner(fds),
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    return out.stdout.split("opens: ", 1)[1].split()
