@@ -63,6 +63,7 @@ def test_control_majors_come_from_proc_devices_character_section() -> None:
 def test_sizes_parse_with_bounds_and_read_back_in_words() -> None:
     assert parse_size("8G") == 8 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("") == 0
     assert parse_size("25%", 16 << 30) == 4 << 30 and parse_size(1024) == 1024
+    assert parse_size("25%", 0) == 0  # a machine without /proc/meminfo starts, with no limit
     for bad in ("-1G", "8X", "1" * 20, "0%", "101%", True, [1]):
         with pytest.raises(ValueError):
             parse_size(bad, 1 << 30)

@@ -74,8 +74,8 @@ def control_majors(proc_devices: str) -> dict[str, int]:
 
 
 def parse_size(value: object, total_bytes: int = 0) -> int:
-    """Bytes from "8G", "512MiB", "1073741824", or "25%" of `total_bytes`; "" or 0: no limit.
-    ValueError names what was wrong."""
+    """Bytes from "8G", "512MiB", "1073741824", or "25%" of `total_bytes` (0 where that is not
+    known); "" or 0: no limit. ValueError names what was wrong."""
     if isinstance(value, bool):
         raise ValueError(f"not a size: {value!r}")
     if isinstance(value, int):
@@ -91,9 +91,7 @@ def parse_size(value: object, total_bytes: int = 0) -> int:
         n = int(pct.group(1))
         if not 0 < n <= 100:
             raise ValueError(f"a share of the machine's memory is 1% to 100%, got {value[:40]!r}")
-        if total_bytes <= 0:
-            raise ValueError(f"{value[:40]!r}: the machine's memory is not known")
-        return total_bytes * n // 100
+        return total_bytes * n // 100 if total_bytes > 0 else 0  # no /proc/meminfo: no cgroups either
     m = SIZE.match(value)
     if not m:
         raise ValueError(f"not a size: {value[:40]!r} (e.g. 8G, 512M, 25%)")
