@@ -7,10 +7,11 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Int, Unicode, observe
+from traitlets import Bool, Dict, Int, List, Unicode, observe
 from traitlets.config import LoggingConfigurable
 
 from gpupool.gpu.sharing import BACKENDS
+from gpupool.kube.pod_fit import GPU_TOLERATION
 from gpupool.kube.pool_objects import KAI_NODE_POOL
 from gpupool.pool import BuildLimits, BuildQuotaPolicy
 from gpupool.quota_traits import (
@@ -253,6 +254,25 @@ class GPUPool(LoggingConfigurable):
         pools by node the host name. Example::
 
             c.GPUPool.node_pool_label = "gpupool.io/node-pool"
+        """,
+    )
+
+    gpu_tolerations = List(
+        Dict(),
+        [dict(GPU_TOLERATION)],
+        config=True,
+        help="""Kubernetes: tolerations added to every workspace and train pod with a GPU share
+        (pods without one stay off tainted GPU nodes). GPU nodes are usually tainted (GKE:
+        nvidia.com/gpu=present:NoSchedule); a pod asking for whole GPUs may get the toleration
+        from the ExtendedResourceToleration admission plugin, but a fractional pod asks for no
+        nvidia.com/gpu and gets nothing, so the scheduler never places it there. The default
+        tolerates the nvidia.com/gpu taint of any value. The gpupool chart sets it from
+        `gpuNodes.tolerations`. Example::
+
+            c.GPUPool.gpu_tolerations = [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ]
         """,
     )
 

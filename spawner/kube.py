@@ -19,6 +19,7 @@ from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
 from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kinds import EventKind
+from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.spawner.form import requested_milli as form_milli
@@ -150,6 +151,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         if not pools:
             return current
         return merged_affinity(current, node_affinity(pools, self._setting("node_pool_label")))
+
+    # the notebook container as the `restricted` Pod Security level admits it, over kubespawner's
+    # uid and allowPrivilegeEscalation (on the container only: z2jh's iptables init container,
+    # where enabled, keeps its own); c.KubeSpawner.container_security_context still wins
+    @default("container_security_context")
+    def _restricted_container(self) -> dict:
+        return dict(RESTRICTED_CONTAINER)
 
     # --- backends ------------------------------------------------------------
     @default("scheduler_name")
@@ -298,6 +306,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             except InvalidRequest as err:
                 raise http_error(err) from None
             env = pod_environment(self.gpu_environment())
+            # GPU nodes are usually tainted; a fractional pod asks for no nvidia.com/gpu, so
+            # nothing else adds the toleration (z2jh's own tolerations are kept)
+            gpu_tolerations = self.gpupool_root.settings.gpu_tolerations
+            if gpu_tolerations:
+                current = self.api.api_client.sanitize_for_serialization(pod.spec.tolerations or [])
+                pod.spec.tolerations = added_tolerations(current, gpu_tolerations)
         if shard:  # KAI's pod grouper copies it to the PodGroup: that pool's shard schedules it
             patch.labels[KAI_NODE_POOL] = shard
         return apply_pod_gpu(pod, patch, env)

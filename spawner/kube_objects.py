@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
 
 from gpupool.gpu.sharing import PodGPU
+from gpupool.kube.pod_fit import merged_affinity  # noqa: F401 (its home was here)
 from gpupool.pool import BuildLimits, InvalidRequest, parse_gpus
 from gpupool.pool.units import UnitError
 
@@ -110,31 +111,3 @@ def _slug(profile: Mapping[str, Any]) -> str:
     from kubespawner.slugs import safe_slug
 
     return profile.get("slug") or safe_slug(profile.get("display_name", ""))
-
-
-def merged_affinity(current: Mapping[str, Any], pools: Mapping[str, Any]) -> dict:
-    """`current` (the pod's affinity, as JSON) with a node pools' affinity added: each required
-    term the pod already had is ANDed with each pool's term (any pool, and what the profile
-    asked), preferred terms are added, pod (anti-)affinity is kept."""
-    out = {k: v for k, v in current.items()}
-    mine = dict(current.get("nodeAffinity") or {})
-    theirs = pools.get("nodeAffinity") or {}
-    req = "requiredDuringSchedulingIgnoredDuringExecution"
-    pref = "preferredDuringSchedulingIgnoredDuringExecution"
-    have = (mine.get(req) or {}).get("nodeSelectorTerms") or []
-    add = (theirs.get(req) or {}).get("nodeSelectorTerms") or []
-    if add:
-        terms = (
-            [
-                {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *a["matchExpressions"]]}
-                for t in have
-                for a in add
-            ]
-            if have
-            else list(add)
-        )
-        mine[req] = {"nodeSelectorTerms": terms}
-    if theirs.get(pref):
-        mine[pref] = [*(mine.get(pref) or []), *theirs[pref]]
-    out["nodeAffinity"] = mine
-    return out
