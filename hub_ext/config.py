@@ -7,7 +7,7 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Int, List, Unicode, observe
+from traitlets import Bool, Dict, Enum, Int, List, Unicode, observe
 from traitlets.config import LoggingConfigurable
 
 from gpupool.gpu.sharing import BACKENDS
@@ -63,6 +63,21 @@ class GPUPool(LoggingConfigurable):
         Example::
 
             c.GPUPool.use_nvml = False
+        """,
+    )
+
+    gpu_inventory = Enum(
+        ["local", "kubernetes"],
+        "local",
+        config=True,
+        help="""Where the GPUs that build quotas count against come from. "local": NVML on this
+        machine, else `virtual_gpus`. "kubernetes": the cluster's nodes, read when the hub
+        starts: each node's allocatable nvidia.com/gpu and the GPU Operator's labels
+        (nvidia.com/gpu.product, nvidia.com/gpu.memory), so a fraction's memory is the real
+        card's; the hub's account needs to list nodes (the gpupool chart grants it). The gpupool
+        chart sets it. Example::
+
+            c.GPUPool.gpu_inventory = "kubernetes"
         """,
     )
 

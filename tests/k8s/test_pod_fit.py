@@ -144,6 +144,7 @@ def test_the_charts_values_reach_the_train_jobs_and_workspaces() -> None:
     )
     opts = TrainPool(config=c).job_options()
     assert opts.gpu_tolerations == [taint] and GPUPool(config=c).gpu_tolerations == [taint]
+    assert GPUPool(config=c).gpu_inventory == "kubernetes"  # the cluster's GPUs, not a constant
     assert opts.node_selector == {"pool": "gpu"} and opts.image_pull_secrets == ["my-registry"]
     assert opts.resources == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "32Gi"}}
     assert opts.project_resources == {"vision": {"requests": {"cpu": "4"}}}
