@@ -200,3 +200,34 @@ def test_train_pods_are_fenced_like_workspaces() -> None:
         if d["kind"] == "NetworkPolicy"
     ]
     assert not allowed(closed, ns, train, "142.250.1.1", 443)
+
+
+def test_a_kai_queues_quota_and_its_workspaces_decide_the_refusal() -> None:
+    from gpupool.spawner.kube_objects import queue_held_milli, queue_quota_milli, queue_refusal
+
+    def pod(name: str, queue: str, fraction: str = "0.25", **status) -> dict:
+        return {
+            "metadata": {
+                "name": name,
+                "labels": {"kai.scheduler/queue": queue},
+                "annotations": {"gpu-fraction": fraction},
+            },
+            "spec": {"containers": [{"name": "notebook"}]},
+            "status": status,
+        }
+
+    assert queue_quota_milli({"spec": {"resources": {"gpu": {"quota": 1}}}}) == 1000
+    assert queue_quota_milli({"spec": {"resources": {"gpu": {"quota": -1}}}}) is None  # unlimited
+    assert queue_quota_milli({"spec": {"resources": {"gpu": {"quota": "x"}}}}) is None
+    pods = [
+        pod("a", "vision"),
+        pod("b", "vision", "0.5"),
+        pod("done", "vision", phase="Succeeded"),
+        pod("other", "nlp"),
+        pod("me", "vision"),  # the server being started again
+    ]
+    held = queue_held_milli(pods, "vision", "kai.scheduler/queue", skip="me")
+    assert held == 750
+    assert queue_refusal("vision", 1000, held, 250) == ""
+    assert "quota is 1 GPU and its workspaces hold 0.75" in queue_refusal("vision", 1000, held, 500)
+    assert queue_refusal("vision", None, held, 4000) == ""

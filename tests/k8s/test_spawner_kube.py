@@ -168,7 +168,9 @@ async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, cap
 async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offline_spawner) -> None:
     """z2jh's own tolerations stay; the GPU one is added for a pod with a share only."""
     z2jh = {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user", "effect": "NoSchedule"}
-    sp = offline_spawner(sections={"KubeSpawner": {"tolerations": [z2jh], "uid": 1000}})
+    sp = offline_spawner(
+        sections={"KubeSpawner": {"tolerations": [z2jh], "uid": 1000}}, kai_queue_quota_check=False
+    )
     sp.user_options = {"gpus": "0.25"}
     await sp.reserve_share()
     pod = sp.api.api_client.sanitize_for_serialization(await sp.get_pod_manifest())
