@@ -266,9 +266,22 @@ class Unenforceable(RuntimeError):
 
 
 def build_inventory(cfg: GPUPool) -> Inventory:
-    """NVML's GPUs, or the virtual ones c.GPUPool declares where there is none."""
+    """The cluster's GPUs (c.GPUPool.gpu_inventory = "kubernetes"), else NVML's, or the virtual
+    ones c.GPUPool declares where there is none."""
     from gpupool.nvml import discover_gpus
     from gpupool.pool import Inventory, Node, virtual_inventory
+
+    if cfg.gpu_inventory == "kubernetes":
+        from gpupool.kube.inventory import cluster_inventory
+
+        found = cluster_inventory()
+        log.info(
+            "the cluster has %d GPU(s) on %d node(s): %s",
+            found.gpu_count,
+            len(found.nodes),
+            ", ".join(f"{n.name} {len(n.gpus)} x {n.model} {n.gpus[0].memory_mib} MiB" for n in found.nodes),
+        )
+        return found
 
     gpus = discover_gpus() if cfg.use_nvml else []
     if gpus:

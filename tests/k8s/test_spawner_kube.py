@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gpupool.spawner.form import requested_milli
+from tests.k8s.test_pod_fit import GPU_TAINT, restricted_violations
 
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu"},
@@ -162,3 +163,23 @@ async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, cap
         "kai",
         "kai.scheduler/node-pool",
     )
+
+
+async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offline_spawner) -> None:
+    """z2jh's own tolerations stay; the GPU one is added for a pod with a share only."""
+    z2jh = {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user", "effect": "NoSchedule"}
+    sp = offline_spawner(
+        sections={"KubeSpawner": {"tolerations": [z2jh], "uid": 1000}}, kai_queue_quota_check=False
+    )
+    sp.user_options = {"gpus": "0.25"}
+    await sp.reserve_share()
+    pod = sp.api.api_client.sanitize_for_serialization(await sp.get_pod_manifest())
+    assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.25"
+    assert pod["spec"]["tolerations"] == [z2jh, GPU_TAINT]
+    assert restricted_violations(pod["spec"]) == []
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    cpu = offline_spawner(sections={"KubeSpawner": {"tolerations": [z2jh]}})
+    cpu.gpupool_allocation = None  # what reserve_share leaves for a CPU-only profile
+    assert cpu.api.api_client.sanitize_for_serialization(await cpu.get_pod_manifest())["spec"][
+        "tolerations"
+    ] == [z2jh]
