@@ -142,7 +142,7 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     c.JupyterHub.template_vars = {
         **c.JupyterHub.get("template_vars", {}),
         "gpupool_warnings": lambda user: warnings_for(root, user, base),
-        "gpupool_shares": lambda user: shares_for(root, user),
+        "gpupool_shares": lambda user: shares_for(root, user, base_url=base),
         "gpupool_stops": lambda user: stops_for(root, user),
         "gpupool_retention": lambda user: retention_for(root, user),
     }

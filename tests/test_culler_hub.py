@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -407,3 +408,18 @@ def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_
     assert row["by"] == "user" and row["bytes"] > 8000, (row, said)
     kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
     assert kinds == ["hibernate"], kinds
+    # the home page's "Hibernate now": the server's own page saves (the notebook not woken yet
+    # keeps its state), records it and stops the server
+    hub.spawn("hib1", "0.25")
+    hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)
+    page = f"{hub.url}/user/hib1/gpupool/hibernate-now"
+    auth = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(page, headers=auth), timeout=30) as r:
+        assert "Hibernate now</button>" in r.read().decode()
+    done = urllib.request.Request(page, data=b"", method="POST", headers=auth)
+    with urllib.request.urlopen(done, timeout=120) as r:
+        text = r.read().decode()
+    assert "Hibernated 1 kernel" in text and "this server stops now." in text, text
+    until(lambda: not hub.allocations(), "the share freed by Hibernate now", timeout=60)
+    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
+    assert kinds == ["hibernate", "hibernate"], kinds

@@ -172,3 +172,15 @@ def test_the_admin_page_lists_hibernated_sessions_with_their_sizes(store: Store)
     assert row["by"] == "the idle culler" and row["notebooks"] == "a.ipynb"
     assert row["expires"].startswith(dt.datetime.fromtimestamp(NOW + 14 * DAY).strftime("%Y-%m-%d"))
     assert hibernated(pool, 0)[0]["expires"] == "kept until woken"  # type: ignore[arg-type]
+
+
+def test_the_home_pages_hibernate_now_links_to_the_servers_own_page() -> None:
+    from gpupool.api.warnings import hibernate_url
+
+    ada = SimpleNamespace(name="ada b", spawners={})
+    assert hibernate_url(ada, "", "/jh") == "/jh/user/ada%20b/gpupool/hibernate-now"
+    assert hibernate_url(ada, "gpu", "") == "/user/ada%20b/gpu/gpupool/hibernate-now"
+    running = SimpleNamespace(server=SimpleNamespace(base_url="/jh/user/ada/gpu/"))
+    assert hibernate_url(SimpleNamespace(name="ada", spawners={"gpu": running}), "gpu") == (
+        "/jh/user/ada/gpu/gpupool/hibernate-now"
+    )

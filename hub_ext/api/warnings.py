@@ -34,9 +34,22 @@ def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> lis
     return sorted(out, key=lambda w: w.get("name", ""))
 
 
-def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict]:
+def hibernate_url(user: User, name: str, base_url: str = "") -> str:
+    """The "Hibernate now" page of a user's server (gpupool.widgets.labserver.HibernateNowPage):
+    served by the server itself, so the hub needs no access to it."""
+    spawner = getattr(user, "spawners", {}).get(name)
+    server = getattr(spawner, "server", None)
+    prefix = getattr(server, "base_url", "") or (
+        f"{base_url}/user/{quote(user.name)}/" + (f"{quote(name)}/" if name else "")
+    )
+    return prefix.rstrip("/") + "/gpupool/hibernate-now"
+
+
+def shares_for(
+    root: GPUPoolHub, user: User | None, now: float | None = None, base_url: str = ""
+) -> list[dict]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
-    for the hub's home page: [{"name", "share", "stops"}], sorted by server name."""
+    for the hub's home page: [{"name", "share", "stops", "hibernate_url"}], sorted by server name."""
     if user is None or root.api_settings is None:
         return []
     pool = root.pool
@@ -54,7 +67,14 @@ def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) ->
                 if left >= 60
                 else f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
             )
-        out.append({"name": row.name, "share": format_gpus(row.total_milli), "stops": stops})
+        out.append(
+            {
+                "name": row.name,
+                "share": format_gpus(row.total_milli),
+                "stops": stops,
+                "hibernate_url": hibernate_url(user, row.name, base_url),
+            }
+        )
     return sorted(out, key=lambda s: s["name"])
 
 
