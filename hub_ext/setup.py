@@ -133,7 +133,7 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from gpupool.api.warnings import shares_for, stops_for, warnings_for
+    from gpupool.api.warnings import retention_for, shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -142,8 +142,9 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     c.JupyterHub.template_vars = {
         **c.JupyterHub.get("template_vars", {}),
         "gpupool_warnings": lambda user: warnings_for(root, user, base),
-        "gpupool_shares": lambda user: shares_for(root, user),
+        "gpupool_shares": lambda user: shares_for(root, user, base_url=base),
         "gpupool_stops": lambda user: stops_for(root, user),
+        "gpupool_retention": lambda user: retention_for(root, user),
     }
 
 
@@ -218,6 +219,7 @@ async def _serve(
             "training": training,
             "parking": parking,
             "session_end": session_end(hub.config, culler),
+            "hibernate_keep_days": hibernate_keep_days(hub.config, culler),
             "demo_gpu_use": demo_use(hub.config),
             "usage": usage,
         },
@@ -271,6 +273,16 @@ def session_end(config: Config, culler: bool) -> Any:
     from gpupool.idle_culler.config import IdleCuller
 
     return IdleCuller(config=config).session_end()
+
+
+def hibernate_keep_days(config: Config, culler: bool) -> float:
+    """Retention of hibernated states (the culler deletes them at a user's next hibernation): what
+    the hub's record and warnings say (0: no culler, kept until woken)."""
+    if not culler:
+        return 0.0
+    from gpupool.idle_culler.config import IdleCuller
+
+    return float(IdleCuller(config=config).hibernate_keep_days)
 
 
 def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) -> UsageService:

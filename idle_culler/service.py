@@ -376,15 +376,18 @@ class Culler:
                     self.metrics.culls.labels(reason="park").inc()
         elif ok:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
-            message = d.message
+            message, saved = d.message, None
             if kind == "hibernate" and not self.cfg.dry_run:
-                message = hibernated_message(self.hibernated.pop(key, {}), d.message)
+                answer = self.hibernated.pop(key, {})
+                message, saved = hibernated_message(answer, d.message), saved_summary(answer)
             events[at] = {
                 "kind": EventKind.CULL,
                 "owner": ws.owner,
                 "name": ws.name,
                 "reason": d.reason,
                 "message": f"{key} {message}{dry}",
+                # the size as the save reported it: the hub keeps it without opening the user's files
+                **({"hibernated": saved} if saved else {}),
             }
             if not self.cfg.dry_run:
                 self.forget(key)
@@ -493,6 +496,19 @@ def hibernated_message(answer: dict, stopped: str) -> str:
         return f"{stopped} (it had no kernels to hibernate)"
     why = answer.get("error") or next((k.get("error") for k in kernels if not k.get("ok")), "") or "it failed"
     return f"{stopped}; it could not be hibernated ({str(why)[:200]}): its variables are lost"
+
+
+def saved_summary(answer: dict) -> dict | None:
+    """What the hub records of a hibernation (gpupool.api.hibernation): the saved kernels' bytes,
+    count and notebooks, as the server answered; None when no kernel was saved."""
+    kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict) and k.get("ok")]
+    if not kernels:
+        return None
+    return {
+        "bytes": sum(k["bytes"] for k in kernels if type(k.get("bytes")) is int),
+        "kernels": len(kernels),
+        "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+    }
 
 
 def file_clock(path: str) -> Callable[[], float]:

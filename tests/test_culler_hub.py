@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -384,7 +385,41 @@ def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_
     assert [e["kind"] for e in events] == ["cull"], events
     assert "hibernated (1 kernel" in events[0]["message"]
     until(lambda: not hub.allocations(), "the share freed", timeout=60)
+    # the size the server's save reported, kept by the hub: the admins' list, the user's status
+    [row] = hub.api("GET", "/services/gpupool/api/admin/hibernated")["hibernated"]
+    assert (row["owner"], row["name"], row["by"], row["kernels"]) == ("hib1", "", "culler", 1), row
+    assert row["bytes"] > 8000 and row["notebooks"][0].endswith("work.ipynb"), row
+    assert hub.api_error("GET", "/services/gpupool/api/admin/hibernated", token=token)[0] == 403
+    [mine] = hub.api("GET", "/services/gpupool/api/hibernated", token=token)["hibernated"]
+    assert (
+        "the idle culler hibernated it" in mine["message"] and "come back when you start" in mine["message"]
+    )
     hub.spawn("hib1", "0.25")  # the next start: the notebook opened again
     kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
     first = run_cell(hub, "hib1", kernel, "print(x.sum())", token)
     assert "gpupool: restored 2 variables" in first and first.endswith("499500.0\n"), first
+    # the user hibernates it now: recorded in the hub with its size, as the culler's is
+    try:
+        said = run_cell(hub, "hib1", kernel, "%load_ext gpupool\n%gpupool hibernate", token)
+    except (TypeError, OSError) as err:  # the server stops under the cell: its reply may not come
+        said = f"(no reply: {err})"
+    until(lambda: not hub.allocations(), "the share freed by %gpupool hibernate", timeout=60)
+    [row] = hub.api("GET", "/services/gpupool/api/admin/hibernated")["hibernated"]
+    assert row["by"] == "user" and row["bytes"] > 8000, (row, said)
+    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
+    assert kinds == ["hibernate"], kinds
+    # the home page's "Hibernate now": the server's own page saves (the notebook not woken yet
+    # keeps its state), records it and stops the server
+    hub.spawn("hib1", "0.25")
+    hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)
+    page = f"{hub.url}/user/hib1/gpupool/hibernate-now"
+    auth = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(page, headers=auth), timeout=30) as r:
+        assert "Hibernate now</button>" in r.read().decode()
+    done = urllib.request.Request(page, data=b"", method="POST", headers=auth)
+    with urllib.request.urlopen(done, timeout=120) as r:
+        text = r.read().decode()
+    assert "Hibernated 1 kernel" in text and "this server stops now." in text, text
+    until(lambda: not hub.allocations(), "the share freed by Hibernate now", timeout=60)
+    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
+    assert kinds == ["hibernate", "hibernate"], kinds

@@ -291,6 +291,8 @@ def test_the_culler_hibernates_each_kernel_then_stops_where_it_is_on() -> None:
     assert [e["kind"] for e in events] == ["cull"]
     assert "hibernated (1 kernel, 3 MiB; not kept: f) and stopped because" in events[0]["message"]
     assert "your variables come back when you start" in events[0]["message"]
+    # the size as the server's save reported it, for the hub's record (gpupool.api.hibernation)
+    assert events[0]["hibernated"] == {"bytes": 3 << 20, "kernels": 1, "notebooks": []}
 
 
 def test_without_hibernation_or_when_it_fails_the_stop_is_as_before_with_the_reason() -> None:

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
@@ -136,23 +136,101 @@ class HibernateHandler(APIHandler):
         )
         skip: list = body["except"] if isinstance(body.get("except"), list) else []
         timeout = float(_bounded_int(body.get("timeout_s"), 3600) or 600)
-        kernels = []
-        for kid in list(self.kernel_manager.list_kernel_ids()):
-            if kid in skip:
-                continue
-            kernels.append(
-                {"id": kid, **await hibernate_kernel(self.kernel_manager.get_kernel(kid), expr, timeout)}
-            )
+        result = await hibernate_all(self.kernel_manager, expr, timeout, skip)
         self.set_header("Content-Type", "application/json")
-        self.finish(
-            json.dumps(
-                {
-                    "ok": all(k.get("ok") for k in kernels),
-                    "kernels": kernels,
-                    "bytes": sum(int(k.get("bytes") or 0) for k in kernels),
-                }
-            )
+        self.finish(json.dumps(result))
+
+
+async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list) -> dict[str, Any]:
+    """Run the saver in each of this server's kernels but `skip`: {"ok", "kernels", "bytes"}."""
+    kernels = []
+    for kid in list(kernel_manager.list_kernel_ids()):
+        if kid in skip:
+            continue
+        kernels.append({"id": kid, **await hibernate_kernel(kernel_manager.get_kernel(kid), expr, timeout)})
+    return {
+        "ok": all(k.get("ok") for k in kernels),
+        "kernels": kernels,
+        "bytes": sum(int(k.get("bytes") or 0) for k in kernels),
+    }
+
+
+# the home page's "Hibernate now": what the culler's hibernation saves (its defaults; the kernel
+# does not see the hub's config)
+NOW_EXPR = HIBERNATE_EXPR.format(cap=8 << 30, quota=32 << 30, keep=0)
+NOW_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Hibernate</title></head>
+<body style="font-family:sans-serif;max-width:40em;margin:3em auto">
+<h1>Hibernate this server</h1><p>{text}</p>{form}<p><a href="{home}">Back to the hub</a></p></body></html>"""
+
+
+class HibernateNowPage(JupyterHandler):
+    """The hub home page's "Hibernate now" (a link to this page of the user's own server; the
+    server's own login and XSRF check): GET confirms, POST saves every kernel as the culler's
+    hibernation does, records it in the hub with this server's own token (the home page and the
+    admins' list show it), then stops this server, which frees its GPU share. Nothing is stopped
+    unless every kernel was saved."""
+
+    def page(self, text: str, form: bool = False, status: int = 200) -> None:
+        from html import escape
+
+        home = os.environ.get("JUPYTERHUB_BASE_URL", "/").rstrip("/") + "/hub/home"
+        button = (
+            f'<form method="post">{self.xsrf_form_html()}<button type="submit">Hibernate now</button></form>'
+            if form
+            else ""
         )
+        self.set_status(status)
+        self.finish(NOW_PAGE.format(text=escape(text), form=button, home=escape(home)))
+
+    @web.authenticated
+    def get(self) -> None:
+        n = len(list(self.kernel_manager.list_kernel_ids()))
+        self.page(
+            f"The variables of this server's {n} kernel{'' if n == 1 else 's'} are saved to your home,"
+            " then the server stops and its GPU share is freed. They come back when you start it"
+            " and open the notebook.",
+            form=True,
+        )
+
+    @web.authenticated
+    async def post(self) -> None:
+        from gpupool.gpu.hibernate import _post_own_server, _record_in_hub, _size
+
+        result = await hibernate_all(self.kernel_manager, NOW_EXPR, 600.0, [])
+        failed = [k for k in result["kernels"] if not k.get("ok")]
+        if failed:
+            self.page(
+                f"{len(failed)} kernel(s) could not be saved ({str(failed[0].get('error'))[:200]});"
+                " nothing was stopped.",
+                status=409,
+            )
+            return
+        kernels = result["kernels"]
+        hibernated = {
+            "bytes": result["bytes"],
+            "kernels": len(kernels),
+            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+        }
+        note = ""
+        if os.environ.get("GPUPOOL_API_URL"):
+            try:
+                await asyncio.to_thread(
+                    _record_in_hub, {"server": server_name(), "hibernated": hibernated}, os.environ
+                )
+            except (OSError, ValueError) as err:
+                note = f" (the hub did not record it: {err}; your variables are saved all the same)"
+        self.page(
+            f"Hibernated {len(kernels)} kernel{'' if len(kernels) == 1 else 's'} ({_size(result['bytes'])});"
+            f" this server stops now{note}. Your variables come back when you start it and open the notebook."
+        )
+
+        def stop() -> None:  # jupyter_server's own /api/shutdown, as %gpupool hibernate asks it
+            try:
+                _post_own_server("api/shutdown", {}, os.environ, 5.0)
+            except (OSError, ValueError):
+                pass  # no answer is the normal case: the server stops while answering
+
+        asyncio.get_running_loop().run_in_executor(None, stop)
 
 
 async def hibernate_kernel(km: Any, expr: str, timeout: float) -> dict[str, Any]:
@@ -205,5 +283,6 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
             (url_path_join(base, "extend"), ExtendHandler),
             (url_path_join(base, "resume"), ResumeHandler),
             (url_path_join(base, "hibernate"), HibernateHandler),
+            (url_path_join(base, "hibernate-now"), HibernateNowPage),
         ],
     )

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler
+from gpupool.api.hibernation import parse_saved
+from gpupool.api.hibernation import prune as prune_hibernated
+from gpupool.api.hibernation import record as record_hibernation
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.culling import BudgetAction, CullAction, CullReason
@@ -226,9 +229,19 @@ class ReportHandler(APIHandler):
                         message=bounded(e["message"]),
                         owner=e["owner"],
                         name=e["name"],
-                        data={"reason": e["reason"]},
+                        data={
+                            "reason": e["reason"],
+                            **({"bytes": e["hibernated"]["bytes"]} if "hibernated" in e else {}),
+                        },
                     )
                     for e in events
+                )
+        keep_days = float(self.settings.get("hibernate_keep_days") or 0)
+        prune_hibernated(self.pool.store, keep_days, pass_time)  # retention has deleted their states
+        for e in events:
+            if "hibernated" in e:  # the admin's list of hibernated sessions, with the size the save reported
+                record_hibernation(
+                    self.pool.store, e["owner"], e["name"], e["hibernated"], "culler", pass_time
                 )
 
 
@@ -295,6 +308,13 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
+        if "hibernated" in e:  # what the server's save reported (gpupool.api.hibernation)
+            if e.get("kind") != EventKind.CULL:
+                raise ValueError(f"events[{i}].hibernated: only a cull hibernates")
+            try:
+                e["hibernated"] = parse_saved(e["hibernated"])
+            except ValueError as err:
+                raise ValueError(f"events[{i}].{err}") from None
     return (
         float(pass_time),
         [
@@ -312,6 +332,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
                 "name": e["name"],
                 "message": _cut(e.get("message", "")),
                 "reason": _cut(e.get("reason", ""), 200),
+                **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
             }
             for e in events
         ],

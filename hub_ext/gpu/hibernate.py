@@ -610,7 +610,14 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
         # this empty kernel would overwrite them
         found = read_manifest(folder)
         size = int(found[1].get("bytes") or 0) if found else 0
-        return {"ok": True, "variables": 0, "skipped": {}, "bytes": size, "kept": "the state not woken yet"}
+        return {
+            "ok": True,
+            "variables": 0,
+            "skipped": {},
+            "bytes": size,
+            "kept": "the state not woken yet",
+            "notebook": os.environ.get(ENV_NOTEBOOK, ""),
+        }
     home = Path.home()
     if keep_days:
         expire(home, keep_days)
@@ -632,7 +639,8 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
         if isinstance(err, TooBig):
             return {"ok": False, "error": str(err)}
         return {"ok": False, "error": f"could not write the state: {err.strerror or err}"}
-    return saved.summary()
+    # the notebook's name goes to the hub's record (what retention's warning names)
+    return {**saved.summary(), "notebook": os.environ.get(ENV_NOTEBOOK, "")}
 
 
 def save_json(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
@@ -680,11 +688,30 @@ def _post_own_server(
     return json.loads(text) if text else None
 
 
+def _record_in_hub(body: dict[str, Any], environ: MutableMapping[str, str]) -> Any:
+    """POST the hibernation to the gpupool API (api/hibernated) with the user's own token."""
+    import urllib.request
+
+    url = environ.get("GPUPOOL_API_URL", "").rstrip("/") + "/api/hibernated"
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Authorization": f"token {environ.get('JUPYTERHUB_API_TOKEN', '')}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=10.0) as r:
+        return r.read(1 << 16)
+
+
 def hibernate_now(
     shell: Any,
     environ: MutableMapping[str, str] = os.environ,
     post: Callable[[str, dict[str, Any], MutableMapping[str, str], float], Any] = _post_own_server,
     say: Callable[[str], None] = print,
+    record: Callable[[dict[str, Any], MutableMapping[str, str]], Any] = _record_in_hub,
 ) -> bool:
     """`%gpupool hibernate`: save this kernel, ask the server to save its other kernels, then stop
     the server (jupyter_server's own /api/shutdown; the hub sees it gone and frees the share).
@@ -721,6 +748,18 @@ def hibernate_now(
         " the server stops now and your variables come back when you start it and open the notebook"
         + (f"; not kept: {', '.join(lost)}" if lost else "")
     )
+    if environ.get("GPUPOOL_API_URL"):
+        hibernated = {
+            "bytes": size,
+            "kernels": len(kernels),
+            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+        }
+        try:  # the home page and the admins' list show it, as they show the culler's
+            record({"server": environ.get("JUPYTERHUB_SERVER_NAME", ""), "hibernated": hibernated}, environ)
+        except (OSError, ValueError) as err:
+            say(
+                f"gpupool: the hub did not record this hibernation ({err}); your variables are saved all the same"
+            )
     try:
         post("api/shutdown", {}, environ, 5.0)
     except (OSError, ValueError):
