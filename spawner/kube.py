@@ -331,7 +331,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         reserved = alloc.total_milli if alloc is not None else 0
         memory = self.device_memory_mib(alloc) if alloc is not None else 0
         try:
-            asked = requested_milli(manifest, memory, self.mig_table())
+            asked = requested_milli(manifest, memory, self.mig_table(), self.backend())
         except (ValueError, ArithmeticError) as err:
             raise web.HTTPError(400, f"the pod's GPU fields cannot be read: {err}") from None
         if asked > reserved:
