@@ -166,6 +166,31 @@ async def test_the_quota_check_reads_a_plugged_in_backends_pods_and_never_counts
         assert err.value.status_code == status
 
 
+async def test_an_admins_pod_hook_sync_or_async_runs_before_the_quota_check(offline_spawner) -> None:
+    """kubespawner awaits modify_pod_hook and a callable profile_list whether sync or async;
+    the quota check wraps the hook and sees the pod it returns."""
+    from tornado import web
+
+    def add_gpu(spawner: object, pod: dict) -> dict:
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+        return pod
+
+    async def add_gpu_later(spawner: object, pod: dict) -> dict:
+        return add_gpu(spawner, pod)
+
+    for hook in (add_gpu, add_gpu_later):
+        ws = offline_spawner(modify_pod_hook=hook)
+        with pytest.raises(web.HTTPError, match="asks for 1 GPU but your quota allowed 0"):
+            await ws.modify_pod_hook(ws, final_pod({"cpu": "1"}))
+    ws = offline_spawner()  # no admin hook: the check alone, the pod unchanged
+    assert await ws.modify_pod_hook(ws, final_pod({"cpu": "1"})) == final_pod({"cpu": "1"})
+
+    async def profiles(spawner: object) -> list[dict]:  # an admin's profile_list may be async too
+        return PROFILES
+
+    assert "Quarter GPU" in await offline_spawner(profile_list=profiles).get_options_form()
+
+
 async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, caplog) -> None:
     from traitlets.config import Config
 
