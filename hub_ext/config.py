@@ -268,8 +268,9 @@ class GPUPool(LoggingConfigurable):
         alike: {", ".join(BACKENDS)}, or the import path of a
         `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
         annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
-        mig: a MIG profile per fraction; whole: whole GPUs only. The gpupool chart sets it from
-        `sharing.backend`. Example::
+        mig: a MIG profile per fraction; whole: whole GPUs only. A subclass reads its own pod
+        fields back (`read_fraction`, `read_annotations`) for the quota check, which refuses a
+        GPU resource no backend reads. The gpupool chart sets it from `sharing.backend`. Example::
 
             c.GPUPool.gpu_sharing = "hami"
         """,

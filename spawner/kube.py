@@ -8,10 +8,10 @@ after profiles, user options and modify_pod_hook, so no path can ask for more.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
@@ -210,9 +210,8 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             return value
 
         async def offered(spawner: GPUKubeSpawner) -> list[dict]:
-            profiles = value(spawner) if callable(value) else value
-            if inspect.isawaitable(profiles):
-                profiles = await profiles
+            # a callable may be async: awaited as kubespawner awaits it
+            profiles = await maybe_future(value(spawner)) if callable(value) else value
             if isinstance(profiles, dict):
                 profiles = [profiles[k] for k in sorted(profiles)]
             return spawner.offered_profiles(profiles)
@@ -379,9 +378,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def _checked_hook(self, hook: Callable | None) -> Callable:
         async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
             if hook is not None:
-                pod = hook(spawner, pod)
-                if inspect.isawaitable(pod):
-                    pod = await pod
+                pod = await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
             spawner.enforce_quota(spawner.api.api_client.sanitize_for_serialization(pod))
             return pod
 
@@ -394,7 +391,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         reserved = alloc.total_milli if alloc is not None else 0
         memory = self.device_memory_mib(alloc) if alloc is not None else 0
         try:
-            asked = requested_milli(manifest, memory, self.mig_table())
+            asked = requested_milli(manifest, memory, self.mig_table(), self.backend())
         except (ValueError, ArithmeticError) as err:
             raise web.HTTPError(400, f"the pod's GPU fields cannot be read: {err}") from None
         if asked > reserved:
