@@ -240,6 +240,7 @@ async def _serve(
     released = pool.reconcile(root.is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+    pool.started()
     from gpupool.admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool

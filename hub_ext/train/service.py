@@ -648,6 +648,7 @@ class TrainingService(JobBook):
                 row.pid = pid
             if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
+                self.pool.seen_running(Workload(WorkloadKind.TRAIN, row.owner, row.id))
                 if row.state == JobState.PREEMPTING:  # the signal may not have gone out before the crash
                     self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
 
