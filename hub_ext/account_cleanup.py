@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.accounts import MARKER
+from gpupool.accounts import MARKER, hub_user_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def made_accounts(state: str) -> list[MadeAccount]:
     for pw in pwd.getpwall():
         comment = pw.pw_gecos.split(",")[0]
         if comment.startswith(MARKER) and pw.pw_uid != 0 and pw.pw_dir.startswith(homes):
-            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, comment[len(MARKER) :]))
+            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, hub_user_of(comment)))
     return sorted(out, key=lambda a: a.name)
 
 
