@@ -29,6 +29,7 @@ from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
 from gpupool.pool.training import Job, in_quota_split, schedule
 from gpupool.runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
+from gpupool.runners.safe_files import open_file
 from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.book import JobBook, make_job_folders
@@ -353,9 +354,15 @@ class TrainingService(JobBook):
 
     @staticmethod
     def _log_line(row: TrainJob, line: str) -> None:
-        """Append to the job's log without following a link its owner may have put there."""
+        """Append to the job's log as the runner opens it (gpupool.runners.safe_files): no link
+        followed, never blocking (a FIFO its owner put there would hold the hub's loop until
+        someone read it), only a regular file of the folder's owner."""
         try:
-            fd = os.open(os.path.join(row.workdir, "job.log"), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            dir_fd = os.open(row.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, os.fstat(dir_fd).st_uid)
+            finally:
+                os.close(dir_fd)
         except OSError as err:
             log.warning("cannot write to the log of job %s: %s", row.id, err)
             return
