@@ -51,6 +51,27 @@ def processes_of(uid: int, proc: Path = Path("/proc")) -> list[int]:
     return pids
 
 
+def what_runs(pids: list[int], state: str, proc: Path = Path("/proc")) -> str:
+    """What the processes are, for the message: the train jobs (by their folder), else programs."""
+    jobs = os.path.join(os.path.abspath(state), "jobs") + os.sep
+    found: dict[str, list[int]] = {}
+    for pid in pids:
+        try:
+            cwd = os.readlink(proc / str(pid) / "cwd")
+        except OSError:
+            cwd = ""
+        if cwd.startswith(jobs) and len(Path(cwd[len(jobs) :]).parts) >= 2:
+            what = f"train job {Path(cwd[len(jobs) :]).parts[1]}"
+        else:
+            try:
+                what = os.path.basename((proc / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode())
+            except (OSError, UnicodeDecodeError):
+                what = "?"
+        found.setdefault(what or "?", []).append(pid)
+    shown = [f"{w} (pids {', '.join(map(str, p[:5]))})" for w, p in sorted(found.items())[:8]]
+    return "; ".join(shown) + (" ..." if len(found) > 8 else "")
+
+
 def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str]]:
     """userdel --remove every account gpupool made for this hub. An account with processes still
     running (its hub is up) is kept, with the reason, unless `kill`: then they are killed first.
@@ -61,7 +82,11 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
     for account in made_accounts(state):
         running = processes_of(account.uid)
         if running and not kill:
-            problems.append(f"{account.name}: {len(running)} of its processes still run (stop the hub first)")
+            problems.append(
+                f"{account.name}: {len(running)} of its processes still run (stop the hub first; train"
+                " jobs keep running after a stop unless it was `gpupool up --stop-jobs`:"
+                f" `gpupool accounts --remove --kill` ends them): {what_runs(running, state)}"
+            )
             continue
         for pid in running:
             try:

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+log = logging.getLogger("gpupool")
+
 if TYPE_CHECKING:
     from jupyterhub.app import JupyterHub
     from jupyterhub.user import User
@@ -64,6 +66,21 @@ class HubApp:
         app = self._app
         ip = app.hub_connect_ip or app.hub_ip or "127.0.0.1"
         return f"http://{ip}:{app.hub_port}{app.base_url.rstrip('/')}/hub/api"
+
+    def on_stop(self, callback: Callable[[str], object]) -> None:
+        """Call `callback(signal name)` first when the hub begins to stop (SIGTERM/SIGINT), before
+        JupyterHub stops its services and servers: from then on gpupool starts nothing new."""
+        app = self._app
+        shutdown = app.shutdown_cancel_tasks  # what JupyterHub's signal handlers call, looked up then
+
+        async def stopping(sig: Any = None) -> None:
+            try:
+                callback(getattr(sig, "name", "a stop"))
+            except Exception:  # noqa: BLE001 - the hub must stop whatever gpupool's part says
+                log.exception("gpupool's part of the stop failed")
+            await shutdown(sig)
+
+        app.shutdown_cancel_tasks = stopping
 
     # --- its spawner class ---------------------------------------------------------------------
     @property

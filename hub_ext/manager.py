@@ -32,7 +32,7 @@ from gpupool.pool import (
     Request,
     format_gpus,
 )
-from gpupool.pool.errors import RoomBeingFreed
+from gpupool.pool.errors import HubStopping, RoomBeingFreed
 from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
 from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -104,6 +104,8 @@ class PoolManager:
         # a restored backup: when it was made, and the workloads it held then that this hub has not
         # yet seen running: their shares close at the backup's time (nobody is charged for the time
         # between the backup and the restart; gpupool.backup)
+        # why nothing new may start (the hub is stopping); "" while it serves
+        self.stopping = ""
         self.backup_made: float | None = None
         self.unseen: set[tuple[str, str, str]] = set()
         self._load()
@@ -254,6 +256,8 @@ class PoolManager:
         affinity keeps it there), persist. Raises a PoolError that says what to do.
         Thread-safe (the manager's lock): `reserve_build_async` runs it off the event loop."""
         with self.lock:
+            if self.stopping:
+                raise HubStopping(self.stopping)
             return self._reserve_build(
                 owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools, groups_of
             )

@@ -186,6 +186,9 @@ async def _serve(
 
     log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
+    from gpupool.stopping import at_stop
+
+    hub.on_stop(lambda sig: at_stop(root, sig))  # from the first signal, nothing new starts
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())

@@ -523,7 +523,7 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
         assert f"jupyter-{name}\t" in listed.stdout and f"hub user {name}\t" in listed.stdout
         assert f"jupyter-{other}" not in listed.stdout
         busy = accounts("--remove")  # its server still runs: kept, with the reason
-        assert busy.returncode == 1 and "still run (stop the hub first)" in busy.stdout, busy.stdout
+        assert busy.returncode == 1 and "still run (stop the hub first" in busy.stdout, busy.stdout
         pwd.getpwnam(f"jupyter-{name}")
         hub.stop()
         done = accounts("--remove")

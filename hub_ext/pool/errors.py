@@ -23,6 +23,12 @@ class NoCapacity(PoolError):
     status = 409
 
 
+class HubStopping(PoolError):
+    """The hub is stopping: nothing new starts (a start now would outlive it, uncounted)."""
+
+    status = 503
+
+
 class RoomBeingFreed(NoCapacity):
     """No room yet, but train jobs that borrowed GPUs are being stopped for it (build first):
     the spawn may wait for them."""

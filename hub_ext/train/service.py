@@ -206,6 +206,8 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         self._observe(now)
+        if self.pool.stopping:  # the hub stops: runs that end are settled, nothing new starts
+            return {"admitted": [], "preempted": [], "moved": [], "resized": []}
         self._stop_idle(now)
         plan = self._plan(now)
         for p in plan.preempt:
@@ -302,6 +304,29 @@ class TrainingService(JobBook):
             row.intent = Intent.NONE
         if placement is not None:
             self.pool.state.release(placement)
+
+    def at_stop(self, end_jobs: bool, now: float | None = None) -> list[str]:
+        """The hub stops (the pool refuses new work already): its running jobs end, back to the
+        queue (`end_jobs`), or keep running for the next start to adopt. Lines for the log."""
+        now = now if now is not None else time.time()
+        rows = [r for r in self.jobs() if r.state in HAS_RUN]
+        if not rows:
+            return ["no train job runs"]
+        if end_jobs:
+            for r in rows:
+                if r.state == JobState.RUNNING:
+                    self._preempt(r.id, "the hub stopped", now, PreemptCause.HUB_STOP)
+            return [
+                f"{len(rows)} train job(s) told to stop (c.TrainPool.stop_jobs_at_stop): they go back to"
+                " the queue and resume from their checkpoints at the next start"
+            ]
+        accounts = sorted({a.name if (a := self._account_or_none(r.owner)) else r.owner for r in rows})
+        return [
+            f"{len(rows)} train job(s) keep running as {', '.join(accounts[:10])}"
+            f"{' ...' if len(accounts) > 10 else ''} ({', '.join(r.id for r in rows[:10])}): they are"
+            " adopted at the next start; `gpupool up --stop-jobs` (c.TrainPool.stop_jobs_at_stop) ends"
+            " them at a stop"
+        ]
 
     def _account_or_none(self, owner: str) -> Account | None:
         try:

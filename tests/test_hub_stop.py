@@ -1,0 +1,74 @@
+"""Stop means stop: from the first SIGTERM the hub starts nothing new (the GPUs a stopped server
+gives back during the shutdown once went to a queued job, which then ran on with no hub counting
+it), and the log says what keeps running. A real hub stopped as `make up`'s Ctrl-C stops it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tests.hubtools import Hub
+
+pytestmark = pytest.mark.hub
+J = "/services/gpupool/api/jobs"
+CONFIG = """
+c.TrainPool.tick_s = 0.2
+c.TrainPool.projects = {"lab": {"guarantee": 1}}
+"""
+WAITER = """
+import os, time
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hub) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    token = hub.user_token("ann")
+    hub.spawn("ann", 0.5)  # its GPU comes back when the stop ends the server
+    running = hub.api("POST", J, {"project": "lab", "gpus": 1, "name": "runs", "script": WAITER}, token=token)
+    running = hub.wait_job(running["id"], {"running"}, token)
+    queued = hub.api("POST", J, {"project": "lab", "gpus": 3, "name": "waits", "script": WAITER}, token=token)
+    assert hub.api("GET", f"{J}/{queued['id']}", token=token)["state"] == "queued"
+    before = hub.log_path.stat().st_size
+    hub.stop()  # SIGTERM, as Ctrl-C on `make up`
+    log = hub.log_path.read_bytes()[before:].decode(errors="replace")
+    con = sqlite3.connect(hub.state / "gpupool.sqlite")
+    try:
+        state = con.execute("SELECT state FROM gpupool_jobs WHERE id = ?", (queued["id"],)).fetchone()[0]
+    finally:
+        con.close()
+    assert state == "queued", log  # not started by the stopping hub
+    assert "allocated" not in log.split("no server or train job starts from now", 1)[-1], log
+    assert "no server or train job starts from now" in log, log
+    assert "1 train job(s) keep running as" in log and running["id"] in log, log
+    assert "adopted at the next start" in log and "--stop-jobs" in log, log
+
+
+def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
+    from gpupool.pool.errors import HubStopping
+    from gpupool.stopping import WHY
+    from tests.support.pools import make_pool
+
+    pool = make_pool(tmp_path, 2)
+    pool.stopping = WHY
+    with pytest.raises(HubStopping, match="the hub is stopping") as err:
+        pool.reserve_build("ann", [], "", 250)
+    assert err.value.status == 503 and pool.store.allocations() == []
+
+
+def test_make_clean_names_what_still_runs_as_an_account(tmp_path) -> None:
+    from gpupool.account_cleanup import what_runs
+
+    state, proc = tmp_path / "state", tmp_path / "proc"
+    (state / "jobs" / "alice" / "train-7f3a").mkdir(parents=True)
+    for pid, cwd, cmd in (
+        (11, state / "jobs" / "alice" / "train-7f3a", b"python\0job.py"),
+        (12, tmp_path, b"/x/jupyterhub-singleuser\0"),
+    ):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cwd").symlink_to(cwd)
+        (proc / str(pid) / "cmdline").write_bytes(cmd)
+    said = what_runs([11, 12], str(state), proc)
+    assert said == "jupyterhub-singleuser (pids 12); train job train-7f3a (pids 11)", said
