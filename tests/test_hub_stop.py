@@ -72,3 +72,30 @@ def test_make_clean_names_what_still_runs_as_an_account(tmp_path) -> None:
         (proc / str(pid) / "cmdline").write_bytes(cmd)
     said = what_runs([11, 12], str(state), proc)
     assert said == "jupyterhub-singleuser (pids 12); train job train-7f3a (pids 11)", said
+
+
+def test_the_submission_rate_limit_survives_a_restart(tmp_path) -> None:
+    """A restarted hub counts the last minute's submissions from its database: a user cannot
+    restart the count by waiting for a restart (or causing one)."""
+    import asyncio
+    import time
+
+    from gpupool.train.backend import LocalTraining
+    from gpupool.train.request import JobCode, JobRequest
+    from gpupool.train.volume import SubmitRate, recent_submissions
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    wall = time.time()
+    for k, at in enumerate(
+        (wall - 90, wall - 30, wall - 20, wall - 10)
+    ):  # the first one is over a minute ago
+        job = JobRequest(
+            owner="ann", project="lab", name=f"j{k}", num_gpu=1, gpu_milli=1000, code=JobCode.notebook(b"{}")
+        )
+        asyncio.run(LocalTraining(svc).submit(job, now=at))
+    rate = SubmitRate(3)  # as a restarted hub makes it
+    rate.seed(recent_submissions(svc.pool.store, wall), wall, 1000.0)
+    assert "at most 3" in rate.refuse("ann", 1000.0) and "try again in 30 s" in rate.refuse("ann", 1000.0)
+    assert rate.refuse("bob", 1000.0) == ""
+    assert rate.refuse("ann", 1031.0) == ""  # the oldest of the three has left the minute
