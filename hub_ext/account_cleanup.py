@@ -104,6 +104,23 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
     return removed, problems
 
 
+def remove_cgroups(state: str) -> list[str]:
+    """The hub's cgroup folders (gpupool.contain), when nothing runs in them: the hub made them, and
+    they would outlive the state folder that names them. What still runs keeps its folder."""
+    from gpupool.contain import detect, hub_key
+
+    tree = detect("auto", hub_key(f"sqlite:///{os.path.abspath(state)}/gpupool.sqlite"))
+    if not tree.available or not tree.root.is_dir():
+        return []
+    for inst in tree.names():
+        tree.remove(inst)  # False (kept) while a workload in it has processes
+    try:
+        tree.root.rmdir()
+    except OSError:
+        return []
+    return [f"cgroup folder {tree.root}"]
+
+
 def main(state: str, remove: bool, kill: bool = False) -> int:
     """The `gpupool accounts` command."""
     accounts = made_accounts(state)
@@ -117,6 +134,7 @@ def main(state: str, remove: bool, kill: bool = False) -> int:
         print("gpupool: removing accounts needs root (userdel)")
         return 1
     removed, problems = remove_accounts(state, kill)
+    removed += remove_cgroups(state)
     for name in removed:
         print(f"removed {name}")
     for line in problems:

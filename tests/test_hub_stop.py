@@ -99,3 +99,16 @@ def test_the_submission_rate_limit_survives_a_restart(tmp_path) -> None:
     assert "at most 3" in rate.refuse("ann", 1000.0) and "try again in 30 s" in rate.refuse("ann", 1000.0)
     assert rate.refuse("bob", 1000.0) == ""
     assert rate.refuse("ann", 1031.0) == ""  # the oldest of the three has left the minute
+
+
+def test_make_clean_removes_the_hubs_cgroup_folders(tmp_path) -> None:
+    from gpupool.account_cleanup import remove_cgroups
+    from gpupool.contain import detect, hub_key
+
+    state = tmp_path / "state"
+    tree = detect("auto", hub_key(f"sqlite:///{state}/gpupool.sqlite"))
+    if not tree.available:
+        pytest.skip(f"no cgroups here: {tree.reason}")
+    tree.make("a1b2c3d4e5f6/ws-0123")  # left by a stopped hub, empty
+    assert remove_cgroups(str(state)) == [f"cgroup folder {tree.root}"]
+    assert not tree.root.exists()

@@ -527,7 +527,11 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
         pwd.getpwnam(f"jupyter-{name}")
         hub.stop()
         done = accounts("--remove")
-        assert done.returncode == 0 and done.stdout.strip() == f"removed jupyter-{name}", done.stdout
+        said = done.stdout.splitlines()
+        assert done.returncode == 0 and said[0] == f"removed jupyter-{name}", done.stdout
+        assert all(line.startswith("removed cgroup folder ") for line in said[1:]), (
+            done.stdout
+        )  # the hub's own
         with pytest.raises(KeyError):
             pwd.getpwnam(f"jupyter-{name}")
         assert not Path(hub.state, "home", f"jupyter-{name}").exists()
