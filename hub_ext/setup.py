@@ -286,7 +286,9 @@ def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) 
     from gpupool.usage.metrics import register_metrics
     from gpupool.usage.service import UsageService
 
-    usage = UsageService(pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None)
+    usage = UsageService(
+        pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None, group_map=hub.group_map
+    )
 
     def prune() -> None:
         try:
