@@ -136,12 +136,12 @@ def restore(backup_dir: Path, state: Path, proc_root: str = "/proc") -> list[str
                     done.append(f"moved {old} aside to {aside.name}")
             os.replace(copy, state / name)
             done.append(f"restored {state / name}")
-        copies = []
         return done
     finally:
         os.close(dfd)
-        for copy in copies:
-            copy.unlink(missing_ok=True)
+        for name in FILES:  # a copy refused, or what checking a WAL-mode copy left beside it
+            for left in state.glob(f"{name}.restoring-{stamp}*"):
+                left.unlink(missing_ok=True)
 
 
 def copy_checked(dfd: int, backup_dir: Path, name: str, to: Path) -> Path:

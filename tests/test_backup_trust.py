@@ -104,6 +104,7 @@ def test_restore_refuses_a_backup_others_could_have_changed(tmp_path: Path) -> N
     (good / FILES[0]).unlink()
     (tmp_path / "real.sqlite").rename(good / FILES[0])
     assert any("restored" in line for line in restore(good, state))
+    assert not list(state.glob("*.restoring-*"))  # the checked copies became the state's files
 
 
 @as_root
