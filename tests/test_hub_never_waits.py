@@ -44,3 +44,22 @@ def test_the_hubs_job_log_lines_never_block_on_a_fifo_nor_follow_a_link(tmp_path
     (plain / "job.log").write_text("the job's own line\n")
     assert appended_within(plain)
     assert (plain / "job.log").read_text() == "the job's own line\n--- gpupool: cancelled ---\n"
+
+
+def test_every_open_in_a_job_folder_refuses_a_fifo_or_a_link_at_once(tmp_path: Path) -> None:
+    """The one helper the hub opens a user's files with (the job's log read by the logs API, its
+    exit record, its checkpoint files): a FIFO is refused without waiting for a writer or a reader,
+    a link is not followed."""
+    import pytest
+
+    from gpupool.runners.safe_files import UnsafePath, folder, open_file, read_small
+
+    os.mkfifo(tmp_path / "job.log")
+    (tmp_path / "exit.json").symlink_to("/etc/passwd")
+    uid = os.getuid()
+    with folder(str(tmp_path), uid) as dir_fd:
+        for flags in (os.O_RDONLY, os.O_WRONLY | os.O_APPEND):
+            with pytest.raises(OSError, match="not a regular file|No such device"):
+                open_file(dir_fd, "job.log", flags, uid)
+        with pytest.raises(UnsafePath, match="links are not followed"):
+            read_small(dir_fd, "exit.json", uid)
