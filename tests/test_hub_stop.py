@@ -112,3 +112,38 @@ def test_make_clean_removes_the_hubs_cgroup_folders(tmp_path) -> None:
     tree.make("a1b2c3d4e5f6/ws-0123")  # left by a stopped hub, empty
     assert remove_cgroups(str(state)) == [f"cgroup folder {tree.root}"]
     assert not tree.root.exists()
+
+
+def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_none(tmp_path) -> None:
+    """`gpupool up --stop-jobs`: the running job is told to stop and goes back to the queue (it
+    resumes at the next start); the queued one is not admitted while the hub stops."""
+    import sys
+
+    from gpupool.stopping import WHY
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training, run_until
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}}, grace_s=5.0)
+    waiter = "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.02)\n"
+
+    def submit(name: str):
+        return svc.submit(
+            job_request(
+                owner="ann",
+                project="lab",
+                name=name,
+                command=[sys.executable, "job.py"],
+                files={"job.py": waiter.encode()},
+            )
+        ).id
+
+    first = submit("first")
+    run_until(svc, lambda: svc.job(first).state == "running" and svc.job(first).pid)
+    second = submit("second")
+    svc.pool.stopping = WHY  # what gpupool.stopping.at_stop does first
+    lines = svc.at_stop(end_jobs=True)
+    assert "1 train job(s) told to stop" in lines[0], lines
+    run_until(svc, lambda: svc.job(first).state == "queued")  # its run ended by the stop
+    assert svc.job(second).state == "queued" and svc.pool.store.allocations() == []
+    events = [e for e in svc.pool.store.events(limit=50) if e.name == first and e.kind == "preempt"]
+    assert events and events[0].data["cause"] == "hub-stop"
