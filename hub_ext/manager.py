@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -32,7 +33,7 @@ from gpupool.pool import (
     Request,
     format_gpus,
 )
-from gpupool.pool.errors import HubStopping, RoomBeingFreed
+from gpupool.pool.errors import DiskReserve, HubStopping, RoomBeingFreed
 from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
 from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -106,6 +107,8 @@ class PoolManager:
         # between the backup and the restart; gpupool.backup)
         # why nothing new may start (the hub is stopping); "" while it serves
         self.stopping = ""
+        # MiB kept free on the databases' disk (c.GPUPool.min_free_disk_mib): below it nothing starts
+        self.min_free_mib = 0
         self.backup_made: float | None = None
         self.unseen: set[tuple[str, str, str]] = set()
         self._load()
@@ -125,6 +128,22 @@ class PoolManager:
             except Exception as err:  # noqa: BLE001 - a bad row must not stop the hub
                 log.warning("dropping allocation %s (%s): %s", row.id, _label(row), err)
                 self._delete(row.id, reason=f"no longer fits the inventory: {err}")
+
+    def disk_refusal(self) -> str:
+        """Why nothing may start now: the disk of the (SQLite) databases is down to the reserve; ""
+        when it is not (or there is no reserve, or the database is a server's). One statvfs."""
+        url = self.store.engine.url
+        if not self.min_free_mib or url.get_backend_name() != "sqlite" or not url.database:
+            return ""
+        st = os.statvfs(os.path.dirname(os.path.abspath(url.database)))
+        free = st.f_bavail * st.f_frsize // 2**20
+        if free >= self.min_free_mib:
+            return ""
+        return (
+            f"the disk that holds the hub's databases has {free} MiB free, under the"
+            f" {self.min_free_mib} MiB it keeps (c.GPUPool.min_free_disk_mib): no server or job starts"
+            " until an admin frees space there (users' files on that disk may have filled it)"
+        )
 
     def seen_running(self, w: Workload) -> None:
         """The hub found `w` running after its start: its share stays open, charged as it runs."""
@@ -258,6 +277,8 @@ class PoolManager:
         with self.lock:
             if self.stopping:
                 raise HubStopping(self.stopping)
+            if why := self.disk_refusal():
+                raise DiskReserve(why)
             return self._reserve_build(
                 owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools, groups_of
             )

@@ -120,6 +120,7 @@ class GPUPoolHub:
                 skipped_settings=skipped,
                 hooks=ServiceHooks(self.services),  # the services' answers once they run
             )
+            self._pool.min_free_mib = self.settings.min_free_disk_mib
         return self._pool
 
     @property

@@ -147,3 +147,29 @@ def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_n
     assert svc.job(second).state == "queued" and svc.pool.store.allocations() == []
     events = [e for e in svc.pool.store.events(limit=50) if e.name == first and e.kind == "preempt"]
     assert events and events[0].data["cause"] == "hub-stop"
+
+
+def test_nothing_starts_once_the_databases_disk_is_down_to_its_reserve(tmp_path) -> None:
+    """A user's files cannot take the space the hub records what runs in: below
+    c.GPUPool.min_free_disk_mib on the databases' disk, spawns and job submissions are refused
+    (507, with the reason) before anything is written. A reserve larger than the disk stands in
+    for a disk a user filled."""
+    import sys
+
+    from gpupool.pool.errors import DiskReserve
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 2, projects={"lab": {"guarantee": 1}})
+    pool = svc.pool
+    pool.min_free_mib = 2**40  # 1 EiB: more than any disk has free
+    with pytest.raises(DiskReserve, match="min_free_disk_mib") as err:
+        pool.reserve_build("ann", [], "", 250)
+    assert err.value.status == 507 and pool.store.allocations() == []
+    job = job_request(owner="ann", project="lab", name="j", command=[sys.executable, "-c", "pass"])
+    with pytest.raises(DiskReserve):
+        svc.submit(job)
+    assert svc.jobs() == []  # no folder, no row
+    pool.min_free_mib = 1  # space again
+    pool.reserve_build("ann", [], "", 250)
+    assert svc.submit(job).state == "queued"

@@ -197,6 +197,8 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
                 raise web.HTTPError(400, str(err)) from None
+            except PoolError as err:  # the databases' disk down to its reserve (507)
+                raise web.HTTPError(err.status, str(err)) from None
             except OSError as err:
                 if err.errno == errno.ENOSPC:
                     raise  # a full disk: 507, said as such (APIHandler.write_error)

@@ -24,6 +24,7 @@ from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
+from gpupool.pool.errors import DiskReserve
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
@@ -105,6 +106,8 @@ class TrainingService(JobBook):
         jobs' accounts can run it), a notebook executed beside its input. An elastic job
         (`job.min_gpus`) runs on min_gpus to num_gpu whole GPUs; `job.pools` were checked by
         the caller."""
+        if why := self.pool.disk_refusal():  # before its folder takes any of the reserve
+            raise DiskReserve(why)
         account = self.account(job.owner)  # refused before anything is written
         if account is not None:
             self._show_jobs_to(job.owner, account)
@@ -206,7 +209,7 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         self._observe(now)
-        if self.pool.stopping:  # the hub stops: runs that end are settled, nothing new starts
+        if self.pool.stopping or self.pool.disk_refusal():  # nothing new starts; ended runs are settled
             return {"admitted": [], "preempted": [], "moved": [], "resized": []}
         self._stop_idle(now)
         plan = self._plan(now)
