@@ -55,7 +55,7 @@ class GPUPool(LoggingConfigurable):
     )
 
     min_free_disk_mib = Int(
-        1024,
+        256,
         min=0,
         config=True,
         help="""MiB kept free on the disk that holds the hub's SQLite databases: below
