@@ -94,4 +94,4 @@ bench: venv
 # whose comment says `gpupool user <name>` and whose home is in ./state)
 clean:
 	@if [ -x $(VENV)/bin/gpupool ] && [ -d state ]; then $(VENV)/bin/gpupool accounts --remove --state state; fi
-	rm -rf $(VENV) node_modules state test-artifacts
+	rm -rf $(VENV) node_modules state test-artifacts gpupool.egg-info

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.accounts import MARKER
+from gpupool.accounts import MARKER, hub_user_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def made_accounts(state: str) -> list[MadeAccount]:
     for pw in pwd.getpwall():
         comment = pw.pw_gecos.split(",")[0]
         if comment.startswith(MARKER) and pw.pw_uid != 0 and pw.pw_dir.startswith(homes):
-            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, comment[len(MARKER) :]))
+            out.append(MadeAccount(pw.pw_name, pw.pw_uid, pw.pw_dir, hub_user_of(comment)))
     return sorted(out, key=lambda a: a.name)
 
 
@@ -51,6 +51,27 @@ def processes_of(uid: int, proc: Path = Path("/proc")) -> list[int]:
     return pids
 
 
+def what_runs(pids: list[int], state: str, proc: Path = Path("/proc")) -> str:
+    """What the processes are, for the message: the train jobs (by their folder), else programs."""
+    jobs = os.path.join(os.path.abspath(state), "jobs") + os.sep
+    found: dict[str, list[int]] = {}
+    for pid in pids:
+        try:
+            cwd = os.readlink(proc / str(pid) / "cwd")
+        except OSError:
+            cwd = ""
+        if cwd.startswith(jobs) and len(Path(cwd[len(jobs) :]).parts) >= 2:
+            what = f"train job {Path(cwd[len(jobs) :]).parts[1]}"
+        else:
+            try:
+                what = os.path.basename((proc / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode())
+            except (OSError, UnicodeDecodeError):
+                what = "?"
+        found.setdefault(what or "?", []).append(pid)
+    shown = [f"{w} (pids {', '.join(map(str, p[:5]))})" for w, p in sorted(found.items())[:8]]
+    return "; ".join(shown) + (" ..." if len(found) > 8 else "")
+
+
 def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str]]:
     """userdel --remove every account gpupool made for this hub. An account with processes still
     running (its hub is up) is kept, with the reason, unless `kill`: then they are killed first.
@@ -61,7 +82,11 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
     for account in made_accounts(state):
         running = processes_of(account.uid)
         if running and not kill:
-            problems.append(f"{account.name}: {len(running)} of its processes still run (stop the hub first)")
+            problems.append(
+                f"{account.name}: {len(running)} of its processes still run (stop the hub first; train"
+                " jobs keep running after a stop unless it was `gpupool up --stop-jobs`:"
+                f" `gpupool accounts --remove --kill` ends them): {what_runs(running, state)}"
+            )
             continue
         for pid in running:
             try:
@@ -79,6 +104,23 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
     return removed, problems
 
 
+def remove_cgroups(state: str) -> list[str]:
+    """The hub's cgroup folders (gpupool.contain), when nothing runs in them: the hub made them, and
+    they would outlive the state folder that names them. What still runs keeps its folder."""
+    from gpupool.contain import detect, hub_key
+
+    tree = detect("auto", hub_key(f"sqlite:///{os.path.abspath(state)}/gpupool.sqlite"))
+    if not tree.available or not tree.root.is_dir():
+        return []
+    for inst in tree.names():
+        tree.remove(inst)  # False (kept) while a workload in it has processes
+    try:
+        tree.root.rmdir()
+    except OSError:
+        return []
+    return [f"cgroup folder {tree.root}"]
+
+
 def main(state: str, remove: bool, kill: bool = False) -> int:
     """The `gpupool accounts` command."""
     accounts = made_accounts(state)
@@ -92,6 +134,7 @@ def main(state: str, remove: bool, kill: bool = False) -> int:
         print("gpupool: removing accounts needs root (userdel)")
         return 1
     removed, problems = remove_accounts(state, kill)
+    removed += remove_cgroups(state)
     for name in removed:
         print(f"removed {name}")
     for line in problems:

@@ -5,14 +5,17 @@ gets an account of their own, made with `useradd` the first time it is needed (J
 `LocalAuthenticator.create_system_users` habit), with a home only it can read (0700).
 
 Which account is whose is stored, not derived: the account's comment field names the hub user it
-was made for (`gpupool user <hub name>`), and a hub user's account is the one whose comment names
-them, whatever its name. A name is chosen only when the account is made: `prefix + hub name` when
+was made for and the hub that made it (`gpupool user <hub name> hub <hub key>`, the key naming the
+hub's database, as its cgroups do), and a hub user's account is the one whose comment names them
+and this hub, whatever its name: two hubs on one machine never share an account (another hub's
+`jupyter-alice` is to this hub's alice what a squatted name is). A name is chosen only when the account is made: `prefix + hub name` when
 that is a valid, free Unix name; for other hub names (`alice.smith@uni.edu`, 60 characters,
 capitals) a normalized name with a hash of the hub name; and when the chosen name is already
 taken — by an earlier account, or by another user who registered a hub name that maps onto it
 first — a name with a random part. No one can claim another user's account by predicting its
 name: they get the name, the other user gets another account, and nobody is locked out. Accounts
-made before this rule (the name computed, the comment theirs) keep working.
+made before this rule (the name computed, the comment theirs) keep working; one whose comment has
+no hub key is this hub's only when its home lies in this hub's `home_root`.
 
 Making accounts is bounded: at most `max_created_per_minute` in any minute and `max_accounts` in
 all, so log-ins cannot fill the password file.
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traitlets import Bool, Int, TraitError, Unicode, validate
+from traitlets import Bool, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]*\Z")
 MAX_UNIX_NAME = 32  # useradd's limit on Linux
 MAX_HUB_NAME = 255  # the longest hub name gpupool maps (JupyterHub's own column is 255)
 MARKER = "gpupool user "  # the comment (GECOS) of an account gpupool made; no ':' or ',' allowed there
+HUB_MARK = " hub "  # then the key of the hub that made it
 _lock = threading.Lock()  # two spawns of one user must not both run useradd
 _made: deque[float] = deque()  # when this hub process made accounts (the per-minute bound)
 
@@ -126,6 +130,44 @@ class SystemAccounts(Configurable):
         """,
     )
 
+    hub_key = Unicode(
+        "",
+        config=True,
+        help="""Names this hub in the comment of each account it makes, so that
+        another hub on the machine never uses it. Default: the hub's key, a hash of
+        c.GPUPool.db_url (what names its cgroups); set it only to keep the accounts of a hub whose
+        database moved. Example::
+
+            c.SystemAccounts.hub_key = "3fa2c1d4e5f6"
+        """,
+    )
+
+    @default("hub_key")
+    def _hub_key(self) -> str:
+        from gpupool.config import GPUPool
+        from gpupool.contain import hub_key
+
+        return hub_key(GPUPool(config=self.config).db_url)
+
+    @validate("hub_key")
+    def _check_hub_key(self, proposal: dict) -> str:
+        value = proposal["value"]
+        if not re.fullmatch(r"[A-Za-z0-9]{1,64}", value):
+            raise TraitError(f"SystemAccounts.hub_key must be 1 to 64 letters or digits, not {value[:40]!r}")
+        return value
+
+    def comment(self, hub_name: str) -> str:
+        """What this hub writes in the comment of `hub_name`'s account."""
+        return comment_for(hub_name, self.hub_key)
+
+    def belongs(self, pw: pwd.struct_passwd, hub_name: str) -> bool:
+        """Is `pw` the account this hub made for `hub_name`? Its comment names both; an account
+        made before comments named the hub, only with its home in this hub's homes."""
+        comment = pw.pw_gecos.split(",")[0]
+        if comment == self.comment(hub_name):
+            return True
+        return comment == comment_for(hub_name) and self._ours(pw)
+
     @validate("prefix")
     def _check_prefix(self, proposal: dict) -> str:
         value = proposal["value"]
@@ -144,16 +186,15 @@ class SystemAccounts(Configurable):
         account whose comment names this hub user (the stored mapping), else — an account gpupool
         did not make (an admin's, a PAM user's) — the one of the computed name."""
         name = self.name_for(hub_name)
-        mine = comment_for(hub_name)
         try:
             pw = pwd.getpwnam(name)
         except KeyError:
             pw = None
-        if pw is not None and (pw.pw_gecos.split(",")[0] == mine or not pw.pw_gecos.startswith(MARKER)):
+        if pw is not None and (self.belongs(pw, hub_name) or not pw.pw_gecos.startswith(MARKER)):
             return self._checked(pw, hub_name)
         if not self.create:  # accounts an admin made: by name only (LocalProcessSpawner's rule)
             return None
-        found = next((p for p in pwd.getpwall() if p.pw_gecos.split(",")[0] == mine and self._ours(p)), None)
+        found = next((p for p in pwd.getpwall() if self.belongs(p, hub_name) and self._ours(p)), None)
         return self._checked(found, hub_name) if found is not None else None
 
     def _ours(self, pw: pwd.struct_passwd) -> bool:
@@ -224,7 +265,7 @@ class SystemAccounts(Configurable):
             "--shell",
             self.shell,
             "--comment",
-            comment_for(hub_name),
+            self.comment(hub_name),
             "-K",
             "UMASK=0077",
         ]
@@ -248,29 +289,35 @@ class SystemAccounts(Configurable):
         home = pwd.getpwnam(name).pw_dir
         os.chmod(home, 0o700)  # whatever HOME_MODE the system's login.defs says
 
-    @staticmethod
-    def _checked(pw: pwd.struct_passwd, hub_name: str) -> Account:
-        comment = pw.pw_gecos.split(",")[0]
+    def _checked(self, pw: pwd.struct_passwd, hub_name: str) -> Account:
         if pw.pw_uid == 0 or pw.pw_gid == 0:
             raise AccountError(
                 f"the Unix account {pw.pw_name!r} is root's or in root's group:"
                 " workspaces and jobs never run as root"
             )
-        if comment.startswith(MARKER) and comment != comment_for(hub_name):
+        if pw.pw_gecos.startswith(MARKER) and not self.belongs(pw, hub_name):
             raise AccountError(
                 f"the Unix account {pw.pw_name!r} belongs to hub user"
-                f" {comment[len(MARKER) :][:64]!r}, not {hub_name[:64]!r}: this name cannot be"
-                " used on this hub (ask an admin)"
+                f" {hub_user_of(pw.pw_gecos)[:64]!r} of a hub, not to {hub_name[:64]!r} of this one:"
+                " this name cannot be used on this hub (ask an admin)"
             )
         return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
 
 
-def comment_for(hub_name: str) -> str:
-    """The account comment that names its hub user: the name where the passwd file can hold it,
-    else a hash of it."""
+def comment_for(hub_name: str, hub_key: str = "") -> str:
+    """The account comment that names its hub user (the name where the passwd file can hold it,
+    else a hash of it) and the hub that made it (`hub_key`; without it, the comment accounts had
+    before comments named their hub)."""
     if re.fullmatch(r"[A-Za-z0-9_.@+-]{1,128}", hub_name):
-        return MARKER + hub_name
-    return MARKER + "sha256 " + hashlib.sha256(hub_name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        who = MARKER + hub_name
+    else:
+        who = MARKER + "sha256 " + hashlib.sha256(hub_name.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{who}{HUB_MARK}{hub_key}" if hub_key else who
+
+
+def hub_user_of(gecos: str) -> str:
+    """The hub user a gpupool comment names (its hub key left out)."""
+    return gecos.split(",")[0][len(MARKER) :].split(HUB_MARK)[0]
 
 
 def unix_name(hub_name: str, prefix: str = "") -> str:

@@ -126,6 +126,7 @@ def up(args: argparse.Namespace) -> int:
         GPUPOOL_CONFIG=config,
         GPUPOOL_CHP=chp_command(),
         GPUPOOL_DEMO_CULLING="1" if args.demo_culling else "",
+        GPUPOOL_STOP_JOBS="1" if args.stop_jobs else "",
         **port_env(args),
     )
     if not args.user_env and os.geteuid() == 0 and not os.environ.get("GPUPOOL_SPAWNER"):
@@ -326,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a commented config file and exit",
     )
     p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument(
+        "--stop-jobs",
+        action="store_true",
+        help="end the running train jobs when the hub stops (they resume from their checkpoints at"
+        " the next start); without it they keep running and the next start adopts them"
+        " (c.TrainPool.stop_jobs_at_stop)",
+    )
     p_up.add_argument(
         "--demo-culling",
         action="store_true",

@@ -55,6 +55,20 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
+    min_free_disk_mib = Int(
+        256,
+        min=0,
+        config=True,
+        help="""MiB kept free on the disk that holds the hub's SQLite databases: below
+        it no server or train job starts (507, with the reason) and the scheduler admits none, so
+        that users' files — homes and job folders, on that disk in `gpupool up` — cannot take the
+        space the hub needs to record what runs. What already runs goes on (a job's folder has its
+        own limit, c.TrainPool.max_job_folder_mib). 0: no reserve. Example::
+
+            c.GPUPool.min_free_disk_mib = 4096
+        """,
+    )
+
     use_nvml = Bool(
         True,
         config=True,

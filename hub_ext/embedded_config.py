@@ -71,5 +71,7 @@ apply_demo(c)  # virtual GPUs where NVML finds none, two training projects (gpup
 if os.environ.get("GPUPOOL_DEMO_CULLING") == "1":  # gpupool up --demo-culling
     apply_demo_culling(c)
 
+if os.environ.get("GPUPOOL_STOP_JOBS") == "1":  # gpupool up --stop-jobs
+    c.TrainPool.stop_jobs_at_stop = True
 load_user_config(c, os.environ.get("GPUPOOL_CONFIG", ""))
 configure(c, spawner=spawner, culler=os.environ.get("GPUPOOL_CULLER", "1") == "1")

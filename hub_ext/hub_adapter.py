@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+log = logging.getLogger("gpupool")
+
 if TYPE_CHECKING:
     from jupyterhub.app import JupyterHub
     from jupyterhub.user import User
@@ -65,6 +67,21 @@ class HubApp:
         ip = app.hub_connect_ip or app.hub_ip or "127.0.0.1"
         return f"http://{ip}:{app.hub_port}{app.base_url.rstrip('/')}/hub/api"
 
+    def on_stop(self, callback: Callable[[str], object]) -> None:
+        """Call `callback(signal name)` first when the hub begins to stop (SIGTERM/SIGINT), before
+        JupyterHub stops its services and servers: from then on gpupool starts nothing new."""
+        app = self._app
+        shutdown = app.shutdown_cancel_tasks  # what JupyterHub's signal handlers call, looked up then
+
+        async def stopping(sig: Any = None) -> None:
+            try:
+                callback(getattr(sig, "name", "a stop"))
+            except Exception:  # noqa: BLE001 - the hub must stop whatever gpupool's part says
+                log.exception("gpupool's part of the stop failed")
+            await shutdown(sig)
+
+        app.shutdown_cancel_tasks = stopping
+
     # --- its spawner class ---------------------------------------------------------------------
     @property
     def follows_published_gpu(self) -> bool:
@@ -98,6 +115,16 @@ class HubApp:
         """The user's groups as the hub has them now, sorted (none for an unknown user)."""
         user = self.user(name)
         return tuple(sorted(g.name for g in user.groups)) if user is not None else ()
+
+    def group_map(self) -> dict[str, tuple[str, ...]]:
+        """Every user's groups (sorted) in one query of the hub's database; users in no group are
+        left out. For work that runs off the loop and must not touch the hub's session."""
+        from jupyterhub import orm
+
+        out: dict[str, list[str]] = {}
+        for user, group in self._app.db.query(orm.User.name, orm.Group.name).join(orm.User.groups):
+            out.setdefault(user, []).append(group)
+        return {u: tuple(sorted(g)) for u, g in out.items()}
 
     def server_active(self, owner: str, name: str) -> bool:
         """Does the hub know a running or starting server `name` of `owner`?"""

@@ -53,10 +53,61 @@ def running(tree: Tree, hub_key: str, proc_root: str = "/proc") -> dict[str, lis
     return out
 
 
-def settle(store, tree: Tree, hub_key: str, where: str, state_hint: str = "") -> str:
+def unknown_work(tree: Tree, mine: str, known: set[str]) -> dict[str, list[int]]:
+    """Populated workload cgroups of this instance (`job-<id>`, `ws-<digest>`) that the databases do
+    not know as running: work started after the backup they were restored from."""
+    out = {}
+    for w in tree.names(mine):
+        if w not in known:
+            pids = tree.pids(f"{mine}/{w}")
+            if pids:
+                out[w] = pids
+    return out
+
+
+def whose(pid: int, proc_root: str = "/proc") -> str:
+    """The hub user a workload process runs for (its JUPYTERHUB_USER), for the message; "" if unknown."""
+    try:
+        for var in (Path(proc_root) / str(pid) / "environ").read_bytes().split(b"\0"):
+            if var.startswith(b"JUPYTERHUB_USER="):
+                return var[16:80].decode(errors="replace")
+    except OSError:
+        pass
+    return ""
+
+
+def refuse_unknown(tree: Tree, mine: str, known: set[str], where: str, state_hint: str = "") -> None:
+    unknown = unknown_work(tree, mine, known)
+    if not unknown:
+        return
+    items = []
+    for w, pids in sorted(unknown.items())[:10]:
+        what = f"train job {w[4:]}" if w.startswith("job-") else "a workspace"
+        user = whose(pids[0])
+        items.append(
+            f"{what}{' of ' + user if user else ''} (cgroup {tree.path(f'{mine}/{w}')}, pids"
+            f" {', '.join(map(str, sorted(pids)[:5]))})"
+        )
+    raise LostState(
+        f"gpupool will not start: {len(unknown)} workload(s) of this hub run that its database {where}"
+        f" does not know: {'; '.join(items)}. The database is older than they are (a restore of an"
+        " earlier backup?): starting would show their GPUs free and hand them out again. End them"
+        f" (kill the cgroup's processes, e.g. `kill -9 $(cat CGROUP/cgroup.procs)`), or put back a"
+        f" newer backup (`gpupool restore{' --state ' + state_hint if state_hint else ''} BACKUP`),"
+        " and start again."
+    )
+
+
+def settle(
+    store, tree: Tree, hub_key: str, where: str, state_hint: str = "", known: set[str] | None = None
+) -> str:
     """This database's instance id (made now for a new one); LostState when work of another
-    instance of this hub still runs. Empty cgroups left by earlier instances are removed."""
+    instance of this hub still runs, or (given `known`, the workload cgroup names the databases
+    know as running) work of this instance they do not know. Empty cgroups left by earlier
+    instances are removed."""
     mine = stored_id(store)
+    if mine is not None and known is not None:
+        refuse_unknown(tree, mine, known, where, state_hint)
     others = {i: p for i, p in running(tree, hub_key).items() if i != mine}
     if others:
         inst, pids = next(iter(others.items()))

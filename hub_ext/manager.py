@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -20,6 +21,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
+from gpupool.backup import MADE_SETTING as BACKUP_MADE
 from gpupool.kinds import AllocationState, EventKind, WorkloadKind
 from gpupool.pool import (
     BuildQuotaPolicy,
@@ -31,7 +33,7 @@ from gpupool.pool import (
     Request,
     format_gpus,
 )
-from gpupool.pool.errors import RoomBeingFreed
+from gpupool.pool.errors import DiskReserve, HubStopping, RoomBeingFreed
 from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
 from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
@@ -100,18 +102,58 @@ class PoolManager:
         self.hooks = hooks if hooks is not None else PoolHooks()
         # spawns waiting in their spawner for idle notebooks to move (gpupool.mover), by workspace
         self.spawns_waiting: set[tuple[str, str]] = set()
+        # a restored backup: when it was made, and the workloads it held then that this hub has not
+        # yet seen running: their shares close at the backup's time (nobody is charged for the time
+        # between the backup and the restart; gpupool.backup)
+        # why nothing new may start (the hub is stopping); "" while it serves
+        self.stopping = ""
+        # MiB kept free on the databases' disk (c.GPUPool.min_free_disk_mib): below it nothing starts
+        self.min_free_mib = 0
+        self.backup_made: float | None = None
+        self.unseen: set[tuple[str, str, str]] = set()
         self._load()
 
     # --- start-up ------------------------------------------------------------
     def _load(self) -> None:
         """Put every persisted allocation back into the state, dropping rows that no
         longer fit the inventory (a GPU removed while the hub was down)."""
+        made = (self.store.get_setting(BACKUP_MADE) or {}).get("made")
+        if isinstance(made, int | float) and not isinstance(made, bool):
+            self.backup_made = float(made)
         for row in self.store.allocations():
+            if self.backup_made is not None:
+                self.unseen.add((row.kind, row.owner, row.name))
             try:
                 self.state.apply(_placement(row))
             except Exception as err:  # noqa: BLE001 - a bad row must not stop the hub
                 log.warning("dropping allocation %s (%s): %s", row.id, _label(row), err)
                 self._delete(row.id, reason=f"no longer fits the inventory: {err}")
+
+    def disk_refusal(self) -> str:
+        """Why nothing may start now: the disk of the (SQLite) databases is down to the reserve; ""
+        when it is not (or there is no reserve, or the database is a server's). One statvfs."""
+        url = self.store.engine.url
+        if not self.min_free_mib or url.get_backend_name() != "sqlite" or not url.database:
+            return ""
+        st = os.statvfs(os.path.dirname(os.path.abspath(url.database)))
+        free = st.f_bavail * st.f_frsize // 2**20
+        if free >= self.min_free_mib:
+            return ""
+        return (
+            f"the disk that holds the hub's databases has {free} MiB free, under the"
+            f" {self.min_free_mib} MiB it keeps (c.GPUPool.min_free_disk_mib): no server or job starts"
+            " until an admin frees space there (users' files on that disk may have filled it)"
+        )
+
+    def seen_running(self, w: Workload) -> None:
+        """The hub found `w` running after its start: its share stays open, charged as it runs."""
+        self.unseen.discard((w.kind, w.owner, w.name))
+
+    def started(self) -> None:
+        """The start-up reconcile is over: a restored backup's time is no longer needed in the
+        database (a later restart must not close shares at it); the workloads not yet seen keep it."""
+        if self.backup_made is not None:
+            self.store.delete_setting(BACKUP_MADE)
 
     # --- queries -------------------------------------------------------------
     def holdings(self, owner: str, kind: WorkloadKind = WorkloadKind.BUILD) -> list[Holding]:
@@ -233,6 +275,10 @@ class PoolManager:
         affinity keeps it there), persist. Raises a PoolError that says what to do.
         Thread-safe (the manager's lock): `reserve_build_async` runs it off the event loop."""
         with self.lock:
+            if self.stopping:
+                raise HubStopping(self.stopping)
+            if why := self.disk_refusal():
+                raise DiskReserve(why)
             return self._reserve_build(
                 owner, groups, server_name, milli, cpu_milli, memory_mib, pool, in_pools, groups_of
             )
@@ -435,9 +481,13 @@ class PoolManager:
             if row is not None:
                 self._delete_in(s, row, reason)
 
-    @staticmethod
-    def _delete_in(s: Session, row: Allocation, reason: str) -> None:
+    def _delete_in(self, s: Session, row: Allocation, reason: str) -> None:
         milli = row.total_milli
+        # held in a restored backup and never seen running since: it ended after the backup, at a
+        # time nobody knows; charged up to the backup's time only
+        key = (row.kind, row.owner, row.name)
+        until = self.backup_made if key in self.unseen else None
+        self.unseen.discard(key)
         s.delete(row)
         # the release carries the whole interval it closes, so usage accounting needs no other
         # record of it (gpupool.usage.ledger)
@@ -455,6 +505,7 @@ class PoolManager:
                     "gpus": list(row.gpus),
                     "groups": list(row.groups or []),
                     "since": since,
+                    **({"until": until} if until is not None else {}),
                 },
             )
         )
@@ -468,6 +519,8 @@ class PoolManager:
             if not is_running(row):
                 self.release(Workload.of(row), reason="not running (reconciled)")
                 released.append(_label(row))
+            else:
+                self.seen_running(Workload.of(row))
         if kind == WorkloadKind.BUILD:
             for p in self.parked_shares():
                 w = Workload(WorkloadKind.BUILD, p.owner, p.name)

@@ -47,7 +47,7 @@ from gpupool.kinds import WorkloadKind
 
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
-    from gpupool.contain import WorkloadCgroups
+    from gpupool.contain import Tree, WorkloadCgroups
     from gpupool.contain.follow import WorkspaceDevices
     from gpupool.gpu_env_files import GPUEnvFiles
     from gpupool.hub_adapter import HubApp
@@ -120,6 +120,7 @@ class GPUPoolHub:
                 skipped_settings=skipped,
                 hooks=ServiceHooks(self.services),  # the services' answers once they run
             )
+            self._pool.min_free_mib = self.settings.min_free_disk_mib
         return self._pool
 
     @property
@@ -144,6 +145,7 @@ class GPUPoolHub:
                 self.hub_key,
                 where=db_where(self.settings.db_url),
                 state_hint=os.environ.get("GPUPOOL_STATE_DIR", ""),
+                known=self.known_work(tree),
             )
             policy = opts.policy()
             cgroups = WorkloadCgroups(tree, instance, self.hub_key, opts.stop_timeout_s, policy)
@@ -159,6 +161,45 @@ class GPUPoolHub:
                 log.warning("could not reserve CPU and memory for the hub: %s", err)
             self._cgroups = cgroups
         return self._cgroups
+
+    def known_work(self, tree: Tree) -> set[str]:
+        """The workload cgroup names (`job-<id>`, `ws-<digest>`) of what the databases know as
+        running: the pool's running jobs and held shares, the hub's active servers. Any other
+        populated cgroup of the instance is work they do not know (gpupool.instance)."""
+        from sqlalchemy import create_engine, select, text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from gpupool.contain import WorkloadCgroups
+        from gpupool.store.jobs import TrainJob
+        from gpupool.train.states import HAS_RUN
+
+        def ws(owner: str, name: str) -> str:
+            return WorkloadCgroups(tree, "_").workspace(owner, name).split("/", 1)[1]
+
+        store = self.pool.store
+        known = {ws(r.owner, r.name) for r in store.allocations(kind=WorkloadKind.BUILD)}
+        with store.session() as s:
+            known |= {f"job-{i}" for i in s.scalars(select(TrainJob.id).where(TrainJob.state.in_(HAS_RUN)))}
+        hub_db = (
+            self.config.JupyterHub.db_url
+            if "db_url" in self.config.JupyterHub
+            else "sqlite:///jupyterhub.sqlite"
+        )
+        engine = create_engine(hub_db)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(
+                    text(
+                        "SELECT users.name, spawners.name FROM spawners JOIN users ON users.id = spawners.user_id"
+                        " WHERE spawners.server_id IS NOT NULL"
+                    )
+                )
+                known |= {ws(user, name or "") for user, name in rows}
+        except SQLAlchemyError:
+            pass  # a new hub: no table yet, no server
+        finally:
+            engine.dispose()
+        return known
 
     @property
     def directory(self) -> Directory | None:

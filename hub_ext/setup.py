@@ -187,6 +187,9 @@ async def _serve(
 
     log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
+    from gpupool.stopping import at_stop
+
+    hub.on_stop(lambda sig: at_stop(root, sig))  # from the first signal, nothing new starts
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
@@ -242,6 +245,7 @@ async def _serve(
     released = pool.reconcile(root.is_running)
     if released:
         log.warning("reconciled after start-up: released %s", ", ".join(released))
+    pool.started()
     from gpupool.admin import register
 
     register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
@@ -294,7 +298,9 @@ def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) 
     from gpupool.usage.metrics import register_metrics
     from gpupool.usage.service import UsageService
 
-    usage = UsageService(pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None)
+    usage = UsageService(
+        pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None, group_map=hub.group_map
+    )
 
     def prune() -> None:
         try:

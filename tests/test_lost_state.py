@@ -9,12 +9,14 @@ Real hubs, crashed (kill -9) with real servers and jobs running, as in a real ou
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from gpupool.contain import detect, hub_key
 from tests.hubtools import Hub
 
 pytestmark = pytest.mark.hub
@@ -130,6 +132,9 @@ def test_backup_and_restore_bring_a_lost_database_back(make_hub, tmp_path: Path)
     assert oct(backup.stat().st_mode & 0o777) == "0o700" and (backup / DB).exists()
     refused = gpupool("restore", "--state", str(hub.state), str(backup))
     assert refused.returncode == 1 and "stop it first" in refused.stderr
+    # after the backup: a job and another server start; the backup knows neither
+    job = running_job(hub, hub.user_token("ann"))
+    hub.spawn("bob", 0.5)
     hub.kill9()
     (hub.state / DB).unlink()  # lost
     for suffix in ("-wal", "-shm"):
@@ -138,6 +143,13 @@ def test_backup_and_restore_bring_a_lost_database_back(make_hub, tmp_path: Path)
     restored = gpupool("restore", "--state", str(hub.state), str(backup))
     assert restored.returncode == 0, restored.stderr
     assert "moved" in restored.stdout  # the empty file the refused start made is kept aside, not deleted
+    tree = detect("auto", hub_key(f"sqlite:///{hub.state}/{DB}"))
+    if tree.available:  # each workload's cgroup tells what runs (the hub is root)
+        log = refused_start(hub)  # not handing the job's and bob's GPUs out again
+        assert "2 workload(s) of this hub run that its database" in log and "does not know" in log, log
+        assert f"train job {job['id']}" in log and "a workspace of bob" in log, log
+        for group in re.findall(r"\(cgroup (\S+), pids", log):  # what the message says to do: end them
+            tree.end(str(Path(group).relative_to(tree.root)))
     hub.start()
     assert [(s["owner"], s["milli"]) for s in hub.allocations()] == [("ann", 500)]
     hub.stop_server("ann")

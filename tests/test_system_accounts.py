@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
+from gpupool.contain import hub_key
 from gpupool.embedded import ACCOUNT_PREFIX, isolation
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 from tests.support.wait import until
@@ -50,6 +51,11 @@ print("alice's job log line", flush=True)
 while not os.path.exists("go"):  # the test says when to end: no clock to race
     time.sleep(0.1)
 """
+
+
+def key_of(hub: Hub) -> str:
+    """The key a test hub writes in its accounts' comments (its database's)."""
+    return hub_key(f"sqlite:///{hub.state}/gpupool.sqlite")
 
 
 def uid_of(pid: int) -> int:
@@ -168,7 +174,11 @@ def test_workspaces_and_jobs_run_as_their_own_accounts_and_cannot_read_each_othe
     log_in(hub, alice)  # the account is made at log-in, before any server
     a = pwd.getpwnam(f"jupyter-{alice}")
     hub.spawn(alice, 0.25)
-    assert a.pw_uid != 0 and a.pw_gid != 0 and a.pw_gecos == comment_for(alice) == MARKER + alice
+    assert (
+        a.pw_uid != 0
+        and a.pw_gid != 0
+        and a.pw_gecos == comment_for(alice, key_of(hub)) == f"{MARKER}{alice} hub {key_of(hub)}"
+    )
     assert a.pw_dir == f"{hub.state}/home/jupyter-{alice}"
     home = os.stat(a.pw_dir)
     assert (home.st_uid, home.st_mode & 0o777) == (a.pw_uid, 0o700)
@@ -256,17 +266,19 @@ def test_a_hub_name_that_is_not_a_unix_name_gets_a_safe_account_and_no_one_takes
     # a squatter registers first the hub name whose account is the name eve's would get
     squatter = name[len(ACCOUNT_PREFIX) :]
     hub.spawn(squatter, 0.25)
-    assert pwd.getpwnam(name).pw_gecos == comment_for(squatter)
+    assert pwd.getpwnam(name).pw_gecos == comment_for(squatter, key_of(hub))
     # eve is not locked out: the stored mapping gives her an account of her own, with another name
     hub.spawn(odd, 0.25)
-    mine = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=f"{hub.state}/home").lookup(odd)
+    mine = SystemAccounts(
+        prefix=ACCOUNT_PREFIX, create=True, home_root=f"{hub.state}/home", hub_key=key_of(hub)
+    ).lookup(odd)
     assert (
         mine is not None
         and mine.name != name
         and mine.name.startswith("jupyter-eve-")
         and len(mine.name) <= 32
     )
-    assert pwd.getpwnam(mine.name).pw_gecos == comment_for(odd)
+    assert pwd.getpwnam(mine.name).pw_gecos == comment_for(odd, key_of(hub))
     assert server_uid(hub, odd) == mine.uid != pwd.getpwnam(name).pw_uid != 0
     assert server_uid(hub, squatter) == pwd.getpwnam(name).pw_uid
     # and after a restart each still gets their own (the mapping is stored, not recomputed)
@@ -280,7 +292,17 @@ def test_an_account_made_by_the_earlier_naming_keeps_working(tmp_path: Path) -> 
     hub_name = f"Old.{secrets.token_hex(3)}@Example.org"
     name = unix_name(hub_name, ACCOUNT_PREFIX)  # the name the earlier code computed and made
     subprocess.run(
-        ["useradd", "--no-create-home", "--comment", comment_for(hub_name), "--", name],
+        # its home among this hub's homes: a comment without a hub key is this hub's only then
+        [
+            "useradd",
+            "--no-create-home",
+            "--home-dir",
+            str(tmp_path / name),
+            "--comment",
+            comment_for(hub_name),
+            "--",
+            name,
+        ],
         check=True,
         capture_output=True,
         timeout=60,
@@ -290,6 +312,33 @@ def test_an_account_made_by_the_earlier_naming_keeps_working(tmp_path: Path) -> 
         assert accounts.ensure(hub_name).name == name
     finally:
         subprocess.run(["userdel", "--", name], capture_output=True, timeout=60)
+
+
+@real_accounts
+def test_two_hubs_on_one_machine_never_share_an_account(tmp_path: Path) -> None:
+    """Hub B's alice never runs as hub A's jupyter-alice (with A's files): she gets an account of
+    her own, as a user whose name was squatted does; each hub keeps finding its own."""
+    alice = f"alice{secrets.token_hex(3)}"
+    a = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path / "a"), hub_key="aaaa1111")
+    b = SystemAccounts(prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path / "b"), hub_key="bbbb2222")
+    made: list[str] = []
+    try:
+        in_a = a.ensure(alice)
+        made.append(in_a.name)
+        assert in_a.name == f"jupyter-{alice}"
+        assert b.lookup(alice) is None  # A's account is not B's
+        in_b = b.ensure(alice)
+        made.append(in_b.name)
+        assert (
+            in_b.name != in_a.name and in_b.uid != in_a.uid and in_b.name.startswith(f"jupyter-{alice}"[:23])
+        )
+        assert in_b.home == str(tmp_path / "b" / in_b.name)
+        assert b.lookup(alice) == in_b and a.lookup(alice) == in_a  # each hub, its own, every time
+        # a hub that makes no accounts does not take another hub's either
+        assert SystemAccounts(prefix=ACCOUNT_PREFIX, hub_key="bbbb2222").lookup(alice) is None
+    finally:
+        for name in made:
+            subprocess.run(["userdel", "--", name], capture_output=True, timeout=60)
 
 
 @real_accounts
@@ -474,15 +523,21 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
         assert f"jupyter-{name}\t" in listed.stdout and f"hub user {name}\t" in listed.stdout
         assert f"jupyter-{other}" not in listed.stdout
         busy = accounts("--remove")  # its server still runs: kept, with the reason
-        assert busy.returncode == 1 and "still run (stop the hub first)" in busy.stdout, busy.stdout
+        assert busy.returncode == 1 and "still run (stop the hub first" in busy.stdout, busy.stdout
         pwd.getpwnam(f"jupyter-{name}")
         hub.stop()
         done = accounts("--remove")
-        assert done.returncode == 0 and done.stdout.strip() == f"removed jupyter-{name}", done.stdout
+        said = done.stdout.splitlines()
+        assert done.returncode == 0 and said[0] == f"removed jupyter-{name}", done.stdout
+        assert all(line.startswith("removed cgroup folder ") for line in said[1:]), (
+            done.stdout
+        )  # the hub's own
         with pytest.raises(KeyError):
             pwd.getpwnam(f"jupyter-{name}")
         assert not Path(hub.state, "home", f"jupyter-{name}").exists()
-        assert pwd.getpwnam(f"jupyter-{other}").pw_gecos == comment_for(other)  # not this hub's
+        assert pwd.getpwnam(f"jupyter-{other}").pw_gecos == comment_for(
+            other, elsewhere.hub_key
+        )  # not this hub's
         assert "gpupool accounts --remove --state state" in (REPO / "Makefile").read_text()
     finally:
         subprocess.run(["userdel", "--remove", f"jupyter-{other}"], capture_output=True, timeout=60)

@@ -19,6 +19,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
 from tests.hubtools import ADMIN_TOKEN, Hub
+from tests.support.wait import until
 from tests.test_culler_hub import CONFIG, TOKEN
 
 pytestmark = pytest.mark.hub
@@ -167,12 +168,17 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
         status, message = hub.api_error("GET", f"{U}?{bad}")
         assert status == 400 and why in message, (bad, message)
 
-    # gauges on the hub's own Prometheus endpoint
-    with urllib.request.urlopen(
-        urllib.request.Request(f"{hub.url}/hub/metrics", headers={"Authorization": f"token {ADMIN_TOKEN}"})
-    ) as resp:
-        metrics = resp.read().decode()
-    assert 'gpupool_usage_allocated_gpu_hours{dimension="user",key="kim"}' in metrics
+    # gauges on the hub's own Prometheus endpoint: computed off the loop after the first scrape
+    def scrape() -> str | None:
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                f"{hub.url}/hub/metrics", headers={"Authorization": f"token {ADMIN_TOKEN}"}
+            )
+        ) as resp:
+            text = resp.read().decode()
+        return text if 'gpupool_usage_allocated_gpu_hours{dimension="user",key="kim"}' in text else None
+
+    metrics = until(scrape, "usage gauges on /hub/metrics", timeout=30)
     assert 'gpupool_budget_used_ratio{target="group:students",user="kim"}' in metrics
 
     # a restart: the same figures, from the event log and the allocations alone

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 PAGE = "usage"
 
 
-def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
+async def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
     """What the template renders; a bad parameter is shown as an error above the picker."""
     args = {k: v for k, v in args.items() if v != ""}
     if "period" in args:  # a period picked from the list wins over dates left in the form
@@ -43,7 +43,9 @@ def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) 
     except web.HTTPError as err:
         error = err.log_message or "bad parameters"
         p = report_args({"period": "24h", "step": "auto", "limit": "200"}, usage)
-    report = usage.report(p["a"], p["b"], p["by"], step=p["step"], sort="waste", limit=p["limit"])
+    report = await usage.report_off_loop(
+        p["a"], p["b"], p["by"], step=p["step"], sort="waste", limit=p["limit"]
+    )
     series = report["series"]
     money = bool(usage.cfg.currency) or any(r["cost"] for r in report["rows"])
     return {
@@ -80,7 +82,7 @@ class UsagePage(AdminBase):
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         args = {k: self.get_argument(k) for k in ("period", "from", "to", "by") if self.get_argument(k, None)}
-        view = usage_view(usage, args, self.api_settings["gpupool"].inventory.gpu_count)
+        view = await usage_view(usage, args, self.api_settings["gpupool"].inventory.gpu_count)
         html = await self.render_template("gpupool-usage.html", admin_access=True, **view)
         self.finish(html)
 
@@ -98,7 +100,9 @@ class UsageCSV(AdminBase):
             if self.get_argument(k, None)
         }
         p = report_args(args, usage)
-        report = usage.report(p["a"], p["b"], p["by"], sort=p["sort"], offset=p["offset"], limit=p["limit"])
+        report = await usage.report_off_loop(
+            p["a"], p["b"], p["by"], sort=p["sort"], offset=p["offset"], limit=p["limit"]
+        )
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="gpupool-usage-{p["by"]}.csv"')
         self.finish(usage.csv(report))

@@ -28,7 +28,7 @@ from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.train.request import JobRequest
 from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
 from gpupool.train.sweep import SweepError, combinations
-from gpupool.train.volume import SubmitRate, code_refusal, count_refusal
+from gpupool.train.volume import SubmitRate, code_refusal, count_refusal, recent_submissions
 from gpupool.train.waiting import explain, last_preemption
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -109,7 +109,14 @@ class JobsHandler(JobsBase):
         if caller.kind != "user":
             raise web.HTTPError(403, "jobs are submitted by users")
         svc = self.training
-        rate = self.settings.setdefault("submit_rate", SubmitRate(svc.cfg.max_submissions_per_minute))
+        rate = self.settings.get("submit_rate")
+        if rate is None:  # the first submission since the hub started: the last minute's, from the database
+            rate = SubmitRate(svc.cfg.max_submissions_per_minute)
+            wall = time.time()
+            rate.seed(
+                await asyncio.to_thread(recent_submissions, svc.pool.store, wall), wall, time.monotonic()
+            )
+            rate = self.settings.setdefault("submit_rate", rate)
         if why := rate.refuse(caller.name, time.monotonic()):
             raise web.HTTPError(429, why)
         # parsing, snapshotting and writing run off the hub's event loop: every user's request
@@ -190,6 +197,8 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(403, str(err)) from None
             except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
                 raise web.HTTPError(400, str(err)) from None
+            except PoolError as err:  # the databases' disk down to its reserve (507)
+                raise web.HTTPError(err.status, str(err)) from None
             except OSError as err:
                 if err.errno == errno.ENOSPC:
                     raise  # a full disk: 507, said as such (APIHandler.write_error)

@@ -158,10 +158,10 @@ class UsageBase(APIHandler):
 
 class UsageHandler(UsageBase):
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         caller = self.caller
         p = report_args(single_args(self), self.usage)
-        report = self.usage.report(
+        report = await self.usage.report_off_loop(
             p["a"],
             p["b"],
             p["by"],

@@ -23,6 +23,19 @@ class NoCapacity(PoolError):
     status = 409
 
 
+class HubStopping(PoolError):
+    """The hub is stopping: nothing new starts (a start now would outlive it, uncounted)."""
+
+    status = 503
+
+
+class DiskReserve(PoolError):
+    """The disk that holds the hub's databases is down to its reserve: nothing new starts, so that
+    users' files (homes, job folders on the same disk) cannot take the space the hub writes to."""
+
+    status = 507
+
+
 class RoomBeingFreed(NoCapacity):
     """No room yet, but train jobs that borrowed GPUs are being stopped for it (build first):
     the spawn may wait for them."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from traitlets import Enum, Float, Int, List, TraitError, Unicode, observe, validate
+from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
 from gpupool.culling import IDLE_UTIL_PCT
@@ -77,6 +77,17 @@ class TrainPool(LoggingConfigurable):
         preempted or cancelled: time to write a checkpoint. Example::
 
             c.TrainPool.grace_s = 120
+        """,
+    )
+    stop_jobs_at_stop = Bool(
+        False,
+        config=True,
+        help="""End the running train jobs when the hub stops (SIGTERM, Ctrl-C): they
+        go back to the queue and resume from their checkpoints at the next start. Off: they keep
+        running as their users' accounts, the hub says so at stop, and the next start adopts them
+        (as after a crash). `gpupool up --stop-jobs` turns it on. Example::
+
+            c.TrainPool.stop_jobs_at_stop = True
         """,
     )
     tick_s = Float(

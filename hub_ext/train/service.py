@@ -24,11 +24,13 @@ from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
+from gpupool.pool.errors import DiskReserve
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
 from gpupool.pool.training import Job, in_quota_split, schedule
 from gpupool.runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
+from gpupool.runners.safe_files import open_file
 from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.book import JobBook, make_job_folders
@@ -104,6 +106,8 @@ class TrainingService(JobBook):
         jobs' accounts can run it), a notebook executed beside its input. An elastic job
         (`job.min_gpus`) runs on min_gpus to num_gpu whole GPUs; `job.pools` were checked by
         the caller."""
+        if why := self.pool.disk_refusal():  # before its folder takes any of the reserve
+            raise DiskReserve(why)
         account = self.account(job.owner)  # refused before anything is written
         if account is not None:
             self._show_jobs_to(job.owner, account)
@@ -205,6 +209,8 @@ class TrainingService(JobBook):
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         self._observe(now)
+        if self.pool.stopping or self.pool.disk_refusal():  # nothing new starts; ended runs are settled
+            return {"admitted": [], "preempted": [], "moved": [], "resized": []}
         self._stop_idle(now)
         plan = self._plan(now)
         for p in plan.preempt:
@@ -302,6 +308,29 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
+    def at_stop(self, end_jobs: bool, now: float | None = None) -> list[str]:
+        """The hub stops (the pool refuses new work already): its running jobs end, back to the
+        queue (`end_jobs`), or keep running for the next start to adopt. Lines for the log."""
+        now = now if now is not None else time.time()
+        rows = [r for r in self.jobs() if r.state in HAS_RUN]
+        if not rows:
+            return ["no train job runs"]
+        if end_jobs:
+            for r in rows:
+                if r.state == JobState.RUNNING:
+                    self._preempt(r.id, "the hub stopped", now, PreemptCause.HUB_STOP)
+            return [
+                f"{len(rows)} train job(s) told to stop (c.TrainPool.stop_jobs_at_stop): they go back to"
+                " the queue and resume from their checkpoints at the next start"
+            ]
+        accounts = sorted({a.name if (a := self._account_or_none(r.owner)) else r.owner for r in rows})
+        return [
+            f"{len(rows)} train job(s) keep running as {', '.join(accounts[:10])}"
+            f"{' ...' if len(accounts) > 10 else ''} ({', '.join(r.id for r in rows[:10])}): they are"
+            " adopted at the next start; `gpupool up --stop-jobs` (c.TrainPool.stop_jobs_at_stop) ends"
+            " them at a stop"
+        ]
+
     def _account_or_none(self, owner: str) -> Account | None:
         try:
             return self.account(owner)
@@ -353,9 +382,15 @@ class TrainingService(JobBook):
 
     @staticmethod
     def _log_line(row: TrainJob, line: str) -> None:
-        """Append to the job's log without following a link its owner may have put there."""
+        """Append to the job's log as the runner opens it (gpupool.runners.safe_files): no link
+        followed, never blocking (a FIFO its owner put there would hold the hub's loop until
+        someone read it), only a regular file of the folder's owner."""
         try:
-            fd = os.open(os.path.join(row.workdir, "job.log"), os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            dir_fd = os.open(row.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, os.fstat(dir_fd).st_uid)
+            finally:
+                os.close(dir_fd)
         except OSError as err:
             log.warning("cannot write to the log of job %s: %s", row.id, err)
             return
@@ -648,6 +683,7 @@ class TrainingService(JobBook):
                 row.pid = pid
             if self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id) is None:
                 log.info("re-adopted job %s (pid %s)", row.id, row.pid)
+                self.pool.seen_running(Workload(WorkloadKind.TRAIN, row.owner, row.id))
                 if row.state == JobState.PREEMPTING:  # the signal may not have gone out before the crash
                     self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
 

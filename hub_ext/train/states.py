@@ -93,3 +93,4 @@ class PreemptCause(StrEnum):
     RESIZE = "resize"  # an elastic job shrunk or grown
     BUILD = "build"  # a build workspace needs its GPU
     CLUSTER = "cluster"  # the cluster's scheduler evicted its pod (Kubernetes)
+    HUB_STOP = "hub-stop"  # the hub stopped, with c.TrainPool.stop_jobs_at_stop (gpupool up --stop-jobs)

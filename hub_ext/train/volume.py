@@ -11,12 +11,37 @@ from typing import Any
 from gpupool.train.states import UNFINISHED, JobState
 
 
+def recent_submissions(store: Any, now: float, window_s: float = 60) -> dict[str, list[float]]:
+    """When each user submitted the jobs of the last `window_s` seconds (wall clock), from the
+    jobs table: what a restarted hub's rate limit starts from."""
+    from sqlalchemy import select
+
+    from gpupool.store import TrainJob
+
+    with store.session() as s:
+        rows = s.execute(
+            select(TrainJob.owner, TrainJob.submitted).where(TrainJob.submitted > now - window_s).distinct()
+        ).all()
+    out: dict[str, list[float]] = {}
+    for owner, at in rows:
+        out.setdefault(owner, []).append(at)
+    return out
+
+
 class SubmitRate:
     """Submissions per user in any 60 seconds (a sliding window of their times)."""
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
         self.times: dict[str, deque[float]] = {}
+
+    def seed(self, submitted: dict[str, list[float]], wall_now: float, now: float) -> None:
+        """Count the submissions a restarted hub finds in its database (`recent_submissions`; wall
+        clock times) in this window (monotonic `now`): a restart does not reset the limit. Only
+        submissions that made a job are found (one refused for its shape was never stored)."""
+        for user, times in submitted.items():
+            seen = sorted(now - (wall_now - t) for t in times if wall_now - t < 60)[-self.per_minute :]
+            self.times[user] = deque(sorted([*seen, *self.times.get(user, ())]))
 
     def refuse(self, user: str, now: float) -> str:
         """ "" and counts this submission, or why it is refused (and does not count it)."""

@@ -76,6 +76,10 @@ class Ledger:
                 since = opened.pop((kind, e.owner, e.name), a)
             if since >= b:
                 continue
+            end = epoch(e.time)
+            until = data.get("until")  # a restored backup's time: it ran no longer (gpupool.backup)
+            if isinstance(until, int | float) and not isinstance(until, bool):
+                end = max(since, min(end, until))
             out.append(
                 self._held(
                     kind,
@@ -83,7 +87,7 @@ class Ledger:
                     e.name,
                     data.get("milli"),
                     since,
-                    epoch(e.time),
+                    end,
                     data.get("groups"),
                     data.get("node", ""),
                     data.get("gpus"),

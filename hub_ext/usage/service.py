@@ -47,12 +47,15 @@ class UsageService:
         groups_of: Callable[[str], tuple[str, ...]] | None = None,
         clock: Callable[[], float] = time.time,
         parking: bool = False,
+        group_map: Callable[[], dict[str, tuple[str, ...]]] | None = None,
     ) -> None:
         self.pool, self.cfg = pool, cfg or Usage()
         self.ledger = Ledger(pool.store, pool.inventory, getattr(pool, "node_pools", {}))
         self.rules = self.cfg.budget_rules()
         self.prices = self.cfg.price_table()
         self.groups_of = groups_of or (lambda owner: ())
+        # every user's groups in one read (the hub's, on its loop): what a report off the loop uses
+        self.group_map = group_map
         self.clock = clock
         self.parking = parking  # the hub parks GPUs (over-budget idle workspaces are parked, not stopped)
         # budget states for the culler's targets and the training ticks, which ask for every
@@ -63,6 +66,17 @@ class UsageService:
         return int(self.clock())
 
     # --- reports ---------------------------------------------------------------------
+    async def report_off_loop(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """`report` in a worker thread, the hub's loop free meanwhile (a report over a class of 166
+        took it 2-5 s): every user's groups are read once, here on the loop (the hub's database
+        session is the loop's), and the report reads that map, never the hub."""
+        import asyncio
+
+        if self.group_map is not None:
+            groups = self.group_map()
+            kwargs["groups_of"] = lambda owner: groups.get(owner, ())
+        return await asyncio.to_thread(self.report, *args, **kwargs)
+
     def report(
         self,
         a: int,
@@ -73,14 +87,17 @@ class UsageService:
         sort: str = "waste",
         offset: int = 0,
         limit: int = 100,
+        groups_of: Callable[[str], tuple[str, ...]] | None = None,
     ) -> dict[str, Any]:
-        """Totals per key of `by` over [a, b), sorted and paged; `owner`: only their own use."""
+        """Totals per key of `by` over [a, b), sorted and paged; `owner`: only their own use;
+        `groups_of`: users' groups (default: the hub's, asked per user)."""
+        groups_of = groups_of or self.groups_of
         now = self.now()
         held = self.ledger.held(a, b, owner)
         uses = self.ledger.uses(a, b, owner)
         parked = self.ledger.parked(a, b, owner)
         jobs = [j for j in self.ledger.job_events(a, b) if owner is None or j.owner == owner]
-        per = acc.totals(held, a, b, now, by, uses, parked, jobs, self.prices, self.groups_of)
+        per = acc.totals(held, a, b, now, by, uses, parked, jobs, self.prices, groups_of)
         rows = [{"key": k, **self._json(t)} for k, t in per.items()]
         key = {
             "waste": "waste_milli_s",
@@ -113,7 +130,7 @@ class UsageService:
             "waits": acc.waits(jobs, a, b),
         }
         if step:
-            values = acc.series(held, a, b, step, now, by, self.groups_of)
+            values = acc.series(held, a, b, step, now, by, groups_of)
             order = sorted(values, key=lambda k: -sum(values[k]))
             out["series"] = {
                 "start": a,
@@ -123,7 +140,7 @@ class UsageService:
             }
         sess = acc.sessions(held, uses)
         out["over_requesters"] = acc.over_requesters(sess, held, a, b, now)
-        out["rightsizing"] = self._rightsizing(sess, held, a, b, now)
+        out["rightsizing"] = self._rightsizing(sess, held, a, b, now, groups_of)
         return out
 
     def _json(self, t: acc.Totals) -> dict[str, Any]:
@@ -150,14 +167,20 @@ class UsageService:
         }
 
     def _rightsizing(
-        self, sess: list[acc.Session], held: list[acc.Held], a: int, b: int, now: int
+        self,
+        sess: list[acc.Session],
+        held: list[acc.Held],
+        a: int,
+        b: int,
+        now: int,
+        groups_of: Callable[[str], tuple[str, ...]],
     ) -> list[dict]:
         n = self.cfg.rightsizing_sessions
         if not n:
             return []
         out = []
         for owner in sorted({s.owner for s in sess}):
-            advice = advise(sess, owner, self.sizes_for(owner), n)
+            advice = advise(sess, owner, self.sizes_for(owner, groups_of), n)
             if advice is not None:
                 out.append(
                     {
@@ -171,8 +194,10 @@ class UsageService:
                 )
         return sorted(out, key=lambda r: -r["would_free_gpu_hours"])
 
-    def sizes_for(self, owner: str) -> tuple[int, ...]:
-        return tuple(self.pool.quotas.limits_for(list(self.groups_of(owner))).sizes_milli)
+    def sizes_for(
+        self, owner: str, groups_of: Callable[[str], tuple[str, ...]] | None = None
+    ) -> tuple[int, ...]:
+        return tuple(self.pool.quotas.limits_for(list((groups_of or self.groups_of)(owner))).sizes_milli)
 
     def csv(self, report: dict[str, Any]) -> str:
         cols = [
@@ -271,15 +296,18 @@ class UsageService:
             ],
         }
 
-    def budget_users(self, limit: int = 200) -> list[dict]:
+    def budget_users(
+        self, limit: int = 200, groups_of: Callable[[str], tuple[str, ...]] | None = None
+    ) -> list[dict]:
         """Users with a budget who held GPUs in the longest window: their state, worst first."""
+        groups_of = groups_of or self.groups_of
         if not self.rules:
             return []
         now = self.now()
         window = max(r.window_s for r in self.rules)
         out = []
         for owner in sorted({h.owner for h in self.ledger.held(now - window, now + 1)}):
-            j = self.budget_json(owner, self.groups_of(owner))
+            j = self.budget_json(owner, groups_of(owner))
             if j["budgets"]:
                 out.append(j)
         order = {"over": 0, "near": 1, "ok": 2, "exempt": 3}

@@ -1,0 +1,175 @@
+"""Stop means stop: from the first SIGTERM the hub starts nothing new (the GPUs a stopped server
+gives back during the shutdown once went to a queued job, which then ran on with no hub counting
+it), and the log says what keeps running. A real hub stopped as `make up`'s Ctrl-C stops it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tests.hubtools import Hub
+
+pytestmark = pytest.mark.hub
+J = "/services/gpupool/api/jobs"
+CONFIG = """
+c.TrainPool.tick_s = 0.2
+c.TrainPool.projects = {"lab": {"guarantee": 1}}
+"""
+WAITER = """
+import os, time
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hub) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    token = hub.user_token("ann")
+    hub.spawn("ann", 0.5)  # its GPU comes back when the stop ends the server
+    running = hub.api("POST", J, {"project": "lab", "gpus": 1, "name": "runs", "script": WAITER}, token=token)
+    running = hub.wait_job(running["id"], {"running"}, token)
+    queued = hub.api("POST", J, {"project": "lab", "gpus": 3, "name": "waits", "script": WAITER}, token=token)
+    assert hub.api("GET", f"{J}/{queued['id']}", token=token)["state"] == "queued"
+    before = hub.log_path.stat().st_size
+    hub.stop()  # SIGTERM, as Ctrl-C on `make up`
+    log = hub.log_path.read_bytes()[before:].decode(errors="replace")
+    con = sqlite3.connect(hub.state / "gpupool.sqlite")
+    try:
+        state = con.execute("SELECT state FROM gpupool_jobs WHERE id = ?", (queued["id"],)).fetchone()[0]
+    finally:
+        con.close()
+    assert state == "queued", log  # not started by the stopping hub
+    assert "allocated" not in log.split("no server or train job starts from now", 1)[-1], log
+    assert "no server or train job starts from now" in log, log
+    assert "1 train job(s) keep running as" in log and running["id"] in log, log
+    assert "adopted at the next start" in log and "--stop-jobs" in log, log
+
+
+def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
+    from gpupool.pool.errors import HubStopping
+    from gpupool.stopping import WHY
+    from tests.support.pools import make_pool
+
+    pool = make_pool(tmp_path, 2)
+    pool.stopping = WHY
+    with pytest.raises(HubStopping, match="the hub is stopping") as err:
+        pool.reserve_build("ann", [], "", 250)
+    assert err.value.status == 503 and pool.store.allocations() == []
+
+
+def test_make_clean_names_what_still_runs_as_an_account(tmp_path) -> None:
+    from gpupool.account_cleanup import what_runs
+
+    state, proc = tmp_path / "state", tmp_path / "proc"
+    (state / "jobs" / "alice" / "train-7f3a").mkdir(parents=True)
+    for pid, cwd, cmd in (
+        (11, state / "jobs" / "alice" / "train-7f3a", b"python\0job.py"),
+        (12, tmp_path, b"/x/jupyterhub-singleuser\0"),
+    ):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cwd").symlink_to(cwd)
+        (proc / str(pid) / "cmdline").write_bytes(cmd)
+    said = what_runs([11, 12], str(state), proc)
+    assert said == "jupyterhub-singleuser (pids 12); train job train-7f3a (pids 11)", said
+
+
+def test_the_submission_rate_limit_survives_a_restart(tmp_path) -> None:
+    """A restarted hub counts the last minute's submissions from its database: a user cannot
+    restart the count by waiting for a restart (or causing one)."""
+    import asyncio
+    import time
+
+    from gpupool.train.backend import LocalTraining
+    from gpupool.train.request import JobCode, JobRequest
+    from gpupool.train.volume import SubmitRate, recent_submissions
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    wall = time.time()
+    for k, at in enumerate(
+        (wall - 90, wall - 30, wall - 20, wall - 10)
+    ):  # the first one is over a minute ago
+        job = JobRequest(
+            owner="ann", project="lab", name=f"j{k}", num_gpu=1, gpu_milli=1000, code=JobCode.notebook(b"{}")
+        )
+        asyncio.run(LocalTraining(svc).submit(job, now=at))
+    rate = SubmitRate(3)  # as a restarted hub makes it
+    rate.seed(recent_submissions(svc.pool.store, wall), wall, 1000.0)
+    assert "at most 3" in rate.refuse("ann", 1000.0) and "try again in 30 s" in rate.refuse("ann", 1000.0)
+    assert rate.refuse("bob", 1000.0) == ""
+    assert rate.refuse("ann", 1031.0) == ""  # the oldest of the three has left the minute
+
+
+def test_make_clean_removes_the_hubs_cgroup_folders(tmp_path) -> None:
+    from gpupool.account_cleanup import remove_cgroups
+    from gpupool.contain import detect, hub_key
+
+    state = tmp_path / "state"
+    tree = detect("auto", hub_key(f"sqlite:///{state}/gpupool.sqlite"))
+    if not tree.available:
+        pytest.skip(f"no cgroups here: {tree.reason}")
+    tree.make("a1b2c3d4e5f6/ws-0123")  # left by a stopped hub, empty
+    assert remove_cgroups(str(state)) == [f"cgroup folder {tree.root}"]
+    assert not tree.root.exists()
+
+
+def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_none(tmp_path) -> None:
+    """`gpupool up --stop-jobs`: the running job is told to stop and goes back to the queue (it
+    resumes at the next start); the queued one is not admitted while the hub stops."""
+    import sys
+
+    from gpupool.stopping import WHY
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training, run_until
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}}, grace_s=5.0)
+    waiter = "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.02)\n"
+
+    def submit(name: str):
+        return svc.submit(
+            job_request(
+                owner="ann",
+                project="lab",
+                name=name,
+                command=[sys.executable, "job.py"],
+                files={"job.py": waiter.encode()},
+            )
+        ).id
+
+    first = submit("first")
+    run_until(svc, lambda: svc.job(first).state == "running" and svc.job(first).pid)
+    second = submit("second")
+    svc.pool.stopping = WHY  # what gpupool.stopping.at_stop does first
+    lines = svc.at_stop(end_jobs=True)
+    assert "1 train job(s) told to stop" in lines[0], lines
+    run_until(svc, lambda: svc.job(first).state == "queued")  # its run ended by the stop
+    assert svc.job(second).state == "queued" and svc.pool.store.allocations() == []
+    events = [e for e in svc.pool.store.events(limit=50) if e.name == first and e.kind == "preempt"]
+    assert events and events[0].data["cause"] == "hub-stop"
+
+
+def test_nothing_starts_once_the_databases_disk_is_down_to_its_reserve(tmp_path) -> None:
+    """A user's files cannot take the space the hub records what runs in: below
+    c.GPUPool.min_free_disk_mib on the databases' disk, spawns and job submissions are refused
+    (507, with the reason) before anything is written. A reserve larger than the disk stands in
+    for a disk a user filled."""
+    import sys
+
+    from gpupool.pool.errors import DiskReserve
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 2, projects={"lab": {"guarantee": 1}})
+    pool = svc.pool
+    pool.min_free_mib = 2**40  # 1 EiB: more than any disk has free
+    with pytest.raises(DiskReserve, match="min_free_disk_mib") as err:
+        pool.reserve_build("ann", [], "", 250)
+    assert err.value.status == 507 and pool.store.allocations() == []
+    job = job_request(owner="ann", project="lab", name="j", command=[sys.executable, "-c", "pass"])
+    with pytest.raises(DiskReserve):
+        svc.submit(job)
+    assert svc.jobs() == []  # no folder, no row
+    pool.min_free_mib = 1  # space again
+    pool.reserve_build("ann", [], "", 250)
+    assert svc.submit(job).state == "queued"
