@@ -15,6 +15,7 @@ from gpupool.admin.handlers import ActionBase, AdminBase
 from gpupool.admin.stacked import stacked_svg
 from gpupool.api.auth import json_object
 from gpupool.api.usage import PERIODS, parse_grant, report_args
+from gpupool.pool.units import MILLI_S_PER_GPU_HOUR, format_gpu_hours
 from gpupool.usage.accounting import DIMENSIONS
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) 
         "budgets": [{"target": r.target, "describe": r.describe()} for r in usage.rules],
         "budget_users": usage.budget_users(),
         "grants": usage.ledger.grant_rows(time.time()),
+        "gpu_hours": lambda hours: format_gpu_hours(round(hours * MILLI_S_PER_GPU_HOUR)),  # as everywhere
         "csv_query": "&".join(f"{k}={v}" for k, v in args.items() if k in ("period", "from", "to", "by")),
     }
 

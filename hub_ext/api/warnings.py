@@ -43,8 +43,8 @@ def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) ->
     found = findings(root.api_settings, pool, root.hub, user.name)
     now = time.time() if now is None else now
     out = []
-    for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name):
-        w = found.get(f"{user.name}/{row.name}") or {}
+    for held in pool.holdings(user.name):  # a parked share too: it still counts, and says it is parked
+        w = found.get(f"{user.name}/{held.server_name}") or {}
         stops = "no time limit"
         if w.get("cull_at"):
             left = max(0, int((w["cull_at"] - now) // 60))
@@ -54,7 +54,8 @@ def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) ->
                 if left >= 60
                 else f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
             )
-        out.append({"name": row.name, "share": format_gpus(row.total_milli), "stops": stops})
+        share = format_gpus(held.milli) + (" (parked)" if held.parked else "")
+        out.append({"name": held.server_name, "share": share, "stops": stops})
     return sorted(out, key=lambda s: s["name"])
 
 

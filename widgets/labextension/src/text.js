@@ -62,7 +62,9 @@ export function budgetWarning(status) {
     return null;
   }
   // short: JupyterLab cuts a notification at 140 characters (the tooltip has the whole message)
-  const used = `${hoursText(budget.used_gpu_hours)} of ${hoursText(budget.limit_gpu_hours)} GPU-h`;
+  // the hub's own text (gpupool.pool.units.format_gpu_hours): the same figures as the form's
+  const used = `${budget.used_text || hoursText(budget.used_gpu_hours)} of ` +
+    `${budget.limit_text || hoursText(budget.limit_gpu_hours)} GPU-h`;
   if (budget.status === 'near') {
     return { key: 'budget:near', message: `GPU-hour budget nearly used: ${used} (${budget.used_pct} %).` +
       ' Over it, new work is refused.' };
