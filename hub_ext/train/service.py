@@ -24,6 +24,7 @@ from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import Request, get_policy
 from gpupool.pool.actions import reclaimable
+from gpupool.pool.actions.victims import cheapest_victims
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
@@ -561,13 +562,21 @@ class TrainingService(JobBook):
                 trial.release(s.placement)
         if self.policy.choose(trial, request, self.rng) is not None:
             return []  # GPUs already on their way back
-        chosen: list[str] = []
-        for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
-            trial.release(job.placed)
-            chosen.append(job.id)
-            if self.policy.choose(trial, request, self.rng) is not None:
-                return chosen
-        return None
+
+        def frees(victims) -> bool:
+            room = trial.copy()
+            for v in victims:
+                room.release(v.placed)
+            return self.policy.choose(room, request, self.rng) is not None
+
+        # the same choice as a reclaim: the fewest GPU-seconds lost within the lowest priorities
+        chosen = cheapest_victims(
+            reclaimable(running, over, projects, now),
+            frees,
+            now,
+            tier=lambda j: (projects[j.project].priority, j.priority),
+        )
+        return None if chosen is None else [j.id for j in chosen]
 
     def make_room_for_build(
         self, w: Workload, request: Request, now: float | None = None, pools: tuple[str, ...] = ()
