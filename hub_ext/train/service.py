@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from sqlalchemy import select
 
@@ -34,7 +33,7 @@ from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.book import JobBook, make_job_folders
 from gpupool.train.config import TrainPool
-from gpupool.train.folders import folder_bytes, remove_folder
+from gpupool.train.folders import folder_bytes, remove_folder, user_jobs_folder
 from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
 from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
@@ -136,7 +135,7 @@ class TrainingService(JobBook):
         ~/gpupool-jobs, so JupyterLab opens the executed notebooks."""
         if "{username}" not in self.cfg.jobs_root or os.geteuid() != 0:
             return  # a folder shared by every user stays the hub's alone
-        parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
+        parent = user_jobs_folder(self.cfg.jobs_root, owner)
         make_job_folders(parent)
         st = parent.lstat()
         if st.st_uid == os.geteuid() and (st.st_gid, st.st_mode & 0o777) != (account.gid, 0o750):
