@@ -645,8 +645,9 @@ def _spawn_message(size: str, step: int, steps: int) -> str:
     what = f"{steps} idle notebook{'s' if steps > 1 else ''}"
     now = f" (moving {step} of {steps})" if step else ""
     return (
-        f"Making room for {size}: {what} of other users move to another GPU{now} — nothing in them"
-        " restarts; your server starts once they are done (seconds each)"
+        f"Making room for {size}: {what} of other users {'move' if steps > 1 else 'moves'} to another"
+        f" GPU{now} — nothing in {'them' if steps > 1 else 'it'} restarts; your server starts once"
+        f" {'they are' if steps > 1 else 'it is'} done (seconds each)"
     )
 
 
