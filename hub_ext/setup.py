@@ -180,11 +180,13 @@ async def _serve(
     from gpupool.api import make_app
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
+    from gpupool.quiet_refusals import install as quiet_refusals
     from gpupool.redact import install
     from gpupool.root import Running
 
     log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
+    quiet_refusals(hub.log)  # a refused spawn (budget, quota) is one line, not a traceback
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
