@@ -299,6 +299,7 @@ class WorkspaceStatus(w.VBox):
             )
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            self.extend_button.disabled = True  # nothing to extend that the hub cannot read
             return
         self.resume_button.layout.display = "" if view["parked"] else "none"
         self.table.value = rows_html(view["rows"])

@@ -152,3 +152,17 @@ export function moved(status) {
   }
   return { key: `moved:${status.moved_at}`, message: `Your kernel ${status.moved}. Nothing restarted.` };
 }
+
+// What a failed call to this server's gpupool endpoints says: the hub's proxy answers 424 (or
+// 503) once the server was stopped — by the idle culler or from the hub — and a bare "HTTP 424"
+// told the user nothing. `stopped` is true when Extend and Resume no longer apply.
+export function callError(status, body) {
+  if (status === 424 || status === 503 || status === 404) {
+    return {
+      error: 'This server is no longer running (stopped by the idle culler or from the hub):' +
+        ' start it again from the hub\'s home page, which says why it stopped.',
+      stopped: true
+    };
+  }
+  return { error: (body && (body.error || body.message)) || `HTTP ${status}`, stopped: false };
+}
