@@ -7,10 +7,11 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Int, Unicode, observe
+from traitlets import Bool, Dict, Enum, Int, List, Unicode, observe
 from traitlets.config import LoggingConfigurable
 
 from gpupool.gpu.sharing import BACKENDS
+from gpupool.kube.pod_fit import GPU_TOLERATION
 from gpupool.kube.pool_objects import KAI_NODE_POOL
 from gpupool.pool import BuildLimits, BuildQuotaPolicy
 from gpupool.quota_traits import (
@@ -62,6 +63,21 @@ class GPUPool(LoggingConfigurable):
         Example::
 
             c.GPUPool.use_nvml = False
+        """,
+    )
+
+    gpu_inventory = Enum(
+        ["local", "kubernetes"],
+        "local",
+        config=True,
+        help="""Where the GPUs that build quotas count against come from. "local": NVML on this
+        machine, else `virtual_gpus`. "kubernetes": the cluster's nodes, read when the hub
+        starts: each node's allocatable nvidia.com/gpu and the GPU Operator's labels
+        (nvidia.com/gpu.product, nvidia.com/gpu.memory), so a fraction's memory is the real
+        card's; the hub's account needs to list nodes (the gpupool chart grants it). The gpupool
+        chart sets it. Example::
+
+            c.GPUPool.gpu_inventory = "kubernetes"
         """,
     )
 
@@ -199,6 +215,22 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
+    gpu_context_mib = Int(
+        500,
+        min=0,
+        max=1 << 20,
+        config=True,
+        help="""GPU memory (MiB) each CUDA context takes outside a
+        framework's allocator. A share's memory cap (GPUPOOL_GPU_MEMORY_MIB, the PyTorch hook's
+        limit, MPS's pinned limit) is its part of the GPU's memory less the driver's reserve, less
+        this: shares filled to their caps then never run a neighbour out of memory. The default is
+        an estimate, not a measurement: measure it on your GPUs (one process that only initialises
+        CUDA, its memory in nvidia-smi) and set it. Example::
+
+            c.GPUPool.gpu_context_mib = 420
+        """,
+    )
+
     api_ip = Unicode(
         "127.0.0.1",
         config=True,
@@ -236,8 +268,9 @@ class GPUPool(LoggingConfigurable):
         alike: {", ".join(BACKENDS)}, or the import path of a
         `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
         annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
-        mig: a MIG profile per fraction; whole: whole GPUs only. The gpupool chart sets it from
-        `sharing.backend`. Example::
+        mig: a MIG profile per fraction; whole: whole GPUs only. A subclass reads its own pod
+        fields back (`read_fraction`, `read_annotations`) for the quota check, which refuses a
+        GPU resource no backend reads. The gpupool chart sets it from `sharing.backend`. Example::
 
             c.GPUPool.gpu_sharing = "hami"
         """,
@@ -253,6 +286,25 @@ class GPUPool(LoggingConfigurable):
         pools by node the host name. Example::
 
             c.GPUPool.node_pool_label = "gpupool.io/node-pool"
+        """,
+    )
+
+    gpu_tolerations = List(
+        Dict(),
+        [dict(GPU_TOLERATION)],
+        config=True,
+        help="""Kubernetes: tolerations added to every workspace and train pod with a GPU share
+        (pods without one stay off tainted GPU nodes). GPU nodes are usually tainted (GKE:
+        nvidia.com/gpu=present:NoSchedule); a pod asking for whole GPUs may get the toleration
+        from the ExtendedResourceToleration admission plugin, but a fractional pod asks for no
+        nvidia.com/gpu and gets nothing, so the scheduler never places it there. The default
+        tolerates the nvidia.com/gpu taint of any value. The gpupool chart sets it from
+        `gpuNodes.tolerations`. Example::
+
+            c.GPUPool.gpu_tolerations = [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+            ]
         """,
     )
 

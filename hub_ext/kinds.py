@@ -36,6 +36,7 @@ class EventKind(StrEnum):
     CULL = "cull"
     MEMORY = "memory"  # over its GPU memory share: warned, or its kernels restarted
     EXTEND = "extend"  # a session extended once on its owner's request
+    HIBERNATE = "hibernate"  # a user hibernated their own server (%gpupool hibernate)
     # admins' changes
     QUOTA = "quota"
     BUDGET = "budget"  # a budget top-up or exemption granted or ended

@@ -133,7 +133,7 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     JupyterHub's own); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from gpupool.api.warnings import shares_for, stops_for, warnings_for
+    from gpupool.api.warnings import retention_for, shares_for, stops_for, warnings_for
 
     ours = str(Path(__file__).parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -142,8 +142,9 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     c.JupyterHub.template_vars = {
         **c.JupyterHub.get("template_vars", {}),
         "gpupool_warnings": lambda user: warnings_for(root, user, base),
-        "gpupool_shares": lambda user: shares_for(root, user),
+        "gpupool_shares": lambda user: shares_for(root, user, base_url=base),
         "gpupool_stops": lambda user: stops_for(root, user),
+        "gpupool_retention": lambda user: retention_for(root, user),
     }
 
 
@@ -180,6 +181,7 @@ async def _serve(
     from gpupool.api import make_app
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
+    from gpupool.contain.follow import WorkspaceDevices
     from gpupool.quiet_refusals import install as quiet_refusals
     from gpupool.redact import install
     from gpupool.root import Running
@@ -190,6 +192,8 @@ async def _serve(
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
+        for line in contained.describe_limits():
+            (log.warning if "NOT enforced" in line else log.info)("limit %s", line)
     for note in notes:
         log.info("%s", note)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
@@ -217,6 +221,7 @@ async def _serve(
             "training": training,
             "parking": parking,
             "session_end": session_end(hub.config, culler),
+            "hibernate_keep_days": hibernate_keep_days(hub.config, culler),
             "demo_gpu_use": demo_use(hub.config),
             "usage": usage,
         },
@@ -224,7 +229,10 @@ async def _serve(
     mover = start_mover(hub.config, pool, parking, training, app.settings)
     # from here the home page's warnings read the culler's findings in the API's settings
     # and the pool's questions (gpupool.pool_hooks) go to these services
-    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files))
+    devices = WorkspaceDevices(pool, contained) if gpu_files is not None and contained.available else None
+    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files, devices))
+    if devices is not None:
+        devices.follow_all()  # after interrupted moves are finished: every workspace's devices from the rows
     if gpu_files is not None:
         gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
@@ -248,7 +256,9 @@ def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFil
 
     if not hub.follows_published_gpu:
         return None
-    return GPUEnvFiles(default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config))
+    return GPUEnvFiles(
+        default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config), settings.gpu_context_mib
+    )
 
 
 def demo_use(config: Config) -> bool:
@@ -265,6 +275,16 @@ def session_end(config: Config, culler: bool) -> Any:
     from gpupool.idle_culler.config import IdleCuller
 
     return IdleCuller(config=config).session_end()
+
+
+def hibernate_keep_days(config: Config, culler: bool) -> float:
+    """Retention of hibernated states (the culler deletes them at a user's next hibernation): what
+    the hub's record and warnings say (0: no culler, kept until woken)."""
+    if not culler:
+        return 0.0
+    from gpupool.idle_culler.config import IdleCuller
+
+    return float(IdleCuller(config=config).hibernate_keep_days)
 
 
 def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) -> UsageService:

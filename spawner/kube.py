@@ -8,19 +8,20 @@ after profiles, user options and modify_pod_hook, so no path can ask for more.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
-from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.gpu.sharing import KAI_QUEUE_LABEL, SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kinds import EventKind
+from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
-from gpupool.pool import InvalidRequest, PoolError
+from gpupool.pool import InvalidRequest, PoolError, QuotaExceeded
 from gpupool.spawner.form import requested_milli as form_milli
 from gpupool.spawner.form import requested_pool
 from gpupool.spawner.kube_objects import (
@@ -30,6 +31,9 @@ from gpupool.spawner.kube_objects import (
     merged_affinity,
     pod_environment,
     profile_milli,
+    queue_held_milli,
+    queue_quota_milli,
+    queue_refusal,
 )
 from gpupool.spawner.kube_ready import PromptStart
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
@@ -96,6 +100,18 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             c.GPUKubeSpawner.mig_profiles = {0.125: "1g.10gb", 0.25: "2g.20gb", 0.5: "3g.40gb"}
         """,
     )
+    kai_queue_quota_check = Bool(
+        True,
+        config=True,
+        help="""With kai: before a workspace starts, read its KAI Queue's GPU quota and refuse
+        the spawn at the form, with the reason, when the queue's workspaces already hold it
+        (KAI runs the non-preemptible build class only within the quota; the pod would stay
+        Pending until the start timeout). Needs get on queues.scheduling.run.ai (the gpupool
+        chart grants it). Example::
+
+            c.GPUKubeSpawner.kai_queue_quota_check = False
+        """,
+    )
     build_priority_class = Unicode(
         "build",
         config=True,
@@ -151,6 +167,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             return current
         return merged_affinity(current, node_affinity(pools, self._setting("node_pool_label")))
 
+    # the notebook container as the `restricted` Pod Security level admits it, over kubespawner's
+    # uid and allowPrivilegeEscalation (on the container only: z2jh's iptables init container,
+    # where enabled, keeps its own); c.KubeSpawner.container_security_context still wins
+    @default("container_security_context")
+    def _restricted_container(self) -> dict:
+        return dict(RESTRICTED_CONTAINER)
+
     # --- backends ------------------------------------------------------------
     @default("scheduler_name")
     def _scheduler_default(self) -> str | None:
@@ -187,9 +210,8 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             return value
 
         async def offered(spawner: GPUKubeSpawner) -> list[dict]:
-            profiles = value(spawner) if callable(value) else value
-            if inspect.isawaitable(profiles):
-                profiles = await profiles
+            # a callable may be async: awaited as kubespawner awaits it
+            profiles = await maybe_future(value(spawner)) if callable(value) else value
             if isinstance(profiles, dict):
                 profiles = [profiles[k] for k in sorted(profiles)]
             return spawner.offered_profiles(profiles)
@@ -262,11 +284,45 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
                 self.gpupool_allocation = None
                 return None
             split_milli(milli)  # a shape every backend can express
+            await self.check_queue_quota(milli)
         except PoolError as err:
             raise self.refused(err) from None
         # off the event loop: on Kubernetes KAI places train jobs, so nothing else in the hub
         # changes the pool's state without the manager's lock
         return await self.reserve_milli_off_loop(milli)
+
+    async def check_queue_quota(self, milli: int) -> None:
+        """QuotaExceeded with KAI's reason when the workspace's queue cannot run it now."""
+        if not (self.kai_queue_quota_check and self.backend().name == "kai"):
+            return
+        from aiohttp import ClientError
+        from kubernetes_asyncio.client import CustomObjectsApi
+        from kubernetes_asyncio.client.rest import ApiException
+
+        names = self.workspace_pools()
+        queue = self.queue_name(names[0] if names else None)
+        selector = f"{KAI_QUEUE_LABEL}={queue}"
+        try:
+            obj = await CustomObjectsApi(self.api.api_client).get_cluster_custom_object(
+                "scheduling.run.ai", "v2", "queues", queue
+            )
+            # the queue's pods now, from the API server (a watch's copy may lag a spawn just made)
+            if self.enable_user_namespaces:
+                found = await self.api.list_pod_for_all_namespaces(label_selector=selector)
+            else:
+                found = await self.api.list_namespaced_pod(self.namespace, label_selector=selector)
+        except (ApiException, ClientError, TimeoutError) as err:
+            # not readable (RBAC, no such queue, no API server): KAI still has its say when it
+            # schedules the pod; the spawn is not refused for what the hub could not read
+            self.log.warning(
+                "could not read KAI queue %s or its pods (%s): its quota is not checked", queue, err
+            )
+            return
+        pods = self.api.api_client.sanitize_for_serialization(found).get("items") or []
+        held = queue_held_milli(pods, queue, KAI_QUEUE_LABEL, skip=self.pod_name)
+        why = queue_refusal(queue, queue_quota_milli(obj), held, milli)
+        if why:
+            raise QuotaExceeded(why)
 
     async def get_pod_manifest(self):
         pod = await super().get_pod_manifest()
@@ -298,6 +354,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             except InvalidRequest as err:
                 raise http_error(err) from None
             env = pod_environment(self.gpu_environment())
+            # GPU nodes are usually tainted; a fractional pod asks for no nvidia.com/gpu, so
+            # nothing else adds the toleration (z2jh's own tolerations are kept)
+            gpu_tolerations = self.gpupool_root.settings.gpu_tolerations
+            if gpu_tolerations:
+                current = self.api.api_client.sanitize_for_serialization(pod.spec.tolerations or [])
+                pod.spec.tolerations = added_tolerations(current, gpu_tolerations)
         if shard:  # KAI's pod grouper copies it to the PodGroup: that pool's shard schedules it
             patch.labels[KAI_NODE_POOL] = shard
         return apply_pod_gpu(pod, patch, env)
@@ -316,9 +378,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def _checked_hook(self, hook: Callable | None) -> Callable:
         async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
             if hook is not None:
-                pod = hook(spawner, pod)
-                if inspect.isawaitable(pod):
-                    pod = await pod
+                pod = await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
             spawner.enforce_quota(spawner.api.api_client.sanitize_for_serialization(pod))
             return pod
 
@@ -331,7 +391,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         reserved = alloc.total_milli if alloc is not None else 0
         memory = self.device_memory_mib(alloc) if alloc is not None else 0
         try:
-            asked = requested_milli(manifest, memory, self.mig_table())
+            asked = requested_milli(manifest, memory, self.mig_table(), self.backend())
         except (ValueError, ArithmeticError) as err:
             raise web.HTTPError(400, f"the pod's GPU fields cannot be read: {err}") from None
         if asked > reserved:

@@ -9,6 +9,7 @@ from typing import Any
 from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements
 
 from gpupool.gpu.sharing import PodGPU
+from gpupool.kube.pod_fit import merged_affinity  # noqa: F401 (its home was here)
 from gpupool.pool import BuildLimits, InvalidRequest, parse_gpus
 from gpupool.pool.units import UnitError
 
@@ -112,29 +113,47 @@ def _slug(profile: Mapping[str, Any]) -> str:
     return profile.get("slug") or safe_slug(profile.get("display_name", ""))
 
 
-def merged_affinity(current: Mapping[str, Any], pools: Mapping[str, Any]) -> dict:
-    """`current` (the pod's affinity, as JSON) with a node pools' affinity added: each required
-    term the pod already had is ANDed with each pool's term (any pool, and what the profile
-    asked), preferred terms are added, pod (anti-)affinity is kept."""
-    out = {k: v for k, v in current.items()}
-    mine = dict(current.get("nodeAffinity") or {})
-    theirs = pools.get("nodeAffinity") or {}
-    req = "requiredDuringSchedulingIgnoredDuringExecution"
-    pref = "preferredDuringSchedulingIgnoredDuringExecution"
-    have = (mine.get(req) or {}).get("nodeSelectorTerms") or []
-    add = (theirs.get(req) or {}).get("nodeSelectorTerms") or []
-    if add:
-        terms = (
-            [
-                {**t, "matchExpressions": [*(t.get("matchExpressions") or []), *a["matchExpressions"]]}
-                for t in have
-                for a in add
-            ]
-            if have
-            else list(add)
-        )
-        mine[req] = {"nodeSelectorTerms": terms}
-    if theirs.get(pref):
-        mine[pref] = [*(mine.get(pref) or []), *theirs[pref]]
-    out["nodeAffinity"] = mine
-    return out
+# --- KAI's queue quota: a workspace the queue cannot run is refused at the form ------------
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def queue_quota_milli(queue: Mapping[str, Any] | None) -> int | None:
+    """A KAI Queue's GPU quota (spec.resources.gpu.quota, in GPUs) in milli-GPU; None when it
+    has none (-1: unlimited) or the object cannot be read. KAI runs non-preemptible pods (the
+    build class) only within it."""
+    gpu = (((queue or {}).get("spec") or {}).get("resources") or {}).get("gpu") or {}
+    try:
+        quota = float(gpu.get("quota", -1))
+    except (TypeError, ValueError):
+        return None
+    return None if quota < 0 else round(quota * 1000)
+
+
+def queue_held_milli(
+    pods: Iterable[Mapping[str, Any]], queue: str, label: str, skip: str = "", memory_mib: int = 0
+) -> int:
+    """GPU milli the workspace pods of `queue` hold or wait for (not finished nor being deleted),
+    but the pod named `skip` (the one being started again)."""
+    from gpupool.gpu.sharing import requested_milli
+
+    total = 0
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if (meta.get("labels") or {}).get(label) != queue or meta.get("name") == skip:
+            continue
+        if status.get("phase") in FINISHED_PHASES or meta.get("deletionTimestamp"):
+            continue
+        total += requested_milli(dict(pod), memory_mib)
+    return total
+
+
+def queue_refusal(queue: str, quota_milli: int | None, held_milli: int, asked_milli: int) -> str:
+    """Why KAI would leave this workspace Pending ("" when it fits): non-preemptible pods run
+    only within their queue's quota, and nothing would ever say so but a start timeout."""
+    if quota_milli is None or held_milli + asked_milli <= quota_milli:
+        return ""
+    return (
+        f"the {queue!r} queue's quota is {quota_milli / 1000:g} GPU and its workspaces hold"
+        f" {held_milli / 1000:g}: KAI-Scheduler would not start a {asked_milli / 1000:g} GPU"
+        " workspace now; try again when one of them stops, or ask for less"
+    )

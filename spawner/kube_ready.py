@@ -12,10 +12,10 @@ first look finds the pod running. An admin's own hook runs first, unchanged.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from jupyterhub.utils import maybe_future
 from traitlets import Float, HasTraits, default, validate
 
 if TYPE_CHECKING:
@@ -73,9 +73,7 @@ class PromptStart(HasTraits):
     def _then_wait(self, hook: Callable | None) -> Callable:
         async def then_wait(spawner: Spawner, pod: Any) -> None:
             if hook is not None:
-                result = hook(spawner, pod)
-                if inspect.isawaitable(result):
-                    await result
+                await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
             if spawner.ready_poll_s > 0:
                 await wait_until_running(spawner, spawner.start_timeout, spawner.ready_poll_s)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,120 @@ def test_the_culler_may_enter_servers_only_when_a_rule_restarts_kernels() -> Non
     assert "access:servers" in service_definition("c", "", over)[1]["scopes"]
     with pytest.raises(TraitError, match="memory_resolver 'reboot' is not one of"):
         IdleCuller(group_overrides={"lab": {"memory_resolver": "reboot"}})
+
+
+def run_cell(hub: Hub, user: str, kernel_id: str, code: str, token: str) -> str:
+    """Run a cell in a kernel of a real server, as JupyterLab does (the kernel's websocket); its
+    printed output."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    async def go() -> str:
+        url = hub.url.replace("http", "ws", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "username": user, "session": uuid.uuid4().hex}
+        header |= {
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": dt.datetime.now(dt.UTC).isoformat(),
+        }
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+        content |= {"allow_stdin": False, "stop_on_error": True}
+        await ws.write_message(
+            json.dumps(
+                {
+                    "header": header,
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": "shell",
+                }
+            )
+        )
+        out = []
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.read_message(), 120))
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"ERROR {msg['content']['evalue']}")
+            elif msg["msg_type"] == "execute_reply":
+                ws.close()
+                return "".join(out)
+
+    return asyncio.run(go())
+
+
+def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_next_start(
+    make_hub, tmp_path: Path
+) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("hib1", "0.25")
+    token = hub.user_token("hib1")
+    notebook = {"path": "work.ipynb", "type": "notebook", "name": "work.ipynb", "kernel": {"name": "python3"}}
+    kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
+    assert (
+        run_cell(hub, "hib1", kernel, "import numpy as np\nx = np.arange(1000.0)\nprint(x.sum())", token)
+        == "499500.0\n"
+    )
+    samples = tmp_path / "samples.json"
+    samples.write_text(json.dumps({"hib1/": {"util_pct": 0}}))
+    now = [time.time()]
+    culler = Culler(
+        IdleCuller(sampler="file", hibernate=True, window_s=30, stale_after_s=10**6),
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
+    culler.run_pass()
+    now[0] += 3 * 3600  # GPU idle, Jupyter quiet
+    events = culler.run_pass()["events"]
+    assert [e["kind"] for e in events] == ["cull"], events
+    assert "hibernated (1 kernel" in events[0]["message"]
+    until(lambda: not hub.allocations(), "the share freed", timeout=60)
+    # the size the server's save reported, kept by the hub: the admins' list, the user's status
+    [row] = hub.api("GET", "/services/gpupool/api/admin/hibernated")["hibernated"]
+    assert (row["owner"], row["name"], row["by"], row["kernels"]) == ("hib1", "", "culler", 1), row
+    assert row["bytes"] > 8000 and row["notebooks"][0].endswith("work.ipynb"), row
+    assert hub.api_error("GET", "/services/gpupool/api/admin/hibernated", token=token)[0] == 403
+    [mine] = hub.api("GET", "/services/gpupool/api/hibernated", token=token)["hibernated"]
+    assert (
+        "the idle culler hibernated it" in mine["message"] and "come back when you start" in mine["message"]
+    )
+    hub.spawn("hib1", "0.25")  # the next start: the notebook opened again
+    kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
+    first = run_cell(hub, "hib1", kernel, "print(x.sum())", token)
+    assert "gpupool: restored 2 variables" in first and first.endswith("499500.0\n"), first
+    # the user hibernates it now: recorded in the hub with its size, as the culler's is
+    try:
+        said = run_cell(hub, "hib1", kernel, "%load_ext gpupool\n%gpupool hibernate", token)
+    except (TypeError, OSError) as err:  # the server stops under the cell: its reply may not come
+        said = f"(no reply: {err})"
+    until(lambda: not hub.allocations(), "the share freed by %gpupool hibernate", timeout=60)
+    [row] = hub.api("GET", "/services/gpupool/api/admin/hibernated")["hibernated"]
+    assert row["by"] == "user" and row["bytes"] > 8000, (row, said)
+    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
+    assert kinds == ["hibernate"], kinds
+    # the home page's "Hibernate now": the server's own page saves (the notebook not woken yet
+    # keeps its state), records it and stops the server
+    hub.spawn("hib1", "0.25")
+    hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)
+    page = f"{hub.url}/user/hib1/gpupool/hibernate-now"
+    auth = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(page, headers=auth), timeout=30) as r:
+        assert "Hibernate now</button>" in r.read().decode()
+    done = urllib.request.Request(page, data=b"", method="POST", headers=auth)
+    with urllib.request.urlopen(done, timeout=120) as r:
+        text = r.read().decode()
+    assert "Hibernated 1 kernel" in text and "this server stops now." in text, text
+    until(lambda: not hub.allocations(), "the share freed by Hibernate now", timeout=60)
+    kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=hibernate")["events"]]
+    assert kinds == ["hibernate", "hibernate"], kinds

@@ -18,6 +18,7 @@ from gpupool.widgets.status import status_rows
 from gpupool.widgets.summary import summary
 from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
+from tests.test_containment import devices_enforced, expected, workspace_opens
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -76,6 +77,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
     assert list(parked.values()) == ["checkpointed"]  # the kernel, not the server: it has no CUDA context
+    if devices_enforced():  # a parked share holds no GPU: nothing of ann's workspace opens one
+        assert workspace_opens(hub, "ann") == expected(set())
     parked_share_is_shown_as_the_quota_counts_it(hub, ann)
     # the culler's next pass sees a parked workspace: kept, not stopped for GPU idleness
     now[0] = t0 + 60 * 60
@@ -100,6 +103,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     )
     assert resumed and time.monotonic() - freed < 10
     assert [s["owner"] for s in hub.allocations()] == ["ann"]
+    if devices_enforced():  # resumed: its GPU opens again (allowed before the restore)
+        assert workspace_opens(hub, "ann") == expected({0})
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
     assert list(parked.values()) == ["running"]
     events = hub.api("GET", "/services/gpupool/api/events?kind=resume")["events"]

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
@@ -103,6 +103,168 @@ class ResumeHandler(_Handler):
         await self.call(lambda client: client.post("api/parking/resume", {"server": server_name()}))
 
 
+HIBERNATE_EXPR = (
+    "__import__('gpupool.gpu.hibernate', fromlist=['save_shell'])"
+    ".save_json(get_ipython(), {cap}, {quota}, {keep})"
+)
+
+
+def _bounded_int(value: Any, top: int) -> int:
+    return value if type(value) is int and 0 <= value <= top else 0
+
+
+class HibernateHandler(APIHandler):
+    """POST: save the variables of each of this server's kernels to the user's home (run in the
+    kernels, as the user; gpupool.gpu.hibernate). The culler calls it before it stops the server
+    (its token's access:servers scope); `%gpupool hibernate` saves its own kernel first and asks
+    for the others. Body (all optional): {"cap_bytes", "quota_bytes", "keep_days", "except": [kernel
+    ids]}. Answer: {"ok": all saved, "kernels": [{"id", "ok", "bytes", "variables", "skipped",
+    "error"}], "bytes"}."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        expr = HIBERNATE_EXPR.format(
+            cap=_bounded_int(body.get("cap_bytes"), 1 << 50),
+            quota=_bounded_int(body.get("quota_bytes"), 1 << 50),
+            keep=_bounded_int(body.get("keep_days"), 36500),
+        )
+        skip: list = body["except"] if isinstance(body.get("except"), list) else []
+        timeout = float(_bounded_int(body.get("timeout_s"), 3600) or 600)
+        result = await hibernate_all(self.kernel_manager, expr, timeout, skip)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(result))
+
+
+async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list) -> dict[str, Any]:
+    """Run the saver in each of this server's kernels but `skip`: {"ok", "kernels", "bytes"}."""
+    kernels = []
+    for kid in list(kernel_manager.list_kernel_ids()):
+        if kid in skip:
+            continue
+        kernels.append({"id": kid, **await hibernate_kernel(kernel_manager.get_kernel(kid), expr, timeout)})
+    return {
+        "ok": all(k.get("ok") for k in kernels),
+        "kernels": kernels,
+        "bytes": sum(int(k.get("bytes") or 0) for k in kernels),
+    }
+
+
+# the home page's "Hibernate now": what the culler's hibernation saves (its defaults; the kernel
+# does not see the hub's config)
+NOW_EXPR = HIBERNATE_EXPR.format(cap=8 << 30, quota=32 << 30, keep=0)
+NOW_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Hibernate</title></head>
+<body style="font-family:sans-serif;max-width:40em;margin:3em auto">
+<h1>Hibernate this server</h1><p>{text}</p>{form}<p><a href="{home}">Back to the hub</a></p></body></html>"""
+
+
+class HibernateNowPage(JupyterHandler):
+    """The hub home page's "Hibernate now" (a link to this page of the user's own server; the
+    server's own login and XSRF check): GET confirms, POST saves every kernel as the culler's
+    hibernation does, records it in the hub with this server's own token (the home page and the
+    admins' list show it), then stops this server, which frees its GPU share. Nothing is stopped
+    unless every kernel was saved."""
+
+    def page(self, text: str, form: bool = False, status: int = 200) -> None:
+        from html import escape
+
+        home = os.environ.get("JUPYTERHUB_BASE_URL", "/").rstrip("/") + "/hub/home"
+        button = (
+            f'<form method="post">{self.xsrf_form_html()}<button type="submit">Hibernate now</button></form>'
+            if form
+            else ""
+        )
+        self.set_status(status)
+        self.finish(NOW_PAGE.format(text=escape(text), form=button, home=escape(home)))
+
+    @web.authenticated
+    def get(self) -> None:
+        n = len(list(self.kernel_manager.list_kernel_ids()))
+        self.page(
+            f"The variables of this server's {n} kernel{'' if n == 1 else 's'} are saved to your home,"
+            " then the server stops and its GPU share is freed. They come back when you start it"
+            " and open the notebook.",
+            form=True,
+        )
+
+    @web.authenticated
+    async def post(self) -> None:
+        from gpupool.gpu.hibernate import _post_own_server, _record_in_hub, _size
+
+        result = await hibernate_all(self.kernel_manager, NOW_EXPR, 600.0, [])
+        failed = [k for k in result["kernels"] if not k.get("ok")]
+        if failed:
+            self.page(
+                f"{len(failed)} kernel(s) could not be saved ({str(failed[0].get('error'))[:200]});"
+                " nothing was stopped.",
+                status=409,
+            )
+            return
+        kernels = result["kernels"]
+        hibernated = {
+            "bytes": result["bytes"],
+            "kernels": len(kernels),
+            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+        }
+        note = ""
+        if os.environ.get("GPUPOOL_API_URL"):
+            try:
+                await asyncio.to_thread(
+                    _record_in_hub, {"server": server_name(), "hibernated": hibernated}, os.environ
+                )
+            except (OSError, ValueError) as err:
+                note = f" (the hub did not record it: {err}; your variables are saved all the same)"
+        self.page(
+            f"Hibernated {len(kernels)} kernel{'' if len(kernels) == 1 else 's'} ({_size(result['bytes'])});"
+            f" this server stops now{note}. Your variables come back when you start it and open the notebook."
+        )
+
+        def stop() -> None:  # jupyter_server's own /api/shutdown, as %gpupool hibernate asks it
+            try:
+                _post_own_server("api/shutdown", {}, os.environ, 5.0)
+            except (OSError, ValueError):
+                pass  # no answer is the normal case: the server stops while answering
+
+        asyncio.get_running_loop().run_in_executor(None, stop)
+
+
+async def hibernate_kernel(km: Any, expr: str, timeout: float) -> dict[str, Any]:
+    """Run the saver in one kernel (silently, no history) and read its summary back."""
+    import ast
+    import inspect
+
+    client = km.client()
+    client.start_channels()
+    try:
+        reply = client.execute_interactive(
+            "",
+            silent=True,
+            store_history=False,
+            user_expressions={"r": expr},
+            timeout=timeout,
+            output_hook=lambda msg: None,
+        )
+        if inspect.isawaitable(reply):  # jupyter_server's clients are async ones
+            reply = await reply
+        result = reply["content"].get("user_expressions", {}).get("r", {})
+        if result.get("status") != "ok":
+            return {
+                "ok": False,
+                "error": f"{result.get('ename', 'error')}: {str(result.get('evalue'))[:200]}",
+            }
+        summary = json.loads(ast.literal_eval(result["data"]["text/plain"]))
+        return summary if isinstance(summary, dict) else {"ok": False, "error": "no summary"}
+    except Exception as err:  # noqa: BLE001 - a kernel that died or timed out: not hibernated
+        return {"ok": False, "error": f"{type(err).__name__}: {str(err)[:200]}"}
+    finally:
+        client.stop_channels()
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "gpupool.widgets.labserver"}]
 
@@ -120,5 +282,7 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
             (url_path_join(base, "workspace"), WorkspaceHandler),
             (url_path_join(base, "extend"), ExtendHandler),
             (url_path_join(base, "resume"), ResumeHandler),
+            (url_path_join(base, "hibernate"), HibernateHandler),
+            (url_path_join(base, "hibernate-now"), HibernateNowPage),
         ],
     )

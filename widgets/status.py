@@ -76,6 +76,21 @@ def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [("GPU parked", parking.get("message") or "GPU parked — it comes back when you run a cell")]
 
 
+def hibernated_rows(answer: Mapping[str, Any] | None, server: str) -> list[tuple[str, str]]:
+    """The user's hibernated servers (gpupool.api.hibernation): when, and that the variables come
+    back at the next start; retention's warning before their state is deleted."""
+    rows: list[tuple[str, str]] = []
+    for r in (answer or {}).get("hibernated") or []:
+        name = str(r.get("name", ""))
+        label = "Hibernated" if name == server else f"Hibernated: {name or 'default server'}"
+        rows.append((label, str(r.get("message", ""))))
+    for warning in (answer or {}).get("warnings") or []:
+        name = str(warning.get("name", ""))
+        label = "Deleted soon" if name == server else f"Deleted soon: {name or 'default server'}"
+        rows.append((label, str(warning.get("message", ""))))
+    return rows
+
+
 def status_rows(
     me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str], server: str = ""
 ) -> list[tuple[str, str]]:
@@ -163,6 +178,10 @@ def workspace_view(client: Client, server: str, env: Mapping[str, str], now: flo
         parked = parking_rows(client.get(f"api/parking/status?server={quote(server)}"))
     except GPUPoolError:
         parked = []  # a hub without parking
+    try:
+        rows += hibernated_rows(client.get("api/hibernated"), server)
+    except GPUPoolError:
+        pass  # a hub without hibernation records
     try:  # the culling demo (gpupool up --demo-culling): GPU use is what the user says
         said = client.get("api/demo/gpu-use").get("use", {}).get(f"{me['name']}/{server}", "idle")
         rows.append(

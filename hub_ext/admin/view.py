@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 EVENT_KINDS = frozenset(
     {
         EventKind.CULL,
+        EventKind.HIBERNATE,
         EventKind.WARN,
         JobEvent.PREEMPT,
         JobEvent.REQUEUE,
@@ -53,12 +54,36 @@ def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
         "groups": groups(root_of(settings), settings.get("directory")),
         "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
         "quota_notes": quota_notes(pool.quotas),  # what the quotas in force shut out
+        "hibernated": hibernated(pool, float(settings.get("hibernate_keep_days") or 0)),
         "events": [
             {"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
             for e in pool.store.events(limit=300)
             if e.kind in EVENT_KINDS
         ][:30],
     }
+
+
+def hibernated(pool: PoolManager, keep_days: float) -> list[dict[str, Any]]:
+    """Every hibernated session with the size its save reported (gpupool.api.hibernation)."""
+    import time
+
+    from gpupool.api.hibernation import records, with_expiry
+
+    def when(t: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "kept until woken"
+
+    return [
+        {
+            "owner": r.get("owner", ""),
+            "name": r.get("name") or "default",
+            "size": f"{int(r.get('bytes') or 0) / (1 << 20):.1f} MiB",
+            "at": when(r.get("at")),
+            "expires": when(r["expires"]),
+            "by": "its user" if r.get("by") == "user" else "the idle culler",
+            "notebooks": ", ".join(r.get("notebooks") or []),
+        }
+        for r in (with_expiry(r, keep_days) for r in records(pool.store))
+    ]
 
 
 def gpus(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:

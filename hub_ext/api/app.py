@@ -16,6 +16,7 @@ from gpupool.api.bodies import DEFAULT_MAX_BODY
 from gpupool.api.culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
 from gpupool.api.demo import ROUTES as DEMO_ROUTES
 from gpupool.api.extend_page import ExtendPage
+from gpupool.api.hibernation import ROUTES as HIBERNATION_ROUTES
 from gpupool.api.jobs import ROUTES as JOB_ROUTES
 from gpupool.api.page import StatusPage
 from gpupool.api.parking import ROUTES as PARKING_ROUTES
@@ -44,6 +45,7 @@ ROUTES: tuple[tuple[str, type[web.RequestHandler]], ...] = (
     *PARKING_ROUTES,
     *DEMO_ROUTES,
     *USAGE_ROUTES,
+    *HIBERNATION_ROUTES,
     ("", StatusPage),
 )
 

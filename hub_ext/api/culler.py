@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler
+from gpupool.api.hibernation import parse_saved
+from gpupool.api.hibernation import prune as prune_hibernated
+from gpupool.api.hibernation import record as record_hibernation
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.culling import BudgetAction, CullAction, CullReason
+from gpupool.gpu.memory_cap import share_cap_mib
 from gpupool.hub_adapter import hub_user, hub_users
 from gpupool.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 from gpupool.store import Event
@@ -166,7 +170,11 @@ class TargetsHandler(APIHandler):
                     "gpu_uuids": [g.uuid for g in gpus],
                     "whole_gpus": row.gpu_milli >= 1000,
                     "milli": row.total_milli,
-                    "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
+                    # what NVML may show its processes use: the share's cap with its CUDA context
+                    "memory_limit_mib": sum(
+                        share_cap_mib(row.gpu_milli, g.memory_mib, g.reserved_mib, context_mib=0)
+                        for g in gpus
+                    ),
                     "groups": row.groups or [],
                     "admin": bool(user.admin) if user else False,
                     "profile": spawner_profile(spawner),
@@ -221,9 +229,19 @@ class ReportHandler(APIHandler):
                         message=bounded(e["message"]),
                         owner=e["owner"],
                         name=e["name"],
-                        data={"reason": e["reason"]},
+                        data={
+                            "reason": e["reason"],
+                            **({"bytes": e["hibernated"]["bytes"]} if "hibernated" in e else {}),
+                        },
                     )
                     for e in events
+                )
+        keep_days = float(self.settings.get("hibernate_keep_days") or 0)
+        prune_hibernated(self.pool.store, keep_days, pass_time)  # retention has deleted their states
+        for e in events:
+            if "hibernated" in e:  # the admin's list of hibernated sessions, with the size the save reported
+                record_hibernation(
+                    self.pool.store, e["owner"], e["name"], e["hibernated"], "culler", pass_time
                 )
 
 
@@ -290,6 +308,13 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
+        if "hibernated" in e:  # what the server's save reported (gpupool.api.hibernation)
+            if e.get("kind") != EventKind.CULL:
+                raise ValueError(f"events[{i}].hibernated: only a cull hibernates")
+            try:
+                e["hibernated"] = parse_saved(e["hibernated"])
+            except ValueError as err:
+                raise ValueError(f"events[{i}].{err}") from None
     return (
         float(pass_time),
         [
@@ -307,6 +332,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
                 "name": e["name"],
                 "message": _cut(e.get("message", "")),
                 "reason": _cut(e.get("reason", ""), 200),
+                **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
             }
             for e in events
         ],

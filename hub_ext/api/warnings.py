@@ -34,9 +34,22 @@ def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> lis
     return sorted(out, key=lambda w: w.get("name", ""))
 
 
-def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict]:
+def hibernate_url(user: User, name: str, base_url: str = "") -> str:
+    """The "Hibernate now" page of a user's server (gpupool.widgets.labserver.HibernateNowPage):
+    served by the server itself, so the hub needs no access to it."""
+    spawner = getattr(user, "spawners", {}).get(name)
+    server = getattr(spawner, "server", None)
+    prefix = getattr(server, "base_url", "") or (
+        f"{base_url}/user/{quote(user.name)}/" + (f"{quote(name)}/" if name else "")
+    )
+    return prefix.rstrip("/") + "/gpupool/hibernate-now"
+
+
+def shares_for(
+    root: GPUPoolHub, user: User | None, now: float | None = None, base_url: str = ""
+) -> list[dict]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
-    for the hub's home page: [{"name", "share", "stops"}], sorted by server name."""
+    for the hub's home page: [{"name", "share", "stops", "hibernate_url"}], sorted by server name."""
     if user is None or root.api_settings is None:
         return []
     pool = root.pool
@@ -54,8 +67,15 @@ def shares_for(root: GPUPoolHub, user: User | None, now: float | None = None) ->
                 if left >= 60
                 else f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
             )
-        share = format_gpus(held.milli) + (" (parked)" if held.parked else "")
-        out.append({"name": held.server_name, "share": share, "stops": stops})
+        out.append(
+            {
+                "name": held.server_name,
+                "share": format_gpus(held.milli) + (" (parked)" if held.parked else ""),
+                "stops": stops,
+                # parked already: nothing to hibernate
+                "hibernate_url": "" if held.parked else hibernate_url(user, held.server_name, base_url),
+            }
+        )
     return sorted(out, key=lambda s: s["name"])
 
 
@@ -71,6 +91,24 @@ STOPPED = {
 }
 
 
+STOPS = (EventKind.CULL, EventKind.HIBERNATE)  # a server stopped by the culler or hibernated by its user
+
+
+def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict]:
+    """[{"name", "message"}]: the user's hibernated states that retention deletes within a few
+    days ("your hibernated variables of a.ipynb are deleted after Mon 30 Nov 2026"), of servers
+    not running (a running one's notebooks are being woken)."""
+    from gpupool.api.hibernation import records, retention_warnings
+
+    if user is None or root.api_settings is None:
+        return []
+    pool = root.pool
+    running = {row.name for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name)}
+    keep = float(root.api_settings.get("hibernate_keep_days") or 0)
+    rows = [r for r in records(pool.store, user.name) if r.get("name") not in running]
+    return retention_warnings(rows, keep, time.time() if now is None else now)
+
+
 def stops_for(
     root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
 ) -> list[dict]:
@@ -83,20 +121,36 @@ def stops_for(
     now = time.time() if now is None else now
     latest: dict[str, Any] = {}
     for e in pool.store.events(limit=200, owner=user.name):  # newest first
-        if e.kind == EventKind.CULL or (
-            e.kind == EventKind.ALLOCATE and e.message.startswith("build ")
-        ):  # a start
+        if e.kind in STOPS or (e.kind == EventKind.ALLOCATE and e.message.startswith("build ")):  # a start
             latest.setdefault(e.name, e)
     running = {row.name for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name)}
     out = []
     for name, e in latest.items():
         at = e.time.replace(tzinfo=dt.UTC).timestamp()
-        if e.kind != EventKind.CULL or name in running or now - at > within_s or "dry run" in e.message:
+        if e.kind not in STOPS or name in running or now - at > within_s or "dry run" in e.message:
+            continue
+        when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
+        if e.kind == EventKind.HIBERNATE:  # the user's own %gpupool hibernate
+            out.append(
+                {
+                    "name": name,
+                    "message": f"hibernated at {when} (you asked) — your variables come back when you start",
+                }
+            )
             continue
         reason = (e.data or {}).get("reason", "")
         why = (
             STOPPED.get(reason) or e.message.partition(" stopped because ")[2] or "the idle culler stopped it"
         )
-        when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
+        if " hibernated (" in e.message and "your variables come back" in e.message:
+            # the culler saved the kernels first (gpupool.gpu.hibernate): nothing is lost
+            why = STOPPED.get(reason) or e.message.partition(" stopped because ")[2].partition(":")[0] or why
+            out.append(
+                {
+                    "name": name,
+                    "message": f"hibernated at {when} ({why}) — your variables come back when you start",
+                }
+            )
+            continue
         out.append({"name": name, "message": f"stopped at {when}: {why}"})
     return sorted(out, key=lambda s: s["name"])

@@ -2,16 +2,20 @@
 
 A backend turns `num_gpu` devices of `gpu_milli` each into pod fields (scheduler, labels,
 annotations, resource limits). The same backends shape workspace pods (priority class
-`build`) and train Job pods (`train`). `requested_milli` reads any final manifest back, so
-the quota is checked on what the pod really asks for, whoever set it.
+`build`) and train Job pods (`train`). Each backend also reads its own fields back
+(`read_fraction`, `read_annotations`); `requested_milli` reads any final manifest with the
+configured backend and every built-in one, so the quota is checked on what the pod really asks
+for, whoever set it. A GPU resource no backend reads is counted as whole GPUs (`<vendor>/gpu`)
+or refused with the reason, never counted as 0.
 
-Add a backend by subclassing `SharingBackend` and naming it by import path in
-`c.GPUPool.gpu_sharing` (workspaces and train jobs).
+Add a backend by subclassing `SharingBackend` (`fraction` and `read_fraction` as a pair) and
+naming it by import path in `c.GPUPool.gpu_sharing` (workspaces and train jobs).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import ClassVar
@@ -37,6 +41,15 @@ class PodGPU:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     limits: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Claim:
+    """What a backend read from a pod: milli-GPU, and the resource (or annotation) names it
+    read, which no later backend reads again."""
+
+    milli: int = 0
+    names: frozenset[str] = frozenset()
 
 
 def _check_shape(num_gpu: int, gpu_milli: int) -> None:
@@ -75,6 +88,21 @@ class SharingBackend:
 
     def fraction(self, out: PodGPU, num_gpu: int, gpu_milli: int, memory_mib: int) -> None:
         raise InvalidRequest("this hub gives whole GPUs only: choose 1 GPU or more")
+
+    def read_fraction(self, asked: Mapping[str, str], memory_mib: int) -> Claim:
+        """milli-GPU that one container's resources (requests and limits merged) ask for
+        through the fields `fraction` writes, and the names of the resources read. Whole GPUs
+        (`<vendor>/gpu`) are read by `requested_milli` after every backend's fractions, so a
+        fraction backend may claim `nvidia.com/gpu` with its own fields first."""
+        return Claim()
+
+    def read_annotations(self, annotations: Mapping[str, str], memory_mib: int) -> Claim:
+        """milli-GPU that the pod's annotations ask for through this backend, and the keys read."""
+        return Claim()
+
+    def requested_milli(self, pod: dict, memory_mib: int = 0) -> int:
+        """What a pod this backend made asks for, read by this backend alone."""
+        return read_pod(pod, [self], memory_mib)
 
     def no_gpu(self, queue: str = "", priority_class: str = "build") -> PodGPU:
         """Pod fields of a pod without a GPU that this backend's scheduler still places (a
@@ -130,6 +158,22 @@ class KAISharing(SharingBackend):
         else:
             out.annotations["gpu-fraction"] = f"{gpu_milli / MILLI_PER_GPU:g}"
 
+    def read_annotations(self, annotations: Mapping[str, str], memory_mib: int) -> Claim:
+        milli, names = 0, set()
+        if "gpu-fraction" in annotations:
+            milli += math.ceil(Decimal(annotations["gpu-fraction"]) * MILLI_PER_GPU)
+            names.add("gpu-fraction")
+        if "gpu-memory" in annotations:
+            # without the device size a memory share may be a whole GPU
+            mem = int(annotations["gpu-memory"])
+            milli += (
+                min(MILLI_PER_GPU, math.ceil(mem * MILLI_PER_GPU / memory_mib))
+                if memory_mib
+                else MILLI_PER_GPU
+            )
+            names.add("gpu-memory")
+        return Claim(milli, frozenset(names))
+
 
 class HAMiSharing(SharingBackend):
     """HAMi: a device per GPU with a share of its cores (%) and, when known, of its memory."""
@@ -141,6 +185,27 @@ class HAMiSharing(SharingBackend):
         out.limits[HAMI_CORES] = str(gpu_milli * 100 // MILLI_PER_GPU)
         if memory_mib:
             out.limits[HAMI_MEM] = str(memory_mib * gpu_milli // MILLI_PER_GPU)
+
+    def read_fraction(self, asked: Mapping[str, str], memory_mib: int) -> Claim:
+        if HAMI_CORES not in asked and HAMI_MEM not in asked:
+            return Claim()
+        if GPU not in asked:
+            given = " and ".join(k for k in (HAMI_CORES, HAMI_MEM) if k in asked)
+            raise UnreadableGPU(
+                f"{given} without {GPU}: HAMi then gives its own default number of devices,"
+                f" which the hub cannot know; give {GPU} too"
+            )
+        # the larger of the core share and the memory share (unknown device size: whole)
+        cores = int(asked.get(HAMI_CORES, 0)) * MILLI_PER_GPU // 100
+        mem = 0
+        if HAMI_MEM in asked:
+            mem = (
+                math.ceil(int(asked[HAMI_MEM]) * MILLI_PER_GPU / memory_mib) if memory_mib else MILLI_PER_GPU
+            )
+        per_gpu = min(MILLI_PER_GPU, max(cores, mem))
+        return Claim(
+            count(GPU, asked[GPU]) * per_gpu, frozenset(k for k in (GPU, HAMI_CORES, HAMI_MEM) if k in asked)
+        )
 
 
 class MIGSharing(SharingBackend):
@@ -158,6 +223,16 @@ class MIGSharing(SharingBackend):
                 f" {', '.join(f'{m / MILLI_PER_GPU:g}' for m in sorted(self.profiles))}"
             )
         out.limits[MIG_PREFIX + self.profiles[gpu_milli]] = str(num_gpu)
+
+    def read_fraction(self, asked: Mapping[str, str], memory_mib: int) -> Claim:
+        by_name = {v: k for k, v in self.profiles.items()}
+        milli, names = 0, set()
+        for key, value in asked.items():
+            if key.startswith(MIG_PREFIX):
+                # an unknown profile counts as a whole GPU: never less than it may be
+                milli += by_name.get(key.removeprefix(MIG_PREFIX), MILLI_PER_GPU) * count(key, value)
+                names.add(key)
+        return Claim(milli, frozenset(names))
 
 
 BACKENDS: dict[str, type[SharingBackend]] = {
@@ -197,54 +272,74 @@ def split_milli(milli: int) -> tuple[int, int]:
 
 
 # --- reading a final manifest back ------------------------------------------------
-def _container_milli(c: dict, mig_milli: dict[str, int], memory_mib: int) -> int:
+class UnreadableGPU(ValueError):
+    """A pod asks for GPU in a way no sharing backend of this hub can count."""
+
+
+def count(name: str, value: object) -> int:
+    """A device count from a pod's resources: a whole number, 0 or more (a negative one would
+    hide another container's devices from the sum; the API server refuses it anyway)."""
+    n = int(str(value or 0))
+    if n < 0:
+        raise UnreadableGPU(f"{name}: {n} is not a number of devices")
+    return n
+
+
+def _is_gpu_resource(name: str) -> bool:
+    vendor, _, resource = name.rpartition("/")
+    return "gpu" in name.lower() or resource.startswith("mig-") or vendor in ("nvidia.com", "amd.com")
+
+
+def _container_milli(c: dict, readers: Sequence[SharingBackend], memory_mib: int) -> int:
     res = c.get("resources") or {}
-    asked: dict[str, str] = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+    left: dict[str, str] = {**(res.get("requests") or {}), **(res.get("limits") or {})}
     total = 0
-    gpus = int(asked.get(GPU, 0) or 0)
-    if gpus:
-        per_gpu = MILLI_PER_GPU
-        if HAMI_CORES in asked or HAMI_MEM in asked:
-            # HAMi: the larger of the core share and the memory share (unknown device size: whole)
-            cores = int(asked.get(HAMI_CORES, 0)) * MILLI_PER_GPU // 100
-            mem = 0
-            if HAMI_MEM in asked:
-                mem = (
-                    math.ceil(int(asked[HAMI_MEM]) * MILLI_PER_GPU / memory_mib)
-                    if memory_mib
-                    else MILLI_PER_GPU
-                )
-            per_gpu = min(MILLI_PER_GPU, max(cores, mem))
-        total += gpus * per_gpu
-    for key, value in asked.items():
-        if key.startswith(MIG_PREFIX):
-            # an unknown profile counts as a whole GPU: never less than it may be
-            total += mig_milli.get(key.removeprefix(MIG_PREFIX), MILLI_PER_GPU) * int(value)
+    for backend in readers:  # fractions first: their fields may include `nvidia.com/gpu`
+        claim = backend.read_fraction(left, memory_mib)
+        total += claim.milli
+        left = {k: v for k, v in left.items() if k not in claim.names}
+    for name, value in left.items():
+        if name.rpartition("/")[2] == "gpu":  # a device plugin's whole GPUs (nvidia.com, amd.com...)
+            total += count(name, value) * MILLI_PER_GPU
+        elif _is_gpu_resource(name):
+            raise UnreadableGPU(
+                f"{name} is a GPU resource no sharing backend of this hub reads"
+                f" ({', '.join(sorted({b.name for b in readers}))}), so its share is unknown"
+            )
     return total
 
 
-def requested_milli(pod: dict, memory_mib: int = 0, mig_profiles: dict[int, str] | None = None) -> int:
-    """GPU milli a final pod manifest (a dict as sent to the API) asks for, whatever set it:
-    device-plugin GPUs, HAMi cores/memory, MIG devices, KAI fraction or memory annotations.
-    `memory_mib` is one device's memory (to read memory-based shares); init containers count
-    as Kubernetes counts them (the larger of the longest init step and the running pod)."""
-    mig_milli = {v: k for k, v in (mig_profiles or DEFAULT_MIG_PROFILES).items()}
+def read_pod(pod: dict, readers: Sequence[SharingBackend], memory_mib: int = 0) -> int:
+    """GPU milli a final pod manifest asks for, read by `readers` in order (each reads what
+    the earlier ones left); init containers count as Kubernetes counts them (the larger of the
+    longest init step and the running pod)."""
     spec = pod.get("spec") or {}
-    running = sum(_container_milli(c, mig_milli, memory_mib) for c in spec.get("containers") or [])
+    running = sum(_container_milli(c, readers, memory_mib) for c in spec.get("containers") or [])
     init = 0
     for c in spec.get("initContainers") or []:
-        milli = _container_milli(c, mig_milli, memory_mib)
+        milli = _container_milli(c, readers, memory_mib)
         if c.get("restartPolicy") == "Always":  # a sidecar runs beside the containers
             running += milli
         else:
             init = max(init, milli)
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if "gpu-fraction" in annotations:
-        running += math.ceil(Decimal(annotations["gpu-fraction"]) * MILLI_PER_GPU)
-    if "gpu-memory" in annotations:
-        # without the device size a memory share may be a whole GPU
-        mem = int(annotations["gpu-memory"])
-        running += (
-            min(MILLI_PER_GPU, math.ceil(mem * MILLI_PER_GPU / memory_mib)) if memory_mib else MILLI_PER_GPU
-        )
+    left: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    for backend in readers:
+        claim = backend.read_annotations(left, memory_mib)
+        running += claim.milli
+        left = {k: v for k, v in left.items() if k not in claim.names}
     return max(running, init)
+
+
+def requested_milli(
+    pod: dict,
+    memory_mib: int = 0,
+    mig_profiles: dict[int, str] | None = None,
+    backend: SharingBackend | None = None,
+) -> int:
+    """GPU milli a final pod manifest (a dict as sent to the API) asks for, whatever set it:
+    read by the configured `backend` first, then by every built-in one (device-plugin GPUs,
+    HAMi cores/memory, MIG devices, KAI fraction or memory annotations). `memory_mib` is one
+    device's memory (to read memory-based shares). Raises `UnreadableGPU` (a ValueError) for a
+    GPU resource none of them reads."""
+    builtins: list[SharingBackend] = [KAISharing(), HAMiSharing(), MIGSharing(mig_profiles)]
+    return read_pod(pod, ([backend] if backend is not None else []) + builtins, memory_mib)

@@ -11,10 +11,20 @@ pod mounts the same claim at GPUPOOL_CHECKPOINT_DIR and resumes from it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
 from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.pod_fit import (
+    GPU_TOLERATION,
+    RESTRICTED_CONTAINER,
+    RESTRICTED_POD,
+    container_resources,
+    merged_affinity,
+    resources_for,
+    tolerations_for,
+)
 from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 from gpupool.train.exit_codes import PREEMPTED
 
@@ -49,6 +59,22 @@ class JobOptions:
     node_pool_label: str = KAI_NODE_POOL  # nodes of a pool defined by neither models nor nodes
     kai_namespace: str = "kai-scheduler"  # where KAI runs: its pod-grouper Deployment tells its version
     kai_version: str = ""  # the KAI version the cluster runs ("": read it from that Deployment)
+    # --- fitting the pods to the cluster (pod_fit.py) ---
+    tolerations: list[dict] = field(default_factory=list)  # every train pod's
+    gpu_tolerations: list[dict] = field(default_factory=lambda: [dict(GPU_TOLERATION)])  # pods with a GPU
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: dict[str, Any] = field(default_factory=dict)  # node pools' affinity is added to it
+    # CPU and memory: a pod without requests is BestEffort, the first evicted and placed anywhere
+    resources: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {"requests": {"cpu": "500m", "memory": "1Gi"}}
+    )
+    project_resources: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)  # over `resources`
+    image_pull_secrets: list[str] = field(default_factory=list)
+    # the `restricted` Pod Security level; fsGroup 100 (the Jupyter images' group) makes a fresh
+    # checkpoint volume writable by the non-root user
+    pod_security_context: dict[str, Any] = field(default_factory=lambda: {**RESTRICTED_POD, "fsGroup": 100})
+    container_security_context: dict[str, Any] = field(default_factory=lambda: dict(RESTRICTED_CONTAINER))
+    automount_service_account_token: bool = False  # user code gets no API token unless asked
 
 
 def name_of(job_id: str) -> str:
@@ -197,8 +223,13 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "volumeMounts": [mount],
     }
-    if limits:
-        container["resources"] = {"limits": limits}
+    resources = container_resources(
+        resources_for(opts.resources, opts.project_resources, spec.project), limits
+    )
+    if resources:
+        container["resources"] = resources
+    if opts.container_security_context:
+        container["securityContext"] = dict(opts.container_security_context)
     code_volumes: list[dict] = []
     if spec.files:
         # a writable working folder with each code file mounted into it (read-only), as the
@@ -224,11 +255,21 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     }
     if scheduler:
         pod_spec["schedulerName"] = scheduler
-    affinity = node_affinity(spec.pools, opts.node_pool_label)
+    affinity = merged_affinity(opts.affinity, node_affinity(spec.pools, opts.node_pool_label))
     if affinity:
         pod_spec["affinity"] = affinity
     if opts.service_account:
         pod_spec["serviceAccountName"] = opts.service_account
+    pod_spec["automountServiceAccountToken"] = bool(opts.automount_service_account_token)
+    tolerations = tolerations_for(opts.tolerations, opts.gpu_tolerations, spec.num_gpu > 0)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if opts.node_selector:
+        pod_spec["nodeSelector"] = dict(opts.node_selector)
+    if opts.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in opts.image_pull_secrets]
+    if opts.pod_security_context:
+        pod_spec["securityContext"] = dict(opts.pod_security_context)
     job_spec: dict = {
         "backoffLimit": opts.backoff_limit,
         "podReplacementPolicy": "Failed",

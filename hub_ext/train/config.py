@@ -407,11 +407,20 @@ class TrainPool(LoggingConfigurable):
         help="""Settings of train Jobs on Kubernetes (fields of
         gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
-        service_account, kueue, device_memory_mib; grace_s is TrainPool.grace_s, the node pool
-        label GPUPool.node_pool_label).
+        service_account, kueue, device_memory_mib; fitting the pods to the cluster: tolerations,
+        node_selector, affinity, resources, project_resources, image_pull_secrets,
+        pod_security_context, container_security_context, automount_service_account_token;
+        grace_s is TrainPool.grace_s, the node pool label GPUPool.node_pool_label, the GPU
+        nodes' tolerations GPUPool.gpu_tolerations).
         Example::
 
             c.TrainPool.kube_job_options = {"namespace": "jhub", "storage_class": "fast", "kueue": False}
+            c.TrainPool.kube_job_options = {
+                "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "32Gi"}},
+                "project_resources": {"vision": {"requests": {"memory": "16Gi"}}},
+                "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
+                "image_pull_secrets": ["my-registry"],
+            }
         """,
     )
     # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
@@ -453,8 +462,11 @@ class TrainPool(LoggingConfigurable):
         from gpupool.kube.objects import JobOptions
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
+        shared = GPUPool(config=self.config)
         if "node_pool_label" not in opts or "node_pool_label" in self.config.get("GPUPool", {}):
-            opts["node_pool_label"] = GPUPool(config=self.config).node_pool_label
+            opts["node_pool_label"] = shared.node_pool_label
+        if "gpu_tolerations" not in opts or "gpu_tolerations" in self.config.get("GPUPool", {}):
+            opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too
         return JobOptions(**opts)
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:

@@ -49,6 +49,10 @@ def gpupool_values(node_images: dict) -> dict:
     }
 
 
+# the node's 2 GPUs only, as these tests were written for: the cluster's inventory would also
+# count the session's kwok nodes (their 16 GPUs), where no workspace of these tests runs
+NODE_INVENTORY = 'c.GPUPool.gpu_inventory = "local"\nc.GPUPool.virtual_gpus = 2\n'
+
 CULLER_CONFIG = """
 c.JupyterHub.load_groups = {"quick-cull": {"users": ["cara"]}}
 c.IdleCuller.interval_s = 5
@@ -71,7 +75,7 @@ def z2jh_values(node_images: dict) -> dict:
             },
             # before the overlay's (configure() takes the culler's settings as they are then):
             # cara's workspaces are culled within seconds, everyone else's as by default
-            "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": "c.GPUPool.virtual_gpus = 2\n"},
+            "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": NODE_INVENTORY},
         },
         "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
         "singleuser": {

@@ -160,7 +160,16 @@ def test_the_hub_account_has_what_the_chart_grants_and_no_more(
         assert hub.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").status_code == 200
         assert hub.get("/api/v1/pods").status_code == 200  # watches workspace pods in user namespaces
         assert hub.get("/api/v1/namespaces/gpupool-ann/secrets").status_code == 403
-        assert hub.get("/api/v1/nodes").status_code == 403
+        # the GPU inventory (c.GPUPool.gpu_inventory): it reads nodes, never changes one
+        assert hub.get("/api/v1/nodes").status_code == 200
+        assert (
+            hub.patch(
+                "/api/v1/nodes/gpu-node-0",
+                json={"metadata": {"labels": {"x": "y"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).status_code
+            == 403
+        )
         assert hub.delete("/apis/scheduling.run.ai/v2/queues/default").status_code == 403
         pod = {
             "apiVersion": "v1",

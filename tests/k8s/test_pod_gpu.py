@@ -6,7 +6,14 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from gpupool.gpu.sharing import SharingBackend, make_backend, requested_milli, split_milli
+from gpupool.gpu.sharing import (
+    Claim,
+    SharingBackend,
+    UnreadableGPU,
+    make_backend,
+    requested_milli,
+    split_milli,
+)
 from gpupool.pool import BuildLimits, InvalidRequest
 from gpupool.spawner.kube_objects import filter_profiles, find_profile, profile_milli
 
@@ -100,18 +107,62 @@ def test_impossible_shares_are_refused(backend, milli, message) -> None:
 
 
 class TimeSlicing(SharingBackend):
-    """A site's own backend: time-sliced replicas of the device plugin."""
+    """A site's own backend: the device plugin's time-slicing, 4 replicas a GPU renamed
+    `nvidia.com/gpu.shared`: each replica is a quarter GPU."""
 
     name = "time-slicing"
 
     def fraction(self, out, num_gpu, gpu_milli, memory_mib):
+        if gpu_milli != 250:
+            raise InvalidRequest("time-slicing gives quarters of a GPU")
         out.limits["nvidia.com/gpu.shared"] = str(num_gpu)
 
+    def read_fraction(self, asked, memory_mib):
+        if "nvidia.com/gpu.shared" not in asked:
+            return Claim()
+        return Claim(int(asked["nvidia.com/gpu.shared"]) * 250, frozenset({"nvidia.com/gpu.shared"}))
 
-def test_a_backend_can_be_plugged_in_by_import_path() -> None:
+
+def test_a_backend_plugged_in_by_import_path_reads_its_own_pods_back() -> None:
     backend = make_backend(f"{__name__}.TimeSlicing")
     assert backend.pod_gpu(1, 250).limits == {"nvidia.com/gpu.shared": "1"}
     assert backend.pod_gpu(2, 1000).limits == {"nvidia.com/gpu": "2"}
+    # the quota check reads the site's resource with the site's backend, beside the built-in ones
+    shared = pod(
+        SharingBackend().pod_gpu(1, 1000),
+        [{"name": "c", "resources": {"limits": {"nvidia.com/gpu.shared": "3"}}}],
+    )
+    assert requested_milli(shared, MEM, backend=backend) == 750
+    assert backend.requested_milli(pod(backend.pod_gpu(1, 250))) == 250
+    both = {"nvidia.com/gpu.shared": "1", "nvidia.com/gpu": "1"}
+    assert (
+        requested_milli({"spec": {"containers": [{"resources": {"limits": both}}]}}, backend=backend) == 1250
+    )
+
+
+# A GPU resource no backend of the hub reads: a device plugin's `<vendor>/gpu` counts as whole
+# GPUs; anything else is refused with its name, never counted as 0.
+@pytest.mark.parametrize(
+    "resources, counted",
+    [
+        ({"limits": {"amd.com/gpu": "2"}}, 2000),
+        ({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}, 1000),
+        ({"limits": {"nvidia.com/gpu.shared": "1"}}, "nvidia.com/gpu.shared is a GPU resource no sharing"),
+        ({"limits": {"gpu.intel.com/i915": "1"}}, "gpu.intel.com/i915 is a GPU resource"),
+        ({"limits": {"nvidia.com/gpumem": "8000"}}, "nvidia.com/gpumem without nvidia.com/gpu"),
+        ({"requests": {"nvidia.com/gpucores": "30"}}, "nvidia.com/gpucores without"),
+        ({"limits": {"nvidia.com/mps-core": "1"}}, "nvidia.com/mps-core is a GPU resource"),
+        ({"limits": {"cpu": "2", "memory": "1Gi", "example.com/fpga": "1"}}, 0),
+        ({"limits": {"amd.com/gpu": "-1"}}, "amd.com/gpu: -1 is not a number of devices"),
+    ],
+)
+def test_a_gpu_resource_no_backend_reads_is_counted_whole_or_refused(resources, counted) -> None:
+    manifest = {"spec": {"containers": [{"name": "c", "resources": resources}]}}
+    if isinstance(counted, int):
+        assert requested_milli(manifest, MEM, backend=make_backend("whole")) == counted
+    else:
+        with pytest.raises(UnreadableGPU, match=counted):
+            requested_milli(manifest, MEM, backend=make_backend("whole"))
 
 
 # Ways a profile, user option or hook could ask for more than the reservation; each is counted.

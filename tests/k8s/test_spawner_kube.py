@@ -4,14 +4,18 @@ kubespawner reads a kubeconfig when it is made: one that names a server nobody l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from gpupool.gpu.sharing import Claim, PodGPU, SharingBackend
 from gpupool.spawner.form import requested_milli
+from tests.k8s.test_pod_fit import GPU_TAINT, restricted_violations
+
+SHARED = "nvidia.com/gpu.shared"
 
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu"},
@@ -125,6 +129,69 @@ async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_trai
     assert (train.sharing(), train.job_options().node_pool_label) == ("hami", "gpupool.io/node-pool")
 
 
+class QuarterReplicas(SharingBackend):
+    """A site's backend: time-sliced replicas (`nvidia.com/gpu.shared`), a quarter GPU each."""
+
+    name = "quarters"
+
+    def fraction(self, out: PodGPU, num_gpu: int, gpu_milli: int, memory_mib: int) -> None:
+        out.limits[SHARED] = str(num_gpu)
+
+    def read_fraction(self, asked: Mapping[str, str], memory_mib: int) -> Claim:
+        return Claim(int(asked.get(SHARED, 0)) * 250, frozenset({SHARED}) & frozenset(asked))
+
+
+def final_pod(limits: dict[str, str]) -> dict:
+    return {"metadata": {}, "spec": {"containers": [{"name": "notebook", "resources": {"limits": limits}}]}}
+
+
+async def test_the_quota_check_reads_a_plugged_in_backends_pods_and_never_counts_a_gpu_as_0(
+    offline_spawner,
+) -> None:
+    """A profile or hook that adds GPU in a way the hub did not reserve is refused: through the
+    site's own backend, a device plugin's GPU or a GPU resource no backend reads (before, all
+    three read as 0 GPU and the pod started)."""
+    from tornado import web
+
+    ws = offline_spawner(sections={"GPUPool": {"gpu_sharing": f"{__name__}.QuarterReplicas"}})
+    assert ws.gpupool_allocation is None  # a CPU-only workspace: no GPU reserved
+    ws.enforce_quota(final_pod({"cpu": "1"}))
+    for limits, status, reason in [
+        ({SHARED: "2"}, 403, "asks for 0.5 GPU but your quota allowed 0"),
+        ({"amd.com/gpu": "1"}, 403, "asks for 1 GPU"),
+        ({"nvidia.com/gpumem": "8000"}, 400, "nvidia.com/gpumem without nvidia.com/gpu: HAMi"),
+        ({"example.com/gpu-slice": "1"}, 400, "example.com/gpu-slice is a GPU resource no sharing backend"),
+    ]:
+        with pytest.raises(web.HTTPError, match=reason) as err:
+            ws.enforce_quota(final_pod(limits))
+        assert err.value.status_code == status
+
+
+async def test_an_admins_pod_hook_sync_or_async_runs_before_the_quota_check(offline_spawner) -> None:
+    """kubespawner awaits modify_pod_hook and a callable profile_list whether sync or async;
+    the quota check wraps the hook and sees the pod it returns."""
+    from tornado import web
+
+    def add_gpu(spawner: object, pod: dict) -> dict:
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+        return pod
+
+    async def add_gpu_later(spawner: object, pod: dict) -> dict:
+        return add_gpu(spawner, pod)
+
+    for hook in (add_gpu, add_gpu_later):
+        ws = offline_spawner(modify_pod_hook=hook)
+        with pytest.raises(web.HTTPError, match="asks for 1 GPU but your quota allowed 0"):
+            await ws.modify_pod_hook(ws, final_pod({"cpu": "1"}))
+    ws = offline_spawner()  # no admin hook: the check alone, the pod unchanged
+    assert await ws.modify_pod_hook(ws, final_pod({"cpu": "1"})) == final_pod({"cpu": "1"})
+
+    async def profiles(spawner: object) -> list[dict]:  # an admin's profile_list may be async too
+        return PROFILES
+
+    assert "Quarter GPU" in await offline_spawner(profile_list=profiles).get_options_form()
+
+
 async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, caplog) -> None:
     from traitlets.config import Config
 
@@ -162,3 +229,23 @@ async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, cap
         "kai",
         "kai.scheduler/node-pool",
     )
+
+
+async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offline_spawner) -> None:
+    """z2jh's own tolerations stay; the GPU one is added for a pod with a share only."""
+    z2jh = {"key": "hub.jupyter.org/dedicated", "operator": "Equal", "value": "user", "effect": "NoSchedule"}
+    sp = offline_spawner(
+        sections={"KubeSpawner": {"tolerations": [z2jh], "uid": 1000}}, kai_queue_quota_check=False
+    )
+    sp.user_options = {"gpus": "0.25"}
+    await sp.reserve_share()
+    pod = sp.api.api_client.sanitize_for_serialization(await sp.get_pod_manifest())
+    assert pod["metadata"]["annotations"]["gpu-fraction"] == "0.25"
+    assert pod["spec"]["tolerations"] == [z2jh, GPU_TAINT]
+    assert restricted_violations(pod["spec"]) == []
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    cpu = offline_spawner(sections={"KubeSpawner": {"tolerations": [z2jh]}})
+    cpu.gpupool_allocation = None  # what reserve_share leaves for a CPU-only profile
+    assert cpu.api.api_client.sanitize_for_serialization(await cpu.get_pod_manifest())["spec"][
+        "tolerations"
+    ] == [z2jh]

@@ -96,6 +96,24 @@ helm.sh/resource-policy: keep
 {{- $jobs := .Values.jobs | default dict -}}
 {{- $kai := .Values.kai | default dict -}}
 {{- $jobOptions := dict "namespace" .Values.hub.namespace "queue" "{project}" "checkpoint_size" ($jobs.checkpointSize | default "10Gi") "storage_class" ($jobs.storageClass | default nil) "high_priority_class" ($jobs.highPriorityClass | default "gpupool-train-high") "kueue" (.Values.kueue.enabled | default false) "kai_namespace" ($kai.namespace | default "kai-scheduler") "kai_version" ($kai.version | default "") -}}
+{{- /* pods that fit the cluster (gpupool.kube.pod_fit): tolerations, placement, CPU and
+       memory (per project over the default), pull secrets, the restricted securityContext */ -}}
+{{- $projectResources := dict -}}
+{{- range $name, $p := $projects }}{{ if $p.jobResources }}{{ $_ := set $projectResources $name $p.jobResources }}{{ end }}{{ end -}}
+{{- $pullSecrets := list -}}
+{{- range $s := $jobs.imagePullSecrets | default list }}{{ $pullSecrets = append $pullSecrets $s.name }}{{ end -}}
+{{- $_ := set $jobOptions "tolerations" ($jobs.tolerations | default list) -}}
+{{- $_ := set $jobOptions "node_selector" ($jobs.nodeSelector | default dict) -}}
+{{- $_ := set $jobOptions "affinity" ($jobs.affinity | default dict) -}}
+{{- $_ := set $jobOptions "resources" ($jobs.resources | default dict) -}}
+{{- $_ := set $jobOptions "project_resources" $projectResources -}}
+{{- $_ := set $jobOptions "image_pull_secrets" $pullSecrets -}}
+{{- $_ := set $jobOptions "pod_security_context" ($jobs.podSecurityContext | default dict) -}}
+{{- $_ := set $jobOptions "container_security_context" ($jobs.containerSecurityContext | default dict) -}}
+{{- $_ := set $jobOptions "automount_service_account_token" ($jobs.automountServiceAccountToken | default false) -}}
+{{- $_ := set $gpupool "gpu_tolerations" (.Values.gpuNodes.tolerations | default list) -}}
+{{- if .Values.inventory.fromCluster }}{{ $_ := set $gpupool "gpu_inventory" "kubernetes" }}{{ end -}}
+{{- if .Values.workspaces.containerSecurityContext }}{{ $_ := set $spawner "container_security_context" .Values.workspaces.containerSecurityContext }}{{ end -}}
 {{- $train := dict "runner" "kubernetes" "image" ($jobs.image | default "") "grace_s" (hasKey $jobs "graceSeconds" | ternary $jobs.graceSeconds 60) "kube_job_options" $jobOptions "projects" $trainProjects "departments" $trainDepartments "node_pools" $pools -}}
 {{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
 {{- if .Values.userNamespaces.enabled -}}
@@ -107,4 +125,12 @@ helm.sh/resource-policy: keep
 {{- $_ := set $config "IdleCuller" (dict "sampler" "node-agent" "sampler_arg" (printf "http://gpupool-node-agent.%s:%d/pods" .Release.Namespace (int .Values.nodeAgent.port))) -}}
 {{- end -}}
 {{- $config | toJson -}}
+{{- end }}
+
+{{- /* The pods of gpupool's train Jobs (gpupool.kube.objects.labels) */ -}}
+{{- define "gpupool.trainPods" -}}
+matchLabels:
+  app.kubernetes.io/managed-by: gpupool
+matchExpressions:
+  - {key: gpupool.io/job-id, operator: Exists}
 {{- end }}
