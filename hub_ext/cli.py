@@ -151,6 +151,7 @@ def up(args: argparse.Namespace) -> int:
                     state,
                     args.demo_culling,
                     containment_note(checked, state),
+                    checked,  # the admin's --config: its culling limits win over the demo's
                 ),
                 flush=True,
             )
@@ -193,9 +194,15 @@ def check_user_env(state: str) -> None:
 
 
 def banner(
-    port: int, password: str, admin_password: str, state: str, demo_culling: bool = False, contained: str = ""
+    port: int,
+    password: str,
+    admin_password: str,
+    state: str,
+    demo_culling: bool = False,
+    contained: str = "",
+    user_config: Config | None = None,
 ) -> str:
-    from gpupool.embedded import DEMO_CULLING_NOTE, isolation
+    from gpupool.embedded import demo_culling_note, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -204,7 +211,7 @@ def banner(
         f"  (both are kept in {state}: demo-password, demo-admin-password)\n"
         f"  {accounts_note(os.geteuid(), *isolation(state))}\n"
         + (f"  {contained}\n" if contained else "")
-        + (f"  {DEMO_CULLING_NOTE}\n" if demo_culling else "")
+        + (f"  {demo_culling_note(user_config)}\n" if demo_culling else "")
     )
 
 

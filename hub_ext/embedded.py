@@ -43,11 +43,35 @@ DEMO_CULLING: dict[str, dict[str, object]] = {
     },
     "GPUParking": {"grant_interval_s": 2.0},
 }
-DEMO_CULLING_NOTE = (
-    "culling demo: GPU use is what you say (%gpupool gpu busy / idle; idle until said): an idle"
-    " GPU is parked after 2 min (run a cell to get it back), sessions are warned at 4 min and end"
-    " at 8 min (Extend: 5 min more, once)"
-)
+
+
+def demo_culling_note(user: Config | None = None) -> str:
+    """What the banner says the culling demo does: its limits, with the admin's --config
+    overrides of them (before, the banner said 2/4/8 min whatever --config set)."""
+    said = dict(DEMO_CULLING["IdleCuller"])
+    if user is not None and "IdleCuller" in user:
+        said.update({k: v for k, v in user.IdleCuller.items() if k in said})
+
+    def minutes(key: str) -> str:
+        return f"{float(said[key]) / 60:g} min"  # type: ignore[arg-type]
+
+    park = (
+        f"an idle GPU is parked after {minutes('park_after_s')} (run a cell to get it back), "
+        if said.get("park_after_s")
+        else ""
+    )
+    end = float(said["max_age_s"])  # type: ignore[arg-type]
+    warn = float(said["warn_before_s"])  # type: ignore[arg-type]
+    ends = (
+        f"sessions are warned at {max(0.0, end - warn) / 60:g} min and end at {minutes('max_age_s')}"
+        f" (Extend: {minutes('extension_s')} more, once)"
+        if end
+        else "sessions have no time limit"
+    )
+    return f"culling demo: GPU use is what you say (%gpupool gpu busy / idle; idle until said): {park}{ends}"
+
+
+DEMO_CULLING_NOTE = demo_culling_note()  # with the demo's own limits
 
 
 def apply_demo_culling(c: Config) -> None:

@@ -156,8 +156,17 @@ class PoolManager:
             self.store.delete_setting(BACKUP_MADE)
 
     # --- queries -------------------------------------------------------------
-    def holdings(self, owner: str, kind: WorkloadKind = WorkloadKind.BUILD) -> list[Holding]:
-        return [Holding(r.name, r.total_milli) for r in self.store.allocations(owner=owner, kind=kind)]
+    def holdings(
+        self, owner: str, kind: WorkloadKind = WorkloadKind.BUILD, parked: list[ParkedShare] | None = None
+    ) -> list[Holding]:
+        """What `owner` holds, as the quota counts it: every share on a GPU and, for build
+        workspaces, every parked share (it resumes without asking the quota again). The form,
+        `%gpupool`, the status item and the home page all read this, so none shows less than the
+        quota check counts. `parked`: the parked shares without a GPU, where the caller read them."""
+        held = [Holding(r.name, r.total_milli) for r in self.store.allocations(owner=owner, kind=kind)]
+        if kind == WorkloadKind.BUILD:
+            held += quota_holdings(self.parked_without_gpu() if parked is None else parked, owner)
+        return held
 
     def allocation(self, w: Workload) -> Allocation | None:
         rows = self.store.allocations(kind=w.kind, owner=w.owner, name=w.name)
@@ -317,7 +326,7 @@ class PoolManager:
             pools = ()
         held = [Holding(r.name, r.total_milli) for r in mine if r.name != server_name]
         parked = self.parked_without_gpu()  # read once: the quota and the placement see the same claims
-        held += [h for h in quota_holdings(parked, owner) if h.server_name != server_name]
+        held += [h for h in quota_holdings(parked, owner) if h.server_name != server_name]  # as holdings()
         self.quotas.check(milli, groups, held, self.group_usage(groups_of, only=groups))
         self.hooks.admit(w, groups, milli)  # a GPU-hour budget used up (gpupool.usage): refused
         req = Request.for_gpus(milli, cpu_milli=cpu_milli, memory_mib=memory_mib)

@@ -41,7 +41,7 @@ from gpupool.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKin
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import PoolError, Request, format_gpus
 from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
-from gpupool.pool.parking import plan_claims, quota_holdings
+from gpupool.pool.parking import plan_claims
 from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
 from gpupool.train.states import HAS_RUN, JobState
@@ -330,10 +330,7 @@ class MoverService:
             w = Workload(WorkloadKind.BUILD, *key)
             if wait is None or key not in self.pool.spawns_waiting or self.pool.allocation(w) is not None:
                 return  # the spawn gave up (or was served): nothing is held for nobody
-            held = [h for h in self.pool.holdings(w.owner) if h.server_name != w.name]
-            held += [
-                h for h in quota_holdings(self.pool.parked_without_gpu(), w.owner) if h.server_name != w.name
-            ]
+            held = [h for h in self.pool.holdings(w.owner) if h.server_name != w.name]  # parked ones too
             try:
                 self.pool.quotas.check(wait.request.total_milli, wait.groups, held, self.pool.group_usage())
                 self.pool.reserve_at(w, target, wait.groups)
@@ -648,8 +645,9 @@ def _spawn_message(size: str, step: int, steps: int) -> str:
     what = f"{steps} idle notebook{'s' if steps > 1 else ''}"
     now = f" (moving {step} of {steps})" if step else ""
     return (
-        f"Making room for {size}: {what} of other users move to another GPU{now} — nothing in them"
-        " restarts; your server starts once they are done (seconds each)"
+        f"Making room for {size}: {what} of other users {'move' if steps > 1 else 'moves'} to another"
+        f" GPU{now} — nothing in {'them' if steps > 1 else 'it'} restarts; your server starts once"
+        f" {'they are' if steps > 1 else 'it is'} done (seconds each)"
     )
 
 

@@ -182,6 +182,7 @@ async def _serve(
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
     from gpupool.contain.follow import WorkspaceDevices
+    from gpupool.quiet_refusals import install as quiet_refusals
     from gpupool.redact import install
     from gpupool.root import Running
 
@@ -190,6 +191,7 @@ async def _serve(
     from gpupool.stopping import at_stop
 
     hub.on_stop(lambda sig: at_stop(root, sig))  # from the first signal, nothing new starts
+    quiet_refusals(hub.log)  # a refused spawn (budget, quota) is one line, not a traceback
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
-from gpupool.pool.units import MILLI_PER_GPU, UnitError
+from gpupool.pool.units import MILLI_PER_GPU, UnitError, gpus_number
 from gpupool.templating import render
 
 FIELD = "gpus"
@@ -18,11 +17,7 @@ MAX_POOL_NAME = 63
 
 def gpus_value(milli: int) -> str:
     """The form's value for a size, in GPUs like the REST API ('0.25', '2'), never milli-GPU."""
-    return (
-        format(Decimal(milli) / MILLI_PER_GPU, "f").rstrip("0").rstrip(".")
-        if milli % MILLI_PER_GPU
-        else str(milli // MILLI_PER_GPU)
-    )
+    return gpus_number(milli)
 
 
 def free_slots(gpu_free: Sequence[Sequence[int]], milli: int) -> int:

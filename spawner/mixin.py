@@ -20,6 +20,7 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
+from gpupool.quiet_refusals import REFUSAL
 from gpupool.root import GPUPoolHub, root_of
 from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
 from gpupool.store import Allocation
@@ -34,7 +35,9 @@ def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
 
 def http_error(err: PoolError) -> web.HTTPError:
     """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
-    return with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
+    exc = with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
+    setattr(exc, REFUSAL, True)  # logged once as a refusal, without a traceback (gpupool.quiet_refusals)
+    return exc
 
 
 if TYPE_CHECKING:

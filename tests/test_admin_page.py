@@ -89,12 +89,15 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
             in row.inner_text()
         )  # the workspaces hold parts of two GPUs
         shot(page, "admin-2-jobs")
+        asked: list[str] = []  # Cancel asks first: an admin's slip must not end someone's job
+        page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
         row.get_by_role("button", name="Cancel").click()
         # the page reads itself again: no reload
         page.locator("table.gpupool-jobs tr", has_text=job["id"]).filter(has_text="cancelled").wait_for(
             timeout=40_000
         )
         assert page.locator(".gpupool-action-error").count() == 0
+        assert asked and asked[0].startswith(f"Cancel job {job['id']}"), asked
         assert hub.api("GET", f"/services/gpupool/api/jobs/{job['id']}")["state"] == "cancelled"
 
         # the default quota: a bad value is refused with the reason, a good one is stored

@@ -236,7 +236,7 @@ def test_a_budget_warning_in_jupyterlab(hub: Hub) -> None:
         page.goto(f"{hub.url}/user/nea/lab")
         toast = page.locator(".Toastify__toast").filter(has_text="GPU-hour budget nearly used")
         toast.wait_for(timeout=90_000)
-        assert "1.8 of 2 GPU-h (87 %). Over it, new work is refused." in toast.inner_text()
+        assert "1.75 of 2 GPU-h (87 %). Over it, new work is refused." in toast.inner_text()
         page.wait_for_function(
             "document.querySelector('#jp-main-statusbar .gpupool-StatusItem')"
             "?.textContent.includes('budget 87 %')",
@@ -248,7 +248,7 @@ def test_a_budget_warning_in_jupyterlab(hub: Hub) -> None:
         over = page.locator(".Toastify__toast").filter(has_text="GPU-hour budget used up")
         over.wait_for(timeout=90_000)
         assert re.search(
-            r"2\.3 of 2 GPU-h\. New work is refused until \w\w\w \d\d:\d\d; running work keeps running",
+            r"2\.25 of 2 GPU-h\. New work is refused until \w\w\w \d\d:\d\d; running work keeps running",
             over.inner_text(),
         ), over.inner_text()
         page.wait_for_function(

@@ -61,3 +61,15 @@ def test_up_takes_the_users_python_environment(monkeypatch, tmp_path: Path) -> N
     tmp_path.chmod(0o700)
     mode, why = isolation(str(tmp_path), euid=0, spawner="")
     assert mode == "shared" and "--user-env" in why
+
+
+def test_the_demo_banner_says_the_limits_the_admins_config_sets(tmp_path: Path) -> None:
+    """`gpupool up --demo-culling --config site.py` with longer sessions: before, the banner
+    still said "end at 8 min" whatever the config set."""
+    from gpupool.cli import banner, check_config
+
+    site = tmp_path / "site.py"
+    site.write_text("c.IdleCuller.max_age_s = 1200\nc.IdleCuller.park_after_s = 300\n")
+    said = banner(8000, "pw", "apw", str(tmp_path), True, "", check_config(str(site)))
+    assert "parked after 5 min" in said and "warned at 16 min and end at 20 min" in said, said
+    assert "end at 8 min" in banner(8000, "pw", "apw", str(tmp_path), True)  # the demo's own

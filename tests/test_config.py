@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from gpupool.config import GPUPool
+from tests.hubtools import REPO
 
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -250,3 +252,30 @@ def test_each_training_table_is_checked_where_traitlets_reads_it(settings: dict,
     with pytest.raises(TraitError) as read:
         TrainPool(config=c)
     assert message in str(read.value)
+
+
+def culler_defaults_said(text: str) -> dict[str, list[float]]:
+    """Every "`trait` (15 min)" / "(8 h)" / "(off by default: 0)" a page says, in seconds."""
+    unit = {"s": 1, "min": 60, "h": 3600}
+    said: dict[str, list[float]] = {}
+    for name, value in re.findall(r"`(\w+_s)` \(([^()]*)\)", text):
+        found = re.fullmatch(r"(\d+(?:\.\d+)?) (s|min|h)", value) or re.fullmatch(
+            r"off by default: (0)()", value
+        )
+        if found:
+            said.setdefault(name, []).append(float(found.group(1)) * unit.get(found.group(2), 1))
+    return said
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/culling.md"])
+def test_the_culling_defaults_an_admin_reads_are_the_codes(page: str) -> None:
+    """An admin sizing a lab reads the defaults in the README and docs/culling.md: before, the
+    README said 30 min / 15 min / 4 h / 12 h while the code had 15 min / 10 min / 8 h / none."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    said = culler_defaults_said((REPO / page).read_text())
+    assert {"idle_limit_s", "jupyter_idle_s", "gpu_idle_hard_s", "max_age_s"} <= set(said), said
+    defaults = IdleCuller()
+    for name, values in said.items():
+        assert IdleCuller.class_traits().get(name) is not None, f"{page} names no culler option {name}"
+        assert values == [getattr(defaults, name)] * len(values), (page, name, values)

@@ -97,3 +97,52 @@ def test_the_estimate_in_words() -> None:
         and "(in 35 min), once job ab12 of vision is expected to end" in text
     )
     assert "(now)" in eta_text(now, 10, "now")
+
+
+def test_a_job_behind_a_run_longer_than_any_past_one_says_it_cannot_tell() -> None:
+    """A run has gone 50 min; every past run of its project lasted 10. Before, the job behind it
+    read "now" or a time that slipped every minute; it now reads when it really starts: after
+    that run ends, a time nobody can tell."""
+    state = ClusterState(virtual_inventory(1))
+    long = running(state, "long", 1, 0)
+    queued = Job("next", "p", Request(1), submitted=100)
+    est = forecast(
+        state, {"p": Project("p", 1000)}, [queued], [long], now=3000, policy=POLICY,
+        runtimes=Runtimes.of({"p": [600, 600, 600]}),
+    )  # fmt: skip
+    assert est["next"].unknown == "job long of p"
+    assert eta_text(est["next"].start, est["next"].start - 3000, est["next"].after, est["next"].unknown) == (
+        "after job long of p ends (no past run of this project lasted this long)"
+    )
+    assert "(now)" not in eta_text(3000, 10, "job long of p is expected to end")  # never "now" behind a run
+
+
+def test_an_estimate_that_moved_more_than_its_stated_error_says_so(tmp_path) -> None:
+    """The first estimate says 'in 60 min' (give or take 15); a higher-priority job submitted
+    since goes first, so the job now starts an hour later: its estimate says it moved, and from
+    what, instead of silently changing."""
+    import sys
+
+    from gpupool.train.estimates import Estimates
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    try:
+        svc.submit(job_request(owner="ann", project="lab", name="a", command=sleeper), now=0)
+        svc.tick(now=0)
+        queued = svc.submit(job_request(owner="ann", project="lab", name="b", command=sleeper), now=1)
+        est = Estimates(svc, ttl_s=0)
+        first = est.for_job(svc.job(queued.id), now=10)  # no history: the run ahead ends in an hour
+        assert first["in_s"] == 3590 and first["error_s"] == 3590 / 4
+        assert "(in 59 min), once job" in first["text"] and "than first" not in first["text"]
+        svc.submit(job_request(owner="bob", project="lab", name="c", command=sleeper, priority=5), now=20)
+        moved = est.for_job(svc.job(queued.id), now=30)
+        assert moved["start"] - first["start"] >= 3600  # c's hour first
+        assert f"{(moved['start'] - first['start']) / 60:.0f} min later than first estimated" in moved["text"]
+        assert "give or take 15 min" in moved["text"], moved
+    finally:
+        for row in svc.jobs():
+            if row.pid:
+                svc.runner.preempt(row.pid, 0)

@@ -127,3 +127,14 @@ def test_the_budget_and_a_queued_jobs_start_follow_the_share() -> None:
     assert " until " in timed["message"] and len(timed["message"]) <= 140
     assert run("t.budgetWarning({budget: {status: 'ok'}})") is None
     assert run("t.budgetWarning({error: 'HTTP 502', budget: {status: 'over'}})") is None
+
+
+def test_a_stopped_server_says_so_instead_of_http_424() -> None:
+    """After a cull the open tab's `%gpupool` read "HTTP 424" and still offered Extend."""
+    said = run("t.callError(424, null)")
+    assert said["stopped"] and said["error"].startswith("This server is no longer running")
+    assert "424" not in said["error"]
+    assert run("t.callError(409, {message: 'extended already'})") == {
+        "error": "extended already",
+        "stopped": False,
+    }

@@ -277,7 +277,10 @@ def test_a_large_workspace_waits_while_an_idle_notebook_moves_then_starts(make_h
     spawn.start()
     said = progress_messages(hub, "dan")
     spawn.join()
-    assert any(m.startswith("Making room for 1 GPU: 1 idle notebook of other users move") for m in said), said
+    assert any(
+        m.startswith("Making room for 1 GPU: 1 idle notebook of other users moves to another GPU")
+        for m in said
+    ), said
     hub.wait_ready("dan")
     assert layout(hub) == {"ann": [("build", 1)], "ben": [("build", 1)], "dan": [("build", 0)]}
     assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]

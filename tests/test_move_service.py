@@ -332,7 +332,9 @@ def test_a_spawn_that_fits_nowhere_waits_while_an_idle_notebook_moves_then_gets_
     world = spawn_world(tmp_path)
     world.idle("ann", 600)
     assert world.pool.hooks.room_by_moving(Request.for_gpus(1000)) == 1  # what the form offers
-    with pytest.raises(RoomBeingFreed, match="Making room for 1 GPU: 1 idle notebook of other users move"):
+    with pytest.raises(
+        RoomBeingFreed, match="Making room for 1 GPU: 1 idle notebook of other users moves to another GPU"
+    ):
         world.pool.reserve_build("dan", [], "", 1000)
     world.pool.spawns_waiting.add(("dan", ""))  # the spawner waits (GPUSpawnerMixin.reserve_waiting)
     plan = world.mover.tick()

@@ -14,7 +14,9 @@ import pytest
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-from tests.hubtools import Hub
+from gpupool.widgets.status import status_rows
+from gpupool.widgets.summary import summary
+from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
 from tests.test_containment import devices_enforced, expected, workspace_opens
 
@@ -77,6 +79,7 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     assert list(parked.values()) == ["checkpointed"]  # the kernel, not the server: it has no CUDA context
     if devices_enforced():  # a parked share holds no GPU: nothing of ann's workspace opens one
         assert workspace_opens(hub, "ann") == expected(set())
+    parked_share_is_shown_as_the_quota_counts_it(hub, ann)
     # the culler's next pass sees a parked workspace: kept, not stopped for GPU idleness
     now[0] = t0 + 60 * 60
     report = culler.run_pass()
@@ -153,3 +156,24 @@ def test_a_parked_workspace_survives_kill_9_of_the_hub(make_hub) -> None:
     hub.api("POST", "/services/gpupool/api/parking/resume", {"server": ""}, token=eve)
     until(lambda: hub.api("GET", status_path, token=eve)["state"] == "running", "eve's workspace resumed")
     assert [s["owner"] for s in hub.allocations()] == ["eve"]
+
+
+def parked_share_is_shown_as_the_quota_counts_it(hub: Hub, ann: str) -> None:
+    """ann's parked 1 GPU still counts against her 1 GPU quota (a second server is refused for
+    it), so every screen says so: before, the form said "in use: 0 GPU; workspaces 0 of 2" and
+    offered 1 GPU, `%gpupool` said "0 GPU of 1 GPU in use", the home page lost the server."""
+    me = hub.api("GET", "/services/gpupool/api/me", token=ann)
+    assert me["holdings"] == [{"server": "", "milli": 1000, "parked": True}]
+    pool = hub.api("GET", "/services/gpupool/api/pool", token=ann)
+    assert ("Build quota", "1 GPU of 1 GPU in use") in status_rows(me, pool, {}, "")  # %gpupool
+    assert ("Share", "1 GPU, parked: it comes back when you run a cell") in status_rows(me, pool, {}, "")
+    bar = summary(me, pool, None, "", time.time())  # the status bar's endpoint
+    assert bar["share"] == "1" and bar["parked"]
+    web = WebUser(hub.url, "ann")
+    web.log_in(PASSWORD)
+    _, _, form = web.get("/hub/spawn/ann/second")
+    assert 'in use: <b>1 GPU</b>; workspaces <b class="gpupool-workspaces">1 of 2</b>' in form, form
+    assert "<li>your default server (parked): 1 GPU</li>" in form
+    assert "No size fits your quota now" in form
+    _, _, home = web.get("/hub/home")
+    assert '"name": "", "share": "1 GPU (parked)"' in home or '"share": "1 GPU (parked)"' in home, home

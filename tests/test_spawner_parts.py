@@ -131,3 +131,37 @@ def test_no_cap_for_whole_gpus_or_outside_gpupool(tmp_path: Path) -> None:
     code = "import torch; torch.cuda.init(); print(torch.calls)"
     assert run_python(tmp_path, code, {"GPUPOOL_GPU_FRACTION": "1"}) == "[]"
     assert run_python(tmp_path, code, {"GPUPOOL_GPU_FRACTION": ""}) == "[]"
+
+
+def test_a_budget_refusal_is_one_log_line_not_a_traceback() -> None:
+    """JupyterHub logs the spawn form's errors with their traceback; a GPU-hour budget used up
+    read in the hub's log like a crash. A refusal is now one line that says why; any other
+    error keeps its traceback."""
+    import io
+    import logging
+
+    from tornado import web
+
+    from gpupool.quiet_refusals import install
+    from gpupool.spawner.mixin import http_error
+    from gpupool.usage.service import BudgetRefused
+
+    log = logging.getLogger("test-hub-log")
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    log.addHandler(handler)
+    install(log)  # as gpupool.setup does on the hub's log
+    try:
+        for err in (
+            http_error(BudgetRefused("a workspace of 1 GPU is refused: budget used up")),
+            web.HTTPError(500),
+        ):
+            try:
+                raise err
+            except web.HTTPError:
+                log.error("Failed to spawn single-user server with form", exc_info=True)  # JupyterHub's call
+    finally:
+        log.removeHandler(handler)
+    refused, other = out.getvalue().split("Failed to spawn single-user server with form")[1:]
+    assert refused.strip() == ": refused: a workspace of 1 GPU is refused: budget used up"
+    assert "Traceback" in other

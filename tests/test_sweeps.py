@@ -34,12 +34,12 @@ def test_combinations_are_the_product_in_order_within_bounds() -> None:
         {"lr": [float("nan")]},
         {"lr": [[1]]},
         {"lr": [None]},
-        {"a": list(range(8)), "b": list(range(5))},
+        {"a": list(range(7)), "b": list(range(3))},
         {f"k{i}": [1] for i in range(9)},
     ):
         with pytest.raises(SweepError):
             combinations(bad)
-    assert len(combinations({"a": list(range(8)), "b": list(range(4))})) == MAX_RUNS
+    assert len(combinations({"a": list(range(5)), "b": list(range(4))})) == MAX_RUNS
 
 
 def test_final_metrics_are_the_last_line_that_prints_some() -> None:
@@ -162,3 +162,20 @@ def test_the_sweep_table_escapes_what_runs_printed() -> None:
     )
     assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
     assert "<td>0.9123</td>" in page and page.count("<tr>") == 3
+
+
+def test_the_default_sweep_limit_fits_the_queue_and_a_bigger_sweep_says_which_limit() -> None:
+    """Before, max_sweep_runs (32) was above max_queued_per_user (20): a 21-32 run sweep passed
+    the sweep check and was refused with "you have 0 jobs waiting ... cancel one or wait"."""
+    from gpupool.train.config import TrainPool
+    from gpupool.train.volume import count_refusal
+
+    cfg = TrainPool()
+    assert cfg.max_sweep_runs <= min(cfg.max_queued_per_user, cfg.max_active_per_user)
+    assert count_refusal([], "ann", "lab", cfg.max_sweep_runs, cfg) == ""  # the largest sweep allowed fits
+    said = count_refusal([], "ann", "lab", 25, TrainPool(max_sweep_runs=32))
+    assert said == (
+        "this sweep has 25 runs and you have 0 jobs waiting; one user may have at most 20 waiting"
+        " (c.TrainPool.max_queued_per_user): submit at most 20 runs now (fewer values), or cancel"
+        " waiting jobs first"
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 import sys
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
 from gpupool.pool.actions import Cycle, allocate, consolidate, reclaim, reclaimable, victim_key
 from gpupool.pool.inventory import GPU, Inventory, Node
@@ -107,10 +110,70 @@ def test_reclaim_preempts_the_fewest_victims_and_holds_the_spot() -> None:
     c = cycle(state, projects, running)
     want = Job("mine", "own", Request.for_gpus(2000), submitted=5)
     assert reclaim(c, want)
-    # the youngest first: c, then b empties n1; a (n0) turned out unnecessary
-    assert sorted(p.job for p in c.plan.preempt) == ["b", "c"] and c.preempted == {"b", "c"}
+    # a alone empties n0: one victim and 99 GPU-s lost, where b and c (n1) would lose 195
+    # (before: the youngest first, c then b, two runs stopped)
+    assert [p.job for p in c.plan.preempt] == ["a"] and c.preempted == {"a"}
     assert c.usage["own"] == 2000
-    assert c.work.node_gpu_free(1) == [0, 0]  # held while b and c stop
+    assert c.work.node_gpu_free(0) == [0, 0]  # held while a stops
+
+
+def test_a_reclaim_stops_the_1_gpu_job_not_the_2_gpu_job_started_in_the_same_tick() -> None:
+    """The walkthrough's build-first reclaim: two borrowers started together, a 2-GPU and a
+    1-GPU job, and one GPU is needed. Before, the 2-GPU job was stopped (victim order only), a
+    GPU sat idle and the 2-GPU job waited for "2 free GPUs"."""
+    state = ClusterState(nodes(1, gpus=3))
+    projects = {"own": Project("own", 1000), "lab": Project("lab", 0)}
+    running = [run(state, "a2", "lab", 0, [0, 1], started=10), run(state, "b1", "lab", 0, [2], started=10)]
+    c = cycle(state, projects, running)
+    assert reclaim(c, Job("mine", "own", Request.for_gpus(1000), submitted=50))
+    assert [p.job for p in c.plan.preempt] == ["b1"]  # the 1-GPU job, whatever the ids
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 100), st.integers(0, 1)), min_size=1, max_size=7),
+    st.integers(1, 12),
+)
+def test_victims_are_the_fewest_gpu_seconds_lost_that_free_what_is_needed(jobs, need) -> None:
+    """Any set of over-quota runs (GPUs, start, priority) and any number of GPUs needed: the
+    victims free enough, touch a higher priority only when the lower cannot free enough, and
+    no other sufficient set within those priorities loses fewer GPU-seconds (brute force)."""
+    import itertools
+
+    from gpupool.pool.actions.victims import cheapest_victims, lost_gpu_s
+
+    now = 100.0
+    cands = [
+        Job(f"j{i}", "lab", Request.for_gpus(g * 1000), submitted=0, started=float(t), priority=p)
+        for i, (g, t, p) in enumerate(jobs)
+    ]
+
+    def frees(vs) -> bool:
+        return sum(v.milli for v in vs) >= need * 1000
+
+    got = cheapest_victims(cands, frees, now, tier=lambda j: j.priority)
+    if not frees(cands):
+        assert got is None
+        return
+    assert got is not None and frees(got)
+    low = [j for j in cands if j.priority == 0]
+    pool = low if frees(low) else cands
+    assert all(j in pool for j in got)  # the higher priority only when needed
+    best = min(
+        sum(lost_gpu_s(j, now) for j in s)
+        for r in range(1, len(pool) + 1)
+        for s in itertools.combinations(pool, r)
+        if frees(s)
+    )
+    assert sum(lost_gpu_s(j, now) for j in got) == best
+    # ties: no equally cheap sufficient set has run for less time since its checkpoints
+    run_s = sum(now - j.started for j in got)
+    assert all(
+        sum(now - j.started for j in s) >= run_s
+        for r in range(1, len(pool) + 1)
+        for s in itertools.combinations(pool, r)
+        if frees(s) and sum(lost_gpu_s(j, now) for j in s) == best
+    )
 
 
 def test_reclaim_waits_for_gpus_already_being_freed() -> None:

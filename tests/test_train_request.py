@@ -46,3 +46,27 @@ def test_the_local_back_end_records_every_field_of_the_request(tmp_path: Path) -
     with svc.pool.store.session() as s:
         elastic, pools = s.get(ElasticRange, row.id), s.get(JobPools, row.id)
         assert (elastic.min_gpus, elastic.max_gpus, pools.pools) == (2, 4, ["dgx", "ws"])
+
+
+def test_a_user_whose_name_is_longer_than_a_file_name_can_submit_a_job(tmp_path: Path) -> None:
+    """A 130-character hub name of 257 bytes logs in; before, every job it submitted failed
+    with "File name too long" (its jobs folder is named after it). Two such names sharing a
+    prefix keep folders of their own."""
+    import sys
+
+    from tests.support.jobs import job_request
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    first, second = "é" * 127 + "abc", "é" * 127 + "abd"
+    assert len(first) == 130 and len(first.encode()) == 257
+    rows = [
+        svc.submit(
+            job_request(owner=who, project="lab", name="fit", command=[sys.executable, "-c", "pass"]), now=0
+        )
+        for who in (first, second)
+    ]
+    from gpupool.train.folders import NAME_MAX, path_component
+
+    folders = [Path(r.workdir).parent for r in rows]
+    assert all(f.is_dir() and len(f.name.encode()) <= NAME_MAX for f in folders) and folders[0] != folders[1]
+    assert path_component("ann") == "ann"  # a name that fits is its own folder, as before

@@ -4,6 +4,7 @@ log (gpupool.usage.ledger) through real allocations in a real store, across a hu
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -309,3 +310,46 @@ def test_retention_deletes_old_records_and_keeps_what_is_still_held(tmp_path) ->
     # the share still held is counted from its allocation, whatever the log kept
     (h,) = ledger.held(now - 200 * 86400, now + 1)
     assert (h.owner, h.end) == ("still", None) and now - h.start >= 100 * 86400 - 5
+
+
+def test_one_budget_reads_the_same_on_the_form_in_the_refusal_and_in_the_labs_toast(tmp_path) -> None:
+    """A 0.05 GPU-h daily budget, 0.054 GPU-h used (0.25 GPU for 778 s): before, the form said
+    "0.1 of 0.05 GPU-h", the refusal "0.054 of 0.05", the lab's toast "0.1 of 0.1", and the rule
+    "per a day"."""
+
+    from gpupool.kinds import WorkloadKind
+    from gpupool.pool import PoolError
+    from gpupool.widgets.summary import budget_summary
+    from tests.test_labextension_text import run
+
+    pool = small_pool(tmp_path)
+    pool.reserve_build("ann", [], "", 250)
+    t0 = pool.allocation(Workload("build", "ann", "")).created.replace(tzinfo=dt.UTC).timestamp()
+    usage = UsageService(
+        pool, Usage(budgets={"user:ann": {"gpu_hours": 0.05, "window_days": 1}}), clock=lambda: t0 + 778
+    )
+    said = "0.054 of 0.05 GPU-h"
+    [note] = usage.form_notes("ann", [])
+    assert f"{said} used (108 %) of the budget 0.05 GPU-h per day (user ann)" in note, note
+    with pytest.raises(PoolError) as refused:
+        usage.check("ann", [], 250, WorkloadKind.BUILD)
+    assert f"is used up, {said} (108 %)" in str(refused.value), refused.value
+    budget = budget_summary(usage.budget_json("ann", []))
+    toast = run(f"t.budgetWarning({{budget: {json.dumps(budget)}}})")
+    assert toast["message"].startswith(f"GPU-hour budget used up: {said}."), toast
+
+
+def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> None:
+    """A hub minutes old showed its use as a sliver at the right edge of a 24 h plot: the page
+    now opens on the last hour until something held began before it."""
+    import time
+
+    from gpupool.admin.usage_page import usage_view
+
+    pool = small_pool(tmp_path)
+    pool.reserve_build("ann", [], "", 250)
+    fresh = usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 600), {}, 2)
+    assert fresh["period"] == "1h" and fresh["error"] == ""
+    older = usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 7200), {}, 2)
+    assert older["period"] == "24h"
+    assert usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2)["period"] == "7d"  # a pick wins

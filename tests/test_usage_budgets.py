@@ -38,7 +38,7 @@ def test_config_reads_budgets_per_member_shared_and_per_user_and_refuses_bad_one
     assert (
         by["group:cs101"].shared and by["user:ada"].warn_pct == 50 and by["user:ada"].window_s == 30 * 86400
     )
-    assert by["group:students"].describe() == "40 GPU-h per a week (each member of group students)"
+    assert by["group:students"].describe() == "40 GPU-h per week (each member of group students)"
     for bad, why in (
         ({"x": {"gpu_hours": -1}}, "gpu_hours"),
         ({"x": {"hours": 1}}, "gpu_hours and some"),

@@ -71,8 +71,7 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
     backdate(hub, "stu", 0.5)
     status, message = hub.api_error("POST", "/hub/api/users/stu/servers/more", {"gpus": 0.25})
     assert (
-        status == 403
-        and "your GPU-hour budget (1 GPU-h per a day (each member of group students))" in message
+        status == 403 and "your GPU-hour budget (1 GPU-h per day (each member of group students))" in message
     )
     assert "is used up" in message and "a workspace of at most 0.1 GPU still starts" in message
     status, message = hub.api_error(

@@ -262,3 +262,21 @@ def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_
     assert "<th>loss</th>" in table.table.value and "<td>1</td>" in table.table.value  # 1 / (0.5 * 2)
     promote.sweep.value = ""
     assert promote.submit_button.description == "Submit to training"
+
+
+def test_the_promotion_widget_offers_only_projects_the_user_may_submit_to() -> None:
+    """Before, the Project list held every project of the hub; picking one the user is not a
+    member of was refused only on submit."""
+
+    class Hub:
+        def get(self, path: str) -> dict:
+            if path == "api/projects":
+                return {
+                    "projects": [
+                        {"name": n, "may_submit": n == "lab", "limit_milli": -1} for n in ("lab", "secret")
+                    ]
+                }
+            return {"gpus": []}
+
+    widget = PromoteToTraining(code="print(1)", client=Hub())  # type: ignore[arg-type]
+    assert list(widget.project.options) == ["lab"]

@@ -29,6 +29,12 @@ STATE_COLOURS = {
 }
 
 
+def offered_projects(projects: list[dict]) -> list[str]:
+    """The projects the promotion widget offers: those the user may submit to (api/projects says
+    so per project). Before, it offered every project, and a pick not theirs was refused on submit."""
+    return [p["name"] for p in projects if p.get("may_submit", True)]
+
+
 def job_row(job: Mapping[str, Any]) -> str:
     """One job as an HTML table row: pure, so tests read what users see. A queued job says why it
     waits (the API's wait_reason), a preempted one when and from where it goes on."""
@@ -225,7 +231,7 @@ class PromoteToTraining(w.VBox):
         except GPUPoolError as err:
             self.projects = []
             kwargs.setdefault("children", [w.HTML(f"<span style='color:#b00'>{escape(str(err))}</span>")])
-        names = [p["name"] for p in self.projects]
+        names = offered_projects(self.projects)
         try:
             choices = gpu_choices(self.api.get("api/pool"))
         except GPUPoolError:

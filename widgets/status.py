@@ -15,7 +15,16 @@ import ipywidgets as w
 
 from gpupool.culling import CullAction, CullReason
 from gpupool.widgets.client import Client, GPUPoolError
-from gpupool.widgets.summary import REASONS, clock, culler_finding, gpus_text, last_move, left_text, my_shares
+from gpupool.widgets.summary import (
+    REASONS,
+    clock,
+    culler_finding,
+    gpus_text,
+    last_move,
+    left_text,
+    my_shares,
+    parked_milli,
+)
 
 
 def _gpus(milli: int) -> str:
@@ -94,12 +103,20 @@ def status_rows(
         memory = gpu["memory_mib"] * share["milli"] // 1000
         rows.append(("GPU", f"{gpu_name(gpu)} on {gpu['node']}"))
         rows.append(("Share", f"{_gpus(share['milli'])} = {memory:,} MiB of {gpu['memory_mib']:,} MiB"))
-    held = sum(h["milli"] for h in me.get("holdings", []))
+    held = sum(h["milli"] for h in me.get("holdings", []))  # parked shares count, as the quota counts them
+    parked = parked_milli(me, server)
+    if parked and not mine:
+        rows = [("Share", f"{_gpus(parked)}, parked: it comes back when you run a cell")]
     others = [h for h in me.get("holdings", []) if h["server"] != server]
     quota = f"{_gpus(held)} of {_gpus(me['build_quota_milli'])} in use"
     if others:
         quota += (
-            " (also: " + ", ".join(f"{h['server'] or 'default'} {_gpus(h['milli'])}" for h in others) + ")"
+            " (also: "
+            + ", ".join(
+                f"{h['server'] or 'default'} {_gpus(h['milli'])}" + (" parked" if h.get("parked") else "")
+                for h in others
+            )
+            + ")"
         )
     moved, _ = last_move(mine)
     if moved:
@@ -301,6 +318,7 @@ class WorkspaceStatus(w.VBox):
             )
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
+            self.extend_button.disabled = True  # nothing to extend that the hub cannot read
             return
         self.resume_button.layout.display = "" if view["parked"] else "none"
         self.table.value = rows_html(view["rows"])

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.culling import CullAction, CullReason
+from gpupool.pool.units import format_gpus, gpus_number
 from gpupool.train.states import JobState
 
 # the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
@@ -22,8 +23,7 @@ REASONS = {
 
 
 def gpus_text(milli: int) -> str:
-    text = f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
-    return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
+    return format_gpus(milli)  # the hub's own wording and rounding, on every screen
 
 
 def clock(epoch: float) -> str:
@@ -35,6 +35,13 @@ def left_text(seconds: float) -> str:
     if minutes < 60:
         return f"{minutes} min"
     return f"{minutes // 60} h {minutes % 60} min" if minutes % 60 else f"{minutes // 60} h"
+
+
+def parked_milli(me: Mapping[str, Any], server: str) -> int:
+    """This server's parked share as the pool counts it (api/me's holdings), 0 when not parked."""
+    return sum(
+        h.get("milli", 0) for h in me.get("holdings", []) if h.get("server") == server and h.get("parked")
+    )
 
 
 def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Mapping, Mapping]]:
@@ -85,6 +92,8 @@ def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "used_pct": worst.get("used_pct", 0),
         "used_gpu_hours": worst.get("used_gpu_hours", 0),
         "limit_gpu_hours": worst.get("limit_gpu_hours", 0),
+        "used_text": worst.get("used_text", ""),  # formatted by the hub, as on every other screen
+        "limit_text": worst.get("limit_text", ""),
         "frees_at": worst.get("frees_at"),
         "min_share_gpus": worst.get("min_share_gpus", 0),
     }
@@ -122,8 +131,9 @@ def summary(
     mine = my_shares(pool, me.get("name", ""), server)
     milli = sum(share["milli"] for _, share in mine)
     found = culler_finding(culler, me.get("name", ""), server)
+    parked = parked_milli(me, server) if not mine else 0
     out: dict[str, Any] = {
-        "share": gpus_text(milli).removesuffix(" GPUs").removesuffix(" GPU") if mine else "",
+        "share": gpus_number(milli or parked) if mine or parked else "",
         "virtual": any(gpu.get("virtual") for gpu, _ in mine),
         "now": now,
         "cull_at": found.get("cull_at"),
@@ -134,7 +144,9 @@ def summary(
         "extendable": bool(found) and not found.get("extended") and found.get("reason") != CullReason.MEMORY,
         "gpu_util_pct": found.get("gpu_util_pct"),
         "gpu_idle_s": found.get("gpu_idle_s"),
-        "parked": found.get("parked") or "",  # GPU parking fills this in; the item shows it and offers Resume
+        # GPU parking fills this in; the item shows it and offers Resume. A share the pool counts
+        # as parked is parked here too, whatever the culler's last pass said
+        "parked": found.get("parked") or ("it comes back when you run a cell" if parked else ""),
     }
     out["moved"], out["moved_at"] = last_move(mine)  # the status item shows it for a while after the move
     lines = []
@@ -142,7 +154,9 @@ def summary(
         kind = "virtual GPU" if gpu.get("virtual") else gpu.get("model", "GPU")
         memory = gpu.get("memory_mib", 0) * share["milli"] // 1000
         lines.append(f"{gpus_text(share['milli'])} of {kind} #{gpu.get('index')} ({memory:,} MiB)")
-    if not mine:
+    if parked:
+        lines.append(f"{gpus_text(parked)} parked: it still counts against your quota and comes back on use")
+    elif not mine:
         lines.append("no GPU share: this server runs on CPU only")
     if out["gpu_util_pct"] is not None:
         lines.append(f"GPU use {out['gpu_util_pct']:.0f} %")

@@ -15,6 +15,7 @@ from gpupool.admin.handlers import ActionBase, AdminBase
 from gpupool.admin.stacked import stacked_svg
 from gpupool.api.auth import json_object
 from gpupool.api.usage import PERIODS, parse_grant, report_args
+from gpupool.pool.units import MILLI_S_PER_GPU_HOUR, format_gpu_hours
 from gpupool.usage.accounting import DIMENSIONS
 
 if TYPE_CHECKING:
@@ -23,12 +24,22 @@ if TYPE_CHECKING:
 PAGE = "usage"
 
 
+def default_period(usage: UsageService) -> str:
+    """The page's first period: the last 24h, or the last hour where everything held in the last
+    day began within it (a new hub: its few minutes of use were a sliver of a 24 h plot)."""
+    now = usage.now()
+    held = usage.ledger.held(now - 86400, now + 1)
+    return "1h" if all(h.start >= now - 3600 for h in held) else "24h"
+
+
 async def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
     """What the template renders; a bad parameter is shown as an error above the picker."""
     args = {k: v for k, v in args.items() if v != ""}
     if "period" in args:  # a period picked from the list wins over dates left in the form
         args.pop("from", None)
         args.pop("to", None)
+    if "period" not in args and "from" not in args:
+        args["period"] = default_period(usage)
     query = dict(args)
     if len(args.get("to", "")) == 10:  # a date: the whole day is in the period
         try:
@@ -70,6 +81,7 @@ async def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: f
         "budgets": [{"target": r.target, "describe": r.describe()} for r in usage.rules],
         "budget_users": usage.budget_users(),
         "grants": usage.ledger.grant_rows(time.time()),
+        "gpu_hours": lambda hours: format_gpu_hours(round(hours * MILLI_S_PER_GPU_HOUR)),  # as everywhere
         "csv_query": "&".join(f"{k}={v}" for k, v in args.items() if k in ("period", "from", "to", "by")),
     }
 

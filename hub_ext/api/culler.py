@@ -407,13 +407,12 @@ def extend_workspace(
     pool.store.put_setting(key, {"session": session_of(app, owner, name, row), "at": time.time()})
     pool.store.record(EventKind.EXTEND, f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
-    if (
-        found is not None
-        and found.get("action") == CullAction.WARN
-        and found.get("reason") != CullReason.MEMORY
-    ):
-        # the old end time no longer holds: the culler's next pass reports the new one
-        found.update(action=CullAction.KEEP, extended=True, message="extended once", cull_at=None)
+    if found is not None and found.get("reason") != CullReason.MEMORY:
+        # the old end time no longer holds, warned or not (a session's planned end too): the
+        # culler's next pass reports the new one; until then no page offers Extend again
+        found.update(extended=True, cull_at=None)
+        if found.get("action") == CullAction.WARN:
+            found.update(action=CullAction.KEEP, message="extended once")
 
 
 class ExtendHandler(APIHandler):

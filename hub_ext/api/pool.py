@@ -90,7 +90,8 @@ class MeHandler(APIHandler):
                 "sizes_milli": list(limits.sizes_milli),
                 "max_per_workspace_milli": limits.max_per_workspace_milli,
                 "max_workspaces": limits.max_workspaces,
-                "holdings": [{"server": h.server_name, "milli": h.milli} for h in held],
+                # parked shares too (`parked`: true): they count against the quota as the spawn checks it
+                "holdings": [{"server": h.server_name, "milli": h.milli, "parked": h.parked} for h in held],
                 "offered": [
                     {"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)
                 ],

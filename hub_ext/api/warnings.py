@@ -56,8 +56,8 @@ def shares_for(
     found = findings(root.api_settings, pool, root.hub, user.name)
     now = time.time() if now is None else now
     out = []
-    for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name):
-        w = found.get(f"{user.name}/{row.name}") or {}
+    for held in pool.holdings(user.name):  # a parked share too: it still counts, and says it is parked
+        w = found.get(f"{user.name}/{held.server_name}") or {}
         stops = "no time limit"
         if w.get("cull_at"):
             left = max(0, int((w["cull_at"] - now) // 60))
@@ -69,10 +69,11 @@ def shares_for(
             )
         out.append(
             {
-                "name": row.name,
-                "share": format_gpus(row.total_milli),
+                "name": held.server_name,
+                "share": format_gpus(held.milli) + (" (parked)" if held.parked else ""),
                 "stops": stops,
-                "hibernate_url": hibernate_url(user, row.name, base_url),
+                # parked already: nothing to hibernate
+                "hibernate_url": "" if held.parked else hibernate_url(user, held.server_name, base_url),
             }
         )
     return sorted(out, key=lambda s: s["name"])

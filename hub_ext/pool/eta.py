@@ -55,8 +55,8 @@ class Runtimes:
         runs that lasted longer, less `elapsed` (none longer: as long again, the least
         surprising guess for a run already past every one seen)."""
         hist = self._history(job.project)
-        if not hist:
-            left = self.default_s
+        if not hist:  # counted down from the default, not an hour from every moment it is asked
+            left = self.default_s - elapsed if elapsed < self.default_s else max(elapsed, 1.0)
         else:
             longer = hist[bisect.bisect_right(hist, elapsed) :]
             left = longer[len(longer) // 2] - elapsed if longer else max(elapsed, 1.0)
@@ -64,11 +64,22 @@ class Runtimes:
             left = min(left, job.max_runtime_s - elapsed)
         return max(1.0, left)
 
+    def guessed(self, job: Job, elapsed: float) -> bool:
+        """Whether a run's end is a guess: no past run lasted longer than this one has (the
+        default hour passed, without history), and it declared no max runtime."""
+        if job.max_runtime_s > 0:
+            return False
+        hist = self._history(job.project)
+        return (not hist[bisect.bisect_right(hist, elapsed) :]) if hist else elapsed >= self.default_s
+
 
 @dataclass(frozen=True)
 class Estimate:
     start: float | None  # epoch seconds; None: not within the horizon
     after: str = ""  # what lets it start in the replay, in plain words
+    # "job ab12 of vision": a run before it whose end nobody can tell (none of its project's past
+    # runs lasted this long), so the time is a guess and is not to be shown as one
+    unknown: str = ""
 
 
 def forecast(
@@ -104,11 +115,14 @@ def forecast(
     back = set(requeued)
     ends: list[tuple[float, str]] = []  # (expected end, job id)
     j: Job | None  # one name for a job taken out of the tables below (pop: None when absent)
+    guessed: set[str] = set()  # running jobs whose end is a guess (gpupool.pool.eta.Runtimes.guessed)
+    blind = ""  # the first such end the replay went past
     for j in running:
         started = now if j.started is None else j.started
-        heapq.heappush(
-            ends, (now + runtimes.remaining(j, done.get(j.id, 0.0) + max(0.0, now - started)), j.id)
-        )
+        elapsed = done.get(j.id, 0.0) + max(0.0, now - started)
+        heapq.heappush(ends, (now + runtimes.remaining(j, elapsed), j.id))
+        if runtimes.guessed(j, elapsed):
+            guessed.add(j.id)
     leaving: list[tuple[float, str, Job]] = [
         (now + grace_s, j.id, j) for j in stopping if j.placement is not None
     ]
@@ -160,7 +174,7 @@ def forecast(
             run[j.id] = j
             heapq.heappush(ends, (t + runtimes.remaining(j, done.get(j.id, 0.0)), j.id))
             if j.id in wanted and j.id not in out:
-                out[j.id] = Estimate(t, cause)
+                out[j.id] = Estimate(t, cause, blind)
         if wanted <= set(out) or not (pend.keys() & wanted):
             break
         t_next, why = _next_wake(t, ends, leaving, run, pend, projects, reserve_after_s)
@@ -173,6 +187,8 @@ def forecast(
             j = run.pop(job_id, None)
             if j is not None and j.placement is not None:
                 work.release(j.placement)
+                if job_id in guessed and not blind:
+                    blind = f"job {job_id} of {j.project}"
         while leaving and leaving[0][0] <= t:
             _, job_id, j = heapq.heappop(leaving)
             work.release(j.placed)

@@ -138,4 +138,4 @@ def admit(
 
 def quota_holdings(parked: list[ParkedShare], owner: str) -> list[Holding]:
     """A parked share still counts against its owner's fixed build quota."""
-    return [Holding(p.name, p.total_milli) for p in parked if p.owner == owner]
+    return [Holding(p.name, p.total_milli, parked=True) for p in parked if p.owner == owner]

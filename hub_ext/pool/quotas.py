@@ -40,14 +40,17 @@ class BuildLimits:
 
 @dataclass(frozen=True)
 class Holding:
-    """A build workspace a user holds right now."""
+    """A build workspace a user holds right now: on a GPU, or parked (its GPU given back until it
+    resumes, and its share still counted against the quota)."""
 
     server_name: str
     milli: int
+    parked: bool = False
 
     @property
     def label(self) -> str:
-        return f"server '{self.server_name}'" if self.server_name else "your default server"
+        name = f"server '{self.server_name}'" if self.server_name else "your default server"
+        return f"{name} (parked)" if self.parked else name
 
 
 @dataclass(frozen=True)

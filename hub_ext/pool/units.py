@@ -6,7 +6,7 @@ Quotas are sums of many shares; integers keep those sums exact where floats drif
 
 from __future__ import annotations
 
-from decimal import Decimal, DecimalException
+from decimal import ROUND_HALF_UP, Decimal, DecimalException
 
 MILLI_PER_GPU = 1000
 MAX_TEXT = 32  # '0.125', '2500m', '1e3m': nothing real is longer
@@ -51,11 +51,38 @@ def shown(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def gpus_number(milli: int) -> str:
+    """250 -> '0.25', 2000 -> '2': a GPU amount without its unit (the status bar's "GPU 0.25",
+    a form value). Exact: a share is a whole number of milli-GPU, so nothing is rounded."""
+    return format((Decimal(milli) / MILLI_PER_GPU).normalize(), "f")
+
+
 def format_gpus(milli: int) -> str:
-    """250 -> '0.25 GPU', 2000 -> '2 GPUs'."""
-    amount = Decimal(milli) / MILLI_PER_GPU
-    text = format(amount.normalize(), "f")
+    """250 -> '0.25 GPU', 2000 -> '2 GPUs': every GPU amount shown to people goes through this
+    (the form, `%gpupool`, the status bar, the home page, the admin pages, error messages)."""
+    text = gpus_number(milli)
     return f"{text} GPU" if milli <= MILLI_PER_GPU else f"{text} GPUs"
+
+
+MILLI_S_PER_GPU_HOUR = MILLI_PER_GPU * 3600  # one GPU held for an hour, in milli-GPU x seconds
+
+
+def format_gpu_hours(milli_s: int) -> str:
+    """Fraction-weighted GPU-hours as every screen shows them, without the unit: three
+    significant digits, at most three decimals (the accounting's own precision), grouped
+    thousands — 194_400 -> '0.054', 4_500_000 -> '1.25', 44_460_000 -> '12.4', 4.4e9 -> '1,222'.
+    A budget's use and its limit go through this alike, so "0.054 of 0.05" never reads
+    "0.1 of 0.05" on one screen and "0 of 0.1" on another. A use under half a thousandth
+    that is not nothing reads '< 0.001', never '0'."""
+    if milli_s == 0:
+        return "0"
+    hours = Decimal(milli_s) / MILLI_S_PER_GPU_HOUR
+    if abs(hours) < Decimal("0.0005"):
+        return "< 0.001" if milli_s > 0 else "> -0.001"
+    places = max(0, min(3, 2 - hours.adjusted()))
+    rounded = hours.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    text = f"{rounded:,f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def share_of(milli: int, memory_mib: int) -> int:

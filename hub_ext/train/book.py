@@ -20,6 +20,7 @@ from gpupool.store import Event, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.backend import JobLog
 from gpupool.train.config import TrainPool
+from gpupool.train.folders import user_jobs_folder
 from gpupool.train.states import JobEvent, JobState
 
 
@@ -76,7 +77,7 @@ class JobBook:
         """A new queued job: its folder under jobs_root with the snapshotted code (`prepare`
         may adjust the folder, e.g. hand it to the owner), its row and its event."""
         job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
-        parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
+        parent = user_jobs_folder(self.cfg.jobs_root, owner)
         make_job_folders(parent)
         workdir = parent / f"{name}-{job_id}"
         with folder(str(parent), _parent_owner(parent)) as parent_fd:

@@ -163,12 +163,13 @@ class TrainPool(LoggingConfigurable):
         """,
     )
     max_sweep_runs = Int(
-        32,
+        20,  # at most max_queued_per_user's default: a sweep the limit allows is never refused for the queue
         min=1,
         max=1000,
         config=True,
         help="""Most runs (combinations of values)
-        one sweep may submit; more is refused (400). Example::
+        one sweep may submit; more is refused (400). Each run waits as a job of its own, so a sweep
+        also has to fit max_queued_per_user and max_active_per_user. Example::
 
             c.TrainPool.max_sweep_runs = 16
         """,

@@ -31,6 +31,8 @@ class Estimates:
         self._estimates: dict[str, Estimate] = {}
         self._runtimes = Runtimes()
         self._queued: set[str] = set()  # the queued jobs the last computation saw
+        # each queued job's first estimate and its stated error: a later one that moved further says so
+        self._first: dict[str, tuple[float, float]] = {}
 
     @property
     def available(self) -> bool:
@@ -43,6 +45,7 @@ class Estimates:
             return self._estimates
         rows = t.jobs()
         self._queued = {r.id for r in rows if r.state == JobState.QUEUED}
+        self._first = {k: v for k, v in self._first.items() if k in self._queued}  # started: forgotten
         pending, running, stopping = t.scheduler_inputs(rows)
         history: dict[str, list[float]] = {}
         for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
@@ -96,19 +99,45 @@ class Estimates:
                 "text": "no start in sight within a week at the present load",
             }
         in_s = max(0.0, est.start - now)
+        error_s = stated_error(in_s)
+        text = eta_text(est.start, in_s, est.after, est.unknown)
+        first = self._first.setdefault(row.id, (est.start, error_s))
+        if not est.unknown and abs(est.start - first[0]) > first[1]:  # it moved more than it said it might
+            later = "later" if est.start > first[0] else "earlier"
+            text += (
+                f"; {abs(est.start - first[0]) / 60:.0f} min {later} than first estimated"
+                f" ({clock_text(first[0])}, give or take {first[1] / 60:.0f} min)"
+            )
         return {
-            "start": est.start,
-            "in_s": in_s,
+            "start": None if est.unknown else est.start,
+            "in_s": None if est.unknown else in_s,
+            "error_s": None if est.unknown else error_s,
             "after": est.after,
             "basis": basis,
-            "text": eta_text(est.start, in_s, est.after),
+            "text": text,
         }
 
 
-def eta_text(start: float, in_s: float, after: str = "") -> str:
-    """'starts around 14:20 (in 35 min), once job ab12 of vision is expected to end'."""
+def eta_text(start: float, in_s: float, after: str = "", unknown: str = "") -> str:
+    """'starts around 14:20 (in 35 min), once job ab12 of vision is expected to end'; 'after job
+    ab12 of vision ends (...)' where that end is a guess; never "now" for a job that waits for
+    a run to end."""
+    if unknown:
+        return f"after {unknown} ends (no past run of this project lasted this long)"
     minutes = int(in_s // 60)
-    when = "now" if minutes < 1 else (f"in {minutes} min" if minutes < 120 else f"in {minutes / 60:.1f} h")
+    waits = bool(after) and after != "now"
+    soon = "any minute" if waits else "now"
+    when = soon if minutes < 1 else (f"in {minutes} min" if minutes < 120 else f"in {minutes / 60:.1f} h")
     clock = time.strftime("%H:%M" if in_s < 86400 else "%a %H:%M", time.localtime(start))
     why = f", once {after}" if after and after != "now" else ""
     return f"starts around {clock} ({when}){why}"
+
+
+def stated_error(in_s: float) -> float:
+    """How far an estimate may move before it says so: a quarter of the wait, at least 5 min
+    (run times vary that much; the replay knows nothing of jobs not yet submitted)."""
+    return max(300.0, in_s / 4)
+
+
+def clock_text(epoch: float) -> str:
+    return time.strftime("%H:%M", time.localtime(epoch))

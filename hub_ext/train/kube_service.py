@@ -37,6 +37,7 @@ from gpupool.store import ElasticRange, JobPools, TrainJob
 from gpupool.train.backend import JobLog
 from gpupool.train.book import JobBook
 from gpupool.train.config import TrainPool
+from gpupool.train.folders import user_jobs_folder
 from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
 from gpupool.train.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
@@ -237,7 +238,7 @@ class KubeTrainingService(JobBook):
         then it goes (it was never cleaned, and filled the hub's volume). Only a folder directly
         in the owner's jobs_root is removed: a path from the database is not followed elsewhere."""
         folder = Path(row.workdir)
-        root = Path(self.cfg.jobs_root.format(username=row.owner)).resolve()
+        root = user_jobs_folder(self.cfg.jobs_root, row.owner)
         if folder.parent == root and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
 

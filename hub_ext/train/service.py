@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from sqlalchemy import select
 
@@ -25,6 +24,7 @@ from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
 from gpupool.pool.errors import DiskReserve
+from gpupool.pool.actions.victims import cheapest_victims
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
@@ -35,7 +35,7 @@ from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.book import JobBook, make_job_folders
 from gpupool.train.config import TrainPool
-from gpupool.train.folders import folder_bytes, remove_folder
+from gpupool.train.folders import folder_bytes, remove_folder, user_jobs_folder
 from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
 from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
@@ -139,7 +139,7 @@ class TrainingService(JobBook):
         ~/gpupool-jobs, so JupyterLab opens the executed notebooks."""
         if "{username}" not in self.cfg.jobs_root or os.geteuid() != 0:
             return  # a folder shared by every user stays the hub's alone
-        parent = Path(self.cfg.jobs_root.format(username=owner)).resolve()
+        parent = user_jobs_folder(self.cfg.jobs_root, owner)
         make_job_folders(parent)
         st = parent.lstat()
         if st.st_uid == os.geteuid() and (st.st_gid, st.st_mode & 0o777) != (account.gid, 0o750):
@@ -608,13 +608,21 @@ class TrainingService(JobBook):
                 trial.release(s.placement)
         if self.policy.choose(trial, request, self.rng) is not None:
             return []  # GPUs already on their way back
-        chosen: list[str] = []
-        for job in reclaimable(running, over, projects, now):  # the same victim order as a reclaim
-            trial.release(job.placed)
-            chosen.append(job.id)
-            if self.policy.choose(trial, request, self.rng) is not None:
-                return chosen
-        return None
+
+        def frees(victims) -> bool:
+            room = trial.copy()
+            for v in victims:
+                room.release(v.placed)
+            return self.policy.choose(room, request, self.rng) is not None
+
+        # the same choice as a reclaim: the fewest GPU-seconds lost within the lowest priorities
+        chosen = cheapest_victims(
+            reclaimable(running, over, projects, now),
+            frees,
+            now,
+            tier=lambda j: (projects[j.project].priority, j.priority),
+        )
+        return None if chosen is None else [j.id for j in chosen]
 
     def make_room_for_build(
         self, w: Workload, request: Request, now: float | None = None, pools: tuple[str, ...] = ()

@@ -9,7 +9,7 @@ import re
 
 MAX_KEYS = 8
 MAX_VALUES = 16
-MAX_RUNS = 32
+MAX_RUNS = 20  # c.TrainPool.max_sweep_runs default: the widget checks against it as typed
 MAX_METRICS = 16
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 METRIC = re.compile(r"([A-Za-z_][A-Za-z0-9_./-]{0,31})\s*[=:]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")

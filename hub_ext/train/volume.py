@@ -70,6 +70,13 @@ def count_refusal(jobs: Iterable[Any], user: str, project: str, adding: int, cfg
             active += 1
             queued += j.state == JobState.QUEUED
         in_project += j.project == project
+    if adding > 1 and queued + adding > cfg.max_queued_per_user:  # a sweep: say what to change in it
+        room = max(0, cfg.max_queued_per_user - queued)
+        return (
+            f"this sweep has {adding} runs and you have {queued} jobs waiting; one user may have at most"
+            f" {cfg.max_queued_per_user} waiting (c.TrainPool.max_queued_per_user): submit at most"
+            f" {room} runs now (fewer values), or cancel waiting jobs first"
+        )
     if queued + adding > cfg.max_queued_per_user:
         return (
             f"you have {queued} jobs waiting, at most {cfg.max_queued_per_user}"

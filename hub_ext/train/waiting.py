@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpupool.pool.pools import within
-from gpupool.pool.units import MILLI_PER_GPU
+from gpupool.pool.units import MILLI_PER_GPU, gpus_number
 from gpupool.train.states import HAS_RUN, JobEvent, JobState, PreemptCause
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def _gpus(milli: int) -> str:
-    return f"{milli / MILLI_PER_GPU:.3f}".rstrip("0").rstrip(".")
+    return gpus_number(milli)
 
 
 def wait_reason(

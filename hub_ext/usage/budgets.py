@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpupool.kinds import WorkloadKind
+from gpupool.pool.units import format_gpu_hours, format_gpus
 from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Held
 
 USER = "user:"
@@ -41,14 +42,14 @@ class Rule:
 
     def describe(self) -> str:
         days = self.window_s / 86400
-        window = "a week" if days == 7 else ("a day" if days == 1 else f"{days:g} days")
+        window = "week" if days == 7 else ("day" if days == 1 else f"{days:g} days")
         who = self.target.removeprefix(USER).removeprefix(GROUP)
         whose = (
             f"user {who}"
             if self.target.startswith(USER)
             else (f"group {who} together" if self.shared else f"each member of group {who}")
         )
-        return f"{self.gpu_hours:g} GPU-h per {window} ({whose})"
+        return f"{format_gpu_hours(self.limit_milli_s)} GPU-h per {window} ({whose})"
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,17 @@ class State:
         return 100 * self.used_milli_s // self.limit_milli_s if self.limit_milli_s else 100
 
     def message(self, clock=None) -> str:
-        used, limit = self.used_milli_s / MILLI_S_PER_GPU_HOUR, self.limit_milli_s / MILLI_S_PER_GPU_HOUR
+        used, limit = format_gpu_hours(self.used_milli_s), format_gpu_hours(self.limit_milli_s)
         what = self.rule.describe()
         if self.status == "exempt":
             return f"exempt from the GPU-hour budget ({what})"
-        head = f"{used:.1f} of {limit:g} GPU-h used ({self.used_pct} %) of the budget {what}"
+        head = f"{used} of {limit} GPU-h used ({self.used_pct} %) of the budget {what}"
         if self.status == "near":
             return f"{head}: near the limit; over it, new workspaces and train jobs are refused"
         if self.status == "over":
             when = f" until {clock(self.frees_at)}" if clock and self.frees_at else ""
             small = (
-                f" except workspaces of at most {self.rule.min_share_milli / 1000:g} GPU"
+                f" except workspaces of at most {format_gpus(self.rule.min_share_milli)}"
                 if self.rule.min_share_milli
                 else ""
             )

@@ -20,6 +20,7 @@ from sqlalchemy import CursorResult, delete, select
 from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.pools import NodePool
+from gpupool.pool.units import format_gpu_hours
 from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
 from gpupool.train import states
 from gpupool.usage.accounting import Held, JobEvent, UseRow
@@ -367,7 +368,7 @@ class Ledger:
                     owner=by,
                     name=target,
                     message=f"{by} {'exempted' if kind == 'exempt' else 'topped up'} {target}"
-                    + (f" by {milli_s / 3_600_000:g} GPU-h" if kind == "topup" else "")
+                    + (f" by {format_gpu_hours(milli_s)} GPU-h" if kind == "topup" else "")
                     + f" until {stored(until):%Y-%m-%d %H:%M} UTC",
                     data={"kind": kind, "milli_s": milli_s, "until": until},
                 )

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpupool.kinds import WorkloadKind
+from gpupool.pool.units import format_gpus
 from gpupool.usage.accounting import Held, Session
 
 HEADROOM_PCT = 125  # the suggested size holds the peak plus a quarter
@@ -24,9 +25,9 @@ class Advice:
 
     def message(self) -> str:
         return (
-            f"your last {self.sessions} sessions on {self.current_milli / 1000:g} GPU used at most"
-            f" {self.peak_memory_mib:,} MiB of its {self.share_memory_mib:,} MiB: {self.suggested_milli / 1000:g}"
-            " GPU would do, and leaves GPUs for others"
+            f"your last {self.sessions} sessions on {format_gpus(self.current_milli)} used at most"
+            f" {self.peak_memory_mib:,} MiB of its {self.share_memory_mib:,} MiB:"
+            f" {format_gpus(self.suggested_milli)} would do, and leaves GPUs for others"
         )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpupool.culling import BudgetAction
 from gpupool.kinds import WorkloadKind
 from gpupool.pool.errors import QuotaExceeded
-from gpupool.pool.units import format_gpus
+from gpupool.pool.units import format_gpu_hours, format_gpus
 from gpupool.train.states import JobState
 from gpupool.usage import accounting as acc
 from gpupool.usage import budgets as bud
@@ -286,6 +286,9 @@ class UsageService:
                     "status": s.status,
                     "used_gpu_hours": acc.gpu_hours(s.used_milli_s),
                     "limit_gpu_hours": acc.gpu_hours(s.limit_milli_s),
+                    # as every screen shows them (gpupool.pool.units), so the lab's toast agrees
+                    "used_text": format_gpu_hours(s.used_milli_s),
+                    "limit_text": format_gpu_hours(s.limit_milli_s),
                     "window_days": s.rule.window_s / 86400,
                     "used_pct": s.used_pct,
                     "min_share_gpus": s.rule.min_share_milli / 1000,
@@ -330,10 +333,10 @@ class UsageService:
             if kind == WorkloadKind.BUILD and refusing.rule.min_share_milli
             else ""
         )
-        used = acc.gpu_hours(refusing.used_milli_s)
+        used, limit = format_gpu_hours(refusing.used_milli_s), format_gpu_hours(refusing.limit_milli_s)
         raise BudgetRefused(
             f"{what} is refused: your GPU-hour budget ({refusing.rule.describe()}) is used up,"
-            f" {used:g} of {acc.gpu_hours(refusing.limit_milli_s):g} GPU-h{when}{small}."
+            f" {used} of {limit} GPU-h ({refusing.used_pct} %){when}{small}."
             " Running work keeps running; ask an admin for a top-up"
         )
 

@@ -1,15 +1,15 @@
 """reclaim: give an in-quota job its guarantee back from other projects' over-quota jobs.
 
 First the GPUs of jobs already stopping (their grace period) are counted: when they will do,
-nobody else is preempted. Otherwise the fewest victims, in the one victim order, whose
-stopping lets the job fit; the free part of the spot it will take is held for it in this
+nobody else is preempted. Otherwise the victims whose stopping lets the job fit
+with the fewest GPU-seconds lost (gpupool.pool.actions.victims.cheapest_victims); the free part of the spot it will take is held for it in this
 cycle, so nobody is admitted there while the victims stop.
 """
 
 from __future__ import annotations
 
 from gpupool.pool.actions.cycle import Cycle
-from gpupool.pool.actions.victims import reclaimable
+from gpupool.pool.actions.victims import cheapest_victims, reclaimable
 from gpupool.pool.jobs import Job, Preempt, PreemptCause
 
 
@@ -61,14 +61,18 @@ def choose_victims(cycle: Cycle, job: Job) -> list[Job] | None:
         skip=cycle.preempted,
         not_of=job.project,
     )
-    trial = cycle.view(job).copy()
-    chosen: list[Job] = []
-    for victim in candidates:
-        trial.release(victim.placed)
-        chosen.append(victim)
-        if cycle.policy.choose(trial, job.request, cycle.rng) is not None:
-            return trim(cycle, job, chosen)
-    return None
+    projects = cycle.projects
+
+    def frees(victims) -> bool:
+        trial = cycle.view(job).copy()
+        for v in victims:
+            trial.release(v.placed)
+        return cycle.policy.choose(trial, job.request, cycle.rng) is not None
+
+    # the fewest GPU-seconds lost, within the lowest priorities that make room
+    return cheapest_victims(
+        candidates, frees, cycle.now, tier=lambda j: (projects[j.project].priority, j.priority)
+    )
 
 
 def trim(cycle: Cycle, job: Job, chosen: list[Job]) -> list[Job]:

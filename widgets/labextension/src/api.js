@@ -4,6 +4,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { callError } from './text.js';
+
 export async function call(method, path) {
   const settings = ServerConnection.makeSettings();
   const url = URLExt.join(settings.baseUrl, 'gpupool', path);
@@ -13,16 +15,16 @@ export async function call(method, path) {
   } catch (err) {
     return { error: String(err) };
   }
-  let body = {};
+  let body = null;
   try {
     body = await response.json();
   } catch (err) {
-    body = { error: `HTTP ${response.status}` };
+    body = null;  // the hub's proxy answers a stopped server with a page, not JSON
   }
-  if (!response.ok && !body.error) {
-    body.error = body.message || `HTTP ${response.status}`;
+  if (!response.ok) {
+    return { ...(body || {}), ...callError(response.status, body) };
   }
-  return body;
+  return body || {};
 }
 
 // Run `read` now and then every `seconds()` while the document is visible (at once when it comes

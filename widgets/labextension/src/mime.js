@@ -51,6 +51,10 @@ class WorkspaceView extends Widget {
     if (view.error) {
       this.message.style.color = 'var(--jp-error-color1)';
       this.message.textContent = view.error;
+      if (view.stopped) {  // culled or stopped: nothing left to extend or resume
+        this.extendButton.disabled = true;
+        this.resumeButton.style.display = 'none';
+      }
       return;
     }
     this.table.replaceChildren(...(view.rows || []).map(([label, value]) => {

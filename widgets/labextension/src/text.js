@@ -62,7 +62,9 @@ export function budgetWarning(status) {
     return null;
   }
   // short: JupyterLab cuts a notification at 140 characters (the tooltip has the whole message)
-  const used = `${hoursText(budget.used_gpu_hours)} of ${hoursText(budget.limit_gpu_hours)} GPU-h`;
+  // the hub's own text (gpupool.pool.units.format_gpu_hours): the same figures as the form's
+  const used = `${budget.used_text || hoursText(budget.used_gpu_hours)} of ` +
+    `${budget.limit_text || hoursText(budget.limit_gpu_hours)} GPU-h`;
   if (budget.status === 'near') {
     return { key: 'budget:near', message: `GPU-hour budget nearly used: ${used} (${budget.used_pct} %).` +
       ' Over it, new work is refused.' };
@@ -149,4 +151,18 @@ export function moved(status) {
     return null;
   }
   return { key: `moved:${status.moved_at}`, message: `Your kernel ${status.moved}. Nothing restarted.` };
+}
+
+// What a failed call to this server's gpupool endpoints says: the hub's proxy answers 424 (or
+// 503) once the server was stopped — by the idle culler or from the hub — and a bare "HTTP 424"
+// told the user nothing. `stopped` is true when Extend and Resume no longer apply.
+export function callError(status, body) {
+  if (status === 424 || status === 503 || status === 404) {
+    return {
+      error: 'This server is no longer running (stopped by the idle culler or from the hub):' +
+        ' start it again from the hub\'s home page, which says why it stopped.',
+      stopped: true
+    };
+  }
+  return { error: (body && (body.error || body.message)) || `HTTP ${status}`, stopped: false };
 }
