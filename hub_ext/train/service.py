@@ -23,8 +23,8 @@ from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
-from gpupool.pool.errors import DiskReserve
 from gpupool.pool.actions.victims import cheapest_victims
+from gpupool.pool.errors import DiskReserve
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
 from gpupool.pool.request import Placement
