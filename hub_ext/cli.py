@@ -213,12 +213,12 @@ def containment_note(c: Config, state: str) -> str:
     from gpupool.contain import Containment, WorkloadCgroups, detect, hub_key
 
     db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
-    tree = detect(Containment(config=c).mode, hub_key(db_url))
-    return (
-        WorkloadCgroups(tree, "").describe().replace(f" ({tree.root})", "")
-        if tree.available
-        else WorkloadCgroups(tree, "").describe()
-    )
+    opts = Containment(config=c)
+    tree = detect(opts.mode, hub_key(db_url))
+    cgroups = WorkloadCgroups(tree, "", policy=opts.policy())
+    first = cgroups.describe().replace(f" ({tree.root})", "") if tree.available else cgroups.describe()
+    # each limit, enforced or not and why (said, never silent)
+    return "\n  ".join([first, *(f"  {line}" for line in cgroups.describe_limits())])
 
 
 def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:

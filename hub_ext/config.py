@@ -199,6 +199,22 @@ class GPUPool(LoggingConfigurable):
         """,
     )
 
+    gpu_context_mib = Int(
+        500,
+        min=0,
+        max=1 << 20,
+        config=True,
+        help="""GPU memory (MiB) each CUDA context takes outside a
+        framework's allocator. A share's memory cap (GPUPOOL_GPU_MEMORY_MIB, the PyTorch hook's
+        limit, MPS's pinned limit) is its part of the GPU's memory less the driver's reserve, less
+        this: shares filled to their caps then never run a neighbour out of memory. The default is
+        an estimate, not a measurement: measure it on your GPUs (one process that only initialises
+        CUDA, its memory in nvidia-smi) and set it. Example::
+
+            c.GPUPool.gpu_context_mib = 420
+        """,
+    )
+
     api_ip = Unicode(
         "127.0.0.1",
         config=True,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from gpupool.gpu.env import gpu_env
+from gpupool.gpu.memory_cap import DEFAULT_CONTEXT_MIB
 from gpupool.kinds import WorkloadKind
 from gpupool.store import Allocation, Parked
 
@@ -53,8 +54,10 @@ class GPUEnvFiles:
         pool: PoolManager,
         mps_pipe_directory: str = "",
         gid_of: Callable[[str], int | None] = lambda owner: None,
+        context_mib: int = DEFAULT_CONTEXT_MIB,
     ) -> None:
         self.folder, self.pool, self.mps = Path(folder), pool, mps_pipe_directory
+        self.context_mib = context_mib  # per CUDA context, off each share's memory cap
         self.gid_of = gid_of  # the group that may read an owner's files (their account's)
         self._ready = False
 
@@ -92,7 +95,9 @@ class GPUEnvFiles:
         doc: dict[str, Any] = {"workspace": f"{owner}/{name}"}
         if row is not None:
             node = self.pool.inventory.node(row.node)
-            env = gpu_env([node.gpus[g] for g in row.gpus], row.gpu_milli, self.mps)
+            env = gpu_env(
+                [node.gpus[g] for g in row.gpus], row.gpu_milli, self.mps, context_mib=self.context_mib
+            )
             doc.update(
                 state="moving" if row.kind == WorkloadKind.MOVE else "running",
                 node=row.node,

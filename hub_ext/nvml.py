@@ -68,13 +68,15 @@ class NVML:
         out = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            mem = _memory_info(h)
             out.append(
                 GPU(
                     index=i,
                     uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
                     model=_text(pynvml.nvmlDeviceGetName(h)),
                     memory_mib=int(mem.total) // (1024 * 1024),
+                    minor=_minor(h, i),
+                    reserved_mib=int(getattr(mem, "reserved", 0) or 0) // (1024 * 1024),
                 )
             )
         return out
@@ -116,6 +118,26 @@ class NVML:
             for pid in set(memory) | set(util):
                 out.append(ProcessSample(pid, uuid, util.get(pid, 0), memory.get(pid, 0)))
         return out
+
+
+def _memory_info(handle):
+    """Memory info with what the driver reserves (NVML's v2 struct, driver 510+), else v1's."""
+    version = getattr(pynvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except (pynvml.NVMLError, TypeError):
+            pass
+    return pynvml.nvmlDeviceGetMemoryInfo(handle)
+
+
+def _minor(handle, index: int) -> int:
+    """The GPU's device node, /dev/nvidia<minor> (what its devices cgroup rule names); the index
+    where NVML cannot say (its usual value)."""
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(handle))
+    except (pynvml.NVMLError, AttributeError):
+        return index
 
 
 class VirtualGPUs:

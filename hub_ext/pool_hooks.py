@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpupool.contain.follow import WorkspaceDevices
     from gpupool.gpu_env_files import GPUEnvFiles
     from gpupool.manager import Workload
     from gpupool.mover import MoverService
@@ -69,6 +70,7 @@ class Services:
     usage: UsageService | None = None
     mover: MoverService | None = None
     gpu_files: GPUEnvFiles | None = None
+    devices: WorkspaceDevices | None = None  # each workspace's device rules, where they are enforced
 
 
 class ServiceHooks(PoolHooks):
@@ -114,6 +116,8 @@ class ServiceHooks(PoolHooks):
         return mover.make_room_for_spawn(w, request, groups, pools) if mover is not None else None
 
     def build_changed(self, owner: str, name: str) -> None:
-        files = self._get().gpu_files
-        if files is not None:
-            files.publish(owner, name)
+        services = self._get()
+        if services.devices is not None:  # the new GPU opens before the file names it
+            services.devices.follow(owner, name)
+        if services.gpu_files is not None:
+            services.gpu_files.publish(owner, name)

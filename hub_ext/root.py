@@ -48,6 +48,7 @@ from gpupool.kinds import WorkloadKind
 if TYPE_CHECKING:
     from gpupool.api.auth import Directory
     from gpupool.contain import WorkloadCgroups
+    from gpupool.contain.follow import WorkspaceDevices
     from gpupool.gpu_env_files import GPUEnvFiles
     from gpupool.hub_adapter import HubApp
     from gpupool.manager import PoolManager
@@ -144,7 +145,19 @@ class GPUPoolHub:
                 where=db_where(self.settings.db_url),
                 state_hint=os.environ.get("GPUPOOL_STATE_DIR", ""),
             )
-            self._cgroups = WorkloadCgroups(tree, instance, self.hub_key, opts.stop_timeout_s)
+            policy = opts.policy()
+            cgroups = WorkloadCgroups(tree, instance, self.hub_key, opts.stop_timeout_s, policy)
+            missing = cgroups.missing(opts.require)
+            if missing:
+                raise Unenforceable(
+                    "gpupool will not start: c.Containment.require lists limits this machine cannot apply: "
+                    + "; ".join(f"{k}: {v}" for k, v in missing.items())
+                )
+            try:  # the hub and the proxy keep their share: all workloads together weigh less
+                tree.controllers.reserve(policy.workloads_cpu_shares, policy.workloads_memory_bytes)
+            except OSError as err:
+                log.warning("could not reserve CPU and memory for the hub: %s", err)
+            self._cgroups = cgroups
         return self._cgroups
 
     @property
@@ -167,7 +180,7 @@ class GPUPoolHub:
 
         try:
             _ = self.cgroups  # opens the database and checks its instance
-        except LostState as err:
+        except (LostState, Unenforceable) as err:
             self.close()
             raise SystemExit(str(err)) from None
         except (SQLAlchemyError, OSError) as err:  # the database cannot be opened, read or written
@@ -206,6 +219,7 @@ class GPUPoolHub:
             usage=r.usage,
             mover=r.mover,
             gpu_files=r.gpu_files,
+            devices=r.devices,
         )
 
     @property
@@ -244,6 +258,11 @@ class Running:
     usage: UsageService | None = None
     mover: MoverService | None = None
     gpu_files: GPUEnvFiles | None = None  # each workspace's current GPU, where servers run here
+    devices: WorkspaceDevices | None = None  # each workspace's device rules follow its share
+
+
+class Unenforceable(RuntimeError):
+    """A limit c.Containment.require lists cannot be applied on this machine."""
 
 
 def build_inventory(cfg: GPUPool) -> Inventory:

@@ -180,6 +180,7 @@ async def _serve(
     from gpupool.api import make_app
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
+    from gpupool.contain.follow import WorkspaceDevices
     from gpupool.redact import install
     from gpupool.root import Running
 
@@ -188,6 +189,8 @@ async def _serve(
     contained = root.cgroups
     if hub.cleans_up_orphans:  # processes on this machine (on Kubernetes: pods)
         (log.info if contained.available else log.warning)("containment: %s", contained.describe())
+        for line in contained.describe_limits():
+            (log.warning if "NOT enforced" in line else log.info)("limit %s", line)
     for note in notes:
         log.info("%s", note)
     await asyncio.sleep(0)  # initialize() has now read the whole config file
@@ -222,7 +225,10 @@ async def _serve(
     mover = start_mover(hub.config, pool, parking, training, app.settings)
     # from here the home page's warnings read the culler's findings in the API's settings
     # and the pool's questions (gpupool.pool_hooks) go to these services
-    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files))
+    devices = WorkspaceDevices(pool, contained) if gpu_files is not None and contained.available else None
+    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files, devices))
+    if devices is not None:
+        devices.follow_all()  # after interrupted moves are finished: every workspace's devices from the rows
     if gpu_files is not None:
         gpu_files.publish_all()  # after interrupted moves are finished: every file from the rows
     serve(app, body_limits(app), port, ip)  # each route's body limit: a JSON 413 before any handler runs
@@ -246,7 +252,9 @@ def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFil
 
     if not hub.follows_published_gpu:
         return None
-    return GPUEnvFiles(default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config))
+    return GPUEnvFiles(
+        default_folder(), pool, settings.mps_pipe_directory, account_gid(hub.config), settings.gpu_context_mib
+    )
 
 
 def demo_use(config: Config) -> bool:

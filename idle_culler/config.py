@@ -221,6 +221,46 @@ class IdleCuller(LoggingConfigurable):
             c.IdleCuller.parked_stop_s = 24 * 3600
         """,
     )
+    hibernate = Bool(
+        False,
+        config=True,
+        help="""Hibernate instead of losing the notebooks: before the culler stops a workspace
+        (any rule but memory), the workspace's own Jupyter server saves each kernel's variables to
+        the user's home (~/.gpupool/hibernate, as the user), and the next start of that notebook
+        brings them back before its first cell runs, saying what came back and what could not
+        (docs/culling.md#hibernation). Needs the culler to enter servers (access:servers). On per
+        group or profile too. Example::
+
+            c.IdleCuller.group_overrides = {"students": {"hibernate": True}}
+        """,
+    )
+    hibernate_max_gib = Float(
+        8.0,
+        config=True,
+        help="""A session whose saved state would be larger than this is stopped as before,
+        its variables lost, and the reason says so. Example::
+
+            c.IdleCuller.hibernate_max_gib = 16
+        """,
+    )
+    hibernate_quota_gib = Float(
+        32.0,
+        config=True,
+        help="""All hibernated states of one user together at most this (their home's disk);
+        over it a session is stopped as before, with the reason. 0: no quota. Example::
+
+            c.IdleCuller.hibernate_quota_gib = 64
+        """,
+    )
+    hibernate_keep_days = Float(
+        14.0,
+        config=True,
+        help="""A hibernated state not woken for this many days is deleted (at the user's next
+        hibernation). 0: kept until woken. Example::
+
+            c.IdleCuller.hibernate_keep_days = 30
+        """,
+    )
     group_overrides = LimitOverrides(
         config=True,
         help="""Per-group limits (keys as the options above).
@@ -385,6 +425,11 @@ class IdleCuller(LoggingConfigurable):
             float(o.get("park_after_s", 0) or 0) > 0
             for o in [{"park_after_s": self.park_after_s}, *overrides]
         )
+
+    def hibernates(self) -> bool:
+        """Does any rule hibernate (then the culler needs access to the servers)?"""
+        overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
+        return any(o.get("hibernate") for o in [{"hibernate": self.hibernate}, *overrides])
 
     def restarts_kernels(self) -> bool:
         """Does any rule restart kernels (then the culler needs access to the servers)?"""

@@ -48,6 +48,8 @@ class Limits:
     memory_grace_s: float = 300.0  # over its memory share this long -> resolver acts
     park_after_s: float = 0.0  # GPU idle this long -> park (0: never park)
     parked_stop_s: float = 0.0  # parked and Jupyter quiet this long -> stop (0: only time limits)
+    hibernate: bool = False  # a stop first saves each kernel's variables; they come back at the next start
+    hibernate_max_gib: float = 8.0  # a session's saved state over this: stopped as before, with the reason
 
 
 @dataclass
@@ -301,6 +303,10 @@ def most_generous(key: str, a: Any, b: Any) -> Any:
         return 0
     if key == "memory_resolver":
         return min(a, b, key=GENTLEST_FIRST.index)
+    if key == "hibernate":  # keeping the variables is the kinder
+        return bool(a or b)
+    if key == "hibernate_max_gib":
+        return max(a, b)
     if key == "util_threshold_pct":  # below it a GPU counts as idle: lower keeps more GPUs busy
         return min(a, b)
     if key == "workday_end":  # "" (none) beats any clock time, else the later one

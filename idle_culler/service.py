@@ -47,9 +47,10 @@ def service_definition(name: str, api_url: str, config: dict | None = None) -> t
         "delete:servers",
         "access:services!service=gpupool",
     ]
-    if IdleCuller(**(config or {})).restarts_kernels():
-        # the restart-kernel resolver talks to the servers' kernels API: the narrowest scope
-        # for that is access to every server, so it is granted only when a rule needs it
+    cfg = IdleCuller(**(config or {}))
+    if cfg.restarts_kernels() or cfg.hibernates():
+        # the restart-kernel resolver and hibernation talk to the servers' own APIs: the narrowest
+        # scope for that is access to every server, so it is granted only when a rule needs it
         scopes.append("access:servers")
     return service, {"name": name, "services": [name], "scopes": scopes}
 
@@ -61,6 +62,7 @@ def parse_time(text: str | None) -> float | None:
 
 
 HUB_PID = "GPUPOOL_HUB_PID"
+HIBERNATE_TIMEOUT_S = 900.0  # the server's answer once every kernel saved: 8 GiB at ~0.2 GiB/s and more
 PAGINATION = "application/jupyterhub-pagination+json"
 PAGE = 100  # users per page: short enough that one page never holds the hub long for other users
 MAX_PAGES = 10_000  # 2 million users at JupyterHub's largest page: a loop guard, not a limit
@@ -70,12 +72,19 @@ class Client:
     def __init__(self, token: str, timeout: float = 30) -> None:
         self.token, self.timeout = token, timeout
 
-    def call(self, method: str, url: str, body: Any = None, accept: str = "application/json") -> Any:
+    def call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        accept: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             url, data=data, method=method, headers={"Authorization": f"token {self.token}", "Accept": accept}
         )
-        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
             text = r.read().decode()
         return json.loads(text) if text else None
 
@@ -151,6 +160,7 @@ class Culler:
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
+        self.hibernated: dict[str, dict] = {}  # key -> what the server said it saved (this pass)
 
     def servers(self) -> dict[str, dict]:
         users = self.client.paginated(f"{self.hub_api}/users?state=active&limit={PAGE}", self.cfg.concurrency)
@@ -263,8 +273,12 @@ class Culler:
                     if d.action == CullAction.RESOLVE_MEMORY and limits.memory_resolver == "restart-kernel"
                     else "park"
                     if d.action == CullAction.PARK
+                    else "hibernate"
+                    if limits.hibernate and d.action == CullAction.CULL
                     else "cull"
                 )
+                if kind == "hibernate":
+                    self.hibernated[key] = {"max_bytes": int(limits.hibernate_max_gib * (1 << 30))}
                 events.append(None)  # its place: the event follows the outcome
                 todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1))
         # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
@@ -322,6 +336,10 @@ class Culler:
             return self.restart_kernels(t.get("server_url", ""), key)
         if kind == "park":
             return self.park(ws.owner, ws.name, key)
+        if kind == "hibernate":
+            self.hibernated[key] = self.hibernate(
+                t.get("server_url", ""), key, self.hibernated[key]["max_bytes"]
+            )
         return self.stop(ws.owner, ws.name)
 
     def _record(self, item: tuple, ok: bool, report: list[dict], events: list[dict | None]) -> None:
@@ -358,12 +376,15 @@ class Culler:
                     self.metrics.culls.labels(reason="park").inc()
         elif ok:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
+            message = d.message
+            if kind == "hibernate" and not self.cfg.dry_run:
+                message = hibernated_message(self.hibernated.pop(key, {}), d.message)
             events[at] = {
                 "kind": EventKind.CULL,
                 "owner": ws.owner,
                 "name": ws.name,
                 "reason": d.reason,
-                "message": f"{key} {d.message}{dry}",
+                "message": f"{key} {message}{dry}",
             }
             if not self.cfg.dry_run:
                 self.forget(key)
@@ -392,6 +413,29 @@ class Culler:
             log.error("could not ask the hub to stop %s/%s: %s; trying again next pass", owner, name, err)
             return False
         return True
+
+    def hibernate(self, server_url: str, key: str, max_bytes: int) -> dict:
+        """Ask the workspace's own server to save each kernel's variables (as the user, into the
+        user's home); what it answered, {"ok": False, "error": ...} when it could not. The stop
+        follows either way: a failed hibernation is a stop as before, with the reason."""
+        if not server_url:
+            return {"ok": False, "error": "the hub gave no server URL"}
+        body = {
+            "cap_bytes": max_bytes,
+            "quota_bytes": int(self.cfg.hibernate_quota_gib * (1 << 30)),
+            "keep_days": int(self.cfg.hibernate_keep_days),
+        }
+        try:
+            # saving takes seconds per GiB (docs/culling.md#hibernation): far longer than a hub call
+            answer = self.client.call(
+                "POST", server_url.rstrip("/") + "/gpupool/hibernate", body, timeout=HIBERNATE_TIMEOUT_S
+            )
+        except (OSError, ValueError) as err:  # URLError/HTTPError are OSErrors
+            log.error("could not hibernate %s: %s; stopping it as before", key, err)
+            return {"ok": False, "error": f"its server did not answer ({err})"}
+        return (
+            answer if isinstance(answer, dict) else {"ok": False, "error": "its server's answer was not JSON"}
+        )
 
     def park(self, owner: str, name: str, key: str) -> bool:
         """Ask the hub to park the workspace's GPU; on failure the stop rules take over."""
@@ -424,6 +468,31 @@ class Culler:
         self.memory_over.pop(key, None)
         self.warned.pop(key, None)
         self.park_failed.discard(key)
+
+
+def hibernated_message(answer: dict, stopped: str) -> str:
+    """The cull event's words: what was hibernated, or why not (then lost as before)."""
+    kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict)]
+    saved = [k for k in kernels if k.get("ok")]
+    if saved:  # a kernel of another language, or one over the cap, is lost alone
+        size = sum(int(k.get("bytes") or 0) for k in saved) / (1 << 20)
+        lost = sorted({n for k in saved for n in (k.get("skipped") or {})})
+        tail = f"; not kept: {', '.join(lost[:10])}" if lost else ""
+        failed = [k for k in kernels if not k.get("ok")]
+        also = (
+            f"; {len(failed)} other kernel{'' if len(failed) == 1 else 's'} could not be hibernated"
+            f" ({str(failed[0].get('error'))[:200]}): lost"
+            if failed
+            else ""
+        )
+        return (
+            f"hibernated ({len(saved)} kernel{'' if len(saved) == 1 else 's'}, {size:.0f} MiB{tail}{also}) and"
+            f" {stopped}: your variables come back when you start"
+        )
+    if answer.get("ok"):
+        return f"{stopped} (it had no kernels to hibernate)"
+    why = answer.get("error") or next((k.get("error") for k in kernels if not k.get("ok")), "") or "it failed"
+    return f"{stopped}; it could not be hibernated ({str(why)[:200]}): its variables are lost"
 
 
 def file_clock(path: str) -> Callable[[], float]:

@@ -61,6 +61,11 @@ def limit_problem(key: str, value: Any) -> str | None:
         problem = zone_problem(value)
     elif key == "memory_resolver":
         problem = None if value in RESOLVERS else f"{value!r} is not one of {list(RESOLVERS)}"
+    elif key == "hibernate":
+        problem = None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+    elif key == "hibernate_max_gib":
+        ok = not isinstance(value, bool) and isinstance(value, int | float) and 0 < value <= 1 << 20
+        problem = None if ok else f"must be GiB more than 0, got {value!r}"
     elif key == "util_threshold_pct":
         ok = not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 100
         problem = None if ok else f"must be a percentage from 0 to 100, got {value!r}"

@@ -23,7 +23,7 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
     workspace's cgroup: the server starts in it, and the workspace has ended (its share may go)
     only once it is empty, whatever its processes did to their session (gpupool.contain)."""
 
-    _join_fd: int | None = None
+    _join_fds: tuple[int, ...] = ()
     follows_published_gpu = True  # the hub publishes where the share is now (gpupool.gpu_env_files)
 
     @property
@@ -59,20 +59,29 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
             raise _refused(
                 f"processes of your earlier server {self.server_label} do not end; ask an admin", status=409
             )
-        self._join_fd = cgroups.tree.join_fd(self.cgroup)
+        # its limits before anything runs in it, no GPU yet: the share's GPUs are allowed once
+        # reserved (make_preexec_fn), and follow it when it moves (gpupool.contain.follow)
+        self._join_fds = tuple(cgroups.tree.join_fds(self.cgroup, cgroups.limits((), self.user_groups)))
         try:
             url = await super().start()
         finally:
-            if self._join_fd is not None:
-                os.close(self._join_fd)
-            self._join_fd = None
+            for fd in self._join_fds:
+                os.close(fd)
+            self._join_fds = ()
         # the hub's first look then finds it (spawner/local_ready.py)
         await self.wait_listening(url, float(self.start_timeout) - (time.monotonic() - began))
         return url
 
     def make_preexec_fn(self, name: str):
         # the child joins the workspace's cgroup first, as root, before anything else runs
-        return joiner(self._join_fd, super().make_preexec_fn(name))
+        self.allow_own_gpus()
+        return joiner(self._join_fds, super().make_preexec_fn(name))
+
+    def allow_own_gpus(self) -> None:
+        """Its reserved GPUs' device nodes, and no other, may be opened from its cgroup (called in
+        the hub just before the server's process starts: the share is reserved by then)."""
+        if self._join_fds:
+            self.cgroups.tree.set_gpus(self.cgroup, [g.device_minor for g in self.allocated_gpus()])
 
     async def end_workload(self) -> bool:
         """Kill what is left in the workspace's cgroup (and untracked servers, found by their tag
@@ -210,7 +219,10 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
 
     def make_preexec_fn(self, name: str):
         # LocalProcessSpawner passes the hub name; the server runs as the mapped account, in its cgroup
-        return joiner(self._join_fd, set_user_setuid(self.account.name if self.account is not None else name))
+        self.allow_own_gpus()
+        return joiner(
+            self._join_fds, set_user_setuid(self.account.name if self.account is not None else name)
+        )
 
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
         if self.account is None:

@@ -389,7 +389,9 @@ class GPUSpawnerMixin(_SpawnerBase):
         if alloc is None:
             return {}
         cfg = self.gpupool_root.settings
-        env = gpu_env(self.allocated_gpus(), alloc.gpu_milli, cfg.mps_pipe_directory, pythonpath)
+        env = gpu_env(
+            self.allocated_gpus(), alloc.gpu_milli, cfg.mps_pipe_directory, pythonpath, cfg.gpu_context_mib
+        )
         env["GPUPOOL_API_URL"] = cfg.api_url_for_servers(self.hub.base_url)
         return env
 

@@ -318,10 +318,7 @@ class Hub:
             for workload in tree.names(inst):
                 tree.end(f"{inst}/{workload}", 10)
             tree.remove(inst)
-        try:
-            tree.root.rmdir()
-        except OSError:
-            pass
+        tree.remove_root()  # in every hierarchy (freezer, devices, memory, pids, cpu)
 
     # --- HTTP ----------------------------------------------------------------
     def api(

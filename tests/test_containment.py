@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,8 @@ def backends() -> list:
             if isinstance(tree, Unavailable)
             else []
         )
+        if tree.available:  # made again when the test runs: a deselected one leaves nothing behind
+            tree.remove_root()
         out.append(pytest.param(tree, id=mode, marks=mark))
     return out
 
@@ -118,7 +121,7 @@ def test_a_setsid_env_i_child_dies_with_its_cgroup_and_cannot_move_out(tree, ope
         os.killpg(proc.pid, signal.SIGKILL) if alive(proc.pid) else None
         tree.end(name, 5)
         tree.remove("inst")
-        tree.root.rmdir()
+        tree.remove_root()
 
 
 def test_no_cgroups_is_said_plainly() -> None:
@@ -133,6 +136,7 @@ def test_no_cgroups_is_said_plainly() -> None:
 
 # --- a real hub ----------------------------------------------------------------------------
 CONFIG = """
+c.Containment.memory_limit = "600M"
 c.TrainPool.tick_s = 0.3
 c.TrainPool.grace_s = 2
 c.TrainPool.projects = {"lab": {"guarantee": 1}}
@@ -235,6 +239,14 @@ def test_a_workspace_terminals_setsid_env_i_child_dies_when_the_server_stops(
     terminal_run(hub, "bea", token, ESCAPE.format(pidfile=pidfile))
     pid = read_pid(pidfile)
     assert escaped(pid)
+    if devices_enforced():  # and from the same terminal, only the workspace's own GPU opens
+        (open_dir / "opens.py").write_text(OPENS)
+        out, nodes = open_dir / "opens.out", gpu_nodes(Path(tempfile.mkdtemp(dir=open_dir)))
+        nodes.chmod(0o755)
+        terminal_run(hub, "bea", token, f"/usr/bin/python3 {open_dir / 'opens.py'} {nodes} > {out}")
+        own = {s["gpu"] for s in hub.allocations() if s["owner"] == "bea"}
+        line = until(lambda: out.exists() and out.read_text().strip(), "bea's opens")
+        assert line == f"own [{','.join(map(str, sorted(own)))}] opens: {' '.join(expected(own))}", line
     hub.stop_server("bea")
     assert not alive(pid), f"process {pid} of bea's workspace outlived it"
     assert not [s for s in hub.allocations() if s["owner"] == "bea"]
@@ -263,4 +275,108 @@ def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> No
     tree = detect("auto", hub_key(f"sqlite:///{tmp_path}/gpupool.sqlite"))
     assert ("cgroup of its own" in note) == tree.available, note
     if tree.available:
-        tree.root.rmdir()
+        tree.remove_root()
+
+
+# --- the limits beside the kill: devices and memory, from a real job and workspace ---------
+OPENS = """
+import errno, os, sys
+own = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # virtual GPUs go by index
+os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"  # a user widening what CUDA is told: no help
+out = []
+for minor in range(4):
+    try:
+        os.close(os.open(os.path.join(sys.argv[1], f"nvidia{minor}"), os.O_RDWR))
+        out.append("opened")
+    except OSError as err:
+        out.append(errno.errorcode[err.errno])
+print(f"own [{own}] opens:", " ".join(out), flush=True)
+"""
+
+
+def gpu_nodes(folder: Path) -> Path:
+    """/dev/nvidia0..3 look-alikes (char 195:N): no GPU needed, the devices cgroup decides first
+    (EPERM: refused; ENXIO: allowed, and no driver answered)."""
+    for minor in range(4):
+        os.mknod(folder / f"nvidia{minor}", 0o020666, os.makedev(195, minor))
+        (folder / f"nvidia{minor}").chmod(0o666)
+    return folder
+
+
+def expected(own: set[int]) -> list[str]:
+    return ["ENXIO" if m in own else "EPERM" for m in range(4)]
+
+
+def devices_enforced() -> bool:
+    from gpupool.contain import detect
+
+    tree = detect("auto", f"probe{secrets.token_hex(3)}")
+    ok = tree.controllers.enforced("devices")
+    tree.remove_root()
+    return ok
+
+
+needs_devices = pytest.mark.skipif(
+    os.geteuid() != 0 or not devices_enforced(), reason="needs root and the cgroup v1 devices hierarchy"
+)
+
+
+@pytest.mark.hub
+@needs_devices
+def test_a_job_opens_only_its_own_gpu_whatever_cuda_visible_devices_says(hub: Hub, open_dir: Path) -> None:
+    token = hub.user_token("cid")
+    script = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {OPENS!r}, {str(gpu_nodes(open_dir))!r}])"
+    job = hub.api("POST", J, {"project": "lab", "gpus": 1, "name": "opens", "script": script}, token=token)
+    done = hub.wait_job(job["id"], {"succeeded", "failed"}, token)
+    log = Path(done["workdir"], "job.log").read_text()
+    own = int(log.split("own [", 1)[1].split("]")[0])
+    assert f"own [{own}] opens: {' '.join(expected({own}))}" in log, log
+
+
+@pytest.mark.hub
+@root_only
+def test_a_jobs_memory_hog_is_killed_by_the_kernel_and_the_job_says_why(hub: Hub) -> None:
+    token = hub.user_token("fay")
+    job = hub.api(
+        "POST",
+        J,
+        {"project": "lab", "gpus": 1, "name": "hog", "script": "b = b'x' * (900 << 20)\n"},
+        token=token,
+    )
+    done = hub.wait_job(job["id"], {"succeeded", "failed"}, token)
+    assert done["state"] == "failed", done
+    assert "killed: over its 600 MiB memory limit" in done["message"], done
+    assert "killed: over its 600 MiB memory limit" in Path(done["workdir"], "job.log").read_text()
+    assert hub.api("GET", "/hub/api/info")  # the hub itself is untouched
+
+
+def workspace_opens(hub: Hub, owner: str, name: str = "") -> list[str]:
+    """What a new process of `owner`'s workspace (as a kernel's child or a terminal would be: in its
+    cgroup, as nobody) gets opening /dev/nvidia0..3 look-alikes."""
+    from gpupool.contain import WorkloadCgroups, detect, hub_key, joiner
+
+    tree = detect("auto", hub_key(f"sqlite:///{hub.state}/gpupool.sqlite"))
+    [instance] = tree.names()
+    group = WorkloadCgroups(tree, instance).workspace(owner, name)
+    assert tree.pids(group), f"{owner}'s workspace has no cgroup {group}"
+    folder = Path(tempfile.mkdtemp(prefix="gpupool-devs-"))
+    folder.chmod(0o755)
+    fds = tree.join_fds(group)  # joins as it is: the workspace's rules, not new ones
+    try:
+        out = subprocess.run(
+            ["/usr/bin/python3", "-c", OPENS, str(gpu_nodes(folder))],
+            preexec_fn=joiner(fds),
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    return out.stdout.split("opens: ", 1)[1].split()

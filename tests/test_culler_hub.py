@@ -305,3 +305,86 @@ def test_the_culler_may_enter_servers_only_when_a_rule_restarts_kernels() -> Non
     assert "access:servers" in service_definition("c", "", over)[1]["scopes"]
     with pytest.raises(TraitError, match="memory_resolver 'reboot' is not one of"):
         IdleCuller(group_overrides={"lab": {"memory_resolver": "reboot"}})
+
+
+def run_cell(hub: Hub, user: str, kernel_id: str, code: str, token: str) -> str:
+    """Run a cell in a kernel of a real server, as JupyterLab does (the kernel's websocket); its
+    printed output."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    async def go() -> str:
+        url = hub.url.replace("http", "ws", 1) + f"/user/{user}/api/kernels/{kernel_id}/channels"
+        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "username": user, "session": uuid.uuid4().hex}
+        header |= {
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": dt.datetime.now(dt.UTC).isoformat(),
+        }
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+        content |= {"allow_stdin": False, "stop_on_error": True}
+        await ws.write_message(
+            json.dumps(
+                {
+                    "header": header,
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": "shell",
+                }
+            )
+        )
+        out = []
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.read_message(), 120))
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"ERROR {msg['content']['evalue']}")
+            elif msg["msg_type"] == "execute_reply":
+                ws.close()
+                return "".join(out)
+
+    return asyncio.run(go())
+
+
+def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_next_start(
+    make_hub, tmp_path: Path
+) -> None:
+    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    hub.spawn("hib1", "0.25")
+    token = hub.user_token("hib1")
+    notebook = {"path": "work.ipynb", "type": "notebook", "name": "work.ipynb", "kernel": {"name": "python3"}}
+    kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
+    assert (
+        run_cell(hub, "hib1", kernel, "import numpy as np\nx = np.arange(1000.0)\nprint(x.sum())", token)
+        == "499500.0\n"
+    )
+    samples = tmp_path / "samples.json"
+    samples.write_text(json.dumps({"hib1/": {"util_pct": 0}}))
+    now = [time.time()]
+    culler = Culler(
+        IdleCuller(sampler="file", hibernate=True, window_s=30, stale_after_s=10**6),
+        Client(TOKEN),
+        f"{hub.url}/hub/api",
+        f"http://127.0.0.1:{hub.api_port}/services/gpupool/",
+        FileSampler(str(samples)),
+        clock=lambda: now[0],
+    )
+    culler.run_pass()
+    now[0] += 3 * 3600  # GPU idle, Jupyter quiet
+    events = culler.run_pass()["events"]
+    assert [e["kind"] for e in events] == ["cull"], events
+    assert "hibernated (1 kernel" in events[0]["message"]
+    until(lambda: not hub.allocations(), "the share freed", timeout=60)
+    hub.spawn("hib1", "0.25")  # the next start: the notebook opened again
+    kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
+    first = run_cell(hub, "hib1", kernel, "print(x.sum())", token)
+    assert "gpupool: restored 2 variables" in first and first.endswith("499500.0\n"), first

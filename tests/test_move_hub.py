@@ -27,6 +27,7 @@ from gpupool.widgets.summary import summary
 from tests.hubtools import ADMIN_TOKEN, PASSWORD, Hub, WebUser
 from tests.kernelcalls import run_code
 from tests.test_build_first_form import size_option
+from tests.test_containment import OPENS, devices_enforced, expected, gpu_nodes
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -134,6 +135,8 @@ def test_an_idle_notebook_moves_to_make_room_for_a_training_job(make_hub, tmp_pa
     # what runs on a GPU from now on runs on GPU 1: a kernel started after the move (its launch
     # environment and its Python), and what the moved kernel starts (a shell, like `!nvidia-smi`)
     assert sees_gpu(hub, ann, kernel["id"], shell=True) == "1"
+    if devices_enforced():  # the moved kernel itself may open GPU 1's device node, no more GPU 0's
+        assert kernel_opens(hub, ann, kernel["id"]) == expected({1})
     fresh = hub.api("POST", "/user/ann/api/kernels", {"name": "python3"}, token=ann)
     assert sees_gpu(hub, ann, fresh["id"]) == "1"
     assert launched_with(hub, ann, fresh["id"])["CUDA_VISIBLE_DEVICES"] == "1"
@@ -153,6 +156,22 @@ def sees_gpu(hub: Hub, token: str, kernel_id: str, shell: bool = False) -> str:
         else "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
     )
     return run_code(hub, "ann", token, kernel_id, code).strip()
+
+
+def kernel_opens(hub: Hub, token: str, kernel_id: str) -> list[str]:
+    """What ann's kernel process gets opening /dev/nvidia0..3 look-alikes (EPERM: its devices
+    cgroup refused; ENXIO: allowed, no driver), after widening CUDA_VISIBLE_DEVICES itself."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="gpupool-devs-"))
+    try:
+        folder.chmod(0o755)
+        gpu_nodes(folder)
+        code = f"import sys; sys.argv = ['opens', {str(folder)!r}]; exec({OPENS!r}, {{}})"
+        return run_code(hub, "ann", token, kernel_id, code).split("opens: ", 1)[1].split()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def launched_with(hub: Hub, token: str, kernel_id: str) -> dict[str, str]:
@@ -191,6 +210,8 @@ def test_a_hub_killed_at_each_phase_of_a_move_restarts_with_every_invariant_held
     assert all(v <= 1000 for v in per_gpu.values()), shares
     moved = point != "move.reserved"  # once parked, a move is finished forward
     assert layout(hub)["ann"] == [("build", 1 if moved else 0)]
+    if devices_enforced():  # its kernel opens the GPU it holds now, not the other end of the move
+        assert kernel_opens(hub, ann, kernel["id"]) == expected({1 if moved else 0})
     assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]
     records = list(kernel_state(hub).values())
     assert all(r["state"] == "running" for r in records)

@@ -123,3 +123,19 @@ def test_real_nvml_discovers_and_samples() -> None:
     nv.open()
     assert len(nv.device_samples()) == len(gpus)
     nv.process_samples()  # must not raise, even with no process on the GPU
+
+
+def test_discovery_reads_each_gpus_device_minor_and_the_drivers_reserve(monkeypatch) -> None:
+    fake = FakeNVML([h100(), h100(uuid="GPU-bbbb")])
+    fake.install(monkeypatch)
+    # NVML's minor number names /dev/nvidia<minor>, which the devices cgroup allows: not always the index
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMinorNumber", lambda h: [3, 0][h])
+    monkeypatch.setattr(
+        pynvml,
+        "nvmlDeviceGetMemoryInfo",
+        lambda h, version=None: SimpleNamespace(
+            total=81559 * MIB, used=0, reserved=(512 * MIB if version else 0)
+        ),
+    )
+    gpus = adapter.discover_gpus()
+    assert [(g.index, g.device_minor, g.reserved_mib) for g in gpus] == [(0, 3, 512), (1, 0, 512)]

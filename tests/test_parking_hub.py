@@ -16,6 +16,7 @@ from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from tests.hubtools import Hub
 from tests.support.wait import until
+from tests.test_containment import devices_enforced, expected, workspace_opens
 
 pytestmark = pytest.mark.hub
 TOKEN = "test-culler-token-0123456789abcdef"
@@ -74,6 +75,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     assert [k["id"] for k in hub.api("GET", "/user/ann/api/kernels", token=ann)] == [kernel["id"]]
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
     assert list(parked.values()) == ["checkpointed"]  # the kernel, not the server: it has no CUDA context
+    if devices_enforced():  # a parked share holds no GPU: nothing of ann's workspace opens one
+        assert workspace_opens(hub, "ann") == expected(set())
     # the culler's next pass sees a parked workspace: kept, not stopped for GPU idleness
     now[0] = t0 + 60 * 60
     report = culler.run_pass()
@@ -97,6 +100,8 @@ def test_park_another_user_spawns_resume_waits_then_completes(make_hub, tmp_path
     )
     assert resumed and time.monotonic() - freed < 10
     assert [s["owner"] for s in hub.allocations()] == ["ann"]
+    if devices_enforced():  # resumed: its GPU opens again (allowed before the restore)
+        assert workspace_opens(hub, "ann") == expected({0})
     parked = {p.name: json.loads(p.read_text())["state"] for p in (hub.state / "parking").glob("*.json")}
     assert list(parked.values()) == ["running"]
     events = hub.api("GET", "/services/gpupool/api/events?kind=resume")["events"]

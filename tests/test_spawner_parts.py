@@ -73,7 +73,7 @@ def test_env_pins_the_gpu_by_uuid_and_states_the_share() -> None:
     env = gpu_env([H100], 250)
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-4f1c"
     assert env["GPUPOOL_GPU_FRACTION"] == "0.25"
-    assert env["GPUPOOL_GPU_MEMORY_MIB"] == str(81559 // 4)
+    assert env["GPUPOOL_GPU_MEMORY_MIB"] == str(81559 // 4 - 500)  # less its CUDA context
     assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == STARTUP_DIR
     assert "CUDA_MPS_PIPE_DIRECTORY" not in env
@@ -82,7 +82,7 @@ def test_env_pins_the_gpu_by_uuid_and_states_the_share() -> None:
 def test_env_sets_mps_limits_when_a_daemon_is_configured() -> None:
     env = gpu_env([H100], 500, mps_pipe_directory="/tmp/nvidia-mps")
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={81559 // 2}M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={81559 // 2 - 500}M"
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
 
 
@@ -91,7 +91,7 @@ def test_env_for_two_whole_gpus() -> None:
     env = gpu_env([H100, other], 1000, mps_pipe_directory="/mps")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-4f1c,GPU-77aa"
     assert env["GPUPOOL_GPU_FRACTION"] == "2"
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=81559M,1=81559M"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=81059M,1=81059M"
 
 
 FAKE_TORCH = textwrap.dedent("""

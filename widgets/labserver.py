@@ -103,6 +103,90 @@ class ResumeHandler(_Handler):
         await self.call(lambda client: client.post("api/parking/resume", {"server": server_name()}))
 
 
+HIBERNATE_EXPR = (
+    "__import__('gpupool.gpu.hibernate', fromlist=['save_shell'])"
+    ".save_json(get_ipython(), {cap}, {quota}, {keep})"
+)
+
+
+def _bounded_int(value: Any, top: int) -> int:
+    return value if type(value) is int and 0 <= value <= top else 0
+
+
+class HibernateHandler(APIHandler):
+    """POST: save the variables of each of this server's kernels to the user's home (run in the
+    kernels, as the user; gpupool.gpu.hibernate). The culler calls it before it stops the server
+    (its token's access:servers scope); `%gpupool hibernate` saves its own kernel first and asks
+    for the others. Body (all optional): {"cap_bytes", "quota_bytes", "keep_days", "except": [kernel
+    ids]}. Answer: {"ok": all saved, "kernels": [{"id", "ok", "bytes", "variables", "skipped",
+    "error"}], "bytes"}."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        expr = HIBERNATE_EXPR.format(
+            cap=_bounded_int(body.get("cap_bytes"), 1 << 50),
+            quota=_bounded_int(body.get("quota_bytes"), 1 << 50),
+            keep=_bounded_int(body.get("keep_days"), 36500),
+        )
+        skip: list = body["except"] if isinstance(body.get("except"), list) else []
+        timeout = float(_bounded_int(body.get("timeout_s"), 3600) or 600)
+        kernels = []
+        for kid in list(self.kernel_manager.list_kernel_ids()):
+            if kid in skip:
+                continue
+            kernels.append(
+                {"id": kid, **await hibernate_kernel(self.kernel_manager.get_kernel(kid), expr, timeout)}
+            )
+        self.set_header("Content-Type", "application/json")
+        self.finish(
+            json.dumps(
+                {
+                    "ok": all(k.get("ok") for k in kernels),
+                    "kernels": kernels,
+                    "bytes": sum(int(k.get("bytes") or 0) for k in kernels),
+                }
+            )
+        )
+
+
+async def hibernate_kernel(km: Any, expr: str, timeout: float) -> dict[str, Any]:
+    """Run the saver in one kernel (silently, no history) and read its summary back."""
+    import ast
+    import inspect
+
+    client = km.client()
+    client.start_channels()
+    try:
+        reply = client.execute_interactive(
+            "",
+            silent=True,
+            store_history=False,
+            user_expressions={"r": expr},
+            timeout=timeout,
+            output_hook=lambda msg: None,
+        )
+        if inspect.isawaitable(reply):  # jupyter_server's clients are async ones
+            reply = await reply
+        result = reply["content"].get("user_expressions", {}).get("r", {})
+        if result.get("status") != "ok":
+            return {
+                "ok": False,
+                "error": f"{result.get('ename', 'error')}: {str(result.get('evalue'))[:200]}",
+            }
+        summary = json.loads(ast.literal_eval(result["data"]["text/plain"]))
+        return summary if isinstance(summary, dict) else {"ok": False, "error": "no summary"}
+    except Exception as err:  # noqa: BLE001 - a kernel that died or timed out: not hibernated
+        return {"ok": False, "error": f"{type(err).__name__}: {str(err)[:200]}"}
+    finally:
+        client.stop_channels()
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "gpupool.widgets.labserver"}]
 
@@ -120,5 +204,6 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
             (url_path_join(base, "workspace"), WorkspaceHandler),
             (url_path_join(base, "extend"), ExtendHandler),
             (url_path_join(base, "resume"), ResumeHandler),
+            (url_path_join(base, "hibernate"), HibernateHandler),
         ],
     )

@@ -153,15 +153,22 @@ def register(ipython: Any) -> None:
     def gpupool(line: str = "") -> None:
         """%gpupool — this workspace's GPU share, its use, when it stops, the quota and the train projects.
         JupyterLab keeps it current while the tab is visible; reading it is not user activity.
+        %gpupool hibernate — save the variables of this server's kernels to your home and stop
+        the server (its GPU share is freed); they come back when you start it and open the notebook.
         %gpupool gpu busy|idle — in the culling demo (gpupool up --demo-culling): say what this
         workspace's GPU does, as the culler will see it."""
         words = line.split()
         if words[:1] == ["gpu"]:
             print(demo_gpu_use(words[1:]))
             return
+        if words == ["hibernate"]:
+            from gpupool.gpu.hibernate import hibernate_now
+
+            hibernate_now(ipython)
+            return
         if words:
             print(
-                f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, or %gpupool gpu busy|idle in the demo"
+                f"%gpupool: unknown {line.strip()[:40]!r}; use %gpupool, %gpupool hibernate, or %gpupool gpu busy|idle in the demo"
             )
             return
         display(live_view(), raw=True)

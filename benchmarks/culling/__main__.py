@@ -285,6 +285,32 @@ def main(argv: list[str] | None = None) -> int:
         f" {parking.culls} | {parking.lost_states} | {p50:.1f} / {p95:.1f} s |",
         flush=True,
     )
+    from benchmarks.culling.hibernation import hibernation_world, wake_p95_1gib
+
+    print(
+        "\nCulling with hibernation (c.IdleCuller.hibernate: the kernels are saved to the user's home"
+        " before the stop and restored at the next start; benchmarks.culling.hibernation, each session"
+        " holding 1 GiB, the wake measured by benchmarks.hibernate):"
+    )
+    print(
+        "| policy | used / reserved | culls | came back (lost without hibernation) | lost with it | wake p95 (1 GiB) |"
+    )
+    print("|---|---|---|---|---|---|")
+    worlds = [
+        hibernation_world(sessions, f"defaults + hibernation ({describe(defaults)})", defaults),
+        hibernation_world(
+            sessions,
+            "hibernation after GPU idle 10 min, Jupyter ignored (as parking)",
+            replace(defaults, idle_limit_s=AUTO_PARK_AFTER_S, jupyter_idle_s=0.0, gpu_idle_hard_s=0.0),
+        ),
+    ]
+    for w in worlds:
+        print(
+            f"| {w.label} | {w.used_pct:.1f} % | {w.culls} | {w.came_back} | {w.lost} | {wake_p95_1gib():.1f} s |",
+            flush=True,
+        )
+    hib = worlds[-1]
+    stopped_lost = replay_alone(sessions, defaults).lost_states
     ours, stock = pass_cost()
     print(
         f"\none culler pass at 1,000 GPUs: {ours:.4f} ms per GPU (policy: windows + decision) vs"
@@ -300,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         f" stopped (target >= 70 %, <= 1 %, 0: {'met' if stop_ok else 'NOT met'}); with parking where supported"
         f" ({AUTO_PARK_AFTER_S / 60:g} min): {parking.used_pct:.1f} % used/reserved, {parking.lost_states} lost"
         f" kernels (target >= 85 %, 0: {'met' if park_ok else 'NOT met'})"
+    )
+    print(
+        f"hibernate: lost kernel states {stopped_lost} -> {hib.lost} of {hib.culls} culls, used/reserved"
+        f" {culled['used_pct']:.1f} % -> {hib.used_pct:.1f} %, wake p95 {wake_p95_1gib():.1f} s for 1 GiB"
     )
     return 0
 

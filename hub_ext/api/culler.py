@@ -18,6 +18,7 @@ from gpupool.api.auth import APIHandler
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.culling import BudgetAction, CullAction, CullReason
+from gpupool.gpu.memory_cap import share_cap_mib
 from gpupool.hub_adapter import hub_user, hub_users
 from gpupool.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 from gpupool.store import Event
@@ -166,7 +167,11 @@ class TargetsHandler(APIHandler):
                     "gpu_uuids": [g.uuid for g in gpus],
                     "whole_gpus": row.gpu_milli >= 1000,
                     "milli": row.total_milli,
-                    "memory_limit_mib": sum(g.memory_mib * row.gpu_milli // 1000 for g in gpus),
+                    # what NVML may show its processes use: the share's cap with its CUDA context
+                    "memory_limit_mib": sum(
+                        share_cap_mib(row.gpu_milli, g.memory_mib, g.reserved_mib, context_mib=0)
+                        for g in gpus
+                    ),
                     "groups": row.groups or [],
                     "admin": bool(user.admin) if user else False,
                     "profile": spawner_profile(spawner),

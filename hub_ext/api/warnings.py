@@ -97,5 +97,15 @@ def stops_for(
             STOPPED.get(reason) or e.message.partition(" stopped because ")[2] or "the idle culler stopped it"
         )
         when = time.strftime("%H:%M" if now - at < 86400 else "%a %H:%M", time.localtime(at))
+        if " hibernated (" in e.message and "your variables come back" in e.message:
+            # the culler saved the kernels first (gpupool.gpu.hibernate): nothing is lost
+            why = STOPPED.get(reason) or e.message.partition(" stopped because ")[2].partition(":")[0] or why
+            out.append(
+                {
+                    "name": name,
+                    "message": f"hibernated at {when} ({why}) — your variables come back when you start",
+                }
+            )
+            continue
         out.append({"name": name, "message": f"stopped at {when}: {why}"})
     return sorted(out, key=lambda s: s["name"])

@@ -3,14 +3,53 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from traitlets import Enum, Float
+from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from gpupool.contain.cgroups import Tree, Unavailable, detect, joiner
+from gpupool.contain.limits import LIMITS, Limits, machine_memory, parse_size, size_text
 
-__all__ = ["Containment", "Tree", "Unavailable", "WorkloadCgroups", "detect", "joiner"]
+__all__ = [
+    "Containment",
+    "LimitPolicy",
+    "Limits",
+    "Tree",
+    "Unavailable",
+    "WorkloadCgroups",
+    "detect",
+    "joiner",
+]
+GROUP_KEYS = ("memory_limit", "pids_limit", "cpu_shares")
+REQUIRABLE = ("cgroups", *LIMITS)
+
+
+@dataclass(frozen=True)
+class LimitPolicy:
+    """Each workload's memory, processes and CPU share (0: none), and per hub group the values
+    that replace them for its members (the most generous of a user's groups wins)."""
+
+    memory_bytes: int = 0
+    pids_max: int = 0
+    cpu_shares: int = 0
+    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    workloads_cpu_shares: int = 0  # all workloads together, against the hub's 1024
+    workloads_memory_bytes: int = 0  # all workloads together
+
+    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = ()) -> Limits:
+        memory, pids, cpu = self.memory_bytes, self.pids_max, self.cpu_shares
+        mine = [self.groups[g] for g in groups if g in self.groups]
+        if mine:
+            # 0 is "no limit": the most generous of all
+            def most(values: list[int]) -> int:
+                return 0 if 0 in values else max(values)
+
+            memory = most([m[0] for m in mine])
+            pids = most([m[1] for m in mine])
+            cpu = max(m[2] for m in mine) or cpu
+        return Limits(frozenset(gpu_minors), memory, pids, cpu)
 
 
 class Containment(Configurable):
@@ -41,6 +80,144 @@ class Containment(Configurable):
             c.Containment.stop_timeout_s = 30
         """,
     )
+    memory_limit = Unicode(
+        "50%",
+        config=True,
+        help="""Host memory each job and workspace may use (all
+        its processes together): a size (8G, 512M) or a share of the machine's memory (25%); ""
+        for none. Over it the kernel kills a process of that workload only (never the hub's), and
+        the job's log says so ("killed: over its 8 GiB memory limit"). Swap counts too where the
+        kernel accounts it. cgroup v1 only (said at start otherwise). Example::
+
+            c.Containment.memory_limit = "16G"
+        """,
+    )
+    pids_limit = Int(
+        4096,
+        min=0,
+        max=4_194_304,
+        config=True,
+        help="""Processes and threads each job and workspace may
+        have at once (pids.max; 0: none): a fork storm stops there, not at the machine's limit.
+        Data loaders and thread pools count: leave room for them. Example::
+
+            c.Containment.pids_limit = 2048
+        """,
+    )
+    cpu_shares = Int(
+        1024,
+        min=0,
+        max=262_144,
+        config=True,
+        help="""Each workload's CPU weight against the others when the
+        CPUs are busy (cpu.shares, 1024 = even; 0: the kernel's default). Not a cap: an idle
+        machine's CPUs are anyone's. Example::
+
+            c.Containment.cpu_shares = 512
+        """,
+    )
+    group_limits = Dict(
+        {},
+        config=True,
+        help="""Per hub group, limits that replace the ones above for
+        its members' workloads (keys: memory_limit, pids_limit, cpu_shares; a missing key keeps
+        the default). A user in several groups gets the most generous of each. Example::
+
+            c.Containment.group_limits = {
+                "staff": {"memory_limit": "64G", "pids_limit": 16384, "cpu_shares": 2048},
+                "cs101": {"memory_limit": "4G"},
+            }
+        """,
+    )
+    workloads_cpu_shares = Int(
+        256,
+        min=2,
+        max=262_144,
+        config=True,
+        help="""The CPU weight of all jobs and workspaces together
+        against the hub's processes (each weighs 1024): the hub, the proxy and gpupool's services
+        keep most of a core whatever users run. Example::
+
+            c.Containment.workloads_cpu_shares = 128
+        """,
+    )
+    reserved_memory = Unicode(
+        "1G",
+        config=True,
+        help="""Host memory no job or workspace may take: all of them
+        together are limited to the machine's memory less this, so the hub and the proxy keep
+        room (a size or a share of the machine, as memory_limit; "" for none). Example::
+
+            c.Containment.reserved_memory = "4G"
+        """,
+    )
+    require = List(
+        Unicode(),
+        config=True,
+        help=f"""Limits without which the hub refuses to start (the
+        banner and the log say which are enforced here, and why not): any of
+        {", ".join(REQUIRABLE)} ("cgroups": the kill of whole workloads). Example::
+
+            c.Containment.require = ["cgroups", "devices", "memory", "processes"]
+        """,
+    )
+
+    @validate("memory_limit", "reserved_memory")
+    def _check_size(self, proposal):
+        try:
+            parse_size(proposal["value"], 1 << 40)
+        except ValueError as err:
+            raise TraitError(f"Containment.{proposal['trait'].name}: {err}") from None
+        return proposal["value"]
+
+    @validate("require")
+    def _check_require(self, proposal):
+        bad = [v for v in proposal["value"] if v not in REQUIRABLE]
+        if bad:
+            raise TraitError(f"Containment.require: unknown {bad[:5]}; choose from {list(REQUIRABLE)}")
+        return proposal["value"]
+
+    @validate("group_limits")
+    def _check_groups(self, proposal):
+        value = proposal["value"]
+        if len(value) > 1000:
+            raise TraitError("Containment.group_limits: at most 1000 groups")
+        for group, limits in value.items():
+            where = f"Containment.group_limits[{str(group)[:64]!r}]"
+            if not isinstance(group, str) or not isinstance(limits, dict) or set(limits) - set(GROUP_KEYS):
+                raise TraitError(f"{where}: must be a dict with keys among {list(GROUP_KEYS)}")
+            try:
+                parse_size(limits.get("memory_limit", ""), 1 << 40)
+            except ValueError as err:
+                raise TraitError(f"{where}: {err}") from None
+            for key, top in (("pids_limit", 4_194_304), ("cpu_shares", 262_144)):
+                n = limits.get(key, 0)
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top:
+                    raise TraitError(f"{where}: {key} must be a whole number from 0 to {top}")
+        return value
+
+    def policy(self, total_bytes: int | None = None) -> LimitPolicy:
+        """The limits as numbers, for a machine of `total_bytes` (this one's by default)."""
+        total = machine_memory() if total_bytes is None else total_bytes
+        groups = {
+            g: (
+                parse_size(v["memory_limit"], total)
+                if "memory_limit" in v
+                else parse_size(self.memory_limit, total),
+                int(v.get("pids_limit", self.pids_limit)),
+                int(v.get("cpu_shares", self.cpu_shares)),
+            )
+            for g, v in self.group_limits.items()
+        }
+        reserved = parse_size(self.reserved_memory, total)
+        return LimitPolicy(
+            memory_bytes=parse_size(self.memory_limit, total),
+            pids_max=self.pids_limit,
+            cpu_shares=self.cpu_shares,
+            groups=groups,
+            workloads_cpu_shares=self.workloads_cpu_shares,
+            workloads_memory_bytes=max(total - reserved, 1 << 28) if reserved and total else 0,
+        )
 
 
 def hub_key(db_url: str) -> str:
@@ -57,6 +234,7 @@ class WorkloadCgroups:
     instance: str
     hub_key: str = ""
     stop_timeout_s: float = 10.0
+    policy: LimitPolicy = field(default_factory=LimitPolicy)
 
     @property
     def available(self) -> bool:
@@ -68,6 +246,37 @@ class WorkloadCgroups:
     def workspace(self, owner: str, name: str) -> str:
         digest = hashlib.sha256(f"{owner}\0{name}".encode("utf-8", "surrogatepass")).hexdigest()[:20]
         return f"{self.instance}/ws-{digest}"
+
+    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = ()) -> Limits:
+        return self.policy.limits(gpu_minors, groups)
+
+    def status(self) -> dict[str, str]:
+        """limit -> "" when this machine enforces it, else why not ("cgroups": the whole kill)."""
+        return {"cgroups": "" if self.available else self.tree.reason, **self.tree.controllers.status()}
+
+    def missing(self, required: Iterable[str]) -> dict[str, str]:
+        """The required limits this machine cannot apply, with why."""
+        status = self.status()
+        return {r: status[r] for r in required if status.get(r)}
+
+    def describe_limits(self) -> list[str]:
+        """One line per limit, enforced or not (and why): the log's and the banner's."""
+        p, s = self.policy, self.tree.controllers.status()
+        values = {
+            "devices": "only its own GPUs' device nodes (CUDA_VISIBLE_DEVICES cannot widen it)",
+            "memory": (
+                f"{size_text(p.memory_bytes)} of host memory each"
+                if p.memory_bytes
+                else "no per-workload limit set"
+            )
+            + (f", {size_text(p.workloads_memory_bytes)} for all" if p.workloads_memory_bytes else ""),
+            "processes": f"{p.pids_max} processes each" if p.pids_max else "no limit set",
+            "cpu": f"CPU weight {p.cpu_shares} each, all together {p.workloads_cpu_shares} against the hub's 1024",
+        }
+        return [
+            f"{limit}: {'enforced' if not s[limit] else 'NOT enforced'}: {values[limit] if not s[limit] else s[limit]}"
+            for limit in LIMITS
+        ]
 
     def describe(self) -> str:
         """One line for the log and the banner."""

@@ -25,8 +25,10 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+from gpupool.contain.limits import LIMITS, Controllers, Limits, NoControllers, find_controllers
 
 SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 FREEZE_WAIT_S = 0.2  # a freezer cgroup freezes in microseconds; a task in D state may take longer
@@ -40,14 +42,22 @@ class Tree:
     available = True
     reason = ""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, controllers: Controllers | None = None) -> None:
         self.root = root
+        # the limits beside the kill (gpupool.contain.limits): devices, memory, processes, CPU
+        self.controllers = controllers or NoControllers(
+            {limit: f"not applied by gpupool on {self.kind or 'this machine'}" for limit in LIMITS}
+        )
 
-    def path(self, name: str) -> Path:
+    @staticmethod
+    def rel(name: str) -> Path:
         parts = name.split("/")
         if not name or not all(SEGMENT.match(p) for p in parts):
             raise ValueError(f"not a cgroup name: {name[:80]!r}")
-        return self.root.joinpath(*parts)
+        return Path(*parts)
+
+    def path(self, name: str) -> Path:
+        return self.root / self.rel(name)
 
     def make(self, name: str) -> None:
         """The cgroup (and those above it), root's and 0755: a user may read it, never write in it."""
@@ -59,6 +69,36 @@ class Tree:
         child may already have switched to its user's account."""
         self.make(name)
         return os.open(self.path(name) / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+
+    def join_fds(self, name: str, limits: Limits | None = None) -> list[int]:
+        """As `join_fd`, in every hierarchy the tree has (the v1 devices, memory, pids and cpu ones
+        beside the freezer), with `limits` applied before anything joins: a workload never runs a
+        moment without them (None: join as it is, e.g. a second process of a running workload).
+        Close them all after the start."""
+        fd = self.join_fd(name)
+        if fd is None:
+            return []
+        fds = [fd]
+        try:
+            rel = self.rel(name)
+            if limits is not None:
+                self.controllers.apply(rel, limits)
+            fds += self.controllers.join_fds(rel)
+        except BaseException:
+            for f in fds:
+                os.close(f)
+            raise
+        return fds
+
+    def set_gpus(self, name: str, minors: Iterable[int]) -> bool:
+        """The workload may open only these GPUs' device nodes from now on (see Controllers.set_gpus)."""
+        return self.controllers.set_gpus(self.rel(name), minors)
+
+    def oom_kills(self, name: str) -> int:
+        return self.controllers.oom_kills(self.rel(name))
+
+    def memory_limit(self, name: str) -> int:
+        return self.controllers.memory_limit(self.rel(name))
 
     def pids(self, name: str) -> list[int]:
         try:
@@ -94,12 +134,21 @@ class Tree:
         try:
             path.rmdir()
         except FileNotFoundError:
-            return True
+            pass
         except OSError as err:
             if err.errno in (errno.EBUSY, errno.ENOTEMPTY):
                 return False
             raise
-        return True
+        # its folders in the other hierarchies (empty once the freezer's is: the same processes)
+        return self.controllers.remove(self.rel(name))
+
+    def remove_root(self) -> None:
+        """The hub's own folder in every hierarchy, where empty (a test's or `make clean`'s end)."""
+        self.controllers.remove_roots()
+        try:
+            self.root.rmdir()
+        except OSError:
+            pass
 
     def names(self, under: str = "") -> list[str]:
         """The cgroups right below `under` (or the hub's root)."""
@@ -120,8 +169,20 @@ class Tree:
         return self.remove(name)
 
 
+# what gpupool does not do on cgroup v2 (yet): said at start, per limit
+V2_MISSING = {
+    "devices": "cgroup v2 needs a device eBPF program attached to each cgroup; gpupool attaches none",
+    "memory": "gpupool sets memory.limit_in_bytes on cgroup v1 only (no memory.max on v2 yet)",
+    "processes": "gpupool sets pids.max on cgroup v1 only",
+    "cpu": "gpupool sets cpu.shares on cgroup v1 only (no cpu.weight on v2 yet)",
+}
+
+
 class V2(Tree):
     kind = "cgroup v2"
+
+    def __init__(self, root: Path, controllers: Controllers | None = None) -> None:
+        super().__init__(root, controllers or NoControllers(V2_MISSING))
 
     def kill(self, name: str) -> bool:
         path = self.path(name)
@@ -170,7 +231,9 @@ class Unavailable(Tree):
     available = False
 
     def __init__(self, reason: str) -> None:
-        super().__init__(Path("/nonexistent"))
+        super().__init__(
+            Path("/nonexistent"), NoControllers({limit: f"no cgroups: {reason}" for limit in LIMITS})
+        )
         self.reason = reason
 
     def make(self, name: str) -> None:
@@ -178,6 +241,9 @@ class Unavailable(Tree):
 
     def join_fd(self, name: str) -> int | None:
         return None
+
+    def join_fds(self, name: str, limits: Limits | None = None) -> list[int]:
+        return []
 
     def pids(self, name: str) -> list[int]:
         return []
@@ -192,14 +258,19 @@ class Unavailable(Tree):
         return []
 
 
-def joiner(fd: int | None, then: Callable[[], None] | None = None) -> Callable[[], None] | None:
-    """A Popen preexec_fn that puts the child in the cgroup (fd from `join_fd`) before it runs
-    anything else, then calls `then` (e.g. the switch to the user's account)."""
-    if fd is None:
+def joiner(
+    fd: int | Sequence[int] | None, then: Callable[[], None] | None = None
+) -> Callable[[], None] | None:
+    """A Popen preexec_fn that puts the child in the cgroup (fd from `join_fd`, or every fd of
+    `join_fds`: one per hierarchy) before it runs anything else, then calls `then` (e.g. the switch
+    to the user's account)."""
+    fds = [] if fd is None else [fd] if isinstance(fd, int) else list(fd)
+    if not fds:
         return then
 
     def preexec() -> None:
-        os.write(fd, b"0")  # "0": the writing process itself
+        for f in fds:
+            os.write(f, b"0")  # "0": the writing process itself
         if then is not None:
             then()
 
@@ -281,5 +352,7 @@ def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: s
                 else "no freezer.state in the freezer"
             )
             continue
+        if cls is V1Freezer:
+            return V1Freezer(root, find_controllers(found, mine, root.name))
         return cls(root)
     return Unavailable(why)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from decimal import Decimal
 
+from gpupool.gpu.memory_cap import DEFAULT_CONTEXT_MIB, share_cap_mib
 from gpupool.pool import GPU, MILLI_PER_GPU
-from gpupool.pool.units import share_of
 
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
@@ -17,7 +17,11 @@ def fraction_text(milli_per_gpu: int, num_gpus: int) -> str:
 
 
 def gpu_env(
-    gpus: list[GPU], milli_per_gpu: int, mps_pipe_directory: str = "", pythonpath: str = ""
+    gpus: list[GPU],
+    milli_per_gpu: int,
+    mps_pipe_directory: str = "",
+    pythonpath: str = "",
+    context_mib: int = DEFAULT_CONTEXT_MIB,
 ) -> dict[str, str]:
     """Variables that pin a workspace to its GPUs and tell frameworks its share.
 
@@ -26,7 +30,10 @@ def gpu_env(
     """
     if not gpus:
         return {"CUDA_VISIBLE_DEVICES": ""}  # a CPU-only workspace must not see any GPU
-    per_gpu_mib = min(share_of(milli_per_gpu, g.memory_mib) for g in gpus)
+    # the share's part of what the card really has, less its CUDA context (gpupool.gpu.memory_cap)
+    per_gpu_mib = min(
+        share_cap_mib(milli_per_gpu, g.memory_mib, g.reserved_mib, context_mib=context_mib) for g in gpus
+    )
     fraction = Decimal(milli_per_gpu) / MILLI_PER_GPU
     env = {
         "CUDA_VISIBLE_DEVICES": ",".join(str(g.index) if g.virtual else g.uuid for g in gpus),

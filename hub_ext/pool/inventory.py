@@ -14,6 +14,12 @@ class GPU:
     model: str
     memory_mib: int
     virtual: bool = False  # declared, not found by NVML: the whole flow runs without hardware
+    minor: int | None = None  # NVML's minor number: its device node /dev/nvidia<minor> (None: the index)
+    reserved_mib: int = 0  # memory the driver keeps for itself (NVML's "reserved"): no share's to use
+
+    @property
+    def device_minor(self) -> int:
+        return self.index if self.minor is None else self.minor
 
 
 @dataclass(frozen=True)

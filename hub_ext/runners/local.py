@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from gpupool.accounts import Account, SystemAccounts
-from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.contain import Limits, WorkloadCgroups, joiner
+from gpupool.contain.limits import size_text
 from gpupool.instance import HUB_VAR, INSTANCE_VAR
 from gpupool.runners.safe_files import ensure_folder, folder, open_file, read_small
 
@@ -161,8 +162,10 @@ class LocalRunner:
         env: dict[str, str],
         run: int,
         account: Account | None = None,
+        limits: Limits | None = None,
     ) -> int:
-        """Start a run; with `account`, as that Unix user (the job's owner), never as the hub.
+        """Start a run; with `account`, as that Unix user (the job's owner), never as the hub; in
+        its cgroup with `limits` (its GPUs' device nodes only; none: no GPU).
 
         Raises OSError (UnsafePath among them) with a plain reason when the run cannot start:
         the folder is not the job's any more, `checkpoint` is not a folder, the log is a link.
@@ -200,11 +203,11 @@ class LocalRunner:
             full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
             as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}
         group = self.contained_cgroups.job(job_id) if self.contained else ""
-        join_fd = None
+        join_fds: list[int] = []
         try:
             if group:
                 self.contained_cgroups.tree.end(group, 5.0)  # what an earlier run left (normally nothing)
-                join_fd = self.contained_cgroups.tree.join_fd(group)
+                join_fds = self.contained_cgroups.tree.join_fds(group, limits or Limits())
             os.write(log_fd, f"--- gpupool: run {run} of job {job_id} starts ---\n".encode())
             proc = subprocess.Popen(
                 [self.python, WRAPPER],
@@ -213,13 +216,13 @@ class LocalRunner:
                 stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=joiner(join_fd),
+                preexec_fn=joiner(join_fds),
                 **as_user,
             )
         finally:
             os.close(log_fd)
-            if join_fd is not None:
-                os.close(join_fd)
+            for fd in join_fds:
+                os.close(fd)
         self.procs[proc.pid] = proc
         self.workdirs[proc.pid] = workdir
         if group:
@@ -248,11 +251,40 @@ class LocalRunner:
         group = self._group(pid, job_id)
         if group and not self.contained_cgroups.tree.kill(group):
             return None  # its last processes are dying: the next cycle settles it
+        oom = ""
         if group:
+            oom = self.memory_note(group)
             self.contained_cgroups.tree.remove(group)
         for table in (self.procs, self.term_sent, self.workdirs, self.groups):
             table.pop(pid, None)
-        return read_exit(workdir, owner_ids(account)[0])
+        code, reason = read_exit(workdir, owner_ids(account)[0])
+        if oom:  # the user reads why, in the log and the job's message
+            self._log_line(workdir, account, f"--- gpupool: {oom} ---\n")
+            reason = f"{oom}; {reason}" if reason else oom
+        return code, reason
+
+    def memory_note(self, group: str) -> str:
+        """What the kernel's OOM killer did in the run's cgroup, in the user's words ("" nothing)."""
+        tree = self.contained_cgroups.tree
+        kills = tree.oom_kills(group)
+        if not kills:
+            return ""
+        limit = tree.memory_limit(group)
+        what = f"over its {size_text(limit)} memory limit" if 0 < limit < 1 << 62 else "out of memory"
+        return f"killed: {what}" + (f" ({kills} processes)" if kills > 1 else "")
+
+    @staticmethod
+    def _log_line(workdir: str, account: Account | None, line: str) -> None:
+        uid, gid = owner_ids(account)
+        try:
+            with folder(workdir, uid) as dir_fd:
+                fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, uid, gid)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+        except OSError:
+            pass  # the log is gone or not the job's any more: the job's message still says it
 
     def preempt(
         self, pid: int, now: float, workdir: str = "", sent: float | None = None, job_id: str = ""

@@ -19,10 +19,10 @@ from sqlalchemy import select
 
 from gpupool import failpoints
 from gpupool.accounts import AccountError, SystemAccounts, made_by_gpupool
-from gpupool.contain import WorkloadCgroups
+from gpupool.contain import Limits, WorkloadCgroups
 from gpupool.kinds import WorkloadKind
 from gpupool.manager import PoolManager, Workload
-from gpupool.pool import Request, get_policy
+from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
 from gpupool.pool.pool_quotas import split_by_pool
 from gpupool.pool.pools import within
@@ -494,7 +494,13 @@ class TrainingService(JobBook):
             self._set(job_id, num_gpu=len(gpus))  # an elastic job runs at another size now
         try:
             pid = self.runner.start(
-                row.id, row.command, row.workdir, env, row.runs + 1, self.account(row.owner)
+                row.id,
+                row.command,
+                row.workdir,
+                env,
+                row.runs + 1,
+                self.account(row.owner),
+                limits=self.run_limits(gpus),
             )
         except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError
             log.warning("job %s could not start: %s", job_id, err)
@@ -517,6 +523,12 @@ class TrainingService(JobBook):
                     f" on {placement.node} GPU {list(placement.gpus)}",
                 )
             )
+
+    def run_limits(self, gpus: list[GPU]) -> Limits:
+        """A run's cgroup limits: its GPUs' device nodes, the default memory, processes and CPU."""
+        cgroups = self.runner.cgroups
+        minors = [g.device_minor for g in gpus]
+        return cgroups.limits(minors) if cgroups is not None else Limits(frozenset(minors))
 
     def _fail_start(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:

@@ -53,11 +53,20 @@ def _install() -> None:
     _after_import("torch", cap, "could not cap torch GPU memory")
 
 
+_WAITING: dict = {}  # module name -> [(then, failed)]: one watcher per module, every callback run
+
+
 def _after_import(name: str, then, failed: str) -> None:
     """Call `then(module)` once `name` is imported (nothing is imported before); an error in
-    `then` is reported and never breaks the import."""
+    `then` is reported and never breaks the import. Several callbacks for one module all run,
+    in the order they were asked for."""
     import importlib.abc
     import importlib.machinery
+
+    if name in _WAITING:
+        _WAITING[name].append((then, failed))
+        return
+    _WAITING[name] = [(then, failed)]
 
     class Watcher(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path=None, target=None):
@@ -71,10 +80,11 @@ def _after_import(name: str, then, failed: str) -> None:
 
             def exec_module(module):
                 original(module)
-                try:
-                    then(module)
-                except Exception as err:
-                    print(f"gpupool: {failed}: {err}", file=sys.stderr)
+                for call, why in _WAITING.pop(name, []):
+                    try:
+                        call(module)
+                    except Exception as err:
+                        print(f"gpupool: {why}: {err}", file=sys.stderr)
 
             spec.loader.exec_module = exec_module
             return spec
@@ -105,6 +115,33 @@ def _install_resume_hook() -> None:
 
     # an IPython without init_events: no hook, no harm
     _after_import("IPython.core.interactiveshell", patch, "no GPU resume hook")
+
+
+def _install_wake_hook() -> None:
+    """A kernel whose notebook was hibernated (gpupool.gpu.hibernate) gets its variables back
+    before its first cell: only kernels a Jupyter server started for a notebook, and only when
+    gpupool is importable there; otherwise nothing happens."""
+    if not os.environ.get("JPY_SESSION_NAME") or os.environ.get("GPUPOOL_HIBERNATE", "1") == "0":
+        return
+
+    def patch(module) -> None:
+        shell_class = module.InteractiveShell
+        original = shell_class.init_events
+
+        def init_events(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            try:
+                from gpupool.gpu.hibernate import install_wake
+            except ImportError:  # a kernel environment without gpupool: nothing was hibernated by it
+                return
+            try:
+                install_wake(self)
+            except Exception as err:  # never break the kernel
+                print(f"gpupool: could not check for hibernated variables: {err}", file=sys.stderr)
+
+        shell_class.init_events = init_events
+
+    _after_import("IPython.core.interactiveshell", patch, "no wake from hibernation")
 
 
 def _follow_current_gpu() -> None:
@@ -146,4 +183,5 @@ def _follow_current_gpu() -> None:
 _follow_current_gpu()
 _install()
 _install_resume_hook()
+_install_wake_hook()
 _chain_next_sitecustomize()

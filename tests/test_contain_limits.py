@@ -1,0 +1,225 @@
+"""The limits beside the kill (gpupool.contain.limits): which GPU device nodes a workload may open,
+its memory, its processes, its CPU weight, each enforced by the kernel.
+
+The device tests need no GPU: a character device of the NVIDIA major (195) made with mknod in a
+temporary folder is refused by the devices cgroup with EPERM before any driver is asked, and an
+allowed one reaches the (absent) driver: ENXIO. Real cgroups need root and cgroup v1's
+hierarchies; skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from traitlets import TraitError
+from traitlets.config import Config
+
+from gpupool.contain import Containment, LimitPolicy, Limits, detect, joiner
+from gpupool.contain.limits import (
+    NVIDIA_MAJOR,
+    control_majors,
+    device_rules,
+    parse_size,
+    size_text,
+)
+
+PYTHON = "/usr/bin/python3"  # every account may run it, unlike an interpreter under /root
+OPEN = """
+import errno, os, sys
+os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"  # what a user may set: no help to open a device
+out = []
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        out.append("opened")
+    except OSError as err:
+        out.append(errno.errorcode[err.errno])
+print(" ".join(out))
+"""
+
+
+# --- pure -------------------------------------------------------------------------------
+def test_device_rules_leave_exactly_the_workloads_gpus_and_the_control_devices_open() -> None:
+    allow, deny = device_rules([3, 1])
+    assert allow == ["c 195:1 rwm", "c 195:3 rwm"]
+    denied = {int(r.split(":")[1].split()[0]) for r in deny}
+    assert denied == set(range(254)) - {1, 3}  # 254 (modeset) and 255 (nvidiactl) stay open
+    assert device_rules([])[0] == [] and len(device_rules([])[1]) == 254  # CPU-only: no GPU
+    assert device_rules([255, 254])[0] == []  # control devices are no GPU of its own
+
+
+def test_control_majors_come_from_proc_devices_character_section() -> None:
+    text = "Character devices:\n  1 mem\n195 nvidia-frontend\n235 nvidia-uvm\n236 nvidia-caps\n\nBlock devices:\n235 nvidia-uvm\n"
+    assert control_majors(text) == {"nvidia-uvm": 235, "nvidia-caps": 236}
+
+
+def test_sizes_parse_with_bounds_and_read_back_in_words() -> None:
+    assert parse_size("8G") == 8 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("") == 0
+    assert parse_size("25%", 16 << 30) == 4 << 30 and parse_size(1024) == 1024
+    assert parse_size("25%", 0) == 0  # a machine without /proc/meminfo starts, with no limit
+    for bad in ("-1G", "8X", "1" * 20, "0%", "101%", True, [1]):
+        with pytest.raises(ValueError):
+            parse_size(bad, 1 << 30)
+    assert size_text(8 << 30) == "8 GiB" and size_text(1536 << 20) == "1.5 GiB"
+
+
+def test_group_limits_replace_the_defaults_most_generous_wins() -> None:
+    c = Config()
+    c.Containment.memory_limit = "4G"
+    c.Containment.group_limits = {
+        "staff": {"memory_limit": "32G", "pids_limit": 0},
+        "cs101": {"memory_limit": "2G"},
+    }
+    policy = Containment(config=c).policy(total_bytes=64 << 30)
+    assert policy.limits([0]).memory_bytes == 4 << 30
+    assert policy.limits([], ["cs101"]).memory_bytes == 2 << 30
+    both = policy.limits([], ["cs101", "staff"])
+    assert both.memory_bytes == 32 << 30 and both.pids_max == 0  # 0: no limit, the most generous
+    assert policy.workloads_memory_bytes == 63 << 30  # the hub keeps its 1 GiB
+    with pytest.raises(TraitError, match="group_limits"):
+        c.Containment.group_limits = {"x": {"memory": "1G"}}
+        Containment(config=c)
+    with pytest.raises(TraitError, match="require"):
+        Containment(require=["gpus"])
+
+
+# --- real cgroups -------------------------------------------------------------------------
+def v1_tree():
+    if os.geteuid() != 0 or not os.access(PYTHON, os.X_OK):
+        pytest.skip(f"only root makes cgroups; needs {PYTHON}")
+    tree = detect("v1", f"test{secrets.token_hex(4)}")
+    if not tree.available:
+        pytest.skip(f"no cgroup v1 here: {tree.reason}")
+    return tree
+
+
+@pytest.fixture
+def tree():
+    t = v1_tree()
+    yield t
+    for inst in t.names():
+        for w in t.names(inst):
+            t.end(f"{inst}/{w}", 5)
+        t.remove(inst)
+    t.remove_root()
+    assert not any(root.exists() for root in t.controllers.roots.values())
+
+
+@pytest.fixture
+def nodes():
+    """/dev/nvidia0..3 look-alikes (char 195:N), anyone may open them as far as the mode goes."""
+    folder = Path(tempfile.mkdtemp(prefix="gpupool-devs-"))
+    folder.chmod(0o755)
+    paths = []
+    for minor in range(4):
+        path = folder / f"nvidia{minor}"
+        os.mknod(path, 0o020666, os.makedev(NVIDIA_MAJOR, minor))
+        path.chmod(0o666)
+        paths.append(str(path))
+    yield paths
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_in(tree, name: str, limits: Limits | None, args: list[str], **kw) -> subprocess.CompletedProcess:
+    fds = tree.join_fds(name, limits)
+    try:
+        return subprocess.run(
+            args,
+            preexec_fn=joiner(fds),
+            user=65534,
+            group=65534,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            **kw,
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_workload_opens_only_its_own_gpus_and_a_move_is_make_before_break(tree, nodes) -> None:
+    if not tree.controllers.enforced("devices"):
+        pytest.skip(tree.controllers.status()["devices"])
+    opened = run_in(tree, "i/job-a", Limits(frozenset({1})), [PYTHON, "-c", OPEN, *nodes])
+    # EPERM: the cgroup refused it; ENXIO: allowed, and the (absent) driver answered
+    assert opened.stdout.split() == ["EPERM", "ENXIO", "EPERM", "EPERM"], opened.stderr
+    # a moving workload: the destination opens first, the source closes after
+    assert tree.set_gpus("i/job-a", [1, 2])
+    during = run_in(tree, "i/job-a", None, [PYTHON, "-c", OPEN, *nodes])  # joins as it is
+    assert during.stdout.split() == ["EPERM", "ENXIO", "ENXIO", "EPERM"], during.stderr
+    tree.set_gpus("i/job-a", [2])
+    after = run_in(tree, "i/job-a", None, [PYTHON, "-c", OPEN, *nodes])
+    assert after.stdout.split() == ["EPERM", "EPERM", "ENXIO", "EPERM"], after.stderr
+    cpu_only = run_in(tree, "i/ws-b", Limits(), [PYTHON, "-c", OPEN, *nodes])
+    assert cpu_only.stdout.split() == ["EPERM"] * 4  # a CPU-only workspace: no GPU at all
+    root_too = subprocess.run(  # root in the cgroup is refused as well (the check is the cgroup's)
+        [PYTHON, "-c", OPEN, *nodes],
+        preexec_fn=joiner(tree.join_fds("i/ws-b", Limits())),
+        capture_output=True,
+        text=True,
+    )
+    assert root_too.stdout.split() == ["EPERM"] * 4
+
+
+def test_a_fork_storm_stops_at_the_workloads_process_limit(tree) -> None:
+    if not tree.controllers.enforced("processes"):
+        pytest.skip(tree.controllers.status()["processes"])
+    storm = "import os\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            os.closerange(0, 3); import time; time.sleep(60)\n        n += 1\nexcept OSError as e:\n    print(n, e.errno)\n"
+    out = run_in(tree, "i/job-storm", Limits(pids_max=20), [PYTHON, "-c", storm], timeout=60)
+    forked, err = out.stdout.split()
+    assert int(forked) < 20 and int(err) == errno.EAGAIN, out
+    assert len(tree.pids("i/job-storm")) <= 20
+    assert tree.end("i/job-storm", 10)
+
+
+def test_a_memory_hog_is_killed_by_the_kernel_and_counted(tree) -> None:
+    if not tree.controllers.enforced("memory"):
+        pytest.skip(tree.controllers.status()["memory"])
+    hog = "b = b'x' * (256 << 20)\nprint('survived')"
+    out = run_in(tree, "i/job-hog", Limits(memory_bytes=64 << 20), [PYTHON, "-c", hog], timeout=60)
+    assert out.returncode == -9 and "survived" not in out.stdout
+    assert tree.oom_kills("i/job-hog") == 1 and tree.memory_limit("i/job-hog") == 64 << 20
+    fine = run_in(tree, "i/job-ok", Limits(memory_bytes=256 << 20), [PYTHON, "-c", "b = b'x' * (16 << 20)"])
+    assert fine.returncode == 0 and tree.oom_kills("i/job-ok") == 0
+
+
+def test_cpu_shares_and_the_workloads_reserve_are_written(tree) -> None:
+    if not tree.controllers.enforced("cpu"):
+        pytest.skip(tree.controllers.status()["cpu"])
+    run_in(tree, "i/ws-c", Limits(cpu_shares=512), ["true"])
+    assert (tree.controllers.roots["cpu"] / "i/ws-c/cpu.shares").read_text().strip() == "512"
+    tree.controllers.reserve(256, 0)
+    assert (tree.controllers.roots["cpu"] / "cpu.shares").read_text().strip() == "256"
+
+
+def test_each_limit_is_said_enforced_or_why_not() -> None:
+    from gpupool.contain import WorkloadCgroups
+
+    off = WorkloadCgroups(detect("off", "x"), "i", policy=LimitPolicy(memory_bytes=8 << 30))
+    lines = off.describe_limits()
+    assert [line.split(":")[0] for line in lines] == ["devices", "memory", "processes", "cpu"]
+    assert all("NOT enforced: no cgroups: turned off" in line for line in lines), lines
+    assert off.missing(["devices", "cgroups"]).keys() == {"devices", "cgroups"}
+    v2 = detect("v2", "x", mountinfo="", proc_cgroup="")
+    assert not v2.available
+
+
+def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_path: Path) -> None:
+    from gpupool.root import GPUPoolHub
+
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+    c.Containment.mode = "off"  # as a machine without cgroups
+    c.Containment.require = ["cgroups", "devices"]
+    with pytest.raises(SystemExit, match=r"require.*cgroups: turned off.*devices: no cgroups: turned off"):
+        GPUPoolHub(c).refuse_lost_state()
+    c.Containment.require = []
+    GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
