@@ -8,7 +8,7 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint typecheck unit venv browser node cluster bench clean
+.PHONY: up test lint typecheck unit venv browser node cluster bench clean test-latest constraints
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
@@ -20,7 +20,7 @@ test: venv browser node cluster
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
-	$(PY) -m pytest -m "not hub and not browser and not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not hub and not browser and not cluster and not release" $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .
@@ -42,12 +42,15 @@ typecheck: venv
 
 venv: node_modules/.installed $(VENV)/.installed
 
-# the install builds the JupyterLab extension with @jupyterlab/builder from node_modules (setup.py)
+# the install builds the JupyterLab extension with @jupyterlab/builder from node_modules (setup.py).
+# Every dependency at the version CI tests (requirements/constraints.txt): a fresh clone gets the
+# tested set, not whatever was released this morning; `make test-latest` tries the newest.
+CONSTRAINTS := requirements/constraints.txt
 LAB_SOURCES := widgets/labextension/package.json $(wildcard widgets/labextension/src/*.js widgets/labextension/schema/*.json)
-$(VENV)/.installed: pyproject.toml setup.py node_modules/.installed $(LAB_SOURCES)
+$(VENV)/.installed: pyproject.toml setup.py $(CONSTRAINTS) node_modules/.installed $(LAB_SOURCES)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	$(PY) -m pip install $(PIP_FLAGS) -c $(CONSTRAINTS) -e '.[test]'
 	# JupyterLab defaults for a shared hub: start the kernel, no news pop-up
 	mkdir -p $(LAB_SETTINGS) && cp hub_ext/lab/overrides.json $(LAB_SETTINGS)/overrides.json
 	touch $@
@@ -87,6 +90,24 @@ cluster: venv
 	@if command -v go >/dev/null 2>&1; then nice -n 10 $(PY) tests/cluster/build.py; \
 	else echo "go missing: the cluster tests skip (and fail in CI)"; fi
 
+# The newest versions pyproject allows, in a venv of their own (.venv-latest), against a quick
+# subset: the unit tests and one real hub. Run before refreshing the constraints (and on a
+# schedule in CI), so an upstream release that breaks gpupool is seen before users install it.
+LATEST := .venv-latest
+test-latest: node_modules/.installed
+	rm -rf $(LATEST) && python3 -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
+	$(LATEST)/bin/python -m pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager -e '.[test]'
+	$(LATEST)/bin/python -m pip list --disable-pip-version-check | grep -i -E '^(jupyterhub|jupyterlab|notebook|jupyterhub-kubespawner) '
+	$(LATEST)/bin/python -m pytest -q -m "not hub and not browser and not cluster and not node and not release" \
+	  tests/test_namespace.py tests/test_config.py tests/test_pool_units_quotas.py tests/test_spawner_parts.py $(PYTEST_ARGS)
+	$(LATEST)/bin/python -m pytest -q tests/test_hub_spawn.py $(PYTEST_ARGS)
+
+# Refresh the tested set: what the newest allowed versions resolve to today (run `make test` after).
+constraints: test-latest
+	{ sed -n '1,2p' $(CONSTRAINTS); $(LATEST)/bin/python -m pip freeze --exclude-editable --disable-pip-version-check | sort -f; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
 bench: venv
 	$(PY) -m benchmarks
 
@@ -94,4 +115,4 @@ bench: venv
 # whose comment says `gpupool user <name>` and whose home is in ./state)
 clean:
 	@if [ -x $(VENV)/bin/gpupool ] && [ -d state ]; then $(VENV)/bin/gpupool accounts --remove --state state; fi
-	rm -rf $(VENV) node_modules state test-artifacts gpupool.egg-info
+	rm -rf $(VENV) $(LATEST) node_modules state test-artifacts gpupool.egg-info

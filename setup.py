@@ -1,8 +1,13 @@
 """Builds the JupyterLab extension (widgets/labextension) with JupyterLab's builder from npm whenever
-the package is built (`pip install .`, `pip install -e .`, a wheel), and installs it with the
-server extension's switch as data files: users install nothing else.
+the package is built from a checkout (`pip install .`, `pip install -e .`, a wheel, an sdist), and
+installs it with the server extension's switch as data files: users install nothing else.
 
-Everything else about the package is in pyproject.toml.
+The sdist carries the built extension (`python -m build` makes the sdist first, which builds it),
+and a build from an sdist uses it as it is, as hatch-jupyter-builder's `skip-if-exists` does: a
+wheel made from the sdist, or `pip install gpupool-X.tar.gz`, needs no Node. The wheel itself holds
+the built extension (a "prebuilt" JupyterLab extension): installing it needs neither.
+
+Everything else about the package is in pyproject.toml (which says why setuptools, not hatchling).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from pathlib import Path
 
 from setuptools import Command, setup
 from setuptools.command.build import build
+from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
 LAB = ROOT / "widgets" / "labextension"
@@ -20,6 +26,9 @@ OUT = LAB / "build"  # written by the builder; never committed
 NAME = "gpupool-lab"
 BUILDER = ROOT / "node_modules" / "@jupyterlab" / "builder" / "lib" / "build-labextension.js"
 SERVER_SWITCH = "widgets/labextension/jupyter-config/jupyter_server_config.d/gpupool.json"
+# tells `jupyter labextension list` (and JupyterLab's extension manager) which Python package
+# installed the extension and how to remove it
+INSTALL_JSON = "widgets/labextension/install.json"
 
 
 def sources() -> list[Path]:
@@ -28,8 +37,15 @@ def sources() -> list[Path]:
     ]
 
 
+def from_sdist() -> bool:
+    # an unpacked sdist has PKG-INFO at its root; a checkout does not
+    return (ROOT / "PKG-INFO").exists()
+
+
 def stale() -> bool:
     built = OUT / "package.json"
+    if from_sdist() and built.exists():
+        return False  # built when the sdist was made: no Node where it is installed
     return not built.exists() or max(p.stat().st_mtime for p in sources()) > built.stat().st_mtime
 
 
@@ -47,6 +63,7 @@ def data_files() -> list[tuple[str, list[str]]]:
         if path.is_file():
             dest = Path("share/jupyter/labextensions", NAME, path.parent.relative_to(OUT))
             out.setdefault(dest.as_posix(), []).append(path.relative_to(ROOT).as_posix())
+    out[f"share/jupyter/labextensions/{NAME}"].append(INSTALL_JSON)
     return [*out.items(), ("etc/jupyter/jupyter_server_config.d", [SERVER_SWITCH])]
 
 
@@ -87,4 +104,17 @@ class BuildWithLabextension(build):
     sub_commands = [("build_labextension", None), *build.sub_commands]
 
 
-setup(cmdclass={"build": BuildWithLabextension, "build_labextension": BuildLabextension})
+class SdistWithLabextension(sdist):
+    # the sdist holds the built extension (MANIFEST.in), so it is built (if stale) before the file list
+    def run(self) -> None:
+        self.run_command("build_labextension")
+        super().run()
+
+
+setup(
+    cmdclass={
+        "build": BuildWithLabextension,
+        "build_labextension": BuildLabextension,
+        "sdist": SdistWithLabextension,
+    }
+)

@@ -1,0 +1,147 @@
+"""gpupool's culling decision for a stock hub: a `cull_arbiter_hook` for jupyterhub-idle-culler >= 2.0,
+the culler every zero-to-jupyterhub hub already runs.
+
+jupyterhub-idle-culler asks the hook, for every running server at every pass, whether to cull it
+(`hook(inactive=timedelta, inactive_limit=seconds, server=dict)`; True culls). `GPUArbiter` answers
+with gpupool's own rule (`gpupool.idle_culler.policy.decide`): a server whose GPU idled
+`idle_limit_s` while Jupyter was quiet `jupyter_idle_s` is culled; a GPU idle for `gpu_idle_hard_s`
+is taken back even from someone typing; a GPU that is computing keeps its server (a running cell
+is never stopped for Jupyter silence); without GPU data only Jupyter silence decides, with the
+longer limit. GPU use comes from gpupool's node agents (the chart's DaemonSet), by pod uid; the
+pod comes from kubespawner's saved state (`server["state"]`: the culler's role needs the
+`admin:server_state` scope to see it) and its uid from the Kubernetes API.
+
+What a stock culler cannot do stays out: it has no warning, extension, parking or budget; the
+hook only says cull or keep. Set up: docs/culling.md#gpu-aware-culling-for-a-stock-hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gpupool.culling import CullAction
+from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
+from gpupool.idle_culler.sampler import NodeAgentSampler, Target
+
+log = logging.getLogger("gpupool.stock_arbiter")
+
+PodUid = Callable[[str, str], Awaitable[str | None]]  # (namespace, pod name) -> uid
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+async def kube_pod_uid(namespace: str, name: str) -> str | None:
+    """The pod's uid from the Kubernetes API, with the hub pod's service account (z2jh's hub may
+    read pods in its namespace)."""
+    from kubernetes_asyncio import client, config
+
+    config.load_incluster_config()
+    async with client.ApiClient() as api:
+        try:
+            pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return pod.metadata.uid
+
+
+class GPUArbiter:
+    """`c.IdleCuller.cull_arbiter_hook = GPUArbiter(agents=[...])` in jupyterhub-idle-culler's config file.
+
+    Example::
+
+        from gpupool.idle_culler.stock_arbiter import GPUArbiter
+        c.IdleCuller.cull_arbiter_hook = GPUArbiter(agents=["http://node-agent.gpupool:9402/pods"])
+    """
+
+    def __init__(
+        self,
+        agents: list[str] | None = None,
+        *,
+        limits: Limits | None = None,
+        token_file: str = "",
+        sample: Callable[[list[Target]], dict] | None = None,
+        pod_uid: PodUid = kube_pod_uid,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.limits = limits or Limits()
+        if sample is None:
+            sampler = NodeAgentSampler(agents or [], token_file=token_file)
+            sample = sampler.sample
+        self.sample, self.pod_uid, self.clock = sample, pod_uid, clock
+        self.trackers: dict[str, IdleTracker] = {}  # by pod uid, across passes
+        self.uids: dict[tuple[str, str], str] = {}  # (namespace, pod) -> uid, for the pod's life
+        self.read_at: float | None = None  # one read of the agents per pass, however many servers
+        self.read_for: set[str] = set()  # the pods that read asked about
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    def from_env(cls) -> GPUArbiter:
+        """Settings from the culler's environment (the z2jh snippet sets them): GPUPOOL_NODE_AGENTS
+        (comma-separated URLs), GPUPOOL_NODE_AGENT_TOKEN_FILE."""
+        agents = [u for u in os.environ.get("GPUPOOL_NODE_AGENTS", "").split(",") if u]
+        return cls(agents, token_file=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""))
+
+    async def _uid(self, server: dict) -> str | None:
+        state = server.get("state") or {}
+        name, namespace = state.get("pod_name"), state.get("namespace")
+        if not (name and namespace):
+            return None  # no kubespawner state (or no admin:server_state scope): Jupyter alone decides
+        key = (namespace, name)
+        if key not in self.uids:
+            uid = await self.pod_uid(namespace, name)
+            if uid is None:
+                return None
+            self.uids[key] = uid
+        return self.uids[key]
+
+    async def _read(self, uid: str, now: float) -> None:
+        async with self.lock:
+            recent = self.read_at is not None and now - self.read_at < self.limits.window_s / 2
+            if recent and uid in self.read_for:
+                return
+            # a pod first seen in this pass is read now, not at the next pass: unread, it would
+            # be judged as having no GPU data (Jupyter alone), which the GPU data may contradict
+            self.read_at, self.read_for = now, {*self.uids.values(), uid}
+            # the node agents' answer for every pod this culler knows; a blocking read, off the loop
+            targets = [Target(owner="", name=u, pod_uid=u) for u in self.read_for]
+            used = await asyncio.to_thread(self.sample, targets)
+            for key, use in used.items():
+                tracker = self.trackers.setdefault(
+                    key, IdleTracker(self.limits.window_s, self.limits.util_threshold_pct)
+                )
+                tracker.add(now, use.util_pct)
+
+    async def __call__(self, *, inactive: dt.timedelta, inactive_limit: int, server: dict, **_: Any) -> bool:
+        now = self.clock()
+        gpu_idle_s = None
+        try:
+            uid = await self._uid(server)
+            if uid is not None:
+                await self._read(uid, now)
+                tracker = self.trackers.get(f"/{uid}")
+                if tracker is not None and tracker.fresh(now, self.limits.stale_after_s):
+                    gpu_idle_s = tracker.idle_s
+        except Exception:
+            # fail-safe, as gpupool's own culler: no GPU data never culls for GPU idleness
+            log.exception("no GPU data for %s", server.get("name") or server.get("url"))
+        started = _epoch(server.get("started")) or now
+        ws = Workspace(
+            owner="",
+            name=server.get("name", ""),
+            started=started,
+            last_activity=now - inactive.total_seconds(),
+            gpu_idle_s=gpu_idle_s,
+        )
+        return decide(ws, now, self.limits).action == CullAction.CULL

@@ -1,0 +1,167 @@
+"""gpupool's decision as jupyterhub-idle-culler's cull_arbiter_hook (gpupool.idle_culler.stock_arbiter),
+driven by idle-culler's own loop (`cull_idle`, its real HTTP requests) against a small hub API:
+a computing GPU keeps a Jupyter-silent server that the stock culler stops, an idle one goes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+
+import pytest
+from tornado.httpserver import HTTPServer
+from tornado.testing import bind_unused_port
+from tornado.web import Application, RequestHandler
+
+from gpupool.idle_culler.policy import Limits
+from gpupool.idle_culler.sampler import GPUUse
+from gpupool.idle_culler.stock_arbiter import GPUArbiter
+
+jic = pytest.importorskip("jupyterhub_idle_culler")  # the `culler` extra (the test extras include it)
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def _stamp(ago_s: float) -> str:
+    return (NOW - dt.timedelta(seconds=ago_s)).isoformat().replace("+00:00", "Z")
+
+
+def _user(name: str, quiet_s: float, pod: str | None) -> dict:
+    state = {"pod_name": pod, "namespace": "jhub", "kubespawner_version": "7.1.0"} if pod else {}
+    server = {
+        "name": "",
+        "ready": True,
+        "pending": None,
+        "url": f"/user/{name}/",
+        "started": _stamp(4 * 3600),
+        "last_activity": _stamp(quiet_s),
+        "state": state,
+    }
+    return {"name": name, "admin": False, "servers": {"": server}, "last_activity": server["last_activity"]}
+
+
+class Hub:
+    """GET /hub/api/ and /users, DELETE /users/<name>/server: what cull_idle asks."""
+
+    def __init__(self, users: list[dict]) -> None:
+        self.users, self.stopped = users, []
+        hub = self
+
+        class Root(RequestHandler):
+            def get(self) -> None:
+                self.write({"version": "5.5.0"})
+
+        class Users(RequestHandler):
+            def get(self) -> None:
+                self.set_header("Content-Type", "application/json")
+                self.write(json.dumps([u for u in hub.users if u["name"] not in hub.stopped]))
+
+        class Server(RequestHandler):
+            def delete(self, name: str) -> None:
+                hub.stopped.append(name)
+                self.set_status(204)
+
+        self.app = Application(
+            [(r"/hub/api/", Root), (r"/hub/api/users", Users), (r"/hub/api/users/([^/]+)/server", Server)]
+        )
+
+
+@pytest.fixture
+async def hub_api():
+    sock, port = bind_unused_port()
+    hubs: list[Hub] = []
+
+    def start(users: list[dict]) -> tuple[Hub, str]:
+        hub = Hub(users)
+        server = HTTPServer(hub.app)
+        server.add_sockets([sock])
+        hubs.append(hub)
+        return hub, f"http://127.0.0.1:{port}/hub/api"
+
+    yield start
+    sock.close()
+
+
+async def _pass(url: str, arbiter) -> None:
+    await jic.cull_idle(
+        url=url,
+        api_token="t",
+        inactive_limit=3600,  # z2jh's cull.timeout
+        logger=logging.getLogger("test"),
+        concurrency=0,
+        cull_arbiter=arbiter,
+    )
+
+
+async def test_the_hook_keeps_a_computing_gpu_and_culls_an_idle_one_through_idle_cullers_loop(hub_api):
+    # all four have been Jupyter-silent past the stock culler's hour, except dave
+    users = [
+        _user("alice", 2 * 3600, "jupyter-alice"),  # a training cell running, nobody typing
+        _user("bob", 2 * 3600, "jupyter-bob"),  # GPU idle
+        _user("carol", 2 * 3600, None),  # no pod state: Jupyter alone decides (the longer limit)
+        _user("dave", 300, "jupyter-dave"),  # GPU idle, but typed 5 min ago
+    ]
+    hub, url = hub_api(users)
+    util = {"uid-alice": 95.0, "uid-bob": 0.0, "uid-dave": 0.0}
+    clock = [0.0]
+
+    async def pod_uid(namespace: str, name: str) -> str | None:
+        assert namespace == "jhub"
+        return "uid-" + name.removeprefix("jupyter-")
+
+    def sample(targets):
+        return {t.key: GPUUse(util[t.pod_uid], 1000) for t in targets if t.pod_uid in util}
+
+    arbiter = GPUArbiter(limits=Limits(), sample=sample, pod_uid=pod_uid, clock=lambda: clock[0])
+    # the first pass: no GPU idle time measured yet, so only carol (silent 2 h > 15 + 10 min) goes
+    await _pass(url, arbiter)
+    assert hub.stopped == ["carol"]
+    # idle-culler passes every minute (cull.every: 60) for 20 minutes of the arbiter's clock
+    for _ in range(20):
+        clock[0] += 60
+        await _pass(url, arbiter)
+    # bob's GPU idled > 15 min and Jupyter is silent: culled. alice computes: kept, though the
+    # stock culler (default_cull_arbiter) would stop her running cell. dave typed: kept.
+    assert sorted(hub.stopped) == ["bob", "carol"]
+    stock = jic.default_cull_arbiter(inactive=dt.timedelta(hours=2), inactive_limit=3600, server={})
+    assert stock is True
+
+    # alice's cell ends; her GPU idles 15 min more and she goes too
+    util["uid-alice"] = 0.0
+    for _ in range(16):
+        clock[0] += 60
+        await _pass(url, arbiter)
+    assert sorted(hub.stopped) == ["alice", "bob", "carol"]
+
+
+async def test_without_gpu_data_the_hook_never_culls_for_gpu_idleness(hub_api):
+    hub, url = hub_api([_user("erin", 1200, "jupyter-erin")])  # silent 20 min: < 25 min without GPU data
+
+    async def pod_uid(namespace: str, name: str) -> str | None:
+        return "uid-erin"
+
+    def broken(targets):
+        raise OSError("node agent unreachable")
+
+    clock = [0.0]
+    arbiter = GPUArbiter(sample=broken, pod_uid=pod_uid, clock=lambda: clock[0])
+    for _ in range(30):
+        clock[0] += 60
+        await _pass(url, arbiter)
+    assert hub.stopped == []
+
+
+def test_idle_cullers_config_accepts_the_hook():
+    culler = jic.IdleCuller(cull_arbiter_hook=GPUArbiter(agents=["http://node-agent.gpupool:9402/pods"]))
+    assert isinstance(culler.cull_arbiter_hook, GPUArbiter)
+
+
+def test_the_stock_module_is_idle_cullers_own_command():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "gpupool.idle_culler.stock", "--help-all"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--cull-every" in out.stdout and "cull_arbiter_hook" in out.stdout
