@@ -18,6 +18,7 @@ import pytest
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
+from tests import dashboards
 from tests.hubtools import ADMIN_TOKEN, Hub
 from tests.support.wait import until
 from tests.test_culler_hub import CONFIG, TOKEN
@@ -179,6 +180,9 @@ def test_usage_budgets_and_parking_over_budget_on_a_real_hub(make_hub, tmp_path:
 
     metrics = until(scrape, "usage gauges on /hub/metrics", timeout=30)
     assert 'gpupool_budget_used_ratio{target="group:students",user="kim"}' in metrics
+    # every query of the chart's Grafana dashboards names a series (and labels) exported here,
+    # by the culler or by the node agent (their own ports: their real exposition code)
+    assert dashboards.unknown([metrics, dashboards.culler_text(), dashboards.node_agent_text()]) == []
 
     # a restart: the same figures, from the event log and the allocations alone
     hub.api("DELETE", f"/services/gpupool/api/jobs/{job['id']}", token=stu)
