@@ -52,8 +52,13 @@ def test_quota_refusal_says_what_to_do_and_allocates_nothing(hub: Hub) -> None:
     servers = "/hub/api/users/bob?include_stopped_servers=1"
     until(lambda: "exp2" not in hub.api("GET", servers)["servers"], "exp2 removed", detail=hub.tail)
     hub.stop_server("bob", "exp1")
+    # a server that has run stays the user's when a later start of it is refused
+    hub.spawn("bob", "1", server="exp3")
+    status, _ = hub.api_error("POST", "/hub/api/users/bob/servers/exp1", {"gpus": 0.5})
+    assert status == 403
+    hub.stop_server("bob", "exp3")  # the refused start has settled meanwhile
     listed = hub.api("GET", servers)["servers"]
-    assert "exp1" in listed and "exp2" not in listed, listed  # a server that ran stays the user's
+    assert "exp1" in listed and "exp3" in listed and "exp2" not in listed, listed
 
 
 @pytest.mark.parametrize(
