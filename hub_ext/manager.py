@@ -334,11 +334,9 @@ class PoolManager:
             row = self.reserve(w, req, groups, pools, parked)
         except NoCapacity:
             # one pool: build workspaces come first; train jobs borrowing GPUs make room
-            if self.hooks.make_room_for_build(w, req, pools=pools):
-                raise RoomBeingFreed(
-                    f"GPUs for {format_gpus(req.total_milli)} are being freed from training jobs that"
-                    " borrowed them: start again in a minute"
-                ) from None
+            # the spawn page says which jobs stop for it and about how long that takes
+            if making := self.hooks.make_room_for_build(w, req, pools=pools):
+                raise RoomBeingFreed(f"Making room for {format_gpus(req.total_milli)}: {making}") from None
             # then idle notebooks may move out of its way (make-before-break, gpupool.mover)
             moving = self.hooks.make_room_by_moving(w, req, groups, pools)
             if moving:

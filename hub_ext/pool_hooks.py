@@ -40,9 +40,10 @@ class PoolHooks:
         freed), None when train jobs can make no room. Changes nothing."""
         return None
 
-    def make_room_for_build(self, w: Workload, request: Request, pools: tuple[str, ...] = ()) -> bool:
-        """Preempt the train jobs borrowing GPUs until `request` fits; False when they cannot."""
-        return False
+    def make_room_for_build(self, w: Workload, request: Request, pools: tuple[str, ...] = ()) -> str:
+        """Preempt the train jobs borrowing GPUs until `request` fits: what is being done, for the
+        spawn page ("preempting job X of project P, ~20 s"); "" when they cannot."""
+        return ""
 
     def build_reserved(self, w: Workload) -> None:
         """The workspace holds its share: room held for it by training is no longer needed."""
@@ -96,14 +97,15 @@ class ServiceHooks(PoolHooks):
         training = self._get().training
         return training.room_for_build(request, pools=pools) if training is not None else None
 
-    def make_room_for_build(self, w: Workload, request: Request, pools: tuple[str, ...] = ()) -> bool:
+    def make_room_for_build(self, w: Workload, request: Request, pools: tuple[str, ...] = ()) -> str:
         training = self._get().training
-        return training.make_room_for_build(w, request, pools=pools) if training is not None else False
+        return training.make_room_for_build(w, request, pools=pools) if training is not None else ""
 
     def build_reserved(self, w: Workload) -> None:
         training = self._get().training
         if training is not None:
             training.build_holds.pop((w.owner, w.name), None)
+            training.build_victims.pop((w.owner, w.name), None)
 
     def room_by_moving(self, request: Request) -> int | None:
         mover = self._get().mover

@@ -91,6 +91,9 @@ class GPUPoolHub:
         self._pool = pool
         self._cgroups = cgroups
         self.running: Running | None = None  # what runs once the hub has started (`serving`)
+        # the gpupool service's token for the hub's REST API (set by gpupool.setup.configure):
+        # spawners remove a refused named server with it
+        self.service_token = ""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GPUPoolHub:
         return self  # one per hub: a copied config option shares it (see the module's docstring)

@@ -40,6 +40,7 @@ log = logging.getLogger("gpupool")
 SERVICE = "gpupool"
 CULLER = "gpupool-culler"
 ACCESS = f"access:services!service={SERVICE}"
+SERVICE_ROLE = "gpupool-service"
 
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
@@ -55,6 +56,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.tornado_settings.update({ROOT_KEY: root})
     settings = root.settings
     token = secrets.token_hex(32)
+    root.service_token = token
     api_url = _service_url(settings)
     services = [s for s in c.JupyterHub.get("services", []) if s.get("name") not in (SERVICE, CULLER)]
     services.append(
@@ -67,10 +69,14 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
             "info": {"description": "GPU pool: who holds which GPU share"},
         }
     )
-    roles = [r for r in c.JupyterHub.get("load_roles", []) if r.get("name") not in ("user", "server")]
+    roles = [
+        r for r in c.JupyterHub.get("load_roles", []) if r.get("name") not in ("user", "server", SERVICE_ROLE)
+    ]
     roles += [
         {"name": "user", "scopes": ["self", ACCESS]},
         {"name": "server", "scopes": ["users:activity!user", "access:servers!server", ACCESS]},
+        # a named server whose first start gpupool refused is removed again (spawner/mixin.py)
+        {"name": SERVICE_ROLE, "scopes": ["delete:servers"], "services": [SERVICE]},
     ]
     notes: list[str] = []  # for the hub's log, once it logs
     if culler:

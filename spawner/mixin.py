@@ -40,6 +40,8 @@ def http_error(err: PoolError) -> web.HTTPError:
     return exc
 
 
+_REMOVALS: set[Any] = set()  # refused named servers being removed (spawner/mixin.py)
+
 if TYPE_CHECKING:
     # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as
     # JupyterHub ships no type information); at run time the spawner class comes later in the MRO
@@ -119,6 +121,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             requested_milli(user_options or {})
             requested_pool(user_options or {})
         except PoolError as err:
+            self.forget_if_never_ran()
             raise http_error(err) from None
 
     def render_gpu_form(self, spawner: Spawner | None = None) -> str:
@@ -179,6 +182,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             )
             self.pool.hooks.admit(self.workload, self.user_groups, milli)  # a GPU-hour budget used up
         except PoolError as err:
+            self.forget_if_never_ran()
             raise http_error(err) from None
         return options
 
@@ -217,6 +221,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         if isinstance(err, PoolError):
             return self.refused(err)
         if why := disk_full(err):  # said as such, not a bare 500
+            self.forget_if_never_ran()
             return with_message(
                 web.HTTPError(507, reason="disk full"),
                 f"the disk is full: {why}; no GPU was reserved (tell an admin)",
@@ -246,7 +251,64 @@ class GPUSpawnerMixin(_SpawnerBase):
     def refused(self, err: PoolError) -> web.HTTPError:
         self.pool.store.record(EventKind.REFUSE, str(err), owner=self.user.name, name=self.name)
         self.log.warning("refused %s: %s", self.server_label, err)
+        self.forget_if_never_ran()
         return http_error(err)
+
+    # --- a refused named server leaves no row ----------------------------------
+    _gpupool_ran = False  # this server has started once (kept in the spawner's state)
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self._gpupool_ran:
+            state["gpupool_ran"] = True
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self._gpupool_ran = bool(state.get("gpupool_ran"))
+
+    # clear_state (at every stop) keeps the mark: a server that ran stays the user's
+
+    def forget_if_never_ran(self) -> None:
+        """A named server refused at its first start (quota, budget, disk reserve, a bad size) is
+        removed from the user's servers once JupyterHub has settled the failed start, through the
+        hub's REST API: the home page listed it, stopped, as if the user had one more server. One
+        that has run (its state's mark, or a share it held in the pool's records) is kept."""
+        if not self.name or self._gpupool_ran or not self.gpupool_root.service_token:
+            return
+        if self.pool.store.events(limit=1, kind=EventKind.ALLOCATE, owner=self.user.name, name=self.name):
+            return
+        import asyncio
+
+        task = asyncio.ensure_future(self._remove_refused())
+        _REMOVALS.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(_REMOVALS.discard)
+
+    async def _remove_refused(self, wait_s: float = 60) -> None:
+        import asyncio
+        import json
+        import time
+        from urllib.parse import quote
+
+        from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+        deadline = time.monotonic() + wait_s
+        await asyncio.sleep(0)  # the refusal is raised first
+        while self.pending and time.monotonic() < deadline:  # JupyterHub settles the failed start
+            await asyncio.sleep(0.1)
+        url = f"{self.hub.api_url.rstrip('/')}/users/{quote(self.user.name, safe='')}/servers/{quote(self.name, safe='')}"
+        try:
+            await AsyncHTTPClient().fetch(
+                url,
+                method="DELETE",
+                body=json.dumps({"remove": True}),
+                allow_nonstandard_methods=True,  # a DELETE with a body
+                headers={"Authorization": f"token {self.gpupool_root.service_token}"},
+                request_timeout=30,
+            )
+            self.log.info("removed %s: refused at its first start", self.server_label)
+        except (HTTPClientError, OSError) as err:
+            self.log.warning("could not remove refused %s: %s", self.server_label, err)
 
     async def reserve_share(self) -> Allocation | None:
         """The share this start needs (subclasses may take it from a profile)."""
@@ -334,6 +396,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             self.release_gpus("start failed")
             raise
         failpoints.reach("spawn.started")
+        self._gpupool_ran = True
         if self.gpupool_allocation is not None:
             self.pool.mark_running(self.workload, self.server_pid())
         return url

@@ -471,3 +471,29 @@ def page_config(html: str) -> dict:
     """The JSON JupyterLab's page carries (#jupyter-config-data): its extensions, its base URL."""
     found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', html, re.S)
     return json.loads(found.group(1)) if found else {}
+
+
+def progress_messages(hub: Hub, user: str, timeout: float = 120) -> list[str]:
+    """The spawn page's progress messages (the event stream it reads), from the moment the spawn
+    is pending until it is ready or failed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(
+            f"{hub.url}/hub/api/users/{user}/server/progress",
+            headers={"Authorization": f"token {ADMIN_TOKEN}"},
+        )
+        try:
+            stream = urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError:  # not pending yet
+            time.sleep(0.1)
+            continue
+        said = []
+        with stream:
+            for line in stream:
+                if line.startswith(b"data:"):
+                    event = json.loads(line[5:])
+                    said.append(event.get("message", ""))
+                    if event.get("ready") or event.get("failed"):
+                        return said
+        return said
+    raise AssertionError(f"no progress for {user}:\n{hub.tail()}")

@@ -62,6 +62,23 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         assert "GPU ?" not in texts and all(t.startswith("GPU 0.25") for t in texts[shown:]), texts
         text = item.inner_text()
         assert text.startswith("GPU 0.25 · ") and text.endswith(" left"), text
+        # its words on the same line as its neighbours' (they sat higher): each status item's text
+        # measured where it is drawn, its vertical middle
+        middles = page.evaluate("""() => [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-Item')]
+            .map(item => {
+                const walk = document.createTreeWalker(item, NodeFilter.SHOW_TEXT);
+                let node = walk.nextNode();
+                while (node && !node.textContent.trim()) { node = walk.nextNode(); }
+                if (!node || !item.offsetParent) { return null; }
+                const range = document.createRange();
+                range.selectNodeContents(node);
+                const box = range.getBoundingClientRect();
+                return [item.classList.contains('gpupool-StatusItem'), box.top + box.height / 2];
+            }).filter(Boolean)""")
+        ours = [m for gpupool, m in middles if gpupool]
+        others = [m for gpupool, m in middles if not gpupool]
+        assert len(ours) == 1 and others, middles
+        assert all(abs(ours[0] - m) <= 1 for m in others), middles
         title = item.get_attribute("title")
         assert (
             "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title

@@ -6,10 +6,11 @@ reclaimed the GPUs for it."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
-from tests.hubtools import PASSWORD, Hub, WebUser
+from tests.hubtools import PASSWORD, Hub, WebUser, progress_messages
 
 pytestmark = pytest.mark.hub
 J = "/services/gpupool/api/jobs"
@@ -18,6 +19,7 @@ c.TrainPool.tick_s = 0.3
 c.TrainPool.grace_s = 2
 c.TrainPool.projects = {"research": {"guarantee": 2}}
 """
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"
 
 
 def size_option(html: str, value: str) -> str:
@@ -37,7 +39,8 @@ def test_the_form_offers_what_preempting_borrowers_frees_and_says_so(make_hub) -
         hub.api(
             "POST",
             J,
-            {"project": "research", "gpus": 2, "name": f"big{i}", "script": "import time\ntime.sleep(600)"},
+            # each takes its whole grace period to stop, as a job that saves a checkpoint would
+            {"project": "research", "gpus": 2, "name": f"big{i}", "script": STUBBORN},
             token=token,
         )
         for i in range(2)
@@ -53,7 +56,19 @@ def test_the_form_offers_what_preempting_borrowers_frees_and_says_so(make_hub) -
     assert "starting it stops 1 train job borrowing idle GPUs, as build workspaces come first" in one
     assert "starting it stops 1 train job" in size_option(form, "0.25")  # no GPU has a free quarter either
 
-    assert ula.spawn("1").startswith(f"{hub.url}/user/ula/lab")
+    # the spawn page says what it waits for: the job preempted for it and about how long it takes
+    landed: list[str] = []
+    spawn = threading.Thread(target=lambda: landed.append(ula.spawn("1")))
+    spawn.start()
+    said = progress_messages(hub, "ula")
+    spawn.join()
+    assert landed and landed[0].startswith(f"{hub.url}/user/ula/lab"), landed
+    waits = [m for m in said if m.startswith("Making room for 1 GPU: preempting job ")]
+    assert waits, said
+    named = re.fullmatch(
+        r"Making room for 1 GPU: preempting job (\w+) of project research, ~[12] s", waits[0]
+    )
+    assert named and named.group(1) in {j["id"] for j in jobs}, waits
     states = sorted(hub.api("GET", f"{J}/{j['id']}", token=token)["state"] for j in jobs)
     assert states in (["queued", "running"], ["preempting", "running"]), states
     [share] = [s for s in hub.allocations() if s["owner"] == "ula"]

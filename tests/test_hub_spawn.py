@@ -48,7 +48,17 @@ def test_quota_refusal_says_what_to_do_and_allocates_nothing(hub: Hub) -> None:
     assert "your build quota is 1 GPU and server 'exp1' holds 1 GPU" in message
     assert "stop it or choose a smaller fraction" in message
     assert hub.allocations() == before
+    # the refused server is not left on bob's list (the home page showed it, stopped); exp1 stays
+    servers = "/hub/api/users/bob?include_stopped_servers=1"
+    until(lambda: "exp2" not in hub.api("GET", servers)["servers"], "exp2 removed", detail=hub.tail)
     hub.stop_server("bob", "exp1")
+    # a server that has run stays the user's when a later start of it is refused
+    hub.spawn("bob", "1", server="exp3")
+    status, _ = hub.api_error("POST", "/hub/api/users/bob/servers/exp1", {"gpus": 0.5})
+    assert status == 403
+    hub.stop_server("bob", "exp3")  # the refused start has settled meanwhile
+    listed = hub.api("GET", servers)["servers"]
+    assert "exp1" in listed and "exp3" in listed and "exp2" not in listed, listed
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from gpupool.widgets.summary import summary
-from tests.hubtools import ADMIN_TOKEN, PASSWORD, Hub, WebUser
+from tests.hubtools import PASSWORD, Hub, WebUser, progress_messages
 from tests.kernelcalls import run_code
 from tests.test_build_first_form import size_option
 from tests.test_containment import OPENS, devices_enforced, expected, gpu_nodes
@@ -226,32 +224,6 @@ def test_a_hub_killed_at_each_phase_of_a_move_restarts_with_every_invariant_held
     assert layout(hub)["ann"] == [("build", 1)]
     Path(running["workdir"], "go").touch()
     hub.wait_job(job["id"], {"succeeded"}, dan)
-
-
-def progress_messages(hub: Hub, user: str, timeout: float = 120) -> list[str]:
-    """The spawn page's progress messages (the event stream it reads), from the moment the spawn
-    is pending until it is ready or failed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        req = urllib.request.Request(
-            f"{hub.url}/hub/api/users/{user}/server/progress",
-            headers={"Authorization": f"token {ADMIN_TOKEN}"},
-        )
-        try:
-            stream = urllib.request.urlopen(req, timeout=timeout)
-        except urllib.error.HTTPError:  # not pending yet
-            time.sleep(0.1)
-            continue
-        said = []
-        with stream:
-            for line in stream:
-                if line.startswith(b"data:"):
-                    event = json.loads(line[5:])
-                    said.append(event.get("message", ""))
-                    if event.get("ready") or event.get("failed"):
-                        return said
-        return said
-    raise AssertionError(f"no progress for {user}:\n{hub.tail()}")
 
 
 def test_a_large_workspace_waits_while_an_idle_notebook_moves_then_starts(make_hub, tmp_path: Path) -> None:

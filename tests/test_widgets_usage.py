@@ -3,7 +3,9 @@ right-sizing and a queued job's estimated start: pure functions of the API's ans
 
 from __future__ import annotations
 
-from gpupool.widgets.jobs import job_row
+from html.parser import HTMLParser
+
+from gpupool.widgets.jobs import JobMonitor, job_row
 from gpupool.widgets.status import budget_rows
 from gpupool.widgets.summary import summary
 
@@ -85,3 +87,65 @@ def test_the_job_monitor_says_when_a_queued_job_should_start() -> None:
     row = job_row(job)
     assert "starts around 14:20 (in 35 min), once job x of p is expected to end; waiting for GPUs" in row
     assert "starts around" not in job_row({**job, "state": "running", "runs": 1})
+
+
+class _Cells(HTMLParser):
+    """The rows of the monitor's tables: each cell as (tag, style, text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables = 0
+        self.rows: list[list[tuple[str, str, str]]] = []
+        self._cell: list | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self.tables += 1
+        elif tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td"):
+            self._cell = [tag, dict(attrs).get("style") or "", ""]
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell[2] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("th", "td") and self._cell is not None:
+            self.rows[-1].append(tuple(self._cell))
+            self._cell = None
+
+
+def test_the_job_monitors_headers_stand_over_their_columns() -> None:
+    """One table, its header row over the same columns as each job's row, header and cells aligned
+    alike: before, the browser centred each header while the cells under it started at the left
+    (and JupyterLab's rendered HTML pushes them right), so 'state' stood over a job's GPUs."""
+
+    class Api:  # the answer of api/jobs, as the monitor reads it
+        def get(self, path: str) -> dict:
+            assert path == "api/jobs"
+            queued = {"id": "j1", "name": "resnet", "project": "vision", "gpus": 0.5, "state": "queued"}
+            queued |= {
+                "runs": 0,
+                "preemptions": 0,
+                "gpu": [],
+                "message": "",
+                "wait_reason": "waiting for GPUs",
+            }
+            running = {**queued, "id": "j2", "state": "running", "runs": 1, "wait_reason": ""}
+            return {"jobs": [queued, running | {"gpu": [{"node": "n1", "gpus": "0"}]}]}
+
+    html = JobMonitor(client=Api(), follow=False).table.value  # type: ignore[arg-type]
+    cells = _Cells()
+    cells.feed(html)
+    assert cells.tables == 1
+    header, *jobs = cells.rows
+    assert [c[2] for c in header] == ["job", "project", "GPUs", "state", "GPU", "runs", "note"]
+    assert {c[0] for c in header} == {"th"} and len(jobs) == 2
+    for row in jobs:
+        assert {c[0] for c in row} == {"td"} and len(row) == len(header)
+        for head, cell in zip(
+            header, row, strict=True
+        ):  # each header aligned as the cell under it, at its left
+            assert "text-align:left" in head[1] and "text-align:left" in cell[1], (head, cell)
+    assert jobs[1][4][2] == "n1 GPU 0" and jobs[0][3][2] == "queuedwaiting for GPUs"

@@ -35,6 +35,13 @@ def offered_projects(projects: list[dict]) -> list[str]:
     return [p["name"] for p in projects if p.get("may_submit", True)]
 
 
+# The monitor's columns, header and cells alike. Every cell is aligned left and to the top, the
+# header's too: a browser centres <th> by default and JupyterLab's rendered HTML aligns cells
+# right, so headers stood off their columns (a job's cell holds two lines, its header one word).
+JOB_COLUMNS = ("job", "project", "GPUs", "state", "GPU", "runs", "note")
+CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px"
+
+
 def job_row(job: Mapping[str, Any]) -> str:
     """One job as an HTML table row: pure, so tests read what users see. A queued job says why it
     waits (the API's wait_reason), a preempted one when and from where it goes on."""
@@ -54,11 +61,27 @@ def job_row(job: Mapping[str, Any]) -> str:
     # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
     cancelled = job["state"] == JobState.CANCELLED
     note = (job.get("message") if cancelled else job.get("preemption") or job.get("message")) or ""
+    state = f"<b style='color:{colour}'>{escape(job['state'])}</b>" + (
+        f"<br><small>{escape(why)}</small>" if why else ""
+    )
+    cells = (  # one per JOB_COLUMNS entry, in its order
+        f"<code>{escape(job['id'])}</code> {escape(job['name'])}",
+        escape(job["project"]),
+        f"{job['gpus']:g}",
+        state,
+        escape(where),
+        escape(runs),
+        escape(note),
+    )
+    return "<tr>" + "".join(f"<td style='{CELL_STYLE}'>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def job_table(jobs: list[Mapping[str, Any]]) -> str:
+    """The job monitor's table: one header row over the same columns as every job's row."""
+    head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in JOB_COLUMNS)
     return (
-        f"<tr><td><code>{escape(job['id'])}</code> {escape(job['name'])}</td><td>{escape(job['project'])}</td>"
-        f"<td>{job['gpus']:g}</td><td><b style='color:{colour}'>{escape(job['state'])}</b>"
-        f"{'<br><small>' + escape(why) + '</small>' if why else ''}</td>"
-        f"<td>{escape(where)}</td><td>{escape(runs)}</td><td>{escape(note)}</td></tr>"
+        "<table class='gpupool-jobs' style='border-collapse:collapse;table-layout:auto'>"
+        f"<thead><tr>{head}</tr></thead><tbody>" + "".join(job_row(j) for j in jobs) + "</tbody></table>"
     )
 
 
@@ -196,10 +219,7 @@ class JobMonitor(w.VBox):
         except GPUPoolError as err:
             self.message.value = f"<span style='color:#b00'>{escape(str(err))}</span>"
             return []
-        self.table.value = (
-            "<table class='gpupool-jobs'><tr><th>job</th><th>project</th><th>GPUs</th><th>state</th>"
-            "<th>GPU</th><th>runs</th><th></th></tr>" + "".join(job_row(j) for j in jobs) + "</table>"
-        )
+        self.table.value = job_table(jobs)
         if self.job_id and jobs:  # an ended job has nothing to cancel: no button, not a dead one
             self.cancel_button.layout.display = "" if jobs[0]["state"] in UNFINISHED else "none"
             self.cancel_button.disabled = jobs[0]["state"] not in UNFINISHED

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import random
 import sys
@@ -66,6 +67,8 @@ class TrainingService(JobBook):
         self.pins: dict[str, Placement] = {}  # planned spots from a consolidation
         # GPUs freed for a build workspace are held for it, not handed back to train jobs
         self.build_holds: dict[tuple[str, str], tuple[Request, float]] = {}
+        # the jobs preempted for each waiting workspace, named on its spawn page
+        self.build_victims: dict[tuple[str, str], list[str]] = {}
         # idle train jobs: the idle culler's sampler, from the hub's set-up (GPU utilization per
         # job id, None when unknown) for projects with idle_gpu_s
         self.gpu_use = gpu_use
@@ -419,6 +422,7 @@ class TrainingService(JobBook):
 
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
+        self.build_victims = {k: v for k, v in self.build_victims.items() if k in self.build_holds}
         pending, running, stopping = self.scheduler_inputs(self.jobs())
         return schedule(
             self.train_view(),
@@ -626,19 +630,37 @@ class TrainingService(JobBook):
 
     def make_room_for_build(
         self, w: Workload, request: Request, now: float | None = None, pools: tuple[str, ...] = ()
-    ) -> bool:
+    ) -> str:
         """Preempt over-quota train jobs (youngest, lowest priority first, past min runtime) until
-        `request` fits (within the workspace's node `pools`, if any); False when even that would
-        not make room. Build workspaces are never preempted; in-quota train jobs neither."""
+        `request` fits (within the workspace's node `pools`, if any); "" when even that would
+        not make room, else what is being done, for the spawn page ("preempting job X of project
+        P, ~20 s"). Build workspaces are never preempted; in-quota train jobs neither."""
         now = now if now is not None else time.time()
         victims = self.room_for_build(request, now, pools)
         if victims is None:
-            return False
+            return ""
         for job_id in victims:
             self._preempt(job_id, "a build workspace needs its GPU", now, PreemptCause.BUILD)
+        key = (w.owner, w.name)
+        if victims:  # a retry of the same start finds them stopping ([]): still the ones it waits for
+            self.build_victims[key] = victims
         # hold the room until the workspace starts, or for a while after the grace period
-        self.build_holds[(w.owner, w.name)] = (request, now + self.cfg.grace_s + 300)
-        return True
+        self.build_holds[key] = (request, now + self.cfg.grace_s + 300)
+        return self.making_room(self.build_victims.get(key, []), now)
+
+    def making_room(self, job_ids: list[str], now: float) -> str:
+        """What a workspace waiting for a reclaim waits for: each job still stopping, and about
+        how long until its grace period ends (it is killed then, at the latest)."""
+        said = []
+        for job_id in job_ids:
+            row = self.job(job_id)
+            if row is None or row.state != JobState.PREEMPTING:
+                continue
+            left = max(1, math.ceil((row.term_sent or now) + self.cfg.grace_s - now))
+            said.append(f"job {job_id} of project {row.project}, ~{left} s")
+        if not said:
+            return "the GPUs of train jobs that borrowed them are coming back"
+        return "preempting " + "; ".join(said)
 
     def _preempt(
         self, job_id: str, reason: str, now: float, cause: PreemptCause, for_project: str = ""

@@ -19,19 +19,26 @@ const PLUGIN = 'gpupool-lab:plugin';
 class GPUStatusItem extends Widget {
   constructor() {
     super();
+    // built as JupyterLab's own status items are (a GroupItem holding a TextItem), so it takes
+    // their font and line height and is centred in the bar: bare text in the item sat higher
+    // than its neighbours
     this.addClass('gpupool-StatusItem');
+    this.addClass('jp-StatusBar-GroupItem');
     this.node.style.padding = '0 6px';
     this.node.style.whiteSpace = 'nowrap';
+    this.text = document.createElement('span');
+    this.text.className = 'jp-StatusBar-TextItem';
+    this.node.appendChild(this.text);
     this.setStatus(null);
   }
 
   // not update() or show(): lumino calls those (no argument) when the status bar lays itself out,
   // and the item then said "GPU ?" until the next read, up to a poll interval later
   setStatus(status) {
-    this.node.textContent = itemText(status);
+    this.text.textContent = itemText(status);
     this.node.title = itemTitle(status);
     this.node.dataset.action = (status && status.action) || '';
-    this.node.style.color = status && status.action === 'warn' ? 'var(--jp-warn-color0)' : '';
+    this.text.style.color = status && status.action === 'warn' ? 'var(--jp-warn-color0)' : '';
   }
 }
 
