@@ -339,7 +339,7 @@ def test_one_budget_reads_the_same_on_the_form_in_the_refusal_and_in_the_labs_to
     assert toast["message"].startswith(f"GPU-hour budget used up: {said}."), toast
 
 
-def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> None:
+async def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> None:
     """A hub minutes old showed its use as a sliver at the right edge of a 24 h plot: the page
     now opens on the last hour until something held began before it."""
     import time
@@ -348,8 +348,8 @@ def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> None:
 
     pool = small_pool(tmp_path)
     pool.reserve_build("ann", [], "", 250)
-    fresh = usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 600), {}, 2)
+    fresh = await usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 600), {}, 2)
     assert fresh["period"] == "1h" and fresh["error"] == ""
-    older = usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 7200), {}, 2)
+    older = await usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 7200), {}, 2)
     assert older["period"] == "24h"
-    assert usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2)["period"] == "7d"  # a pick wins
+    assert (await usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2))["period"] == "7d"  # a pick wins

@@ -234,7 +234,7 @@ def test_the_sweep_field_says_how_many_jobs_and_refuses_what_the_hub_would(make_
         ("lr", "is not KEY=V1,V2"),
         ("lr=1 lr=2", "lr is given twice"),
         ("1x=1,2", "is not a parameter name"),
-        ("a=1,2,3,4,5,6 b=1,2,3,4,5,6", "36 combinations, at most 32"),
+        ("a=1,2,3,4,5,6 b=1,2,3,4,5,6", "36 combinations, at most 20"),
         ("lr='0.1", "quotation"),
     ):
         promote.sweep.value = text

@@ -24,6 +24,10 @@ def _gpus(milli: int) -> int:
     return math.ceil(milli / MILLI_PER_GPU)
 
 
+# far above any cluster: the kubelet and the pods' own requests bound CPU and memory, not the queue
+UNRATIONED = [{"name": "cpu", "nominalQuota": "1000000"}, {"name": "memory", "nominalQuota": "1Ei"}]
+
+
 def kueue_objects(
     projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool", flavor: str = "gpu"
 ) -> list[dict]:
@@ -45,8 +49,15 @@ def kueue_objects(
                     "namespaceSelector": {},
                     "queueingStrategy": "BestEffortFIFO",
                     "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                    # train pods ask for CPU and memory (a fractional job is not BestEffort), and
+                    # Kueue leaves a workload that requests a resource no group covers pending for
+                    # ever; gpupool's guarantees are GPUs, so these are covered, not rationed (one
+                    # group: a flavor may stand in only one)
                     "resourceGroups": [
-                        {"coveredResources": [GPU], "flavors": [{"name": flavor, "resources": [quota]}]}
+                        {
+                            "coveredResources": [GPU, "cpu", "memory"],
+                            "flavors": [{"name": flavor, "resources": [quota, *UNRATIONED]}],
+                        }
                     ],
                 },
             }

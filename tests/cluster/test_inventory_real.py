@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpupool.gpu.memory_cap import DEFAULT_CONTEXT_MIB, share_cap_mib
 from gpupool.kube.inventory import inventory_from_nodes
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources, gpu_node
@@ -53,9 +54,12 @@ async def test_the_hub_counts_the_clusters_gpus_and_a_share_gets_the_real_cards_
         pod = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{sp.pod_name}")
         memory = inv.node(sp.gpupool_allocation.node).gpus[0].memory_mib
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-        # a quarter of the card the hub counted (was a quarter of the overlay's 16 GiB: 4096)
-        assert (
-            pod["metadata"]["annotations"]["gpu-memory"] == env["GPUPOOL_GPU_MEMORY_MIB"] == str(memory // 4)
+        # KAI reserves a quarter of the card the hub counted (was a quarter of the overlay's
+        # 16 GiB: 4096); the process's cap inside it leaves room for its CUDA context
+        assert pod["metadata"]["annotations"]["gpu-memory"] == str(memory // 4)
+        assert env["GPUPOOL_GPU_MEMORY_MIB"] == str(
+            share_cap_mib(250, memory, context_mib=DEFAULT_CONTEXT_MIB)
         )
+        assert int(env["GPUPOOL_GPU_MEMORY_MIB"]) == memory // 4 - DEFAULT_CONTEXT_MIB
     finally:
         await sp.stop()

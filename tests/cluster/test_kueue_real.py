@@ -190,10 +190,10 @@ async def test_kueue_admits_a_train_job_within_its_quota_and_holds_the_next(
         assert kueue.condition(wl, "QuotaReserved")["status"] == "True"
         assert wl["status"]["admission"]["clusterQueue"] == PROJECT
         assignment = wl["status"]["admission"]["podSetAssignments"][0]
-        assert (assignment["flavors"], assignment["resourceUsage"]) == (
-            {"nvidia.com/gpu": FLAVOR},
-            {"nvidia.com/gpu": "1"},
-        )
+        # the GPU counted against the project's quota; the pod's CPU and memory requests are
+        # covered by the same flavor (unrationed), else Kueue would never admit the Job
+        assert assignment["flavors"] == {"nvidia.com/gpu": FLAVOR, "cpu": FLAVOR, "memory": FLAVOR}
+        assert assignment["resourceUsage"]["nvidia.com/gpu"] == "1"
         await wait_for(
             lambda: job(admin, first.id)["spec"].get("suspend") is False, 30, "the Job unsuspended"
         )
