@@ -352,4 +352,6 @@ async def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> No
     assert fresh["period"] == "1h" and fresh["error"] == ""
     older = await usage_view(UsageService(pool, Usage(), clock=lambda: time.time() + 7200), {}, 2)
     assert older["period"] == "24h"
-    assert (await usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2))["period"] == "7d"  # a pick wins
+    assert (await usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2))[
+        "period"
+    ] == "7d"  # a pick wins
