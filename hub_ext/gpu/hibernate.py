@@ -668,12 +668,12 @@ def own_kernel_id() -> str:
     return name.removeprefix("kernel-").removesuffix(".json")
 
 
-def _post_own_server(
-    path: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float
-) -> Any:
+def _post_json(
+    url: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float, limit: int
+) -> bytes:
+    """POST `body` as JSON with the user's own token; at most `limit` bytes of the answer."""
     import urllib.request
 
-    url = environ.get("JUPYTERHUB_SERVICE_URL", "").rstrip("/") + "/" + path
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
@@ -684,26 +684,21 @@ def _post_own_server(
         },
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
-        text = r.read(1 << 20)
+        return r.read(limit)
+
+
+def _post_own_server(
+    path: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float
+) -> Any:
+    url = environ.get("JUPYTERHUB_SERVICE_URL", "").rstrip("/") + "/" + path
+    text = _post_json(url, body, environ, timeout, 1 << 20)
     return json.loads(text) if text else None
 
 
 def _record_in_hub(body: dict[str, Any], environ: MutableMapping[str, str]) -> Any:
     """POST the hibernation to the gpupool API (api/hibernated) with the user's own token."""
-    import urllib.request
-
     url = environ.get("GPUPOOL_API_URL", "").rstrip("/") + "/api/hibernated"
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={
-            "Authorization": f"token {environ.get('JUPYTERHUB_API_TOKEN', '')}",
-            "Content-Type": "application/json",
-        },
-    )
-    with urllib.request.urlopen(req, timeout=10.0) as r:
-        return r.read(1 << 16)
+    return _post_json(url, body, environ, 10.0, 1 << 16)
 
 
 def hibernate_now(
