@@ -92,11 +92,9 @@ def _after_import(name: str, then, failed: str) -> None:
     sys.meta_path.insert(0, Watcher())
 
 
-def _install_resume_hook() -> None:
-    """Parked GPUs come back before the next cell (gpupool_resume.py): hook every IPython
-    shell once it has its event manager; nothing is imported until IPython itself is."""
-    if not os.environ.get("GPUPOOL_API_URL") or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
-        return
+def _on_each_shell(install, could_not: str, failed: str) -> None:
+    """`install(shell)` for every IPython shell once it has its event manager (its
+    init_events); an error is printed, never raised into the kernel."""
 
     def patch(module) -> None:
         shell_class = module.InteractiveShell
@@ -105,16 +103,28 @@ def _install_resume_hook() -> None:
         def init_events(self, *args, **kwargs):
             original(self, *args, **kwargs)
             try:
-                import gpupool_resume
-
-                gpupool_resume.install(self)
+                install(self)
             except Exception as err:  # never break the kernel
-                print(f"gpupool: could not install the GPU resume hook: {err}", file=sys.stderr)
+                print(f"gpupool: {could_not}: {err}", file=sys.stderr)
 
         shell_class.init_events = init_events
 
     # an IPython without init_events: no hook, no harm
-    _after_import("IPython.core.interactiveshell", patch, "no GPU resume hook")
+    _after_import("IPython.core.interactiveshell", patch, failed)
+
+
+def _install_resume_hook() -> None:
+    """Parked GPUs come back before the next cell (gpupool_resume.py): hook every IPython
+    shell once it has its event manager; nothing is imported until IPython itself is."""
+    if not os.environ.get("GPUPOOL_API_URL") or os.environ.get("GPUPOOL_RESUME_HOOK", "1") == "0":
+        return
+
+    def resume(shell) -> None:
+        import gpupool_resume
+
+        gpupool_resume.install(shell)
+
+    _on_each_shell(resume, "could not install the GPU resume hook", "no GPU resume hook")
 
 
 def _install_wake_hook() -> None:
@@ -124,24 +134,14 @@ def _install_wake_hook() -> None:
     if not os.environ.get("JPY_SESSION_NAME") or os.environ.get("GPUPOOL_HIBERNATE", "1") == "0":
         return
 
-    def patch(module) -> None:
-        shell_class = module.InteractiveShell
-        original = shell_class.init_events
+    def wake(shell) -> None:
+        try:
+            from gpupool.gpu.hibernate import install_wake
+        except ImportError:  # a kernel environment without gpupool: nothing was hibernated by it
+            return
+        install_wake(shell)
 
-        def init_events(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            try:
-                from gpupool.gpu.hibernate import install_wake
-            except ImportError:  # a kernel environment without gpupool: nothing was hibernated by it
-                return
-            try:
-                install_wake(self)
-            except Exception as err:  # never break the kernel
-                print(f"gpupool: could not check for hibernated variables: {err}", file=sys.stderr)
-
-        shell_class.init_events = init_events
-
-    _after_import("IPython.core.interactiveshell", patch, "no wake from hibernation")
+    _on_each_shell(wake, "could not check for hibernated variables", "no wake from hibernation")
 
 
 def _follow_current_gpu() -> None:
