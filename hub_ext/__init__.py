@@ -15,7 +15,7 @@ def __getattr__(name: str):
     # lazy, so that small stdlib-only parts (the job wrapper) and the kernel side import without
     # the hub's dependencies, and importing a subpackage never pulls in the hub set-up
     if name == "configure":
-        from gpupool.setup import configure
+        from gpupool.wiring.setup import configure
 
         return configure
     raise AttributeError(name)

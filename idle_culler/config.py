@@ -12,9 +12,9 @@ from traitlets import Callable as CallableTrait
 from traitlets.config import Configurable, LoggingConfigurable
 from traitlets.utils.importstring import import_item
 
-from gpupool.culling import IDLE_UTIL_PCT
 from gpupool.idle_culler.policy import CullerPolicy, Limits, session_end
 from gpupool.idle_culler.traits import LIMIT_FIELDS, RESOLVERS, LimitOverrides, Seconds, TimeOfDay, TimeZone
+from gpupool.vocab.culling import IDLE_UTIL_PCT
 
 __all__ = ["LIMIT_FIELDS", "RESOLVERS", "IdleCuller", "config_classes"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from gpupool.culling import IDLE_UTIL_PCT, BudgetAction, CullAction, CullReason, gpu_idle
+from gpupool.vocab.culling import IDLE_UTIL_PCT, BudgetAction, CullAction, CullReason, gpu_idle
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """GPU use per workspace, from one of three sources behind one interface.
 
-* NVMLSampler — the embedded hub: NVML per process (through gpupool.nvml, the only module
+* NVMLSampler — the embedded hub: NVML per process (through gpupool.gpu.nvml, the only module
   that calls pynvml), attributed to a workspace through the process tree of its server.
 * NodeAgentSampler — Kubernetes: per-pod JSON from the node agent DaemonSet.
 * DemoSampler — `gpupool up --demo-culling`: what users say of their GPU (busy or idle).
@@ -55,7 +55,7 @@ class Sampler(Protocol):
 
 class NVMLSampler:
     def __init__(self, nvml=None, proc: Path = Path("/proc")) -> None:
-        from gpupool.nvml import NVML
+        from gpupool.gpu.nvml import NVML
 
         self.nvml = nvml or NVML()
         self.proc = proc
@@ -63,7 +63,7 @@ class NVMLSampler:
         self.failing = False
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
-        from gpupool.nvml import NVMLUnavailable
+        from gpupool.gpu.nvml import NVMLUnavailable
 
         try:
             if not self.opened:

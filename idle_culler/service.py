@@ -21,12 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from gpupool.culling import BudgetAction, CullAction, CullReason
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
 from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
 from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
-from gpupool.kinds import EventKind
+from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
+from gpupool.vocab.kinds import EventKind
 
 log = logging.getLogger("gpupool.culler")
 

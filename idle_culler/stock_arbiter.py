@@ -25,9 +25,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpupool.culling import CullAction
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
+from gpupool.vocab.culling import CullAction
 
 log = logging.getLogger("gpupool.stock_arbiter")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
 from gpupool.pool.units import MILLI_PER_GPU, UnitError, gpus_number
-from gpupool.templating import render
+from gpupool.wiring.templating import render
 
 FIELD = "gpus"
 POOL_FIELD = "pool"  # optional: one of the node pools the user's groups may use
@@ -63,7 +63,7 @@ def render_form(
     than one, the user may pick one. `reclaim`: for a size without free room, how many train
     jobs borrowing GPUs would be preempted to make it (build workspaces come first): such a size
     is offered, and says so; `moves`: likewise, how many idle notebooks would move to another
-    GPU to make room (gpupool.mover). `notes`: what the user should read first (a GPU-hour budget near or
+    GPU to make room (gpupool.parking.mover). `notes`: what the user should read first (a GPU-hour budget near or
     over its limit, a smaller size that would do). The markup is templates/gpupool-spawn-form.html."""
     others = [h for h in held if this_server is None or h.server_name != this_server]
     at_limit = bool(max_workspaces) and len(others) >= max_workspaces

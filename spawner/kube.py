@@ -18,7 +18,6 @@ from tornado import web
 from traitlets import Bool, Dict, List, Unicode, default, observe, validate
 
 from gpupool.gpu.sharing import KAI_QUEUE_LABEL, SharingBackend, make_backend, requested_milli, split_milli
-from gpupool.kinds import EventKind
 from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError, QuotaExceeded
@@ -38,6 +37,7 @@ from gpupool.spawner.kube_objects import (
 from gpupool.spawner.kube_ready import PromptStart
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
+from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
     from jupyterhub.spawner import Spawner

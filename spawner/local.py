@@ -10,10 +10,10 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, set_user_setuid
 from tornado import web
 
-from gpupool import gpu_env_files
-from gpupool.accounts import Account, AccountError, SystemAccounts
 from gpupool.contain import WorkloadCgroups, joiner
-from gpupool.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.gpu import env_files as gpu_env_files
+from gpupool.host.accounts import Account, AccountError, SystemAccounts
+from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
 from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
 
@@ -24,7 +24,7 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
     only once it is empty, whatever its processes did to their session (gpupool.contain)."""
 
     _join_fds: tuple[int, ...] = ()
-    follows_published_gpu = True  # the hub publishes where the share is now (gpupool.gpu_env_files)
+    follows_published_gpu = True  # the hub publishes where the share is now (gpupool.gpu.env_files)
 
     @property
     def cgroups(self) -> WorkloadCgroups:
@@ -46,7 +46,7 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         return env
 
     def cgroups_marker(self) -> tuple[str, str]:
-        """What a restarted hub recognizes this instance's servers by (gpupool.instance)."""
+        """What a restarted hub recognizes this instance's servers by (gpupool.host.instance)."""
         return self.cgroups.hub_key, self.cgroups.instance
 
     async def start(self):

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 from traitlets import HasTraits, default
 
-from gpupool import failpoints
-from gpupool.disk import disk_full
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.env import gpu_env
-from gpupool.kinds import EventKind, WorkloadKind
-from gpupool.manager import PoolManager, Workload
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
-from gpupool.quiet_refusals import REFUSAL
-from gpupool.root import GPUPoolHub, root_of
 from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
 from gpupool.store import Allocation
+from gpupool.vocab.disk import disk_full
+from gpupool.vocab.kinds import EventKind, WorkloadKind
+from gpupool.wiring import failpoints
+from gpupool.wiring.quiet_refusals import REFUSAL
+from gpupool.wiring.root import GPUPoolHub, root_of
 
 
 def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
@@ -36,7 +36,9 @@ def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
 def http_error(err: PoolError) -> web.HTTPError:
     """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
     exc = with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
-    setattr(exc, REFUSAL, True)  # logged once as a refusal, without a traceback (gpupool.quiet_refusals)
+    setattr(
+        exc, REFUSAL, True
+    )  # logged once as a refusal, without a traceback (gpupool.wiring.quiet_refusals)
     return exc
 
 
@@ -60,7 +62,7 @@ class GPUSpawnerMixin(_SpawnerBase):
     @property
     def gpupool_root(self) -> GPUPoolHub:
         """The hub side's composition root: JupyterHub hands every User the hub's tornado settings
-        (`User.settings`), where `configure(c)` put it (gpupool.root)."""
+        (`User.settings`), where `configure(c)` put it (gpupool.wiring.root)."""
         return root_of(getattr(self.user, "settings", None))
 
     @property
@@ -339,7 +341,7 @@ class GPUSpawnerMixin(_SpawnerBase):
 
     async def reserve_waiting(self) -> Allocation | None:
         """The share; when train jobs that borrowed GPUs are being stopped to make room for it
-        (build first), or idle notebooks are being moved out of its way (gpupool.mover), wait
+        (build first), or idle notebooks are being moved out of its way (gpupool.parking.mover), wait
         for that instead of refusing, as long as the hub's start timeout allows; the spawn page
         says what it waits for (`progress`)."""
         import asyncio

@@ -96,7 +96,7 @@ class Hub:
         if self.accounts is None:
             self.accounts = not why_no_accounts() and not self.env.get("GPUPOOL_SPAWNER")
         if self.accounts:
-            from gpupool.accounts import unreachable
+            from gpupool.host.accounts import unreachable
 
             self.requested_state = self.state
             if unreachable([str(self.state.parent)]):
@@ -116,7 +116,7 @@ class Hub:
 
     def account(self, user: str) -> pwd.struct_passwd:
         """The Unix account the hub made for hub user `user` (KeyError: none)."""
-        from gpupool.accounts import unix_name
+        from gpupool.host.accounts import unix_name
 
         return pwd.getpwnam(unix_name(user, self.account_prefix))
 
@@ -163,7 +163,7 @@ class Hub:
             [
                 sys.executable,
                 "-m",
-                "gpupool.cli",
+                "gpupool.host.cli",
                 "up",
                 "--state",
                 str(self.state),
@@ -409,7 +409,7 @@ def uid_of(pid: int) -> int:
 def remove_accounts(state: Path) -> list[str]:
     """The accounts the hub made (gpupool's comment marker, a home in this state folder) go, as
     `gpupool accounts --remove --kill` removes them; the names removed."""
-    from gpupool.account_cleanup import remove_accounts as remove
+    from gpupool.host.account_cleanup import remove_accounts as remove
 
     removed, problems = remove(str(state), kill=True)
     assert not problems, problems

@@ -1,8 +1,8 @@
-"""`gpupool backup` / `gpupool restore` an operator can trust (gpupool.backup): a backup never
+"""`gpupool backup` / `gpupool restore` an operator can trust (gpupool.host.backup): a backup never
 writes into a folder someone else made (a user who made it first, in /tmp, would read both
 databases or redirect root's writes through a link), and a restore never takes files another
 account could have changed; a restored database closes the shares of what stopped after the backup
-at the backup's time, and names running work it does not know (gpupool.instance).
+at the backup's time, and names running work it does not know (gpupool.host.instance).
 
 Unit tests on real files and databases; the real hub's side is in tests/test_lost_state.py.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.backup import FILES, MANIFEST, BackupError, backup, restore
+from gpupool.alloc.manager import Workload
 from gpupool.contain.cgroups import Tree
-from gpupool.instance import LostState, settle
-from gpupool.manager import Workload
+from gpupool.host.backup import FILES, MANIFEST, BackupError, backup, restore
+from gpupool.host.instance import LostState, settle
 from gpupool.store import Store
 from gpupool.usage.ledger import Ledger
 from tests.support.pools import make_pool

@@ -69,8 +69,8 @@ def test_the_form_shows_the_pools_and_parses_one_with_bounds() -> None:
 def test_the_config_checks_the_pools_of_build_profiles() -> None:
     from traitlets.config import Config
 
-    from gpupool.config import GPUPool
-    from gpupool.quota_settings import node_pools
+    from gpupool.settings.config import GPUPool
+    from gpupool.settings.quotas import node_pools
 
     c = Config()
     c.GPUPool.build_pools = ["ws"]

@@ -11,13 +11,13 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpupool.config import GPUPool
+from gpupool.settings.config import GPUPool
 from tests.hubtools import REPO
 
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.cli", *args], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "gpupool.host.cli", *args], cwd=cwd, capture_output=True, text=True
     )
 
 
@@ -47,7 +47,7 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()
     # ... with make up's demo settings active, and no path of this machine
-    from gpupool.embedded import DEMO_SETTINGS
+    from gpupool.host.embedded import DEMO_SETTINGS
 
     for cls, settings in DEMO_SETTINGS.items():
         for name, value in settings.items():
@@ -194,7 +194,7 @@ def test_each_structured_option_is_checked_where_traitlets_reads_it(settings: di
     """One trait type per structured option: a bad value stops the config's read itself (not a
     later quota_policy() call), names the option and the value, and the quota API's document is
     refused with the very same words."""
-    from gpupool.config import policy_from_document
+    from gpupool.settings.config import policy_from_document
 
     c = Config()
     for name, value in settings.items():

@@ -213,7 +213,7 @@ def test_each_limit_is_said_enforced_or_why_not() -> None:
 
 
 def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_path: Path) -> None:
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.root import GPUPoolHub
 
     c = Config()
     c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"

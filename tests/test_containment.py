@@ -263,8 +263,8 @@ def test_the_hub_says_at_start_whether_there_are_cgroups(hub: Hub, make_hub) -> 
 def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> None:
     from traitlets.config import Config
 
-    from gpupool.cli import banner, containment_note
     from gpupool.contain import detect, hub_key
+    from gpupool.host.cli import banner, containment_note
 
     off = Config()
     off.Containment.mode = "off"

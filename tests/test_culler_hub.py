@@ -187,8 +187,8 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
     from traitlets.config import Config
 
     from gpupool.api.warnings import warnings_for
-    from gpupool.hub_adapter import HubApp
-    from gpupool.root import GPUPoolHub, Running
+    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.wiring.root import GPUPoolHub, Running
 
     root = GPUPoolHub(Config())
     assert warnings_for(root, SimpleNamespace(name="ann")) == []  # before the gpupool API runs

@@ -8,8 +8,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+from gpupool.gpu.nvml import DeviceSample, NVMLUnavailable, ProcessSample
 from gpupool.idle_culler.sampler import NodeAgentSampler, NVMLSampler, Target, descendants
-from gpupool.nvml import DeviceSample, NVMLUnavailable, ProcessSample
 
 
 def fake_proc(root: Path, tree: dict[int, int]) -> Path:

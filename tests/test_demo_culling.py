@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from gpupool.embedded import DEMO_CULLING, DEMO_CULLING_NOTE
+from gpupool.host.embedded import DEMO_CULLING, DEMO_CULLING_NOTE
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import make_sampler
 from gpupool.idle_culler.service import Client, Culler, parse_time, service_definition

@@ -1,5 +1,5 @@
 """A workspace's processes follow its share's CURRENT GPU: the hub publishes it in a file of its
-own (gpupool.gpu_env_files); the start-up code reads it in every Python process, for the
+own (gpupool.gpu.env_files); the start-up code reads it in every Python process, for the
 terminals and kernels the server launches, and before each cell. The hub side through a move
 and a resume elsewhere is in test_move_service.py and test_parking_core.py; on a real hub, with
 a kernel started after a move, in test_move_hub.py."""
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.alloc.hooks import ServiceHooks, Services
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.env import STARTUP_DIR
-from gpupool.gpu_env_files import GPUEnvFiles, file_name
-from gpupool.manager import PoolManager, Workload
+from gpupool.gpu.env_files import GPUEnvFiles, file_name
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node
 from gpupool.pool.request import Placement
-from gpupool.pool_hooks import ServiceHooks, Services
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -145,14 +145,14 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
 
     from traitlets.config import Config
 
-    from gpupool.config import GPUPool
-    from gpupool.hub_adapter import HubApp
-    from gpupool.setup import publish_gpus
+    from gpupool.settings.config import GPUPool
     from gpupool.spawner.kube import GPUKubeSpawner
     from gpupool.spawner.local import GPULocalProcessSpawner
+    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.wiring.setup import publish_gpus
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))
-    # the pool asks the files the hub hands its root (gpupool.root.Running.gpu_files)
+    # the pool asks the files the hub hands its root (gpupool.wiring.root.Running.gpu_files)
     pool = make_pool(
         tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=files))
     )

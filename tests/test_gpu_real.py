@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from gpupool.gpu.env import gpu_env
+from gpupool.gpu.nvml import discover_gpus
 from gpupool.idle_culler.policy import Limits
 from gpupool.idle_culler.sampler import NVMLSampler, Target
-from gpupool.nvml import discover_gpus
 
 GPUS = discover_gpus()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="no NVIDIA GPU with NVML here")]
@@ -205,9 +205,9 @@ def test_parking_a_busy_workspace_frees_its_memory_and_it_goes_on_after_resume(s
     """The hub parks every process of a server that holds a CUDA context (the shell has none),
     even while kernels are running: the lock waits for them; the card's memory comes back."""
     from gpupool.gpu.cuda_checkpoint import CudaCheckpoint
+    from gpupool.gpu.nvml import NVML
     from gpupool.gpu.parking import park_process, resume_process
     from gpupool.gpu.proctree import descendants
-    from gpupool.nvml import NVML
 
     shell, flag = server
     backend, nvml = CudaCheckpoint(), NVML()

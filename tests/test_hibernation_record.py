@@ -93,7 +93,7 @@ def test_retention_warns_days_before_and_the_record_goes_with_the_state(store: S
 
 def test_home_page_says_a_user_hibernated_server_and_warns_before_retention(store: Store) -> None:
     from gpupool.api.warnings import retention_for, stops_for
-    from gpupool.kinds import EventKind
+    from gpupool.vocab.kinds import EventKind
 
     store.record(EventKind.HIBERNATE, "ada/ hibernated by its user", owner="ada", name="")
     hib.record(store, "ada", "", {"bytes": 1, "kernels": 1, "notebooks": ["a.ipynb"]}, "user", NOW)

@@ -159,7 +159,7 @@ def test_quota_changes_that_make_no_sense_are_400(hub: Hub, change: dict, messag
     ],
 )
 def test_the_config_file_refuses_a_zero_size_or_a_negative_count(setting: str, value) -> None:
-    from gpupool.setup import validate
+    from gpupool.wiring.setup import validate
 
     c = Config()
     setattr(c.GPUPool, setting, value)

@@ -48,7 +48,7 @@ def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hu
 
 def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
     from gpupool.pool.errors import HubStopping
-    from gpupool.stopping import WHY
+    from gpupool.wiring.stopping import WHY
     from tests.support.pools import make_pool
 
     pool = make_pool(tmp_path, 2)
@@ -59,7 +59,7 @@ def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
 
 
 def test_make_clean_names_what_still_runs_as_an_account(tmp_path) -> None:
-    from gpupool.account_cleanup import what_runs
+    from gpupool.host.account_cleanup import what_runs
 
     state, proc = tmp_path / "state", tmp_path / "proc"
     (state / "jobs" / "alice" / "train-7f3a").mkdir(parents=True)
@@ -102,8 +102,8 @@ def test_the_submission_rate_limit_survives_a_restart(tmp_path) -> None:
 
 
 def test_make_clean_removes_the_hubs_cgroup_folders(tmp_path) -> None:
-    from gpupool.account_cleanup import remove_cgroups
     from gpupool.contain import detect, hub_key
+    from gpupool.host.account_cleanup import remove_cgroups
 
     state = tmp_path / "state"
     tree = detect("auto", hub_key(f"sqlite:///{state}/gpupool.sqlite"))
@@ -119,7 +119,7 @@ def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_n
     resumes at the next start); the queued one is not admitted while the hub stops."""
     import sys
 
-    from gpupool.stopping import WHY
+    from gpupool.wiring.stopping import WHY
     from tests.support.jobs import job_request
     from tests.support.pools import make_training, run_until
 
@@ -140,7 +140,7 @@ def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_n
     first = submit("first")
     run_until(svc, lambda: svc.job(first).state == "running" and svc.job(first).pid)
     second = submit("second")
-    svc.pool.stopping = WHY  # what gpupool.stopping.at_stop does first
+    svc.pool.stopping = WHY  # what gpupool.wiring.stopping.at_stop does first
     lines = svc.at_stop(end_jobs=True)
     assert "1 train job(s) told to stop" in lines[0], lines
     run_until(svc, lambda: svc.job(first).state == "queued")  # its run ended by the stop

@@ -65,7 +65,7 @@ def running_job(hub: Hub, token: str) -> dict:
 
 def another_instances_database(path: Path) -> None:
     """A gpupool database of another hub (another instance id), as a mixed-up restore brings."""
-    from gpupool.instance import SETTING
+    from gpupool.host.instance import SETTING
     from gpupool.store import Store
 
     store = Store(f"sqlite:///{path}")
@@ -119,7 +119,7 @@ def test_an_unreadable_database_stops_the_hub_with_the_reason(make_hub) -> None:
 
 def gpupool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gpupool.host.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -188,7 +188,7 @@ def test_the_config_file_refuses_duplicate_sizes() -> None:
     from traitlets import TraitError
     from traitlets.config import Config
 
-    from gpupool.setup import validate
+    from gpupool.wiring.setup import validate
 
     for setting, value in (
         ("allowed_fractions", [0.25, 0.25]),

@@ -1,4 +1,4 @@
-"""The hub's mover (gpupool.mover) on a real store and the virtual parking backend, without a
+"""The hub's mover (gpupool.parking.mover) on a real store and the virtual parking backend, without a
 hub: a parked notebook's resume claim waits for a whole GPU; an idle notebook moves off it
 (destination reserved first, kernel parked and restored with its GPU remapped, source
 released), and the claim is granted. Failed restores go back to the source; a crash at every
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from gpupool import failpoints
+from gpupool.alloc.hooks import ServiceHooks, Services
+from gpupool.alloc.manager import Workload
+from gpupool.gpu.env_files import GPUEnvFiles
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
-from gpupool.gpu_env_files import GPUEnvFiles
-from gpupool.manager import Workload
-from gpupool.mover import GPUMover, MoverService
-from gpupool.parking import ParkingService
+from gpupool.parking.mover import GPUMover, MoverService
+from gpupool.parking.service import ParkingService
 from gpupool.pool import (
     GPU,
     BuildLimits,
@@ -33,8 +33,8 @@ from gpupool.pool import (
 )
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
-from gpupool.pool_hooks import ServiceHooks, Services
 from gpupool.store import Move
+from gpupool.wiring import failpoints
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -83,7 +83,7 @@ class World:
         self.files = GPUEnvFiles(self.tmp / "gpu-env", self.pool)
 
     def services(self) -> Services:
-        """What the pool asks, as the hub's root hands it (gpupool.root.GPUPoolHub.services)."""
+        """What the pool asks, as the hub's root hands it (gpupool.wiring.root.GPUPoolHub.services)."""
         return Services(mover=self.mover if self.spawns_wait_for_moves else None, gpu_files=self.files)
 
     def gpu_for_new_processes(self, owner: str) -> str:

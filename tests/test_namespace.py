@@ -26,9 +26,15 @@ FOLDERS = {
 }
 # The wiring at the top of the package: it names every part (the hub set-up starts the culler
 # service, `%load_ext gpupool` loads the widgets); nothing below may import it back.
-WIRING = {"gpupool", "gpupool.setup", "gpupool.cli", "gpupool.embedded", "gpupool.embedded_config"}
+WIRING = {
+    "gpupool",
+    "gpupool.wiring.setup",
+    "gpupool.host.cli",
+    "gpupool.host.embedded",
+    "gpupool.host.embedded_config",
+}
 # imported only inside the hub (they read `c` from jupyterhub_config.py when imported)
-SKIP = {"gpupool.embedded_config"}
+SKIP = {"gpupool.host.embedded_config"}
 
 
 def all_modules() -> list[str]:
@@ -128,7 +134,7 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
         "gpupool/widgets/magics.py",
         "gpupool/gpu/startup/sitecustomize.py",
         "gpupool/templates/home.html",
-        # gpupool's own pages and fragments (gpupool.templating renders them)
+        # gpupool's own pages and fragments (gpupool.wiring.templating renders them)
         "gpupool/templates/gpupool-spawn-form.html",
         "gpupool/templates/gpupool-extend.html",
         "gpupool/templates/gpupool-plot.html",
@@ -200,7 +206,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            # `from gpupool import tasks` imports the module gpupool.tasks
+            # `from gpupool import tasks` imports the module gpupool.wiring.tasks
             subs = [
                 f"{target}.{a.name}"
                 for a in node.names

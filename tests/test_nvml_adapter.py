@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from gpupool import nvml as adapter
+from gpupool.gpu import nvml as adapter
 
 MIB = 1024 * 1024
 

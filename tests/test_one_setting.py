@@ -14,8 +14,8 @@ from traitlets.config import Config
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import NodeAgentSampler, make_sampler
 from gpupool.idle_culler.service import service_definition
-from gpupool.setup import culler_gpu_use
 from gpupool.train.config import TrainPool
+from gpupool.wiring.setup import culler_gpu_use
 
 AGENTS = "http://node-agent.gpupool:9402/pods,http://node-agent.other:9402/pods"
 TOKEN = "/etc/gpupool-agent/token"

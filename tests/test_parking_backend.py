@@ -123,7 +123,7 @@ def test_parking_is_off_with_mps_and_says_why(tmp_path):
     with the reason, instead of failing at every idle workspace."""
     from traitlets.config import Config
 
-    from gpupool.parking import build_parking
+    from gpupool.parking.service import build_parking
 
     c = Config()
     c.GPUParking.backend = "cuda"

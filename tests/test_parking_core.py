@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from gpupool.alloc.hooks import PoolHooks, ServiceHooks, Services
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.parking import Delays, VirtualParking
-from gpupool.manager import PoolManager, Workload
-from gpupool.parking import ParkingService
+from gpupool.parking.service import ParkingService
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node, PoolError
 from gpupool.pool.parking import plan_claims
-from gpupool.pool_hooks import PoolHooks, ServiceHooks, Services
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -106,9 +106,9 @@ def test_park_frees_the_share_for_another_user_and_resume_waits_then_completes(w
 
 
 def test_new_processes_see_no_gpu_while_parked_and_the_new_one_after_a_resume_elsewhere(tmp_path):
-    """What the hub publishes for the workspace's next processes (gpupool.gpu_env_files): its
+    """What the hub publishes for the workspace's next processes (gpupool.gpu.env_files): its
     GPU, none while parked (the old one is someone else's now), the GPU it resumed on."""
-    from gpupool.gpu_env_files import GPUEnvFiles
+    from gpupool.gpu.env_files import GPUEnvFiles
 
     clock = Clock()
     pool, svc = build(tmp_path, clock, hooks=ServiceHooks(lambda: Services(gpu_files=files)))

@@ -1,4 +1,4 @@
-"""Parking is the culler's default where the hub can park (gpupool.parking_support), decided
+"""Parking is the culler's default where the hub can park (gpupool.parking.support), decided
 once at start: the culler service gets a number, and the hub's log says which rule applies."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from traitlets.config import Config
 
 from gpupool.idle_culler.config import IdleCuller
-from gpupool.parking_support import AUTO_PARK_AFTER_S, culler_park_after
-from gpupool.setup import CULLER, configure
+from gpupool.parking.support import AUTO_PARK_AFTER_S, culler_park_after
+from gpupool.wiring.setup import CULLER, configure
 
 
 def culler_config(c: Config, spawner: str = "gpupool-simple") -> dict:

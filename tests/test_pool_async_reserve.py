@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.manager import PoolManager
+from gpupool.alloc.hooks import PoolHooks
+from gpupool.alloc.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, QuotaExceeded
-from gpupool.pool_hooks import PoolHooks
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(default=BuildLimits(500, (250, 500), 500, 2), group_totals_milli={"cs101": 500})

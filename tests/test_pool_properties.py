@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from gpupool.manager import PoolManager, Workload
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.pool import (
     BuildLimits,
     BuildQuotaPolicy,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-from gpupool.root import NotConfigured, root_of
+from gpupool.wiring.root import NotConfigured, root_of
 
 
 def hub_config(tmp_path: Path, admins_settings: str) -> Config:
-    from gpupool.setup import configure
+    from gpupool.wiring.setup import configure
 
     c = Config()
     c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"

@@ -142,15 +142,15 @@ def test_a_budget_refusal_is_one_log_line_not_a_traceback() -> None:
 
     from tornado import web
 
-    from gpupool.quiet_refusals import install
     from gpupool.spawner.mixin import http_error
     from gpupool.usage.service import BudgetRefused
+    from gpupool.wiring.quiet_refusals import install
 
     log = logging.getLogger("test-hub-log")
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     log.addHandler(handler)
-    install(log)  # as gpupool.setup does on the hub's log
+    install(log)  # as gpupool.wiring.setup does on the hub's log
     try:
         for err in (
             http_error(BudgetRefused("a workspace of 1 GPU is refused: budget used up")),

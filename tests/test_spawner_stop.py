@@ -12,8 +12,8 @@ import pytest
 from traitlets.config import Config
 
 from gpupool.pool import BuildLimits
-from gpupool.root import ROOT_KEY, GPUPoolHub
 from gpupool.spawner.mixin import GPUSpawnerMixin
+from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 from tests.support.pools import make_pool
 
 

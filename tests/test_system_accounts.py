@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
 from gpupool.contain import hub_key
-from gpupool.embedded import ACCOUNT_PREFIX, isolation
+from gpupool.host.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
+from gpupool.host.embedded import ACCOUNT_PREFIX, isolation
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 from tests.support.wait import until
 
@@ -345,9 +345,9 @@ def test_two_hubs_on_one_machine_never_share_an_account(tmp_path: Path) -> None:
 def test_making_accounts_is_bounded_per_minute(tmp_path: Path, monkeypatch) -> None:
     import collections
 
-    import gpupool.accounts
+    import gpupool.host.accounts
 
-    monkeypatch.setattr(gpupool.accounts, "_made", collections.deque())  # this test's minute only
+    monkeypatch.setattr(gpupool.host.accounts, "_made", collections.deque())  # this test's minute only
     tmp_path.chmod(0o711)
     accounts = SystemAccounts(
         prefix=ACCOUNT_PREFIX, create=True, home_root=str(tmp_path), max_created_per_minute=2
@@ -465,8 +465,8 @@ def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
     """`gpupool up` as root on a machine whose Python lives in a private folder (pyenv under
     /root) must still isolate users: it makes a Python environment they can run, not fall back to
     running every workspace as root."""
-    from gpupool.accounts import unreachable
-    from gpupool.cli import users_python
+    from gpupool.host.accounts import unreachable
+    from gpupool.host.cli import users_python
 
     top = Path(tempfile.mkdtemp(prefix="gpupool-up-"))
     top.chmod(0o711)
@@ -513,7 +513,7 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
 
         def accounts(*args: str) -> subprocess.CompletedProcess:
             return subprocess.run(
-                [sys.executable, "-m", "gpupool.cli", "accounts", "--state", str(hub.state), *args],
+                [sys.executable, "-m", "gpupool.host.cli", "accounts", "--state", str(hub.state), *args],
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpupool.admin.stacked import stacked_svg
 from gpupool.pool import Holding
 from gpupool.spawner.form import render_form
-from gpupool.templating import TEMPLATES, render
+from gpupool.wiring.templating import TEMPLATES, render
 
 HOSTILE = "<script>alert('x')</script>\"'><img src=x onerror=alert(1)>"
 ESCAPED = (

@@ -210,7 +210,7 @@ def test_consolidate_moves_a_job_so_that_a_blocked_gang_fits() -> None:
 # --- the hub's "make room for a build workspace" uses the same victims --------
 def test_a_build_workspace_stops_the_same_victim_a_reclaim_would(tmp_path) -> None:
 
-    from gpupool.manager import Workload
+    from gpupool.alloc.manager import Workload
     from tests.support.pools import make_training
 
     svc = make_training(tmp_path, 2, placement=POLICY, projects={"lab": {"guarantee": 0}})

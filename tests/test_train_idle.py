@@ -66,7 +66,7 @@ def test_idle_gpu_s_is_checked_per_project() -> None:
 
 def test_an_idle_job_is_warned_in_its_log_then_stopped_as_failed_idle_gpu(tmp_path: Path) -> None:
     from gpupool.idle_culler.sampler import FileSampler
-    from gpupool.setup import job_gpu_use
+    from gpupool.wiring.setup import job_gpu_use
 
     svc = make_training(
         tmp_path,

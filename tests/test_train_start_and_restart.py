@@ -206,7 +206,7 @@ def test_a_run_started_just_before_a_crash_is_adopted_not_started_twice(tmp_path
 
 
 def test_gpus_held_for_a_job_that_never_started_go_back_after_a_restart(tmp_path: Path) -> None:
-    from gpupool.manager import Workload
+    from gpupool.alloc.manager import Workload
     from gpupool.pool.request import Placement
 
     svc = service(tmp_path)
@@ -264,7 +264,7 @@ def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path
 
 
 def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(tmp_path: Path) -> None:
-    from gpupool.manager import Workload
+    from gpupool.alloc.manager import Workload
     from gpupool.pool.request import Placement
 
     svc = service(tmp_path)
@@ -283,7 +283,7 @@ def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(
 
 
 def test_cancelling_a_queued_job_frees_gpus_a_crash_left_reserved_for_it(tmp_path: Path) -> None:
-    from gpupool.manager import Workload
+    from gpupool.alloc.manager import Workload
     from gpupool.pool.request import Placement
 
     svc = service(tmp_path)

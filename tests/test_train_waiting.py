@@ -41,8 +41,8 @@ def test_at_its_limit_and_when_room_exists() -> None:
 def test_a_preemption_is_one_line_that_says_where_the_job_goes_on() -> None:
     import time
 
-    from gpupool.train.states import PreemptCause
     from gpupool.train.waiting import preemption_text
+    from gpupool.vocab.states import PreemptCause
 
     at = time.mktime((2026, 11, 23, 14, 2, 0, 0, 0, -1))
     saved = time.mktime((2026, 11, 23, 13, 55, 0, 0, 0, -1))
@@ -65,8 +65,8 @@ def test_the_preemption_line_is_made_from_the_events_fields_not_its_words(tmp_pa
     from types import SimpleNamespace
 
     from gpupool.store import Store, TrainJob
-    from gpupool.train.states import JobEvent, PreemptCause
     from gpupool.train.waiting import last_preemption
+    from gpupool.vocab.states import JobEvent, PreemptCause
 
     store = Store(f"sqlite:///{tmp_path}/db.sqlite")
     pool = SimpleNamespace(store=store)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupool.manager import PoolManager, Workload
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.pool import BuildLimits, Request, virtual_inventory
 from gpupool.pool.pools import NodePool
 from gpupool.store import Event, Store, TrainJob
@@ -317,8 +317,8 @@ def test_one_budget_reads_the_same_on_the_form_in_the_refusal_and_in_the_labs_to
     "0.1 of 0.05 GPU-h", the refusal "0.054 of 0.05", the lab's toast "0.1 of 0.1", and the rule
     "per a day"."""
 
-    from gpupool.kinds import WorkloadKind
     from gpupool.pool import PoolError
+    from gpupool.vocab.kinds import WorkloadKind
     from gpupool.widgets.summary import budget_summary
     from tests.test_labextension_text import run
 

@@ -100,7 +100,7 @@ def test_train_magic_arguments() -> None:
 def test_one_priority_range_in_the_magic_the_slider_and_the_api() -> None:
     """%%train, PromoteToTraining and the API take the same priorities (the magic and the slider
     offered -10..10 while the API and the docs said -100..100)."""
-    from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+    from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
     from gpupool.widgets.magics import train_parser
 
     assert (PRIORITY_MIN, PRIORITY_MAX) == (-100, 100)

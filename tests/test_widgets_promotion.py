@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpupool.snapshot import SnapshotError, check_name, from_code, from_notebook, with_parameters
+from gpupool.train.snapshot import SnapshotError, check_name, from_code, from_notebook, with_parameters
 
 
 def execute(tmp_path: Path, nb) -> tuple[subprocess.CompletedProcess, nbformat.NotebookNode]:

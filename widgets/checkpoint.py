@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpupool.train.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
+from gpupool.vocab.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
 
 
 class Checkpoint:

@@ -12,9 +12,9 @@ from urllib.parse import quote
 
 import ipywidgets as w
 
-from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
-from gpupool.train.states import UNFINISHED, JobState
 from gpupool.train.sweep import SweepError
+from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.vocab.states import UNFINISHED, JobState
 from gpupool.widgets.ansi import log_box
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.sweep import SweepTable, parse_sweep_field

@@ -7,7 +7,7 @@ import json
 import shlex
 from typing import Any
 
-from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
 
 
 class _Parser(argparse.ArgumentParser):

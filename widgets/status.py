@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import ipywidgets as w
 
-from gpupool.culling import CullAction, CullReason
+from gpupool.vocab.culling import CullAction, CullReason
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.summary import (
     REASONS,

@@ -7,9 +7,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpupool.culling import CullAction, CullReason
 from gpupool.pool.units import format_gpus, gpus_number
-from gpupool.train.states import JobState
+from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.states import JobState
 
 # the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
 REASONS = {
@@ -55,7 +55,7 @@ def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Ma
 
 def moved_text(share: Mapping[str, Any]) -> str:
     """'moved to GPU 3 at 14:02 (to make room for a training job)' for a share the hub moved
-    (gpupool.mover), '' otherwise."""
+    (gpupool.parking.mover), '' otherwise."""
     m = share.get("moved")
     if not isinstance(m, Mapping) or not isinstance(m.get("at"), int | float):
         return ""

@@ -11,8 +11,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from gpupool.train.states import UNFINISHED
 from gpupool.train.sweep import SweepError, combinations
+from gpupool.vocab.states import UNFINISHED
 from gpupool.widgets.client import Client, GPUPoolError
 
 MAX_TEXT = 4000  # a sweep field longer than this is not a sweep anyone typed

@@ -1,5 +1,5 @@
 """World (d): world (c) with moves — idle notebooks moved, make-before-break, so that the head
-of the queue can start (gpupool.pool.actions.move, as gpupool.mover does in the hub).
+of the queue can start (gpupool.pool.actions.move, as gpupool.parking.mover does in the hub).
 
 Each minute, after the training pass, the head is the first waiting resume claim, else the first
 pending training job (those within their project's guarantee first, then borrowers; in submit

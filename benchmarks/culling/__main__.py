@@ -22,7 +22,7 @@ from benchmarks.cluster.notebooks import replay_alone
 from benchmarks.culling.sessions import Session, make_sessions
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import IdleTracker, Limits, Workspace, decide
-from gpupool.parking_support import AUTO_PARK_AFTER_S
+from gpupool.parking.support import AUTO_PARK_AFTER_S
 
 STEP = 60.0  # the simulated culler runs once a minute
 EPOCH = 1_780_272_000.0  # a midnight (UTC): sessions open at their time of day after it

@@ -48,10 +48,10 @@ def hub_config(plane: ControlPlane, db: Path, nodes: int):
 
 
 def spawner(c, root, user: str):
-    """A GPUKubeSpawner of the hub whose composition root is `root` (gpupool.root: one pool for
+    """A GPUKubeSpawner of the hub whose composition root is `root` (gpupool.wiring.root: one pool for
     every spawner, as in a hub), which JupyterHub hands each User in its settings."""
-    from gpupool.root import ROOT_KEY
     from gpupool.spawner.kube import GPUKubeSpawner
+    from gpupool.wiring.root import ROOT_KEY
 
     hub = SimpleNamespace(
         public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
@@ -118,7 +118,7 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     kube_config.KUBE_CONFIG_DEFAULT_LOCATION = str(plane.kubeconfig)
     clients.load_config.cache_clear()
     out: dict = {"rss_before": rss_mib()}
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.root import GPUPoolHub
 
     c = hub_config(plane, tmp / "gpupool.sqlite", nodes)
     root = GPUPoolHub(c)  # one pool for every spawner, as in a hub

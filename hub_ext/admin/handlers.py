@@ -27,11 +27,11 @@ from gpupool.api.quotas import (
     notes,
 )
 from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
-from gpupool.root import root_of
-from gpupool.train.states import UNFINISHED
+from gpupool.vocab.states import UNFINISHED
+from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
-    from gpupool.hub_adapter import HubApp
+    from gpupool.wiring.hub_adapter import HubApp
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more

@@ -8,18 +8,18 @@ from gpupool.api.auth import Caller
 from gpupool.api.page import History, svg_plot
 from gpupool.api.pool import gpu_table
 from gpupool.api.quotas import current_quotas
-from gpupool.config import quota_notes
-from gpupool.kinds import EventKind
 from gpupool.pool import format_gpus
 from gpupool.pool.units import parse_gpus
-from gpupool.root import root_of
-from gpupool.train.states import HAS_RUN, UNFINISHED, JobEvent, JobState
+from gpupool.settings.config import quota_notes
+from gpupool.vocab.kinds import EventKind
+from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobEvent, JobState
+from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
+    from gpupool.alloc.manager import PoolManager
     from gpupool.api.auth import Directory
-    from gpupool.manager import PoolManager
-    from gpupool.root import GPUPoolHub
     from gpupool.train.backend import TrainingBackend
+    from gpupool.wiring.root import GPUPoolHub
 
 # what an admin must know (the page's last events): among them, a stored setting no longer applies
 EVENT_KINDS = frozenset(

@@ -23,11 +23,11 @@ from gpupool.api.parking import ROUTES as PARKING_ROUTES
 from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
 from gpupool.api.quotas import QuotasHandler
 from gpupool.api.usage import ROUTES as USAGE_ROUTES
-from gpupool.root import ROOT_KEY
+from gpupool.wiring.root import ROOT_KEY
 
 if TYPE_CHECKING:
-    from gpupool.hub_adapter import HubApp
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.wiring.root import GPUPoolHub
 
 # The API's routes, each module's own (jobs, parking, demo, usage) spliced in: a constant, as
 # JupyterHub's handler modules list theirs (`default_handlers`); nothing adds to it at run time.

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
-from gpupool.disk import disk_full
-from gpupool.hub_adapter import hub_user, hub_users
-from gpupool.root import root_of
 from gpupool.store.db import bounded
+from gpupool.vocab.disk import disk_full
+from gpupool.wiring.hub_adapter import hub_user, hub_users
+from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
-    from gpupool.hub_adapter import HubApp
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.wiring.root import GPUPoolHub
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
@@ -99,7 +99,7 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
 
     @property
     def root(self) -> GPUPoolHub:
-        """The hub side's composition root (gpupool.root), from this app's settings."""
+        """The hub side's composition root (gpupool.wiring.root), from this app's settings."""
         return root_of(self.settings)
 
     @property

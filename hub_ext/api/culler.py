@@ -20,20 +20,20 @@ from gpupool.api.hibernation import prune as prune_hibernated
 from gpupool.api.hibernation import record as record_hibernation
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
-from gpupool.culling import BudgetAction, CullAction, CullReason
 from gpupool.gpu.memory_cap import share_cap_mib
-from gpupool.hub_adapter import hub_user, hub_users
-from gpupool.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 from gpupool.store import Event
 from gpupool.store.db import bounded
+from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
+from gpupool.vocab.kinds import CULLER_EVENTS, EventKind, WorkloadKind
+from gpupool.wiring.hub_adapter import hub_user, hub_users
 
 if TYPE_CHECKING:
     from jupyterhub.spawner import Spawner
     from jupyterhub.user import User
 
-    from gpupool.hub_adapter import HubApp
-    from gpupool.manager import PoolManager
+    from gpupool.alloc.manager import PoolManager
     from gpupool.store import Allocation
+    from gpupool.wiring.hub_adapter import HubApp
 
 EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop
@@ -78,7 +78,7 @@ def culler_state(settings: dict) -> dict[str, Any]:
 
 
 # (owner, groups, admin, profile, started, extended) -> (reason, end) or None: the culler's own
-# time rules, handed in by the wiring (gpupool.setup) when the culler runs
+# time rules, handed in by the wiring (gpupool.wiring.setup) when the culler runs
 SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, float] | None"]
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler
-from gpupool.kinds import EventKind
+from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
     from gpupool.store import Store

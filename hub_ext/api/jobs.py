@@ -18,18 +18,18 @@ from tornado import web
 
 from gpupool.api.auth import APIHandler
 from gpupool.api.sweeps import SweepHandler, record_sweep
-from gpupool.kinds import WorkloadKind
 from gpupool.pool import InvalidRequest, PoolError, Request
 from gpupool.pool.units import UnitError, parse_gpus, shown
 from gpupool.store.jobs import STATES
 from gpupool.train.backend import TrainingBackend
 from gpupool.train.code import JobCode
-from gpupool.train.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.train.request import JobRequest
-from gpupool.train.states import HAS_RUN, UNFINISHED, JobState
 from gpupool.train.sweep import SweepError, combinations
 from gpupool.train.volume import SubmitRate, code_refusal, count_refusal, recent_submissions
 from gpupool.train.waiting import explain, last_preemption
+from gpupool.vocab.kinds import WorkloadKind
+from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
+from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobState
 
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
@@ -292,7 +292,7 @@ class JobsHandler(JobsBase):
             raise web.HTTPError(400, "parameters must be an object of names and values")
         import nbformat
 
-        from gpupool.snapshot import SnapshotError, from_code, with_parameters
+        from gpupool.train.snapshot import SnapshotError, from_code, with_parameters
 
         try:
             nb = from_code(value) if kind == "code" else nbformat.reads(json.dumps(value), as_version=4)

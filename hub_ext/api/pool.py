@@ -7,11 +7,11 @@ from typing import Any
 
 from tornado import web
 
+from gpupool.alloc.manager import PoolManager
 from gpupool.api.auth import APIHandler, Caller
-from gpupool.kinds import WorkloadKind
-from gpupool.manager import PoolManager
 from gpupool.pool import format_gpus
 from gpupool.store.moves import last_moves
+from gpupool.vocab.kinds import WorkloadKind
 
 OTHER = "(another user)"
 
@@ -19,7 +19,7 @@ OTHER = "(another user)"
 def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
     """Every GPU with its shares; users see their own names, admins see everyone's."""
     shares: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    with pool.store.session() as s:  # a workspace moved in the last day says so (gpupool.mover)
+    with pool.store.session() as s:  # a workspace moved in the last day says so (gpupool.parking.mover)
         moved = last_moves(s, time.time() - 86400)
     for row in pool.store.allocations():
         seen = row.owner == caller.name or caller.sees_all

@@ -12,14 +12,14 @@ from tornado import web
 from traitlets import TraitError
 
 from gpupool.api.auth import APIHandler
-from gpupool.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
-from gpupool.kinds import EventKind
 from gpupool.pool.units import UnitError, parse_gpus, shown
-from gpupool.quota_settings import QUOTAS_SETTING, node_pools
+from gpupool.settings.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
+from gpupool.settings.quotas import QUOTAS_SETTING, node_pools
+from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
-    from gpupool.manager import PoolManager
-    from gpupool.root import GPUPoolHub
+    from gpupool.alloc.manager import PoolManager
+    from gpupool.wiring.root import GPUPoolHub
 
 MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
 

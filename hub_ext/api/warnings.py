@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpupool.api.culler import culler_state, findings
-from gpupool.culling import CullAction, CullReason
-from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.pool import format_gpus
+from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.kinds import EventKind, WorkloadKind
 
 if TYPE_CHECKING:
     from jupyterhub.user import User
 
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.root import GPUPoolHub
 
 
 def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> list[dict]:

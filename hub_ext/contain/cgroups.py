@@ -15,7 +15,7 @@ callers keep their process-group signals; the hub says so at start (log and bann
 
 Layout: `<mount>/<the hub's own cgroup>/gpupool-<hub key>/<instance id>/<workload>`; the hub key
 names this hub's database (two hubs on one machine never meet), the instance id the database's own
-identity (gpupool.instance checks it at start).
+identity (gpupool.host.instance checks it at start).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ allocation and, while a move is under way, the move's destination. A move theref
 destination when it is reserved (before the kernel is restored there) and denies the source only
 once the move has ended (make-before-break); a parked share holds no GPU, so its kernel may open
 none until its resume is granted one. A hub killed between the two steps finishes the move at its
-next start (gpupool.mover.recover) and `follow_all` then sets every workspace's rules from the rows.
+next start (gpupool.parking.mover.recover) and `follow_all` then sets every workspace's rules from the rows.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import logging
 
 from sqlalchemy import select
 
+from gpupool.alloc.manager import PoolManager
 from gpupool.contain import WorkloadCgroups
-from gpupool.kinds import WorkloadKind
-from gpupool.manager import PoolManager
 from gpupool.store import Allocation
+from gpupool.vocab.kinds import WorkloadKind
 
 log = logging.getLogger("gpupool.contain")
 KINDS = (WorkloadKind.BUILD, WorkloadKind.MOVE)

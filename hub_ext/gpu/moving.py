@@ -1,6 +1,6 @@
 """Moving a kernel's GPU memory from GPU A to GPU B of the same model, and back when that fails.
 
-The kernel side of one move (gpupool.pool.actions.move plans it, gpupool.mover reserves B
+The kernel side of one move (gpupool.pool.actions.move plans it, gpupool.parking.mover reserves B
 before and releases A after): lock and checkpoint every process on A (park), restore them
 onto B with A's UUID remapped to B's, unlock. A process whose GPU is busy is never moved: its
 lock times out and whatever was parked runs on A again ("aborted"). When the restore onto B
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpupool.gpu.parking import ParkingBackend, ParkingError, park_process, resume_process
-from gpupool.kinds import MovePhase
+from gpupool.vocab.kinds import MovePhase
 
 Result = Literal[MovePhase.MOVED, MovePhase.RETURNED, MovePhase.ABORTED, MovePhase.LOST]
 PhaseHook = Callable[[MovePhase, list[int]], None]

@@ -26,7 +26,7 @@ from gpupool.kube.pod_fit import (
     tolerations_for,
 )
 from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
-from gpupool.train.exit_codes import PREEMPTED
+from gpupool.vocab.exit_codes import PREEMPTED
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 JOB_ID = "gpupool.io/job-id"

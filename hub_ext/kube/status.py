@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-from gpupool.train.exit_codes import PREEMPTED
-from gpupool.train.states import OBSERVED_FINAL, ObservedState
-from gpupool.train.states import ObservedState as S
+from gpupool.vocab.exit_codes import PREEMPTED
+from gpupool.vocab.states import OBSERVED_FINAL, ObservedState
+from gpupool.vocab.states import ObservedState as S
 
 STATES = tuple(ObservedState)
 FINAL = OBSERVED_FINAL

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpupool.pool.request import Placement, Request
-from gpupool.train.states import PreemptCause
+from gpupool.vocab.states import PreemptCause
 
 
 @dataclass(frozen=True)

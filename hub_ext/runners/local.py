@@ -19,10 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpupool.accounts import Account, SystemAccounts
 from gpupool.contain import Limits, WorkloadCgroups, joiner
 from gpupool.contain.limits import size_text
-from gpupool.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.host.accounts import Account, SystemAccounts
+from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
 from gpupool.runners.safe_files import ensure_folder, folder, open_file, read_small
 
 EXIT_FILE = ".exit_code"

@@ -14,8 +14,8 @@ from gpupool.store.migrate import upgrade
 from gpupool.store.models import Allocation, Event, Setting
 
 if TYPE_CHECKING:
-    from gpupool.kinds import EventKind
-    from gpupool.train.states import JobEvent
+    from gpupool.vocab.kinds import EventKind
+    from gpupool.vocab.states import JobEvent
 
 
 class Store:

@@ -8,7 +8,7 @@ from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.store.models import Base, utcnow
-from gpupool.train.states import JobState
+from gpupool.vocab.states import JobState
 
 STATES = tuple(JobState)  # the values stored in TrainJob.state
 
@@ -37,7 +37,7 @@ class TrainJob(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     # what the hub has decided to do to the current run, written before it acts, so that a
-    # restarted hub carries it out: a gpupool.train.states.Intent ("": a preemption, requeue)
+    # restarted hub carries it out: a gpupool.vocab.states.Intent ("": a preemption, requeue)
     intent: Mapped[str] = mapped_column(String(16), default="")
     term_sent: Mapped[float | None] = mapped_column(
         Float, nullable=True

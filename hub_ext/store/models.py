@@ -7,7 +7,7 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from gpupool.kinds import AllocationState
+from gpupool.vocab.kinds import AllocationState
 
 
 def utcnow() -> dt.datetime:
@@ -25,7 +25,7 @@ class Allocation(Base):
     __table_args__ = (UniqueConstraint("kind", "owner", "name", name="one_allocation_per_workload"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # gpupool.kinds.WorkloadKind
+    kind: Mapped[str] = mapped_column(String(16))  # gpupool.vocab.kinds.WorkloadKind
     owner: Mapped[str] = mapped_column(String(255), index=True)
     name: Mapped[str] = mapped_column(String(255))  # server name ('' = default) or job id
     node: Mapped[str] = mapped_column(String(255))
@@ -53,7 +53,7 @@ class Event(Base):
     time: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, index=True)
     kind: Mapped[str] = mapped_column(
         String(32), index=True
-    )  # gpupool.kinds.EventKind or train.states.JobEvent
+    )  # gpupool.vocab.kinds.EventKind or train.states.JobEvent
     owner: Mapped[str] = mapped_column(String(255), default="", index=True)
     name: Mapped[str] = mapped_column(String(255), default="")
     message: Mapped[str] = mapped_column(Text, default="")

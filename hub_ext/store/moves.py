@@ -1,4 +1,4 @@
-"""Moves of idle workspaces (gpupool.mover): the intent and phase of a move in progress, kept
+"""Moves of idle workspaces (gpupool.parking.mover): the intent and phase of a move in progress, kept
 after it ends for the user's status line and the hourly limit."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import datetime as dt
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gpupool.kinds import MovePhase
 from gpupool.store.models import Base, utcnow
+from gpupool.vocab.kinds import MovePhase
 
 
 class Move(Base):

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from gpupool.manager import PoolManager
+from gpupool.alloc.manager import PoolManager
 from gpupool.pool.pools import NodePool
 from gpupool.pool.training import Department, Project
 from gpupool.store import TrainJob

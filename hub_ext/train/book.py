@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from gpupool.manager import PoolManager
+from gpupool.alloc.manager import PoolManager
 from gpupool.pool.training import Department, Project
 from gpupool.runners.safe_files import UnsafePath, folder, is_file, open_file, tail_lines
 from gpupool.store import Event, TrainJob
@@ -21,7 +21,7 @@ from gpupool.store.db import bounded
 from gpupool.train.backend import JobLog
 from gpupool.train.config import TrainPool
 from gpupool.train.folders import user_jobs_folder
-from gpupool.train.states import JobEvent, JobState
+from gpupool.vocab.states import JobEvent, JobState
 
 
 class JobBook:

@@ -8,7 +8,6 @@ from typing import Any
 from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.config import LoggingConfigurable
 
-from gpupool.culling import IDLE_UTIL_PCT
 from gpupool.pool.training import Department, Project
 from gpupool.train.traits import (
     DepartmentTable,
@@ -20,6 +19,7 @@ from gpupool.train.traits import (
     node_pool_of,
     project_of,
 )
+from gpupool.vocab.culling import IDLE_UTIL_PCT
 
 
 class TrainPool(LoggingConfigurable):
@@ -452,7 +452,7 @@ class TrainPool(LoggingConfigurable):
     def sharing(self) -> str:
         """How train job pods ask for GPUs: c.GPUPool.gpu_sharing, or the deprecated
         c.TrainPool.gpu_sharing when a config still sets it (and not the new name)."""
-        from gpupool.config import GPUPool
+        from gpupool.settings.config import GPUPool
 
         if self.gpu_sharing and "gpu_sharing" not in self.config.get("GPUPool", {}):
             return self.gpu_sharing
@@ -469,8 +469,8 @@ class TrainPool(LoggingConfigurable):
     def job_options(self):
         """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s) and
         node_pool_label (GPUPool.node_pool_label) from their one place."""
-        from gpupool.config import GPUPool
         from gpupool.kube.objects import JobOptions
+        from gpupool.settings.config import GPUPool
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
         shared = GPUPool(config=self.config)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpupool.pool.eta import Estimate, Runtimes, forecast
-from gpupool.train.states import JobState
+from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
     from gpupool.store import TrainJob

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpupool.culling import IDLE_UTIL_PCT, gpu_idle
+from gpupool.vocab.culling import IDLE_UTIL_PCT, gpu_idle
 
 
 @dataclass(frozen=True)

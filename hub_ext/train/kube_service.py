@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client.exceptions import ApiException
 from sqlalchemy import select
 
+from gpupool.alloc.manager import PoolManager
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from gpupool.kube.objects import queue_name
 from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
 from gpupool.kube.status import FINAL, JobStatus
-from gpupool.manager import PoolManager
 from gpupool.pool import InvalidRequest
 from gpupool.pool.pool_quotas import queue_pool
 from gpupool.store import ElasticRange, JobPools, TrainJob
@@ -40,7 +40,7 @@ from gpupool.train.config import TrainPool
 from gpupool.train.folders import user_jobs_folder
 from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
-from gpupool.train.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
+from gpupool.vocab.states import Intent, JobEvent, JobState, ObservedState, PreemptCause
 
 if TYPE_CHECKING:
     from gpupool.train.service import TrainingService
@@ -82,7 +82,7 @@ class KubeTrainingService(JobBook):
         self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
-        # agents' per-pod samples (gpupool.setup.kube_job_gpu_use), None when unknown
+        # agents' per-pod samples (gpupool.wiring.setup.kube_job_gpu_use), None when unknown
         self.gpu_use = gpu_use
         self.idle_rules = cfg.idle_rules(idle_util_pct)  # the idle culler's threshold (set-up)
         self.idle = IdleClock()

@@ -17,11 +17,9 @@ from dataclasses import replace
 
 from sqlalchemy import select
 
-from gpupool import failpoints
-from gpupool.accounts import AccountError, SystemAccounts, made_by_gpupool
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.contain import Limits, WorkloadCgroups
-from gpupool.kinds import WorkloadKind
-from gpupool.manager import PoolManager, Workload
+from gpupool.host.accounts import AccountError, SystemAccounts, made_by_gpupool
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
 from gpupool.pool.actions.victims import cheapest_victims
@@ -39,7 +37,9 @@ from gpupool.train.config import TrainPool
 from gpupool.train.folders import folder_bytes, remove_folder, user_jobs_folder
 from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
-from gpupool.train.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
+from gpupool.vocab.kinds import WorkloadKind
+from gpupool.vocab.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
+from gpupool.wiring import failpoints
 
 log = logging.getLogger("gpupool.train")
 NEVER_BEGAN = "the hub stopped before its run began"
@@ -83,7 +83,7 @@ class TrainingService(JobBook):
     @property
     def shares_build_gpus(self) -> bool:
         """One pool shared with build workspaces, which come first: the pool asks this engine to
-        make room for them (gpupool.pool_hooks)."""
+        make room for them (gpupool.alloc.hooks)."""
         return not self.cfg.train_gpus
 
     def account(self, owner: str) -> Account | None:
@@ -717,7 +717,7 @@ class TrainingService(JobBook):
                 if row.state == JobState.PREEMPTING:  # the signal may not have gone out before the crash
                     self.runner.preempt(row.pid, now, row.workdir, sent=row.term_sent or now, job_id=row.id)
 
-    # --- job folders (called off the event loop where they walk folders: gpupool.setup) -------
+    # --- job folders (called off the event loop where they walk folders: gpupool.wiring.setup) -------
     def measure_folders(self) -> dict[str, int]:
         """Bytes used by each running job's folder (stops counting past the limit)."""
         limit = self.cfg.max_job_folder_mib * 1024 * 1024

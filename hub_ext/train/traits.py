@@ -1,5 +1,5 @@
 """The training pool's structured options as trait types, one per option (as the build quotas'
-in gpupool.quota_traits and the culler's in gpupool.idle_culler.traits): each entry is checked
+in gpupool.settings.quota_traits and the culler's in gpupool.idle_culler.traits): each entry is checked
 where traitlets reads the value — a config file, or the chart's rendered config on Kubernetes —
 with the option, the entry and the bad value named. What spans two options (a project's
 department and pools exist, a department's projects fit in its guarantee) is checked by

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from gpupool.train.states import UNFINISHED, JobState
+from gpupool.vocab.states import UNFINISHED, JobState
 
 
 def recent_submissions(store: Any, now: float, window_s: float = 60) -> dict[str, list[float]]:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from gpupool.pool.pools import within
 from gpupool.pool.units import MILLI_PER_GPU, gpus_number
-from gpupool.train.states import HAS_RUN, JobEvent, JobState, PreemptCause
+from gpupool.vocab.states import HAS_RUN, JobEvent, JobState, PreemptCause
 
 if TYPE_CHECKING:
-    from gpupool.manager import PoolManager
+    from gpupool.alloc.manager import PoolManager
     from gpupool.pool.training import Project
     from gpupool.store import TrainJob
     from gpupool.train.backend import TrainingBackend

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupool.kinds import WorkloadKind
-from gpupool.train import states
+from gpupool.vocab import states
+from gpupool.vocab.kinds import WorkloadKind
 
 MILLI_S_PER_GPU_HOUR = 1000 * 3600
 DIMENSIONS = ("user", "group", "project", "pool", "model", "kind")

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpupool.kinds import WorkloadKind
 from gpupool.pool.units import format_gpu_hours, format_gpus
 from gpupool.usage.accounting import MILLI_S_PER_GPU_HOUR, Held
+from gpupool.vocab.kinds import WorkloadKind
 
 USER = "user:"
 GROUP = "group:"

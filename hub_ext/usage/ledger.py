@@ -17,15 +17,15 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, select
 
-from gpupool.kinds import EventKind, WorkloadKind
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.pools import NodePool
 from gpupool.pool.units import format_gpu_hours
 from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
-from gpupool.train import states
 from gpupool.usage.accounting import Held, JobEvent, UseRow
 from gpupool.usage.accounting import Parked as ParkedSpan
 from gpupool.usage.budgets import Grant
+from gpupool.vocab import states
+from gpupool.vocab.kinds import EventKind, WorkloadKind
 
 KINDS = (WorkloadKind.BUILD, WorkloadKind.TRAIN)
 MAX_GRANT_NOTE = 500
@@ -78,7 +78,7 @@ class Ledger:
             if since >= b:
                 continue
             end = epoch(e.time)
-            until = data.get("until")  # a restored backup's time: it ran no longer (gpupool.backup)
+            until = data.get("until")  # a restored backup's time: it ran no longer (gpupool.host.backup)
             if isinstance(until, int | float) and not isinstance(until, bool):
                 end = max(since, min(end, until))
             out.append(

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpupool.kinds import WorkloadKind
 from gpupool.pool.units import format_gpus
 from gpupool.usage.accounting import Held, Session
+from gpupool.vocab.kinds import WorkloadKind
 
 HEADROOM_PCT = 125  # the suggested size holds the peak plus a quarter
 

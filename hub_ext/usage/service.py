@@ -11,19 +11,19 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from gpupool.culling import BudgetAction
-from gpupool.kinds import WorkloadKind
 from gpupool.pool.errors import QuotaExceeded
 from gpupool.pool.units import format_gpu_hours, format_gpus
-from gpupool.train.states import JobState
 from gpupool.usage import accounting as acc
 from gpupool.usage import budgets as bud
 from gpupool.usage.config import Usage
 from gpupool.usage.ledger import Ledger
 from gpupool.usage.rightsizing import Advice, advise, freed
+from gpupool.vocab.culling import BudgetAction
+from gpupool.vocab.kinds import WorkloadKind
+from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
-    from gpupool.manager import PoolManager
+    from gpupool.alloc.manager import PoolManager
 
 log = logging.getLogger("gpupool.usage")
 SORTS = ("waste", "allocated", "used", "cost", "parked", "key")

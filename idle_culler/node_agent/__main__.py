@@ -9,8 +9,8 @@ import os
 import threading
 from pathlib import Path
 
+from gpupool.gpu.nvml import NVML, NVMLUnavailable, VirtualGPUs
 from gpupool.idle_culler.node_agent.server import Agent, file_token, serve
-from gpupool.nvml import NVML, NVMLUnavailable, VirtualGPUs
 
 log = logging.getLogger("gpupool.node_agent")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpupool.nvml import DeviceSample, ProcessSample
+from gpupool.gpu.nvml import DeviceSample, ProcessSample
 
 
 def per_pod(processes: Iterable[ProcessSample], pod_of: Callable[[int], str | None]) -> list[dict]:

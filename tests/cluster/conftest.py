@@ -155,8 +155,8 @@ async def make_spawner(
     from kubespawner import clients
     from traitlets.config import Config
 
-    from gpupool.root import ROOT_KEY, GPUPoolHub
     from gpupool.spawner.kube import GPUKubeSpawner
+    from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 
     kubeconfig = plane.sa_kubeconfig(tmp_path / "hub.kubeconfig", HUB_NS, "hub")
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.gpu.nvml import DeviceSample
 from gpupool.idle_culler.node_agent.server import Agent, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
-from gpupool.nvml import DeviceSample
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.resources import Resources
 
@@ -27,7 +27,7 @@ async def spawner(make_spawner):  # kubespawner's clients need the running loop
 
 
 class NoGPUProcesses:
-    """NVML where no process holds a GPU context (gpupool.nvml's surface; no GPU here)."""
+    """NVML where no process holds a GPU context (gpupool.gpu.nvml's surface; no GPU here)."""
 
     def process_samples(self) -> list:
         return []

@@ -332,8 +332,8 @@ def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict 
     more TrainPool settings)."""
     from traitlets.config import Config
 
+    from gpupool.alloc.manager import PoolManager
     from gpupool.gpu.sharing import KAISharing
-    from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool

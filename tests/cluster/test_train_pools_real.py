@@ -38,8 +38,8 @@ def volume(admin: Resources, name: str, mode: str) -> None:
 def service(tmp_path: Path, api, projects: dict | None = None):
     from traitlets.config import Config
 
+    from gpupool.alloc.manager import PoolManager
     from gpupool.gpu.sharing import KAISharing
-    from gpupool.manager import PoolManager
     from gpupool.pool import BuildLimits, BuildQuotaPolicy, get_policy, virtual_inventory
     from gpupool.store import Store
     from gpupool.train.config import TrainPool
@@ -74,7 +74,7 @@ async def test_an_idle_job_is_warned_then_stopped_from_the_node_agents_samples(
     import time
 
     from gpupool.idle_culler.sampler import FileSampler
-    from gpupool.setup import kube_job_gpu_use
+    from gpupool.wiring.setup import kube_job_gpu_use
 
     svc = service(tmp_path, hub_api, {"lab": {"guarantee": 1, "idle_gpu_s": 600}})
     samples = tmp_path / "samples.json"

@@ -14,8 +14,8 @@ import yaml
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpupool.config import GPUPool
 from gpupool.kube.chart_config import ChartConfigError, apply_chart_config, load_chart_config
+from gpupool.settings.config import GPUPool
 from gpupool.train.config import TrainPool
 from tests.k8s.conftest import REPO
 

@@ -1,5 +1,5 @@
 """The node agent maps GPU processes to pods through /proc/<pid>/cgroup and serves them; NVML is
-faked at the adapter boundary (gpupool.nvml), /proc is a temp tree."""
+faked at the adapter boundary (gpupool.gpu.nvml), /proc is a temp tree."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.gpu.nvml import DeviceSample, NVMLUnavailable, ProcessSample
 from gpupool.idle_culler.node_agent.cgroups import pod_uid
 from gpupool.idle_culler.node_agent.server import Agent, serve
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
-from gpupool.nvml import DeviceSample, NVMLUnavailable, ProcessSample
 
 UID = "0f3c2a1b-1111-4c2d-9e8f-0123456789ab"
 UID2 = "7d9e1c2b-2222-4a3b-8c7d-fedcba987654"
@@ -56,7 +56,7 @@ def test_processes_outside_pods_are_not_attributed(text: str) -> None:
 
 
 class FakeNVML:
-    """gpupool.nvml.NVML's surface, with samples a test sets."""
+    """gpupool.gpu.nvml.NVML's surface, with samples a test sets."""
 
     def __init__(self) -> None:
         self.processes = [
@@ -210,7 +210,7 @@ def test_on_virtual_gpus_every_pod_on_the_node_is_reported_idle(proc: Path) -> N
     """--virtual-gpus N (a node without a driver): no NVML, N idle devices, and every pod with a
     process on the node at 0 %, so the culler's GPU rules apply (its fail-safe would otherwise
     wait for Jupyter silence alone); the kubelet's probe says the agent is healthy."""
-    from gpupool.nvml import VirtualGPUs
+    from gpupool.gpu.nvml import VirtualGPUs
 
     agent = Agent(VirtualGPUs(2), proc, clock=lambda: 1000.0)
     snap = agent.refresh()

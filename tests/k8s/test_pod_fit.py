@@ -124,7 +124,7 @@ def hub_config(values: dict) -> Config:
 
 
 def test_the_charts_values_reach_the_train_jobs_and_workspaces() -> None:
-    from gpupool.config import GPUPool
+    from gpupool.settings.config import GPUPool
     from gpupool.train.config import TrainPool
 
     taint = {"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}

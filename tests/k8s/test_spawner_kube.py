@@ -30,8 +30,8 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     from kubespawner import clients
     from traitlets.config import Config
 
-    from gpupool.root import ROOT_KEY, GPUPoolHub
     from gpupool.spawner.kube import GPUKubeSpawner
+    from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(

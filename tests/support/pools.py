@@ -15,10 +15,10 @@ from typing import Any
 
 from traitlets.config import Config
 
-from gpupool.manager import PoolManager
+from gpupool.alloc.hooks import PoolHooks, ServiceHooks, Services
+from gpupool.alloc.manager import PoolManager
 from gpupool.pool import BuildLimits, BuildQuotaPolicy, Inventory, get_policy, virtual_inventory
 from gpupool.pool.placement import Policy
-from gpupool.pool_hooks import PoolHooks, ServiceHooks, Services
 from gpupool.store import Store
 from gpupool.train.config import TrainPool
 from gpupool.train.service import TrainingService
@@ -41,7 +41,7 @@ def make_pool(
     """A pool manager with `gpus` virtual GPUs on one node (or the Inventory given), `limits` for
     every user (or a whole BuildQuotaPolicy), a placement policy by name or object, and its
     database `tmp_path/db` (a second manager on the same file is a restarted hub); `hooks`: what
-    it asks of services (gpupool.pool_hooks; none by default)."""
+    it asks of services (gpupool.alloc.hooks; none by default)."""
     inventory = virtual_inventory(gpus) if isinstance(gpus, int) else gpus
     quotas = limits if isinstance(limits, BuildQuotaPolicy) else BuildQuotaPolicy(limits)
     policy = get_policy(placement) if isinstance(placement, str) else placement
@@ -66,7 +66,7 @@ def make_training(
     **settings: object,
 ) -> TrainingService:
     """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's.
-    The pool asks it to make room for build workspaces, as in the hub (gpupool.root.services)."""
+    The pool asks it to make room for build workspaces, as in the hub (gpupool.wiring.root.services)."""
     svc: TrainingService | None = None
     pool = make_pool(
         tmp_path, gpus, limits=limits, placement=placement, hooks=ServiceHooks(lambda: services(svc))
@@ -76,7 +76,7 @@ def make_training(
 
 
 def services(training: TrainingService | None = None, **others: Any) -> Services:
-    """What a test's pool asks (gpupool.pool_hooks.Services): the training engine where it shares
+    """What a test's pool asks (gpupool.alloc.hooks.Services): the training engine where it shares
     the build workspaces' GPUs, as the hub's root hands it, and any other service given."""
     shares = training is not None and training.shares_build_gpus
     return Services(training=training if shares else None, **others)

@@ -1,6 +1,6 @@
 """The workspace's CURRENT GPU, for processes started after its share moved.
 
-The hub writes each workspace's GPU variables to a file of its own (gpupool.gpu_env_files,
+The hub writes each workspace's GPU variables to a file of its own (gpupool.gpu.env_files,
 named by GPUPOOL_GPU_ENV_FILE); `refresh` copies them into an environment. sitecustomize.py
 calls it at the start of every Python process of the workspace (before CUDA can read
 CUDA_VISIBLE_DEVICES), wraps the Jupyter server's kernel and terminal launchers with it (so

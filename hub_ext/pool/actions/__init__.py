@@ -15,7 +15,7 @@ One cycle (`gpupool.pool.training.schedule`) runs them in this order on one `Cyc
 - expand (elastic jobs): when every pending job was placed, one elastic job grows onto idle GPUs
   of its node.
 
-Beside the cycle, `move` (gpupool.mover calls it, off by default) plans how idle notebooks move,
+Beside the cycle, `move` (gpupool.parking.mover calls it, off by default) plans how idle notebooks move,
 make-before-break, so that the head of the queue — a gang job, a large workspace, a resume
 claim — can start.
 

@@ -18,7 +18,7 @@ Make-before-break: every destination is planned on the pool with every source st
 (and the head's GPUs kept out), so the destinations are reserved before any source is
 released, and no order of the steps' phases (reserve B, park on A, restore on B, release A)
 over-allocates a GPU. All sources sit on the GPUs the head will take, so no move waits for
-another. `carry_out` (gpupool.mover) runs one step and returns the kernel to A when the
+another. `carry_out` (gpupool.parking.mover) runs one step and returns the kernel to A when the
 restore on B fails.
 
 How (after KAI's consolidation solver, by node): a node is a candidate when enough of its GPUs

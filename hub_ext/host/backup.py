@@ -12,7 +12,7 @@ and the files it replaces are moved aside (`<name>.before-restore-<time>`), neve
 
 The backup's copy of the pool database carries the time it was made (setting `backup`): the first
 start after a restore closes the shares of workloads that no longer run at that time, not at the
-restart's, so nobody is charged for the time between the backup and the restart (gpupool.manager).
+restart's, so nobody is charged for the time between the backup and the restart (gpupool.alloc.manager).
 """
 
 from __future__ import annotations

@@ -144,8 +144,8 @@ class SystemAccounts(Configurable):
 
     @default("hub_key")
     def _hub_key(self) -> str:
-        from gpupool.config import GPUPool
         from gpupool.contain import hub_key
+        from gpupool.settings.config import GPUPool
 
         return hub_key(GPUPool(config=self.config).db_url)
 
@@ -399,7 +399,7 @@ def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]
             if path.is_symlink():
                 continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
             path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
-        from gpupool.user_env import link_jupyter_folders
+        from gpupool.host.user_env import link_jupyter_folders
 
         link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
         return str(env), ""

@@ -1,4 +1,4 @@
-"""The words the hub's records are told in, outside a train job's life (gpupool.train.states):
+"""The words the hub's records are told in, outside a train job's life (gpupool.vocab.states):
 the kinds of the events in `gpupool_events`, what holds an allocation and its state and the phases of a
 workspace's move. String-valued enums, stored in the database as the same strings they always
 were (no migration), compared and serialised as plain strings.
@@ -20,13 +20,13 @@ class EventKind(StrEnum):
     ALLOCATE = "allocate"
     RELEASE = "release"
     REFUSE = "refuse"  # a workspace's start refused (quota, no room)
-    # parking (gpupool.parking); UNPARK carries the parked interval, whole
+    # parking (gpupool.parking.service); UNPARK carries the parked interval, whole
     PARK = "park"  # also the culler's report of a park
     PARK_FAILED = "park-failed"
     RESUME = "resume"  # the same word as a train job's resume (JobEvent.RESUME)
     RESUME_FAILED = "resume-failed"
     UNPARK = "unpark"
-    # a move of an idle workspace to another GPU (gpupool.mover): MOVE when it moved, else by its end
+    # a move of an idle workspace to another GPU (gpupool.parking.mover): MOVE when it moved, else by its end
     MOVE = "move"
     MOVE_RETURNED = "move-returned"
     MOVE_ABORTED = "move-aborted"
@@ -52,7 +52,7 @@ class WorkloadKind(StrEnum):
 
     BUILD = "build"  # a build workspace: a notebook server
     TRAIN = "train"  # a train job
-    MOVE = "move"  # the destination a moving workspace holds until it switches (gpupool.mover)
+    MOVE = "move"  # the destination a moving workspace holds until it switches (gpupool.parking.mover)
 
 
 class AllocationState(StrEnum):

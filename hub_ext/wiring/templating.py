@@ -16,7 +16,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-TEMPLATES = Path(__file__).parent / "templates"  # package data: gpupool/templates/*.html
+TEMPLATES = Path(__file__).parent.parent / "templates"  # package data: gpupool/templates/*.html
 
 
 def _escaped(value: object) -> object:

@@ -21,8 +21,8 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from gpupool.backup import MADE_SETTING as BACKUP_MADE
-from gpupool.kinds import AllocationState, EventKind, WorkloadKind
+from gpupool.alloc.hooks import PoolHooks
+from gpupool.host.backup import MADE_SETTING as BACKUP_MADE
 from gpupool.pool import (
     BuildQuotaPolicy,
     ClusterState,
@@ -37,8 +37,8 @@ from gpupool.pool.errors import DiskReserve, HubStopping, RoomBeingFreed
 from gpupool.pool.parking import ParkedShare, newcomer_view, quota_holdings
 from gpupool.pool.placement import Policy
 from gpupool.pool.pools import NodePool, allowed_pools, choose_in_pools
-from gpupool.pool_hooks import PoolHooks
 from gpupool.store import Allocation, Event, Parked, Store
+from gpupool.vocab.kinds import AllocationState, EventKind, WorkloadKind
 
 _TABLE = cast(Table, Allocation.__table__)  # the ORM types it as a FromClause
 _MARK_RUNNING = (
@@ -100,11 +100,11 @@ class PoolManager:
         self.lock = threading.RLock()
         # what the pool asks of the services built on it (training, usage, mover, GPU files)
         self.hooks = hooks if hooks is not None else PoolHooks()
-        # spawns waiting in their spawner for idle notebooks to move (gpupool.mover), by workspace
+        # spawns waiting in their spawner for idle notebooks to move (gpupool.parking.mover), by workspace
         self.spawns_waiting: set[tuple[str, str]] = set()
         # a restored backup: when it was made, and the workloads it held then that this hub has not
         # yet seen running: their shares close at the backup's time (nobody is charged for the time
-        # between the backup and the restart; gpupool.backup)
+        # between the backup and the restart; gpupool.host.backup)
         # why nothing new may start (the hub is stopping); "" while it serves
         self.stopping = ""
         # MiB kept free on the databases' disk (c.GPUPool.min_free_disk_mib): below it nothing starts
@@ -337,7 +337,7 @@ class PoolManager:
             # the spawn page says which jobs stop for it and about how long that takes
             if making := self.hooks.make_room_for_build(w, req, pools=pools):
                 raise RoomBeingFreed(f"Making room for {format_gpus(req.total_milli)}: {making}") from None
-            # then idle notebooks may move out of its way (make-before-break, gpupool.mover)
+            # then idle notebooks may move out of its way (make-before-break, gpupool.parking.mover)
             moving = self.hooks.make_room_by_moving(w, req, groups, pools)
             if moving:
                 raise RoomBeingFreed(moving) from None

@@ -16,17 +16,17 @@ import urllib.request
 from traitlets import TraitError
 from traitlets.config import Application, Config, Configurable
 
-from gpupool.config import GPUPool
+from gpupool.settings.config import GPUPool
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # gpupool/host: embedded_config.py beside it
 
 
 def config_classes() -> list[type[Configurable]]:
     """Every configurable class an admin may set in a gpupool config file."""
-    from gpupool.accounts import SystemAccounts
     from gpupool.contain import Containment
-    from gpupool.mover import GPUMover
-    from gpupool.parking import GPUParking
+    from gpupool.host.accounts import SystemAccounts
+    from gpupool.parking.mover import GPUMover
+    from gpupool.parking.service import GPUParking
     from gpupool.train.config import TrainPool
     from gpupool.usage.config import Usage
 
@@ -71,7 +71,7 @@ def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
 def generate_config(path: str) -> None:
     """The demo's settings, active, then every option commented with its help and example; no
     path of this machine (the defaults that are one are named instead)."""
-    from gpupool.embedded import demo_lines
+    from gpupool.host.embedded import demo_lines
 
     text = without_deprecated(_ConfigWriter().generate_config_file(), config_classes())
     text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(
@@ -97,11 +97,11 @@ def generate_config(path: str) -> None:
 
 def check_config(path: str) -> Config:
     """Load and validate an admin's config so a mistake stops `up` with a clear message."""
-    from gpupool.embedded import load_user_config
+    from gpupool.host.embedded import load_user_config
 
     c = Config()
     load_user_config(c, path)
-    from gpupool.setup import validate
+    from gpupool.wiring.setup import validate
 
     try:
         validate(c)
@@ -118,7 +118,7 @@ def up(args: argparse.Namespace) -> int:
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
     checked = check_config(config)
-    from gpupool.embedded import chp_command, demo_password
+    from gpupool.host.embedded import chp_command, demo_password
 
     env = dict(
         os.environ,
@@ -164,8 +164,8 @@ def users_python(state: str) -> str:
     """As root, users run as accounts of their own, which must be able to run the hub's Python.
     When they cannot (an interpreter in a private folder), make one they can in the state folder;
     "" leaves it to the banner to say why users are not isolated."""
-    from gpupool.accounts import shared_python_env, unreachable
-    from gpupool.embedded import singleuser_command, user_python
+    from gpupool.host.accounts import shared_python_env, unreachable
+    from gpupool.host.embedded import singleuser_command, user_python
 
     if not unreachable([user_python(), singleuser_command()]):
         return ""
@@ -179,8 +179,8 @@ def check_user_env(state: str) -> None:
     """A hub whose users run as their own accounts starts their servers with the users' Python:
     one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
     spawn that seemed to work. Said now, with what is missing, instead."""
-    from gpupool.embedded import isolation, user_python
-    from gpupool.user_env import missing_jupyter
+    from gpupool.host.embedded import isolation, user_python
+    from gpupool.host.user_env import missing_jupyter
 
     if isolation(state)[0] != "accounts":
         return
@@ -202,7 +202,7 @@ def banner(
     contained: str = "",
     user_config: Config | None = None,
 ) -> str:
-    from gpupool.embedded import demo_culling_note, isolation
+    from gpupool.host.embedded import demo_culling_note, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -255,7 +255,7 @@ def port_env(args: argparse.Namespace) -> dict[str, str]:
 
 def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
-    from gpupool.embedded import ACCOUNT_PREFIX
+    from gpupool.host.embedded import ACCOUNT_PREFIX
 
     if mode == "accounts":
         return (
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("backup", "restore"):
         return backup_or_restore(args)
     if args.command == "accounts":
-        from gpupool.account_cleanup import main as accounts
+        from gpupool.host.account_cleanup import main as accounts
 
         return accounts(args.state, args.remove, args.kill)
     return 2
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 def backup_or_restore(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gpupool.backup import BackupError, backup, restore
+    from gpupool.host.backup import BackupError, backup, restore
 
     state, folder = Path(args.state).absolute(), Path(args.folder).absolute()
     try:

@@ -14,7 +14,7 @@ from gpupool.gpu.sharing import BACKENDS
 from gpupool.kube.pod_fit import GPU_TOLERATION
 from gpupool.kube.pool_objects import KAI_NODE_POOL
 from gpupool.pool import BuildLimits, BuildQuotaPolicy
-from gpupool.quota_traits import (
+from gpupool.settings.quota_traits import (
     GROUP_NAME,
     GPUs,
     GPUSizes,

@@ -24,8 +24,8 @@ KUBERNETES = (
 
 def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
     """(can park, why), from the config and, where it comes to that, the GPUs and driver."""
-    from gpupool.config import GPUPool
-    from gpupool.parking import GPUParking
+    from gpupool.parking.service import GPUParking
+    from gpupool.settings.config import GPUPool
 
     if spawner in KUBERNETES or "kube" in spawner.lower():
         return False, "workspaces run in Kubernetes pods, whose processes the hub cannot checkpoint"
@@ -37,7 +37,7 @@ def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
         return False, "c.GPUPool.mps_pipe_directory is set: the CUDA driver cannot checkpoint MPS clients"
     if not pool.use_nvml:
         return False, "c.GPUPool.use_nvml is off: the GPUs are virtual"
-    from gpupool.nvml import discover_gpus
+    from gpupool.gpu.nvml import discover_gpus
 
     if not discover_gpus():
         return False, "no NVIDIA GPU found (virtual GPUs)"

@@ -7,7 +7,7 @@ through their constructors; nothing in gpupool keeps a process global of these.
               configure(c) ── GPUPoolHub(c) ──> c.JupyterHub.tornado_settings[ROOT_KEY]
                                   │
           settings, pool, cgroups │ serving(Running): the hub (HubApp), API app, training, parking,
-                                  │ usage, mover, started by gpupool.setup once the hub runs
+                                  │ usage, mover, started by gpupool.wiring.setup once the hub runs
           PoolManager(hooks=ServiceHooks(root.services)): what the pool asks of those services
           (make room for a build, budgets, moves, GPU files) reaches them once they run
                                   │
@@ -29,7 +29,7 @@ cache (`kubespawner.clients.shared_client`) and its reflectors through a class a
 traitlets deep-copies a dict option when a Configurable loads it (`Configurable._load_config`), so
 the root copies as itself: the hub's copy of `tornado_settings` holds this same root.
 
-The JupyterHub application object itself is touched only through `gpupool.hub_adapter.HubApp`.
+The JupyterHub application object itself is touched only through `gpupool.wiring.hub_adapter.HubApp`.
 """
 
 from __future__ import annotations
@@ -42,23 +42,23 @@ from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
 
-from gpupool.config import GPUPool
-from gpupool.kinds import WorkloadKind
+from gpupool.settings.config import GPUPool
+from gpupool.vocab.kinds import WorkloadKind
 
 if TYPE_CHECKING:
+    from gpupool.alloc.hooks import Services
+    from gpupool.alloc.manager import PoolManager
     from gpupool.api.auth import Directory
     from gpupool.contain import Tree, WorkloadCgroups
     from gpupool.contain.follow import WorkspaceDevices
-    from gpupool.gpu_env_files import GPUEnvFiles
-    from gpupool.hub_adapter import HubApp
-    from gpupool.manager import PoolManager
-    from gpupool.mover import MoverService
-    from gpupool.parking import ParkingService
+    from gpupool.gpu.env_files import GPUEnvFiles
+    from gpupool.parking.mover import MoverService
+    from gpupool.parking.service import ParkingService
     from gpupool.pool import Inventory
-    from gpupool.pool_hooks import Services
     from gpupool.store import Allocation
     from gpupool.train.backend import TrainingBackend
     from gpupool.usage.service import UsageService
+    from gpupool.wiring.hub_adapter import HubApp
 
 log = logging.getLogger("gpupool")
 ROOT_KEY = "gpupool_root"  # its key in the hub's tornado settings and in the gpupool API's
@@ -91,7 +91,7 @@ class GPUPoolHub:
         self._pool = pool
         self._cgroups = cgroups
         self.running: Running | None = None  # what runs once the hub has started (`serving`)
-        # the gpupool service's token for the hub's REST API (set by gpupool.setup.configure):
+        # the gpupool service's token for the hub's REST API (set by gpupool.wiring.setup.configure):
         # spawners remove a refused named server with it
         self.service_token = ""
 
@@ -106,10 +106,10 @@ class GPUPoolHub:
     def pool(self) -> PoolManager:
         """The pool manager (its database opened on first use)."""
         if self._pool is None:
-            from gpupool.manager import PoolManager
+            from gpupool.alloc.hooks import ServiceHooks
+            from gpupool.alloc.manager import PoolManager
             from gpupool.pool import get_policy
-            from gpupool.pool_hooks import ServiceHooks
-            from gpupool.quota_settings import node_pools, stored_quotas
+            from gpupool.settings.quotas import node_pools, stored_quotas
             from gpupool.store import Store
 
             store = Store(self.settings.db_url)
@@ -135,10 +135,10 @@ class GPUPoolHub:
     @property
     def cgroups(self) -> WorkloadCgroups:
         """This hub instance's cgroups (gpupool.contain), made on first use after the start-up
-        check of the database's instance (gpupool.instance; LostState when it fails)."""
+        check of the database's instance (gpupool.host.instance; LostState when it fails)."""
         if self._cgroups is None:
             from gpupool.contain import Containment, WorkloadCgroups, detect
-            from gpupool.instance import settle
+            from gpupool.host.instance import settle
 
             opts = Containment(config=self.config)
             tree = detect(opts.mode, self.hub_key)
@@ -168,13 +168,13 @@ class GPUPoolHub:
     def known_work(self, tree: Tree) -> set[str]:
         """The workload cgroup names (`job-<id>`, `ws-<digest>`) of what the databases know as
         running: the pool's running jobs and held shares, the hub's active servers. Any other
-        populated cgroup of the instance is work they do not know (gpupool.instance)."""
+        populated cgroup of the instance is work they do not know (gpupool.host.instance)."""
         from sqlalchemy import create_engine, select, text
         from sqlalchemy.exc import SQLAlchemyError
 
         from gpupool.contain import WorkloadCgroups
         from gpupool.store.jobs import TrainJob
-        from gpupool.train.states import HAS_RUN
+        from gpupool.vocab.states import HAS_RUN
 
         def ws(owner: str, name: str) -> str:
             return WorkloadCgroups(tree, "_").workspace(owner, name).split("/", 1)[1]
@@ -216,11 +216,11 @@ class GPUPoolHub:
             self._pool.store.engine.dispose()
 
     def refuse_lost_state(self) -> None:
-        """Open the database and check that running work is its own (gpupool.instance); the hub
+        """Open the database and check that running work is its own (gpupool.host.instance); the hub
         stops here with the reason and what to do (SystemExit) when it is not, or cannot be read."""
         from sqlalchemy.exc import SQLAlchemyError
 
-        from gpupool.instance import LostState
+        from gpupool.host.instance import LostState
 
         try:
             _ = self.cgroups  # opens the database and checks its instance
@@ -244,15 +244,15 @@ class GPUPoolHub:
 
     # --- the running hub ------------------------------------------------------------------------
     def serving(self, running: Running) -> None:
-        """The hub has started and gpupool's services run (gpupool.setup starts them): from now on
+        """The hub has started and gpupool's services run (gpupool.wiring.setup starts them): from now on
         the pages read the culler's findings, and the reconcile asks the hub what runs."""
         if self.running is not None:
             raise RuntimeError("this hub's gpupool services are already running")
         self.running = running
 
     def services(self) -> Services | None:
-        """What the pool's questions go to (gpupool.pool_hooks): None until the services run."""
-        from gpupool.pool_hooks import Services
+        """What the pool's questions go to (gpupool.alloc.hooks): None until the services run."""
+        from gpupool.alloc.hooks import Services
 
         r = self.running
         if r is None:
@@ -312,7 +312,7 @@ class Unenforceable(RuntimeError):
 def build_inventory(cfg: GPUPool) -> Inventory:
     """The cluster's GPUs (c.GPUPool.gpu_inventory = "kubernetes"), else NVML's, or the virtual
     ones c.GPUPool declares where there is none."""
-    from gpupool.nvml import discover_gpus
+    from gpupool.gpu.nvml import discover_gpus
     from gpupool.pool import Inventory, Node, virtual_inventory
 
     if cfg.gpu_inventory == "kubernetes":

@@ -13,14 +13,14 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpupool.root import GPUPoolHub
+    from gpupool.wiring.root import GPUPoolHub
 
 log = logging.getLogger("gpupool")
 WHY = "the hub is stopping: nothing new starts until it is started again"
 
 
 def at_stop(root: GPUPoolHub, sig: str) -> list[str]:
-    """The first thing a stop does (gpupool.hub_adapter.HubApp.on_stop). Returns the lines logged."""
+    """The first thing a stop does (gpupool.wiring.hub_adapter.HubApp.on_stop). Returns the lines logged."""
     root.pool.stopping = WHY
     lines = [f"stopping ({sig}): no server or train job starts from now"]
     running = root.running

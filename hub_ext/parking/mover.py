@@ -35,22 +35,22 @@ from sqlalchemy import select
 from traitlets import Bool, Float, Int
 from traitlets.config import Configurable
 
-from gpupool import failpoints
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.moving import Outcome, move_processes, recover
-from gpupool.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKind
-from gpupool.manager import PoolManager, Workload
 from gpupool.pool import PoolError, Request, format_gpus
 from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
 from gpupool.pool.parking import plan_claims
 from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
-from gpupool.train.states import HAS_RUN, JobState
+from gpupool.vocab.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKind
+from gpupool.vocab.states import HAS_RUN, JobState
+from gpupool.wiring import failpoints
 
 if TYPE_CHECKING:
-    from gpupool.parking import ParkingService
+    from gpupool.parking.service import ParkingService
     from gpupool.train.service import TrainingService
 
-log = logging.getLogger("gpupool.mover")
+log = logging.getLogger("gpupool.parking.mover")
 KEEP_S = 24 * HOUR  # ended moves are kept this long: the status line and the hourly limit read them
 STALE_REPORT_S = 600.0  # a culler report older than this says nothing about what is idle now
 

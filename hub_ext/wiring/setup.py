@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 from traitlets.config import Config
 
 if TYPE_CHECKING:
-    from gpupool.config import GPUPool
-    from gpupool.gpu_env_files import GPUEnvFiles
-    from gpupool.hub_adapter import HubApp
+    from gpupool.alloc.manager import PoolManager
+    from gpupool.gpu.env_files import GPUEnvFiles
     from gpupool.idle_culler.sampler import Sampler
-    from gpupool.manager import PoolManager
-    from gpupool.mover import MoverService
-    from gpupool.parking import ParkingService
-    from gpupool.root import GPUPoolHub
+    from gpupool.parking.mover import MoverService
+    from gpupool.parking.service import ParkingService
+    from gpupool.settings.config import GPUPool
     from gpupool.train.backend import TrainingBackend
     from gpupool.train.service import TrainingService
     from gpupool.usage.service import UsageService
+    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.wiring.root import GPUPoolHub
 
 log = logging.getLogger("gpupool")
 
@@ -45,7 +45,7 @@ SERVICE_ROLE = "gpupool-service"
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
-    from gpupool.root import ROOT_KEY, GPUPoolHub
+    from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 
     # a broken quota, project or culler table stops the hub here, while it reads its config,
     # with the reason, instead of failing inside the running hub
@@ -82,7 +82,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     if culler:
         from gpupool.idle_culler.config import IdleCuller
         from gpupool.idle_culler.service import service_definition
-        from gpupool.parking_support import culler_park_after
+        from gpupool.parking.support import culler_park_after
 
         base = c.JupyterHub.get("base_url", "/").rstrip("/")
         culler_config = IdleCuller(config=c).as_dict()
@@ -113,9 +113,9 @@ def _service_url(settings: Any) -> str:
 
 def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
-    from gpupool.accounts import SystemAccounts
-    from gpupool.config import GPUPool
-    from gpupool.quota_settings import node_pools
+    from gpupool.host.accounts import SystemAccounts
+    from gpupool.settings.config import GPUPool
+    from gpupool.settings.quotas import node_pools
     from gpupool.train.config import TrainPool
 
     node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
@@ -141,7 +141,7 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
 
     from gpupool.api.warnings import retention_for, shares_for, stops_for, warnings_for
 
-    ours = str(Path(__file__).parent / "templates")
+    ours = str(Path(__file__).parent.parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
     c.JupyterHub.template_paths = [*paths, ours] if ours not in paths else paths
     base = c.JupyterHub.get("base_url", "/").rstrip("/")
@@ -166,8 +166,8 @@ def _start_in_hub(
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    from gpupool import tasks
-    from gpupool.hub_adapter import HubApp
+    from gpupool.wiring import tasks
+    from gpupool.wiring.hub_adapter import HubApp
 
     root.refuse_lost_state()  # before the hub polls any server: the share table must be this one's
 
@@ -188,13 +188,13 @@ async def _serve(
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
     from gpupool.contain.follow import WorkspaceDevices
-    from gpupool.quiet_refusals import install as quiet_refusals
-    from gpupool.redact import install
-    from gpupool.root import Running
+    from gpupool.wiring.quiet_refusals import install as quiet_refusals
+    from gpupool.wiring.redact import install
+    from gpupool.wiring.root import Running
 
     log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
-    from gpupool.stopping import at_stop
+    from gpupool.wiring.stopping import at_stop
 
     hub.on_stop(lambda sig: at_stop(root, sig))  # from the first signal, nothing new starts
     quiet_refusals(hub.log)  # a refused spawn (budget, quota) is one line, not a traceback
@@ -237,7 +237,7 @@ async def _serve(
     )
     mover = start_mover(hub.config, pool, parking, training, app.settings)
     # from here the home page's warnings read the culler's findings in the API's settings
-    # and the pool's questions (gpupool.pool_hooks) go to these services
+    # and the pool's questions (gpupool.alloc.hooks) go to these services
     devices = WorkspaceDevices(pool, contained) if gpu_files is not None and contained.available else None
     root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files, devices))
     if devices is not None:
@@ -260,9 +260,9 @@ async def _serve(
 
 
 def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFiles | None:
-    """Each workspace's current GPU, in a file its new processes read (gpupool.gpu_env_files),
+    """Each workspace's current GPU, in a file its new processes read (gpupool.gpu.env_files),
     where the servers run on this machine (local spawners: their shares can move)."""
-    from gpupool.gpu_env_files import GPUEnvFiles, account_gid, default_folder
+    from gpupool.gpu.env_files import GPUEnvFiles, account_gid, default_folder
 
     if not hub.follows_published_gpu:
         return None
@@ -327,7 +327,7 @@ def start_parking(config: Config, pool: PoolManager) -> ParkingService | None:
     from tornado.ioloop import PeriodicCallback
 
     from gpupool.gpu.parking import ParkingError
-    from gpupool.parking import build_parking
+    from gpupool.parking.service import build_parking
 
     try:
         parking = build_parking(config, pool, state_dir())
@@ -357,7 +357,7 @@ def start_mover(
     from tornado.ioloop import PeriodicCallback
 
     from gpupool.api.culler import culler_state
-    from gpupool.mover import build_mover
+    from gpupool.parking.mover import build_mover
 
     mover = build_mover(
         config,
@@ -421,7 +421,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
             holds=usage.held_jobs,
         )
         # the API answers at once; the watches catch up (and settle rows) in the background
-        from gpupool import tasks
+        from gpupool.wiring import tasks
 
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
         training: TrainingBackend = kube
@@ -439,7 +439,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
         )
         training = LocalTraining(engine)
         await training.start()
-        from gpupool import tasks
+        from gpupool.wiring import tasks
 
         tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
 
@@ -488,9 +488,9 @@ async def hub_answers(hub_api: str, every_s: float = 0.2) -> None:
 def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
     A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
+    from gpupool.alloc.manager import Workload
     from gpupool.idle_culler.sampler import Target
-    from gpupool.kinds import WorkloadKind
-    from gpupool.manager import Workload
+    from gpupool.vocab.kinds import WorkloadKind
 
     def use(rows: list) -> dict[str, float | None]:
         targets = []

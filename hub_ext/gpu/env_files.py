@@ -1,6 +1,6 @@
 """Where a workspace's GPU is NOW, for the processes it starts later.
 
-A server's environment is fixed when it starts, but its share may move (gpupool.mover) or
+A server's environment is fixed when it starts, but its share may move (gpupool.parking.mover) or
 come back on another GPU after parking: a kernel started afterwards must not inherit the old
 CUDA_VISIBLE_DEVICES (that GPU is someone else's now). The hub, the one owner of allocation
 state, writes the current GPU variables of each workspace to a small JSON file in a folder of
@@ -28,11 +28,11 @@ from sqlalchemy import select
 
 from gpupool.gpu.env import gpu_env
 from gpupool.gpu.memory_cap import DEFAULT_CONTEXT_MIB
-from gpupool.kinds import WorkloadKind
 from gpupool.store import Allocation, Parked
+from gpupool.vocab.kinds import WorkloadKind
 
 if TYPE_CHECKING:
-    from gpupool.manager import PoolManager
+    from gpupool.alloc.manager import PoolManager
 
 log = logging.getLogger("gpupool")
 VAR = "GPUPOOL_GPU_ENV_FILE"  # tells the workspace's processes where their file is
@@ -159,17 +159,17 @@ class GPUEnvFiles:
 
 
 def default_folder() -> Path:
-    """In the hub's state folder, where parking keeps its own (gpupool.setup.state_dir's rule)."""
+    """In the hub's state folder, where parking keeps its own (gpupool.wiring.setup.state_dir's rule)."""
     return Path(os.environ.get("GPUPOOL_STATE_DIR", os.path.abspath("state"))) / FOLDER
 
 
 def account_gid(config: Any) -> Callable[[str], int | None]:
-    """The group of a hub user's Unix account (gpupool.accounts), when the hub runs as root."""
+    """The group of a hub user's Unix account (gpupool.host.accounts), when the hub runs as root."""
 
     def gid_of(owner: str) -> int | None:
         if os.geteuid() != 0:
             return None  # the servers run as the hub's own account
-        from gpupool.accounts import SystemAccounts
+        from gpupool.host.accounts import SystemAccounts
 
         account = SystemAccounts(config=config).lookup(owner)
         return account.gid if account is not None else None

@@ -3,7 +3,7 @@ mover, the published GPU files), as one object given to `PoolManager` by its con
 
 The services need the pool and the pool calls back into them: a true cycle. The pool is built
 first with `ServiceHooks`, which reads the services when it is asked, from whatever the
-composition root hands it (`gpupool.root.GPUPoolHub.serving`); nothing is attached to the pool
+composition root hands it (`gpupool.wiring.root.GPUPoolHub.serving`); nothing is attached to the pool
 after it is built. `PoolHooks` itself is the answer of a pool without services: every question
 answered as if that service were off (no budget, no train jobs to preempt, no moves).
 """
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpupool.alloc.manager import Workload
     from gpupool.contain.follow import WorkspaceDevices
-    from gpupool.gpu_env_files import GPUEnvFiles
-    from gpupool.manager import Workload
-    from gpupool.mover import MoverService
+    from gpupool.gpu.env_files import GPUEnvFiles
+    from gpupool.parking.mover import MoverService
     from gpupool.pool import Request
     from gpupool.train.service import TrainingService
     from gpupool.usage.service import UsageService

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from traitlets import Enum, Float, Int
 from traitlets.config import Configurable
 
-from gpupool.config import GPUPool
+from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.parking import (
     Delays,
     ParkingBackend,
@@ -31,16 +31,16 @@ from gpupool.gpu.parking import (
     park_process,
     resume_process,
 )
-from gpupool.kinds import EventKind, WorkloadKind
-from gpupool.manager import PoolManager, Workload
 from gpupool.pool import format_gpus
 from gpupool.pool.parking import ParkedShare, plan_claims
+from gpupool.settings.config import GPUPool
 from gpupool.store import Parked
+from gpupool.vocab.kinds import EventKind, WorkloadKind
 
 if TYPE_CHECKING:
     from gpupool.store import Allocation
 
-log = logging.getLogger("gpupool.parking")
+log = logging.getLogger("gpupool.parking.service")
 
 
 class GPUParking(Configurable):
@@ -132,7 +132,9 @@ class ParkingService:
         self._parking: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self.failures: dict[tuple[str, str], str] = {}
-        self.moving: dict[tuple[str, str], str] = {}  # workspaces gpupool.mover is moving, with what to say
+        self.moving: dict[
+            tuple[str, str], str
+        ] = {}  # workspaces gpupool.parking.mover is moving, with what to say
 
     # --- park -----------------------------------------------------------------
     def park(self, owner: str, name: str) -> dict[str, Any]:
@@ -149,7 +151,7 @@ class ParkingService:
 
     async def park_async(self, owner: str, name: str) -> dict[str, Any]:
         """As `park`, with the driver's work (a lock may wait for running kernels, a checkpoint
-        copies GBs) off the hub's event loop. A workspace being moved (gpupool.mover) is parked
+        copies GBs) off the hub's event loop. A workspace being moved (gpupool.parking.mover) is parked
         once the move is over (seconds), not refused: a refused park makes the culler stop it."""
         for _ in range(600):
             if (owner, name) not in self.moving:

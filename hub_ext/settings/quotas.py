@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpupool.config import GPUPool, policy_from_document, quota_document
-from gpupool.kinds import EventKind
+from gpupool.settings.config import GPUPool, policy_from_document, quota_document
+from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
     from gpupool.pool import BuildQuotaPolicy

@@ -105,7 +105,7 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
     - ("shared", reason): everyone runs as the hub's account — it is not root, an admin chose
       another spawner (GPUPOOL_SPAWNER), or other accounts could not run this installation.
     """
-    from gpupool.accounts import unreachable
+    from gpupool.host.accounts import unreachable
 
     euid = os.geteuid() if euid is None else euid
     spawner = os.environ.get("GPUPOOL_SPAWNER", "") if spawner is None else spawner
@@ -115,7 +115,7 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
         return "shared", f"the spawner {spawner!r} was chosen with GPUPOOL_SPAWNER"
     if shutil.which("useradd") is None:
         return "shared", "useradd is missing, so no account can be made"
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package root
     why = unreachable(
         [
             user_python(),
@@ -194,7 +194,7 @@ def chp_command() -> str:
     found = os.environ.get("GPUPOOL_CHP") or shutil.which("configurable-http-proxy")
     if found:
         return found
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for root in (os.getcwd(), repo):
         candidate = os.path.join(root, "node_modules", ".bin", "configurable-http-proxy")
         if os.access(candidate, os.X_OK):

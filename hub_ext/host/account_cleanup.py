@@ -2,7 +2,7 @@
 their removal (`make clean` runs it).
 
 An account is gpupool's when its comment says so (`gpupool user <hub name>`, written by
-gpupool.accounts when it made it) and its home lies in this hub's state folder (`state/home`):
+gpupool.host.accounts when it made it) and its home lies in this hub's state folder (`state/home`):
 accounts of other hubs on the machine, and every account gpupool did not make, are left alone.
 """
 
@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.accounts import MARKER, hub_user_of
+from gpupool.host.accounts import MARKER, hub_user_of
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpupool.pool import GPU
 
-log = logging.getLogger("gpupool.nvml")
+log = logging.getLogger("gpupool.gpu.nvml")
 
 try:  # nvidia-ml-py is a dependency, but the shared library is only there with a driver
     import pynvml

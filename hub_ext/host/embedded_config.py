@@ -7,8 +7,8 @@ Loaded by `gpupool up`; an admin's own settings come from the file named by
 import os
 
 from gpupool import configure
-from gpupool.accounts import make_on_login
-from gpupool.embedded import (
+from gpupool.host.accounts import make_on_login
+from gpupool.host.embedded import (
     ACCOUNT_PREFIX,
     apply_demo,
     apply_demo_culling,
@@ -67,7 +67,9 @@ else:  # everyone shares the hub's account (`gpupool up` says so)
         c.Spawner.args = ["--allow-root"]
     spawner = os.environ.get("GPUPOOL_SPAWNER") or "gpupool-simple"
 
-apply_demo(c)  # virtual GPUs where NVML finds none, two training projects (gpupool.embedded.DEMO_SETTINGS)
+apply_demo(
+    c
+)  # virtual GPUs where NVML finds none, two training projects (gpupool.host.embedded.DEMO_SETTINGS)
 if os.environ.get("GPUPOOL_DEMO_CULLING") == "1":  # gpupool up --demo-culling
     apply_demo_culling(c)
 

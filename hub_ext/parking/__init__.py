@@ -1,0 +1,1 @@
+"""Parking and moving idle workspaces' GPUs, in the hub process."""

@@ -1,0 +1,1 @@
+"""Admin configuration as traitlets, and the quotas in force."""
