@@ -8,7 +8,7 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint typecheck unit venv browser node cluster bench clean test-latest constraints
+.PHONY: up test lint typecheck types-tree layers unit venv browser node cluster bench clean test-latest constraints
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
@@ -17,6 +17,7 @@ test: venv browser node cluster
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory layers
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -25,6 +26,7 @@ unit: venv
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(MAKE) --no-print-directory layers
 
 # mypy on the product packages. The folders install under other names (pyproject's package-dir:
 # hub_ext -> gpupool, spawner -> gpupool.spawner, ...) through the editable install's import hook,
@@ -33,10 +35,16 @@ lint: venv
 # of hub_ext/ plus links to the three other folders. Paths in mypy's messages are mapped back to the
 # source folders by sed.
 TYPES := $(VENV)/typecheck
-typecheck: venv
+types-tree: venv
 	rm -rf $(TYPES) && mkdir -p $(TYPES)/gpupool
 	for f in hub_ext/*; do ln -s $(CURDIR)/$$f $(TYPES)/gpupool/; done
 	for d in spawner idle_culler widgets; do ln -s $(CURDIR)/$$d $(TYPES)/gpupool/$$d; done
+
+# the layer contract in pyproject.toml ([tool.importlinter]), read by import-linter from the same tree
+layers: types-tree
+	cd $(TYPES) && PYTHONPATH=. $(CURDIR)/$(VENV)/bin/lint-imports --no-cache $(CURDIR)/pyproject.toml
+
+typecheck: types-tree
 	cd $(TYPES) && { $(CURDIR)/$(PY) -m mypy --config-file $(CURDIR)/pyproject.toml --cache-dir ../mypy-cache -p gpupool >log 2>&1; rc=$$?; \
 	  sed -E 's#^gpupool/(spawner|idle_culler|widgets)/#\1/#; t; s#^gpupool/#hub_ext/#' log; exit $$rc; }
 

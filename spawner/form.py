@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpupool.hub.templating import render
 from gpupool.pool import Holding, InvalidRequest, format_gpus, parse_gpus
 from gpupool.pool.units import MILLI_PER_GPU, UnitError, gpus_number
-from gpupool.wiring.templating import render
 
 FIELD = "gpus"
 POOL_FIELD = "pool"  # optional: one of the node pools the user's groups may use

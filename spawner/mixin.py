@@ -14,6 +14,8 @@ from traitlets import HasTraits, default
 
 from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.env import gpu_env
+from gpupool.hub import failpoints
+from gpupool.hub.quiet_refusals import REFUSAL
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
@@ -21,8 +23,6 @@ from gpupool.spawner.form import free_slots, parse_form, render_form, requested_
 from gpupool.store import Allocation
 from gpupool.vocab.disk import disk_full
 from gpupool.vocab.kinds import EventKind, WorkloadKind
-from gpupool.wiring import failpoints
-from gpupool.wiring.quiet_refusals import REFUSAL
 from gpupool.wiring.root import GPUPoolHub, root_of
 
 
@@ -36,9 +36,7 @@ def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
 def http_error(err: PoolError) -> web.HTTPError:
     """A PoolError as the 4xx JupyterHub shows on the spawn page and in API replies."""
     exc = with_message(web.HTTPError(err.status, reason=type(err).__name__), str(err))
-    setattr(
-        exc, REFUSAL, True
-    )  # logged once as a refusal, without a traceback (gpupool.wiring.quiet_refusals)
+    setattr(exc, REFUSAL, True)  # logged once as a refusal, without a traceback (gpupool.hub.quiet_refusals)
     return exc
 
 

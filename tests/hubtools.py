@@ -163,7 +163,7 @@ class Hub:
             [
                 sys.executable,
                 "-m",
-                "gpupool.host.cli",
+                "gpupool.wiring.cli",
                 "up",
                 "--state",
                 str(self.state),

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.host.cli import accounts_note, build_parser, port_env
-from gpupool.host.embedded import isolation
+from gpupool.wiring.cli import accounts_note, build_parser, port_env
+from gpupool.wiring.embedded import isolation
 
 
 def test_ports_are_options_that_reach_the_embedded_config(monkeypatch) -> None:
@@ -48,7 +48,7 @@ def test_up_says_plainly_whose_account_users_run_as(tmp_path: Path) -> None:
 
 def test_up_takes_the_users_python_environment(monkeypatch, tmp_path: Path) -> None:
     """--user-env (or $GPUPOOL_USER_ENV): where workspaces and jobs find Python and JupyterHub."""
-    from gpupool.host.embedded import singleuser_command, user_python
+    from gpupool.wiring.embedded import singleuser_command, user_python
 
     assert build_parser().parse_args(["up", "--user-env", "/opt/users"]).user_env == "/opt/users"
     monkeypatch.setenv("GPUPOOL_USER_ENV", str(tmp_path / "env"))
@@ -66,7 +66,7 @@ def test_up_takes_the_users_python_environment(monkeypatch, tmp_path: Path) -> N
 def test_the_demo_banner_says_the_limits_the_admins_config_sets(tmp_path: Path) -> None:
     """`gpupool up --demo-culling --config site.py` with longer sessions: before, the banner
     still said "end at 8 min" whatever the config set."""
-    from gpupool.host.cli import banner, check_config
+    from gpupool.wiring.cli import banner, check_config
 
     site = tmp_path / "site.py"
     site.write_text("c.IdleCuller.max_age_s = 1200\nc.IdleCuller.park_after_s = 300\n")

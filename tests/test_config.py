@@ -17,7 +17,7 @@ from tests.hubtools import REPO
 
 def gpupool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.host.cli", *args], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-m", "gpupool.wiring.cli", *args], cwd=cwd, capture_output=True, text=True
     )
 
 
@@ -47,7 +47,7 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     GPUPool(config=c).quota_policy()
     TrainPool(config=c).department_table()
     # ... with make up's demo settings active, and no path of this machine
-    from gpupool.host.embedded import DEMO_SETTINGS
+    from gpupool.wiring.embedded import DEMO_SETTINGS
 
     for cls, settings in DEMO_SETTINGS.items():
         for name, value in settings.items():

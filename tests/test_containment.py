@@ -264,7 +264,7 @@ def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> No
     from traitlets.config import Config
 
     from gpupool.contain import detect, hub_key
-    from gpupool.host.cli import banner, containment_note
+    from gpupool.wiring.cli import banner, containment_note
 
     off = Config()
     off.Containment.mode = "off"

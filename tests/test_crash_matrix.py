@@ -1,4 +1,4 @@
-"""The crash matrix: a real hub dies (os._exit at a named failpoint, see gpupool.wiring.failpoints)
+"""The crash matrix: a real hub dies (os._exit at a named failpoint, see gpupool.hub.failpoints)
 in the middle of a spawn, a stop, a job's start, a preemption, a resume and a cancel, with
 real server and job processes; it is restarted and must hold every invariant:
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.wiring.failpoints import EXIT_CODE, POINTS
+from gpupool.hub.failpoints import EXIT_CODE, POINTS
 from tests.hubtools import Hub
 from tests.support.wait import until
 

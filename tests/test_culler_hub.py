@@ -187,7 +187,7 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
     from traitlets.config import Config
 
     from gpupool.api.warnings import warnings_for
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub.adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub, Running
 
     root = GPUPoolHub(Config())

@@ -14,12 +14,12 @@ import re
 
 import pytest
 
-from gpupool.host.embedded import DEMO_CULLING, DEMO_CULLING_NOTE
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import make_sampler
 from gpupool.idle_culler.service import Client, Culler, parse_time, service_definition
 from gpupool.widgets.client import Client as WidgetClient
 from gpupool.widgets.magics import demo_gpu_use
+from gpupool.wiring.embedded import DEMO_CULLING, DEMO_CULLING_NOTE
 from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
 

@@ -145,10 +145,10 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
 
     from traitlets.config import Config
 
+    from gpupool.hub.adapter import HubApp
     from gpupool.settings.config import GPUPool
     from gpupool.spawner.kube import GPUKubeSpawner
     from gpupool.spawner.local import GPULocalProcessSpawner
-    from gpupool.wiring.hub_adapter import HubApp
     from gpupool.wiring.setup import publish_gpus
 
     monkeypatch.setenv("GPUPOOL_STATE_DIR", str(tmp_path))

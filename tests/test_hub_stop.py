@@ -47,8 +47,8 @@ def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hu
 
 
 def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
+    from gpupool.hub.stopping import WHY
     from gpupool.pool.errors import HubStopping
-    from gpupool.wiring.stopping import WHY
     from tests.support.pools import make_pool
 
     pool = make_pool(tmp_path, 2)
@@ -119,7 +119,7 @@ def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_n
     resumes at the next start); the queued one is not admitted while the hub stops."""
     import sys
 
-    from gpupool.wiring.stopping import WHY
+    from gpupool.hub.stopping import WHY
     from tests.support.jobs import job_request
     from tests.support.pools import make_training, run_until
 
@@ -140,7 +140,7 @@ def test_a_stop_with_stop_jobs_sends_running_jobs_back_to_the_queue_and_starts_n
     first = submit("first")
     run_until(svc, lambda: svc.job(first).state == "running" and svc.job(first).pid)
     second = submit("second")
-    svc.pool.stopping = WHY  # what gpupool.wiring.stopping.at_stop does first
+    svc.pool.stopping = WHY  # what gpupool.hub.stopping.at_stop does first
     lines = svc.at_stop(end_jobs=True)
     assert "1 train job(s) told to stop" in lines[0], lines
     run_until(svc, lambda: svc.job(first).state == "queued")  # its run ended by the stop

@@ -119,7 +119,7 @@ def test_an_unreadable_database_stops_the_hub_with_the_reason(make_hub) -> None:
 
 def gpupool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.host.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gpupool.wiring.cli", *args], capture_output=True, text=True, timeout=120
     )
 
 

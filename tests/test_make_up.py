@@ -35,7 +35,7 @@ def test_banner_last_after_the_hub_is_ready_and_no_deprecation_noise(tmp_path: P
             [
                 sys.executable,
                 "-m",
-                "gpupool.host.cli",
+                "gpupool.wiring.cli",
                 "up",
                 "--state",
                 str(tmp_path / "state"),

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.hub.failpoints import EXIT_CODE
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
 from gpupool.widgets.summary import summary
-from gpupool.wiring.failpoints import EXIT_CODE
 from tests.hubtools import PASSWORD, Hub, WebUser, progress_messages
 from tests.kernelcalls import run_code
 from tests.test_build_first_form import size_option

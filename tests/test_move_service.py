@@ -19,6 +19,7 @@ from gpupool.alloc.hooks import ServiceHooks, Services
 from gpupool.alloc.manager import Workload
 from gpupool.gpu.env_files import GPUEnvFiles
 from gpupool.gpu.parking import Delays, ParkingError, VirtualParking
+from gpupool.hub import failpoints
 from gpupool.parking.mover import GPUMover, MoverService
 from gpupool.parking.service import ParkingService
 from gpupool.pool import (
@@ -34,7 +35,6 @@ from gpupool.pool import (
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move
-from gpupool.wiring import failpoints
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(

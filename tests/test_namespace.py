@@ -29,12 +29,12 @@ FOLDERS = {
 WIRING = {
     "gpupool",
     "gpupool.wiring.setup",
-    "gpupool.host.cli",
-    "gpupool.host.embedded",
-    "gpupool.host.embedded_config",
+    "gpupool.wiring.cli",
+    "gpupool.wiring.embedded",
+    "gpupool.wiring.embedded_config",
 }
 # imported only inside the hub (they read `c` from jupyterhub_config.py when imported)
-SKIP = {"gpupool.host.embedded_config"}
+SKIP = {"gpupool.wiring.embedded_config"}
 
 
 def all_modules() -> list[str]:
@@ -134,7 +134,7 @@ def test_wheel_installs_nothing_but_gpupool(tmp_path):
         "gpupool/widgets/magics.py",
         "gpupool/gpu/startup/sitecustomize.py",
         "gpupool/templates/home.html",
-        # gpupool's own pages and fragments (gpupool.wiring.templating renders them)
+        # gpupool's own pages and fragments (gpupool.hub.templating renders them)
         "gpupool/templates/gpupool-spawn-form.html",
         "gpupool/templates/gpupool-extend.html",
         "gpupool/templates/gpupool-plot.html",
@@ -206,7 +206,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            # `from gpupool import tasks` imports the module gpupool.wiring.tasks
+            # `from gpupool import tasks` imports the module gpupool.hub.tasks
             subs = [
                 f"{target}.{a.name}"
                 for a in node.names

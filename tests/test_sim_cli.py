@@ -25,7 +25,7 @@ PODS = (
 
 def simulate(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gpupool.host.cli", "simulate", *args],
+        [sys.executable, "-m", "gpupool.wiring.cli", "simulate", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -142,9 +142,9 @@ def test_a_budget_refusal_is_one_log_line_not_a_traceback() -> None:
 
     from tornado import web
 
+    from gpupool.hub.quiet_refusals import install
     from gpupool.spawner.mixin import http_error
     from gpupool.usage.service import BudgetRefused
-    from gpupool.wiring.quiet_refusals import install
 
     log = logging.getLogger("test-hub-log")
     out = io.StringIO()

@@ -23,7 +23,7 @@ import pytest
 
 from gpupool.contain import hub_key
 from gpupool.host.accounts import MARKER, AccountError, SystemAccounts, comment_for, unix_name
-from gpupool.host.embedded import ACCOUNT_PREFIX, isolation
+from gpupool.wiring.embedded import ACCOUNT_PREFIX, isolation
 from tests.hubtools import ADMIN_TOKEN, REPO, Hub
 from tests.support.wait import until
 
@@ -466,7 +466,7 @@ def test_up_as_root_gives_users_a_python_they_can_run(monkeypatch) -> None:
     /root) must still isolate users: it makes a Python environment they can run, not fall back to
     running every workspace as root."""
     from gpupool.host.accounts import unreachable
-    from gpupool.host.cli import users_python
+    from gpupool.wiring.cli import users_python
 
     top = Path(tempfile.mkdtemp(prefix="gpupool-up-"))
     top.chmod(0o711)
@@ -513,7 +513,7 @@ def test_accounts_remove_takes_the_accounts_this_hub_made_and_no_others(hub: Hub
 
         def accounts(*args: str) -> subprocess.CompletedProcess:
             return subprocess.run(
-                [sys.executable, "-m", "gpupool.host.cli", "accounts", "--state", str(hub.state), *args],
+                [sys.executable, "-m", "gpupool.wiring.cli", "accounts", "--state", str(hub.state), *args],
                 capture_output=True,
                 text=True,
                 timeout=120,

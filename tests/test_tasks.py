@@ -8,7 +8,7 @@ import asyncio
 import gc
 import logging
 
-from gpupool.wiring import tasks
+from gpupool.hub import tasks
 
 
 async def test_a_failing_background_task_is_logged_with_what_it_was_doing(caplog):

@@ -4,9 +4,9 @@ server, group, node pool or usage key chosen to be markup shows as text, never r
 from __future__ import annotations
 
 from gpupool.admin.stacked import stacked_svg
+from gpupool.hub.templating import TEMPLATES, render
 from gpupool.pool import Holding
 from gpupool.spawner.form import render_form
-from gpupool.wiring.templating import TEMPLATES, render
 
 HOSTILE = "<script>alert('x')</script>\"'><img src=x onerror=alert(1)>"
 ESCAPED = (

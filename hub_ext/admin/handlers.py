@@ -31,7 +31,7 @@ from gpupool.vocab.states import UNFINISHED
 from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub.adapter import HubApp
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from gpupool.wiring.templating import render
+from gpupool.hub.templating import render
 
 COLOURS = (
     "#3182bd",

@@ -26,7 +26,7 @@ from gpupool.api.usage import ROUTES as USAGE_ROUTES
 from gpupool.wiring.root import ROOT_KEY
 
 if TYPE_CHECKING:
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub.adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub
 
 # The API's routes, each module's own (jobs, parking, demo, usage) spliced in: a constant, as

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
+from gpupool.hub.adapter import hub_user, hub_users
 from gpupool.store.db import bounded
 from gpupool.vocab.disk import disk_full
-from gpupool.wiring.hub_adapter import hub_user, hub_users
 from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub.adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub
 
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early

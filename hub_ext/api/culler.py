@@ -21,19 +21,19 @@ from gpupool.api.hibernation import record as record_hibernation
 from gpupool.api.page import record_history
 from gpupool.api.parking import parked_targets
 from gpupool.gpu.memory_cap import share_cap_mib
+from gpupool.hub.adapter import hub_user, hub_users
 from gpupool.store import Event
 from gpupool.store.db import bounded
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import CULLER_EVENTS, EventKind, WorkloadKind
-from gpupool.wiring.hub_adapter import hub_user, hub_users
 
 if TYPE_CHECKING:
     from jupyterhub.spawner import Spawner
     from jupyterhub.user import User
 
     from gpupool.alloc.manager import PoolManager
+    from gpupool.hub.adapter import HubApp
     from gpupool.store import Allocation
-    from gpupool.wiring.hub_adapter import HubApp
 
 EXTENSION = "extension:{owner}/{name}"
 YIELD_EVERY = 250  # workspaces listed between two turns of the hub's event loop

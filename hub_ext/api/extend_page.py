@@ -9,7 +9,7 @@ from tornado import web
 
 from gpupool.api.auth import BaseHandler
 from gpupool.api.culler import culler_state, extend_workspace
-from gpupool.wiring.templating import render
+from gpupool.hub.templating import render
 
 
 class ExtendPage(BaseHandler):

@@ -9,8 +9,8 @@ from collections import deque
 from tornado import web
 
 from gpupool.api.auth import BaseHandler
+from gpupool.hub.templating import render
 from gpupool.vocab.kinds import WorkloadKind
-from gpupool.wiring.templating import render
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
 

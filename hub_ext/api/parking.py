@@ -15,11 +15,11 @@ from tornado import web
 
 from gpupool.api.auth import APIHandler, Caller
 from gpupool.gpu.parking import ParkingError
-from gpupool.wiring.hub_adapter import hub_users
+from gpupool.hub.adapter import hub_users
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub.adapter import HubApp
 
 MAX_NAME = 255
 

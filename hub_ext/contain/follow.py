@@ -11,13 +11,16 @@ next start (gpupool.parking.mover.recover) and `follow_all` then sets every work
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from gpupool.alloc.manager import PoolManager
 from gpupool.contain import WorkloadCgroups
 from gpupool.store import Allocation
 from gpupool.vocab.kinds import WorkloadKind
+
+if TYPE_CHECKING:  # the manager calls this module: a type, never an import upward
+    from gpupool.alloc.manager import PoolManager
 
 log = logging.getLogger("gpupool.contain")
 KINDS = (WorkloadKind.BUILD, WorkloadKind.MOVE)

@@ -37,6 +37,7 @@ from traitlets.config import Configurable
 
 from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.moving import Outcome, move_processes, recover
+from gpupool.hub import failpoints
 from gpupool.pool import PoolError, Request, format_gpus
 from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, plan_moves
 from gpupool.pool.parking import plan_claims
@@ -44,7 +45,6 @@ from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
 from gpupool.vocab.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKind
 from gpupool.vocab.states import HAS_RUN, JobState
-from gpupool.wiring import failpoints
 
 if TYPE_CHECKING:
     from gpupool.parking.service import ParkingService

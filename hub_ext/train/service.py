@@ -20,6 +20,7 @@ from sqlalchemy import select
 from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.contain import Limits, WorkloadCgroups
 from gpupool.host.accounts import AccountError, SystemAccounts, made_by_gpupool
+from gpupool.hub import failpoints
 from gpupool.pool import GPU, Request, get_policy
 from gpupool.pool.actions import reclaimable
 from gpupool.pool.actions.victims import cheapest_victims
@@ -39,7 +40,6 @@ from gpupool.train.idle import IdleClock
 from gpupool.train.request import JobRequest
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import FINISHED, HAS_RUN, Intent, JobEvent, JobState, PreemptCause
-from gpupool.wiring import failpoints
 
 log = logging.getLogger("gpupool.train")
 NEVER_BEGAN = "the hub stopped before its run began"

@@ -29,7 +29,7 @@ cache (`kubespawner.clients.shared_client`) and its reflectors through a class a
 traitlets deep-copies a dict option when a Configurable loads it (`Configurable._load_config`), so
 the root copies as itself: the hub's copy of `tornado_settings` holds this same root.
 
-The JupyterHub application object itself is touched only through `gpupool.wiring.hub_adapter.HubApp`.
+The JupyterHub application object itself is touched only through `gpupool.hub.adapter.HubApp`.
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ if TYPE_CHECKING:
     from gpupool.contain import Tree, WorkloadCgroups
     from gpupool.contain.follow import WorkspaceDevices
     from gpupool.gpu.env_files import GPUEnvFiles
+    from gpupool.hub.adapter import HubApp
     from gpupool.parking.mover import MoverService
     from gpupool.parking.service import ParkingService
     from gpupool.pool import Inventory
     from gpupool.store import Allocation
     from gpupool.train.backend import TrainingBackend
     from gpupool.usage.service import UsageService
-    from gpupool.wiring.hub_adapter import HubApp
 
 log = logging.getLogger("gpupool")
 ROOT_KEY = "gpupool_root"  # its key in the hub's tornado settings and in the gpupool API's

@@ -25,6 +25,7 @@ from traitlets.config import Config
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
     from gpupool.gpu.env_files import GPUEnvFiles
+    from gpupool.hub.adapter import HubApp
     from gpupool.idle_culler.sampler import Sampler
     from gpupool.parking.mover import MoverService
     from gpupool.parking.service import ParkingService
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from gpupool.train.backend import TrainingBackend
     from gpupool.train.service import TrainingService
     from gpupool.usage.service import UsageService
-    from gpupool.wiring.hub_adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub
 
 log = logging.getLogger("gpupool")
@@ -166,8 +166,8 @@ def _start_in_hub(
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    from gpupool.wiring import tasks
-    from gpupool.wiring.hub_adapter import HubApp
+    from gpupool.hub import tasks
+    from gpupool.hub.adapter import HubApp
 
     root.refuse_lost_state()  # before the hub polls any server: the share table must be this one's
 
@@ -188,13 +188,13 @@ async def _serve(
     from gpupool.api.app import body_limits
     from gpupool.api.bodies import serve
     from gpupool.contain.follow import WorkspaceDevices
-    from gpupool.wiring.quiet_refusals import install as quiet_refusals
-    from gpupool.wiring.redact import install
+    from gpupool.hub.quiet_refusals import install as quiet_refusals
+    from gpupool.hub.redact import install
     from gpupool.wiring.root import Running
 
     log_like_hub(hub.log)
     install(hub.log)  # no token, cookie or password in the hub's log, whoever logs it
-    from gpupool.wiring.stopping import at_stop
+    from gpupool.hub.stopping import at_stop
 
     hub.on_stop(lambda sig: at_stop(root, sig))  # from the first signal, nothing new starts
     quiet_refusals(hub.log)  # a refused spawn (budget, quota) is one line, not a traceback
@@ -421,7 +421,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
             holds=usage.held_jobs,
         )
         # the API answers at once; the watches catch up (and settle rows) in the background
-        from gpupool.wiring import tasks
+        from gpupool.hub import tasks
 
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
         training: TrainingBackend = kube
@@ -439,7 +439,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
         )
         training = LocalTraining(engine)
         await training.start()
-        from gpupool.wiring import tasks
+        from gpupool.hub import tasks
 
         tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
 

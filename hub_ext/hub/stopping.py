@@ -20,7 +20,7 @@ WHY = "the hub is stopping: nothing new starts until it is started again"
 
 
 def at_stop(root: GPUPoolHub, sig: str) -> list[str]:
-    """The first thing a stop does (gpupool.wiring.hub_adapter.HubApp.on_stop). Returns the lines logged."""
+    """The first thing a stop does (gpupool.hub.adapter.HubApp.on_stop). Returns the lines logged."""
     root.pool.stopping = WHY
     lines = [f"stopping ({sig}): no server or train job starts from now"]
     running = root.running

@@ -8,7 +8,7 @@ import os
 
 from gpupool import configure
 from gpupool.host.accounts import make_on_login
-from gpupool.host.embedded import (
+from gpupool.wiring.embedded import (
     ACCOUNT_PREFIX,
     apply_demo,
     apply_demo_culling,
@@ -69,7 +69,7 @@ else:  # everyone shares the hub's account (`gpupool up` says so)
 
 apply_demo(
     c
-)  # virtual GPUs where NVML finds none, two training projects (gpupool.host.embedded.DEMO_SETTINGS)
+)  # virtual GPUs where NVML finds none, two training projects (gpupool.wiring.embedded.DEMO_SETTINGS)
 if os.environ.get("GPUPOOL_DEMO_CULLING") == "1":  # gpupool up --demo-culling
     apply_demo_culling(c)
 

@@ -18,7 +18,7 @@ from traitlets.config import Application, Config, Configurable
 
 from gpupool.settings.config import GPUPool
 
-HERE = os.path.dirname(os.path.abspath(__file__))  # gpupool/host: embedded_config.py beside it
+HERE = os.path.dirname(os.path.abspath(__file__))  # embedded_config.py is beside it
 
 
 def config_classes() -> list[type[Configurable]]:
@@ -71,7 +71,7 @@ def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
 def generate_config(path: str) -> None:
     """The demo's settings, active, then every option commented with its help and example; no
     path of this machine (the defaults that are one are named instead)."""
-    from gpupool.host.embedded import demo_lines
+    from gpupool.wiring.embedded import demo_lines
 
     text = without_deprecated(_ConfigWriter().generate_config_file(), config_classes())
     text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(
@@ -97,7 +97,7 @@ def generate_config(path: str) -> None:
 
 def check_config(path: str) -> Config:
     """Load and validate an admin's config so a mistake stops `up` with a clear message."""
-    from gpupool.host.embedded import load_user_config
+    from gpupool.wiring.embedded import load_user_config
 
     c = Config()
     load_user_config(c, path)
@@ -118,7 +118,7 @@ def up(args: argparse.Namespace) -> int:
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
     checked = check_config(config)
-    from gpupool.host.embedded import chp_command, demo_password
+    from gpupool.wiring.embedded import chp_command, demo_password
 
     env = dict(
         os.environ,
@@ -165,7 +165,7 @@ def users_python(state: str) -> str:
     When they cannot (an interpreter in a private folder), make one they can in the state folder;
     "" leaves it to the banner to say why users are not isolated."""
     from gpupool.host.accounts import shared_python_env, unreachable
-    from gpupool.host.embedded import singleuser_command, user_python
+    from gpupool.wiring.embedded import singleuser_command, user_python
 
     if not unreachable([user_python(), singleuser_command()]):
         return ""
@@ -179,8 +179,8 @@ def check_user_env(state: str) -> None:
     """A hub whose users run as their own accounts starts their servers with the users' Python:
     one without JupyterLab or gpupool's extensions would answer /user/<name>/lab with a 404 after a
     spawn that seemed to work. Said now, with what is missing, instead."""
-    from gpupool.host.embedded import isolation, user_python
     from gpupool.host.user_env import missing_jupyter
+    from gpupool.wiring.embedded import isolation, user_python
 
     if isolation(state)[0] != "accounts":
         return
@@ -202,7 +202,7 @@ def banner(
     contained: str = "",
     user_config: Config | None = None,
 ) -> str:
-    from gpupool.host.embedded import demo_culling_note, isolation
+    from gpupool.wiring.embedded import demo_culling_note, isolation
 
     return (
         f"\ngpupool: embedded hub ready on http://127.0.0.1:{port}\n"
@@ -255,7 +255,7 @@ def port_env(args: argparse.Namespace) -> dict[str, str]:
 
 def accounts_note(euid: int, mode: str = "shared", reason: str = "") -> str:
     """Said plainly at start-up: whose Unix account workspaces and jobs run as."""
-    from gpupool.host.embedded import ACCOUNT_PREFIX
+    from gpupool.wiring.embedded import ACCOUNT_PREFIX
 
     if mode == "accounts":
         return (
