@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, Union, observe
+from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, Union
 from traitlets import Callable as CallableTrait
 from traitlets.config import Configurable, LoggingConfigurable
 from traitlets.utils.importstring import import_item
@@ -21,22 +21,6 @@ __all__ = ["LIMIT_FIELDS", "RESOLVERS", "IdleCuller", "config_classes"]
 
 class IdleCuller(LoggingConfigurable):
     """GPU-aware idle culling and session time limits for build workspaces."""
-
-    # never read by anything: the culler runs with gpupool.configure(c, culler=True)
-    enabled = Bool(
-        True,
-        config=True,
-        help="""Deprecated and ignored: it never switched the culler off.
-        """,
-    ).tag(deprecated="gpupool.configure(c, culler=False)")
-
-    @observe("enabled")
-    def _dead_enabled(self, change: dict) -> None:
-        self.log.warning(
-            "c.IdleCuller.enabled is deprecated and ignored: it never switched the culler off."
-            " The culler runs with gpupool.configure(c, culler=True); `gpupool up` starts it"
-            " unless GPUPOOL_CULLER=0"
-        )
 
     dry_run = Bool(
         False,
@@ -437,13 +421,9 @@ class IdleCuller(LoggingConfigurable):
         return "restart-kernel" in {self.memory_resolver, *(o.get("memory_resolver") for o in overrides)}
 
     def as_dict(self) -> dict:
-        """The settings the culler service gets (deprecated names left out), as JSON: an arbiter
+        """The settings the culler service gets, as JSON: an arbiter
         function travels as its import path, which the culler's process imports."""
-        out = {
-            name: getattr(self, name)
-            for name, trait in self.class_own_traits(config=True).items()
-            if not trait.metadata.get("deprecated")
-        }
+        out = {name: getattr(self, name) for name in self.class_own_traits(config=True)}
         if callable(out["arbiter"]):
             hook = out["arbiter"]
             path = f"{getattr(hook, '__module__', '')}.{getattr(hook, '__qualname__', '')}"

@@ -15,7 +15,7 @@ from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
-from traitlets import Bool, Dict, List, Unicode, default, observe, validate
+from traitlets import Bool, Dict, List, Unicode, default, validate
 
 from gpupool.gpu.sharing import KAI_QUEUE_LABEL, SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
@@ -46,13 +46,6 @@ _CHECKED = "_gpupool_checked"
 
 
 class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
-    # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
-    gpu_sharing = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: use c.GPUPool.gpu_sharing.
-        """,
-    ).tag(deprecated="GPUPool.gpu_sharing")
     kai_queue = Unicode(
         "{group}",
         config=True,
@@ -122,30 +115,6 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         """,
     )
 
-    # one label for workspaces and train jobs: c.GPUPool.node_pool_label (this was a second one)
-    node_pool_label = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: use c.GPUPool.node_pool_label.
-        """,
-    ).tag(deprecated="GPUPool.node_pool_label")
-
-    @observe("gpu_sharing", "node_pool_label")
-    def _old_kube_names(self, change: dict) -> None:
-        self.log.warning(
-            "c.GPUKubeSpawner.%s is deprecated: use c.GPUPool.%s (one setting for workspaces and train jobs)",
-            change["name"],
-            change["name"],
-        )
-
-    def _setting(self, name: str) -> str:
-        """c.GPUPool.<name>, or this spawner's deprecated option of that name when a config
-        still sets it (and not the new one)."""
-        old = getattr(self, name)
-        if old and name not in self.config.get("GPUPool", {}):
-            return old
-        return getattr(self.gpupool_root.settings, name)
-
     def places_in_pools(self) -> bool:
         return False  # the nominal inventory has no pools: the pod's node affinity keeps it there
 
@@ -165,7 +134,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         pools = [self.pool.node_pools[n] for n in names]
         if not pools:
             return current
-        return merged_affinity(current, node_affinity(pools, self._setting("node_pool_label")))
+        return merged_affinity(current, node_affinity(pools, self.gpupool_root.settings.node_pool_label))
 
     # the notebook container as the `restricted` Pod Security level admits it, over kubespawner's
     # uid and allowPrivilegeEscalation (on the container only: z2jh's iptables init container,
@@ -183,7 +152,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         return {round(float(k) * 1000): v for k, v in self.mig_profiles.items()} or None
 
     def backend(self) -> SharingBackend:
-        return make_backend(self._setting("gpu_sharing"), self.fraction_by_memory, self.mig_table())
+        return make_backend(self.gpupool_root.settings.gpu_sharing, self.fraction_by_memory, self.mig_table())
 
     def queue_name(self, pool: str | None = None) -> str:
         """The KAI leaf queue of this workspace; on a node pool, its project's queue there."""

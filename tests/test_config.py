@@ -35,9 +35,7 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
     for cls in (TrainPool, IdleCuller, Usage):  # the training pool, the culler and usage accounting too
         for option in current(cls):
             assert f"c.{cls.__name__}.{option} =" in text
-    # each setting once: the build and train placement policies under their own names, the
-    # old name of the build one left out
-    assert "c.GPUPool.placement_policy" not in text
+    # each setting once: the build and train placement policies under their own names
     settings = [line.split(" = ")[0] for line in text.splitlines() if line.startswith("# c.")]
     assert len(settings) == len(set(settings))
     assert "# c.GPUPool.build_placement_policy" in settings and "# c.TrainPool.placement_policy" in settings
@@ -56,23 +54,8 @@ def test_generate_config_writes_every_option_with_help_and_example(tmp_path: Pat
 
 
 def current(cls: type) -> list[str]:
-    """A class's options under their current names (old names are tagged `deprecated`)."""
-    return [
-        name
-        for name, trait in cls.class_own_traits(config=True).items()
-        if not trait.metadata.get("deprecated")
-    ]
-
-
-def test_the_old_build_placement_name_still_works_with_a_warning(caplog) -> None:
-    c = Config()
-    c.GPUPool.placement_policy = "best-fit"
-    with caplog.at_level("WARNING"):
-        assert GPUPool(config=c).build_placement_policy == "best-fit"
-    assert "c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy" in caplog.text
-    c.GPUPool.build_placement_policy = "spread"  # both set: the new name wins
-    assert GPUPool(config=c).build_placement_policy == "spread"
-    assert GPUPool().build_placement_policy == "frag-aware"
+    """A class's options."""
+    return list(cls.class_own_traits(config=True))
 
 
 def test_generate_config_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -215,15 +215,6 @@ def test_config_accepts_good_limits() -> None:
     assert cfg.policy().limits_for(["lab"]).idle_limit_s == 7200
 
 
-def test_the_dead_enabled_switch_warns_and_is_ignored(caplog) -> None:
-    c = Config()
-    c.IdleCuller.enabled = False
-    with caplog.at_level("WARNING"):
-        cfg = IdleCuller(config=c)
-    assert "c.IdleCuller.enabled is deprecated and ignored" in caplog.text
-    assert "enabled" not in cfg.as_dict()  # not handed to the culler service
-
-
 def test_among_several_groups_never_beats_any_number() -> None:
     """The most generous group wins, and 0 ("never") is more generous than any time: a user in a
     group that never takes an idle GPU back keeps it, whatever their other groups say."""

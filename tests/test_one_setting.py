@@ -72,32 +72,6 @@ def test_the_culling_demos_sampler_leaves_train_jobs_on_nvml() -> None:
     assert train_side(config()) == (1.0, ("nvml", "", ""))  # the defaults, as before
 
 
-def test_the_old_train_names_still_work_with_a_warning(caplog) -> None:
-    c = config()
-    c.IdleCuller.sampler = "nvml"  # the culler's own, left as it was
-    c.TrainPool.idle_sampler = "file"
-    c.TrainPool.idle_sampler_arg = "/tmp/job-samples.json"
-    c.TrainPool.idle_util_pct = 3.0
-    with caplog.at_level("WARNING"):
-        assert train_side(c) == (3.0, ("file", "/tmp/job-samples.json", ""))
-    for old, new in [
-        ("idle_sampler", "sampler"),
-        ("idle_sampler_arg", "sampler_arg"),
-        ("idle_util_pct", "util_threshold_pct"),
-    ]:
-        assert f"c.TrainPool.{old} is deprecated: use c.IdleCuller.{new}" in caplog.text
-    # the workspaces keep what they had
-    assert culler_as_started(c).sampler == "nvml" and culler_as_started(c).limits().util_threshold_pct == 1.0
-    c = config()
-    c.TrainPool.idle_sampler_token_file = TOKEN
-    with caplog.at_level("WARNING"):
-        assert train_side(c)[1] == ("nvml", "", TOKEN)
-    assert (
-        "c.TrainPool.idle_sampler_token_file is deprecated: use c.IdleCuller.node_agent_token_file"
-        in caplog.text
-    )
-
-
 def test_the_grace_period_is_one_setting_for_local_and_kubernetes_jobs() -> None:
     """SIGTERM to SIGKILL is c.TrainPool.grace_s on both runners (the chart's jobs.graceSeconds
     sets it): the Jobs' settings take it from there and refuse a second copy."""

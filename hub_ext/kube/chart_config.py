@@ -10,16 +10,13 @@ config loader and merged. In z2jh's hub.extraConfig::
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from traitlets.config import Config
 from traitlets.config.loader import JSONFileConfigLoader
 
-# the file in the ConfigMap; an older chart wrote its own values as "gpupool.json"
+# the file in the ConfigMap
 CONFIG_FILE = "hub-config.json"
-OLD_FILE = "gpupool.json"
-log = logging.getLogger(__name__)
 
 
 class ChartConfigError(ValueError):
@@ -49,17 +46,3 @@ def load_chart_config(c: Config, path: str | Path = f"/etc/gpupool/{CONFIG_FILE}
     loaded = read_chart_config(path)
     c.merge(loaded)
     return loaded
-
-
-def apply_chart_config(c: Config, path: str | Path) -> Config:
-    """Deprecated: the z2jh overlay's old call. Loads the chart's traitlets config (from
-    hub-config.json beside `path` when `path` is an older chart's gpupool.json, now gone)."""
-    path = Path(path)
-    if path.name == OLD_FILE and not path.exists():
-        path = path.with_name(CONFIG_FILE)
-    log.warning(
-        "gpupool.kube.chart_config.apply_chart_config is deprecated: use"
-        ' load_chart_config(c, "/etc/gpupool/%s") (helm/z2jh-values.yaml)',
-        CONFIG_FILE,
-    )
-    return load_chart_config(c, path)

@@ -7,7 +7,7 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Enum, Int, List, Unicode, observe
+from traitlets import Bool, Dict, Enum, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from gpupool.gpu.sharing import BACKENDS
@@ -128,22 +128,6 @@ class GPUPool(LoggingConfigurable):
             c.GPUPool.build_placement_policy = "best-fit"
         """,
     )
-
-    # the old name, read from older configs with a warning; --generate-config leaves it out
-    placement_policy = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: the old name of c.GPUPool.build_placement_policy.""",
-    ).tag(deprecated="build_placement_policy")
-
-    @observe("placement_policy")
-    def _old_placement_policy(self, change: dict) -> None:
-        self.log.warning(
-            "c.GPUPool.placement_policy is deprecated: it is c.GPUPool.build_placement_policy"
-            " (build workspaces; train jobs: c.TrainPool.placement_policy)"
-        )
-        if "build_placement_policy" not in self.config.get("GPUPool", {}):  # the new name wins
-            self.build_placement_policy = change["new"]
 
     default_build_quota = GPUs(
         1.0,

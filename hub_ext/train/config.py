@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, observe, validate
+from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from gpupool.pool.training import Department, Project
@@ -298,65 +298,21 @@ class TrainPool(LoggingConfigurable):
             c.TrainPool.idle_warn_s = 600
         """,
     )
-    # Where GPU use comes from and what counts as idle are the idle culler's settings
-    # (c.IdleCuller.sampler, sampler_arg, node_agent_token_file, util_threshold_pct): they were
-    # also set here under other names. The old names are read for one release, with a warning;
-    # a config that sets one keeps what it meant (train jobs by it, workspaces by the culler's).
-    idle_util_pct = Float(
-        IDLE_UTIL_PCT,
-        config=True,
-        help="""Deprecated: use c.IdleCuller.util_threshold_pct.
-        """,
-    ).tag(deprecated="IdleCuller.util_threshold_pct")
-    idle_sampler = Unicode(
-        "nvml",
-        config=True,
-        help="""Deprecated: use c.IdleCuller.sampler.
-        """,
-    ).tag(deprecated="IdleCuller.sampler")
-    idle_sampler_arg = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: use c.IdleCuller.sampler_arg.
-        """,
-    ).tag(deprecated="IdleCuller.sampler_arg")
-    idle_sampler_token_file = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: use
-        c.IdleCuller.node_agent_token_file.
-        """,
-    ).tag(deprecated="IdleCuller.node_agent_token_file")
-
-    @observe("idle_util_pct", "idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
-    def _old_idle_names(self, change: dict) -> None:
-        new = self.traits()[change["name"]].metadata["deprecated"]
-        self.log.warning(
-            "c.TrainPool.%s is deprecated: use c.%s (one setting for workspaces and train jobs)",
-            change["name"],
-            new,
-        )
 
     def gpu_use_source(self, culler: tuple[str, str, str]) -> tuple[str, str, str]:
         """(sampler, argument, token file) that measures train jobs' GPU use. `culler`: the idle
         culler's (c.IdleCuller.sampler, sampler_arg, node_agent_token_file), which the hub's
-        set-up passes (train/ never imports the culler); a config that still sets the deprecated
-        c.TrainPool.idle_sampler* keeps them. The culler's demo sampler (users say what their
-        workspace's GPU does) knows nothing of jobs: nvml then."""
-        old = ("idle_sampler", "idle_sampler_arg", "idle_sampler_token_file")
-        if any(name in self.config.get("TrainPool", {}) for name in old):
-            return self.idle_sampler, self.idle_sampler_arg, self.idle_sampler_token_file
+        set-up passes (train/ never imports the culler). The culler's demo sampler (users say what
+        their workspace's GPU does) knows nothing of jobs: nvml then."""
         return ("nvml", "", "") if culler[0] == "demo" else culler
 
     def idle_rules(self, util_pct: float | None = None):
         """Per project: the rule for its idle train jobs (projects without idle_gpu_s: none).
-        `util_pct`: c.IdleCuller.util_threshold_pct, which the hub's set-up passes (a config that
-        still sets the deprecated c.TrainPool.idle_util_pct keeps it)."""
+        `util_pct`: c.IdleCuller.util_threshold_pct, which the hub's set-up passes."""
         from gpupool.train.idle import IdleRule
 
         out = {}
-        old = "idle_util_pct" in self.config.get("TrainPool", {})
-        threshold = self.idle_util_pct if old or util_pct is None else util_pct
+        threshold = IDLE_UTIL_PCT if util_pct is None else util_pct
         for name, spec in self.projects.items():
             idle_s = idle_seconds(f"TrainPool.projects[{name!r}]", spec)
             if idle_s:
@@ -434,50 +390,24 @@ class TrainPool(LoggingConfigurable):
             }
         """,
     )
-    # one setting for workspaces and train jobs: c.GPUPool.gpu_sharing (this was a second one)
-    gpu_sharing = Unicode(
-        "",
-        config=True,
-        help="""Deprecated: use c.GPUPool.gpu_sharing.
-        """,
-    ).tag(deprecated="GPUPool.gpu_sharing")
-
-    @observe("gpu_sharing")
-    def _old_gpu_sharing(self, change: dict) -> None:
-        self.log.warning(
-            "c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing (one setting for"
-            " workspaces and train jobs)"
-        )
 
     def sharing(self) -> str:
-        """How train job pods ask for GPUs: c.GPUPool.gpu_sharing, or the deprecated
-        c.TrainPool.gpu_sharing when a config still sets it (and not the new name)."""
+        """How train job pods ask for GPUs: c.GPUPool.gpu_sharing (one setting for workspaces and
+        train jobs)."""
         from gpupool.settings.config import GPUPool
 
-        if self.gpu_sharing and "gpu_sharing" not in self.config.get("GPUPool", {}):
-            return self.gpu_sharing
         return GPUPool(config=self.config).gpu_sharing
 
-    @observe("kube_job_options")
-    def _old_job_option_names(self, change: dict) -> None:
-        if "node_pool_label" in change["new"]:  # one label for workspaces and jobs
-            self.log.warning(
-                "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use"
-                " c.GPUPool.node_pool_label (one setting for workspaces and train jobs)"
-            )
-
     def job_options(self):
-        """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s) and
-        node_pool_label (GPUPool.node_pool_label) from their one place."""
+        """The train Jobs' settings: kube_job_options, with grace_s (TrainPool.grace_s),
+        node_pool_label and gpu_tolerations (GPUPool's) from their one place."""
         from gpupool.kube.objects import JobOptions
         from gpupool.settings.config import GPUPool
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
         shared = GPUPool(config=self.config)
-        if "node_pool_label" not in opts or "node_pool_label" in self.config.get("GPUPool", {}):
-            opts["node_pool_label"] = shared.node_pool_label
-        if "gpu_tolerations" not in opts or "gpu_tolerations" in self.config.get("GPUPool", {}):
-            opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too
+        opts["node_pool_label"] = shared.node_pool_label
+        opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too
         return JobOptions(**opts)
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:

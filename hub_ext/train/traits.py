@@ -186,7 +186,9 @@ class NodePoolTable(_Entries):
 
 
 class JobOptionFields(Dict):
-    """Fields of gpupool.kube.objects.JobOptions, but grace_s (TrainPool.grace_s)."""
+    """Fields of gpupool.kube.objects.JobOptions, but those set in their one place elsewhere:
+    grace_s (TrainPool.grace_s), node_pool_label and gpu_tolerations (GPUPool's, for workspaces
+    and jobs alike)."""
 
     info_text = "a dict of JobOptions fields"
 
@@ -194,7 +196,11 @@ class JobOptionFields(Dict):
         from gpupool.kube.objects import JobOptions
 
         value = super().validate(obj, value)
-        known = {f.name for f in dataclasses.fields(JobOptions)} - {"grace_s"}
+        known = {f.name for f in dataclasses.fields(JobOptions)} - {
+            "grace_s",
+            "node_pool_label",
+            "gpu_tolerations",
+        }
         unknown = set(value) - known
         if unknown:
             raise TraitError(

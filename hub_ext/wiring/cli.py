@@ -55,25 +55,12 @@ class _ConfigWriter(Application):
         self.classes = config_classes()
 
 
-def without_deprecated(text: str, classes: list[type[Configurable]]) -> str:
-    """The generated file without the old names of renamed options (traits tagged `deprecated`):
-    each setting appears once, under its current name; old configs still load, with a warning."""
-    old = {
-        f"# c.{cls.__name__}.{name} = "
-        for cls in classes
-        for name, trait in cls.class_own_traits(config=True).items()
-        if trait.metadata.get("deprecated")
-    }
-    blocks = text.split("\n\n")
-    return "\n\n".join(b for b in blocks if not any(line.startswith(tuple(old)) for line in b.splitlines()))
-
-
 def generate_config(path: str) -> None:
     """The demo's settings, active, then every option commented with its help and example; no
     path of this machine (the defaults that are one are named instead)."""
     from gpupool.wiring.embedded import demo_lines
 
-    text = without_deprecated(_ConfigWriter().generate_config_file(), config_classes())
+    text = _ConfigWriter().generate_config_file()
     text = text.replace(repr(sys.executable), "(the hub's own Python)").replace(
         sys.executable, "(the hub's own Python)"
     )

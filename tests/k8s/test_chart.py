@@ -14,7 +14,7 @@ import yaml
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpupool.kube.chart_config import ChartConfigError, apply_chart_config, load_chart_config
+from gpupool.kube.chart_config import ChartConfigError, load_chart_config
 from gpupool.settings.config import GPUPool
 from gpupool.train.config import TrainPool
 from tests.k8s.conftest import REPO
@@ -354,24 +354,15 @@ def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> No
     )
 
 
-def test_an_older_charts_file_is_refused_and_the_old_call_still_loads_the_new_one(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_an_older_charts_file_is_refused(tmp_path: Path) -> None:
     """A hub image newer than its chart finds the old values-shaped file: it stops with what
-    to do, instead of starting with default quotas and no projects. An overlay that still calls
-    apply_chart_config(c, ".../gpupool.json") gets the new file, with a deprecation warning."""
+    to do, instead of starting with default quotas and no projects."""
     old = tmp_path / "gpupool.json"
     old.write_text('{"projects": {"vision": {"guarantee": 4}}, "build": {"quota": 2}}')
     with pytest.raises(
         ChartConfigError, match="rendered by an older gpupool chart; upgrade the gpupool chart"
     ):
         load_chart_config(Config(), old)
-    old.unlink()
-    hub_config(render({"build": {"quota": 0.5}}), tmp_path)
-    c = Config()
-    with caplog.at_level("WARNING"):
-        apply_chart_config(c, old)
-    assert c.GPUPool.default_build_quota == 0.5 and "apply_chart_config is deprecated" in caplog.text
 
 
 def rules_of(docs: list[dict]) -> list[tuple[str, str, dict]]:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from traitlets import TraitError
 
 from gpupool.gpu.sharing import Claim, PodGPU, SharingBackend
 from gpupool.spawner.form import requested_milli
@@ -127,6 +128,11 @@ async def test_one_sharing_backend_and_node_pool_label_drive_workspaces_and_trai
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "gpupool.io/node-pool"
     train = TrainPool(config=ws.config)
     assert (train.sharing(), train.job_options().node_pool_label) == ("hami", "gpupool.io/node-pool")
+    # and a second copy cannot be made: the train side refuses a label or tolerations of its own
+    # (a cluster set up through it would have run workspaces on the default)
+    for key, value in [("node_pool_label", "example.org/pool"), ("gpu_tolerations", [])]:
+        with pytest.raises(TraitError, match=f"unknown keys \\['{key}'\\]"):
+            TrainPool(kube_job_options={key: value})
 
 
 class QuarterReplicas(SharingBackend):
@@ -190,45 +196,6 @@ async def test_an_admins_pod_hook_sync_or_async_runs_before_the_quota_check(offl
         return PROFILES
 
     assert "Quarter GPU" in await offline_spawner(profile_list=profiles).get_options_form()
-
-
-async def test_the_old_kube_names_still_work_with_a_warning(offline_spawner, caplog) -> None:
-    from traitlets.config import Config
-
-    from gpupool.train.config import TrainPool
-
-    with caplog.at_level("WARNING"):
-        old = offline_spawner(
-            sections={"TrainPool": {"node_pools": {"lab": {}}}},
-            gpu_sharing="whole",
-            node_pool_label="example.org/pool",
-        )
-    assert old.backend().name == "whole"
-    terms = old.pools_affinity({}, ["lab"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "example.org/pool"
-    assert "c.GPUKubeSpawner.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing" in caplog.text
-    assert "c.GPUKubeSpawner.node_pool_label is deprecated: use c.GPUPool.node_pool_label" in caplog.text
-    caplog.clear()
-    c = Config()
-    c.TrainPool.gpu_sharing = "mig"
-    c.TrainPool.kube_job_options = {"node_pool_label": "example.org/pool"}
-    with caplog.at_level("WARNING"):
-        train = TrainPool(config=c)
-        assert (train.sharing(), train.job_options().node_pool_label) == ("mig", "example.org/pool")
-    assert "c.TrainPool.gpu_sharing is deprecated: use c.GPUPool.gpu_sharing" in caplog.text
-    assert (
-        "c.TrainPool.kube_job_options['node_pool_label'] is deprecated: use c.GPUPool.node_pool_label"
-        in caplog.text
-    )
-    c.GPUPool.gpu_sharing = "kai"  # both set: the new name wins
-    c.GPUPool.node_pool_label = "kai.scheduler/node-pool"
-    train = TrainPool(config=c)
-    assert (train.sharing(), train.job_options().node_pool_label) == ("kai", "kai.scheduler/node-pool")
-    # nothing set: KAI, whose label marks its shards
-    assert (TrainPool().sharing(), TrainPool().job_options().node_pool_label) == (
-        "kai",
-        "kai.scheduler/node-pool",
-    )
 
 
 async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offline_spawner) -> None:
