@@ -186,50 +186,51 @@ def test_warnings_for_the_home_page_are_the_users_own_and_extendable_only_once()
 
     from traitlets.config import Config
 
+    from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.api.warnings import warnings_for
     from gpupool.hub.adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub, Running
 
     root = GPUPoolHub(Config())
     assert warnings_for(root, SimpleNamespace(name="ann")) == []  # before the gpupool API runs
-    api_settings = {  # the gpupool API app's settings, where the culler's last pass is kept
-        "culler_state": {
-            "pass_time": 0,
-            "workspaces": {
-                "ann/": {
-                    "owner": "ann",
-                    "name": "",
-                    "action": "warn",
-                    "reason": "idle-gpu",
-                    "message": "will stop",
-                },
-                "ann/big": {
-                    "owner": "ann",
-                    "name": "big",
-                    "action": "warn",
-                    "reason": "memory",
-                    "message": "uses",
-                },
-                "ann/old": {
-                    "owner": "ann",
-                    "name": "old",
-                    "action": "warn",
-                    "reason": "max-age",
-                    "extended": True,
-                    "message": "will stop",
-                },
-                "ann/ok": {"owner": "ann", "name": "ok", "action": "keep"},
-                "bob/": {
-                    "owner": "bob",
-                    "name": "",
-                    "action": "warn",
-                    "reason": "idle-gpu",
-                    "message": "bob's",
-                },
+    services = ApiServices(SimpleNamespace(), Directory())  # where the culler's last pass is kept
+    services.culler = {
+        "pass_time": 0,
+        "workspaces": {
+            "ann/": {
+                "owner": "ann",
+                "name": "",
+                "action": "warn",
+                "reason": "idle-gpu",
+                "message": "will stop",
             },
-        }
+            "ann/big": {
+                "owner": "ann",
+                "name": "big",
+                "action": "warn",
+                "reason": "memory",
+                "message": "uses",
+            },
+            "ann/old": {
+                "owner": "ann",
+                "name": "old",
+                "action": "warn",
+                "reason": "max-age",
+                "extended": True,
+                "message": "will stop",
+            },
+            "ann/ok": {"owner": "ann", "name": "ok", "action": "keep"},
+            "bob/": {
+                "owner": "bob",
+                "name": "",
+                "action": "warn",
+                "reason": "idle-gpu",
+                "message": "bob's",
+            },
+        },
     }
-    root.serving(Running(HubApp(SimpleNamespace()), api_settings))  # the hub has started (no user read)
+    root.serving(Running(HubApp(SimpleNamespace()), services))  # the hub has started (no user read)
     got = warnings_for(root, SimpleNamespace(name="ann"), "/jhub")
     assert [(w["name"], w["extend_url"]) for w in got] == [
         ("", "/jhub/services/gpupool/culler/extend?server="),

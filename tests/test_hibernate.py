@@ -434,6 +434,8 @@ def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
     import datetime as dt
     from types import SimpleNamespace
 
+    from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.api.warnings import stops_for
 
     now = 1_780_300_000.0
@@ -457,7 +459,9 @@ def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
         ],
         allocations=lambda kind, owner: [],
     )
-    root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
+    root = SimpleNamespace(
+        api_services=ApiServices(SimpleNamespace(store=store), Directory()), pool=SimpleNamespace(store=store)
+    )
     said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"), now=now)}
     assert said["a"].startswith("hibernated at ") and said["a"].endswith(
         "(end of the workday) — your variables come back when you start"

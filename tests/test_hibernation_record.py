@@ -92,12 +92,15 @@ def test_retention_warns_days_before_and_the_record_goes_with_the_state(store: S
 
 
 def test_home_page_says_a_user_hibernated_server_and_warns_before_retention(store: Store) -> None:
+    from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.api.warnings import retention_for, stops_for
     from gpupool.vocab.kinds import EventKind
 
     store.record(EventKind.HIBERNATE, "ada/ hibernated by its user", owner="ada", name="")
     hib.record(store, "ada", "", {"bytes": 1, "kernels": 1, "notebooks": ["a.ipynb"]}, "user", NOW)
-    root = SimpleNamespace(api_settings={"hibernate_keep_days": 14.0}, pool=SimpleNamespace(store=store))
+    services = ApiServices(SimpleNamespace(store=store), Directory(), hibernate_keep_days=14.0)
+    root = SimpleNamespace(api_services=services, pool=services.pool)
     ada = SimpleNamespace(name="ada")
     at = store.events(owner="ada")[0].time.replace(tzinfo=dt.UTC).timestamp()
     [said] = stops_for(root, ada, now=at + 60)

@@ -35,6 +35,7 @@ from gpupool.pool import (
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.request import Placement
 from gpupool.store import Move
+from gpupool.vocab.culling import new_culler_state
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -66,7 +67,7 @@ class World:
         self.driver = Driver(
             tmp / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
         )
-        self.findings: dict = {"workspaces": {}}
+        self.findings = new_culler_state()  # the culler's last pass, as the hub keeps it
         self.spawns_wait_for_moves = False  # spawn_world: the pool asks the mover, as the hub's does
         self.start()
 

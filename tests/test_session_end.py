@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupool.api.auth import Directory
 from gpupool.api.culler import EXTENSION, findings, session_of
+from gpupool.api.services import ApiServices
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
 from gpupool.pool import BuildLimits
@@ -52,8 +54,10 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
     row = pool.reserve_build("ann", [], "", 250)
     other = pool.reserve_build("ann", [], "b", 250)
     started = row.created.replace(tzinfo=UTC).timestamp()
-    settings: dict = {"session_end": IdleCuller(max_age_s=7200, extension_s=3600).session_end()}
-    found = findings(settings, pool)
+    services = ApiServices(
+        pool, Directory(), session_end=IdleCuller(max_age_s=7200, extension_s=3600).session_end()
+    )
+    found = findings(services, pool)
     assert found["ann/"]["cull_at"] == started + 7200 and found["ann/"]["reason"] == "max-age"
     assert found["ann/b"]["planned"] is True
 
@@ -77,7 +81,7 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
     pool.store.put_setting(
         EXTENSION.format(owner="ann", name=""), {"session": session_of(None, "ann", "", row)}
     )
-    settings["culler_state"] = {
+    services.culler = {
         "pass_time": started,
         "workspaces": {
             "ann/b": {
@@ -90,11 +94,11 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
             "ann/": {"owner": "ann", "name": "", "action": "keep", "extended": True, "cull_at": None},
         },
     }
-    found = findings(settings, pool)
+    found = findings(services, pool)
     assert found["ann/"]["cull_at"] == started + 7200 + 3600 and found["ann/"]["extended"] is True
-    assert found["ann/b"] == settings["culler_state"]["workspaces"]["ann/b"]
+    assert found["ann/b"] == services.culler["workspaces"]["ann/b"]
     assert other.id != row.id
-    assert findings({}, pool) == {}  # no culler: no time limit to show
+    assert findings(ApiServices(pool, Directory()), pool) == {}  # no culler: no time limit to show
 
 
 @pytest.mark.hub

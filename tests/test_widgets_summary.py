@@ -80,15 +80,17 @@ def test_a_server_without_a_share() -> None:
 def test_right_after_extend_the_old_end_is_gone_and_extend_is_not_offered_again(tmp_path) -> None:
     """The session had a planned end (no warning yet). Before, right after Extend `%gpupool` and
     the status bar kept that old end and an enabled Extend until the culler's next pass."""
-    from gpupool.api.culler import culler_state, extend_workspace
+    from gpupool.api.auth import Directory
+    from gpupool.api.culler import extend_workspace
+    from gpupool.api.services import ApiServices
     from gpupool.widgets.status import culler_rows
     from tests.support.pools import make_pool
 
     pool = make_pool(tmp_path, 1)
     pool.reserve_build("ann", [], "", 250)
     now = time.time()
-    settings: dict = {}
-    culler_state(settings)["workspaces"]["ann/"] = {
+    services = ApiServices(pool, Directory())
+    services.culler["workspaces"]["ann/"] = {
         "owner": "ann",
         "name": "",
         "action": "keep",
@@ -97,8 +99,8 @@ def test_right_after_extend_the_old_end_is_gone_and_extend_is_not_offered_again(
         "extended": False,
         "message": "",
     }
-    extend_workspace(settings, pool, "ann", "ann", "")
-    culler = {"workspaces": list(culler_state(settings)["workspaces"].values())}
+    extend_workspace(services, pool, "ann", "ann", "")
+    culler = {"workspaces": list(services.culler["workspaces"].values())}
     rows = dict(culler_rows(culler, "ann", "", now))
     assert rows["Session"] == "extended once: the new end time comes with the idle culler's next pass"
     bar = summary({"name": "ann"}, {"gpus": []}, culler, "", now)

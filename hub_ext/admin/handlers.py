@@ -28,18 +28,21 @@ from gpupool.api.quotas import (
 )
 from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
 from gpupool.vocab.states import UNFINISHED
-from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
+    from gpupool.api.services import ApiServices
     from gpupool.hub.adapter import HubApp
+    from gpupool.wiring.root import GPUPoolHub
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
 
 
 class AdminBase(BaseHandler):
-    def initialize(self, api_settings: dict[str, Any]) -> None:
-        self.api_settings = api_settings
+    def initialize(self, services: ApiServices, root: GPUPoolHub) -> None:
+        # not `services`/`root`: JupyterHub's BaseHandler has a `services` property of its own
+        self.gpupool_services = services  # the gpupool API's (gpupool.api.services)
+        self.gpupool_root = root
 
     def admin_caller(self) -> Caller:
         """The signed-in hub admin (the rule the gpupool API uses: the hub's admin flag)."""
@@ -60,7 +63,7 @@ class AdminPage(AdminBase):
     async def get(self) -> None:
         caller = self.admin_caller()
         html = await self.render_template(
-            "gpupool-admin.html", admin_access=True, **admin_view(self.api_settings, caller)
+            "gpupool-admin.html", admin_access=True, **admin_view(self.gpupool_services, self.gpupool_root, caller)
         )
         self.finish(html)
 
@@ -88,7 +91,7 @@ class QuotaAction(ActionBase):
     async def post(self) -> None:
         caller = self.admin_caller()
         body = self.body()
-        root = root_of(self.api_settings)
+        root = self.gpupool_root
         pool = root.pool
         try:
             keys = set(body)
@@ -132,7 +135,7 @@ def amount(value: object) -> str:
 class CancelAction(ActionBase):
     async def post(self, job_id: str) -> None:
         admin = self.admin_caller()
-        training = self.api_settings.get("training")
+        training = self.gpupool_services.training
         if training is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
         row = training.job(job_id)
@@ -144,10 +147,10 @@ class CancelAction(ActionBase):
         self.finish({"id": row.id, "state": row.state})
 
 
-def register(hub: HubApp, api_settings: dict[str, Any]) -> None:
+def register(hub: HubApp, services: ApiServices, root: GPUPoolHub) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
-    kwargs = {"api_settings": api_settings}
+    kwargs = {"services": services, "root": root}
     from gpupool.admin.usage_page import routes as usage_routes
 
     hub.add_handlers(

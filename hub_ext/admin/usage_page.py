@@ -90,11 +90,11 @@ class UsagePage(AdminBase):
     @web.authenticated
     async def get(self) -> None:
         self.admin_caller()
-        usage = self.api_settings.get("usage")
+        usage = self.gpupool_services.usage
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         args = {k: self.get_argument(k) for k in ("period", "from", "to", "by") if self.get_argument(k, None)}
-        view = await usage_view(usage, args, self.api_settings["gpupool"].inventory.gpu_count)
+        view = await usage_view(usage, args, self.gpupool_services.pool.inventory.gpu_count)
         html = await self.render_template("gpupool-usage.html", admin_access=True, **view)
         self.finish(html)
 
@@ -103,7 +103,7 @@ class UsageCSV(AdminBase):
     @web.authenticated
     async def get(self) -> None:
         self.admin_caller()
-        usage = self.api_settings.get("usage")
+        usage = self.gpupool_services.usage
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         args = {
@@ -125,7 +125,7 @@ class GrantAction(ActionBase):
 
     async def post(self) -> None:
         caller = self.admin_caller()
-        usage = self.api_settings.get("usage")
+        usage = self.gpupool_services.usage
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         target, kind, milli_s, seconds, note = parse_grant(json_object(self.request.body, 4096))

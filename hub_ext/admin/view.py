@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpupool.api.auth import Caller
-from gpupool.api.page import History, svg_plot
+from gpupool.api.page import svg_plot
 from gpupool.api.pool import gpu_table
 from gpupool.api.quotas import current_quotas
 from gpupool.pool import format_gpus
@@ -13,11 +13,11 @@ from gpupool.pool.units import parse_gpus
 from gpupool.settings.config import quota_notes
 from gpupool.vocab.kinds import EventKind
 from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobEvent, JobState
-from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
     from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.train.backend import TrainingBackend
     from gpupool.wiring.root import GPUPoolHub
 
@@ -39,22 +39,22 @@ EVENT_KINDS = frozenset(
 )
 
 
-def admin_view(settings: dict[str, Any], caller: Caller) -> dict[str, Any]:
+def admin_view(services: ApiServices, root: GPUPoolHub, caller: Caller) -> dict[str, Any]:
     """Everything the page renders, read from the gpupool API's settings (the pool, the
     training service, the culler's history) in the hub process."""
-    pool = settings["gpupool"]
-    training = settings.get("training")
-    history: History = settings.setdefault("history", History())
+    pool = services.pool
+    training = services.training
+    history = services.history
     return {
         "gpus": gpus(pool, caller),
         "plot": svg_plot(list(history.points), pool.inventory.gpu_count),
         "jobs": jobs(training) if training is not None else None,
         "projects": projects(training) if training is not None else [],
         "departments": departments(training) if training is not None else [],
-        "groups": groups(root_of(settings), settings.get("directory")),
+        "groups": groups(root, services.directory),
         "default_quota": format_gpus(pool.quotas.limits_for([]).quota_milli),
         "quota_notes": quota_notes(pool.quotas),  # what the quotas in force shut out
-        "hibernated": hibernated(pool, float(settings.get("hibernate_keep_days") or 0)),
+        "hibernated": hibernated(pool, services.hibernate_keep_days),
         "events": [
             {"time": f"{e.time:%Y-%m-%d %H:%M:%S}", "kind": e.kind, "message": e.message}
             for e in pool.store.events(limit=300)

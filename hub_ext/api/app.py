@@ -11,7 +11,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.routing import PathMatches
 
-from gpupool.api.auth import Directory, OAuthCallback
+from gpupool.api.auth import SERVICES_KEY, OAuthCallback
 from gpupool.api.bodies import DEFAULT_MAX_BODY
 from gpupool.api.culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
 from gpupool.api.demo import ROUTES as DEMO_ROUTES
@@ -26,7 +26,7 @@ from gpupool.api.usage import ROUTES as USAGE_ROUTES
 from gpupool.wiring.root import ROOT_KEY
 
 if TYPE_CHECKING:
-    from gpupool.hub.adapter import HubApp
+    from gpupool.api.services import ApiServices
     from gpupool.wiring.root import GPUPoolHub
 
 # The API's routes, each module's own (jobs, parking, demo, usage) spliced in: a constant, as
@@ -59,23 +59,17 @@ def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
     ]
 
 
-def make_app(
-    root: GPUPoolHub,
-    hub_auth: HubOAuth,
-    hub: HubApp | None = None,
-    extra_settings: dict[str, Any] | None = None,
-) -> web.Application:
-    """The API app of the hub `root` (its handlers read it as `self.settings[ROOT_KEY]`)."""
+def make_app(root: GPUPoolHub, hub_auth: HubOAuth, services: ApiServices) -> web.Application:
+    """The API app of the hub `root`: its handlers read the root as `self.settings[ROOT_KEY]` and
+    the running services as `self.services` (gpupool.api.services)."""
     prefix = hub_auth.base_url
     handlers: list[Any] = [(url_path_join(prefix, "oauth_callback"), OAuthCallback)]
     handlers += [(url_path_join(prefix, path) if path else prefix, h) for path, h in ROUTES]
     settings = {
         ROOT_KEY: root,
-        "gpupool": root.pool,
+        SERVICES_KEY: services,
         "hub_auth": hub_auth,
-        "directory": Directory(hub),
         "cookie_secret": secrets.token_bytes(32),
         "xsrf_cookies": False,
-        **(extra_settings or {}),
     }
     return web.Application(handlers, **settings)

@@ -19,9 +19,12 @@ from gpupool.vocab.disk import disk_full
 from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
+    from gpupool.alloc.manager import PoolManager
+    from gpupool.api.services import ApiServices
     from gpupool.hub.adapter import HubApp
     from gpupool.wiring.root import GPUPoolHub
 
+SERVICES_KEY = "gpupool_services"  # where the API app's settings hold its ApiServices
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
 
 
@@ -103,12 +106,17 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
         return root_of(self.settings)
 
     @property
-    def pool(self):
-        return self.settings["gpupool"]
+    def services(self) -> ApiServices:
+        """The running services and the state the handlers share (gpupool.api.services)."""
+        return self.settings[SERVICES_KEY]
+
+    @property
+    def pool(self) -> PoolManager:
+        return self.services.pool
 
     @property
     def directory(self) -> Directory:
-        return self.settings["directory"]
+        return self.services.directory
 
     @property
     def caller(self) -> Caller:

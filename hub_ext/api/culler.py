@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from jupyterhub.user import User
 
     from gpupool.alloc.manager import PoolManager
+    from gpupool.api.services import ApiServices
     from gpupool.hub.adapter import HubApp
     from gpupool.store import Allocation
 
@@ -73,24 +74,20 @@ def extended_in(
     return bool(session) and ext.get("session") == session
 
 
-def culler_state(settings: dict) -> dict[str, Any]:
-    return settings.setdefault("culler_state", {"workspaces": {}, "pass_time": None})
-
-
 # (owner, groups, admin, profile, started, extended) -> (reason, end) or None: the culler's own
 # time rules, handed in by the wiring (gpupool.wiring.setup) when the culler runs
 SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, float] | None"]
 
 
 def findings(
-    settings: dict, pool: PoolManager, hub: HubApp | None = None, owner: str | None = None
+    services: ApiServices, pool: PoolManager, hub: HubApp | None = None, owner: str | None = None
 ) -> dict[str, dict]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
-    culler's own time rules (settings["session_end"]): known from the spawn on, not only after
+    culler's own time rules (services.session_end): known from the spawn on, not only after
     the culler's first pass. The culler's next pass replaces these with what it decides."""
-    found = dict(culler_state(settings)["workspaces"])
-    session_end: SessionEnd | None = settings.get("session_end")
+    found = dict(services.culler["workspaces"])
+    session_end = services.session_end
     if session_end is None:  # no culler: no time limit to show
         return found
     # one user's page asks for their own: no map of every user for that
@@ -183,14 +180,14 @@ class TargetsHandler(APIHandler):
                     ),
                     "started": row.created.isoformat() + "Z",
                     # over a GPU-hour budget: what to do once its GPU idles ("park", "stop" or "")
-                    "budget": budget_action(self.settings, row.owner, tuple(row.groups or ())),
+                    "budget": budget_action(self.services, row.owner, tuple(row.groups or ())),
                 }
             )
         self.write_json({"workspaces": out + parked_targets(pool, app)})
 
 
-def budget_action(settings: dict, owner: str, groups: tuple[str, ...]) -> BudgetAction:
-    usage = settings.get("usage")
+def budget_action(services: ApiServices, owner: str, groups: tuple[str, ...]) -> BudgetAction:
+    usage = services.usage
     return usage.culler_action(owner, groups) if usage is not None else BudgetAction.NONE
 
 
@@ -209,18 +206,18 @@ class ReportHandler(APIHandler):
             pass_time, workspaces, events = parse_report(body, time.time())
         except ValueError as err:  # checked whole before anything is kept
             raise web.HTTPError(400, str(err)) from None
-        state = culler_state(self.settings)
+        state = self.services.culler
         state["workspaces"] = {f"{w['owner']}/{w['name']}": w for w in workspaces}
         state["pass_time"] = pass_time
-        record_history(self.settings, self.pool, workspaces, pass_time)
+        record_history(self.services.history, self.pool, workspaces, pass_time)
         # the writes in a worker thread, the events in one transaction: a pass that stops a class
         # at the end of the workday reports a thousand culls, which must not hold the hub's loop
         await asyncio.to_thread(self._write, workspaces, pass_time, events)
         self.write_json({"ok": True})
 
     def _write(self, workspaces: list[dict], pass_time: float, events: list[dict]) -> None:
-        if self.settings.get("usage") is not None:  # GPU use samples for usage accounting
-            self.settings["usage"].record_report(workspaces, pass_time)
+        if self.services.usage is not None:  # GPU use samples for usage accounting
+            self.services.usage.record_report(workspaces, pass_time)
         if events:
             with self.pool.store.session() as s:
                 s.add_all(
@@ -236,7 +233,7 @@ class ReportHandler(APIHandler):
                     )
                     for e in events
                 )
-        keep_days = float(self.settings.get("hibernate_keep_days") or 0)
+        keep_days = self.services.hibernate_keep_days
         prune_hibernated(self.pool.store, keep_days, pass_time)  # retention has deleted their states
         for e in events:
             if "hibernated" in e:  # the admin's list of hibernated sessions, with the size the save reported
@@ -383,16 +380,16 @@ class StatusHandler(APIHandler):
     @web.authenticated
     def get(self) -> None:
         caller = self.caller
-        state = culler_state(self.settings)
+        state = self.services.culler
         found = findings(
-            self.settings, self.pool, self.directory.hub, None if caller.sees_all else caller.name
+            self.services, self.pool, self.directory.hub, None if caller.sees_all else caller.name
         )
         items = [w for w in found.values() if caller.sees_all or w["owner"] == caller.name]
         self.write_json({"pass_time": state["pass_time"], "workspaces": items})
 
 
 def extend_workspace(
-    settings: dict, pool: PoolManager, by: str, owner: str, name: str, app: HubApp | None = None
+    services: ApiServices, pool: PoolManager, by: str, owner: str, name: str, app: HubApp | None = None
 ) -> None:
     """Grant a workspace's one extension (404: no such GPU workspace, 409: already extended);
     the culler's last findings say so at once, so its warning disappears from the pages."""
@@ -406,7 +403,7 @@ def extend_workspace(
     key = EXTENSION.format(owner=owner, name=name)
     pool.store.put_setting(key, {"session": session_of(app, owner, name, row), "at": time.time()})
     pool.store.record(EventKind.EXTEND, f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
-    found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
+    found = services.culler["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("reason") != CullReason.MEMORY:
         # the old end time no longer holds, warned or not (a session's planned end too): the
         # culler's next pass reports the new one; until then no page offers Extend again
@@ -428,5 +425,5 @@ class ExtendHandler(APIHandler):
         owner = body.get("owner", caller.name) if caller.admin else caller.name
         if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
             raise web.HTTPError(400, "owner must be a user name")
-        extend_workspace(self.settings, self.pool, caller.name, owner, name, self.directory.hub)
+        extend_workspace(self.services, self.pool, caller.name, owner, name, self.directory.hub)
         self.write_json({"extended": True})

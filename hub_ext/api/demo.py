@@ -20,7 +20,7 @@ MAX_NAME = 255
 
 class DemoUseHandler(APIHandler):
     def demo_only(self) -> None:
-        if not self.settings.get("demo_gpu_use"):
+        if not self.services.demo_gpu_use:
             raise web.HTTPError(
                 404, "GPU use is simulated only in the culling demo (gpupool up --demo-culling)"
             )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tornado import web
 
 from gpupool.api.auth import BaseHandler
-from gpupool.api.culler import culler_state, extend_workspace
+from gpupool.api.culler import extend_workspace
 from gpupool.hub.templating import render
 
 
@@ -31,7 +31,7 @@ class ExtendPage(BaseHandler):
     @web.authenticated
     def get(self) -> None:
         name = self.get_argument("server", "")
-        found = culler_state(self.settings)["workspaces"].get(f"{self.caller.name}/{name}") or {}
+        found = self.services.culler["workspaces"].get(f"{self.caller.name}/{name}") or {}
         self.page(server=name, warning=found.get("message") or "")
 
     @web.authenticated
@@ -39,7 +39,7 @@ class ExtendPage(BaseHandler):
         name = self.get_argument("server", "")
         try:
             extend_workspace(
-                self.settings, self.pool, self.caller.name, self.caller.name, name, self.directory.hub
+                self.services, self.pool, self.caller.name, self.caller.name, name, self.directory.hub
             )
         except web.HTTPError as err:
             self.page(err.status_code, server=name, error=err.log_message or "")

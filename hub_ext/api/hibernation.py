@@ -128,7 +128,7 @@ class HibernatedHandler(APIHandler):
 
     @web.authenticated
     def get(self) -> None:
-        keep = float(self.settings.get("hibernate_keep_days") or 0)
+        keep = self.services.hibernate_keep_days
         rows = [with_expiry(r, keep) for r in records(self.pool.store, self.caller.name)]
         now = time.time()
         self.write_json(
@@ -173,7 +173,7 @@ class AdminHibernatedHandler(APIHandler):
     def get(self) -> None:
         if not self.caller.admin:
             raise web.HTTPError(403, "only admins list every user's hibernated sessions")
-        keep = float(self.settings.get("hibernate_keep_days") or 0)
+        keep = self.services.hibernate_keep_days
         rows = [with_expiry(r, keep) for r in records(self.pool.store)]
         self.write_json(
             {"keep_days": keep, "hibernated": rows, "bytes": sum(int(r.get("bytes") or 0) for r in rows)}

@@ -40,7 +40,7 @@ MAX_ARGS, MAX_ARG_CHARS = 1000, 16 * 1024  # a command line, not a data set
 class JobsBase(APIHandler):
     @property
     def training(self) -> TrainingBackend:
-        service = self.settings.get("training")
+        service = self.services.training
         if service is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
         return service
@@ -49,7 +49,9 @@ class JobsBase(APIHandler):
     def estimates(self):
         from gpupool.train.estimates import Estimates
 
-        return self.settings.setdefault("estimates", Estimates(self.training.local))
+        if self.services.estimates is None:  # made with the training service (ApiServices)
+            self.services.estimates = Estimates(self.training.local)
+        return self.services.estimates
 
     def visible_job(self, job_id: str):
         row = self.training.job(job_id) if len(job_id) <= 32 else None
@@ -109,14 +111,16 @@ class JobsHandler(JobsBase):
         if caller.kind != "user":
             raise web.HTTPError(403, "jobs are submitted by users")
         svc = self.training
-        rate = self.settings.get("submit_rate")
+        rate = self.services.submit_rate
         if rate is None:  # the first submission since the hub started: the last minute's, from the database
             rate = SubmitRate(svc.cfg.max_submissions_per_minute)
             wall = time.time()
             rate.seed(
                 await asyncio.to_thread(recent_submissions, svc.pool.store, wall), wall, time.monotonic()
             )
-            rate = self.settings.setdefault("submit_rate", rate)
+            if self.services.submit_rate is None:  # another request seeded it meanwhile: keep that one
+                self.services.submit_rate = rate
+            rate = self.services.submit_rate
         if why := rate.refuse(caller.name, time.monotonic()):
             raise web.HTTPError(429, why)
         # parsing, snapshotting and writing run off the hub's event loop: every user's request
@@ -141,11 +145,9 @@ class JobsHandler(JobsBase):
         cap = svc.projects[project].limit_milli
         if 0 <= cap < request.total_milli:
             raise web.HTTPError(400, f"gpus: project {project} may use at most {cap / 1000:g} GPUs")
-        if self.settings.get("usage") is not None:  # a GPU-hour budget used up refuses new jobs
+        if self.services.usage is not None:  # a GPU-hour budget used up refuses new jobs
             try:
-                self.settings["usage"].check(
-                    caller.name, caller.groups, request.total_milli, WorkloadKind.TRAIN
-                )
+                self.services.usage.check(caller.name, caller.groups, request.total_milli, WorkloadKind.TRAIN)
             except PoolError as err:
                 raise web.HTTPError(err.status, str(err)) from None
         name = body.get("name", "job")

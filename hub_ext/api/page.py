@@ -74,9 +74,8 @@ class StatusPage(BaseHandler):
         self.redirect(f"{hub}gpupool" if self.caller.admin else f"{hub}home")
 
 
-def record_history(settings: dict, pool, workspaces: list[dict], now: float | None = None) -> None:
+def record_history(history: History, pool, workspaces: list[dict], now: float | None = None) -> None:
     """Called on each culler report: total allocated GPUs, and GPUs used where measured."""
-    history: History = settings.setdefault("history", History())
     allocated = pool.state.used_milli() / 1000
     measured = [w for w in workspaces if w.get("gpu_util_pct") is not None and w.get("gpu_data")]
     used = None

@@ -62,7 +62,7 @@ def _name(value: Any, what: str) -> str:
 class ParkingHandler(APIHandler):
     @property
     def parking(self):
-        service = self.settings.get("parking")
+        service = self.services.parking
         if service is None:
             raise web.HTTPError(503, "parking is not set up on this hub")
         return service

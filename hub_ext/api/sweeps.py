@@ -25,7 +25,7 @@ def record_sweep(store, owner: str, rows: list, parameters: list[dict]) -> str:
 class SweepHandler(APIHandler):
     @web.authenticated
     async def get(self, sweep_id: str) -> None:
-        training = self.settings.get("training")
+        training = self.services.training
         if training is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
         with self.pool.store.session() as s:

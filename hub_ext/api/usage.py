@@ -147,7 +147,7 @@ def single_args(handler: web.RequestHandler) -> dict[str, str]:
 class UsageBase(APIHandler):
     @property
     def usage(self) -> UsageService:
-        service = self.settings.get("usage")
+        service = self.services.usage
         if service is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         return service

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gpupool.api.culler import culler_state, findings
+from gpupool.api.culler import findings
 from gpupool.pool import format_gpus
 from gpupool.vocab.culling import CullAction, CullReason
 from gpupool.vocab.kinds import EventKind, WorkloadKind
@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> list[dict]:
     """The workspaces of `user` the culler's last pass warned about, with the link that
     extends one (when it may still be extended; memory warnings cannot be)."""
-    if user is None or root.api_settings is None:
+    if user is None or root.api_services is None:
         return []
     out = []
-    for w in culler_state(root.api_settings)["workspaces"].values():
+    for w in root.api_services.culler["workspaces"].values():
         if w.get("owner") != user.name or w.get("action") != CullAction.WARN:
             continue
         can_extend = not w.get("extended") and w.get("reason") != CullReason.MEMORY
@@ -50,10 +50,10 @@ def shares_for(
 ) -> list[dict]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
     for the hub's home page: [{"name", "share", "stops", "hibernate_url"}], sorted by server name."""
-    if user is None or root.api_settings is None:
+    if user is None or root.api_services is None:
         return []
     pool = root.pool
-    found = findings(root.api_settings, pool, root.hub, user.name)
+    found = findings(root.api_services, pool, root.hub, user.name)
     now = time.time() if now is None else now
     out = []
     for held in pool.holdings(user.name):  # a parked share too: it still counts, and says it is parked
@@ -100,11 +100,11 @@ def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None)
     not running (a running one's notebooks are being woken)."""
     from gpupool.api.hibernation import records, retention_warnings
 
-    if user is None or root.api_settings is None:
+    if user is None or root.api_services is None:
         return []
     pool = root.pool
     running = {row.name for row in pool.store.allocations(kind=WorkloadKind.BUILD, owner=user.name)}
-    keep = float(root.api_settings.get("hibernate_keep_days") or 0)
+    keep = root.api_services.hibernate_keep_days
     rows = [r for r in records(pool.store, user.name) if r.get("name") not in running]
     return retention_warnings(rows, keep, time.time() if now is None else now)
 
@@ -115,7 +115,7 @@ def stops_for(
     """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
     "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
     "Server not running", with no reason."""
-    if user is None or root.api_settings is None:
+    if user is None or root.api_services is None:
         return []
     pool = root.pool
     now = time.time() if now is None else now

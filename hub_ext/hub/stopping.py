@@ -24,7 +24,8 @@ def at_stop(root: GPUPoolHub, sig: str) -> list[str]:
     root.pool.stopping = WHY
     lines = [f"stopping ({sig}): no server or train job starts from now"]
     running = root.running
-    engine = running.training.local if running is not None and running.training is not None else None
+    training = running.api.training if running is not None else None
+    engine = training.local if training is not None else None
     if engine is not None:
         lines += engine.at_stop(engine.cfg.stop_jobs_at_stop)
     lines.append(

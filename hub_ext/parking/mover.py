@@ -43,6 +43,7 @@ from gpupool.pool.actions.move import HOUR, Movable, MovePlan, MoveRules, Step, 
 from gpupool.pool.parking import plan_claims
 from gpupool.pool.request import Placement
 from gpupool.store import Allocation, Event, Move
+from gpupool.vocab.culling import CullerState
 from gpupool.vocab.kinds import ACTIVE_PHASES, AllocationState, MovePhase, WorkloadKind
 from gpupool.vocab.states import HAS_RUN, JobState
 
@@ -191,7 +192,7 @@ class MoverService:
         pool: PoolManager,
         parking: ParkingService,
         cfg: GPUMover,
-        findings: Callable[[], dict],
+        findings: Callable[[], CullerState],
         training: TrainingService | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -344,9 +345,10 @@ class MoverService:
 
     # --- who may move ----------------------------------------------------------------
     def movable(self, now: float) -> list[Movable]:
-        report = self.findings() or {}
-        found = report.get("workspaces", {})
-        if report.get("pass_time") is not None and now - report["pass_time"] > STALE_REPORT_S:
+        report = self.findings()
+        found = report["workspaces"]
+        passed = report["pass_time"]
+        if passed is not None and now - passed > STALE_REPORT_S:
             found = {}  # the culler stopped reporting: nothing is known to be idle
         since = now - HOUR
         with self.pool.store.session() as s:
@@ -667,7 +669,7 @@ def build_mover(
     config: Any,
     pool: PoolManager,
     parking: ParkingService | None,
-    findings: Callable[[], dict],
+    findings: Callable[[], CullerState],
     training: TrainingService | None = None,
 ) -> MoverService | None:
     cfg = GPUMover(config=config)

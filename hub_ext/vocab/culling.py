@@ -9,10 +9,31 @@ import the culler); pure and stdlib-only.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, TypedDict
 
-__all__ = ["IDLE_UTIL_PCT", "BudgetAction", "CullAction", "CullReason", "gpu_idle"]
+__all__ = [
+    "IDLE_UTIL_PCT",
+    "BudgetAction",
+    "CullAction",
+    "CullReason",
+    "CullerState",
+    "gpu_idle",
+    "new_culler_state",
+]
 
 IDLE_UTIL_PCT = 1.0  # c.IdleCuller.util_threshold_pct's default
+
+
+class CullerState(TypedDict):
+    """The culler's last pass as the hub keeps it (gpupool.api.services): its findings per
+    "owner/name" and when it ran; the pages, the widgets and the mover read it."""
+
+    workspaces: dict[str, dict[str, Any]]
+    pass_time: float | None
+
+
+def new_culler_state() -> CullerState:
+    return {"workspaces": {}, "pass_time": None}
 
 
 def gpu_idle(util_pct: float, threshold_pct: float) -> bool:

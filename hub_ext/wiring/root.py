@@ -6,14 +6,15 @@ through their constructors; nothing in gpupool keeps a process global of these.
 
               configure(c) ── GPUPoolHub(c) ──> c.JupyterHub.tornado_settings[ROOT_KEY]
                                   │
-          settings, pool, cgroups │ serving(Running): the hub (HubApp), API app, training, parking,
-                                  │ usage, mover, started by gpupool.wiring.setup once the hub runs
+          settings, pool, cgroups │ serving(Running): the hub (HubApp), the API's services (ApiServices:
+                                  │ training, parking, usage, the culler's findings), mover, started by
+                                  │ gpupool.wiring.setup once the hub runs
           PoolManager(hooks=ServiceHooks(root.services)): what the pool asks of those services
           (make room for a build, budgets, moves, GPU files) reaches them once they run
                                   │
     ┌─────────────────────────────┼───────────────────────────────┬──────────────────────────┐
  spawners                  gpupool API handlers              admin page handlers      home page templates
- self.user.settings[ROOT_KEY]  self.settings[ROOT_KEY]       api_settings[ROOT_KEY]   closures over the root
+ self.user.settings[ROOT_KEY]  self.root, self.services      initialize(services,root) closures over the root
 
 How the parts reach it. JupyterHub merges its `tornado_settings` option into its tornado
 application's settings and hands that same dict to every User it makes (app.py
@@ -49,16 +50,14 @@ if TYPE_CHECKING:
     from gpupool.alloc.hooks import Services
     from gpupool.alloc.manager import PoolManager
     from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.contain import Tree, WorkloadCgroups
     from gpupool.contain.follow import WorkspaceDevices
     from gpupool.gpu.env_files import GPUEnvFiles
     from gpupool.hub.adapter import HubApp
     from gpupool.parking.mover import MoverService
-    from gpupool.parking.service import ParkingService
     from gpupool.pool import Inventory
     from gpupool.store import Allocation
-    from gpupool.train.backend import TrainingBackend
-    from gpupool.usage.service import UsageService
 
 log = logging.getLogger("gpupool")
 ROOT_KEY = "gpupool_root"  # its key in the hub's tornado settings and in the gpupool API's
@@ -208,7 +207,7 @@ class GPUPoolHub:
     def directory(self) -> Directory | None:
         """Users' admin flags and groups as the hub has them (gpupool.api.auth.Directory); None
         before the gpupool API runs."""
-        return (self.api_settings or {}).get("directory")
+        return self.running.api.directory if self.running is not None else None
 
     def close(self) -> None:
         """Close the database (a hub that refuses to start leaves it as it found it)."""
@@ -257,10 +256,10 @@ class GPUPoolHub:
         r = self.running
         if r is None:
             return None
-        engine = r.training.local if r.training is not None else None
+        engine = r.api.training.local if r.api.training is not None else None
         return Services(
             training=engine if engine is not None and engine.shares_build_gpus else None,
-            usage=r.usage,
+            usage=r.api.usage,
             mover=r.mover,
             gpu_files=r.gpu_files,
             devices=r.devices,
@@ -271,9 +270,9 @@ class GPUPoolHub:
         return self.running.hub if self.running is not None else None
 
     @property
-    def api_settings(self) -> dict[str, Any] | None:
-        """The gpupool API app's settings (the culler's findings...); None before it runs."""
-        return self.running.api_settings if self.running is not None else None
+    def api_services(self) -> ApiServices | None:
+        """What the gpupool API serves (the culler's findings, training, usage...); None before it runs."""
+        return self.running.api if self.running is not None else None
 
     def is_running(self, row: Allocation) -> bool:
         """For the start-up reconcile: does the hub know this allocation's server as running? (Only
@@ -296,10 +295,7 @@ class Running:
     """What runs once the hub has started (None: that part is off)."""
 
     hub: HubApp
-    api_settings: dict[str, Any]
-    training: TrainingBackend | None = None
-    parking: ParkingService | None = None
-    usage: UsageService | None = None
+    api: ApiServices  # what the gpupool API serves: training, parking, usage, the culler's findings
     mover: MoverService | None = None
     gpu_files: GPUEnvFiles | None = None  # each workspace's current GPU, where servers run here
     devices: WorkspaceDevices | None = None  # each workspace's device rules follow its share

@@ -24,6 +24,7 @@ from traitlets.config import Config
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
+    from gpupool.api.services import ApiServices
     from gpupool.gpu.env_files import GPUEnvFiles
     from gpupool.hub.adapter import HubApp
     from gpupool.idle_culler.sampler import Sampler
@@ -186,7 +187,9 @@ async def _serve(
 
     from gpupool.api import make_app
     from gpupool.api.app import body_limits
+    from gpupool.api.auth import Directory
     from gpupool.api.bodies import serve
+    from gpupool.api.services import ApiServices
     from gpupool.contain.follow import WorkspaceDevices
     from gpupool.hub.quiet_refusals import install as quiet_refusals
     from gpupool.hub.redact import install
@@ -222,24 +225,22 @@ async def _serve(
     parking = start_parking(hub.config, pool)
     usage = start_usage(hub, pool, parking)
     training = await start_training(root, hub.config, usage)  # jobs over a budget held from the start
-    app = make_app(
-        root,
-        auth,
-        hub,
-        extra_settings={
-            "training": training,
-            "parking": parking,
-            "session_end": session_end(hub.config, culler),
-            "hibernate_keep_days": hibernate_keep_days(hub.config, culler),
-            "demo_gpu_use": demo_use(hub.config),
-            "usage": usage,
-        },
+    services = ApiServices(
+        pool=pool,
+        directory=Directory(hub),
+        training=training,
+        parking=parking,
+        usage=usage,
+        session_end=session_end(hub.config, culler),
+        hibernate_keep_days=hibernate_keep_days(hub.config, culler),
+        demo_gpu_use=demo_use(hub.config),
     )
-    mover = start_mover(hub.config, pool, parking, training, app.settings)
+    app = make_app(root, auth, services)
+    mover = start_mover(hub.config, pool, parking, training, services)
     # from here the home page's warnings read the culler's findings in the API's settings
     # and the pool's questions (gpupool.alloc.hooks) go to these services
     devices = WorkspaceDevices(pool, contained) if gpu_files is not None and contained.available else None
-    root.serving(Running(hub, app.settings, training, parking, usage, mover, gpu_files, devices))
+    root.serving(Running(hub, services, mover, gpu_files, devices))
     if devices is not None:
         devices.follow_all()  # after interrupted moves are finished: every workspace's devices from the rows
     if gpu_files is not None:
@@ -256,7 +257,7 @@ async def _serve(
     pool.started()
     from gpupool.admin import register
 
-    register(hub, app.settings)  # the admin page, in the hub's own look: /hub/gpupool
+    register(hub, services, root)  # the admin page, in the hub's own look: /hub/gpupool
 
 
 def publish_gpus(hub: HubApp, pool: PoolManager, settings: GPUPool) -> GPUEnvFiles | None:
@@ -350,20 +351,19 @@ def start_mover(
     pool: PoolManager,
     parking: ParkingService | None,
     training: TrainingBackend | None,
-    settings: dict,
+    services: ApiServices,
 ) -> MoverService | None:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
     from tornado.ioloop import PeriodicCallback
 
-    from gpupool.api.culler import culler_state
     from gpupool.parking.mover import build_mover
 
     mover = build_mover(
         config,
         pool,
         parking,
-        lambda: culler_state(settings),
+        lambda: services.culler,
         training.local if training is not None else None,
     )
     if mover is None:
