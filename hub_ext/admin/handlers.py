@@ -63,7 +63,9 @@ class AdminPage(AdminBase):
     async def get(self) -> None:
         caller = self.admin_caller()
         html = await self.render_template(
-            "gpupool-admin.html", admin_access=True, **admin_view(self.gpupool_services, self.gpupool_root, caller)
+            "gpupool-admin.html",
+            admin_access=True,
+            **admin_view(self.gpupool_services, self.gpupool_root, caller),
         )
         self.finish(html)
 

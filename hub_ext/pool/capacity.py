@@ -271,16 +271,6 @@ class FragModel:
             idx, state.cpu_free[idx], self._q(_free(state, idx)), _full(state, idx), cpu_aware=self.cpu_aware
         )
 
-    def fragmentation(self, state: ClusterState, idx: np.ndarray | None = None) -> np.ndarray:
-        """FGD's F of nodes `idx` (all nodes by default), in milli: the idle GPU milli
-        that a task drawn from the target cannot use (0 when the target is empty)."""
-        if idx is None:
-            idx = np.arange(len(state.inventory.nodes))
-        if self.weight_total == 0:
-            return np.zeros(len(idx))
-        u = self._u(idx, state.cpu_free[idx], self._q(_free(state, idx)), _full(state, idx), cpu_aware=False)
-        return _free(state, idx).sum(axis=1) - u / self.weight_total
-
     def best_after(self, state: ClusterState, idx: np.ndarray, req: Request) -> tuple[np.ndarray, np.ndarray]:
         """For each node in `idx` (all of which fit `req`): U after placing `req` there
         on its best GPU, and that GPU (-1 for whole-GPU and CPU-only requests, which

@@ -83,8 +83,3 @@ def format_gpu_hours(milli_s: int) -> str:
     rounded = hours.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
     text = f"{rounded:,f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
-
-
-def share_of(milli: int, memory_mib: int) -> int:
-    """GPU memory (MiB) that belongs to a share of a GPU with `memory_mib` in all."""
-    return memory_mib * min(milli, MILLI_PER_GPU) // MILLI_PER_GPU

@@ -15,7 +15,6 @@ import itertools
 import logging
 import os
 import secrets
-import sys
 import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -564,11 +563,6 @@ def log_like_hub(hub_log: logging.Logger) -> None:
         log.addHandler(handler)
     log.setLevel(hub_log.level)
     log.propagate = False
-
-
-def python_command(module: str, *args: str) -> list[str]:
-    """A service command that runs with this hub's interpreter."""
-    return [sys.executable, "-m", module, *args]
 
 
 def state_dir() -> str:
