@@ -14,6 +14,9 @@ from gpupool.contain import WorkloadCgroups, joiner
 from gpupool.gpu import env_files as gpu_env_files
 from gpupool.host.accounts import Account, AccountError, SystemAccounts
 from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.pool import PoolError
+from gpupool.pool.units import gpus_number
+from gpupool.spawner.form import requested_milli
 from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
 
@@ -61,7 +64,8 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
             )
         # its limits before anything runs in it, no GPU yet: the share's GPUs are allowed once
         # reserved (make_preexec_fn), and follow it when it moves (gpupool.contain.follow)
-        self._join_fds = tuple(cgroups.tree.join_fds(self.cgroup, cgroups.limits((), self.user_groups)))
+        limits = cgroups.limits((), self.user_groups, self.limits_profile())
+        self._join_fds = tuple(cgroups.tree.join_fds(self.cgroup, limits))
         try:
             url = await super().start()
         finally:
@@ -71,6 +75,14 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         # the hub's first look then finds it (spawner/local_ready.py)
         await self.wait_listening(url, float(self.start_timeout) - (time.monotonic() - began))
         return url
+
+    def limits_profile(self) -> str:
+        """The spawn profile whose c.Containment.profile_limits apply: the size chosen on the form,
+        in GPUs as the form writes it ("0.25"); "" for options the reservation then refuses."""
+        try:
+            return gpus_number(requested_milli(self.user_options or {}))
+        except PoolError:
+            return ""
 
     def make_preexec_fn(self, name: str):
         # the child joins the workspace's cgroup first, as root, before anything else runs

@@ -90,6 +90,50 @@ def test_group_limits_replace_the_defaults_most_generous_wins() -> None:
         Containment(require=["gpus"])
 
 
+def test_one_rule_for_every_workload_profile_then_groups_then_default() -> None:
+    from gpupool.contain.resolve import resolve
+
+    default = {"memory_bytes": 4, "pids_max": 100, "cpu_shares": 1024}
+    groups = {"staff": {"memory_bytes": 32, "pids_max": 0}, "cs101": {"memory_bytes": 2, "cpu_shares": 256}}
+    profiles = {"1": {"memory_bytes": 16, "cpu_shares": 2048}}
+    assert resolve(default, groups, profiles) == default  # nobody's groups, no profile
+    # a train job (no profile): its owner's groups; a key a group does not set counts as the default
+    assert resolve(default, groups, profiles, ["cs101"]) == {
+        "memory_bytes": 2,
+        "pids_max": 100,
+        "cpu_shares": 256,
+    }
+    assert resolve(default, groups, profiles, ["cs101", "staff"]) == {
+        "memory_bytes": 32,
+        "pids_max": 0,  # 0, no limit: the most generous
+        "cpu_shares": 1024,
+    }
+    # a workspace of the profile: the profile's keys first, the groups' for the rest
+    assert resolve(default, groups, profiles, ["cs101"], "1") == {
+        "memory_bytes": 16,
+        "pids_max": 100,
+        "cpu_shares": 2048,
+    }
+    assert resolve(default, groups, profiles, ["cs101"], "0.25") == resolve(
+        default, groups, profiles, ["cs101"]
+    )
+
+
+def test_profile_limits_are_checked_and_a_size_is_one_profile_however_written() -> None:
+    c = Config()
+    c.Containment.memory_limit = "4G"
+    c.Containment.profile_limits = {"0.50": {"memory_limit": "8G"}, "2": {"pids_limit": 9000}}
+    c.Containment.group_limits = {"cs101": {"memory_limit": "1G", "cpu_shares": 256}}
+    policy = Containment(config=c).policy(total_bytes=64 << 30)
+    half = policy.limits([0], ["cs101"], "0.5")
+    assert (half.memory_bytes, half.cpu_shares) == (8 << 30, 256)
+    two = policy.limits([0, 1], ["cs101"], "2")
+    assert (two.memory_bytes, two.pids_max) == (1 << 30, 9000)
+    for bad in ({"1": {"memory_limit": "lots"}}, {"1": {"pids_limit": -1}}, {"1": "8G"}, {"": {}}):
+        with pytest.raises(TraitError, match="profile_limits"):
+            Containment(profile_limits=bad)
+
+
 # --- real cgroups -------------------------------------------------------------------------
 def v1_tree():
     if os.geteuid() != 0 or not os.access(PYTHON, os.X_OK):
@@ -223,3 +267,42 @@ def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_p
         GPUPoolHub(c).refuse_lost_state()
     c.Containment.require = []
     GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
+
+
+def test_a_job_over_its_owners_group_memory_limit_is_killed_by_the_kernel_and_says_so(
+    tree, tmp_path: Path
+) -> None:
+    """The train engine with real processes: ann's group gives her jobs 96 MiB, bob has the default."""
+    import sys
+
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.train.service import TrainingService
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_pool, run_until, train_config
+
+    if not tree.controllers.enforced("memory"):
+        pytest.skip(tree.controllers.status()["memory"])
+    c = train_config(tmp_path, projects={"lab": {"guarantee": 2}}, tick_s=0.1)
+    c.Containment.memory_limit = "1G"
+    c.Containment.group_limits = {"small": {"memory_limit": "96M"}}
+    cgroups = WorkloadCgroups(tree, "i", policy=Containment(config=c).policy())
+    from gpupool.train.config import TrainPool
+
+    svc = TrainingService(
+        make_pool(tmp_path, 2),
+        TrainPool(config=c),
+        cgroups=cgroups,
+        groups_of=lambda owner: ("small",) if owner == "ann" else (),
+    )
+    hog = {"hog.py": b"b = bytearray(300 << 20)\nprint('survived', flush=True)\n"}
+    jobs = {
+        who: svc.submit(
+            job_request(owner=who, project="lab", name="hog", command=[sys.executable, "hog.py"], files=hog)
+        ).id
+        for who in ("ann", "bob")
+    }
+    run_until(svc, lambda: all(svc.job(j).state in ("succeeded", "failed") for j in jobs.values()))
+    ann, bob = svc.job(jobs["ann"]), svc.job(jobs["bob"])
+    assert ann.state == "failed" and "killed: over its 96 MiB memory limit" in ann.message, ann.to_json()
+    assert "survived" not in Path(ann.workdir, "job.log").read_text()
+    assert bob.state == "succeeded", bob.to_json()  # the same job within the default 1 GiB
