@@ -19,6 +19,8 @@ from gpupool.pool.units import gpus_number
 from gpupool.spawner.form import requested_milli
 from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
+from gpupool.store import Event, Store
+from gpupool.vocab.kinds import EventKind
 
 
 class _LocalGPU(PromptReady, GPUSpawnerMixin):
@@ -95,13 +97,16 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         if self._join_fds:
             self.cgroups.tree.set_gpus(self.cgroup, [g.device_minor for g in self.allocated_gpus()])
 
-    async def end_workload(self) -> bool:
+    async def end_workload(self, ended_by_itself: bool = False) -> bool:
         """Kill what is left in the workspace's cgroup (and untracked servers, found by their tag
-        where there are no cgroups); True once nothing of it runs."""
+        where there are no cgroups); True once nothing of it runs. A server the kernel's OOM
+        killer ended is recorded with its limit: the hub's home page tells its owner why."""
         import asyncio
 
         await self.end_orphans()
         cgroups = self.cgroups
+        if ended_by_itself:  # read before the cgroup (and its count) goes
+            record_oom_stop(self.pool.store, self.user.name, self.name, cgroups.tree.memory_note(self.cgroup))
         left = cgroups.tree.pids(self.cgroup)
         if left:
             self.log.warning(
@@ -132,6 +137,28 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
 
 
 WORKSPACE_VAR = "GPUPOOL_WORKSPACE"
+
+
+def record_oom_stop(store: Store, owner: str, name: str, note: str) -> bool:
+    """The event that says a server ended because the kernel killed it over its memory limit
+    (`note`, from Tree.memory_note; "": nothing to say). Its owner reads it on the home page
+    (gpupool.api.warnings.stops_for)."""
+    if not note:
+        return False
+    label = f"{owner}/{name}" if name else owner
+    detail = note.removeprefix("killed: ")
+    why = "out of memory" if detail == "out of memory" else f"out of memory ({detail})"
+    with store.session() as s:
+        s.add(
+            Event(
+                kind=EventKind.OOM,
+                owner=owner,
+                name=name,
+                message=f"server {label} stopped because {why}",
+                data={"note": note},
+            )
+        )
+    return True
 
 
 def workspace_tag(owner: str, name: str) -> str:

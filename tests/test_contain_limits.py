@@ -306,3 +306,32 @@ def test_a_job_over_its_owners_group_memory_limit_is_killed_by_the_kernel_and_sa
     assert ann.state == "failed" and "killed: over its 96 MiB memory limit" in ann.message, ann.to_json()
     assert "survived" not in Path(ann.workdir, "job.log").read_text()
     assert bob.state == "succeeded", bob.to_json()  # the same job within the default 1 GiB
+
+
+def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_page(
+    tree, tmp_path: Path
+) -> None:
+    """The server's own process over its limit: the kernel kills it; the hub reads the cgroup's
+    count before removing it, and the owner's home page says why the server stopped."""
+    from types import SimpleNamespace
+
+    from gpupool.api.warnings import stops_for
+    from gpupool.spawner.local import record_oom_stop
+    from gpupool.store import Store
+
+    if not tree.controllers.enforced("memory"):
+        pytest.skip(tree.controllers.status()["memory"])
+    hog = "b = bytearray(300 << 20)\nprint('survived')"
+    out = run_in(tree, "i/ws-oom", Limits(memory_bytes=64 << 20), [PYTHON, "-c", hog], timeout=60)
+    assert out.returncode == -9 and "survived" not in out.stdout
+    quiet = run_in(tree, "i/ws-quiet", Limits(memory_bytes=64 << 20), [PYTHON, "-c", "pass"])
+    assert quiet.returncode == 0
+    store = Store(f"sqlite:///{tmp_path}/pool.sqlite")
+    for name, group in (("big", "i/ws-oom"), ("small", "i/ws-quiet")):
+        record_oom_stop(store, "ada", name, tree.memory_note(group))
+    root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
+    said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"))}
+    assert said.keys() == {"big"}, said  # a server that ended within its limit: nothing to say
+    assert said["big"].startswith("stopped at ") and said["big"].endswith(
+        ": out of memory (over its 64 MiB memory limit)"
+    ), said
