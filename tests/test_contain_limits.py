@@ -335,3 +335,24 @@ def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_pag
     assert said["big"].startswith("stopped at ") and said["big"].endswith(
         ": out of memory (over its 64 MiB memory limit)"
     ), said
+
+
+def test_a_cgroup_v2_host_is_told_what_is_enforced_there_and_what_not(tmp_path: Path) -> None:
+    """A fake cgroup v2 tree (a folder): the kill is gpupool's there, the four limits are not, and
+    the start's lines (log and banner) and `require` say so per limit, writing no limit file."""
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.contain.cgroups import V2
+
+    cgroups = WorkloadCgroups(V2(tmp_path), "i", policy=LimitPolicy(memory_bytes=8 << 30, pids_max=64))
+    assert cgroups.describe().startswith("each job and workspace runs in a cgroup v2 cgroup of its own")
+    said = dict(line.split(": ", 1) for line in cgroups.describe_limits())
+    assert said.keys() == {"devices", "memory", "processes", "cpu"}
+    assert said["devices"].startswith("NOT enforced: cgroup v2 needs a device eBPF program"), said
+    for limit in ("memory", "processes", "cpu"):
+        assert said[limit].startswith("NOT enforced: gpupool sets ") and "cgroup v1 only" in said[limit], said
+    assert cgroups.missing(["cgroups", "memory", "processes"]).keys() == {"memory", "processes"}
+    (tmp_path / "i/ws-a").mkdir(parents=True)
+    (tmp_path / "i/ws-a/cgroup.procs").touch()  # what the kernel makes with the folder
+    for fd in cgroups.tree.join_fds("i/ws-a", cgroups.limits([0], profile="1")):
+        os.close(fd)
+    assert sorted(p.name for p in (tmp_path / "i/ws-a").iterdir()) == ["cgroup.procs"]  # no limit pretended
