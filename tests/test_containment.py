@@ -137,6 +137,7 @@ def test_no_cgroups_is_said_plainly() -> None:
 # --- a real hub ----------------------------------------------------------------------------
 CONFIG = """
 c.Containment.memory_limit = "600M"
+c.Containment.profile_limits = {"0.25": {"memory_limit": "500M"}}
 c.TrainPool.tick_s = 0.3
 c.TrainPool.grace_s = 2
 c.TrainPool.projects = {"lab": {"guarantee": 1}}
@@ -380,3 +381,28 @@ def workspace_opens(hub: Hub, owner: str, name: str = "") -> list[str]:
             f.unlink()
         folder.rmdir()
     return out.stdout.split("opens: ", 1)[1].split()
+
+
+@pytest.mark.hub
+@root_only
+def test_a_workspace_server_over_its_profiles_memory_limit_is_killed_and_its_home_page_says_why(
+    hub: Hub,
+) -> None:
+    from gpupool.contain import WorkloadCgroups, detect, hub_key
+    from tests.hubtools import PASSWORD, WebUser
+
+    hub.spawn("gus", 0.25)
+    tree = detect("auto", hub_key(f"sqlite:///{hub.state}/gpupool.sqlite"))
+    [instance] = tree.names()
+    group = WorkloadCgroups(tree, instance).workspace("gus", "")
+    assert tree.memory_limit(group) == 500 << 20  # its profile's (0.25 GPU), not the default 600M
+    # the server is the terminal shell's parent: made the OOM killer's first choice (a user may
+    # raise their own processes' score), then the shell's child goes over the limit
+    hog = "/usr/bin/python3 -c 'b = bytearray(900 << 20)'"
+    terminal_run(hub, "gus", hub.user_token("gus"), f"echo 1000 > /proc/$PPID/oom_score_adj; {hog}")
+    until(lambda: not [s for s in hub.allocations() if s["owner"] == "gus"], "gus's server to end")
+    user = WebUser(hub.url, "gus")
+    user.log_in(PASSWORD)
+    status, _, page = user.get("/hub/home")
+    assert status == 200 and "out of memory (over its 500 MiB memory limit)" in page, page[-3000:]
+    assert hub.api("GET", "/hub/api/info")  # the hub itself is untouched
