@@ -11,6 +11,7 @@ from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, s
 from tornado import web
 
 from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.contain.limits import oom_words
 from gpupool.gpu import env_files as gpu_env_files
 from gpupool.host.accounts import Account, AccountError, SystemAccounts
 from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
@@ -97,7 +98,7 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         if self._join_fds:
             self.cgroups.tree.set_gpus(self.cgroup, [g.device_minor for g in self.allocated_gpus()])
 
-    async def end_workload(self, ended_by_itself: bool = False) -> bool:
+    async def end_workload(self, exit_status: int | None = None) -> bool:
         """Kill what is left in the workspace's cgroup (and untracked servers, found by their tag
         where there are no cgroups); True once nothing of it runs. A server the kernel's OOM
         killer ended is recorded with its limit: the hub's home page tells its owner why."""
@@ -105,8 +106,12 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
 
         await self.end_orphans()
         cgroups = self.cgroups
-        if ended_by_itself:  # read before the cgroup (and its count) goes
-            record_oom_stop(self.pool.store, self.user.name, self.name, cgroups.tree.memory_note(self.cgroup))
+        # killed (SIGKILL) with kills counted in its cgroup: the OOM killer ended the server itself
+        # (a kernel it killed earlier leaves the server running). Read before the cgroup goes
+        if exit_status == -signal.SIGKILL:
+            tree = cgroups.tree
+            kills = tree.oom_kills(self.cgroup)
+            record_oom_stop(self.pool.store, self.user.name, self.name, kills, tree.memory_limit(self.cgroup))
         left = cgroups.tree.pids(self.cgroup)
         if left:
             self.log.warning(
@@ -139,14 +144,14 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
 WORKSPACE_VAR = "GPUPOOL_WORKSPACE"
 
 
-def record_oom_stop(store: Store, owner: str, name: str, note: str) -> bool:
+def record_oom_stop(store: Store, owner: str, name: str, kills: int, limit_bytes: int) -> bool:
     """The event that says a server ended because the kernel killed it over its memory limit
-    (`note`, from Tree.memory_note; "": nothing to say). Its owner reads it on the home page
-    (gpupool.api.warnings.stops_for)."""
-    if not note:
+    (`kills` in its cgroup, `limit_bytes` its limit; no kill: nothing to say). Its owner reads it
+    on the home page (gpupool.api.warnings.stops_for)."""
+    if kills <= 0:
         return False
     label = f"{owner}/{name}" if name else owner
-    detail = note.removeprefix("killed: ")
+    detail = oom_words(1, limit_bytes).removeprefix("killed: ")  # the server's own kill: no count
     why = "out of memory" if detail == "out of memory" else f"out of memory ({detail})"
     with store.session() as s:
         s.add(
@@ -155,7 +160,7 @@ def record_oom_stop(store: Store, owner: str, name: str, note: str) -> bool:
                 owner=owner,
                 name=name,
                 message=f"server {label} stopped because {why}",
-                data={"note": note},
+                data={"kills": kills, "limit_bytes": limit_bytes},
             )
         )
     return True

@@ -328,7 +328,7 @@ def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_pag
     assert quiet.returncode == 0
     store = Store(f"sqlite:///{tmp_path}/pool.sqlite")
     for name, group in (("big", "i/ws-oom"), ("small", "i/ws-quiet")):
-        record_oom_stop(store, "ada", name, tree.memory_note(group))
+        record_oom_stop(store, "ada", name, tree.oom_kills(group), tree.memory_limit(group))
     root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
     said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"))}
     assert said.keys() == {"big"}, said  # a server that ended within its limit: nothing to say
