@@ -129,6 +129,14 @@ def test_profile_limits_are_checked_and_a_size_is_one_profile_however_written() 
     assert (half.memory_bytes, half.cpu_shares) == (8 << 30, 256)
     two = policy.limits([0, 1], ["cs101"], "2")
     assert (two.memory_bytes, two.pids_max) == (1 << 30, 9000)
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.contain.cgroups import V1Freezer
+    from gpupool.contain.limits import Controllers
+
+    said = WorkloadCgroups(V1Freezer(Path("/x"), Controllers({}, {})), "i", policy=policy).describe_limits()
+    assert said[1].endswith("; own values for group cs101, profile 0.5") and said[2].endswith("profile 2"), (
+        said
+    )
     for bad in ({"1": {"memory_limit": "lots"}}, {"1": {"pids_limit": -1}}, {"1": "8G"}, {"": {}}):
         with pytest.raises(TraitError, match="profile_limits"):
             Containment(profile_limits=bad)

@@ -313,6 +313,13 @@ class WorkloadCgroups:
             "processes": f"{p.pids_max} processes each" if p.pids_max else "no limit set",
             "cpu": f"CPU weight {p.cpu_shares} each, all together {p.workloads_cpu_shares} against the hub's 1024",
         }
+        for limit, key in (("memory", "memory_bytes"), ("processes", "pids_max"), ("cpu", "cpu_shares")):
+            own = [f"group {g}" for g, v in sorted(p.groups.items()) if key in v]
+            own += [f"profile {n}" for n, v in sorted(p.profiles.items()) if key in v]
+            if own:  # the banner names who gets other values (gpupool.contain.resolve)
+                values[limit] += f"; own values for {', '.join(own[:5])}" + (
+                    f" and {len(own) - 5} more" if len(own) > 5 else ""
+                )
         return [
             f"{limit}: {'enforced' if not s[limit] else 'NOT enforced'}: {values[limit] if not s[limit] else s[limit]}"
             for limit in LIMITS
