@@ -11,11 +11,17 @@ from jupyterhub.spawner import LocalProcessSpawner, SimpleLocalProcessSpawner, s
 from tornado import web
 
 from gpupool.contain import WorkloadCgroups, joiner
+from gpupool.contain.limits import oom_words
 from gpupool.gpu import env_files as gpu_env_files
 from gpupool.host.accounts import Account, AccountError, SystemAccounts
 from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
+from gpupool.pool import PoolError
+from gpupool.pool.units import gpus_number
+from gpupool.spawner.form import requested_milli
 from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
+from gpupool.store import Event, Store
+from gpupool.vocab.kinds import EventKind
 
 
 class _LocalGPU(PromptReady, GPUSpawnerMixin):
@@ -61,7 +67,8 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
             )
         # its limits before anything runs in it, no GPU yet: the share's GPUs are allowed once
         # reserved (make_preexec_fn), and follow it when it moves (gpupool.contain.follow)
-        self._join_fds = tuple(cgroups.tree.join_fds(self.cgroup, cgroups.limits((), self.user_groups)))
+        limits = cgroups.limits((), self.user_groups, self.limits_profile())
+        self._join_fds = tuple(cgroups.tree.join_fds(self.cgroup, limits))
         try:
             url = await super().start()
         finally:
@@ -71,6 +78,14 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         # the hub's first look then finds it (spawner/local_ready.py)
         await self.wait_listening(url, float(self.start_timeout) - (time.monotonic() - began))
         return url
+
+    def limits_profile(self) -> str:
+        """The spawn profile whose c.Containment.profile_limits apply: the size chosen on the form,
+        in GPUs as the form writes it ("0.25"); "" for options the reservation then refuses."""
+        try:
+            return gpus_number(requested_milli(self.user_options or {}))
+        except PoolError:
+            return ""
 
     def make_preexec_fn(self, name: str):
         # the child joins the workspace's cgroup first, as root, before anything else runs
@@ -83,13 +98,20 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         if self._join_fds:
             self.cgroups.tree.set_gpus(self.cgroup, [g.device_minor for g in self.allocated_gpus()])
 
-    async def end_workload(self) -> bool:
+    async def end_workload(self, exit_status: int | None = None) -> bool:
         """Kill what is left in the workspace's cgroup (and untracked servers, found by their tag
-        where there are no cgroups); True once nothing of it runs."""
+        where there are no cgroups); True once nothing of it runs. A server the kernel's OOM
+        killer ended is recorded with its limit: the hub's home page tells its owner why."""
         import asyncio
 
         await self.end_orphans()
         cgroups = self.cgroups
+        # killed (SIGKILL) with kills counted in its cgroup: the OOM killer ended the server itself
+        # (a kernel it killed earlier leaves the server running). Read before the cgroup goes
+        if exit_status == -signal.SIGKILL:
+            tree = cgroups.tree
+            kills = tree.oom_kills(self.cgroup)
+            record_oom_stop(self.pool.store, self.user.name, self.name, kills, tree.memory_limit(self.cgroup))
         left = cgroups.tree.pids(self.cgroup)
         if left:
             self.log.warning(
@@ -120,6 +142,28 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
 
 
 WORKSPACE_VAR = "GPUPOOL_WORKSPACE"
+
+
+def record_oom_stop(store: Store, owner: str, name: str, kills: int, limit_bytes: int) -> bool:
+    """The event that says a server ended because the kernel killed it over its memory limit
+    (`kills` in its cgroup, `limit_bytes` its limit; no kill: nothing to say). Its owner reads it
+    on the home page (gpupool.api.warnings.stops_for)."""
+    if kills <= 0:
+        return False
+    label = f"{owner}/{name}" if name else owner
+    detail = oom_words(1, limit_bytes).removeprefix("killed: ")  # the server's own kill: no count
+    why = "out of memory" if detail == "out of memory" else f"out of memory ({detail})"
+    with store.session() as s:
+        s.add(
+            Event(
+                kind=EventKind.OOM,
+                owner=owner,
+                name=name,
+                message=f"server {label} stopped because {why}",
+                data={"kills": kills, "limit_bytes": limit_bytes},
+            )
+        )
+    return True
 
 
 def workspace_tag(owner: str, name: str) -> str:

@@ -317,9 +317,11 @@ class GPUSpawnerMixin(_SpawnerBase):
     async def end_orphans(self) -> None:
         """Stop server processes of this workspace the hub does not know (local spawners)."""
 
-    async def end_workload(self) -> bool:
+    async def end_workload(self, exit_status: int | None = None) -> bool:
         """End whatever of this workspace still runs once its server is gone (local spawners: its
-        cgroup); True when nothing does, so its GPU share may go to someone else."""
+        cgroup); True when nothing does, so its GPU share may go to someone else.
+        `exit_status`: the server exited without a stop, with this status (poll's: -9, SIGKILL,
+        is how the kernel's OOM killer ends it); None: it was stopped."""
         await self.end_orphans()
         return True
 
@@ -434,7 +436,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             # the server the hub knew is gone, but what it started may not be (a hub that died
             # mid-spawn never learned the pid of the one it started): all must end before its GPU
             # is handed on
-            if await self.end_workload():
+            if await self.end_workload(exit_status=status):
                 self.release_gpus(f"server ended (status {status})")
             else:
                 self.log.error("processes of %s survive its server: its GPU share is kept", self.server_label)

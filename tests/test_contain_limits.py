@@ -90,6 +90,58 @@ def test_group_limits_replace_the_defaults_most_generous_wins() -> None:
         Containment(require=["gpus"])
 
 
+def test_one_rule_for_every_workload_profile_then_groups_then_default() -> None:
+    from gpupool.contain.resolve import resolve
+
+    default = {"memory_bytes": 4, "pids_max": 100, "cpu_shares": 1024}
+    groups = {"staff": {"memory_bytes": 32, "pids_max": 0}, "cs101": {"memory_bytes": 2, "cpu_shares": 256}}
+    profiles = {"1": {"memory_bytes": 16, "cpu_shares": 2048}}
+    assert resolve(default, groups, profiles) == default  # nobody's groups, no profile
+    # a train job (no profile): its owner's groups; a key a group does not set counts as the default
+    assert resolve(default, groups, profiles, ["cs101"]) == {
+        "memory_bytes": 2,
+        "pids_max": 100,
+        "cpu_shares": 256,
+    }
+    assert resolve(default, groups, profiles, ["cs101", "staff"]) == {
+        "memory_bytes": 32,
+        "pids_max": 0,  # 0, no limit: the most generous
+        "cpu_shares": 1024,
+    }
+    # a workspace of the profile: the profile's keys first, the groups' for the rest
+    assert resolve(default, groups, profiles, ["cs101"], "1") == {
+        "memory_bytes": 16,
+        "pids_max": 100,
+        "cpu_shares": 2048,
+    }
+    assert resolve(default, groups, profiles, ["cs101"], "0.25") == resolve(
+        default, groups, profiles, ["cs101"]
+    )
+
+
+def test_profile_limits_are_checked_and_a_size_is_one_profile_however_written() -> None:
+    c = Config()
+    c.Containment.memory_limit = "4G"
+    c.Containment.profile_limits = {"0.50": {"memory_limit": "8G"}, "2": {"pids_limit": 9000}}
+    c.Containment.group_limits = {"cs101": {"memory_limit": "1G", "cpu_shares": 256}}
+    policy = Containment(config=c).policy(total_bytes=64 << 30)
+    half = policy.limits([0], ["cs101"], "0.5")
+    assert (half.memory_bytes, half.cpu_shares) == (8 << 30, 256)
+    two = policy.limits([0, 1], ["cs101"], "2")
+    assert (two.memory_bytes, two.pids_max) == (1 << 30, 9000)
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.contain.cgroups import V1Freezer
+    from gpupool.contain.limits import Controllers
+
+    said = WorkloadCgroups(V1Freezer(Path("/x"), Controllers({}, {})), "i", policy=policy).describe_limits()
+    assert said[1].endswith("; own values for group cs101, profile 0.5") and said[2].endswith("profile 2"), (
+        said
+    )
+    for bad in ({"1": {"memory_limit": "lots"}}, {"1": {"pids_limit": -1}}, {"1": "8G"}, {"": {}}):
+        with pytest.raises(TraitError, match="profile_limits"):
+            Containment(profile_limits=bad)
+
+
 # --- real cgroups -------------------------------------------------------------------------
 def v1_tree():
     if os.geteuid() != 0 or not os.access(PYTHON, os.X_OK):
@@ -223,3 +275,92 @@ def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_p
         GPUPoolHub(c).refuse_lost_state()
     c.Containment.require = []
     GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
+
+
+def test_a_job_over_its_owners_group_memory_limit_is_killed_by_the_kernel_and_says_so(
+    tree, tmp_path: Path
+) -> None:
+    """The train engine with real processes: ann's group gives her jobs 96 MiB, bob has the default."""
+    import sys
+
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.train.service import TrainingService
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_pool, run_until, train_config
+
+    if not tree.controllers.enforced("memory"):
+        pytest.skip(tree.controllers.status()["memory"])
+    c = train_config(tmp_path, projects={"lab": {"guarantee": 2}}, tick_s=0.1)
+    c.Containment.memory_limit = "1G"
+    c.Containment.group_limits = {"small": {"memory_limit": "96M"}}
+    cgroups = WorkloadCgroups(tree, "i", policy=Containment(config=c).policy())
+    from gpupool.train.config import TrainPool
+
+    svc = TrainingService(
+        make_pool(tmp_path, 2),
+        TrainPool(config=c),
+        cgroups=cgroups,
+        groups_of=lambda owner: ("small",) if owner == "ann" else (),
+    )
+    hog = {"hog.py": b"b = bytearray(300 << 20)\nprint('survived', flush=True)\n"}
+    jobs = {
+        who: svc.submit(
+            job_request(owner=who, project="lab", name="hog", command=[sys.executable, "hog.py"], files=hog)
+        ).id
+        for who in ("ann", "bob")
+    }
+    run_until(svc, lambda: all(svc.job(j).state in ("succeeded", "failed") for j in jobs.values()))
+    ann, bob = svc.job(jobs["ann"]), svc.job(jobs["bob"])
+    assert ann.state == "failed" and "killed: over its 96 MiB memory limit" in ann.message, ann.to_json()
+    assert "survived" not in Path(ann.workdir, "job.log").read_text()
+    assert bob.state == "succeeded", bob.to_json()  # the same job within the default 1 GiB
+
+
+def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_page(
+    tree, tmp_path: Path
+) -> None:
+    """The server's own process over its limit: the kernel kills it; the hub reads the cgroup's
+    count before removing it, and the owner's home page says why the server stopped."""
+    from types import SimpleNamespace
+
+    from gpupool.api.warnings import stops_for
+    from gpupool.spawner.local import record_oom_stop
+    from gpupool.store import Store
+
+    if not tree.controllers.enforced("memory"):
+        pytest.skip(tree.controllers.status()["memory"])
+    hog = "b = bytearray(300 << 20)\nprint('survived')"
+    out = run_in(tree, "i/ws-oom", Limits(memory_bytes=64 << 20), [PYTHON, "-c", hog], timeout=60)
+    assert out.returncode == -9 and "survived" not in out.stdout
+    quiet = run_in(tree, "i/ws-quiet", Limits(memory_bytes=64 << 20), [PYTHON, "-c", "pass"])
+    assert quiet.returncode == 0
+    store = Store(f"sqlite:///{tmp_path}/pool.sqlite")
+    for name, group in (("big", "i/ws-oom"), ("small", "i/ws-quiet")):
+        record_oom_stop(store, "ada", name, tree.oom_kills(group), tree.memory_limit(group))
+    root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
+    said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"))}
+    assert said.keys() == {"big"}, said  # a server that ended within its limit: nothing to say
+    assert said["big"].startswith("stopped at ") and said["big"].endswith(
+        ": out of memory (over its 64 MiB memory limit)"
+    ), said
+
+
+def test_a_cgroup_v2_host_is_told_what_is_enforced_there_and_what_not(tmp_path: Path) -> None:
+    """A fake cgroup v2 tree (a folder): the kill is gpupool's there, the four limits are not, and
+    the start's lines (log and banner) and `require` say so per limit, writing no limit file."""
+    from gpupool.contain import WorkloadCgroups
+    from gpupool.contain.cgroups import V2
+
+    cgroups = WorkloadCgroups(V2(tmp_path), "i", policy=LimitPolicy(memory_bytes=8 << 30, pids_max=64))
+    assert cgroups.describe().startswith("each job and workspace runs in a cgroup v2 cgroup of its own")
+    said = dict(line.split(": ", 1) for line in cgroups.describe_limits())
+    assert said.keys() == {"devices", "memory", "processes", "cpu"}
+    assert said["devices"].startswith("NOT enforced: cgroup v2 needs a device eBPF program"), said
+    for limit in ("memory", "processes", "cpu"):
+        assert said[limit].startswith("NOT enforced: gpupool sets ") and "cgroup v1 only" in said[limit], said
+    assert cgroups.missing(["cgroups", "memory", "processes"]).keys() == {"memory", "processes"}
+    (tmp_path / "i/ws-a").mkdir(parents=True)
+    (tmp_path / "i/ws-a/cgroup.procs").touch()  # what the kernel makes with the folder
+    for fd in cgroups.tree.join_fds("i/ws-a", cgroups.limits([0], profile="1")):
+        os.close(fd)
+    assert sorted(p.name for p in (tmp_path / "i/ws-a").iterdir()) == ["cgroup.procs"]  # no limit pretended

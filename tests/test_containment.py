@@ -137,6 +137,7 @@ def test_no_cgroups_is_said_plainly() -> None:
 # --- a real hub ----------------------------------------------------------------------------
 CONFIG = """
 c.Containment.memory_limit = "600M"
+c.Containment.profile_limits = {"0.25": {"memory_limit": "500M"}}
 c.TrainPool.tick_s = 0.3
 c.TrainPool.grace_s = 2
 c.TrainPool.projects = {"lab": {"guarantee": 1}}
@@ -380,3 +381,43 @@ def workspace_opens(hub: Hub, owner: str, name: str = "") -> list[str]:
             f.unlink()
         folder.rmdir()
     return out.stdout.split("opens: ", 1)[1].split()
+
+
+@pytest.mark.hub
+@root_only
+def test_a_workspace_server_over_its_profiles_memory_limit_is_killed_and_its_home_page_says_why(
+    hub: Hub,
+) -> None:
+    from gpupool.contain import WorkloadCgroups, detect, hub_key
+    from gpupool.widgets.summary import summary
+    from tests.hubtools import PASSWORD, WebUser
+
+    hub.spawn("gus", 0.25)
+    tree = detect("auto", hub_key(f"sqlite:///{hub.state}/gpupool.sqlite"))
+    [instance] = tree.names()
+    group = WorkloadCgroups(tree, instance).workspace("gus", "")
+    assert tree.memory_limit(group) == 500 << 20  # its profile's (0.25 GPU), not the default 600M
+    token = hub.user_token("gus")
+    hog = "/usr/bin/python3 -c 'b = bytearray(900 << 20)'"
+    # a process over the limit (as a kernel would be): it dies, the server lives, and what
+    # JupyterLab's status reads (api/me, then the server's summary) says why
+    terminal_run(hub, "gus", token, hog)
+    me = until(
+        lambda: (
+            (m := hub.api("GET", "/services/gpupool/api/me", token=token))["holdings"][0]["memory_killed"]
+            and m
+        ),
+        "the kill in gus's api/me",
+    )
+    assert me["holdings"][0]["memory_killed"] == "killed: over its 500 MiB memory limit"
+    assert summary(me, {}, None, "", 0.0)["memory_killed"] == "killed: over its 500 MiB memory limit"
+    # the server is the terminal shell's parent: made the OOM killer's first choice (a user may
+    # raise their own processes' score), then the shell's child goes over the limit
+    terminal_run(hub, "gus", token, f"echo 1000 > /proc/$PPID/oom_score_adj; {hog}")
+    until(lambda: not [s for s in hub.allocations() if s["owner"] == "gus"], "gus's server to end")
+    user = WebUser(hub.url, "gus")
+    user.log_in(PASSWORD)
+    status, _, page = user.get("/hub/home")
+    said = page.partition("gpupool-stops")[2][:600]
+    assert status == 200 and "out of memory (over its 500 MiB memory limit). Start it" in said, said or page
+    assert hub.api("GET", "/hub/api/info")  # the hub itself is untouched

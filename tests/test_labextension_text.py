@@ -74,6 +74,7 @@ def test_one_notification_per_warning_updated_in_place_and_closed_when_it_no_lon
         "warning": None,
         "info": None,
         "budget": None,
+        "memory": None,
     }
     assert run(f"t.noticeChange({json.dumps(first)}, null)") == "dismiss"
     # parked: a notice of its own beside a warning (a parked session still ends at its time limit),
@@ -138,3 +139,16 @@ def test_a_stopped_server_says_so_instead_of_http_424() -> None:
         "error": "extended already",
         "stopped": False,
     }
+
+
+def test_a_process_killed_over_the_memory_limit_is_told_once_per_kill() -> None:
+    """A kernel the OOM killer ended restarts with JupyterLab's bare "kernel died": the status says
+    why, in a notification of its own, replaced when another process is killed."""
+    one = run("t.notices({now: 1, memory_killed: 'killed: over its 600 MiB memory limit'}, 15)")["memory"]
+    assert one["kind"] == "error" and one["message"].startswith(
+        "A process of this server was killed: over its 600 MiB memory limit."
+    )
+    two = run("t.notices({now: 2, memory_killed: 'killed: over its 600 MiB memory limit (2 processes)'}, 15)")
+    assert run(f"t.noticeChange({json.dumps(one)}, {json.dumps(two['memory'])})") == "replace"
+    assert run(f"t.noticeChange({json.dumps(one)}, {json.dumps(one)})") == "none"  # polls say it once
+    assert run("t.notices({now: 1, memory_killed: ''}, 15)")["memory"] is None

@@ -163,7 +163,7 @@ def parked_share_is_shown_as_the_quota_counts_it(hub: Hub, ann: str) -> None:
     it), so every screen says so: before, the form said "in use: 0 GPU; workspaces 0 of 2" and
     offered 1 GPU, `%gpupool` said "0 GPU of 1 GPU in use", the home page lost the server."""
     me = hub.api("GET", "/services/gpupool/api/me", token=ann)
-    assert me["holdings"] == [{"server": "", "milli": 1000, "parked": True}]
+    assert me["holdings"] == [{"server": "", "milli": 1000, "parked": True, "memory_killed": ""}]
     pool = hub.api("GET", "/services/gpupool/api/pool", token=ann)
     assert ("Build quota", "1 GPU of 1 GPU in use") in status_rows(me, pool, {}, "")  # %gpupool
     assert ("Share", "1 GPU, parked: it comes back when you run a cell") in status_rows(me, pool, {}, "")

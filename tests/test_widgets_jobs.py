@@ -80,6 +80,17 @@ def test_job_row_and_choices_are_explained() -> None:
     )
     assert why in row and "run 1, preempted 1×" in row and "resumes from the checkpoint saved at 13:55" in row
     assert "will resume" not in row  # the plain line replaces the bare state message
+    # over its memory limit after a resume: the monitor says why it failed, not the old preemption
+    killed = "killed: over its 8 GiB memory limit; exit code -9"
+    row = job_row(
+        {
+            **dict(id="abc", name="n", project="p", gpus=1, runs=2, preemptions=1, gpu=[]),
+            "state": "failed",
+            "message": killed,
+            "preemption": "preempted at 14:02 so that project q gets",
+        }
+    )
+    assert killed in row and "preempted at 14:02" not in row
     problems, params = validate_choices("x", 1, [{"name": "p", "limit_milli": -1}], '{"a": 1}')
     assert problems == ["choose a project: p"] and params == {"a": 1}
 

@@ -58,9 +58,10 @@ def job_row(job: Mapping[str, Any]) -> str:
         if not job["runs"]
         else f"run {job['runs']}" + (f", preempted {job['preemptions']}×" if job["preemptions"] else "")
     )
-    # a cancelled job says who cancelled it (an admin's cancel too), not an earlier preemption
-    cancelled = job["state"] == JobState.CANCELLED
-    note = (job.get("message") if cancelled else job.get("preemption") or job.get("message")) or ""
+    # a cancelled job says who cancelled it (an admin's cancel too), a failed one why ("killed: over
+    # its 8 GiB memory limit"), not an earlier preemption
+    ended = job["state"] in (JobState.CANCELLED, JobState.FAILED)
+    note = (job.get("message") if ended else job.get("preemption") or job.get("message")) or ""
     state = f"<b style='color:{colour}'>{escape(job['state'])}</b>" + (
         f"<br><small>{escape(why)}</small>" if why else ""
     )

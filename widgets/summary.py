@@ -148,6 +148,10 @@ def summary(
         # as parked is parked here too, whatever the culler's last pass said
         "parked": found.get("parked") or ("it comes back when you run a cell" if parked else ""),
     }
+    # the kernel killed a process of this server over its host memory limit (api/me; "" none)
+    out["memory_killed"] = next(
+        (str(h.get("memory_killed") or "") for h in me.get("holdings", []) if h.get("server") == server), ""
+    )
     out["moved"], out["moved_at"] = last_move(mine)  # the status item shows it for a while after the move
     lines = []
     for gpu, share in mine:
@@ -171,6 +175,8 @@ def summary(
         lines.append(f"stops at {clock(out['cull_at'])} (in {left_text(out['cull_at'] - now)}){why}")
     if out["moved"]:
         lines.append(f"{out['moved']}: nothing restarted")
+    if out["memory_killed"]:
+        lines.append(f"a process of this server was {out['memory_killed']}")
     if out["action"] == CullAction.WARN and out["message"]:
         lines.append(f"warning: {out['message']}")
     out["budget"] = budget_summary(budget)

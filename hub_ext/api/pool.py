@@ -91,12 +91,27 @@ class MeHandler(APIHandler):
                 "max_per_workspace_milli": limits.max_per_workspace_milli,
                 "max_workspaces": limits.max_workspaces,
                 # parked shares too (`parked`: true): they count against the quota as the spawn checks it
-                "holdings": [{"server": h.server_name, "milli": h.milli, "parked": h.parked} for h in held],
+                # memory_killed: what the kernel's OOM killer did in the workspace's cgroup ("killed:
+                # over its 8 GiB memory limit"; ""), which JupyterLab's status says (a kernel that
+                # died of it restarts with no other word)
+                "holdings": [
+                    {
+                        "server": h.server_name,
+                        "milli": h.milli,
+                        "parked": h.parked,
+                        "memory_killed": self.memory_note(caller.name, h.server_name),
+                    }
+                    for h in held
+                ],
                 "offered": [
                     {"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)
                 ],
             }
         )
+
+    def memory_note(self, owner: str, server: str) -> str:
+        cgroups = self.root.cgroups
+        return cgroups.tree.memory_note(cgroups.workspace(owner, server)) if cgroups.available else ""
 
 
 class EventsHandler(APIHandler):

@@ -91,7 +91,9 @@ STOPPED = {
 }
 
 
-STOPS = (EventKind.CULL, EventKind.HIBERNATE)  # a server stopped by the culler or hibernated by its user
+# a server stopped by the culler, hibernated by its user, or killed over its memory limit (the
+# OOM event's message says "stopped because out of memory (over its 8 GiB memory limit)")
+STOPS = (EventKind.CULL, EventKind.HIBERNATE, EventKind.OOM)
 
 
 def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict]:
@@ -112,8 +114,8 @@ def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None)
 def stops_for(
     root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
 ) -> list[dict]:
-    """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
-    "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
+    """Each of `user`'s servers the idle culler stopped (or the kernel, over its memory limit), and
+    not started since: [{"name", "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
     "Server not running", with no reason."""
     if user is None or root.api_services is None:
         return []

@@ -11,6 +11,8 @@ from traitlets.config import Configurable
 
 from gpupool.contain.cgroups import Tree, Unavailable, detect, joiner
 from gpupool.contain.limits import LIMITS, Limits, machine_memory, parse_size, size_text
+from gpupool.contain.resolve import resolve
+from gpupool.pool.units import UnitError, gpus_number, parse_gpus
 
 __all__ = [
     "Containment",
@@ -28,28 +30,26 @@ REQUIRABLE = ("cgroups", *LIMITS)
 
 @dataclass(frozen=True)
 class LimitPolicy:
-    """Each workload's memory, processes and CPU share (0: none), and per hub group the values
-    that replace them for its members (the most generous of a user's groups wins)."""
+    """Each workload's memory, processes and CPU share (0: none), and what replaces them per hub
+    group and per spawn profile (gpupool.contain.resolve has the rule; keys: resolve.KEYS)."""
 
     memory_bytes: int = 0
     pids_max: int = 0
     cpu_shares: int = 0
-    groups: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    groups: dict[str, dict[str, int]] = field(default_factory=dict)
+    profiles: dict[str, dict[str, int]] = field(default_factory=dict)
     workloads_cpu_shares: int = 0  # all workloads together, against the hub's 1024
     workloads_memory_bytes: int = 0  # all workloads together
 
-    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = ()) -> Limits:
-        memory, pids, cpu = self.memory_bytes, self.pids_max, self.cpu_shares
-        mine = [self.groups[g] for g in groups if g in self.groups]
-        if mine:
-            # 0 is "no limit": the most generous of all
-            def most(values: list[int]) -> int:
-                return 0 if 0 in values else max(values)
-
-            memory = most([m[0] for m in mine])
-            pids = most([m[1] for m in mine])
-            cpu = max(m[2] for m in mine) or cpu
-        return Limits(frozenset(gpu_minors), memory, pids, cpu)
+    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = (), profile: str = "") -> Limits:
+        """A workspace's (its owner's groups, its profile) or a train job's (its owner's groups)."""
+        defaults = {
+            "memory_bytes": self.memory_bytes,
+            "pids_max": self.pids_max,
+            "cpu_shares": self.cpu_shares,
+        }
+        got = resolve(defaults, self.groups, self.profiles, groups, profile)
+        return Limits(frozenset(gpu_minors), got["memory_bytes"], got["pids_max"], got["cpu_shares"])
 
 
 class Containment(Configurable):
@@ -120,12 +120,28 @@ class Containment(Configurable):
         {},
         config=True,
         help="""Per hub group, limits that replace the ones above for
-        its members' workloads (keys: memory_limit, pids_limit, cpu_shares; a missing key keeps
-        the default). A user in several groups gets the most generous of each. Example::
+        its members' workspaces and train jobs (keys: memory_limit, pids_limit, cpu_shares; a
+        missing key keeps the default). A user in several groups gets the most generous of each;
+        a profile's own limits (profile_limits) come before them. Example::
 
             c.Containment.group_limits = {
                 "staff": {"memory_limit": "64G", "pids_limit": 16384, "cpu_shares": 2048},
                 "cs101": {"memory_limit": "4G"},
+            }
+        """,
+    )
+    profile_limits = Dict(
+        {},
+        config=True,
+        help="""Per spawn profile, limits for the workspaces started with
+        it, before the group's and the default (keys as group_limits). On the local spawners a
+        profile is the size chosen on the spawn form, in GPUs as the form writes it ("0.25",
+        "1", "2"): a workspace of a whole GPU can be given more host memory than a quarter's.
+        Train jobs have no profile: their owner's group_limits, else the defaults. Example::
+
+            c.Containment.profile_limits = {
+                "0.25": {"memory_limit": "8G", "cpu_shares": 512},
+                "1": {"memory_limit": "32G", "cpu_shares": 2048},
             }
         """,
     )
@@ -179,45 +195,69 @@ class Containment(Configurable):
 
     @validate("group_limits")
     def _check_groups(self, proposal):
-        value = proposal["value"]
-        if len(value) > 1000:
-            raise TraitError("Containment.group_limits: at most 1000 groups")
-        for group, limits in value.items():
-            where = f"Containment.group_limits[{str(group)[:64]!r}]"
-            if not isinstance(group, str) or not isinstance(limits, dict) or set(limits) - set(GROUP_KEYS):
-                raise TraitError(f"{where}: must be a dict with keys among {list(GROUP_KEYS)}")
-            try:
-                parse_size(limits.get("memory_limit", ""), 1 << 40)
-            except ValueError as err:
-                raise TraitError(f"{where}: {err}") from None
-            for key, top in (("pids_limit", 4_194_304), ("cpu_shares", 262_144)):
-                n = limits.get(key, 0)
-                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top:
-                    raise TraitError(f"{where}: {key} must be a whole number from 0 to {top}")
-        return value
+        return {str(k): v for k, v in _checked_table("group_limits", proposal["value"]).items()}
+
+    @validate("profile_limits")
+    def _check_profiles(self, proposal):
+        out = {}
+        for name, limits in _checked_table("profile_limits", proposal["value"]).items():
+            try:  # a size is one profile however it is written: "0.50" is "0.5"
+                name = gpus_number(parse_gpus(name))
+            except UnitError:
+                pass  # a named profile (a spawner that offers profiles)
+            out[name] = limits
+        return out
 
     def policy(self, total_bytes: int | None = None) -> LimitPolicy:
         """The limits as numbers, for a machine of `total_bytes` (this one's by default)."""
         total = machine_memory() if total_bytes is None else total_bytes
-        groups = {
-            g: (
-                parse_size(v["memory_limit"], total)
-                if "memory_limit" in v
-                else parse_size(self.memory_limit, total),
-                int(v.get("pids_limit", self.pids_limit)),
-                int(v.get("cpu_shares", self.cpu_shares)),
-            )
-            for g, v in self.group_limits.items()
-        }
+
+        def numbers(table: dict) -> dict[str, dict[str, int]]:
+            return {name: _override(v, total) for name, v in table.items()}
+
         reserved = parse_size(self.reserved_memory, total)
         return LimitPolicy(
             memory_bytes=parse_size(self.memory_limit, total),
             pids_max=self.pids_limit,
             cpu_shares=self.cpu_shares,
-            groups=groups,
+            groups=numbers(self.group_limits),
+            profiles=numbers(self.profile_limits),
             workloads_cpu_shares=self.workloads_cpu_shares,
             workloads_memory_bytes=max(total - reserved, 1 << 28) if reserved and total else 0,
         )
+
+
+def _override(limits: dict, total_bytes: int) -> dict[str, int]:
+    """A group's or profile's option keys -> resolve.KEYS, only those it sets."""
+    out = {}
+    if "memory_limit" in limits:
+        out["memory_bytes"] = parse_size(limits["memory_limit"], total_bytes)
+    if "pids_limit" in limits:
+        out["pids_max"] = int(limits["pids_limit"])
+    if "cpu_shares" in limits:
+        out["cpu_shares"] = int(limits["cpu_shares"])
+    return out
+
+
+def _checked_table(option: str, value: dict) -> dict:
+    """group_limits or profile_limits, checked with bounds: the names, the keys, each value."""
+    if len(value) > 1000:
+        raise TraitError(f"Containment.{option}: at most 1000 entries")
+    for name, limits in value.items():
+        where = f"Containment.{option}[{str(name)[:64]!r}]"
+        if not isinstance(name, str) or not 0 < len(name) <= 255:
+            raise TraitError(f"{where}: a name of 1 to 255 characters")
+        if not isinstance(limits, dict) or set(limits) - set(GROUP_KEYS):
+            raise TraitError(f"{where}: must be a dict with keys among {list(GROUP_KEYS)}")
+        try:
+            parse_size(limits.get("memory_limit", ""), 1 << 40)
+        except ValueError as err:
+            raise TraitError(f"{where}: {err}") from None
+        for key, top in (("pids_limit", 4_194_304), ("cpu_shares", 262_144)):
+            n = limits.get(key, 0)
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= top:
+                raise TraitError(f"{where}: {key} must be a whole number from 0 to {top}")
+    return value
 
 
 def hub_key(db_url: str) -> str:
@@ -247,8 +287,8 @@ class WorkloadCgroups:
         digest = hashlib.sha256(f"{owner}\0{name}".encode("utf-8", "surrogatepass")).hexdigest()[:20]
         return f"{self.instance}/ws-{digest}"
 
-    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = ()) -> Limits:
-        return self.policy.limits(gpu_minors, groups)
+    def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = (), profile: str = "") -> Limits:
+        return self.policy.limits(gpu_minors, groups, profile)
 
     def status(self) -> dict[str, str]:
         """limit -> "" when this machine enforces it, else why not ("cgroups": the whole kill)."""
@@ -273,6 +313,13 @@ class WorkloadCgroups:
             "processes": f"{p.pids_max} processes each" if p.pids_max else "no limit set",
             "cpu": f"CPU weight {p.cpu_shares} each, all together {p.workloads_cpu_shares} against the hub's 1024",
         }
+        for limit, key in (("memory", "memory_bytes"), ("processes", "pids_max"), ("cpu", "cpu_shares")):
+            own = [f"group {g}" for g, v in sorted(p.groups.items()) if key in v]
+            own += [f"profile {n}" for n, v in sorted(p.profiles.items()) if key in v]
+            if own:  # the banner names who gets other values (gpupool.contain.resolve)
+                values[limit] += f"; own values for {', '.join(own[:5])}" + (
+                    f" and {len(own) - 5} more" if len(own) > 5 else ""
+                )
         return [
             f"{limit}: {'enforced' if not s[limit] else 'NOT enforced'}: {values[limit] if not s[limit] else s[limit]}"
             for limit in LIMITS

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from gpupool.contain.limits import LIMITS, Controllers, Limits, NoControllers, find_controllers
+from gpupool.contain.limits import LIMITS, Controllers, Limits, NoControllers, find_controllers, oom_words
 
 SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 FREEZE_WAIT_S = 0.2  # a freezer cgroup freezes in microseconds; a task in D state may take longer
@@ -99,6 +99,12 @@ class Tree:
 
     def memory_limit(self, name: str) -> int:
         return self.controllers.memory_limit(self.rel(name))
+
+    def memory_note(self, name: str) -> str:
+        """What the kernel's OOM killer did in the workload's cgroup, in its user's words ("killed:
+        over its 8 GiB memory limit"; "" nothing). Read before the cgroup is removed: the count
+        lives in it (memory.oom_control)."""
+        return oom_words(self.oom_kills(name), self.memory_limit(name))
 
     def pids(self, name: str) -> list[int]:
         try:

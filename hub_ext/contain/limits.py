@@ -107,6 +107,16 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
+def oom_words(kills: int, limit_bytes: int) -> str:
+    """ "killed: over its 8 GiB memory limit" for `kills` processes the OOM killer ended in a cgroup
+    limited to `limit_bytes` (an unlimited cgroup's value is near 2**63: "out of memory"); ""
+    for none."""
+    if kills <= 0:
+        return ""
+    what = f"over its {size_text(limit_bytes)} memory limit" if 0 < limit_bytes < 1 << 62 else "out of memory"
+    return f"killed: {what}" + (f" ({kills} processes)" if kills > 1 else "")
+
+
 def machine_memory(meminfo: str | None = None) -> int:
     """MemTotal of /proc/meminfo, in bytes (0 when unreadable)."""
     try:

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 from gpupool.contain import Limits, WorkloadCgroups, joiner
-from gpupool.contain.limits import size_text
 from gpupool.host.accounts import Account, SystemAccounts
 from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
 from gpupool.runners.safe_files import ensure_folder, folder, open_file, read_small
@@ -265,13 +264,7 @@ class LocalRunner:
 
     def memory_note(self, group: str) -> str:
         """What the kernel's OOM killer did in the run's cgroup, in the user's words ("" nothing)."""
-        tree = self.contained_cgroups.tree
-        kills = tree.oom_kills(group)
-        if not kills:
-            return ""
-        limit = tree.memory_limit(group)
-        what = f"over its {size_text(limit)} memory limit" if 0 < limit < 1 << 62 else "out of memory"
-        return f"killed: {what}" + (f" ({kills} processes)" if kills > 1 else "")
+        return self.contained_cgroups.tree.memory_note(group)
 
     @staticmethod
     def _log_line(workdir: str, account: Account | None, line: str) -> None:

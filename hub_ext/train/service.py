@@ -57,8 +57,11 @@ class TrainingService(JobBook):
         idle_util_pct: float | None = None,
         gpu_use: Callable[[list[TrainJob]], dict[str, float | None]] | None = None,
         holds: Callable[[list[TrainJob]], dict[str, str]] | None = None,
+        groups_of: Callable[[str], tuple[str, ...]] | None = None,
     ) -> None:
         super().__init__(pool, cfg, holds)
+        # the owner's hub groups when a run starts (their c.Containment.group_limits apply)
+        self.groups_of = groups_of or (lambda owner: ())
         self.runner = runner or LocalRunner(
             cfg.grace_s, cfg.python, cgroups, log_limit=cfg.max_log_mib * 1024 * 1024, path=cfg.job_path
         )
@@ -539,7 +542,7 @@ class TrainingService(JobBook):
                 env,
                 row.runs + 1,
                 self.account(row.owner),
-                limits=self.run_limits(gpus),
+                limits=self.run_limits(gpus, row.owner),
             )
         except (OSError, ValueError) as err:  # PermissionError (no account) is an OSError
             log.warning("job %s could not start: %s", job_id, err)
@@ -563,11 +566,14 @@ class TrainingService(JobBook):
                 )
             )
 
-    def run_limits(self, gpus: list[GPU]) -> Limits:
-        """A run's cgroup limits: its GPUs' device nodes, the default memory, processes and CPU."""
+    def run_limits(self, gpus: list[GPU], owner: str = "") -> Limits:
+        """A run's cgroup limits: its GPUs' device nodes; memory, processes and CPU as its owner's
+        groups have them now (the same rule as a workspace's, without a profile)."""
         cgroups = self.runner.cgroups
         minors = [g.device_minor for g in gpus]
-        return cgroups.limits(minors) if cgroups is not None else Limits(frozenset(minors))
+        if cgroups is None:
+            return Limits(frozenset(minors))
+        return cgroups.limits(minors, self.groups_of(owner) if owner else ())
 
     def _fail_start(self, job_id: str, reason: str, now: float) -> None:
         with self.pool.store.session() as s:

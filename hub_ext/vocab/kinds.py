@@ -37,6 +37,8 @@ class EventKind(StrEnum):
     MEMORY = "memory"  # over its GPU memory share: warned, or its kernels restarted
     EXTEND = "extend"  # a session extended once on its owner's request
     HIBERNATE = "hibernate"  # a user hibernated their own server (%gpupool hibernate)
+    # the kernel's OOM killer ended a workspace's server (over its host memory limit, gpupool.contain)
+    OOM = "oom"
     # admins' changes
     QUOTA = "quota"
     BUDGET = "budget"  # a budget top-up or exemption granted or ended

@@ -435,6 +435,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
             idle_util_pct=util_pct,
             gpu_use=job_gpu_use(sampler, pool) if sampler is not None else None,
             holds=usage.held_jobs,
+            groups_of=usage.groups_of,  # the hub's groups of a job's owner: their limits (gpupool.contain)
         )
         training = LocalTraining(engine)
         await training.start()

@@ -58,8 +58,9 @@ const plugin = {
     }
     const options = { warnMinutes: 15, pollSeconds: 20 };
     // the notifications on screen, one per slot (the culler's warning, the parked GPU, the
-    // GPU-hour budget): {id, kind, key, message, extendable} or null
-    const shown = { warning: null, info: null, budget: null };
+    // GPU-hour budget, a process killed over the memory limit): {id, kind, key, message,
+    // extendable} or null
+    const shown = { warning: null, info: null, budget: null, memory: null };
     let movedShown = '';  // the last move told: one notification per move (it closes by itself)
     let last = null;  // the last status read without an error
     let reader = null;
@@ -84,7 +85,9 @@ const plugin = {
     const actionsFor = next => next.kind === 'warning'
       ? (next.extendable ? [{ label: 'Extend', caption: 'More time for this session (once)', callback: extend,
                              displayType: 'accent' }] : [])
-      : [{ label: 'Resume', caption: 'Ask for the GPU back now', callback: resume, displayType: 'accent' }];
+      : next.key === 'parked'
+        ? [{ label: 'Resume', caption: 'Ask for the GPU back now', callback: resume, displayType: 'accent' }]
+        : [];  // the memory notice: nothing to press
 
     // one notification per warning: shown once, its words updated in place as the end time
     // moves, replaced by the next warning, dismissed when none applies; the parked GPU's apart

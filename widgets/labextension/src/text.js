@@ -122,8 +122,16 @@ export function notices(status, warnMinutes) {
     ? { kind: 'info', key: 'parked', message: `This server's GPU is parked: ${status.parked}`, extendable: false }
     : null;
   const budget = budgetWarning(status);  // gpupool.usage: near or over the GPU-hour budget
+  // the kernel's OOM killer ended a process of this server (a kernel that died restarts with no
+  // other word): said once per count, the key changes when another process is killed
+  const killed = status && !status.error && status.memory_killed;
+  const memory = killed
+    ? { kind: 'error', key: `memory:${killed}`, extendable: false,
+        message: `A process of this server was ${killed}. A kernel that died of it restarts empty:` +
+          ' use less memory, or start the server with a larger size.' }
+    : null;
   return { warning: warn ? { kind: 'warning', ...warn } : null, info: parked,
-           budget: budget ? { kind: 'warning', ...budget, extendable: false } : null };
+           budget: budget ? { kind: 'warning', ...budget, extendable: false } : null, memory };
 }
 
 // What to do with the notification on screen (`shown`, or null) to show `next`: "none", "show",
