@@ -76,6 +76,8 @@ class _OurHubAuth:
     process-wide singleton configured from environment variables, which the hub
     process does not have)."""
 
+    settings: dict[str, Any]  # the handler's (tornado.web.RequestHandler), which this mixes into
+
     @property
     def hub_auth(self):
         return self.settings["hub_auth"]

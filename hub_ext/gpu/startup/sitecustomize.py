@@ -86,7 +86,7 @@ def _after_import(name: str, then, failed: str) -> None:
                     except Exception as err:
                         print(f"gpupool: {why}: {err}", file=sys.stderr)
 
-            spec.loader.exec_module = exec_module
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # this one spec's loader only
             return spec
 
     sys.meta_path.insert(0, Watcher())
