@@ -323,6 +323,8 @@ def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_pag
     count before removing it, and the owner's home page says why the server stopped."""
     from types import SimpleNamespace
 
+    from gpupool.api.auth import Directory
+    from gpupool.api.services import ApiServices
     from gpupool.api.warnings import stops_for
     from gpupool.spawner.local import record_oom_stop
     from gpupool.store import Store
@@ -337,7 +339,9 @@ def test_a_workspace_server_killed_over_its_memory_limit_is_told_on_the_home_pag
     store = Store(f"sqlite:///{tmp_path}/pool.sqlite")
     for name, group in (("big", "i/ws-oom"), ("small", "i/ws-quiet")):
         record_oom_stop(store, "ada", name, tree.oom_kills(group), tree.memory_limit(group))
-    root = SimpleNamespace(api_settings={}, pool=SimpleNamespace(store=store))
+    root = SimpleNamespace(
+        api_services=ApiServices(SimpleNamespace(store=store), Directory()), pool=SimpleNamespace(store=store)
+    )
     said = {s["name"]: s["message"] for s in stops_for(root, SimpleNamespace(name="ada"))}
     assert said.keys() == {"big"}, said  # a server that ended within its limit: nothing to say
     assert said["big"].startswith("stopped at ") and said["big"].endswith(
