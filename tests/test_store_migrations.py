@@ -9,9 +9,9 @@ from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 
-from gpupool.store import ElasticRange, JobPools, Move, Parked, Store, SweepRun, TrainJob, UsageHour
+from gpupool.store import Move, Parked, Store, SweepRun, TrainJob, UsageHour
 from gpupool.store.migrate import current, head
 from gpupool.store.models import Base
 
@@ -48,8 +48,15 @@ def test_a_database_from_before_migrations_upgrades_and_keeps_every_row(tmp_path
         jobs = {j.id: j for j in s.scalars(select(TrainJob))}
         assert jobs["j-000001"].command == ["python", "train.py", "--epochs", "3"]
         assert (jobs["j-000001"].state, jobs["j-000002"].state) == ("running", "queued")
-        assert s.get(ElasticRange, "j-000001").max_gpus == 4
-        assert s.get(JobPools, "j-000001").pools == ["dgx", "ws"]
+        # the side tables of 0.1 folded into the job's row (revision 0002), the others' rows kept
+        assert (jobs["j-000001"].min_gpus, jobs["j-000001"].max_gpus, jobs["j-000001"].pools) == (
+            1,
+            4,
+            ["dgx", "ws"],
+        )
+        assert (jobs["j-000002"].min_gpus, jobs["j-000002"].pools) == (0, [])
+        tables = set(inspect(s.get_bind()).get_table_names())
+        assert not {"gpupool_elastic", "gpupool_job_pools"} & tables
         assert s.get(SweepRun, "j-000002").parameters == {"lr": 0.01}
         assert s.scalars(select(Parked)).one().pids == [777]
         assert s.scalars(select(Move)).one().phase == "moved"

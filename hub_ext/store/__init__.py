@@ -1,8 +1,6 @@
 """Persistence of allocations and events (SQLAlchemy; an SQLite file by default)."""
 
 from gpupool.store.db import Store
-from gpupool.store.elastic import ElasticRange
-from gpupool.store.job_pools import JobPools
 from gpupool.store.jobs import TrainJob
 from gpupool.store.models import Allocation, Event
 from gpupool.store.moves import Move  # registers its table before Store creates them
@@ -13,9 +11,7 @@ from gpupool.store.usage_tables import BudgetGrant, UsageHour  # usage accountin
 __all__ = [
     "Allocation",
     "BudgetGrant",
-    "ElasticRange",
     "Event",
-    "JobPools",
     "Move",
     "Parked",
     "Store",

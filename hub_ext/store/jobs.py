@@ -42,6 +42,11 @@ class TrainJob(Base):
     term_sent: Mapped[float | None] = mapped_column(
         Float, nullable=True
     )  # first SIGTERM: kill deadline - grace
+    # an elastic job runs on min_gpus..max_gpus whole GPUs (0: not elastic; num_gpu is its size now)
+    min_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    max_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the node pools it chose (a subset of its project's, in its order; on KAI its one shard)
+    pools: Mapped[list[str]] = mapped_column(JSON, default=list)
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property

@@ -21,6 +21,7 @@ from gpupool.store.db import bounded
 from gpupool.train.backend import JobLog
 from gpupool.train.config import TrainPool
 from gpupool.train.folders import user_jobs_folder
+from gpupool.train.request import JobRequest
 from gpupool.vocab.states import JobEvent, JobState
 
 
@@ -59,23 +60,19 @@ class JobBook:
 
     def _record_new(
         self,
-        *,  # by name only: a job's fields are too alike (str, str, str; int, int) to pass by position
-        owner: str,
-        project: str,
-        name: str,
-        num_gpu: int,
-        gpu_milli: int,
+        job: JobRequest,
         command: list[str],
-        priority: int,
-        min_runtime_s: float,
-        max_runtime_s: float,
-        files: dict[str, bytes] | None,
         now: float | None,
+        *,
         message: str = "",
+        pools: tuple[str, ...] | None = None,
         prepare: Callable[[Path], None] | None = None,
     ) -> TrainJob:
-        """A new queued job: its folder under jobs_root with the snapshotted code (`prepare`
-        may adjust the folder, e.g. hand it to the owner), its row and its event."""
+        """A new queued job, one row from one request: its folder under jobs_root with the
+        snapshotted code (`prepare` may adjust the folder, e.g. hand it to the owner), its row
+        (`command` as the back-end runs the code; `pools` when the back-end chose among the
+        request's) and its event."""
+        owner, name = job.owner, job.name
         job_id = secrets.token_hex(6)  # lower-case hex: also a valid Kubernetes name
         parent = user_jobs_folder(self.cfg.jobs_root, owner)
         make_job_folders(parent)
@@ -83,7 +80,7 @@ class JobBook:
         with folder(str(parent), _parent_owner(parent)) as parent_fd:
             os.mkdir(workdir.name, 0o700, dir_fd=parent_fd)
             with folder(str(workdir), os.geteuid()) as dir_fd:
-                for fname, content in (files or {}).items():
+                for fname, content in job.code.files.items():
                     fd = open_file(dir_fd, fname, os.O_WRONLY, os.geteuid(), create=True)
                     with os.fdopen(fd, "wb") as f:
                         f.write(content)
@@ -92,17 +89,20 @@ class JobBook:
         row = TrainJob(
             id=job_id,
             owner=owner,
-            project=project,
+            project=job.project,
             name=name,
-            num_gpu=num_gpu,
-            gpu_milli=gpu_milli,
-            priority=priority,
+            num_gpu=job.num_gpu,
+            gpu_milli=job.gpu_milli,
+            priority=job.priority,
             command=command,
             workdir=str(workdir),
             state=JobState.QUEUED,
             submitted=now if now is not None else time.time(),
-            min_runtime_s=min_runtime_s,
-            max_runtime_s=max_runtime_s,
+            min_runtime_s=job.min_runtime_s,
+            max_runtime_s=job.max_runtime_s,
+            min_gpus=job.min_gpus,
+            max_gpus=job.num_gpu if job.min_gpus else 0,
+            pools=list(job.pools if pools is None else pools),
             message=message,
         )
         with self.pool.store.session() as s:
@@ -110,7 +110,7 @@ class JobBook:
             s.add(
                 Event(
                     kind=JobEvent.SUBMITTED,
-                    message=f"{owner} submitted job {job_id} ({name}) to {project}",
+                    message=f"{owner} submitted job {job_id} ({name}) to {job.project}",
                     owner=owner,
                     name=job_id,
                     data={},

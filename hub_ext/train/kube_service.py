@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
-from sqlalchemy import select
 
 from gpupool.alloc.manager import PoolManager
 from gpupool.kube.controller import KubeJobController
@@ -33,7 +32,7 @@ from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, sha
 from gpupool.kube.status import FINAL, JobStatus
 from gpupool.pool import InvalidRequest
 from gpupool.pool.pool_quotas import queue_pool
-from gpupool.store import ElasticRange, JobPools, TrainJob
+from gpupool.store import TrainJob
 from gpupool.train.backend import JobLog
 from gpupool.train.book import JobBook
 from gpupool.train.config import TrainPool
@@ -140,26 +139,7 @@ class KubeTrainingService(JobBook):
             await self.check_elastic()
         chosen = self.queue_pool(job.project, job.pools, job.least_milli)
         command = job.code.command_line("python", self.opts.checkpoint_dir)
-        row = self._record_new(
-            owner=job.owner,
-            project=job.project,
-            name=job.name,
-            num_gpu=job.num_gpu,
-            gpu_milli=job.gpu_milli,
-            command=command,
-            priority=job.priority,
-            min_runtime_s=job.min_runtime_s,
-            max_runtime_s=job.max_runtime_s,
-            files=dict(job.code.files),
-            now=now,
-            message=SUBMITTING,
-        )
-        if job.min_gpus or job.pools or chosen:
-            with self.pool.store.session() as s:
-                if job.min_gpus:
-                    s.add(ElasticRange(job_id=row.id, min_gpus=job.min_gpus, max_gpus=job.num_gpu))
-                if job.pools or chosen:
-                    s.add(JobPools(job_id=row.id, pools=[chosen] if chosen else list(job.pools)))
+        row = self._record_new(job, command, now, message=SUBMITTING, pools=(chosen,) if chosen else None)
         self.unsent.add(row.id)
         await self._send(row.id)
         return self.known_job(row.id)
@@ -170,10 +150,10 @@ class KubeTrainingService(JobBook):
         p = self.projects[project]
         if not p.pool_guarantees:
             return kai_shard(p, pools, None) if self.shards else None
-        with self.pool.store.session() as s:
-            where = {j.job_id: j.pools[0] for j in s.scalars(select(JobPools)) if j.pools}
         used: dict[str, int] = {}
-        for row in self.jobs(project=project):
+        rows = self.jobs(project=project)
+        where = {r.id: r.pools[0] for r in rows if r.pools}
+        for row in rows:
             if row.state not in FINAL and row.id in where:
                 used[where[row.id]] = used.get(where[row.id], 0) + row.num_gpu * row.gpu_milli
         try:
@@ -183,11 +163,7 @@ class KubeTrainingService(JobBook):
 
     def _placement_of(self, row: TrainJob) -> dict:
         """The spec's pools, queue pool and elastic minimum, from what submit recorded."""
-        with self.pool.store.session() as s:
-            chosen = s.get(JobPools, row.id)
-            elastic = s.get(ElasticRange, row.id)
-            names = tuple(chosen.pools) if chosen is not None else ()
-            min_gpus = elastic.min_gpus if elastic is not None else 0
+        names, min_gpus = tuple(row.pools), row.min_gpus
         project = self.projects.get(row.project)
         names = names or (project.pools if project is not None else ())
         per_pool = project is not None and bool(project.pool_guarantees)

@@ -31,7 +31,7 @@ from gpupool.pool.request import Placement
 from gpupool.pool.training import Job, in_quota_split, schedule
 from gpupool.runners.local import Account, LocalRunner, account_of, find_run, give_to, is_run, owner_ids
 from gpupool.runners.safe_files import open_file
-from gpupool.store import Allocation, ElasticRange, Event, JobPools, TrainJob
+from gpupool.store import Allocation, Event, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.book import JobBook, make_job_folders
 from gpupool.train.config import TrainPool
@@ -117,27 +117,12 @@ class TrainingService(JobBook):
         account = self.account(job.owner)  # refused before anything is written
         if account is not None:
             self._show_jobs_to(job.owner, account)
-        row = self._record_new(
-            owner=job.owner,
-            project=job.project,
-            name=job.name,
-            num_gpu=job.num_gpu,
-            gpu_milli=job.gpu_milli,
-            command=job.code.command_line(self.cfg.python or sys.executable),
-            priority=job.priority,
-            min_runtime_s=job.min_runtime_s,
-            max_runtime_s=job.max_runtime_s,
-            files=dict(job.code.files),
-            now=now,
+        return self._record_new(
+            job,
+            job.code.command_line(self.cfg.python or sys.executable),
+            now,
             prepare=(lambda folder: give_to(folder, account)) if account is not None else None,
         )
-        if job.min_gpus or job.pools:
-            with self.pool.store.session() as s:
-                if job.min_gpus:
-                    s.add(ElasticRange(job_id=row.id, min_gpus=job.min_gpus, max_gpus=job.num_gpu))
-                if job.pools:
-                    s.add(JobPools(job_id=row.id, pools=list(job.pools)))
-        return row
 
     def _show_jobs_to(self, owner: str, account: Account) -> None:
         """A user's own jobs folder (hub-owned, so the hub never works in a folder the user may
@@ -406,9 +391,8 @@ class TrainingService(JobBook):
     def scheduler_inputs(self, rows: list[TrainJob]) -> tuple[list[Job], list[Job], list[Job]]:
         """(pending, running, stopping) as the scheduler sees `rows`; queued jobs held by a
         GPU-hour budget (`holds`) are not pending."""
-        with self.pool.store.session() as s:
-            elastic = {e.job_id: (e.min_gpus, e.max_gpus) for e in s.scalars(select(ElasticRange))}
-            chosen = {p.job_id: tuple(p.pools) for p in s.scalars(select(JobPools))}
+        elastic = {r.id: (r.min_gpus, r.max_gpus) for r in rows if r.min_gpus}
+        chosen = {r.id: tuple(r.pools) for r in rows if r.pools}
         held = self.holds(rows) if self.holds is not None else {}
         pending = [
             replace(self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
