@@ -240,6 +240,16 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     return Decision(CullAction.KEEP, reason, cull_at, PARKED if ws.parked else "")
 
 
+def extended_end(ws: Workspace, now: float, limits: Limits) -> float | None:
+    """When the session would end were its one extension granted now, by the same rules and the
+    same readings as `decide`: the hub shows it the moment the user presses Extend, not the
+    unextended end nor a guess from the time limits alone until the next pass. None: already
+    extended, exempt, or nothing would end it."""
+    if ws.extended or ws.exempt:
+        return None
+    return decide(replace(ws, extended=True), now, limits).cull_at
+
+
 BUDGET = "the GPU-hour budget is used up: its idle GPU was given back"
 
 

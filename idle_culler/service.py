@@ -23,7 +23,7 @@ from typing import Any
 
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
-from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
+from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide, extended_end
 from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import EventKind
@@ -247,6 +247,8 @@ class Culler:
                     "memory_mib": ws.memory_mib,
                     "memory_limit_mib": ws.memory_limit_mib,
                     "extended": ws.extended,
+                    # the end once extended: what the hub shows the moment Extend is pressed
+                    "extended_cull_at": extended_end(ws, now, limits),
                     # the JupyterLab item shows this text and offers Resume ("" when not parked)
                     "gpu_data": fresh,
                     "parked": PARKED if ws.parked else "",

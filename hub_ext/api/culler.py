@@ -254,6 +254,7 @@ FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
     "message": ((str,), False),
     "parked": ((str,), False),
     "cull_at": ((int, float), True),
+    "extended_cull_at": ((int, float), True),
     "gpu_idle_s": ((int, float), True),
     "gpu_util_pct": ((int, float), True),
     "memory_mib": ((int, float), False),
@@ -276,6 +277,7 @@ DEFAULTS: dict[str, Any] = {
     "message": "",
     "parked": "",
     "cull_at": None,
+    "extended_cull_at": None,
     "gpu_idle_s": None,
     "gpu_util_pct": None,
     "memory_mib": 0,
@@ -408,9 +410,12 @@ def extend_workspace(
     pool.store.record(EventKind.EXTEND, f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = culler_state(settings)["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("reason") != CullReason.MEMORY:
-        # the old end time no longer holds, warned or not (a session's planned end too): the
-        # culler's next pass reports the new one; until then no page offers Extend again
-        found.update(extended=True, cull_at=None)
+        # the old end time no longer holds, warned or not: the new one is the end the culler's
+        # last pass computed for this session extended (its rules, its readings), so the status
+        # bar and the home page say the truth at once; a planned end (no pass yet, or a culler
+        # that did not say) is computed again from the time rules (findings); no page offers
+        # Extend again
+        found.update(extended=True, cull_at=found.get("extended_cull_at"), extended_cull_at=None)
         if found.get("action") == CullAction.WARN:
             found.update(action=CullAction.KEEP, message="extended once")
 
