@@ -88,6 +88,15 @@ STOPPED = {
     CullReason.IDLE_JUPYTER: "nobody had used it",
     CullReason.PARKED_IDLE: "nobody had used it since its GPU was parked",
     CullReason.MEMORY: "it used more GPU memory than its share",
+    CullReason.BUDGET: "the GPU-hour budget was used up and its GPU was idle",
+}
+
+# what its owner does about it, after the reason: the home page and the "Server not running" page
+AGAIN = "Start it again when you need it."
+WAKE = "Start it to wake it."
+TODO = {
+    CullReason.MEMORY: "Start it again with a larger GPU share, or free GPU memory in your code.",
+    CullReason.BUDGET: "It starts again once your GPU-hour budget allows; the usage page says when.",
 }
 
 
@@ -113,7 +122,7 @@ def stops_for(
     root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
 ) -> list[dict]:
     """Each of `user`'s servers the idle culler stopped, and not started since: [{"name",
-    "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
+    "message", "todo"}] — "stopped at 18:00: end of the workday", "Start it again when you need it.". Before, the home page said only
     "Server not running", with no reason."""
     if user is None or root.api_settings is None:
         return []
@@ -135,6 +144,7 @@ def stops_for(
                 {
                     "name": name,
                     "message": f"hibernated at {when} (you asked) — your variables come back when you start",
+                    "todo": WAKE,
                 }
             )
             continue
@@ -149,8 +159,16 @@ def stops_for(
                 {
                     "name": name,
                     "message": f"hibernated at {when} ({why}) — your variables come back when you start",
+                    "todo": WAKE,
                 }
             )
             continue
-        out.append({"name": name, "message": f"stopped at {when}: {why}"})
+        out.append({"name": name, "message": f"stopped at {when}: {why}", "todo": TODO.get(reason, AGAIN)})
     return sorted(out, key=lambda s: s["name"])
+
+
+def stopped_server(root: GPUPoolHub, user: User | None, name: str, now: float | None = None) -> dict | None:
+    """Why the culler stopped (or hibernated) this server of `user`'s and what to do, for the
+    hub's "Server not running" page (hub_ext/templates/not_running.html), in the home page's
+    words: {"name", "message", "todo"}; None when it was not the culler (or it runs again)."""
+    return next((s for s in stops_for(root, user, now) if s["name"] == (name or "")), None)
