@@ -123,7 +123,8 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     assert status == 424, text
     # (the hub records the cull as the culler reports it: in the hub's time, not the travelled one)
     assert re.search(
-        r"Server stopped Your server was stopped at \d\d:\d\d: its GPU had been idle while nobody used it\.",
+        r"Server stopped Your server was stopped at \d\d:\d\d after 30 min idle: its GPU had been idle"
+        r" while nobody used it\.",
         text,
     ), text
     assert "Start it again when you need it." in text and "Launch Server" in text, text

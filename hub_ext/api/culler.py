@@ -232,6 +232,7 @@ class ReportHandler(APIHandler):
                         data={
                             "reason": e["reason"],
                             **({"bytes": e["hibernated"]["bytes"]} if "hibernated" in e else {}),
+                            **({"idle_s": e["idle_s"]} if "idle_s" in e else {}),
                         },
                     )
                     for e in events
@@ -246,6 +247,7 @@ class ReportHandler(APIHandler):
 
 
 EVENT_KINDS = CULLER_EVENTS
+MAX_IDLE_S = 10**9  # an event's idle time: decades, far over any session
 MAX_REPORTED = 100_000  # workspaces (and events) in one pass: far over any hub, under the body limit
 # a workspace's findings as the culler sends them: key -> (types, may be null)
 FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -310,6 +312,8 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
+        if "idle_s" in e and not (_number(e["idle_s"]) and 0 <= e["idle_s"] <= MAX_IDLE_S):
+            raise ValueError(f"events[{i}].idle_s must be seconds (0 to {MAX_IDLE_S})")
         if "hibernated" in e:  # what the server's save reported (gpupool.api.hibernation)
             if e.get("kind") != EventKind.CULL:
                 raise ValueError(f"events[{i}].hibernated: only a cull hibernates")
@@ -335,6 +339,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
                 "message": _cut(e.get("message", "")),
                 "reason": _cut(e.get("reason", ""), 200),
                 **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
+                **({"idle_s": int(e["idle_s"])} if "idle_s" in e else {}),
             }
             for e in events
         ],

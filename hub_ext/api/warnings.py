@@ -100,6 +100,15 @@ TODO = {
 }
 
 
+def duration(seconds: float) -> str:
+    """'45 min', '2 h 10 min', '3 h': how long, as the time left on the home page reads."""
+    minutes = max(0, int(seconds // 60))
+    hours, rest = divmod(minutes, 60)
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
 STOPS = (EventKind.CULL, EventKind.HIBERNATE)  # a server stopped by the culler or hibernated by its user
 
 
@@ -163,7 +172,11 @@ def stops_for(
                 }
             )
             continue
-        out.append({"name": name, "message": f"stopped at {when}: {why}", "todo": TODO.get(reason, AGAIN)})
+        idle = (e.data or {}).get("idle_s")
+        after = f" after {duration(idle)} idle" if isinstance(idle, int) and idle >= 60 else ""
+        out.append(
+            {"name": name, "message": f"stopped at {when}{after}: {why}", "todo": TODO.get(reason, AGAIN)}
+        )
     return sorted(out, key=lambda s: s["name"])
 
 
