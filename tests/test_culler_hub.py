@@ -444,6 +444,11 @@ def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_
     assert (
         "the idle culler hibernated it" in mine["message"] and "come back when you start" in mine["message"]
     )
+    # the open tab, reloaded: the hub's page says it was hibernated, and that starting wakes it
+    until(lambda: not hub.api("GET", "/hub/api/users/hib1")["servers"], "hib1 stopped in the hub")
+    status, text = page_of(hub, "hib1", "/user/hib1/lab")
+    assert status == 424 and "Server hibernated Your server was hibernated at " in text, text
+    assert "your variables come back when you start. Start it to wake it." in text, text
     hub.spawn("hib1", "0.25")  # the next start: the notebook opened again
     kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
     first = run_cell(hub, "hib1", kernel, "print(x.sum())", token)
