@@ -240,6 +240,29 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
     return Decision(CullAction.KEEP, reason, cull_at, PARKED if ws.parked else "")
 
 
+def idle_for(ws: Workspace, now: float, reason: CullReason) -> float | None:
+    """How long the workspace had been idle, as the rule that ended it counts idleness: what the
+    "Server not running" page says it was stopped after. None for a rule that is not idleness."""
+    quiet = now - (ws.last_activity if ws.last_activity is not None else ws.started)
+    if reason == CullReason.IDLE_GPU and ws.gpu_idle_s is not None:
+        return min(ws.gpu_idle_s, quiet)  # both: the GPU idle and nobody in Jupyter
+    if reason == CullReason.IDLE_GPU_LONG and ws.gpu_idle_s is not None:
+        return ws.gpu_idle_s
+    if reason in (CullReason.IDLE_JUPYTER, CullReason.PARKED_IDLE):
+        return quiet
+    return None
+
+
+def extended_end(ws: Workspace, now: float, limits: Limits) -> float | None:
+    """When the session would end were its one extension granted now, by the same rules and the
+    same readings as `decide`: the hub shows it the moment the user presses Extend, not the
+    unextended end nor a guess from the time limits alone until the next pass. None: already
+    extended, exempt, or nothing would end it."""
+    if ws.extended or ws.exempt:
+        return None
+    return decide(replace(ws, extended=True), now, limits).cull_at
+
+
 BUDGET = "the GPU-hour budget is used up: its idle GPU was given back"
 
 

@@ -23,7 +23,15 @@ from typing import Any
 
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
-from gpupool.idle_culler.policy import PARKED, Decision, IdleTracker, Workspace, decide
+from gpupool.idle_culler.policy import (
+    PARKED,
+    Decision,
+    IdleTracker,
+    Workspace,
+    decide,
+    extended_end,
+    idle_for,
+)
 from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import EventKind
@@ -247,6 +255,8 @@ class Culler:
                     "memory_mib": ws.memory_mib,
                     "memory_limit_mib": ws.memory_limit_mib,
                     "extended": ws.extended,
+                    # the end once extended: what the hub shows the moment Extend is pressed
+                    "extended_cull_at": extended_end(ws, now, limits),
                     # the JupyterLab item shows this text and offers Resume ("" when not parked)
                     "gpu_data": fresh,
                     "parked": PARKED if ws.parked else "",
@@ -280,7 +290,7 @@ class Culler:
                 if kind == "hibernate":
                     self.hibernated[key] = {"max_bytes": int(limits.hibernate_max_gib * (1 << 30))}
                 events.append(None)  # its place: the event follows the outcome
-                todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1))
+                todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1, now))
         # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
         done = self._bounded([partial(self._act, item) for item in todo])
         for item, ok in zip(todo, done, strict=True):
@@ -329,7 +339,7 @@ class Culler:
 
     def _act(self, item: tuple) -> bool:
         """The hub call of one decision (in a worker thread): did it work?"""
-        kind, key, ws, _, t, _, _ = item
+        kind, key, ws, _, t, _, _, _ = item
         if self.cfg.dry_run:
             return True
         if kind == "restart":
@@ -344,7 +354,7 @@ class Culler:
 
     def _record(self, item: tuple, ok: bool, report: list[dict], events: list[dict | None]) -> None:
         """What a decision's outcome changes: events, the report, the idle counts, the metrics."""
-        kind, key, ws, d, _, row, at = item
+        kind, key, ws, d, _, row, at, now = item
         if kind == "restart":
             if ok:
                 dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
@@ -388,6 +398,8 @@ class Culler:
                 "message": f"{key} {message}{dry}",
                 # the size as the save reported it: the hub keeps it without opening the user's files
                 **({"hibernated": saved} if saved else {}),
+                # idle how long: the "Server not running" page says "stopped after 30 min idle"
+                **({"idle_s": round(idle)} if (idle := idle_for(ws, now, d.reason)) is not None else {}),
             }
             if not self.cfg.dry_run:
                 self.forget(key)

@@ -182,8 +182,9 @@ class GPUSpawnerMixin(_SpawnerBase):
             )
             self.pool.hooks.admit(self.workload, self.user_groups, milli)  # a GPU-hour budget used up
         except PoolError as err:
-            self.forget_if_never_ran()
-            raise http_error(err) from None
+            # recorded and logged as a refusal in start() is (the admins' events listed those of
+            # the REST API only, where most users are refused on this form), and forgotten alike
+            raise self.refused(err) from None
         return options
 
     # --- lifecycle -----------------------------------------------------------

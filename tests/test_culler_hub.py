@@ -4,8 +4,11 @@ through the culler's clock and the hub's activity API — no sleeping."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
+import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from traitlets import TraitError
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler, service_definition
-from tests.hubtools import Hub
+from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
@@ -29,6 +32,22 @@ c.JupyterHub.load_roles.append({json.dumps({**ROLE, "name": "test-culler", "serv
 
 def iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def page_of(hub: Hub, user: str, path: str) -> tuple[int, str]:
+    """(status, text without tags) of a hub page as the user's browser gets it (a token of theirs
+    where the browser has its cookie), redirects followed."""
+    req = urllib.request.Request(hub.url + path, headers={"Authorization": f"token {hub.user_token(user)}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status, body = r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        status, body = err.code, err.read().decode()
+    return status, " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
 
 
 def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make_hub, tmp_path: Path) -> None:
@@ -75,6 +94,9 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     def running() -> set[str]:
         return {s["owner"] for s in hub.allocations()}
 
+    def page(user: str, path: str) -> tuple[int, str]:
+        return page_of(hub, user, path)
+
     for m in range(0, 20, 5):
         assert at(m)["events"] == []
     warned = at(20)["events"]
@@ -95,17 +117,45 @@ def test_culler_warns_culls_idle_gpus_and_spares_busy_exempt_and_unmeasured(make
     until(lambda: "idle1" not in running(), "idle1's server stopped", timeout=30, detail=running)
     assert running() == {"busy1", "nodata1", "admin"}  # busy GPU, no GPU data, exempt admin
 
+    until(lambda: not hub.api("GET", "/hub/api/users/idle1")["servers"], "idle1 stopped in the hub")
+    # idle1's tab, reloaded: the hub's page says why the server stopped and what to do
+    status, text = page("idle1", "/user/idle1/lab")
+    assert status == 424, text
+    # (the hub records the cull as the culler reports it: in the hub's time, not the travelled one)
+    assert re.search(
+        r"Server stopped Your server was stopped at \d\d:\d\d after 30 min idle: its GPU had been idle"
+        r" while nobody used it\.",
+        text,
+    ), text
+    assert "Start it again when you need it." in text and "Launch Server" in text, text
+
     # busy1 asks for more time, once
     token = hub.user_token("busy1")
     hub.api("POST", "/services/gpupool/api/culler/extend", {"server": ""}, token=token)
+    # the status bar (the server's own endpoint, as JupyterLab reads it) has the new end at once:
+    # the 40-minute limit and the 10-minute extension from the start, not "ends with the next pass"
+    started = parse_iso(hub.api("GET", "/hub/api/users/busy1")["servers"][""]["started"])
+    bar = hub.api("GET", "/user/busy1/gpupool/status", token=token)
+    assert bar["cull_at"] == pytest.approx(started + 2400 + 600, abs=0.01), bar
+    assert not bar["extendable"] and bar["action"] == "keep"
     status, message = hub.api_error(
         "POST", "/services/gpupool/api/culler/extend", {"server": ""}, token=token
     )
     assert status == 409 and "already extended once" in message
 
-    events = at(40)["events"]  # the 40-minute session limit
+    report = at(40)  # the 40-minute session limit
+    events = report["events"]
     assert {(e["owner"], e["reason"]) for e in events if e["kind"] == "cull"} == {("nodata1", "max-age")}
+    # the culler's next pass says the same end the status bar showed
+    assert next(w for w in report["workspaces"] if w["owner"] == "busy1")["cull_at"] == bar["cull_at"]
     until(lambda: "nodata1" not in running(), "nodata1's server stopped", timeout=30, detail=running)
+    until(lambda: not hub.api("GET", "/hub/api/users/nodata1")["servers"], "nodata1 stopped in the hub")
+    # the spawn-pending page (where the hub sends a stopped server's tab too), in a browser's session
+    web = WebUser(hub.url, "nodata1")
+    web.log_in(PASSWORD)
+    status, _, body = web.get("/hub/spawn-pending/nodata1")
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    assert re.search(r"was stopped at \d\d:\d\d: it reached the longest session allowed\.", text), text
     assert running() == {"busy1", "admin"}
     kinds = [e["kind"] for e in hub.api("GET", "/services/gpupool/api/events?kind=cull")["events"]]
     assert kinds == ["cull", "cull"]
@@ -395,6 +445,11 @@ def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_
     assert (
         "the idle culler hibernated it" in mine["message"] and "come back when you start" in mine["message"]
     )
+    # the open tab, reloaded: the hub's page says it was hibernated, and that starting wakes it
+    until(lambda: not hub.api("GET", "/hub/api/users/hib1")["servers"], "hib1 stopped in the hub")
+    status, text = page_of(hub, "hib1", "/user/hib1/lab")
+    assert status == 424 and "Server hibernated Your server was hibernated at " in text, text
+    assert "your variables come back when you start. Start it to wake it." in text, text
     hub.spawn("hib1", "0.25")  # the next start: the notebook opened again
     kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
     first = run_cell(hub, "hib1", kernel, "print(x.sum())", token)

@@ -14,6 +14,7 @@ from traitlets.config import Config
 
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.policy import CullerPolicy, IdleTracker, Limits, Workspace, decide, workday_cutoff
+from gpupool.vocab.culling import CullReason
 
 T0 = 1_790_000_000.0
 LIMITS = Limits(
@@ -266,3 +267,15 @@ def test_with_the_default_limits_a_busy_gpu_is_never_warned_it_has_been_idle() -
     idle = replace(busy, gpu_idle_s=120.0)  # idle for a while: now the warning is true
     warned = decide(idle, now, limits)
     assert warned.action == "warn" and warned.reason == "idle-gpu" and "will stop in 13 min" in warned.message
+
+
+def test_a_cull_for_idleness_says_how_long_it_was_idle_by_the_rule_that_ended_it() -> None:
+    from gpupool.idle_culler.policy import idle_for
+
+    ws = Workspace("ann", "", started=0.0, last_activity=600.0, gpu_idle_s=3000.0)
+    assert idle_for(ws, 3600.0, CullReason.IDLE_GPU) == 3000.0  # GPU idle 50 min, Jupyter quiet 50 min
+    assert idle_for(replace(ws, last_activity=1800.0), 3600.0, CullReason.IDLE_GPU) == 1800.0  # both
+    assert idle_for(replace(ws, last_activity=3500.0), 3600.0, CullReason.IDLE_GPU_LONG) == 3000.0
+    assert idle_for(replace(ws, gpu_idle_s=None), 3600.0, CullReason.IDLE_JUPYTER) == 3000.0
+    assert idle_for(replace(ws, last_activity=None), 3600.0, CullReason.PARKED_IDLE) == 3600.0
+    assert idle_for(ws, 3600.0, CullReason.MAX_AGE) is None  # not idleness

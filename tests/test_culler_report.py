@@ -39,6 +39,13 @@ def test_a_good_report_is_kept_with_every_key_the_pages_read() -> None:
         ({"events": [{"kind": "warn", "owner": "x" * 256}]}, "events[0].owner"),
         ({"events": [{"kind": "reboot", "owner": "ann"}]}, "events[0].kind"),
         ({"events": [{"kind": "warn", "owner": "ann", "message": ["a"]}]}, "events[0].message"),
+        ({"events": [{"kind": "cull", "owner": "ann", "idle_s": -1}]}, "events[0].idle_s"),
+        ({"events": [{"kind": "cull", "owner": "ann", "idle_s": "long"}]}, "events[0].idle_s"),
+        ({"events": [{"kind": "cull", "owner": "ann", "idle_s": 1e300}]}, "events[0].idle_s"),
+        (
+            {"workspaces": [{"owner": "ann", "extended_cull_at": "later"}]},
+            "extended_cull_at must be a number",
+        ),
     ],
 )
 def test_a_malformed_report_is_refused_with_its_first_problem(body: dict, problem: str) -> None:

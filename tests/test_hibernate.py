@@ -467,6 +467,13 @@ def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
         "(end of the workday) — your variables come back when you start"
     )
     assert said["b"].startswith("stopped at ") and said["b"].endswith(": end of the workday")
+    # what the "Server not running" page adds: wake it, or start it again
+    from gpupool.api.warnings import stopped_server
+
+    ada = SimpleNamespace(name="ada")
+    assert stopped_server(root, ada, "a", now=now)["todo"] == "Start it to wake it."
+    assert stopped_server(root, ada, "b", now=now)["todo"] == "Start it again when you need it."
+    assert stopped_server(root, ada, "c", now=now) is None  # not stopped by the culler: the hub's words
 
 
 def test_a_kernel_that_has_not_woken_yet_keeps_the_state_it_would_restore(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from tests.hubtools import Hub
+from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
 
 pytestmark = pytest.mark.hub
@@ -56,6 +57,16 @@ def test_quota_refusal_says_what_to_do_and_allocates_nothing(hub: Hub) -> None:
     hub.spawn("bob", "1", server="exp3")
     status, _ = hub.api_error("POST", "/hub/api/users/bob/servers/exp1", {"gpus": 0.5})
     assert status == 403
+    # the spawn form, as a browser posts it for a new named server: refused alike, and removed alike
+    web = WebUser(hub.url, "bob")
+    web.log_in(PASSWORD)
+    web.get("/hub/spawn/bob/exp4")
+    status, _, page = web.post_form("/hub/spawn/bob/exp4", {"gpus": "0.5"})
+    assert status == 403 and "your build quota is 1 GPU and server 'exp3' holds 1 GPU" in html.unescape(page)
+    until(lambda: "exp4" not in hub.api("GET", servers)["servers"], "exp4 removed", detail=hub.tail)
+    # both refusals are in the admins' events, the form's as the REST API's
+    refused = hub.api("GET", "/services/gpupool/api/events?kind=refuse")["events"]
+    assert {"exp2", "exp4"} <= {e["name"] for e in refused if e["owner"] == "bob"}, refused
     hub.stop_server("bob", "exp3")  # the refused start has settled meanwhile
     listed = hub.api("GET", servers)["servers"]
     assert "exp1" in listed and "exp3" in listed and "exp2" not in listed, listed

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpupool.api.auth import Directory
-from gpupool.api.culler import EXTENSION, findings, session_of
+from gpupool.api.culler import EXTENSION, extend_workspace, findings, parse_report, session_of
 from gpupool.api.services import ApiServices
 from gpupool.idle_culler.config import IdleCuller
-from gpupool.idle_culler.policy import Limits, Workspace, deadlines, session_end
+from gpupool.idle_culler.policy import Limits, Workspace, deadlines, decide, extended_end, session_end
 from gpupool.pool import BuildLimits
 from gpupool.widgets.summary import summary
 from tests.hubtools import PASSWORD, Hub
@@ -99,6 +99,63 @@ def test_findings_hold_the_end_before_the_first_pass_and_pages_read_it(tmp_path:
     assert found["ann/b"] == services.culler["workspaces"]["ann/b"]
     assert other.id != row.id
     assert findings(ApiServices(pool, Directory()), pool) == {}  # no culler: no time limit to show
+
+
+def test_right_after_extend_the_time_left_is_the_one_the_next_pass_gives(tmp_path: Path) -> None:
+    """An idle GPU warned 10 min before its cull, in a hub whose sessions last 8 h: Extend gives
+    the idle end plus the extension at once (the status bar said 8 h + 2 h left until the
+    culler's next pass), the end that pass then reports."""
+    pool = make_pool(tmp_path, 1, limits=BuildLimits(1000, (250, 500), 1000, 2))
+    row = pool.reserve_build("ann", [], "", 250)
+    started = row.created.replace(tzinfo=UTC).timestamp()
+    cfg = IdleCuller(max_age_s=8 * 3600, extension_s=7200, idle_limit_s=1800, warn_before_s=900)
+    limits = cfg.limits()
+    now = started + 1500
+    ws = Workspace("ann", "", started=started, last_activity=started, gpu_idle_s=1500)
+    d = decide(ws, now, limits)
+    assert (d.action, d.reason, d.cull_at) == ("warn", "idle-gpu", started + 1800)
+    # the culler's report of that pass, as the hub keeps it
+    _, found, _ = parse_report(
+        {
+            "pass_time": now,
+            "workspaces": [
+                {
+                    "owner": "ann",
+                    "name": "",
+                    "action": d.action,
+                    "reason": d.reason,
+                    "cull_at": d.cull_at,
+                    "message": d.message,
+                    "gpu_idle_s": 1500,
+                    "extended_cull_at": extended_end(ws, now, limits),
+                }
+            ],
+        },
+        now,
+    )
+    services = ApiServices(pool, Directory(), session_end=cfg.session_end())
+    services.culler = {"pass_time": now, "workspaces": {"ann/": found[0]}}
+    extend_workspace(services, pool, "ann", "ann", "")
+    ann = findings(services, pool)["ann/"]
+    assert ann["cull_at"] == started + 1800 + 7200  # not the 8 h limit + 2 h
+    assert ann["extended"] is True and ann["action"] == "keep"
+    # the culler's next pass, nothing else changed (the GPU idle 5 min more): the same end
+    later = decide(Workspace("ann", "", started, started, 1800, extended=True), now + 300, limits)
+    assert later.cull_at == ann["cull_at"]
+    me = {"name": "ann"}
+    gpus = {
+        "gpus": [
+            {
+                "index": 0,
+                "virtual": True,
+                "memory_mib": 16384,
+                "shares": [{"owner": "ann", "name": "", "kind": "build", "milli": 250}],
+            }
+        ]
+    }
+    bar = summary(me, gpus, {"workspaces": [ann]}, "", now=now)
+    assert bar["cull_at"] == started + 9000 and not bar["extendable"]
+    assert extended_end(Workspace("ann", "", started, started, 1500, extended=True), now, limits) is None
 
 
 @pytest.mark.hub

@@ -229,6 +229,7 @@ class ReportHandler(APIHandler):
                         data={
                             "reason": e["reason"],
                             **({"bytes": e["hibernated"]["bytes"]} if "hibernated" in e else {}),
+                            **({"idle_s": e["idle_s"]} if "idle_s" in e else {}),
                         },
                     )
                     for e in events
@@ -243,6 +244,7 @@ class ReportHandler(APIHandler):
 
 
 EVENT_KINDS = CULLER_EVENTS
+MAX_IDLE_S = 10**9  # an event's idle time: decades, far over any session
 MAX_REPORTED = 100_000  # workspaces (and events) in one pass: far over any hub, under the body limit
 # a workspace's findings as the culler sends them: key -> (types, may be null)
 FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -251,6 +253,7 @@ FINDINGS: dict[str, tuple[tuple[type, ...], bool]] = {
     "message": ((str,), False),
     "parked": ((str,), False),
     "cull_at": ((int, float), True),
+    "extended_cull_at": ((int, float), True),
     "gpu_idle_s": ((int, float), True),
     "gpu_util_pct": ((int, float), True),
     "memory_mib": ((int, float), False),
@@ -273,6 +276,7 @@ DEFAULTS: dict[str, Any] = {
     "message": "",
     "parked": "",
     "cull_at": None,
+    "extended_cull_at": None,
     "gpu_idle_s": None,
     "gpu_util_pct": None,
     "memory_mib": 0,
@@ -305,6 +309,8 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
         for key in ("message", "reason"):
             if not isinstance(e.get(key, ""), str):
                 raise ValueError(f"events[{i}].{key} must be text")
+        if "idle_s" in e and not (_number(e["idle_s"]) and 0 <= e["idle_s"] <= MAX_IDLE_S):
+            raise ValueError(f"events[{i}].idle_s must be seconds (0 to {MAX_IDLE_S})")
         if "hibernated" in e:  # what the server's save reported (gpupool.api.hibernation)
             if e.get("kind") != EventKind.CULL:
                 raise ValueError(f"events[{i}].hibernated: only a cull hibernates")
@@ -330,6 +336,7 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
                 "message": _cut(e.get("message", "")),
                 "reason": _cut(e.get("reason", ""), 200),
                 **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
+                **({"idle_s": int(e["idle_s"])} if "idle_s" in e else {}),
             }
             for e in events
         ],
@@ -405,9 +412,12 @@ def extend_workspace(
     pool.store.record(EventKind.EXTEND, f"{by} extended {owner}/{name or 'default'}", owner=owner, name=name)
     found = services.culler["workspaces"].get(f"{owner}/{name}")
     if found is not None and found.get("reason") != CullReason.MEMORY:
-        # the old end time no longer holds, warned or not (a session's planned end too): the
-        # culler's next pass reports the new one; until then no page offers Extend again
-        found.update(extended=True, cull_at=None)
+        # the old end time no longer holds, warned or not: the new one is the end the culler's
+        # last pass computed for this session extended (its rules, its readings), so the status
+        # bar and the home page say the truth at once; a planned end (no pass yet, or a culler
+        # that did not say) is computed again from the time rules (findings); no page offers
+        # Extend again
+        found.update(extended=True, cull_at=found.get("extended_cull_at"), extended_cull_at=None)
         if found.get("action") == CullAction.WARN:
             found.update(action=CullAction.KEEP, message="extended once")
 

@@ -88,7 +88,31 @@ STOPPED = {
     CullReason.IDLE_JUPYTER: "nobody had used it",
     CullReason.PARKED_IDLE: "nobody had used it since its GPU was parked",
     CullReason.MEMORY: "it used more GPU memory than its share",
+    CullReason.BUDGET: "the GPU-hour budget was used up and its GPU was idle",
 }
+
+# what its owner does about it, after the reason: the home page and the "Server not running" page
+AGAIN = "Start it again when you need it."
+WAKE = "Start it to wake it."
+OVER_MEMORY = "Start it again with a larger size (its memory limit comes with it), or use less memory."
+TODO = {
+    CullReason.MEMORY: "Start it again with a larger GPU share, or free GPU memory in your code.",
+    CullReason.BUDGET: "It starts again once your GPU-hour budget allows; the usage page says when.",
+}
+
+
+def todo_for(kind: str) -> str:
+    """What to do after a stop that carries no culler reason: the kernel's kill over the memory limit."""
+    return OVER_MEMORY if kind == EventKind.OOM else AGAIN
+
+
+def duration(seconds: float) -> str:
+    """'45 min', '2 h 10 min', '3 h': how long, as the time left on the home page reads."""
+    minutes = max(0, int(seconds // 60))
+    hours, rest = divmod(minutes, 60)
+    if not hours:
+        return f"{rest} min"
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
 # a server stopped by the culler, hibernated by its user, or killed over its memory limit (the
@@ -115,7 +139,8 @@ def stops_for(
     root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
 ) -> list[dict]:
     """Each of `user`'s servers the idle culler stopped (or the kernel, over its memory limit), and
-    not started since: [{"name", "message"}] — "stopped at 18:00: end of the workday". Before, the home page said only
+    not started since: [{"name", "message", "todo"}] — "stopped at 18:00: end of the workday",
+    "Start it again when you need it.". Before, the home page said only
     "Server not running", with no reason."""
     if user is None or root.api_services is None:
         return []
@@ -137,6 +162,7 @@ def stops_for(
                 {
                     "name": name,
                     "message": f"hibernated at {when} (you asked) — your variables come back when you start",
+                    "todo": WAKE,
                 }
             )
             continue
@@ -151,8 +177,24 @@ def stops_for(
                 {
                     "name": name,
                     "message": f"hibernated at {when} ({why}) — your variables come back when you start",
+                    "todo": WAKE,
                 }
             )
             continue
-        out.append({"name": name, "message": f"stopped at {when}: {why}"})
+        idle = (e.data or {}).get("idle_s")
+        after = f" after {duration(idle)} idle" if isinstance(idle, int) and idle >= 60 else ""
+        out.append(
+            {
+                "name": name,
+                "message": f"stopped at {when}{after}: {why}",
+                "todo": TODO.get(reason) or todo_for(e.kind),
+            }
+        )
     return sorted(out, key=lambda s: s["name"])
+
+
+def stopped_server(root: GPUPoolHub, user: User | None, name: str, now: float | None = None) -> dict | None:
+    """Why the culler stopped (or hibernated) this server of `user`'s and what to do, for the
+    hub's "Server not running" page (hub_ext/templates/not_running.html), in the home page's
+    words: {"name", "message", "todo"}; None when it was not the culler (or it runs again)."""
+    return next((s for s in stops_for(root, user, now) if s["name"] == (name or "")), None)

@@ -136,10 +136,11 @@ def validate(c: Config) -> None:
 
 def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
     """The hub's home page shows the culler's warnings (hub_ext/templates/home.html extends
-    JupyterHub's own); the admin's template folders, listed first, still win."""
+    JupyterHub's own) and its "Server not running" page why the culler stopped the server
+    (not_running.html); the admin's template folders, listed first, still win."""
     from pathlib import Path
 
-    from gpupool.api.warnings import retention_for, shares_for, stops_for, warnings_for
+    from gpupool.api.warnings import retention_for, shares_for, stopped_server, stops_for, warnings_for
 
     ours = str(Path(__file__).parent.parent / "templates")
     paths = list(c.JupyterHub.get("template_paths", []))
@@ -151,6 +152,9 @@ def _home_page_warnings(c: Config, root: GPUPoolHub) -> None:
         "gpupool_shares": lambda user: shares_for(root, user, base_url=base),
         "gpupool_stops": lambda user: stops_for(root, user),
         "gpupool_retention": lambda user: retention_for(root, user),
+        # JupyterHub passes the viewer; "Server not running" asks about the page's own user and
+        # server (an admin may look at another's): a function of those two
+        "gpupool_stopped": lambda viewer: lambda user, name: stopped_server(root, user, name),
     }
 
 
