@@ -18,6 +18,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -32,11 +34,35 @@ from gpupool.idle_culler.policy import (
     extended_end,
     idle_for,
 )
-from gpupool.idle_culler.sampler import Sampler, Target, make_sampler
+from gpupool.idle_culler.sampler import GPUUse, Sampler, Target, make_sampler
+from gpupool.vocab.culler_wire import CullReport, CullTarget, Finding, ReportEvent
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import EventKind
 
 log = logging.getLogger("gpupool.culler")
+
+
+class Act(StrEnum):
+    """What a decision asks of the hub or the server."""
+
+    RESTART = "restart"  # restart the kernels over their GPU memory
+    PARK = "park"
+    HIBERNATE = "hibernate"  # save the kernels' variables, then stop
+    CULL = "cull"  # stop
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decision that needs a call, and where its outcome goes in the pass's report."""
+
+    act: Act
+    key: str  # "owner/name"
+    ws: Workspace
+    decision: Decision
+    target: CullTarget
+    row: int  # its finding in the report
+    at: int  # its place among the events
+    now: float
 
 
 def service_definition(name: str, api_url: str, config: dict | None = None) -> tuple[dict, dict]:
@@ -178,11 +204,27 @@ class Culler:
                 out[f"{user['name']}/{name}"] = server
         return out
 
-    def run_pass(self) -> dict:
+    def run_pass(self) -> CullReport:
+        """One pass: sample GPU use, decide each workspace, act on the decisions that need a call,
+        report the findings and events to the hub."""
         now = self.clock()
-        targets = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
-        servers = self.servers()
-        uses = self.sampler.sample(
+        targets: list[CullTarget] = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
+        uses = self.sample(targets)
+        report, events, steps = self.decide(targets, self.servers(), uses, now)
+        self.act(steps, report, events)
+        for key in set(self.trackers) - {f"{t['owner']}/{t['name']}" for t in targets}:
+            self.forget(key)  # a new session starts with a clean idle count
+        out: CullReport = {
+            "pass_time": now,
+            "workspaces": report,
+            "events": [e for e in events if e is not None],
+        }
+        self.client.call("POST", self.gpupool + "api/culler/report", dict(out))
+        return out
+
+    def sample(self, targets: list[CullTarget]) -> dict[str, GPUUse]:
+        """GPU use of each workspace that holds a GPU now (a parked one holds none to sample)."""
+        return self.sampler.sample(
             [
                 Target(
                     t["owner"],
@@ -193,12 +235,18 @@ class Culler:
                     whole_gpus=t["whole_gpus"],
                 )
                 for t in targets
-                if not t.get("parked")  # a parked workspace holds no GPU to sample
+                if not t.get("parked")
             ]
         )
-        report: list[dict] = []
-        events: list[dict | None] = []
-        todo: list[tuple] = []
+
+    def decide(
+        self, targets: list[CullTarget], servers: dict[str, dict], uses: dict[str, GPUUse], now: float
+    ) -> tuple[list[Finding], list[ReportEvent | None], list[Step]]:
+        """The findings of the pass, its warnings (None: the place of an event that follows an
+        action's outcome), and the actions that need a call to the hub or a server."""
+        report: list[Finding] = []
+        events: list[ReportEvent | None] = []
+        steps: list[Step] = []
         for t in targets:
             key = f"{t['owner']}/{t['name']}"
             server = servers.get(key)
@@ -242,26 +290,25 @@ class Culler:
                 d = Decision(
                     CullAction.KEEP, d.reason, d.cull_at, f"kept by the arbiter hook ({d.action}: {d.reason})"
                 )
-            report.append(
-                {
-                    "owner": ws.owner,
-                    "name": ws.name,
-                    "action": d.action,
-                    "reason": d.reason,
-                    "cull_at": d.cull_at,
-                    "message": d.message,
-                    "gpu_idle_s": ws.gpu_idle_s,
-                    "gpu_util_pct": use.util_pct if use else None,
-                    "memory_mib": ws.memory_mib,
-                    "memory_limit_mib": ws.memory_limit_mib,
-                    "extended": ws.extended,
-                    # the end once extended: what the hub shows the moment Extend is pressed
-                    "extended_cull_at": extended_end(ws, now, limits),
-                    # the JupyterLab item shows this text and offers Resume ("" when not parked)
-                    "gpu_data": fresh,
-                    "parked": PARKED if ws.parked else "",
-                }
-            )
+            finding: Finding = {
+                "owner": ws.owner,
+                "name": ws.name,
+                "action": d.action,
+                "reason": d.reason,
+                "cull_at": d.cull_at,
+                "message": d.message,
+                "gpu_idle_s": ws.gpu_idle_s,
+                "gpu_util_pct": use.util_pct if use else None,
+                "memory_mib": ws.memory_mib,
+                "memory_limit_mib": ws.memory_limit_mib,
+                "extended": ws.extended,
+                # the end once extended: what the hub shows the moment Extend is pressed
+                "extended_cull_at": extended_end(ws, now, limits),
+                # the JupyterLab item shows this text and offers Resume ("" when not parked)
+                "gpu_data": fresh,
+                "parked": PARKED if ws.parked else "",
+            }
+            report.append(finding)
             if self.metrics:
                 self.metrics.observe(ws, t["milli"], use, fresh)
             if d.action == CullAction.WARN and self.warned.get(key) != d.reason:
@@ -290,22 +337,16 @@ class Culler:
                 if kind == "hibernate":
                     self.hibernated[key] = {"max_bytes": int(limits.hibernate_max_gib * (1 << 30))}
                 events.append(None)  # its place: the event follows the outcome
-                todo.append((kind, key, ws, d, t, len(report) - 1, len(events) - 1, now))
-        # the calls to the hub, at most `concurrency` at once; their outcomes in the order of the pass
-        done = self._bounded([partial(self._act, item) for item in todo])
-        for item, ok in zip(todo, done, strict=True):
-            self._record(item, ok, report, events)
-        events = [e for e in events if e is not None]
-        for key in set(self.trackers) - {f"{t['owner']}/{t['name']}" for t in targets}:
-            self.forget(key)  # a new session starts with a clean idle count
-        self.client.call(
-            "POST",
-            self.gpupool + "api/culler/report",
-            {"pass_time": now, "workspaces": report, "events": events},
-        )
-        return {"workspaces": report, "events": events}
+                steps.append(Step(Act(kind), key, ws, d, t, len(report) - 1, len(events) - 1, now))
+        return report, events, steps
 
-    def arbiter_allows(self, d: Decision, target: dict, ws: Workspace) -> bool:
+    def act(self, steps: list[Step], report: list[Finding], events: list[ReportEvent | None]) -> None:
+        """The calls, at most `concurrency` at once; their outcomes recorded in the order of the pass."""
+        done = self._bounded([partial(self._act, step) for step in steps])
+        for step, ok in zip(steps, done, strict=True):
+            self._record(step, ok, report, events)
+
+    def arbiter_allows(self, d: Decision, target: CullTarget, ws: Workspace) -> bool:
         """Ask the admin's arbiter hook (if any) whether to act on `d`; a hook that raises is
         logged and the decision stands (a broken hook must not keep every GPU forever)."""
         if self.arbiter is None:
@@ -337,9 +378,9 @@ class Culler:
         with ThreadPoolExecutor(min(self.cfg.concurrency, len(calls))) as pool:
             return list(pool.map(lambda call: call(), calls))
 
-    def _act(self, item: tuple) -> bool:
+    def _act(self, step: Step) -> bool:
         """The hub call of one decision (in a worker thread): did it work?"""
-        kind, key, ws, _, t, _, _, _ = item
+        kind, key, ws, t = step.act, step.key, step.ws, step.target
         if self.cfg.dry_run:
             return True
         if kind == "restart":
@@ -352,9 +393,17 @@ class Culler:
             )
         return self.stop(ws.owner, ws.name)
 
-    def _record(self, item: tuple, ok: bool, report: list[dict], events: list[dict | None]) -> None:
+    def _record(self, step: Step, ok: bool, report: list[Finding], events: list[ReportEvent | None]) -> None:
         """What a decision's outcome changes: events, the report, the idle counts, the metrics."""
-        kind, key, ws, d, _, row, at, now = item
+        kind, key, ws, d, row, at, now = (
+            step.act,
+            step.key,
+            step.ws,
+            step.decision,
+            step.row,
+            step.at,
+            step.now,
+        )
         if kind == "restart":
             if ok:
                 dry = " (dry run: not restarted)" if self.cfg.dry_run else ""
@@ -380,7 +429,8 @@ class Culler:
                     "reason": d.reason,
                     "message": f"{key} {d.message}{dry}",
                 }
-                report[row].update(parked="" if self.cfg.dry_run else PARKED, action=CullAction.KEEP)
+                report[row]["parked"] = "" if self.cfg.dry_run else PARKED
+                report[row]["action"] = CullAction.KEEP
                 self.trackers.pop(key, None)  # a resumed GPU starts with a fresh idle count
                 if self.metrics:
                     self.metrics.culls.labels(reason="park").inc()
@@ -390,17 +440,20 @@ class Culler:
             if kind == "hibernate" and not self.cfg.dry_run:
                 answer = self.hibernated.pop(key, {})
                 message, saved = hibernated_message(answer, d.message), saved_summary(answer)
-            events[at] = {
+            event: ReportEvent = {
                 "kind": EventKind.CULL,
                 "owner": ws.owner,
                 "name": ws.name,
                 "reason": d.reason,
                 "message": f"{key} {message}{dry}",
-                # the size as the save reported it: the hub keeps it without opening the user's files
-                **({"hibernated": saved} if saved else {}),
-                # idle how long: the "Server not running" page says "stopped after 30 min idle"
-                **({"idle_s": round(idle)} if (idle := idle_for(ws, now, d.reason)) is not None else {}),
             }
+            if saved:  # the size as the save reported it: the hub keeps it without opening the user's files
+                event["hibernated"] = saved
+            if (idle := idle_for(ws, now, d.reason)) is not None:
+                event["idle_s"] = round(
+                    idle
+                )  # the "Server not running" page says "stopped after 30 min idle"
+            events[at] = event
             if not self.cfg.dry_run:
                 self.forget(key)
             if self.metrics:

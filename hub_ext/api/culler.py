@@ -10,7 +10,7 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tornado import web
 
@@ -24,6 +24,7 @@ from gpupool.gpu.memory_cap import share_cap_mib
 from gpupool.hub.adapter import hub_user, hub_users
 from gpupool.store import Event
 from gpupool.store.db import bounded
+from gpupool.vocab.culler_wire import CullTarget, Finding, ReportEvent
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 
@@ -86,7 +87,8 @@ def findings(
     yet (or whose end an extension just moved) the end of its session from its start, by the
     culler's own time rules (services.session_end): known from the spawn on, not only after
     the culler's first pass. The culler's next pass replaces these with what it decides."""
-    found = dict(services.culler["workspaces"])
+    # the culler's findings, and a planned end where it has none yet (fewer keys, "planned")
+    found: dict[str, dict[str, Any]] = {k: dict(f) for k, f in services.culler["workspaces"].items()}
     session_end = services.session_end
     if session_end is None:  # no culler: no time limit to show
         return found
@@ -141,7 +143,7 @@ class TargetsHandler(APIHandler):
         if not caller.sees_all:
             raise web.HTTPError(403, "only the culler service and admins may list workspaces")
         pool = self.pool
-        out = []
+        out: list[CullTarget] = []
         app = self.directory.hub
         user_of = hub_users(app)
         extensions = pool.store.settings_under(EXTENSION.split("{")[0])  # one read, not one per workspace
@@ -215,7 +217,7 @@ class ReportHandler(APIHandler):
         await asyncio.to_thread(self._write, workspaces, pass_time, events)
         self.write_json({"ok": True})
 
-    def _write(self, workspaces: list[dict], pass_time: float, events: list[dict]) -> None:
+    def _write(self, workspaces: list[Finding], pass_time: float, events: list[ReportEvent]) -> None:
         if self.services.usage is not None:  # GPU use samples for usage accounting
             self.services.usage.record_report(workspaces, pass_time)
         if events:
@@ -286,7 +288,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]:
+def parse_report(body: dict, now: float) -> tuple[float, list[Finding], list[ReportEvent]]:
     """A culler pass's report, checked: (pass time, workspaces, events). ValueError says what is
     wrong; unknown keys are dropped, text is cut to the lengths the pages show."""
     pass_time = body.get("pass_time", now)
@@ -320,24 +322,30 @@ def parse_report(body: dict, now: float) -> tuple[float, list[dict], list[dict]]
                 raise ValueError(f"events[{i}].{err}") from None
     return (
         float(pass_time),
-        [
-            {
-                "owner": w["owner"],
-                "name": w["name"],
-                **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()},
-            }
+        [  # checked above, key by key: typed from here on
+            cast(
+                Finding,
+                {
+                    "owner": w["owner"],
+                    "name": w["name"],
+                    **{k: _cut(w[k]) if k in w else default for k, default in DEFAULTS.items()},
+                },
+            )
             for w in workspaces
         ],
         [
-            {
-                "kind": EventKind(e["kind"]),
-                "owner": e["owner"],
-                "name": e["name"],
-                "message": _cut(e.get("message", "")),
-                "reason": _cut(e.get("reason", ""), 200),
-                **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
-                **({"idle_s": int(e["idle_s"])} if "idle_s" in e else {}),
-            }
+            cast(
+                ReportEvent,
+                {
+                    "kind": EventKind(e["kind"]),
+                    "owner": e["owner"],
+                    "name": e["name"],
+                    "message": _cut(e.get("message", "")),
+                    "reason": _cut(e.get("reason", ""), 200),
+                    **({"hibernated": e["hibernated"]} if "hibernated" in e else {}),
+                    **({"idle_s": int(e["idle_s"])} if "idle_s" in e else {}),
+                },
+            )
             for e in events
         ],
     )
@@ -417,9 +425,10 @@ def extend_workspace(
         # bar and the home page say the truth at once; a planned end (no pass yet, or a culler
         # that did not say) is computed again from the time rules (findings); no page offers
         # Extend again
-        found.update(extended=True, cull_at=found.get("extended_cull_at"), extended_cull_at=None)
+        found["extended"], found["cull_at"] = True, found.get("extended_cull_at")
+        found["extended_cull_at"] = None
         if found.get("action") == CullAction.WARN:
-            found.update(action=CullAction.KEEP, message="extended once")
+            found["action"], found["message"] = CullAction.KEEP, "extended once"
 
 
 class ExtendHandler(APIHandler):

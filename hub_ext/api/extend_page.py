@@ -5,6 +5,9 @@ templates/gpupool-extend.html."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tornado import web
 
 from gpupool.api.auth import BaseHandler
@@ -31,7 +34,7 @@ class ExtendPage(BaseHandler):
     @web.authenticated
     def get(self) -> None:
         name = self.get_argument("server", "")
-        found = self.services.culler["workspaces"].get(f"{self.caller.name}/{name}") or {}
+        found: Mapping[str, Any] = self.services.culler["workspaces"].get(f"{self.caller.name}/{name}") or {}
         self.page(server=name, warning=found.get("message") or "")
 
     @web.authenticated

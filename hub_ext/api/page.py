@@ -10,6 +10,7 @@ from tornado import web
 
 from gpupool.api.auth import BaseHandler
 from gpupool.hub.templating import render
+from gpupool.vocab.culler_wire import Finding
 from gpupool.vocab.kinds import WorkloadKind
 
 HISTORY_POINTS = 2880  # a day at one point every 30 s
@@ -74,7 +75,7 @@ class StatusPage(BaseHandler):
         self.redirect(f"{hub}gpupool" if self.caller.admin else f"{hub}home")
 
 
-def record_history(history: History, pool, workspaces: list[dict], now: float | None = None) -> None:
+def record_history(history: History, pool, workspaces: list[Finding], now: float | None = None) -> None:
     """Called on each culler report: total allocated GPUs, and GPUs used where measured."""
     allocated = pool.state.used_milli() / 1000
     measured = [w for w in workspaces if w.get("gpu_util_pct") is not None and w.get("gpu_data")]
@@ -83,7 +84,7 @@ def record_history(history: History, pool, workspaces: list[dict], now: float | 
         shares = {(r.owner, r.name): r.total_milli for r in pool.store.allocations(kind=WorkloadKind.BUILD)}
         # SM utilization is a share of a whole GPU; a multi-GPU workspace reports its busiest GPU
         used = sum(
-            w["gpu_util_pct"] / 100 * max(1.0, shares.get((w["owner"], w["name"]), 0) / 1000)
+            (w["gpu_util_pct"] or 0.0) / 100 * max(1.0, shares.get((w["owner"], w["name"]), 0) / 1000)
             for w in measured
         )
     history.add(now if now is not None else time.time(), allocated, used)

@@ -16,6 +16,7 @@ from tornado import web
 from gpupool.api.auth import APIHandler, Caller
 from gpupool.gpu.parking import ParkingError
 from gpupool.hub.adapter import hub_users
+from gpupool.vocab.culler_wire import CullTarget
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
@@ -24,12 +25,12 @@ if TYPE_CHECKING:
 MAX_NAME = 255
 
 
-def parked_targets(pool: PoolManager, app: HubApp | None) -> list[dict[str, Any]]:
+def parked_targets(pool: PoolManager, app: HubApp | None) -> list[CullTarget]:
     """Parked workspaces for the culler: no GPU to sample, but their time limits still apply
     (an extension of the session too)."""
     from gpupool.api.culler import extended_in
 
-    out = []
+    out: list[CullTarget] = []
     user_of = hub_users(app)
     for p in pool.parked_without_gpu():
         user = user_of(p.owner)

@@ -26,7 +26,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -364,7 +364,7 @@ class MoverService:
             key = f"{row.owner}/{row.name}"
             if row.state != JobState.RUNNING or not row.pid or (row.owner, row.name) in self._in_flight():
                 continue
-            f = found.get(key) or {}
+            f: Mapping[str, Any] = found.get(key) or {}
             idle = (
                 bool(f.get("gpu_data"))
                 and (f.get("gpu_idle_s") or 0) >= self.cfg.idle_after_s

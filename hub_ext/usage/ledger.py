@@ -25,6 +25,7 @@ from gpupool.usage.accounting import Held, JobEvent, UseRow
 from gpupool.usage.accounting import Parked as ParkedSpan
 from gpupool.usage.budgets import Grant
 from gpupool.vocab import states
+from gpupool.vocab.culler_wire import Finding
 from gpupool.vocab.kinds import EventKind, WorkloadKind
 
 KINDS = (WorkloadKind.BUILD, WorkloadKind.TRAIN)
@@ -228,7 +229,7 @@ class Ledger:
             for r in rows
         ]
 
-    def record_samples(self, workspaces: Iterable[dict], now: float, gap_s: float) -> int:
+    def record_samples(self, workspaces: Iterable[Finding], now: float, gap_s: float) -> int:
         """The culler's findings of one pass: GPU use of each build workspace with fresh data,
         added to its session's hour. A sample stands for the time since the session's last one
         (at most `gap_s`; the first after a hub restart: since the session began, as far)."""
@@ -258,7 +259,7 @@ class Ledger:
                 seconds = int(max(0.0, min(gap_s, now - last)))
                 self.last_sample[key] = now
                 milli = row.total_milli
-                util = max(0.0, min(100.0, float(w["gpu_util_pct"])))
+                util = max(0.0, min(100.0, float(w["gpu_util_pct"] or 0.0)))
                 # SM use is a share of one whole GPU; a whole-GPU workspace reports its busiest GPU
                 busy = min(milli, round(util / 100 * max(milli, 1000)))
                 memory, share_mib = w.get("memory_mib"), w.get("memory_limit_mib")

@@ -18,6 +18,7 @@ from gpupool.usage import budgets as bud
 from gpupool.usage.config import Usage
 from gpupool.usage.ledger import Ledger
 from gpupool.usage.rightsizing import Advice, advise, freed
+from gpupool.vocab.culler_wire import Finding
 from gpupool.vocab.culling import BudgetAction
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import JobState
@@ -382,7 +383,7 @@ class UsageService:
         return out
 
     # --- samples and retention --------------------------------------------------------------
-    def record_report(self, workspaces: list[dict], pass_time: float) -> None:
+    def record_report(self, workspaces: list[Finding], pass_time: float) -> None:
         try:
             self.ledger.record_samples(workspaces, pass_time, self.cfg.sample_gap_s)
         except Exception:  # noqa: BLE001 - accounting must never break the culler's report

@@ -9,7 +9,9 @@ import the culler); pure and stdlib-only.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import TypedDict
+
+from gpupool.vocab.culler_wire import Finding
 
 __all__ = [
     "IDLE_UTIL_PCT",
@@ -28,7 +30,7 @@ class CullerState(TypedDict):
     """The culler's last pass as the hub keeps it (gpupool.api.services): its findings per
     "owner/name" and when it ran; the pages, the widgets and the mover read it."""
 
-    workspaces: dict[str, dict[str, Any]]
+    workspaces: dict[str, Finding]
     pass_time: float | None
 
 
