@@ -8,12 +8,12 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint typecheck types-tree layers unit venv browser node cluster bench clean test-latest constraints
+.PHONY: up test lint typecheck types-tree layers unit venv browser node cluster postgres bench clean test-latest constraints
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
 
-test: venv browser node cluster
+test: venv browser node cluster postgres
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(MAKE) --no-print-directory typecheck
@@ -87,6 +87,17 @@ node:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PACKAGES) >/dev/null) \
 	      || echo "could not install $(NODE_PACKAGES)"; \
 	  else echo "missing for the real node: apt-get install $(NODE_PACKAGES) (node tests fail in CI, skip elsewhere)"; fi; \
+	fi
+
+# Debian's PostgreSQL server for the store's tests on a real PostgreSQL (tests/support/postgres.py
+# starts a throwaway cluster with its initdb and pg_ctl); installed where we may (root, as in CI).
+# Without it those tests skip (and fail in CI).
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	      || echo "could not install Debian postgresql"; \
+	  else echo "postgresql missing: apt-get install postgresql (its store tests fail in CI, skip elsewhere)"; fi; \
 	fi
 
 # The real control plane of the cluster tests (etcd, kube-apiserver, kube-controller-manager,

@@ -7,6 +7,7 @@ reservation releases it, and so do `stop` and a `poll` that finds the server dea
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from tornado import web
@@ -395,6 +396,12 @@ class GPUSpawnerMixin(_SpawnerBase):
         failpoints.reach("spawn.reserved")
         try:
             url = await super().start()
+        except asyncio.CancelledError:
+            # the hub is going down mid-spawn (its pod deleted, SIGTERM): what the spawn made may
+            # outlive it (a pod does) and be adopted by the restarted hub, which then counts this
+            # persisted share again; one it does not adopt, its start-up reconcile releases
+            self.log.warning("the spawn of %s was interrupted: its GPU share is kept", self.server_label)
+            raise
         except BaseException:
             self.release_gpus("start failed")
             raise

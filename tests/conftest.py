@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.hubtools import REPO, Hub
+from tests.support.postgres import PostgresServer, store_url_fixture
+from tests.support.postgres import unavailable as postgres_unavailable
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -51,6 +53,26 @@ def make_hub(tmp_path: Path) -> Iterator:
     yield make
     for h in hubs:
         h.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the whole run (Debian's package); each test makes its database."""
+    why = postgres_unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}: CI runs the store's tests on PostgreSQL too")
+        pytest.skip(why)
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """gpupool's database as either of the hub databases it supports: a SQLite file or PostgreSQL."""
+    return store_url_fixture(request, tmp_path)
 
 
 def pytest_sessionfinish(session, exitstatus):

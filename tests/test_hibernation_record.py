@@ -19,8 +19,9 @@ NOW = 1_780_300_000.0
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(f"sqlite:///{tmp_path / 'gpupool.sqlite'}")
+def store(store_url: str) -> Store:
+    """On SQLite and on PostgreSQL (tests/conftest.py's store_url)."""
+    return Store(store_url)
 
 
 @pytest.mark.parametrize(

@@ -54,10 +54,15 @@ class Pool(PoolManager):
 
 
 def build(
-    folder: Path, clock: Clock, pids: dict[int, set[int]] | None = None, hooks: PoolHooks | None = None
+    folder: Path,
+    clock: Clock,
+    pids: dict[int, set[int]] | None = None,
+    hooks: PoolHooks | None = None,
+    db: str = "pool.sqlite",
 ):
-    """The pool on `folder/pool.sqlite` (a second build on the same folder: a restarted hub)."""
-    pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool, hooks=hooks)
+    """The pool on `folder/pool.sqlite` or the database URL `db` (a second build on the same
+    folder or URL: a restarted hub)."""
+    pool = make_pool(folder, inventory(), limits=QUOTAS, cls=Pool, hooks=hooks, db=db)
     backend = VirtualParking(
         folder / "parking", has_context=lambda pid: pid >= 100, sleep=lambda s: None, delays=Delays(0, 0)
     )
@@ -182,20 +187,20 @@ def test_a_parked_share_still_counts_against_its_owners_build_quota(world):
     pool.reserve_build("ann", [], "second", 500)  # what is left of the quota
 
 
-def test_parking_survives_a_hub_restart(tmp_path):
+def test_parking_survives_a_hub_restart(tmp_path, store_url):
     clock = Clock()
-    pool, svc = build(tmp_path, clock)
+    pool, svc = build(tmp_path, clock, db=store_url)
     pool.reserve_build("ann", [], "", 1000)
     pool.mark_running(Workload("build", "ann", ""), 120)
     svc.park("ann", "")
     svc.claim("ann", "")  # granted at once: capacity is free ...
-    pool2, svc2 = build(tmp_path, clock)  # ... but say the hub restarted before
+    pool2, svc2 = build(tmp_path, clock, db=store_url)  # ... but say the hub restarted before
     assert svc2.status("ann", "")["state"] in ("running", "resuming")
-    pool3, svc3 = build(tmp_path, clock)
+    pool3, svc3 = build(tmp_path, clock, db=store_url)
     pool3.reserve_build("ben", [], "", 1000)
     pool3.mark_running(Workload("build", "ben", ""), 130)
     svc3.park("ben", "")
-    pool4, svc4 = build(tmp_path, clock)
+    pool4, svc4 = build(tmp_path, clock, db=store_url)
     assert svc4.status("ben", "")["state"] == "parked"
     assert svc4.backend.state(130) == "checkpointed"
     assert svc4.claim("ben", "")["state"] == "running"

@@ -7,12 +7,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, select
+from sqlalchemy import create_engine, inspect, select, text
 
 from gpupool.store import Move, Parked, Store, SweepRun, TrainJob, UsageHour
-from gpupool.store.migrate import current, head
+from gpupool.store.migrate import alembic_config, current, head
 from gpupool.store.models import Base
 
 # made by gpupool 0.1 (create_all, before alembic): a Store on a new file, one row in every table
@@ -81,9 +82,49 @@ def test_an_older_database_missing_a_table_and_a_column_is_completed(tmp_path: P
         s.add(SweepRun(job_id="j-000003", sweep_id="s-02", owner="bob", parameters={}))
 
 
-def test_a_new_database_gets_the_newest_revision_and_the_models_schema(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'gpupool.sqlite'}")
+def test_a_new_database_gets_the_newest_revision_and_the_models_schema(store_url: str) -> None:
+    store = Store(store_url)
     assert current(store.engine) == head()
     assert schema_drift(store) == [], "a model changed without a revision: see gpupool.store.migrate"
     memory = Store("sqlite:///:memory:")  # the tests' own stores
     assert current(memory.engine) == head()
+
+
+def test_each_revision_moves_the_rows_of_the_one_before_on_either_database(store_url: str) -> None:
+    """A hub at revision 0001 with a job's side-table rows and a setting upgrades on SQLite and on
+    PostgreSQL alike: 0002 folds the rows into the job, 0003 widens the settings' key."""
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.execute(
+            text(
+                "INSERT INTO gpupool_jobs (id, owner, project, name, num_gpu, gpu_milli, priority, command,"
+                " workdir, state, submitted, min_runtime_s, max_runtime_s, preemptions, runs, message,"
+                " intent, created) VALUES ('j-000001', 'ann', 'lab', 'fit', 2, 1000, 0, '[\"python\"]',"
+                " '/w', 'running', 1.0, 0, 0, 0, 1, '', '', CURRENT_TIMESTAMP)"
+            )
+        )
+        conn.execute(text("INSERT INTO gpupool_elastic VALUES ('j-000001', 1, 4)"))
+        conn.execute(text("INSERT INTO gpupool_job_pools VALUES ('j-000001', '[\"dgx\"]')"))
+    engine.dispose()
+    store = Store(store_url)
+    assert current(store.engine) == head() and schema_drift(store) == []
+    with store.session() as s:
+        job = s.get(TrainJob, "j-000001")
+        assert (job.min_gpus, job.max_gpus, job.pools, job.command) == (1, 4, ["dgx"], ["python"])
+    long_key = "extension:" + "u" * 255 + "/" + "s" * 255  # a longest user's longest server name
+    store.put_setting(long_key, {"at": 1})
+    assert store.get_setting(long_key) == {"at": 1}
+
+
+def test_hostile_text_is_stored_the_same_on_either_database(store_url: str) -> None:
+    """A NUL in a name quoted by a message (PostgreSQL's text cannot hold one) is written as U+FFFD
+    on both, and the event is kept, not lost to an error."""
+    store = Store(store_url)
+    store.record("refuse", "no job named 'a\x00b'", owner="ann", name="a\x00b", why="a\x00b")
+    [event] = store.events(owner="ann", name="a\x00b")  # looked up by what was asked
+    assert (event.message, event.name, event.data) == (
+        "no job named 'a\ufffdb'",
+        "a\ufffdb",
+        {"why": "a\x00b"},
+    )

@@ -145,12 +145,12 @@ def test_a_job_that_cannot_start_ends_failed_and_frees_its_gpus_in_the_same_cycl
 
 
 # --- persisted intent ------------------------------------------------------------------
-def test_a_job_cancelled_just_before_a_restart_is_never_resurrected(tmp_path: Path) -> None:
-    svc = service(tmp_path)
+def test_a_job_cancelled_just_before_a_restart_is_never_resurrected(tmp_path: Path, store_url: str) -> None:
+    svc = service(tmp_path, db=store_url)
     job = waiter(svc).id
     started(svc, job)
     svc.cancel(job)  # SIGTERM sent; the hub dies before it sees the run end
-    again = restart(tmp_path)
+    again = restart(tmp_path, db=store_url)
     run_until(again, lambda: again.job(job).state in DONE)
     row = again.job(job)
     assert (row.state, row.runs) == ("cancelled", 1)
@@ -263,16 +263,18 @@ def test_jobs_get_a_clean_environment_and_the_state_database_is_private(tmp_path
     assert (tmp_path / "pool.sqlite").stat().st_mode & 0o777 == 0o600
 
 
-def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(tmp_path: Path) -> None:
+def test_a_run_recorded_but_never_started_before_a_crash_goes_back_to_the_queue(
+    tmp_path: Path, store_url: str
+) -> None:
     from gpupool.alloc.manager import Workload
     from gpupool.pool.request import Placement
 
-    svc = service(tmp_path)
+    svc = service(tmp_path, db=store_url)
     job = waiter(svc).id
     # the crash came after the run was recorded and its GPUs reserved, before the process started
     svc.pool.reserve_at(Workload("train", "ann", job), Placement("localhost", (0,), 1000))
     svc._set(job, state="running", pid=None, runs=1, started=time.time())
-    again = restart(tmp_path)
+    again = restart(tmp_path, db=store_url)
     run_until(again, lambda: again.job(job).pid is not None)  # requeued and started, not failed
     folder = Path(again.job(job).workdir)
     wait_file(folder / "started")

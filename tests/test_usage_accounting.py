@@ -144,8 +144,10 @@ def backdate(store: Store, seconds: float) -> None:
             r.created -= dt.timedelta(seconds=seconds)
 
 
-def test_the_ledger_reads_allocations_from_the_event_log_and_is_the_same_after_a_restart(tmp_path) -> None:
-    pool = small_pool(tmp_path)
+def test_the_ledger_reads_allocations_from_the_event_log_and_is_the_same_after_a_restart(
+    tmp_path, store_url
+) -> None:
+    pool = small_pool(tmp_path, store_url)
     pool.reserve_build("ann", ["students"], "", 250)
     pool.reserve_build("bob", ["staff"], "big", 1000)
     backdate(pool.store, 2 * H)  # both reserved two hours ago
@@ -163,7 +165,7 @@ def test_the_ledger_reads_allocations_from_the_event_log_and_is_the_same_after_a
     groups = acc.totals(rows, now - 4 * H, now + 1, now, "group")
     assert set(groups) == {"students", "staff"}
     # a restarted hub: a new store object and manager on the same file, nothing in memory
-    again = make_pool(tmp_path, pool.inventory, limits=pool.quotas, db="usage.sqlite")
+    again = make_pool(tmp_path, pool.inventory, limits=pool.quotas, db=store_url)
     rows2 = Ledger(again.store, again.inventory, pool.node_pools).held(now - 4 * H, now + 1)
     assert sorted(rows2, key=lambda h: h.owner) == sorted(rows, key=lambda h: h.owner)
     # what reconcile releases after a crash closes the open interval; nothing is counted twice
@@ -283,10 +285,10 @@ def test_a_report_pages_sorts_by_waste_and_writes_csv_a_spreadsheet_will_not_run
     assert "\n'=cmd|calc," in text  # quoted so that a spreadsheet shows it instead of running it
 
 
-def test_retention_deletes_old_records_and_keeps_what_is_still_held(tmp_path) -> None:
+def test_retention_deletes_old_records_and_keeps_what_is_still_held(tmp_path, store_url) -> None:
     import time
 
-    pool = small_pool(tmp_path)
+    pool = small_pool(tmp_path, store_url)
     pool.reserve_build("old", [], "", 250)
     pool.release(Workload("build", "old", ""), reason="stopped")
     pool.reserve_build("still", [], "", 500)

@@ -24,6 +24,7 @@ class Store:
         self.engine = create_engine(url, future=True)
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        event.listen(self.engine, "before_cursor_execute", _no_nul, retval=True)
         upgrade(self.engine)  # alembic: new tables and columns come as revisions (store/migrations)
         _private_file(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -95,6 +96,25 @@ def _private_file(url: str) -> None:
                 os.chmod(p, 0o600)
             except FileNotFoundError:
                 pass
+
+
+def _no_nul(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, many: bool) -> tuple:
+    """Every text written without NUL characters, on either database: PostgreSQL cannot store one
+    (its text types refuse the whole write) while SQLite can, and a hostile name quoted in an event's
+    message must not turn a release or a refusal into an error. Lookups get the same text, so they
+    still find what was written. JSON is serialized before this (a NUL there is the escape \\u0000)."""
+    if many and isinstance(params, list):
+        return statement, [_clean(p) for p in params]
+    return statement, _clean(params)
+
+
+def _clean(params: Any) -> Any:
+    if isinstance(params, dict):
+        if any(isinstance(v, str) and "\0" in v for v in params.values()):
+            return {k: v.replace("\0", "\ufffd") if isinstance(v, str) else v for k, v in params.items()}
+    elif isinstance(params, tuple | list) and any(isinstance(v, str) and "\0" in v for v in params):
+        return type(params)(v.replace("\0", "\ufffd") if isinstance(v, str) else v for v in params)
+    return params
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

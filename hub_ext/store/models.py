@@ -65,6 +65,7 @@ class Setting(Base):
 
     __tablename__ = "gpupool_settings"
 
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # "extension:<owner>/<name>": a user name and a server name of up to 255 characters each
+    key: Mapped[str] = mapped_column(String(600), primary_key=True)
     value: Mapped[dict] = mapped_column(JSON)
     updated: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)

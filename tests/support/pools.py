@@ -41,11 +41,13 @@ def make_pool(
     """A pool manager with `gpus` virtual GPUs on one node (or the Inventory given), `limits` for
     every user (or a whole BuildQuotaPolicy), a placement policy by name or object, and its
     database `tmp_path/db` (a second manager on the same file is a restarted hub); `hooks`: what
-    it asks of services (gpupool.alloc.hooks; none by default)."""
+    it asks of services (gpupool.alloc.hooks; none by default). `db` may also be a whole URL
+    (the `store_url` fixture's PostgreSQL database)."""
     inventory = virtual_inventory(gpus) if isinstance(gpus, int) else gpus
     quotas = limits if isinstance(limits, BuildQuotaPolicy) else BuildQuotaPolicy(limits)
     policy = get_policy(placement) if isinstance(placement, str) else placement
-    return cls(inventory, Store(f"sqlite:///{tmp_path / db}"), quotas, policy, hooks=hooks)
+    url = db if "://" in db else f"sqlite:///{tmp_path / db}"  # a URL: another database (PostgreSQL)
+    return cls(inventory, Store(url), quotas, policy, hooks=hooks)
 
 
 def train_config(tmp_path: Path, **settings: object) -> Config:
@@ -63,13 +65,14 @@ def make_training(
     *,
     limits: BuildLimits | BuildQuotaPolicy = LIMITS,
     placement: str | Policy = "best-fit",
+    db: str = "pool.sqlite",
     **settings: object,
 ) -> TrainingService:
-    """The embedded training service on `make_pool(tmp_path, gpus, ...)`; `settings` are TrainPool's.
+    """The embedded training service on `make_pool(tmp_path, gpus, ..., db=db)`; `settings` are TrainPool's.
     The pool asks it to make room for build workspaces, as in the hub (gpupool.wiring.root.services)."""
     svc: TrainingService | None = None
     pool = make_pool(
-        tmp_path, gpus, limits=limits, placement=placement, hooks=ServiceHooks(lambda: services(svc))
+        tmp_path, gpus, limits=limits, placement=placement, db=db, hooks=ServiceHooks(lambda: services(svc))
     )
     svc = TrainingService(pool, TrainPool(config=train_config(tmp_path, **settings)))
     return svc
