@@ -208,6 +208,36 @@ def test_kill_9_at_every_step_of_a_save_leaves_old_or_new(tmp_path: Path) -> Non
     assert step >= 7  # tmp, 3 files, manifest, rename, switch: each was a kill point
 
 
+FILLER = """
+import resource, signal, sys
+import numpy as np
+from pathlib import Path
+from gpupool.gpu import hibernate as h
+# the kernel refuses writes past 256 KiB, as a full disk does (EFBIG here, ENOSPC there: OSError)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+me = h.Identity("ada", "hubkey", "inst1", "1.0")
+try:
+    h.save({"gen": 2, "arr": np.full(1 << 17, 2.0)}, Path(sys.argv[1]), me)  # 1 MiB
+except OSError as err:
+    print("refused", err.errno)
+"""
+
+
+def test_a_full_disk_during_a_save_keeps_the_old_state_whole(tmp_path: Path) -> None:
+    """A write the kernel refuses midway (the disk full) leaves no half-written generation: the
+    old state still restores whole, and nothing of the failed save is left to fill the disk."""
+    d = tmp_path / "full"
+    h.save({"gen": 1, "arr": np.full(1000, 1.0)}, d, ME)
+    before = sorted(p.name for p in d.iterdir())
+    proc = subprocess.run([sys.executable, "-c", FILLER, str(d)], capture_output=True, text=True, timeout=60)
+    assert "refused" in proc.stdout, proc.stderr
+    assert sorted(p.name for p in d.iterdir()) == before  # no .tmp, no new generation
+    out: dict = {}
+    r = h.restore_into(out, d, ME)
+    assert r is not None and not r.refused and out["gen"] == 1 and np.all(out["arr"] == 1.0)
+
+
 def test_kernel_folder_keys_on_the_notebook(tmp_path: Path) -> None:
     env = {"JPY_SESSION_NAME": "a.ipynb", "JUPYTERHUB_SERVER_NAME": ""}
     assert h.kernel_folder(env, tmp_path) == h.state_dir(tmp_path, "", "a.ipynb")
