@@ -529,3 +529,44 @@ def test_a_kernel_that_has_not_woken_yet_keeps_the_state_it_would_restore(
     assert shell.user_ns == {"x": 1}
     shell.user_ns["y"] = 2
     assert h.save_shell(shell)["variables"] == 2
+
+
+def test_a_hub_down_between_the_save_and_the_stop_is_saved_again_and_stopped_at_the_next_pass() -> None:
+    """The crash point between hibernate and cull: the save is on the user's disk and the server
+    still runs; the stop that could not reach the hub is no cull (no event, no record), and the
+    next pass saves the kernel as it is then and stops it, with the record of that save."""
+    import urllib.error
+
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.idle_culler.sampler import GPUUse
+    from gpupool.idle_culler.service import Culler
+
+    class Idle:
+        def sample(self, targets):
+            return {"ada/": GPUUse(0.0, 0)}
+
+    class HubDown(FakeHub):
+        down = True
+
+        def call(self, method, url, body=None, accept="", timeout=None):
+            if method == "DELETE" and self.down:
+                self.calls.append((method, url.split("/", 3)[-1]))
+                raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+            return super().call(method, url, body, accept, timeout)
+
+    fake = HubDown(SAVED)
+    now = [1_780_272_000.0]
+    culler = Culler(
+        IdleCuller(hibernate=True), fake, "http://hub/hub/api", "http://api/", Idle(), clock=lambda: now[0]
+    )
+    culler.run_pass()
+    now[0] += 3 * 3600
+    assert [e["kind"] for e in culler.run_pass()["events"]] == []  # saved, but not stopped
+    asked = [c for c in fake.calls if c[0] in ("POST", "DELETE") and "report" not in c[1]]
+    assert asked == [("POST", "user/ada/gpupool/hibernate"), ("DELETE", "hub/api/users/ada/server")]
+    fake.down, fake.calls = False, []  # the hub is back
+    now[0] += 60
+    events = culler.run_pass()["events"]
+    asked = [c for c in fake.calls if c[0] in ("POST", "DELETE") and "report" not in c[1]]
+    assert asked == [("POST", "user/ada/gpupool/hibernate"), ("DELETE", "hub/api/users/ada/server")]
+    assert [e["kind"] for e in events] == ["cull"] and events[0]["hibernated"]["bytes"] == 3 << 20
