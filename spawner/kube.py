@@ -23,6 +23,7 @@ from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_n
 from gpupool.pool import InvalidRequest, PoolError, QuotaExceeded
 from gpupool.spawner.form import requested_milli as form_milli
 from gpupool.spawner.form import requested_pool
+from gpupool.spawner.kube_hibernate import apply_hibernate
 from gpupool.spawner.kube_objects import (
     apply_pod_gpu,
     filter_profiles,
@@ -112,6 +113,28 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         runs them only within their queue's quota, as fixed build quotas need. Example::
 
             c.GPUKubeSpawner.build_priority_class = "build"
+        """,
+    )
+    hibernate_startup_dir = Unicode(
+        "",
+        config=True,
+        help="""Where the notebook image has gpupool's start-up hook (the folder
+        gpupool/gpu/startup of the gpupool installed in the image): put first on the pod's
+        PYTHONPATH, so a kernel wakes its hibernated variables before the first cell (the
+        culler's `hibernate`). The state is kept under the home: a pod whose home is not on a
+        PersistentVolumeClaim has its saves refused with the reason (it would be lost with the
+        pod). Empty: no hook, no hibernation. Example::
+
+            c.GPUKubeSpawner.hibernate_startup_dir = "/opt/conda/lib/python3.12/site-packages/gpupool/gpu/startup"
+        """,
+    )
+    hibernate_home = Unicode(
+        "/home/jovyan",
+        config=True,
+        help="""The home of the notebook container (where z2jh mounts the user's volume), under
+        which hibernated state is kept. Example::
+
+            c.GPUKubeSpawner.hibernate_home = "/home/jovyan"
         """,
     )
 
@@ -331,7 +354,10 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
                 pod.spec.tolerations = added_tolerations(current, gpu_tolerations)
         if shard:  # KAI's pod grouper copies it to the PodGroup: that pool's shard schedules it
             patch.labels[KAI_NODE_POOL] = shard
-        return apply_pod_gpu(pod, patch, env)
+        pod = apply_pod_gpu(pod, patch, env)
+        if self.hibernate_startup_dir:
+            pod = apply_hibernate(pod, self.hibernate_home, self.hibernate_startup_dir)
+        return pod
 
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.

@@ -208,6 +208,36 @@ def test_kill_9_at_every_step_of_a_save_leaves_old_or_new(tmp_path: Path) -> Non
     assert step >= 7  # tmp, 3 files, manifest, rename, switch: each was a kill point
 
 
+FILLER = """
+import resource, signal, sys
+import numpy as np
+from pathlib import Path
+from gpupool.gpu import hibernate as h
+# the kernel refuses writes past 256 KiB, as a full disk does (EFBIG here, ENOSPC there: OSError)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+me = h.Identity("ada", "hubkey", "inst1", "1.0")
+try:
+    h.save({"gen": 2, "arr": np.full(1 << 17, 2.0)}, Path(sys.argv[1]), me)  # 1 MiB
+except OSError as err:
+    print("refused", err.errno)
+"""
+
+
+def test_a_full_disk_during_a_save_keeps_the_old_state_whole(tmp_path: Path) -> None:
+    """A write the kernel refuses midway (the disk full) leaves no half-written generation: the
+    old state still restores whole, and nothing of the failed save is left to fill the disk."""
+    d = tmp_path / "full"
+    h.save({"gen": 1, "arr": np.full(1000, 1.0)}, d, ME)
+    before = sorted(p.name for p in d.iterdir())
+    proc = subprocess.run([sys.executable, "-c", FILLER, str(d)], capture_output=True, text=True, timeout=60)
+    assert "refused" in proc.stdout, proc.stderr
+    assert sorted(p.name for p in d.iterdir()) == before  # no .tmp, no new generation
+    out: dict = {}
+    r = h.restore_into(out, d, ME)
+    assert r is not None and not r.refused and out["gen"] == 1 and np.all(out["arr"] == 1.0)
+
+
 def test_kernel_folder_keys_on_the_notebook(tmp_path: Path) -> None:
     env = {"JPY_SESSION_NAME": "a.ipynb", "JUPYTERHUB_SERVER_NAME": ""}
     assert h.kernel_folder(env, tmp_path) == h.state_dir(tmp_path, "", "a.ipynb")
@@ -499,3 +529,44 @@ def test_a_kernel_that_has_not_woken_yet_keeps_the_state_it_would_restore(
     assert shell.user_ns == {"x": 1}
     shell.user_ns["y"] = 2
     assert h.save_shell(shell)["variables"] == 2
+
+
+def test_a_hub_down_between_the_save_and_the_stop_is_saved_again_and_stopped_at_the_next_pass() -> None:
+    """The crash point between hibernate and cull: the save is on the user's disk and the server
+    still runs; the stop that could not reach the hub is no cull (no event, no record), and the
+    next pass saves the kernel as it is then and stops it, with the record of that save."""
+    import urllib.error
+
+    from gpupool.idle_culler.config import IdleCuller
+    from gpupool.idle_culler.sampler import GPUUse
+    from gpupool.idle_culler.service import Culler
+
+    class Idle:
+        def sample(self, targets):
+            return {"ada/": GPUUse(0.0, 0)}
+
+    class HubDown(FakeHub):
+        down = True
+
+        def call(self, method, url, body=None, accept="", timeout=None):
+            if method == "DELETE" and self.down:
+                self.calls.append((method, url.split("/", 3)[-1]))
+                raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+            return super().call(method, url, body, accept, timeout)
+
+    fake = HubDown(SAVED)
+    now = [1_780_272_000.0]
+    culler = Culler(
+        IdleCuller(hibernate=True), fake, "http://hub/hub/api", "http://api/", Idle(), clock=lambda: now[0]
+    )
+    culler.run_pass()
+    now[0] += 3 * 3600
+    assert [e["kind"] for e in culler.run_pass()["events"]] == []  # saved, but not stopped
+    asked = [c for c in fake.calls if c[0] in ("POST", "DELETE") and "report" not in c[1]]
+    assert asked == [("POST", "user/ada/gpupool/hibernate"), ("DELETE", "hub/api/users/ada/server")]
+    fake.down, fake.calls = False, []  # the hub is back
+    now[0] += 60
+    events = culler.run_pass()["events"]
+    asked = [c for c in fake.calls if c[0] in ("POST", "DELETE") and "report" not in c[1]]
+    assert asked == [("POST", "user/ada/gpupool/hibernate"), ("DELETE", "hub/api/users/ada/server")]
+    assert [e["kind"] for e in events] == ["cull"] and events[0]["hibernated"]["bytes"] == 3 << 20

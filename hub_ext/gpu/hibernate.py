@@ -51,6 +51,7 @@ MANIFEST, STATE = "manifest.json", "state.pkl"
 MAX_MANIFEST_BYTES = 4 << 20
 CHUNK = 64 << 20
 SAFE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+ENV_REFUSED = "GPUPOOL_HIBERNATE_REFUSED"  # why saves are refused here (on Kubernetes: no claim)
 ENV_NOTEBOOK = "JPY_SESSION_NAME"  # jupyter_server gives each kernel its notebook's path
 
 # IPython's own names in user_ns: never the user's state
@@ -605,6 +606,9 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
     folder = kernel_folder()
     if folder is None:
         return {"ok": False, "error": "this kernel has no notebook (JPY_SESSION_NAME unset)"}
+    refused = os.environ.get(ENV_REFUSED, "")
+    if refused:  # set by the spawner: this state would not outlive the server (spawner.kube_hibernate)
+        return {"ok": False, "error": refused[:500]}
     if _waiting.get(id(shell)):
         # started, but no cell ran yet: its variables are still the ones saved before; saving
         # this empty kernel would overwrite them
