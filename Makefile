@@ -8,7 +8,7 @@ PIP_FLAGS ?= -q --disable-pip-version-check
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings
 
-.PHONY: up test lint typecheck types-tree layers unit venv browser node cluster postgres bench clean test-latest constraints
+.PHONY: up test lint typecheck types-tree layers unit venv browser node cluster postgres bench clean test-latest constraints docs
 
 up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
@@ -116,7 +116,7 @@ LATEST := .venv-latest
 test-latest: node_modules/.installed
 	rm -rf $(LATEST) && python3 -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
-	$(LATEST)/bin/python -m pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager -e '.[test]'
+	$(LATEST)/bin/python -m pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager -e '.[test,docs]'
 	$(LATEST)/bin/python -m pip list --disable-pip-version-check | grep -i -E '^(jupyterhub|jupyterlab|notebook|jupyterhub-kubespawner) '
 	$(LATEST)/bin/python -m pytest -q -m "not hub and not browser and not cluster and not node and not release" \
 	  tests/test_namespace.py tests/test_config.py tests/test_pool_units_quotas.py tests/test_spawner_parts.py $(PYTEST_ARGS)
@@ -127,6 +127,22 @@ constraints: test-latest
 	{ sed -n '1,2p' $(CONSTRAINTS); $(LATEST)/bin/python -m pip freeze --exclude-editable --disable-pip-version-check | sort -f; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
+# The docs site (Sphinx + MyST, docs/conf.py) in docs/_build/html, the README its first page; the
+# options reference is written from the code first. Warnings are errors: a broken link between
+# pages or to a heading fails the build (links to other sites are not checked: no network in CI).
+# Sphinx and MyST are the `docs` extra, installed at the tested versions on first use; not part
+# of `make test` (tests/test_options_reference.py and tests/test_docs_site.py are, in seconds).
+DOCS_EXTRA = $(shell python3 -c "import tomllib; print(' '.join(repr(r) for r in tomllib.load(open('pyproject.toml','rb'))['project']['optional-dependencies']['docs']))")
+$(VENV)/.docs-installed: pyproject.toml $(CONSTRAINTS) $(VENV)/.installed
+	$(PY) -m pip install $(PIP_FLAGS) -c $(CONSTRAINTS) $(DOCS_EXTRA)
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(PY) docs/options_reference.py
+	rm -rf docs/_build
+	$(PY) -m sphinx -q -W --keep-going -b html docs docs/_build/html
+	@echo "the site: docs/_build/html/index.html"
+
 bench: venv
 	$(PY) -m benchmarks
 
@@ -134,4 +150,4 @@ bench: venv
 # whose comment says `gpupool user <name>` and whose home is in ./state)
 clean:
 	@if [ -x $(VENV)/bin/gpupool ] && [ -d state ]; then $(VENV)/bin/gpupool accounts --remove --state state; fi
-	rm -rf $(VENV) $(LATEST) node_modules state test-artifacts gpupool.egg-info
+	rm -rf $(VENV) $(LATEST) node_modules state test-artifacts gpupool.egg-info docs/_build

@@ -41,15 +41,21 @@ class CullerApp(Application):
     hub_api = Unicode(
         os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
         config=True,
-        help="""JupyterHub's API URL (default: $JUPYTERHUB_API_URL).""",
+        help="""JupyterHub's API URL (default: $JUPYTERHUB_API_URL, which the hub sets for its
+        services). Example: --hub-api=http://hub:8081/hub/api""",
     )
     clock_file = Unicode(
         os.environ.get("GPUPOOL_CULLER_CLOCK", ""),
         config=True,
-        help="""Read the time from this file (tests travel in time with it).""",
+        help="""Read the time from this file (tests travel in time with it; default:
+        $GPUPOOL_CULLER_CLOCK). Example: --clock-file=/tmp/culler-clock""",
     )
-    once = Bool(False, config=True, help="""One pass, then exit.""")
-    generate_config = Bool(False, config=True, help="""Print a config file with every option, then exit.""")
+    once = Bool(False, config=True, help="""One pass, then exit. Example: --once""")
+    generate_config = Bool(
+        False,
+        config=True,
+        help="""Print a config file with every option, then exit. Example: --generate-config""",
+    )
 
     aliases = {
         "config": "CullerApp.config_file",

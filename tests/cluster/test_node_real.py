@@ -5,7 +5,7 @@ images built on this machine from the project's own Dockerfiles (tests/cluster/i
 These tests carry the `node` marker, run after every other cluster test (conftest.py orders
 them last: they install gpupool's chart with helm, over what the other tests applied by hand)
 and share one node for the module. While they run, the kwok nodes are cordoned: every pod here
-must run for real. What still stands in is listed in node.py, addons.py and docs/kubernetes.md.
+must run for real. What still stands in is listed in node.py, addons.py and README.md here.
 """
 
 from __future__ import annotations
