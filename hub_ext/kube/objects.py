@@ -56,6 +56,9 @@ class JobOptions:
     service_account: str | None = None
     kueue: bool = False  # label the Job for Kueue (queue-name) instead of relying on KAI alone
     device_memory_mib: int = 0  # one GPU's memory, for memory-based shares
+    # the working folder's sizeLimit (TrainPool.max_job_folder_mib; 0: none): the kubelet evicts
+    # a pod whose emptyDir grows past it, as the embedded runner stops a job over its folder limit
+    work_size_mib: int = 0
     node_pool_label: str = KAI_NODE_POOL  # nodes of a pool defined by neither models nor nodes
     kai_namespace: str = "kai-scheduler"  # where KAI runs: its pod-grouper Deployment tells its version
     kai_version: str = ""  # the KAI version the cluster runs ("": read it from that Deployment)
@@ -240,7 +243,10 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
             for f in spec.files
         ]
         code_volumes = [
-            {"name": "work", "emptyDir": {}},
+            {
+                "name": "work",
+                "emptyDir": {"sizeLimit": f"{opts.work_size_mib}Mi"} if opts.work_size_mib else {},
+            },
             {"name": "code", "configMap": {"name": code_name(spec.id)}},
         ]
     pod_spec: dict = {

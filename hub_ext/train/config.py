@@ -405,6 +405,7 @@ class TrainPool(LoggingConfigurable):
         from gpupool.settings.config import GPUPool
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
+        opts.setdefault("work_size_mib", int(self.max_job_folder_mib))  # one limit on both runners
         shared = GPUPool(config=self.config)
         opts["node_pool_label"] = shared.node_pool_label
         opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too

@@ -91,6 +91,26 @@ def test_preempted_pods_are_replaced_and_resume_from_the_checkpoint_claim() -> N
     assert job["metadata"]["annotations"]["gpupool.io/owner"] == "ann@uni.edu"
 
 
+def test_the_working_folder_is_bounded_by_the_job_folder_limit() -> None:
+    """A job's snapshotted code runs in an emptyDir; without sizeLimit it could fill the node's disk."""
+    job = train_job(spec(files=("train.py",)), JobOptions(namespace=NS, work_size_mib=2048), KAISharing())
+    kubernetes_validate.validate(job, K8S, strict=True)
+    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["work"]["emptyDir"] == {"sizeLimit": "2048Mi"}
+    unbounded = train_job(spec(files=("train.py",)), JobOptions(namespace=NS), KAISharing())
+    assert {v["name"]: v for v in unbounded["spec"]["template"]["spec"]["volumes"]}["work"]["emptyDir"] == {}
+
+
+def test_the_hubs_job_folder_limit_reaches_the_pods() -> None:
+    from traitlets.config import Config
+
+    from gpupool.train.config import TrainPool
+
+    cfg = Config()
+    cfg.TrainPool.max_job_folder_mib = 3000
+    assert TrainPool(config=cfg).job_options().work_size_mib == 3000
+
+
 def test_a_shared_claim_gets_one_folder_per_job_and_kueue_gets_its_label() -> None:
     opts = JobOptions(namespace=NS, checkpoint_claim="claim-{owner}", kueue=True)
     job = train_job(spec(owner="bob"), opts, KAISharing())

@@ -1,0 +1,154 @@
+"""Train jobs' GPU-hours on Kubernetes from the cluster's own record: pods' lifetimes.
+
+A train Job placed by KAI holds no hub allocation, so its GPU-hours are read from its pods:
+a pod holds its GPUs (or its fraction) from the time the kubelet started it (`startTime`)
+until its last container ended (`finishedAt`), or, for a pod deleted before its containers
+reported an end, until its `deletionTimestamp` plus the grace period it was given.
+
+This module is the pure half (no I/O): `span_of` reads one pod, `fold` merges what the
+watch or a relist delivers into what the hub has recorded, keyed by the pod's UID. It is
+idempotent, so a restart's relist or a watch event delivered twice never counts a pod twice,
+and a recorded end is never moved. A pod the hub has a start for but that a full list no
+longer holds (it was preempted and deleted while the hub was down, and nothing kept it) is
+closed at the last time the hub knew it was alive, marked `exact=False`, so the loss is said
+rather than hidden; the I/O half keeps that case rare with a finalizer on train pods
+(`FINALIZER`), released only once `fold` has an end for the pod (`releasable`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpupool.gpu.sharing import SharingBackend, UnreadableGPU, read_pod
+
+FINALIZER = "gpupool.io/usage"  # held on a train pod until its end is recorded
+TERMINAL = ("Succeeded", "Failed")
+MAX_TIME_CHARS = 40  # an RFC 3339 time is ~20; anything longer is not one
+
+
+@dataclass(frozen=True)
+class PodSpan:
+    uid: str
+    job: str  # gpupool job id (the pod's gpupool.io/job-id label)
+    owner: str
+    milli: int  # GPU milli the pod held (1000 = one whole GPU)
+    start: int  # epoch seconds
+    end: int | None  # None: still running
+    node: str = ""
+    exact: bool = True  # False: closed at the last time seen alive (the pod vanished unseen)
+    seen: int = 0  # last time the hub saw it alive (epoch seconds)
+
+    def gpu_milli_seconds(self, now: int) -> int:
+        return self.milli * max(0, (now if self.end is None else self.end) - self.start)
+
+
+def parse_time(value: object) -> int | None:
+    """An RFC 3339 time from the API server as epoch seconds (None: absent or unreadable)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_TIME_CHARS:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp())
+
+
+def _end_of(pod: Mapping) -> int | None:
+    """When the pod let go of its GPUs, if it did."""
+    status = pod.get("status") or {}
+    ends: list[int] = []
+    running = False
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        if "terminated" in state:
+            t = parse_time((state["terminated"] or {}).get("finishedAt"))
+            if t is not None:
+                ends.append(t)
+        else:
+            running = True
+    if ends and (status.get("phase") in TERMINAL or not running):
+        return max(ends)
+    meta = pod.get("metadata") or {}
+    deleted = parse_time(meta.get("deletionTimestamp"))
+    if deleted is not None and status.get("phase") in TERMINAL:
+        return deleted  # terminal without container ends (evicted before it ran them)
+    return None
+
+
+def span_of(pod: Mapping, readers: Sequence[SharingBackend], memory_mib: int = 0) -> PodSpan | None:
+    """The GPU interval a pod holds or held; None for a pod that never started or holds no GPU."""
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    start = parse_time((pod.get("status") or {}).get("startTime"))
+    if not isinstance(uid, str) or not uid or start is None:
+        return None
+    try:
+        milli = read_pod(dict(pod), readers, memory_mib)
+    except (UnreadableGPU, ValueError, ArithmeticError):
+        return None
+    if milli <= 0:
+        return None
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    end = _end_of(pod)
+    return PodSpan(
+        uid=uid,
+        job=str(labels.get("gpupool.io/job-id", "")),
+        owner=str(annotations.get("gpupool.io/owner") or labels.get("gpupool.io/owner", "")),
+        milli=milli,
+        start=start,
+        end=None if end is None else max(start, end),
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
+    )
+
+
+def fold(
+    known: Mapping[str, PodSpan],
+    pods: Iterable[Mapping],
+    now: int,
+    readers: Sequence[SharingBackend],
+    memory_mib: int = 0,
+    full_list: bool = False,
+) -> dict[str, PodSpan]:
+    """The spans to write: new pods, ends newly seen, and (after a `full_list`) open spans
+    whose pods are gone. Spans already recorded with an end are never changed; a start is
+    never moved (the first record of a pod is its start)."""
+    changed: dict[str, PodSpan] = {}
+    listed: set[str] = set()
+    for pod in pods:
+        span = span_of(pod, readers, memory_mib)
+        uid = (pod.get("metadata") or {}).get("uid")
+        if isinstance(uid, str):
+            listed.add(uid)
+        if span is None:
+            continue
+        old = changed.get(span.uid) or known.get(span.uid)
+        if old is None:
+            changed[span.uid] = replace(span, seen=now if span.end is None else span.end)
+        elif old.end is None and span.end is not None:
+            changed[span.uid] = replace(old, end=max(old.start, span.end), exact=True)
+        elif old.end is None:
+            changed[span.uid] = replace(old, seen=max(old.seen, now))
+    if full_list:
+        for uid, old in known.items():
+            if old.end is None and uid not in listed and uid not in changed:
+                changed[uid] = replace(old, end=max(old.start, old.seen), exact=False)
+    return changed
+
+
+def releasable(
+    pod: Mapping, known: Mapping[str, PodSpan], readers: Sequence[SharingBackend], memory_mib: int = 0
+) -> bool:
+    """Whether the hub may drop its finalizer from `pod`: its end is recorded, or it is being
+    deleted and holds no GPU interval the hub counts (it never started, or asked for no GPU)."""
+    meta = pod.get("metadata") or {}
+    if FINALIZER not in (meta.get("finalizers") or []):
+        return False
+    span = known.get(str(meta.get("uid", "")))
+    if span is not None:
+        return span.end is not None
+    return bool(meta.get("deletionTimestamp")) and span_of(pod, readers, memory_mib) is None
