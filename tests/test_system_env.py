@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
+
+import pytest
 
 from gpupool.host.system_env import default_state, install_key
 
@@ -22,3 +25,19 @@ def test_a_root_hub_in_a_private_folder_keeps_its_state_in_the_system_state_fold
         assert default_state(str(clone), euid=1000, state_root=system) == f"{clone}/state"
         home.chmod(0o755)
         assert default_state(str(clone), euid=0, state_root=system) == f"{clone}/state"
+
+
+def test_a_root_hub_that_cannot_isolate_refuses_to_start_and_says_why(tmp_path: Path, monkeypatch) -> None:
+    from gpupool.wiring.cli import refuse_root_without_accounts
+
+    if os.geteuid() != 0:
+        pytest.skip("only a root hub switches accounts")
+    monkeypatch.delenv("GPUPOOL_SPAWNER", raising=False)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(SystemExit) as refused:
+        refuse_root_without_accounts(str(private / "state"))  # homes the accounts cannot reach
+    assert "will not run workspaces as root" in str(refused.value)
+    assert "other accounts may not pass through" in str(refused.value)
+    monkeypatch.setenv("GPUPOOL_SPAWNER", "gpupool-simple")  # an admin's choice of one shared account
+    refuse_root_without_accounts(str(private / "state"))
