@@ -3,7 +3,7 @@
 The hub is the one `make up` starts on this machine: `gpupool up` itself runs it, in a
 subprocess, with free ports and a state folder of its own. Run as root (as CI runs), that is a hub
 that gives each hub user a Unix account and runs their servers and jobs as it, in the users'
-Python environment it makes in `state/user-env`; elsewhere everyone shares the test's account, as
+Python environment it installs under /opt/gpupool/<install key>; elsewhere everyone shares the test's account, as
 `make up` does there. Only a test about the shared mode asks for it (`Hub(accounts=False)`).
 
 Accounts are real, and other checkouts may run the same tests on this machine at the same time:
