@@ -104,3 +104,4 @@ def test_a_clone_in_a_private_folder_runs_workspaces_as_accounts_from_the_system
     finally:
         hub.cleanup()
         shutil.rmtree(prefix, ignore_errors=True)
+        (prefix.parent / f".{prefix.name}.lock").unlink(missing_ok=True)

@@ -252,6 +252,7 @@ def clean(root: str = ROOT, state_root: str = STATE_ROOT, key: str | None = None
         if folder.exists():
             shutil.rmtree(folder)
             gone.append(str(folder))
+    (Path(root) / f".{key}.lock").unlink(missing_ok=True)
     return gone
 
 
