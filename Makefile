@@ -149,5 +149,8 @@ bench: venv
 # the Unix accounts a root `make up` made for its users go too (gpupool accounts --remove: those
 # whose comment says `gpupool user <name>` and whose home is in ./state)
 clean:
-	@if [ -x $(VENV)/bin/gpupool ] && [ -d state ]; then $(VENV)/bin/gpupool accounts --remove --state state; fi
+	@if [ -x $(VENV)/bin/gpupool ] && [ -d "$$($(PY) -c 'from gpupool.host.system_env import default_state; print(default_state())')" ]; then \
+	  $(VENV)/bin/gpupool accounts --remove; fi
+	@# as root: the users' environment in /opt/gpupool/<key> and a state folder in /var/lib/gpupool/<key>
+	@if [ -x $(PY) ] && [ "$$(id -u)" = 0 ]; then $(PY) -m gpupool.host.system_env; fi
 	rm -rf $(VENV) $(LATEST) node_modules state test-artifacts gpupool.egg-info docs/_build

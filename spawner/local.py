@@ -274,6 +274,11 @@ class GPULocalProcessSpawner(_LocalGPU, LocalProcessSpawner):
         env.update(
             USER=self.account.name, LOGNAME=self.account.name, HOME=self.account.home, SHELL=_TERMINAL_SHELL
         )  # the account's own shell is nologin: terminals need a real one
+        # the users' environment's tools, then the system's: not the hub's PATH (root's, which may
+        # name folders of a private clone), as jobs have (runners.local.job_path)
+        from gpupool.runners.local import job_path
+
+        env["PATH"] = job_path(self.cmd[0] if self.cmd else "")
         return env
 
 

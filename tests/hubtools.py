@@ -3,7 +3,7 @@
 The hub is the one `make up` starts on this machine: `gpupool up` itself runs it, in a
 subprocess, with free ports and a state folder of its own. Run as root (as CI runs), that is a hub
 that gives each hub user a Unix account and runs their servers and jobs as it, in the users'
-Python environment it makes in `state/user-env`; elsewhere everyone shares the test's account, as
+Python environment it installs under /opt/gpupool/<install key>; elsewhere everyone shares the test's account, as
 `make up` does there. Only a test about the shared mode asks for it (`Hub(accounts=False)`).
 
 Accounts are real, and other checkouts may run the same tests on this machine at the same time:
@@ -88,6 +88,7 @@ class Hub:
     accounts: bool | None = None
     account_prefix: str = field(default_factory=lambda: f"t{secrets.token_hex(3)}-")
     up_args: list[str] = field(default_factory=list)  # more `gpupool up` options, e.g. ["--demo-culling"]
+    python: str = sys.executable  # the installation `gpupool up` runs from (another clone's venv)
     proc: subprocess.Popen | None = None
     requested_state: Path | None = None  # where the test asked for it (kept there: hub.log at cleanup)
     _own_top: Path | None = None
@@ -150,7 +151,7 @@ class Hub:
             os.environ,
             GPUPOOL_DEMO_PASSWORD=PASSWORD,
             GPUPOOL_DEMO_ADMIN_PASSWORD=ADMIN_PASSWORD,
-            PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(sys.executable).parent}"
+            PATH=f"{REPO / 'node_modules' / '.bin'}{os.pathsep}{Path(self.python).parent}"
             f"{os.pathsep}{os.environ.get('PATH', '')}",
         )
         env.pop("GPUPOOL_USER_ENV", None)  # `gpupool up` makes the users' environment itself, as root
@@ -161,7 +162,7 @@ class Hub:
         # `gpupool up`, as `make up` runs it: the same environment decisions, the same config
         self.proc = subprocess.Popen(
             [
-                sys.executable,
+                self.python,
                 "-m",
                 "gpupool.wiring.cli",
                 "up",

@@ -8,7 +8,13 @@ from decimal import Decimal
 from gpupool.gpu.memory_cap import DEFAULT_CONTEXT_MIB, share_cap_mib
 from gpupool.pool import GPU, MILLI_PER_GPU
 
-STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
+# on every workspace's PYTHONPATH: from the users' environment in the system prefix when `gpupool
+# up` made one (GPUPOOL_USER_PACKAGE, gpupool.host.system_env), never from a clone it cannot read
+STARTUP_DIR = os.path.join(
+    os.environ.get("GPUPOOL_USER_PACKAGE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "gpu",
+    "startup",
+)
 
 
 def fraction_text(milli_per_gpu: int, num_gpus: int) -> str:

@@ -364,48 +364,6 @@ def unreachable(paths: list[str]) -> str:
     return ""
 
 
-def shared_python_env(folder: str, python: str | None = None) -> tuple[str, str]:
-    """A Python environment every account can run, made from this one: when the hub's interpreter
-    sits in a private folder (pyenv under /root, the common case on a root-only machine), a venv
-    of the system's Python of the same minor version (same ABI) that reads the hub's packages
-    through a .pth file. Returns (folder, "") or ("", why not)."""
-    import sys
-    import sysconfig
-
-    python = python or sys.executable
-    minor = f"{sys.version_info.major}.{sys.version_info.minor}"
-    packages = sysconfig.get_paths()["purelib"]
-    if why := unreachable([packages]):
-        return "", f"the hub's packages are private ({why})"
-    for candidate in (f"/usr/bin/python{minor}", f"/usr/local/bin/python{minor}"):
-        if not os.path.exists(candidate) or unreachable([candidate]):
-            continue
-        env = Path(folder)
-        mine = env / "lib" / f"python{minor}" / "site-packages"
-        if not (env / "bin" / "python").exists():
-            subprocess.run(
-                [candidate, "-m", "venv", "--without-pip", str(env)],
-                check=True,
-                timeout=120,
-                capture_output=True,
-            )
-        (mine / "gpupool-hub-packages.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
-        script = env / "bin" / "jupyterhub-singleuser"
-        script.write_text(
-            f"#!{env / 'bin' / 'python'}\nimport sys\nfrom jupyterhub.singleuser import main\n"
-            "sys.exit(main())\n"
-        )
-        for path in (env, *env.rglob("*")):
-            if path.is_symlink():
-                continue  # the Jupyter folders linked below (and the venv's own links): not ours to chmod
-            path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
-        from gpupool.host.user_env import link_jupyter_folders
-
-        link_jupyter_folders(env, sysconfig.get_paths()["data"])  # JupyterLab and gpupool's extensions
-        return str(env), ""
-    return "", f"no system Python {minor} that other accounts can run (/usr/bin/python{minor})"
-
-
 async def make_on_login(
     authenticator: Authenticator, handler: object, authentication: dict | None
 ) -> dict | None:

@@ -4,8 +4,8 @@ switched on and kept.
 
 Jupyter looks for them under the interpreter's prefix (`<prefix>/etc/jupyter`,
 `<prefix>/share/jupyter`). The environment `gpupool up` makes for the accounts of a root hub
-(`state/user-env`, a venv of the system's Python reading the hub's packages) has a prefix of its
-own, so without these links its servers start without JupyterLab: `/user/<name>/lab` is a 404.
+(gpupool.host.system_env, a venv of the system's Python) has a prefix of its own, so without them
+its servers would start without JupyterLab: `/user/<name>/lab` is a 404. Checked at start.
 """
 
 from __future__ import annotations
@@ -13,27 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
-
-JUPYTER_FOLDERS = (("etc", "jupyter"), ("share", "jupyter"))
-
-
-def link_jupyter_folders(env: Path, prefix: str) -> None:
-    """Point `env`'s Jupyter config and data folders at those of `prefix` (the hub's installation):
-    the same JupyterLab, extensions and settings as the hub's own environment, kept in step."""
-    for parts in JUPYTER_FOLDERS:
-        target, link = Path(prefix, *parts), env.joinpath(*parts)
-        if not target.is_dir():
-            continue
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink():
-            if os.readlink(link) == str(target):
-                continue
-            link.unlink()
-        elif link.exists():
-            continue  # a folder someone made there on purpose: theirs
-        link.symlink_to(target, target_is_directory=True)
-
 
 # Run with the users' Python: where Jupyter finds its switches and JupyterLab finds its extensions
 _PROBE = """

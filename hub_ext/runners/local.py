@@ -28,7 +28,11 @@ EXIT_FILE = ".exit_code"
 COMMAND_FILE = ".command"  # {"command": [...], "log_limit": bytes}: read (and removed) by the wrapper
 # run by path, not as a module: the job's account may run a Python that has no gpupool
 # (the wrapper needs only the standard library)
-WRAPPER = str(Path(__file__).with_name("wrap.py"))
+# run by the job's account: from the users' environment in the system prefix when `gpupool up`
+# made one (GPUPOOL_USER_PACKAGE, gpupool.host.system_env), never from a clone it cannot read
+WRAPPER = os.path.join(
+    os.environ.get("GPUPOOL_USER_PACKAGE") or str(Path(__file__).parent.parent), "runners", "wrap.py"
+)
 # what a job keeps of the hub's environment: the locale and where libraries are; never the hub's
 # tokens, the proxy's secret or the demo password, nor its PATH (root's may name folders the job's
 # account cannot search, and a missing command then reads "Permission denied")

@@ -101,7 +101,13 @@ def up(args: argparse.Namespace) -> int:
     if args.generate_config:
         generate_config(args.generate_config)
         return 0
+    from gpupool.host.system_env import SystemEnvError, prepare_state_root
+
     state = os.path.abspath(args.state)
+    try:
+        prepare_state_root(state)
+    except SystemEnvError as err:
+        raise SystemExit(f"gpupool: {err}") from None
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
     checked = check_config(config)
@@ -122,6 +128,11 @@ def up(args: argparse.Namespace) -> int:
         env["GPUPOOL_USER_ENV"] = os.environ["GPUPOOL_USER_ENV"] = os.path.abspath(
             args.user_env
         )  # banner too
+    from gpupool.host.system_env import PACKAGE_VAR
+
+    if os.environ.get(PACKAGE_VAR):
+        env[PACKAGE_VAR] = os.environ[PACKAGE_VAR]
+    refuse_root_without_accounts(state)
     check_user_env(state)
     password, admin_password = demo_password(state), demo_password(state, admin=True)
     argv = [sys.executable, "-m", "jupyterhub", "-f", os.path.join(HERE, "embedded_config.py")]
@@ -148,18 +159,30 @@ def up(args: argparse.Namespace) -> int:
 
 
 def users_python(state: str) -> str:
-    """As root, users run as accounts of their own, which must be able to run the hub's Python.
-    When they cannot (an interpreter in a private folder), make one they can in the state folder;
-    "" leaves it to the banner to say why users are not isolated."""
-    from gpupool.host.accounts import shared_python_env, unreachable
-    from gpupool.wiring.embedded import singleuser_command, user_python
+    """As root, users run as accounts of their own, which must be able to run the users' Python
+    and every file of gpupool a workspace or job reads: the hub's installation may sit in a private
+    folder (a clone in root's home, mode 0700). So, as TLJH does, the users' environment is
+    installed under /opt/gpupool/<install key> (gpupool.host.system_env), root's and read-only to
+    them, and workspaces and jobs take everything from there."""
+    from gpupool.host.system_env import PACKAGE_VAR, SystemEnvError, ensure
 
-    if not unreachable([user_python(), singleuser_command()]):
-        return ""
-    folder, why = shared_python_env(os.path.join(state, "user-env"))
-    if why:
-        print(f"gpupool: users cannot run this Python: {why}; pass --user-env", file=sys.stderr)
-    return folder
+    try:
+        folder = ensure()
+    except SystemEnvError as err:
+        raise SystemExit(f"gpupool: users cannot be isolated: {err}; pass --user-env") from None
+    os.environ[PACKAGE_VAR] = str(folder / "site-packages" / "gpupool")
+    return str(folder / "env")
+
+
+def refuse_root_without_accounts(state: str) -> None:
+    """A root hub that cannot give users accounts of their own would run every workspace as
+    root: it does not start, and says why (an admin who wants one shared account chooses a
+    spawner with GPUPOOL_SPAWNER)."""
+    from gpupool.wiring.embedded import isolation
+
+    mode, why = isolation(state)
+    if os.geteuid() == 0 and mode != "accounts" and not os.environ.get("GPUPOOL_SPAWNER"):
+        raise SystemExit(f"gpupool: will not run workspaces as root: {why}")
 
 
 def check_user_env(state: str) -> None:
@@ -308,6 +331,8 @@ def backup_or_restore(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gpupool.host.system_env import default_state
+
     parser = argparse.ArgumentParser(prog="gpupool", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="run the embedded hub on this machine")
@@ -320,7 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write a commented config file and exit",
     )
-    p_up.add_argument("--state", default="state", help="folder for databases and homes (default ./state)")
+    p_up.add_argument(
+        "--state",
+        default=default_state(),
+        help="folder for databases and homes (default ./state; as root, when the accounts cannot reach"
+        " ./state, /var/lib/gpupool/<install key>/state)",
+    )
     p_up.add_argument(
         "--stop-jobs",
         action="store_true",
@@ -356,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
         " comment says `gpupool user <name>` and whose home is in the state folder."
         " `make clean` removes them.",
     )
-    p_acc.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+    p_acc.add_argument("--state", default=default_state(), help="the hub's state folder (default: as `up`'s)")
     p_acc.add_argument(
         "--remove", action="store_true", help="userdel them, with their homes (the hub must be stopped)"
     )
@@ -370,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="put a backup's databases back (the hub must be stopped; the files replaced are kept aside)",
     )
     for p in (p_backup, p_restore):
-        p.add_argument("--state", default="state", help="the hub's state folder (default ./state)")
+        p.add_argument("--state", default=default_state(), help="the hub's state folder (default: as `up`'s)")
         p.add_argument("folder", help="the backup folder")
     return parser
 

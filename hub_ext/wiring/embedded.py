@@ -115,7 +115,10 @@ def isolation(state: str, euid: int | None = None, spawner: str | None = None) -
         return "shared", f"the spawner {spawner!r} was chosen with GPUPOOL_SPAWNER"
     if shutil.which("useradd") is None:
         return "shared", "useradd is missing, so no account can be made"
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package root
+    # the package root workspaces and jobs read (the system prefix's copy, when there is one)
+    here = os.environ.get("GPUPOOL_USER_PACKAGE") or os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))
+    )
     why = unreachable(
         [
             user_python(),
