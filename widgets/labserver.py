@@ -241,6 +241,11 @@ async def hibernate_kernel(km: Any, expr: str, timeout: float) -> dict[str, Any]
     client = km.client()
     client.start_channels()
     try:
+        # a kernel just started (the notebook opened, not woken yet) may not have joined IOPub:
+        # execute_interactive then misses the idle status and waits its whole timeout. Ready first.
+        ready = client.wait_for_ready(timeout=min(timeout, 120.0))
+        if inspect.isawaitable(ready):
+            await ready
         reply = client.execute_interactive(
             "",
             silent=True,
