@@ -1,4 +1,4 @@
-"""A class-sized hub: 500 users with running GPU workspaces on a real hub (written into its
+"""A class-sized hub: 300 users with running GPU workspaces on a real hub (written into its
 databases as a restarted hub finds them, benchmarks/culling/class_hub.populate; page limit 200).
 The culler judges every one of them, reading the active users page by page, and stops them with
 one request at a time or a bounded number in flight (IdleCuller.concurrency). The workspaces' servers are one
@@ -15,13 +15,13 @@ import pytest
 from benchmarks.culling.class_hub import measure, table
 from gpupool.idle_culler.service import _at_offset, _remaining_offsets
 
-USERS = 500
-STOPS = 100
+USERS = 300  # two pages of the hub's 200: what paging must get right; the benchmark runs 500
+STOPS = 40
 
 
 @pytest.mark.hub
-def test_the_culler_judges_and_stops_every_workspace_of_a_class_of_500(make_hub, tmp_path: Path) -> None:
-    # 100 of the 500 stopped here (50 one at a time, 50 ten at once): the benchmark stops all 500
+def test_the_culler_judges_and_stops_every_workspace_of_a_class_of_300(make_hub, tmp_path: Path) -> None:
+    # 40 of the 300 stopped here (20 one at a time, 20 ten at once): the benchmark stops all 500
     f = measure(make_hub, tmp_path / "samples.json", USERS, concurrency=10, stops=STOPS)
     print("\n" + table(f))
     users = [f"student{i:04d}" for i in range(USERS)]
