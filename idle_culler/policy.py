@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from gpupool.vocab.culling import IDLE_UTIL_PCT, BudgetAction, CullAction, CullReason, gpu_idle
+from gpupool.vocab.reason_words import PRESENT as MESSAGES
 
 
 @dataclass(frozen=True)
@@ -180,15 +181,6 @@ def parks(ws: Workspace, limits: Limits) -> bool:
 
 
 PARKED = "GPU parked — it comes back when you run a cell"
-
-MESSAGES = {
-    CullReason.PARKED_IDLE: "nobody has used it since its GPU was parked",
-    CullReason.IDLE_GPU: "its GPU has been idle",
-    CullReason.IDLE_GPU_LONG: "its GPU has been idle for hours",
-    CullReason.IDLE_JUPYTER: "nobody has used it",
-    CullReason.MAX_AGE: "it reached the maximum session length",
-    CullReason.WORKDAY_END: "the workday ends",
-}
 
 
 def decide(ws: Workspace, now: float, limits: Limits) -> Decision:

@@ -9,17 +9,10 @@ from typing import Any
 
 from gpupool.pool.units import format_gpus, gpus_number
 from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.reason_words import UPCOMING as REASONS
 from gpupool.vocab.states import JobState
 
 # the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
-REASONS = {
-    CullReason.IDLE_GPU: "if its GPU stays idle",
-    CullReason.IDLE_GPU_LONG: "if its GPU stays idle, even while you type",
-    CullReason.IDLE_JUPYTER: "if nobody uses it",
-    CullReason.MAX_AGE: "at the end of the longest session allowed",
-    CullReason.WORKDAY_END: "at the end of the workday",
-    CullReason.MEMORY: "because it uses more GPU memory than its share",
-}
 
 
 def gpus_text(milli: int) -> str:

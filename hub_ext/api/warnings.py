@@ -12,6 +12,7 @@ from gpupool.api.culler import findings
 from gpupool.pool import format_gpus
 from gpupool.vocab.culling import CullAction, CullReason
 from gpupool.vocab.kinds import EventKind, WorkloadKind
+from gpupool.vocab.reason_words import STOPPED
 
 if TYPE_CHECKING:
     from jupyterhub.user import User
@@ -80,16 +81,6 @@ def shares_for(
 
 
 # why the culler stopped a server, as its owner reads it after "stopped at 18:00: "
-STOPPED = {
-    CullReason.WORKDAY_END: "end of the workday",
-    CullReason.MAX_AGE: "it reached the longest session allowed",
-    CullReason.IDLE_GPU: "its GPU had been idle while nobody used it",
-    CullReason.IDLE_GPU_LONG: "its GPU had been idle for hours",
-    CullReason.IDLE_JUPYTER: "nobody had used it",
-    CullReason.PARKED_IDLE: "nobody had used it since its GPU was parked",
-    CullReason.MEMORY: "it used more GPU memory than its share",
-    CullReason.BUDGET: "the GPU-hour budget was used up and its GPU was idle",
-}
 
 # what its owner does about it, after the reason: the home page and the "Server not running" page
 AGAIN = "Start it again when you need it."
