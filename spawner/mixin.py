@@ -28,10 +28,13 @@ from gpupool.wiring.root import GPUPoolHub, root_of
 
 
 def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
-    """`exc` with the message JupyterHub shows on its spawn page and in API replies."""
-    # JupyterHub's convention: it reads this attribute, which tornado's class does not declare
-    exc.jupyterhub_message = message  # type: ignore[attr-defined]
-    return exc
+    """`exc` (its status and reason) with the message JupyterHub shows on its spawn page and in
+    API replies."""
+    # the message as tornado's own (no % arguments): JupyterHub 5's API errors read only that
+    out = web.HTTPError(exc.status_code, message, reason=exc.reason)
+    # JupyterHub 6's convention: it reads this attribute, which tornado's class does not declare
+    out.jupyterhub_message = message  # type: ignore[attr-defined]
+    return out
 
 
 def http_error(err: PoolError) -> web.HTTPError:
