@@ -145,6 +145,9 @@ def test_chart_lints_clean_in_strict_mode() -> None:
         ({"departments": {"default": {"quota": -2}}}, "quota"),
         ({"jobs": {"checkpointSize": "lots"}}, "checkpointSize"),
         ({"nodeAgent": {"hostNetwork": True}}, "hostNetwork"),
+        # a password in the ConfigMap: readable by whoever reads config, not a Secret
+        ({"database": {"url": "postgresql+psycopg://gpupool:hunter2@db/gpupool"}}, "url"),
+        ({"database": {"url": "mysql://gpupool@db/gpupool"}}, "url"),
     ],
 )
 def test_bad_values_are_refused_with_the_key_named(values: dict, message: str) -> None:
@@ -217,6 +220,16 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
         "kai-scheduler",
     )
     assert train.sharing() == "kai"
+
+
+def test_gpupools_database_is_the_charts_value_or_sqlite_beside_the_hubs(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://gpupool@postgres.db.svc:5432/gpupool"
+    c = Config()
+    load_chart_config(c, hub_config(render({"database": {"url": url}}), tmp_path))
+    assert GPUPool(config=c).db_url == url  # the password: libpq's PGPASSWORD (z2jh sets it)
+    c = Config()
+    load_chart_config(c, hub_config(render(None), tmp_path))
+    assert "db_url" not in c.GPUPool and GPUPool(config=c).db_url == "sqlite:///gpupool.sqlite"
 
 
 def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: Path) -> None:

@@ -112,6 +112,7 @@ helm.sh/resource-policy: keep
 {{- $_ := set $jobOptions "container_security_context" ($jobs.containerSecurityContext | default dict) -}}
 {{- $_ := set $jobOptions "automount_service_account_token" ($jobs.automountServiceAccountToken | default false) -}}
 {{- $_ := set $gpupool "gpu_tolerations" (.Values.gpuNodes.tolerations | default list) -}}
+{{- with (.Values.database | default dict).url }}{{ $_ := set $gpupool "db_url" . }}{{ end -}}
 {{- if .Values.inventory.fromCluster }}{{ $_ := set $gpupool "gpu_inventory" "kubernetes" }}{{ end -}}
 {{- if .Values.workspaces.containerSecurityContext }}{{ $_ := set $spawner "container_security_context" .Values.workspaces.containerSecurityContext }}{{ end -}}
 {{- $train := dict "runner" "kubernetes" "image" ($jobs.image | default "") "grace_s" (hasKey $jobs "graceSeconds" | ternary $jobs.graceSeconds 60) "kube_job_options" $jobOptions "projects" $trainProjects "departments" $trainDepartments "node_pools" $pools -}}
