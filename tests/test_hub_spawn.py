@@ -23,6 +23,11 @@ def server_env(hub: Hub, owner: str, name: str = "") -> dict[str, str]:
 
 
 def test_spawn_on_a_fraction_sets_the_gpu_environment_and_stop_releases(hub: Hub) -> None:
+    import jupyterhub
+
+    # the hub under test is the JupyterHub this environment imports (`make test-hub55` runs
+    # this file on 5.5.0, z2jh's, laid over the venv's 6.x)
+    assert hub.api("GET", "/hub/api/")["version"] == jupyterhub.__version__
     hub.spawn("ada", "0.25")
     shares = [s for s in hub.allocations() if s["owner"] == "ada"]
     assert [(s["milli"], s["kind"], s["state"]) for s in shares] == [(250, "build", "running")]
