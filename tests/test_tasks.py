@@ -39,3 +39,22 @@ async def test_a_task_is_held_until_it_ends():
     assert await held == "done"
     await asyncio.sleep(0)
     assert held not in tasks.running()
+
+
+async def test_a_failed_periodic_pass_is_logged_and_the_next_one_runs(caplog):
+    calls: list[int] = []
+
+    async def tick() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("the database is locked")
+
+    once = tasks.guarded(tick, "training cycle")
+    with caplog.at_level(logging.ERROR, logger="gpupool"):
+        await once()  # fails: logged, not raised into the loop's callback
+        await once()
+    assert calls == [0, 1]
+    assert caplog.text.count("training cycle failed") == 1 and "the database is locked" in caplog.text
+    done: list[str] = []
+    await tasks.guarded(lambda: done.append("pruned"), "usage retention")()  # a plain function too
+    assert done == ["pruned"]

@@ -3,14 +3,18 @@
 asyncio keeps only weak references to tasks, so a task nobody holds may vanish mid-flight, and an
 exception in one is otherwise reported only when it is garbage-collected. Every task gpupool starts
 goes through `start`: held here until it ends, its failure logged with what it was doing.
+Periodic passes go through `every`: a pass that fails is logged and the next one runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
+
+from tornado.ioloop import IOLoop, PeriodicCallback
 
 log = logging.getLogger("gpupool")
 
@@ -35,3 +39,33 @@ def _finished(task: asyncio.Task, what: str) -> None:
     _running.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("%s failed", what, exc_info=task.exception())
+
+
+def guarded(work: Callable[[], Any], what: str) -> Callable[[], Coroutine[Any, Any, None]]:
+    """One pass of `work` (a function, or a coroutine function) whose failure is logged with
+    `what` it was doing ("granting resume claims") instead of ending the passes that follow."""
+
+    async def once() -> None:
+        try:
+            result = work()
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
+            log.exception("%s failed", what)
+
+    return once
+
+
+def every(
+    seconds: float, work: Callable[[], Any], what: str, first_after: float | None = None
+) -> PeriodicCallback:
+    """Run `work` every `seconds` on the hub's loop, each pass `guarded` (PeriodicCallback waits
+    for an async pass to end before planning the next: passes never overlap). `first_after`: one
+    extra pass that many seconds after start (a retention pass that should not wait a whole
+    period). Returns the started callback (stop() ends it)."""
+    once = guarded(work, what)
+    if first_after is not None:
+        IOLoop.current().call_later(first_after, once)
+    periodic = PeriodicCallback(once, seconds * 1000)
+    periodic.start()
+    return periodic

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
 
+from gpupool.hub import tasks
+
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
     from gpupool.api.services import ApiServices
@@ -170,7 +172,6 @@ def _start_in_hub(
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    from gpupool.hub import tasks
     from gpupool.hub.adapter import HubApp
 
     root.refuse_lost_state()  # before the hub polls any server: the share table must be this one's
@@ -304,8 +305,6 @@ def hibernate_keep_days(config: Config, culler: bool) -> float:
 def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) -> UsageService:
     """Usage accounting (gpupool.usage): budgets checked at spawn and submit, queued jobs of users
     over budget held, the spawn form's notes, retention pruned hourly, gauges on /hub/metrics."""
-    from tornado.ioloop import IOLoop, PeriodicCallback
-
     from gpupool.usage.config import Usage
     from gpupool.usage.metrics import register_metrics
     from gpupool.usage.service import UsageService
@@ -314,22 +313,13 @@ def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) 
         pool, Usage(config=hub.config), hub.groups_of, parking=parking is not None, group_map=hub.group_map
     )
 
-    def prune() -> None:
-        try:
-            usage.prune()
-        except Exception:  # noqa: BLE001 - retention is retried next hour
-            log.exception("usage retention failed")
-
-    IOLoop.current().call_later(60, prune)
-    PeriodicCallback(prune, 3600 * 1000).start()
+    tasks.every(3600, usage.prune, "usage retention", first_after=60)  # retried the next hour
     register_metrics(usage)
     return usage
 
 
 def start_parking(config: Config, pool: PoolManager) -> ParkingService | None:
     """The parking service, and a periodic pass that gives waiting resume claims their GPU."""
-    from tornado.ioloop import PeriodicCallback
-
     from gpupool.gpu.parking import ParkingError
     from gpupool.parking.service import build_parking
 
@@ -339,13 +329,7 @@ def start_parking(config: Config, pool: PoolManager) -> ParkingService | None:
         log.warning("parking is off: %s", err)
         return None
 
-    def grant() -> None:
-        try:
-            parking.grant()
-        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
-            log.exception("granting resume claims failed")
-
-    PeriodicCallback(grant, parking.cfg.grant_interval_s * 1000).start()
+    tasks.every(parking.cfg.grant_interval_s, parking.grant, "granting resume claims")
     return parking
 
 
@@ -358,8 +342,6 @@ def start_mover(
 ) -> MoverService | None:
     """Idle notebooks moved for the head of the queue (c.GPUMover.enabled; off by default). Moves
     a restart interrupted are finished first, before anything else may take their GPUs."""
-    from tornado.ioloop import PeriodicCallback
-
     from gpupool.parking.mover import build_mover
 
     mover = build_mover(
@@ -372,13 +354,7 @@ def start_mover(
     if mover is None:
         return None
 
-    def tick() -> None:
-        try:
-            mover.tick()
-        except Exception:  # noqa: BLE001 - one bad pass must not stop the next
-            log.exception("moving notebooks failed")
-
-    PeriodicCallback(tick, mover.cfg.interval_s * 1000).start()
+    tasks.every(mover.cfg.interval_s, mover.tick, "moving notebooks")
     return mover
 
 
@@ -395,8 +371,6 @@ def culler_gpu_use(config: Config) -> tuple[float, tuple[str, str, str]]:
 async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) -> TrainingBackend:
     """The training loop: re-adopt runs that outlived a hub restart, then tick. On Kubernetes
     (c.TrainPool.runner = "kubernetes") jobs become batch/v1 Jobs and the cluster schedules them."""
-    from tornado.ioloop import PeriodicCallback
-
     from gpupool.train.config import TrainPool
 
     pool = root.pool
@@ -424,8 +398,6 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
             holds=usage.held_jobs,
         )
         # the API answers at once; the watches catch up (and settle rows) in the background
-        from gpupool.hub import tasks
-
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
         training: TrainingBackend = kube
     else:
@@ -443,17 +415,9 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
         )
         training = LocalTraining(engine)
         await training.start()
-        from gpupool.hub import tasks
-
         tasks.start(_look_after_folders(engine, cfg.folder_check_s), "measuring and cleaning job folders")
 
-    async def tick() -> None:
-        try:
-            await training.tick()
-        except Exception:  # noqa: BLE001 - one bad cycle must not stop the loop
-            log.exception("training cycle failed")
-
-    PeriodicCallback(tick, cfg.tick_s * 1000).start()
+    tasks.every(cfg.tick_s, training.tick, "training cycle")
     return training
 
 
