@@ -1,7 +1,8 @@
 """A hub that goes down in the middle of a spawn (on Kubernetes: its pod deleted, so SIGTERM and
 JupyterHub's shutdown cancelling the pending spawn) keeps the share it persisted before it created
 the server: the restarted hub either adopts that server and counts the share once, or releases it
-at its start-up reconcile. Before, the cancelled spawn released the share while the pod lived on,
+at its start-up reconcile; a stop cut short the same way keeps the share while the pod
+terminates and gives it back once it is gone. Before, the cancelled spawn released the share while the pod lived on,
 and the adopted workspace held a GPU that no quota counted. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
@@ -96,4 +97,51 @@ def test_a_spawn_interrupted_by_the_hubs_shutdown_counts_its_share_once_after_th
     with pytest.raises(web.HTTPError, match="QuotaExceeded"):  # a whole GPU more: over her quota of one
         second.reserve_milli(1000)
     asyncio.run(adopting.stop())  # and its stop gives it back, once
+    assert again.pool.store.allocations() == [] and again.pool.state.copy().gpu_free.sum() == 1000
+
+
+class TerminatingKube(Kube):
+    async def stop(self, now: bool = False) -> None:
+        await asyncio.Event().wait()  # the pod terminates; it is still running meanwhile
+
+
+class StopSpawner(GPUSpawnerMixin, TerminatingKube):
+    start_timeout = 60
+    __init__ = Spawner.__init__
+
+
+@pytest.mark.parametrize("gone", [True, False], ids=["pod-gone-later", "pod-still-terminating"])
+def test_a_stop_interrupted_by_the_hubs_shutdown_keeps_the_share_until_the_pod_is_gone(
+    tmp_path: Path, store_url: str, gone: bool
+) -> None:
+    root, pod = hub(tmp_path, store_url), Pod()
+    pod.running = True
+    running = StopSpawner(root, pod)
+    running.reserve_milli(500)
+    root.pool.mark_running(running.workload, None)
+
+    async def interrupted_stop() -> None:
+        stop = asyncio.create_task(running.stop())
+        await asyncio.sleep(0)
+        stop.cancel()  # the hub's shutdown while the pod terminates
+        with pytest.raises(asyncio.CancelledError):
+            await stop
+
+    asyncio.run(interrupted_stop())
+    # the pod still runs (terminating): its share stays counted, nothing handed on
+    assert len(root.pool.store.allocations()) == 1 and root.pool.state.copy().gpu_free.sum() == 500
+    if gone:
+        pod.running = False  # its grace period ended while the hub was down
+    again = hub(tmp_path, store_url)  # the restarted hub
+    released = again.pool.reconcile(lambda row: pod.running)
+    if gone:
+        assert len(released) == 1 and again.pool.store.allocations() == []
+        assert again.pool.state.copy().gpu_free.sum() == 1000
+        return
+    assert released == []
+    adopting = Spawner(again, pod)
+    assert asyncio.run(adopting.poll()) is None and adopting.gpupool_allocation is not None
+    assert again.pool.state.copy().gpu_free.sum() == 500  # counted once
+    pod.running = False  # it ends; the next poll gives the share back, once
+    assert asyncio.run(adopting.poll()) == 0
     assert again.pool.store.allocations() == [] and again.pool.state.copy().gpu_free.sum() == 1000
