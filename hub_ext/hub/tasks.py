@@ -9,11 +9,11 @@ Periodic passes go through `every`: a pass that fails is logged and the next one
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from jupyterhub.utils import maybe_future
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 log = logging.getLogger("gpupool")
@@ -47,9 +47,7 @@ def guarded(work: Callable[[], Any], what: str) -> Callable[[], Coroutine[Any, A
 
     async def once() -> None:
         try:
-            result = work()
-            if inspect.isawaitable(result):
-                await result
+            await maybe_future(work())  # JupyterHub's own: a plain value or an awaitable
         except Exception:  # noqa: BLE001 - one bad pass must not stop the next
             log.exception("%s failed", what)
 
