@@ -89,6 +89,12 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
     )
 
 
+# a container's exit after SIGTERM (128 + 15): stopped from outside — at the Job's
+# activeDeadlineSeconds, by a drain or an eviction — not ended by its own work. Read as an end, it
+# raced the Job's DeadlineExceeded condition and a job past its max runtime said "exit code 143"
+STOPPED_BY_SIGTERM = 143
+
+
 def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
     """The end the Job controller will write, read from the pods as soon as they show it (the
     Job's own Complete or Failed condition trails by seconds to a minute on a busy cluster).
@@ -110,7 +116,10 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
     failures = [
         p
         for p in pods
-        if p.phase == "Failed" and not p.disrupted and not p.gone and p.exit_code not in (None, 0)
+        if p.phase == "Failed"
+        and not p.disrupted
+        and not p.gone
+        and p.exit_code not in (None, 0, STOPPED_BY_SIGTERM)
     ]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
@@ -182,6 +191,9 @@ def job_status(
         )
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
         return JobStatus(S.RUNNING, "finishing", **counts)  # the Job's Complete condition follows
+    if not live and pods and pods[-1].phase == "Failed" and pods[-1].exit_code == STOPPED_BY_SIGTERM:
+        # told to stop from outside (the Job's deadline, a drain): its condition says which
+        return JobStatus(S.RUNNING, "stopping", **counts)
     last = pods[-1] if pods else None
     if last is not None and (last.disrupted or last.gone) and not live:
         # deleted by someone else than the hub (a scheduler without the DisruptionTarget condition):

@@ -243,6 +243,26 @@ def pv(name: str, **kw) -> PodView:
             "exit code 3",
         ),
         ({"spec": {"backoffLimit": 1}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "queued", ""),
+        # SIGTERM's exit (the Job's deadline, a drain) is no end by itself: the Job's condition says why
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Failed", ran=True, exit_code=143)],
+            {},
+            "running",
+            "stopping",
+        ),
+        (
+            {
+                "spec": {"backoffLimit": 0},
+                "status": {
+                    "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
+                },
+            },
+            [pv("p1", phase="Failed", ran=True, exit_code=143)],
+            {},
+            "failed",
+            "stopped at its max runtime",
+        ),
         # the checkpoint helper's exit (75) and a deleted pod are no end: the Job replaces them
         (
             {"spec": {"backoffLimit": 0}},
