@@ -10,7 +10,7 @@ import math
 import pytest
 
 from benchmarks.placement import robustness
-from benchmarks.placement.__main__ import verdict
+from benchmarks.placement.__main__ import pick_mixes, verdict
 from benchmarks.placement.paired import LOSS, TIE, WIN, paired_interval
 from benchmarks.placement.robustness import Row, Workload
 from benchmarks.placement.scale import openb_cluster, scale_run, scale_table
@@ -69,6 +69,7 @@ def test_the_anchor_is_the_better_rival_and_the_verdict_counts_ties_as_ties() ->
 
     line = verdict([clear, close, packing], 4.6, None)
     assert line.startswith("VERDICT placement:")
+    assert "3 of the 20 workloads x 10 seeds" in line  # a part of the grid is said to be one
     assert "2 wins, 1 ties (close +0.03), 0 losses;" in line
     assert "met (no loss; ahead shown on 2 of 3, the ties not shown ahead)" in line
 
@@ -95,3 +96,10 @@ def test_the_heterogeneous_cluster_has_openbs_models_and_the_same_baseline_in_th
             assert 0 < run["p50_cpu_ms"][(kind, 200, policy)] <= run["p99_cpu_ms"][(kind, 200, policy)]
     line = verdict([row("x", [98.0] * 2, [97.0, 97.1])], 4.6, run)
     assert "homogeneous" in line and "openb" in line and "best-fit" in line and "target <= 5 ms" in line
+
+
+def test_mixes_are_picked_by_label_and_an_unknown_label_is_refused() -> None:
+    assert len(pick_mixes("all")) == 15 and pick_mixes("none") == []
+    picked = pick_mixes("cpu0-share45-whole40-multi15,cpu20-share45-whole35-multi0")
+    assert [m.label for m in picked] == ["cpu0-share45-whole40-multi15", "cpu20-share45-whole35-multi0"]
+    assert pick_mixes("cpu0-share45-whole40-multi15,cpu9-nope") is None
