@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks.placement import robustness
@@ -103,3 +104,24 @@ def test_mixes_are_picked_by_label_and_an_unknown_label_is_refused() -> None:
     picked = pick_mixes("cpu0-share45-whole40-multi15,cpu20-share45-whole35-multi0")
     assert [m.label for m in picked] == ["cpu0-share45-whole40-multi15", "cpu20-share45-whole35-multi0"]
     assert pick_mixes("cpu0-share45-whole40-multi15,cpu9-nope") is None
+
+
+def test_a_large_cluster_is_filled_chunk_by_chunk_to_70_percent_everywhere(monkeypatch) -> None:
+    import random
+
+    from benchmarks.data import shared_data
+    from benchmarks.placement import scale
+    from gpupool.sim.traces import read_pods
+
+    pods = [
+        p for p in read_pods(shared_data("openb", "openb_pod_list_default.csv")) if p.request.num_gpu <= 8
+    ]
+    monkeypatch.setattr(scale, "FILL_CHUNK_GPUS", 200)
+    inv = scale.openb_cluster(800)
+    state = scale.filled(inv, pods, random.Random(1))
+    free = state.gpu_free.clip(min=0).sum(axis=1)
+    halves = np.array_split(np.arange(len(inv.nodes)), 2)
+    used = [1 - free[p].sum() / (1000 * state.gpu_count[p].sum()) for p in halves]
+    # both halves of the cluster are filled, not the first more (one piece: 86 % and 54 %)
+    assert all(0.65 < u < 0.75 for u in used), used
+    assert 0.7 <= state.used_milli() / inv.capacity_milli < 0.72
