@@ -89,9 +89,9 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
     )
 
 
-# a container's exit after SIGTERM (128 + 15): stopped from outside — at the Job's
-# activeDeadlineSeconds, by a drain or an eviction — not ended by its own work. Read as an end, it
-# raced the Job's DeadlineExceeded condition and a job past its max runtime said "exit code 143"
+# a container's exit after SIGTERM (128 + 15): in a Job with a max runtime (activeDeadlineSeconds)
+# it is the Job controller stopping it at the deadline, not an end of its own work. Read as an end,
+# it raced the Job's DeadlineExceeded condition and a job past its max runtime said "exit code 143"
 STOPPED_BY_SIGTERM = 143
 
 
@@ -119,7 +119,8 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
         if p.phase == "Failed"
         and not p.disrupted
         and not p.gone
-        and p.exit_code not in (None, 0, STOPPED_BY_SIGTERM)
+        and p.exit_code not in (None, 0)
+        and not (p.exit_code == STOPPED_BY_SIGTERM and spec.get("activeDeadlineSeconds"))
     ]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
@@ -191,9 +192,6 @@ def job_status(
         )
     if any(p.phase == "Succeeded" and not p.disrupted for p in pods):
         return JobStatus(S.RUNNING, "finishing", **counts)  # the Job's Complete condition follows
-    if not live and pods and pods[-1].phase == "Failed" and pods[-1].exit_code == STOPPED_BY_SIGTERM:
-        # told to stop from outside (the Job's deadline, a drain): its condition says which
-        return JobStatus(S.RUNNING, "stopping", **counts)
     last = pods[-1] if pods else None
     if last is not None and (last.disrupted or last.gone) and not live:
         # deleted by someone else than the hub (a scheduler without the DisruptionTarget condition):
@@ -202,6 +200,16 @@ def job_status(
         return JobStatus(S.PREEMPTED, f"preempted ({why}); it resumes from its checkpoint", **counts)
     if preemptions and live:
         return JobStatus(S.PREEMPTED, "preempted; waiting for GPUs to resume", **counts)
+    deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
+    if (
+        deadline
+        and last is not None
+        and last.phase == "Failed"
+        and last.exit_code == STOPPED_BY_SIGTERM
+        and not live
+    ):
+        # stopped from outside in a Job with a max runtime: its DeadlineExceeded condition follows
+        return JobStatus(S.RUNNING, "stopping", **counts)
     why = next((p.unschedulable for p in reversed(live) if p.unschedulable), "")
     if why:
         return JobStatus(S.QUEUED, UNSCHEDULABLE + why, unschedulable=why, **counts)

@@ -243,9 +243,9 @@ def pv(name: str, **kw) -> PodView:
             "exit code 3",
         ),
         ({"spec": {"backoffLimit": 1}}, [pv("p1", phase="Failed", ran=True, exit_code=3)], {}, "queued", ""),
-        # SIGTERM's exit (the Job's deadline, a drain) is no end by itself: the Job's condition says why
+        # SIGTERM's exit in a Job with a max runtime is no end by itself: its DeadlineExceeded follows
         (
-            {"spec": {"backoffLimit": 0}},
+            {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 2}},
             [pv("p1", phase="Failed", ran=True, exit_code=143)],
             {},
             "running",
@@ -253,7 +253,7 @@ def pv(name: str, **kw) -> PodView:
         ),
         (
             {
-                "spec": {"backoffLimit": 0},
+                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 2},
                 "status": {
                     "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]
                 },
@@ -262,6 +262,14 @@ def pv(name: str, **kw) -> PodView:
             {},
             "failed",
             "stopped at its max runtime",
+        ),
+        # without a max runtime, a program that ends on SIGTERM by itself fails as before
+        (
+            {"spec": {"backoffLimit": 0}},
+            [pv("p1", phase="Failed", ran=True, exit_code=143)],
+            {},
+            "failed",
+            "143",
         ),
         # the checkpoint helper's exit (75) and a deleted pod are no end: the Job replaces them
         (
