@@ -31,6 +31,10 @@ from gpupool.vocab.culling import CullAction
 
 log = logging.getLogger("gpupool.stock_arbiter")
 
+# a server the culler has not asked about for this long is no longer running: idle-culler asks
+# about every running server at every pass, and z2jh's longest pass interval is 10 min
+FORGET_S = 3600.0
+
 PodUid = Callable[[str, str], Awaitable[str | None]]  # (namespace, pod name) -> uid
 
 
@@ -81,7 +85,10 @@ class GPUArbiter:
             sample = sampler.sample
         self.sample, self.pod_uid, self.clock = sample, pod_uid, clock
         self.trackers: dict[str, IdleTracker] = {}  # by pod uid, across passes
-        self.uids: dict[tuple[str, str], str] = {}  # (namespace, pod) -> uid, for the pod's life
+        # (namespace, pod, server's start) -> uid, for the pod's life: kubespawner names a user's pod
+        # the same at every start, and a server started again must not be judged by its old pod's GPU
+        self.uids: dict[tuple[str, str, str], str] = {}
+        self.asked: dict[tuple[str, str, str], float] = {}  # when each was last asked about
         self.read_at: float | None = None  # one read of the agents per pass, however many servers
         self.read_for: set[str] = set()  # the pods that read asked about
         self.lock = asyncio.Lock()
@@ -93,18 +100,28 @@ class GPUArbiter:
         agents = [u for u in os.environ.get("GPUPOOL_NODE_AGENTS", "").split(",") if u]
         return cls(agents, token_file=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""))
 
-    async def _uid(self, server: dict) -> str | None:
+    async def _uid(self, server: dict, now: float) -> str | None:
         state = server.get("state") or {}
         name, namespace = state.get("pod_name"), state.get("namespace")
         if not (name and namespace):
             return None  # no kubespawner state (or no admin:server_state scope): Jupyter alone decides
-        key = (namespace, name)
+        key = (namespace, name, str(server.get("started") or ""))
+        self.asked[key] = now
         if key not in self.uids:
             uid = await self.pod_uid(namespace, name)
             if uid is None:
                 return None
             self.uids[key] = uid
         return self.uids[key]
+
+    def _forget(self, now: float) -> None:
+        """Servers not asked about for FORGET_S are gone (idle-culler asks every running one at every
+        pass): their uids and GPU history go, so that neither is read nor kept for ever."""
+        for key in [k for k, t in self.asked.items() if now - t > FORGET_S]:
+            del self.asked[key]
+            uid = self.uids.pop(key, None)
+            if uid is not None:
+                self.trackers.pop(f"/{uid}", None)
 
     async def _read(self, uid: str, now: float) -> None:
         async with self.lock:
@@ -113,6 +130,7 @@ class GPUArbiter:
                 return
             # a pod first seen in this pass is read now, not at the next pass: unread, it would
             # be judged as having no GPU data (Jupyter alone), which the GPU data may contradict
+            self._forget(now)
             self.read_at, self.read_for = now, {*self.uids.values(), uid}
             # the node agents' answer for every pod this culler knows; a blocking read, off the loop
             targets = [Target(owner="", name=u, pod_uid=u) for u in self.read_for]
@@ -127,7 +145,7 @@ class GPUArbiter:
         now = self.clock()
         gpu_idle_s = None
         try:
-            uid = await self._uid(server)
+            uid = await self._uid(server, now)
             if uid is not None:
                 await self._read(uid, now)
                 tracker = self.trackers.get(f"/{uid}")

@@ -165,3 +165,35 @@ def test_the_stock_module_is_idle_cullers_own_command():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--cull-every" in out.stdout and "cull_arbiter_hook" in out.stdout
+
+
+async def test_a_server_started_again_is_judged_by_its_new_pods_gpu(hub_api):
+    # kubespawner names frank's pod jupyter-frank at every start: his second server's pod has the
+    # same name and a new uid, and its running cell must not be judged by the first pod's GPU
+    hub, url = hub_api([_user("frank", 2 * 3600, "jupyter-frank")])
+    pods = {"jupyter-frank": "uid-first"}
+    util = {"uid-first": 0.0}
+    clock = [0.0]
+
+    async def pod_uid(namespace: str, name: str) -> str | None:
+        return pods.get(name)
+
+    def sample(targets):  # the node agents report the pods that run now, and nothing else
+        return {t.key: GPUUse(util[t.pod_uid], 1000) for t in targets if t.pod_uid in util}
+
+    arbiter = GPUArbiter(sample=sample, pod_uid=pod_uid, clock=lambda: clock[0])
+    for _ in range(20):  # his first server's GPU idles 20 min, Jupyter silent: culled
+        clock[0] += 60
+        await _pass(url, arbiter)
+    assert hub.stopped == ["frank"]
+    # he comes back and starts a training cell on a new server: same pod name, new pod
+    hub.users, hub.stopped = [_user("frank", 0, "jupyter-frank")], []
+    hub.users[0]["servers"][""]["started"] = _stamp(0)
+    pods["jupyter-frank"], util = "uid-second", {"uid-second": 100.0}
+    for _ in range(61):  # he goes home; the cell computes an hour while Jupyter is silent
+        clock[0] += 60
+        hub.users[0]["servers"][""]["last_activity"] = _stamp(600 + clock[0])
+        await _pass(url, arbiter)
+    assert hub.stopped == []
+    # the first pod, gone an hour, is no longer read nor remembered
+    assert arbiter.read_for == {"uid-second"} and list(arbiter.trackers) == ["/uid-second"]
