@@ -2,6 +2,7 @@
 policy code (gpupool.idle_culler.policy), against reserving for life and the stock culler.
 
     python -m benchmarks.culling [--sessions 2000] [--seed 1] [--class-size 500 [--concurrency 10]]
+        [--stock-hub-every SECONDS] [--stock-hub-sample N]
 
 --class-size N also times the culler on a real hub with N running workspaces (minutes): paged
 reads and stops one at a time vs `concurrency` at once, in the same run (class_hub.py).
@@ -182,7 +183,24 @@ def main(argv: list[str] | None = None) -> int:
         default=100,
         help="of those, stopped one request at a time beside the concurrent ones (--class-size; default 100)",
     )
+    ap.add_argument(
+        "--stock-hub-every",
+        type=float,
+        default=-1,
+        help="seconds between idle-culler's passes in the stock-hub world (stock_hub.py; default: idle-culler's"
+        " own default, 300; 0: skip that world)",
+    )
+    ap.add_argument(
+        "--stock-hub-sample",
+        type=int,
+        default=1,
+        help="the stock-hub world replays every Nth session (default 1: all of them)",
+    )
     args = ap.parse_args(argv)
+    if not 1 <= args.stock_hub_sample <= 1000 or not (
+        args.stock_hub_every in (-1, 0) or 10 <= args.stock_hub_every <= 3600
+    ):
+        ap.error("--stock-hub-sample must be 1..1000 and --stock-hub-every 10..3600 (0: skip)")
     if not 0 <= args.class_size <= 100_000 or not 1 <= args.concurrency <= 100:
         ap.error("--class-size must be 0..100000 and --concurrency 1..100")
     class_line = (
@@ -335,7 +353,42 @@ def main(argv: list[str] | None = None) -> int:
         f" {culled['used_pct']:.1f} % -> {hib.used_pct:.1f} %, wake p95 {wake_p95_1gib():.1f} s for 1 GiB"
     )
     print(verdict_line(culled, stock_row, parking.used_pct, parking.lost_states, describe(defaults)))
+    if args.stock_hub_every:
+        stock_hub_world(sessions, culled, stock_row, args.stock_hub_every, args.stock_hub_sample)
     return 0
+
+
+def stock_hub_world(sessions: list[Session], ours: dict, stock: dict, every: float, nth: int) -> None:
+    """The stock hub's path (#40): jupyterhub-idle-culler's own loop with gpupool's hook, beside
+    gpupool's culler and the stock rule of the replay above (benchmarks/culling/stock_hub.py)."""
+    from benchmarks.culling import stock_hub
+
+    every = every if every > 0 else stock_hub.default_every()
+    sample = sessions[::nth]
+    which = f"{len(sample)} sessions" + (f", 1 in {nth}" if nth > 1 else "")
+    print(
+        f"[stock hub] {which} through idle-culler's loop, a pass every {every:g} s ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    arbiter, loop_stock = stock_hub.stock_hub_worlds(sample, every)
+    print(
+        f"\nA stock hub's culler (jupyterhub-idle-culler's cull_idle, its HTTP requests to a hub API serving"
+        f" the replay's servers) with gpupool's cull_arbiter_hook, a pass every {every:g} s, {which}"
+        f" ({arbiter['seconds'] + loop_stock['seconds']:.0f} s of run time):"
+    )
+    print(
+        stock_hub.table(
+            [
+                (f"gpupool's own culler, defaults (replay above, {len(sessions)} sessions)", ours),
+                (f"stock culler: Jupyter idle 1 h (replay above, {len(sessions)} sessions)", stock),
+                (f"idle-culler's own rule, timeout 1 h, through its loop ({which})", loop_stock),
+                (f"**idle-culler + gpupool arbiter** through its loop ({which})", arbiter),
+            ]
+        ),
+        flush=True,
+    )
+    print(stock_hub.verdict(arbiter, loop_stock, every, which), flush=True)
 
 
 def verdict_line(ours: dict, stock: dict, park_pct: float, park_lost: int, rules: str) -> str:

@@ -336,3 +336,38 @@ def default_every() -> int:
     from jupyterhub_idle_culler import IdleCuller
 
     return IdleCuller().cull_every
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    out = [
+        "| world | reserved GPU-h | used / reserved | culls | sessions with a false cull (back within 30 min) |"
+        " culls the user came back from after any gap (lost kernel states) | culls that killed a running cell |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, r in rows:
+        out.append(
+            f"| {label} | {r['reserved_gpu_h']:,.0f} | {r['used_pct']:.1f} % | {r['culls']} |"
+            f" {r['false_cull_sessions_pct']:.1f} % | {r['returned']} | {r['killed']} |"
+        )
+    return "\n".join(out)
+
+
+def verdict(ours: dict, stock: dict, every: float, sessions: str) -> str:
+    """The arbiter world's line, with the stock rule through the same loop beside it; the targets are
+    gpupool's own culler's (#26, #40)."""
+    ok = ours["used_pct"] >= 70 and ours["false_cull_sessions_pct"] <= 1 and ours["killed"] == 0
+    return (
+        f"VERDICT stock hub: idle-culler {_version()} + gpupool arbiter, a pass every {every:g} s, {sessions}:"
+        f" {ours['used_pct']:.1f} % used/reserved, {ours['false_cull_sessions_pct']:.1f} % of sessions falsely"
+        f" culled (back within 30 min), {ours['returned']} lost kernel states of {ours['culls']} culls,"
+        f" {ours['killed']} running cells stopped; idle-culler's own rule (1 h) through the same loop"
+        f" {stock['used_pct']:.1f} %, {stock['false_cull_sessions_pct']:.1f} %, {stock['returned']} lost of"
+        f" {stock['culls']}, {stock['killed']} stopped; target >= 70 %, <= 1 %, 0 stopped:"
+        f" {'met' if ok else 'NOT met'} ({ours['seconds'] + stock['seconds']:.0f} s)"
+    )
+
+
+def _version() -> str:
+    import jupyterhub_idle_culler
+
+    return jupyterhub_idle_culler.__version__
