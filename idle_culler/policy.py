@@ -26,7 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from gpupool.vocab.culling import IDLE_UTIL_PCT, BudgetAction, CullAction, CullReason, gpu_idle
-from gpupool.vocab.reason_words import PRESENT as MESSAGES
+from gpupool.vocab.reason_words import PRESENT
 
 
 @dataclass(frozen=True)
@@ -209,13 +209,13 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
         return Decision(CullAction.PARK, CullReason.IDLE_GPU, cull_at, PARKED)
     left = cull_at - now
     if left <= 0:
-        return Decision(CullAction.CULL, reason, cull_at, f"stopped because {MESSAGES[reason]}")
+        return Decision(CullAction.CULL, reason, cull_at, f"stopped because {PRESENT[reason]}")
     if reason in TIME_LIMITS and deadlines(ws, now, replace(limits, busy_grace_s=0))[reason] <= now:
         return Decision(
             CullAction.WARN,
             reason,
             cull_at,
-            f"{MESSAGES[reason]}: it stops as soon as its GPU work ends; save your work",
+            f"{PRESENT[reason]}: it stops as soon as its GPU work ends; save your work",
         )
     if reason in (CullReason.IDLE_GPU, CullReason.IDLE_GPU_LONG) and (ws.gpu_idle_s or 0.0) < limits.window_s:
         # a busy GPU is not warned "its GPU has been idle", even where the warning time is as long
@@ -227,7 +227,7 @@ def decide(ws: Workspace, now: float, limits: Limits) -> Decision:
             CullAction.WARN,
             reason,
             cull_at,
-            f"will stop in {int(left // 60)} min because {MESSAGES[reason]}: save your work{hint}",
+            f"will stop in {int(left // 60)} min because {PRESENT[reason]}: save your work{hint}",
         )
     return Decision(CullAction.KEEP, reason, cull_at, PARKED if ws.parked else "")
 

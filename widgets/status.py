@@ -14,9 +14,9 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.reason_words import UPCOMING
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.summary import (
-    REASONS,
     clock,
     culler_finding,
     gpus_text,
@@ -52,7 +52,7 @@ def culler_rows(
     if found.get("extended") and not found.get("cull_at"):
         rows.append(("Session", "extended once: the new end time comes with the idle culler's next pass"))
     elif found.get("cull_at"):
-        why = REASONS.get(found.get("reason", ""), "")
+        why = UPCOMING.get(found.get("reason", ""), "")
         rows.append(
             (
                 "Session",

@@ -9,10 +9,8 @@ from typing import Any
 
 from gpupool.pool.units import format_gpus, gpus_number
 from gpupool.vocab.culling import CullAction, CullReason
-from gpupool.vocab.reason_words import UPCOMING as REASONS
+from gpupool.vocab.reason_words import UPCOMING
 from gpupool.vocab.states import JobState
-
-# the culler's reason codes (gpupool.idle_culler.policy) as a user reads them, after "stops at 18:00"
 
 
 def gpus_text(milli: int) -> str:
@@ -131,7 +129,7 @@ def summary(
         "now": now,
         "cull_at": found.get("cull_at"),
         "reason": found.get("reason", ""),
-        "reason_text": REASONS.get(found.get("reason", ""), ""),
+        "reason_text": UPCOMING.get(found.get("reason", ""), ""),
         "action": found.get("action", ""),
         "message": found.get("message", ""),
         "extendable": bool(found) and not found.get("extended") and found.get("reason") != CullReason.MEMORY,

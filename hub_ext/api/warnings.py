@@ -80,8 +80,6 @@ def shares_for(
     return sorted(out, key=lambda s: s["name"])
 
 
-# why the culler stopped a server, as its owner reads it after "stopped at 18:00: "
-
 # what its owner does about it, after the reason: the home page and the "Server not running" page
 AGAIN = "Start it again when you need it."
 WAKE = "Start it to wake it."

@@ -95,6 +95,15 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
 STOPPED_BY_SIGTERM = 143
 
 
+def stopped_at_deadline(spec: dict, pod: PodView) -> bool:
+    """A pod of a Job with a max runtime that ended on SIGTERM: the deadline, not its work."""
+    return (
+        bool(spec.get("activeDeadlineSeconds"))
+        and pod.phase == "Failed"
+        and pod.exit_code == STOPPED_BY_SIGTERM
+    )
+
+
 def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
     """The end the Job controller will write, read from the pods as soon as they show it (the
     Job's own Complete or Failed condition trails by seconds to a minute on a busy cluster).
@@ -120,7 +129,7 @@ def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) ->
         and not p.disrupted
         and not p.gone
         and p.exit_code not in (None, 0)
-        and not (p.exit_code == STOPPED_BY_SIGTERM and spec.get("activeDeadlineSeconds"))
+        and not stopped_at_deadline(spec, p)
     ]
     limit = spec.get("backoffLimit")
     if one_pod and isinstance(limit, int) and failures and len(failures) > limit and not live:
@@ -200,14 +209,7 @@ def job_status(
         return JobStatus(S.PREEMPTED, f"preempted ({why}); it resumes from its checkpoint", **counts)
     if preemptions and live:
         return JobStatus(S.PREEMPTED, "preempted; waiting for GPUs to resume", **counts)
-    deadline = ((job or {}).get("spec") or {}).get("activeDeadlineSeconds")
-    if (
-        deadline
-        and last is not None
-        and last.phase == "Failed"
-        and last.exit_code == STOPPED_BY_SIGTERM
-        and not live
-    ):
+    if last is not None and not live and stopped_at_deadline((job or {}).get("spec") or {}, last):
         # stopped from outside in a Job with a max runtime: its DeadlineExceeded condition follows
         return JobStatus(S.RUNNING, "stopping", **counts)
     why = next((p.unschedulable for p in reversed(live) if p.unschedulable), "")
