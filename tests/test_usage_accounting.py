@@ -357,3 +357,16 @@ async def test_the_usage_pages_first_period_fits_a_new_hubs_data(tmp_path) -> No
     assert (await usage_view(UsageService(pool, Usage()), {"period": "7d"}, 2))[
         "period"
     ] == "7d"  # a pick wins
+
+
+def test_a_culler_whose_clock_runs_ahead_has_its_samples_counted_now_not_in_a_later_hour(tmp_path) -> None:
+    """A report dated an hour ahead (a culler pod's clock skewed, or a pass near the hour's turn)
+    is filed under the hub's present hour, so the session's peak reaches the advice at once."""
+    pool = small_pool(tmp_path)
+    pool.reserve_build("ann", [], "", 1000)
+    t = 100 * H + 1800
+    usage = UsageService(pool, Usage(), clock=lambda: t)
+    w = {"owner": "ann", "name": "", "gpu_data": True, "gpu_util_pct": 4.0, "memory_mib": 1500}
+    usage.record_report([w], t + H)
+    rows = usage.ledger.uses(t - H, t + 1, "ann")
+    assert [(r.hour, r.peak_memory_mib) for r in rows] == [(t // H, 1500)]

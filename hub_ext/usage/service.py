@@ -384,8 +384,11 @@ class UsageService:
 
     # --- samples and retention --------------------------------------------------------------
     def record_report(self, workspaces: list[Finding], pass_time: float) -> None:
+        # the culler's clock (another pod's, on Kubernetes) may run ahead of the hub's: a sample
+        # filed under an hour that has not begun here is left out of every report until it does
+        when = min(pass_time, self.now())
         try:
-            self.ledger.record_samples(workspaces, pass_time, self.cfg.sample_gap_s)
+            self.ledger.record_samples(workspaces, when, self.cfg.sample_gap_s)
         except Exception:  # noqa: BLE001 - accounting must never break the culler's report
             log.exception("could not record the culler's GPU use samples")
 
