@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -368,3 +369,43 @@ def test_a_cgroup_v2_host_is_told_what_is_enforced_there_and_what_not(tmp_path: 
     for fd in cgroups.tree.join_fds("i/ws-a", cgroups.limits([0], profile="1")):
         os.close(fd)
     assert sorted(p.name for p in (tmp_path / "i/ws-a").iterdir()) == ["cgroup.procs"]  # no limit pretended
+
+
+SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_a_workspace_beside_many_busy_train_jobs_keeps_half_the_cpu(tree) -> None:
+    """Six CPU-bound train jobs and one workspace on one CPU: the jobs together weigh as one
+    workspace (c.Containment.jobs_cpu_shares), so the workspace gets about half the CPU; as
+    siblings of equal weight it would get a seventh (the sweep flood of benchmarks.neighbours)."""
+    if not tree.controllers.enforced("cpu"):
+        pytest.skip(tree.controllers.status()["cpu"])
+    tree.controllers.reserve(0, 0, 1024)
+    seconds, cpu = 3, min(os.sched_getaffinity(0))
+    procs = {}
+    for name in [f"i/job-{n}" for n in range(6)] + ["i/ws-w"]:
+        fds = tree.join_fds(name, Limits(cpu_shares=1024))
+        try:
+            procs[name] = subprocess.Popen(
+                ["taskset", "-c", str(cpu), PYTHON, "-c", SPIN.format(s=seconds)],
+                preexec_fn=joiner(fds),
+                user=65534,
+                group=65534,
+                extra_groups=[],
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+    time.sleep(seconds - 0.5)  # the kernel's scheduler at work: real CPU time, not travelled
+    used = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}  # while all still spin
+    for proc in procs.values():
+        proc.wait(30)
+    total = sum(used.values())
+    share = used["i/ws-w"] / total
+    assert share > 0.35, f"the workspace got {share:.0%} of the CPU beside six jobs ({used})"
+    assert (tree.controllers.roots["cpu"] / "i/jobs/job-0").is_dir()  # the jobs' own folder

@@ -39,6 +39,7 @@ class LimitPolicy:
     groups: dict[str, dict[str, int]] = field(default_factory=dict)
     profiles: dict[str, dict[str, int]] = field(default_factory=dict)
     workloads_cpu_shares: int = 0  # all workloads together, against the hub's 1024
+    jobs_cpu_shares: int = 0  # an instance's train jobs together, against each workspace
     workloads_memory_bytes: int = 0  # all workloads together
 
     def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = (), profile: str = "") -> Limits:
@@ -157,6 +158,21 @@ class Containment(Configurable):
             c.Containment.workloads_cpu_shares = 128
         """,
     )
+    jobs_cpu_shares = Int(
+        1024,
+        min=2,
+        max=262_144,
+        config=True,
+        help="""The CPU weight of all train jobs together against each
+        workspace when the CPUs are busy (cgroup v1's cpu.shares; a workspace weighs
+        cpu_shares, 1024 by default). Each job's own weight (cpu_shares, group_limits,
+        profile_limits) then divides the jobs' part among them, so a user's sixty sweep runs
+        cannot starve a workspace beside them. Not a cap: jobs use every CPU no workspace wants.
+        Example::
+
+            c.Containment.jobs_cpu_shares = 2048  # the jobs together weigh two workspaces
+        """,
+    )
     reserved_memory = Unicode(
         "1G",
         config=True,
@@ -223,6 +239,7 @@ class Containment(Configurable):
             groups=numbers(self.group_limits),
             profiles=numbers(self.profile_limits),
             workloads_cpu_shares=self.workloads_cpu_shares,
+            jobs_cpu_shares=self.jobs_cpu_shares,
             workloads_memory_bytes=max(total - reserved, 1 << 28) if reserved and total else 0,
         )
 
@@ -311,7 +328,8 @@ class WorkloadCgroups:
             )
             + (f", {size_text(p.workloads_memory_bytes)} for all" if p.workloads_memory_bytes else ""),
             "processes": f"{p.pids_max} processes each" if p.pids_max else "no limit set",
-            "cpu": f"CPU weight {p.cpu_shares} each, all together {p.workloads_cpu_shares} against the hub's 1024",
+            "cpu": f"CPU weight {p.cpu_shares} each, train jobs together {p.jobs_cpu_shares or 1024},"
+            f" all together {p.workloads_cpu_shares} against the hub's 1024",
         }
         for limit, key in (("memory", "memory_bytes"), ("processes", "pids_max"), ("cpu", "cpu_shares")):
             own = [f"group {g}" for g, v in sorted(p.groups.items()) if key in v]

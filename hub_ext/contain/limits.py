@@ -12,7 +12,10 @@
   swap is no way round it); over it the kernel's OOM killer ends a process of that cgroup only.
 - processes: pids.max (threads count: a fork storm stops there).
 - CPU: cpu.shares, relative to the other workloads; all workloads share one parent whose own
-  shares are lower than the hub's, which keeps a reserved share for the hub and the proxy.
+  shares are lower than the hub's, which keeps a reserved share for the hub and the proxy. In the
+  cpu hierarchy alone an instance's train jobs sit together in one folder (`jobs`) that weighs
+  as one workspace (`jobs_cpu_shares`): a user who starts sixty runs of a sweep gets the jobs'
+  share, not sixty workspaces' worth, and a workspace beside them stays responsive.
 
 Each limit says whether this machine enforces it and, when not, why (`Controllers.status`).
 """
@@ -36,6 +39,7 @@ LIMITS = ("devices", "memory", "processes", "cpu")  # what is said, enforced or 
 CONTROLLER = {"devices": "devices", "memory": "memory", "processes": "pids", "cpu": "cpu"}
 MAX_PIDS = 4_194_304  # the kernel's pid_max ceiling
 MAX_SHARES = 262_144  # cpu.shares' ceiling
+JOBS = "jobs"  # the cpu hierarchy's folder of an instance's train jobs (see `Controllers.folder`)
 SIZE = re.compile(r"\s*(\d{1,15})\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
 PERCENT = re.compile(r"\s*(\d{1,3})\s*%\s*\Z")
 
@@ -146,6 +150,7 @@ class Controllers:
 
     def __init__(self, roots: dict[str, Path], missing: dict[str, str], kind: str = "cgroup v1") -> None:
         self.roots, self.missing, self.kind = roots, missing, kind
+        self.jobs_cpu_shares = 0  # the jobs folder's weight (0: the kernel's 1024), see `reserve`
 
     def status(self) -> dict[str, str]:
         """limit -> "" when enforced here, else the reason it is not."""
@@ -155,19 +160,30 @@ class Controllers:
         return not self.missing.get(limit, "") and CONTROLLER[limit] in self.roots
 
     def path(self, controller: str, rel: Path) -> Path:
-        return self.roots[controller] / rel
+        return self.folder(controller, self.roots[controller], rel)
+
+    @staticmethod
+    def folder(controller: str, root: Path, rel: Path) -> Path:
+        """A workload's folder in one hierarchy: `root/rel`, except a train job's in the cpu one,
+        which is one level down, in its instance's `jobs` folder (the jobs weigh together)."""
+        if controller == "cpu" and rel.name.startswith("job-"):
+            return root / rel.parent / JOBS / rel.name
+        return root / rel
 
     def make(self, rel: Path) -> None:
-        for root in self.roots.values():
-            os.makedirs(root / rel, mode=0o755, exist_ok=True)
+        for ctrl, root in self.roots.items():
+            folder = self.folder(ctrl, root, rel)
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            if ctrl == "cpu" and folder.parent.name == JOBS and self.jobs_cpu_shares and self.enforced("cpu"):
+                _write(folder.parent / "cpu.shares", str(self.jobs_cpu_shares))  # an older hub's value too
 
     def join_fds(self, rel: Path) -> list[int]:
         """cgroup.procs of the workload in each hierarchy, open for writing (see `joiner`)."""
         self.make(rel)
         fds: list[int] = []
         try:
-            for root in self.roots.values():
-                fds.append(os.open(root / rel / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            for ctrl, root in self.roots.items():
+                fds.append(os.open(self.folder(ctrl, root, rel) / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -227,8 +243,8 @@ class Controllers:
     def remove(self, rel: Path) -> bool:
         """The workload's folder (and those below) in every hierarchy; False while one is busy."""
         ok = True
-        for root in self.roots.values():
-            path = root / rel
+        for ctrl, root in self.roots.items():
+            path = self.folder(ctrl, root, rel)
             below = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
             for folder in [*below, path]:
                 try:
@@ -241,10 +257,15 @@ class Controllers:
                     ok = False
         return ok
 
-    def reserve(self, workloads_cpu_shares: int, workloads_memory_bytes: int) -> None:
+    def reserve(
+        self, workloads_cpu_shares: int, workloads_memory_bytes: int, jobs_cpu_shares: int = 0
+    ) -> None:
         """All workloads together: a CPU weight below the hub's (its tasks weigh 1024 each in
         the hierarchy above) and at most `workloads_memory_bytes` of memory, so that the hub, the
-        proxy and the services keep a share whatever users run."""
+        proxy and the services keep a share whatever users run; an instance's train jobs together
+        weigh `jobs_cpu_shares` against each workspace (0: the kernel's 1024), from their next
+        jobs folder on."""
+        self.jobs_cpu_shares = jobs_cpu_shares
         if self.enforced("cpu") and workloads_cpu_shares:
             _write(self.roots["cpu"] / "cpu.shares", str(workloads_cpu_shares))
         if self.enforced("memory") and workloads_memory_bytes:

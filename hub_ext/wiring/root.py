@@ -158,7 +158,9 @@ class GPUPoolHub:
                     + "; ".join(f"{k}: {v}" for k, v in missing.items())
                 )
             try:  # the hub and the proxy keep their share: all workloads together weigh less
-                tree.controllers.reserve(policy.workloads_cpu_shares, policy.workloads_memory_bytes)
+                tree.controllers.reserve(
+                    policy.workloads_cpu_shares, policy.workloads_memory_bytes, policy.jobs_cpu_shares
+                )
             except OSError as err:
                 log.warning("could not reserve CPU and memory for the hub: %s", err)
             self._cgroups = cgroups
