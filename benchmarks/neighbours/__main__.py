@@ -154,6 +154,12 @@ def escapes(hub: Hub, jobs: dict[str, tuple[dict, str]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.neighbours", description=__doc__)
     parser.add_argument("--seconds", type=float, default=20, help="API calls per phase (default 20 s)")
+    parser.add_argument(
+        "--jobs-cpu-shares",
+        type=int,
+        default=1024,
+        help="c.Containment.jobs_cpu_shares: the train jobs' weight together against a workspace's 1024",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("neighbours: needs root (cgroups, accounts)", file=sys.stderr)
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         stop = Path(tempfile.mkdtemp(prefix="gpupool-stop-"))
         stop.chmod(0o755)
         stop_file = str(stop / "stop")
-        hub = Hub(state=Path(tmp) / "hub", extra_config=CONFIG, env={"GPUPOOL_CULLER": "0"})
+        hub = Hub(state=Path(tmp) / "hub", extra_config=CONFIG + f"c.Containment.jobs_cpu_shares = {args.jobs_cpu_shares}\n", env={"GPUPOOL_CULLER": "0"})
         try:
             hub.start()
             quiet = hub.user_token("quiet")
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.rmdir()
     print(
         f"quiet user beside a fork storm, a {MEMORY_LIMIT} memory hog, a CPU spin and device opens; then a sweep flood"
+        f" (train jobs together weigh {args.jobs_cpu_shares} against a workspace's 1024)"
     )
     print("| phase | API p99 (s) | API calls | spawn (s) |")
     print("|---|---|---|---|")
