@@ -173,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         stop = Path(tempfile.mkdtemp(prefix="gpupool-stop-"))
         stop.chmod(0o755)
         stop_file = str(stop / "stop")
-        hub = Hub(state=Path(tmp) / "hub", extra_config=CONFIG + f"c.Containment.jobs_cpu_shares = {args.jobs_cpu_shares}\n", env={"GPUPOOL_CULLER": "0"})
+        hub = Hub(
+            state=Path(tmp) / "hub",
+            extra_config=CONFIG + f"c.Containment.jobs_cpu_shares = {args.jobs_cpu_shares}\n",
+            env={"GPUPOOL_CULLER": "0"},
+        )
         try:
             hub.start()
             quiet = hub.user_token("quiet")
