@@ -13,6 +13,7 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from gpupool.train.sweep import SweepError
+from gpupool.vocab.job_wire import CodeKind, job_body
 from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.vocab.states import UNFINISHED, JobState
 from gpupool.widgets.ansi import log_box
@@ -374,21 +375,20 @@ class PromoteToTraining(w.VBox):
         problems, params = self.check()
         if problems:
             return None
-        body: dict[str, Any] = {
-            "project": self.project.value,
-            "gpus": self.gpus.value,
-            "name": self.name.value,
-            "priority": self.priority.value,
-            "parameters": params,
-        }
-        if self.sweep_spec:
-            body["sweep"] = self.sweep_spec
-        if self.script is not None:
-            body["script"] = self.script
-        elif self.notebook is not None:
-            body["notebook"] = self.notebook
-        else:
-            body["code"] = self.code
+        kind: CodeKind = (
+            "script" if self.script is not None else "notebook" if self.notebook is not None else "code"
+        )
+        what = {"script": self.script, "notebook": self.notebook, "code": self.code}[kind]
+        body = job_body(
+            self.project.value,
+            self.gpus.value,
+            self.name.value,
+            self.priority.value,
+            params,
+            kind,
+            what,
+            sweep=self.sweep_spec,
+        )
         self.submit_button.disabled = True
         self.problems.value = "<i>submitting…</i>"
         try:

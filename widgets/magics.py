@@ -7,6 +7,7 @@ import json
 import shlex
 from typing import Any
 
+from gpupool.vocab.job_wire import job_body
 from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
 
 
@@ -192,18 +193,17 @@ def register(ipython: Any) -> None:
                 projects = None
             print(train_help(projects))
             return
-        payload = {
-            "project": args.project,
-            "gpus": args.gpus,
-            "name": args.name,
-            "priority": args.priority,
-            "code": cell,
-            "parameters": args.parameters,
-        }
-        if args.sweep_spec:
-            payload["sweep"] = args.sweep_spec
-        if args.pool:
-            payload["pools"] = args.pool
+        payload = job_body(
+            args.project,
+            args.gpus,
+            args.name,
+            args.priority,
+            args.parameters,
+            "code",
+            cell,
+            sweep=args.sweep_spec,
+            pools=args.pool,
+        )
         try:
             job = Client().post("api/jobs", payload)
         except GPUPoolError as err:
