@@ -12,7 +12,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from sqlalchemy import select
@@ -394,18 +394,28 @@ class TrainingService(JobBook):
         elastic = {r.id: (r.min_gpus, r.max_gpus) for r in rows if r.min_gpus}
         chosen = {r.id: tuple(r.pools) for r in rows if r.pools}
         held = self.holds(rows) if self.holds is not None else {}
+        # every train allocation in one read: one query per job made a tick over sixty jobs
+        # hold the hub's event loop ~80 ms, every tick (benchmarks.neighbours' sweep flood)
+        allocs = self.train_allocations()
         pending = [
-            replace(self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id)), pools=chosen.get(r.id, ()))
+            replace(
+                self.scheduler_job(r, self.pins.get(r.id), elastic.get(r.id), allocs),
+                pools=chosen.get(r.id, ()),
+            )
             for r in rows
             if r.state == JobState.QUEUED and r.project in self.projects and r.id not in held
         ]
         running = [
-            replace(self.scheduler_job(r, None, elastic.get(r.id)), pools=chosen.get(r.id, ()))
+            replace(self.scheduler_job(r, None, elastic.get(r.id), allocs), pools=chosen.get(r.id, ()))
             for r in rows
             if r.state == JobState.RUNNING
         ]
-        stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
+        stopping = [self.scheduler_job(r, allocs=allocs) for r in rows if r.state == JobState.PREEMPTING]
         return pending, running, stopping
+
+    def train_allocations(self) -> dict[tuple[str, str], Allocation]:
+        """(owner, job id) -> the job's allocation, for every train job holding one."""
+        return {(a.owner, a.name): a for a in self.pool.store.allocations(kind=WorkloadKind.TRAIN)}
 
     def _plan(self, now: float):
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
@@ -460,11 +470,20 @@ class TrainingService(JobBook):
         return view
 
     def scheduler_job(
-        self, row: TrainJob, pin: Placement | None = None, elastic: tuple[int, int] | None = None
+        self,
+        row: TrainJob,
+        pin: Placement | None = None,
+        elastic: tuple[int, int] | None = None,
+        allocs: Mapping[tuple[str, str], Allocation] | None = None,
     ) -> Job:
         """The scheduler's view of a row; an elastic job (min, max GPUs) asks for its minimum
-        while queued, and runs at its current size (num_gpu)."""
-        alloc = self.pool.allocation(Workload(WorkloadKind.TRAIN, row.owner, row.id))
+        while queued, and runs at its current size (num_gpu). `allocs`: the train allocations
+        read once for many rows (`train_allocations`); None: this row's is read now."""
+        alloc = (
+            self.pool.allocation(Workload(WorkloadKind.TRAIN, row.owner, row.id))
+            if allocs is None
+            else allocs.get((row.owner, row.id))
+        )
         placement = pin
         if alloc is not None:
             placement = Placement(
@@ -587,8 +606,9 @@ class TrainingService(JobBook):
         what build-first can free, and says so."""
         now = now if now is not None else time.time()
         rows = self.jobs()
-        running = [self.scheduler_job(r) for r in rows if r.state == JobState.RUNNING]
-        stopping = [self.scheduler_job(r) for r in rows if r.state == JobState.PREEMPTING]
+        allocs = self.train_allocations()
+        running = [self.scheduler_job(r, allocs=allocs) for r in rows if r.state == JobState.RUNNING]
+        stopping = [self.scheduler_job(r, allocs=allocs) for r in rows if r.state == JobState.PREEMPTING]
         # per-pool guarantees: who is over quota is decided within each pool
         projects, _, running, stopping = split_by_pool(
             self.projects, self.pools, self.pool.inventory, [], running, stopping
