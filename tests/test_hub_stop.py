@@ -4,7 +4,11 @@ it), and the log says what keeps running. A real hub stopped as `make up`'s Ctrl
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +22,36 @@ c.TrainPool.projects = {"lab": {"guarantee": 1}}
 """
 WAITER = """
 import os, time
+with open("job.pid", "w") as f:
+    f.write(str(os.getpid()))
 while not os.path.exists("go"):
     time.sleep(0.05)
 """
 
 
-def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hub) -> None:
+def _stop_jobs(hub: Hub) -> subprocess.CompletedProcess:
+    """`gpupool stop-jobs` as an admin runs it, with the hub's state and config."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool.wiring.cli", "stop-jobs", "--state", str(hub.state)]
+        + ["--config", str(hub.state / "test_config.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _runs(pid: int) -> bool:
+    """Alive, as a process that is not a zombie waiting for a reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stopping_hub_starts_no_queued_job_and_stop_jobs_ends_what_keeps_running(make_hub) -> None:
+    """The stop says what keeps running and names `gpupool stop-jobs`, which is refused while the
+    hub runs, then ends the job it left (its process gone, the job back in the queue, its GPU
+    released), and has nothing to stop the second time."""
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     token = hub.user_token("ann")
     hub.spawn("ann", 0.5)  # its GPU comes back when the stop ends the server
@@ -31,19 +59,52 @@ def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hu
     running = hub.wait_job(running["id"], {"running"}, token)
     queued = hub.api("POST", J, {"project": "lab", "gpus": 3, "name": "waits", "script": WAITER}, token=token)
     assert hub.api("GET", f"{J}/{queued['id']}", token=token)["state"] == "queued"
+    refused = _stop_jobs(hub)
+    assert refused.returncode == 1 and "a hub runs on" in refused.stderr, refused
+    assert hub.api("GET", f"{J}/{running['id']}", token=token)["state"] == "running"
     before = hub.log_path.stat().st_size
-    hub.stop()  # SIGTERM, as Ctrl-C on `make up`
+    assert hub.proc is not None
+    hub.proc.send_signal(signal.SIGTERM)  # as Ctrl-C on `make up`; what it leaves runs on
+    hub.proc.wait(60)
     log = hub.log_path.read_bytes()[before:].decode(errors="replace")
-    con = sqlite3.connect(hub.state / "gpupool.sqlite")
-    try:
-        state = con.execute("SELECT state FROM gpupool_jobs WHERE id = ?", (queued["id"],)).fetchone()[0]
-    finally:
-        con.close()
-    assert state == "queued", log  # not started by the stopping hub
+    db = hub.state / "gpupool.sqlite"
+
+    def job(job_id: str) -> tuple:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute(
+                "SELECT state, pid, workdir FROM gpupool_jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        finally:
+            con.close()
+
+    assert job(queued["id"])[0] == "queued", log  # not started by the stopping hub
     assert "allocated" not in log.split("no server or train job starts from now", 1)[-1], log
     assert "no server or train job starts from now" in log, log
     assert "1 train job(s) keep running as" in log and running["id"] in log, log
     assert "adopted at the next start" in log and "--stop-jobs" in log, log
+    assert "`gpupool stop-jobs` ends them" in log, log
+    state, wrapper, workdir = job(running["id"])
+    script_pid = int((Path(workdir) / "job.pid").read_text())
+    assert state == "running" and _runs(wrapper) and _runs(script_pid)  # left running by the stop
+
+    done = _stop_jobs(hub)
+    assert done.returncode == 0, done
+    assert f"stopped train job {running['id']} (runs) of ann: queued" in done.stdout, done
+    assert queued["id"] not in done.stdout, done
+    assert not _runs(wrapper) and not _runs(script_pid)
+    assert job(running["id"])[:2] == ("queued", None) and job(queued["id"])[0] == "queued"
+    con = sqlite3.connect(db)
+    try:
+        held = con.execute("SELECT owner, name FROM gpupool_allocations").fetchall()
+        causes = con.execute(
+            "SELECT data FROM gpupool_events WHERE kind = 'preempt' AND name = ?", (running["id"],)
+        ).fetchall()
+    finally:
+        con.close()
+    assert held == [] and len(causes) == 1 and "hub-stop" in causes[0][0], (held, causes)
+    again = _stop_jobs(hub)
+    assert again.returncode == 0 and "nothing to stop" in again.stdout, again
 
 
 def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
