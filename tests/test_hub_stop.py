@@ -4,6 +4,7 @@ it), and the log says what keeps running. A real hub stopped as `make up`'s Ctrl
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -234,3 +235,43 @@ def test_nothing_starts_once_the_databases_disk_is_down_to_its_reserve(tmp_path)
     pool.min_free_mib = 1  # space again
     pool.reserve_build("ann", [], "", 250)
     assert svc.submit(job).state == "queued"
+
+
+def test_a_full_disk_under_the_job_logs_stops_no_cancel_or_preemption(tmp_path, monkeypatch, caplog) -> None:
+    """The hub's own lines in a job's log ("cancelled by ...", "preempted ...") go to the jobs'
+    disk, which may be full while the database's is not: the cancel is recorded and its signal
+    still goes out, so the job ends instead of running on as cancelled. /dev/full stands in for
+    the job log: every write to it fails with ENOSPC, from the kernel."""
+    import logging
+
+    from gpupool.hub.stopping import WHY
+    from gpupool.train import service
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training, run_until
+
+    svc = make_training(tmp_path, 2, projects={"lab": {"guarantee": 2}}, grace_s=5.0)
+    waiter = "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.02)\n"
+
+    def submit(name: str) -> str:
+        files = {"job.py": waiter.encode()}
+        request = job_request(
+            owner="ann", project="lab", name=name, command=[sys.executable, "job.py"], files=files
+        )
+        return svc.submit(request).id
+
+    cancelled, preempted = submit("cancelled"), submit("preempted")
+    run_until(
+        svc, lambda: all(svc.job(j).state == "running" and svc.job(j).pid for j in (cancelled, preempted))
+    )
+    monkeypatch.setattr(service, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY | os.O_APPEND))
+    with caplog.at_level(logging.WARNING, logger="gpupool.train"):
+        svc.cancel(cancelled, by="ann")
+        svc.pool.stopping = WHY  # as a stopping hub: the preempted job is not started again
+        svc.at_stop(end_jobs=True)  # the other one is preempted back to the queue
+        run_until(
+            svc, lambda: svc.job(cancelled).state == "cancelled" and svc.job(preempted).state == "queued"
+        )
+    assert svc.pool.store.allocations() == []
+    said = [r.getMessage() for r in caplog.records if "cannot write to the log of job" in r.getMessage()]
+    assert any(cancelled in m and "No space left" in m for m in said), said
+    assert any(preempted in m for m in said), said

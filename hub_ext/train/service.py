@@ -377,18 +377,19 @@ class TrainingService(JobBook):
     def _log_line(row: TrainJob, line: str) -> None:
         """Append to the job's log as the runner opens it (gpupool.runners.safe_files): no link
         followed, never blocking (a FIFO its owner put there would hold the hub's loop until
-        someone read it), only a regular file of the folder's owner."""
+        someone read it), only a regular file of the folder's owner. A line that cannot be written
+        (the jobs' disk full, which the database's need not be) is only logged: the cancel or stop
+        it announces goes on, and the job ends as recorded."""
         try:
             dir_fd = os.open(row.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, os.fstat(dir_fd).st_uid)
             finally:
                 os.close(dir_fd)
+            with os.fdopen(fd, "a") as f:
+                f.write(line + "\n")
         except OSError as err:
             log.warning("cannot write to the log of job %s: %s", row.id, err)
-            return
-        with os.fdopen(fd, "a") as f:
-            f.write(line + "\n")
 
     def scheduler_inputs(self, rows: list[TrainJob]) -> tuple[list[Job], list[Job], list[Job]]:
         """(pending, running, stopping) as the scheduler sees `rows`; queued jobs held by a
