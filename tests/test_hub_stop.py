@@ -275,3 +275,27 @@ def test_a_full_disk_under_the_job_logs_stops_no_cancel_or_preemption(tmp_path, 
     said = [r.getMessage() for r in caplog.records if "cannot write to the log of job" in r.getMessage()]
     assert any(cancelled in m and "No space left" in m for m in said), said
     assert any(preempted in m for m in said), said
+
+
+def test_a_submission_that_meets_a_full_disk_leaves_no_folder_and_no_row(tmp_path, monkeypatch) -> None:
+    """The job's code cannot be written (the jobs' disk full: /dev/full stands in for the file,
+    ENOSPC from the kernel): the submission fails as a full disk (the API's 507, "nothing was
+    changed"), and what it had begun, the job's folder, is gone: it would take more of the full
+    disk, and show as a job that never was."""
+    from gpupool.train import book
+    from gpupool.vocab.disk import disk_full
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    files = {"job.py": b"print(1)\n" * 1000}
+    request = job_request(
+        owner="ann", project="lab", name="j", command=[sys.executable, "job.py"], files=files
+    )
+    first = svc.submit(request)  # room: its folder stays
+    monkeypatch.setattr(book, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY))
+    with pytest.raises(OSError) as err:
+        svc.submit(request)
+    assert "No space left" in disk_full(err.value)  # said as a full disk: 507
+    assert [r.id for r in svc.jobs()] == [first.id]
+    assert [p.name for p in Path(first.workdir).parent.iterdir()] == [Path(first.workdir).name]
