@@ -260,21 +260,27 @@ def test_a_full_disk_under_the_job_logs_stops_no_cancel_or_preemption(tmp_path, 
         return svc.submit(request).id
 
     cancelled, preempted = submit("cancelled"), submit("preempted")
-    run_until(
-        svc, lambda: all(svc.job(j).state == "running" and svc.job(j).pid for j in (cancelled, preempted))
-    )
-    monkeypatch.setattr(service, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY | os.O_APPEND))
-    with caplog.at_level(logging.WARNING, logger="gpupool.train"):
-        svc.cancel(cancelled, by="ann")
-        svc.pool.stopping = WHY  # as a stopping hub: the preempted job is not started again
-        svc.at_stop(end_jobs=True)  # the other one is preempted back to the queue
+    try:
         run_until(
-            svc, lambda: svc.job(cancelled).state == "cancelled" and svc.job(preempted).state == "queued"
+            svc, lambda: all(svc.job(j).state == "running" and svc.job(j).pid for j in (cancelled, preempted))
         )
-    assert svc.pool.store.allocations() == []
-    said = [r.getMessage() for r in caplog.records if "cannot write to the log of job" in r.getMessage()]
-    assert any(cancelled in m and "No space left" in m for m in said), said
-    assert any(preempted in m for m in said), said
+        monkeypatch.setattr(
+            service, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY | os.O_APPEND)
+        )
+        with caplog.at_level(logging.WARNING, logger="gpupool.train"):
+            svc.cancel(cancelled, by="ann")
+            svc.pool.stopping = WHY  # as a stopping hub: the preempted job is not started again
+            svc.at_stop(end_jobs=True)  # the other one is preempted back to the queue
+            run_until(
+                svc, lambda: svc.job(cancelled).state == "cancelled" and svc.job(preempted).state == "queued"
+            )
+        assert svc.pool.store.allocations() == []
+        said = [r.getMessage() for r in caplog.records if "cannot write to the log of job" in r.getMessage()]
+        assert any(cancelled in m and "No space left" in m for m in said), said
+        assert any(preempted in m for m in said), said
+    finally:  # a failing run leaves no job behind: the waiters end
+        for job_id in (cancelled, preempted):
+            Path(svc.job(job_id).workdir, "release").touch()
 
 
 def test_a_submission_that_meets_a_full_disk_leaves_no_folder_and_no_row(tmp_path, monkeypatch) -> None:
