@@ -4,7 +4,12 @@ it), and the log says what keeps running. A real hub stopped as `make up`'s Ctrl
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +23,36 @@ c.TrainPool.projects = {"lab": {"guarantee": 1}}
 """
 WAITER = """
 import os, time
+with open("job.pid", "w") as f:
+    f.write(str(os.getpid()))
 while not os.path.exists("go"):
     time.sleep(0.05)
 """
 
 
-def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hub) -> None:
+def _stop_jobs(hub: Hub) -> subprocess.CompletedProcess:
+    """`gpupool stop-jobs` as an admin runs it, with the hub's state and config."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool.wiring.cli", "stop-jobs", "--state", str(hub.state)]
+        + ["--config", str(hub.state / "test_config.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _runs(pid: int) -> bool:
+    """Alive, as a process that is not a zombie waiting for a reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stopping_hub_starts_no_queued_job_and_stop_jobs_ends_what_keeps_running(make_hub) -> None:
+    """The stop says what keeps running and names `gpupool stop-jobs`, which is refused while the
+    hub runs, then ends the job it left (its process gone, the job back in the queue, its GPU
+    released), and has nothing to stop the second time."""
     hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
     token = hub.user_token("ann")
     hub.spawn("ann", 0.5)  # its GPU comes back when the stop ends the server
@@ -31,19 +60,52 @@ def test_a_stopping_hub_starts_no_queued_job_and_says_what_keeps_running(make_hu
     running = hub.wait_job(running["id"], {"running"}, token)
     queued = hub.api("POST", J, {"project": "lab", "gpus": 3, "name": "waits", "script": WAITER}, token=token)
     assert hub.api("GET", f"{J}/{queued['id']}", token=token)["state"] == "queued"
+    refused = _stop_jobs(hub)
+    assert refused.returncode == 1 and "a hub runs on" in refused.stderr, refused
+    assert hub.api("GET", f"{J}/{running['id']}", token=token)["state"] == "running"
     before = hub.log_path.stat().st_size
-    hub.stop()  # SIGTERM, as Ctrl-C on `make up`
+    assert hub.proc is not None
+    hub.proc.send_signal(signal.SIGTERM)  # as Ctrl-C on `make up`; what it leaves runs on
+    hub.proc.wait(60)
     log = hub.log_path.read_bytes()[before:].decode(errors="replace")
-    con = sqlite3.connect(hub.state / "gpupool.sqlite")
-    try:
-        state = con.execute("SELECT state FROM gpupool_jobs WHERE id = ?", (queued["id"],)).fetchone()[0]
-    finally:
-        con.close()
-    assert state == "queued", log  # not started by the stopping hub
+    db = hub.state / "gpupool.sqlite"
+
+    def job(job_id: str) -> tuple:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute(
+                "SELECT state, pid, workdir FROM gpupool_jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        finally:
+            con.close()
+
+    assert job(queued["id"])[0] == "queued", log  # not started by the stopping hub
     assert "allocated" not in log.split("no server or train job starts from now", 1)[-1], log
     assert "no server or train job starts from now" in log, log
     assert "1 train job(s) keep running as" in log and running["id"] in log, log
     assert "adopted at the next start" in log and "--stop-jobs" in log, log
+    assert "`gpupool stop-jobs` ends them" in log, log
+    state, wrapper, workdir = job(running["id"])
+    script_pid = int((Path(workdir) / "job.pid").read_text())
+    assert state == "running" and _runs(wrapper) and _runs(script_pid)  # left running by the stop
+
+    done = _stop_jobs(hub)
+    assert done.returncode == 0, done
+    assert f"stopped train job {running['id']} (runs) of ann: queued" in done.stdout, done
+    assert queued["id"] not in done.stdout, done
+    assert not _runs(wrapper) and not _runs(script_pid)
+    assert job(running["id"])[:2] == ("queued", None) and job(queued["id"])[0] == "queued"
+    con = sqlite3.connect(db)
+    try:
+        held = con.execute("SELECT owner, name FROM gpupool_allocations").fetchall()
+        causes = con.execute(
+            "SELECT data FROM gpupool_events WHERE kind = 'preempt' AND name = ?", (running["id"],)
+        ).fetchall()
+    finally:
+        con.close()
+    assert held == [] and len(causes) == 1 and "hub-stop" in causes[0][0], (held, causes)
+    again = _stop_jobs(hub)
+    assert again.returncode == 0 and "nothing to stop" in again.stdout, again
 
 
 def test_a_stopping_pool_refuses_a_spawn_with_the_reason(tmp_path) -> None:
@@ -173,3 +235,73 @@ def test_nothing_starts_once_the_databases_disk_is_down_to_its_reserve(tmp_path)
     pool.min_free_mib = 1  # space again
     pool.reserve_build("ann", [], "", 250)
     assert svc.submit(job).state == "queued"
+
+
+def test_a_full_disk_under_the_job_logs_stops_no_cancel_or_preemption(tmp_path, monkeypatch, caplog) -> None:
+    """The hub's own lines in a job's log ("cancelled by ...", "preempted ...") go to the jobs'
+    disk, which may be full while the database's is not: the cancel is recorded and its signal
+    still goes out, so the job ends instead of running on as cancelled. /dev/full stands in for
+    the job log: every write to it fails with ENOSPC, from the kernel."""
+    import logging
+
+    from gpupool.hub.stopping import WHY
+    from gpupool.train import service
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training, run_until
+
+    svc = make_training(tmp_path, 2, projects={"lab": {"guarantee": 2}}, grace_s=5.0)
+    waiter = "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.02)\n"
+
+    def submit(name: str) -> str:
+        files = {"job.py": waiter.encode()}
+        request = job_request(
+            owner="ann", project="lab", name=name, command=[sys.executable, "job.py"], files=files
+        )
+        return svc.submit(request).id
+
+    cancelled, preempted = submit("cancelled"), submit("preempted")
+    try:
+        run_until(
+            svc, lambda: all(svc.job(j).state == "running" and svc.job(j).pid for j in (cancelled, preempted))
+        )
+        monkeypatch.setattr(
+            service, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY | os.O_APPEND)
+        )
+        with caplog.at_level(logging.WARNING, logger="gpupool.train"):
+            svc.cancel(cancelled, by="ann")
+            svc.pool.stopping = WHY  # as a stopping hub: the preempted job is not started again
+            svc.at_stop(end_jobs=True)  # the other one is preempted back to the queue
+            run_until(
+                svc, lambda: svc.job(cancelled).state == "cancelled" and svc.job(preempted).state == "queued"
+            )
+        assert svc.pool.store.allocations() == []
+        said = [r.getMessage() for r in caplog.records if "cannot write to the log of job" in r.getMessage()]
+        assert any(cancelled in m and "No space left" in m for m in said), said
+        assert any(preempted in m for m in said), said
+    finally:  # a failing run leaves no job behind: the waiters end
+        for job_id in (cancelled, preempted):
+            Path(svc.job(job_id).workdir, "release").touch()
+
+
+def test_a_submission_that_meets_a_full_disk_leaves_no_folder_and_no_row(tmp_path, monkeypatch) -> None:
+    """The job's code cannot be written (the jobs' disk full: /dev/full stands in for the file,
+    ENOSPC from the kernel): the submission fails as a full disk (the API's 507, "nothing was
+    changed"), and what it had begun, the job's folder, is gone: it would take more of the full
+    disk, and show as a job that never was."""
+    from gpupool.train import book
+    from gpupool.vocab.disk import disk_full
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    files = {"job.py": b"print(1)\n" * 1000}
+    request = job_request(
+        owner="ann", project="lab", name="j", command=[sys.executable, "job.py"], files=files
+    )
+    first = svc.submit(request)  # room: its folder stays
+    monkeypatch.setattr(book, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY))
+    with pytest.raises(OSError) as err:
+        svc.submit(request)
+    assert "No space left" in disk_full(err.value)  # said as a full disk: 507
+    assert [r.id for r in svc.jobs()] == [first.id]
+    assert [p.name for p in Path(first.workdir).parent.iterdir()] == [Path(first.workdir).name]

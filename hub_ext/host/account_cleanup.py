@@ -84,7 +84,7 @@ def remove_accounts(state: str, kill: bool = False) -> tuple[list[str], list[str
         if running and not kill:
             problems.append(
                 f"{account.name}: {len(running)} of its processes still run (stop the hub first; train"
-                " jobs keep running after a stop unless it was `gpupool up --stop-jobs`:"
+                " jobs keep running after a stop unless it was `gpupool up --stop-jobs`; `gpupool stop-jobs` ends them;"
                 f" `gpupool accounts --remove --kill` ends them): {what_runs(running, state)}"
             )
             continue

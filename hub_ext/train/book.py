@@ -20,7 +20,7 @@ from gpupool.store import Event, TrainJob
 from gpupool.store.db import bounded
 from gpupool.train.backend import JobLog
 from gpupool.train.config import TrainPool
-from gpupool.train.folders import user_jobs_folder
+from gpupool.train.folders import remove_folder, user_jobs_folder
 from gpupool.train.request import JobRequest
 from gpupool.vocab.states import JobEvent, JobState
 
@@ -79,43 +79,49 @@ class JobBook:
         workdir = parent / f"{name}-{job_id}"
         with folder(str(parent), _parent_owner(parent)) as parent_fd:
             os.mkdir(workdir.name, 0o700, dir_fd=parent_fd)
+        try:
             with folder(str(workdir), os.geteuid()) as dir_fd:
                 for fname, content in job.code.files.items():
                     fd = open_file(dir_fd, fname, os.O_WRONLY, os.geteuid(), create=True)
                     with os.fdopen(fd, "wb") as f:
                         f.write(content)
-        if prepare is not None:
-            prepare(workdir)
-        row = TrainJob(
-            id=job_id,
-            owner=owner,
-            project=job.project,
-            name=name,
-            num_gpu=job.num_gpu,
-            gpu_milli=job.gpu_milli,
-            priority=job.priority,
-            command=command,
-            workdir=str(workdir),
-            state=JobState.QUEUED,
-            submitted=now if now is not None else time.time(),
-            min_runtime_s=job.min_runtime_s,
-            max_runtime_s=job.max_runtime_s,
-            min_gpus=job.min_gpus,
-            max_gpus=job.num_gpu if job.min_gpus else 0,
-            pools=list(job.pools if pools is None else pools),
-            message=message,
-        )
-        with self.pool.store.session() as s:
-            s.add(row)
-            s.add(
-                Event(
-                    kind=JobEvent.SUBMITTED,
-                    message=f"{owner} submitted job {job_id} ({name}) to {job.project}",
-                    owner=owner,
-                    name=job_id,
-                    data={},
-                )
+            if prepare is not None:
+                prepare(workdir)
+            row = TrainJob(
+                id=job_id,
+                owner=owner,
+                project=job.project,
+                name=name,
+                num_gpu=job.num_gpu,
+                gpu_milli=job.gpu_milli,
+                priority=job.priority,
+                command=command,
+                workdir=str(workdir),
+                state=JobState.QUEUED,
+                submitted=now if now is not None else time.time(),
+                min_runtime_s=job.min_runtime_s,
+                max_runtime_s=job.max_runtime_s,
+                min_gpus=job.min_gpus,
+                max_gpus=job.num_gpu if job.min_gpus else 0,
+                pools=list(job.pools if pools is None else pools),
+                message=message,
             )
+            with self.pool.store.session() as s:
+                s.add(row)
+                s.add(
+                    Event(
+                        kind=JobEvent.SUBMITTED,
+                        message=f"{owner} submitted job {job_id} ({name}) to {job.project}",
+                        owner=owner,
+                        name=job_id,
+                        data={},
+                    )
+                )
+        except BaseException:
+            # a full disk (ENOSPC writing the code, or the database refusing the row) leaves no
+            # folder of a job that never was: it would take more of that disk, for nobody
+            remove_folder(str(workdir))
+            raise
         return row
 
     def _set(self, job_id: str, **values) -> None:

@@ -299,9 +299,11 @@ class TrainingService(JobBook):
         if placement is not None:
             self.pool.state.release(placement)
 
-    def at_stop(self, end_jobs: bool, now: float | None = None) -> list[str]:
+    def at_stop(self, end_jobs: bool, now: float | None = None, reason: str = "the hub stopped") -> list[str]:
         """The hub stops (the pool refuses new work already): its running jobs end, back to the
-        queue (`end_jobs`), or keep running for the next start to adopt. Lines for the log."""
+        queue (`end_jobs`), or keep running for the next start to adopt. Lines for the log. Also
+        `gpupool stop-jobs` (gpupool.wiring.stop_jobs), for the runs a stopped hub left: each
+        job's preemption is written before its signal, so one interrupted is finished later."""
         now = now if now is not None else time.time()
         rows = [r for r in self.jobs() if r.state in HAS_RUN]
         if not rows:
@@ -309,7 +311,7 @@ class TrainingService(JobBook):
         if end_jobs:
             for r in rows:
                 if r.state == JobState.RUNNING:
-                    self._preempt(r.id, "the hub stopped", now, PreemptCause.HUB_STOP)
+                    self._preempt(r.id, reason, now, PreemptCause.HUB_STOP)
             return [
                 f"{len(rows)} train job(s) told to stop (c.TrainPool.stop_jobs_at_stop): they go back to"
                 " the queue and resume from their checkpoints at the next start"
@@ -318,8 +320,8 @@ class TrainingService(JobBook):
         return [
             f"{len(rows)} train job(s) keep running as {', '.join(accounts[:10])}"
             f"{' ...' if len(accounts) > 10 else ''} ({', '.join(r.id for r in rows[:10])}): they are"
-            " adopted at the next start; `gpupool up --stop-jobs` (c.TrainPool.stop_jobs_at_stop) ends"
-            " them at a stop"
+            " adopted at the next start; `gpupool stop-jobs` ends them now (they go back to the queue),"
+            " `gpupool up --stop-jobs` (c.TrainPool.stop_jobs_at_stop) at every stop"
         ]
 
     def _account_or_none(self, owner: str) -> Account | None:
@@ -375,18 +377,19 @@ class TrainingService(JobBook):
     def _log_line(row: TrainJob, line: str) -> None:
         """Append to the job's log as the runner opens it (gpupool.runners.safe_files): no link
         followed, never blocking (a FIFO its owner put there would hold the hub's loop until
-        someone read it), only a regular file of the folder's owner."""
+        someone read it), only a regular file of the folder's owner. A line that cannot be written
+        (the jobs' disk full, which the database's need not be) is only logged: the cancel or stop
+        it announces goes on, and the job ends as recorded."""
         try:
             dir_fd = os.open(row.workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 fd = open_file(dir_fd, "job.log", os.O_WRONLY | os.O_APPEND, os.fstat(dir_fd).st_uid)
             finally:
                 os.close(dir_fd)
+            with os.fdopen(fd, "a") as f:
+                f.write(line + "\n")
         except OSError as err:
             log.warning("cannot write to the log of job %s: %s", row.id, err)
-            return
-        with os.fdopen(fd, "a") as f:
-            f.write(line + "\n")
 
     def scheduler_inputs(self, rows: list[TrainJob]) -> tuple[list[Job], list[Job], list[Job]]:
         """(pending, running, stopping) as the scheduler sees `rows`; queued jobs held by a

@@ -1,6 +1,6 @@
 """`gpupool` command line: `up` runs the embedded hub, `accounts` lists or removes the Unix accounts
-it made as root, `backup` / `restore` save and bring back its databases, `simulate` runs the pool
-simulator."""
+it made as root, `backup` / `restore` save and bring back its databases, `stop-jobs` ends the train
+jobs a stopped hub left running, `simulate` runs the pool simulator."""
 
 from __future__ import annotations
 
@@ -170,8 +170,25 @@ def users_python(state: str) -> str:
         folder = ensure()
     except SystemEnvError as err:
         raise SystemExit(f"gpupool: users cannot be isolated: {err}; pass --user-env") from None
-    os.environ[PACKAGE_VAR] = str(folder / "site-packages" / "gpupool")
+    os.environ[PACKAGE_VAR] = users_package(folder)
     return str(folder / "env")
+
+
+def users_package(folder: str | os.PathLike[str]) -> str:
+    """The gpupool package of the users' environment in `folder` (its job wrapper among its files)."""
+    return os.path.join(folder, "site-packages", "gpupool")
+
+
+def jobs_wrapper_as_up(user_env: str) -> None:
+    """The runner knows a job's run by its wrapper's path (gpupool.runners.local.is_run): the one
+    of the users' environment `gpupool up` made as root (users_python), found here without
+    building it, before gpupool.runners.local is imported. Otherwise the runs of a root hub would
+    look ended, and a job be requeued while it runs on."""
+    from gpupool.host.system_env import PACKAGE_VAR, ROOT, install_key
+
+    if user_env or os.geteuid() != 0 or os.environ.get("GPUPOOL_SPAWNER") or os.environ.get(PACKAGE_VAR):
+        return
+    os.environ[PACKAGE_VAR] = users_package(os.path.join(ROOT, install_key()))
 
 
 def refuse_root_without_accounts(state: str) -> None:
@@ -300,11 +317,31 @@ def main(argv: list[str] | None = None) -> int:
         return up(args)
     if args.command in ("backup", "restore"):
         return backup_or_restore(args)
+    if args.command == "stop-jobs":
+        return stop_jobs(args)
     if args.command == "accounts":
         from gpupool.host.account_cleanup import main as accounts
 
         return accounts(args.state, args.remove, args.kill)
     return 2
+
+
+def stop_jobs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gpupool.wiring.stop_jobs import StopJobsError
+    from gpupool.wiring.stop_jobs import stop_jobs as end_them
+
+    config = os.path.abspath(args.config) if args.config else ""
+    jobs_wrapper_as_up(args.user_env)
+    try:
+        lines = end_them(Path(args.state).absolute(), config)
+    except StopJobsError as err:
+        print(f"gpupool: stop-jobs: {err}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(f"gpupool: {line}", flush=True)
+    return 0
 
 
 def backup_or_restore(args: argparse.Namespace) -> int:
@@ -391,6 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--remove", action="store_true", help="userdel them, with their homes (the hub must be stopped)"
     )
     p_acc.add_argument("--kill", action="store_true", help="with --remove: kill their processes first")
+    p_stop = sub.add_parser(
+        "stop-jobs",
+        help="end the train jobs a stopped hub left running (they go back to the queue)",
+        description="After a stop without --stop-jobs, train jobs run on as their users' accounts"
+        " and the next start adopts them. This ends them now, as `gpupool up --stop-jobs` does at a"
+        " stop: SIGTERM, SIGKILL after c.TrainPool.grace_s, each job back in the queue. Refused"
+        " while a hub runs on the state folder.",
+    )
+    p_stop.add_argument(
+        "--state", default=default_state(), help="the hub's state folder (default: as `up`'s)"
+    )
+    p_stop.add_argument("--config", default="", help="the config file the hub ran with (`up --config`)")
+    p_stop.add_argument(
+        "--user-env",
+        default=os.environ.get("GPUPOOL_USER_ENV", ""),
+        metavar="FOLDER",
+        help="the --user-env the hub ran with, if any",
+    )
     sub.add_parser("simulate", help="run the pool simulator (gpupool simulate --help)")
     p_backup = sub.add_parser(
         "backup", help="copy the hub's databases into a new folder (safe while it runs)"

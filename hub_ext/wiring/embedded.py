@@ -97,6 +97,20 @@ def demo_lines() -> str:
 ACCOUNT_PREFIX = "jupyter-"  # TLJH's convention
 
 
+def state_databases(c: Config, state: str) -> None:
+    """The embedded hub's two databases, in its state folder. `gpupool stop-jobs` opens the same
+    ones from the same place (gpupool.wiring.stop_jobs)."""
+    c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
+    c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
+
+
+def state_accounts(c: Config, state: str) -> None:
+    """As root, hub user alice is the Unix account jupyter-alice, home <state>/home/jupyter-alice:
+    what the hub looks accounts up by, and `gpupool stop-jobs` too (the owner of a job's files)."""
+    c.SystemAccounts.prefix = ACCOUNT_PREFIX
+    c.SystemAccounts.home_root = f"{state}/home"
+
+
 def isolation(state: str, euid: int | None = None, spawner: str | None = None) -> tuple[str, str]:
     """How `gpupool up` keeps users apart, and why when it cannot:
 

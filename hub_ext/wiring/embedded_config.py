@@ -9,7 +9,6 @@ import os
 from gpupool import configure
 from gpupool.host.accounts import make_on_login
 from gpupool.wiring.embedded import (
-    ACCOUNT_PREFIX,
     apply_demo,
     apply_demo_culling,
     chp_command,
@@ -18,6 +17,8 @@ from gpupool.wiring.embedded import (
     load_user_config,
     private_state,
     singleuser_command,
+    state_accounts,
+    state_databases,
     user_python,
 )
 
@@ -27,7 +28,7 @@ state = os.environ["GPUPOOL_STATE_DIR"]
 c.JupyterHub.ip = os.environ.get("GPUPOOL_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("GPUPOOL_PORT", "8000"))
 c.JupyterHub.hub_port = int(os.environ.get("GPUPOOL_HUB_PORT", "8081"))
-c.JupyterHub.db_url = f"sqlite:///{state}/jupyterhub.sqlite"
+state_databases(c, state)
 c.JupyterHub.cookie_secret_file = f"{state}/jupyterhub_cookie_secret"
 c.ConfigurableHTTPProxy.pid_file = f"{state}/proxy.pid"
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(os.environ.get('GPUPOOL_PROXY_API_PORT', '8001'))}"
@@ -42,7 +43,6 @@ c.SharedPasswordAuthenticator.admin_password = demo_password(state, admin=True)
 c.Authenticator.allow_all = True
 c.Authenticator.admin_users = {"admin"}
 
-c.GPUPool.db_url = f"sqlite:///{state}/gpupool.sqlite"
 c.GPUPool.api_port = int(os.environ.get("GPUPOOL_API_PORT", "8095"))
 c.Spawner.default_url = "/lab"
 c.Spawner.cmd = [singleuser_command()]
@@ -53,9 +53,8 @@ if mode == "accounts":
     # the hub is root: hub user alice runs as the Unix account jupyter-alice, made on first use,
     # home <state>/home/jupyter-alice (0700); her jobs' folders under <state>/jobs/alice (0700)
     private_state(state)
-    c.SystemAccounts.prefix = ACCOUNT_PREFIX
+    state_accounts(c, state)
     c.SystemAccounts.create = True
-    c.SystemAccounts.home_root = f"{state}/home"
     c.Authenticator.post_auth_hook = make_on_login  # the account is made at log-in (and at spawn)
     c.TrainPool.jobs_root = f"{state}/jobs/{{username}}"
     c.TrainPool.run_as = "owner"
