@@ -138,7 +138,7 @@ def eta_text(start: float, in_s: float, after: str = "", unknown: str = "") -> s
 
 def stated_error(in_s: float) -> float:
     """How far an estimate may move before it says so: a quarter of the wait, at least 5 min
-    (run times vary that much; the replay knows nothing of jobs not yet submitted)."""
+    (run times vary that much; jobs not yet submitted are only expected from the last hour)."""
     return max(300.0, in_s / 4)
 
 
