@@ -4,7 +4,7 @@ running jobs' expected ends."""
 from __future__ import annotations
 
 from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
-from gpupool.pool.eta import Runtimes, forecast
+from gpupool.pool.eta import Runtimes, expected_arrivals, forecast
 from gpupool.pool.training import Job, Project
 from gpupool.train.estimates import eta_text
 
@@ -146,3 +146,38 @@ def test_an_estimate_that_moved_more_than_its_stated_error_says_so(tmp_path) -> 
         for row in svc.jobs():
             if row.pid:
                 svc.runner.preempt(row.pid, 0)
+
+
+def test_the_last_hours_submissions_are_expected_again_each_hour() -> None:
+    old = Job("old", "p", Request(1), submitted=0)  # before the window: says nothing of now
+    a = Job("a", "p", Request(2), submitted=5000, max_runtime_s=900)
+    b = Job("b", "q", Request(1), submitted=6000)
+    out = expected_arrivals([b, old, a], now=7000, window_s=3600, repeats=2)
+    assert [(j.project, j.submitted, j.request.num_gpu) for j in out] == [
+        ("p", 8600, 2),
+        ("q", 9600, 1),
+        ("p", 12200, 2),
+        ("q", 13200, 1),
+    ]
+    assert out[0].max_runtime_s == 900 and out[0].started is None and out[0].placement is None
+    assert len({j.id for j in out} | {"a", "b"}) == 6  # never the id of a real job
+    assert len(expected_arrivals([a, b], now=7000, window_s=3600, repeats=50, limit=3)) == 3  # bounded
+    assert expected_arrivals([a, b], now=7000, repeats=0) == []
+
+
+def test_an_in_quota_job_expected_later_goes_before_a_borrower_waiting_now() -> None:
+    # one GPU, busy until 600; "mine" owns it and submitted a job every 1000 s; "other" (no
+    # guarantee) waits for it now. Mine's next job arrives before the GPU frees and goes first.
+    state = ClusterState(virtual_inventory(1))
+    projects = {"mine": Project("mine", 1000), "other": Project("other", 0)}
+    busy = running(state, "x", 1, 0, project="mine", max_runtime_s=600)
+    waiting = Job("w", "other", Request(1), submitted=50)
+    recent = [Job("r", "mine", Request(1), submitted=-500)]
+    kw = dict(now=100, policy=POLICY, runtimes=Runtimes.of({"mine": [1000], "other": [1000]}))
+    alone = forecast(state, projects, [waiting], [busy], **kw)
+    assert alone["w"].start == 600  # nothing else known: it starts when x ends
+    coming = expected_arrivals(recent, now=100, window_s=1000, repeats=1)
+    assert [j.submitted for j in coming] == [500]
+    est = forecast(state, projects, [waiting], [busy], **kw, arrivals=coming)
+    assert est["w"].start == 1600  # after mine's expected job (600 to 1600)
+    assert "w" in est and not any(k.startswith("expected") for k in est)  # no estimate of its own

@@ -8,7 +8,8 @@ runs, a pass every 5 minutes, guaranteed quotas with reclaim) runs the workload;
 estimates of when it starts, from what the hub would know at that moment:
 
 * gpupool's (`gpupool.pool.eta.forecast`): the scheduler replayed forward over the running
-  jobs' expected ends, expected run times from the history of runs finished so far, per project;
+  jobs' expected ends, expected run times from the history of runs finished so far, per project,
+  and the jobs expected to arrive (`expected_arrivals`: the last hour's submissions repeated);
 * the naive one: its position in the queue (by submit time, 1 = next) x the mean run time of the
   runs finished so far.
 
@@ -28,7 +29,7 @@ import time
 from benchmarks.quota.simulate import simulate
 from benchmarks.quota.workload import Bursts, load
 from gpupool.pool import get_policy
-from gpupool.pool.eta import Runtimes, forecast
+from gpupool.pool.eta import ARRIVAL_REPEATS, ARRIVAL_WINDOW_S, Runtimes, expected_arrivals, forecast
 
 HORIZON_S = 3 * 86400.0  # estimates beyond this count as this far out
 
@@ -41,8 +42,15 @@ def nearest_rank(values: list[float], q: float) -> float:
 class Observer:
     """Called after every scheduling pass of the replay; makes both estimates every `every_s`."""
 
-    def __init__(self, every_s: float, max_cycles: int) -> None:
+    def __init__(
+        self,
+        every_s: float,
+        max_cycles: int,
+        window_s: float = ARRIVAL_WINDOW_S,
+        repeats: int = ARRIVAL_REPEATS,
+    ) -> None:
         self.every_s, self.max_cycles = every_s, max_cycles
+        self.window_s, self.repeats = window_s, repeats
         self.next_at = every_s
         self.policy = get_policy("best-fit")
         # (job id, made at, gpupool's estimate, naive estimate, naive estimate / running jobs)
@@ -65,6 +73,9 @@ class Observer:
             history.setdefault(j.project, []).append(j.work)
         runtimes = Runtimes.of(history)
         t0 = time.perf_counter()
+        # what the hub has seen submitted (the open workload's list holds future jobs too)
+        seen = [as_job(j) for j in jobs if j.submitted <= now]
+        coming = expected_arrivals(seen, now, self.window_s, self.repeats)
         est = forecast(
             state,
             projects,
@@ -78,6 +89,7 @@ class Observer:
             horizon_s=HORIZON_S,
             max_cycles=self.max_cycles,
             done={j.id: j.done for j in [*pending.values(), *running.values()]},
+            arrivals=coming,
         )
         self.forecast_s += time.perf_counter() - t0
         self.forecasts += 1
@@ -98,14 +110,22 @@ class Observer:
             )
 
 
-def run(days: float, seeds: list[int], model: str, every_s: float, max_cycles: int) -> dict:
+def run(
+    days: float,
+    seeds: list[int],
+    model: str,
+    every_s: float,
+    max_cycles: int,
+    window_s: float = ARRIVAL_WINDOW_S,
+    repeats: int = ARRIVAL_REPEATS,
+) -> dict:
     """Every seed's replay of one arrival model; errors pooled over the seeds."""
     ours, naive, lanes = [], [], []
     jobs = never = forecasts = 0
     forecast_s = 0.0
     for seed in seeds:
         print(f"replaying {model} arrivals, seed {seed}...", file=sys.stderr, flush=True)
-        obs = Observer(every_s, max_cycles)
+        obs = Observer(every_s, max_cycles, window_s, repeats)
         res = simulate(load(days, seed, model, Bursts()), static=False, observe=obs)
         started = {j.id: j.first_start for j in res.jobs if j.first_start is not None}
         for job_id, _, e_ours, e_naive, e_lanes in obs.estimates:
@@ -165,15 +185,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", choices=("open", "closed", "both"), default="both")
     ap.add_argument("--every-min", type=float, default=60.0, help="minutes between estimates")
     ap.add_argument("--max-cycles", type=int, default=400, help="scheduling passes one estimate may replay")
+    ap.add_argument(
+        "--arrival-window-min",
+        type=float,
+        default=ARRIVAL_WINDOW_S / 60,
+        help="the recent past the forecast expects to repeat, in minutes",
+    )
+    ap.add_argument(
+        "--arrival-repeats",
+        type=int,
+        default=ARRIVAL_REPEATS,
+        help="windows ahead it repeats for (0: no expected arrivals, the forecast before #41)",
+    )
     args = ap.parse_args(argv)
     try:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--seeds must be whole numbers separated by commas, got {args.seeds!r}")
+    if args.arrival_window_min <= 0 or args.arrival_repeats < 0:
+        ap.error("--arrival-window-min must be more than 0 and --arrival-repeats at least 0")
     if args.days <= 0 or args.every_min <= 0 or args.max_cycles <= 0 or not seeds:
         ap.error("--days, --every-min and --max-cycles must be more than 0, and --seeds not empty")
     rows = [
-        run(args.days, seeds, model, args.every_min * 60, args.max_cycles)
+        run(
+            args.days,
+            seeds,
+            model,
+            args.every_min * 60,
+            args.max_cycles,
+            args.arrival_window_min * 60,
+            args.arrival_repeats,
+        )
         for model in (("open", "closed") if args.model == "both" else (args.model,))
     ]
     rows = [r for r in rows if r["pairs"]] or rows  # an arrival model where no job ever waited says nothing

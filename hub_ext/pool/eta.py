@@ -10,8 +10,11 @@ that replay; None when it was not admitted within the horizon.
 Expected run times (`Runtimes`) come from history per project: a running job that has run for
 `e` seconds is expected to run the median of the past runs of its project that lasted longer
 than `e` (the heavy tail of training jobs: one that has run long tends to run longer), capped by
-its declared max runtime. Nothing is known of jobs not yet submitted, nor of build workspaces'
-ends: both can make a job start later than estimated, and ends earlier than expected sooner.
+its declared max runtime. Jobs not yet submitted are expected as the recent past repeated
+(`expected_arrivals`: each submission of the last window comes again one window later, and so
+on for a few windows): a project in a burst keeps submitting, and what it submits within its
+guarantee goes before a job that waits on borrowed GPUs. Nothing is known of build
+workspaces' ends; ends earlier than expected make a job start sooner.
 """
 
 from __future__ import annotations
@@ -30,6 +33,45 @@ from gpupool.pool.state import ClusterState
 from gpupool.pool.training import schedule
 
 DEFAULT_RUNTIME_S = 3600.0  # a project without history: an hour
+ARRIVAL_WINDOW_S = 3600.0  # the recent past that is expected to repeat
+ARRIVAL_REPEATS = 4  # windows ahead it is expected to repeat for (a burst does not last forever)
+MAX_ARRIVALS = 400  # expected jobs at most, whatever the recent rate (bounds a forecast's CPU)
+
+
+def expected_arrivals(
+    recent: Iterable[Job],
+    now: float,
+    window_s: float = ARRIVAL_WINDOW_S,
+    repeats: int = ARRIVAL_REPEATS,
+    limit: int = MAX_ARRIVALS,
+) -> list[Job]:
+    """Jobs expected to be submitted after `now`: each job of `recent` submitted within the
+    last `window_s` comes again (same project and size, not yet started) `window_s` later,
+    `2 * window_s` later, ... `repeats` times; the earliest first, at most `limit`. Older
+    submissions say nothing of the present rate (bursts start and stop) and are ignored."""
+    if window_s <= 0 or repeats <= 0 or limit <= 0:
+        return []
+    last = sorted(
+        (j for j in recent if now - window_s < j.submitted <= now), key=lambda j: (j.submitted, j.id)
+    )
+    out = [
+        Job(
+            f"expected-{k}-{j.id}",
+            j.project,
+            j.request,
+            j.submitted + k * window_s,
+            priority=j.priority,
+            min_runtime_s=j.min_runtime_s,
+            max_runtime_s=j.max_runtime_s,
+            pools=j.pools,
+            min_gpus=j.min_gpus,
+            max_gpus=j.max_gpus,
+        )
+        for k in range(1, repeats + 1)
+        for j in last
+    ]
+    out.sort(key=lambda j: (j.submitted, j.id))
+    return out[:limit]
 
 
 @dataclass(frozen=True)
@@ -100,13 +142,18 @@ def forecast(
     max_cycles: int = 400,
     seed: int = 0,
     done: dict[str, float] | None = None,
+    arrivals: Sequence[Job] = (),
 ) -> dict[str, Estimate]:
     """Estimated start of every job in `pending`. `state` holds every allocation (it is not
     changed); `stopping` are preempted jobs in their grace period (they leave at `now + grace_s`
     at the latest), those in `requeued` queue again then; `done` is the run time a job saved
     in checkpoints before its current run (where known). The other arguments are the
-    scheduler's own (`gpupool.pool.training.schedule`)."""
+    scheduler's own (`gpupool.pool.training.schedule`). `arrivals`: jobs expected to be
+    submitted later (`expected_arrivals`), queued in the replay when their submit time comes;
+    they get no estimate."""
     done = done or {}
+    coming = sorted(arrivals, key=lambda j: (j.submitted, j.id))
+    coming.reverse()  # popped from the end: the earliest first
     work = state.copy()
     rng = random.Random(seed)
     wanted = {j.id for j in pending}
@@ -178,6 +225,12 @@ def forecast(
         if wanted <= set(out) or not (pend.keys() & wanted):
             break
         t_next, why = _next_wake(t, ends, leaving, run, pend, projects, reserve_after_s)
+        if coming and t_next is None:  # else expected jobs join at the next wake: a wake of
+            # their own each would spend the cycles (max_cycles) long before the horizon
+            t_next, why = (
+                max(t + 1.0, coming[-1].submitted),
+                f"more jobs of {coming[-1].project} are expected",
+            )
         if t_next is None or t_next > now + horizon_s:
             break
         t = t_next
@@ -189,6 +242,9 @@ def forecast(
                 work.release(j.placement)
                 if job_id in guessed and not blind:
                     blind = f"job {job_id} of {j.project}"
+        while coming and coming[-1].submitted <= t:
+            j = coming.pop()
+            pend[j.id] = j
         while leaving and leaving[0][0] <= t:
             _, job_id, j = heapq.heappop(leaving)
             work.release(j.placed)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpupool.pool.eta import Estimate, Runtimes, forecast
+from gpupool.pool.eta import Estimate, Runtimes, expected_arrivals, forecast
 from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
@@ -70,6 +70,9 @@ class Estimates:
             pools=t.pools,
             reserve_after_s=reserve,
             grace_s=t.cfg.grace_s,
+            # the last hour's submissions expected again (#41: a project in a burst keeps
+            # submitting); runs that already finished are not among them, so this undercounts
+            arrivals=expected_arrivals([*pending, *running, *stopping], now),
         )
         self._at = now
         return self._estimates
@@ -135,7 +138,7 @@ def eta_text(start: float, in_s: float, after: str = "", unknown: str = "") -> s
 
 def stated_error(in_s: float) -> float:
     """How far an estimate may move before it says so: a quarter of the wait, at least 5 min
-    (run times vary that much; the replay knows nothing of jobs not yet submitted)."""
+    (run times vary that much; jobs not yet submitted are only expected from the last hour)."""
     return max(300.0, in_s / 4)
 
 
