@@ -17,6 +17,7 @@ from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
 from tests.browser import browser_page, login, shot
 from tests.hubtools import PASSWORD, Hub
+from tests.support.wait import until
 from tests.test_culler_hub import CONFIG, TOKEN
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
@@ -132,15 +133,34 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
         )
         assert "stops at" in page.locator("#jp-main-statusbar .gpupool-StatusItem").get_attribute("title")
         shot(page, "lab-3-extended")
-    events = hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]
-    assert [(e["kind"], e["owner"]) for e in events] == [("extend", "lena")]
-    found = hub.api("GET", "/services/gpupool/api/culler/status")["workspaces"][0]
-    assert found["extended"] and found["action"] == "keep"
-    assert found["cull_at"] == warned["cull_at"] + 7200  # the culler's own extension (its default)
-    # and the culler's next pass agrees (to its 30 s window: the GPU's idle time grows by windows)
-    now[0] += 20
-    [after] = culler.run_pass()["workspaces"]
-    assert after["cull_at"] == pytest.approx(found["cull_at"], abs=30), after
+        events = hub.api("GET", "/services/gpupool/api/events?kind=extend")["events"]
+        assert [(e["kind"], e["owner"]) for e in events] == [("extend", "lena")]
+        found = hub.api("GET", "/services/gpupool/api/culler/status")["workspaces"][0]
+        assert found["extended"] and found["action"] == "keep"
+        assert found["cull_at"] == warned["cull_at"] + 7200  # the culler's own extension (its default)
+        # and the culler's next pass agrees (to its 30 s window: the GPU's idle time grows by windows)
+        now[0] += 20
+        [after] = culler.run_pass()["workspaces"]
+        assert after["cull_at"] == pytest.approx(found["cull_at"], abs=30), after
+
+        # "Hibernate now" from JupyterLab (a click on the item, confirmed): a kernel's variables
+        # saved, the server stopped and the share freed, as the hub home page's button does
+        notebook = {
+            "path": "work.ipynb",
+            "type": "notebook",
+            "name": "work.ipynb",
+            "kernel": {"name": "python3"},
+        }
+        hub.api("POST", "/user/lena/api/sessions", notebook, token=hub.user_token("lena"))
+        item.click()
+        page.locator(".jp-Dialog").get_by_role("button", name="Hibernate").click()
+        said = page.locator(".Toastify__toast").filter(has_text="Hibernated 1 kernel")
+        said.wait_for(timeout=120_000)
+        assert "this server stops now" in said.inner_text(), said.inner_text()
+        shot(page, "lab-3-hibernated-now")
+    until(lambda: not hub.allocations(), "the share freed by JupyterLab's Hibernate now", timeout=60)
+    [row] = hub.api("GET", "/services/gpupool/api/admin/hibernated")["hibernated"]
+    assert (row["owner"], row["by"], row["kernels"]) == ("lena", "user", 1), row
 
 
 def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:

@@ -165,7 +165,7 @@ NOW_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Hibernate<
 
 class HibernateNowPage(JupyterHandler):
     """The hub home page's "Hibernate now" (a link to this page of the user's own server; the
-    server's own login and XSRF check): GET confirms, POST saves every kernel as the culler's
+    server's own login and XSRF check), and JupyterLab's (which asks for JSON): GET confirms, POST saves every kernel as the culler's
     hibernation does, records it in the hub with this server's own token (the home page and the
     admins' list show it), then stops this server, which frees its GPU share. Nothing is stopped
     unless every kernel was saved."""
@@ -180,6 +180,10 @@ class HibernateNowPage(JupyterHandler):
             else ""
         )
         self.set_status(status)
+        if "application/json" in self.request.headers.get("Accept", ""):
+            # JupyterLab's "Hibernate now" command (labextension/src/hibernate.js) shows the words
+            self.finish({"ok": status < 400, "message": text})
+            return
         self.finish(NOW_PAGE.format(text=escape(text), form=button, home=escape(home)))
 
     @web.authenticated

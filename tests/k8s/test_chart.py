@@ -315,6 +315,24 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
         GPUPool(config=bad)
 
 
+def test_the_hibernation_hook_reaches_the_spawner_and_a_path_that_would_break_pythonpath_is_refused(
+    tmp_path: Path,
+) -> None:
+    """workspaces.hibernateStartupDir is c.GPUKubeSpawner.hibernate_startup_dir (hibernation on
+    Kubernetes needs it); unset, the spawner keeps its default (no hook). It goes on the pod's
+    PYTHONPATH: a relative path, a ":" (a second entry) or a space is refused at install."""
+    hook = "/opt/conda/lib/python3.12/site-packages/gpupool/gpu/startup"
+    c = Config()
+    load_chart_config(c, hub_config(render({"workspaces": {"hibernateStartupDir": hook}}), tmp_path))
+    assert c.GPUKubeSpawner.hibernate_startup_dir == hook
+    c = Config()
+    load_chart_config(c, hub_config(render(None), tmp_path))
+    assert "hibernate_startup_dir" not in c.GPUKubeSpawner
+    for bad in ("opt/gpupool/startup", "/opt/a:/tmp/evil", "/opt/my hooks", "/" + "a" * 1024):
+        with pytest.raises(helm.HelmError, match="hibernateStartupDir"):
+            render({"workspaces": {"hibernateStartupDir": bad}})
+
+
 def test_the_schema_admits_what_the_hubs_options_admit_at_their_edges(tmp_path: Path) -> None:
     """An admin's values the hub accepts are not refused by the chart first: no workspaces for a
     group (0), a group's node pools; and what the hub would refuse, the schema refuses too."""

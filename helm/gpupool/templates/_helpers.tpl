@@ -115,6 +115,7 @@ helm.sh/resource-policy: keep
 {{- with (.Values.database | default dict).url }}{{ $_ := set $gpupool "db_url" . }}{{ end -}}
 {{- if .Values.inventory.fromCluster }}{{ $_ := set $gpupool "gpu_inventory" "kubernetes" }}{{ end -}}
 {{- if .Values.workspaces.containerSecurityContext }}{{ $_ := set $spawner "container_security_context" .Values.workspaces.containerSecurityContext }}{{ end -}}
+{{- with .Values.workspaces.hibernateStartupDir }}{{ $_ := set $spawner "hibernate_startup_dir" . }}{{ end -}}
 {{- $train := dict "runner" "kubernetes" "image" ($jobs.image | default "") "grace_s" (hasKey $jobs "graceSeconds" | ternary $jobs.graceSeconds 60) "kube_job_options" $jobOptions "projects" $trainProjects "departments" $trainDepartments "node_pools" $pools -}}
 {{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
 {{- if .Values.userNamespaces.enabled -}}

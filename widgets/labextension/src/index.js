@@ -5,13 +5,14 @@
 // the gpupool API with the server's hub token; it is read only while the page is visible, and
 // reading it is no user activity.
 
-import { Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
 import { call, whileVisible } from './api.js';
 import { followLogs } from './follow.js';
+import { COMMAND, addHibernateCommand } from './hibernate.js';
 import { itemText, itemTitle, moved, noticeChange, notices } from './text.js';
 
 const PLUGIN = 'gpupool-lab:plugin';
@@ -36,7 +37,7 @@ class GPUStatusItem extends Widget {
   // and the item then said "GPU ?" until the next read, up to a poll interval later
   setStatus(status) {
     this.text.textContent = itemText(status);
-    this.node.title = itemTitle(status);
+    this.node.title = `${itemTitle(status)}\nClick to hibernate this server now`;
     this.node.dataset.action = (status && status.action) || '';
     this.text.style.color = status && status.action === 'warn' ? 'var(--jp-warn-color0)' : '';
   }
@@ -46,10 +47,14 @@ const plugin = {
   id: PLUGIN,
   description: 'The GPU share and time left of this server; a warning with Extend before a cull.',
   autoStart: true,
-  optional: [IStatusBar, ISettingRegistry],
-  activate: (app, statusBar, settingRegistry) => {
+  optional: [IStatusBar, ISettingRegistry, ICommandPalette],
+  activate: (app, statusBar, settingRegistry, palette) => {
     followLogs(document.body);  // job monitors' log boxes show their last lines
     const item = new GPUStatusItem();
+    addHibernateCommand(app, palette);
+    // a click on the item offers "Hibernate now" (also in the command palette)
+    item.node.style.cursor = 'pointer';
+    item.node.addEventListener('click', () => void app.commands.execute(COMMAND));
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN, { item, align: 'left', rank: 3 });
     } else {
