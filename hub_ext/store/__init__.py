@@ -6,7 +6,7 @@ from gpupool.store.models import Allocation, Event
 from gpupool.store.moves import Move  # registers its table before Store creates them
 from gpupool.store.parked import Parked  # registers its table before Store creates them
 from gpupool.store.sweeps import SweepRun
-from gpupool.store.usage_tables import BudgetGrant, UsageHour  # usage accounting and budgets
+from gpupool.store.usage_tables import BudgetGrant, PodSpanRow, UsageHour  # usage accounting and budgets
 
 __all__ = [
     "Allocation",
@@ -14,6 +14,7 @@ __all__ = [
     "Event",
     "Move",
     "Parked",
+    "PodSpanRow",
     "Store",
     "SweepRun",
     "TrainJob",

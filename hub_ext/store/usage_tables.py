@@ -5,14 +5,15 @@ What is NOT stored here: the GPU-hours allocated. Those come from the event log 
 `release` event carries the interval it closes; open allocations are in gpupool_allocations),
 so they are right across hub restarts without any state of their own. Stored here is what the
 event log cannot hold compactly: GPU utilization samples, rolled up per hour and workload
-session, and the admins' budget top-ups and exemptions.
+session, the admins' budget top-ups and exemptions, and the GPU intervals of train pods on
+Kubernetes (which hold no hub allocation, so no event records them).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import BigInteger, DateTime, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.store.models import Base, utcnow
@@ -52,3 +53,21 @@ class BudgetGrant(Base):
     by: Mapped[str] = mapped_column(String(255), default="")
     note: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class PodSpanRow(Base):
+    """One train pod's GPU interval on Kubernetes (gpupool.kube.pod_usage.PodSpan), keyed by the
+    pod's UID: written by the hub's relist of train pods, read by the usage ledger as a train
+    job's GPU-hours. Bounded: one row per pod, pruned with retention once ended."""
+
+    __tablename__ = "gpupool_pod_spans"
+
+    uid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job: Mapped[str] = mapped_column(String(64), index=True)  # the gpupool job id
+    owner: Mapped[str] = mapped_column(String(255), index=True)
+    milli: Mapped[int] = mapped_column(Integer)  # GPU milli the pod held
+    start: Mapped[int] = mapped_column(Integer)  # epoch seconds
+    end: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)  # None: running
+    node: Mapped[str] = mapped_column(String(255), default="")
+    exact: Mapped[bool] = mapped_column(Boolean, default=True)  # False: closed when last seen alive
+    seen: Mapped[int] = mapped_column(Integer, default=0)  # last time the hub saw it alive

@@ -98,6 +98,17 @@ class TrainPool(LoggingConfigurable):
             c.TrainPool.tick_s = 5
         """,
     )
+    usage_relist_s = Float(
+        60.0,
+        min=5.0,
+        config=True,
+        help="""On Kubernetes: seconds between lists of the train pods whose lifetimes are
+        the train jobs' GPU-hours in the usage report (a pod deleted between two lists is
+        counted until the last list that saw it). Example::
+
+            c.TrainPool.usage_relist_s = 30
+        """,
+    )
     max_queued_per_user = Int(
         20,
         min=0,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupool.alloc.manager import PoolManager
+from gpupool.kube import pod_spans
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
@@ -256,6 +257,13 @@ class KubeTrainingService(JobBook):
                 sent.append(job_id)
         stopped = await self._stop_idle(now if now is not None else time.time())
         return {"sent": sent, "idle_stopped": stopped}
+
+    async def record_usage(self, now: float | None = None) -> int:
+        """List the train pods and record their GPU intervals (gpupool.kube.pod_spans): the
+        train jobs' GPU-hours in the usage report. Returns how many spans changed."""
+        pods = await pod_spans.list_pods(self.controller.core, self.opts.namespace)
+        readers = pod_spans.readers_for(self.controller.backend)
+        return len(pod_spans.record(self.pool.store, pods, readers, None if now is None else int(now)))
 
     def running_pods(self, job_id: str) -> list[str]:
         """The uids of the job's pods that run now (an elastic job has several)."""

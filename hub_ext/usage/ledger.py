@@ -7,6 +7,10 @@ the allocations still held are the rows of gpupool_allocations (since their `cre
 survive a hub restart, and reconcile's releases close what a crash left open. Parked intervals
 come the same way from `unpark` events and gpupool_parked. A release written before these
 fields existed is paired with its `allocate` event, when that is among the events read.
+
+Train jobs on Kubernetes hold no allocation (the cluster's scheduler places them): their
+GPU-hours are their pods' intervals, recorded in gpupool_pod_spans by the hub's relist of train
+pods (gpupool.kube.pod_spans), and read here as train sessions beside the allocations.
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, select
+from sqlalchemy import CursorResult, delete, or_, select
 
 from gpupool.pool.inventory import Inventory
 from gpupool.pool.pools import NodePool
 from gpupool.pool.units import format_gpu_hours
-from gpupool.store import Allocation, BudgetGrant, Event, Parked, Store, TrainJob, UsageHour
+from gpupool.store import (
+    Allocation,
+    BudgetGrant,
+    Event,
+    Parked,
+    PodSpanRow,
+    Store,
+    TrainJob,
+    UsageHour,
+)
 from gpupool.usage.accounting import Held, JobEvent, UseRow
 from gpupool.usage.accounting import Parked as ParkedSpan
 from gpupool.usage.budgets import Grant
@@ -63,6 +76,13 @@ class Ledger:
             )
             events = list(s.scalars(q))
             rows = list(s.scalars(select(Allocation).filter_by(**who)))
+            pods = list(
+                s.scalars(
+                    select(PodSpanRow)
+                    .where(PodSpanRow.start < b, or_(PodSpanRow.end.is_(None), PodSpanRow.end >= a))
+                    .filter_by(**who)
+                )
+            )
         out: list[Held] = []
         opened: dict[tuple[str, str, str], float] = {}  # for releases without `since`
         for e in events:
@@ -101,6 +121,10 @@ class Ledger:
                 out.append(
                     self._held(r.kind, r.owner, r.name, r.total_milli, start, None, r.groups, r.node, r.gpus)
                 )
+        for p in pods:  # a train pod on Kubernetes: its job holds no allocation, so none is counted twice
+            out.append(
+                self._held(WorkloadKind.TRAIN, p.owner, p.job, p.milli, p.start, p.end, (), p.node, ())
+            )
         return self._with_projects(out)
 
     def _held(
@@ -411,6 +435,7 @@ class Ledger:
             for stmt in (
                 delete(UsageHour).where(UsageHour.hour < int(before) // 3600),
                 delete(BudgetGrant).where(BudgetGrant.until < before),
+                delete(PodSpanRow).where(PodSpanRow.end < before),  # open spans are kept
             ):
                 n += cast(CursorResult, s.execute(stmt)).rowcount or 0
         return n

@@ -399,6 +399,8 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
         )
         # the API answers at once; the watches catch up (and settle rows) in the background
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
+        # train jobs there hold no hub allocation: their GPU-hours are their pods' lifetimes
+        tasks.every(cfg.usage_relist_s, kube.record_usage, "recording train pods' GPU-hours")
         training: TrainingBackend = kube
     else:
         from gpupool.train.backend import LocalTraining

@@ -2,7 +2,8 @@
 plane, as the chart's hub account: a submission becomes a Job with its code in a ConfigMap the
 Job owns, the job row follows what the real Job controller and kwok do, nothing is lost or sent
 twice across a hub restart (Job creates counted in the API server's audit log), and a Job the
-API server refuses fails its row with the server's reason. The last test runs a whole
+API server refuses fails its row with the server's reason. A job's GPU-hours in the usage report
+come from its pods' lifetimes on the cluster (the hub's relist of train pods). The last test runs a whole
 JupyterHub in Kubernetes mode against the same plane.
 
 Simulated, as in test_train_jobs_real.py: a container's exit (our kwok stage) and KAI's eviction
@@ -12,6 +13,7 @@ tests/k8s/test_train_service.py."""
 from __future__ import annotations
 
 import base64
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from kubernetes_asyncio import client
 from gpupool.kube.objects import code_name, name_of
 from gpupool.train.code import JobCode
 from gpupool.train.request import JobRequest
+from gpupool.usage.config import Usage
+from gpupool.usage.service import UsageService
 from tests.cluster.conftest import HUB_NS
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
@@ -80,6 +84,10 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
         first = await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")
         await wait_for(lambda: service.job(row.id).state == "running", what="row running")
         assert service.job(row.id).started is not None
+        # one pass of the hub's periodic relist of train pods, its clock ten minutes on: the pod
+        # is seen alive then, and KAI deletes it before the next pass
+        seen = int(time.time()) + 600
+        await service.record_usage(now=seen)
         evict_as_kai(admin, first)  # KAI reclaims the GPU for another queue's guarantee
         second = await wait_for(
             lambda: running_pod(admin, row.id, {first["metadata"]["uid"]}), what="the replacement pod"
@@ -94,6 +102,15 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
         assert service.job(row.id).finished is not None
         kinds = [e.kind for e in reversed(service.pool.store.events(name=row.id))]
         assert kinds == ["job", "start", "preempt", "resume", "job"]
+        # its GPU-hours, from both pods' lifetimes on the cluster (it held no hub allocation): the
+        # evicted one, gone before the next pass, until it was last seen alive
+        await service.record_usage()
+        usage = UsageService(service.pool, Usage())
+        spans = sorted((h for h in usage.ledger.held(0, 2**31) if h.name == row.id), key=lambda h: h.start)
+        assert {(h.kind, h.milli, h.project) for h in spans} == {("train", 500, "default")}
+        assert [h.end for h in spans][:1] == [seen] and len(spans) == 2 and spans[1].end is not None
+        total = usage.report(0, seen + 1, "project")["total"]["allocated_milli_s"]
+        assert total == sum(500 * (h.end - h.start) for h in spans if h.end is not None) >= 500 * 590
     finally:
         await service.stop()
 

@@ -1,0 +1,103 @@
+"""Train pods' GPU intervals on Kubernetes, recorded: the I/O half of gpupool.kube.pod_usage.
+
+A periodic relist (not a watch: a train pod lives minutes to days, and one list a minute of
+the train namespace's gpupool pods is cheap) reads every pod with the gpupool.io/job-id label,
+folds them into what the store holds (`fold` with `full_list=True`) and writes what changed to
+gpupool_pod_spans, where the usage ledger reads them as train jobs' GPU-hours.
+
+What it cannot see exactly: a pod that ended and was deleted between two lists (its Job's TTL,
+a preemption that deletes it) is closed at the last list that saw it alive, `exact=False`; the
+count is then short by at most one relist interval per such pod.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.kube.pod_usage import PodSpan, fold
+from gpupool.store import PodSpanRow, Store
+
+JOB_LABEL = "gpupool.io/job-id"
+PAGE = 250  # pods per list request: a relist never holds a huge response at once
+MAX_PAGES = 400  # 100,000 pods: a namespace beyond that is not listed further this pass
+
+
+def readers_for(backend: SharingBackend | None) -> tuple[SharingBackend, ...]:
+    """What reads a train pod's GPUs: the configured sharing, then whole device-plugin GPUs."""
+    if backend is None or isinstance(backend, WholeGPUs):
+        return (WholeGPUs(),)
+    return (backend, WholeGPUs())
+
+
+def load(store: Store, uids: Iterable[str]) -> dict[str, PodSpan]:
+    """The recorded spans `fold` needs: every open one, and those of the pods just listed
+    (so a pod whose end is recorded is never recorded again)."""
+    listed = list(set(uids))
+    with store.session() as s:
+        rows = list(s.scalars(select(PodSpanRow).where(PodSpanRow.end.is_(None))))
+        for i in range(0, len(listed), 500):  # bounded IN lists
+            rows += s.scalars(select(PodSpanRow).where(PodSpanRow.uid.in_(listed[i : i + 500])))
+    return {r.uid: _span(r) for r in rows}
+
+
+def save(store: Store, changed: Mapping[str, PodSpan]) -> None:
+    if not changed:
+        return
+    with store.session() as s:
+        for span in changed.values():
+            s.merge(
+                PodSpanRow(
+                    uid=span.uid,
+                    job=span.job[:64],
+                    owner=span.owner[:255],
+                    milli=span.milli,
+                    start=span.start,
+                    end=span.end,
+                    node=span.node[:255],
+                    exact=span.exact,
+                    seen=span.seen,
+                )
+            )
+
+
+def _span(r: PodSpanRow) -> PodSpan:
+    return PodSpan(r.uid, r.job, r.owner, r.milli, r.start, r.end, r.node, r.exact, r.seen)
+
+
+async def list_pods(core: Any, namespace: str) -> list[dict]:
+    """Every pod of a gpupool train job in `namespace`, as the API server sends it, in pages."""
+    pods: list[dict] = []
+    cont = ""
+    for _ in range(MAX_PAGES):
+        kwargs: dict[str, Any] = {
+            "label_selector": JOB_LABEL,
+            "limit": PAGE,
+            "_preload_content": False,  # plain dicts: the client's models cost more than the pod
+            "_request_timeout": 60,
+        }
+        if cont:
+            kwargs["_continue"] = cont
+        resp = await core.list_namespaced_pod(namespace, **kwargs)
+        body = json.loads(await resp.read())
+        pods += [p for p in body.get("items") or [] if isinstance(p, dict)]
+        cont = (body.get("metadata") or {}).get("continue") or ""
+        if not cont:
+            return pods
+    raise RuntimeError(f"more than {MAX_PAGES * PAGE} train pods in {namespace}: not a full list")
+
+
+def record(
+    store: Store, pods: Sequence[Mapping], readers: Sequence[SharingBackend], now: int | None = None
+) -> dict[str, PodSpan]:
+    """Fold one full list of train pods into the store; returns the spans it wrote."""
+    now = int(time.time()) if now is None else now
+    uids = [u for p in pods if isinstance(u := (p.get("metadata") or {}).get("uid"), str)]
+    changed = fold(load(store, uids), pods, now, readers, full_list=True)
+    save(store, changed)
+    return changed
