@@ -32,6 +32,7 @@ WIRING = {
     "gpupool.wiring.cli",
     "gpupool.wiring.embedded",
     "gpupool.wiring.embedded_config",
+    "gpupool.wiring.stop_jobs",  # `gpupool stop-jobs`: reads the embedded hub's settings as `up` does
 }
 # imported only inside the hub (they read `c` from jupyterhub_config.py when imported)
 SKIP = {"gpupool.wiring.embedded_config"}
