@@ -10,7 +10,7 @@ from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validat
 from traitlets.config import Configurable
 
 from gpupool.contain.cgroups import Tree, Unavailable, detect, joiner
-from gpupool.contain.limits import LIMITS, Limits, machine_memory, parse_size, size_text
+from gpupool.contain.limits import JOB_PREFIX, LIMITS, Limits, machine_memory, parse_size, size_text
 from gpupool.contain.resolve import resolve
 from gpupool.pool.units import UnitError, gpus_number, parse_gpus
 
@@ -298,7 +298,7 @@ class WorkloadCgroups:
         return self.tree.available
 
     def job(self, job_id: str) -> str:
-        return f"{self.instance}/job-{job_id}"
+        return f"{self.instance}/{JOB_PREFIX}{job_id}"
 
     def workspace(self, owner: str, name: str) -> str:
         digest = hashlib.sha256(f"{owner}\0{name}".encode("utf-8", "surrogatepass")).hexdigest()[:20]

@@ -39,6 +39,7 @@ LIMITS = ("devices", "memory", "processes", "cpu")  # what is said, enforced or 
 CONTROLLER = {"devices": "devices", "memory": "memory", "processes": "pids", "cpu": "cpu"}
 MAX_PIDS = 4_194_304  # the kernel's pid_max ceiling
 MAX_SHARES = 262_144  # cpu.shares' ceiling
+JOB_PREFIX = "job-"  # a train job's cgroup is <instance>/job-<id> (WorkloadCgroups.job)
 JOBS = "jobs"  # the cpu hierarchy's folder of an instance's train jobs (see `Controllers.folder`)
 SIZE = re.compile(r"\s*(\d{1,15})\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
 PERCENT = re.compile(r"\s*(\d{1,3})\s*%\s*\Z")
@@ -166,7 +167,7 @@ class Controllers:
     def folder(controller: str, root: Path, rel: Path) -> Path:
         """A workload's folder in one hierarchy: `root/rel`, except a train job's in the cpu one,
         which is one level down, in its instance's `jobs` folder (the jobs weigh together)."""
-        if controller == "cpu" and rel.name.startswith("job-"):
+        if controller == "cpu" and rel.name.startswith(JOB_PREFIX):
             return root / rel.parent / JOBS / rel.name
         return root / rel
 

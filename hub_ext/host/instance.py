@@ -14,6 +14,7 @@ import secrets
 from pathlib import Path
 
 from gpupool.contain.cgroups import SEGMENT, Tree
+from gpupool.contain.limits import JOB_PREFIX
 
 SETTING = "instance"
 HUB_VAR, INSTANCE_VAR = "GPUPOOL_HUB", "GPUPOOL_INSTANCE"
@@ -82,7 +83,7 @@ def refuse_unknown(tree: Tree, mine: str, known: set[str], where: str, state_hin
         return
     items = []
     for w, pids in sorted(unknown.items())[:10]:
-        what = f"train job {w[4:]}" if w.startswith("job-") else "a workspace"
+        what = f"train job {w[len(JOB_PREFIX) :]}" if w.startswith(JOB_PREFIX) else "a workspace"
         user = whose(pids[0])
         items.append(
             f"{what}{' of ' + user if user else ''} (cgroup {tree.path(f'{mine}/{w}')}, pids"

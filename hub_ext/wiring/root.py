@@ -177,13 +177,18 @@ class GPUPoolHub:
         from gpupool.store.jobs import TrainJob
         from gpupool.vocab.states import HAS_RUN
 
+        names = WorkloadCgroups(tree, "_")
+
         def ws(owner: str, name: str) -> str:
-            return WorkloadCgroups(tree, "_").workspace(owner, name).split("/", 1)[1]
+            return names.workspace(owner, name).split("/", 1)[1]
 
         store = self.pool.store
         known = {ws(r.owner, r.name) for r in store.allocations(kind=WorkloadKind.BUILD)}
         with store.session() as s:
-            known |= {f"job-{i}" for i in s.scalars(select(TrainJob.id).where(TrainJob.state.in_(HAS_RUN)))}
+            known |= {
+                names.job(i).split("/", 1)[1]
+                for i in s.scalars(select(TrainJob.id).where(TrainJob.state.in_(HAS_RUN)))
+            }
         hub_db = (
             self.config.JupyterHub.db_url
             if "db_url" in self.config.JupyterHub
