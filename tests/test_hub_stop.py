@@ -305,3 +305,48 @@ def test_a_submission_that_meets_a_full_disk_leaves_no_folder_and_no_row(tmp_pat
     assert "No space left" in disk_full(err.value)  # said as a full disk: 507
     assert [r.id for r in svc.jobs()] == [first.id]
     assert [p.name for p in Path(first.workdir).parent.iterdir()] == [Path(first.workdir).name]
+
+
+def test_a_sweep_that_meets_a_full_disk_on_its_third_run_leaves_nothing_queued(tmp_path, monkeypatch) -> None:
+    """The API says a full disk changed nothing (507), so a sweep is queued whole or not at all:
+    the two runs queued before the disk filled are cancelled, with the reason their owner
+    reads, and the error says so."""
+    import asyncio
+
+    from gpupool.api.auth import noted
+    from gpupool.train import book
+    from gpupool.train.backend import LocalTraining, submit_whole
+    from gpupool.vocab.disk import disk_full
+    from gpupool.vocab.states import JobState
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    runs = [
+        job_request(
+            owner="ann",
+            project="lab",
+            name=f"grid-{i}",
+            command=[sys.executable, "job.py"],
+            files={"job.py": b"1"},
+        )
+        for i in (1, 2, 3)
+    ]
+    submit = svc.submit
+
+    def disk_fills_at_the_third(job, now=None):  # the third run's code meets a full disk
+        if job.name == "grid-3":
+            monkeypatch.setattr(book, "open_file", lambda *a, **k: os.open("/dev/full", os.O_WRONLY))
+        return submit(job, now)
+
+    monkeypatch.setattr(svc, "submit", disk_fills_at_the_third)
+    with pytest.raises(OSError) as err:
+        asyncio.run(submit_whole(LocalTraining(svc), runs))
+    assert "No space left" in disk_full(err.value)
+    assert "the 2 run(s) of the sweep queued before it were cancelled" in noted(err.value)
+    assert svc.jobs(state=JobState.QUEUED) == []
+    assert {r.name: r.state for r in svc.jobs()} == {
+        "grid-1": JobState.CANCELLED,
+        "grid-2": JobState.CANCELLED,
+    }
+    assert all("could not be queued whole" in r.message for r in svc.jobs())

@@ -161,11 +161,17 @@ class APIHandler(BaseHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if disk_full(exc):
-            message = f"the disk is full: {disk_full(exc)}; nothing was changed (tell an admin)"
+            changed = "; ".join(getattr(exc, "__notes__", ())) or "nothing was changed"
+            message = f"the disk is full: {disk_full(exc)}; {changed} (tell an admin)"
         else:
             message = str(getattr(exc, "log_message", None) or httputil.responses.get(status_code, "error"))
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"status": status_code, "message": bounded(message, MAX_ERROR)}))
+
+
+def noted(err: BaseException) -> str:
+    """An error's words with the notes added to it on its way (what could not be undone)."""
+    return "; ".join([str(err), *getattr(err, "__notes__", ())])
 
 
 MAX_ERROR = 1000  # characters of an error message: a hostile value is quoted only in part

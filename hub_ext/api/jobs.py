@@ -16,12 +16,12 @@ from typing import Any
 
 from tornado import web
 
-from gpupool.api.auth import APIHandler
+from gpupool.api.auth import APIHandler, noted
 from gpupool.api.sweeps import SweepHandler, record_sweep
 from gpupool.pool import InvalidRequest, PoolError, Request
 from gpupool.pool.units import UnitError, parse_gpus, shown
 from gpupool.store.jobs import STATES
-from gpupool.train.backend import TrainingBackend
+from gpupool.train.backend import TrainingBackend, submit_whole
 from gpupool.train.code import JobCode
 from gpupool.train.request import JobRequest
 from gpupool.train.sweep import SweepError, combinations
@@ -190,23 +190,26 @@ class JobsHandler(JobsBase):
             min_gpus=min_gpus,
             pools=pools,
         )
-        rows = []
-        for (run_name, _), code in zip(runs, codes, strict=True):
-            try:
-                # a sweep's runs differ in their names and code only
-                row = await svc.submit(replace(job, name=run_name, code=code))
-            except PermissionError as err:
-                raise web.HTTPError(403, str(err)) from None
-            except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
-                raise web.HTTPError(400, str(err)) from None
-            except PoolError as err:  # the databases' disk down to its reserve (507)
-                raise web.HTTPError(err.status, str(err)) from None
-            except OSError as err:
-                if err.errno == errno.ENOSPC:
-                    raise  # a full disk: 507, said as such (APIHandler.write_error)
-                # e.g. the folder for the user's jobs is writable by others
-                raise web.HTTPError(409, f"cannot make the job's folder: {err}") from None
-            rows.append(row)
+        try:
+            # a sweep's runs differ in their names and code only; queued whole or not at all
+            rows = await submit_whole(
+                svc,
+                [
+                    replace(job, name=run_name, code=code)
+                    for (run_name, _), code in zip(runs, codes, strict=True)
+                ],
+            )
+        except PermissionError as err:
+            raise web.HTTPError(403, noted(err)) from None
+        except InvalidRequest as err:  # e.g. no queue for its pools (Kubernetes, a guarantee per pool)
+            raise web.HTTPError(400, noted(err)) from None
+        except PoolError as err:  # the databases' disk down to its reserve (507)
+            raise web.HTTPError(err.status, noted(err)) from None
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
+                raise  # a full disk: 507, said as such (APIHandler.write_error)
+            # e.g. the folder for the user's jobs is writable by others
+            raise web.HTTPError(409, f"cannot make the job's folder: {noted(err)}") from None
         if "sweep" not in body:
             self.write_json(self.job_json(rows[0]), status=201)
             return

@@ -123,3 +123,30 @@ class LocalTraining:
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
         return await self.engine.logs(row, tail, before)
+
+
+WITHDRAWN_BY = "the hub (its sweep could not be queued whole)"
+
+
+async def submit_whole(backend: TrainingBackend, jobs: list[JobRequest]) -> list[TrainJob]:
+    """Queue every job of a sweep or none of them. When one fails (the jobs' disk full, a
+    refused folder), the runs already queued are cancelled before the error goes on: the caller
+    is told "nothing was changed", and a half sweep would hold the queue for runs its owner
+    never got ids for. A cancel that itself fails is noted on the error, never hidden."""
+    rows: list[TrainJob] = []
+    try:
+        for job in jobs:
+            rows.append(await backend.submit(job))
+    except BaseException as err:
+        kept = []
+        for row in rows:
+            try:
+                await backend.cancel(row.id, by=WITHDRAWN_BY)
+            except Exception as cancel_err:  # noqa: BLE001 - said on the error the caller sees
+                kept.append(f"run {row.name} ({row.id}) stays queued: its cancel failed: {cancel_err}")
+        if withdrawn := len(rows) - len(kept):
+            err.add_note(f"the {withdrawn} run(s) of the sweep queued before it were cancelled")
+        for note in kept:
+            err.add_note(note)
+        raise
+    return rows
