@@ -88,6 +88,21 @@ def test_a_stopping_hub_starts_no_queued_job_and_stop_jobs_ends_what_keeps_runni
     state, wrapper, workdir = job(running["id"])
     script_pid = int((Path(workdir) / "job.pid").read_text())
     assert state == "running" and _runs(wrapper) and _runs(script_pid)  # left running by the stop
+    # one owner of the state folder at a time, kept by the kernel (flock): a hub started while
+    # stop-jobs runs refuses to start, and a second stop-jobs refuses too
+    from gpupool.host.state_lock import hold_state
+
+    lock = hold_state(hub.state, "`gpupool stop-jobs`")
+    try:
+        with pytest.raises(RuntimeError, match="hub exited") as refused_start:
+            hub._start(timeout=60)  # not start(): a refused start must not clear the running job away
+        assert "not starting: " in str(refused_start.value), refused_start.value
+        assert "in use by `gpupool stop-jobs`" in str(refused_start.value), refused_start.value
+        busy = _stop_jobs(hub)
+        assert busy.returncode == 1 and "in use by `gpupool stop-jobs`" in busy.stderr, busy
+    finally:
+        os.close(lock)
+    assert job(running["id"])[0] == "running" and _runs(wrapper)  # neither touched it
 
     done = _stop_jobs(hub)
     assert done.returncode == 0, done

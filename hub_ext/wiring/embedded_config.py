@@ -8,6 +8,7 @@ import os
 
 from gpupool import configure
 from gpupool.host.accounts import make_on_login
+from gpupool.host.state_lock import StateBusy, hold_state
 from gpupool.wiring.embedded import (
     apply_demo,
     apply_demo_culling,
@@ -25,6 +26,10 @@ from gpupool.wiring.embedded import (
 c = get_config()  # type: ignore[name-defined]  # noqa: F821 - provided by JupyterHub when it loads this file
 
 state = os.environ["GPUPOOL_STATE_DIR"]
+try:  # held until this hub ends: `gpupool stop-jobs` never runs beside it, nor a second hub
+    STATE_LOCK = hold_state(state, "the hub")
+except StateBusy as err:
+    raise SystemExit(f"gpupool: not starting: {err}; wait for it to end") from None
 c.JupyterHub.ip = os.environ.get("GPUPOOL_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("GPUPOOL_PORT", "8000"))
 c.JupyterHub.hub_port = int(os.environ.get("GPUPOOL_HUB_PORT", "8081"))

@@ -8,11 +8,14 @@ admits nothing while the pool is stopping, sends SIGKILL after c.TrainPool.grace
 ended job back in the queue with its GPUs released. A stop-jobs interrupted half way leaves rows
 that say "preempting": the next `stop-jobs`, or the next start, finishes them.
 
-Refused while a hub runs on the state folder: that hub owns its jobs (cancel them there).
+Refused while a hub runs on the state folder: that hub owns its jobs (cancel them there). Both
+hold the state folder's lock (`gpupool.host.state_lock`) while they run, so a hub started during a
+stop-jobs refuses to start until it ends.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,11 +53,7 @@ def stop_jobs(
     """End the runs of `state`'s train jobs; they go back to the queue. Lines for the admin, one
     per job stopped."""
     from gpupool.host.backup import hub_processes
-    from gpupool.host.instance import LostState
-    from gpupool.train.config import TrainPool
-    from gpupool.train.service import TrainingService
-    from gpupool.vocab.states import HAS_RUN
-    from gpupool.wiring.root import GPUPoolHub, Unenforceable
+    from gpupool.host.state_lock import StateBusy, hold_state
 
     hubs = hub_processes(state, proc_root)
     if hubs:
@@ -62,6 +61,27 @@ def stop_jobs(
             f"a hub runs on {state} (pids {', '.join(map(str, hubs[:10]))}): its jobs are its own;"
             " cancel them from it, or stop it first (`gpupool up --stop-jobs` ends them at the stop)"
         )
+    try:  # the kernel's answer while this runs: a hub started meanwhile refuses to start
+        lock = hold_state(state, "`gpupool stop-jobs`")
+    except StateBusy as err:
+        raise StopJobsError(f"{err}: stop it first") from None
+    except FileNotFoundError:
+        return [f"no state folder at {state}: no train job to stop"]
+    try:
+        return _stop_jobs(state, config_file, clock, pause)
+    finally:
+        os.close(lock)
+
+
+def _stop_jobs(
+    state: Path, config_file: str, clock: Callable[[], float], pause: Callable[[float], None]
+) -> list[str]:
+    from gpupool.host.instance import LostState
+    from gpupool.train.config import TrainPool
+    from gpupool.train.service import TrainingService
+    from gpupool.vocab.states import HAS_RUN
+    from gpupool.wiring.root import GPUPoolHub, Unenforceable
+
     c = hub_config(state, config_file)
     root = GPUPoolHub(c)
     db = root.settings.db_url
