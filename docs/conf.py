@@ -43,6 +43,7 @@ options
 culling
 placement
 training
+benchmarks
 kubernetes
 chart-values
 security
