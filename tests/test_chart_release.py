@@ -90,3 +90,25 @@ def test_helm_lints_strictly_and_packages_the_chart(helm_binary: Path, tmp_path:
     )
     assert proc.returncode != 0 and "port" in proc.stderr
     assert shutil.which("helm", path=str(helm_binary.parent))
+
+
+def test_image_tags_follow_the_release_unless_an_admin_pins_one():
+    """Every image gpupool ships is tagged with the release that made it: the node agent's tag
+    defaults to the chart's appVersion (a bump of pyproject's version moves it; a hard-coded
+    tag stayed behind), and the z2jh overlay's hub and single-user images name the same version."""
+    import helm_python
+
+    def agent_image(values: dict | None) -> str:
+        out = helm_python.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
+        for doc in yaml.safe_load_all(out["gpupool/templates/node-agent.yaml"]):
+            if doc and doc["kind"] == "DaemonSet":
+                return doc["spec"]["template"]["spec"]["containers"][0]["image"]
+        raise AssertionError("no node agent DaemonSet rendered")
+
+    assert agent_image(None) == f"registry.example.org/gpupool-hub:{VERSION}"
+    assert agent_image({"nodeAgent": {"image": {"tag": "site-7"}}}).endswith(":site-7")
+    overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    assert overlay["hub"]["image"]["tag"] == VERSION and overlay["singleuser"]["image"]["tag"] == VERSION
+    for example in (REPO / "helm" / "examples").glob("*.yaml"):
+        tag = ((yaml.safe_load(example.read_text()).get("nodeAgent") or {}).get("image") or {}).get("tag")
+        assert tag in (None, "", VERSION), (example.name, tag)
