@@ -333,6 +333,28 @@ def test_the_hibernation_hook_reaches_the_spawner_and_a_path_that_would_break_py
             render({"workspaces": {"hibernateStartupDir": bad}})
 
 
+def test_finished_jobs_and_their_checkpoint_claims_are_kept_for_the_charts_days(tmp_path: Path) -> None:
+    """jobs.keepFinishedDays is each train Job's ttlSecondsAfterFinished (its own checkpoint
+    claim is owned by the Job and goes with it): an admin bounds how long 10 GiB claims pile up."""
+    from gpupool.kube.job_spec import TrainJobSpec
+    from gpupool.kube.objects import train_job
+
+    def ttl(values: dict | None) -> int:
+        c = Config()
+        load_chart_config(c, hub_config(render(values), tmp_path))
+        opts = TrainPool(config=c).job_options()
+        spec = TrainJobSpec(
+            id="j1", owner="ada", project="lab", num_gpu=1, gpu_milli=1000, command=["python"], image="img"
+        )
+        return train_job(spec, opts)["spec"]["ttlSecondsAfterFinished"]
+
+    assert ttl(None) == 7 * 86400
+    assert ttl({"jobs": {"keepFinishedDays": 2}}) == 2 * 86400
+    for bad in (-1, 366, "7"):
+        with pytest.raises(helm.HelmError, match="keepFinishedDays"):
+            render({"jobs": {"keepFinishedDays": bad}})
+
+
 def test_the_schema_admits_what_the_hubs_options_admit_at_their_edges(tmp_path: Path) -> None:
     """An admin's values the hub accepts are not refused by the chart first: no workspaces for a
     group (0), a group's node pools; and what the hub would refuse, the schema refuses too."""

@@ -96,6 +96,8 @@ helm.sh/resource-policy: keep
 {{- $jobs := .Values.jobs | default dict -}}
 {{- $kai := .Values.kai | default dict -}}
 {{- $jobOptions := dict "namespace" .Values.hub.namespace "queue" "{project}" "checkpoint_size" ($jobs.checkpointSize | default "10Gi") "storage_class" ($jobs.storageClass | default nil) "high_priority_class" ($jobs.highPriorityClass | default "gpupool-train-high") "kueue" (.Values.kueue.enabled | default false) "kai_namespace" ($kai.namespace | default "kai-scheduler") "kai_version" ($kai.version | default "") -}}
+{{- /* a finished Job, its pods' logs and its own checkpoint claim go after this many days */ -}}
+{{- if hasKey $jobs "keepFinishedDays" }}{{ $_ := set $jobOptions "ttl_after_finished_s" (mul $jobs.keepFinishedDays 86400) }}{{ end -}}
 {{- /* pods that fit the cluster (gpupool.kube.pod_fit): tolerations, placement, CPU and
        memory (per project over the default), pull secrets, the restricted securityContext */ -}}
 {{- $projectResources := dict -}}
