@@ -374,9 +374,11 @@ class TrainPool(LoggingConfigurable):
         config=True,
         help="""Container image of train jobs on Kubernetes; it needs
         Python, the job's libraries and gpupool (for notebook jobs), like the single-user image.
+        Empty: the workspaces' image (c.KubeSpawner.image, which z2jh sets from singleuser.image),
+        where the notebook the job came from already runs.
         Example::
 
-            c.TrainPool.image = "quay.io/jupyter/pytorch-notebook:cuda12-2025-01-06"
+            c.TrainPool.image = "registry.example.org/gpupool-singleuser:0.1.0"
         """,
     )
     kube_job_options = JobOptionFields(
@@ -401,6 +403,17 @@ class TrainPool(LoggingConfigurable):
             }
         """,
     )
+
+    def kube_image(self) -> str:
+        """The train Jobs' image: c.TrainPool.image, else the workspaces' (GPUKubeSpawner's, then
+        KubeSpawner's as set in the config): a notebook job needs gpupool and the notebook's own
+        libraries, which the image its notebook ran in has. Empty when neither is set."""
+        if self.image:
+            return self.image
+        for section in ("GPUKubeSpawner", "KubeSpawner"):
+            if section in self.config and "image" in self.config[section]:
+                return str(self.config[section].image)
+        return ""
 
     def sharing(self) -> str:
         """How train job pods ask for GPUs: c.GPUPool.gpu_sharing (one setting for workspaces and

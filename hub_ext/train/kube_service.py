@@ -66,8 +66,12 @@ class KubeTrainingService(JobBook):
         holds: Callable[[list[TrainJob]], dict[str, str]] | None = None,
     ) -> None:
         super().__init__(pool, cfg, holds)
-        if not cfg.image:
-            raise ValueError("c.TrainPool.image must name the container image of train jobs on Kubernetes")
+        self.image = cfg.kube_image()
+        if not self.image:
+            raise ValueError(
+                "c.TrainPool.image must name the container image of train jobs on Kubernetes"
+                " (or c.KubeSpawner.image the workspaces', which they then share)"
+            )
         self.opts = cfg.job_options()
         for node_pool in self.pools.values():  # a pool that cannot be said on a cluster stops the hub here
             pool_term(node_pool, self.opts.node_pool_label)
@@ -181,7 +185,7 @@ class KubeTrainingService(JobBook):
         folder = Path(row.workdir)
         files = {f.name: f.read_bytes() for f in folder.iterdir() if f.is_file()} if folder.is_dir() else {}
         spec = TrainJobSpec.from_train_job(
-            row, self.cfg.image, files=tuple(sorted(files)), **self._placement_of(row)
+            row, self.image, files=tuple(sorted(files)), **self._placement_of(row)
         )
         try:
             await self.controller.submit(spec, files)

@@ -203,9 +203,7 @@ def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp
     assert c.GPUKubeSpawner.kai_queue_groups == ["nlp", "robotics", "vision"]  # no build.queues
     assert c.GPUKubeSpawner.kai_default_group == "nlp" and set(projects) == {"nlp", "robotics", "vision"}
     train = TrainPool(config=c)  # train jobs become Jobs there, with the chart's image and claim size
-    assert (
-        train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", train.image) != ""
-    )
+    assert train.runner == "kubernetes" and train.image == values.get("jobs", {}).get("image", "")
     opts = train.job_options()
     assert (opts.namespace, opts.queue, opts.kueue, opts.checkpoint_size, opts.storage_class) == (
         "jupyterhub",
@@ -395,8 +393,16 @@ def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> No
     assert (mounted["name"], mounted["mountPath"]) == ("gpupool-config", "/etc/gpupool")
     path = hub_config(render({"build": {"quota": 0.5, "fractions": [0.25, 0.5]}}), tmp_path)
     c = Config()
+    singleuser = overlay["singleuser"]["image"]
+    c.KubeSpawner.image = (
+        f"{singleuser['name']}:{singleuser['tag']}"  # z2jh's file sets it before extraConfig
+    )
     exec(compile(code.replace("/etc/gpupool/hub-config.json", str(path)), "extraConfig", "exec"), {"c": c})
     assert GPUPool(config=c).quota_policy().default.quota_milli == 500
+    # jobs.image left empty: train Jobs run in the workspaces' image, which has gpupool for notebook jobs
+    assert TrainPool(config=c).kube_image() == f"{singleuser['name']}:{singleuser['tag']}"
+    c.TrainPool.image = "registry.example.org/trainer:1"
+    assert TrainPool(config=c).kube_image() == "registry.example.org/trainer:1"
     assert GPUPool(config=c).use_nvml is False  # the overlay's own line
     culler = next(s for s in c.JupyterHub.services if s["name"] == "gpupool-culler")
     settings = json.loads(culler["environment"]["GPUPOOL_CULLER_CONFIG"])
