@@ -30,11 +30,11 @@ while not os.path.exists("go"):
 """
 
 
-def _stop_jobs(hub: Hub) -> subprocess.CompletedProcess:
-    """`gpupool stop-jobs` as an admin runs it, with the hub's state and config."""
+def _stop_jobs(hub: Hub, config: bool = True) -> subprocess.CompletedProcess:
+    """`gpupool stop-jobs` as an admin runs it, with the hub's state and (or not) its config."""
     return subprocess.run(
         [sys.executable, "-m", "gpupool.wiring.cli", "stop-jobs", "--state", str(hub.state)]
-        + ["--config", str(hub.state / "test_config.py")],
+        + (["--config", str(hub.state / "test_config.py")] if config else []),
         capture_output=True,
         text=True,
         timeout=120,
@@ -104,8 +104,12 @@ def test_a_stopping_hub_starts_no_queued_job_and_stop_jobs_ends_what_keeps_runni
         os.close(lock)
     assert job(running["id"])[0] == "running" and _runs(wrapper)  # neither touched it
 
-    done = _stop_jobs(hub)
+    done = _stop_jobs(hub, config=False)  # the admin need not repeat `up --config`: it was kept
     assert done.returncode == 0, done
+    assert (
+        f"the config the last `gpupool up` on this state ran with: {hub.state / 'test_config.py'}"
+        in done.stdout
+    )
     assert f"stopped train job {running['id']} (runs) of ann: queued" in done.stdout, done
     assert queued["id"] not in done.stdout, done
     assert not _runs(wrapper) and not _runs(script_pid)

@@ -5,6 +5,8 @@ jobs a stopped hub left running, `simulate` runs the pool simulator."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -111,6 +113,7 @@ def up(args: argparse.Namespace) -> int:
     os.makedirs(state, exist_ok=True)
     config = os.path.abspath(args.config) if args.config else ""
     checked = check_config(config)
+    remember_up(state, config, args.user_env)
     from gpupool.wiring.embedded import chp_command, demo_password
 
     env = dict(
@@ -177,6 +180,38 @@ def users_python(state: str) -> str:
 def users_package(folder: str | os.PathLike[str]) -> str:
     """The gpupool package of the users' environment in `folder` (its job wrapper among its files)."""
     return os.path.join(folder, "site-packages", "gpupool")
+
+
+UP_ARGS = "up-args.json"  # in the state folder: what the last `gpupool up` ran with
+
+
+def remember_up(state: str, config: str, user_env: str) -> None:
+    """The --config and --user-env of this `gpupool up`, for `gpupool stop-jobs` on the same
+    state: without them it read another hub's settings (accounts, GPUs, grace period)."""
+    data = json.dumps({"config": config, "user_env": os.path.abspath(user_env) if user_env else ""})
+    tmp = os.path.join(state, f".{UP_ARGS}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(state, UP_ARGS))
+
+
+def remembered_up(state: str) -> dict[str, str]:
+    """What `remember_up` kept for `state` ({} when nothing, or nothing readable, is there)."""
+    try:
+        fd = os.open(os.path.join(state, UP_ARGS), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd) as f:
+        try:
+            data = json.loads(f.read(64 * 1024))
+        except ValueError:
+            return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if k in ("config", "user_env") and isinstance(v, str)}
 
 
 def jobs_wrapper_as_up(user_env: str) -> None:
@@ -333,7 +368,14 @@ def stop_jobs(args: argparse.Namespace) -> int:
     from gpupool.wiring.stop_jobs import stop_jobs as end_them
 
     config = os.path.abspath(args.config) if args.config else ""
-    jobs_wrapper_as_up(args.user_env)
+    user_env = args.user_env
+    last = remembered_up(os.path.abspath(args.state))
+    if not config and last.get("config"):
+        config = last["config"]
+        print(f"gpupool: the config the last `gpupool up` on this state ran with: {config}", flush=True)
+    if not user_env and last.get("user_env"):
+        user_env = last["user_env"]
+    jobs_wrapper_as_up(user_env)
     try:
         lines = end_them(Path(args.state).absolute(), config)
     except StopJobsError as err:
@@ -439,7 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_stop.add_argument(
         "--state", default=default_state(), help="the hub's state folder (default: as `up`'s)"
     )
-    p_stop.add_argument("--config", default="", help="the config file the hub ran with (`up --config`)")
+    p_stop.add_argument(
+        "--config",
+        default="",
+        help="the config file the hub ran with (default: the last `up --config` on --state)",
+    )
     p_stop.add_argument(
         "--user-env",
         default=os.environ.get("GPUPOOL_USER_ENV", ""),
