@@ -23,3 +23,27 @@ def test_old_builds_go_by_tag_and_by_id_and_this_builds_stay() -> None:
     current = {"gpupool.local/hub:new", "gpupool.local/coredns:1"}
     assert old_images(refs, current) == ["gpupool.local/hub:old", "sha256:" + "2" * 64]
     assert old_images([r for r in refs if r[1] != HUB_OLD], current) == []
+
+
+def test_the_image_cache_keeps_the_newest_archives_of_each_image_and_drops_old_builds() -> None:
+    from tests.cluster.images import ARCHIVE_UNUSED_S, stale_archives
+
+    now = 10_000_000.0
+    hour = 3600.0
+    archives = [
+        ("gpupool.local_hub_aaaa.tar", now - 5 * hour),
+        ("gpupool.local_hub_bbbb.tar", now - 3 * hour),
+        ("gpupool.local_hub_cccc.tar", now - 2 * hour),  # the two newest hub builds: kept
+        ("gpupool.local_hub_dddd.tar", now - 60),
+        ("gpupool.local_singleuser_1111.tar", now - 9 * hour),
+        # not among the newest, but used half an hour ago (another checkout's build): kept
+        ("gpupool.local_singleuser_2222.tar", now - ARCHIVE_UNUSED_S / 2),
+        ("gpupool.local_singleuser_3333.tar", now - 10),
+        ("gpupool.local_singleuser_4444.tar", now - 20),
+        ("pause.tar", now - 100 * hour),  # one of its kind: kept whatever its age
+    ]
+    assert stale_archives(archives, now) == [
+        "gpupool.local_hub_aaaa.tar",
+        "gpupool.local_hub_bbbb.tar",
+        "gpupool.local_singleuser_1111.tar",
+    ]

@@ -788,15 +788,36 @@ def pause_image() -> tuple[str, Path]:
     return ref, out
 
 
-UNUSED_FOR_S = 24 * 3600
+UNUSED_FOR_S = 6 * 3600  # a layer no build used for this long is an old change's
+ARCHIVE_UNUSED_S = 3600
+KEEP_PER_IMAGE = 2  # the newest archives of each image stay whatever their age
+
+
+def stale_archives(archives: list[tuple[str, float]], now: float) -> list[str]:
+    """Which image archives (file name, last use) go: all but the newest KEEP_PER_IMAGE of each
+    image, once unused for ARCHIVE_UNUSED_S. Each change to gpupool exports a new hub and
+    single-user archive (1.4 GB together); kept for a day, a working day's commits filled a
+    developer's disk (38 GB of the image cache on this project's VM)."""
+    by_image: dict[str, list[tuple[float, str]]] = {}
+    for name, used in archives:
+        image = name.rsplit("_", 1)[0] if name.startswith("gpupool.local_") else name
+        by_image.setdefault(image, []).append((used, name))
+    stale = []
+    for found in by_image.values():
+        for used, name in sorted(found, reverse=True)[KEEP_PER_IMAGE:]:
+            if now - used >= ARCHIVE_UNUSED_S:
+                stale.append(name)
+    return sorted(stale)
 
 
 def prune(log: Callable[[str], None] = print) -> None:
-    """Removes layers, archives and wheels no build has used for a day: each change to gpupool
-    makes new top layers (hundreds of MiB for the hub and single-user images). By age, not by
-    what this checkout builds: other checkouts on the machine share the cache."""
+    """Removes layers and wheels no build has used for UNUSED_FOR_S, and image archives as
+    `stale_archives` says: each change to gpupool makes new top layers and archives (hundreds of
+    MiB for the hub and single-user images). By age and recency, not by what this checkout
+    builds: other checkouts on the machine share the cache."""
     with build_lock(log):
-        cutoff = time.time() - UNUSED_FOR_S
+        now = time.time()
+        cutoff = now - UNUSED_FOR_S
         freed = 0
         for marker in [*cache().glob("layers/*/.complete"), *cache().glob("wheels/*/.complete")]:
             if marker.stat().st_mtime < cutoff:
@@ -804,16 +825,16 @@ def prune(log: Callable[[str], None] = print) -> None:
                     p.stat().st_size for p in marker.parent.rglob("*") if p.is_file() and not p.is_symlink()
                 )
                 shutil.rmtree(marker.parent, ignore_errors=True)
-        for archive in cache().glob("archives/*.tar"):
-            if archive.stat().st_mtime < cutoff:
-                freed += archive.stat().st_size
-                archive.unlink()
-                archive.with_suffix(".imported").unlink(missing_ok=True)
+        archives = {a.name: a for a in cache().glob("archives/*.tar")}
+        for name in stale_archives([(n, a.stat().st_mtime) for n, a in archives.items()], now):
+            freed += archives[name].stat().st_size
+            archives[name].unlink()
+            archives[name].with_suffix(".imported").unlink(missing_ok=True)
         for partial in cache().glob("layers/*"):  # a build killed midway left no .complete
             if not (partial / ".complete").exists() and partial.stat().st_mtime < cutoff:
                 shutil.rmtree(partial, ignore_errors=True)
         if freed:
-            log(f"  image cache: freed {freed / 2**20:.0f} MiB unused for a day")
+            log(f"  image cache: freed {freed / 2**20:.0f} MiB of old builds")
 
 
 def main(argv: list[str]) -> int:
