@@ -106,6 +106,22 @@ def test_train_pods_on_kubernetes_count_in_the_usage_report_exactly_once_across_
     assert "cy,7.0" in usage.csv(mine)
 
 
+def test_a_share_asked_as_gpu_memory_counts_as_its_part_of_the_nodes_card(tmp_path) -> None:
+    """KAI's `gpu-memory` (a share asked in MiB): 20 GiB of an 80 GiB card is a quarter GPU; it
+    was read with no card size and counted as a whole GPU, four times its GPU-hours."""
+    pool = make_pool(tmp_path, 1, db="kube-memory.sqlite")
+    usage = UsageService(pool, Usage(), clock=lambda: NOW)
+    big = pod("m1", "j8", NOW - 2 * H, NOW)
+    big["metadata"]["annotations"]["gpu-memory"] = "20480"
+    small = pod("m2", "j8", NOW - 2 * H, NOW)
+    small["metadata"]["annotations"]["gpu-memory"] = "20480"
+    small["spec"]["nodeName"] = "t4-node"
+    cards = {"n1": 81920, "t4-node": 16384}.get
+    spans = pod_spans.record(pool.store, [big, small], READERS, NOW, memory_of=lambda n: cards(n, 0))
+    assert {u: s.milli for u, s in spans.items()} == {"m1": 250, "m2": 1000}  # all of a 16 GiB card
+    assert train_hours(usage) == {"?": pytest.approx(0.25 * 2 + 1 * 2)}
+
+
 async def test_the_relist_reads_every_page_of_train_pods() -> None:
     """The API server answers a list in pages (limit/continue): every page is folded."""
 

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import select
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
-from gpupool.kube.pod_usage import PodSpan, fold
+from gpupool.kube.pod_usage import MemoryOf, PodSpan, fold
 from gpupool.store import PodSpanRow, Store
 
 JOB_LABEL = "gpupool.io/job-id"
@@ -93,11 +93,17 @@ async def list_pods(core: Any, namespace: str) -> list[dict]:
 
 
 def record(
-    store: Store, pods: Sequence[Mapping], readers: Sequence[SharingBackend], now: int | None = None
+    store: Store,
+    pods: Sequence[Mapping],
+    readers: Sequence[SharingBackend],
+    now: int | None = None,
+    memory_of: MemoryOf | None = None,
+    memory_mib: int = 0,
 ) -> dict[str, PodSpan]:
-    """Fold one full list of train pods into the store; returns the spans it wrote."""
+    """Fold one full list of train pods into the store; returns the spans it wrote. A share
+    asked as GPU memory is read against its node's card (`memory_of`), else `memory_mib`."""
     now = int(time.time()) if now is None else now
     uids = [u for p in pods if isinstance(u := (p.get("metadata") or {}).get("uid"), str)]
-    changed = fold(load(store, uids), pods, now, readers, full_list=True)
+    changed = fold(load(store, uids), pods, now, readers, memory_mib, full_list=True, memory_of=memory_of)
     save(store, changed)
     return changed

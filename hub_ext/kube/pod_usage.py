@@ -18,7 +18,7 @@ rather than hidden; the I/O half keeps that case rare with a finalizer on train 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpupool.gpu.sharing import SharingBackend, UnreadableGPU, read_pod
@@ -79,13 +79,23 @@ def _end_of(pod: Mapping) -> int | None:
     return None
 
 
-def span_of(pod: Mapping, readers: Sequence[SharingBackend], memory_mib: int = 0) -> PodSpan | None:
-    """The GPU interval a pod holds or held; None for a pod that never started or holds no GPU."""
+MemoryOf = Callable[[str], int]  # a node's name -> the memory of one of its GPUs (MiB; 0: unknown)
+
+
+def span_of(
+    pod: Mapping, readers: Sequence[SharingBackend], memory_mib: int = 0, memory_of: MemoryOf | None = None
+) -> PodSpan | None:
+    """The GPU interval a pod holds or held; None for a pod that never started or holds no GPU.
+    A share asked as GPU memory (KAI's `gpu-memory`) is read against the card of the node it ran
+    on (`memory_of`), else `memory_mib`; with neither, as a whole GPU."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     start = parse_time((pod.get("status") or {}).get("startTime"))
     if not isinstance(uid, str) or not uid or start is None:
         return None
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    if memory_of is not None and node:
+        memory_mib = memory_of(node) or memory_mib
     try:
         milli = read_pod(dict(pod), readers, memory_mib)
     except (UnreadableGPU, ValueError, ArithmeticError):
@@ -102,7 +112,7 @@ def span_of(pod: Mapping, readers: Sequence[SharingBackend], memory_mib: int = 0
         milli=milli,
         start=start,
         end=None if end is None else max(start, end),
-        node=str((pod.get("spec") or {}).get("nodeName") or ""),
+        node=node,
     )
 
 
@@ -113,6 +123,7 @@ def fold(
     readers: Sequence[SharingBackend],
     memory_mib: int = 0,
     full_list: bool = False,
+    memory_of: MemoryOf | None = None,
 ) -> dict[str, PodSpan]:
     """The spans to write: new pods, ends newly seen, and (after a `full_list`) open spans
     whose pods are gone. Spans already recorded with an end are never changed; a start is
@@ -120,7 +131,7 @@ def fold(
     changed: dict[str, PodSpan] = {}
     listed: set[str] = set()
     for pod in pods:
-        span = span_of(pod, readers, memory_mib)
+        span = span_of(pod, readers, memory_mib, memory_of)
         uid = (pod.get("metadata") or {}).get("uid")
         if isinstance(uid, str):
             listed.add(uid)

@@ -267,7 +267,24 @@ class KubeTrainingService(JobBook):
         train jobs' GPU-hours in the usage report. Returns how many spans changed."""
         pods = await pod_spans.list_pods(self.controller.core, self.opts.namespace)
         readers = pod_spans.readers_for(self.controller.backend)
-        return len(pod_spans.record(self.pool.store, pods, readers, None if now is None else int(now)))
+        changed = pod_spans.record(
+            self.pool.store,
+            pods,
+            readers,
+            None if now is None else int(now),
+            memory_of=self.gpu_memory_of,
+            memory_mib=self.opts.device_memory_mib,
+        )
+        return len(changed)
+
+    def gpu_memory_of(self, node: str) -> int:
+        """One GPU's memory on `node` from the hub's inventory (the GPU Operator's labels); 0 for
+        a node it does not know: a `gpu-memory` share is then read against device_memory_mib."""
+        try:
+            gpus = self.pool.inventory.node(node).gpus
+        except KeyError:
+            return 0
+        return gpus[0].memory_mib if gpus else 0
 
     def running_pods(self, job_id: str) -> list[str]:
         """The uids of the job's pods that run now (an elastic job has several)."""
