@@ -3,6 +3,8 @@ running jobs' expected ends."""
 
 from __future__ import annotations
 
+import asyncio
+
 from gpupool.pool import ClusterState, Request, get_policy, virtual_inventory
 from gpupool.pool.eta import Runtimes, expected_arrivals, forecast
 from gpupool.pool.training import Job, Project
@@ -134,11 +136,12 @@ def test_an_estimate_that_moved_more_than_its_stated_error_says_so(tmp_path) -> 
         svc.tick(now=0)
         queued = svc.submit(job_request(owner="ann", project="lab", name="b", command=sleeper), now=1)
         est = Estimates(svc, ttl_s=0)
-        first = est.for_job(svc.job(queued.id), now=10)  # no history: the run ahead ends in an hour
+        # no history: the run ahead ends in an hour
+        first = asyncio.run(est.for_job(svc.job(queued.id), now=10))
         assert first["in_s"] == 3590 and first["error_s"] == 3590 / 4
         assert "(in 59 min), once job" in first["text"] and "than first" not in first["text"]
         svc.submit(job_request(owner="bob", project="lab", name="c", command=sleeper, priority=5), now=20)
-        moved = est.for_job(svc.job(queued.id), now=30)
+        moved = asyncio.run(est.for_job(svc.job(queued.id), now=30))
         assert moved["start"] - first["start"] >= 3600  # c's hour first
         assert f"{(moved['start'] - first['start']) / 60:.0f} min later than first estimated" in moved["text"]
         assert "give or take 15 min" in moved["text"], moved
@@ -181,3 +184,90 @@ def test_an_in_quota_job_expected_later_goes_before_a_borrower_waiting_now() -> 
     est = forecast(state, projects, [waiting], [busy], **kw, arrivals=coming)
     assert est["w"].start == 1600  # after mine's expected job (600 to 1600)
     assert "w" in est and not any(k.startswith("expected") for k in est)  # no estimate of its own
+
+
+def test_the_hub_answers_other_requests_while_a_start_estimate_is_computed(tmp_path) -> None:
+    """The forecast takes up to seconds of CPU with jobs expected: it runs in a thread, so the
+    hub's other requests (another coroutine on its loop) are answered meanwhile. Job lists
+    asked for during it wait for that one forecast; none starts a second. A job submitted during
+    it gets the next one, made after it was seen."""
+    import sys
+    import threading
+
+    from gpupool.pool.eta import forecast
+    from gpupool.train.estimates import Estimates
+    from tests.support.jobs import job_request
+    from tests.support.pools import make_training
+
+    svc = make_training(tmp_path, 1, projects={"lab": {"guarantee": 1}})
+    never_run = [sys.executable, "-c", "pass"]  # no tick: they stay queued
+    a, b = (
+        svc.submit(job_request(owner="ann", project="lab", name=n, command=never_run), now=k)
+        for k, n in enumerate("ab")
+    )
+    release, events, forecasts = threading.Event(), [], []
+
+    def held_forecast(*args, **kwargs):
+        forecasts.append(args[1])
+        if not release.is_set():  # the first one: on the loop, the loop sees this once it ended
+            loop.call_soon_threadsafe(begun.set)
+        release.wait(timeout=2)  # the test lets it go; run on the loop, it would time out first
+        events.append("forecast ended")
+        return forecast(*args, **kwargs)
+
+    loop: asyncio.AbstractEventLoop | None = None
+    begun: asyncio.Event | None = None
+    est = Estimates(svc, ttl_s=5, clock=lambda: 100.0, compute=held_forecast)
+
+    async def another_request() -> dict | None:
+        await begun.wait()
+        events.append("another request answered")
+        c = svc.submit(job_request(owner="bob", project="lab", name="c", command=never_run), now=2)
+        asked_c = asyncio.ensure_future(est.for_job(svc.job(c.id)))
+        await asyncio.sleep(0)  # c's request comes while the first forecast is computed
+        release.set()
+        return await asked_c
+
+    async def main() -> list:
+        nonlocal loop, begun
+        loop, begun = asyncio.get_running_loop(), asyncio.Event()
+        asked = [asyncio.ensure_future(est.for_job(svc.job(j.id))) for j in (a, b, a)]
+        other = asyncio.ensure_future(another_request())
+        return [*await asyncio.gather(*asked), await other]
+
+    *etas, eta_c = asyncio.run(main())
+    assert events == ["another request answered", "forecast ended", "forecast ended"]
+    assert [e["in_s"] for e in etas] == [0.0, 3600.0, 0.0], etas  # the same answer as ever
+    assert eta_c["in_s"] == 7200.0, eta_c  # c was not in the first one: the second, after it
+    assert len(forecasts) == 2  # four callers, two forecasts, one after the other
+    asyncio.run(est.for_job(svc.job(b.id)))
+    assert len(forecasts) == 2  # still fresh: the cached one
+
+
+def test_the_forecasts_placement_policy_is_a_twin_the_hubs_own_never_shares() -> None:
+    """The forecast chooses on its thread with a twin of the hub's policy: the same choices
+    from what the hub's has learned, while the hub's own goes on learning and keeps its caches
+    (frag-aware's are for the state it last chose on)."""
+    import random
+
+    from gpupool.pool.placement import detached
+
+    for name in ("frag-aware", "fgd"):
+        own = get_policy(name)
+        for gpus in (1, 1, 2, 4):
+            own.learn(Request(gpus))
+        hub_view, replay_view = ClusterState(virtual_inventory(4)), ClusterState(virtual_inventory(4))
+        own.choose(hub_view, Request(1), random.Random(0))
+        twin = detached(own)
+        assert twin is not own and twin.target.seen == own.target.seen == 4
+        assert twin.choose(replay_view, Request(2), random.Random(0)) == own.choose(
+            replay_view.copy(), Request(2), random.Random(0)
+        )
+        own.learn(Request(8))
+        assert twin.target.seen == 4  # learned after the copy: the hub's alone
+    frag = get_policy("frag-aware")
+    view = ClusterState(virtual_inventory(2))
+    frag.choose(view, Request(1), random.Random(0))
+    detached(frag).choose(ClusterState(virtual_inventory(2)), Request(1), random.Random(0))
+    assert frag._state is view  # the hub's caches were not dropped for the replay's state
+    assert detached(POLICY) is POLICY  # stateless: nothing to copy

@@ -153,3 +153,18 @@ def test_in_quota_train_jobs_are_not_preempted_for_a_workspace(tmp_path: Path) -
     with pytest.raises(NoCapacity, match="no GPU has room"):
         svc.pool.reserve_build("bob", [], "", 1000)
     assert svc.job(job).state == "running"
+
+
+def test_a_run_that_ends_hands_its_share_to_the_next_job_in_the_same_tick(tmp_path: Path) -> None:
+    """A tick plans with the rows it settled, not those it read before: the queued job of a
+    project at its limit starts in the very tick that sees the project's running job end."""
+    svc = make_training(tmp_path, 2, projects={"lab": {"guarantee": 1, "limit": 1}})
+    quick = [sys.executable, "-c", "pass"]
+    first = svc.submit(job_request(owner="ann", project="lab", name="first", command=quick), now=0)
+    second = svc.submit(job_request(owner="ann", project="lab", name="second", command=quick), now=1)
+    svc.tick(now=10)
+    assert svc.job(first.id).state == "running" and svc.job(second.id).state == "queued"  # the limit
+    run_until(svc, lambda: svc.job(first.id).state != "running", "the first run ends", now=20)
+    assert svc.job(first.id).state == "succeeded"
+    assert svc.job(second.id).state == "running"  # in that same tick, not the next
+    run_until(svc, lambda: svc.job(second.id).state == "succeeded", "the second run ends", now=30)

@@ -59,7 +59,7 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"no job {job_id!r} of yours")
         return row
 
-    def job_json(self, row, queue: list[str] | None = None) -> dict:
+    async def job_json(self, row, queue: list[str] | None = None) -> dict:
         """A job as the API shows it; `queue`: the queued jobs' ids in order, when many are shown."""
         data = row.to_json()
         if queue is None:
@@ -70,7 +70,8 @@ class JobsBase(APIHandler):
         held = self.training.holds([row]) if self.training.holds is not None else {}
         if row.id in held:  # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
             data["wait_reason"] = held[row.id]
-        data["eta"] = self.estimates.for_job(row)  # when it should start, and why then; None unless queued
+        # when it should start, and why then; None unless queued (the forecast runs off the loop)
+        data["eta"] = await self.estimates.for_job(row)
         data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind=WorkloadKind.TRAIN, owner=row.owner, name=row.id)
         data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
@@ -90,7 +91,7 @@ class JobsHandler(JobsBase):
     max_body = MAX_BODY
 
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         caller = self.caller
         rows = (
             self.training.jobs()
@@ -103,7 +104,7 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
             rows = [r for r in rows if r.state == state]
         queue = [j.id for j in self.training.jobs(state=JobState.QUEUED)]  # once, not once per job
-        self.write_json({"jobs": [self.job_json(r, queue) for r in rows]})
+        self.write_json({"jobs": [await self.job_json(r, queue) for r in rows]})
 
     @web.authenticated
     async def post(self) -> None:
@@ -211,13 +212,15 @@ class JobsHandler(JobsBase):
             # e.g. the folder for the user's jobs is writable by others
             raise web.HTTPError(409, f"cannot make the job's folder: {noted(err)}") from None
         if "sweep" not in body:
-            self.write_json(self.job_json(rows[0]), status=201)
+            self.write_json(await self.job_json(rows[0]), status=201)
             return
         sweep_id = record_sweep(
             self.pool.store, caller.name, rows, [p for _, p in runs if p is not None]
         )  # a sweep's runs all have them
         queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
-        self.write_json({"sweep": sweep_id, "jobs": [self.job_json(r, queue) for r in rows]}, status=201)
+        self.write_json(
+            {"sweep": sweep_id, "jobs": [await self.job_json(r, queue) for r in rows]}, status=201
+        )
 
     def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
         """The node pools the job chose, in its order: some of its project's (or, for a project
@@ -312,8 +315,8 @@ class JobsHandler(JobsBase):
 
 class JobHandler(JobsBase):
     @web.authenticated
-    def get(self, job_id: str) -> None:
-        self.write_json(self.job_json(self.visible_job(job_id)))
+    async def get(self, job_id: str) -> None:
+        self.write_json(await self.job_json(self.visible_job(job_id)))
 
     @web.authenticated
     async def delete(self, job_id: str) -> None:
@@ -321,7 +324,7 @@ class JobHandler(JobsBase):
         if row.state not in UNFINISHED:
             raise web.HTTPError(409, f"job {job_id} already {row.state}")
         row = await self.training.cancel(job_id, by=self.caller.name)
-        self.write_json(self.job_json(row))
+        self.write_json(await self.job_json(row))
 
 
 class LogsHandler(JobsBase):

@@ -29,6 +29,7 @@ they are counted as requests but left out of U.
 
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import dataclass
 
@@ -383,6 +384,16 @@ class FragAware:
         self._u_now: _ShapeCache | None = None
         self._caches: dict[tuple[int, int, int], _ShapeCache] = {}
         self._index: NodeIndex | None = None
+
+    def twin(self) -> FragAware:
+        """What this policy has learned, none of its caches: one to choose with on another
+        thread (the start estimates' replay) while this one goes on learning and choosing."""
+        twin = copy.copy(self)
+        twin.target = copy.deepcopy(self.target)
+        twin._shapes = list(self._shapes)
+        twin._built, twin._state, twin._model, twin._u_now, twin._index = -1, None, None, None, None
+        twin._caches = {}
+        return twin
 
     def _due(self) -> bool:
         """Refresh the target at 1, 2, 4 ... requests, then every `refresh_every`:

@@ -24,6 +24,7 @@ re-scoring whole nodes. One decision on 1,213 nodes costs well under a milliseco
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -164,6 +165,13 @@ class FGD:
 
     def learn(self, req: Request) -> None:
         self.target.learn(req)
+
+    def twin(self) -> FGD:
+        """What this policy has learned, apart from this one: to choose with on another thread
+        (the start estimates' replay) while this one goes on learning (arrays() caches)."""
+        twin = copy.copy(self)
+        twin.target = copy.deepcopy(self.target)
+        return twin
 
     def choose(self, state: ClusterState, req: Request, rng: random.Random) -> Placement | None:
         idx = np.flatnonzero(state.feasible(req))

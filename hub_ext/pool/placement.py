@@ -10,6 +10,7 @@ order unless the run shuffled it.
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Protocol
 
@@ -145,6 +146,16 @@ POLICIES: dict[str, type] = {
     p.name: p for p in (FragAware, FGD, BestFit, FirstFit, GpuPacking, Spread, RandomFit)
 }
 DEFAULT_POLICY = FragAware.name
+
+
+def detached(policy: Policy) -> Policy:
+    """`policy` to choose with on another thread while the hub's own goes on learning and
+    choosing (frag-aware and fgd keep caches as they choose): a twin of what it learned; a
+    stateless policy is itself."""
+    if isinstance(policy, Stateless):
+        return policy
+    twin = getattr(policy, "twin", None)
+    return twin() if twin is not None else copy.deepcopy(policy)
 
 
 def get_policy(name: str) -> Policy:

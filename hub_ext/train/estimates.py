@@ -1,17 +1,21 @@
 """When will a queued job start, for the API, the job monitor and JupyterLab's status bar: the
 inputs of the pure forward simulation (`gpupool.pool.eta`) gathered from the embedded training
-service, computed at most once per `ttl_s` for every queued job at once.
+service on the hub's event loop, the forecast itself computed in a thread (it takes up to
+seconds of CPU), at most once per `ttl_s` for every queued job at once, never twice at a time.
 
 On Kubernetes the cluster's scheduler (KAI) decides: no estimate is made there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpupool.pool.eta import Estimate, Runtimes, expected_arrivals, forecast
+from gpupool.pool.placement import detached
 from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
@@ -23,29 +27,64 @@ HISTORY = 200  # finished runs per project that the expected run times come from
 
 class Estimates:
     def __init__(
-        self, training: TrainingService | None, ttl_s: float = 5.0, clock: Callable[[], float] = time.time
+        self,
+        training: TrainingService | None,
+        ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        compute: Callable[..., dict[str, Estimate]] = forecast,
     ) -> None:
-        """`training`: the embedded scheduler (a back-end's `local`); None: no estimates."""
-        self.training, self.ttl_s, self.clock = training, ttl_s, clock
+        """`training`: the embedded scheduler (a back-end's `local`); None: no estimates.
+        `compute`: the pure forecast (`gpupool.pool.eta.forecast`; a test's own)."""
+        self.training, self.ttl_s, self.clock, self.compute = training, ttl_s, clock, compute
         self._at = -1e18
         self._estimates: dict[str, Estimate] = {}
         self._runtimes = Runtimes()
         self._queued: set[str] = set()  # the queued jobs the last computation saw
         # each queued job's first estimate and its stated error: a later one that moved further says so
         self._first: dict[str, tuple[float, float]] = {}
+        # the forecast being computed: one at a time, whoever asks meanwhile waits for it
+        self._flight: asyncio.Future[None] | None = None
 
     @property
     def available(self) -> bool:
         return self.training is not None
 
-    def refresh(self, now: float | None = None, force: bool = False) -> dict[str, Estimate]:
+    def _fresh(self, now: float, need: str) -> bool:
+        return now - self._at < self.ttl_s and (not need or need in self._queued)
+
+    async def refresh(self, now: float | None = None, need: str = "") -> dict[str, Estimate]:
+        """Every queued job's estimate, no older than `ttl_s` and, with `need`, made after that
+        queued job was seen. The forecast (up to seconds of CPU with many jobs expected) runs in
+        a thread: every other request of the hub waits on its event loop. Never two at once."""
         now = self.clock() if now is None else now
-        t = self.training
-        if (now - self._at < self.ttl_s and not force) or t is None:
+        if self.training is None:
             return self._estimates
+        for _ in range(2):  # one in flight may have begun before `need` was submitted: then ours
+            if self._fresh(now, need):
+                break
+            if self._flight is None:
+                self._flight = asyncio.ensure_future(self._compute(now))
+                await asyncio.shield(self._flight)  # a request gone away leaves it for the others
+                break
+            await asyncio.shield(self._flight)
+        return self._estimates
+
+    async def _compute(self, now: float) -> None:
+        try:
+            queued, runtimes, run = self._inputs(now)
+            estimates = await asyncio.to_thread(run)
+            self._queued, self._runtimes, self._estimates, self._at = queued, runtimes, estimates, now
+            self._first = {k: v for k, v in self._first.items() if k in queued}  # started: forgotten
+        finally:
+            self._flight = None
+
+    def _inputs(self, now: float) -> tuple[set[str], Runtimes, Callable[[], dict[str, Estimate]]]:
+        """On the loop, what the forecast reads of the hub's changing state: the job rows,
+        the scheduler's inputs, a copy of the view and of the placement policy."""
+        t = self.training
+        assert t is not None
         rows = t.jobs()
-        self._queued = {r.id for r in rows if r.state == JobState.QUEUED}
-        self._first = {k: v for k, v in self._first.items() if k in self._queued}  # started: forgotten
+        queued = {r.id for r in rows if r.state == JobState.QUEUED}
         pending, running, stopping = t.scheduler_inputs(rows)
         history: dict[str, list[float]] = {}
         for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
@@ -53,38 +92,36 @@ class Estimates:
                 runs = history.setdefault(r.project, [])
                 if len(runs) < HISTORY:
                     runs.append(max(1.0, r.finished - r.started))
-        self._runtimes = Runtimes.of(history)
+        runtimes = Runtimes.of(history)
         requeued = [r.id for r in rows if r.state == JobState.PREEMPTING and not r.intent]
         reserve = t.cfg.reserve_after_s if t.cfg.reserve_after_s >= 0 else None
-        self._estimates = forecast(
-            t.train_view(),
-            t.projects,
+        run = functools.partial(
+            self.compute,
+            t.train_view(),  # a copy already
+            dict(t.projects),
             pending,
             running,
             now,
-            t.policy,
-            self._runtimes,
+            detached(t.policy),
+            runtimes,
             stopping=stopping,
             requeued=requeued,
-            departments=t.departments,
-            pools=t.pools,
+            departments=dict(t.departments),
+            pools=dict(t.pools),
             reserve_after_s=reserve,
             grace_s=t.cfg.grace_s,
             # the last hour's submissions expected again (#41: a project in a burst keeps
             # submitting); runs that already finished are not among them, so this undercounts
             arrivals=expected_arrivals([*pending, *running, *stopping], now),
         )
-        self._at = now
-        return self._estimates
+        return queued, runtimes, run
 
-    def for_job(self, row: TrainJob, now: float | None = None) -> dict[str, Any] | None:
+    async def for_job(self, row: TrainJob, now: float | None = None) -> dict[str, Any] | None:
         """{"start", "in_s", "after", "basis"} for a queued job; None when not queued or unknown."""
         if row.state != JobState.QUEUED or not self.available:
             return None
         now = self.clock() if now is None else now
-        if row.id not in self._queued:  # submitted since the last computation
-            self.refresh(now, force=True)
-        est = self.refresh(now).get(row.id)
+        est = (await self.refresh(now, need=row.id)).get(row.id)  # submitted since: computed anew
         if est is None:
             return None  # held by a budget, or not schedulable here: its wait reason says why
         runs = self._runtimes.by_project.get(row.project, ())

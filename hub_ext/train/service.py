@@ -89,11 +89,12 @@ class TrainingService(JobBook):
         make room for them (gpupool.alloc.hooks)."""
         return not self.cfg.train_gpus
 
-    def account(self, owner: str) -> Account | None:
+    def account(self, owner: str, system: SystemAccounts | None = None) -> Account | None:
+        """`system`: the accounts' settings, made once for many look-ups (a tick's)."""
         if self.cfg.run_as == "hub":
             return None
         try:
-            account = account_of(owner, SystemAccounts(config=self.cfg.config))
+            account = account_of(owner, system or SystemAccounts(config=self.cfg.config))
         except AccountError as err:  # never falls back to the hub's account: that may be root
             raise PermissionError(str(err)) from None
         if account is None and self.cfg.run_as == "owner":
@@ -199,11 +200,13 @@ class TrainingService(JobBook):
     def tick(self, now: float | None = None) -> dict:
         now = now if now is not None else time.time()
         self.runner.enforce(now)
-        self._observe(now)
+        rows = self.jobs()
+        changed = self._observe(now, rows)
         if self.pool.stopping or self.pool.disk_refusal():  # nothing new starts; ended runs are settled
             return {"admitted": [], "preempted": [], "moved": [], "resized": []}
-        self._stop_idle(now)
-        plan = self._plan(now)
+        changed = self._stop_idle(now) or changed
+        # the rows as read above where no run ended nor was told to stop: one read a tick fewer
+        plan = self._plan(now, None if changed else rows)
         for p in plan.preempt:
             self._preempt(p.job, p.reason, now, p.cause, p.for_project)
         for m in plan.move:
@@ -231,8 +234,12 @@ class TrainingService(JobBook):
             "resized": [z.job for z in plan.resize],
         }
 
-    def _observe(self, now: float) -> None:
-        for row in self.jobs():
+    def _observe(self, now: float, rows: list[TrainJob]) -> bool:
+        """Settle the runs of `rows` (all jobs) that ended, stop those past their max runtime;
+        True when a job's row was written."""
+        changed = False
+        account_of_owner = self._accounts()
+        for row in rows:
             if row.state not in HAS_RUN:
                 continue
             ended: tuple[int, str] | None  # (exit code, reason) once the run is over
@@ -241,7 +248,7 @@ class TrainingService(JobBook):
                     continue  # what it started is being killed: settled once its cgroup is empty
                 ended = (-9, NEVER_BEGAN)
             else:
-                ended = self.runner.ended(row.pid, row.workdir, self._account_or_none(row.owner), row.id)
+                ended = self.runner.ended(row.pid, row.workdir, account_of_owner(row.owner), row.id)
                 if ended is None:
                     if (
                         row.max_runtime_s
@@ -256,8 +263,25 @@ class TrainingService(JobBook):
                             message="reached its max runtime",
                         )
                         self.runner.preempt(row.pid, now, row.workdir, job_id=row.id)
+                        changed = True
                     continue
             self._settle(row.id, *ended, now=now)
+            changed = True
+        return changed
+
+    def _accounts(self) -> Callable[[str], Account | None]:
+        """Each owner's account (None where none), looked up once however many of their jobs
+        run: a user database read and a settings object each made half of a tick's time at
+        sixty running jobs. For one tick: an account may be made or removed between two."""
+        system = SystemAccounts(config=self.cfg.config) if self.cfg.run_as != "hub" else None
+        known: dict[str, Account | None] = {}
+
+        def of(owner: str) -> Account | None:
+            if owner not in known:
+                known[owner] = self._account_or_none(owner, system)
+            return known[owner]
+
+        return of
 
     def _settle(self, job_id: str, code: int, reason: str, now: float) -> None:
         """A run ended: its GPUs go back and the job's next state is written in one transaction."""
@@ -324,16 +348,18 @@ class TrainingService(JobBook):
             " `gpupool up --stop-jobs` (c.TrainPool.stop_jobs_at_stop) at every stop"
         ]
 
-    def _account_or_none(self, owner: str) -> Account | None:
+    def _account_or_none(self, owner: str, system: SystemAccounts | None = None) -> Account | None:
         try:
-            return self.account(owner)
+            return self.account(owner, system)
         except PermissionError:
             return None
 
-    def _stop_idle(self, now: float) -> None:
-        """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s."""
+    def _stop_idle(self, now: float) -> bool:
+        """Warn, then stop, runs whose GPUs stay idle past their project's idle_gpu_s; True when
+        a job's row was written."""
         if self.gpu_use is None or not self.idle_rules:
-            return
+            return False
+        changed = False
         rows = [r for r in self.jobs(state=JobState.RUNNING) if r.project in self.idle_rules]
         util = self.gpu_use(rows) if rows else {}
         by_id = {r.id: r for r in rows}
@@ -352,6 +378,7 @@ class TrainingService(JobBook):
                 self.pool.store.record(
                     JobEvent.IDLE_WARNING, f"job {job_id}: {msg}", owner=row.owner, name=job_id
                 )
+                changed = True
                 continue
             self._log_line(
                 row, f"--- gpupool: its GPUs were idle for {idle / 60:.0f} min: stopped (idle GPU) ---"
@@ -372,6 +399,8 @@ class TrainingService(JobBook):
                 owner=row.owner,
                 name=job_id,
             )
+            changed = True
+        return changed
 
     @staticmethod
     def _log_line(row: TrainJob, line: str) -> None:
@@ -420,10 +449,11 @@ class TrainingService(JobBook):
         """(owner, job id) -> the job's allocation, for every train job holding one."""
         return {(a.owner, a.name): a for a in self.pool.store.allocations(kind=WorkloadKind.TRAIN)}
 
-    def _plan(self, now: float):
+    def _plan(self, now: float, rows: list[TrainJob] | None = None):
+        """`rows`: every job's row as now (else read)."""
         self.build_holds = {k: v for k, v in self.build_holds.items() if v[1] > now}
         self.build_victims = {k: v for k, v in self.build_victims.items() if k in self.build_holds}
-        pending, running, stopping = self.scheduler_inputs(self.jobs())
+        pending, running, stopping = self.scheduler_inputs(self.jobs() if rows is None else rows)
         return schedule(
             self.train_view(),
             self.projects,
