@@ -18,20 +18,16 @@ from tornado import web
 
 from gpupool.api.auth import APIHandler, noted
 from gpupool.api.sweeps import SweepHandler, record_sweep
-from gpupool.pool import InvalidRequest, PoolError, Request
-from gpupool.pool.units import UnitError, parse_gpus, shown
+from gpupool.pool import InvalidRequest, PoolError
 from gpupool.store.jobs import STATES
 from gpupool.train.backend import TrainingBackend, submit_whole
 from gpupool.train.code import JobCode
-from gpupool.train.request import JobRequest
-from gpupool.train.sweep import SweepError, combinations
-from gpupool.train.volume import SubmitRate, code_refusal, count_refusal, recent_submissions
+from gpupool.train.job_form import JobRefused, parse_job
+from gpupool.train.volume import SubmitRate, count_refusal, recent_submissions
 from gpupool.train.waiting import explain, last_preemption
 from gpupool.vocab.kinds import WorkloadKind
-from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobState
 
-NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_BODY = 2 * 1024 * 1024  # a notebook snapshot fits; a data set does not
 LOG_TAIL_MAX = 10_000
 MAX_ARGS, MAX_ARG_CHARS = 1000, 16 * 1024  # a command line, not a data set
@@ -78,15 +74,6 @@ class JobsBase(APIHandler):
         return data
 
 
-def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise web.HTTPError(400, f"{key} must be a number, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise web.HTTPError(400, f"{key} must be between {lo:g} and {hi:g}, got {shown(value)}")
-    return value
-
-
 class JobsHandler(JobsBase):
     max_body = MAX_BODY
 
@@ -127,50 +114,29 @@ class JobsHandler(JobsBase):
         # parsing, snapshotting and writing run off the hub's event loop: every user's request
         # waits on that loop, and a 2 MiB notebook takes a while
         body = await asyncio.to_thread(self.json_body, MAX_BODY)
-        project = body.get("project")
-        if not isinstance(project, str) or project not in svc.projects:
-            raise web.HTTPError(
-                400, f"unknown project {shown(project)}; choose one of {sorted(svc.projects)}"
+        try:  # every field bounded and checked, before the database is read or anything written
+            form = parse_job(
+                body,
+                caller.name,
+                caller.groups,
+                caller.admin,
+                svc.cfg,
+                svc.projects,
+                svc.pools,
+                self.pool.inventory.max_gpus_per_node,
             )
-        if not svc.cfg.may_submit(project, caller.name, caller.groups, caller.admin):
-            mine = svc.cfg.projects_for(caller.name, caller.groups, caller.admin)
-            raise web.HTTPError(403, f"you may not submit to project {project!r}; your projects: {mine}")
-        try:
-            milli = parse_gpus(body.get("gpus"))
-            request = Request.for_gpus(milli)
-        except (UnitError, InvalidRequest) as err:
-            raise web.HTTPError(400, f"gpus: {err}") from None
-        biggest = self.pool.inventory.max_gpus_per_node
-        if request.num_gpu > biggest:
-            raise web.HTTPError(400, f"gpus: no node has {request.num_gpu} GPUs (the largest has {biggest})")
-        cap = svc.projects[project].limit_milli
-        if 0 <= cap < request.total_milli:
-            raise web.HTTPError(400, f"gpus: project {project} may use at most {cap / 1000:g} GPUs")
+        except JobRefused as err:
+            raise web.HTTPError(err.status, str(err)) from None
         if self.services.usage is not None:  # a GPU-hour budget used up refuses new jobs
             try:
-                self.services.usage.check(caller.name, caller.groups, request.total_milli, WorkloadKind.TRAIN)
+                self.services.usage.check(
+                    caller.name, caller.groups, form.request.total_milli, WorkloadKind.TRAIN
+                )
             except PoolError as err:
                 raise web.HTTPError(err.status, str(err)) from None
-        name = body.get("name", "job")
-        if not isinstance(name, str) or not 1 <= len(name) <= 40 or set(name) - NAME_CHARS or name[0] in ".-":
-            raise web.HTTPError(
-                400, "name: 1-40 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
-            )
-        min_gpus = 0
-        if "min_gpus" in body:  # an elastic job: min_gpus to gpus whole GPUs
-            min_gpus = int(_number(body, "min_gpus", 0, 1, request.num_gpu))
-            if request.gpu_milli != 1000 or min_gpus != body["min_gpus"]:
-                raise web.HTTPError(400, "min_gpus: a whole number of GPUs, for a job of whole GPUs")
-        pools = self.job_pools(body, project)
-        runs = self.sweep_runs(body, name)  # [(name, parameters or None)]: one, or one per combination
-        priority = int(_number(body, "priority", 0, PRIORITY_MIN, PRIORITY_MAX))
-        min_runtime = _number(body, "min_runtime_s", 0, 0, 7 * 86400)
-        max_runtime = _number(body, "max_runtime_s", 0, 0, 30 * 86400)
-        kind = next((k for k in ("script", "code", "notebook") if k in body), "")
-        if why := code_refusal(kind, body.get(kind), svc.cfg.max_code_kib * 1024, svc.cfg.max_cells):
-            raise web.HTTPError(413, why)
+        runs = form.runs
         active = [j for state in UNFINISHED for j in svc.jobs(state=state)]  # not history
-        if why := count_refusal(active, caller.name, project, len(runs), svc.cfg):
+        if why := count_refusal(active, caller.name, form.project, len(runs), svc.cfg):
             raise web.HTTPError(429, why)
         codes = await asyncio.to_thread(
             lambda: [
@@ -178,19 +144,7 @@ class JobsHandler(JobsBase):
                 for _, params in runs
             ]
         )
-        job = JobRequest(
-            owner=caller.name,
-            project=project,
-            name=name,
-            num_gpu=request.num_gpu,
-            gpu_milli=request.gpu_milli,
-            code=codes[0],
-            priority=priority,
-            min_runtime_s=min_runtime,
-            max_runtime_s=max_runtime,
-            min_gpus=min_gpus,
-            pools=pools,
-        )
+        job = form.job(caller.name, codes[0])
         try:
             # a sweep's runs differ in their names and code only; queued whole or not at all
             rows = await submit_whole(
@@ -221,42 +175,6 @@ class JobsHandler(JobsBase):
         self.write_json(
             {"sweep": sweep_id, "jobs": [await self.job_json(r, queue) for r in rows]}, status=201
         )
-
-    def job_pools(self, body: dict, project: str) -> tuple[str, ...]:
-        """The node pools the job chose, in its order: some of its project's (or, for a project
-        without pools, of all node pools)."""
-        if "pools" not in body:
-            return ()
-        svc = self.training
-        allowed = svc.projects[project].pools or tuple(svc.pools)
-        chosen = body["pools"]
-        if (
-            not isinstance(chosen, list)
-            or not 1 <= len(chosen) <= 16
-            or not all(isinstance(p, str) for p in chosen)
-            or len(set(chosen)) != len(chosen)
-            or set(chosen) - set(allowed)
-        ):
-            raise web.HTTPError(400, f"pools: a list of node pools of project {project}: {list(allowed)}")
-        return tuple(chosen)
-
-    def sweep_runs(self, body: dict, name: str) -> list[tuple[str, dict | None]]:
-        """Without "sweep": the job itself. With it: one run per combination, its values
-        injected into the code's parameters (so only for "code" and "notebook")."""
-        if "sweep" not in body:
-            return [(name, None)]
-        if "code" not in body and "notebook" not in body:
-            raise web.HTTPError(
-                400, "sweep: only for code or notebook jobs (their parameters get the values)"
-            )
-        base = body.get("parameters") or {}
-        if not isinstance(base, dict):
-            raise web.HTTPError(400, "parameters must be an object")
-        try:
-            combos = combinations(body["sweep"], self.training.cfg.max_sweep_runs)
-        except SweepError as err:
-            raise web.HTTPError(400, str(err)) from None
-        return [(f"{name[:36]}-{k + 1}", {**base, **combo}) for k, combo in enumerate(combos)]
 
     def job_code(self, body: dict) -> JobCode:
         """A command, a script, a cell's code or a notebook, as data: its files (snapshotted into
