@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.objects import JobOptions, train_job
+from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, RESTRICTED_POD
 from tests.cluster.conftest import CHART_VALUES, HUB_NS
 from tests.cluster.netpol import Pod, allowed
 from tests.cluster.plane import ControlPlane
@@ -177,10 +178,94 @@ def test_the_hub_account_has_what_the_chart_grants_and_no_more(
             "metadata": {"name": "jupyter-ann"},
             "spec": {"containers": [{"name": "c", "image": "x"}]},
         }
+        # the user namespaces enforce `restricted` (userNamespaces.podSecurity): a pod without
+        # the restricted securityContext is refused there, one with it is admitted
+        r = hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod)
+        assert r.status_code == 403 and "restricted" in r.text, r.text
+        pod["spec"] = {
+            "securityContext": RESTRICTED_POD,
+            "containers": [{"name": "c", "image": "x", "securityContext": RESTRICTED_CONTAINER}],
+        }
         assert (
             hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod).status_code
             == 201
         )
+
+
+async def test_the_hub_starts_a_restricted_workspace_in_any_users_new_namespace_and_nowhere_else(
+    plane: ControlPlane, chart: list[dict], make_spawner
+) -> None:
+    """User namespaces for whoever logs in, as the hub's account with the chart's RBAC and
+    admission policy: a user in no list, whose name is no DNS label, gets the namespace
+    kubespawner names (made with the chart's labels), gpupool's NetworkPolicy there, and a
+    restricted workspace pod; a privileged one is refused by Pod Security, and the hub can write
+    in no other namespace nor make one that is not a restricted user namespace. Before, only
+    the listed users' namespaces had the hub's RBAC (403 here)."""
+    import json
+
+    from gpupool.spawner.kube_namespace import ensure_workspace_policy
+
+    cm = next(d for d in chart if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpupool-config")
+    ours = json.loads(cm["data"]["hub-config.json"])
+
+    def user_namespaces(c) -> None:
+        for key, value in ours["KubeSpawner"].items():
+            setattr(c.KubeSpawner, key, value)
+        c.GPUKubeSpawner.user_namespace_network_policy = ours["GPUKubeSpawner"][
+            "user_namespace_network_policy"
+        ]
+
+    ws = make_spawner("Ada.Lovelace@Uni", more=user_namespaces)
+    ns = ws.namespace  # kubespawner's own expansion of user_namespace_template
+    assert ns.startswith("gpupool-ada-lovelace-uni") and ns not in ("gpupool-ann", "gpupool-bob")
+    labels = {
+        k: v.replace("{username}", ns.removeprefix("gpupool-")) for k, v in ws.user_namespace_labels.items()
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "jupyter-ada"},
+        "spec": {
+            "securityContext": RESTRICTED_POD,
+            "containers": [{"name": "notebook", "image": "x", "securityContext": RESTRICTED_CONTAINER}],
+        },
+    }
+    privileged = {
+        **pod,
+        "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
+    }
+    try:
+        with plane.client(plane.token(HUB_NS, "hub")) as hub:
+            # not a user namespace: another prefix, no Pod Security label, a weaker level
+            for name, bad in [
+                ("other-ada", labels),
+                (ns, {"gpupool.io/user": labels["gpupool.io/user"]}),
+                (ns, {**labels, "pod-security.kubernetes.io/enforce": "privileged"}),
+            ]:
+                r = hub.post(
+                    "/api/v1/namespaces", json={**namespace, "metadata": {"name": name, "labels": bad}}
+                )
+                assert r.status_code == 403, (name, bad, r.text)
+            r = hub.post("/api/v1/namespaces", json=namespace)
+            assert r.status_code == 201, r.text
+            assert await ensure_workspace_policy(ws.api.api_client, ns, ws.user_namespace_network_policy)
+            assert not await ensure_workspace_policy(ws.api.api_client, ns, ws.user_namespace_network_policy)
+            r = hub.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=pod)
+            assert r.status_code == 201, r.text
+            r = hub.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=privileged)
+            assert r.status_code == 403 and "restricted" in r.text, r.text
+            # RBAC alone would let it write anywhere: the admission policy fences it
+            r = hub.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=pod)
+            assert r.status_code == 403 and "gpupool.io/user" in r.text, r.text
+            r = hub.post(
+                "/apis/networking.k8s.io/v1/namespaces/kube-system/networkpolicies",
+                json={"metadata": {"name": "x"}, "spec": {"podSelector": {}}},
+            )
+            assert r.status_code == 403, r.text
+    finally:
+        with plane.client() as admin_http:
+            admin_http.delete(f"/api/v1/namespaces/{ns}")
 
 
 # --- NetworkPolicy: who may reach whom ------------------------------------------------
