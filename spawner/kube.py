@@ -24,6 +24,7 @@ from gpupool.pool import InvalidRequest, PoolError, QuotaExceeded
 from gpupool.spawner.form import requested_milli as form_milli
 from gpupool.spawner.form import requested_pool
 from gpupool.spawner.kube_hibernate import apply_hibernate
+from gpupool.spawner.kube_namespace import ensure_workspace_policy
 from gpupool.spawner.kube_objects import (
     apply_pod_gpu,
     filter_profiles,
@@ -113,6 +114,20 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         runs them only within their queue's quota, as fixed build quotas need. Example::
 
             c.GPUKubeSpawner.build_priority_class = "build"
+        """,
+    )
+    user_namespace_network_policy = Dict(
+        config=True,
+        help="""With enable_user_namespaces: the spec of the NetworkPolicy the hub makes in each
+        user's namespace before the workspace starts (z2jh's own policy covers the hub's
+        namespace only); a spawn whose policy cannot be made is refused. The gpupool chart
+        renders it from userNamespaces.networkPolicy. Empty: none. Example::
+
+            c.GPUKubeSpawner.user_namespace_network_policy = {
+                "podSelector": {"matchLabels": {"component": "singleuser-server"}},
+                "policyTypes": ["Ingress", "Egress"],
+                "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}],
+            }
         """,
     )
     hibernate_startup_dir = Unicode(
@@ -317,6 +332,11 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
             raise QuotaExceeded(why)
 
     async def get_pod_manifest(self):
+        # kubespawner made the user's namespace (named by its own template) before this
+        if self.enable_user_namespaces and self.user_namespace_network_policy:
+            await ensure_workspace_policy(
+                self.api.api_client, self.namespace, self.user_namespace_network_policy
+            )
         pod = await super().get_pod_manifest()
         backend = self.backend()
         try:

@@ -3,8 +3,11 @@ what the server keeps is what a cluster would run with."""
 
 from __future__ import annotations
 
+import asyncio
+
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.objects import JobOptions, train_job
+from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, RESTRICTED_POD
 from tests.cluster.conftest import CHART_VALUES, HUB_NS
 from tests.cluster.netpol import Pod, allowed
 from tests.cluster.plane import ControlPlane
@@ -177,10 +180,87 @@ def test_the_hub_account_has_what_the_chart_grants_and_no_more(
             "metadata": {"name": "jupyter-ann"},
             "spec": {"containers": [{"name": "c", "image": "x"}]},
         }
+        # the user namespaces enforce `restricted` (userNamespaces.podSecurity): a pod without
+        # the restricted securityContext is refused there, one with it is admitted
+        r = hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod)
+        assert r.status_code == 403 and "restricted" in r.text, r.text
+        pod["spec"] = {
+            "securityContext": RESTRICTED_POD,
+            "containers": [{"name": "c", "image": "x", "securityContext": RESTRICTED_CONTAINER}],
+        }
         assert (
             hub.post("/api/v1/namespaces/gpupool-ann/pods", params={"dryRun": "All"}, json=pod).status_code
             == 201
         )
+
+
+async def test_the_hub_starts_a_restricted_workspace_in_any_users_new_namespace_and_nowhere_else(
+    plane: ControlPlane, chart: list[dict], make_spawner, admin: Resources
+) -> None:
+    """User namespaces for whoever logs in, spawned by GPUKubeSpawner as the hub's account with
+    the chart's config, RBAC and admission policy: a user in no list, whose name is no DNS
+    label, gets the namespace kubespawner names and creates (with the chart's Pod Security and
+    gpupool.io/user labels), gpupool's NetworkPolicy there, and a running restricted workspace;
+    a privileged pod is refused there by Pod Security, and the hub can write in no other
+    namespace nor make one that is not a restricted user namespace. Before, only the listed
+    users' namespaces had the hub's RBAC, and the hub could create any namespace."""
+    import json
+
+    cm = next(d for d in chart if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpupool-config")
+    ours = json.loads(cm["data"]["hub-config.json"])
+
+    def user_namespaces(c) -> None:
+        for key, value in ours["KubeSpawner"].items():
+            setattr(c.KubeSpawner, key, value)
+        c.GPUKubeSpawner.user_namespace_network_policy = ours["GPUKubeSpawner"][
+            "user_namespace_network_policy"
+        ]
+
+    ws = make_spawner("Ada.Lovelace@Uni", more=user_namespaces)
+    ns = ws.namespace  # kubespawner's own expansion of user_namespace_template
+    assert ns.startswith("gpupool-ada-lovelace-uni") and ns not in ("gpupool-ann", "gpupool-bob")
+    try:
+        await asyncio.wait_for(ws.start(), 90)
+        made = admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]
+        assert made["pod-security.kubernetes.io/enforce"] == "restricted"
+        assert made["gpupool.io/user"] == ns.removeprefix("gpupool-")
+        policy = admin.get(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/gpupool-singleuser")
+        assert policy["spec"]["podSelector"] == {"matchLabels": {"component": "singleuser-server"}}
+        pod = admin.get(f"/api/v1/namespaces/{ns}/pods/{ws.pod_name}")
+        assert pod["status"]["phase"] == "Running"
+        labels = made
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+        privileged = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "root"},
+            "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
+        }
+        restricted = {**pod, "metadata": {"name": "jupyter-other"}, "status": {}}
+        with plane.client(plane.token(HUB_NS, "hub")) as hub:
+            r = hub.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=privileged)
+            assert r.status_code == 403 and "restricted" in r.text, r.text
+            # RBAC alone would let it write anywhere: the admission policy fences it
+            r = hub.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=restricted)
+            assert r.status_code == 403 and "gpupool.io/user" in r.text, r.text
+            r = hub.post(
+                "/apis/networking.k8s.io/v1/namespaces/kube-system/networkpolicies",
+                json={"metadata": {"name": "x"}, "spec": {"podSelector": {}}},
+            )
+            assert r.status_code == 403, r.text
+            # not a user namespace: another prefix, no Pod Security label, a weaker level
+            for name, bad in [
+                ("other-ada", labels),
+                ("gpupool-eve", {"gpupool.io/user": "eve"}),
+                ("gpupool-eve", {**labels, "pod-security.kubernetes.io/enforce": "privileged"}),
+            ]:
+                r = hub.post(
+                    "/api/v1/namespaces", json={**namespace, "metadata": {"name": name, "labels": bad}}
+                )
+                assert r.status_code == 403, (name, bad, r.text)
+    finally:
+        await ws.stop()
+        admin.http.delete(f"/api/v1/namespaces/{ns}")
 
 
 # --- NetworkPolicy: who may reach whom ------------------------------------------------

@@ -49,6 +49,8 @@ def restricted(kai_plane: SimpleNamespace, chart: list[dict], admin: Resources) 
                     "labels": {
                         "pod-security.kubernetes.io/enforce": "restricted",
                         "pod-security.kubernetes.io/enforce-version": "latest",
+                        # a user namespace: the chart's admission policy lets the hub write here
+                        "gpupool.io/user": "ann",
                     },
                 },
             },

@@ -441,9 +441,9 @@ def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> No
         assert not {"secrets", "roles", "rolebindings"} & set(rule["resources"]), (kind, rule)
         if "nodes" in rule["resources"]:  # the GPU inventory: reading nodes, nothing else
             assert (rule["resources"], set(rule["verbs"])) == (["nodes"], {"get", "list"}), rule
-        if kind == "ClusterRole":  # cluster-wide: reading pods and events, creating namespaces
-            assert set(rule["verbs"]) <= {"get", "list", "watch", "create"}
-            assert "create" not in rule["verbs"] or rule["resources"] == ["namespaces"]
+        if kind == "ClusterRole":  # cluster-wide: no update, patch or delete but of pods
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "delete"}
+            assert "delete" not in rule["verbs"] or rule["resources"] == ["pods"]
     user_roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "gpupool-user"]
     assert {r["metadata"]["namespace"] for r in user_roles} == {
         "lab-student01",
@@ -463,6 +463,71 @@ def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> No
     }
     agent = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     assert agent["hostPID"] is True and "privileged" not in agent["containers"][0]["securityContext"]
+
+
+def test_user_namespaces_work_for_whoever_logs_in(tmp_path: Path, schemas: Path) -> None:
+    """No list of users: the hub's ServiceAccount may start a workspace in any user namespace
+    (kubespawner creates it at the first spawn, labelled as the chart says: the Pod Security
+    level, gpupool.io/user), and the API server refuses its writes anywhere else; workspaces
+    there reach the hub and the API by fully qualified names (the short name `hub` resolves in
+    the hub's namespace only). Before, only listed users' namespaces had the hub's RBAC."""
+    values = {
+        "hub": {"namespace": "jupyterhub", "serviceAccountName": "hub", "clusterDomain": "corp.example"},
+        "userNamespaces": {"enabled": True, "prefix": "lab-"},
+    }
+    docs = render(values)
+    for d in docs:
+        validate(d, schemas)
+    grants = [
+        (rule["apiGroups"][0], res, set(rule["verbs"]))
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
+        for rule in d["rules"]
+        for res in rule["resources"]
+    ]
+    assert ("", "pods", {"create", "delete", "get", "list", "watch"}) in grants
+    assert ("", "namespaces", {"create"}) in grants
+    assert ("networking.k8s.io", "networkpolicies", {"create", "get"}) in grants
+    binding = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
+    )
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "jupyterhub"}]
+    # the fence: the hub's writes only in its namespace and labelled ones, its namespaces restricted
+    policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:jupyterhub:hub"'
+    )
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    assert "'gpupool.io/user' in namespaceObject.metadata.labels" in rules
+    assert '== "restricted"' in rules and 'startsWith("lab-")' in rules
+    assert next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")["spec"][
+        "validationActions"
+    ] == ["Deny"]
+    c = Config()
+    load_chart_config(c, hub_config(docs, tmp_path))
+    assert c.KubeSpawner.user_namespace_labels == {
+        "gpupool.io/user": "{username}",
+        "pod-security.kubernetes.io/enforce": "restricted",
+    }
+    assert c.KubeSpawner.hub_connect_url == "http://hub.jupyterhub.svc.corp.example:8081"
+    assert c.GPUPool.api_url == "http://hub.jupyterhub.svc.corp.example:8095/services/gpupool/"
+    # the policy the hub makes in each user namespace: the chart's, with the hub's namespace
+    spec = c.GPUKubeSpawner.user_namespace_network_policy
+    assert spec["podSelector"] == {"matchLabels": {"component": "singleuser-server"}}
+    assert "169.254.169.254/32" in spec["egress"][-1]["to"][0]["ipBlock"]["except"]
+    off = render(
+        {**values, "userNamespaces": {**values["userNamespaces"], "networkPolicy": {"enabled": False}}}
+    )
+    assert "user_namespace_network_policy" not in hub_config(off, tmp_path).read_text()
+    # a baseline site says so; a prefix that, with kubespawner's 48-character slug, would pass
+    # the 63 characters of a namespace is refused
+    loose = render({**values, "userNamespaces": {**values["userNamespaces"], "podSecurity": "baseline"}})
+    load_chart_config(c, hub_config(loose, tmp_path))
+    assert c.KubeSpawner.user_namespace_labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    with pytest.raises(helm.HelmError, match="prefix"):
+        render({**values, "userNamespaces": {"enabled": True, "prefix": "p" * 16}})
 
 
 def test_a_release_gets_its_own_projects_only_and_a_default_only_when_it_names_none() -> None:

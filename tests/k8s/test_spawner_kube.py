@@ -52,7 +52,10 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     roots: list[GPUPoolHub] = []  # one hub: built from the first spawner's config, as a hub does once
 
     def make(
-        groups: tuple[str, ...] = ("students",), sections: dict[str, dict] | None = None, **settings
+        groups: tuple[str, ...] = ("students",),
+        sections: dict[str, dict] | None = None,
+        user_name: str = "ann",
+        **settings,
     ) -> GPUKubeSpawner:
         c = Config()
         for section, options in (sections or {}).items():  # other classes' options (c.GPUPool...)
@@ -68,10 +71,10 @@ def offline_spawner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         if not roots:
             roots.append(GPUPoolHub(c))
         user = SimpleNamespace(
-            name="ann",
+            name=user_name,
             id=7,
-            url="/user/ann/",
-            escaped_name="ann",
+            url=f"/user/{user_name}/",
+            escaped_name=user_name,
             groups=[SimpleNamespace(name=g) for g in groups],
             settings={ROOT_KEY: roots[0]},  # JupyterHub's User.settings: the hub's tornado settings
         )
@@ -96,6 +99,44 @@ async def test_the_workspace_queue_is_the_first_listed_group_the_user_is_in(offl
     # shard) the project's queue in that pool
     one = offline_spawner(groups=("admins",), kai_default_group="cs101", **q)
     assert (one.queue_name(), one.queue_name("ws")) == ("cs101", "cs101-ws")
+
+
+async def test_any_user_gets_a_namespace_named_by_kubespawner_that_is_a_dns_label(
+    offline_spawner, tmp_path: Path
+) -> None:
+    """The chart's user-namespace config, as the hub loads it: kubespawner's own slug of a user
+    name that is no DNS label ("Ada.Lovelace@Uni": capitals, a dot, an at sign) makes the
+    namespace, under the longest prefix the chart admits; the policy the hub makes there names
+    it. Before, a prefix of up to 30 characters made names over 63 for long user names."""
+    import json
+    import re
+
+    from traitlets.config import Config
+
+    from gpupool.kube.chart_config import load_chart_config
+    from gpupool.spawner.kube_namespace import workspace_policy
+    from tests.k8s.conftest import REPO
+    from tests.k8s.test_chart import hub_config, render
+
+    schema = json.loads((REPO / "helm/gpupool/values.schema.json").read_text())
+    pattern = schema["properties"]["userNamespaces"]["properties"]["prefix"]["pattern"]
+    prefix = "p" * int(re.search(r"\{0,(\d+)\}", pattern)[1])  # the longest the chart admits
+    c = Config()
+    load_chart_config(
+        c, hub_config(render({"userNamespaces": {"enabled": True, "prefix": prefix}}), tmp_path)
+    )
+    dns_label = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    sections = {"KubeSpawner": dict(c.KubeSpawner)}
+    settings = dict(c.GPUKubeSpawner)
+    names = set()
+    for user in ("Ada.Lovelace@Uni", "ada.lovelace@uni", "x" * 200 + "@Uni", "ann"):
+        ws = offline_spawner(sections=sections, user_name=user, **settings)
+        assert ws.namespace.startswith(prefix) and dns_label.match(ws.namespace), (user, ws.namespace)
+        names.add(ws.namespace)
+        policy = workspace_policy(ws.namespace, ws.user_namespace_network_policy)
+        assert policy["metadata"]["namespace"] == ws.namespace
+    assert len(names) == 4  # no two users share one (the slug adds a hash where it changed the name)
+    assert f"{prefix}ann" in names  # a name that is a DNS label already is kept as it is
 
 
 async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_admins_if_set(

@@ -119,10 +119,21 @@ helm.sh/resource-policy: keep
 {{- if .Values.workspaces.containerSecurityContext }}{{ $_ := set $spawner "container_security_context" .Values.workspaces.containerSecurityContext }}{{ end -}}
 {{- with .Values.workspaces.hibernateStartupDir }}{{ $_ := set $spawner "hibernate_startup_dir" . }}{{ end -}}
 {{- $train := dict "runner" "kubernetes" "image" ($jobs.image | default "") "grace_s" (hasKey $jobs "graceSeconds" | ternary $jobs.graceSeconds 60) "kube_job_options" $jobOptions "projects" $trainProjects "departments" $trainDepartments "node_pools" $pools -}}
+{{- /* the notebooks' and train pods' address of the gpupool API: fully qualified, so it
+       resolves from user namespaces too (the short name "hub" resolves in the hub's only) */ -}}
+{{- $_ := set $gpupool "api_url" (printf "http://hub.%s.svc.%s:8095/services/gpupool/" .Values.hub.namespace .Values.hub.clusterDomain) -}}
 {{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
 {{- if .Values.userNamespaces.enabled -}}
-{{- /* the chart made <prefix><user> namespaces with the hub's RBAC there */ -}}
-{{- $_ := set $config "KubeSpawner" (dict "enable_user_namespaces" true "user_namespace_template" (printf "%s{username}" .Values.userNamespaces.prefix)) -}}
+{{- /* kubespawner names and creates each user's namespace (templates/user-namespaces.yaml
+       gives its hub the RBAC for any of them): its 'safe' slug of the user name is a DNS label
+       for any name ("Ada.Lovelace@Uni" becomes ada-lovelace-uni---<hash>), so the namespace is
+       whatever kubespawner expands, never a name of our own. The labels are set when it creates
+       the namespace: the Pod Security level it enforces, and gpupool.io/user, which the hub's
+       admission policy and z2jh's NetworkPolicies (helm/z2jh-values.yaml) select it by. */ -}}
+{{- $un := .Values.userNamespaces -}}
+{{- $labels := dict "gpupool.io/user" "{username}" "pod-security.kubernetes.io/enforce" $un.podSecurity -}}
+{{- $_ := set $config "KubeSpawner" (dict "enable_user_namespaces" true "slug_scheme" "safe" "user_namespace_template" (printf "%s{username}" $un.prefix) "user_namespace_labels" $labels "hub_connect_url" (printf "http://hub.%s.svc.%s:8081" .Values.hub.namespace .Values.hub.clusterDomain)) -}}
+{{- if $un.networkPolicy.enabled }}{{ $_ := set $spawner "user_namespace_network_policy" (include "gpupool.singleuserPolicySpec" . | fromYaml) }}{{ end -}}
 {{- end -}}
 {{- if .Values.nodeAgent.enabled -}}
 {{- /* GPU use of workspaces and train jobs: this release's agents, at their Service and port */ -}}
@@ -137,4 +148,64 @@ matchLabels:
   app.kubernetes.io/managed-by: gpupool
 matchExpressions:
   - {key: gpupool.io/job-id, operator: Exists}
+{{- end }}
+
+{{- /* The NetworkPolicy spec of a user namespace's workspaces: z2jh's singleuser policy exists
+       in the hub's namespace only. The same rules as z2jh's defaults, with the hub's namespace
+       named: in from the proxy and hub, out to the hub (8081) and the gpupool API (8095), the
+       proxy, DNS, and the internet but no private network. The chart renders it in the listed
+       users' namespaces and the hub makes it in every other one at spawn (before the pod). */ -}}
+{{- define "gpupool.singleuserPolicySpec" -}}
+podSelector:
+  matchLabels:
+    component: singleuser-server
+policyTypes: [Ingress, Egress]
+ingress:
+  - ports:
+      - port: notebook-port
+    from:
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: {{ .Values.hub.namespace }}
+        podSelector:
+          matchLabels:
+            hub.jupyter.org/network-access-singleuser: "true"
+egress:
+  - to:
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: {{ .Values.hub.namespace }}
+        podSelector:
+          matchLabels:
+            component: hub
+    ports:
+      - port: 8081
+      - port: 8095
+  - to:
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: {{ .Values.hub.namespace }}
+        podSelector:
+          matchLabels:
+            component: proxy
+    ports:
+      - port: 8000
+  - ports:
+      - {port: 53, protocol: UDP}
+      - {port: 53, protocol: TCP}
+    to:
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: kube-system
+      - ipBlock: {cidr: 10.0.0.0/8}
+      - ipBlock: {cidr: 172.16.0.0/12}
+      - ipBlock: {cidr: 192.168.0.0/16}
+  - to:
+      - ipBlock:
+          cidr: 0.0.0.0/0
+          except:
+            - 10.0.0.0/8
+            - 172.16.0.0/12
+            - 192.168.0.0/16
+            - {{ .Values.userNamespaces.networkPolicy.cloudMetadataIP }}/32
 {{- end }}
