@@ -270,10 +270,12 @@ class KubeTrainingService(JobBook):
         finishes it on its next pass. Not with Kueue, which suspends and resumes Jobs itself."""
         if self.holds is None or self.opts.kueue:
             return [], []
+        # queued and running rows only (a held job is queued; one that runs lets go of any hold),
+        # never the whole history of finished ones
         rows = [
             r
-            for r in self.jobs()
-            if r.state not in FINAL and r.id not in self.unsent and r.id in self.controller.jobs
+            for r in self.jobs(state=JobState.QUEUED) + self.jobs(state=JobState.RUNNING)
+            if r.id not in self.unsent and r.id in self.controller.jobs
         ]
         if not rows:
             return [], []
