@@ -4,7 +4,8 @@ Job owns, the job row follows what the real Job controller and kwok do, nothing 
 twice across a hub restart (Job creates counted in the API server's audit log), and a Job the
 API server refuses fails its row with the server's reason. A job's GPU-hours in the usage report
 come from its pods' lifetimes on the cluster (the hub's relist of train pods); over its owner's GPU-hour
-budget a queued job's Job is suspended (no pod) until a top-up, a running one runs on. The last test runs a whole
+budget a queued job's Job is suspended (no pod; a hub restart half-way finishes it) until a top-up,
+a running one runs on. The last test runs a whole
 JupyterHub in Kubernetes mode against the same plane.
 
 Simulated, as in test_train_jobs_real.py: a container's exit (our kwok stage) and KAI's eviction
@@ -280,9 +281,22 @@ async def test_a_queued_job_over_budget_is_held_without_a_pod_and_a_top_up_relea
         # two hours on, the running job's pod seen alive by the relist: 2 of 1 GPU-h used
         clock[0] += 7200
         await service.record_usage(now=clock[0])
+
+        async def dies(job_id: str, hold: bool) -> bool:
+            raise ConnectionError("the hub died here")
+
+        # the hub records the hold in the row, then dies before it suspends the Job ...
+        service.controller.hold = dies  # type: ignore[method-assign]
+        assert (await service.tick())["budget_held"] == [wait.id]
+        assert service.job(wait.id).intent == "budget-hold"
+        assert not admin.get(f"{JOBS}/{name_of(wait.id)}")["spec"].get("suspend")
+        await service.stop()
+        # ... and the next hub finishes it
+        service = make_service(tmp_path, hub_api)
+        service.holds = usage.held_jobs
+        await service.start()
         done = await service.tick()
         assert (done["budget_held"], done["budget_released"]) == ([wait.id], [])
-        assert service.job(wait.id).intent == "budget-hold"
         assert admin.get(f"{JOBS}/{name_of(wait.id)}")["spec"]["suspend"] is True
         await wait_for(lambda: not live(wait.id), what="the held job's pod removed by the Job controller")
         await wait_for(
