@@ -29,6 +29,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupool.gpu.sharing import SharingBackend
+from gpupool.kube.budget_hold import suspend_patch
 from gpupool.kube.follow import Follower, trim_job, trim_pod
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.objects import (
@@ -139,6 +140,22 @@ class KubeJobController:
             if err.status != 404:
                 raise
         await self._update(job_id)
+
+    async def hold(self, job_id: str, hold: bool) -> bool:
+        """Suspend (hold) or resume the Job for a GPU-hour budget (gpupool.kube.budget_hold).
+        False when the Job is gone (nothing left to hold); the watch tells the new state."""
+        try:
+            # a dict goes as a strategic merge patch: `null` removes the label, as in a merge patch
+            await self.batch.patch_namespaced_job(name_of(job_id), self.opts.namespace, suspend_patch(hold))
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            return False
+        return True
+
+    def running(self, job_id: str) -> bool:
+        """A pod of the job runs, as the watch last saw it."""
+        return any(v.phase == "Running" and not v.gone for v in self.pods.get(job_id, {}).values())
 
     def status(self, job_id: str) -> JobStatus | None:
         return self.statuses.get(job_id)

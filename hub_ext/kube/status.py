@@ -1,6 +1,7 @@
 """A train Job and its pods -> gpupool's job state: pure, fed by the controller's watch.
 
-States: queued (waiting for GPUs in its queue, or suspended by Kueue), running, preempted
+States: queued (waiting for GPUs in its queue, suspended by Kueue, or held by a GPU-hour budget:
+suspended by the hub), running, preempted
 (its pod was evicted, or Kueue suspended the Job after it ran; a new pod resumes from the
 checkpoint), succeeded, failed, cancelled.
 """
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
+from gpupool.kube.budget_hold import HELD_MESSAGE, held_by_budget
 from gpupool.vocab.exit_codes import PREEMPTED
 from gpupool.vocab.states import OBSERVED_FINAL, ObservedState
 from gpupool.vocab.states import ObservedState as S
@@ -183,6 +185,10 @@ def job_status(
         return JobStatus(
             S.CANCELLED, "cancelled" if cancel_requested else "its Job was deleted outside gpupool", **counts
         )
+    if held_by_budget(job):
+        # the hub suspended it while it waited, for its owner's GPU-hour budget: no pod, and
+        # not a preemption (a budget never stops a running job; gpupool.kube.budget_hold)
+        return JobStatus(S.QUEUED, HELD_MESSAGE, **counts)
     if ((job or {}).get("spec") or {}).get("suspend"):
         if runs:  # Kueue evicted it (reclaim, priority): it suspends the Job, which stops its pods
             return JobStatus(

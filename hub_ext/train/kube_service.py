@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupool.alloc.manager import PoolManager
-from gpupool.kube import pod_spans
+from gpupool.kube import budget_hold, pod_spans
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
@@ -260,7 +260,66 @@ class KubeTrainingService(JobBook):
             if job_id not in self.unsent:
                 sent.append(job_id)
         stopped = await self._stop_idle(now if now is not None else time.time())
-        return {"sent": sent, "idle_stopped": stopped}
+        held, released = await self.hold_over_budget()
+        return {"sent": sent, "idle_stopped": stopped, "budget_held": held, "budget_released": released}
+
+    async def hold_over_budget(self) -> tuple[list[str], list[str]]:
+        """Suspend the Jobs of queued jobs whose owner's GPU-hour budget is used up, and resume
+        them once it has room (gpupool.kube.budget_hold decides; a running job is never held).
+        The row's intent is written before the Job is patched: a hub that dies in between
+        finishes it on its next pass. Not with Kueue, which suspends and resumes Jobs itself."""
+        if self.holds is None or self.opts.kueue:
+            return [], []
+        # queued and running rows only (a held job is queued; one that runs lets go of any hold),
+        # never the whole history of finished ones
+        rows = [
+            r
+            for r in self.jobs(state=JobState.QUEUED) + self.jobs(state=JobState.RUNNING)
+            if r.id not in self.unsent and r.id in self.controller.jobs
+        ]
+        if not rows:
+            return [], []
+        held = self.holds(rows)
+        decided = budget_hold.plan(
+            (
+                budget_hold.JobFacts(
+                    job_id=r.id,
+                    queued=r.state == JobState.QUEUED,
+                    hold_recorded=r.intent == Intent.BUDGET_HOLD,
+                    suspended=budget_hold.held_by_budget(self.controller.jobs.get(r.id)),
+                    running=self.controller.running(r.id),
+                )
+                for r in rows
+            ),
+            held,
+        )
+        by_id = {r.id: r for r in rows}
+        for job_id in decided.hold:
+            row = by_id[job_id]
+            if row.intent != Intent.BUDGET_HOLD:
+                self._set(job_id, intent=Intent.BUDGET_HOLD, message=budget_hold.HELD_MESSAGE)
+                self.pool.store.record(
+                    JobEvent.BUDGET_HOLD, f"job {job_id} {held[job_id]}", owner=row.owner, name=job_id
+                )
+            await self._patch_hold(job_id, True)
+        for job_id in decided.release:
+            row = by_id[job_id]
+            if row.intent == Intent.BUDGET_HOLD:
+                self._set(job_id, intent=Intent.NONE, message=self._waiting(row))
+                self.pool.store.record(
+                    JobEvent.BUDGET_RELEASE,
+                    f"job {job_id} released: {row.owner}'s GPU-hour budget has room",
+                    owner=row.owner,
+                    name=job_id,
+                )
+            await self._patch_hold(job_id, False)
+        return decided.hold, decided.release
+
+    async def _patch_hold(self, job_id: str, hold: bool) -> None:
+        try:
+            await self.controller.hold(job_id, hold)
+        except Exception as err:  # noqa: BLE001 - network: the row says what is wanted, the next tick retries
+            log.warning("could not %s the Job of %s: %s", "suspend" if hold else "resume", job_id, err)
 
     async def record_usage(self, now: float | None = None) -> int:
         """List the train pods and record their GPU intervals (gpupool.kube.pod_spans): the

@@ -49,6 +49,9 @@ class Intent(StrEnum):
     MAX_RUNTIME = "max-runtime"
     IDLE = "idle"  # its GPUs stayed idle past its project's idle_gpu_s
     DISK_LIMIT = "disk-limit"  # its folder grew over c.TrainPool.max_job_folder_mib
+    # queued and held by its owner's GPU-hour budget: on Kubernetes its Job is suspended (no pod)
+    # until the budget has room (gpupool.kube.budget_hold); never set on a job that runs
+    BUDGET_HOLD = "budget-hold"
 
 
 class JobEvent(StrEnum):
@@ -66,6 +69,8 @@ class JobEvent(StrEnum):
     IDLE_STOP = "idle-stop"
     DISK_LIMIT = "disk-limit"
     FOLDER_REMOVED = "folder-removed"
+    BUDGET_HOLD = "budget-hold"  # a queued job held by its owner's GPU-hour budget (Kubernetes: suspended)
+    BUDGET_RELEASE = "budget-release"  # ... and let go: the budget has room again
 
 
 class ObservedState(StrEnum):

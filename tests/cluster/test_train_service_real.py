@@ -3,7 +3,9 @@ plane, as the chart's hub account: a submission becomes a Job with its code in a
 Job owns, the job row follows what the real Job controller and kwok do, nothing is lost or sent
 twice across a hub restart (Job creates counted in the API server's audit log), and a Job the
 API server refuses fails its row with the server's reason. A job's GPU-hours in the usage report
-come from its pods' lifetimes on the cluster (the hub's relist of train pods). The last test runs a whole
+come from its pods' lifetimes on the cluster (the hub's relist of train pods); over its owner's GPU-hour
+budget a queued job's Job is suspended (no pod; a hub restart half-way finishes it) until a top-up,
+a running one runs on. The last test runs a whole
 JupyterHub in Kubernetes mode against the same plane.
 
 Simulated, as in test_train_jobs_real.py: a container's exit (our kwok stage) and KAI's eviction
@@ -231,6 +233,105 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
     finally:
         await second.cancel(keep.id)
         await second.stop()
+
+
+async def test_a_queued_job_over_budget_is_held_without_a_pod_and_a_top_up_releases_it(
+    hub_api, admin: Resources, tmp_path: Path
+) -> None:
+    """cat's running job uses up her GPU-hour budget: it runs on; her queued one is suspended
+    (no pod, queued "held: over budget", no preemption) until an admin tops the budget up."""
+    from gpupool.usage.service import CACHE_S
+
+    clock = [time.time()]
+    service = make_service(tmp_path, hub_api)
+    usage = UsageService(service.pool, Usage(budgets={"user:cat": {"gpu_hours": 1}}), clock=lambda: clock[0])
+    service.holds = usage.held_jobs  # as the hub wires it (gpupool.wiring.setup)
+    await service.start()
+    live = lambda job_id: [p for p in pods_of(admin, job_id) if not p["metadata"].get("deletionTimestamp")]  # noqa: E731
+    try:
+        run = await service.submit(
+            JobRequest(
+                owner="cat",
+                project="default",
+                name="run",
+                num_gpu=1,
+                gpu_milli=1000,
+                code=JobCode.command(["python", "-c", "1"]),
+            )
+        )
+        volume_for(admin, run.id)
+        await wait_for(lambda: service.job(run.id).state == "running", what="row running")
+        # nine GPUs: more than a node has, so it waits in its queue with a pod
+        wait = await service.submit(
+            JobRequest(
+                owner="cat",
+                project="default",
+                name="wait",
+                num_gpu=9,
+                gpu_milli=1000,
+                code=JobCode.command(["python", "-c", "1"]),
+            )
+        )
+        await wait_for(lambda: live(wait.id), what="the queued job's pod")
+        await wait_for(
+            lambda: wait.id in service.controller.jobs and service.controller.pods.get(wait.id),
+            what="the watch to see its Job and pod",
+        )
+        assert (await service.tick())["budget_held"] == []  # within budget: nothing held
+        # two hours on, the running job's pod seen alive by the relist: 2 of 1 GPU-h used
+        clock[0] += 7200
+        await service.record_usage(now=clock[0])
+
+        async def dies(job_id: str, hold: bool) -> bool:
+            raise ConnectionError("the hub died here")
+
+        # the hub records the hold in the row, then dies before it suspends the Job ...
+        service.controller.hold = dies  # type: ignore[method-assign]
+        assert (await service.tick())["budget_held"] == [wait.id]
+        assert service.job(wait.id).intent == "budget-hold"
+        assert not admin.get(f"{JOBS}/{name_of(wait.id)}")["spec"].get("suspend")
+        await service.stop()
+        # ... and the next hub finishes it
+        service = make_service(tmp_path, hub_api)
+        service.holds = usage.held_jobs
+        await service.start()
+        done = await service.tick()
+        assert (done["budget_held"], done["budget_released"]) == ([wait.id], [])
+        assert admin.get(f"{JOBS}/{name_of(wait.id)}")["spec"]["suspend"] is True
+        await wait_for(lambda: not live(wait.id), what="the held job's pod removed by the Job controller")
+        await wait_for(
+            lambda: service.controller.status(wait.id).message.startswith("held"), what="seen held"
+        )
+        held = service.job(wait.id)
+        assert (held.state, held.preemptions) == ("queued", 0)
+        assert held.message.startswith("held: over budget")
+        assert usage.held_jobs([held])[wait.id].startswith(
+            "held: cat's GPU-hour budget"
+        )  # the API's wait_reason
+        # a budget never stops running work
+        assert service.job(run.id).state == "running" and running_pod(admin, run.id, set())
+        assert not admin.get(f"{JOBS}/{name_of(run.id)}")["spec"].get("suspend")
+        assert (await service.tick())["budget_held"] == []  # held once, not patched again
+        kinds = [e.kind for e in service.pool.store.events(name=wait.id)]
+        assert "budget-hold" in kinds and "preempt" not in kinds
+        # an admin tops cat's budget up: once the budget states are read again, the Job resumes
+        usage.ledger.add_grant("user:cat", "topup", 5 * 3600 * 1000, int(clock[0]) + 86400, by="root")
+        clock[0] += CACHE_S
+        done = await service.tick()
+        assert (done["budget_held"], done["budget_released"]) == ([], [wait.id])
+        assert service.job(wait.id).intent == ""
+        assert admin.get(f"{JOBS}/{name_of(wait.id)}")["spec"]["suspend"] is False
+        await wait_for(lambda: live(wait.id), what="a pod again, waiting for GPUs")
+        await wait_for(
+            lambda: service.job(wait.id).message.startswith("waiting for GPUs"), what="waiting again"
+        )
+        assert service.job(wait.id).state == "queued" and service.job(wait.id).preemptions == 0
+        assert "budget-release" in [e.kind for e in service.pool.store.events(name=wait.id)]
+    finally:
+        for row in service.jobs():
+            if row.state not in ("succeeded", "failed", "cancelled"):
+                await service.cancel(row.id)
+        await service.stop()
 
 
 async def test_a_job_the_api_server_refuses_fails_with_its_reason(hub_api, tmp_path: Path) -> None:
