@@ -36,7 +36,8 @@ def culler_for(hub: Hub, samples: Path, now: list[float]) -> Culler:
 
 
 def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab(make_hub, tmp_path) -> None:
-    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    # hibernation on for everyone (c.IdleCuller.hibernate): "Hibernate now" is offered and accepted
+    hub: Hub = make_hub(CONFIG + "c.IdleCuller.hibernate = True\n", env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("lena", "0.25")
     samples = tmp_path / "samples.json"
     samples.write_text(json.dumps({"lena/": {"util_pct": 0}}))
@@ -189,6 +190,19 @@ def test_the_status_endpoint_answers_only_the_servers_user(make_hub) -> None:
     hub.spawn("omar", "0.25")
     mine = hub.api("GET", "/user/omar/gpupool/status", token=hub.user_token("omar"))
     assert mine["share"] == "0.25" and mine["virtual"] is True
+    # hibernation is off on this hub (c.IdleCuller.hibernate's default): JupyterLab is told so
+    # (it then offers no "Hibernate now"), and the server refuses it all the same, saving nothing
+    # and stopping nothing; the hub refuses the record of one too
+    assert mine["hibernate"] is False
+    status, said = hub.api_error("POST", "/user/omar/gpupool/hibernate-now", token=hub.user_token("omar"))
+    assert status == 403 and "Hibernation is off for your group" in said, (status, said)
+    assert "Nothing was saved or stopped" in said, said
+    assert [s["owner"] for s in hub.allocations()] == ["omar"]  # still running, its share held
+    hibernated = {"server": "", "hibernated": {"bytes": 1, "kernels": 1, "notebooks": []}}
+    status, said = hub.api_error(
+        "POST", "/services/gpupool/api/hibernated", hibernated, token=hub.user_token("omar")
+    )
+    assert status == 403 and "hibernation is off for your group" in said, (status, said)
     import urllib.error
 
     with pytest.raises(urllib.error.HTTPError) as err:

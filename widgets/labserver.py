@@ -12,6 +12,7 @@ import json
 import os
 import time
 from typing import Any
+from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
@@ -33,15 +34,32 @@ def read_status(client: Client, now: float) -> dict[str, Any]:
         culler = client.get("api/culler/status")
     except GPUPoolError:
         culler = None
-    return summary(
-        me,
-        pool,
-        culler,
-        server_name(),
-        now,
-        budget=_optional(client, "api/budget"),
-        jobs=_optional(client, "api/jobs?state=queued"),
-    )
+    return {
+        **summary(
+            me,
+            pool,
+            culler,
+            server_name(),
+            now,
+            budget=_optional(client, "api/budget"),
+            jobs=_optional(client, "api/jobs?state=queued"),
+        ),
+        # JupyterLab offers "Hibernate now" (the item's click, the palette) only where it is on
+        "hibernate": hibernation(client)[0],
+    }
+
+
+def hibernation(client: Client) -> tuple[bool, str]:
+    """(whether the hub lets this server's user hibernate it, why not): the culler's rules for
+    their group and this server's profile (gpupool.api.hibernation.available). No answer: off."""
+    try:
+        answer = client.get(f"api/hibernated?server={quote(server_name(), safe='')}")
+    except GPUPoolError as err:
+        return False, f"the hub could not say whether hibernation is on ({err})"
+    if not isinstance(answer, dict) or answer.get("available") is not True:
+        said = answer.get("off_message") if isinstance(answer, dict) else None
+        return False, str(said)[:300] if said else "hibernation is off on this hub"
+    return True, ""
 
 
 def _optional(client: Client, path: str) -> Any:
@@ -186,8 +204,21 @@ class HibernateNowPage(JupyterHandler):
             return
         self.finish(NOW_PAGE.format(text=escape(text), form=button, home=escape(home)))
 
+    async def refused(self) -> bool:
+        """Where the hub says hibernation is off for this user (or cannot say), the page says so,
+        with 403, before anything is saved or stopped: whatever JupyterLab or the home page offer."""
+        try:
+            on, why = await asyncio.to_thread(lambda: hibernation(Client(timeout=8)))
+        except GPUPoolError as err:  # no hub to ask (GPUPOOL_API_URL unset)
+            on, why = False, f"the hub could not say whether hibernation is on ({err})"
+        if not on:
+            self.page(f"{why[:1].upper()}{why[1:]}. Nothing was saved or stopped.", status=403)
+        return not on
+
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
+        if await self.refused():
+            return
         n = len(list(self.kernel_manager.list_kernel_ids()))
         self.page(
             f"The variables of this server's {n} kernel{'' if n == 1 else 's'} are saved to your home,"
@@ -200,6 +231,8 @@ class HibernateNowPage(JupyterHandler):
     async def post(self) -> None:
         from gpupool.gpu.hibernate import _post_own_server, _record_in_hub, _size
 
+        if await self.refused():
+            return
         result = await hibernate_all(self.kernel_manager, NOW_EXPR, 600.0, [])
         failed = [k for k in result["kernels"] if not k.get("ok")]
         if failed:
