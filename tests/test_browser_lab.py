@@ -86,6 +86,7 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
             "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title
         )  # sampled: 0 %
         assert "GPU use 0 %" in title and "if its GPU stays idle" in title
+        assert "Click to hibernate this server now" in title  # hibernation is on on this hub
         shot(page, "lab-1-status-bar")
 
         # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
@@ -182,6 +183,12 @@ def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
             r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
             item.get_attribute("title"),
         ), item.get_attribute("title")
+        # hibernation is off on this hub (the default): no "Hibernate now" on the item, and a
+        # click on it asks nothing
+        assert "hibernate" not in item.get_attribute("title").lower()
+        item.click()
+        page.wait_for_timeout(1_000)  # a dialog would open at once: give it the chance to
+        assert page.locator(".jp-Dialog").count() == 0
         shot(page, "lab-4-notebook7-top-bar")
 
 
