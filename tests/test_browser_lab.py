@@ -18,7 +18,7 @@ from gpupool.idle_culler.service import Client, Culler
 from tests.browser import browser_page, login, shot
 from tests.hubtools import PASSWORD, Hub
 from tests.support.wait import until
-from tests.test_culler_hub import CONFIG, TOKEN
+from tests.test_culler_hub import CONFIG, TOKEN, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
@@ -204,6 +204,12 @@ def test_the_status_endpoint_answers_only_the_servers_user(make_hub) -> None:
     status, said = hub.api_error("POST", "/user/omar/gpupool/hibernate-now", token=hub.user_token("omar"))
     assert status == 403 and "Hibernation is off for your group" in said, (status, said)
     assert "Nothing was saved or stopped" in said, said
+    # %gpupool hibernate in a notebook: the same answer, before it saves anything
+    token = hub.user_token("omar")
+    notebook = {"path": "w.ipynb", "type": "notebook", "name": "w.ipynb", "kernel": {"name": "python3"}}
+    kernel = hub.api("POST", "/user/omar/api/sessions", notebook, token=token)["kernel"]["id"]
+    said = run_cell(hub, "omar", kernel, "%load_ext gpupool\n%gpupool hibernate", token)
+    assert "hibernation is off for your group" in said and "nothing was saved or stopped" in said, said
     assert [s["owner"] for s in hub.allocations()] == ["omar"]  # still running, its share held
     hibernated = {"server": "", "hibernated": {"bytes": 1, "kernels": 1, "notebooks": []}}
     status, said = hub.api_error(

@@ -12,13 +12,13 @@ import json
 import os
 import time
 from typing import Any
-from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
 from gpupool.widgets.client import Client, GPUPoolError
+from gpupool.widgets.hibernation import asked_hub, hibernation
 from gpupool.widgets.summary import summary
 
 
@@ -45,21 +45,8 @@ def read_status(client: Client, now: float) -> dict[str, Any]:
             jobs=_optional(client, "api/jobs?state=queued"),
         ),
         # JupyterLab offers "Hibernate now" (the item's click, the palette) only where it is on
-        "hibernate": hibernation(client)[0],
+        "hibernate": hibernation(client, server_name())[0],
     }
-
-
-def hibernation(client: Client) -> tuple[bool, str]:
-    """(whether the hub lets this server's user hibernate it, why not): the culler's rules for
-    their group and this server's profile (gpupool.api.hibernation.available). No answer: off."""
-    try:
-        answer = client.get(f"api/hibernated?server={quote(server_name(), safe='')}")
-    except GPUPoolError as err:
-        return False, f"the hub could not say whether hibernation is on ({err})"
-    if not isinstance(answer, dict) or answer.get("available") is not True:
-        said = answer.get("off_message") if isinstance(answer, dict) else None
-        return False, str(said)[:300] if said else "hibernation is off on this hub"
-    return True, ""
 
 
 def _optional(client: Client, path: str) -> Any:
@@ -207,10 +194,7 @@ class HibernateNowPage(JupyterHandler):
     async def refused(self) -> bool:
         """Where the hub says hibernation is off for this user (or cannot say), the page says so,
         with 403, before anything is saved or stopped: whatever JupyterLab or the home page offer."""
-        try:
-            on, why = await asyncio.to_thread(lambda: hibernation(Client(timeout=8)))
-        except GPUPoolError as err:  # no hub to ask (GPUPOOL_API_URL unset)
-            on, why = False, f"the hub could not say whether hibernation is on ({err})"
+        on, why = await asyncio.to_thread(asked_hub)
         if not on:
             self.page(f"{why[:1].upper()}{why[1:]}. Nothing was saved or stopped.", status=403)
         return not on
