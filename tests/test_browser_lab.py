@@ -16,7 +16,7 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
 from tests.browser import browser_page, login, shot
-from tests.hubtools import PASSWORD, Hub
+from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
 from tests.test_culler_hub import CONFIG, TOKEN, run_cell
 
@@ -211,6 +211,11 @@ def test_the_status_endpoint_answers_only_the_servers_user(make_hub) -> None:
     said = run_cell(hub, "omar", kernel, "%load_ext gpupool\n%gpupool hibernate", token)
     assert "hibernation is off for your group" in said and "nothing was saved or stopped" in said, said
     assert [s["owner"] for s in hub.allocations()] == ["omar"]  # still running, its share held
+    web = WebUser(hub.url, "omar")
+    web.log_in(PASSWORD)
+    status, _, home = web.get("/hub/home")
+    # the home page shows the share with no "Hibernate now" link
+    assert status == 200 and '"hibernate_url": "", "name": "", "share": "0.25 GPU"' in home, home[-3000:]
     hibernated = {"server": "", "hibernated": {"bytes": 1, "kernels": 1, "notebooks": []}}
     status, said = hub.api_error(
         "POST", "/services/gpupool/api/hibernated", hibernated, token=hub.user_token("omar")

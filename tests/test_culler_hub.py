@@ -420,6 +420,9 @@ def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_
     token = hub.user_token("hib1")
     # JupyterLab's status says so: "Hibernate now" is offered (off for others: test_browser_lab)
     assert hub.api("GET", "/user/hib1/gpupool/status", token=token)["hibernate"] is True
+    web = WebUser(hub.url, "hib1")
+    web.log_in(PASSWORD)
+    assert "/user/hib1/gpupool/hibernate-now" in web.get("/hub/home")[2]  # and the home page's link
     notebook = {"path": "work.ipynb", "type": "notebook", "name": "work.ipynb", "kernel": {"name": "python3"}}
     kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
     assert (
