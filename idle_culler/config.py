@@ -415,6 +415,17 @@ class IdleCuller(LoggingConfigurable):
         overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
         return any(o.get("hibernate") for o in [{"hibernate": self.hibernate}, *overrides])
 
+    def hibernates_for(self) -> Callable[[Sequence[str], str], bool]:
+        """Whether the culler's rules hibernate a workspace of a user in these groups started with
+        this profile: (groups, profile) -> bool. The hub asks it before a user's own "Hibernate
+        now" (gpupool.api.hibernation): where hibernation is off, it is off for the user too."""
+        policy = self.policy()
+
+        def on(groups: Sequence[str], profile: str) -> bool:
+            return bool(policy.limits_for(list(groups), profile).hibernate)
+
+        return on
+
     def restarts_kernels(self) -> bool:
         """Does any rule restart kernels (then the culler needs access to the servers)?"""
         overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]

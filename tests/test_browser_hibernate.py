@@ -50,7 +50,8 @@ def run_cell(page, index: int, expect: str) -> str:
 
 
 def test_a_hibernated_notebook_gets_its_variables_back_after_a_make_up_restart(make_hub) -> None:
-    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    # hibernation on for everyone (c.IdleCuller.hibernate): "Hibernate now" is offered and accepted
+    hub: Hub = make_hub(CONFIG + "c.IdleCuller.hibernate = True\n", env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("nora", "0.25")
     hub.api("PUT", "/user/nora/api/contents/work.ipynb", notebook(), token=hub.user_token("nora"))
     expected = float(sum(range(1_000_000)))

@@ -16,9 +16,9 @@ from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import FileSampler
 from gpupool.idle_culler.service import Client, Culler
 from tests.browser import browser_page, login, shot
-from tests.hubtools import PASSWORD, Hub
+from tests.hubtools import PASSWORD, Hub, WebUser
 from tests.support.wait import until
-from tests.test_culler_hub import CONFIG, TOKEN
+from tests.test_culler_hub import CONFIG, TOKEN, run_cell
 
 pytestmark = [pytest.mark.browser, pytest.mark.hub]
 
@@ -36,7 +36,8 @@ def culler_for(hub: Hub, samples: Path, now: list[float]) -> Culler:
 
 
 def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab(make_hub, tmp_path) -> None:
-    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    # hibernation on for everyone (c.IdleCuller.hibernate): "Hibernate now" is offered and accepted
+    hub: Hub = make_hub(CONFIG + "c.IdleCuller.hibernate = True\n", env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("lena", "0.25")
     samples = tmp_path / "samples.json"
     samples.write_text(json.dumps({"lena/": {"util_pct": 0}}))
@@ -85,6 +86,7 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
             "0.25 GPU of virtual GPU" in title and "no GPU use data: virtual GPU" not in title
         )  # sampled: 0 %
         assert "GPU use 0 %" in title and "if its GPU stays idle" in title
+        assert "Click to hibernate this server now" in title  # hibernation is on on this hub
         shot(page, "lab-1-status-bar")
 
         # the user's own lead time (Settings → gpupool): warned 45 min ahead of the 30 min left
@@ -181,6 +183,12 @@ def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
             r"stops at \d\d:\d\d \(in 1[12] h( \d+ min)?\) at the end of the longest session",
             item.get_attribute("title"),
         ), item.get_attribute("title")
+        # hibernation is off on this hub (the default): no "Hibernate now" on the item, and a
+        # click on it asks nothing
+        assert "hibernate" not in item.get_attribute("title").lower()
+        item.click()
+        page.wait_for_timeout(1_000)  # a dialog would open at once: give it the chance to
+        assert page.locator(".jp-Dialog").count() == 0
         shot(page, "lab-4-notebook7-top-bar")
 
 
@@ -189,6 +197,30 @@ def test_the_status_endpoint_answers_only_the_servers_user(make_hub) -> None:
     hub.spawn("omar", "0.25")
     mine = hub.api("GET", "/user/omar/gpupool/status", token=hub.user_token("omar"))
     assert mine["share"] == "0.25" and mine["virtual"] is True
+    # hibernation is off on this hub (c.IdleCuller.hibernate's default): JupyterLab is told so
+    # (it then offers no "Hibernate now"), and the server refuses it all the same, saving nothing
+    # and stopping nothing; the hub refuses the record of one too
+    assert mine["hibernate"] is False
+    status, said = hub.api_error("POST", "/user/omar/gpupool/hibernate-now", token=hub.user_token("omar"))
+    assert status == 403 and "Hibernation is off for your group" in said, (status, said)
+    assert "Nothing was saved or stopped" in said, said
+    # %gpupool hibernate in a notebook: the same answer, before it saves anything
+    token = hub.user_token("omar")
+    notebook = {"path": "w.ipynb", "type": "notebook", "name": "w.ipynb", "kernel": {"name": "python3"}}
+    kernel = hub.api("POST", "/user/omar/api/sessions", notebook, token=token)["kernel"]["id"]
+    said = run_cell(hub, "omar", kernel, "%load_ext gpupool\n%gpupool hibernate", token)
+    assert "hibernation is off for your group" in said and "nothing was saved or stopped" in said, said
+    assert [s["owner"] for s in hub.allocations()] == ["omar"]  # still running, its share held
+    web = WebUser(hub.url, "omar")
+    web.log_in(PASSWORD)
+    status, _, home = web.get("/hub/home")
+    # the home page shows the share with no "Hibernate now" link
+    assert status == 200 and '"hibernate_url": "", "name": "", "share": "0.25 GPU"' in home, home[-3000:]
+    hibernated = {"server": "", "hibernated": {"bytes": 1, "kernels": 1, "notebooks": []}}
+    status, said = hub.api_error(
+        "POST", "/services/gpupool/api/hibernated", hibernated, token=hub.user_token("omar")
+    )
+    assert status == 403 and "hibernation is off for your group" in said, (status, said)
     import urllib.error
 
     with pytest.raises(urllib.error.HTTPError) as err:

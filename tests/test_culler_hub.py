@@ -410,9 +410,19 @@ def run_cell(hub: Hub, user: str, kernel_id: str, code: str, token: str) -> str:
 def test_the_culler_hibernates_a_real_kernel_and_its_variable_comes_back_at_the_next_start(
     make_hub, tmp_path: Path
 ) -> None:
-    hub: Hub = make_hub(CONFIG, env={"GPUPOOL_CULLER": "0"}).start()
+    # hibernation on for one group only (off by default): hib1 is in it
+    on_for_group = (
+        'c.JupyterHub.load_groups = {"keepers": {"users": ["hib1"]}}\n'
+        'c.IdleCuller.group_overrides = {"keepers": {"hibernate": True}}\n'
+    )
+    hub: Hub = make_hub(CONFIG + on_for_group, env={"GPUPOOL_CULLER": "0"}).start()
     hub.spawn("hib1", "0.25")
     token = hub.user_token("hib1")
+    # JupyterLab's status says so: "Hibernate now" is offered (off for others: test_browser_lab)
+    assert hub.api("GET", "/user/hib1/gpupool/status", token=token)["hibernate"] is True
+    web = WebUser(hub.url, "hib1")
+    web.log_in(PASSWORD)
+    assert "/user/hib1/gpupool/hibernate-now" in web.get("/hub/home")[2]  # and the home page's link
     notebook = {"path": "work.ipynb", "type": "notebook", "name": "work.ipynb", "kernel": {"name": "python3"}}
     kernel = hub.api("POST", "/user/hib1/api/sessions", notebook, token=token)["kernel"]["id"]
     assert (

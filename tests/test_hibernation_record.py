@@ -188,3 +188,25 @@ def test_the_home_pages_hibernate_now_links_to_the_servers_own_page() -> None:
     assert hibernate_url(SimpleNamespace(name="ada", spawners={"gpu": running}), "gpu") == (
         "/jh/user/ada/gpu/gpupool/hibernate-now"
     )
+
+
+def test_hibernation_is_available_only_where_the_culler_hibernates_that_group_or_profile() -> None:
+    from gpupool.api.auth import Directory
+    from gpupool.api.hibernation import available
+    from gpupool.api.services import ApiServices
+    from gpupool.idle_culler.config import IdleCuller
+
+    culler = IdleCuller(
+        group_overrides={"keepers": {"hibernate": True}}, profile_overrides={"big": {"hibernate": True}}
+    )
+    services = ApiServices(SimpleNamespace(), Directory(), hibernates=culler.hibernates_for())
+    profiled = SimpleNamespace(culler_profile=lambda: "big")
+    assert available(services, ["keepers"], None)
+    assert not available(services, ["students"], None)  # off by default: JupyterLab offers nothing
+    assert available(services, ["students"], profiled)  # the server's own profile turns it on
+    assert available(
+        ApiServices(SimpleNamespace(), Directory(), hibernates=IdleCuller(hibernate=True).hibernates_for()),
+        [],
+        None,
+    )
+    assert not available(ApiServices(SimpleNamespace(), Directory()), ["keepers"], None)  # no rules: off

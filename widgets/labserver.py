@@ -18,6 +18,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from gpupool.widgets.client import Client, GPUPoolError
+from gpupool.widgets.hibernation import asked_hub, hibernation
 from gpupool.widgets.summary import summary
 
 
@@ -33,15 +34,19 @@ def read_status(client: Client, now: float) -> dict[str, Any]:
         culler = client.get("api/culler/status")
     except GPUPoolError:
         culler = None
-    return summary(
-        me,
-        pool,
-        culler,
-        server_name(),
-        now,
-        budget=_optional(client, "api/budget"),
-        jobs=_optional(client, "api/jobs?state=queued"),
-    )
+    return {
+        **summary(
+            me,
+            pool,
+            culler,
+            server_name(),
+            now,
+            budget=_optional(client, "api/budget"),
+            jobs=_optional(client, "api/jobs?state=queued"),
+        ),
+        # JupyterLab offers "Hibernate now" (the item's click, the palette) only where it is on
+        "hibernate": hibernation(client, server_name())[0],
+    }
 
 
 def _optional(client: Client, path: str) -> Any:
@@ -186,8 +191,18 @@ class HibernateNowPage(JupyterHandler):
             return
         self.finish(NOW_PAGE.format(text=escape(text), form=button, home=escape(home)))
 
+    async def refused(self) -> bool:
+        """Where the hub says hibernation is off for this user (or cannot say), the page says so,
+        with 403, before anything is saved or stopped: whatever JupyterLab or the home page offer."""
+        on, why = await asyncio.to_thread(asked_hub)
+        if not on:
+            self.page(f"{why[:1].upper()}{why[1:]}. Nothing was saved or stopped.", status=403)
+        return not on
+
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
+        if await self.refused():
+            return
         n = len(list(self.kernel_manager.list_kernel_ids()))
         self.page(
             f"The variables of this server's {n} kernel{'' if n == 1 else 's'} are saved to your home,"
@@ -200,6 +215,8 @@ class HibernateNowPage(JupyterHandler):
     async def post(self) -> None:
         from gpupool.gpu.hibernate import _post_own_server, _record_in_hub, _size
 
+        if await self.refused():
+            return
         result = await hibernate_all(self.kernel_manager, NOW_EXPR, 600.0, [])
         failed = [k for k in result["kernels"] if not k.get("ok")]
         if failed:

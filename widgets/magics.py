@@ -164,7 +164,12 @@ def register(ipython: Any) -> None:
             return
         if words == ["hibernate"]:
             from gpupool.gpu.hibernate import hibernate_now
+            from gpupool.widgets.hibernation import asked_hub
 
+            on, why = asked_hub()  # where it is off for the user's group, nothing is saved
+            if not on:
+                print(f"%gpupool hibernate: {why}; nothing was saved or stopped")
+                return
             hibernate_now(ipython)
             return
         if words:

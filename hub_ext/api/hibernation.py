@@ -11,14 +11,17 @@ last hibernation's; it is dropped when retention has deleted the state.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tornado import web
 
 from gpupool.api.auth import APIHandler
+from gpupool.hub.adapter import hub_user
 from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
+    from gpupool.api.services import ApiServices
     from gpupool.store import Store
 
 PREFIX = "hibernated:"
@@ -120,6 +123,19 @@ def hibernated_text(row: dict[str, Any], keep_days: float) -> str:
     )
 
 
+OFF = "hibernation is off for your group on this hub (c.IdleCuller.hibernate): ask an admin to turn it on"
+
+
+def available(services: ApiServices, groups: Sequence[str], spawner: Any) -> bool:
+    """Whether a user in `groups` may hibernate this server (its spawner, None: not running, the
+    default profile): where the culler's rules hibernate it. A user's own "Hibernate now" asks
+    this first (gpupool.widgets.labserver), and its record is refused here where it is off."""
+    from gpupool.api.culler import spawner_profile  # that module imports this one
+
+    on = services.hibernates
+    return on is not None and on(groups, spawner_profile(spawner) if spawner is not None else "")
+
+
 class HibernatedHandler(APIHandler):
     """GET: the caller's own hibernated servers. POST: a user's own hibernation (`%gpupool
     hibernate`) is recorded, as the culler's is, so the home page and admins see it."""
@@ -136,8 +152,18 @@ class HibernatedHandler(APIHandler):
                 "keep_days": keep,
                 "hibernated": [{**r, "message": hibernated_text(r, keep)} for r in rows],
                 "warnings": retention_warnings(rows, keep, now),
+                # ?server=NAME: may the caller hibernate that server of theirs now (JupyterLab's
+                # "Hibernate now" is offered only then, and the server refuses it otherwise)
+                "available": self.available(self.get_argument("server", "")),
+                "off_message": OFF,
             }
         )
+
+    def available(self, name: str) -> bool:
+        caller = self.caller
+        user = hub_user(self.directory.hub, caller.name) if caller.kind == "user" else None
+        spawner = user.spawners.get(name) if user is not None and len(name) <= MAX_NAME else None
+        return available(self.services, caller.groups, spawner)
 
     @web.authenticated
     def post(self) -> None:
@@ -148,6 +174,8 @@ class HibernatedHandler(APIHandler):
         name = body.get("server", "")
         if not isinstance(name, str) or len(name) > MAX_NAME:
             raise web.HTTPError(400, f"server must be a server name (at most {MAX_NAME} characters)")
+        if not self.available(name):
+            raise web.HTTPError(403, OFF)
         try:
             saved = parse_saved(body.get("hibernated"))
         except ValueError as err:

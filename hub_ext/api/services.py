@@ -9,6 +9,7 @@ services in tornado's settings, and no state created on first use by whichever r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,8 @@ class ApiServices:
     usage: UsageService | None = None
     session_end: SessionEnd | None = None  # the culler's time rules, where the culler runs
     hibernate_keep_days: float = 0.0  # c.IdleCuller.hibernate_keep_days where the culler runs
+    # (groups, profile) -> whether c.IdleCuller's rules hibernate such a workspace; None: off for all
+    hibernates: Callable[[Sequence[str], str], bool] | None = None
     demo_gpu_use: bool = False  # `gpupool up --demo-culling`: users say what their GPU does
     # shared between requests, made here once
     culler: CullerState = field(default_factory=new_culler_state)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpupool.api.culler import findings
+from gpupool.api.hibernation import available
 from gpupool.pool import format_gpus
 from gpupool.vocab.culling import CullAction, CullReason
 from gpupool.vocab.kinds import EventKind, WorkloadKind
@@ -17,6 +18,7 @@ from gpupool.vocab.reason_words import STOPPED
 if TYPE_CHECKING:
     from jupyterhub.user import User
 
+    from gpupool.api.services import ApiServices
     from gpupool.wiring.root import GPUPoolHub
 
 
@@ -46,6 +48,11 @@ def hibernate_url(user: User, name: str, base_url: str = "") -> str:
     return prefix.rstrip("/") + "/gpupool/hibernate-now"
 
 
+def hibernate_on(services: ApiServices, user: User, name: str) -> bool:
+    groups = sorted(g.name for g in getattr(user, "groups", ()))
+    return available(services, groups, getattr(user, "spawners", {}).get(name))
+
+
 def shares_for(
     root: GPUPoolHub, user: User | None, now: float | None = None, base_url: str = ""
 ) -> list[dict]:
@@ -73,8 +80,10 @@ def shares_for(
                 "name": held.server_name,
                 "share": format_gpus(held.milli) + (" (parked)" if held.parked else ""),
                 "stops": stops,
-                # parked already: nothing to hibernate
-                "hibernate_url": "" if held.parked else hibernate_url(user, held.server_name, base_url),
+                # parked already: nothing to hibernate; hibernation off for the user's group: none either
+                "hibernate_url": ""
+                if held.parked or not hibernate_on(root.api_services, user, held.server_name)
+                else hibernate_url(user, held.server_name, base_url),
             }
         )
     return sorted(out, key=lambda s: s["name"])

@@ -237,6 +237,7 @@ async def _serve(
         usage=usage,
         session_end=session_end(hub.config, culler),
         hibernate_keep_days=hibernate_keep_days(hub.config, culler),
+        hibernates=hibernates(hub.config),
         demo_gpu_use=demo_use(hub.config),
     )
     app = make_app(root, auth, services)
@@ -300,6 +301,15 @@ def hibernate_keep_days(config: Config, culler: bool) -> float:
     from gpupool.idle_culler.config import IdleCuller
 
     return float(IdleCuller(config=config).hibernate_keep_days)
+
+
+def hibernates(config: Config) -> Any:
+    """(groups, profile) -> whether c.IdleCuller's rules hibernate such a workspace: a user's own
+    "Hibernate now" is offered and accepted only there. Read from the config whether or not the
+    culler runs here (GPUPOOL_CULLER=0: it may run elsewhere with the same config)."""
+    from gpupool.idle_culler.config import IdleCuller
+
+    return IdleCuller(config=config).hibernates_for()
 
 
 def start_usage(hub: HubApp, pool: PoolManager, parking: ParkingService | None) -> UsageService:

@@ -257,3 +257,46 @@ async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offl
     assert cpu.api.api_client.sanitize_for_serialization(await cpu.get_pod_manifest())["spec"][
         "tolerations"
     ] == [z2jh]
+
+
+async def test_a_hibernating_workspace_pod_wakes_through_the_hook_and_keeps_its_state_on_the_claim(
+    offline_spawner,
+) -> None:
+    """The chart's workspaces.hibernateStartupDir (c.GPUKubeSpawner.hibernate_startup_dir) on the
+    pod kubespawner makes: the wake hook first on the notebook's PYTHONPATH (the image's own path
+    after it), and saves allowed only where the home is the user's claim (z2jh's storage)."""
+    from gpupool.gpu.hibernate import ENV_REFUSED
+
+    hook = "/opt/conda/lib/python3.12/site-packages/gpupool/gpu/startup"
+    image_path = {"environment": {"PYTHONPATH": "/opt/site"}}
+    storage = {  # z2jh's singleuser.storage: the user's claim mounted at the home
+        **image_path,
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-{username}"}}],
+        "volume_mounts": [{"name": "home", "mountPath": "/home/jovyan"}],
+    }
+
+    async def manifest(kube: dict, **settings: object) -> dict:
+        sp = offline_spawner(sections={"KubeSpawner": kube}, kai_queue_quota_check=False, **settings)
+        sp.user_options = {"gpus": "0.25"}
+        await sp.reserve_share()
+        pod = sp.api.api_client.sanitize_for_serialization(await sp.get_pod_manifest())
+        sp.release_gpus("the test read its pod")  # the next manifest reserves again
+        return pod
+
+    def env_of(pod: dict) -> dict[str, str]:
+        return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+    on = {"hibernate_startup_dir": hook, "hibernate_home": "/home/jovyan"}
+    pod = await manifest(storage, **on)
+    assert env_of(pod)["PYTHONPATH"] == f"{hook}:/opt/site"  # the hook wakes the kernel first
+    assert ENV_REFUSED not in env_of(pod)  # the state is on the claim: it outlives the pod
+    assert {"name": "home", "mountPath": "/home/jovyan"} in pod["spec"]["containers"][0]["volumeMounts"]
+    claim = {"name": "home", "persistentVolumeClaim": {"claimName": "claim-ann"}}
+    assert claim in pod["spec"]["volumes"]
+    # a home on the pod's own disk: the hook is there, but saves are refused with the reason
+    # (the state would go with the pod)
+    lost = env_of(await manifest(image_path, **on))
+    assert lost["PYTHONPATH"] == f"{hook}:/opt/site" and "pod's own disk" in lost[ENV_REFUSED]
+    # no startup dir: no hook, the image's path as it was
+    off = env_of(await manifest(storage))
+    assert off["PYTHONPATH"] == "/opt/site" and ENV_REFUSED not in off

@@ -25,11 +25,19 @@ async function post() {
   }
 }
 
-export function addHibernateCommand(app, palette) {
+// `available`: whether the hub lets this user hibernate this server (the status's `hibernate`,
+// false until it is read); where it is off the command is hidden from the palette and does nothing,
+// and the server refuses the POST all the same
+export function addHibernateCommand(app, palette, available) {
   app.commands.addCommand(COMMAND, {
     label: 'Hibernate now (gpupool)',
     caption: 'Save every kernel\'s variables, stop this server and free its GPU share',
+    isEnabled: () => available(),
+    isVisible: () => available(),
     execute: async () => {
+      if (!available()) {
+        return;
+      }
       const asked = await showDialog({
         title: 'Hibernate this server?',
         body: 'The variables of every kernel are saved to your home, then this server stops and its '

@@ -37,7 +37,10 @@ class GPUStatusItem extends Widget {
   // and the item then said "GPU ?" until the next read, up to a poll interval later
   setStatus(status) {
     this.text.textContent = itemText(status);
-    this.node.title = `${itemTitle(status)}\nClick to hibernate this server now`;
+    // "Hibernate now" only where the hub lets this user hibernate (the culler's rules for their group)
+    this.hibernates = Boolean(status && status.hibernate === true);
+    this.node.title = itemTitle(status) + (this.hibernates ? '\nClick to hibernate this server now' : '');
+    this.node.style.cursor = this.hibernates ? 'pointer' : '';
     this.node.dataset.action = (status && status.action) || '';
     this.text.style.color = status && status.action === 'warn' ? 'var(--jp-warn-color0)' : '';
   }
@@ -51,10 +54,13 @@ const plugin = {
   activate: (app, statusBar, settingRegistry, palette) => {
     followLogs(document.body);  // job monitors' log boxes show their last lines
     const item = new GPUStatusItem();
-    addHibernateCommand(app, palette);
-    // a click on the item offers "Hibernate now" (also in the command palette)
-    item.node.style.cursor = 'pointer';
-    item.node.addEventListener('click', () => void app.commands.execute(COMMAND));
+    addHibernateCommand(app, palette, () => item.hibernates);
+    // a click on the item offers "Hibernate now" (also in the command palette), where it is on
+    item.node.addEventListener('click', () => {
+      if (item.hibernates) {
+        void app.commands.execute(COMMAND);
+      }
+    });
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN, { item, align: 'left', rank: 3 });
     } else {
@@ -125,7 +131,11 @@ const plugin = {
       } else if (!failed) {
         last = status;
       }
+      const offered = item.hibernates;
       item.setStatus(status);
+      if (item.hibernates !== offered) {
+        app.commands.notifyCommandChanged(COMMAND);  // the palette shows or hides "Hibernate now"
+      }
       if (!failed) {
         show(status);
         const move = moved(status);
