@@ -6,8 +6,11 @@ a kernel started after a move, in test_move_hub.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +168,31 @@ def test_the_hub_publishes_only_where_servers_run_on_its_machine(
         assert files is not None and doc is not None and doc["env"]["CUDA_VISIBLE_DEVICES"] == "1"
     else:
         assert files is None and doc is None and not (tmp_path / "gpu-env").exists()
+
+
+def test_a_full_disk_keeps_the_last_whole_file_and_leaves_no_half_one(tmp_path: Path, caplog) -> None:
+    """The env files' disk full (a real tmpfs, filled): the new GPU cannot be written, so new
+    processes keep reading the last whole file (never a cut one), the spawn or move goes on, the
+    hub logs why, and no half-written file is left to take the disk's last bytes."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small file system")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        pool = make_pool(
+            tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=pub))
+        )
+        pub = GPUEnvFiles(disk / "gpu-env", pool)
+        pool.reserve_at(Workload("build", "ann", ""), Placement("n1", (2,), 500))
+        assert published(pub.folder, "ann")["env"]["CUDA_VISIBLE_DEVICES"] == "2"
+        with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:  # the disk fills up
+                f.write(b"\0" * 4096)
+        with caplog.at_level(logging.ERROR, logger="gpupool"):
+            pub.publish("ann", "")  # as after a move or a resume: the write fails, and does not raise
+        assert published(pub.folder, "ann")["env"]["CUDA_VISIBLE_DEVICES"] == "2"  # the last whole file
+        assert [p.name for p in pub.folder.iterdir()] == [pub.path("ann", "").name]  # no half-written .tmp
+        assert any("could not publish the GPU of ann/" in r.getMessage() for r in caplog.records)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

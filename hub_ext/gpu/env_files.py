@@ -132,9 +132,14 @@ class GPUEnvFiles:
             if gid is not None and os.geteuid() == 0:
                 os.fchown(fd, 0, gid)
             os.fchmod(fd, 0o640 if gid is not None else 0o644)
-            os.write(fd, data)
-        finally:
+            left = memoryview(data)
+            while left:  # a nearly full disk may take part of it: the file is whole or not there
+                left = left[os.write(fd, left) :]
+        except BaseException:
             os.close(fd)
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half file; the old one stays
+            raise
+        os.close(fd)
         os.replace(tmp, path)
 
     def publish_all(self) -> None:
