@@ -2,13 +2,13 @@
 a job that turns job.log into a symbolic link to a root-only file gets neither the file's
 content through the logs API nor a handle to append to it when it is resumed; hard links
 and a replaced checkpoint folder are refused the same way. Needs root and the nobody
-account (as CI has); skipped elsewhere."""
+account (as CI has); skipped elsewhere. From a private clone the jobs take gpupool's files from
+the system prefix, as a root hub's do (tests/support/users_code.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
 import tempfile
 import time
@@ -20,21 +20,11 @@ from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
 from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
+from tests.support.users_code import SYSTEM_PYTHON as PYTHON
+from tests.support.users_code import users_code, why_no_accounts
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = "/usr/bin/python3"
-
-
-def usable() -> bool:
-    try:
-        pwd.getpwnam("nobody")
-    except KeyError:
-        return False
-    reachable = all(p.stat().st_mode & 0o001 for p in [REPO, *REPO.parents])
-    return os.geteuid() == 0 and os.access(PYTHON, os.X_OK) and reachable
-
-
-pytestmark = pytest.mark.skipif(not usable(), reason="needs root, the nobody account and /usr/bin/python3")
+WHY_NOT = why_no_accounts("nobody")
+pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 SECRET = "TOP-SECRET-ROOT-ONLY"
 DONE = ("succeeded", "failed", "cancelled")
 
@@ -50,7 +40,8 @@ def secret():
 
 
 @pytest.fixture
-def svc(tmp_path: Path):
+def svc(tmp_path: Path, monkeypatch):
+    users_code(monkeypatch)  # the wrapper and PYTHONPATH the job's account can read
     root = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
     root.chmod(0o755)
     yield make_training(
@@ -79,10 +70,7 @@ def logs(svc: TrainingService, job_id: str) -> str:
     return "\n".join(asyncio.run(svc.logs(svc.job(job_id), 100))["lines"])
 
 
-def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(
-    svc, secret: Path, monkeypatch
-) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(svc, secret: Path) -> None:
     script = f"import os\nos.remove('job.log')\nos.symlink({str(secret)!r}, 'job.log')\n"
     job = svc.submit(
         job_request(
@@ -104,8 +92,7 @@ def test_a_job_log_turned_into_a_symlink_is_neither_read_nor_appended_to(
     assert svc.pool.store.allocations() == []
 
 
-def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret: Path, monkeypatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret: Path) -> None:
     job = svc.submit(job_request(owner="nobody", project="p", name="hard", command=[PYTHON, "-c", "pass"]))
     finish(svc, job.id)
     folder = Path(job.workdir)
@@ -119,8 +106,7 @@ def test_a_hard_link_to_a_root_file_is_not_read_and_not_handed_over(svc, secret:
     assert secret.stat().st_uid == 0 and secret.read_text() == SECRET + "\n"  # not chowned to the job
 
 
-def test_a_checkpoint_folder_replaced_by_a_link_is_not_followed(svc, secret: Path, monkeypatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
+def test_a_checkpoint_folder_replaced_by_a_link_is_not_followed(svc, secret: Path) -> None:
     script = (
         f"import os, shutil\nshutil.rmtree('checkpoint')\nos.symlink({str(secret.parent)!r}, 'checkpoint')\n"
     )

@@ -1,9 +1,9 @@
 """A job runs as its owner's Unix account: it cannot read another user's job files (needs root
-and two system accounts, as in CI; skipped elsewhere)."""
+and two system accounts, as in CI; skipped elsewhere). From a private clone the jobs take
+gpupool's files from the system prefix, as a root hub's do (tests/support/users_code.py)."""
 
 from __future__ import annotations
 
-import os
 import pwd
 import shutil
 import tempfile
@@ -15,29 +15,10 @@ from gpupool.pool import BuildLimits
 from gpupool.train.service import TrainingService
 from tests.support.jobs import job_request
 from tests.support.pools import make_training, run_until
+from tests.support.users_code import SYSTEM_PYTHON, users_code, why_no_accounts
 
-
-def world_reachable(path: Path) -> bool:
-    """Can any account reach `path` (every folder above it searchable by others)?"""
-    import stat
-
-    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
-def accounts_available() -> bool:
-    try:
-        pwd.getpwnam("nobody"), pwd.getpwnam("daemon")
-    except KeyError:
-        return False
-    return os.geteuid() == 0
-
-
-pytestmark = pytest.mark.skipif(
-    not accounts_available()
-    or not os.access("/usr/bin/python3", os.X_OK)
-    or not world_reachable(Path(__file__).resolve().parent.parent),
-    reason="needs root, the nobody/daemon accounts, /usr/bin/python3 and a checkout other accounts can read",
-)
+WHY_NOT = why_no_accounts("nobody", "daemon")
+pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 
 PEEK = """
 import os
@@ -52,15 +33,12 @@ open("mine.txt", "w").write("ok")
 
 
 @pytest.fixture
-def root_dir():
+def root_dir(monkeypatch):
+    users_code(monkeypatch)  # the wrapper the jobs' accounts can read, wherever the clone lives
     d = Path(tempfile.mkdtemp(prefix="gpupool-jobs-"))
     d.chmod(0o755)  # other accounts must reach their own job folders below it
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-SYSTEM_PYTHON = "/usr/bin/python3"  # readable by every account, unlike an interpreter under /root
-REPO = Path(__file__).resolve().parent.parent
 
 
 def service(root: Path, tmp_path: Path) -> TrainingService:
