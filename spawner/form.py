@@ -145,11 +145,32 @@ def parse_form(formdata: Mapping[str, list[str]]) -> dict[str, str]:
         raise InvalidRequest("choose one node pool on the form")
     if pools and pools[0].strip():
         options[POOL_FIELD] = pools[0].strip()
-    requested_pool(options)
-    return options
+    return options  # its values' bounds: parse_choice, run on it next
 
 
-def requested_pool(user_options: Mapping[str, object]) -> str | None:
+@dataclass(frozen=True)
+class SpawnChoice:
+    """The user's options (the spawn form's or a REST API body), parsed once when JupyterHub
+    applies them: what every later step of the spawn reads, never the raw options again."""
+
+    milli: int  # the GPU share asked for; 0 with a profile list (the chosen profile gives it)
+    pool: str | None  # one of the user's node pools, None for any of theirs
+    profile: str | None = None  # with a profile list: the slug asked for, None for the default
+
+
+def parse_choice(user_options: Mapping[str, object], *, profiles: bool = False) -> SpawnChoice:
+    """user_options -> SpawnChoice, or InvalidRequest saying what is wrong. `profiles`: the
+    spawner offers a profile list (kubespawner's form), so the size is the profile's, read
+    against the user's offer when the share is reserved."""
+    if profiles:
+        profile = user_options.get("profile", "") if isinstance(user_options, Mapping) else ""
+        if not isinstance(profile, str):
+            raise InvalidRequest("user option 'profile' must be a profile's slug")
+        return SpawnChoice(0, _requested_pool(user_options), profile or None)
+    return SpawnChoice(_requested_milli(user_options), _requested_pool(user_options))
+
+
+def _requested_pool(user_options: Mapping[str, object]) -> str | None:
     """The node pool asked for (form or REST API), None for any of the user's; its bounds
     here, whether the user may use it where the share is reserved."""
     pool = user_options.get(POOL_FIELD) if isinstance(user_options, Mapping) else None
@@ -163,7 +184,7 @@ def requested_pool(user_options: Mapping[str, object]) -> str | None:
     return pool
 
 
-def requested_milli(user_options: Mapping[str, object]) -> int:
+def _requested_milli(user_options: Mapping[str, object]) -> int:
     """user_options (from the form or the REST API) -> milli-GPU, with a clear error."""
     if not isinstance(user_options, Mapping):
         raise InvalidRequest(f'user options must be an object, e.g. {{"{FIELD}": 0.25}}')

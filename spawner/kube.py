@@ -9,7 +9,7 @@ after profiles, user options and modify_pod_hook, so no path can ask for more.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
@@ -21,8 +21,6 @@ from gpupool.gpu.sharing import KAI_QUEUE_LABEL, SharingBackend, make_backend, r
 from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
 from gpupool.kube.pool_objects import KAI_NODE_POOL, node_affinity, pool_queue_name
 from gpupool.pool import InvalidRequest, PoolError, QuotaExceeded
-from gpupool.spawner.form import requested_milli as form_milli
-from gpupool.spawner.form import requested_pool
 from gpupool.spawner.kube_hibernate import apply_hibernate
 from gpupool.spawner.kube_namespace import ensure_workspace_policy
 from gpupool.spawner.kube_objects import (
@@ -40,9 +38,6 @@ from gpupool.spawner.kube_ready import PromptStart
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
 from gpupool.vocab.kinds import EventKind
-
-if TYPE_CHECKING:
-    from jupyterhub.spawner import Spawner
 
 _CHECKED = "_gpupool_checked"
 
@@ -161,7 +156,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         KAI only the first: a pod is in one scheduling shard, which never hands it to another."""
         names = [
             n
-            for n in self.pool.build_pools(self.user_groups, requested_pool(self.user_options or {}))
+            for n in self.pool.build_pools(self.user_groups, self.spawn_choice().pool)
             if n in self.pool.node_pools
         ]
         return names[:1] if self.backend().pools_are_shards else names
@@ -240,19 +235,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         # with a profile list, kubespawner's own form and parser (its trait defaults) apply
         return not self.profile_list
 
-    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
-        if self.profile_list:
-            if not isinstance((user_options or {}).get("profile", ""), str):
-                raise web.HTTPError(400, "user option 'profile' must be a profile's slug")
-            return  # the profile is checked against the user's offer when the share is reserved
-        super().check_user_options(spawner, user_options)
-
     async def requested_share(self) -> int:
         """milli-GPU asked for: the chosen profile's share, or the spawn form's size."""
+        choice = self.spawn_choice()
         if not self.profile_list:
-            return form_milli(self.user_options or {})
+            return choice.milli
         offered = await self.profile_list(self)
-        slug = (self.user_options or {}).get("profile")
+        slug = choice.profile
         profile = find_profile(offered, slug)
         if profile is None:
             names = ", ".join(p["slug"] for p in offered) or "none"

@@ -17,7 +17,6 @@ from gpupool.host.accounts import Account, AccountError, SystemAccounts
 from gpupool.host.instance import HUB_VAR, INSTANCE_VAR
 from gpupool.pool import PoolError
 from gpupool.pool.units import gpus_number
-from gpupool.spawner.form import requested_milli
 from gpupool.spawner.local_ready import PromptReady
 from gpupool.spawner.mixin import GPUSpawnerMixin, with_message
 from gpupool.store import Event, Store
@@ -83,7 +82,7 @@ class _LocalGPU(PromptReady, GPUSpawnerMixin):
         """The spawn profile whose c.Containment.profile_limits apply: the size chosen on the form,
         in GPUs as the form writes it ("0.25"); "" for options the reservation then refuses."""
         try:
-            return gpus_number(requested_milli(self.user_options or {}))
+            return gpus_number(self.spawn_choice().milli)
         except PoolError:
             return ""
 

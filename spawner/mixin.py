@@ -20,7 +20,7 @@ from gpupool.hub.quiet_refusals import REFUSAL
 from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
-from gpupool.spawner.form import free_slots, parse_form, render_form, requested_milli, requested_pool
+from gpupool.spawner.form import SpawnChoice, free_slots, parse_choice, parse_form, render_form
 from gpupool.store import Allocation
 from gpupool.vocab.disk import disk_full
 from gpupool.vocab.kinds import EventKind, WorkloadKind
@@ -122,11 +122,29 @@ class GPUSpawnerMixin(_SpawnerBase):
         """Reject malformed options (a tampered form, the REST API) before anything starts;
         JupyterHub answers 400 with this message."""
         try:
-            requested_milli(user_options or {})
-            requested_pool(user_options or {})
+            self.spawn_choice(user_options or {})
         except PoolError as err:
             self.forget_if_never_ran()
             raise http_error(err) from None
+
+    # (the options it was parsed from, the choice): kept for the steps after the check
+    _gpupool_choice: tuple[dict[str, Any], SpawnChoice] | None = None
+
+    def spawn_choice(self, options: dict[str, Any] | None = None) -> SpawnChoice:
+        """The user's options (`options`, else self.user_options) parsed once: by the form's
+        parser or JupyterHub's apply_user_options check, then read by every later step. Options
+        changed since (a pre_spawn_hook, a spawner restored after a hub restart) are parsed anew,
+        so nothing reads a choice the options no longer say."""
+        if options is None:
+            options = self.user_options or {}
+        kept = self._gpupool_choice
+        if kept is None or kept[0] != options:
+            # a copy: a hook that edits the options in place must not edit the key too
+            kept = self._gpupool_choice = (
+                dict(options),
+                parse_choice(options, profiles=not self.uses_gpu_form()),
+            )
+        return kept[1]
 
     def render_gpu_form(self, spawner: Spawner | None = None) -> str:
         pool = self.pool
@@ -177,8 +195,9 @@ class GPUSpawnerMixin(_SpawnerBase):
     def gpu_options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, str]:
         try:
             options = parse_form(formdata)
-            milli = requested_milli(options)
-            self.pool.build_pools(self.user_groups, requested_pool(options))  # a pool not theirs: 403
+            choice = self.spawn_choice(options)  # JupyterHub's check then finds it parsed
+            milli = choice.milli
+            self.pool.build_pools(self.user_groups, choice.pool)  # a pool not theirs: 403
             held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
             # early, friendly check; the binding one is in start()
             self.pool.quotas.check(
@@ -194,11 +213,10 @@ class GPUSpawnerMixin(_SpawnerBase):
     # --- lifecycle -----------------------------------------------------------
     def reserve_gpus(self) -> Allocation:
         try:
-            milli = requested_milli(self.user_options or {})
-            pool = requested_pool(self.user_options or {})
+            choice = self.spawn_choice()
         except PoolError as err:
             raise self.refused(err) from None
-        return self.reserve_milli(milli, pool)
+        return self.reserve_milli(choice.milli, choice.pool)
 
     def reserve_milli(self, milli: int, pool: str | None = None) -> Allocation:
         """Quota check, placement (in the user's node pools, or `pool` of them) and the

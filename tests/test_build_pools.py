@@ -15,7 +15,7 @@ from traitlets import TraitError
 
 from gpupool.pool import BuildLimits, ClusterState, InvalidRequest, Request, get_policy, virtual_inventory
 from gpupool.pool.pools import NodePool, PoolNotAllowed, allowed_pools, choose_in_pools
-from gpupool.spawner.form import parse_form, render_form, requested_pool
+from gpupool.spawner.form import parse_choice, parse_form, render_form
 from tests.hubtools import PASSWORD, Hub
 
 POOLS = {"ws": NodePool("ws", gpus=frozenset({0, 1})), "dgx": NodePool("dgx", gpus=frozenset({2, 3}))}
@@ -61,9 +61,9 @@ def test_the_form_shows_the_pools_and_parses_one_with_bounds() -> None:
     assert parse_form({"gpus": ["1"], "pool": [""]}) == {"gpus": "1"}
     for bad in ({"gpus": ["1"], "pool": ["a", "b"]}, {"gpus": ["1"], "pool": ["x" * 64]}):
         with pytest.raises(InvalidRequest):
-            parse_form(bad)
+            parse_choice(parse_form(bad))
     with pytest.raises(InvalidRequest, match="must be the name of a node pool"):
-        requested_pool({"pool": ["dgx"]})
+        parse_choice({"gpus": 1, "pool": ["dgx"]})
 
 
 def test_the_config_checks_the_pools_of_build_profiles() -> None:

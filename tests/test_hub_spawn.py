@@ -98,6 +98,14 @@ def test_tampered_options_get_a_400_and_change_nothing(hub: Hub, options: dict, 
     assert expected in message
     assert hub.allocations() == before
     assert hub.api("GET", f"/hub/api/users/{name}")["servers"] == {}
+    # refused once, by the step that parses the options (the check) or weighs them (the quota),
+    # with the same words as the reply; JupyterHub's own lines about the failed start aside
+    said = [
+        line
+        for line in hub.log_path.read_text(errors="replace").splitlines()
+        if expected in line and (f"for {name}: refused: " in line or f"refused {name}: " in line)
+    ]
+    assert len(said) == 1, said
 
 
 def test_a_server_that_dies_gives_its_share_back(hub: Hub) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.gpu.env import STARTUP_DIR, gpu_env
 from gpupool.pool import GPU, Holding, InvalidRequest
-from gpupool.spawner.form import parse_form, render_form, requested_milli
+from gpupool.spawner.form import parse_choice, parse_form, render_form
 
 H100 = GPU(index=3, uuid="GPU-4f1c", model="NVIDIA H100 80GB HBM3", memory_mib=81559)
 
@@ -64,9 +64,9 @@ def test_tampered_form_is_refused(form) -> None:
 
 
 def test_form_value_round_trips_to_milli() -> None:
-    assert requested_milli(parse_form({"gpus": ["0.25"]})) == 250
+    assert parse_choice(parse_form({"gpus": ["0.25"]})).milli == 250
     with pytest.raises(InvalidRequest, match="not a GPU amount"):
-        requested_milli(parse_form({"gpus": ["0.25; rm -rf /"]}))
+        parse_choice(parse_form({"gpus": ["0.25; rm -rf /"]}))
 
 
 def test_env_pins_the_gpu_by_uuid_and_states_the_share() -> None:

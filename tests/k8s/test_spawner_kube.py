@@ -13,7 +13,7 @@ import yaml
 from traitlets import TraitError
 
 from gpupool.gpu.sharing import Claim, PodGPU, SharingBackend
-from gpupool.spawner.form import requested_milli
+from gpupool.spawner.form import parse_choice
 from tests.k8s.test_pod_fit import GPU_TAINT, restricted_violations
 
 SHARED = "nvidia.com/gpu.shared"
@@ -144,7 +144,7 @@ async def test_the_form_is_ours_without_profiles_kubespawners_with_them_and_the_
 ) -> None:
     gpu = offline_spawner()
     assert "0.25" in await gpu.get_options_form()
-    assert requested_milli(gpu.run_options_from_form({"gpus": ["0.5"]})) == 500  # the form posts GPUs
+    assert parse_choice(gpu.run_options_from_form({"gpus": ["0.5"]})).milli == 500  # the form posts GPUs
 
     with_profiles = offline_spawner(profile_list=PROFILES)
     assert "Quarter GPU" in await with_profiles.get_options_form()
@@ -252,11 +252,38 @@ async def test_a_fractional_workspace_tolerates_gpu_nodes_and_is_restricted(offl
     assert pod["spec"]["tolerations"] == [z2jh, GPU_TAINT]
     assert restricted_violations(pod["spec"]) == []
     assert pod["spec"]["automountServiceAccountToken"] is False
-    cpu = offline_spawner(sections={"KubeSpawner": {"tolerations": [z2jh]}})
-    cpu.gpupool_allocation = None  # what reserve_share leaves for a CPU-only profile
+    cpu = offline_spawner(sections={"KubeSpawner": {"tolerations": [z2jh]}}, profile_list=PROFILES)
+    cpu.user_options = {"profile": "cpu"}
+    assert await cpu.reserve_share() is None  # a CPU-only profile holds no share
     assert cpu.api.api_client.sanitize_for_serialization(await cpu.get_pod_manifest())["spec"][
         "tolerations"
     ] == [z2jh]
+
+
+async def test_a_spawns_options_are_parsed_once_and_anew_only_when_changed(
+    offline_spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form's parser, JupyterHub's apply_user_options check, the reservation and the pod's
+    node pools read one parsed choice; options changed after it (a pre_spawn_hook) are followed."""
+    from gpupool.spawner import mixin
+
+    parsed: list[object] = []
+    real = mixin.parse_choice
+    monkeypatch.setattr(
+        mixin, "parse_choice", lambda options, **kw: parsed.append(options) or real(options, **kw)
+    )
+    sp = offline_spawner(kai_queue_quota_check=False)
+    sp.user_options = sp.run_options_from_form({"gpus": ["0.25"]})  # as JupyterHub's spawn does
+    sp.apply_user_options(sp, sp.user_options)
+    await sp.reserve_share()
+    await sp.get_pod_manifest()
+    assert sp.gpupool_allocation.gpu_milli == 250
+    assert parsed == [{"gpus": "0.25"}]
+    sp.release_gpus("the test starts it again")
+    sp.user_options["gpus"] = "0.5"  # an admin's pre_spawn_hook may edit them in place
+    await sp.reserve_share()
+    assert sp.gpupool_allocation.gpu_milli == 500
+    assert len(parsed) == 2
 
 
 async def test_a_hibernating_workspace_pod_wakes_through_the_hook_and_keeps_its_state_on_the_claim(
