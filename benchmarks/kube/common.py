@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,6 +30,33 @@ def rss_mib() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def held_mib(*roots: object, seen: set[int] | None = None) -> float:
+    """What `roots` hold, MiB: sys.getsizeof over every dict, list, tuple, set, string and number
+    reached from them, and the fields of dataclass-like objects (``__dict__``/``__slots__``), each
+    counted once (also across calls that pass the same `seen`). Classes, modules and functions
+    are not followed: what they hold is the program's, not the data's."""
+    seen = set() if seen is None else seen
+    total, stack = 0, list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type | type(sys) | type(held_mib)):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack.extend(obj)
+        elif not isinstance(obj, str | bytes | int | float | bool) and obj is not None:
+            if hasattr(obj, "__dict__"):
+                stack.append(vars(obj))
+            for slot in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, slot):
+                    stack.append(getattr(obj, slot))
+    return total / 2**20
 
 
 def peak_rss_mib() -> float:

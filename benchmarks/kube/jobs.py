@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from kubernetes_asyncio import client, config, watch
 
-from benchmarks.kube.common import pct, rss_mib
+from benchmarks.kube.common import held_mib, pct, rss_mib
 from gpupool.kube import TrainJobSpec
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JobOptions, name_of, train_job
@@ -215,6 +215,11 @@ async def run(
         out["preempted"] = (len(out["lag_preempt_ours"]), len(evicted))
         out["rss_jobs"] = rss_mib()
         out["lists"] = {k: f.lists for k, f in ctl.reflectors.items()}
+        seen: set[int] = set()  # the controller's copies share objects with the followers'
+        out["held_followers"] = held_mib(*(f.resources for f in ctl.reflectors.values()), seen=seen)
+        out["held_controller"] = held_mib(
+            ctl.jobs, ctl.pods, ctl.statuses, ctl._seen, ctl._vanished, ctl.unseen, ctl.deleted, seen=seen
+        )
         if then is not None:
             out.update(await then())
         watcher.cancel()
@@ -249,4 +254,8 @@ def report(r: dict) -> None:
         f"RSS of this process, MiB       controller started {r['rss_start']:.0f}   following "
         f"{r['jobs']} Jobs and pods {r['rss_following']:.0f}   after the exits and preemptions {r['rss_jobs']:.0f}"
         f"   (full lists: {r['lists']})"
+    )
+    print(
+        f"held, MiB (sizeof walk)        gpupool's Job and pod followers {r['held_followers']:.1f}"
+        f"   the controller's views and statuses {r['held_controller']:.1f}"
     )

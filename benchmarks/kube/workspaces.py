@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from kubernetes_asyncio import client, config
 
-from benchmarks.kube.common import pct, rss_mib
+from benchmarks.kube.common import held_mib, pct, rss_mib
 from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from tests.cluster.plane import ControlPlane
@@ -123,7 +123,8 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
     c = hub_config(plane, tmp / "gpupool.sqlite", nodes)
     root = GPUPoolHub(c)  # one pool for every spawner, as in a hub
     spawners = [spawner(c, root, f"u{i}") for i in range(users)]
-    stock = [stock_spawner(plane, f"k{i}") for i in range(users)]
+    out["rss_spawners_made"] = rss_mib()
+    stock: list = []  # KubeSpawner alone's, made once the memory figure is taken: not the hub's
     sem = asyncio.Semaphore(CONCURRENCY)
     took = {"ours": 0.0, "bare": 0.0, "stock": 0.0}
     cpu = {"ours": 0.0, "bare": 0.0, "stock": 0.0}  # CPU seconds of the process that ran the side
@@ -181,8 +182,12 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
                 await spawn(side, part)
             print(f"round {r + 1}/{ROUNDS}: {part.stop} spawns on each side", flush=True)
         out["rss_after"] = rss_mib()
+        # kubespawner's pod reflector keeps every pod as the API server sent it
+        out["held_pod_reflector"] = held_mib(spawners[0].pod_reflector.resources)
+        out["pods_in_reflector"] = len(spawners[0].pod_reflector.resources)
         baseline[0].stdin.close()  # type: ignore[union-attr]
         await baseline[0].wait()
+        stock += [stock_spawner(plane, f"k{i}") for i in range(users)]
         await spawn("stock", range(users))
     for side in took:
         out[f"spawn_{side}_s"] = times[side]
@@ -311,5 +316,10 @@ def report(r: dict) -> None:
         print(f"failed spawns (all sides): {len(FAILED)}, e.g. {FAILED[0]}")
     print(
         f"RSS of this process, MiB      before spawning {r['rss_before']:.0f}   with {r['users']} workspaces "
-        f"{r['rss_after']:.0f}"
+        f"{r['rss_after']:.0f}   (of which making the {r['users']} spawner objects"
+        f" {r['rss_spawners_made'] - r['rss_before']:.0f})"
+    )
+    print(
+        f"held, MiB (sizeof walk)       kubespawner's pod reflector {r['held_pod_reflector']:.1f}"
+        f" ({r['pods_in_reflector']} pods, whole)"
     )

@@ -24,29 +24,43 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpupool.kube.budget_hold import HELD_LABEL
+from gpupool.kube.objects import JOB_ID
+
 log = logging.getLogger("gpupool.kube")
 
-META = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "creationTimestamp")
+# What the hub reads of a kept object (gpupool.kube.status, the controller, the budget hold):
+# everything else is dropped as it arrives. At 2,000 Jobs every label, timestamp or condition
+# kept that nobody reads costs megabytes (benchmarks.kube counts this process's memory).
+META = ("name", "uid", "resourceVersion", "deletionTimestamp")
+LABELS = (JOB_ID, HELD_LABEL)
+JOB_SPEC = ("suspend", "parallelism", "completions", "backoffLimit", "activeDeadlineSeconds")
+POD_CONDITIONS = ("DisruptionTarget", "PodScheduled")  # evicted; why it waits for a node
 
 
 def _meta(obj: dict) -> dict:
     meta = obj.get("metadata") or {}
-    return {k: meta[k] for k in META if k in meta}
+    labels = meta.get("labels") or {}
+    return {
+        **{k: meta[k] for k in META if k in meta},
+        "labels": {k: labels[k] for k in LABELS if k in labels},
+    }
 
 
-def _conditions(status: dict) -> list[dict]:
+def _conditions(status: dict, types: tuple[str, ...] | None = None) -> list[dict]:
     return [
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in status.get("conditions") or []
+        if types is None or c.get("type") in types
     ]
 
 
 def trim_job(obj: dict) -> dict:
-    """What gpupool.kube.status reads of a Job: its spec's shape and its conditions."""
+    """What the hub reads of a Job: its job id and hold labels, its spec's shape, its conditions."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return {
         "metadata": _meta(obj),
-        "spec": {k: spec[k] for k in ("suspend", "parallelism", "completions", "backoffLimit") if k in spec},
+        "spec": {k: spec[k] for k in JOB_SPEC if k in spec},
         "status": {
             "conditions": _conditions(status),
             **{k: status[k] for k in ("active", "succeeded", "failed") if k in status},
@@ -55,13 +69,13 @@ def trim_job(obj: dict) -> dict:
 
 
 def trim_pod(obj: dict) -> dict:
-    """What gpupool.kube.status reads of a pod: phase, conditions, its containers' states."""
+    """What gpupool.kube.status reads of a pod: phase, the conditions it looks for, whether each
+    container runs or ended and with which exit code."""
     status = obj.get("status") or {}
     containers = [
         {
-            "name": c.get("name", ""),
             "state": {
-                k: ({"exitCode": v.get("exitCode"), "reason": v.get("reason")} if k == "terminated" else {})
+                k: ({"exitCode": v.get("exitCode")} if k == "terminated" else {})
                 for k, v in (c.get("state") or {}).items()
             },
         }
@@ -69,10 +83,9 @@ def trim_pod(obj: dict) -> dict:
     ]
     return {
         "metadata": _meta(obj),
-        "spec": {"nodeName": (obj.get("spec") or {}).get("nodeName")},
         "status": {
             "phase": status.get("phase"),
-            "conditions": _conditions(status),
+            "conditions": _conditions(status, POD_CONDITIONS),
             "containerStatuses": containers,
         },
     }

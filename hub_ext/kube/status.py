@@ -25,7 +25,7 @@ UNSCHEDULABLE = (
 REASON_MAX = 400  # characters of the scheduler's reason kept (KAI lists fit errors per node)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per train pod and Job: no __dict__ each
 class PodView:
     """What the controller remembers of one pod of a Job, also after it is gone."""
 
@@ -40,7 +40,7 @@ class PodView:
     unschedulable: str = ""  # the scheduler's reason while it cannot place it (PodScheduled False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     state: ObservedState
     message: str = ""

@@ -51,8 +51,10 @@ async def test_a_trimmed_copy_read_in_pages_whose_watch_resumes_without_listing_
         assert sorted(f.resources) == sorted(f"{HUB_NS}/{n}" for n in names)
         assert (f.lists, f.pages) == (1, 3)  # five pods, two per page
         copy = f.resources[f"{HUB_NS}/{names[0]}"]
-        assert set(copy) == {"metadata", "spec", "status"} and "annotations" not in copy["metadata"]
-        assert "managedFields" not in copy["metadata"] and copy["metadata"]["uid"]
+        # what the hub reads, nothing else: no spec, annotations, managedFields or unread labels
+        assert set(copy) == {"metadata", "status"} and copy["metadata"]["uid"]
+        assert set(copy["metadata"]) == {"name", "uid", "resourceVersion", "labels"}
+        assert copy["metadata"]["labels"] == {}  # only gpupool's job-id and hold labels are kept
         await wait_for(lambda: f.watches >= 3, what="watches that ended after their 1 s and were resumed")
         pod(admin, f"follow-{label}-new", label)
         admin.http.delete(f"/api/v1/namespaces/{HUB_NS}/pods/{names[0]}", params={"gracePeriodSeconds": "0"})

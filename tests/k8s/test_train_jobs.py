@@ -12,9 +12,10 @@ import pytest
 
 from gpupool.gpu.sharing import HAMiSharing, KAISharing, MIGSharing, requested_milli
 from gpupool.kube import TrainJobSpec
+from gpupool.kube.follow import trim_job, trim_pod
 from gpupool.kube.kueue import kueue_objects
-from gpupool.kube.objects import JobOptions, checkpoint_claim, train_job
-from gpupool.kube.status import PodView, job_status
+from gpupool.kube.objects import JOB_ID, JobOptions, checkpoint_claim, train_job
+from gpupool.kube.status import PodView, job_status, observe_pod
 from gpupool.pool import InvalidRequest
 from gpupool.pool.training import Project
 from tests.k8s.test_chart import crd_schema
@@ -316,6 +317,8 @@ def pv(name: str, **kw) -> PodView:
 def test_job_states(job, pods, kw, state, message) -> None:
     st = job_status(job, pods, **kw)
     assert st.state == state and message in st.message
+    # the hub keeps each Job trimmed (follow.py): what it keeps must say the same
+    assert job_status(None if job is None else trim_job(job), pods, **kw) == st
 
 
 def test_a_queued_jobs_message_is_its_schedulers_reason_while_it_cannot_place_it() -> None:
@@ -348,3 +351,47 @@ def test_a_queued_jobs_message_is_its_schedulers_reason_while_it_cannot_place_it
         {**pod, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}},
     )
     assert job_status({"status": {}}, [placed]).message == "waiting for GPUs in its queue"
+
+
+def test_the_hub_keeps_of_each_train_pod_what_its_state_is_made_of_and_little_else() -> None:
+    """The controller follows every train pod as a trimmed copy (follow.py): through a pod's life
+    (waiting for a node, running, evicted by the scheduler, ended) the copy says the same as the
+    pod the API server sent, at a small part of its size (2,000 Jobs: benchmarks.kube)."""
+    import json
+
+    job = train_job(spec(max_runtime_s=3600), OPTS, KAISharing())
+    tmpl = job["spec"]["template"]
+    labels = {**tmpl["metadata"]["labels"], "batch.kubernetes.io/job-name": "x", "controller-uid": "c" * 36}
+    meta = {
+        "name": "p1",
+        "namespace": "train",
+        "uid": "u" * 36,
+        "resourceVersion": "17",
+        "creationTimestamp": "2026-11-29T04:00:00Z",
+        "labels": labels,
+        "annotations": tmpl["metadata"].get("annotations", {}),
+        "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {"f:x": {}}}}] * 4,
+    }
+    unscheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0 of 8"}
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T04:00:01Z"}
+    ended = {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": "2026-11-29T04:09:00Z"}}
+    lives = [
+        {"phase": "Pending", "conditions": [unscheduled]},
+        {
+            "phase": "Running",
+            "conditions": [ready],
+            "containerStatuses": [{"name": "t", "state": {"running": {}}}],
+        },
+        {"phase": "Running", "conditions": [ready, evicted]},
+        {"phase": "Failed", "conditions": [evicted], "containerStatuses": [{"name": "t", "state": ended}]},
+    ]
+    whole = trimmed = None
+    for status in lives:
+        pod = {"metadata": meta, "spec": {**tmpl["spec"], "nodeName": "n1"}, "status": status}
+        whole, trimmed = observe_pod(whole, pod), observe_pod(trimmed, trim_pod(pod))
+        assert trimmed == whole
+        assert len(json.dumps(trim_pod(pod))) * 5 < len(json.dumps(pod))
+    assert trimmed is not None and (trimmed.disrupted, trimmed.exit_code) == ("PreemptionByScheduler", 143)
+    assert job_status(trim_job(job), [trimmed]) == job_status(job, [whole])
+    assert trim_pod(pod)["metadata"]["labels"] == {JOB_ID: labels[JOB_ID]}
