@@ -62,6 +62,9 @@ class JobOptions:
     node_pool_label: str = KAI_NODE_POOL  # nodes of a pool defined by neither models nor nodes
     kai_namespace: str = "kai-scheduler"  # where KAI runs: its pod-grouper Deployment tells its version
     kai_version: str = ""  # the KAI version the cluster runs ("": read it from that Deployment)
+    # gpupool's start-up hook in the jobs' image (gpupool/gpu/startup): first on PYTHONPATH, so a
+    # fraction's PyTorch allocator is capped at its share, as in the workspace ("": no hook)
+    startup_dir: str = ""
     # --- fitting the pods to the cluster (pod_fit.py) ---
     tolerations: list[dict] = field(default_factory=list)  # every train pod's
     gpu_tolerations: list[dict] = field(default_factory=lambda: [dict(GPU_TOLERATION)])  # pods with a GPU
@@ -208,6 +211,8 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         "GPUPOOL_GPU_FRACTION": f"{per_pod * spec.gpu_milli / 1000:g}",
         "PYTHONUNBUFFERED": "1",
     }
+    if opts.startup_dir:  # the hook first, then whatever path the job itself was given
+        env["PYTHONPATH"] = ":".join(p for p in (opts.startup_dir, spec.env.get("PYTHONPATH", "")) if p)
     if spec.min_gpus:  # each pod is one worker of an elastic job: it rendezvouses with the others
         env.update(
             {

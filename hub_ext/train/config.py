@@ -387,7 +387,8 @@ class TrainPool(LoggingConfigurable):
         help="""Settings of train Jobs on Kubernetes (fields of
         gpupool.kube.objects.JobOptions: namespace, queue, priority_class, high_priority_class, checkpoint_dir,
         checkpoint_size, storage_class, checkpoint_claim, backoff_limit, ttl_after_finished_s,
-        service_account, kueue, device_memory_mib; fitting the pods to the cluster: tolerations,
+        service_account, kueue, device_memory_mib, startup_dir (default: the workspaces'
+        c.GPUKubeSpawner.hibernate_startup_dir when jobs run in their image); fitting the pods to the cluster: tolerations,
         node_selector, affinity, resources, project_resources, image_pull_secrets,
         pod_security_context, container_security_context, automount_service_account_token;
         grace_s is TrainPool.grace_s, the node pool label GPUPool.node_pool_label, the GPU
@@ -433,6 +434,11 @@ class TrainPool(LoggingConfigurable):
         shared = GPUPool(config=self.config)
         opts["node_pool_label"] = shared.node_pool_label
         opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too
+        spawner = self.config.get("GPUKubeSpawner") if "GPUKubeSpawner" in self.config else None
+        if "startup_dir" not in opts and not self.image and spawner and "hibernate_startup_dir" in spawner:
+            # jobs run in the workspaces' image: its start-up hook is where the spawner's is, and
+            # caps a fractional job's PyTorch at its share as it caps the notebook's
+            opts["startup_dir"] = str(spawner.hibernate_startup_dir)
         return JobOptions(**opts)
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:

@@ -319,10 +319,26 @@ def test_the_hibernation_hook_reaches_the_spawner_and_a_path_that_would_break_py
     """workspaces.hibernateStartupDir is c.GPUKubeSpawner.hibernate_startup_dir (hibernation on
     Kubernetes needs it); unset, the spawner keeps its default (no hook). It goes on the pod's
     PYTHONPATH: a relative path, a ":" (a second entry) or a space is refused at install."""
+    from gpupool.gpu.sharing import make_backend
+    from gpupool.kube.job_spec import TrainJobSpec
+    from gpupool.kube.objects import train_job
+
     hook = "/opt/conda/lib/python3.12/site-packages/gpupool/gpu/startup"
     c = Config()
     load_chart_config(c, hub_config(render({"workspaces": {"hibernateStartupDir": hook}}), tmp_path))
     assert c.GPUKubeSpawner.hibernate_startup_dir == hook
+    # train Jobs run in the workspaces' image (jobs.image empty): the same hook caps a fractional
+    # job's PyTorch at its share, as in the notebook it came from (it was dropped from job pods)
+    spec = TrainJobSpec(
+        id="j1", owner="ada", project="default", num_gpu=1, gpu_milli=250, command=["python"], image="img"
+    )
+    train = TrainPool(config=c)
+    job = train_job(spec, train.job_options(), make_backend(train.sharing()))
+    pod = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in pod["env"]}
+    assert env["PYTHONPATH"] == hook and env["GPUPOOL_GPU_FRACTION"] == "0.25"
+    c.TrainPool.image = "registry.example.org/trainer:1"  # another image: its own path, not the workspaces'
+    assert TrainPool(config=c).job_options().startup_dir == ""
     c = Config()
     load_chart_config(c, hub_config(render(None), tmp_path))
     assert "hibernate_startup_dir" not in c.GPUKubeSpawner
