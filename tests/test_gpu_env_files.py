@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from gpupool.gpu.env import STARTUP_DIR
 from gpupool.gpu.env_files import GPUEnvFiles, file_name
 from gpupool.pool import GPU, BuildLimits, BuildQuotaPolicy, Inventory, Node
 from gpupool.pool.request import Placement
+from tests.support.disk import small_disk
 from tests.support.pools import make_pool
 
 QUOTAS = BuildQuotaPolicy(
@@ -174,12 +174,7 @@ def test_a_full_disk_keeps_the_last_whole_file_and_leaves_no_half_one(tmp_path: 
     """The env files' disk full (a real tmpfs, filled): the new GPU cannot be written, so new
     processes keep reading the last whole file (never a cut one), the spawn or move goes on, the
     hub logs why, and no half-written file is left to take the disk's last bytes."""
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small file system")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
-    try:
+    with small_disk(tmp_path / "disk", "64k") as disk:
         pool = make_pool(
             tmp_path, INVENTORY, limits=QUOTAS, hooks=ServiceHooks(lambda: Services(gpu_files=pub))
         )
@@ -194,5 +189,3 @@ def test_a_full_disk_keeps_the_last_whole_file_and_leaves_no_half_one(tmp_path: 
         assert published(pub.folder, "ann")["env"]["CUDA_VISIBLE_DEVICES"] == "2"  # the last whole file
         assert [p.name for p in pub.folder.iterdir()] == [pub.path("ann", "").name]  # no half-written .tmp
         assert any("could not publish the GPU of ann/" in r.getMessage() for r in caplog.records)
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
-import os
 import secrets
-import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.hubtools import PASSWORD, Hub
+from tests.support.disk import small_disk
 
 pytestmark = pytest.mark.hub
 J = "/services/gpupool/api/jobs"
@@ -107,12 +105,7 @@ def test_a_profile_name_a_user_makes_up_gets_no_culler_override(hub: Hub) -> Non
 
 
 def test_a_full_disk_is_named_in_the_error(make_hub, tmp_path: Path) -> None:
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("needs root to mount a small file system")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
-    try:
+    with small_disk(tmp_path / "disk", "48m") as disk:
         hub: Hub = make_hub(
             CONFIG.replace("c.IdleCuller", "# c.IdleCuller")
             + f"c.GPUPool.db_url = 'sqlite:///{disk}/gpupool.sqlite'\n"
@@ -146,5 +139,3 @@ def test_a_full_disk_is_named_in_the_error(make_hub, tmp_path: Path) -> None:
         filler.unlink()  # room again: everything works
         hub.api("DELETE", f"{J}/{waiting['id']}", token=token)
         hub.stop()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -40,6 +40,7 @@ from tests.cluster.test_train_jobs_real import (
     volume_for,
     wait_for,
 )
+from tests.support.jobs import job_request
 from tests.support.wait import until
 
 JOBS = f"/apis/batch/v1/namespaces/{HUB_NS}/jobs"
@@ -235,6 +236,9 @@ async def test_after_a_restart_running_jobs_are_adopted_and_vanished_ones_fail(
         await second.stop()
 
 
+PY = ["python", "-c", "1"]
+
+
 async def test_a_queued_job_over_budget_is_held_without_a_pod_and_a_top_up_releases_it(
     hub_api, admin: Resources, tmp_path: Path
 ) -> None:
@@ -249,28 +253,12 @@ async def test_a_queued_job_over_budget_is_held_without_a_pod_and_a_top_up_relea
     await service.start()
     live = lambda job_id: [p for p in pods_of(admin, job_id) if not p["metadata"].get("deletionTimestamp")]  # noqa: E731
     try:
-        run = await service.submit(
-            JobRequest(
-                owner="cat",
-                project="default",
-                name="run",
-                num_gpu=1,
-                gpu_milli=1000,
-                code=JobCode.command(["python", "-c", "1"]),
-            )
-        )
+        run = await service.submit(job_request(owner="cat", project="default", name="run", command=PY))
         volume_for(admin, run.id)
         await wait_for(lambda: service.job(run.id).state == "running", what="row running")
         # nine GPUs: more than a node has, so it waits in its queue with a pod
         wait = await service.submit(
-            JobRequest(
-                owner="cat",
-                project="default",
-                name="wait",
-                num_gpu=9,
-                gpu_milli=1000,
-                code=JobCode.command(["python", "-c", "1"]),
-            )
+            job_request(owner="cat", project="default", name="wait", command=PY, num_gpu=9)
         )
         await wait_for(lambda: live(wait.id), what="the queued job's pod")
         await wait_for(
