@@ -1,9 +1,13 @@
 """One cluster shared by notebooks and training, replayed through gpupool's core in three worlds:
 
-    python -m benchmarks.cluster [--seed 1] [--sessions 2000] [--plot docs/images/cluster-utilization.svg]
+    python -m benchmarks.cluster [--seed 1] [--seeds 1,2,3] [--sessions 2000] [--plot docs/images/cluster-utilization.svg]
 
 (a) static: whole GPUs per notebook, held for the session's life; a static partition per team
     for its notebooks and its training;
+(k) what a z2jh admin would pick instead: KAI-Scheduler's pooling (a queue per team, its partition
+    as deserved quota, idle GPUs lent over quota and reclaimed, a team's notebooks within its
+    deserved quota), half-GPU fractions, and z2jh's idle-culler as shipped (60 min without Jupyter
+    activity, checked every 10 min, blind to GPU use);
 (b) gpupool: one pool, fractions (a 1-GPU notebook gets half a GPU), the culler's default
     rules (GPU idle 30 min + Jupyter quiet 15 min, 4 h hard, 12 h max), guaranteed quotas
     (half of each team's GPUs; idle GPUs lent; build before train);
@@ -16,8 +20,11 @@ between a team's training bursts is bisected, keeping the probe where (a) came n
 capacity on this seed's world (the demand is chosen by looking at (a) only); (b) and (c) then
 replay the very same demand.
 Park and restore times are those measured on an H200 (benchmarks/cluster/moves.py: PARK, RESTORE).
-The last line: `moves: gang p99 wait (c) -> (d) min, lost kernels N, openb default X %` (X: the FGD
-protocol on openb `default` with moves, seed 42, benchmarks/placement/moves.py).
+Then (a), (k), (b) and (c) over a sweep: 5 demands around each seed's calibration x the seeds
+(benchmarks/cluster/sweep.py); the headline is each world's minimum and range.
+The last line: `cluster sweep: ... target (c) >= 70 % at every point: met|missed; moves: gang p99
+wait (c) -> (d) min, lost kernels N, openb default X %` (X: the FGD protocol on openb `default` with
+moves, seed 42, benchmarks/placement/moves.py).
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ from benchmarks.cluster.moves import RESTORE
 from benchmarks.cluster.notebooks import replay_alone
 from benchmarks.cluster.plot import svg_lines
 from benchmarks.cluster.replay import Metrics, Mode, replay
+from benchmarks.cluster.sweep import measure as sweep
+from benchmarks.cluster.sweep import points_table, verdict
+from benchmarks.cluster.sweep import table as sweep_table
 from benchmarks.cluster.world import SESSIONS_PER_TEAM, World, build
 from benchmarks.culling.sessions import make_sessions
 from gpupool.idle_culler.policy import Limits
@@ -44,6 +54,20 @@ RESEARCHERS = 16
 PARK = Limits(park_after_s=600, max_age_s=10**9, gpu_idle_hard_s=0)
 MODES = {
     "static": Mode("(a) static: whole GPUs, a partition per team", None, fractions=False),
+    # what a z2jh admin would run instead of gpupool: KAI-Scheduler's pooling (a queue per team whose
+    # deserved quota is its partition, idle GPUs lent over quota and reclaimed), the same half-GPU
+    # fractions, and z2jh's idle-culler as shipped (cull.timeout 3600 s without Jupyter activity,
+    # cull.every 600 s, no maxAge; no GPU signal, no parking) modelled as benchmarks.culling's stock
+    # row: a cell that runs silently past the timeout is stopped with its server
+    "kai": Mode(
+        "(k) z2jh + KAI-Scheduler: fractions, queue quotas with reclaim, z2jh's idle-culler",
+        Limits(idle_limit_s=3600, jupyter_idle_s=0, max_age_s=0),
+        fractions=True,
+        cull_every_s=600,
+        gpu_aware=False,
+        notebooks_within_quota=True,
+        guarantee_share=1.0,
+    ),
     # the culler's rules as published with these figures (30/15 min, 4 h hard, 12 h max; the
     # defaults before #26, which the culling benchmark replaced: docs/culling.md#defaults)
     "pooled": Mode(
@@ -94,7 +118,7 @@ def run(w: World, key: str) -> Metrics:
                 )
             )
         return out
-    projects = {t: Project(t, w.gpus_per_team * 1000 // 2) for t in w.teams}
+    projects = {t: Project(t, int(w.gpus_per_team * 1000 * mode.guarantee_share)) for t in w.teams}
     return replay(w.inventory(), w.notebooks, w.streams, projects, w.horizon, mode)
 
 
@@ -138,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         "--sessions", type=int, default=2000, help="notebook sessions for the notebooks-alone part"
     )
     ap.add_argument("--quiet-h", type=float, default=0.0, help="skip the calibration and use this quiet time")
+    ap.add_argument(
+        "--seeds", default="1,2,3", help="seeds of the demand sweep, comma-separated (empty: no sweep)"
+    )
     ap.add_argument("--plot", default="", help="write an SVG of utilization over the week here")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -180,7 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     # --- the shared cluster -----------------------------------------------------------
-    quiet = args.quiet_h or calibrate(args.seed)
+    calibrated: dict[int, float] = {}
+
+    def quiet_of(seed: int) -> float:
+        if seed not in calibrated:
+            calibrated[seed] = calibrate(seed)
+        return calibrated[seed]
+
+    quiet = args.quiet_h or quiet_of(args.seed)
     w = build(args.seed, quiet, RESEARCHERS)
     print(
         f"\nShared cluster: {len(w.teams)} teams x {w.gpus_per_team} GPUs = {w.capacity_gpus} GPUs, one week;"
@@ -245,9 +279,21 @@ def main(argv: list[str] | None = None) -> int:
             svg_lines(series, "GPU utilization of capacity over the replayed week (%)", "hour of the week")
         )
         print(f"plot: {args.plot}")
+    seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
+    headline = ""
+    if seeds:
+        points = sweep(seeds, quiet_of, lambda seed, q: build(seed, q, RESEARCHERS), run)
+        print(
+            f"\nEvery world over {len(points) // len(seeds)} demands around each seed's calibration (quiet time"
+            f" x 0.5 ... 2) and seeds {args.seeds}; min / median / max over the {len(points)} points:\n"
+        )
+        print(sweep_table(points, {k: MODES[k].name for k in MODES}))
+        print()
+        print(points_table(points))
+        headline = verdict(points) + "; "
     print(f"wall time {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     print(
-        f"moves: gang p99 wait {pct(c.gang_waits, 0.99) / 60:.0f} -> {pct(d.gang_waits, 0.99) / 60:.0f} min,"
+        f"{headline}moves: gang p99 wait {pct(c.gang_waits, 0.99) / 60:.0f} -> {pct(d.gang_waits, 0.99) / 60:.0f} min,"
         f" lost kernels {d.moves.lost_kernels}, openb default {openb:.2f} %"
     )
     return 0
@@ -257,8 +303,9 @@ def gang_table(results: dict, horizon: float) -> str:
     """8-GPU jobs' waits, whole GPUs free, moves and what users' cells paid for them."""
     lines = [
         "| world | 8-GPU gang jobs | gang wait p50 / p99 | whole GPUs free (mean) | utilization |"
-        " moves per hour | lost kernels | cells delayed by a move: count, p50 / p99 / max |",
-        "|---|---|---|---|---|---|---|---|",
+        " moves per hour | moves failed: kernel busy / restore failed | lost kernels |"
+        " cells delayed by a move: count, p50 / p99 / max |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, m in results.items():
         if key == "static":
@@ -277,6 +324,7 @@ def gang_table(results: dict, horizon: float) -> str:
             f"| {(MODES[key] if key in MODES else DENSE[key]).name} | {len(m.gang_waits)} | {minutes(m.gang_waits, 0.5)} /"
             f" {minutes(m.gang_waits, 0.99)} | {m.whole_free_s / m.horizon:.1f} |"
             f" {100 * m.utilization:.1f} % | {(mv.moves / hours) if mv else 0:.2f} |"
+            f" {f'{mv.busy_at_switch} / {mv.restore_failed}' if mv else '—'} |"
             f" {mv.lost_kernels if mv else 0} | {delays} |"
         )
     return "\n".join(lines)

@@ -9,9 +9,16 @@ started, resumed or moved within `rest_s`, and it moved fewer than `per_hour` ti
 hour; at most `max_moves` move for one head. The head is pinned to the spot the plan freed (the
 scheduler admits it there, as a consolidation's). A move takes the park and restore times of
 `Delays` for the kernel's memory (half its share's, like the parking model); a cell the user
-starts during that time waits for the rest of it — the extra delay users' cells saw. Moves are
-modelled as always succeeding: the hub's fallback returns a kernel whose restore failed to its
-own GPU (tests/test_move_service.py), so none is lost; a failed move only costs its time.
+starts during that time waits for the rest of it — the extra delay users' cells saw.
+
+A move fails the two ways the hub's mover does (gpupool/parking/mover.py):
+* the kernel is busy at the switch: a cell the trace starts between the plan and the park is still
+  running `lock_timeout_s` later (c.GPUMover.lock_timeout_s, 2 s), so the kernel is not moved and
+  the plan stops there (moves already made stay made; the head waits for the next pass);
+* the restore on the destination fails (RESTORE_FAILS of restores, an assumption: no failure was
+  seen in the H200 runs, which are too few to bound the rate): the kernel is restored on its own GPU
+  (tests/test_move_service.py), so it is not lost, its cells wait for park + restore + restore, and
+  the plan stops there.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from gpupool.pool.actions.move import HOUR, Movable, MoveRules, plan_moves
 from gpupool.pool.parking import plan_claims
 
 IDLE_AFTER_S = 120.0
+LOCK_TIMEOUT_S = 2.0  # c.GPUMover.lock_timeout_s
+RESTORE_FAILS = 0.05  # assumed share of restores that fail (see the docstring)
 
 
 @dataclass
@@ -34,6 +43,8 @@ class MoveStats:
     plans: int = 0
     cell_delays: list[float] = field(default_factory=list)  # per cell that started during a move
     lost_kernels: int = 0
+    busy_at_switch: int = 0  # moves not made: the kernel was running a cell
+    restore_failed: int = 0  # moves undone: the kernel went back to its own GPU
 
 
 def kernel_mib(milli: int) -> int:
@@ -56,9 +67,14 @@ class Mover:
     """The mover of world (d), called once per replayed minute."""
 
     def __init__(
-        self, rules: MoveRules, park: Delays = PARK, restore: Delays = RESTORE, seed: int = 0
+        self,
+        rules: MoveRules,
+        park: Delays = PARK,
+        restore: Delays = RESTORE,
+        seed: int = 0,
+        restore_fails: float = RESTORE_FAILS,
     ) -> None:
-        self.rules, self.park, self.restore = rules, park, restore
+        self.rules, self.park, self.restore, self.restore_fails = rules, park, restore, restore_fails
         self.stats = MoveStats()
         self.rng = random.Random(seed + 7)
         self.rested: dict[str, float] = {}  # notebook id -> last start, resume or move
@@ -109,21 +125,33 @@ class Mover:
         self.stats.plans += 1
         for step in plan.steps:
             n = by_id[step.id]
-            state.apply(step.dest)  # make-before-break: the destination first
-            state.release(step.source)
-            n.placement = step.dest
-            self.stats.moves += 1
+            # the move happens at a moment of this minute; a cell started before it ends waits
+            begin = t + self.rng.uniform(0, 60)
+            if any(
+                s <= begin + LOCK_TIMEOUT_S < e for s, e in n.cells[n.cell :] if s < begin + LOCK_TIMEOUT_S
+            ):
+                self.stats.busy_at_switch += 1
+                return  # not moved; the head waits for the next pass
             self.rested[step.id] = t
             self.moved_at.setdefault(step.id, []).append(t)
             self.moved_at[step.id] = [x for x in self.moved_at[step.id] if t - x < HOUR]
-            # the move happens at a moment of this minute; a cell started before it ends waits
-            begin = t + self.rng.uniform(0, 60)
-            end = begin + move_s(n.milli, self.park, self.restore)
+            took = move_s(n.milli, self.park, self.restore)
+            failed = self.rng.random() < self.restore_fails
+            if failed:  # restored on its own GPU, which it held all along (make-before-break)
+                took += self.restore.for_mib(kernel_mib(n.milli))
+            end = begin + took
             for s, _ in n.cells[n.cell :]:
                 if s > end:
                     break
                 if s >= begin:
                     self.stats.cell_delays.append(end - s)
+            if failed:
+                self.stats.restore_failed += 1
+                return
+            state.apply(step.dest)  # make-before-break: the destination first
+            state.release(step.source)
+            n.placement = step.dest
+            self.stats.moves += 1
         pin(plan.target)
 
     def _head(self, t, state, nbs, pending, running, projects, parked_shares, policy, rng):

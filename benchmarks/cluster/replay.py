@@ -42,6 +42,15 @@ class Mode:
     delays: Delays = Delays()
     moves: MoveRules | None = None  # world (d): idle notebooks moved for the head of the queue
     notebook_milli: int = 0  # every notebook asks for this share, whatever its session held (0: as held)
+    # the culler decides every this many seconds (z2jh's jupyterhub-idle-culler: cull.every 600 s)
+    cull_every_s: float = STEP
+    # the culler sees GPU use (gpupool's); False: Jupyter activity alone, as the stock idle-culler
+    # does, so a silent cell running past the timeout is stopped (benchmarks.culling's stock row)
+    gpu_aware: bool = True
+    # KAI-Scheduler's rule for non-preemptible workloads (workspaces at the build priority): a
+    # team's notebooks together fit within its queue's deserved quota, or wait (NonPreemptibleOverQuota)
+    notebooks_within_quota: bool = False
+    guarantee_share: float = 0.5  # of each team's partition: its guaranteed (deserved) quota
 
 
 @dataclass
@@ -243,6 +252,11 @@ def replay(
             if n.state in ("parked", "claim")
         ]
 
+    def within_quota(n: NB) -> bool:
+        team = n.nb.team
+        held = sum(x.milli for x in nbs if x.state == "held" and x.nb.team == team)
+        return held + n.milli <= projects[team].guarantee_milli
+
     t = 0.0
     while t < horizon:
         # a training pass when something changed, and every 5 min (the hub's: every 2 s)
@@ -315,6 +329,9 @@ def replay(
         )
         for n in sorted((n for n in nbs if n.state == "want"), key=lambda n: n.since):
             req = Request.for_gpus(n.milli)
+            if mode.notebooks_within_quota and not within_quota(n):
+                n.first_try = t if n.first_try is None else n.first_try
+                continue
             spot = policy.choose(view, req, rng)
             if spot is None:
                 n.first_try = t if n.first_try is None else n.first_try
@@ -341,7 +358,10 @@ def replay(
             if n.nb.session.user_present(t - n.nb.start):
                 n.last_activity = t
             n.tracker.add(t, 100.0 if busy else 0.0)
-            ws = Workspace(n.nb.id, "", EPOCH + n.since, EPOCH + n.last_activity, n.tracker.idle_s)
+            if t % mode.cull_every_s:
+                continue
+            gpu_idle = n.tracker.idle_s if mode.gpu_aware else None
+            ws = Workspace(n.nb.id, "", EPOCH + n.since, EPOCH + n.last_activity, gpu_idle)
             d = decide(ws, EPOCH + t, mode.limits)
             if d.action == "park":
                 state.release(n.placement)
