@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import secrets
 import shlex
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ from typing import Any
 from tornado import web
 
 from gpupool.api.auth import APIHandler, noted
-from gpupool.api.sweeps import SweepHandler, record_sweep
+from gpupool.api.sweeps import SweepHandler
 from gpupool.pool import InvalidRequest, PoolError
 from gpupool.store.jobs import STATES
 from gpupool.train.backend import TrainingBackend, submit_whole
@@ -145,13 +146,15 @@ class JobsHandler(JobsBase):
             ]
         )
         job = form.job(caller.name, codes[0])
+        # a sweep's runs carry its id and their parameters in their own rows, written with them
+        sweep_id = secrets.token_hex(6) if "sweep" in body else ""
         try:
-            # a sweep's runs differ in their names and code only; queued whole or not at all
+            # a sweep's runs differ in their names, code and parameters only; queued whole or not at all
             rows = await submit_whole(
                 svc,
                 [
-                    replace(job, name=run_name, code=code)
-                    for (run_name, _), code in zip(runs, codes, strict=True)
+                    replace(job, name=run_name, code=code, sweep_id=sweep_id, sweep_parameters=params)
+                    for (run_name, params), code in zip(runs, codes, strict=True)
                 ],
             )
         except PermissionError as err:
@@ -165,12 +168,9 @@ class JobsHandler(JobsBase):
                 raise  # a full disk: 507, said as such (APIHandler.write_error)
             # e.g. the folder for the user's jobs is writable by others
             raise web.HTTPError(409, f"cannot make the job's folder: {noted(err)}") from None
-        if "sweep" not in body:
+        if not sweep_id:
             self.write_json(await self.job_json(rows[0]), status=201)
             return
-        sweep_id = record_sweep(
-            self.pool.store, caller.name, rows, [p for _, p in runs if p is not None]
-        )  # a sweep's runs all have them
         queue = [j.id for j in svc.jobs(state=JobState.QUEUED)]
         self.write_json(
             {"sweep": sweep_id, "jobs": [await self.job_json(r, queue) for r in rows]}, status=201

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import secrets
-
 from sqlalchemy import select
 from tornado import web
 
 from gpupool.api.auth import APIHandler
-from gpupool.store import SweepRun
+from gpupool.store import TrainJob
 from gpupool.train.sweep import final_metrics
 
 METRIC_LINES = 200  # the log lines read back for a run's final metrics
-
-
-def record_sweep(store, owner: str, rows: list, parameters: list[dict]) -> str:
-    sweep_id = secrets.token_hex(6)
-    with store.session() as s:
-        for row, params in zip(rows, parameters, strict=True):
-            s.add(SweepRun(job_id=row.id, sweep_id=sweep_id, owner=owner, parameters=params))
-    return sweep_id
 
 
 class SweepHandler(APIHandler):
@@ -28,21 +18,22 @@ class SweepHandler(APIHandler):
         training = self.services.training
         if training is None:
             raise web.HTTPError(503, "the training pool is not running on this hub")
-        with self.pool.store.session() as s:
-            runs = list(
-                s.scalars(select(SweepRun).filter_by(sweep_id=sweep_id[:32]).order_by(SweepRun.job_id))
-            )
-        if not runs or not (self.caller.admin or runs[0].owner == self.caller.name):
+        with self.pool.store.session() as s:  # a run is a job row with the sweep's id
+            rows = list(s.scalars(select(TrainJob).filter_by(sweep_id=sweep_id[:32]).order_by(TrainJob.id)))
+        if not rows or not (self.caller.admin or rows[0].owner == self.caller.name):
             raise web.HTTPError(404, f"no sweep {sweep_id!r} of yours")
         out = []
-        for run in runs:
-            row = training.job(run.job_id)
-            if row is None:
-                continue
+        for row in rows:
             logs = await training.logs(row, METRIC_LINES)
             data = row.to_json()
             data["queue_position"] = training.queue_position(row.id)
-            out.append({"job": data, "parameters": run.parameters, "metrics": final_metrics(logs["lines"])})
+            out.append(
+                {
+                    "job": data,
+                    "parameters": row.sweep_parameters or {},
+                    "metrics": final_metrics(logs["lines"]),
+                }
+            )
         out.sort(key=lambda r: r["job"]["submitted"])
         keys = sorted({k for r in out for k in r["parameters"]})
         self.write_json({"sweep": sweep_id, "parameters": keys, "runs": out})

@@ -5,7 +5,6 @@ from gpupool.store.jobs import TrainJob
 from gpupool.store.models import Allocation, Event
 from gpupool.store.moves import Move  # registers its table before Store creates them
 from gpupool.store.parked import Parked  # registers its table before Store creates them
-from gpupool.store.sweeps import SweepRun
 from gpupool.store.usage_tables import BudgetGrant, PodSpanRow, UsageHour  # usage accounting and budgets
 
 __all__ = [
@@ -16,7 +15,6 @@ __all__ = [
     "Parked",
     "PodSpanRow",
     "Store",
-    "SweepRun",
     "TrainJob",
     "UsageHour",
 ]

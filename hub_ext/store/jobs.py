@@ -47,6 +47,9 @@ class TrainJob(Base):
     max_gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # the node pools it chose (a subset of its project's, in its order; on KAI its one shard)
     pools: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # the sweep it is a run of ("": none) and the parameters that run got (None: not a sweep's)
+    sweep_id: Mapped[str] = mapped_column(String(32), default="", server_default="", index=True)
+    sweep_parameters: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property

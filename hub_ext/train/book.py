@@ -104,6 +104,8 @@ class JobBook:
                 min_gpus=job.min_gpus,
                 max_gpus=job.num_gpu if job.min_gpus else 0,
                 pools=list(job.pools if pools is None else pools),
+                sweep_id=job.sweep_id,
+                sweep_parameters=None if job.sweep_parameters is None else dict(job.sweep_parameters),
                 message=message,
             )
             with self.pool.store.session() as s:

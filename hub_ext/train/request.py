@@ -3,7 +3,9 @@ projects and the pool): what each training back-end's `submit` takes, built once
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpupool.train.code import JobCode
 
@@ -22,6 +24,8 @@ class JobRequest:
     max_runtime_s: float = 0.0
     min_gpus: int = 0  # an elastic job of min_gpus to num_gpu whole GPUs (0: not elastic)
     pools: tuple[str, ...] = ()  # the node pools it may use, in its order
+    sweep_id: str = ""  # a run of this sweep ("": a job of its own)
+    sweep_parameters: Mapping[str, Any] | None = None  # the parameters this run of the sweep got
 
     @property
     def least_milli(self) -> int:
