@@ -132,3 +132,44 @@ def test_the_chart_lets_the_hub_make_and_follow_jobs_in_user_namespaces_only() -
             )["data"]["hub-config.json"]
         )["TrainPool"]["kube_job_options"]
     )
+
+
+async def test_a_job_elsewhere_carrying_a_users_job_id_does_not_speak_for_it() -> None:
+    """At cluster scope the watch sees every namespace: a Job labelled with a job's id in another
+    user's namespace (one the hub never made) must not end that job; in the owner's it does."""
+    from kubernetes_asyncio import client
+
+    from gpupool.kube.controller import KubeJobController
+    from gpupool.kube.objects import JOB_ID
+
+    opts = JobOptions(namespace="jhub", user_namespace_template="gpupool-{username}")
+    told: list[tuple[str, str]] = []
+    async with client.ApiClient() as api:
+        ctl = KubeJobController(
+            api,
+            opts,
+            on_change=lambda job_id, st: told.append((job_id, st.state)),
+            namespace_of=lambda job_id: "gpupool-ann" if job_id == "j1" else None,
+        )
+
+        def job(ns: str, uid: str, condition: str) -> dict:
+            return {
+                "metadata": {
+                    "name": "gpupool-train-j1",
+                    "namespace": ns,
+                    "uid": uid,
+                    "resourceVersion": "1",
+                    "labels": {JOB_ID: "j1"},
+                },
+                "status": {"conditions": [{"type": condition, "status": "True"}]},
+            }
+
+        copy = {"jobs": SimpleNamespace(resources={}), "pods": SimpleNamespace(resources={})}
+        ctl.reflectors = copy  # type: ignore[assignment]  # the followers' copies, as listed
+        copy["jobs"].resources = {"gpupool-bob/gpupool-train-j1": job("gpupool-bob", "u-bob", "Failed")}
+        await ctl.reconcile()
+        assert told == [] and ctl.status("j1") is None
+        copy["jobs"].resources["gpupool-ann/gpupool-train-j1"] = job("gpupool-ann", "u-ann", "Complete")
+        await ctl.reconcile()
+        assert told == [("j1", "succeeded")]
+        assert ctl.namespace("j1") == "gpupool-ann"  # where cancel and holds go
