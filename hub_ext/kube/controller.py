@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpupool.gpu.sharing import SharingBackend
 from gpupool.kube.budget_hold import suspend_patch
 from gpupool.kube.follow import Follower, trim_job, trim_pod
+from gpupool.kube.job_namespace import namespace_labels, train_policy, user_namespace
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.objects import (
     JOB_ID,
@@ -38,6 +39,7 @@ from gpupool.kube.objects import (
     JobOptions,
     checkpoint_claim,
     code_config_map,
+    job_namespace,
     name_of,
     train_job,
 )
@@ -47,6 +49,8 @@ from gpupool.runners.safe_files import tail_text
 LOG_READ_MAX = 16 << 20  # bytes of a pod's log read for one page
 log = logging.getLogger("gpupool.kube")
 OnChange = Callable[[str, JobStatus], None]  # told each new status; writes the job's row, never waits
+# job id -> its owner's namespace (None: a job the hub does not know)
+NamespaceOf = Callable[[str], str | None]
 
 
 class KubeJobController:
@@ -60,6 +64,7 @@ class KubeJobController:
         resync_s: float = 0.5,
         confirm_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        namespace_of: NamespaceOf | None = None,
     ) -> None:
         self.api_client = api_client
         self.batch = client.BatchV1Api(api_client)
@@ -78,6 +83,15 @@ class KubeJobController:
         self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
         self._vanished: set[str] = set()  # pod uids gone from the copy (folded in once)
         self._task: asyncio.Task | None = None
+        # user namespaces (opts.user_namespace_template): each owner's Jobs in their own
+        # namespace, followed with one watch per kind at cluster scope (label-selected): the
+        # chart's ClusterRole grants list/watch there, and RBAC has no "namespaces labelled
+        # gpupool.io/user" scope; a watch per namespace would need the namespaces listed (the
+        # hub may only create them) and two watches per user
+        self.cluster_wide = bool(opts.user_namespace_template)
+        self.namespace_for = namespace_of
+        self.where: dict[str, str] = {}  # job id -> the namespace its Job was made or seen in
+        self.fenced: set[str] = set()  # user namespaces whose train NetworkPolicy exists
 
     # --- commands ------------------------------------------------------------
     async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict:
@@ -87,7 +101,10 @@ class KubeJobController:
         if set(files or {}) != set(spec.files):
             raise ValueError("the files given must be the files the spec names")
         manifest = train_job(spec, self.opts, self.backend)
-        ns = self.opts.namespace
+        ns = job_namespace(spec, self.opts)
+        if ns != self.opts.namespace:
+            await self._prepare_namespace(ns, spec.owner)
+        self.where[spec.id] = ns
         # the Job first: the claim and the code are owned by it (deleted with it); its pod
         # waits until they exist
         job = await _create_or_keep(self.batch.create_namespaced_job, ns, manifest)
@@ -110,6 +127,42 @@ class KubeJobController:
             await self._tell(spec.id, JobStatus(ObservedState.QUEUED, "waiting for GPUs in its queue"))
         return job
 
+    async def _prepare_namespace(self, ns: str, owner: str) -> None:
+        """The owner's namespace before their first Job: made with kubespawner's labels (Pod
+        Security's level among them) when no workspace made it yet, and the train pods'
+        NetworkPolicy in it. A policy that cannot be made fails the submission (raised): the
+        job must not run unfenced."""
+        if ns in self.fenced:
+            return
+        if self.opts.user_namespace_labels:
+            labels = namespace_labels(
+                self.opts.user_namespace_labels, owner, self.opts.namespace, self.opts.slug_scheme
+            )
+            await _create_or_keep(
+                lambda _ns, body: self.core.create_namespace(body), ns, user_namespace(ns, labels)
+            )
+        if self.opts.network_policy:
+            net = client.NetworkingV1Api(self.api_client)
+            await _create_or_keep(
+                net.create_namespaced_network_policy, ns, train_policy(ns, self.opts.network_policy)
+            )
+        self.fenced.add(ns)
+
+    def namespace(self, job_id: str) -> str:
+        """Where the job's Job is: as made or seen, else its owner's, else the hub's."""
+        if job_id in self.where:
+            return self.where[job_id]
+        ns = self.namespace_for(job_id) if self.namespace_for is not None else None
+        return ns or self.opts.namespace
+
+    def _ours(self, job_id: str, obj: dict) -> bool:
+        """An object is the job's only in the hub's namespace or its owner's: at cluster scope a
+        Job or pod elsewhere carrying its label (made by someone else) must not speak for it."""
+        ns = (obj.get("metadata") or {}).get("namespace") or self.opts.namespace
+        if ns == self.opts.namespace or ns == self.where.get(job_id):
+            return True
+        return self.namespace_for is not None and ns == self.namespace_for(job_id)
+
     async def logs(self, job_id: str, tail: int, before: int | None = None) -> tuple[list[str], int]:
         """The last `tail` lines of the job's newest pod that end before byte offset `before`,
         and where the first of them starts (to page further back), as for a local job's log.
@@ -120,7 +173,7 @@ class KubeJobController:
         for view in reversed(views):
             try:
                 text = await self.core.read_namespaced_pod_log(
-                    view.name, self.opts.namespace, limit_bytes=LOG_READ_MAX
+                    view.name, self.namespace(job_id), limit_bytes=LOG_READ_MAX
                 )
             except ApiException as err:
                 if err.status in (400, 404):  # not started yet, or already gone
@@ -134,7 +187,7 @@ class KubeJobController:
         self.cancel_requested.add(job_id)
         try:
             await self.batch.delete_namespaced_job(
-                name_of(job_id), self.opts.namespace, propagation_policy="Background"
+                name_of(job_id), self.namespace(job_id), propagation_policy="Background"
             )
         except ApiException as err:
             if err.status != 404:
@@ -146,7 +199,9 @@ class KubeJobController:
         False when the Job is gone (nothing left to hold); the watch tells the new state."""
         try:
             # a dict goes as a strategic merge patch: `null` removes the label, as in a merge patch
-            await self.batch.patch_namespaced_job(name_of(job_id), self.opts.namespace, suspend_patch(hold))
+            await self.batch.patch_namespaced_job(
+                name_of(job_id), self.namespace(job_id), suspend_patch(hold)
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -198,9 +253,18 @@ class KubeJobController:
         """A trimmed copy of gpupool's Jobs or pods on our API client (follow.py: list in pages,
         watch, resume the watch where it ended; kubespawner's reflector kept whole objects and
         listed everything again at each watch timeout)."""
+        method: Callable[..., Any]
+        if self.cluster_wide:
+            method = (
+                self.batch.list_job_for_all_namespaces
+                if kind == "jobs"
+                else self.core.list_pod_for_all_namespaces
+            )
+        else:
+            method = self.batch.list_namespaced_job if kind == "jobs" else self.core.list_namespaced_pod
         follower = Follower(
-            self.batch.list_namespaced_job if kind == "jobs" else self.core.list_namespaced_pod,
-            self.opts.namespace,
+            method,
+            "" if self.cluster_wide else self.opts.namespace,
             f"{MANAGED_BY}=gpupool",
             trim_job if kind == "jobs" else trim_pod,
             watch_timeout_s=self.watch_timeout_s,
@@ -227,9 +291,10 @@ class KubeJobController:
         present: set[str] = set()
         for obj in jobs:
             job_id = _job_id(obj)
-            if not job_id:
+            if not job_id or not self._ours(job_id, obj):
                 continue
             present.add(job_id)
+            self.where[job_id] = (obj.get("metadata") or {}).get("namespace") or self.opts.namespace
             if self._fresh(obj) or job_id in self.deleted:
                 self.jobs[job_id] = obj
                 self.deleted.discard(job_id)
@@ -241,7 +306,7 @@ class KubeJobController:
         live: set[str] = set()
         for obj in pods:
             job_id, uid = _job_id(obj), (obj.get("metadata") or {}).get("uid", "")
-            if not job_id or not uid:
+            if not job_id or not uid or not self._ours(job_id, obj):
                 continue
             live.add(uid)
             if self._fresh(obj):
@@ -278,7 +343,7 @@ class KubeJobController:
                 continue
             self.unseen[job_id] = self.clock()  # still missing next time: read it again then
             try:
-                await self.batch.read_namespaced_job(name_of(job_id), self.opts.namespace)
+                await self.batch.read_namespaced_job(name_of(job_id), self.namespace(job_id))
             except Exception as err:  # noqa: BLE001 - the pass's other news must not be lost
                 if not (isinstance(err, ApiException) and err.status == 404):
                     log.warning("reading train Job %s failed: %s; trying again later", job_id, err)

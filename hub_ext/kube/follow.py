@@ -32,7 +32,7 @@ log = logging.getLogger("gpupool.kube")
 # What the hub reads of a kept object (gpupool.kube.status, the controller, the budget hold):
 # everything else is dropped as it arrives. At 2,000 Jobs every label, timestamp or condition
 # kept that nobody reads costs megabytes (benchmarks.kube counts this process's memory).
-META = ("name", "uid", "resourceVersion", "deletionTimestamp")
+META = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
 LABELS = (JOB_ID, HELD_LABEL)
 JOB_SPEC = ("suspend", "parallelism", "completions", "backoffLimit", "activeDeadlineSeconds")
 POD_CONDITIONS = ("DisruptionTarget", "PodScheduled")  # evicted; why it waits for a node
@@ -92,8 +92,8 @@ def trim_pod(obj: dict) -> dict:
 
 
 class Follower:
-    """A trimmed copy of the objects of one kind in a namespace (matching `label_selector`),
-    kept up to date: `resources` maps "namespace/name" to the trimmed object."""
+    """A trimmed copy of the objects of one kind in a namespace, or in all ("", a list method
+    for all namespaces), matching `label_selector`, kept up to date: `resources` maps "namespace/name" to the trimmed object."""
 
     def __init__(
         self,
@@ -140,7 +140,7 @@ class Follower:
             }
             if cont:
                 kwargs["_continue"] = cont
-            resp = await self.list_method(self.namespace, **kwargs)
+            resp = await self.list_method(*self._where(), **kwargs)
             self.pages += 1
             body = json.loads(await resp.read())
             for obj in body.get("items") or []:
@@ -152,6 +152,10 @@ class Follower:
         self.resources = items  # one assignment: readers never see a half-read list
         self._rv = meta.get("resourceVersion", "")
         self.lists += 1
+
+    def _where(self) -> tuple[str, ...]:
+        """The list method's namespace argument: none for a list at cluster scope ("")."""
+        return (self.namespace,) if self.namespace else ()
 
     async def _run(self) -> None:
         delay = 0.1
@@ -192,7 +196,7 @@ class Follower:
         try:
             async with w.stream(
                 method,
-                self.namespace,
+                *self._where(),
                 label_selector=self.label_selector,
                 resource_version=self._rv,
                 timeout_seconds=self.watch_timeout_s,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.kube.job_namespace import owner_namespace
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.pod_fit import (
     GPU_TOLERATION,
@@ -81,6 +82,19 @@ class JobOptions:
     pod_security_context: dict[str, Any] = field(default_factory=lambda: {**RESTRICTED_POD, "fsGroup": 100})
     container_security_context: dict[str, Any] = field(default_factory=lambda: dict(RESTRICTED_CONTAINER))
     automount_service_account_token: bool = False  # user code gets no API token unless asked
+    # --- user namespaces (job_namespace.py): kubespawner's settings, so a job goes where its
+    # owner's workspace goes ("": every Job in `namespace`, the hub's) ---
+    user_namespace_template: str = ""
+    slug_scheme: str = "safe"
+    user_namespace_labels: dict[str, str] = field(default_factory=dict)  # if the hub makes the namespace
+    # the train pods' NetworkPolicy spec, made in each user namespace before its first Job (the
+    # chart's policy covers the hub's namespace only); empty: none
+    network_policy: dict[str, Any] = field(default_factory=dict)
+
+
+def job_namespace(spec: TrainJobSpec, opts: JobOptions) -> str:
+    """The namespace of the job's Job, claim and code: its owner's with user namespaces."""
+    return owner_namespace(spec.owner, opts.namespace, opts.user_namespace_template, opts.slug_scheme)
 
 
 def name_of(job_id: str) -> str:
@@ -124,7 +138,7 @@ def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes
 
     meta: dict = {
         "name": code_name(spec.id),
-        "namespace": opts.namespace,
+        "namespace": job_namespace(spec, opts),
         "labels": labels(spec),
         **owned_by(spec, job_uid),
     }
@@ -164,7 +178,7 @@ def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") ->
         "kind": "PersistentVolumeClaim",
         "metadata": {
             "name": claim_name(spec, opts),
-            "namespace": opts.namespace,
+            "namespace": job_namespace(spec, opts),
             "labels": labels(spec),
             **owned_by(spec, job_uid),
         },
@@ -312,7 +326,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         "kind": "Job",
         "metadata": {
             "name": name_of(spec.id),
-            "namespace": opts.namespace,
+            "namespace": job_namespace(spec, opts),
             "labels": job_labels,
             "annotations": job_annotations,
         },

@@ -71,7 +71,8 @@ def _span(r: PodSpanRow) -> PodSpan:
 
 
 async def list_pods(core: Any, namespace: str) -> list[dict]:
-    """Every pod of a gpupool train job in `namespace`, as the API server sends it, in pages."""
+    """Every pod of a gpupool train job in `namespace` (in all namespaces when "": jobs in
+    their owners' namespaces), as the API server sends it, in pages."""
     pods: list[dict] = []
     cont = ""
     for _ in range(MAX_PAGES):
@@ -83,13 +84,18 @@ async def list_pods(core: Any, namespace: str) -> list[dict]:
         }
         if cont:
             kwargs["_continue"] = cont
-        resp = await core.list_namespaced_pod(namespace, **kwargs)
+        if namespace:
+            resp = await core.list_namespaced_pod(namespace, **kwargs)
+        else:
+            resp = await core.list_pod_for_all_namespaces(**kwargs)
         body = json.loads(await resp.read())
         pods += [p for p in body.get("items") or [] if isinstance(p, dict)]
         cont = (body.get("metadata") or {}).get("continue") or ""
         if not cont:
             return pods
-    raise RuntimeError(f"more than {MAX_PAGES * PAGE} train pods in {namespace}: not a full list")
+    raise RuntimeError(
+        f"more than {MAX_PAGES * PAGE} train pods in {namespace or 'all namespaces'}: not a full list"
+    )
 
 
 def record(

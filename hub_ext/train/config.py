@@ -439,7 +439,32 @@ class TrainPool(LoggingConfigurable):
             # jobs run in the workspaces' image: its start-up hook is where the spawner's is, and
             # caps a fractional job's PyTorch at its share as it caps the notebook's
             opts["startup_dir"] = str(spawner.hibernate_startup_dir)
+        opts.update(self.user_namespaces())
         return JobOptions(**opts)
+
+    def user_namespaces(self) -> dict[str, Any]:
+        """With kubespawner's enable_user_namespaces, its template, slug scheme and namespace
+        labels (GPUKubeSpawner's over KubeSpawner's, else kubespawner's defaults): train Jobs go
+        to the namespace their owner's workspace goes to (gpupool.kube.job_namespace). Empty
+        without: every Job in the hub's namespace."""
+        merged: dict[str, Any] = {}
+        for section in ("KubeSpawner", "GPUKubeSpawner"):
+            if section in self.config:
+                merged.update(self.config[section])
+        if not merged.get("enable_user_namespaces"):
+            return {}
+        from kubespawner import KubeSpawner
+
+        def setting(name: str) -> Any:
+            return merged[name] if name in merged else KubeSpawner.class_traits()[name].default_value
+
+        return {
+            "user_namespace_template": str(setting("user_namespace_template")),
+            "slug_scheme": str(setting("slug_scheme")),
+            "user_namespace_labels": {
+                str(k): str(v) for k, v in dict(setting("user_namespace_labels")).items()
+            },
+        }
 
     def may_submit(self, project: str, user: str, groups: tuple[str, ...] | list[str], admin: bool) -> bool:
         """Membership: admins always; a project without users and groups lists is open to all."""

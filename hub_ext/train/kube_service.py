@@ -26,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpupool.alloc.manager import PoolManager
 from gpupool.kube import budget_hold, pod_spans
 from gpupool.kube.controller import KubeJobController
+from gpupool.kube.job_namespace import owner_namespace, template_problem
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from gpupool.kube.objects import queue_name
@@ -83,7 +84,19 @@ class KubeTrainingService(JobBook):
                 raise ValueError("; ".join(problems))
         self.api_client = api_client
         self.kai: KaiVersion | None = None  # which KAI runs (elastic jobs need v0.14.1+), read at start
-        self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
+        if self.opts.user_namespace_template:  # a job goes where its owner's workspace goes
+            why = template_problem(self.opts.user_namespace_template, self.opts.slug_scheme)
+            if self.opts.kueue:  # said at start, not found by a job left suspended by Kueue
+                why = why or (
+                    "Kueue's LocalQueues are made in the hub's namespace only: with user namespaces"
+                    " (KubeSpawner.enable_user_namespaces) train Jobs go to their owners' namespaces,"
+                    " so use KAI-Scheduler's queues (kube_job_options kueue: false)"
+                )
+            if why:
+                raise ValueError(why)
+        self.controller = KubeJobController(
+            api_client, self.opts, backend, on_change=self._on_change, namespace_of=self.namespace_of
+        )
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
         # agents' per-pod samples (gpupool.wiring.setup.kube_job_gpu_use), None when unknown
@@ -324,7 +337,9 @@ class KubeTrainingService(JobBook):
     async def record_usage(self, now: float | None = None) -> int:
         """List the train pods and record their GPU intervals (gpupool.kube.pod_spans): the
         train jobs' GPU-hours in the usage report. Returns how many spans changed."""
-        pods = await pod_spans.list_pods(self.controller.core, self.opts.namespace)
+        # with user namespaces, every owner's namespace: the train pods' label at cluster scope
+        where = "" if self.controller.cluster_wide else self.opts.namespace
+        pods = await pod_spans.list_pods(self.controller.core, where)
         readers = pod_spans.readers_for(self.controller.backend)
         changed = pod_spans.record(
             self.pool.store,
@@ -335,6 +350,19 @@ class KubeTrainingService(JobBook):
             memory_mib=self.opts.device_memory_mib,
         )
         return len(changed)
+
+    def namespace_of(self, job_id: str) -> str | None:
+        """The namespace of the job's Job: its owner's (the hub's without user namespaces);
+        None for a job this hub does not know."""
+        row = self.job(job_id)
+        if row is None:
+            return None
+        try:
+            return owner_namespace(
+                row.owner, self.opts.namespace, self.opts.user_namespace_template, self.opts.slug_scheme
+            )
+        except ValueError:
+            return None
 
     def gpu_memory_of(self, node: str) -> int:
         """One GPU's memory on `node` from the hub's inventory (the GPU Operator's labels); 0 for

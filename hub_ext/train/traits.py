@@ -185,10 +185,15 @@ class NodePoolTable(_Entries):
     check = staticmethod(node_pool_of)
 
 
+# JobOptions fields that are kubespawner's settings (enable_user_namespaces and its template,
+# slug scheme and labels): a job goes to the namespace its owner's workspace goes to
+USER_NAMESPACE_FIELDS = ("user_namespace_template", "slug_scheme", "user_namespace_labels")
+
+
 class JobOptionFields(Dict):
     """Fields of gpupool.kube.objects.JobOptions, but those set in their one place elsewhere:
     grace_s (TrainPool.grace_s), node_pool_label and gpu_tolerations (GPUPool's, for workspaces
-    and jobs alike)."""
+    and jobs alike), the user namespaces' (KubeSpawner's)."""
 
     info_text = "a dict of JobOptions fields"
 
@@ -200,6 +205,7 @@ class JobOptionFields(Dict):
             "grace_s",
             "node_pool_label",
             "gpu_tolerations",
+            *USER_NAMESPACE_FIELDS,
         }
         unknown = set(value) - known
         if unknown:

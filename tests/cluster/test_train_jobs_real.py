@@ -326,10 +326,17 @@ async def test_cancel_deletes_the_job_and_everything_it_owns(hub_api, admin: Res
         await ctl.stop()
 
 
-def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict | None = None, **job_options):
+def make_service(
+    tmp_path: Path,
+    api,
+    projects: dict | None = None,
+    train: dict | None = None,
+    spawner: dict | None = None,
+    **job_options,
+):
     """The hub's training pool in Kubernetes mode, as the chart configures it (`projects`:
     c.TrainPool.projects, one project "default" with 4 GPUs guaranteed unless given; `train`:
-    more TrainPool settings)."""
+    more TrainPool settings; `spawner`: KubeSpawner settings, user namespaces among them)."""
     from traitlets.config import Config
 
     from gpupool.alloc.manager import PoolManager
@@ -352,6 +359,8 @@ def make_service(tmp_path: Path, api, projects: dict | None = None, train: dict 
     }
     for key, value in (train or {}).items():
         setattr(c.TrainPool, key, value)
+    for key, value in (spawner or {}).items():
+        setattr(c.KubeSpawner, key, value)
     pool = PoolManager(
         virtual_inventory(4),
         Store(f"sqlite:///{tmp_path}/pool.sqlite"),

@@ -457,9 +457,21 @@ def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> No
         assert not {"secrets", "roles", "rolebindings"} & set(rule["resources"]), (kind, rule)
         if "nodes" in rule["resources"]:  # the GPU inventory: reading nodes, nothing else
             assert (rule["resources"], set(rule["verbs"])) == (["nodes"], {"get", "list"}), rule
-        if kind == "ClusterRole":  # cluster-wide: no update, patch or delete but of pods
-            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "delete"}
-            assert "delete" not in rule["verbs"] or rule["resources"] == ["pods"]
+        if kind == "ClusterRole":  # cluster-wide: no update; patch or delete of pods and train Jobs only
+            assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "delete", "patch"}
+            assert not {"delete", "patch"} & set(rule["verbs"]) or rule["resources"] in (["pods"], ["jobs"])
+            assert "patch" not in rule["verbs"] or rule["resources"] == ["jobs"]  # a budget hold: suspend
+    # every kind the hub may write cluster-wide, the admission policy fences to its own and the
+    # user namespaces
+    vap = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+    fenced = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    written = {
+        res
+        for kind, _ns, rule in rules_of(docs)
+        if kind == "ClusterRole" and {"create", "delete", "patch"} & set(rule["verbs"])
+        for res in rule["resources"]
+    }
+    assert written <= fenced, written - fenced
     user_roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "gpupool-user"]
     assert {r["metadata"]["namespace"] for r in user_roles} == {
         "lab-student01",

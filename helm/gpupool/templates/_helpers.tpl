@@ -91,8 +91,8 @@ helm.sh/resource-policy: keep
 {{- range $key, $list := $pool | default dict }}{{ if $list }}{{ $_ := set $t $key $list }}{{ end }}{{ end -}}
 {{- $_ := set $pools $name $t -}}
 {{- end -}}
-{{- /* train jobs become Jobs in the hub's namespace, queued by KAI (or Kueue) under the
-       same projects (fields of gpupool.kube.objects.JobOptions) */ -}}
+{{- /* train jobs become Jobs in the hub's namespace (with userNamespaces: their owner's),
+       queued by KAI (or Kueue) under the same projects (fields of gpupool.kube.objects.JobOptions) */ -}}
 {{- $jobs := .Values.jobs | default dict -}}
 {{- $kai := .Values.kai | default dict -}}
 {{- $jobOptions := dict "namespace" .Values.hub.namespace "queue" "{project}" "checkpoint_size" ($jobs.checkpointSize | default "10Gi") "storage_class" ($jobs.storageClass | default nil) "high_priority_class" ($jobs.highPriorityClass | default "gpupool-train-high") "kueue" (.Values.kueue.enabled | default false) "kai_namespace" ($kai.namespace | default "kai-scheduler") "kai_version" ($kai.version | default "") -}}
@@ -134,6 +134,9 @@ helm.sh/resource-policy: keep
 {{- $labels := dict "gpupool.io/user" "{username}" "pod-security.kubernetes.io/enforce" $un.podSecurity -}}
 {{- $_ := set $config "KubeSpawner" (dict "enable_user_namespaces" true "slug_scheme" "safe" "user_namespace_template" (printf "%s{username}" $un.prefix) "user_namespace_labels" $labels "hub_connect_url" (printf "http://hub.%s.svc.%s:8081" .Values.hub.namespace .Values.hub.clusterDomain)) -}}
 {{- if $un.networkPolicy.enabled }}{{ $_ := set $spawner "user_namespace_network_policy" (include "gpupool.singleuserPolicySpec" . | fromYaml) }}{{ end -}}
+{{- /* train Jobs go to their owner's namespace (the hub reads the template above): the hub
+       makes the train pods' NetworkPolicy there before the first one */ -}}
+{{- if ($jobs.networkPolicy | default dict).enabled }}{{ $_ := set $jobOptions "network_policy" (include "gpupool.trainPolicySpec" . | fromYaml) }}{{ end -}}
 {{- end -}}
 {{- if .Values.nodeAgent.enabled -}}
 {{- /* GPU use of workspaces and train jobs: this release's agents, at their Service and port */ -}}
@@ -208,4 +211,56 @@ egress:
             - 172.16.0.0/12
             - 192.168.0.0/16
             - {{ .Values.userNamespaces.networkPolicy.cloudMetadataIP }}/32
+{{- end }}
+
+{{- /* The spec of the train pods' NetworkPolicy (templates/train-network-policy.yaml in the hub's
+       namespace; with userNamespaces the hub makes it in each owner's namespace before their
+       first Job). Other train pods means those of the same namespace: a user's jobs never
+       reach another user's. */ -}}
+{{- define "gpupool.trainPolicySpec" -}}
+{{- $np := .Values.jobs.networkPolicy | default dict -}}
+podSelector:
+  {{- include "gpupool.trainPods" . | nindent 2 }}
+policyTypes: [Ingress, Egress]
+ingress:
+  - from:
+      - podSelector:
+          {{- include "gpupool.trainPods" . | nindent 10 }}
+egress:
+  - to:
+      - podSelector:
+          {{- include "gpupool.trainPods" . | nindent 10 }}
+  - to:
+      # the hub's pod in the hub's namespace: the same policy is made in user namespaces
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: {{ .Values.hub.namespace }}
+        podSelector:
+          matchLabels:
+            component: hub
+    ports:
+      - {port: 8095, protocol: TCP}
+  - ports:
+      - {port: 53, protocol: UDP}
+      - {port: 53, protocol: TCP}
+    to:
+      - namespaceSelector:
+          matchLabels:
+            kubernetes.io/metadata.name: kube-system
+      - ipBlock: {cidr: 10.0.0.0/8}
+      - ipBlock: {cidr: 172.16.0.0/12}
+      - ipBlock: {cidr: 192.168.0.0/16}
+  {{- if $np.internet }}
+  - to:
+      - ipBlock:
+          cidr: 0.0.0.0/0
+          except:
+            - 10.0.0.0/8
+            - 172.16.0.0/12
+            - 192.168.0.0/16
+            - {{ $np.cloudMetadataIP | default "169.254.169.254" }}/32
+  {{- end }}
+  {{- with $np.egress }}
+  {{- toYaml . | nindent 0 }}
+  {{- end }}
 {{- end }}
