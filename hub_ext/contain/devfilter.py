@@ -84,7 +84,7 @@ def build() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent)) / NAME
     try:
         done = subprocess.run(
-            [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp), "."],
+            [go, "build", "-ldflags=-s -w", "-o", str(tmp), "."],
             cwd=SOURCE,
             env=env,
             capture_output=True,
