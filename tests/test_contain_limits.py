@@ -298,6 +298,26 @@ def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_p
     GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
 
 
+def test_the_hub_applies_devices_the_way_its_config_asks(tmp_path: Path) -> None:
+    """c.Containment.devices reaches the hub's own cgroups: forced to a cgroup v2 device program on
+    a host whose v1 devices hierarchy would be chosen otherwise, `require` is met by it."""
+    from gpupool.wiring.root import GPUPoolHub
+
+    v1_tree().remove_root()  # root and cgroup v1 here, else skipped
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+    c.Containment.mode, c.Containment.devices, c.Containment.require = "v1", "v2", ["devices"]
+    hub = GPUPoolHub(c)
+    try:
+        hub.refuse_lost_state()
+        controllers = hub.cgroups.tree.controllers
+        assert controllers.device_program is not None and controllers.enforced("devices")
+        assert controllers.roots["devices"].parent.name != "devices"  # a cgroup2 folder, not v1's
+    finally:
+        ended(hub.cgroups.tree)
+        hub.close()
+
+
 def test_a_job_over_its_owners_group_memory_limit_is_killed_by_the_kernel_and_says_so(
     tree, tmp_path: Path
 ) -> None:
