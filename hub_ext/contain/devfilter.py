@@ -99,10 +99,16 @@ def build() -> Path:
     return out
 
 
+_built: list[Path] = []  # this process's helper once found: each detect() asks again
+
+
 def helper() -> tuple[Path | None, str]:
     """(the built helper, "") or (None, why not): said at start when it decides a limit."""
+    if _built and _built[0].exists():
+        return _built[0], ""
     try:
-        return build(), ""
+        _built[:] = [build()]
+        return _built[0], ""
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"cannot build the cgroup v2 device program's helper: {err}"
 
