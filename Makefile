@@ -57,6 +57,10 @@ typecheck: types-tree
 	  sed -E 's#^gpupool/(spawner|idle_culler|widgets)/#\1/#; t; s#^gpupool/#hub_ext/#' log; exit $$rc; }
 
 venv: node_modules/.installed $(VENV)/.installed
+	@# the cgroup v2 device program's helper (hub_ext/contain/devfilter.py), from Go modules where Go is
+	@# installed; cached per pin, so a warm run only checks (else the hub builds it when it needs it)
+	@if command -v go >/dev/null 2>&1; then $(PY) -c 'from gpupool.contain.devfilter import build; build()' || \
+	  echo "warning: no cgroup v2 device helper; the hub says so at start where it needs one"; fi
 
 # the install builds the JupyterLab extension with @jupyterlab/builder from node_modules (setup.py).
 # Every dependency at the version CI tests (requirements/constraints.txt): a fresh clone gets the

@@ -4,7 +4,9 @@ its memory, its processes, its CPU weight, each enforced by the kernel.
 The device tests need no GPU: a character device of the NVIDIA major (195) made with mknod in a
 temporary folder is refused by the devices cgroup with EPERM before any driver is asked, and an
 allowed one reaches the (absent) driver: ENXIO. Real cgroups need root and cgroup v1's
-hierarchies; skipped with the reason elsewhere.
+hierarchies; skipped with the reason elsewhere. The same device test runs with the cgroup v2
+device program (gpupool.contain.devfilter) where a cgroup2 hierarchy is mounted: a v2 host, or a
+hybrid one like CI's, whose kernel runs the program of a process's cgroup2 cgroup too.
 """
 
 from __future__ import annotations
@@ -144,25 +146,42 @@ def test_profile_limits_are_checked_and_a_size_is_one_profile_however_written() 
 
 
 # --- real cgroups -------------------------------------------------------------------------
-def v1_tree():
+def v1_tree(mode: str = "v1", devices: str = "auto"):
     if os.geteuid() != 0 or not os.access(PYTHON, os.X_OK):
         pytest.skip(f"only root makes cgroups; needs {PYTHON}")
-    tree = detect("v1", f"test{secrets.token_hex(4)}")
+    tree = detect(mode, f"test{secrets.token_hex(4)}", devices=devices)
     if not tree.available:
-        pytest.skip(f"no cgroup v1 here: {tree.reason}")
+        pytest.skip(f"no cgroup {mode} here: {tree.reason}")
     return tree
 
 
-@pytest.fixture
-def tree():
-    t = v1_tree()
-    yield t
+def ended(t) -> None:
     for inst in t.names():
         for w in t.names(inst):
             t.end(f"{inst}/{w}", 5)
         t.remove(inst)
     t.remove_root()
     assert not any(root.exists() for root in t.controllers.roots.values())
+
+
+@pytest.fixture
+def tree():
+    t = v1_tree()
+    yield t
+    ended(t)
+
+
+# the devices limit three ways: the v1 controller; a cgroup v2 device program beside the v1
+# freezer (a hybrid host without the v1 devices hierarchy); a cgroup v2 tree with its program
+@pytest.fixture(
+    params=[("v1", "v1"), ("v1", "v2"), ("v2", "auto")], ids=["v1", "v2-program-hybrid", "v2-tree"]
+)
+def device_tree(request):
+    t = v1_tree(*request.param)
+    if t.controllers.enforced("devices"):  # the way asked for, not another
+        assert (t.controllers.device_program is not None) == (request.param != ("v1", "v1"))
+    yield t
+    ended(t)
 
 
 @pytest.fixture
@@ -198,7 +217,8 @@ def run_in(tree, name: str, limits: Limits | None, args: list[str], **kw) -> sub
             os.close(fd)
 
 
-def test_a_workload_opens_only_its_own_gpus_and_a_move_is_make_before_break(tree, nodes) -> None:
+def test_a_workload_opens_only_its_own_gpus_and_a_move_is_make_before_break(device_tree, nodes) -> None:
+    tree = device_tree
     if not tree.controllers.enforced("devices"):
         pytest.skip(tree.controllers.status()["devices"])
     opened = run_in(tree, "i/job-a", Limits(frozenset({1})), [PYTHON, "-c", OPEN, *nodes])
@@ -276,6 +296,26 @@ def test_a_required_limit_this_machine_cannot_apply_stops_the_hub_with_why(tmp_p
         GPUPoolHub(c).refuse_lost_state()
     c.Containment.require = []
     GPUPoolHub(c).refuse_lost_state()  # without the requirement it starts, and says so (banner test)
+
+
+def test_the_hub_applies_devices_the_way_its_config_asks(tmp_path: Path) -> None:
+    """c.Containment.devices reaches the hub's own cgroups: forced to a cgroup v2 device program on
+    a host whose v1 devices hierarchy would be chosen otherwise, `require` is met by it."""
+    from gpupool.wiring.root import GPUPoolHub
+
+    v1_tree().remove_root()  # root and cgroup v1 here, else skipped
+    c = Config()
+    c.GPUPool.db_url = f"sqlite:///{tmp_path}/gpupool.sqlite"
+    c.Containment.mode, c.Containment.devices, c.Containment.require = "v1", "v2", ["devices"]
+    hub = GPUPoolHub(c)
+    try:
+        hub.refuse_lost_state()
+        controllers = hub.cgroups.tree.controllers
+        assert controllers.device_program is not None and controllers.enforced("devices")
+        assert controllers.roots["devices"].parent.name != "devices"  # a cgroup2 folder, not v1's
+    finally:
+        ended(hub.cgroups.tree)
+        hub.close()
 
 
 def test_a_job_over_its_owners_group_memory_limit_is_killed_by_the_kernel_and_says_so(
@@ -409,3 +449,34 @@ def test_a_workspace_beside_many_busy_train_jobs_keeps_half_the_cpu(tree) -> Non
     share = used["i/ws-w"] / total
     assert share > 0.35, f"the workspace got {share:.0%} of the CPU beside six jobs ({used})"
     assert (tree.controllers.roots["cpu"] / "i/jobs/job-0").is_dir()  # the jobs' own folder
+
+
+def test_without_a_v1_devices_hierarchy_the_devices_limit_is_a_cgroup_v2_program(tmp_path: Path) -> None:
+    """Chosen on its own where the host has cgroup2 and no v1 devices hierarchy (folders stand in
+    for the mounts); forced either way by c.Containment.devices; said at start."""
+    from gpupool.contain import WorkloadCgroups, devfilter
+    from gpupool.contain.cgroups import V2
+    from gpupool.contain.limits import find_controllers
+
+    program, why = devfilter.helper()
+    if program is None:
+        pytest.skip(why)
+    mounts = [
+        (str(tmp_path / "unified"), "cgroup2", {"rw"}),
+        (str(tmp_path / "mem"), "cgroup", {"rw", "memory"}),
+    ]
+    auto = find_controllers(mounts, {"": "/hub.service"}, "gpupool-k")
+    assert auto.enforced("devices") and auto.device_program == program
+    assert auto.roots["devices"] == tmp_path / "unified/hub.service/gpupool-k"
+    v1 = find_controllers(mounts, {}, "gpupool-k", devices="v1")
+    assert v1.status()["devices"] == "no cgroup v1 devices hierarchy is mounted" and v1.device_program is None
+    nothing = find_controllers([], {}, "gpupool-k")
+    assert nothing.status()["devices"].endswith("no cgroup2 file system is mounted for a device program")
+    said = dict(
+        line.split(": ", 1) for line in WorkloadCgroups(V2.with_devices(tmp_path), "i").describe_limits()
+    )
+    assert said["devices"].startswith("enforced: only its own GPUs' device nodes"), said
+    assert said["devices"].endswith("by a cgroup v2 device program") and said["memory"].startswith(
+        "NOT enforced"
+    )
+    assert devfilter.rules(["c 195:0 rwm"]) == "allow a *:* rwm\ndeny c 195:0 rwm\n"

@@ -277,6 +277,13 @@ def test_gpupool_ups_banner_says_whether_there_are_cgroups(tmp_path: Path) -> No
     assert ("cgroup of its own" in note) == tree.available, note
     if tree.available:
         tree.remove_root()
+    forced = Config()  # c.Containment.devices reaches the banner's finding too
+    forced.Containment.devices = "v2"
+    program = detect("auto", hub_key(f"sqlite:///{tmp_path}/gpupool.sqlite"), devices="v2")
+    said = containment_note(forced, str(tmp_path))
+    assert ("by a cgroup v2 device program" in said) == program.controllers.enforced("devices"), said
+    if program.available:
+        program.remove_root()
 
 
 # --- the limits beside the kill: devices and memory, from a real job and workspace ---------

@@ -71,6 +71,20 @@ class Containment(Configurable):
             c.Containment.mode = "v1"
         """,
     )
+    devices = Enum(
+        ["auto", "v1", "v2"],
+        "auto",
+        config=True,
+        help="""How each job and workspace is kept to its own GPUs' device
+        nodes. v1: the cgroup v1 devices controller; v2: a device eBPF program attached to the
+        workload's cgroup2 folder, as container runtimes do it (a small helper built from Go
+        modules with runc's device filter: `make venv` builds it where Go is installed, else the
+        hub on first use); auto: v1 where its devices hierarchy is mounted, else v2. Where
+        neither can be applied, the start says why. Example::
+
+            c.Containment.devices = "v2"
+        """,
+    )
     stop_timeout_s = Float(
         10.0,
         config=True,
@@ -320,7 +334,8 @@ class WorkloadCgroups:
         """One line per limit, enforced or not (and why): the log's and the banner's."""
         p, s = self.policy, self.tree.controllers.status()
         values = {
-            "devices": "only its own GPUs' device nodes (CUDA_VISIBLE_DEVICES cannot widen it)",
+            "devices": "only its own GPUs' device nodes (CUDA_VISIBLE_DEVICES cannot widen it)"
+            + (", by a cgroup v2 device program" if self.tree.controllers.device_program else ""),
             "memory": (
                 f"{size_text(p.memory_bytes)} of host memory each"
                 if p.memory_bytes

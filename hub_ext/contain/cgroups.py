@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from gpupool.contain import devfilter
 from gpupool.contain.limits import LIMITS, Controllers, Limits, NoControllers, find_controllers, oom_words
 
 SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
@@ -177,7 +178,7 @@ class Tree:
 
 # what gpupool does not do on cgroup v2 (yet): said at start, per limit
 V2_MISSING = {
-    "devices": "cgroup v2 needs a device eBPF program attached to each cgroup; gpupool attaches none",
+    "devices": "cgroup v2 needs a device eBPF program attached to each cgroup; none is attached here",
     "memory": "gpupool sets memory.limit_in_bytes on cgroup v1 only (no memory.max on v2 yet)",
     "processes": "gpupool sets pids.max on cgroup v1 only",
     "cpu": "gpupool sets cpu.shares on cgroup v1 only (no cpu.weight on v2 yet)",
@@ -189,6 +190,21 @@ class V2(Tree):
 
     def __init__(self, root: Path, controllers: Controllers | None = None) -> None:
         super().__init__(root, controllers or NoControllers(V2_MISSING))
+
+    @classmethod
+    def with_devices(cls, root: Path, devices: str = "auto") -> V2:
+        """The tree with its device program (the helper, built if needed) unless `devices` is
+        v1 or the helper cannot be had: then the start says why."""
+        if devices == "v1":
+            return cls(
+                root, NoControllers({**V2_MISSING, "devices": "no cgroup v1 devices hierarchy on cgroup v2"})
+            )
+        program, why = devfilter.helper()
+        if program is None:
+            return cls(root, NoControllers({**V2_MISSING, "devices": why}))
+        others = {k: v for k, v in V2_MISSING.items() if k != "devices"}
+        # the workload's own cgroup2 folder, which it joins anyway: the program sits on it
+        return cls(root, Controllers({"devices": root}, others, "cgroup v2", device_program=program))
 
     def kill(self, name: str) -> bool:
         path = self.path(name)
@@ -308,10 +324,17 @@ def own_paths(proc_cgroup: str) -> dict[str, str]:
     return out
 
 
-def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: str | None = None) -> Tree:
+def detect(
+    mode: str,
+    hub_key: str,
+    mountinfo: str | None = None,
+    proc_cgroup: str | None = None,
+    devices: str = "auto",
+) -> Tree:
     """This machine's cgroups for this hub (`mode`: auto, v2, v1 or off). auto: v2 where the whole
     hierarchy is cgroup2 (/sys/fs/cgroup itself), else the v1 freezer, else a cgroup2 mount of a
-    hybrid set-up. Made and checked at once: `Unavailable` with the reason when it cannot be used."""
+    hybrid set-up. Made and checked at once: `Unavailable` with the reason when it cannot be used.
+    `devices` (auto, v1, v2): how the GPU devices limit is applied, see limits.find_controllers."""
     if mode == "off":
         return Unavailable("turned off (c.Containment.mode = 'off')")
     try:
@@ -359,6 +382,6 @@ def detect(mode: str, hub_key: str, mountinfo: str | None = None, proc_cgroup: s
             )
             continue
         if cls is V1Freezer:
-            return V1Freezer(root, find_controllers(found, mine, root.name))
-        return cls(root)
+            return V1Freezer(root, find_controllers(found, mine, root.name, devices))
+        return V2.with_devices(root, devices)
     return Unavailable(why)

@@ -2,7 +2,10 @@
 
 - devices: the NVIDIA GPU device nodes (char major 195, minors 0-253) of every GPU but its own are
   denied. The cgroup v1 devices controller checks each open(2), whatever the process did to its
-  environment (CUDA_VISIBLE_DEVICES is only a hint to CUDA); root's tasks included. Everything else
+  environment (CUDA_VISIBLE_DEVICES is only a hint to CUDA); root's tasks included. On cgroup v2
+  the same rules are a device eBPF program attached to the workload's cgroup2 folder
+  (gpupool.contain.devfilter), the way container runtimes do it: used where no v1 devices
+  hierarchy is mounted (a v2 host, or a hybrid one without it), or when asked for. Everything else
   stays as the parent has it (the control devices CUDA needs: nvidiactl 195:255, nvidia-modeset
   195:254, nvidia-uvm and nvidia-caps, whose majors the driver takes at load, see /proc/devices;
   and /dev/null & co). A CPU-only workspace is denied every GPU.
@@ -28,6 +31,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpupool.contain import devfilter
 
 NVIDIA_MAJOR = 195
 MODESET_MINOR = 254  # /dev/nvidia-modeset: a control device, like nvidiactl (255)
@@ -149,8 +154,17 @@ class Controllers:
 
     `roots`: controller -> this hub's folder in that hierarchy; `missing`: limit -> why not."""
 
-    def __init__(self, roots: dict[str, Path], missing: dict[str, str], kind: str = "cgroup v1") -> None:
+    def __init__(
+        self,
+        roots: dict[str, Path],
+        missing: dict[str, str],
+        kind: str = "cgroup v1",
+        device_program: Path | None = None,
+    ) -> None:
         self.roots, self.missing, self.kind = roots, missing, kind
+        # cgroup v2: roots["devices"] is a cgroup2 folder and this helper attaches the rules
+        # (gpupool.contain.devfilter); None: the v1 devices controller's files
+        self.device_program = device_program
         self.jobs_cpu_shares = 0  # the jobs folder's weight (0: the kernel's 1024), see `reserve`
 
     def status(self) -> dict[str, str]:
@@ -213,6 +227,13 @@ class Controllers:
             return False
         folder = self.path("devices", rel)
         allow, deny = device_rules(minors)
+        if self.device_program is not None:
+            if not folder.is_dir():
+                return False
+            # one program for the whole set, swapped atomically: a move's caller asks for both
+            # ends first, then the destination alone (make-before-break as on v1)
+            devfilter.attach(self.device_program, folder, deny)
+            return True
         try:
             for rule in allow:
                 _write(folder / "devices.allow", rule)
@@ -287,15 +308,36 @@ class NoControllers(Controllers):
         super().__init__({}, why, "")
 
 
-def find_controllers(
+def v2_devices(
     mounts: list[tuple[str, str, set[str]]], own: dict[str, str], hub_dir: str
+) -> tuple[Path | None, Path | None, str]:
+    """(this hub's cgroup2 folder, the device program's helper, "") for the devices limit on
+    cgroup v2, or (None, None, why not)."""
+    point = next((m[0] for m in mounts if m[1] == "cgroup2"), None)
+    if point is None:
+        return None, None, "no cgroup2 file system is mounted for a device program"
+    root = Path(point, own.get("", "/").lstrip("/"), hub_dir)
+    try:
+        os.makedirs(root, mode=0o755, exist_ok=True)
+    except OSError as err:
+        return None, None, f"cannot make cgroups under {root}: {err.strerror}"
+    program, why = devfilter.helper()
+    return (root, program, "") if program else (None, None, why)
+
+
+def find_controllers(
+    mounts: list[tuple[str, str, set[str]]], own: dict[str, str], hub_dir: str, devices: str = "auto"
 ) -> Controllers:
     """The v1 devices, memory, pids and cpu hierarchies for this hub (folders made now), or the
-    reason each cannot be used."""
+    reason each cannot be used. `devices`: auto (the v1 controller where mounted, else a cgroup v2
+    device program), v1 or v2 (that one only)."""
     roots: dict[str, Path] = {}
     missing: dict[str, str] = {}
+    program = None
     for limit in LIMITS:
         ctrl = CONTROLLER[limit]
+        if limit == "devices" and devices == "v2":
+            continue  # below
         point = next((m[0] for m in mounts if m[1] == "cgroup" and ctrl in m[2]), None)
         if point is None:
             missing[limit] = f"no cgroup v1 {ctrl} hierarchy is mounted"
@@ -317,4 +359,11 @@ def find_controllers(
             missing[limit] = f"no {file} in the {ctrl} hierarchy"
             continue
         roots[ctrl] = root
-    return Controllers(roots, missing)
+    if devices == "v2" or (devices == "auto" and "devices" in missing):
+        root2, program, why = v2_devices(mounts, own, hub_dir)
+        if root2 is None:
+            missing["devices"] = why if devices == "v2" else f"{missing['devices']}; {why}"
+        else:
+            roots["devices"] = root2
+            missing.pop("devices", None)
+    return Controllers(roots, missing, device_program=program)

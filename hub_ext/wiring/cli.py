@@ -284,7 +284,7 @@ def containment_note(c: Config, state: str) -> str:
 
     db_url = c.GPUPool.db_url if "db_url" in c.GPUPool else f"sqlite:///{state}/gpupool.sqlite"
     opts = Containment(config=c)
-    tree = detect(opts.mode, hub_key(db_url))
+    tree = detect(opts.mode, hub_key(db_url), devices=opts.devices)
     cgroups = WorkloadCgroups(tree, "", policy=opts.policy())
     first = cgroups.describe().replace(f" ({tree.root})", "") if tree.available else cgroups.describe()
     # each limit, enforced or not and why (said, never silent)

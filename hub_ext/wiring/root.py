@@ -140,7 +140,7 @@ class GPUPoolHub:
             from gpupool.host.instance import settle
 
             opts = Containment(config=self.config)
-            tree = detect(opts.mode, self.hub_key)
+            tree = detect(opts.mode, self.hub_key, devices=opts.devices)
             instance = settle(
                 self.pool.store,
                 tree,
