@@ -480,3 +480,24 @@ def test_without_a_v1_devices_hierarchy_the_devices_limit_is_a_cgroup_v2_program
         "NOT enforced"
     )
     assert devfilter.rules(["c 195:0 rwm"]) == "allow a *:* rwm\ndeny c 195:0 rwm\n"
+
+
+def test_root_runs_no_device_helper_another_user_could_swap(tmp_path: Path, monkeypatch) -> None:
+    """The hub runs the helper as root from the cache folder: a helper there that is a link, or in
+    a folder others may write (a shared XDG_CACHE_HOME, a group-writable umask), is refused."""
+    from gpupool.contain import devfilter
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "gpupool" / "devfilter-k"
+    folder.mkdir(parents=True, mode=0o755)
+    (tmp_path / "gpupool").chmod(0o755)
+    program = folder / devfilter.NAME
+    program.write_bytes(b"#!/bin/sh\n")
+    program.chmod(0o755)
+    assert devfilter.untrusted(program) == ""
+    folder.chmod(0o775)
+    assert "writable by others" in devfilter.untrusted(program)
+    folder.chmod(0o755)
+    program.unlink()
+    program.symlink_to(tmp_path / "elsewhere")
+    assert "a link" in devfilter.untrusted(program)

@@ -80,7 +80,7 @@ def build() -> Path:
     out = built_path(version)
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent)) / NAME
     try:
         done = subprocess.run(
@@ -99,6 +99,21 @@ def build() -> Path:
     return out
 
 
+def untrusted(program: Path) -> str:
+    """Why root must not run this file ("" when it may): the hub runs the helper as root, so the
+    file and every folder up to the cache root must be this user's (or root's), no link, and
+    writable by nobody else; else another user could swap the program root runs (an
+    XDG_CACHE_HOME in a shared folder, a group-writable umask)."""
+    top = cache_root()
+    for path in (program, *program.parents):
+        st = os.lstat(path)
+        if path.is_symlink() or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            return f"{path} is a link, another user's, or writable by others"
+        if path == top:
+            return ""
+    return f"{program} is not under {top}"
+
+
 _built: list[Path] = []  # this process's helper once found: each detect() asks again
 
 
@@ -107,7 +122,11 @@ def helper() -> tuple[Path | None, str]:
     if _built and _built[0].exists():
         return _built[0], ""
     try:
-        _built[:] = [build()]
+        program = build()
+        why = untrusted(program)
+        if why:
+            return None, f"will not run the cgroup v2 device program's helper as root: {why}"
+        _built[:] = [program]
         return _built[0], ""
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"cannot build the cgroup v2 device program's helper: {err}"
