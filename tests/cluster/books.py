@@ -87,3 +87,10 @@ def books(user: WebUser) -> dict:
 def project_used(user: WebUser, project: str) -> int:
     projects = user.api("GET", "/services/gpupool/api/projects").json()["projects"]
     return next(p["used_milli"] for p in projects if p["name"] == project)
+
+
+def build_milli_s(user: WebUser, since: float) -> int:
+    """The user's workspaces' allocated milli-GPU-seconds since `since` (the usage report)."""
+    r = user.api("GET", "/services/gpupool/api/usage", params={"from": str(int(since)), "by": "kind"})
+    assert r.status_code == 200, r.text[:500]
+    return next((row["allocated_milli_s"] for row in r.json()["rows"] if row["key"] == "build"), 0)

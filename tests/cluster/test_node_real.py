@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.cluster import addons, build, images, kai
-from tests.cluster.books import books, delete_hub_pod, project_used, user_pods, wait_new_hub
+from tests.cluster.books import books, build_milli_s, delete_hub_pod, project_used, user_pods, wait_new_hub
 from tests.cluster.conftest import GPU_NODES
 from tests.cluster.helm import Helm
 from tests.cluster.install import (
@@ -602,6 +602,7 @@ def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_shar
         try:
             dan.login()
             assert books(dan) == {"holdings": [], "fits": {250: True, 500: True}, "quota": 500}
+            began = time.time()
 
             # (a) mid-spawn: the pod exists, the hub still waits for it
             assert dan.spawn_form(gpus="0.25").status_code == 302
@@ -613,6 +614,7 @@ def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_shar
             (pod,) = user_pods(admin, "dan")
             restart()
             dan.wait_ready(180)
+            held_from = time.time()  # the share is surely held from here to the stop below
             (adopted,) = user_pods(admin, "dan")
             assert adopted["metadata"]["uid"] == pod["metadata"]["uid"]  # adopted, not made again
             assert books(dan) == {"holdings": [250], "fits": {250: True, 500: False}, "quota": 500}
@@ -647,6 +649,7 @@ def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_shar
                     dan.api("DELETE", "/hub/api/users/dan/server")
 
             stopping = threading.Thread(target=stop, daemon=True)
+            held_to = time.time()
             stopping.start()
             until(
                 lambda: any(p["metadata"].get("deletionTimestamp") for p in user_pods(admin, "dan")),
@@ -659,6 +662,13 @@ def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_shar
             assert user_pods(admin, "dan") == []
             assert books(dan) == {"holdings": [], "fits": {250: True, 500: True}, "quota": 500}
             assert job(dan, job_id)["state"] == "running" and project_used(dan, "vision") == 1000
+            # GPU-hours: the one 0.25 share, over no more than the test's time (once, not twice)
+            used = build_milli_s(dan, began)
+            assert 250 * (held_to - held_from) <= used <= 250 * (time.time() - began + 2), (
+                used,
+                held_to - held_from,
+                time.time() - began,
+            )
         finally:
             if job_id:
                 with contextlib.suppress(Exception):
