@@ -15,6 +15,8 @@ import contextlib
 import json
 import re
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import httpx
 import pytest
 
 from tests.cluster import addons, build, images, kai
+from tests.cluster.books import books, build_milli_s, delete_hub_pod, project_used, user_pods, wait_new_hub
 from tests.cluster.conftest import GPU_NODES
 from tests.cluster.helm import Helm
 from tests.cluster.install import (
@@ -571,6 +574,107 @@ print("finished after", state["runs"], "runs", flush=True)
 
 def pod_uid(admin: Resources, namespace: str, name: str) -> str:
     return (admin.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}).get("metadata", {}).get("uid", "")
+
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(1)\n"  # runs until cancelled
+
+
+def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_share_once(
+    release: dict, admin: Resources
+) -> None:
+    """The crash matrix on the real node: the hub pod is deleted (a) while dan's 0.25-GPU
+    workspace is starting (its pod made, the spawn pending), (b) right after dan submitted a
+    1-GPU train job, (c) while his server is stopping (its pod being deleted). After each the
+    Deployment's new hub, on the same database, is asked through the proxy what dan holds: the
+    adopted workspace's share exactly once (the rest of his 0.5 quota, not the whole of it, is
+    offered), the job sent to the cluster once and counted once in its project, and after the
+    interrupted stop nothing held, nothing leaked on any GPU, the whole quota his again."""
+    restarts: list[float] = []
+
+    def restart() -> None:
+        started = time.monotonic()
+        old = delete_hub_pod(admin)
+        restarts.append(wait_new_hub(admin, old, dan, started))
+
+    with explained(admin):
+        dan = WebUser(release["url"], "dan", PASSWORD)
+        job_id = ""
+        try:
+            dan.login()
+            assert books(dan) == {"holdings": [], "fits": {250: True, 500: True}, "quota": 500}
+            began = time.time()
+
+            # (a) mid-spawn: the pod exists, the hub still waits for it
+            assert dan.spawn_form(gpus="0.25").status_code == 302
+            until(
+                lambda: user_pods(admin, "dan") and dan.server().get("pending") == "spawn",
+                60,
+                "dan's pod made while the spawn is pending",
+            )
+            (pod,) = user_pods(admin, "dan")
+            restart()
+            dan.wait_ready(180)
+            held_from = time.time()  # the share is surely held from here to the stop below
+            (adopted,) = user_pods(admin, "dan")
+            assert adopted["metadata"]["uid"] == pod["metadata"]["uid"]  # adopted, not made again
+            assert books(dan) == {"holdings": [250], "fits": {250: True, 500: False}, "quota": 500}
+
+            # (b) right after a job submission
+            r = dan.api(
+                "POST",
+                "/services/gpupool/api/jobs",
+                json={"project": "vision", "gpus": 1, "name": "crash-submit", "code": SLEEPER},
+            )
+            assert r.status_code in (200, 201), r.text[:500]
+            job_id = r.json()["id"]
+            restart()
+            until(lambda: job(dan, job_id)["state"] == "running", 180, "the submitted job running")
+            jobs = admin.http.get(
+                f"/apis/batch/v1/namespaces/{HUB_NS}/jobs",
+                params={"labelSelector": f"gpupool.io/job-id={job_id}"},
+            ).json()["items"]
+            runs = admin.http.get(
+                f"/api/v1/namespaces/{HUB_NS}/pods",
+                params={"labelSelector": f"job-name=gpupool-train-{job_id}"},
+            ).json()["items"]
+            assert [j["metadata"]["name"] for j in jobs] == [f"gpupool-train-{job_id}"] and len(runs) == 1
+            rows = dan.api("GET", "/services/gpupool/api/jobs").json()["jobs"]
+            assert [j["id"] for j in rows if j["name"] == "crash-submit"] == [job_id]
+            assert project_used(dan, "vision") == 1000 and job(dan, job_id)["runs"] == 1
+            assert books(dan)["holdings"] == [250]
+
+            # (c) mid-stop: the hub has asked for the pod's deletion and waits for it to go
+            def stop() -> None:  # JupyterHub answers a stop only once done, or after 10 s
+                with contextlib.suppress(httpx.HTTPError):  # the hub goes down meanwhile
+                    dan.api("DELETE", "/hub/api/users/dan/server")
+
+            stopping = threading.Thread(target=stop, daemon=True)
+            held_to = time.time()
+            stopping.start()
+            until(
+                lambda: any(p["metadata"].get("deletionTimestamp") for p in user_pods(admin, "dan")),
+                60,
+                "dan's pod being deleted by the stop",
+            )
+            restart()
+            stopping.join(60)
+            until(lambda: not dan.server(), 120, "dan's server stopped by the new hub")
+            assert user_pods(admin, "dan") == []
+            assert books(dan) == {"holdings": [], "fits": {250: True, 500: True}, "quota": 500}
+            assert job(dan, job_id)["state"] == "running" and project_used(dan, "vision") == 1000
+            # GPU-hours: the one 0.25 share, over no more than the test's time (once, not twice)
+            used = build_milli_s(dan, began)
+            assert 250 * (held_to - held_from) <= used <= 250 * (time.time() - began + 2), (
+                used,
+                held_to - held_from,
+                time.time() - began,
+            )
+        finally:
+            if job_id:
+                with contextlib.suppress(Exception):
+                    dan.api("DELETE", f"/services/gpupool/api/jobs/{job_id}")
+            dan.close()
+    print(f"hub restarts (delete -> new hub answering): {[round(s, 1) for s in restarts]} s")
 
 
 def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
