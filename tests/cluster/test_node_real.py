@@ -573,11 +573,13 @@ def test_the_culler_hibernates_a_workspace_and_its_variable_comes_back_in_a_new_
             first = workspace_pod(admin, "dora")
             claims = {
                 v["name"]: v["persistentVolumeClaim"]["claimName"]
-                for v in first["spec"]["volumes"]
+                for v in first["spec"].get("volumes") or []
                 if "persistentVolumeClaim" in v
             }
             container = first["spec"]["containers"][0]
-            home = [m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/home/jovyan"]
+            home = [
+                m["name"] for m in container.get("volumeMounts") or [] if m["mountPath"] == "/home/jovyan"
+            ]
             assert [claims.get(n) for n in home] == ["claim-dora"], (claims, home)
             env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
             assert env["PYTHONPATH"].split(":")[0] == SINGLEUSER_STARTUP and ENV_REFUSED not in env, env
