@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 Z2JH = Path(os.environ.get("GPUPOOL_SHARED_DIR", REPO.parent / "shared")) / "charts" / "jupyterhub-4.4.0"
 
 
+# gpupool's start-up hook in tests/cluster's single-user image (helm/singleuser-image on the
+# python:3.12-slim stand-in: /usr/local/lib/python3.11/dist-packages)
+SINGLEUSER_STARTUP = "/usr/local/lib/python3.11/dist-packages/gpupool/gpu/startup"
+
+
 def image_values(ref: str) -> dict:
     name, tag = ref.rsplit(":", 1)
     return {"name": name, "tag": tag}
@@ -39,6 +44,10 @@ def gpupool_values(node_images: dict) -> dict:
         },
         "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
         "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
+        # hibernation's wake hook, where the single-user image installs gpupool (the stand-in
+        # python base is Debian's 3.11, whose pip installs to dist-packages); the state goes to
+        # the user's home claim (z2jh's dynamic storage, the default StorageClass `local`)
+        "workspaces": {"hibernateStartupDir": SINGLEUSER_STARTUP},
         # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
         "nodeAgent": {
             "image": image_values(node_images["hub"][0]),
@@ -53,11 +62,14 @@ def gpupool_values(node_images: dict) -> dict:
 # count the session's kwok nodes (their 16 GPUs), where no workspace of these tests runs
 NODE_INVENTORY = 'c.GPUPool.gpu_inventory = "local"\nc.GPUPool.virtual_gpus = 2\n'
 
+# cara's workspaces are culled within seconds, dora's hibernated within seconds (hibernation
+# is off for everyone else, as by default)
 CULLER_CONFIG = """
-c.JupyterHub.load_groups = {"quick-cull": {"users": ["cara"]}}
+c.JupyterHub.load_groups = {"quick-cull": {"users": ["cara"]}, "quick-hibernate": {"users": ["dora"]}}
 c.IdleCuller.interval_s = 5
 c.IdleCuller.window_s = 5
-c.IdleCuller.group_overrides = {"quick-cull": {"idle_limit_s": 15, "jupyter_idle_s": 5, "warn_before_s": 5}}
+_quick = {"idle_limit_s": 15, "jupyter_idle_s": 5, "warn_before_s": 5}
+c.IdleCuller.group_overrides = {"quick-cull": _quick, "quick-hibernate": {**_quick, "hibernate": True}}
 """
 
 
@@ -74,7 +86,7 @@ def z2jh_values(node_images: dict) -> dict:
                 "Authenticator": {"allow_all": True},
             },
             # before the overlay's (configure() takes the culler's settings as they are then):
-            # cara's workspaces are culled within seconds, everyone else's as by default
+            # cara's workspaces are culled, dora's hibernated, within seconds; others' as by default
             "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": NODE_INVENTORY},
         },
         "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},

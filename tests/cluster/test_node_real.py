@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import re
+import secrets
 import shutil
 import threading
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpupool.gpu.hibernate import ENV_REFUSED
 from tests.cluster import addons, build, images, kai
 from tests.cluster.books import books, build_milli_s, delete_hub_pod, project_used, user_pods, wait_new_hub
 from tests.cluster.conftest import GPU_NODES
@@ -32,6 +34,7 @@ from tests.cluster.install import (
     HUB_NS,
     PASSWORD,
     REPO,
+    SINGLEUSER_STARTUP,
     Z2JH,
     clear_applied_chart,
     clear_leftovers,
@@ -554,6 +557,72 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
             )
         finally:
             cara.close()
+
+
+def test_the_culler_hibernates_a_workspace_and_its_variable_comes_back_in_a_new_pod(
+    release: dict, real_node: RealNode, admin: Resources
+) -> None:
+    """Hibernation on a real node, as a user meets it: dora's notebook defines a variable; her
+    workspace idles, and the culler (hibernation on for her group) saves the kernel to her home
+    claim (z2jh's dynamic storage on the default StorageClass) and stops it: the pod is gone and
+    the hub's books hold no share of hers. She starts again: a new pod mounts the same claim,
+    and the notebook's first cell has the variable back, saying it was restored."""
+    with explained(admin):
+        dora = WebUser(release["url"], "dora", PASSWORD)
+        try:
+            dora.login()
+            assert dora.spawn_form(gpus="0.25").status_code == 302
+            dora.wait_ready()
+            first = workspace_pod(admin, "dora")
+            claims = {
+                v["name"]: v["persistentVolumeClaim"]["claimName"]
+                for v in first["spec"].get("volumes") or []
+                if "persistentVolumeClaim" in v
+            }
+            container = first["spec"]["containers"][0]
+            home = [
+                m["name"] for m in container.get("volumeMounts") or [] if m["mountPath"] == "/home/jovyan"
+            ]
+            assert [claims.get(n) for n in home] == ["claim-dora"], (claims, home)
+            env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+            assert env["PYTHONPATH"].split(":")[0] == SINGLEUSER_STARTUP and ENV_REFUSED not in env, env
+
+            secret = secrets.token_hex(8)
+            kernel = dora.open_notebook("work.ipynb")
+            assert dora.run(kernel, f"secret = {secret!r}\nprint(len(secret))") == "16\n"
+
+            def culled() -> list[str]:
+                r = dora.api("GET", "/services/gpupool/api/events", params={"kind": "cull"})
+                return (
+                    [e["message"] for e in r.json().get("events", []) if e["owner"] == "dora"]
+                    if r.status_code == 200
+                    else []
+                )
+
+            until(culled, 120, "the culler hibernating dora's idle workspace")
+            assert any("hibernated (1 kernel" in m for m in culled()), culled()
+            until(lambda: not dora.server(), 60, "dora's server stopped")
+            until(
+                lambda: pod_uid(admin, HUB_NS, first["metadata"]["name"]) != first["metadata"]["uid"],
+                60,
+                "dora's pod gone",
+            )
+            me = dora.api("GET", "/services/gpupool/api/me").json()
+            assert me["holdings"] == [], me  # its share released in the hub's books
+            r = dora.api("GET", "/services/gpupool/api/hibernated")
+            assert [h["owner"] for h in r.json()["hibernated"]] == ["dora"], r.text[:500]
+
+            assert dora.spawn_form(gpus="0.25").status_code == 302  # she starts again
+            dora.wait_ready()
+            second = workspace_pod(admin, "dora")
+            assert second["metadata"]["uid"] != first["metadata"]["uid"]
+            out = dora.run(dora.open_notebook("work.ipynb"), "print(secret)")
+            assert "gpupool: restored 1 variable" in out and out.endswith(secret + "\n"), out
+        finally:
+            with contextlib.suppress(httpx.HTTPError, AssertionError):  # later tests: ann's workspace alone
+                dora.api("DELETE", "/hub/api/users/dora/server")
+                until(lambda: not dora.server(), 120, "dora's server stopped at the end")
+            dora.close()
 
 
 LONG_CELL = """import time

@@ -89,6 +89,21 @@ class WebUser:
         finally:
             self.api("DELETE", f"/user/{self.name}/api/kernels/{kernel}")
 
+    def open_notebook(self, path: str) -> str:
+        """Opens the notebook `path` as JupyterLab does (a session, whose kernel knows its
+        notebook: what hibernation keys its state on); returns the kernel's id, left running."""
+        r = self.api(
+            "POST",
+            f"/user/{self.name}/api/sessions",
+            json={"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}},
+        )
+        assert r.status_code == 201, r.text[:500]
+        return r.json()["kernel"]["id"]
+
+    def run(self, kernel: str, code: str, timeout: float = 120) -> str:
+        """Runs one cell in a running kernel (see execute)."""
+        return asyncio.run(self._execute(kernel, code, timeout))
+
     async def _execute(self, kernel: str, code: str, timeout: float) -> str:
         url = self.base.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{kernel}/channels"
         ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {self.token}"}))
