@@ -1,0 +1,348 @@
+"""When will a train job waiting in KAI-Scheduler's queues start: a forecast of KAI's own order.
+
+A pure function of a snapshot of the cluster (queues with their quota, limit, over-quota weight,
+priority and min runtime; running jobs with their GPUs and start; pending jobs with their queue,
+priority and GPUs; mean run times), replaying KAI's scheduling cycles forward in time, one at
+each expected end of a running job and each time a running job passes its queue's min runtime:
+
+- fair share per queue (KAI's proportion plugin): each queue first gets its quota (deserved),
+  at most what it asks for (allocated + pending, capped at its limit); what is left goes to
+  queues of the highest queue priority first, split by over-quota weight, up to what each asks;
+- allocate: queues are taken in KAI's queue order (under their fair share before those over
+  it; a job that keeps its queue within its quota first; higher queue priority; the smaller
+  share of its fair share), a queue's jobs by priority then age; a job that does not fit is
+  passed over and the next is tried (KAI reserves nothing for it);
+- reclaim: a job whose queue stays within its fair share takes GPUs from queues over theirs,
+  from jobs that have run their queue's min runtime, as long as the victim's queue keeps its
+  fair share;
+- preempt: a job takes GPUs from lower-priority jobs of its own queue past the min runtime.
+
+GPUs are counted across the cluster (milli-GPUs), not node by node: a job that needs GPUs on one
+node may start later than said when the free ones are spread. Node pools (KAI's shards) are
+forecast one at a time by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+DEFAULT_RUNTIME_S = 3600.0  # a queue with no finished job yet: an hour each
+HORIZON_S = 7 * 86400.0  # beyond this, "no start in sight"
+MAX_CYCLES = 5000  # bounds the work on a huge snapshot
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class KaiQueue:
+    name: str
+    deserved_milli: int  # the quota: always the queue's (reclaimed for it when lent)
+    limit_milli: int = -1  # -1: none
+    weight: float = 1.0  # overQuotaWeight: share of what is left beyond the quotas
+    priority: int = 100  # the queue's priority: its over-quota share is served first
+    min_runtime_s: float = 0.0  # preempt/reclaimMinRuntime: a job runs this long before it can be taken
+
+    def cap(self) -> float:
+        return float("inf") if self.limit_milli < 0 else float(self.limit_milli)
+
+
+@dataclass(frozen=True)
+class KaiJob:
+    id: str
+    queue: str
+    milli: int  # GPUs x 1000
+    priority: int = 0  # the pod's priority class: higher first in its queue, and may preempt lower
+    submitted: float = 0.0
+    started: float | None = None  # running jobs: when the current run started
+    max_runtime_s: float = 0.0  # declared bound (0: none)
+    preemptible: bool = True
+    label: str = ""  # how the job is named in words ("job ab12 of vision"); its id otherwise
+
+    @property
+    def name(self) -> str:
+        return self.label or f"job {self.id}"
+
+
+@dataclass(frozen=True)
+class KaiSnapshot:
+    now: float
+    capacity_milli: int
+    queues: Mapping[str, KaiQueue]
+    running: Sequence[KaiJob] = ()
+    pending: Sequence[KaiJob] = ()
+    runtime_s: Mapping[str, float] = field(default_factory=dict)  # mean run time per queue
+    default_runtime_s: float = DEFAULT_RUNTIME_S
+
+
+@dataclass(frozen=True)
+class KaiEstimate:
+    start: float | None  # None: no start in sight within HORIZON_S
+    reason: str  # why then, in KAI's terms and plain words
+    after: str = ""  # what it waits for ("job ab12 of nlp is expected to end"); "" to start now
+
+
+@dataclass
+class _Run:
+    job: KaiJob
+    started: float
+    ends: float
+
+
+def fair_shares(
+    capacity: float, queues: Mapping[str, KaiQueue], asks: Mapping[str, float]
+) -> dict[str, float]:
+    """Each queue's fair share of `capacity` (milli), KAI's division: quota first (at most
+    what it asks), then the rest by queue priority, highest first, split by over-quota weight
+    (water-filling: what a satisfied queue does not take goes to the others). A queue never
+    asks beyond its limit."""
+    asks = {q: min(asks.get(q, 0.0), queues[q].cap()) for q in queues}
+    share = {q: min(float(queues[q].deserved_milli), asks.get(q, 0.0)) for q in queues}
+    left = capacity - sum(share.values())
+    for prio in sorted({q.priority for q in queues.values()}, reverse=True):
+        group = [q for q in queues if queues[q].priority == prio and queues[q].weight > 0]
+        while left > EPS:
+            hungry = [q for q in group if asks.get(q, 0.0) - share[q] > EPS]
+            if not hungry:
+                break
+            total = sum(queues[q].weight for q in hungry)
+            given = 0.0
+            for q in hungry:
+                give = min(left * queues[q].weight / total, asks[q] - share[q])
+                share[q] += give
+                given += give
+            left -= given
+            if given <= EPS:
+                break
+    return share
+
+
+def _order(job: KaiJob) -> tuple:
+    return (-job.priority, job.submitted, job.id)
+
+
+def _gpus(milli: float) -> str:
+    return f"{milli / 1000:g}"
+
+
+def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
+    """Every pending job's expected start and why, by replaying KAI's cycles forward."""
+    now = snap.now
+
+    def runtime(job: KaiJob) -> float:
+        mean = snap.runtime_s.get(job.queue, snap.default_runtime_s)
+        return min(mean, job.max_runtime_s) if job.max_runtime_s > 0 else mean
+
+    runs: list[_Run] = []
+    for j in snap.running:
+        started = now if j.started is None else j.started
+        ends = started + runtime(j)
+        if ends <= now:  # ran past its mean already: as long again, the least surprising guess
+            ends = now + max(now - started, 60.0)
+            if j.max_runtime_s > 0:
+                ends = min(ends, max(now, started + j.max_runtime_s))
+        runs.append(_Run(j, started, ends))
+    waiting = {j.id: j for j in snap.pending if j.queue in snap.queues}
+    need: dict[str, float] = {}  # a reclaimed job resumes from its checkpoint: what it had left
+    out: dict[str, KaiEstimate] = {}
+    blocked: dict[str, str] = {}
+    for j in snap.pending:
+        q = snap.queues.get(j.queue)
+        if q is None:
+            out[j.id] = KaiEstimate(None, f"its queue {j.queue} is not one of KAI's queues known here")
+        elif j.milli > q.cap():
+            out[j.id] = KaiEstimate(
+                None,
+                f"it asks for {_gpus(j.milli)} GPUs, more than queue {q.name}'s limit of {_gpus(q.cap())}",
+            )
+            waiting.pop(j.id)
+        elif j.milli > snap.capacity_milli:
+            out[j.id] = KaiEstimate(
+                None,
+                f"it asks for {_gpus(j.milli)} GPUs, more than the cluster's {_gpus(snap.capacity_milli)}",
+            )
+            waiting.pop(j.id)
+    t, after = now, ""
+    for _ in range(MAX_CYCLES):
+        if all(j.id in out for j in snap.pending) or t > now + HORIZON_S:
+            break
+        _cycle(snap, t, after, runs, waiting, need, out, blocked, runtime)
+        # the next moment anything changes: a run's expected end, or a run passing its min runtime
+        endings = [(r.ends, f"{r.job.name} is expected to end") for r in runs if r.ends > t]
+        ripe = [
+            (
+                r.started + snap.queues[r.job.queue].min_runtime_s,
+                f"{r.job.name} passes its queue's min runtime",
+            )
+            for r in runs
+            if r.job.queue in snap.queues and r.started + snap.queues[r.job.queue].min_runtime_s > t
+        ]
+        if not endings and not ripe:
+            break
+        t, after = min(endings + ripe)
+        done = [r for r in runs if r.ends <= t]
+        runs[:] = [r for r in runs if r.ends > t]
+        if done:
+            after = " and ".join(f"{r.job.name}" for r in done[:2]) + (
+                " are expected to end" if len(done) > 1 else " is expected to end"
+            )
+    for j in snap.pending:
+        if j.id not in out:
+            out[j.id] = KaiEstimate(
+                None, blocked.get(j.id, "no start in sight within a week at the present load")
+            )
+    return out
+
+
+def _cycle(
+    snap: KaiSnapshot,
+    t: float,
+    after: str,
+    runs: list[_Run],
+    waiting: dict[str, KaiJob],
+    need: dict[str, float],
+    out: dict[str, KaiEstimate],
+    blocked: dict[str, str],
+    runtime: Callable[[KaiJob], float],
+) -> None:
+    """One KAI cycle at time `t`: fair shares, then allocate, reclaim, preempt job by job."""
+    queues = snap.queues
+    alloc = {q: 0.0 for q in queues}
+    for r in runs:
+        if r.job.queue in alloc:
+            alloc[r.job.queue] += r.job.milli
+    other = sum(r.job.milli for r in runs if r.job.queue not in alloc)  # outside the queues known
+    free = snap.capacity_milli - other - sum(alloc.values())
+    todo = sorted(waiting.values(), key=_order)
+    asks = dict(alloc)
+    for j in todo:
+        asks[j.queue] += j.milli
+    asks = {q: min(v, queues[q].cap()) for q, v in asks.items()}
+    fair = fair_shares(snap.capacity_milli - other, queues, asks)
+    tried: set[str] = set()
+
+    def key(j: KaiJob) -> tuple:
+        q = queues[j.queue]
+        over = alloc[j.queue] > fair[j.queue] + EPS
+        within_quota = alloc[j.queue] + j.milli <= q.deserved_milli + EPS
+        zero = fair[j.queue] <= EPS
+        share = (alloc[j.queue] + j.milli) / max(fair[j.queue], EPS)
+        return (over, not within_quota, -q.priority, zero, share, _order(j))
+
+    while True:
+        heads: dict[str, KaiJob] = {}
+        for j in todo:
+            if j.id not in tried and j.id in waiting and j.queue not in heads:
+                heads[j.queue] = j
+        if not heads:
+            return
+        job = min(heads.values(), key=key)
+        tried.add(job.id)
+        q = queues[job.queue]
+        if alloc[job.queue] + job.milli > q.cap() + EPS:
+            blocked[job.id] = f"queue {q.name} is at its limit of {_gpus(q.cap())} GPUs"
+            continue
+        victims: list[_Run] = []
+        how = ""
+        if job.milli > free + EPS:
+            victims, how = _reclaim(job, t, runs, alloc, fair, queues, free)
+            if not victims:
+                victims, how = _preempt(job, t, runs, queues, free)
+            if not victims:
+                blocked[job.id] = _why_waiting(job, q, alloc, fair)
+                continue
+        for v in victims:  # back to its queue; it resumes from its checkpoint with what it had left
+            runs.remove(v)
+            alloc[v.job.queue] += -v.job.milli
+            free += v.job.milli
+            left = max(60.0, v.ends - t)
+            need[v.job.id] = left
+            waiting[v.job.id] = replace(v.job, started=None)  # its first start stays its estimate
+            todo.append(waiting[v.job.id])
+            todo.sort(key=_order)
+        within = alloc[job.queue] + job.milli <= q.deserved_milli + EPS
+        if how:
+            reason = how
+        elif within:
+            reason = f"within queue {q.name}'s guarantee of {_gpus(q.deserved_milli)} GPUs"
+        else:
+            reason = (
+                f"beyond queue {q.name}'s guarantee of {_gpus(q.deserved_milli)} GPUs, on idle GPUs"
+                f" (over-quota weight {q.weight:g}): it may be reclaimed"
+            )
+        if job.id not in out:
+            out[job.id] = KaiEstimate(t, reason, after if t > snap.now else "")
+        waiting.pop(job.id, None)
+        length = need.pop(job.id, None) or runtime(job)
+        runs.append(_Run(replace(job, started=t), t, t + length))
+        alloc[job.queue] += job.milli
+        free -= job.milli
+
+
+def _ripe(r: _Run, t: float, queues: Mapping[str, KaiQueue]) -> bool:
+    q = queues.get(r.job.queue)
+    return r.job.preemptible and q is not None and t - r.started >= q.min_runtime_s - EPS
+
+
+def _reclaim(
+    job: KaiJob,
+    t: float,
+    runs: list[_Run],
+    alloc: Mapping[str, float],
+    fair: Mapping[str, float],
+    queues: Mapping[str, KaiQueue],
+    free: float,
+) -> tuple[list[_Run], str]:
+    """KAI's reclaim: only for a job whose queue stays within its fair share, from queues over
+    theirs, never taking a victim's queue below its fair share, from jobs past the min runtime."""
+    if alloc[job.queue] + job.milli > fair[job.queue] + EPS:
+        return [], ""
+    taken: list[_Run] = []
+    left = dict(alloc)
+    got = free
+    pool = [r for r in runs if r.job.queue != job.queue and r.job.queue in queues and _ripe(r, t, queues)]
+    # most over its fair share first; in a queue, its lowest-priority, youngest job
+    pool.sort(key=lambda r: (-(alloc[r.job.queue] - fair[r.job.queue]), r.job.priority, -r.started))
+    for r in pool:
+        if got >= job.milli - EPS:
+            break
+        if left[r.job.queue] - r.job.milli < fair[r.job.queue] - EPS:
+            continue
+        taken.append(r)
+        left[r.job.queue] -= r.job.milli
+        got += r.job.milli
+    if got < job.milli - EPS:
+        return [], ""
+    names = sorted({r.job.queue for r in taken})
+    return taken, (
+        f"reclaims GPUs for queue {job.queue} (within its fair share) from queue"
+        f"{'s' if len(names) > 1 else ''} {', '.join(names)} over theirs"
+        f" ({', '.join(r.job.name for r in taken[:3])}{', ...' if len(taken) > 3 else ''})"
+    )
+
+
+def _preempt(
+    job: KaiJob, t: float, runs: list[_Run], queues: Mapping[str, KaiQueue], free: float
+) -> tuple[list[_Run], str]:
+    """KAI's preempt: a job takes GPUs from lower-priority jobs of its own queue past the min runtime."""
+    pool = [
+        r for r in runs if r.job.queue == job.queue and r.job.priority < job.priority and _ripe(r, t, queues)
+    ]
+    pool.sort(key=lambda r: (r.job.priority, -r.started))
+    taken: list[_Run] = []
+    got = free
+    for r in pool:
+        if got >= job.milli - EPS:
+            break
+        taken.append(r)
+        got += r.job.milli
+    if got < job.milli - EPS:
+        return [], ""
+    return taken, f"preempts lower-priority {', '.join(r.job.name for r in taken[:3])} of its queue"
+
+
+def _why_waiting(job: KaiJob, q: KaiQueue, alloc: Mapping[str, float], fair: Mapping[str, float]) -> str:
+    if alloc[job.queue] + job.milli > fair[job.queue] + EPS:
+        return (
+            f"queue {q.name} would exceed its fair share ({_gpus(fair[job.queue])} GPUs) and no GPUs are idle"
+        )
+    return "no GPUs idle, and none KAI may reclaim or preempt yet"

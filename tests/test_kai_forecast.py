@@ -1,0 +1,130 @@
+"""The forecast of KAI-Scheduler's order (gpupool.kube.kai_forecast) on small hand-built
+snapshots: each test is an order a user waiting in KAI's queues would notice."""
+
+from __future__ import annotations
+
+from gpupool.kube.kai_forecast import KaiJob, KaiQueue, KaiSnapshot, fair_shares, forecast
+
+NOW = 10_000.0
+H = 3600.0
+
+
+def queues(*qs: KaiQueue) -> dict[str, KaiQueue]:
+    return {q.name: q for q in qs}
+
+
+def test_a_job_under_its_queues_guarantee_starts_before_an_older_one_of_an_over_quota_queue() -> None:
+    # 4 GPUs, all busy: `other` holds its guarantee of 2 until its run ends in 10 min; `nlp`
+    # holds 2, over its guarantee of 1 (nothing is reclaimable: taking its one job would leave
+    # it under its share). `vision` holds nothing of its guarantee of 2: when the GPUs free up,
+    # its job starts before nlp's older one.
+    snap = KaiSnapshot(
+        NOW,
+        4000,
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 1000), KaiQueue("other", 2000)),
+        running=[
+            KaiJob("o1", "other", 2000, started=NOW - H + 600),
+            KaiJob("n1", "nlp", 2000, started=NOW - 60),
+        ],
+        pending=[
+            KaiJob("old", "nlp", 2000, submitted=NOW - 900),
+            KaiJob("v1", "vision", 2000, submitted=NOW - 10),
+        ],
+        runtime_s={"nlp": H, "vision": H, "other": H},
+    )
+    est = forecast(snap)
+    assert est["v1"].start == NOW + 600
+    assert "within queue vision's guarantee of 2 GPUs" in est["v1"].reason
+    assert est["v1"].after == "job o1 is expected to end"
+    assert est["old"].start is not None and est["old"].start > est["v1"].start
+
+
+def test_reclaim_of_over_quota_work_waits_for_its_min_runtime() -> None:
+    # `nlp` borrowed all 4 GPUs (guarantee 0); `vision`'s job is due its guarantee of 2 and
+    # reclaims them, but only once the borrower has run nlp's min runtime (20 min), long
+    # before the borrowers end
+    snap = KaiSnapshot(
+        NOW,
+        4000,
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 0, min_runtime_s=1200)),
+        running=[
+            KaiJob("young", "nlp", 2000, started=NOW - 300),
+            KaiJob("young2", "nlp", 2000, started=NOW - 200),
+        ],
+        pending=[KaiJob("v1", "vision", 2000, submitted=NOW)],
+        runtime_s={"nlp": 10 * H},
+    )
+    est = forecast(snap)["v1"]
+    assert est.start == NOW + 900  # `young` passes 20 min first
+    assert "reclaims GPUs for queue vision" in est.reason and "from queue nlp" in est.reason
+    assert "(job young)" in est.reason and "min runtime" in est.after
+    # without a min runtime it reclaims at once
+    free = KaiSnapshot(**{**snap.__dict__, "queues": queues(KaiQueue("vision", 2000), KaiQueue("nlp", 0))})
+    assert forecast(free)["v1"].start == NOW
+
+
+def test_no_reclaim_for_a_queue_already_at_its_fair_share() -> None:
+    # `vision` already holds its guarantee; a second job of it would go over its fair share,
+    # so it waits for a run to end instead of reclaiming from `nlp`
+    snap = KaiSnapshot(
+        NOW,
+        4000,
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 2000)),
+        running=[
+            KaiJob("v0", "vision", 2000, started=NOW - 60),
+            KaiJob("n0", "nlp", 2000, started=NOW - 1800),
+        ],
+        pending=[KaiJob("v1", "vision", 2000, submitted=NOW)],
+        runtime_s={"vision": H, "nlp": H},
+    )
+    est = forecast(snap)["v1"]
+    assert est.start == NOW + 1800 and est.after == "job n0 is expected to end"
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_of_its_own_queue() -> None:
+    snap = KaiSnapshot(
+        NOW,
+        2000,
+        queues(KaiQueue("vision", 2000)),
+        running=[KaiJob("low", "vision", 2000, priority=0, started=NOW - 60)],
+        pending=[KaiJob("urgent", "vision", 2000, priority=75, submitted=NOW)],
+        runtime_s={"vision": H},
+    )
+    est = forecast(snap)["urgent"]
+    assert est.start == NOW and "preempts lower-priority job low of its queue" in est.reason
+    # the same priority: it waits its turn
+    same = KaiSnapshot(**{**snap.__dict__, "pending": [KaiJob("next", "vision", 2000, submitted=NOW)]})
+    assert forecast(same)["next"].start == NOW + H - 60
+
+
+def test_in_a_queue_higher_priority_goes_first_and_a_big_job_is_passed_over() -> None:
+    snap = KaiSnapshot(
+        NOW,
+        2000,
+        queues(KaiQueue("vision", 2000)),
+        running=[KaiJob("r", "vision", 1000, started=NOW - 60)],
+        pending=[
+            KaiJob("big", "vision", 2000, submitted=NOW - 100),
+            KaiJob("small", "vision", 1000, submitted=NOW - 50),
+        ],
+        runtime_s={"vision": H},
+    )
+    est = forecast(snap)
+    # KAI reserves nothing for the big job: the small one behind it takes the idle GPU now
+    assert est["small"].start == NOW
+    assert est["big"].start is not None and est["big"].start > NOW
+
+
+def test_over_quota_idle_gpus_go_by_weight_and_limits_hold() -> None:
+    qs = queues(KaiQueue("a", 0, weight=3), KaiQueue("b", 0, weight=1), KaiQueue("c", 0, limit_milli=1000))
+    share = fair_shares(8000, qs, {"a": 8000, "b": 8000, "c": 8000})
+    assert (round(share["a"]), round(share["b"]), round(share["c"])) == (5250, 1750, 1000)
+    est = forecast(KaiSnapshot(NOW, 8000, qs, pending=[KaiJob("huge", "c", 2000)]))["huge"]
+    assert est.start is None and "queue c's limit of 1" in est.reason
+    est = forecast(KaiSnapshot(NOW, 8000, qs, pending=[KaiJob("x", "a", 1000)]))["x"]
+    assert est.start == NOW and "beyond queue a's guarantee" in est.reason and "reclaimed" in est.reason
+
+
+def test_a_job_bigger_than_the_cluster_never_starts() -> None:
+    est = forecast(KaiSnapshot(NOW, 2000, queues(KaiQueue("a", 2000)), pending=[KaiJob("x", "a", 4000)]))
+    assert est["x"].start is None and "more than the cluster's 2" in est["x"].reason
