@@ -17,11 +17,11 @@ def test_a_job_under_its_queues_guarantee_starts_before_an_older_one_of_an_over_
     # 4 GPUs, all busy: `other` holds its guarantee of 2 until its run ends in 10 min; `nlp`
     # holds 2, over its guarantee of 1 (nothing is reclaimable: taking its one job would leave
     # it under its share). `vision` holds nothing of its guarantee of 2: when the GPUs free up,
-    # its job starts before nlp's older one.
+    # its job starts before nlp's older one, though nlp's queue has the higher priority.
     snap = KaiSnapshot(
         NOW,
         4000,
-        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 1000), KaiQueue("other", 2000)),
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 1000, priority=200), KaiQueue("other", 2000)),
         running=[
             KaiJob("o1", "other", 2000, started=NOW - H + 600),
             KaiJob("n1", "nlp", 2000, started=NOW - 60),
