@@ -159,3 +159,50 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
         "input.ipynb",
         "output.ipynb",
     ]
+
+
+async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_path: Path, api_client) -> None:
+    """The jobs API's `eta` on Kubernetes (ApiServices' estimates, as the handlers read them):
+    made from the hub's copy of the cluster by forecasting KAI's order. `nlp` borrowed all 4
+    GPUs beyond its guarantee; a `vision` job due its guarantee reclaims them at once, while
+    nlp's next job waits for the reclaimed one to resume and end (run times: the mean of nlp's
+    finished jobs)."""
+    from gpupool.api.services import ApiServices
+    from gpupool.train.kai_estimates import KaiEstimates
+    from gpupool.vocab.states import Intent
+    from tests.support.jobs import job_request
+
+    svc = make_service(tmp_path, api_client, projects={"vision": {"guarantee": 2}, "nlp": {"guarantee": 0}})
+    now = 50_000.0
+
+    def row(
+        project: str, state: str = "queued", started: float | None = None, at: float = now - 600, **kw: object
+    ) -> str:
+        job = job_request(owner="ann", project=project, name="r", command=["true"], num_gpu=2)
+        rid = svc._record_new(job, ["python"], at, message="waiting for GPUs in queue " + project).id
+        svc._set(rid, state=state, started=started, **kw)
+        return rid
+
+    row("nlp", "succeeded", started=now - 5000, finished=now - 5000 + 1800)  # nlp's runs last 30 min
+    n1 = row("nlp", "running", started=now - 300)
+    n2 = row("nlp", "running", started=now - 200)  # the younger: KAI reclaims it first
+    v1 = row("vision")
+    n3 = row("nlp", at=now - 10)
+    held = row("vision", intent=Intent.BUDGET_HOLD)
+    estimates = ApiServices(svc.pool, None, training=svc).estimates  # type: ignore[arg-type]
+    assert isinstance(estimates, KaiEstimates)
+    estimates.clock = lambda: now
+    eta = await estimates.for_job(svc.job(v1))
+    assert eta is not None and eta["start"] == now and eta["in_s"] == 0
+    assert eta["text"].endswith(
+        "reclaims GPUs for queue vision (within its fair share) from queue nlp over theirs (job "
+        + f"{n2} of nlp)"
+    )
+    assert "KAI-Scheduler's order" in eta["basis"] and "finished jobs of vision" not in eta["basis"]
+    later = await estimates.for_job(svc.job(n3))
+    # n1 ends at +25 min; the reclaimed n2 (older) resumes then with its 26 min left, and n3 follows
+    assert later is not None and later["start"] == now + 1500 + 1600
+    assert later["after"] == f"job {n2} of nlp is expected to end"
+    assert "run times from the finished jobs of nlp (1)" in later["basis"]
+    assert await estimates.for_job(svc.job(held)) is None  # its hold is its wait reason
+    assert await estimates.for_job(svc.job(n1)) is None  # running
