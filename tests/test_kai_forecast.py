@@ -3,7 +3,7 @@ snapshots: each test is an order a user waiting in KAI's queues would notice."""
 
 from __future__ import annotations
 
-from gpupool.kube.kai_forecast import KaiJob, KaiQueue, KaiSnapshot, fair_shares, forecast
+from gpupool.kube.kai_forecast import KaiJob, KaiQueue, KaiSnapshot, fair_shares, forecast, go_duration
 
 NOW = 10_000.0
 H = 3600.0
@@ -128,3 +128,8 @@ def test_over_quota_idle_gpus_go_by_weight_and_limits_hold() -> None:
 def test_a_job_bigger_than_the_cluster_never_starts() -> None:
     est = forecast(KaiSnapshot(NOW, 2000, queues(KaiQueue("a", 2000)), pending=[KaiJob("x", "a", 4000)]))
     assert est["x"].start is None and "more than the cluster's 2" in est["x"].reason
+
+
+def test_min_runtimes_are_read_as_kai_reads_them() -> None:
+    assert (go_duration("10m"), go_duration("1h30m"), go_duration("90s")) == (600, 5400, 90)
+    assert go_duration("") == go_duration("10") == go_duration("10m; rm") == go_duration("9" * 70 + "s") == 0

@@ -24,6 +24,7 @@ forecast one at a time by the caller.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +32,21 @@ DEFAULT_RUNTIME_S = 3600.0  # a queue with no finished job yet: an hour each
 HORIZON_S = 7 * 86400.0  # beyond this, "no start in sight"
 MAX_CYCLES = 5000  # bounds the work on a huge snapshot
 EPS = 1e-6
+
+
+GO_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+GO_PART = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(ns|us|ms|s|m|h)")
+
+
+def go_duration(text: str) -> float:
+    """Seconds of a Go duration as KAI's queues take it ("10m", "1h30m"); 0 for "" and for
+    anything else (bounded: a value from configuration, never trusted to be well-formed)."""
+    if not isinstance(text, str) or len(text) > 64 or not text:
+        return 0.0
+    parts = GO_PART.findall(text)
+    if "".join(a + b for a, b in parts) != text:
+        return 0.0
+    return sum(float(a) * GO_UNITS[b] for a, b in parts)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpupool.kube.kai_forecast import KaiEstimate, KaiJob, KaiQueue, KaiSnapshot, forecast
+from gpupool.kube.kai_forecast import KaiEstimate, KaiJob, KaiQueue, KaiSnapshot, forecast, go_duration
 from gpupool.train.estimates import HISTORY, Estimates, clock_text, eta_text, stated_error
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import Intent, JobState
@@ -41,7 +41,14 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
         return None
     rows = svc.jobs()
     queues = {
-        name: KaiQueue(name, p.guarantee_milli, p.limit_milli, p.weight, p.priority)
+        name: KaiQueue(
+            name,
+            p.guarantee_milli,
+            p.limit_milli,
+            p.weight,
+            p.priority,
+            go_duration(opts.queue_min_runtime.get(name, "")),  # the chart's minRuntime
+        )
         for name, p in svc.projects.items()
     }
 

@@ -6,6 +6,7 @@ tests/cluster/test_train_service_real.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,10 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     assert "run times from the finished jobs of nlp (1)" in later["basis"]
     assert await estimates.for_job(svc.job(held)) is None  # its hold is its wait reason
     assert await estimates.for_job(svc.job(n1)) is None  # running
+    # the chart's minRuntime of nlp's queue (20 min): KAI reclaims only a run that has lasted that
+    # long, so vision's job starts when n1, the first to get there, does
+    svc.opts = replace(svc.opts, queue_min_runtime={"nlp": "20m"})
+    kept = KaiEstimates(svc, clock=lambda: now)
+    eta = await kept.for_job(svc.job(v1))
+    assert eta is not None and eta["start"] == now + 900 and eta["text"].endswith(f"(job {n1} of nlp)")
+    assert eta["after"] == f"job {n1} of nlp passes its queue's min runtime"
