@@ -161,6 +161,7 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
     need: dict[str, float] = {}  # a reclaimed job resumes from its checkpoint: what it had left
     out: dict[str, KaiEstimate] = {}
     blocked: dict[str, str] = {}
+    stuck: dict[str, str] = {}
     for j in snap.pending:
         q = snap.queues.get(j.queue)
         if q is None:
@@ -181,7 +182,8 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
     for _ in range(MAX_CYCLES):
         if all(j.id in out for j in snap.pending) or t > now + HORIZON_S:
             break
-        _cycle(snap, t, after, runs, waiting, need, out, blocked, runtime)
+        stuck: dict[str, str] = {}  # a queue passed over this cycle: why its jobs wait
+        _cycle(snap, t, after, runs, waiting, need, out, blocked, stuck, runtime)
         # the next moment anything changes: a run's expected end, or a run passing its min runtime
         endings = [(r.ends, f"{r.job.name} is expected to end") for r in runs if r.ends > t]
         ripe = [
@@ -201,12 +203,11 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
             after = " and ".join(f"{r.job.name}" for r in done[:2]) + (
                 " are expected to end" if len(done) > 1 else " is expected to end"
             )
-    for j in snap.pending:
-        if j.id not in out:
-            out[j.id] = KaiEstimate(
-                None, blocked.get(j.id, "no start in sight within a week at the present load")
-            )
-    return out
+    never = "no start in sight within a week at the present load"
+    return {
+        j.id: out.get(j.id) or KaiEstimate(None, blocked.get(j.id) or stuck.get(j.queue) or never)
+        for j in snap.pending
+    }
 
 
 def _cycle(
@@ -218,6 +219,7 @@ def _cycle(
     need: dict[str, float],
     out: dict[str, KaiEstimate],
     blocked: dict[str, str],
+    stuck: dict[str, str],
     runtime: Callable[[KaiJob], float],
 ) -> None:
     """One KAI cycle at time `t`: fair shares, then allocate, reclaim, preempt job by job."""
@@ -228,13 +230,32 @@ def _cycle(
             alloc[r.job.queue] += r.job.milli
     other = sum(r.job.milli for r in runs if r.job.queue not in alloc)  # outside the queues known
     free = snap.capacity_milli - other - sum(alloc.values())
-    todo = sorted(waiting.values(), key=_order)
+    by_queue: dict[str, list[KaiJob]] = {}  # each queue's waiting jobs in KAI's order
+    for j in sorted(waiting.values(), key=_order):
+        by_queue.setdefault(j.queue, []).append(j)
+    at = dict.fromkeys(by_queue, 0)  # each queue's next job to try this cycle
+    # the fewest GPUs any job from there on asks for: once none of them fits what is free, and
+    # reclaim and preemption failed for fewer, the queue is done for this cycle (its later jobs
+    # have no higher priority, so no more victims)
+    least: dict[str, list[int]] = {}
+    for q, jobs in by_queue.items():
+        tail = [0] * len(jobs)
+        m = 1 << 62
+        for i in range(len(jobs) - 1, -1, -1):
+            m = min(m, jobs[i].milli)
+            tail[i] = m
+        least[q] = tail
     asks = dict(alloc)
-    for j in todo:
-        asks[j.queue] += j.milli
-    asks = {q: min(v, queues[q].cap()) for q, v in asks.items()}
+    for q, jobs in by_queue.items():
+        asks[q] += sum(j.milli for j in jobs)
     fair = fair_shares(snap.capacity_milli - other, queues, asks)
-    tried: set[str] = set()
+    # what a reclaim or a preemption could not free for a queue this cycle: a later job of it
+    # as big or bigger is not searched for again (the search is over every run)
+    no_reclaim: dict[str, float] = {}
+    no_preempt: dict[str, float] = {}
+    lowest: dict[str, int] = {}  # the lowest priority running in each queue: none lower, no preemption
+    for r in runs:
+        lowest[r.job.queue] = min(lowest.get(r.job.queue, r.job.priority), r.job.priority)
 
     def key(j: KaiJob) -> tuple:
         q = queues[j.queue]
@@ -245,14 +266,20 @@ def _cycle(
         return (over, not within_quota, -q.priority, zero, share, _order(j))
 
     while True:
-        heads: dict[str, KaiJob] = {}
-        for j in todo:
-            if j.id not in tried and j.id in waiting and j.queue not in heads:
-                heads[j.queue] = j
+        for q, i in at.items():
+            if (
+                i < len(by_queue[q])
+                and least[q][i] > free + EPS
+                and least[q][i] >= no_reclaim.get(q, float("inf"))
+                and least[q][i] >= no_preempt.get(q, float("inf"))
+            ):
+                stuck[q] = _why_waiting(by_queue[q][i], queues[q], alloc, fair)
+                at[q] = len(by_queue[q])
+        heads = [by_queue[q][i] for q, i in at.items() if i < len(by_queue[q])]
         if not heads:
             return
-        job = min(heads.values(), key=key)
-        tried.add(job.id)
+        job = min(heads, key=key)
+        at[job.queue] += 1  # tried: KAI passes over a job that does not fit, to the next
         q = queues[job.queue]
         if alloc[job.queue] + job.milli > q.cap() + EPS:
             blocked[job.id] = f"queue {q.name} is at its limit of {_gpus(q.cap())} GPUs"
@@ -260,21 +287,27 @@ def _cycle(
         victims: list[_Run] = []
         how = ""
         if job.milli > free + EPS:
-            victims, how = _reclaim(job, t, runs, alloc, fair, queues, free)
-            if not victims:
+            if job.milli < no_reclaim.get(job.queue, float("inf")):
+                victims, how = _reclaim(job, t, runs, alloc, fair, queues, free)
+                if not victims:
+                    no_reclaim[job.queue] = job.milli
+            if victims:
+                pass
+            elif lowest.get(job.queue, job.priority) >= job.priority:
+                no_preempt[job.queue] = 0  # nothing of lower priority runs there: nor for its later jobs
+            elif job.milli < no_preempt.get(job.queue, float("inf")):
                 victims, how = _preempt(job, t, runs, queues, free)
+                if not victims:
+                    no_preempt[job.queue] = job.milli
             if not victims:
                 blocked[job.id] = _why_waiting(job, q, alloc, fair)
                 continue
-        for v in victims:  # back to its queue; it resumes from its checkpoint with what it had left
+        for v in victims:  # back to its queue (from the next cycle); it resumes with what it had left
             runs.remove(v)
             alloc[v.job.queue] += -v.job.milli
             free += v.job.milli
-            left = max(60.0, v.ends - t)
-            need[v.job.id] = left
+            need[v.job.id] = max(60.0, v.ends - t)
             waiting[v.job.id] = replace(v.job, started=None)  # its first start stays its estimate
-            todo.append(waiting[v.job.id])
-            todo.sort(key=_order)
         within = alloc[job.queue] + job.milli <= q.deserved_milli + EPS
         if how:
             reason = how
@@ -290,6 +323,7 @@ def _cycle(
         waiting.pop(job.id, None)
         length = need.pop(job.id, None) or runtime(job)
         runs.append(_Run(replace(job, started=t), t, t + length))
+        lowest[job.queue] = min(lowest.get(job.queue, job.priority), job.priority)
         alloc[job.queue] += job.milli
         free -= job.milli
 
