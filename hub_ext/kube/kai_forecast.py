@@ -182,7 +182,7 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
     for _ in range(MAX_CYCLES):
         if all(j.id in out for j in snap.pending) or t > now + HORIZON_S:
             break
-        stuck: dict[str, str] = {}  # a queue passed over this cycle: why its jobs wait
+        stuck = {}  # a queue passed over this cycle: why its jobs wait
         _cycle(snap, t, after, runs, waiting, need, out, blocked, stuck, runtime)
         # the next moment anything changes: a run's expected end, or a run passing its min runtime
         endings = [(r.ends, f"{r.job.name} is expected to end") for r in runs if r.ends > t]
@@ -200,8 +200,11 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
         done = [r for r in runs if r.ends <= t]
         runs[:] = [r for r in runs if r.ends > t]
         if done:
-            after = " and ".join(f"{r.job.name}" for r in done[:2]) + (
-                " are expected to end" if len(done) > 1 else " is expected to end"
+            more = f" and {len(done) - 2} more" if len(done) > 2 else ""
+            after = (
+                " and ".join(r.job.name for r in done[:2])
+                + more
+                + (" are expected to end" if len(done) > 1 else " is expected to end")
             )
     never = "no start in sight within a week at the present load"
     return {
@@ -238,16 +241,16 @@ def _cycle(
     # reclaim and preemption failed for fewer, the queue is done for this cycle (its later jobs
     # have no higher priority, so no more victims)
     least: dict[str, list[int]] = {}
-    for q, jobs in by_queue.items():
+    for name, jobs in by_queue.items():
         tail = [0] * len(jobs)
         m = 1 << 62
         for i in range(len(jobs) - 1, -1, -1):
             m = min(m, jobs[i].milli)
             tail[i] = m
-        least[q] = tail
+        least[name] = tail
     asks = dict(alloc)
-    for q, jobs in by_queue.items():
-        asks[q] += sum(j.milli for j in jobs)
+    for name, jobs in by_queue.items():
+        asks[name] += sum(j.milli for j in jobs)
     fair = fair_shares(snap.capacity_milli - other, queues, asks)
     # what a reclaim or a preemption could not free for a queue this cycle: a later job of it
     # as big or bigger is not searched for again (the search is over every run)
@@ -266,16 +269,16 @@ def _cycle(
         return (over, not within_quota, -q.priority, zero, share, _order(j))
 
     while True:
-        for q, i in at.items():
+        for name, i in at.items():
             if (
-                i < len(by_queue[q])
-                and least[q][i] > free + EPS
-                and least[q][i] >= no_reclaim.get(q, float("inf"))
-                and least[q][i] >= no_preempt.get(q, float("inf"))
+                i < len(by_queue[name])
+                and least[name][i] > free + EPS
+                and least[name][i] >= no_reclaim.get(name, float("inf"))
+                and least[name][i] >= no_preempt.get(name, float("inf"))
             ):
-                stuck[q] = _why_waiting(by_queue[q][i], queues[q], alloc, fair)
-                at[q] = len(by_queue[q])
-        heads = [by_queue[q][i] for q, i in at.items() if i < len(by_queue[q])]
+                stuck[name] = _why_waiting(by_queue[name][i], queues[name], alloc, fair)
+                at[name] = len(by_queue[name])
+        heads = [by_queue[name][i] for name, i in at.items() if i < len(by_queue[name])]
         if not heads:
             return
         job = min(heads, key=key)
