@@ -3,7 +3,15 @@ snapshots: each test is an order a user waiting in KAI's queues would notice."""
 
 from __future__ import annotations
 
-from gpupool.kube.kai_forecast import KaiJob, KaiQueue, KaiSnapshot, fair_shares, forecast, go_duration
+from gpupool.kube.kai_forecast import (
+    KaiJob,
+    KaiQueue,
+    KaiSnapshot,
+    fair_shares,
+    forecast,
+    go_duration,
+    tree_shares,
+)
 
 NOW = 10_000.0
 H = 3600.0
@@ -133,3 +141,32 @@ def test_a_job_bigger_than_the_cluster_never_starts() -> None:
 def test_min_runtimes_are_read_as_kai_reads_them() -> None:
     assert (go_duration("10m"), go_duration("1h30m"), go_duration("90s")) == (600, 5400, 90)
     assert go_duration("") == go_duration("10") == go_duration("10m; rm") == go_duration("9" * 70 + "s") == 0
+
+
+def test_departments_divide_the_cluster_first_and_their_limit_holds_their_projects_jobs() -> None:
+    # two departments of equal weight: x and y share one half, z has the other to itself
+    # (flat, each would get a third)
+    parents = queues(KaiQueue("department-d1", 0), KaiQueue("department-d2", 0, limit_milli=2000))
+    qs = queues(
+        KaiQueue("x", 0, parent="department-d1"),
+        KaiQueue("y", 0, parent="department-d1"),
+        KaiQueue("z", 0, parent="department-d2"),
+    )
+    share = tree_shares(12000, qs, {}, {"x": 12000, "y": 12000, "z": 12000})
+    assert round(share["x"]) == round(share["y"]) == round(share["z"]) == 4000
+    even = queues(KaiQueue("department-d1", 0), KaiQueue("department-d2", 0))
+    share = tree_shares(12000, qs, even, {"x": 12000, "y": 12000, "z": 12000})
+    assert (round(share["x"]), round(share["y"]), round(share["z"])) == (3000, 3000, 6000)
+    # d2 holds 2 GPUs, its limit: z's next job waits though 6 GPUs are idle
+    snap = KaiSnapshot(
+        NOW,
+        8000,
+        qs,
+        running=[KaiJob("z1", "z", 2000, started=NOW - 600)],
+        pending=[KaiJob("z2", "z", 1000, submitted=NOW), KaiJob("x1", "x", 1000, submitted=NOW + 1)],
+        runtime_s={"z": H},
+        parents=parents,
+    )
+    est = forecast(snap)
+    assert est["x1"].start == NOW
+    assert est["z2"].start == NOW + H - 600 and est["z2"].after == "job z1 is expected to end"

@@ -8,6 +8,8 @@ each expected end of a running job and each time a running job passes its queue'
 - fair share per queue (KAI's proportion plugin): each queue first gets its quota (deserved),
   at most what it asks for (allocated + pending, capped at its limit); what is left goes to
   queues of the highest queue priority first, split by over-quota weight, up to what each asks;
+  down the tree: departments' parent queues divide the cluster, then each its share among its
+  projects' queues (a parent's limit holds its projects' jobs);
 - allocate: queues are taken in KAI's queue order (under their fair share before those over
   it; a job that keeps its queue within its quota first; higher queue priority; the smaller
   share of its fair share), a queue's jobs by priority then age; a job that does not fit is
@@ -57,6 +59,7 @@ class KaiQueue:
     weight: float = 1.0  # overQuotaWeight: share of what is left beyond the quotas
     priority: int = 100  # the queue's priority: its over-quota share is served first
     min_runtime_s: float = 0.0  # preempt/reclaimMinRuntime: a job runs this long before it can be taken
+    parent: str = ""  # its parent queue (a department's), one of KaiSnapshot.parents; "" none
 
     def cap(self) -> float:
         return float("inf") if self.limit_milli < 0 else float(self.limit_milli)
@@ -88,6 +91,7 @@ class KaiSnapshot:
     pending: Sequence[KaiJob] = ()
     runtime_s: Mapping[str, float] = field(default_factory=dict)  # mean run time per queue
     default_runtime_s: float = DEFAULT_RUNTIME_S
+    parents: Mapping[str, KaiQueue] = field(default_factory=dict)  # departments' queues, by name
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,32 @@ def fair_shares(
             if given <= EPS:
                 break
     return share
+
+
+def tree_shares(
+    capacity: float,
+    queues: Mapping[str, KaiQueue],
+    parents: Mapping[str, KaiQueue],
+    asks: Mapping[str, float],
+) -> dict[str, float]:
+    """Fair shares down KAI's queue tree: the parents (and leaves without one) divide the
+    capacity, then each parent's share is divided among its leaves, both as `fair_shares`."""
+    children: dict[str, dict[str, KaiQueue]] = {}
+    top: dict[str, KaiQueue] = {}
+    top_asks: dict[str, float] = {}
+    for name, q in queues.items():
+        if q.parent in parents:
+            children.setdefault(q.parent, {})[name] = q
+        else:
+            top[name], top_asks[name] = q, asks.get(name, 0.0)
+    for name, kids in children.items():
+        top[name] = parents[name]
+        top_asks[name] = sum(asks.get(k, 0.0) for k in kids)
+    share = fair_shares(capacity, top, top_asks)
+    out = {name: share[name] for name in queues if name in share}
+    for name, kids in children.items():
+        out.update(fair_shares(share[name], kids, asks))
+    return out
 
 
 def _order(job: KaiJob) -> tuple:
@@ -251,7 +281,7 @@ def _cycle(
     asks = dict(alloc)
     for name, jobs in by_queue.items():
         asks[name] += sum(j.milli for j in jobs)
-    fair = fair_shares(snap.capacity_milli - other, queues, asks)
+    fair = tree_shares(snap.capacity_milli - other, queues, snap.parents, asks)
     # what a reclaim or a preemption could not free for a queue this cycle: a later job of it
     # as big or bigger is not searched for again (the search is over every run)
     no_reclaim: dict[str, float] = {}
@@ -284,9 +314,6 @@ def _cycle(
         job = min(heads, key=key)
         at[job.queue] += 1  # tried: KAI passes over a job that does not fit, to the next
         q = queues[job.queue]
-        if alloc[job.queue] + job.milli > q.cap() + EPS:
-            blocked[job.id] = f"queue {q.name} is at its limit of {_gpus(q.cap())} GPUs"
-            continue
         victims: list[_Run] = []
         how = ""
         if job.milli > free + EPS:
@@ -304,6 +331,23 @@ def _cycle(
                     no_preempt[job.queue] = job.milli
             if not victims:
                 blocked[job.id] = _why_waiting(job, q, alloc, fair)
+                continue
+        # the limits, with what its victims free counted (a reclaim within one department, a
+        # preemption within one queue, leaves their limits as they were)
+        if (
+            alloc[job.queue] - sum(v.job.milli for v in victims if v.job.queue == job.queue) + job.milli
+            > q.cap() + EPS
+        ):
+            blocked[job.id] = f"queue {q.name} is at its limit of {_gpus(q.cap())} GPUs"
+            continue
+        up = snap.parents.get(q.parent)
+        if up is not None:
+            kin = [k for k in queues if queues[k].parent == q.parent]
+            used = sum(alloc[k] for k in kin) - sum(v.job.milli for v in victims if v.job.queue in kin)
+            if used + job.milli > up.cap() + EPS:
+                blocked[job.id] = (
+                    f"its department's queue {up.name} is at its limit of {_gpus(up.cap())} GPUs"
+                )
                 continue
         for v in victims:  # back to its queue (from the next cycle); it resumes with what it had left
             runs.remove(v)

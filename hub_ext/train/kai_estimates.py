@@ -48,8 +48,14 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
             p.weight,
             p.priority,
             go_duration(opts.queue_min_runtime.get(name, "")),  # the chart's minRuntime
+            f"department-{p.department}" if p.department in svc.departments else "",
         )
         for name, p in svc.projects.items()
+    }
+    # the departments' parent queues, named as the chart names them (templates/queues.yaml)
+    parents = {
+        f"department-{name}": KaiQueue(f"department-{name}", d.guarantee_milli, d.limit_milli)
+        for name, d in svc.departments.items()
     }
 
     def job(r: TrainJob) -> KaiJob:
@@ -87,6 +93,7 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
         running,
         pending,
         {p: sum(v) / len(v) for p, v in history.items()},
+        parents=parents,
     )
 
 

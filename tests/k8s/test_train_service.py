@@ -169,11 +169,19 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     nlp's next job waits for the reclaimed one to resume and end (run times: the mean of nlp's
     finished jobs)."""
     from gpupool.api.services import ApiServices
-    from gpupool.train.kai_estimates import KaiEstimates
+    from gpupool.train.kai_estimates import KaiEstimates, kai_snapshot
     from gpupool.vocab.states import Intent
     from tests.support.jobs import job_request
 
-    svc = make_service(tmp_path, api_client, projects={"vision": {"guarantee": 2}, "nlp": {"guarantee": 0}})
+    svc = make_service(
+        tmp_path,
+        api_client,
+        projects={
+            "vision": {"guarantee": 2, "department": "research"},
+            "nlp": {"guarantee": 0, "department": "research"},
+        },
+        departments={"research": {"guarantee": 2, "limit": 4}},
+    )
     now = 50_000.0
 
     def row(
@@ -207,6 +215,9 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     assert "run times from the finished jobs of nlp (1)" in later["basis"]
     assert await estimates.for_job(svc.job(held)) is None  # its hold is its wait reason
     assert await estimates.for_job(svc.job(n1)) is None  # running
+    snap = kai_snapshot(svc, now)  # the queues as the chart renders them: projects under their department
+    assert snap is not None and snap.queues["nlp"].parent == "department-research"
+    assert snap.parents["department-research"].limit_milli == 4000
     # the chart's minRuntime of nlp's queue (20 min): KAI reclaims only a run that has lasted that
     # long, so vision's job starts when n1, the first to get there, does
     svc.opts = replace(svc.opts, queue_min_runtime={"nlp": "20m"})
