@@ -105,11 +105,14 @@ class KaiEstimates:
         training: KubeTrainingService,
         ttl_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        compute: Callable[[KaiSnapshot], dict[str, KaiEstimate]] = forecast,
     ) -> None:
-        self.training, self.ttl_s, self.clock = training, ttl_s, clock
+        """`compute`: the pure forecast (`gpupool.kube.kai_forecast.forecast`; a test's own)."""
+        self.training, self.ttl_s, self.clock, self.compute = training, ttl_s, clock, compute
         self._at = -1e18
         self._snap: KaiSnapshot | None = None
         self._estimates: dict[str, KaiEstimate] = {}
+        self._queued: set[str] = set()  # the queued jobs the last computation saw (held ones too)
         self._first: dict[str, tuple[float, float]] = {}  # as the embedded ones: a later move is said
         self._flight: asyncio.Future[None] | None = None
 
@@ -118,8 +121,10 @@ class KaiEstimates:
         return True
 
     async def refresh(self, now: float, need: str = "") -> dict[str, KaiEstimate]:
+        """Every waiting job's estimate, no older than `ttl_s` and, with `need`, made after that
+        queued job was seen (one held by a budget is seen, and gets none). Never two at once."""
         for _ in range(2):
-            if now - self._at < self.ttl_s and (not need or need in self._estimates):
+            if now - self._at < self.ttl_s and (not need or need in self._queued):
                 break
             if self._flight is None:
                 self._flight = asyncio.ensure_future(self._compute(now))
@@ -130,9 +135,10 @@ class KaiEstimates:
 
     async def _compute(self, now: float) -> None:
         try:
+            queued = {r.id for r in self.training.jobs(state=JobState.QUEUED)}
             snap = kai_snapshot(self.training, now)  # on the loop: the rows change under it
-            estimates = await asyncio.to_thread(forecast, snap) if snap is not None else {}
-            self._snap, self._estimates, self._at = snap, estimates, now
+            estimates = await asyncio.to_thread(self.compute, snap) if snap is not None else {}
+            self._snap, self._estimates, self._queued, self._at = snap, estimates, queued, now
             self._first = {k: v for k, v in self._first.items() if k in estimates}
         finally:
             self._flight = None

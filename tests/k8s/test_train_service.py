@@ -169,6 +169,7 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     nlp's next job waits for the reclaimed one to resume and end (run times: the mean of nlp's
     finished jobs)."""
     from gpupool.api.services import ApiServices
+    from gpupool.kube.kai_forecast import forecast
     from gpupool.train.kai_estimates import KaiEstimates, kai_snapshot
     from gpupool.vocab.states import Intent
     from tests.support.jobs import job_request
@@ -215,6 +216,12 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     assert "run times from the finished jobs of nlp (1)" in later["basis"]
     assert await estimates.for_job(svc.job(held)) is None  # its hold is its wait reason
     assert await estimates.for_job(svc.job(n1)) is None  # running
+    # one forecast serves every request within its ttl, a held job's (which gets none) too
+    computed = []
+    counted = KaiEstimates(svc, clock=lambda: now, compute=lambda snap: computed.append(1) or forecast(snap))
+    for job_id in (held, held, v1, n3):
+        await counted.for_job(svc.job(job_id))
+    assert len(computed) == 1
     snap = kai_snapshot(svc, now)  # the queues as the chart renders them: projects under their department
     assert snap is not None and snap.queues["nlp"].parent == "department-research"
     assert snap.parents["department-research"].limit_milli == 4000
