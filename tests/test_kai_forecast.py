@@ -170,3 +170,64 @@ def test_departments_divide_the_cluster_first_and_their_limit_holds_their_projec
     est = forecast(snap)
     assert est["x1"].start == NOW
     assert est["z2"].start == NOW + H - 600 and est["z2"].after == "job z1 is expected to end"
+
+
+def test_a_pod_needs_its_gpus_on_one_node_and_small_pods_pack_tightly() -> None:
+    # two nodes of 4 GPUs, each half used: 4 GPUs are free, but not on one node
+    snap = KaiSnapshot(
+        NOW,
+        8000,
+        queues(KaiQueue("lab", 8000)),
+        running=[
+            KaiJob("ra", "lab", 2000, started=NOW - H + 1200, placed=(("a", 2000),)),
+            KaiJob("rb", "lab", 2000, started=NOW - H + 600, placed=(("b", 2000),)),
+        ],
+        pending=[KaiJob("four", "lab", 4000, submitted=NOW)],
+        runtime_s={"lab": H},
+        nodes={"a": 4000, "b": 4000},
+    )
+    est = forecast(snap)["four"]
+    assert est.start == NOW + 600 and est.after == "job rb is expected to end"
+    # counted across the cluster it would be said to start now
+    assert forecast(KaiSnapshot(**{**snap.__dict__, "nodes": {}}))["four"].start == NOW
+    # an elastic job's pods (one GPU each) may spread over both nodes
+    elastic = KaiSnapshot(**{**snap.__dict__, "pending": [KaiJob("e", "lab", 4000, pod_milli=1000)]})
+    assert forecast(elastic)["e"].start == NOW
+    # a one-GPU job goes where it fits most tightly (node a, half full), leaving node b whole
+    packed = KaiSnapshot(
+        **{
+            **snap.__dict__,
+            "running": [snap.running[0]],
+            "pending": [
+                KaiJob("one", "lab", 1000, submitted=NOW - 5),
+                KaiJob("four", "lab", 4000, submitted=NOW),
+            ],
+        }
+    )
+    est2 = forecast(packed)
+    assert est2["one"].start == est2["four"].start == NOW
+    too_big = KaiSnapshot(**{**snap.__dict__, "pending": [KaiJob("six", "lab", 6000)]})
+    assert (
+        forecast(too_big)["six"].start is None and "more than any node has" in forecast(too_big)["six"].reason
+    )
+
+
+def test_reclaim_takes_its_victims_on_the_node_where_the_job_then_fits() -> None:
+    # node a: 1 GPU free and an old borrower; node b: two borrowers, one young. Across the
+    # cluster the youngest would go; but only on node a does one victim make room for 2 GPUs
+    snap = KaiSnapshot(
+        NOW,
+        4000,
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 0)),
+        running=[
+            KaiJob("old", "nlp", 1000, started=NOW - 3000, placed=(("a", 1000),)),
+            KaiJob("mid", "nlp", 1000, started=NOW - 2000, placed=(("b", 1000),)),
+            KaiJob("young", "nlp", 1000, started=NOW - 100, placed=(("b", 1000),)),
+        ],
+        pending=[KaiJob("v", "vision", 2000, submitted=NOW)],
+        runtime_s={"nlp": 10 * H},
+        nodes={"a": 2000, "b": 2000},
+    )
+    est = forecast(snap)["v"]
+    assert est.start == NOW and est.reason.endswith("(job old)")
+    assert forecast(KaiSnapshot(**{**snap.__dict__, "nodes": {}}))["v"].reason.endswith("(job young)")

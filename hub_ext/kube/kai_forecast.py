@@ -76,6 +76,15 @@ class KaiJob:
     max_runtime_s: float = 0.0  # declared bound (0: none)
     preemptible: bool = True
     label: str = ""  # how the job is named in words ("job ab12 of vision"); its id otherwise
+    # running jobs: (node, milli) of each pod where known; a waiting one: milli of each of its
+    # pods (0: one pod holds it all; an elastic job: one GPU each, anywhere)
+    placed: tuple[tuple[str, int], ...] = ()
+    pod_milli: int = 0
+
+    def pods(self) -> list[int]:
+        if self.pod_milli and self.milli > self.pod_milli:
+            return [self.pod_milli] * (self.milli // self.pod_milli)
+        return [self.milli]
 
     @property
     def name(self) -> str:
@@ -92,6 +101,9 @@ class KaiSnapshot:
     runtime_s: Mapping[str, float] = field(default_factory=dict)  # mean run time per queue
     default_runtime_s: float = DEFAULT_RUNTIME_S
     parents: Mapping[str, KaiQueue] = field(default_factory=dict)  # departments' queues, by name
+    # GPU milli per node (less what is not KAI's to give, e.g. workspaces): a pod needs its GPUs
+    # on one node. Empty: GPUs are counted across the cluster
+    nodes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,53 @@ class _Run:
     job: KaiJob
     started: float
     ends: float
+    placed: tuple[tuple[str, int], ...] = ()  # (node, milli) of each pod; ("", milli) across the cluster
+
+
+class _Space:
+    """Free GPU milli per node; without nodes, one "" for the whole cluster. Pods go where
+    they fit most tightly (KAI's default binpack)."""
+
+    def __init__(self, free: dict[str, float]) -> None:
+        self.free = free
+        self._total = sum(free.values())
+
+    def total(self) -> float:
+        return self._total
+
+    def largest(self) -> float:
+        return max(self.free.values(), default=0.0)
+
+    def fit(
+        self, job: KaiJob, extra: Mapping[str, float] | None = None
+    ) -> tuple[tuple[str, int], ...] | None:
+        pods = job.pods()
+        if sum(pods) > self.total() + sum((extra or {}).values()) + EPS:
+            return None
+        free = dict(self.free)
+        for n, m in (extra or {}).items():
+            free[n] = free.get(n, 0.0) + m
+        placed = []
+        for m in pods:
+            spots = [(f, n) for n, f in free.items() if f >= m - EPS]
+            if not spots:
+                return None
+            _, n = min(spots)
+            free[n] -= m
+            placed.append((n, m))
+        return tuple(placed)
+
+    def take(self, placed: tuple[tuple[str, int], ...]) -> None:
+        for n, m in placed:
+            if n in self.free:
+                self.free[n] -= m
+                self._total -= m
+
+    def give(self, placed: tuple[tuple[str, int], ...]) -> None:
+        for n, m in placed:
+            if n in self.free:
+                self.free[n] += m
+                self._total += m
 
 
 def fair_shares(
@@ -187,6 +246,21 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
             if j.max_runtime_s > 0:
                 ends = min(ends, max(now, started + j.max_runtime_s))
         runs.append(_Run(j, started, ends))
+    # where each run's pods are: the nodes given, else placed as KAI would have (tightest fit);
+    # one that fits nowhere is left unplaced (it holds no node's GPUs here)
+    space = _Space({n: float(m) for n, m in snap.nodes.items()} or {"": float(snap.capacity_milli)})
+    if snap.nodes:
+        for r in runs:
+            r.placed = tuple((n, m) for n, m in r.job.placed if n in snap.nodes)
+            space.take(r.placed)
+        for r in runs:
+            if not r.placed:
+                r.placed = space.fit(r.job) or ()
+                space.take(r.placed)
+    else:
+        for r in runs:
+            r.placed = (("", r.job.milli),)
+    biggest = max(snap.nodes.values(), default=snap.capacity_milli)
     waiting = {j.id: j for j in snap.pending if j.queue in snap.queues}
     need: dict[str, float] = {}  # a reclaimed job resumes from its checkpoint: what it had left
     out: dict[str, KaiEstimate] = {}
@@ -206,6 +280,11 @@ def forecast(snap: KaiSnapshot) -> dict[str, KaiEstimate]:
             out[j.id] = KaiEstimate(
                 None,
                 f"it asks for {_gpus(j.milli)} GPUs, more than the cluster's {_gpus(snap.capacity_milli)}",
+            )
+            waiting.pop(j.id)
+        elif max(j.pods()) > biggest:
+            out[j.id] = KaiEstimate(
+                None, f"it asks for {_gpus(max(j.pods()))} GPUs in one pod, more than any node has"
             )
             waiting.pop(j.id)
     t, after = now, ""
@@ -262,7 +341,9 @@ def _cycle(
         if r.job.queue in alloc:
             alloc[r.job.queue] += r.job.milli
     other = sum(r.job.milli for r in runs if r.job.queue not in alloc)  # outside the queues known
-    free = snap.capacity_milli - other - sum(alloc.values())
+    space = _Space({n: float(m) for n, m in snap.nodes.items()} or {"": float(snap.capacity_milli)})
+    for r in runs:
+        space.take(r.placed)
     by_queue: dict[str, list[KaiJob]] = {}  # each queue's waiting jobs in KAI's order
     for j in sorted(waiting.values(), key=_order):
         by_queue.setdefault(j.queue, []).append(j)
@@ -287,6 +368,13 @@ def _cycle(
     no_reclaim: dict[str, float] = {}
     no_preempt: dict[str, float] = {}
     lowest: dict[str, int] = {}  # the lowest priority running in each queue: none lower, no preemption
+    # what reclaim may take this cycle: runs past their min runtime in queues over their fair
+    # share at its start, in KAI's order (most over first; lowest priority, youngest first)
+    over = {k for k in queues if alloc[k] > fair[k] + EPS}
+    takeable = sorted(
+        (r for r in runs if r.job.queue in over and _ripe(r, t, queues)),
+        key=lambda r: (-(alloc[r.job.queue] - fair[r.job.queue]), r.job.priority, -r.started),
+    )
     for r in runs:
         lowest[r.job.queue] = min(lowest.get(r.job.queue, r.job.priority), r.job.priority)
 
@@ -299,6 +387,7 @@ def _cycle(
         return (over, not within_quota, -q.priority, zero, share, _order(j))
 
     while True:
+        free = space.total()
         for name, i in at.items():
             if (
                 i < len(by_queue[name])
@@ -316,9 +405,10 @@ def _cycle(
         q = queues[job.queue]
         victims: list[_Run] = []
         how = ""
-        if job.milli > free + EPS:
+        placed = space.fit(job)
+        if placed is None:
             if job.milli < no_reclaim.get(job.queue, float("inf")):
-                victims, how = _reclaim(job, t, runs, alloc, fair, queues, free)
+                victims, how, placed = _reclaim(job, takeable, alloc, fair, space)
                 if not victims:
                     no_reclaim[job.queue] = job.milli
             if victims:
@@ -326,10 +416,10 @@ def _cycle(
             elif lowest.get(job.queue, job.priority) >= job.priority:
                 no_preempt[job.queue] = 0  # nothing of lower priority runs there: nor for its later jobs
             elif job.milli < no_preempt.get(job.queue, float("inf")):
-                victims, how = _preempt(job, t, runs, queues, free)
+                victims, how, placed = _preempt(job, t, runs, queues, space)
                 if not victims:
                     no_preempt[job.queue] = job.milli
-            if not victims:
+            if not victims or placed is None:
                 blocked[job.id] = _why_waiting(job, q, alloc, fair)
                 continue
         # the limits, with what its victims free counted (a reclaim within one department, a
@@ -349,10 +439,13 @@ def _cycle(
                     f"its department's queue {up.name} is at its limit of {_gpus(up.cap())} GPUs"
                 )
                 continue
+        gone = {id(v) for v in victims}
+        if gone:
+            takeable = [r for r in takeable if id(r) not in gone]
         for v in victims:  # back to its queue (from the next cycle); it resumes with what it had left
             runs.remove(v)
             alloc[v.job.queue] += -v.job.milli
-            free += v.job.milli
+            space.give(v.placed)
             need[v.job.id] = max(60.0, v.ends - t)
             waiting[v.job.id] = replace(v.job, started=None)  # its first start stays its estimate
         within = alloc[job.queue] + job.milli <= q.deserved_milli + EPS
@@ -369,10 +462,10 @@ def _cycle(
             out[job.id] = KaiEstimate(t, reason, after if t > snap.now else "")
         waiting.pop(job.id, None)
         length = need.pop(job.id, None) or runtime(job)
-        runs.append(_Run(replace(job, started=t), t, t + length))
+        runs.append(_Run(replace(job, started=t), t, t + length, placed))
+        space.take(placed)
         lowest[job.queue] = min(lowest.get(job.queue, job.priority), job.priority)
         alloc[job.queue] += job.milli
-        free -= job.milli
 
 
 def _ripe(r: _Run, t: float, queues: Mapping[str, KaiQueue]) -> bool:
@@ -380,61 +473,98 @@ def _ripe(r: _Run, t: float, queues: Mapping[str, KaiQueue]) -> bool:
     return r.job.preemptible and q is not None and t - r.started >= q.min_runtime_s - EPS
 
 
+Placed = tuple[tuple[str, int], ...]
+
+
 def _reclaim(
     job: KaiJob,
-    t: float,
-    runs: list[_Run],
+    takeable: list[_Run],
     alloc: Mapping[str, float],
     fair: Mapping[str, float],
-    queues: Mapping[str, KaiQueue],
-    free: float,
-) -> tuple[list[_Run], str]:
+    space: _Space,
+) -> tuple[list[_Run], str, Placed | None]:
     """KAI's reclaim: only for a job whose queue stays within its fair share, from queues over
     theirs, never taking a victim's queue below its fair share, from jobs past the min runtime."""
     if alloc[job.queue] + job.milli > fair[job.queue] + EPS:
-        return [], ""
-    taken: list[_Run] = []
-    left = dict(alloc)
-    got = free
-    pool = [r for r in runs if r.job.queue != job.queue and r.job.queue in queues and _ripe(r, t, queues)]
-    # most over its fair share first; in a queue, its lowest-priority, youngest job
-    pool.sort(key=lambda r: (-(alloc[r.job.queue] - fair[r.job.queue]), r.job.priority, -r.started))
-    for r in pool:
-        if got >= job.milli - EPS:
-            break
-        if left[r.job.queue] - r.job.milli < fair[r.job.queue] - EPS:
-            continue
-        taken.append(r)
-        left[r.job.queue] -= r.job.milli
-        got += r.job.milli
-    if got < job.milli - EPS:
-        return [], ""
+        return [], "", None
+    pool = [r for r in takeable if r.job.queue != job.queue]
+
+    def keeps_share(r: _Run, left: dict[str, float]) -> bool:
+        return left[r.job.queue] - r.job.milli >= fair[r.job.queue] - EPS
+
+    taken, placed = _victims(job, space, pool, keeps_share, alloc)
+    if not taken:
+        return [], "", None
     names = sorted({r.job.queue for r in taken})
-    return taken, (
-        f"reclaims GPUs for queue {job.queue} (within its fair share) from queue"
-        f"{'s' if len(names) > 1 else ''} {', '.join(names)} over theirs"
-        f" ({', '.join(r.job.name for r in taken[:3])}{', ...' if len(taken) > 3 else ''})"
+    return (
+        taken,
+        (
+            f"reclaims GPUs for queue {job.queue} (within its fair share) from queue"
+            f"{'s' if len(names) > 1 else ''} {', '.join(names)} over theirs"
+            f" ({', '.join(r.job.name for r in taken[:3])}{', ...' if len(taken) > 3 else ''})"
+        ),
+        placed,
     )
 
 
 def _preempt(
-    job: KaiJob, t: float, runs: list[_Run], queues: Mapping[str, KaiQueue], free: float
-) -> tuple[list[_Run], str]:
+    job: KaiJob, t: float, runs: list[_Run], queues: Mapping[str, KaiQueue], space: _Space
+) -> tuple[list[_Run], str, Placed | None]:
     """KAI's preempt: a job takes GPUs from lower-priority jobs of its own queue past the min runtime."""
     pool = [
         r for r in runs if r.job.queue == job.queue and r.job.priority < job.priority and _ripe(r, t, queues)
     ]
     pool.sort(key=lambda r: (r.job.priority, -r.started))
-    taken: list[_Run] = []
-    got = free
+    taken, placed = _victims(job, space, pool, lambda r, left: True, {})
+    if not taken:
+        return [], "", None
+    return taken, f"preempts lower-priority {', '.join(r.job.name for r in taken[:3])} of its queue", placed
+
+
+def _victims(
+    job: KaiJob,
+    space: _Space,
+    pool: list[_Run],
+    allowed: Callable[[_Run, dict[str, float]], bool],
+    alloc: Mapping[str, float],
+) -> tuple[list[_Run], Placed | None]:
+    """The fewest runs of `pool` (in its order, each `allowed` given what its queue would keep)
+    whose end lets `job` fit: for a job of one pod, on the one node where the fewest do."""
+    pods = job.pods()
+    if len(pods) == 1:
+        need = pods[0]
+        on: dict[str, list[_Run]] = {}
+        for r in pool:
+            for n in {n for n, _ in r.placed}:
+                on.setdefault(n, []).append(r)
+        best: tuple[list[_Run], Placed | None] = ([], None)
+        for n, rs in on.items():
+            have, left, taken = space.free.get(n, 0.0), dict(alloc), []
+            for r in rs:
+                if have >= need - EPS:
+                    break
+                if not allowed(r, left):
+                    continue
+                taken.append(r)
+                if r.job.queue in left:
+                    left[r.job.queue] -= r.job.milli
+                have += sum(m for k, m in r.placed if k == n)
+            if have >= need - EPS and taken and (not best[0] or len(taken) < len(best[0])):
+                best = (taken, ((n, need),))
+        return best
+    left, taken, extra = dict(alloc), [], dict[str, float]()  # several pods: runs in order until they fit
     for r in pool:
-        if got >= job.milli - EPS:
-            break
+        if not allowed(r, left):
+            continue
         taken.append(r)
-        got += r.job.milli
-    if got < job.milli - EPS:
-        return [], ""
-    return taken, f"preempts lower-priority {', '.join(r.job.name for r in taken[:3])} of its queue"
+        if r.job.queue in left:
+            left[r.job.queue] -= r.job.milli
+        for n, m in r.placed:
+            extra[n] = extra.get(n, 0.0) + m
+        placed = space.fit(job, extra)
+        if placed is not None:
+            return taken, placed
+    return [], None
 
 
 def _why_waiting(job: KaiJob, q: KaiQueue, alloc: Mapping[str, float], fair: Mapping[str, float]) -> str:
