@@ -19,9 +19,9 @@ each expected end of a running job and each time a running job passes its queue'
   fair share;
 - preempt: a job takes GPUs from lower-priority jobs of its own queue past the min runtime.
 
-GPUs are counted across the cluster (milli-GPUs), not node by node: a job that needs GPUs on one
-node may start later than said when the free ones are spread. Node pools (KAI's shards) are
-forecast one at a time by the caller.
+With nodes in the snapshot a pod needs its GPUs on one node (milli-GPUs per node, not GPU by
+GPU: fractions of two GPUs count as one's); without, GPUs are counted across the cluster. Node
+pools (KAI's shards) would be forecast one at a time by the caller.
 """
 
 from __future__ import annotations

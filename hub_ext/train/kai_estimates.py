@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
 from gpupool.kube.kai_forecast import KaiEstimate, KaiJob, KaiQueue, KaiSnapshot, forecast, go_duration
+from gpupool.store import PodSpanRow
 from gpupool.train.estimates import HISTORY, Estimates, clock_text, eta_text, stated_error
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import Intent, JobState
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
 BASIS = (
     "a forecast of KAI-Scheduler's order (queue guarantees, over-quota weights, priorities,"
-    " reclaim) from the cluster's queues and jobs; GPUs counted across the cluster, not node by node"
+    " reclaim) from the cluster's queues, nodes and jobs"
 )
 
 
@@ -58,6 +61,13 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
         for name, d in svc.departments.items()
     }
 
+    # where the running pods are: the open spans of the hub's relist of train pods (pod_spans)
+    with svc.pool.store.session() as s:
+        spans = list(s.scalars(select(PodSpanRow).where(PodSpanRow.end.is_(None))))
+    placed: dict[str, list[tuple[str, int]]] = {}
+    for span in spans:
+        placed.setdefault(span.job, []).append((span.node, span.milli))
+
     def job(r: TrainJob) -> KaiJob:
         gpus = r.min_gpus or r.num_gpu  # KAI gang-schedules an elastic job's minimum
         return KaiJob(
@@ -69,6 +79,8 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
             started=r.started,
             max_runtime_s=r.max_runtime_s,
             label=f"job {r.id} of {r.project}",
+            placed=tuple(placed.get(r.id, ())) if r.state == JobState.RUNNING else (),
+            pod_milli=r.gpu_milli if r.min_gpus else 0,  # an elastic job: a pod per GPU
         )
 
     held = svc.holds([r for r in rows if r.state == JobState.QUEUED]) if svc.holds is not None else {}
@@ -84,16 +96,21 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
             runs = history.setdefault(r.project, [])
             if len(runs) < HISTORY:
                 runs.append(max(1.0, r.finished - r.started))
-    # workspaces hold their GPUs in KAI's queues too, and are never preempted: not for jobs
-    workspaces = sum(len(a.gpus) * a.gpu_milli for a in svc.pool.store.allocations(kind=WorkloadKind.BUILD))
+    # each node's GPUs, less the workspaces': they hold theirs in KAI's queues too, and are
+    # never preempted, so they are not for jobs
+    nodes = {n.name: len(n.gpus) * 1000 for n in svc.pool.inventory.nodes}
+    for a in svc.pool.store.allocations(kind=WorkloadKind.BUILD):
+        if a.node in nodes:
+            nodes[a.node] = max(0, nodes[a.node] - len(a.gpus) * a.gpu_milli)
     return KaiSnapshot(
         now,
-        max(0, svc.pool.inventory.capacity_milli - workspaces),
+        sum(nodes.values()),
         queues,
         running,
         pending,
         {p: sum(v) / len(v) for p, v in history.items()},
         parents=parents,
+        nodes=nodes,
     )
 
 

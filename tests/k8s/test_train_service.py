@@ -170,6 +170,7 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     finished jobs)."""
     from gpupool.api.services import ApiServices
     from gpupool.kube.kai_forecast import forecast
+    from gpupool.store import PodSpanRow
     from gpupool.train.kai_estimates import KaiEstimates, kai_snapshot
     from gpupool.vocab.states import Intent
     from tests.support.jobs import job_request
@@ -225,6 +226,14 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     snap = kai_snapshot(svc, now)  # the queues as the chart renders them: projects under their department
     assert snap is not None and snap.queues["nlp"].parent == "department-research"
     assert snap.parents["department-research"].limit_milli == 4000
+    # the running pods' nodes, from the relist's open spans; the nodes' GPUs from the inventory
+    with svc.pool.store.session() as session:
+        session.add(
+            PodSpanRow(uid="p1", job=n1, owner="ann", milli=2000, start=int(now - 300), node="localhost")
+        )
+    snap = kai_snapshot(svc, now)
+    assert snap is not None and snap.nodes == {"localhost": 4000}
+    assert {j.id: j.placed for j in snap.running} == {n1: (("localhost", 2000),), n2: ()}
     # the chart's minRuntime of nlp's queue (20 min): KAI reclaims only a run that has lasted that
     # long, so vision's job starts when n1, the first to get there, does
     svc.opts = replace(svc.opts, queue_min_runtime={"nlp": "20m"})
