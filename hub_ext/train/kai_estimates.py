@@ -123,9 +123,14 @@ class KaiEstimates:
         ttl_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         compute: Callable[[KaiSnapshot], dict[str, KaiEstimate]] = forecast,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`compute`: the pure forecast (`gpupool.kube.kai_forecast.forecast`; a test's own)."""
+        """`compute`: the pure forecast (`gpupool.kube.kai_forecast.forecast`; a test's own);
+        `timer` measures how long it took (a big cluster's takes seconds: it is then made at
+        most once per ten times that, so the hub's CPU is not spent on it alone)."""
         self.training, self.ttl_s, self.clock, self.compute = training, ttl_s, clock, compute
+        self.timer = timer
+        self._ttl = ttl_s
         self._at = -1e18
         self._snap: KaiSnapshot | None = None
         self._estimates: dict[str, KaiEstimate] = {}
@@ -141,7 +146,7 @@ class KaiEstimates:
         """Every waiting job's estimate, no older than `ttl_s` and, with `need`, made after that
         queued job was seen (one held by a budget is seen, and gets none). Never two at once."""
         for _ in range(2):
-            if now - self._at < self.ttl_s and (not need or need in self._queued):
+            if now - self._at < self._ttl and (not need or need in self._queued):
                 break
             if self._flight is None:
                 self._flight = asyncio.ensure_future(self._compute(now))
@@ -154,7 +159,9 @@ class KaiEstimates:
         try:
             queued = {r.id for r in self.training.jobs(state=JobState.QUEUED)}
             snap = kai_snapshot(self.training, now)  # on the loop: the rows change under it
+            began = self.timer()
             estimates = await asyncio.to_thread(self.compute, snap) if snap is not None else {}
+            self._ttl = max(self.ttl_s, 10 * (self.timer() - began))
             self._snap, self._estimates, self._queued, self._at = snap, estimates, queued, now
             self._first = {k: v for k, v in self._first.items() if k in estimates}
         finally:

@@ -223,6 +223,15 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     for job_id in (held, held, v1, n3):
         await counted.for_job(svc.job(job_id))
     assert len(computed) == 1
+    # a forecast that took 3 s (a big cluster's) is made again only after 30 s
+    ticks = iter([0.0, 3.0, 100.0, 100.0])
+    slow = KaiEstimates(svc, clock=lambda: now, compute=lambda snap: computed.append(1) or forecast(snap))
+    slow.timer = lambda: next(ticks)
+    await slow.for_job(svc.job(v1))
+    await slow.for_job(svc.job(v1), now=now + 29)
+    assert len(computed) == 2
+    await slow.for_job(svc.job(v1), now=now + 31)
+    assert len(computed) == 3
     snap = kai_snapshot(svc, now)  # the queues as the chart renders them: projects under their department
     assert snap is not None and snap.queues["nlp"].parent == "department-research"
     assert snap.parents["department-research"].limit_milli == 4000
