@@ -44,10 +44,10 @@ class JobsBase(APIHandler):
 
     @property
     def estimates(self):
-        from gpupool.train.estimates import Estimates
+        from gpupool.train.kai_estimates import start_estimates
 
         if self.services.estimates is None:  # made with the training service (ApiServices)
-            self.services.estimates = Estimates(self.training.local)
+            self.services.estimates = start_estimates(self.training)
         return self.services.estimates
 
     def visible_job(self, job_id: str):

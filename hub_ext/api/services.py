@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpupool.parking.service import ParkingService
     from gpupool.train.backend import TrainingBackend
     from gpupool.train.estimates import Estimates
+    from gpupool.train.kai_estimates import KaiEstimates
     from gpupool.train.volume import SubmitRate
     from gpupool.usage.service import UsageService
 
@@ -45,13 +46,14 @@ class ApiServices:
     # shared between requests, made here once
     culler: CullerState = field(default_factory=new_culler_state)
     history: History = field(default_factory=History)
-    estimates: Estimates | None = None  # the training pool's start-time estimates
+    # the training pool's start-time estimates (on Kubernetes, of KAI-Scheduler's order)
+    estimates: Estimates | KaiEstimates | None = None
     # submissions per user in the last minute; seeded from the database at the first submission
     # (an async read, which the constructor cannot do)
     submit_rate: SubmitRate | None = None
 
     def __post_init__(self) -> None:
         if self.training is not None and self.estimates is None:
-            from gpupool.train.estimates import Estimates
+            from gpupool.train.kai_estimates import start_estimates
 
-            self.estimates = Estimates(self.training.local)
+            self.estimates = start_estimates(self.training)

@@ -63,6 +63,9 @@ class JobOptions:
     node_pool_label: str = KAI_NODE_POOL  # nodes of a pool defined by neither models nor nodes
     kai_namespace: str = "kai-scheduler"  # where KAI runs: its pod-grouper Deployment tells its version
     kai_version: str = ""  # the KAI version the cluster runs ("": read it from that Deployment)
+    # each project queue's preempt/reclaimMinRuntime as the chart renders it (its minRuntime, a Go
+    # duration such as "10m"): the start estimates forecast reclaim with it (kai_estimates)
+    queue_min_runtime: dict[str, str] = field(default_factory=dict)
     # gpupool's start-up hook in the jobs' image (gpupool/gpu/startup): first on PYTHONPATH, so a
     # fraction's PyTorch allocator is capped at its share, as in the workspace ("": no hook)
     startup_dir: str = ""

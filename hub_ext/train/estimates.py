@@ -3,7 +3,7 @@ inputs of the pure forward simulation (`gpupool.pool.eta`) gathered from the emb
 service on the hub's event loop, the forecast itself computed in a thread (it takes up to
 seconds of CPU), at most once per `ttl_s` for every queued job at once, never twice at a time.
 
-On Kubernetes the cluster's scheduler (KAI) decides: no estimate is made there.
+On Kubernetes the cluster's scheduler (KAI) decides: `gpupool.train.kai_estimates` forecasts its order.
 """
 
 from __future__ import annotations

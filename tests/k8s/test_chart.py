@@ -185,8 +185,10 @@ def test_z2jh_overlay_fits_the_upstream_chart_schema(schemas: Path) -> None:
 
 def test_the_hub_reads_projects_quotas_and_backend_from_the_charts_configmap(tmp_path: Path) -> None:
     values = yaml.safe_load((REPO / "helm/examples/research-3-projects.yaml").read_text())
+    values["projects"]["nlp"]["minRuntime"] = "1h30m"  # KAI's queue has it; the hub's forecast of KAI too
     c = Config()
     load_chart_config(c, hub_config(render(values), tmp_path))
+    assert TrainPool(config=c).job_options().queue_min_runtime == {"nlp": "1h30m"}
     projects = TrainPool(config=c).project_table()
     assert (
         projects["vision"].guarantee_milli,

@@ -6,6 +6,7 @@ tests/cluster/test_train_service_real.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,93 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
         "input.ipynb",
         "output.ipynb",
     ]
+
+
+async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_path: Path, api_client) -> None:
+    """The jobs API's `eta` on Kubernetes (ApiServices' estimates, as the handlers read them):
+    made from the hub's copy of the cluster by forecasting KAI's order. `nlp` borrowed all 4
+    GPUs beyond its guarantee; a `vision` job due its guarantee reclaims them at once, while
+    nlp's next job waits for the reclaimed one to resume and end (run times: the mean of nlp's
+    finished jobs)."""
+    from gpupool.api.services import ApiServices
+    from gpupool.kube.kai_forecast import forecast
+    from gpupool.store import PodSpanRow
+    from gpupool.train.kai_estimates import KaiEstimates, kai_snapshot
+    from gpupool.vocab.states import Intent
+    from tests.support.jobs import job_request
+
+    svc = make_service(
+        tmp_path,
+        api_client,
+        projects={
+            "vision": {"guarantee": 2, "department": "research"},
+            "nlp": {"guarantee": 0, "department": "research"},
+        },
+        departments={"research": {"guarantee": 2, "limit": 4}},
+    )
+    now = 50_000.0
+
+    def row(
+        project: str, state: str = "queued", started: float | None = None, at: float = now - 600, **kw: object
+    ) -> str:
+        job = job_request(owner="ann", project=project, name="r", command=["true"], num_gpu=2)
+        rid = svc._record_new(job, ["python"], at, message="waiting for GPUs in queue " + project).id
+        svc._set(rid, state=state, started=started, **kw)
+        return rid
+
+    row("nlp", "succeeded", started=now - 5000, finished=now - 5000 + 1800)  # nlp's runs last 30 min
+    n1 = row("nlp", "running", started=now - 300)
+    n2 = row("nlp", "running", started=now - 200)  # the younger: KAI reclaims it first
+    v1 = row("vision")
+    n3 = row("nlp", at=now - 10)
+    held = row("vision", intent=Intent.BUDGET_HOLD)
+    estimates = ApiServices(svc.pool, None, training=svc).estimates  # type: ignore[arg-type]
+    assert isinstance(estimates, KaiEstimates)
+    estimates.clock = lambda: now
+    eta = await estimates.for_job(svc.job(v1))
+    assert eta is not None and eta["start"] == now and eta["in_s"] == 0
+    assert eta["text"].endswith(
+        "reclaims GPUs for queue vision (within its fair share) from queue nlp over theirs (job "
+        + f"{n2} of nlp)"
+    )
+    assert "KAI-Scheduler's order" in eta["basis"] and "finished jobs of vision" not in eta["basis"]
+    later = await estimates.for_job(svc.job(n3))
+    # n1 ends at +25 min; the reclaimed n2 (older) resumes then with its 26 min left, and n3 follows
+    assert later is not None and later["start"] == now + 1500 + 1600
+    assert later["after"] == f"job {n2} of nlp is expected to end"
+    assert "run times from the finished jobs of nlp (1)" in later["basis"]
+    assert await estimates.for_job(svc.job(held)) is None  # its hold is its wait reason
+    assert await estimates.for_job(svc.job(n1)) is None  # running
+    # one forecast serves every request within its ttl, a held job's (which gets none) too
+    computed = []
+    counted = KaiEstimates(svc, clock=lambda: now, compute=lambda snap: computed.append(1) or forecast(snap))
+    for job_id in (held, held, v1, n3):
+        await counted.for_job(svc.job(job_id))
+    assert len(computed) == 1
+    # a forecast that took 3 s (a big cluster's) is made again only after 30 s
+    ticks = iter([0.0, 3.0, 100.0, 100.0])
+    slow = KaiEstimates(svc, clock=lambda: now, compute=lambda snap: computed.append(1) or forecast(snap))
+    slow.timer = lambda: next(ticks)
+    await slow.for_job(svc.job(v1))
+    await slow.for_job(svc.job(v1), now=now + 29)
+    assert len(computed) == 2
+    await slow.for_job(svc.job(v1), now=now + 31)
+    assert len(computed) == 3
+    snap = kai_snapshot(svc, now)  # the queues as the chart renders them: projects under their department
+    assert snap is not None and snap.queues["nlp"].parent == "department-research"
+    assert snap.parents["department-research"].limit_milli == 4000
+    # the running pods' nodes, from the relist's open spans; the nodes' GPUs from the inventory
+    with svc.pool.store.session() as session:
+        session.add(
+            PodSpanRow(uid="p1", job=n1, owner="ann", milli=2000, start=int(now - 300), node="localhost")
+        )
+    snap = kai_snapshot(svc, now)
+    assert snap is not None and snap.nodes == {"localhost": 4000}
+    assert {j.id: j.placed for j in snap.running} == {n1: (("localhost", 2000),), n2: ()}
+    # the chart's minRuntime of nlp's queue (20 min): KAI reclaims only a run that has lasted that
+    # long, so vision's job starts when n1, the first to get there, does
+    svc.opts = replace(svc.opts, queue_min_runtime={"nlp": "20m"})
+    kept = KaiEstimates(svc, clock=lambda: now)
+    eta = await kept.for_job(svc.job(v1))
+    assert eta is not None and eta["start"] == now + 900 and eta["text"].endswith(f"(job {n1} of nlp)")
+    assert eta["after"] == f"job {n1} of nlp passes its queue's min runtime"

@@ -109,6 +109,10 @@ helm.sh/resource-policy: keep
 {{- $_ := set $jobOptions "affinity" ($jobs.affinity | default dict) -}}
 {{- $_ := set $jobOptions "resources" ($jobs.resources | default dict) -}}
 {{- $_ := set $jobOptions "project_resources" $projectResources -}}
+{{- /* the queues' minRuntime, for the hub's forecast of KAI's reclaim (gpupool.train.kai_estimates) */ -}}
+{{- $minRuntime := dict -}}
+{{- range $name, $p := $projects }}{{ if $p.minRuntime }}{{ $_ := set $minRuntime $name $p.minRuntime }}{{ end }}{{ end -}}
+{{- $_ := set $jobOptions "queue_min_runtime" $minRuntime -}}
 {{- $_ := set $jobOptions "image_pull_secrets" $pullSecrets -}}
 {{- $_ := set $jobOptions "pod_security_context" ($jobs.podSecurityContext | default dict) -}}
 {{- $_ := set $jobOptions "container_security_context" ($jobs.containerSecurityContext | default dict) -}}
