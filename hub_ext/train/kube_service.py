@@ -29,6 +29,7 @@ from gpupool.kube.controller import KubeJobController
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from gpupool.kube.objects import queue_name
+from gpupool.kube.pod_logs import MIB, KeptLogs
 from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
 from gpupool.kube.status import FINAL, JobStatus
 from gpupool.pool import InvalidRequest
@@ -84,6 +85,18 @@ class KubeTrainingService(JobBook):
         self.api_client = api_client
         self.kai: KaiVersion | None = None  # which KAI runs (elastic jobs need v0.14.1+), read at start
         self.controller = KubeJobController(api_client, self.opts, backend, on_change=self._on_change)
+        # each job's log, kept on the hub's storage from its pods' streams (pod_logs.py)
+        self.kept: KeptLogs | None = (
+            KeptLogs(
+                cfg.kube_logs_dir,
+                cfg.max_log_mib * MIB,
+                api_client,
+                self.opts.namespace,
+                cfg.kube_log_streams,
+            )
+            if cfg.kube_logs_dir
+            else None
+        )
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
         # agents' per-pod samples (gpupool.wiring.setup.kube_job_gpu_use), None when unknown
@@ -132,6 +145,8 @@ class KubeTrainingService(JobBook):
 
     async def stop(self) -> None:
         await self.controller.stop()
+        if self.kept is not None:
+            await self.kept.stop()
 
     # --- changes from the API -------------------------------------------------
     async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
@@ -239,9 +254,11 @@ class KubeTrainingService(JobBook):
         return self.known_job(job_id)
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
-        """The last `tail` lines of the newest pod's log (before byte offset `before`, to page
-        back); `before` in the answer is where the first line starts."""
-        lines, start = await self.controller.logs(row.id, tail, before)
+        """The last `tail` lines of the job's kept log, all its pods' output (before byte offset
+        `before`, to page back); `before` in the answer is where the first line starts. Without
+        one (kube_logs_dir empty, or nothing copied yet), the newest pod's own log while it exists."""
+        kept = await self.kept.read(row.id, tail, before) if self.kept is not None else None
+        lines, start = kept if kept is not None else await self.controller.logs(row.id, tail, before)
         return {"lines": lines, "before": start, "output_notebook": None}
 
     def wait_reason(self, row: TrainJob) -> str:
@@ -396,6 +413,8 @@ class KubeTrainingService(JobBook):
         row = self.job(job_id)
         if row is None:
             return  # a Job of another hub (or of an old database) in the same namespace
+        if self.kept is not None:  # a pod that started: copy its log while it lasts
+            self.kept.follow(job_id, self.controller.pods.get(job_id, {}).values())
         now = time.time()
         # preempted: the Job makes a new pod that waits in its queue and resumes, as the
         # embedded runner requeues a preempted job

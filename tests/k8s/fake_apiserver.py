@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
+import tornado.iostream
 import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -183,6 +184,8 @@ class Handler(tornado.web.RequestHandler):
             if obj is None:
                 return self.fail(404, "NotFound", f'{res} "{name}" not found')
             if sub == "log":
+                if self.get_argument("follow", "false").lower() in ("true", "1"):
+                    return await self.follow_log(obj, ns, name)
                 return self.pod_log(obj, ns, name)
             return self.reply(obj)
         if self.get_argument("watch", "false").lower() in ("true", "1"):
@@ -207,6 +210,30 @@ class Handler(tornado.web.RequestHandler):
             lines = lines[-int(tail) :] if int(tail) > 0 else []
         self.set_header("Content-Type", "text/plain")
         self.finish("".join(lines))
+
+    async def follow_log(self, pod: dict, ns: str, name: str) -> None:
+        """`?follow=true`, as the kubelet streams it: what the container printed, then more as it
+        prints, until the container ends or the pod is gone."""
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            return self.fail(400, "BadRequest", f'container "train" in pod "{name}" is waiting to start')
+        self.set_header("Content-Type", "text/plain")
+        sent = 0
+        while True:
+            obj = self.store.objects.get(("api/v1", "pods", ns, name))
+            ended = obj is None or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            text = self.store.logs.get((ns, name), "").encode()
+            try:
+                if len(text) > sent:
+                    self.write(text[sent:])
+                    sent = len(text)
+                    await self.flush()
+            except tornado.iostream.StreamClosedError:
+                return
+            if ended:
+                return self.finish()
+            if self.request.connection.stream.closed():  # type: ignore[union-attr]  # the client went
+                return
+            await asyncio.sleep(0.02)  # polls the store: the tests' kubelet writes it from their thread
 
     def selected(self, key: Key, obj: dict, prefix: str, res: str, ns: str) -> bool:
         return (
