@@ -116,20 +116,28 @@ class KeptLogs:
         (never waits: each gets a task). Called with the controller's views at each change."""
         if not JOB_ID.match(job_id):
             return
+        done = self.records.get(job_id, {})  # not read yet: the follower reads it, off the loop
         for view in pods:
+            if view.uid in self.tasks:
+                self.views[view.uid] = view  # its follower asks whether the pod still runs
+                continue
+            if view.gone or view.phase not in STARTED or done.get(view.uid, [0, False])[1]:
+                continue
             self.views[view.uid] = view
-            if view.gone or view.phase not in STARTED or view.uid in self.tasks:
-                continue
-            if self._record(job_id).get(view.uid, [0, False])[1]:
-                continue
             task = asyncio.create_task(self._follow(job_id, view.uid))
             self.tasks[view.uid] = task
             task.add_done_callback(partial(self._ended, view.uid))
 
     def _ended(self, uid: str, _task: asyncio.Task) -> None:
         self.tasks.pop(uid, None)
+        self.views.pop(uid, None)
 
     async def _follow(self, job_id: str, uid: str) -> None:
+        if job_id not in self.records:
+            loaded = await asyncio.to_thread(self._load, job_id)
+            self.records.setdefault(job_id, loaded)
+        if self.records[job_id].get(uid, [0, False])[1]:
+            return  # copied before a hub restart
         async with self.slots:
             delay = self.retry_s
             while True:
@@ -139,7 +147,10 @@ class KeptLogs:
                 except asyncio.CancelledError:
                     raise
                 except ApiException as err:
-                    if err.status in (400, 404):  # gone, or not started: the next change follows it again
+                    if err.status == 404:  # the pod is gone: nothing more will come
+                        await self._write(job_id, uid, b"", 0, done=True)
+                        return
+                    if err.status == 400:  # not started (yet): the next change follows it again
                         return
                     log.warning("following the log of train job %s failed: %s", job_id, err.status)
                 except Exception as err:  # noqa: BLE001 - network: try again while the pod runs
@@ -156,7 +167,7 @@ class KeptLogs:
         """Copy the pod's log from where the record says until the stream ends; True when the
         pod is done (its container ended, or its log reached the limit)."""
         view = self.views[uid]
-        skip = int(self._record(job_id).get(uid, [0, False])[0])
+        skip = int(self.records[job_id].get(uid, [0, False])[0])
         # with _preload_content=False the client hands back the response, not the text it types
         resp: aiohttp.ClientResponse = await self._core().read_namespaced_pod_log(  # type: ignore[assignment]
             view.name,
@@ -166,6 +177,9 @@ class KeptLogs:
             # a job may print nothing for hours: no read timeout, only the connection's
             _request_timeout=aiohttp.ClientTimeout(connect=30, sock_connect=30),
         )
+        if not 200 <= resp.status < 300:  # unread content comes back as it is, errors included
+            resp.release()
+            raise ApiException(status=resp.status, reason=resp.reason)
         try:
             seen = 0
             while chunk := await resp.content.read(READ):
@@ -192,10 +206,10 @@ class KeptLogs:
             if not done and len(data) < LINE_MAX:
                 end = data.rfind(b"\n") + 1
                 data, self.pending[uid] = data[:end], data[end:]
-            entry = self._record(job_id).setdefault(uid, [0, False])
+            record = self.records.setdefault(job_id, {})
+            entry = record.setdefault(uid, [0, False])
             if read:
                 entry[0] = read - len(self.pending.get(uid, b""))
-            record = self._record(job_id)
             cap, cut = await asyncio.to_thread(self._append, job_id, data, self.caps.get(uid), record)
             self.caps[uid] = cap
             entry[1] = done or cut
@@ -222,11 +236,6 @@ class KeptLogs:
         if out:
             self._save(job_id, record)
         return cap, cap.cut
-
-    def _record(self, job_id: str) -> dict[str, list]:
-        if job_id not in self.records:
-            self.records[job_id] = self._load(job_id)
-        return self.records[job_id]
 
     def _load(self, job_id: str) -> dict[str, list]:
         try:
@@ -271,6 +280,31 @@ class KeptLogs:
             return tail_lines(fd, tail, before)
         finally:
             os.close(fd)
+
+    async def remove(self, job_ids: Iterable[str]) -> list[str]:
+        """Remove the kept logs of these jobs (finished long ago; never one still followed)."""
+        ids = [
+            j
+            for j in job_ids
+            if JOB_ID.match(j) and not any(u in self.tasks for u in self.records.get(j, {}))
+        ]
+        for job_id in ids:
+            self.records.pop(job_id, None)
+        return await asyncio.to_thread(self._remove, ids)
+
+    def _remove(self, job_ids: list[str]) -> list[str]:
+        removed = []
+        for job_id in job_ids:
+            found = False
+            for name in (f"{job_id}.log", f"{job_id}.pods"):
+                try:
+                    os.unlink(self.root / name)
+                    found = True
+                except FileNotFoundError:
+                    pass
+            if found:
+                removed.append(job_id)
+        return removed
 
     async def stop(self) -> None:
         tasks = list(self.tasks.values())

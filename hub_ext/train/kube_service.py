@@ -259,7 +259,26 @@ class KubeTrainingService(JobBook):
         one (kube_logs_dir empty, or nothing copied yet), the newest pod's own log while it exists."""
         kept = await self.kept.read(row.id, tail, before) if self.kept is not None else None
         lines, start = kept if kept is not None else await self.controller.logs(row.id, tail, before)
+        if kept is None and not lines and self.kept is not None and row.state in FINAL and row.started:
+            lines = [
+                "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
+                " after c.TrainPool.keep_finished_days)"
+            ]
         return {"lines": lines, "before": start, "output_notebook": None}
+
+    def _log_removed(self, row: TrainJob, now: float | None = None) -> bool:
+        keep_s = self.cfg.keep_finished_days * 86400
+        ended = row.finished if row.state in FINAL else None
+        return bool(self.kept and keep_s and ended and (now or time.time()) - ended >= keep_s)
+
+    async def remove_old_logs(self, now: float | None = None) -> list[str]:
+        """Remove the kept logs of jobs finished more than c.TrainPool.keep_finished_days ago, as
+        one machine removes their folders (the hub's volume is not filled by old logs)."""
+        keep_s = self.cfg.keep_finished_days * 86400
+        if self.kept is None or not keep_s:
+            return []
+        old = [r.id for r in self.jobs() if self._log_removed(r, now)]
+        return await self.kept.remove(old) if old else []
 
     def wait_reason(self, row: TrainJob) -> str:
         """Why a queued job waits, as the cluster says it (its row's message: the queue, and the

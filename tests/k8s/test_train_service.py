@@ -39,6 +39,8 @@ def make_service(tmp_path: Path, api_client, **train) -> KubeTrainingService:
     c = train_config(tmp_path, **settings)
     svc = KubeTrainingService(make_pool(tmp_path, 4), TrainPool(config=c), api_client, KAISharing())
     svc.controller.watch_timeout_s = 2
+    if svc.kept is not None:
+        svc.kept.retry_s = 0.1  # a stream that ended before the watch said its pod did: read again soon
     return svc
 
 
@@ -113,6 +115,18 @@ async def test_the_log_is_kept_across_pods_and_after_they_are_gone(
     await until_async(lambda: service.job(row.id).state == "cancelled", "the job cancelled")
     assert cluster.pods(NS, f"batch.kubernetes.io/job-name={name_of(row.id)}") == []
     assert (await service.logs(service.job(row.id), 2))["lines"] == ["step 299", "resumed at step 300"]
+    # removed with the job's folder on one machine: c.TrainPool.keep_finished_days after its end
+    kept = service.kept
+    assert kept is not None
+    await until_async(lambda: not kept.tasks, "the pods' logs no longer followed")
+    ended, keep_s = service.job(row.id).finished, service.cfg.keep_finished_days * 86400
+    assert await service.remove_old_logs(now=ended + keep_s - 60) == []
+    assert (await service.logs(service.job(row.id), 1))["lines"] == ["resumed at step 300"]
+    assert await service.remove_old_logs(now=ended + keep_s) == [row.id]
+    assert (await service.logs(service.job(row.id), 1))["lines"] == [
+        "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
+        " after c.TrainPool.keep_finished_days)"
+    ]
 
 
 async def test_a_log_over_its_limit_is_cut_with_the_note_and_a_restarted_hub_goes_on_without_repeats(
