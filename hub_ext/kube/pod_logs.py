@@ -86,6 +86,7 @@ class KeptLogs:
     ) -> None:
         self.root, self.limit, self.namespace = Path(root), limit, namespace
         self.max_streams, self.retry_s = max_streams, retry_s
+        self.gone_grace_s = 10.0  # a stream still open this long after its pod went is dropped
         self.hub_client = api_client
         self.api_client: client.ApiClient | None = None  # made at the first follow (_core)
         self.slots = asyncio.Semaphore(max_streams)
@@ -120,6 +121,10 @@ class KeptLogs:
         for view in pods:
             if view.uid in self.tasks:
                 self.views[view.uid] = view  # its follower asks whether the pod still runs
+                if view.gone:
+                    # a kubelet ends the stream when the container ends, before the pod goes; a
+                    # lost node's never does (no read timeout: jobs may print nothing for hours)
+                    asyncio.get_running_loop().call_later(self.gone_grace_s, self.tasks[view.uid].cancel)
                 continue
             if view.gone or view.phase not in STARTED or done.get(view.uid, [0, False])[1]:
                 continue

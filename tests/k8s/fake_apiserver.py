@@ -108,6 +108,7 @@ class Store:
         self.changed = asyncio.Event()
         self.requests: list[tuple[str, str]] = []  # (method, path) for assertions
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> what its container printed
+        self.lost: set[tuple[str, str]] = set()  # pods whose node is lost: their log streams never end
 
     def _emit(self, kind: str, key: Key, obj: dict) -> None:
         self.history.append((self.rv, kind, key, copy.deepcopy(obj)))
@@ -221,6 +222,7 @@ class Handler(tornado.web.RequestHandler):
         while True:
             obj = self.store.objects.get(("api/v1", "pods", ns, name))
             ended = obj is None or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            ended = ended and (ns, name) not in self.store.lost
             text = self.store.logs.get((ns, name), "").encode()
             try:
                 if len(text) > sent:
@@ -348,6 +350,7 @@ class FakeAPIServer:
             self.store.history.clear()
             self.store.requests.clear()
             self.store.logs.clear()
+            self.store.lost.clear()
 
         self.call(clear)
 
@@ -391,6 +394,10 @@ class FakeAPIServer:
             self.store.logs[(ns, pod)] = self.store.logs.get((ns, pod), "") + text
 
         self.call(append)
+
+    def lose_node_of(self, ns: str, pod: str) -> None:
+        """The pod's node is lost: a log stream open to it stays open, and says nothing more."""
+        self.call(lambda: self.store.lost.add((ns, pod)))
 
     def requests(self) -> list[tuple[str, str]]:
         return self.call(lambda: list(self.store.requests))

@@ -233,6 +233,26 @@ async def test_code_travels_as_data_and_each_back_end_runs_it_its_own_way(
     ]
 
 
+async def test_a_log_stream_left_open_by_a_lost_node_is_dropped_once_its_pod_is_gone(
+    service: KubeTrainingService, cluster: Cluster
+) -> None:
+    """A follow has no read timeout (a job may print nothing for hours): a stream a lost node
+    never ends is dropped gone_grace_s after the pod is gone, so it holds no slot for ever,
+    and what it copied stays."""
+    kept = service.kept
+    assert kept is not None
+    kept.gone_grace_s = 0.2
+    row = await service.submit(job_request())
+    pod = await running_pod(service, cluster, row.id)
+    cluster.api.write_log(NS, pod, "epoch 1\n")
+    await shown(service, row.id, ["epoch 1"])
+    cluster.api.lose_node_of(NS, pod)
+    cluster.evict_pod(NS, pod)
+    await until_async(lambda: service.job(row.id).preemptions == 1, "the pod gone")
+    await until_async(lambda: not kept.tasks, "the stream dropped")
+    assert (await service.logs(service.job(row.id), 5))["lines"] == ["epoch 1"]
+
+
 @pytest.mark.parametrize("already", [0, 700_000, 1024 * 1024, 1_500_000])
 def test_the_kept_log_is_cut_byte_for_byte_as_on_one_machine(tmp_path: Path, already: int) -> None:
     """LogCap (Kubernetes) and one machine's wrapper (runners/wrap.py) keep the same bytes of the
