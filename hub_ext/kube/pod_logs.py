@@ -215,8 +215,10 @@ class KeptLogs:
             entry = record.setdefault(uid, [0, False])
             if read:
                 entry[0] = read - len(self.pending.get(uid, b""))
-            cap, cut = await asyncio.to_thread(self._append, job_id, data, self.caps.get(uid), record)
-            self.caps[uid] = cap
+            cut = False
+            if data:  # no file for a pod that printed nothing: the pod's own log is read then
+                cap, cut = await asyncio.to_thread(self._append, job_id, data, self.caps.get(uid), record)
+                self.caps[uid] = cap
             entry[1] = done or cut
             if entry[1]:
                 self.pending.pop(uid, None)
@@ -233,7 +235,7 @@ class KeptLogs:
         try:
             if cap is None:  # the pod's first bytes: its run goes on from the log's size
                 cap = LogCap(os.fstat(fd).st_size, self.limit)
-            out = cap.feed(data) if data else b""
+            out = cap.feed(data)
             if out:
                 os.write(fd, out)
         finally:

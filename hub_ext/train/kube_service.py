@@ -259,7 +259,7 @@ class KubeTrainingService(JobBook):
         one (kube_logs_dir empty, or nothing copied yet), the newest pod's own log while it exists."""
         kept = await self.kept.read(row.id, tail, before) if self.kept is not None else None
         lines, start = kept if kept is not None else await self.controller.logs(row.id, tail, before)
-        if kept is None and not lines and self.kept is not None and row.state in FINAL and row.started:
+        if kept is None and not lines and self._log_removed(row):
             lines = [
                 "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
                 " after c.TrainPool.keep_finished_days)"

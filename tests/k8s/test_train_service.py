@@ -123,6 +123,8 @@ async def test_the_log_is_kept_across_pods_and_after_they_are_gone(
     assert await service.remove_old_logs(now=ended + keep_s - 60) == []
     assert (await service.logs(service.job(row.id), 1))["lines"] == ["resumed at step 300"]
     assert await service.remove_old_logs(now=ended + keep_s) == [row.id]
+    assert (await service.logs(service.job(row.id), 1))["lines"] == []  # ended just now: nothing said
+    service._set(row.id, finished=ended - keep_s)  # it ended that long ago (the page is read now)
     assert (await service.logs(service.job(row.id), 1))["lines"] == [
         "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
         " after c.TrainPool.keep_finished_days)"
