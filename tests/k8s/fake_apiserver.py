@@ -10,7 +10,8 @@ Job's pod, mark it Running, evict it, finish it). It runs its own event loop in 
 every test's loop can talk to it; call its methods from any thread.
 
 Kept only for what the real control plane of tests/cluster cannot serve: `pods/log` (the API
-server proxies it to the pod's kubelet; kwok's nodes run no container and serve no logs).
+server proxies it to the pod's kubelet; kwok's nodes run no container and serve one file as
+every pod's log, tests/cluster/plane.py POD_LOGS).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The training pool's Kubernetes back-end where the real control plane cannot serve: a job's
 logs (kept by the hub, hub_ext/kube/pod_logs.py). Logs come from `pods/log`, which the API server
 proxies to the kubelet of the pod's node;
-kwok's nodes run no container and serve no logs, so this stays on the fake API server (which
-serves what a test writes). Everything else the service does is tested on the real plane:
+kwok's nodes run no container and serve one file as every pod's log, so a log per pod (and a
+stream that ends with its container) stays on the fake API server (which serves what a test
+writes); the real plane's `pods/log` is in tests/cluster/test_train_service_real.py. Everything else the service does is tested on the real plane:
 tests/cluster/test_train_service_real.py."""
 
 from __future__ import annotations
