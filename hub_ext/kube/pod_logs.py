@@ -91,6 +91,7 @@ class KeptLogs:
         self.api_client: client.ApiClient | None = None  # made at the first follow (_core)
         self.slots = asyncio.Semaphore(max_streams)
         self.views: dict[str, PodView] = {}  # pod uid -> as the controller last saw it
+        self.where: dict[str, str] = {}  # pod uid -> its namespace
         self.tasks: dict[str, asyncio.Task] = {}  # pod uid -> its follower
         self.records: dict[str, dict[str, list]] = {}  # job id -> pod uid -> [bytes read, done]
         self.pending: dict[str, bytes] = {}  # pod uid -> a partial line not yet written
@@ -112,9 +113,10 @@ class KeptLogs:
         return self.root / f"{job_id}.log"
 
     # --- following -------------------------------------------------------------
-    def follow(self, job_id: str, pods: Iterable[PodView]) -> None:
-        """Follow the logs of the job's pods that have started and are not followed or done yet
-        (never waits: each gets a task). Called with the controller's views at each change."""
+    def follow(self, job_id: str, pods: Iterable[PodView], namespace: str = "") -> None:
+        """Follow the logs of the job's pods (in `namespace`, default the hub's) that have started
+        and are not followed or done yet (never waits: each gets a task). Called with the
+        controller's views at each change."""
         if not JOB_ID.match(job_id):
             return
         done = self.records.get(job_id, {})  # not read yet: the follower reads it, off the loop
@@ -129,6 +131,7 @@ class KeptLogs:
             if view.gone or view.phase not in STARTED or done.get(view.uid, [0, False])[1]:
                 continue
             self.views[view.uid] = view
+            self.where[view.uid] = namespace or self.namespace
             task = asyncio.create_task(self._follow(job_id, view.uid))
             self.tasks[view.uid] = task
             task.add_done_callback(partial(self._ended, view.uid))
@@ -136,6 +139,7 @@ class KeptLogs:
     def _ended(self, uid: str, _task: asyncio.Task) -> None:
         self.tasks.pop(uid, None)
         self.views.pop(uid, None)
+        self.where.pop(uid, None)
 
     async def _follow(self, job_id: str, uid: str) -> None:
         if job_id not in self.records:
@@ -178,7 +182,7 @@ class KeptLogs:
         # with _preload_content=False the client hands back the response, not the text it types
         resp: aiohttp.ClientResponse = await self._core().read_namespaced_pod_log(  # type: ignore[assignment]
             view.name,
-            self.namespace,
+            self.where.get(uid, self.namespace),
             follow=True,
             _preload_content=False,
             # a job may print nothing for hours: no read timeout, only the connection's
