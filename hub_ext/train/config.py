@@ -405,6 +405,32 @@ class TrainPool(LoggingConfigurable):
         """,
     )
 
+    kube_logs_dir = Unicode(
+        "gpupool-train-logs",
+        config=True,
+        help="""On Kubernetes: the folder, on the hub's own
+        storage, where the hub keeps each train job's log (its pods' output, followed as they run
+        and cut at max_log_mib with a note, as on one machine), so the job's page shows it after
+        its pods are gone. Relative paths are from the hub's working folder (z2jh: the hub's
+        volume, beside gpupool.sqlite). Empty: no log is kept; a job's log is its newest pod's
+        while that pod exists. Example::
+
+            c.TrainPool.kube_logs_dir = "/srv/jupyterhub/gpupool-train-logs"
+        """,
+    )
+    kube_log_streams = Int(
+        200,
+        min=1,
+        max=5000,
+        config=True,
+        help="""On Kubernetes: most pod logs the hub follows at
+        once (kube_logs_dir), each an open connection to the API server for the pod's life; a pod
+        over it is copied from its start once a slot is free. Example::
+
+            c.TrainPool.kube_log_streams = 500
+        """,
+    )
+
     def kube_image(self) -> str:
         """The train Jobs' image: c.TrainPool.image, else the workspaces' (GPUKubeSpawner's, then
         KubeSpawner's as set in the config): a notebook job needs gpupool and the notebook's own

@@ -30,6 +30,7 @@ from gpupool.kube.job_namespace import owner_namespace, template_problem
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
 from gpupool.kube.objects import queue_name
+from gpupool.kube.pod_logs import MIB, KeptLogs
 from gpupool.kube.pool_objects import kai_shard, pool_queue_name, pool_term, shard_problem
 from gpupool.kube.status import FINAL, JobStatus
 from gpupool.pool import InvalidRequest
@@ -97,6 +98,18 @@ class KubeTrainingService(JobBook):
         self.controller = KubeJobController(
             api_client, self.opts, backend, on_change=self._on_change, namespace_of=self.namespace_of
         )
+        # each job's log, kept on the hub's storage from its pods' streams (pod_logs.py)
+        self.kept: KeptLogs | None = (
+            KeptLogs(
+                cfg.kube_logs_dir,
+                cfg.max_log_mib * MIB,
+                api_client,
+                self.opts.namespace,
+                cfg.kube_log_streams,
+            )
+            if cfg.kube_logs_dir
+            else None
+        )
         self.unsent: set[str] = set()  # rows whose Job the cluster has not taken yet
         # idle train jobs (projects with idle_gpu_s): GPU utilization per job id from the node
         # agents' per-pod samples (gpupool.wiring.setup.kube_job_gpu_use), None when unknown
@@ -145,6 +158,8 @@ class KubeTrainingService(JobBook):
 
     async def stop(self) -> None:
         await self.controller.stop()
+        if self.kept is not None:
+            await self.kept.stop()
 
     # --- changes from the API -------------------------------------------------
     async def submit(self, job: JobRequest, now: float | None = None) -> TrainJob:
@@ -252,10 +267,31 @@ class KubeTrainingService(JobBook):
         return self.known_job(job_id)
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:
-        """The last `tail` lines of the newest pod's log (before byte offset `before`, to page
-        back); `before` in the answer is where the first line starts."""
-        lines, start = await self.controller.logs(row.id, tail, before)
+        """The last `tail` lines of the job's kept log, all its pods' output (before byte offset
+        `before`, to page back); `before` in the answer is where the first line starts. Without
+        one (kube_logs_dir empty, or nothing copied yet), the newest pod's own log while it exists."""
+        kept = await self.kept.read(row.id, tail, before) if self.kept is not None else None
+        lines, start = kept if kept is not None else await self.controller.logs(row.id, tail, before)
+        if kept is None and not lines and self._log_removed(row):
+            lines = [
+                "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
+                " after c.TrainPool.keep_finished_days)"
+            ]
         return {"lines": lines, "before": start, "output_notebook": None}
+
+    def _log_removed(self, row: TrainJob, now: float | None = None) -> bool:
+        keep_s = self.cfg.keep_finished_days * 86400
+        ended = row.finished if row.state in FINAL else None
+        return bool(self.kept and keep_s and ended and (now or time.time()) - ended >= keep_s)
+
+    async def remove_old_logs(self, now: float | None = None) -> list[str]:
+        """Remove the kept logs of jobs finished more than c.TrainPool.keep_finished_days ago, as
+        one machine removes their folders (the hub's volume is not filled by old logs)."""
+        keep_s = self.cfg.keep_finished_days * 86400
+        if self.kept is None or not keep_s:
+            return []
+        old = [r.id for r in self.jobs() if self._log_removed(r, now)]
+        return await self.kept.remove(old) if old else []
 
     def wait_reason(self, row: TrainJob) -> str:
         """Why a queued job waits, as the cluster says it (its row's message: the queue, and the
@@ -424,6 +460,9 @@ class KubeTrainingService(JobBook):
         row = self.job(job_id)
         if row is None:
             return  # a Job of another hub (or of an old database) in the same namespace
+        if self.kept is not None:  # a pod that started: copy its log while it lasts
+            pods = self.controller.pods.get(job_id, {}).values()
+            self.kept.follow(job_id, pods, namespace=self.namespace_of(job_id) or "")
         now = time.time()
         # preempted: the Job makes a new pod that waits in its queue and resumes, as the
         # embedded runner requeues a preempted job

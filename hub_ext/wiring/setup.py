@@ -411,6 +411,7 @@ async def start_training(root: GPUPoolHub, config: Config, usage: UsageService) 
         tasks.start(kube.start(), "following train Jobs on Kubernetes")
         # train jobs there hold no hub allocation: their GPU-hours are their pods' lifetimes
         tasks.every(cfg.usage_relist_s, kube.record_usage, "recording train pods' GPU-hours")
+        tasks.every(cfg.folder_check_s, kube.remove_old_logs, "removing old train jobs' kept logs")
         training: TrainingBackend = kube
     else:
         from gpupool.train.backend import LocalTraining

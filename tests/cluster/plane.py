@@ -166,6 +166,26 @@ spec:
 )
 
 
+# The train pods' log on kwok's nodes: kwok serves this file (the CRI log format the kubelet
+# reads, `write_pod_log`) as the log of every pod in the tests' hub namespace, followed as it grows.
+POD_LOGS = """
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata: {name: gpupool-test-train-logs}
+spec:
+  selector: {matchNamespaces: [jhub]}  # conftest.HUB_NS
+  logs:
+  - containers: [train]
+    logsFile: "@FILE@"
+    follow: true
+"""
+
+
+def pod_logs(path: Path) -> str:
+    return POD_LOGS.replace("@FILE@", str(path))
+
+
 def kwok_stages() -> str:
     """kwok's own node and pod stages from its module (nodes become Ready and keep a lease;
     bound pods run), plus ours. Not kwok's pod-complete: a Job's pod finishes only when a test
@@ -190,6 +210,17 @@ class ControlPlane:
     lock: TextIO | None = None  # the machine-wide lock's open file while this plane holds it (exclusive())
     exclusive_users: int = 0  # who asked for it (KAI, the real node): held until the last lets go
     host_ip: str = "127.0.0.1"  # the address the API server advertises (the host's, when it has one)
+
+    @property
+    def pod_log(self) -> Path:
+        """What every train pod in the hub's namespace printed, as kwok serves it (POD_LOGS)."""
+        return self.folder / "train-pods.log"
+
+    def write_pod_log(self, text: str) -> None:
+        """Train pods print `text` (lines), in the CRI log format the kubelet keeps."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+        with self.pod_log.open("a") as f:
+            f.writelines(f"{now} stdout F {line}\n" for line in text.splitlines())
 
     # --- life cycle ------------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> ControlPlane:
@@ -273,7 +304,9 @@ class ControlPlane:
         )
         self.start_kube_scheduler(standin=True)
         stages = self.folder / "kwok.yaml"
-        stages.write_text(kwok_stages())
+        self.pod_log.touch()
+        stages.write_text(kwok_stages() + pod_logs(self.pod_log))
+        kubelet_port = free_port()
         self._spawn(
             "kwok",
             [
@@ -281,6 +314,10 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig}",
                 f"-c={stages}",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE}=fake",
+                # kwok's nodes answer the API server's `pods/log` as a kubelet does (pod_logs)
+                f"--server-address=127.0.0.1:{kubelet_port}",
+                "--node-ip=127.0.0.1",
+                f"--node-port={kubelet_port}",
             ],
         )
         # the controller-manager is up when it has made the default namespace's service account

@@ -351,6 +351,7 @@ def make_service(
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.kube_logs_dir = str(tmp_path / "train-logs")  # not the default, relative to the cwd
     c.TrainPool.kube_job_options = {
         "namespace": HUB_NS,
         "storage_class": STORAGE,

@@ -54,6 +54,7 @@ def service(tmp_path: Path, api, projects: dict | None = None):
     c.TrainPool.runner = "kubernetes"
     c.TrainPool.image = "registry.example.org/train:1"
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.kube_logs_dir = str(tmp_path / "train-logs")  # not the default, relative to the cwd
     c.TrainPool.kube_job_options = {"namespace": HUB_NS, "storage_class": STORAGE, "checkpoint_size": "1Gi"}
     pool = PoolManager(
         virtual_inventory(4),

@@ -9,8 +9,9 @@ a running one runs on. The last test runs a whole
 JupyterHub in Kubernetes mode against the same plane.
 
 Simulated, as in test_train_jobs_real.py: a container's exit (our kwok stage) and KAI's eviction
-(done as KAI does it). Not here: pod logs (kwok runs no container and serves no logs), see
-tests/k8s/test_train_service.py."""
+(done as KAI does it). A job's log comes through the real API server's `pods/log` from kwok, which serves
+one file as every train pod's log (plane.POD_LOGS); the kept log's details (its cut, restarts,
+several pods) are in tests/k8s/test_train_service.py."""
 
 from __future__ import annotations
 
@@ -386,3 +387,36 @@ def test_a_hub_in_kubernetes_mode_runs_jobs_as_jobs(
         detail=hub.tail,
     )
     assert admin.get(f"{JOBS}/{name_of(job['id'])}") is None
+
+
+async def test_a_jobs_log_is_kept_by_the_hub_after_its_pod_is_gone(
+    hub_api, plane: ControlPlane, admin: Resources, tmp_path: Path
+) -> None:
+    """The real API server's `pods/log?follow=true`, proxied to the pod's node (kwok serves it as
+    a kubelet does): the hub copies the running pod's output as it comes into the job's kept
+    log, which the job's page still shows once the Job and its pods are gone."""
+    service = make_service(tmp_path, hub_api)
+    await service.start()
+    assert service.kept is not None
+    kept_logs = service.kept
+    kept_logs.gone_grace_s = 1.0  # kwok's streams never end: dropped this long after the pod went
+    kept_logs.retry_s = 0.2  # a pod's node may answer 500 for a moment after it runs: read again soon
+    try:
+        row = await service.submit(
+            job_request(owner="ann", project="default", name="logged", command=["true"], gpu_milli=500)
+        )
+        volume_for(admin, row.id)
+        await wait_for(lambda: running_pod(admin, row.id, set()), what="the pod to run")
+        await wait_for(lambda: service.job(row.id).state == "running", what="row running")
+        plane.write_pod_log(f"{row.id} epoch 1\n{row.id} epoch 2\n")
+        kept = tmp_path / "train-logs" / f"{row.id}.log"
+        await wait_for(
+            lambda: kept.exists() and f"{row.id} epoch 2\n" in kept.read_text(), what="the output kept"
+        )
+        await service.cancel(row.id)
+        await wait_for(lambda: not pods_of(admin, row.id), what="its pods gone")
+        await wait_for(lambda: not kept_logs.tasks, what="its log no longer followed")
+        lines = (await service.logs(service.job(row.id), 100))["lines"]
+        assert f"{row.id} epoch 1" in lines and lines[-1] == f"{row.id} epoch 2"
+    finally:
+        await service.stop()

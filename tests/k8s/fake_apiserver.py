@@ -10,7 +10,8 @@ Job's pod, mark it Running, evict it, finish it). It runs its own event loop in 
 every test's loop can talk to it; call its methods from any thread.
 
 Kept only for what the real control plane of tests/cluster cannot serve: `pods/log` (the API
-server proxies it to the pod's kubelet; kwok's nodes run no container and serve no logs).
+server proxies it to the pod's kubelet; kwok's nodes run no container and serve one file as
+every pod's log, tests/cluster/plane.py POD_LOGS).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
+import tornado.iostream
 import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -107,6 +109,7 @@ class Store:
         self.changed = asyncio.Event()
         self.requests: list[tuple[str, str]] = []  # (method, path) for assertions
         self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> what its container printed
+        self.lost: set[tuple[str, str]] = set()  # pods whose node is lost: their log streams never end
 
     def _emit(self, kind: str, key: Key, obj: dict) -> None:
         self.history.append((self.rv, kind, key, copy.deepcopy(obj)))
@@ -183,6 +186,8 @@ class Handler(tornado.web.RequestHandler):
             if obj is None:
                 return self.fail(404, "NotFound", f'{res} "{name}" not found')
             if sub == "log":
+                if self.get_argument("follow", "false").lower() in ("true", "1"):
+                    return await self.follow_log(obj, ns, name)
                 return self.pod_log(obj, ns, name)
             return self.reply(obj)
         if self.get_argument("watch", "false").lower() in ("true", "1"):
@@ -207,6 +212,31 @@ class Handler(tornado.web.RequestHandler):
             lines = lines[-int(tail) :] if int(tail) > 0 else []
         self.set_header("Content-Type", "text/plain")
         self.finish("".join(lines))
+
+    async def follow_log(self, pod: dict, ns: str, name: str) -> None:
+        """`?follow=true`, as the kubelet streams it: what the container printed, then more as it
+        prints, until the container ends or the pod is gone."""
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            return self.fail(400, "BadRequest", f'container "train" in pod "{name}" is waiting to start')
+        self.set_header("Content-Type", "text/plain")
+        sent = 0
+        while True:
+            obj = self.store.objects.get(("api/v1", "pods", ns, name))
+            ended = obj is None or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            ended = ended and (ns, name) not in self.store.lost
+            text = self.store.logs.get((ns, name), "").encode()
+            try:
+                if len(text) > sent:
+                    self.write(text[sent:])
+                    sent = len(text)
+                    await self.flush()
+            except tornado.iostream.StreamClosedError:
+                return
+            if ended:
+                return self.finish()
+            if self.request.connection.stream.closed():  # type: ignore[union-attr]  # the client went
+                return
+            await asyncio.sleep(0.02)  # polls the store: the tests' kubelet writes it from their thread
 
     def selected(self, key: Key, obj: dict, prefix: str, res: str, ns: str) -> bool:
         return (
@@ -321,6 +351,7 @@ class FakeAPIServer:
             self.store.history.clear()
             self.store.requests.clear()
             self.store.logs.clear()
+            self.store.lost.clear()
 
         self.call(clear)
 
@@ -364,6 +395,10 @@ class FakeAPIServer:
             self.store.logs[(ns, pod)] = self.store.logs.get((ns, pod), "") + text
 
         self.call(append)
+
+    def lose_node_of(self, ns: str, pod: str) -> None:
+        """The pod's node is lost: a log stream open to it stays open, and says nothing more."""
+        self.call(lambda: self.store.lost.add((ns, pod)))
 
     def requests(self) -> list[tuple[str, str]]:
         return self.call(lambda: list(self.store.requests))

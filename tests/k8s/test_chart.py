@@ -259,7 +259,13 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
             "defaultProject": "guests",
         },
         "sharing": {"backend": "hami", "fractionByMemory": True},
-        "jobs": {"graceSeconds": 120, "storageClass": "fast"},
+        "jobs": {
+            "graceSeconds": 120,
+            "storageClass": "fast",
+            "maxLogMiB": 20,
+            "logsDir": "/srv/logs",
+            "maxFolderMiB": 2048,
+        },
         "userNamespaces": {"enabled": True, "prefix": "lab-"},
         "nodeAgent": {"port": 9500},
     }
@@ -296,6 +302,12 @@ def test_the_chart_renders_traitlets_config_with_one_name_per_setting(tmp_path: 
     assert train.department_table()["lab"].limit_milli == 3000
     assert train.pool_table()["ws"].nodes == frozenset({"ws-1"}) and train.grace_s == 120
     assert train.job_options().storage_class == "fast" and train.job_options().grace_s == 120
+    # limits as on one machine: the kept log's size and place, the working folder's sizeLimit
+    assert (train.max_log_mib, train.kube_logs_dir, train.job_options().work_size_mib) == (
+        20,
+        "/srv/logs",
+        2048,
+    )
     assert c.GPUKubeSpawner.fraction_by_memory is True and c.GPUKubeSpawner.kai_queue_groups == ["cs101"]
     assert c.KubeSpawner.user_namespace_template == "lab-{username}"
     # the culler samples this release's node agents, at the chart's port (before, the overlay

@@ -1,11 +1,14 @@
 """The training pool's Kubernetes back-end where the real control plane cannot serve: a job's
-logs. Logs come from `pods/log`, which the API server proxies to the kubelet of the pod's node;
-kwok's nodes run no container and serve no logs, so this stays on the fake API server (which
-serves what a test writes). Everything else the service does is tested on the real plane:
+logs (kept by the hub, hub_ext/kube/pod_logs.py). Logs come from `pods/log`, which the API server
+proxies to the kubelet of the pod's node;
+kwok's nodes run no container and serve one file as every pod's log, so a log per pod (and a
+stream that ends with its container) stays on the fake API server (which serves what a test
+writes); the real plane's `pods/log` is in tests/cluster/test_train_service_real.py. Everything else the service does is tested on the real plane:
 tests/cluster/test_train_service_real.py."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +17,8 @@ from traitlets.config import Config
 
 from gpupool.gpu.sharing import KAISharing
 from gpupool.kube.objects import name_of
+from gpupool.kube.pod_logs import LogCap
+from gpupool.runners.wrap import copy_output
 from gpupool.train.code import JobCode
 from gpupool.train.config import TrainPool
 from gpupool.train.kube_service import KubeTrainingService
@@ -36,6 +41,8 @@ def make_service(tmp_path: Path, api_client, **train) -> KubeTrainingService:
     c = train_config(tmp_path, **settings)
     svc = KubeTrainingService(make_pool(tmp_path, 4), TrainPool(config=c), api_client, KAISharing())
     svc.controller.watch_timeout_s = 2
+    if svc.kept is not None:
+        svc.kept.retry_s = 0.1  # a stream that ended before the watch said its pod did: read again soon
     return svc
 
 
@@ -52,38 +59,106 @@ def only_pod(cluster: Cluster, job_id: str) -> str:
     return pods[-1]["metadata"]["name"]
 
 
-async def test_logs_are_the_tail_of_the_newest_pod(service: KubeTrainingService, cluster: Cluster) -> None:
-    row = await service.submit(
-        JobRequest(
-            owner="ann",
-            project="vision",
-            name="resnet",
-            num_gpu=1,
-            gpu_milli=1000,
-            code=JobCode.command(["python", "job.py"], {"job.py": b"1"}),
-        )
+def job_request(name: str = "resnet") -> JobRequest:
+    return JobRequest(
+        owner="ann",
+        project="vision",
+        name=name,
+        num_gpu=1,
+        gpu_milli=1000,
+        code=JobCode.command(["python", "job.py"], {"job.py": b"1"}),
     )
+
+
+async def running_pod(service: KubeTrainingService, cluster: Cluster, job_id: str, runs: int = 1) -> str:
+    pod = cluster.start_job_pod(NS, name_of(job_id))["metadata"]["name"]
+    cluster.run_pod(NS, pod)
+    await until_async(lambda: service.job(job_id).runs == runs, f"run {runs} of the job")
+    return pod
+
+
+async def shown(service: KubeTrainingService, job_id: str, lines: list[str], tail: int = 5) -> None:
+    """Wait until the job's kept log ends with `lines`, then check the API says the same."""
+    assert service.kept is not None
+    kept = service.kept
+    await until_async(
+        lambda: (kept._read(job_id, tail, None) or ([], 0))[0] == lines,
+        f"the job's log ending {lines[-1:]}",
+        detail=lambda: kept._read(job_id, tail, None),
+    )
+    assert (await service.logs(service.job(job_id), tail))["lines"] == lines
+
+
+async def test_the_log_is_kept_across_pods_and_after_they_are_gone(
+    service: KubeTrainingService, cluster: Cluster
+) -> None:
+    """The hub copies each pod's log stream into the job's kept log (TrainPool.kube_logs_dir):
+    a preempted job's resumed pod goes on the same log, as on one machine, and the job's page
+    still shows it once its pods and its Job are gone (a pod's own log goes with the pod)."""
+    row = await service.submit(job_request())
     assert await service.logs(service.job(row.id), 5) == {
         "lines": [],
         "before": 0,
         "output_notebook": None,
     }  # no pod
-    first = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
-    cluster.run_pod(NS, first)
-    await until_async(lambda: service.job(row.id).state == "running", "the job running")
+    first = await running_pod(service, cluster, row.id)
     cluster.api.write_log(NS, first, "".join(f"step {i}\n" for i in range(300)))
+    await shown(service, row.id, [f"step {i}" for i in range(295, 300)])
     logs = await service.logs(service.job(row.id), 5)
-    assert logs["lines"] == [f"step {i}" for i in range(295, 300)]
     # paging back, as on the embedded runner: the lines before the first one shown
     earlier = await service.logs(service.job(row.id), 5, before=logs["before"])
     assert earlier["lines"] == [f"step {i}" for i in range(290, 295)]
     assert earlier["before"] == len("".join(f"step {i}\n" for i in range(290)))
-    cluster.evict_pod(NS, first)  # the evicted pod's logs go with it; the new pod's are shown
-    second = cluster.start_job_pod(NS, name_of(row.id))["metadata"]["name"]
-    cluster.run_pod(NS, second)
+    cluster.evict_pod(NS, first)  # its own log goes with it: the kept one stays
+    second = await running_pod(service, cluster, row.id, runs=2)
     cluster.api.write_log(NS, second, "resumed at step 300\n")
-    await until_async(lambda: service.job(row.id).runs == 2, "the second run")
-    assert (await service.logs(service.job(row.id), 5))["lines"] == ["resumed at step 300"]
+    await shown(service, row.id, [f"step {i}" for i in range(296, 300)] + ["resumed at step 300"])
+    await service.cancel(row.id)
+    await until_async(lambda: service.job(row.id).state == "cancelled", "the job cancelled")
+    assert cluster.pods(NS, f"batch.kubernetes.io/job-name={name_of(row.id)}") == []
+    assert (await service.logs(service.job(row.id), 2))["lines"] == ["step 299", "resumed at step 300"]
+    # removed with the job's folder on one machine: c.TrainPool.keep_finished_days after its end
+    kept = service.kept
+    assert kept is not None
+    await until_async(lambda: not kept.tasks, "the pods' logs no longer followed")
+    ended, keep_s = service.job(row.id).finished, service.cfg.keep_finished_days * 86400
+    assert await service.remove_old_logs(now=ended + keep_s - 60) == []
+    assert (await service.logs(service.job(row.id), 1))["lines"] == ["resumed at step 300"]
+    assert await service.remove_old_logs(now=ended + keep_s) == [row.id]
+    assert (await service.logs(service.job(row.id), 1))["lines"] == []  # ended just now: nothing said
+    service._set(row.id, finished=ended - keep_s)  # it ended that long ago (the page is read now)
+    assert (await service.logs(service.job(row.id), 1))["lines"] == [
+        "gpupool: this job's log is no longer kept (the logs of finished jobs are removed"
+        " after c.TrainPool.keep_finished_days)"
+    ]
+
+
+async def test_a_log_over_its_limit_is_cut_with_the_note_and_a_restarted_hub_goes_on_without_repeats(
+    tmp_path: Path, api_client, cluster: Cluster
+) -> None:
+    """The kept log holds at most TrainPool.max_log_mib, then one machine's note; a hub
+    restarted while a pod runs goes on from where the kept log stopped (no line twice)."""
+    svc = make_service(tmp_path, api_client, max_log_mib=1)
+    await svc.start()
+    row = await svc.submit(job_request())
+    pod = await running_pod(svc, cluster, row.id)
+    cluster.api.write_log(NS, pod, "before the restart\n")
+    await shown(svc, row.id, ["before the restart"])
+    await svc.stop()  # the hub goes down while the pod runs and prints
+    cluster.api.write_log(NS, pod, "while it was down\n")
+    svc = make_service(tmp_path, api_client, max_log_mib=1)
+    await svc.start()
+    try:
+        await shown(svc, row.id, ["before the restart", "while it was down"])
+        line = "x" * 99 + "\n"
+        cluster.api.write_log(NS, pod, line * 20_000)  # 2 MB: over the 1 MiB limit
+        note = "--- gpupool: the log reached its limit of 1 MiB (c.TrainPool.max_log_mib); the job goes on, its further output is not kept ---"
+        await shown(svc, row.id, [note], tail=1)
+        kept = (tmp_path / "train-logs" / f"{row.id}.log").read_bytes()
+        assert len(kept) == 1024 * 1024 + len(note) + 2  # the limit, then "\n" + the note + "\n"
+        assert kept.startswith(b"before the restart\nwhile it was down\n" + line.encode())
+    finally:
+        await svc.stop()
 
 
 def test_kubernetes_mode_needs_an_image_and_known_job_options(tmp_path: Path) -> None:
@@ -250,3 +325,45 @@ async def test_jobs_waiting_in_kai_get_a_start_estimate_with_kais_reason(tmp_pat
     eta = await kept.for_job(svc.job(v1))
     assert eta is not None and eta["start"] == now + 900 and eta["text"].endswith(f"(job {n1} of nlp)")
     assert eta["after"] == f"job {n1} of nlp passes its queue's min runtime"
+
+
+async def test_a_log_stream_left_open_by_a_lost_node_is_dropped_once_its_pod_is_gone(
+    service: KubeTrainingService, cluster: Cluster
+) -> None:
+    """A follow has no read timeout (a job may print nothing for hours): a stream a lost node
+    never ends is dropped gone_grace_s after the pod is gone, so it holds no slot for ever,
+    and what it copied stays."""
+    kept = service.kept
+    assert kept is not None
+    kept.gone_grace_s = 0.2
+    row = await service.submit(job_request())
+    pod = await running_pod(service, cluster, row.id)
+    cluster.api.write_log(NS, pod, "epoch 1\n")
+    await shown(service, row.id, ["epoch 1"])
+    cluster.api.lose_node_of(NS, pod)
+    cluster.evict_pod(NS, pod)
+    await until_async(lambda: service.job(row.id).preemptions == 1, "the pod gone")
+    await until_async(lambda: not kept.tasks, "the stream dropped")
+    assert (await service.logs(service.job(row.id), 5))["lines"] == ["epoch 1"]
+
+
+@pytest.mark.parametrize("already", [0, 700_000, 1024 * 1024, 1_500_000])
+def test_the_kept_log_is_cut_byte_for_byte_as_on_one_machine(tmp_path: Path, already: int) -> None:
+    """LogCap (Kubernetes) and one machine's wrapper (runners/wrap.py) keep the same bytes of the
+    same output, whatever the chunks it comes in, also for a resumed run whose log already
+    holds `already` bytes (over the limit too: that run gets its own note, as on one machine)."""
+    limit = 1024 * 1024
+    output = b"".join(f"step {i} loss {i / 7:.5f}\n".encode() for i in range(30_000))  # 0.8 MB
+    src, dst = tmp_path / "output", tmp_path / "job.log"
+    src.write_bytes(output)
+    dst.write_bytes(b"x" * already)
+    with open(src, "rb") as fin, open(dst, "ab") as fout:
+        copy_output(fin.fileno(), fout.fileno(), limit)
+    cap, kept, rng = LogCap(already, limit), [b"x" * already], random.Random(already)
+    at = 0
+    while at < len(output):
+        step = rng.randint(1, 100_000)
+        kept.append(cap.feed(output[at : at + step]))
+        at += step
+    assert b"".join(kept) == dst.read_bytes()
+    assert cap.cut == (already + len(output) > limit)

@@ -51,9 +51,10 @@ def make_pool(
 
 
 def train_config(tmp_path: Path, **settings: object) -> Config:
-    """TrainPool config: jobs under `tmp_path/jobs/<user>` unless `jobs_root` is given, then `settings`."""
+    """TrainPool config: jobs under `tmp_path/jobs/<user>` (kept Kubernetes logs in `tmp_path/train-logs`) unless `jobs_root` is given, then `settings`."""
     c = Config()
     c.TrainPool.jobs_root = str(tmp_path / "jobs" / "{username}")
+    c.TrainPool.kube_logs_dir = str(tmp_path / "train-logs")  # on Kubernetes: the hub's kept job logs
     for name, value in settings.items():
         setattr(c.TrainPool, name, value)
     return c

@@ -126,6 +126,11 @@ helm.sh/resource-policy: keep
 {{- /* the notebooks' and train pods' address of the gpupool API: fully qualified, so it
        resolves from user namespaces too (the short name "hub" resolves in the hub's only) */ -}}
 {{- $_ := set $gpupool "api_url" (printf "http://hub.%s.svc.%s:8095/services/gpupool/" .Values.hub.namespace .Values.hub.clusterDomain) -}}
+{{- /* limits as on one machine: the kept log (pod_logs.py) and the working folder's sizeLimit */ -}}
+{{- if hasKey $jobs "maxLogMiB" }}{{ $_ := set $train "max_log_mib" $jobs.maxLogMiB }}{{ end -}}
+{{- if hasKey $jobs "logsDir" }}{{ $_ := set $train "kube_logs_dir" $jobs.logsDir }}{{ end -}}
+{{- if hasKey $jobs "logStreams" }}{{ $_ := set $train "kube_log_streams" $jobs.logStreams }}{{ end -}}
+{{- if hasKey $jobs "maxFolderMiB" }}{{ $_ := set $train "max_job_folder_mib" $jobs.maxFolderMiB }}{{ end -}}
 {{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
 {{- if .Values.userNamespaces.enabled -}}
 {{- /* kubespawner names and creates each user's namespace (templates/user-namespaces.yaml
