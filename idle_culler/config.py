@@ -6,6 +6,7 @@ The hub hands this section to the culler service when it starts it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from traitlets import Bool, Enum, Float, Int, List, TraitError, Unicode, Union
 from traitlets import Callable as CallableTrait
@@ -431,7 +432,7 @@ class IdleCuller(LoggingConfigurable):
         overrides = [*self.group_overrides.values(), *self.profile_overrides.values()]
         return "restart-kernel" in {self.memory_resolver, *(o.get("memory_resolver") for o in overrides)}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The settings the culler service gets, as JSON: an arbiter
         function travels as its import path, which the culler's process imports."""
         out = {name: getattr(self, name) for name in self.class_own_traits(config=True)}

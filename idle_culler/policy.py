@@ -283,15 +283,15 @@ class CullerPolicy:
     profile over group over default; among several groups the most generous value of each limit)."""
 
     default: Limits = field(default_factory=Limits)
-    groups: dict[str, dict] = field(default_factory=dict)
-    profiles: dict[str, dict] = field(default_factory=dict)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict[str, Any])
     exempt_users: frozenset[str] = frozenset()
 
     def limits_for(self, groups: list[str], profile: str = "") -> Limits:
         limits = self.default
         matching = [self.groups[g] for g in sorted(groups) if g in self.groups]
         if matching:
-            merged: dict = {}
+            merged: dict[str, Any] = {}
             for over in matching:
                 for key, value in over.items():
                     merged[key] = value if key not in merged else most_generous(key, merged[key], value)

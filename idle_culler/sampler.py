@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpupool.gpu.proctree import descendants
 
@@ -184,7 +184,7 @@ class DemoSampler:
 
     BUSY_PCT = 100.0
 
-    def __init__(self, read: Callable[[str], dict]) -> None:
+    def __init__(self, read: Callable[[str], dict[str, Any]]) -> None:
         self.read = read  # GET of a gpupool API path, with the culler's token
 
     def sample(self, targets: list[Target]) -> dict[str, GPUUse]:
@@ -197,7 +197,7 @@ class DemoSampler:
 
 
 def make_sampler(
-    kind: str, arg: str = "", token_file: str = "", read: Callable[[str], dict] | None = None
+    kind: str, arg: str = "", token_file: str = "", read: Callable[[str], dict[str, Any]] | None = None
 ) -> Sampler:
     if kind == "demo":
         if read is None:

@@ -65,7 +65,9 @@ class Step:
     now: float
 
 
-def service_definition(name: str, api_url: str, config: dict | None = None) -> tuple[dict, dict]:
+def service_definition(
+    name: str, api_url: str, config: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The hub's service entry and its role (jupyterhub-idle-culler's scopes, plus reading
     the gpupool API for GPU shares and posting its findings there)."""
     service = {
@@ -122,7 +124,7 @@ class Client:
             text = r.read().decode()
         return json.loads(text) if text else None
 
-    def paginated(self, url: str, concurrency: int = 1) -> list:
+    def paginated(self, url: str, concurrency: int = 1) -> list[Any]:
         """Every item of a JupyterHub list, page by page (jupyterhub-idle-culler's
         fetch_paginated habit): the hub returns at most its page limit (200 by default) per
         request, so one plain GET misses the rest of a large class. After the first page, which
@@ -130,7 +132,7 @@ class Client:
         first = self.call("GET", url, accept=PAGINATION)
         if isinstance(first, list):  # a hub too old to paginate answers with everything
             return first
-        items: list = list(first["items"])
+        items: list[Any] = list(first["items"])
         pages = 1
         nxt = (first.get("_pagination") or {}).get("next")
         offsets = _remaining_offsets(first.get("_pagination") or {}, concurrency)
@@ -153,7 +155,7 @@ class Client:
         return items
 
 
-def _remaining_offsets(pagination: dict, concurrency: int) -> list[tuple[int, int]]:
+def _remaining_offsets(pagination: dict[str, Any], concurrency: int) -> list[tuple[int, int]]:
     """(offset, limit) of the pages after the first, from the first page's _pagination; none
     when reading them one by one (concurrency 1) or when the hub's numbers are not sane."""
     nxt, total, limit = pagination.get("next"), pagination.get("total"), pagination.get("limit")
@@ -194,9 +196,9 @@ class Culler:
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
-        self.hibernated: dict[str, dict] = {}  # key -> what the server said it saved (this pass)
+        self.hibernated: dict[str, dict[str, Any]] = {}  # key -> what the server said it saved (this pass)
 
-    def servers(self) -> dict[str, dict]:
+    def servers(self) -> dict[str, dict[str, Any]]:
         users = self.client.paginated(f"{self.hub_api}/users?state=active&limit={PAGE}", self.cfg.concurrency)
         out = {}
         for user in users:
@@ -240,7 +242,11 @@ class Culler:
         )
 
     def decide(
-        self, targets: list[CullTarget], servers: dict[str, dict], uses: dict[str, GPUUse], now: float
+        self,
+        targets: list[CullTarget],
+        servers: dict[str, dict[str, Any]],
+        uses: dict[str, GPUUse],
+        now: float,
     ) -> tuple[list[Finding], list[ReportEvent | None], list[Step]]:
         """The findings of the pass, its warnings (None: the place of an event that follows an
         action's outcome), and the actions that need a call to the hub or a server."""
@@ -482,7 +488,7 @@ class Culler:
             return False
         return True
 
-    def hibernate(self, server_url: str, key: str, max_bytes: int) -> dict:
+    def hibernate(self, server_url: str, key: str, max_bytes: int) -> dict[str, Any]:
         """Ask the workspace's own server to save each kernel's variables (as the user, into the
         user's home); what it answered, {"ok": False, "error": ...} when it could not. The stop
         follows either way: a failed hibernation is a stop as before, with the reason."""
@@ -538,7 +544,7 @@ class Culler:
         self.park_failed.discard(key)
 
 
-def hibernated_message(answer: dict, stopped: str) -> str:
+def hibernated_message(answer: dict[str, Any], stopped: str) -> str:
     """The cull event's words: what was hibernated, or why not (then lost as before)."""
     kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict)]
     saved = [k for k in kernels if k.get("ok")]
@@ -563,7 +569,7 @@ def hibernated_message(answer: dict, stopped: str) -> str:
     return f"{stopped}; it could not be hibernated ({str(why)[:200]}): its variables are lost"
 
 
-def saved_summary(answer: dict) -> dict | None:
+def saved_summary(answer: dict[str, Any]) -> dict[str, Any] | None:
     """What the hub records of a hibernation (gpupool.api.hibernation): the saved kernels' bytes,
     count and notebooks, as the server answered; None when no kernel was saved."""
     kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict) and k.get("ok")]

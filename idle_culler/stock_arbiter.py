@@ -75,7 +75,7 @@ class GPUArbiter:
         *,
         limits: Limits | None = None,
         token_file: str = "",
-        sample: Callable[[list[Target]], dict] | None = None,
+        sample: Callable[[list[Target]], dict[str, Any]] | None = None,
         pod_uid: PodUid = kube_pod_uid,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -100,7 +100,7 @@ class GPUArbiter:
         agents = [u for u in os.environ.get("GPUPOOL_NODE_AGENTS", "").split(",") if u]
         return cls(agents, token_file=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""))
 
-    async def _uid(self, server: dict, now: float) -> str | None:
+    async def _uid(self, server: dict[str, Any], now: float) -> str | None:
         state = server.get("state") or {}
         name, namespace = state.get("pod_name"), state.get("namespace")
         if not (name and namespace):
@@ -141,7 +141,9 @@ class GPUArbiter:
                 )
                 tracker.add(now, use.util_pct)
 
-    async def __call__(self, *, inactive: dt.timedelta, inactive_limit: int, server: dict, **_: Any) -> bool:
+    async def __call__(
+        self, *, inactive: dt.timedelta, inactive_limit: int, server: dict[str, Any], **_: Any
+    ) -> bool:
         now = self.clock()
         gpu_idle_s = None
         try:

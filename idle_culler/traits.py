@@ -74,7 +74,9 @@ def limit_problem(key: str, value: Any) -> str | None:
     return None if problem is None else f"{key} {problem}"
 
 
-class Seconds(Float):
+# Any: one Seconds may allow None (allow_none=True) and another not; traitlets types that per
+# instance through overloads of its own __init__, which a subclass's __init__ cannot pick
+class Seconds(Float[Any, Any]):
     """A duration in seconds: finite, 0 to 1e9 (more than 0 with positive=True)."""
 
     info_text = "seconds"
@@ -90,7 +92,7 @@ class Seconds(Float):
         return float(value)
 
 
-class TimeOfDay(Unicode):
+class TimeOfDay(Unicode[str, str]):
     """ "HH:MM" (00:00 to 23:59), or "" for none."""
 
     info_text = 'a time of day "HH:MM" or ""'
@@ -102,7 +104,7 @@ class TimeOfDay(Unicode):
         return value
 
 
-class TimeZone(Unicode):
+class TimeZone(Unicode[str, str]):
     """An IANA time zone name the machine's tz database knows."""
 
     info_text = "an IANA time zone name"
@@ -119,7 +121,7 @@ class LimitOverrides(Dict):
 
     info_text = "a dict of {name: {limit: value}}"
 
-    def validate(self, obj: Any, value: Any) -> dict:
+    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for name, over in value.items():

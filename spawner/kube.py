@@ -161,7 +161,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         ]
         return names[:1] if self.backend().pools_are_shards else names
 
-    def pools_affinity(self, current: dict, names: list[str]) -> dict:
+    def pools_affinity(self, current: dict[str, Any], names: list[str]) -> dict[str, Any]:
         """The pod's affinity with its node pools' added; `current` is what kubespawner and the
         profile set."""
         pools = [self.pool.node_pools[n] for n in names]
@@ -173,7 +173,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     # uid and allowPrivilegeEscalation (on the container only: z2jh's iptables init container,
     # where enabled, keeps its own); c.KubeSpawner.container_security_context still wins
     @default("container_security_context")
-    def _restricted_container(self) -> dict:
+    def _restricted_container(self) -> dict[str, Any]:
         return dict(RESTRICTED_CONTAINER)
 
     # --- backends ------------------------------------------------------------
@@ -206,12 +206,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
 
     # --- profiles filtered by groups and quota ---------------------------------
     @validate("profile_list")
-    def _filter_profile_list(self, proposal: dict) -> Any:
+    def _filter_profile_list(self, proposal: dict[str, Any]) -> Any:
         value = proposal["value"]
         if not value or getattr(value, _CHECKED, False):
             return value
 
-        async def offered(spawner: GPUKubeSpawner) -> list[dict]:
+        async def offered(spawner: GPUKubeSpawner) -> list[dict[str, Any]]:
             # a callable may be async: awaited as kubespawner awaits it
             profiles = await maybe_future(value(spawner)) if callable(value) else value
             if isinstance(profiles, dict):
@@ -221,7 +221,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         setattr(offered, _CHECKED, True)
         return offered
 
-    def offered_profiles(self, profiles: list[dict]) -> list[dict]:
+    def offered_profiles(self, profiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The profiles this user may pick now: their groups may use them and they fit the quota left."""
         held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
         limits = self.pool.quotas.limits_for(self.user_groups)
@@ -257,13 +257,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def culler_profile(self) -> str:
         return self.gpupool_profile if self.profile_list else ""
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self.gpupool_profile:
             state["gpupool_profile"] = self.gpupool_profile
         return state
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.gpupool_profile = str(state.get("gpupool_profile") or "")
 
@@ -371,15 +371,15 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.
     @default("modify_pod_hook")
-    def _default_pod_hook(self) -> Callable:
+    def _default_pod_hook(self) -> Callable[..., Any]:
         return self._checked_hook(None)
 
     @validate("modify_pod_hook")
-    def _wrap_pod_hook(self, proposal: dict) -> Callable:
+    def _wrap_pod_hook(self, proposal: dict[str, Any]) -> Callable[..., Any]:
         hook = proposal["value"]
         return hook if getattr(hook, _CHECKED, False) else self._checked_hook(hook)
 
-    def _checked_hook(self, hook: Callable | None) -> Callable:
+    def _checked_hook(self, hook: Callable[..., Any] | None) -> Callable[..., Any]:
         async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
             if hook is not None:
                 pod = await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
@@ -389,7 +389,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         setattr(checked, _CHECKED, True)
         return checked
 
-    def enforce_quota(self, manifest: dict) -> None:
+    def enforce_quota(self, manifest: dict[str, Any]) -> None:
         """Refuse a final manifest that asks for more GPU than the quota reserved for it."""
         alloc = self.gpupool_allocation
         reserved = alloc.total_milli if alloc is not None else 0

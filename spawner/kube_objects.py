@@ -86,7 +86,7 @@ def profile_allowed(
 
 def filter_profiles(
     profiles: Iterable[Mapping[str, Any]], groups: Iterable[str], limits: BuildLimits, left_milli: int
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The profiles to offer: the user's groups may use them and they fit the quota left.
     The first one left becomes the default when the configured default was filtered out."""
     groups = list(groups)

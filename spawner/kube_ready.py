@@ -25,7 +25,7 @@ _WAITS = "_gpupool_waits_for_running"
 DONE = ("Failed", "Succeeded")  # a pod that ended: kubespawner's own checks say what happened
 
 
-def pod_running(spawner: Spawner, pod: dict | None) -> bool:
+def pod_running(spawner: Spawner, pod: dict[str, Any] | None) -> bool:
     try:
         return bool(spawner.is_pod_running(pod))
     except (KeyError, TypeError):  # a pod status still being filled in
@@ -62,15 +62,15 @@ class PromptStart(HasTraits):
     )
 
     @default("after_pod_created_hook")
-    def _default_after_created(self) -> Callable:
+    def _default_after_created(self) -> Callable[..., Any]:
         return self._then_wait(None)
 
     @validate("after_pod_created_hook")
-    def _wrap_after_created(self, proposal: dict) -> Callable:
+    def _wrap_after_created(self, proposal: dict[str, Any]) -> Callable[..., Any]:
         hook = proposal["value"]
         return hook if getattr(hook, _WAITS, False) else self._then_wait(hook)
 
-    def _then_wait(self, hook: Callable | None) -> Callable:
+    def _then_wait(self, hook: Callable[..., Any] | None) -> Callable[..., Any]:
         async def then_wait(spawner: Spawner, pod: Any) -> None:
             if hook is not None:
                 await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows

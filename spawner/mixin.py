@@ -280,13 +280,13 @@ class GPUSpawnerMixin(_SpawnerBase):
     # --- a refused named server leaves no row ----------------------------------
     _gpupool_ran = False  # this server has started once (kept in the spawner's state)
 
-    def get_state(self) -> dict:
+    def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self._gpupool_ran:
             state["gpupool_ran"] = True
         return state
 
-    def load_state(self, state: dict) -> None:
+    def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self._gpupool_ran = bool(state.get("gpupool_ran"))
 

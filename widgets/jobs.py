@@ -30,7 +30,7 @@ STATE_COLOURS = {
 }
 
 
-def offered_projects(projects: list[dict]) -> list[str]:
+def offered_projects(projects: list[dict[str, Any]]) -> list[str]:
     """The projects the promotion widget offers: those the user may submit to (api/projects says
     so per project). Before, it offered every project, and a pick not theirs was refused on submit."""
     return [p["name"] for p in projects if p.get("may_submit", True)]
@@ -104,8 +104,8 @@ def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
 
 
 def validate_choices(
-    project: str, gpus: float, projects: list[dict], params_text: str
-) -> tuple[list[str], dict]:
+    project: str, gpus: float, projects: list[dict[str, Any]], params_text: str
+) -> tuple[list[str], dict[str, Any]]:
     """Problems a user can fix before submitting, and the parsed parameters."""
     problems = []
     known = {p["name"]: p for p in projects}
@@ -115,7 +115,7 @@ def validate_choices(
         problems.append(f"project {project} may use at most {known[project]['limit_milli'] / 1000:g} GPUs")
     if gpus <= 0:
         problems.append("ask for more than 0 GPUs")
-    params: dict = {}
+    params: dict[str, Any] = {}
     if params_text.strip():
         try:
             params = json.loads(params_text)
@@ -207,7 +207,7 @@ class JobMonitor(w.VBox):
         self._stop.set()
         super().close()
 
-    def refresh(self) -> list[dict]:
+    def refresh(self) -> list[dict[str, Any]]:
         try:
             jobs = (
                 [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]
@@ -242,7 +242,7 @@ class PromoteToTraining(w.VBox):
     def __init__(
         self,
         code: str | list[str] | None = None,
-        notebook: dict | None = None,
+        notebook: dict[str, Any] | None = None,
         client: Client | None = None,
         script: str | None = None,
         **kwargs: Any,
@@ -347,11 +347,11 @@ class PromoteToTraining(w.VBox):
     def api(self) -> Client:
         return self.client or Client()
 
-    def check(self) -> tuple[list[str], dict]:
+    def check(self) -> tuple[list[str], dict[str, Any]]:
         problems, params = validate_choices(
             self.project.value or "", float(self.gpus.value), self.projects, self.params.value
         )
-        self.sweep_spec: dict[str, list] = {}
+        self.sweep_spec: dict[str, list[Any]] = {}
         runs = 1
         try:
             self.sweep_spec, runs = parse_sweep_field(self.sweep.value)
@@ -371,7 +371,7 @@ class PromoteToTraining(w.VBox):
         self.submit_button.disabled = bool(problems)
         return problems, params
 
-    def submit(self) -> dict | None:
+    def submit(self) -> dict[str, Any] | None:
         problems, params = self.check()
         if problems:
             return None

@@ -139,14 +139,14 @@ class HibernateHandler(APIHandler):
             quota=_bounded_int(body.get("quota_bytes"), 1 << 50),
             keep=_bounded_int(body.get("keep_days"), 36500),
         )
-        skip: list = body["except"] if isinstance(body.get("except"), list) else []
+        skip: list[Any] = body["except"] if isinstance(body.get("except"), list) else []
         timeout = float(_bounded_int(body.get("timeout_s"), 3600) or 600)
         result = await hibernate_all(self.kernel_manager, expr, timeout, skip)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(result))
 
 
-async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list) -> dict[str, Any]:
+async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list[Any]) -> dict[str, Any]:
     """Run the saver in each of this server's kernels but `skip`: {"ok", "kernels", "bytes"}."""
     kernels = []
     for kid in list(kernel_manager.list_kernel_ids()):

@@ -88,7 +88,7 @@ def _gpus(milli: int) -> str:
     return f"{text} GPU" if milli <= 1000 else f"{text} GPUs"
 
 
-def projects_text(projects: list[dict]) -> str:
+def projects_text(projects: list[dict[str, Any]]) -> str:
     """The projects a user may submit to, with what each has free within its guarantee."""
     if not projects:
         return "No training projects are configured on this hub (ask an admin: c.TrainPool.projects)."
@@ -110,12 +110,12 @@ def projects_text(projects: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _pools(project: dict) -> str:
+def _pools(project: dict[str, Any]) -> str:
     pools = project.get("pools") or []
     return f"; GPUs from {', '.join(pools)}" if pools else ""
 
 
-def train_help(projects: list[dict] | None) -> str:
+def train_help(projects: list[dict[str, Any]] | None) -> str:
     text = train_parser().format_help().rstrip()
     if projects is not None:
         text += "\n\n" + projects_text(projects)

@@ -43,7 +43,7 @@ def _source(c: Mapping[str, Any]) -> str:
 
 def promoted_cells(
     nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = ""
-) -> tuple[list[dict], str]:
+) -> tuple[list[dict[str, Any]], str]:
     """The notebook's code cells a job gets, without outputs, and a line saying which: the chosen
     ones (0-based among code cells, shown 1-based), never the cell that asked (its source is
     `leave_out`) and never a `%%train` cell: a job must not promote itself again, and a %%train
@@ -76,7 +76,9 @@ def promoted_cells(
     return [c for _, c in kept], note
 
 
-def code_cells(nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = "") -> list[dict]:
+def code_cells(
+    nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = ""
+) -> list[dict[str, Any]]:
     """The code cells a job gets (see promoted_cells)."""
     return promoted_cells(nb, cells, leave_out)[0]
 
@@ -92,7 +94,9 @@ def _get(url: str, token: str) -> Any:
         raise GPUPoolError(f"cannot ask the Jupyter server at {url}: {err}") from None
 
 
-def current_notebook(connection_file: str, env: Mapping[str, str] | None = None) -> tuple[str, dict]:
+def current_notebook(
+    connection_file: str, env: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, Any]]:
     """(path, notebook JSON as last saved) of the notebook running this kernel."""
     env = os.environ if env is None else env
     server = env.get("JUPYTERHUB_SERVICE_URL", "")

@@ -28,7 +28,7 @@ REFRESH = "gpupool_refresh"  # the parent message type of a background refresh
 UNTRACKED = ("comm_msg", REFRESH)  # what gpupool's server extension adds to untracked_message_types
 
 
-def _parent_var() -> ContextVar | None:
+def _parent_var() -> ContextVar[Any] | None:
     """The kernel's current-parent variable (ipykernel >= 7 keeps it per context, so a thread
     may have its own); None outside a kernel or with a kernel that keeps it otherwise."""
     try:

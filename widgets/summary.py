@@ -35,7 +35,9 @@ def parked_milli(me: Mapping[str, Any], server: str) -> int:
     )
 
 
-def my_shares(pool: Mapping[str, Any], owner: str, server: str) -> list[tuple[Mapping, Mapping]]:
+def my_shares(
+    pool: Mapping[str, Any], owner: str, server: str
+) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
     return [
         (gpu, share)
         for gpu in pool.get("gpus", [])
@@ -56,7 +58,7 @@ def moved_text(share: Mapping[str, Any]) -> str:
     return f"moved to GPU {gpus}{node} at {clock(m['at'])}{why}"
 
 
-def last_move(mine: list[tuple[Mapping, Mapping]]) -> tuple[str, float | None]:
+def last_move(mine: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> tuple[str, float | None]:
     """The text and time of this workspace's last move (its shares move together)."""
     for _, share in mine:
         text = moved_text(share)

@@ -18,11 +18,11 @@ from gpupool.widgets.client import Client, GPUPoolError
 MAX_TEXT = 4000  # a sweep field longer than this is not a sweep anyone typed
 
 
-def sweep_spec(items: list[str]) -> dict[str, list]:
+def sweep_spec(items: list[str]) -> dict[str, list[Any]]:
     """`["lr=0.1,0.01", "opt=adam,sgd"]` (each `%%train --sweep`, or the widget's field split
     at spaces) -> `{"lr": [0.1, 0.01], "opt": ["adam", "sgd"]}`. Values are JSON, else bare
     words (strings). The hub checks the same bounds again."""
-    spec: dict[str, list] = {}
+    spec: dict[str, list[Any]] = {}
     for item in items:
         key, eq, values = item.partition("=")
         if not eq or not key:
@@ -42,7 +42,7 @@ def _value(text: str) -> Any:
         return text  # a bare word is a string
 
 
-def parse_sweep_field(text: str) -> tuple[dict[str, list], int]:
+def parse_sweep_field(text: str) -> tuple[dict[str, list[Any]], int]:
     """The widget's sweep field (`lr=0.1,0.01 batch=32,64`, as `%%train --sweep`): the spec and
     how many jobs it submits ({} and 1 when empty). Raises SweepError with what to fix."""
     if len(text) > MAX_TEXT:
@@ -57,7 +57,7 @@ def parse_sweep_field(text: str) -> tuple[dict[str, list], int]:
     return spec, len(combinations(spec))
 
 
-def sweep_html(data: dict) -> str:
+def sweep_html(data: dict[str, Any]) -> str:
     """The table: one row per run, its parameters, then every metric any run printed."""
     runs = data.get("runs", [])
     params = [str(p) for p in data.get("parameters", [])]
@@ -90,7 +90,7 @@ class SweepTable(w.VBox):
         if follow and any(r["job"].get("state") in UNFINISHED for r in data.get("runs", [])):
             threading.Thread(target=self._follow, name="gpupool-sweep", daemon=True).start()
 
-    def refresh(self) -> dict:
+    def refresh(self) -> dict[str, Any]:
         try:
             data = (self.client or Client()).get(f"api/sweeps/{self.sweep_id}")
         except GPUPoolError as err:

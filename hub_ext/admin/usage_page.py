@@ -134,7 +134,7 @@ class GrantAction(ActionBase):
         self.finish({"saved": True})
 
 
-def routes(prefix: str, kwargs: dict) -> list[tuple]:
+def routes(prefix: str, kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
         (f"{prefix}/{PAGE}", UsagePage, kwargs),
         (f"{prefix}/{PAGE}.csv", UsageCSV, kwargs),

@@ -126,7 +126,7 @@ def jobs(training: TrainingBackend) -> list[dict[str, Any]]:
     ]
 
 
-def _in_use(jobs: list, projects: set[str]) -> int:
+def _in_use(jobs: list[Any], projects: set[str]) -> int:
     return sum(j.total_milli for j in jobs if j.project in projects and j.state in HAS_RUN)
 
 
@@ -172,7 +172,7 @@ def groups(root: GPUPoolHub, directory: Directory | None = None) -> list[dict[st
     `group_totals` ceiling."""
     pool = root.pool
     quotas = current_quotas(root)
-    overrides: dict = quotas.get("group_overrides") or {}
+    overrides: dict[str, Any] = quotas.get("group_overrides") or {}
     totals = getattr(pool.quotas, "group_totals_milli", {}) or {}
     usage = pool.group_usage(directory.groups_of(pool.build_holders()) if directory is not None else None)
     default_milli = pool.quotas.limits_for([]).quota_milli

@@ -82,7 +82,7 @@ SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, 
 
 def findings(
     services: ApiServices, pool: PoolManager, hub: HubApp | None = None, owner: str | None = None
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
     culler's own time rules (services.session_end): known from the spawn on, not only after
@@ -288,7 +288,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def parse_report(body: dict, now: float) -> tuple[float, list[Finding], list[ReportEvent]]:
+def parse_report(body: dict[str, Any], now: float) -> tuple[float, list[Finding], list[ReportEvent]]:
     """A culler pass's report, checked: (pass time, workspaces, events). ValueError says what is
     wrong; unknown keys are dropped, text is cut to the lengths the pages show."""
     pass_time = body.get("pass_time", now)
@@ -365,7 +365,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
-def _items(body: dict, key: str) -> list[dict]:
+def _items(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
     items = body.get(key, [])
     if (
         not isinstance(items, list)
@@ -376,7 +376,7 @@ def _items(body: dict, key: str) -> list[dict]:
     return items
 
 
-def _names(item: dict, where: str) -> None:
+def _names(item: dict[str, Any], where: str) -> None:
     owner, name = item.get("owner"), item.get("name", "")
     if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
         raise ValueError(f"{where}.owner must be a user name (1 to 255 characters)")

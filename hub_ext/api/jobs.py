@@ -56,7 +56,7 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"no job {job_id!r} of yours")
         return row
 
-    async def job_json(self, row, queue: list[str] | None = None) -> dict:
+    async def job_json(self, row, queue: list[str] | None = None) -> dict[str, Any]:
         """A job as the API shows it; `queue`: the queued jobs' ids in order, when many are shown."""
         data = row.to_json()
         if queue is None:
@@ -176,7 +176,7 @@ class JobsHandler(JobsBase):
             {"sweep": sweep_id, "jobs": [await self.job_json(r, queue) for r in rows]}, status=201
         )
 
-    def job_code(self, body: dict) -> JobCode:
+    def job_code(self, body: dict[str, Any]) -> JobCode:
         """A command, a script, a cell's code or a notebook, as data: its files (snapshotted into
         the job folder) and how it is entered; the back-end says how it runs there."""
         given = [k for k in ("command", "script", "code", "notebook") if k in body]
@@ -311,7 +311,7 @@ class ProjectsHandler(JobsBase):
         }
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
-    def used_by_pool(self, running: list) -> dict[tuple[str, str], int] | None:
+    def used_by_pool(self, running: list[Any]) -> dict[tuple[str, str], int] | None:
         """(project, pool) -> milli-GPU its running jobs use in that pool, for projects with a
         guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
         from gpupool.pool.pool_quotas import in_pool

@@ -6,7 +6,7 @@ Running workspaces keep their shares: a fixed quota is never taken back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tornado import web
 from traitlets import TraitError
@@ -28,7 +28,7 @@ class QuotaRefused(ValueError):
     """A quota change that is not stored, with the reason to show."""
 
 
-def current_quotas(root: GPUPoolHub) -> dict:
+def current_quotas(root: GPUPoolHub) -> dict[str, Any]:
     """The quota options in force: the config file's, with the API's changes over them (unless those
     were skipped at start because they no longer validate)."""
     pool = root.pool
@@ -38,7 +38,7 @@ def current_quotas(root: GPUPoolHub) -> dict:
     return {**quota_document(root.settings), **changed}
 
 
-def change_quotas(root: GPUPoolHub, who: str, body: dict, what: str = "") -> dict:
+def change_quotas(root: GPUPoolHub, who: str, body: dict[str, Any], what: str = "") -> dict[str, Any]:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
@@ -86,7 +86,7 @@ def gpus_amount(value: object, what: str) -> int | float:
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
-def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict:
+def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict[str, Any]:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
     group = checked_group(group)
@@ -96,7 +96,7 @@ def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict:
     return {"group_overrides": overrides}
 
 
-def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict:
+def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict[str, Any]:
     """The `group_totals` change that sets what one group's members hold together (a class's
     GPUs); an empty total takes the ceiling away."""
     group = checked_group(group)
@@ -108,7 +108,7 @@ def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict:
     return {"group_totals": totals}
 
 
-def group_removal(root: GPUPoolHub, group: object) -> dict:
+def group_removal(root: GPUPoolHub, group: object) -> dict[str, Any]:
     """The change that forgets a group's own quota and total: its members get the defaults."""
     group = checked_group(group)
     quotas = current_quotas(root)

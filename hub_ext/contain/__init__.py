@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from traitlets import Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
@@ -242,7 +243,7 @@ class Containment(Configurable):
         """The limits as numbers, for a machine of `total_bytes` (this one's by default)."""
         total = machine_memory() if total_bytes is None else total_bytes
 
-        def numbers(table: dict) -> dict[str, dict[str, int]]:
+        def numbers(table: dict[str, Any]) -> dict[str, dict[str, int]]:
             return {name: _override(v, total) for name, v in table.items()}
 
         reserved = parse_size(self.reserved_memory, total)
@@ -258,7 +259,7 @@ class Containment(Configurable):
         )
 
 
-def _override(limits: dict, total_bytes: int) -> dict[str, int]:
+def _override(limits: dict[str, Any], total_bytes: int) -> dict[str, int]:
     """A group's or profile's option keys -> resolve.KEYS, only those it sets."""
     out = {}
     if "memory_limit" in limits:
@@ -270,7 +271,7 @@ def _override(limits: dict, total_bytes: int) -> dict[str, int]:
     return out
 
 
-def _checked_table(option: str, value: dict) -> dict:
+def _checked_table(option: str, value: dict[str, Any]) -> dict[str, Any]:
     """group_limits or profile_limits, checked with bounds: the names, the keys, each value."""
     if len(value) > 1000:
         raise TraitError(f"Containment.{option}: at most 1000 entries")

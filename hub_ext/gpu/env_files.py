@@ -50,7 +50,7 @@ class GPUEnvFiles:
 
     def __init__(
         self,
-        folder: str | os.PathLike,
+        folder: str | os.PathLike[str],
         pool: PoolManager,
         mps_pipe_directory: str = "",
         gid_of: Callable[[str], int | None] = lambda owner: None,

@@ -254,7 +254,7 @@ def _pickler(f: Any, writer: _Writer | None) -> pickle.Pickler:
     """A pickler that keeps modules by name and tensors in torch's format; buffers go to files
     (or nowhere, when only testing whether a value can be pickled)."""
     base = _base_pickler()
-    memo: dict[int, tuple] = {}
+    memo: dict[int, tuple[Any, ...]] = {}
 
     class P(base):  # type: ignore[valid-type,misc]
         def persistent_id(self, obj: Any) -> Any:

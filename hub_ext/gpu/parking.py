@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 ProcState = Literal["none", "running", "locked", "checkpointed", "failed"]
 MAX_PID = 1 << 22  # Linux's pid_max ceiling: anything above is not a pid
@@ -102,7 +102,7 @@ class VirtualParking:
 
     def __init__(
         self,
-        folder: str | os.PathLike,
+        folder: str | os.PathLike[str],
         has_context: Callable[[int], bool],
         memory_mib: Callable[[int], int] = lambda pid: 1024,
         delays: Delays = Delays(),
@@ -115,7 +115,7 @@ class VirtualParking:
     def _path(self, pid: int) -> Path:
         return self.folder / f"{check_pid(pid)}.json"
 
-    def _read(self, pid: int) -> dict:
+    def _read(self, pid: int) -> dict[str, Any]:
         try:
             record = json.loads(self._path(pid).read_text())
         except (OSError, ValueError):
@@ -124,7 +124,7 @@ class VirtualParking:
             return {}  # another process got this pid since: the record is not about it
         return record
 
-    def _write(self, pid: int, record: dict) -> None:
+    def _write(self, pid: int, record: dict[str, Any]) -> None:
         tmp = self._path(pid).with_suffix(".tmp")
         tmp.write_text(json.dumps({**record, "started": _start_time(pid)}))
         tmp.replace(self._path(pid))
@@ -135,7 +135,7 @@ class VirtualParking:
             return record["state"]
         return "running" if self.has_context(check_pid(pid)) else "none"
 
-    def _expect(self, pid: int, step: str, allowed: tuple[ProcState, ...]) -> dict:
+    def _expect(self, pid: int, step: str, allowed: tuple[ProcState, ...]) -> dict[str, Any]:
         state = self.state(pid)
         if state not in allowed:
             # the driver answers CUDA_ERROR_ILLEGAL_STATE here

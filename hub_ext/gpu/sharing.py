@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gpupool.pool import MILLI_PER_GPU, InvalidRequest
 
@@ -100,7 +100,7 @@ class SharingBackend:
         """milli-GPU that the pod's annotations ask for through this backend, and the keys read."""
         return Claim()
 
-    def requested_milli(self, pod: dict, memory_mib: int = 0) -> int:
+    def requested_milli(self, pod: dict[str, Any], memory_mib: int = 0) -> int:
         """What a pod this backend made asks for, read by this backend alone."""
         return read_pod(pod, [self], memory_mib)
 
@@ -290,7 +290,7 @@ def _is_gpu_resource(name: str) -> bool:
     return "gpu" in name.lower() or resource.startswith("mig-") or vendor in ("nvidia.com", "amd.com")
 
 
-def _container_milli(c: dict, readers: Sequence[SharingBackend], memory_mib: int) -> int:
+def _container_milli(c: dict[str, Any], readers: Sequence[SharingBackend], memory_mib: int) -> int:
     res = c.get("resources") or {}
     left: dict[str, str] = {**(res.get("requests") or {}), **(res.get("limits") or {})}
     total = 0
@@ -309,7 +309,7 @@ def _container_milli(c: dict, readers: Sequence[SharingBackend], memory_mib: int
     return total
 
 
-def read_pod(pod: dict, readers: Sequence[SharingBackend], memory_mib: int = 0) -> int:
+def read_pod(pod: dict[str, Any], readers: Sequence[SharingBackend], memory_mib: int = 0) -> int:
     """GPU milli a final pod manifest asks for, read by `readers` in order (each reads what
     the earlier ones left); init containers count as Kubernetes counts them (the larger of the
     longest init step and the running pod)."""
@@ -331,7 +331,7 @@ def read_pod(pod: dict, readers: Sequence[SharingBackend], memory_mib: int = 0) 
 
 
 def requested_milli(
-    pod: dict,
+    pod: dict[str, Any],
     memory_mib: int = 0,
     mig_profiles: dict[int, str] | None = None,
     backend: SharingBackend | None = None,

@@ -35,7 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traitlets import Bool, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
@@ -150,7 +150,7 @@ class SystemAccounts(Configurable):
         return hub_key(GPUPool(config=self.config).db_url)
 
     @validate("hub_key")
-    def _check_hub_key(self, proposal: dict) -> str:
+    def _check_hub_key(self, proposal: dict[str, Any]) -> str:
         value = proposal["value"]
         if not re.fullmatch(r"[A-Za-z0-9]{1,64}", value):
             raise TraitError(f"SystemAccounts.hub_key must be 1 to 64 letters or digits, not {value[:40]!r}")
@@ -169,7 +169,7 @@ class SystemAccounts(Configurable):
         return comment == comment_for(hub_name) and self._ours(pw)
 
     @validate("prefix")
-    def _check_prefix(self, proposal: dict) -> str:
+    def _check_prefix(self, proposal: dict[str, Any]) -> str:
         value = proposal["value"]
         if value and (not UNIX_NAME.match(value) or len(value) > 16):
             raise TraitError(
@@ -365,8 +365,8 @@ def unreachable(paths: list[str]) -> str:
 
 
 async def make_on_login(
-    authenticator: Authenticator, handler: object, authentication: dict | None
-) -> dict | None:
+    authenticator: Authenticator, handler: object, authentication: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
     create_system_users habit). A user whose account cannot be made still logs in: the spawn page
     then says why no server can start."""

@@ -25,6 +25,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 FILES = ("gpupool.sqlite", "jupyterhub.sqlite")  # the pool's allocations, jobs, instance id; the hub's users
 MANIFEST = "gpupool-backup.json"
@@ -46,7 +47,7 @@ def private_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def backup(state: Path, out: Path, clock=time.time) -> dict:
+def backup(state: Path, out: Path, clock=time.time) -> dict[str, Any]:
     """Copy the state's databases into the new folder `out` (made now, 0700); returns the manifest."""
     missing = [f for f in FILES if not (state / f).is_file()]
     if missing:

@@ -18,12 +18,12 @@ from tornado.ioloop import IOLoop, PeriodicCallback
 
 log = logging.getLogger("gpupool")
 
-_running: set[asyncio.Task] = set()
+_running: set[asyncio.Task[Any]] = set()
 
 
 def start(
     coro: Coroutine[Any, Any, Any], what: str, loop: asyncio.AbstractEventLoop | None = None
-) -> asyncio.Task:
+) -> asyncio.Task[Any]:
     """Run `coro` in the background; `what` names it in the log if it fails ("the gpupool API")."""
     task = (loop or asyncio.get_running_loop()).create_task(coro, name=f"gpupool: {what}")
     _running.add(task)
@@ -31,11 +31,11 @@ def start(
     return task
 
 
-def running() -> set[asyncio.Task]:
+def running() -> set[asyncio.Task[Any]]:
     return set(_running)
 
 
-def _finished(task: asyncio.Task, what: str) -> None:
+def _finished(task: asyncio.Task[Any], what: str) -> None:
     _running.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("%s failed", what, exc_info=task.exception())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 HELD_LABEL = "gpupool.io/held"  # on a Job the hub suspended: why (gpupool.kube.status reads it)
 BUDGET = "budget"
@@ -55,14 +56,14 @@ def plan(jobs: Iterable[JobFacts], held: Mapping[str, str]) -> Plan:
     return out
 
 
-def held_by_budget(job: Mapping | None) -> bool:
+def held_by_budget(job: Mapping[str, Any] | None) -> bool:
     """A Job the hub suspended for a GPU-hour budget (not Kueue's suspension)."""
     meta = (job or {}).get("metadata") or {}
     spec = (job or {}).get("spec") or {}
     return bool(spec.get("suspend")) and (meta.get("labels") or {}).get(HELD_LABEL) == BUDGET
 
 
-def suspend_patch(hold: bool) -> dict:
+def suspend_patch(hold: bool) -> dict[str, Any]:
     """The merge patch that holds (or releases) a Job: suspended and labelled in one write."""
     return {
         "metadata": {"labels": {HELD_LABEL: BUDGET if hold else None}},

@@ -59,7 +59,7 @@ class Seen:
 def findings(want: Expected, seen: Seen) -> list[str]:
     out: list[str] = []
 
-    def listed(kind: str, have: set | dict | None, names: list[str], hint: str) -> None:
+    def listed(kind: str, have: set[Any] | dict[str, Any] | None, names: list[str], hint: str) -> None:
         if have is None:
             out.append(f"FAIL: cannot list {kind}: {seen.errors.get(kind, 'unknown error')}")
             return

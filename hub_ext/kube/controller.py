@@ -73,7 +73,9 @@ class KubeJobController:
         self.watch_timeout_s, self.resync_s = watch_timeout_s, resync_s
         self.confirm_after_s, self.clock = confirm_after_s, clock
         self.unseen: dict[str, float] = {}  # job id -> when submitted (or last read), not yet in the copy
-        self.jobs: dict[str, dict] = {}  # job id -> Job object (the last one seen, kept after deletion)
+        self.jobs: dict[
+            str, dict[str, Any]
+        ] = {}  # job id -> Job object (the last one seen, kept after deletion)
         self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view (kept after it is gone)
         self.deleted: set[str] = set()
         self.cancel_requested: set[str] = set()
@@ -82,7 +84,7 @@ class KubeJobController:
         self.reflectors: dict[str, Follower] = {}
         self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
         self._vanished: set[str] = set()  # pod uids gone from the copy (folded in once)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         # user namespaces (opts.user_namespace_template): each owner's Jobs in their own
         # namespace, followed with one watch per kind at cluster scope (label-selected): the
         # chart's ClusterRole grants list/watch there, and RBAC has no "namespaces labelled
@@ -94,7 +96,7 @@ class KubeJobController:
         self.fenced: set[str] = set()  # user namespaces whose train NetworkPolicy exists
 
     # --- commands ------------------------------------------------------------
-    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict:
+    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, Any]:
         """Create the Job, its checkpoint claim (unless a shared one is configured) and its code
         (a ConfigMap), both owned by the Job. Idempotent: after a hub restart, resubmitting an
         existing job changes nothing."""
@@ -155,7 +157,7 @@ class KubeJobController:
         ns = self.namespace_for(job_id) if self.namespace_for is not None else None
         return ns or self.opts.namespace
 
-    def _ours(self, job_id: str, obj: dict) -> bool:
+    def _ours(self, job_id: str, obj: dict[str, Any]) -> bool:
         """An object is the job's only in the hub's namespace or its owner's: at cluster scope a
         Job or pod elsewhere carrying its label (made by someone else) must not speak for it."""
         ns = (obj.get("metadata") or {}).get("namespace") or self.opts.namespace
@@ -353,7 +355,7 @@ class KubeJobController:
                 deleted.add(job_id)
         return deleted
 
-    def _fresh(self, obj: dict) -> bool:
+    def _fresh(self, obj: dict[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
         uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
         if self._seen.get(uid) == rv:
@@ -418,11 +420,11 @@ class KubeJobController:
             self.on_change(job_id, new)
 
 
-def _job_id(obj: dict) -> str:
+def _job_id(obj: dict[str, Any]) -> str:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID, "")
 
 
-async def _create_or_keep(create: Callable[..., Any], ns: str, body: dict) -> dict:
+async def _create_or_keep(create: Callable[..., Any], ns: str, body: dict[str, Any]) -> dict[str, Any]:
     try:
         created = await create(ns, body)
         return created.to_dict() if hasattr(created, "to_dict") else created

@@ -38,7 +38,7 @@ JOB_SPEC = ("suspend", "parallelism", "completions", "backoffLimit", "activeDead
 POD_CONDITIONS = ("DisruptionTarget", "PodScheduled")  # evicted; why it waits for a node
 
 
-def _meta(obj: dict) -> dict:
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     return {
@@ -47,7 +47,7 @@ def _meta(obj: dict) -> dict:
     }
 
 
-def _conditions(status: dict, types: tuple[str, ...] | None = None) -> list[dict]:
+def _conditions(status: dict[str, Any], types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     return [
         {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         for c in status.get("conditions") or []
@@ -55,7 +55,7 @@ def _conditions(status: dict, types: tuple[str, ...] | None = None) -> list[dict
     ]
 
 
-def trim_job(obj: dict) -> dict:
+def trim_job(obj: dict[str, Any]) -> dict[str, Any]:
     """What the hub reads of a Job: its job id and hold labels, its spec's shape, its conditions."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return {
@@ -68,7 +68,7 @@ def trim_job(obj: dict) -> dict:
     }
 
 
-def trim_pod(obj: dict) -> dict:
+def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
     """What gpupool.kube.status reads of a pod: phase, the conditions it looks for, whether each
     container runs or ended and with which exit code."""
     status = obj.get("status") or {}
@@ -100,19 +100,19 @@ class Follower:
         list_method: Callable[..., Any],
         namespace: str,
         label_selector: str,
-        trim: Callable[[dict], dict],
+        trim: Callable[[dict[str, Any]], dict[str, Any]],
         watch_timeout_s: int = 300,
         page: int = 250,
         kind: str = "objects",
     ) -> None:
         self.list_method, self.namespace, self.label_selector = list_method, namespace, label_selector
         self.trim, self.watch_timeout_s, self.page, self.kind = trim, watch_timeout_s, page, kind
-        self.resources: dict[str, dict] = {}
+        self.resources: dict[str, dict[str, Any]] = {}
         self.lists = 0  # how often everything was listed (a resumed watch lists nothing)
         self.pages = 0  # list requests, all lists together
         self.watches = 0  # watch requests
         self._rv = ""
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     async def start(self) -> None:
         """List (raises if the API server cannot be read), then keep watching."""
@@ -129,7 +129,7 @@ class Follower:
             self._task = None
 
     async def _list(self) -> None:
-        items: dict[str, dict] = {}
+        items: dict[str, dict[str, Any]] = {}
         cont: str | None = None
         while True:
             kwargs: dict[str, Any] = {
@@ -217,6 +217,6 @@ class Follower:
             await w.close()
 
 
-def _key(obj: dict) -> str:
+def _key(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

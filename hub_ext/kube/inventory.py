@@ -33,7 +33,7 @@ def _bounded(text: Any, top: int) -> int:
     return value if 0 <= value <= top else 0
 
 
-def gpu_count(node: dict) -> int:
+def gpu_count(node: dict[str, Any]) -> int:
     """The node's GPUs: allocatable nvidia.com/gpu, else the GPU Operator's count label."""
     alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
     if alloc is not None:
@@ -41,7 +41,7 @@ def gpu_count(node: dict) -> int:
     return _bounded(((node.get("metadata") or {}).get("labels") or {}).get(COUNT), MAX_GPUS_PER_NODE)
 
 
-def inventory_from_nodes(nodes: list[dict]) -> Inventory:
+def inventory_from_nodes(nodes: list[dict[str, Any]]) -> Inventory:
     """The nodes with GPUs, by name; a GPU's model is GFD's product label with spaces back
     ("NVIDIA-H100-80GB-HBM3" -> "NVIDIA H100 80GB HBM3"), its memory the memory label (0 when
     unlabelled: a share is then asked for as a fraction, never as memory)."""
@@ -61,7 +61,7 @@ def inventory_from_nodes(nodes: list[dict]) -> Inventory:
     return Inventory(nodes=tuple(out))
 
 
-async def _read_nodes(timeout_s: float) -> list[dict]:
+async def _read_nodes(timeout_s: float) -> list[dict[str, Any]]:
     from kubernetes_asyncio import client, config
 
     cfg = client.Configuration()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any
 
 # the fields of kubespawner's template expansion that depend on the user name alone (for the
 # default server: no server name)
@@ -97,7 +98,9 @@ def owner_namespace(owner: str, hub_namespace: str, template: str, slug_scheme: 
     return ns
 
 
-def namespace_labels(labels: dict[str, str], owner: str, hub_namespace: str, slug_scheme: str) -> dict:
+def namespace_labels(
+    labels: dict[str, str], owner: str, hub_namespace: str, slug_scheme: str
+) -> dict[str, Any]:
     """kubespawner's user_namespace_labels expanded for `owner` (the labels the namespace gets
     when the hub makes it for a job before any workspace did)."""
     return {k: expand(v, owner, hub_namespace, slug_scheme) for k, v in labels.items()}
@@ -106,7 +109,7 @@ def namespace_labels(labels: dict[str, str], owner: str, hub_namespace: str, slu
 TRAIN_POLICY = "gpupool-train"  # the chart's name for the same policy in the hub's namespace
 
 
-def train_policy(namespace: str, spec: dict) -> dict:
+def train_policy(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
     """The train pods' NetworkPolicy in a user namespace, with the chart's spec (a copy)."""
     import copy
 
@@ -122,7 +125,7 @@ def train_policy(namespace: str, spec: dict) -> dict:
     }
 
 
-def user_namespace(name: str, labels: dict[str, str]) -> dict:
+def user_namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
     """The owner's namespace as kubespawner would make it at their first spawn (its labels: Pod
     Security's level and what the hub's admission policy and NetworkPolicies select)."""
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels)}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 from gpupool.pool import MILLI_PER_GPU
 from gpupool.pool.training import Project
@@ -30,13 +31,13 @@ UNRATIONED = [{"name": "cpu", "nominalQuota": "1000000"}, {"name": "memory", "no
 
 def kueue_objects(
     projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool", flavor: str = "gpu"
-) -> list[dict]:
-    out: list[dict] = [
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
         {"apiVersion": API, "kind": "Cohort", "metadata": {"name": cohort}, "spec": {}},
         {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
     ]
     for name, p in sorted(projects.items()):
-        quota: dict = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
+        quota: dict[str, Any] = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
         if p.limit_milli >= 0:
             quota["borrowingLimit"] = max(0, _gpus(p.limit_milli) - _gpus(p.guarantee_milli))
         out.append(

@@ -70,8 +70,10 @@ class JobOptions:
     # fraction's PyTorch allocator is capped at its share, as in the workspace ("": no hook)
     startup_dir: str = ""
     # --- fitting the pods to the cluster (pod_fit.py) ---
-    tolerations: list[dict] = field(default_factory=list)  # every train pod's
-    gpu_tolerations: list[dict] = field(default_factory=lambda: [dict(GPU_TOLERATION)])  # pods with a GPU
+    tolerations: list[dict[str, Any]] = field(default_factory=list)  # every train pod's
+    gpu_tolerations: list[dict[str, Any]] = field(
+        default_factory=lambda: [dict(GPU_TOLERATION)]
+    )  # pods with a GPU
     node_selector: dict[str, str] = field(default_factory=dict)
     affinity: dict[str, Any] = field(default_factory=dict)  # node pools' affinity is added to it
     # CPU and memory: a pod without requests is BestEffort, the first evicted and placed anywhere
@@ -134,12 +136,14 @@ def code_name(job_id: str) -> str:
     return f"gpupool-code-{job_id}"
 
 
-def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes], job_uid: str = "") -> dict:
+def code_config_map(
+    spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes], job_uid: str = ""
+) -> dict[str, Any]:
     """The job's snapshotted code (a script or a notebook). Owned by its Job when `job_uid` is
     given, so Kubernetes' garbage collector deletes it with the Job."""
     import base64
 
-    meta: dict = {
+    meta: dict[str, Any] = {
         "name": code_name(spec.id),
         "namespace": job_namespace(spec, opts),
         "labels": labels(spec),
@@ -153,7 +157,7 @@ def code_config_map(spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes
     }
 
 
-def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
+def owned_by(spec: TrainJobSpec, job_uid: str) -> dict[str, Any]:
     """Metadata that makes an object its Job's: Kubernetes deletes it with the Job (on cancel,
     or when ttlSecondsAfterFinished removes a finished Job)."""
     if not job_uid:
@@ -171,12 +175,12 @@ def owned_by(spec: TrainJobSpec, job_uid: str) -> dict:
     }
 
 
-def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") -> dict:
+def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") -> dict[str, Any]:
     """A claim of its own for the job's checkpoints: it outlives preempted pods, and goes with
     its Job when `job_uid` is given."""
     # an elastic job's workers may run on several nodes at once: they share the claim
     mode = "ReadWriteMany" if spec.min_gpus else "ReadWriteOnce"
-    claim: dict = {
+    claim: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
@@ -192,7 +196,7 @@ def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") ->
     return claim
 
 
-def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None) -> dict:
+def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None) -> dict[str, Any]:
     """The batch/v1 Job of a train job; GPUs through `backend` (whole GPUs by default)."""
     backend = backend or WholeGPUs()
     # KAI orders a queue's jobs, and picks whom to preempt, by the pod's priority class
@@ -241,7 +245,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
     mount = {"name": "checkpoint", "mountPath": opts.checkpoint_dir}
     if sub_path:
         mount["subPath"] = sub_path
-    container: dict = {
+    container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "command": list(spec.command),
@@ -255,7 +259,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         container["resources"] = resources
     if opts.container_security_context:
         container["securityContext"] = dict(opts.container_security_context)
-    code_volumes: list[dict] = []
+    code_volumes: list[dict[str, Any]] = []
     if spec.files:
         # a writable working folder with each code file mounted into it (read-only), as the
         # embedded runner's job folder holds the snapshot beside what the run writes
@@ -271,7 +275,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
             },
             {"name": "code", "configMap": {"name": code_name(spec.id)}},
         ]
-    pod_spec: dict = {
+    pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
         "priorityClassName": priority_class,
         "terminationGracePeriodSeconds": opts.grace_s,
@@ -298,7 +302,7 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         pod_spec["imagePullSecrets"] = [{"name": n} for n in opts.image_pull_secrets]
     if opts.pod_security_context:
         pod_spec["securityContext"] = dict(opts.pod_security_context)
-    job_spec: dict = {
+    job_spec: dict[str, Any] = {
         "backoffLimit": opts.backoff_limit,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": {

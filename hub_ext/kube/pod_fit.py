@@ -25,24 +25,28 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
 }
 
 
-def tolerations_for(base: Sequence[Mapping], gpu: Sequence[Mapping], has_gpu: bool) -> list[dict]:
+def tolerations_for(
+    base: Sequence[Mapping[str, Any]], gpu: Sequence[Mapping[str, Any]], has_gpu: bool
+) -> list[dict[str, Any]]:
     """`base` for every pod, `gpu` too for a pod with a GPU share (a CPU-only pod stays off
     tainted GPU nodes); each once, in that order."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for t in [*base, *(gpu if has_gpu else ())]:
         if dict(t) not in out:
             out.append(dict(t))
     return out
 
 
-def added_tolerations(current: Sequence[Mapping] | None, more: Sequence[Mapping]) -> list[dict]:
+def added_tolerations(
+    current: Sequence[Mapping[str, Any]] | None, more: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """`current` (what the pod has) with those of `more` it lacks."""
     out = [dict(t) for t in current or ()]
     out += [dict(t) for t in more if dict(t) not in out]
     return out
 
 
-def merged_affinity(current: Mapping[str, Any], pools: Mapping[str, Any]) -> dict:
+def merged_affinity(current: Mapping[str, Any], pools: Mapping[str, Any]) -> dict[str, Any]:
     """`current` (the pod's affinity, as JSON) with a node pools' affinity added: each required
     term the pod already had is ANDed with each pool's term (any pool, and what the profile
     asked), preferred terms are added, pod (anti-)affinity is kept."""
@@ -91,7 +95,9 @@ def _gpu_key(name: str) -> bool:
     return name.startswith("nvidia.com/")
 
 
-def resources_for(default: Mapping[str, Any], per_project: Mapping[str, Mapping], project: str) -> dict:
+def resources_for(
+    default: Mapping[str, Any], per_project: Mapping[str, Mapping[str, Any]], project: str
+) -> dict[str, Any]:
     """A project's resources: its own requests and limits over the default's, key by key."""
     own = per_project.get(project) or {}
     return {
@@ -101,7 +107,7 @@ def resources_for(default: Mapping[str, Any], per_project: Mapping[str, Mapping]
     }
 
 
-def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """`over` on `base`, nested dicts merged (securityContext halves)."""
     out = copy.deepcopy(dict(base))
     for k, v in over.items():

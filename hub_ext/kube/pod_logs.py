@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -92,8 +93,8 @@ class KeptLogs:
         self.slots = asyncio.Semaphore(max_streams)
         self.views: dict[str, PodView] = {}  # pod uid -> as the controller last saw it
         self.where: dict[str, str] = {}  # pod uid -> its namespace
-        self.tasks: dict[str, asyncio.Task] = {}  # pod uid -> its follower
-        self.records: dict[str, dict[str, list]] = {}  # job id -> pod uid -> [bytes read, done]
+        self.tasks: dict[str, asyncio.Task[Any]] = {}  # pod uid -> its follower
+        self.records: dict[str, dict[str, list[Any]]] = {}  # job id -> pod uid -> [bytes read, done]
         self.pending: dict[str, bytes] = {}  # pod uid -> a partial line not yet written
         self.caps: dict[str, LogCap] = {}  # pod uid -> its cut (one per run, as on one machine)
         self._lock = asyncio.Lock()  # one writer at a time: a job's pods share its file
@@ -136,7 +137,7 @@ class KeptLogs:
             self.tasks[view.uid] = task
             task.add_done_callback(partial(self._ended, view.uid))
 
-    def _ended(self, uid: str, _task: asyncio.Task) -> None:
+    def _ended(self, uid: str, _task: asyncio.Task[Any]) -> None:
         self.tasks.pop(uid, None)
         self.views.pop(uid, None)
         self.where.pop(uid, None)
@@ -232,7 +233,9 @@ class KeptLogs:
                 await asyncio.to_thread(self._save, job_id, record)
             return cut
 
-    def _append(self, job_id: str, data: bytes, cap: LogCap | None, record: dict) -> tuple[LogCap, bool]:
+    def _append(
+        self, job_id: str, data: bytes, cap: LogCap | None, record: dict[str, Any]
+    ) -> tuple[LogCap, bool]:
         """In a thread: the log's new bytes, then the record of how far each pod was read (a
         hub that dies in between reads those bytes again: a line twice, never a line lost)."""
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -250,7 +253,7 @@ class KeptLogs:
             self._save(job_id, record)
         return cap, cap.cut
 
-    def _load(self, job_id: str) -> dict[str, list]:
+    def _load(self, job_id: str) -> dict[str, list[Any]]:
         try:
             fd = os.open(self.root / f"{job_id}.pods", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -269,7 +272,7 @@ class KeptLogs:
             if isinstance(v, list) and len(v) == 2 and isinstance(v[0], int)
         }
 
-    def _save(self, job_id: str, record: dict) -> None:
+    def _save(self, job_id: str, record: dict[str, Any]) -> None:
         tmp, final = self.root / f"{job_id}.pods.tmp", self.root / f"{job_id}.pods"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

@@ -24,6 +24,7 @@ Pure functions: the pure core decides (gpupool.pool), these only render.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpupool.pool import InvalidRequest
 from gpupool.pool.jobs import Project
@@ -42,7 +43,7 @@ def gfd_product(model: str) -> str:
     return "-".join(model.split())
 
 
-def pool_term(pool: NodePool, label_key: str) -> dict:
+def pool_term(pool: NodePool, label_key: str) -> dict[str, Any]:
     """The nodeSelectorTerm of the nodes in `pool` (its expressions are ANDed)."""
     if pool.gpus and not (pool.models or pool.nodes):
         raise InvalidRequest(
@@ -62,14 +63,16 @@ def pool_term(pool: NodePool, label_key: str) -> dict:
     return {"matchExpressions": exprs}
 
 
-def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict:
+def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict[str, Any]:
     """The pod's `affinity` for a job that may use `pools`, in order of preference."""
     if not pools:
         return {}
     if len(pools) > MAX_TERMS:
         raise InvalidRequest(f"at most {MAX_TERMS} node pools per job")
     terms = [pool_term(p, label_key) for p in pools]
-    affinity: dict = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+    affinity: dict[str, Any] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+    }
     if len(pools) > 1:  # the first pool weighs most
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
             {"weight": max(1, 100 >> i), "preference": t} for i, t in enumerate(terms)
@@ -118,7 +121,7 @@ def kai_shard(project: Project, chosen: Sequence[str], per_pool_choice: str | No
 
 def pool_queues(
     projects: Sequence[Project], pools: Sequence[str] = (), labels: dict[str, str] | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """KAI Queues of the node pools' shards: per pool (the given ones, and every pool a project
     has a guarantee in), a parent Queue (quota: the sum of the guarantees there, no limit) and a
     leaf Queue per project (quota: `shard_guarantee`; limit: the project's, which KAI can only
@@ -163,7 +166,7 @@ def pool_queues(
 
 def _queue(
     name: str, labels: dict[str, str], display: str, quota_milli: int, limit_milli: int, weight: float
-) -> dict:
+) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.run.ai/v2",
         "kind": "Queue",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from gpupool.kube.budget_hold import HELD_MESSAGE, held_by_budget
 from gpupool.vocab.exit_codes import PREEMPTED
@@ -50,7 +50,7 @@ class JobStatus:
     unschedulable: str = ""  # a queued job: why its scheduler cannot place it, in its own words
 
 
-def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: int = 0) -> PodView:
+def observe_pod(prev: PodView | None, pod: dict[str, Any], deleted: bool = False, order: int = 0) -> PodView:
     """Fold one watch event of a pod into what is remembered of it."""
     meta, st = pod.get("metadata") or {}, pod.get("status") or {}
     view = prev or PodView(uid=meta.get("uid", ""), name=meta.get("name", ""), order=order)
@@ -97,7 +97,7 @@ def observe_pod(prev: PodView | None, pod: dict, deleted: bool = False, order: i
 STOPPED_BY_SIGTERM = 143
 
 
-def stopped_at_deadline(spec: dict, pod: PodView) -> bool:
+def stopped_at_deadline(spec: dict[str, Any], pod: PodView) -> bool:
     """A pod of a Job with a max runtime that ended on SIGTERM: the deadline, not its work."""
     return (
         bool(spec.get("activeDeadlineSeconds"))
@@ -106,7 +106,7 @@ def stopped_at_deadline(spec: dict, pod: PodView) -> bool:
     )
 
 
-def ended_by_pods(job: dict | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
+def ended_by_pods(job: dict[str, Any] | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
     """The end the Job controller will write, read from the pods as soon as they show it (the
     Job's own Complete or Failed condition trails by seconds to a minute on a busy cluster).
     Only what follows from the Job's spec as train_job writes it: one pod at a time (done when
@@ -148,7 +148,10 @@ class _Counts(TypedDict):
 
 
 def job_status(
-    job: dict | None, pods: Iterable[PodView], cancel_requested: bool = False, job_deleted: bool = False
+    job: dict[str, Any] | None,
+    pods: Iterable[PodView],
+    cancel_requested: bool = False,
+    job_deleted: bool = False,
 ) -> JobStatus:
     """The state of a train job from its Job (None before the watch saw it) and its pods."""
     pods = sorted(pods, key=lambda p: (p.order, p.name))

@@ -207,7 +207,7 @@ class MoverService:
         )
         self.clock = clock
         self.busy = False  # a plan is being carried out
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.spawns: dict[tuple[str, str], SpawnWait] = {}  # spawns waiting for moves, by workspace
         self.loop: asyncio.AbstractEventLoop | None = None  # the hub's, once a pass ran there
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -133,7 +134,7 @@ class OnlineTarget:
         return out
 
 
-def _sortable(key: tuple[int, int, int, frozenset[str]]) -> tuple:
+def _sortable(key: tuple[int, int, int, frozenset[str]]) -> tuple[Any, ...]:
     return (key[0], key[1], key[2], sorted(key[3]))
 
 

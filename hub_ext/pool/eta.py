@@ -24,6 +24,7 @@ import heapq
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpupool.pool.jobs import Department, Job, Project
 from gpupool.pool.placement import Policy
@@ -175,7 +176,7 @@ def forecast(
     ]
     heapq.heapify(leaving)
     out: dict[str, Estimate] = {}
-    pinned: dict = {}  # planned spots (reservations, consolidation) of jobs not yet started
+    pinned: dict[str, Any] = {}  # planned spots (reservations, consolidation) of jobs not yet started
     cause = "now"
     t = now
     for _ in range(max_cycles):
@@ -257,8 +258,8 @@ def forecast(
 
 def _next_wake(
     t: float,
-    ends: list,
-    leaving: list,
+    ends: list[Any],
+    leaving: list[Any],
     run: dict[str, Job],
     pend: dict[str, Job],
     projects: dict[str, Project],

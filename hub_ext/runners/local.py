@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from gpupool.contain import Limits, WorkloadCgroups, joiner
 from gpupool.host.accounts import Account, SystemAccounts
@@ -132,7 +133,7 @@ class LocalRunner:
         self.grace_s, self.python, self.cgroups = grace_s, python, cgroups
         self.log_limit = log_limit  # bytes of a job's log (0: none); the wrapper cuts it with a note
         self.path = path or job_path(python)
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.term_sent: dict[int, float] = {}
         self.workdirs: dict[int, str] = {}
         self.groups: dict[int, str] = {}  # pid of a run's wrapper -> its job's cgroup
@@ -201,7 +202,7 @@ class LocalRunner:
         }
         if self.cgroups is not None:  # what a restarted hub recognizes this instance's jobs by
             full_env.update({HUB_VAR: self.cgroups.hub_key, INSTANCE_VAR: self.cgroups.instance})
-        as_user: dict = {}
+        as_user: dict[str, Any] = {}
         if account is not None:
             full_env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
             as_user = {"user": account.uid, "group": account.gid, "extra_groups": []}

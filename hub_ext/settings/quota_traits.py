@@ -111,7 +111,7 @@ def limits_problem(group: object, limits: object, where: str) -> None:
 
 
 # --- the trait types ------------------------------------------------------------------------
-class GPUs(Float):
+class GPUs(Float[float, float]):
     """An amount of GPUs (a number): not negative, whole GPUs above one."""
 
     info_text = "an amount of GPUs"
@@ -124,7 +124,7 @@ class GPUs(Float):
         return float(value)
 
 
-class GPUSizes(List):
+class GPUSizes(List[float]):
     """The GPU sizes a spawn form offers: each more than 0, each once, whole GPUs above one."""
 
     info_text = "a list of GPU sizes"
@@ -139,7 +139,7 @@ class GPUSizes(List):
         return [float(v) for v in value]
 
 
-class WorkspaceCount(Int):
+class WorkspaceCount(Int[int, int]):
     """A number of workspaces, 0 to MAX_WORKSPACES."""
 
     info_text = f"a whole number from 0 to {MAX_WORKSPACES}"
@@ -148,7 +148,7 @@ class WorkspaceCount(Int):
         return workspace_count(value, _where(obj, self.name))
 
 
-class PoolNames(List):
+class PoolNames(List[str]):
     """Node pool names, in order of preference."""
 
     info_text = "a list of node pool names"
@@ -162,7 +162,7 @@ class GroupTotals(Dict):
 
     info_text = "a dict of {group: GPUs}"
 
-    def validate(self, obj: Any, value: Any) -> dict:
+    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for group, gpus in value.items():
@@ -176,7 +176,7 @@ class GroupLimits(Dict):
 
     info_text = "a dict of {group: {limit: value}}"
 
-    def validate(self, obj: Any, value: Any) -> dict:
+    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for group, limits in value.items():

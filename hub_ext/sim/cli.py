@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from gpupool.pool.placement import DEFAULT_POLICY, POLICIES
 from gpupool.sim import fgd, replay
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summary(scenario: str, result: dict) -> str:
+def summary(scenario: str, result: dict[str, Any]) -> str:
     """The result as a person reads it: what was allocated, what was left, how long it took."""
     head = f"gpupool simulate {scenario}: policy {result['policy']}, seed {result['seed']}, {result['pods']:,} pods"
     if scenario == "fgd" and result.get("alloc_ratio_pct"):

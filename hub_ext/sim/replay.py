@@ -11,6 +11,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def run(
     seed: int,
     queue: bool = False,
     progress: Callable[[int, int], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     rng = random.Random(seed)
     # (created, lifetime, pod) of the pods with both times

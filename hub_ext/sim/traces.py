@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpupool.pool import GPU, Inventory, Node, Request
 from gpupool.pool.errors import InvalidRequest
@@ -43,7 +44,7 @@ def _rows(path: Path, required: list[str]):
 def _int(
     path: Path,
     line: int,
-    row: dict,
+    row: dict[str, Any],
     column: str,
     lo: int | None = None,
     hi: int | None = None,

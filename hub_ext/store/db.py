@@ -44,18 +44,18 @@ class Store:
             q = select(Event).filter_by(**filters).order_by(Event.id.desc()).limit(limit)
             return list(s.scalars(q))
 
-    def get_setting(self, key: str) -> dict | None:
+    def get_setting(self, key: str) -> dict[str, Any] | None:
         with self.session() as s:
             row = s.get(Setting, key)
             return dict(row.value) if row else None
 
-    def settings_under(self, prefix: str) -> dict[str, dict]:
+    def settings_under(self, prefix: str) -> dict[str, dict[str, Any]]:
         """Every setting whose key starts with `prefix`, in one read (a class's extensions)."""
         with self.session() as s:
             rows = s.scalars(select(Setting).where(Setting.key.startswith(prefix, autoescape=True)))
             return {row.key: dict(row.value) for row in rows}
 
-    def put_setting(self, key: str, value: dict) -> None:
+    def put_setting(self, key: str, value: dict[str, Any]) -> None:
         with self.session() as s:
             row = s.get(Setting, key)
             if row is None:
@@ -98,7 +98,9 @@ def _private_file(url: str) -> None:
                 pass
 
 
-def _no_nul(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, many: bool) -> tuple:
+def _no_nul(
+    _conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, many: bool
+) -> tuple[Any, ...]:
     """Every text written without NUL characters, on either database: PostgreSQL cannot store one
     (its text types refuse the whole write) while SQLite can, and a hostile name quoted in an event's
     message must not turn a release or a refusal into an error. Lookups get the same text, so they

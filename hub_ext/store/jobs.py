@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
@@ -49,14 +50,14 @@ class TrainJob(Base):
     pools: Mapped[list[str]] = mapped_column(JSON, default=list)
     # the sweep it is a run of ("": none) and the parameters that run got (None: not a sweep's)
     sweep_id: Mapped[str] = mapped_column(String(32), default="", server_default="", index=True)
-    sweep_parameters: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    sweep_parameters: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property
     def total_milli(self) -> int:
         return self.num_gpu * self.gpu_milli
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "owner": self.owner,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from sqlalchemy import JSON, DateTime, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -57,7 +58,7 @@ class Event(Base):
     owner: Mapped[str] = mapped_column(String(255), default="", index=True)
     name: Mapped[str] = mapped_column(String(255), default="")
     message: Mapped[str] = mapped_column(Text, default="")
-    data: Mapped[dict] = mapped_column(JSON, default=dict)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict[str, Any])
 
 
 class Setting(Base):
@@ -67,5 +68,5 @@ class Setting(Base):
 
     # "extension:<owner>/<name>": a user name and a server name of up to 255 characters each
     key: Mapped[str] = mapped_column(String(600), primary_key=True)
-    value: Mapped[dict] = mapped_column(JSON)
+    value: Mapped[dict[str, Any]] = mapped_column(JSON)
     updated: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)

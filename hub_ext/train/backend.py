@@ -72,7 +72,7 @@ class TrainingBackend(Protocol):
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob: ...
 
-    async def tick(self, now: float | None = None) -> dict: ...
+    async def tick(self, now: float | None = None) -> dict[str, Any]: ...
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog: ...
 
@@ -118,7 +118,7 @@ class LocalTraining:
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         return self.engine.cancel(job_id, now, by)
 
-    async def tick(self, now: float | None = None) -> dict:
+    async def tick(self, now: float | None = None) -> dict[str, Any]:
         return self.engine.tick(now)
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:

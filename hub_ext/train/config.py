@@ -331,7 +331,7 @@ class TrainPool(LoggingConfigurable):
         return out
 
     @validate("run_as")
-    def _check_run_as(self, proposal: dict) -> str:
+    def _check_run_as(self, proposal: dict[str, Any]) -> str:
         if proposal["value"] not in ("owner", "owner-if-exists", "hub"):
             raise TraitError("TrainPool.run_as must be owner, owner-if-exists or hub")
         return proposal["value"]

@@ -56,7 +56,7 @@ class JobForm:
     project: str
     request: Request
     name: str
-    runs: list[tuple[str, dict | None]]
+    runs: list[tuple[str, dict[str, Any] | None]]
     pools: tuple[str, ...] = ()
     min_gpus: int = 0
     priority: int = 0
@@ -164,7 +164,7 @@ def job_pools(
     return tuple(chosen)
 
 
-def sweep_runs(body: Mapping[str, Any], name: str, max_runs: int) -> list[tuple[str, dict | None]]:
+def sweep_runs(body: Mapping[str, Any], name: str, max_runs: int) -> list[tuple[str, dict[str, Any] | None]]:
     """Without "sweep": the job itself. With it: one run per combination, its values
     injected into the code's parameters (so only for "code" and "notebook")."""
     if "sweep" not in body:

@@ -194,7 +194,7 @@ class KubeTrainingService(JobBook):
         except ValueError as err:
             raise InvalidRequest(str(err)) from None
 
-    def _placement_of(self, row: TrainJob) -> dict:
+    def _placement_of(self, row: TrainJob) -> dict[str, Any]:
         """The spec's pools, queue pool and elastic minimum, from what submit recorded."""
         names, min_gpus = tuple(row.pools), row.min_gpus
         project = self.projects.get(row.project)
@@ -300,7 +300,7 @@ class KubeTrainingService(JobBook):
         return row.message if row.state == JobState.QUEUED else ""
 
     # --- the loop ------------------------------------------------------------
-    async def tick(self, now: float | None = None) -> dict:
+    async def tick(self, now: float | None = None) -> dict[str, Any]:
         """Retry Jobs the cluster could not take yet, and stop idle ones; the cluster's
         scheduler does the rest."""
         sent = []

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import select
 
@@ -197,7 +198,7 @@ class TrainingService(JobBook):
         return self.known_job(job_id)
 
     # --- the loop ------------------------------------------------------------
-    def tick(self, now: float | None = None) -> dict:
+    def tick(self, now: float | None = None) -> dict[str, Any]:
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         rows = self.jobs()

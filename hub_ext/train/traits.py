@@ -53,7 +53,7 @@ def pool_guarantees(where: str, raw: object) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def idle_seconds(where: str, spec: dict) -> float:
+def idle_seconds(where: str, spec: dict[str, Any]) -> float:
     """A project's idle_gpu_s: seconds from 0 (never) to a week."""
     raw = spec.get("idle_gpu_s", 0)
     try:
@@ -156,7 +156,7 @@ class _Entries(Dict):
     def check(name: Any, spec: Any, where: str) -> object:
         raise NotImplementedError
 
-    def validate(self, obj: Any, value: Any) -> dict:
+    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         for name, spec in value.items():
             self.check(name, spec, _where(obj, self.name))
@@ -197,7 +197,7 @@ class JobOptionFields(Dict):
 
     info_text = "a dict of JobOptions fields"
 
-    def validate(self, obj: Any, value: Any) -> dict:
+    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
         from gpupool.kube.objects import JobOptions
 
         value = super().validate(obj, value)

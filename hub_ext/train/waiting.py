@@ -11,7 +11,7 @@ import datetime as dt
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpupool.pool.pools import within
 from gpupool.pool.units import MILLI_PER_GPU, gpus_number
@@ -116,7 +116,7 @@ def explain_here(training: TrainingService, row: TrainJob) -> str:
 
 
 def _pool_of(
-    training: TrainingService, project: Project, running: list, row: TrainJob
+    training: TrainingService, project: Project, running: list[Any], row: TrainJob
 ) -> tuple[str | None, int]:
     """The first of the project's pools where `row` is within that pool's guarantee, and what
     the project uses there; (None, 0) when it is within none (it borrows)."""

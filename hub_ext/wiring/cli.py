@@ -291,7 +291,7 @@ def containment_note(c: Config, state: str) -> str:
     return "\n  ".join([first, *(f"  {line}" for line in cgroups.describe_limits())])
 
 
-def wait_until_up(url: str, hub: subprocess.Popen, timeout: float = 300) -> bool:
+def wait_until_up(url: str, hub: subprocess.Popen[bytes], timeout: float = 300) -> bool:
     """Poll the hub's API until it answers; False if the hub exited (its log says why)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and hub.poll() is None:

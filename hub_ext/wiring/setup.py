@@ -473,7 +473,7 @@ def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     from gpupool.idle_culler.sampler import Target
     from gpupool.vocab.kinds import WorkloadKind
 
-    def use(rows: list) -> dict[str, float | None]:
+    def use(rows: list[Any]) -> dict[str, float | None]:
         targets = []
         for r in rows:
             alloc = pool.allocation(Workload(WorkloadKind.TRAIN, r.owner, r.id))
@@ -493,7 +493,7 @@ def kube_job_gpu_use(sampler: Sampler) -> Any:
     utilization is its busiest pod's (None: no pod sampled)."""
     from gpupool.idle_culler.sampler import Target
 
-    def use(jobs: list) -> dict[str, float | None]:
+    def use(jobs: list[Any]) -> dict[str, float | None]:
         targets = [
             (row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids
         ]

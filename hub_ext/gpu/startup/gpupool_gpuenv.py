@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import MutableMapping
+from typing import Any
 
 VAR = "GPUPOOL_GPU_ENV_FILE"
 MAX_BYTES = 64 * 1024
@@ -34,7 +35,7 @@ KEYS = (
 )
 
 
-def read(environ: MutableMapping[str, str] = os.environ) -> dict | None:
+def read(environ: MutableMapping[str, str] = os.environ) -> dict[str, Any] | None:
     """The hub's document for this workspace, or None (no file, not ours, malformed)."""
     path = environ.get(VAR, "")
     if not path:

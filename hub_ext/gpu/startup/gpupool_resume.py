@@ -38,7 +38,7 @@ class HubCalls:
     def __init__(self, api_url: str, token: str, timeout: float = 5.0) -> None:
         self.api_url, self.token, self.timeout = api_url.rstrip("/") + "/", token, timeout
 
-    def __call__(self, method: str, path: str, body: Any = None) -> dict | None:
+    def __call__(self, method: str, path: str, body: Any = None) -> dict[str, Any] | None:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.api_url + path,
@@ -62,7 +62,7 @@ class ResumeHook:
 
     def __init__(
         self,
-        call: Callable[..., dict | None],
+        call: Callable[..., dict[str, Any] | None],
         server: str,
         say: Callable[[str], None] = print,
         sleep: Callable[[float], None] = time.sleep,

@@ -10,6 +10,8 @@ CONSOLIDATIONS_PER_CYCLE per cycle: bounded disruption.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpupool.pool.actions.cycle import Cycle
 from gpupool.pool.actions.reclaim import hold
 from gpupool.pool.jobs import Job, Move, Preempt, PreemptCause
@@ -96,7 +98,7 @@ def _room_on(
     work: ClusterState,
     i: int,
     req: Request,
-    chosen: list[tuple],
+    chosen: list[tuple[Any, ...]],
     job: Job,
     preemptible: set[str],
 ) -> tuple[tuple[int, int], list[Job], list[Move]] | None:
