@@ -20,6 +20,7 @@ browser, or `WebUser` (the log-in and spawn forms, as a browser posts them).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import http.cookiejar
 import json
 import os
@@ -257,10 +258,26 @@ class Hub:
         self.kill_leftovers()
         self.proc = None
 
+    def end_now(self) -> None:
+        """Kill `gpupool up`, the hub and whatever they started (no graceful stop)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: `gpupool up` and the hub
+            self.proc.wait(30)
+        self.kill_leftovers()
+        self.proc = None
+
     def cleanup(self) -> None:
         """After the test: the accounts this hub made go (their processes first), and a state
-        folder of its own with them, its hub.log kept where the test asked for the state."""
-        self.stop()
+        folder of its own with them, its hub.log kept where the test asked for the state.
+
+        The hub is killed, not stopped: after the test nothing is asserted about how it stops
+        (tests/test_hub_stop.py and the tests that restart a hub call `stop()` themselves), and
+        a graceful stop waits for JupyterHub to stop every server one by one — seconds per
+        JupyterLab, more on a loaded machine — before `kill_leftovers` ends the rest anyway."""
+        self.end_now()
         if not self.accounts or self not in _LIVE:
             return
         _LIVE.remove(self)
@@ -289,7 +306,12 @@ class Hub:
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
-        # servers run in HOME under the state folder; check their environment too
+        # servers run in HOME under the state folder, and carry the hub's key (shared-account
+        # servers too, whose HOME is the test's); check their environment too
+        from gpupool.contain import hub_key
+        from gpupool.host.instance import HUB_VAR
+
+        marker = f"{HUB_VAR}={hub_key(f'sqlite:///{self.state}/gpupool.sqlite')}\0".encode()
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
@@ -297,8 +319,10 @@ class Hub:
                 environ = (proc / "environ").read_bytes()
             except OSError:
                 continue
-            if f"GPUPOOL_STATE_DIR={self.state}".encode() in environ or (
-                f"HOME={self.state}/home/".encode() in environ
+            if (
+                f"GPUPOOL_STATE_DIR={self.state}".encode() in environ
+                or f"HOME={self.state}/home/".encode() in environ
+                or marker in environ
             ):
                 try:
                     os.kill(int(proc.name), signal.SIGKILL)

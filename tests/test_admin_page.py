@@ -10,6 +10,20 @@ from tests.browser import browser_page, login, shot
 from tests.hubtools import ADMIN_PASSWORD, PASSWORD, Hub
 
 Q = "/services/gpupool/api/quotas"
+QUOTA_CONFIG = "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n"
+
+
+@pytest.fixture(scope="module")
+def quota_hub(tmp_path_factory: pytest.TempPathFactory):
+    """One hub for the tests of the page's quota actions: each reads the quotas it starts from
+    and asserts what it changed, so either may run first, alone or after the other."""
+    from tests.conftest import require_chp
+
+    require_chp()
+    h = Hub(state=tmp_path_factory.mktemp("quotas"), extra_config=QUOTA_CONFIG, env={"GPUPOOL_CULLER": "0"})
+    h.start()
+    yield h
+    h.cleanup()
 
 
 def test_plot_draws_allocation_and_use_scaled_to_capacity() -> None:
@@ -198,7 +212,7 @@ def test_admin_page_in_the_hubs_look_with_jobs_and_quotas(make_hub) -> None:
         page.wait_for_url("**/hub/home")
 
 
-def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(make_hub) -> None:
+def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(quota_hub: Hub) -> None:
     """The page's actions parse their body as the gpupool API does: bounded in size and depth
     (a nesting bomb once made Python's parser raise RecursionError: a 500). Sent as the page
     sends them: the admin's login cookie and the hub's XSRF token."""
@@ -209,7 +223,7 @@ def test_admin_actions_answer_hostile_bodies_with_a_4xx_and_change_nothing(make_
     import urllib.parse
     import urllib.request
 
-    hub: Hub = make_hub().start()
+    hub = quota_hub
     before = hub.api("GET", Q)["quotas"]
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
@@ -272,14 +286,11 @@ def admin_poster(hub: Hub):
 
 
 @pytest.mark.hub
-def test_the_pages_quota_actions_check_names_and_amounts_set_totals_and_remove_rows(make_hub) -> None:
+def test_the_pages_quota_actions_check_names_and_amounts_set_totals_and_remove_rows(quota_hub: Hub) -> None:
     """Group names and amounts are checked and refused in plain words (before: 'cs 101!' was kept
     as a group, '0.3x' got a traitlets message, a default of 0 was saved without a word); a
     class's total is set and a group's row removed from the page."""
-    hub: Hub = make_hub(
-        "c.GPUPool.group_overrides = {'class-a': {'quota': 0.25}}\n", env={"GPUPOOL_CULLER": "0"}
-    )
-    hub.start()
+    hub = quota_hub
     post = admin_poster(hub)
     status, answer = post({"group": "cs 101!", "quota": 0.5})
     assert status == 400 and "no spaces" in answer["message"] and "'cs 101!'" in answer["message"]

@@ -50,6 +50,13 @@ class _Ok(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Responder(http.server.ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a restarted hub checks every server at once, and the
+    # connections past the backlog wait for the kernel's SYN retransmits (1, 3, 7, 15 s ...): a
+    # class's check then took half a minute of waiting that is neither the hub's nor the culler's
+    request_queue_size = 1024
+
+
 def populate(state: Path, users: list[str], port: int) -> None:
     """Write `users` with a running 0.1-GPU workspace each into a stopped hub's databases, as
     a hub restarted during a class finds them (JupyterHub then checks every server, re-adds its
@@ -115,14 +122,16 @@ def measure(
     stops: int = 0,
     one_at_a_time: int = -1,
     probe: bool = True,
+    quiet_s: float = 5.0,
 ) -> dict:
     """Start a hub with `hub_for(extra_config, env=...)` (a Hub factory) holding `users` running
     workspaces (populate) and time the culler on it: reads, a pass that judges all (beside the
     bare reads it needs), and passes that stop `stops` of them at the end of the workday (all
     by default): `one_at_a_time` of them one request at a time (default half), the others
     `concurrency` at once. With `probe`, other users' API calls are timed while the stops run,
-    beside the same calls on the quiet hub. Returns the figures and what each pass saw."""
-    responder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    beside the same calls on the quiet hub (for at least `quiet_s`). Returns the figures and
+    what each pass saw."""
+    responder = _Responder(("127.0.0.1", 0), _Ok)
     threading.Thread(target=responder.serve_forever, daemon=True).start()
     try:
         hub: Hub = hub_for(
@@ -143,7 +152,7 @@ def measure(
         while (ready := ready_count(hub)) < users:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"only {ready} of {users} workspaces ready:\n{hub.tail()}")
-            time.sleep(2)
+            time.sleep(0.5)
 
         def culler(util: float, conc: int, exempt: list[str] = (), clock_s: float = 0.0) -> Culler:
             samples.write_text(json.dumps({f"{u}/": {"util_pct": util} for u in names}))
@@ -189,7 +198,7 @@ def measure(
         others = names[stops:] or names[:1]  # users who keep working while the class is stopped
         prober = Prober(hub, others[-3:]) if probe else None
         if prober is not None:
-            out["probe_quiet"] = prober.run_for(max(5.0, min(30.0, out["judge_s"] * 2)))
+            out["probe_quiet"] = prober.run_for(max(quiet_s, min(30.0, out["judge_s"] * 2)))
         for label, conc, mine in (("sequential", 1, first), ("concurrent", concurrency, second)):
             if not mine:
                 continue
