@@ -53,7 +53,7 @@ from tests.cluster.webuser import WebUser
 
 pytestmark = pytest.mark.node
 
-IMAGES = ("hub", "singleuser", "chp", "reservation")
+IMAGES = ("hub", "singleuser", "node-agent", "chp", "reservation")
 
 
 def _unavailable(what: str) -> None:
