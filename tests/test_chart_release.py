@@ -95,20 +95,31 @@ def test_helm_lints_strictly_and_packages_the_chart(helm_binary: Path, tmp_path:
 def test_image_tags_follow_the_release_unless_an_admin_pins_one():
     """Every image gpupool ships is tagged with the release that made it: the node agent's tag
     defaults to the chart's appVersion (a bump of pyproject's version moves it; a hard-coded
-    tag stayed behind), and the z2jh overlay's hub and single-user images name the same version."""
+    tag stayed behind), and the z2jh overlay's hub and single-user images name the same version.
+    The agent runs its own small image (helm/node-agent-image); `helm test`'s pod, which needs
+    gpupool's Kubernetes client, the hub's."""
     import helm_python
 
-    def agent_image(values: dict | None) -> str:
+    def rendered_image(values: dict | None, template: str, kind: str) -> str:
         out = helm_python.Chart.load(str(CHART)).render(values, name="gpupool", namespace="gpupool")
-        for doc in yaml.safe_load_all(out["gpupool/templates/node-agent.yaml"]):
-            if doc and doc["kind"] == "DaemonSet":
-                return doc["spec"]["template"]["spec"]["containers"][0]["image"]
-        raise AssertionError("no node agent DaemonSet rendered")
+        for doc in yaml.safe_load_all(out[f"gpupool/templates/{template}"]):
+            if doc and doc["kind"] == kind:
+                spec = doc["spec"]["template"]["spec"] if kind == "DaemonSet" else doc["spec"]
+                return spec["containers"][0]["image"]
+        raise AssertionError(f"no {kind} rendered in {template}")
 
-    assert agent_image(None) == f"registry.example.org/gpupool-hub:{VERSION}"
+    def agent_image(values: dict | None) -> str:
+        return rendered_image(values, "node-agent.yaml", "DaemonSet")
+
+    assert agent_image(None) == f"registry.example.org/gpupool-node-agent:{VERSION}"
     assert agent_image({"nodeAgent": {"image": {"tag": "site-7"}}}).endswith(":site-7")
+    assert rendered_image(None, "tests.yaml", "Pod") == f"registry.example.org/gpupool-hub:{VERSION}"
+    pinned = {"tests": {"image": {"name": "r.example/hub", "tag": "site-7"}}}
+    assert rendered_image(pinned, "tests.yaml", "Pod") == "r.example/hub:site-7"
     overlay = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
     assert overlay["hub"]["image"]["tag"] == VERSION and overlay["singleuser"]["image"]["tag"] == VERSION
     for example in (REPO / "helm" / "examples").glob("*.yaml"):
-        tag = ((yaml.safe_load(example.read_text()).get("nodeAgent") or {}).get("image") or {}).get("tag")
-        assert tag in (None, "", VERSION), (example.name, tag)
+        values = yaml.safe_load(example.read_text())
+        for key in ("nodeAgent", "tests"):
+            tag = ((values.get(key) or {}).get("image") or {}).get("tag")
+            assert tag in (None, "", VERSION), (example.name, key, tag)

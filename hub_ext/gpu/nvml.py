@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpupool.pool import GPU
+if TYPE_CHECKING:  # gpupool.pool imports numpy, which the node agent (its image) does without
+    from gpupool.pool import GPU
 
 log = logging.getLogger("gpupool.gpu.nvml")
 
@@ -65,6 +67,8 @@ class NVML:
             self._open = False
 
     def gpus(self) -> list[GPU]:
+        from gpupool.pool import GPU  # the hub's inventory only (see the import above)
+
         out = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)

@@ -1,6 +1,6 @@
 """Container images built on this machine, with no registry and no container daemon, from the
-same Dockerfiles an admin gives `docker build` (helm/hub-image, helm/singleuser-image), then
-imported into the real node's containerd.
+same Dockerfiles an admin gives `docker build` (helm/hub-image, helm/singleuser-image,
+helm/node-agent-image), then imported into the real node's containerd.
 
 A small Dockerfile interpreter: FROM (AS), ARG, ENV, RUN (with BuildKit's
 `--mount=type=cache,target=…` and `--mount=…,from=<stage>,source=…,target=…`), COPY (--from,
@@ -699,6 +699,7 @@ class Recipe:
 RECIPES = {
     "hub": Recipe("hub", REPO / "helm" / "hub-image" / "Dockerfile", REPO, wheel=True),
     "singleuser": Recipe("singleuser", REPO / "helm" / "singleuser-image" / "Dockerfile", REPO, wheel=True),
+    "node-agent": Recipe("node-agent", REPO / "helm" / "node-agent-image" / "Dockerfile", REPO, wheel=True),
     # context: CHP from npm (chp_context)
     "chp": Recipe("chp", HERE / "chp.Dockerfile", Path()),
     "reservation": Recipe("reservation", HERE / "reservation.Dockerfile", HERE),

@@ -48,9 +48,10 @@ def gpupool_values(node_images: dict) -> dict:
         # python base is Debian's 3.11, whose pip installs to dist-packages); the state goes to
         # the user's home claim (z2jh's dynamic storage, the default StorageClass `local`)
         "workspaces": {"hibernateStartupDir": SINGLEUSER_STARTUP},
+        "tests": {"image": image_values(node_images["hub"][0])},  # `helm test` needs gpupool.kube
         # the real node only: the kwok nodes carry GPU labels too, and their pods run nothing
         "nodeAgent": {
-            "image": image_values(node_images["hub"][0]),
+            "image": image_values(node_images["node-agent"][0]),
             "intervalSeconds": 2,
             "nodeSelector": {"kubernetes.io/hostname": "gpupool-node"},
             "virtualGpus": 2,

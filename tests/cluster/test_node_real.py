@@ -53,7 +53,7 @@ from tests.cluster.webuser import WebUser
 
 pytestmark = pytest.mark.node
 
-IMAGES = ("hub", "singleuser", "chp", "reservation")
+IMAGES = ("hub", "singleuser", "node-agent", "chp", "reservation")
 
 
 def _unavailable(what: str) -> None:
@@ -497,9 +497,10 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
 
 
 def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
-    release: dict, real_node: RealNode, admin: Resources
+    release: dict, real_node: RealNode, node_images: dict, admin: Resources
 ) -> None:
-    """The node agent runs as its DaemonSet runs it (hostPID) on the real node and finds a
+    """The node agent runs as its DaemonSet runs it (hostPID), from its own small image
+    (helm/node-agent-image: no JupyterHub in it), on the real node and finds a
     workspace's pod from its container's processes (/proc/<pid>/cgroup: cgroup v1, the
     kubelet's cgroupfs driver); the hub's culler asks it through its headless Service with the
     chart's token, sees the GPU idle (this node's GPUs are virtual: --virtual-gpus) and stops
@@ -517,6 +518,7 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
             )
             (agent,) = agents.json()["items"]
             assert agent["spec"]["hostPID"] and agent["spec"]["nodeName"] == real_node.name
+            assert agent["spec"]["containers"][0]["image"] == node_images["node-agent"][0]
             secret = admin.get(f"/api/v1/namespaces/{GPUPOOL_NS}/secrets/gpupool-node-agent-token")
             token = base64.b64decode(secret["data"]["token"]).decode()
             url = f"http://{agent['status']['podIP']}:9402/pods"
