@@ -240,6 +240,16 @@ async def run(
             bare["Disrupted"][j] - evicted[j] for j in evicted if j in bare.get("Disrupted", {})
         ]
         out["preempted"] = (len(out["lag_preempt_ours"]), len(evicted))
+        # the hub stays down until the evicted pods are gone from the API server (the harder
+        # case: nothing is left for its relist to read their ends from), 60 s at most
+        names = dict(targets[exits : exits + preempts])
+        deadline = time.monotonic() + 60
+        while names and time.monotonic() < deadline:
+            for jid in list(names):
+                if res.http.get(f"/api/v1/namespaces/{NS}/pods/{names[jid]}").status_code == 404:
+                    del names[jid]
+            await asyncio.sleep(1)
+        out["gone_while_down"] = len(evicted) - len(names)
         relist = asyncio.create_task(hub_usage(core, Store(db), relist_s))  # the hub restarted
         await asyncio.sleep(relist_s)  # the replacement pods run a while under the restarted hub
         relist.cancel()
@@ -296,4 +306,7 @@ def report(r: dict) -> None:
         f"   the controller's views and statuses {r['held_controller']:.1f}"
     )
     if "accounting" in r:
-        print(accounting.line(*r["accounting"]))
+        print(
+            accounting.line(*r["accounting"]),
+            f"[{r['gone_while_down']} evicted pods gone while the hub was down]",
+        )
