@@ -9,7 +9,8 @@ each figure of gpupool next to a baseline measured in the same run on the same p
     python -m benchmarks.kube jobs [--nodes 1000] [--jobs 2000]
         submit rate (gpupool's controller vs bare create_namespaced_job), the lag from a pod
         change to the job row, from a container's exit and from KAI's eviction (vs a bare pod
-        watch), the process's memory following the jobs;
+        watch), the process's memory following the jobs, the train GPU-hours the hub's usage
+        relist recorded (across a restart while pods are evicted) vs the pods' true lives;
     python -m benchmarks.kube workspaces [--nodes 1000] [--users 500]
         spawn throughput (GPUKubeSpawner vs KubeSpawner alone vs bare pod creates of the same
         pod), one culler sampling pass over the pods through one node agent per node, memory;

@@ -4,15 +4,18 @@ next to a bare pod watch and bare Job creates, in the same process on the same p
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 
 from kubernetes_asyncio import client, config, watch
 
+from benchmarks.kube import accounting
 from benchmarks.kube.common import held_mib, pct, rss_mib
-from gpupool.kube import TrainJobSpec
+from gpupool.kube import TrainJobSpec, pod_spans
 from gpupool.kube.controller import KubeJobController
 from gpupool.kube.objects import JobOptions, name_of, train_job
+from gpupool.store import Store
 from tests.cluster.plane import EXIT_CODE, ControlPlane
 from tests.cluster.resources import Resources
 
@@ -70,10 +73,14 @@ def prepare(res: Resources) -> JobOptions:
 
 
 async def bare_pod_watch(
-    api: client.ApiClient, phases: dict[str, dict[str, float]], running: dict[str, str]
+    api: client.ApiClient,
+    phases: dict[str, dict[str, float]],
+    running: dict[str, str],
+    lives: dict[str, list] | None = None,
 ) -> None:
     """The baseline observer: a plain pod watch, first time each job's pod is seen per phase;
-    `running`: job id -> the name of its pod now running (the pods the benchmark ends)."""
+    `running`: job id -> the name of its pod now running (the pods the benchmark ends); `lives`:
+    each pod's true running interval (benchmarks.kube.accounting.observe)."""
     core = client.CoreV1Api(api)
     rv = None
     while True:
@@ -91,6 +98,8 @@ async def bare_pod_watch(
                 rv = pod["metadata"].get("resourceVersion", rv)
                 jid = pod["metadata"].get("labels", {}).get("gpupool.io/job-id", "")
                 now = time.perf_counter()
+                if lives is not None:
+                    accounting.observe(lives, pod, ev["type"] == "DELETED", time.time())
                 phases.setdefault(pod["status"].get("phase", ""), {}).setdefault(jid, now)
                 if pod["status"].get("phase") == "Running" and ev["type"] != "DELETED":
                     running[jid] = pod["metadata"]["name"]
@@ -120,6 +129,14 @@ def evict_as_kai(res: Resources, name: str) -> None:
     res.http.delete(f"/api/v1/namespaces/{NS}/pods/{name}").raise_for_status()
 
 
+async def hub_usage(core: client.CoreV1Api, store: Store, every_s: float) -> None:
+    """What the hub runs (TrainPool.record_usage) every `every_s`: list the train pods, record
+    their GPU intervals in the store the usage ledger reads."""
+    while True:
+        pod_spans.record(store, await pod_spans.list_pods(core, NS), pod_spans.readers_for(None))
+        await asyncio.sleep(every_s)
+
+
 async def run(
     plane: ControlPlane,
     jobs: int,
@@ -128,9 +145,11 @@ async def run(
     wait_s: float,
     preempts: int = 20,
     then: Callable[[], Awaitable[dict]] | None = None,
+    relist_s: float = 60.0,
 ) -> dict:
     """`then`: more work done while the controller still follows every Job (its figures are
-    merged into the result), so that the process's memory counts both."""
+    merged into the result), so that the process's memory counts both. `relist_s`: the hub's
+    interval between lists of train pods for their GPU-hours (TrainPool.usage_relist_s)."""
     res = Resources(plane.client())
     opts = prepare(res)
     cfg = client.Configuration()
@@ -146,9 +165,14 @@ async def run(
             if st.preemptions:
                 ours.setdefault("preemption", {}).setdefault(jid, time.perf_counter())
 
-        watcher = asyncio.create_task(bare_pod_watch(api, bare, pod_of))
+        lives: dict[str, list] = {}  # pod uid -> [milli, start, end]: the truth of the GPU-hours
+        watcher = asyncio.create_task(bare_pod_watch(api, bare, pod_of, lives))
         ctl = KubeJobController(api, opts, None, on_change=heard)
         await ctl.start()
+        # the hub's usage of train pods: its relist (at the hub's default interval) into a store
+        db = f"sqlite:///{tempfile.mkdtemp(prefix='gpupool-bench-usage-')}/usage.sqlite"
+        core = client.CoreV1Api(api)
+        relist = asyncio.create_task(hub_usage(core, Store(db), relist_s))
         out["rss_start"] = rss_mib()
         t0 = time.perf_counter()
         for i in range(jobs):
@@ -196,7 +220,10 @@ async def run(
         ]
         out["exited"] = (len(out["lag_exit_ours"]), len(exited))
 
-        # preemptions, paced: KAI's eviction of running pods of other jobs
+        # preemptions, paced: KAI's eviction of running pods of other jobs, while the hub is down
+        # (its relist stopped; its store reopened after): a pod deleted meanwhile is closed at
+        # the last list that saw it alive, as the hub documents
+        relist.cancel()
         evicted: dict[str, float] = {}
         for jid, name in targets[exits : exits + preempts]:
             evicted[jid] = time.perf_counter()
@@ -213,6 +240,25 @@ async def run(
             bare["Disrupted"][j] - evicted[j] for j in evicted if j in bare.get("Disrupted", {})
         ]
         out["preempted"] = (len(out["lag_preempt_ours"]), len(evicted))
+        # the hub stays down until the evicted pods are gone from the API server (the harder
+        # case: nothing is left for its relist to read their ends from), 60 s at most
+        names = dict(targets[exits : exits + preempts])
+        deadline = time.monotonic() + 60
+        while names and time.monotonic() < deadline:
+            for jid in list(names):
+                if res.http.get(f"/api/v1/namespaces/{NS}/pods/{names[jid]}").status_code == 404:
+                    del names[jid]
+            await asyncio.sleep(1)
+        out["gone_while_down"] = len(evicted) - len(names)
+        relist = asyncio.create_task(hub_usage(core, Store(db), relist_s))  # the hub restarted
+        await asyncio.sleep(relist_s)  # the replacement pods run a while under the restarted hub
+        relist.cancel()
+        until = int(time.time())
+        store = Store(db)
+        pod_spans.record(store, await pod_spans.list_pods(core, NS), pod_spans.readers_for(None), until)
+        counted, inexact = accounting.recorded(store, mine)
+        truth = {uid: (m, a, b) for uid, (m, a, b, job) in lives.items() if job in mine and m > 0}
+        out["accounting"] = (accounting.compare(counted, truth, until), inexact)
         out["rss_jobs"] = rss_mib()
         out["lists"] = {k: f.lists for k, f in ctl.reflectors.items()}
         seen: set[int] = set()  # the controller's copies share objects with the followers'
@@ -259,3 +305,8 @@ def report(r: dict) -> None:
         f"held, MiB (sizeof walk)        gpupool's Job and pod followers {r['held_followers']:.1f}"
         f"   the controller's views and statuses {r['held_controller']:.1f}"
     )
+    if "accounting" in r:
+        print(
+            accounting.line(*r["accounting"]),
+            f"[{r['gone_while_down']} evicted pods gone while the hub was down]",
+        )
