@@ -561,19 +561,69 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
             cara.close()
 
 
+# dora's notebook: 100 MiB of numpy data and a model fitted on it (a class defined in the
+# notebook, kept by value: the single-user image has numpy, gpupool's dependency, and no
+# scikit-learn); the checksum covers the array's bytes and the model's predictions
+NOTEBOOK = """import hashlib, os
+import numpy as np
+class LinearFit:
+    def fit(self, x, y):
+        self.coef_ = np.linalg.lstsq(np.c_[x, np.ones_like(x)], y, rcond=None)[0]
+        return self
+    def predict(self, x):
+        return np.c_[x, np.ones_like(x)] @ self.coef_
+data = np.random.default_rng({seed}).standard_normal(100 * 2**20 // 8)
+model = LinearFit().fit(data[:4096], 3 * data[:4096] + 1 + 0.01 * data[4096:8192])
+print(data.nbytes, np.round(model.coef_, 1).tolist())
+"""
+CHECKSUM = """print(os.environ.get("NVIDIA_VISIBLE_DEVICES", ""),
+      hashlib.sha256(np.concatenate([data, model.predict(np.linspace(-1, 1, 7))])).hexdigest())
+"""  # names no new variable: a hash object would be one hibernation cannot keep
+
+
+def bound_gpu(admin: Resources, pod: dict) -> str:
+    """The GPU a fractional workspace's pod is bound to: KAI's binder puts the pod in a GPU
+    group whose reservation pod holds that device (from the kubelet's device plugin) and writes
+    its id into an annotation (test_a_user_spawns_... checks the container sees the same)."""
+    group = pod["metadata"]["labels"][kai.GPU_GROUP]
+
+    def written() -> str:
+        items = admin.http.get(
+            f"/api/v1/namespaces/{kai.RESERVATION_NS}/pods",
+            params={"labelSelector": f"{kai.GPU_GROUP}={group}"},
+        ).json()["items"]
+        return items[0]["metadata"].get("annotations", {}).get(kai.GPU_INDEX, "") if len(items) == 1 else ""
+
+    return str(until(written, 60, f"the GPU of {pod['metadata']['name']}'s share"))
+
+
 def test_the_culler_hibernates_a_workspace_and_its_variable_comes_back_in_a_new_pod(
-    release: dict, real_node: RealNode, admin: Resources
+    release: dict, real_node: RealNode, admin: Resources, ann: WebUser
 ) -> None:
-    """Hibernation on a real node, as a user meets it: dora's notebook defines a variable; her
-    workspace idles, and the culler (hibernation on for her group) saves the kernel to her home
-    claim (z2jh's dynamic storage on the default StorageClass) and stops it: the pod is gone and
-    the hub's books hold no share of hers. She starts again: a new pod mounts the same claim,
-    and the notebook's first cell has the variable back, saying it was restored."""
+    """Hibernation on a real node, as users meet it: dora's notebook holds 100 MiB of numpy
+    data and a model fitted on it, and prints their checksum; her 0.5-GPU workspace idles, and
+    the culler (hibernation on for her group) saves the kernel to her home claim (z2jh's
+    dynamic storage on the default StorageClass) and stops it: the pod is gone and the hub's
+    books hold no share of hers. Her half GPU is really free: erin's 0.5-GPU workspace, which
+    fits on that GPU only without dora's share (ann's 0.25 is there too), is bound to it. Dora
+    starts again, on another share, while erin holds hers: a new pod mounts the same claim, and
+    the notebook's first cell prints the same checksum, after the note of what was restored.
+
+    Not a 1-GPU workspace for erin, as issue 39 says: the install's build quota is 0.5 GPU a
+    user and workspaces (non-preemptible in KAI) run only within queue `default`'s guarantee of
+    1 GPU, which ann's 0.25 and a whole GPU would exceed; raising either changes what the other
+    tests of this module assert about quotas. The largest share allowed proves the same: the GPU
+    dora's share was on takes a new share that could not have fitted beside hers."""
     with explained(admin):
         dora = WebUser(release["url"], "dora", PASSWORD)
+        erin = WebUser(release["url"], "erin", PASSWORD)
         try:
+            if not ann.server().get("ready"):  # run alone: ann's 0.25, as the module leaves it
+                assert ann.spawn_form(gpus="0.25").status_code == 302
+                ann.wait_ready()
+            gpu_of_ann = bound_gpu(admin, workspace_pod(admin, "ann"))
             dora.login()
-            assert dora.spawn_form(gpus="0.25").status_code == 302
+            assert dora.spawn_form(gpus="0.5").status_code == 302
             dora.wait_ready()
             first = workspace_pod(admin, "dora")
             claims = {
@@ -588,10 +638,15 @@ def test_the_culler_hibernates_a_workspace_and_its_variable_comes_back_in_a_new_
             assert [claims.get(n) for n in home] == ["claim-dora"], (claims, home)
             env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
             assert env["PYTHONPATH"].split(":")[0] == SINGLEUSER_STARTUP and ENV_REFUSED not in env, env
+            gpu = bound_gpu(admin, first)
+            # KAI's default shard binpacks: dora's half beside ann's quarter, 0.25 of it left
+            assert gpu == gpu_of_ann, (gpu, gpu_of_ann)
 
-            secret = secrets.token_hex(8)
             kernel = dora.open_notebook("work.ipynb")
-            assert dora.run(kernel, f"secret = {secret!r}\nprint(len(secret))") == "16\n"
+            seed = secrets.randbits(63)  # a checksum no earlier run can have left behind
+            assert dora.run(kernel, NOTEBOOK.format(seed=seed)) == f"{100 * 2**20} [3.0, 1.0]\n"
+            device, checksum = dora.run(kernel, CHECKSUM).split()
+            assert device == gpu  # the container is bound to the share's GPU
 
             def culled() -> list[str]:
                 r = dora.api("GET", "/services/gpupool/api/events", params={"kind": "cull"})
@@ -614,17 +669,28 @@ def test_the_culler_hibernates_a_workspace_and_its_variable_comes_back_in_a_new_
             r = dora.api("GET", "/services/gpupool/api/hibernated")
             assert [h["owner"] for h in r.json()["hibernated"]] == ["dora"], r.text[:500]
 
+            # the freed half, taken: 0.25 (ann) + 0.5 (erin) fits that GPU only without dora's 0.5
+            erin.login()
+            assert erin.spawn_form(gpus="0.5").status_code == 302
+            erin.wait_ready()
+            assert bound_gpu(admin, workspace_pod(admin, "erin")) == gpu
+
             assert dora.spawn_form(gpus="0.25").status_code == 302  # she starts again
             dora.wait_ready()
             second = workspace_pod(admin, "dora")
             assert second["metadata"]["uid"] != first["metadata"]["uid"]
-            out = dora.run(dora.open_notebook("work.ipynb"), "print(secret)")
-            assert "gpupool: restored 1 variable" in out and out.endswith(secret + "\n"), out
+            out = dora.run(dora.open_notebook("work.ipynb"), CHECKSUM)  # the first cell
+            assert re.search(r"gpupool: restored \d+ variables hibernated at \S+ \(100\.\d MiB", out), out
+            assert "not restored" not in out and out.splitlines()[-1].split() == [
+                bound_gpu(admin, second),
+                checksum,
+            ], (out, checksum)
         finally:
-            with contextlib.suppress(httpx.HTTPError, AssertionError):  # later tests: ann's workspace alone
-                dora.api("DELETE", "/hub/api/users/dora/server")
-                until(lambda: not dora.server(), 120, "dora's server stopped at the end")
-            dora.close()
+            for user in (erin, dora):  # later tests: ann's workspace alone
+                with contextlib.suppress(httpx.HTTPError, AssertionError):
+                    user.api("DELETE", f"/hub/api/users/{user.name}/server")
+                    until(lambda u=user: not u.server(), 120, f"{user.name}'s server stopped at the end")
+                user.close()
 
 
 LONG_CELL = """import time
