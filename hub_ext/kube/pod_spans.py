@@ -70,10 +70,10 @@ def _span(r: PodSpanRow) -> PodSpan:
     return PodSpan(r.uid, r.job, r.owner, r.milli, r.start, r.end, r.node, r.exact, r.seen)
 
 
-async def list_pods(core: Any, namespace: str) -> list[dict]:
+async def list_pods(core: Any, namespace: str) -> list[dict[str, Any]]:
     """Every pod of a gpupool train job in `namespace` (in all namespaces when "": jobs in
     their owners' namespaces), as the API server sends it, in pages."""
-    pods: list[dict] = []
+    pods: list[dict[str, Any]] = []
     cont = ""
     for _ in range(MAX_PAGES):
         kwargs: dict[str, Any] = {
@@ -100,7 +100,7 @@ async def list_pods(core: Any, namespace: str) -> list[dict]:
 
 def record(
     store: Store,
-    pods: Sequence[Mapping],
+    pods: Sequence[Mapping[str, Any]],
     readers: Sequence[SharingBackend],
     now: int | None = None,
     memory_of: MemoryOf | None = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend, UnreadableGPU, read_pod
 
@@ -57,7 +58,7 @@ def parse_time(value: object) -> int | None:
     return int(t.timestamp())
 
 
-def _end_of(pod: Mapping) -> int | None:
+def _end_of(pod: Mapping[str, Any]) -> int | None:
     """When the pod let go of its GPUs, if it did."""
     status = pod.get("status") or {}
     ends: list[int] = []
@@ -83,7 +84,10 @@ MemoryOf = Callable[[str], int]  # a node's name -> the memory of one of its GPU
 
 
 def span_of(
-    pod: Mapping, readers: Sequence[SharingBackend], memory_mib: int = 0, memory_of: MemoryOf | None = None
+    pod: Mapping[str, Any],
+    readers: Sequence[SharingBackend],
+    memory_mib: int = 0,
+    memory_of: MemoryOf | None = None,
 ) -> PodSpan | None:
     """The GPU interval a pod holds or held; None for a pod that never started or holds no GPU.
     A share asked as GPU memory (KAI's `gpu-memory`) is read against the card of the node it ran
@@ -118,7 +122,7 @@ def span_of(
 
 def fold(
     known: Mapping[str, PodSpan],
-    pods: Iterable[Mapping],
+    pods: Iterable[Mapping[str, Any]],
     now: int,
     readers: Sequence[SharingBackend],
     memory_mib: int = 0,
@@ -152,7 +156,10 @@ def fold(
 
 
 def releasable(
-    pod: Mapping, known: Mapping[str, PodSpan], readers: Sequence[SharingBackend], memory_mib: int = 0
+    pod: Mapping[str, Any],
+    known: Mapping[str, PodSpan],
+    readers: Sequence[SharingBackend],
+    memory_mib: int = 0,
 ) -> bool:
     """Whether the hub may drop its finalizer from `pod`: its end is recorded, or it is being
     deleted and holds no GPU interval the hub counts (it never started, or asked for no GPU)."""

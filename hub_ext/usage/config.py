@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
@@ -113,7 +115,7 @@ class Usage(Configurable):
     )
 
     @validate("retention_days")
-    def _check_retention(self, proposal: dict) -> float:
+    def _check_retention(self, proposal: dict[str, Any]) -> float:
         if not 1 <= proposal["value"] <= 3660:
             raise TraitError("Usage.retention_days must be between 1 and 3660")
         return proposal["value"]

@@ -362,7 +362,7 @@ class Ledger:
             rows = list(s.scalars(select(BudgetGrant).where(BudgetGrant.until > now)))
         return [Grant(r.target, r.kind, r.milli_s, r.until) for r in rows]
 
-    def grant_rows(self, now: float) -> list[dict]:
+    def grant_rows(self, now: float) -> list[dict[str, Any]]:
         with self.store.session() as s:
             rows = list(
                 s.scalars(select(BudgetGrant).where(BudgetGrant.until > now).order_by(BudgetGrant.id))
@@ -437,7 +437,7 @@ class Ledger:
                 delete(BudgetGrant).where(BudgetGrant.until < before),
                 delete(PodSpanRow).where(PodSpanRow.end < before),  # open spans are kept
             ):
-                n += cast(CursorResult, s.execute(stmt)).rowcount or 0
+                n += cast("CursorResult[Any]", s.execute(stmt)).rowcount or 0
         return n
 
 

@@ -175,7 +175,7 @@ class UsageService:
         b: int,
         now: int,
         groups_of: Callable[[str], tuple[str, ...]],
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         n = self.cfg.rightsizing_sessions
         if not n:
             return []
@@ -302,7 +302,7 @@ class UsageService:
 
     def budget_users(
         self, limit: int = 200, groups_of: Callable[[str], tuple[str, ...]] | None = None
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Users with a budget who held GPUs in the longest window: their state, worst first."""
         groups_of = groups_of or self.groups_of
         if not self.rules:

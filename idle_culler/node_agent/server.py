@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
@@ -28,10 +29,10 @@ log = logging.getLogger("gpupool.node_agent")
 class Agent:
     def __init__(self, nvml, proc: Path = Path("/proc"), clock: Callable[[], float] = time.time) -> None:
         self.nvml, self.proc, self.clock = nvml, Path(proc), clock
-        self.snapshot: dict = {"time": None, "error": "no sample yet", "pods": [], "gpus": []}
+        self.snapshot: dict[str, Any] = {"time": None, "error": "no sample yet", "pods": [], "gpus": []}
         self.lock = threading.Lock()
 
-    def refresh(self) -> dict:
+    def refresh(self) -> dict[str, Any]:
         try:
             pods = per_pod(self.nvml.process_samples(), lambda pid: pod_of(pid, self.proc))
             using = {p["uid"] for p in pods}
@@ -39,7 +40,7 @@ class Agent:
                 {"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
                 for uid in sorted(pods_on_node(self.proc) - using)
             ]
-            snap: dict = {
+            snap: dict[str, Any] = {
                 "time": self.clock(),
                 "error": None,
                 "pods": pods,
@@ -57,7 +58,7 @@ class Agent:
         with self.lock:
             self.snapshot = {**self.snapshot, "error": error}
 
-    def current(self) -> dict:
+    def current(self) -> dict[str, Any]:
         with self.lock:
             return self.snapshot
 
