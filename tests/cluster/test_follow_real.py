@@ -53,7 +53,8 @@ async def test_a_trimmed_copy_read_in_pages_whose_watch_resumes_without_listing_
         copy = f.resources[f"{HUB_NS}/{names[0]}"]
         # what the hub reads, nothing else: no spec, annotations, managedFields or unread labels
         assert set(copy) == {"metadata", "status"} and copy["metadata"]["uid"]
-        assert set(copy["metadata"]) == {"name", "uid", "resourceVersion", "labels"}
+        # the namespace: with user namespaces a job's Job and pods live in its owner's
+        assert set(copy["metadata"]) == {"name", "namespace", "uid", "resourceVersion", "labels"}
         assert copy["metadata"]["labels"] == {}  # only gpupool's job-id and hold labels are kept
         await wait_for(lambda: f.watches >= 3, what="watches that ended after their 1 s and were resumed")
         pod(admin, f"follow-{label}-new", label)
