@@ -36,7 +36,7 @@ def cache_root() -> Path:
 
 
 def go_env() -> dict[str, str]:
-    # the module and build caches the cluster tests' Go builds use too (tests/cluster/build.py)
+    # the module and build caches; the cluster tests' Go builds import this (tests/cluster/build.py)
     root = cache_root() / "go"
     return {
         **os.environ,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gpupool.pool.eta import Estimate, Runtimes, expected_arrivals, forecast
@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from gpupool.train.service import TrainingService
 
 HISTORY = 200  # finished runs per project that the expected run times come from
+
+
+def run_history(rows: Iterable[TrainJob]) -> dict[str, list[float]]:
+    """Per project, the run times (s) of its newest HISTORY succeeded jobs, newest first: what
+    both forecasts (one machine's and KAI's) take the expected run times from."""
+    history: dict[str, list[float]] = {}
+    for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
+        if r.state == JobState.SUCCEEDED and r.started is not None and r.finished is not None:
+            runs = history.setdefault(r.project, [])
+            if len(runs) < HISTORY:
+                runs.append(max(1.0, r.finished - r.started))
+    return history
 
 
 class Estimates:
@@ -86,13 +98,7 @@ class Estimates:
         rows = t.jobs()
         queued = {r.id for r in rows if r.state == JobState.QUEUED}
         pending, running, stopping = t.scheduler_inputs(rows)
-        history: dict[str, list[float]] = {}
-        for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
-            if r.state == JobState.SUCCEEDED and r.started is not None and r.finished is not None:
-                runs = history.setdefault(r.project, [])
-                if len(runs) < HISTORY:
-                    runs.append(max(1.0, r.finished - r.started))
-        runtimes = Runtimes.of(history)
+        runtimes = Runtimes.of(run_history(rows))
         requeued = [r.id for r in rows if r.state == JobState.PREEMPTING and not r.intent]
         reserve = t.cfg.reserve_after_s if t.cfg.reserve_after_s >= 0 else None
         run = functools.partial(

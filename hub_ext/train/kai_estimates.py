@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from gpupool.kube.kai_forecast import KaiEstimate, KaiJob, KaiQueue, KaiSnapshot, forecast, go_duration
 from gpupool.store import PodSpanRow
-from gpupool.train.estimates import HISTORY, Estimates, clock_text, eta_text, stated_error
+from gpupool.train.estimates import HISTORY, Estimates, clock_text, eta_text, run_history, stated_error
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import Intent, JobState
 
@@ -90,12 +90,7 @@ def kai_snapshot(svc: KubeTrainingService, now: float) -> KaiSnapshot | None:
         if r.state == JobState.QUEUED and r.intent != Intent.BUDGET_HOLD and r.id not in held
     ]
     running = [job(r) for r in rows if r.state == JobState.RUNNING]
-    history: dict[str, list[float]] = {}
-    for r in sorted(rows, key=lambda r: r.finished or 0, reverse=True):
-        if r.state == JobState.SUCCEEDED and r.started is not None and r.finished is not None:
-            runs = history.setdefault(r.project, [])
-            if len(runs) < HISTORY:
-                runs.append(max(1.0, r.finished - r.started))
+    history = run_history(rows)
     # each node's GPUs, less the workspaces': they hold theirs in KAI's queues too, and are
     # never preempted, so they are not for jobs
     nodes = {n.name: len(n.gpus) * 1000 for n in svc.pool.inventory.nodes}

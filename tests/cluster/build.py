@@ -28,6 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# one definition of where Go builds cache (the hub's cgroup v2 device helper shares the caches)
+from gpupool.contain.devfilter import cache_root, go_env
+
 GO_DIR = Path(__file__).resolve().parent / "go"
 
 
@@ -77,23 +80,6 @@ OPTIONAL = (
 # Components the module proxy (the only source this project may download from) refuses, with
 # the exact error: none at the moment.
 UNAVAILABLE: dict[str, str] = {}
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpupool"
-
-
-def go_env() -> dict[str, str]:
-    root = cache_root() / "go"
-    return {
-        **os.environ,
-        "GOMODCACHE": str(root / "mod"),
-        "GOCACHE": str(root / "build"),
-        "GOFLAGS": "-buildvcs=false -mod=readonly",
-        "GOTOOLCHAIN": "local",
-        "CGO_ENABLED": "0",
-    }
 
 
 def go_version() -> str:
