@@ -265,3 +265,24 @@ async def test_a_job_goes_to_the_node_of_the_workspace_that_holds_its_home_or_is
         ]["template"]["spec"]["volumes"]
     finally:
         await svc.stop()
+
+
+def test_the_charts_home_value_reaches_the_hub_and_finds_z2jhs_storage() -> None:
+    import json
+
+    from tests.k8s.test_chart import render
+
+    def hub_config(values: dict) -> Config:
+        docs = render({"hub": {"namespace": "jhub"}, **values})
+        cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpupool-config")
+        c = Config(json.loads(cm["data"]["hub-config.json"]))
+        c.KubeSpawner.volumes, c.KubeSpawner.volume_mounts = Z2JH_VOLUMES, Z2JH_MOUNTS  # z2jh's own
+        return c
+
+    assert TrainPool(config=hub_config({})).job_options().home_claim == ""  # off unless asked
+    opts = TrainPool(config=hub_config({"jobs": {"home": {"mount": "read-write"}}})).job_options()
+    assert (opts.home_claim, opts.home_mount_path, opts.home_read_only) == (
+        "{pvc_name}",
+        "/home/jovyan",
+        False,
+    )
