@@ -34,8 +34,11 @@ from gpupool.kube.follow import Follower, trim_job, trim_pod
 from gpupool.kube.home_mount import HomeUnavailable, home_node, nodes_using
 from gpupool.kube.job_namespace import namespace_labels, owner_namespace, train_policy, user_namespace
 from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.kueue import API as KUEUE_API
+from gpupool.kube.kueue import local_queue
 from gpupool.kube.objects import (
     JOB_ID,
+    KUEUE_QUEUE,
     MANAGED_BY,
     JobOptions,
     checkpoint_claim,
@@ -96,6 +99,7 @@ class KubeJobController:
         self.namespace_for = namespace_of
         self.where: dict[str, str] = {}  # job id -> the namespace its Job was made or seen in
         self.fenced: set[str] = set()  # user namespaces whose train NetworkPolicy exists
+        self.queues_made: set[tuple[str, str]] = set()  # Kueue LocalQueues made in user namespaces
 
     # --- commands ------------------------------------------------------------
     async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, Any]:
@@ -116,6 +120,8 @@ class KubeJobController:
         manifest = train_job(spec, self.opts, self.backend, home_node=node)
         if ns != self.opts.namespace:
             await self._prepare_namespace(ns, spec.owner)
+            if self.opts.kueue:  # the chart's LocalQueues are in the hub's namespace only
+                await self._local_queue(ns, manifest["metadata"]["labels"][KUEUE_QUEUE], spec.project)
         self.where[spec.id] = ns
         # the Job first: the claim and the code are owned by it (deleted with it); its pod
         # waits until they exist
@@ -170,6 +176,23 @@ class KubeJobController:
                 return False
             raise
         return True
+
+    async def _local_queue(self, ns: str, name: str, project: str) -> None:
+        """Kueue's LocalQueue `name` in a user namespace, pointing at the project's ClusterQueue
+        (the chart's, whose namespaceSelector admits every namespace), before the first Job that
+        names it: a Job whose LocalQueue is missing would wait, inadmissible, with no reason
+        the user can act on. Only the hub writes there (users may read their pods only), so a
+        LocalQueue made for a project the hub admitted the user to is used by the hub's Jobs."""
+        if (ns, name) in self.queues_made:
+            return
+        api = client.CustomObjectsApi(self.api_client)
+        group, version = KUEUE_API.split("/")
+
+        async def create(namespace: str, body: dict[str, Any]) -> Any:
+            return await api.create_namespaced_custom_object(group, version, namespace, "localqueues", body)
+
+        await _create_or_keep(create, ns, local_queue(name, ns, project))
+        self.queues_made.add((ns, name))
 
     async def _prepare_namespace(self, ns: str, owner: str) -> None:
         """The owner's namespace before their first Job: made with kubespawner's labels (Pod

@@ -88,12 +88,6 @@ class KubeTrainingService(JobBook):
         self.kai: KaiVersion | None = None  # which KAI runs (elastic jobs need v0.14.1+), read at start
         if self.opts.user_namespace_template:  # a job goes where its owner's workspace goes
             why = template_problem(self.opts.user_namespace_template, self.opts.slug_scheme)
-            if self.opts.kueue:  # said at start, not found by a job left suspended by Kueue
-                why = why or (
-                    "Kueue's LocalQueues are made in the hub's namespace only: with user namespaces"
-                    " (KubeSpawner.enable_user_namespaces) train Jobs go to their owners' namespaces,"
-                    " so use KAI-Scheduler's queues (kube_job_options kueue: false)"
-                )
             if why:
                 raise ValueError(why)
         if self.opts.home_claim:  # names the hub cannot expand for a job stop it here, not a job
