@@ -31,14 +31,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpupool.gpu.sharing import SharingBackend
 from gpupool.kube.budget_hold import suspend_patch
 from gpupool.kube.follow import Follower, trim_job, trim_pod
-from gpupool.kube.job_namespace import namespace_labels, train_policy, user_namespace
+from gpupool.kube.home_mount import HomeUnavailable, home_node, nodes_using
+from gpupool.kube.job_namespace import namespace_labels, owner_namespace, train_policy, user_namespace
 from gpupool.kube.job_spec import TrainJobSpec
+from gpupool.kube.kueue import API as KUEUE_API
+from gpupool.kube.kueue import local_queue
 from gpupool.kube.objects import (
     JOB_ID,
+    KUEUE_QUEUE,
     MANAGED_BY,
     JobOptions,
     checkpoint_claim,
     code_config_map,
+    home_of,
     job_namespace,
     name_of,
     train_job,
@@ -94,6 +99,7 @@ class KubeJobController:
         self.namespace_for = namespace_of
         self.where: dict[str, str] = {}  # job id -> the namespace its Job was made or seen in
         self.fenced: set[str] = set()  # user namespaces whose train NetworkPolicy exists
+        self.queues_made: set[tuple[str, str]] = set()  # Kueue LocalQueues made in user namespaces
 
     # --- commands ------------------------------------------------------------
     async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, Any]:
@@ -102,10 +108,20 @@ class KubeJobController:
         existing job changes nothing."""
         if set(files or {}) != set(spec.files):
             raise ValueError("the files given must be the files the spec names")
-        manifest = train_job(spec, self.opts, self.backend)
         ns = job_namespace(spec, self.opts)
+        node = ""
+        if self.opts.home_claim:
+            try:
+                node = await self.home_node(spec.owner)
+            except HomeUnavailable:
+                # resubmitted after a hub restart: a Job made before keeps its pod's placement
+                if not await self._exists(spec.id, ns):
+                    raise
+        manifest = train_job(spec, self.opts, self.backend, home_node=node)
         if ns != self.opts.namespace:
             await self._prepare_namespace(ns, spec.owner)
+            if self.opts.kueue:  # the chart's LocalQueues are in the hub's namespace only
+                await self._local_queue(ns, manifest["metadata"]["labels"][KUEUE_QUEUE], spec.project)
         self.where[spec.id] = ns
         # the Job first: the claim and the code are owned by it (deleted with it); its pod
         # waits until they exist
@@ -128,6 +144,55 @@ class KubeJobController:
         if spec.id not in self.statuses:  # news now: the next pass may already see it running
             await self._tell(spec.id, JobStatus(ObservedState.QUEUED, "waiting for GPUs in its queue"))
         return job
+
+    async def home_node(self, owner: str) -> str:
+        """Where a job of `owner` mounting their home must run ("" anywhere): the claim's access
+        modes and the nodes of the pods that use it (home_mount.home_node). HomeUnavailable
+        with the user's reason when it cannot be mounted (no such claim: no server made it)."""
+        claim, _, _ = home_of(owner, self.opts)
+        ns = owner_namespace(
+            owner, self.opts.namespace, self.opts.user_namespace_template, self.opts.slug_scheme
+        )
+        try:
+            pvc = await self.core.read_namespaced_persistent_volume_claim(claim, ns)
+        except ApiException as err:
+            if err.status == 404:
+                raise HomeUnavailable(
+                    f"your home ({ns}/{claim}) does not exist yet: start your server once, then submit"
+                ) from None
+            raise
+        modes = (pvc.status and pvc.status.access_modes) or pvc.spec.access_modes or []
+        nodes: list[str] = []
+        if "ReadWriteMany" not in modes:  # the nodes matter: which pods mount it, where
+            pods = await self.core.list_namespaced_pod(ns)
+            nodes = nodes_using(self.api_client.sanitize_for_serialization(pods.items), claim)
+        return home_node(claim, ns, modes, self.opts.home_read_only, nodes)
+
+    async def _exists(self, job_id: str, ns: str) -> bool:
+        try:
+            await self.batch.read_namespaced_job(name_of(job_id), ns)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    async def _local_queue(self, ns: str, name: str, project: str) -> None:
+        """Kueue's LocalQueue `name` in a user namespace, pointing at the project's ClusterQueue
+        (the chart's, whose namespaceSelector admits every namespace), before the first Job that
+        names it: a Job whose LocalQueue is missing would wait, inadmissible, with no reason
+        the user can act on. Only the hub writes there (users may read their pods only), so a
+        LocalQueue made for a project the hub admitted the user to is used by the hub's Jobs."""
+        if (ns, name) in self.queues_made:
+            return
+        api = client.CustomObjectsApi(self.api_client)
+        group, version = KUEUE_API.split("/")
+
+        async def create(namespace: str, body: dict[str, Any]) -> Any:
+            return await api.create_namespaced_custom_object(group, version, namespace, "localqueues", body)
+
+        await _create_or_keep(create, ns, local_queue(name, ns, project))
+        self.queues_made.add((ns, name))
 
     async def _prepare_namespace(self, ns: str, owner: str) -> None:
         """The owner's namespace before their first Job: made with kubespawner's labels (Pod

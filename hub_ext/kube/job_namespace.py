@@ -36,19 +36,24 @@ _SLUG_MAX = 48  # kubespawner's per-field limit
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def template_problem(template: str, slug_scheme: str) -> str:
-    """Why the train Jobs' namespaces cannot be named from `template` ("" when they can)."""
+def template_problem(
+    template: str, slug_scheme: str, setting: str = "user_namespace_template", more: tuple[str, ...] = ()
+) -> str:
+    """Why the train Jobs' namespaces (or, with `more` fields known, another of kubespawner's
+    names: the home claim's) cannot be named from `template` ("" when they can)."""
     if slug_scheme not in ("safe", "escape"):
         return f"slug scheme must be 'safe' or 'escape', not {slug_scheme!r}"
     try:
         names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
     except ValueError as err:
-        return f"user_namespace_template {template!r}: {err}"
-    unknown = sorted(n for n in names if n not in _FIELDS)
+        return f"{setting} {template!r}: {err}"
+    known = (*_FIELDS, *more)
+    unknown = sorted(n for n in names if n not in known)
     if unknown:
+        what = "go to their owner's namespace" if not more else "name their owner's home claim"
         return (
-            f"user_namespace_template {template!r} uses {', '.join(unknown)}: train Jobs could not go"
-            f" to their owner's namespace (the fields the hub knows for a job: {', '.join(_FIELDS)})"
+            f"{setting} {template!r} uses {', '.join(unknown)}: train Jobs could not {what}"
+            f" (the fields the hub knows for a job: {', '.join(known)})"
         )
     return ""
 
@@ -80,10 +85,13 @@ def user_fields(owner: str, hub_namespace: str, slug_scheme: str) -> dict[str, s
     }
 
 
-def expand(template: str, owner: str, hub_namespace: str, slug_scheme: str) -> str:
+def expand(
+    template: str, owner: str, hub_namespace: str, slug_scheme: str, more: dict[str, str] | None = None
+) -> str:
     """`template` expanded for `owner` as kubespawner expands it (a trailing '-' the expansion
-    made is stripped, as kubespawner strips it)."""
-    rendered = template.format(**user_fields(owner, hub_namespace, slug_scheme))
+    made is stripped, as kubespawner strips it); `more`: the resolved names kubespawner adds
+    (its `namespace`, `pvc_name`)."""
+    rendered = template.format(**user_fields(owner, hub_namespace, slug_scheme), **(more or {}))
     return rendered if template.endswith("-") else rendered.rstrip("-")
 
 

@@ -4,7 +4,9 @@ One ClusterQueue per project, all in one cohort: `nominalQuota` is the guarantee
 `borrowingLimit` the room up to the project's limit (none when unlimited), and
 `reclaimWithinCohort: Any` lets a project take its guarantee back from borrowers, as
 gpupool's own training pool does. A LocalQueue per project in the jobs' namespace; Jobs
-name it with the label `kueue.x-k8s.io/queue-name`. The chart renders the same objects.
+name it with the label `kueue.x-k8s.io/queue-name`. The chart renders the same objects; with
+user namespaces the hub makes a user's LocalQueue in their namespace before their first Job
+of a project there (local_queue).
 """
 
 from __future__ import annotations
@@ -63,12 +65,15 @@ def kueue_objects(
                 },
             }
         )
-        out.append(
-            {
-                "apiVersion": API,
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"clusterQueue": name},
-            }
-        )
+        out.append(local_queue(name, namespace, name))
     return out
+
+
+def local_queue(name: str, namespace: str, cluster_queue: str) -> dict[str, Any]:
+    """A LocalQueue: where Jobs of `namespace` labelled with `name` wait for `cluster_queue`."""
+    return {
+        "apiVersion": API,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue},
+    }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
+from gpupool.kube.home_mount import expanded, home_volume, pinned
 from gpupool.kube.job_namespace import owner_namespace
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.pod_fit import (
@@ -95,11 +96,29 @@ class JobOptions:
     # the train pods' NetworkPolicy spec, made in each user namespace before its first Job (the
     # chart's policy covers the hub's namespace only); empty: none
     network_policy: dict[str, Any] = field(default_factory=dict)
+    # --- the owner's home in the job (home_mount.py): the claim the workspace mounts at
+    # home_mount_path, as kubespawner names it (templates; "" claim: no home in jobs) ---
+    home_claim: str = ""  # the home volume's claimName, e.g. z2jh's "{pvc_name}"
+    home_pvc_template: str = "claim-{user_server}"  # KubeSpawner.pvc_name_template
+    home_sub_path: str = ""
+    home_mount_path: str = ""
+    home_read_only: bool = True
 
 
 def job_namespace(spec: TrainJobSpec, opts: JobOptions) -> str:
     """The namespace of the job's Job, claim and code: its owner's with user namespaces."""
     return owner_namespace(spec.owner, opts.namespace, opts.user_namespace_template, opts.slug_scheme)
+
+
+def home_of(owner: str, opts: JobOptions) -> tuple[str, str, str]:
+    """The claim, subPath and mount path of `owner`'s home, as kubespawner expands them for
+    their workspace (in the namespace their jobs go to, where it made the claim)."""
+    ns = owner_namespace(owner, opts.namespace, opts.user_namespace_template, opts.slug_scheme)
+
+    def one(template: str) -> str:
+        return expanded(template, owner, ns, opts.namespace, opts.home_pvc_template, opts.slug_scheme)
+
+    return one(opts.home_claim), one(opts.home_sub_path), one(opts.home_mount_path)
 
 
 def name_of(job_id: str) -> str:
@@ -196,8 +215,12 @@ def checkpoint_claim(spec: TrainJobSpec, opts: JobOptions, job_uid: str = "") ->
     return claim
 
 
-def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None) -> dict[str, Any]:
-    """The batch/v1 Job of a train job; GPUs through `backend` (whole GPUs by default)."""
+def train_job(
+    spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | None = None, home_node: str = ""
+) -> dict[str, Any]:
+    """The batch/v1 Job of a train job; GPUs through `backend` (whole GPUs by default); with
+    opts.home_claim its owner's home mounted, on `home_node` only when given (a ReadWriteOnce
+    home is attached there: home_mount.home_node)."""
     backend = backend or WholeGPUs()
     # KAI orders a queue's jobs, and picks whom to preempt, by the pod's priority class
     priority_class = opts.high_priority_class if spec.priority > 0 else opts.priority_class
@@ -275,6 +298,12 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
             },
             {"name": "code", "configMap": {"name": code_name(spec.id)}},
         ]
+    home_volumes: list[dict[str, Any]] = []
+    if opts.home_claim:
+        claim, sub_path, mount_path = home_of(spec.owner, opts)
+        volume, home_mount = home_volume(claim, sub_path, mount_path, opts.home_read_only)
+        home_volumes.append(volume)
+        container["volumeMounts"].append(home_mount)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
         "priorityClassName": priority_class,
@@ -283,11 +312,14 @@ def train_job(spec: TrainJobSpec, opts: JobOptions, backend: SharingBackend | No
         "volumes": [
             {"name": "checkpoint", "persistentVolumeClaim": {"claimName": claim_name(spec, opts)}},
             *code_volumes,
+            *home_volumes,
         ],
     }
     if scheduler:
         pod_spec["schedulerName"] = scheduler
     affinity = merged_affinity(opts.affinity, node_affinity(spec.pools, opts.node_pool_label))
+    if home_node:
+        affinity = merged_affinity(affinity, pinned(home_node))
     if affinity:
         pod_spec["affinity"] = affinity
     if opts.service_account:

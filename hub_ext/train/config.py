@@ -405,6 +405,34 @@ class TrainPool(LoggingConfigurable):
         """,
     )
 
+    home_mount = Enum(
+        ["off", "read-only", "read-write"],
+        "off",
+        config=True,
+        help="""On Kubernetes: mount each train job's owner's home, the claim their workspace
+        mounts at home_mount_path (KubeSpawner.volume_mounts, named as kubespawner names it:
+        z2jh's claim-<user>), into the job's pod at the same path, so a `%%train` cell reads
+        the files its notebook reads. "read-write" lets the job write there too, beside the
+        running notebook (the same files from two places: last writer wins). A ReadWriteOnce
+        home (z2jh's default storage) is attached to one node: the job is then placed on the
+        node where the user's server runs (it may wait there for GPUs), and refused with the
+        reason when no server of theirs runs; ReadWriteMany storage (NFS, CephFS, Filestore)
+        lets jobs run anywhere. "off": jobs see their code and checkpoints only. Example::
+
+            c.TrainPool.home_mount = "read-only"
+        """,
+    )
+    home_mount_path = Unicode(
+        "/home/jovyan",
+        config=True,
+        help="""With home_mount: where the workspaces mount their home, as written in
+        KubeSpawner.volume_mounts (z2jh: singleuser.storage.homeMountPath; a template such as
+        /home/{username} is matched as written and expanded for each owner). Example::
+
+            c.TrainPool.home_mount_path = "/home/{username}"
+        """,
+    )
+
     kube_logs_dir = Unicode(
         "gpupool-train-logs",
         config=True,
@@ -466,24 +494,51 @@ class TrainPool(LoggingConfigurable):
             # caps a fractional job's PyTorch at its share as it caps the notebook's
             opts["startup_dir"] = str(spawner.hibernate_startup_dir)
         opts.update(self.user_namespaces())
+        opts.update(self.home_options())
         return JobOptions(**opts)
+
+    def kubespawner_setting(self, name: str) -> Any:
+        """KubeSpawner's setting as the workspaces get it: GPUKubeSpawner's over KubeSpawner's,
+        else kubespawner's default."""
+        for section in ("GPUKubeSpawner", "KubeSpawner"):
+            if section in self.config and name in self.config[section]:
+                return self.config[section][name]
+        from kubespawner import KubeSpawner
+
+        # default(), not default_value: a Dict's or a List's class default is unset there
+        return KubeSpawner.class_traits()[name].default()
+
+    def home_options(self) -> dict[str, Any]:
+        """The JobOptions of the owner's home in their jobs (home_mount): the claim and subPath
+        the workspaces mount at home_mount_path, and kubespawner's pvc_name_template. A home
+        that cannot be found in the workspaces' volumes stops the hub here, with the reason."""
+        if self.home_mount == "off":
+            return {}
+        from gpupool.kube.home_mount import find_home
+
+        setting = self.kubespawner_setting
+        try:
+            claim, sub_path = find_home(setting("volumes"), setting("volume_mounts"), self.home_mount_path)
+        except ValueError as err:
+            raise TraitError(f"c.TrainPool.home_mount: {err}") from None
+        return {
+            "home_claim": claim,
+            "home_pvc_template": str(setting("pvc_name_template")),
+            "home_sub_path": sub_path,
+            "home_mount_path": self.home_mount_path,
+            "home_read_only": self.home_mount == "read-only",
+            # kubespawner's names are its slug scheme's, with or without user namespaces
+            "slug_scheme": str(setting("slug_scheme")),
+        }
 
     def user_namespaces(self) -> dict[str, Any]:
         """With kubespawner's enable_user_namespaces, its template, slug scheme and namespace
         labels (GPUKubeSpawner's over KubeSpawner's, else kubespawner's defaults): train Jobs go
         to the namespace their owner's workspace goes to (gpupool.kube.job_namespace). Empty
         without: every Job in the hub's namespace."""
-        merged: dict[str, Any] = {}
-        for section in ("KubeSpawner", "GPUKubeSpawner"):
-            if section in self.config:
-                merged.update(self.config[section])
-        if not merged.get("enable_user_namespaces"):
+        setting = self.kubespawner_setting
+        if not setting("enable_user_namespaces"):
             return {}
-        from kubespawner import KubeSpawner
-
-        def setting(name: str) -> Any:
-            return merged[name] if name in merged else KubeSpawner.class_traits()[name].default_value
-
         return {
             "user_namespace_template": str(setting("user_namespace_template")),
             "slug_scheme": str(setting("slug_scheme")),

@@ -26,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from gpupool.alloc.manager import PoolManager
 from gpupool.kube import budget_hold, pod_spans
 from gpupool.kube.controller import KubeJobController
+from gpupool.kube.home_mount import HomeUnavailable, home_problem
 from gpupool.kube.job_namespace import owner_namespace, template_problem
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.kai_version import KaiVersion, detect, elastic_refusal, parse_version
@@ -87,14 +88,15 @@ class KubeTrainingService(JobBook):
         self.kai: KaiVersion | None = None  # which KAI runs (elastic jobs need v0.14.1+), read at start
         if self.opts.user_namespace_template:  # a job goes where its owner's workspace goes
             why = template_problem(self.opts.user_namespace_template, self.opts.slug_scheme)
-            if self.opts.kueue:  # said at start, not found by a job left suspended by Kueue
-                why = why or (
-                    "Kueue's LocalQueues are made in the hub's namespace only: with user namespaces"
-                    " (KubeSpawner.enable_user_namespaces) train Jobs go to their owners' namespaces,"
-                    " so use KAI-Scheduler's queues (kube_job_options kueue: false)"
-                )
             if why:
                 raise ValueError(why)
+        if self.opts.home_claim:  # names the hub cannot expand for a job stop it here, not a job
+            o = self.opts
+            why = home_problem(
+                o.home_claim, o.home_pvc_template, o.home_sub_path, o.home_mount_path, o.slug_scheme
+            )
+            if why:
+                raise ValueError(f"c.TrainPool.home_mount: {why}")
         self.controller = KubeJobController(
             api_client, self.opts, backend, on_change=self._on_change, namespace_of=self.namespace_of
         )
@@ -170,6 +172,11 @@ class KubeTrainingService(JobBook):
         beside the checkpoints (the working folder is not kept)."""
         if job.min_gpus:
             await self.check_elastic()
+        if self.opts.home_claim:  # a home the job cannot mount: said now, not by a failed job
+            try:
+                await self.controller.home_node(job.owner)
+            except HomeUnavailable as err:
+                raise InvalidRequest(f"the job cannot mount your home: {err}") from None
         chosen = self.queue_pool(job.project, job.pools, job.least_milli)
         command = job.code.command_line("python", self.opts.checkpoint_dir)
         row = self._record_new(job, command, now, message=SUBMITTING, pools=(chosen,) if chosen else None)
@@ -217,6 +224,16 @@ class KubeTrainingService(JobBook):
         )
         try:
             await self.controller.submit(spec, files)
+        except HomeUnavailable as err:  # since submitted: the owner's server stopped
+            self.unsent.discard(job_id)
+            self._set(
+                job_id,
+                state=JobState.FAILED,
+                finished=time.time(),
+                message=f"the job cannot mount its owner's home: {err}",
+            )
+            self._drop_folder(row)
+            return
         except ApiException as err:
             if err.status and 400 <= err.status < 500 and err.status not in (408, 429):
                 # the cluster refuses it (invalid, forbidden by a ResourceQuota...): say why

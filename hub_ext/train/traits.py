@@ -188,12 +188,15 @@ class NodePoolTable(_Entries):
 # JobOptions fields that are kubespawner's settings (enable_user_namespaces and its template,
 # slug scheme and labels): a job goes to the namespace its owner's workspace goes to
 USER_NAMESPACE_FIELDS = ("user_namespace_template", "slug_scheme", "user_namespace_labels")
+# JobOptions fields of the owner's home in the job: TrainPool.home_mount and the workspaces'
+# own volumes (KubeSpawner's), never set twice
+HOME_FIELDS = ("home_claim", "home_pvc_template", "home_sub_path", "home_mount_path", "home_read_only")
 
 
 class JobOptionFields(Dict):
     """Fields of gpupool.kube.objects.JobOptions, but those set in their one place elsewhere:
     grace_s (TrainPool.grace_s), node_pool_label and gpu_tolerations (GPUPool's, for workspaces
-    and jobs alike), the user namespaces' (KubeSpawner's)."""
+    and jobs alike), the user namespaces' (KubeSpawner's), the home's (TrainPool.home_mount)."""
 
     info_text = "a dict of JobOptions fields"
 
@@ -206,6 +209,7 @@ class JobOptionFields(Dict):
             "node_pool_label",
             "gpu_tolerations",
             *USER_NAMESPACE_FIELDS,
+            *HOME_FIELDS,
         }
         unknown = set(value) - known
         if unknown:

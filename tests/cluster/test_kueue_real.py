@@ -64,9 +64,9 @@ def queues(admin: Resources, guarantee: int = 1000, limit: int = 1000) -> list[d
     return docs
 
 
-def workload_of(admin: Resources, job_id: str) -> dict | None:
+def workload_of(admin: Resources, job_id: str, ns: str = HUB_NS) -> dict | None:
     """The Workload Kueue made for a Job (it owns it; its name is Kueue's own)."""
-    items = admin.get(f"{API}/namespaces/{HUB_NS}/workloads")["items"]
+    items = admin.get(f"{API}/namespaces/{ns}/workloads")["items"]
     return next(
         (
             w
@@ -321,12 +321,20 @@ async def test_kueue_reclaims_a_borrowed_gpu_and_the_job_resumes(
         await ctl.stop()
 
 
-def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin: Resources) -> None:
+async def test_kueue_makes_the_charts_queues_active(
+    kueue_manager: ControlPlane, hub_api, admin: Resources, chart: list[dict]
+) -> None:
     """The chart's own Kueue objects (what a cluster admin installs with `kueue.enabled`) pass
-    Kueue's webhooks and become active with the quotas the values give."""
+    Kueue's webhooks and become active with the quotas the values give; with user namespaces a
+    user's Job waits in the LocalQueue the hub makes in their namespace (as the chart's hub
+    account), and Kueue admits it there through the chart's ClusterQueue."""
+    from dataclasses import replace
+
     from tests.k8s.test_chart import render
 
     values = {
+        "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
+        "userNamespaces": {"enabled": True},
         "kueue": {"enabled": True, "cohort": "kueue-chart", "namespace": HUB_NS, "flavor": FLAVOR},
         "departments": {"optics": {"quota": 3}},
         "build": {"defaultProject": "prisms"},
@@ -335,7 +343,8 @@ def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin
             "filters": {"department": "optics", "guarantee": 1},
         },
     }
-    docs = [d for d in render(values) if d["apiVersion"].startswith("kueue.x-k8s.io/")]
+    rendered = render(values)
+    docs = [d for d in rendered if d["apiVersion"].startswith("kueue.x-k8s.io/")]
     assert {d["kind"] for d in docs} == {"Cohort", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
     admin.apply_all(docs)
     log = lambda: kueue_manager.log_tail("kueue")  # noqa: E731
@@ -364,3 +373,45 @@ def test_kueue_makes_the_charts_queues_active(kueue_manager: ControlPlane, admin
     ]
     # quantities, as Kueue's conversion webhook writes them: "2"
     assert (str(quota["nominalQuota"]), str(quota["borrowingLimit"])) == ("2", "1")  # 1.5 rounds up; limit 3
+
+    # a user's Job in their own namespace (gpupool-ann), with the hub's ClusterRole and admission
+    # policy as this chart renders them with Kueue (restored to the session's after)
+    fence = ("ClusterRole", "ValidatingAdmissionPolicy")
+    ours = [
+        d for d in rendered if d["kind"] in fence and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
+    ]
+    admin.apply_all(ours)
+    ctl = KubeJobController(hub_api, replace(OPTS, user_namespace_template="gpupool-{username}"), None)
+    users_job, ns = replace(spec("kueue-ns"), project="filters"), "gpupool-ann"
+    volume_for(admin, users_job.id)
+    await ctl.start()
+    try:
+        await ctl.submit(users_job)
+        assert admin.get(f"{API}/namespaces/{ns}/localqueues/filters")["spec"]["clusterQueue"] == "filters"
+        wl = await wait_for(
+            lambda: (
+                (w := workload_of(admin, users_job.id, ns))
+                and kueue.condition(w, "Admitted").get("status") == "True"
+                and w
+            ),
+            30,
+            "the user's Workload admitted in their namespace",
+        )
+        assert wl["status"]["admission"]["clusterQueue"] == "filters"
+        await wait_for(
+            lambda: (
+                (admin.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name_of(users_job.id)}") or {})["spec"].get(
+                    "suspend"
+                )
+                is False
+            ),
+            30,
+            "the user's Job unsuspended",
+        )
+    finally:
+        await ctl.cancel(users_job.id)
+        await ctl.stop()
+        admin.http.delete(f"{API}/namespaces/{ns}/localqueues/filters")
+        admin.apply_all(
+            d for d in chart if d["kind"] in fence and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
+        )

@@ -10,11 +10,16 @@ Simulated as in test_train_jobs_real.py: the container's exit (a kwok stage)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+
+from kubespawner.slugs import safe_slug
+from traitlets.config import Config
 
 from gpupool.kube.job_namespace import owner_namespace
 from gpupool.kube.objects import code_name, name_of
 from gpupool.train.code import JobCode
+from gpupool.train.config import TrainPool
 from gpupool.train.request import JobRequest
 from gpupool.usage.config import Usage
 from gpupool.usage.service import UsageService
@@ -113,7 +118,27 @@ async def test_a_users_job_runs_in_their_own_namespace_fenced_and_followed_to_it
         r.raise_for_status()
         await wait_for(lambda: service.job(row.id).state == "succeeded", what="succeeded")
 
-        # a second one (its claim never binds: it waits) is held for a budget and cancelled there
+        # the owner's home in their next job: the admin turns the home mount on (z2jh's dynamic
+        # storage) and the user's server made its claim (kubespawner, at a spawn; here a
+        # ReadWriteMany one, so the job may run on any node)
+        home = Config()
+        home.KubeSpawner.volumes = {"v": {"name": "v", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}}
+        home.KubeSpawner.volume_mounts = {"v": {"name": "v", "mountPath": "/home/jovyan"}}
+        home.TrainPool.home_mount = "read-only"
+        service.opts = service.controller.opts = replace(
+            service.opts, **TrainPool(config=home).home_options()
+        )
+        user_claim = f"claim-{safe_slug(OWNER)}"  # kubespawner's claim-{user_server}
+        admin.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": user_claim, "namespace": ns},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+            }
+        )
+
+        # a second one (its claims never bind: it waits) is held for a budget and cancelled there
         second = await service.submit(
             JobRequest(
                 owner=OWNER,
@@ -125,6 +150,21 @@ async def test_a_users_job_runs_in_their_own_namespace_fenced_and_followed_to_it
             )
         )
         await wait_for(lambda: second.id in service.controller.jobs, what="the second Job followed")
+        # its pod, as the Job controller made it in the user's namespace, mounts the user's claim
+        made = await wait_for(
+            lambda: next(
+                iter(
+                    admin.get(f"/api/v1/namespaces/{ns}/pods?labelSelector=gpupool.io/job-id={second.id}")[
+                        "items"
+                    ]
+                ),
+                None,
+            ),
+            what="the second Job's pod",
+        )
+        assert {"name": "home", "persistentVolumeClaim": {"claimName": user_claim, "readOnly": True}} in made[
+            "spec"
+        ]["volumes"]
         assert await service.controller.hold(second.id, True)
         job = admin.get(f"/apis/batch/v1/namespaces/{ns}/jobs/{name_of(second.id)}")
         assert job["spec"]["suspend"] is True

@@ -173,3 +173,71 @@ async def test_a_job_elsewhere_carrying_a_users_job_id_does_not_speak_for_it() -
         await ctl.reconcile()
         assert told == [("j1", "succeeded")]
         assert ctl.namespace("j1") == "gpupool-ann"  # where cancel and holds go
+
+
+def test_with_kueue_the_chart_lets_the_hub_make_local_queues_in_user_namespaces_only() -> None:
+    for kueue in (False, True):
+        docs = render(
+            {"hub": {"namespace": "jhub"}, "userNamespaces": {"enabled": True}, "kueue": {"enabled": kueue}}
+        )
+        role = next(
+            d
+            for d in docs
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
+        )
+        verbs = {
+            (g, r): set(rule["verbs"])
+            for rule in role["rules"]
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+        }
+        assert verbs.get(("kueue.x-k8s.io", "localqueues")) == ({"create"} if kueue else None)
+        vap = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+        fenced = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+        assert ("localqueues" in fenced) is kueue  # the hub's LocalQueues: user namespaces only
+
+
+async def test_with_kueue_a_users_job_waits_in_a_local_queue_made_in_their_namespace(
+    apiserver, api_client, tmp_path
+) -> None:
+    """Kueue's LocalQueues of the chart are in the hub's namespace; a Job in the owner's names
+    a LocalQueue there, which the hub makes before it (pointing at the project's ClusterQueue).
+    The hub starts with Kueue and user namespaces together (it refused to before)."""
+    from gpupool.kube.controller import KubeJobController
+    from gpupool.kube.objects import KUEUE_QUEUE, name_of
+    from gpupool.train.kube_service import KubeTrainingService
+    from tests.support.pools import make_pool, train_config
+
+    c = train_config(
+        tmp_path,
+        projects={"vision": {"guarantee": 1}},
+        runner="kubernetes",
+        image="registry.example.org/train:1",
+        kube_job_options={"namespace": "jhub", "kueue": True},
+    )
+    c.KubeSpawner.enable_user_namespaces = True
+    c.KubeSpawner.user_namespace_template = "gpupool-{username}"
+    KubeTrainingService(make_pool(tmp_path, 4), TrainPool(config=c), api_client)  # not refused
+
+    opts = JobOptions(namespace="jhub", user_namespace_template="gpupool-{username}", kueue=True)
+    ctl = KubeJobController(api_client, opts)
+    kueue = "apis/kueue.x-k8s.io/v1beta2"
+    for job_id in ("j1", "j2"):  # the second finds the queue made
+        job = TrainJobSpec(
+            id=job_id,
+            owner="Ada.Lovelace@Uni",
+            project="vision",
+            num_gpu=1,
+            gpu_milli=1000,
+            command=["python", "job.py"],
+            image="registry.example.org/train:1",
+        )
+        await ctl.submit(job)
+    ns = job_namespace(job, opts)
+    made = apiserver.list(kueue, "localqueues", ns)
+    assert [(q["metadata"]["name"], q["spec"]) for q in made] == [("vision", {"clusterQueue": "vision"})]
+    assert (
+        apiserver.get("apis/batch/v1", "jobs", ns, name_of("j1"))["metadata"]["labels"][KUEUE_QUEUE]
+        == "vision"
+    )
+    assert apiserver.list(kueue, "localqueues", "jhub") == []  # the chart's, not the hub's

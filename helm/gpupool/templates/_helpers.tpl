@@ -131,6 +131,12 @@ helm.sh/resource-policy: keep
 {{- if hasKey $jobs "logsDir" }}{{ $_ := set $train "kube_logs_dir" $jobs.logsDir }}{{ end -}}
 {{- if hasKey $jobs "logStreams" }}{{ $_ := set $train "kube_log_streams" $jobs.logStreams }}{{ end -}}
 {{- if hasKey $jobs "maxFolderMiB" }}{{ $_ := set $train "max_job_folder_mib" $jobs.maxFolderMiB }}{{ end -}}
+{{- /* the owner's home in the job: the claim z2jh's storage mounts at mountPath (the hub finds
+       it in KubeSpawner.volume_mounts and names it as kubespawner does) */ -}}
+{{- with ($jobs.home | default dict) }}
+{{- $_ := set $train "home_mount" (.mount | default "off") -}}
+{{- if .mountPath }}{{ $_ := set $train "home_mount_path" .mountPath }}{{ end -}}
+{{- end -}}
 {{- $config := dict "GPUPool" $gpupool "GPUKubeSpawner" $spawner "TrainPool" $train -}}
 {{- if .Values.userNamespaces.enabled -}}
 {{- /* kubespawner names and creates each user's namespace (templates/user-namespaces.yaml
