@@ -1,9 +1,9 @@
 """The hub and single-user images install gpupool's requirements in a layer before gpupool's own
 (helm/hub-image, helm/singleuser-image): that layer stays in docker's build cache (and
 tests/cluster/images.py's) while the requirements do, so a change to gpupool rebuilds a few MiB,
-not the whole environment. The list must be pyproject.toml's: a requirement it missed would still
-be installed by the wheel's own `pip install`, but in the layer every change remakes, and a
-version bump it missed would go unnoticed until then."""
+not the whole environment. gpupool's wheel goes in with --no-deps (pip's walk of every installed
+package's requirements took minutes of the build), so the list must be pyproject.toml's: a
+requirement it missed would be missing from the image."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def test_the_images_requirement_layer_is_pyprojects_requirements(
         expected[name + "[]"] = spec
     dockerfile = REPO / "helm" / image / "Dockerfile"
     assert by_name(requirement_layer(dockerfile)) == expected
-    # and gpupool's wheel comes after, with the same extras (its own `pip install` keeps the rest)
+    # and gpupool's wheel comes after, alone
     text = dockerfile.read_text()
-    wheel = "gpupool-*.whl)" + (f"[{','.join(extras)}]" if extras else "")
+    wheel = 'pip install --no-deps "$(ls /tmp/wheels/gpupool-*.whl)' + (
+        f"[{','.join(extras)}]" if extras else ""
+    )
     assert text.index(wheel) > text.index('"numpy>=1.26"')
