@@ -14,11 +14,13 @@ up: venv
 	$(VENV)/bin/gpupool up $(ARGS)
 
 # CLUSTER_BUILD=background: the control plane's Go build (minutes when its caches are cold) runs
-# at nice 19 beside lint, mypy and the tests before the cluster's (which pytest runs last, and
-# whose fixtures wait for a build in progress: tests/cluster/build.py's lock) instead of before
-# them. Off by default until a cold CI run shows the hub tests' start timeouts hold beside it.
+# at nice 19 from right after the venv, beside the apt installs, lint, mypy and every test before
+# the cluster's (pytest runs those last; their fixtures wait for a build in progress on
+# tests/cluster/build.py's lock). Off by default until a cold CI run shows the hub tests' start
+# timeouts hold beside it.
 CLUSTER_BUILD ?= first
-test: venv browser node $(if $(filter background,$(CLUSTER_BUILD)),cluster-background,cluster) postgres
+BACKGROUND := $(filter background,$(CLUSTER_BUILD))
+test: venv $(if $(BACKGROUND),cluster-background) browser node $(if $(BACKGROUND),,cluster) postgres
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(MAKE) --no-print-directory typecheck
