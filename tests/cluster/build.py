@@ -17,6 +17,8 @@ listed in UNAVAILABLE with the exact error, and the tests that need them say so 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,12 +120,34 @@ def built(component: Component, version: str) -> bool:
     return (bin_dir(component, version) / ".complete").exists()
 
 
+@contextlib.contextmanager
+def build_lock(component: Component, version: str, log=print) -> Iterator[None]:
+    """One build of a component's pins at a time on this machine: a second builder (another
+    checkout's `make cluster`, a test session's fixture while a build runs) waits for the first
+    and then finds it built, instead of compiling the same packages again beside it."""
+    path = bin_dir(component, version).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another build of {component.name} on this machine to finish")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def build(component: Component, version: str, log=print) -> Path:
     """Builds one component unless its pins are built already; returns its binaries' folder."""
     out = bin_dir(component, version)
     if built(component, version):
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(component, version, log):
+        if built(component, version):  # by the builder this one waited for
+            return out
+        return _build(component, version, out, log)
+
+
+def _build(component: Component, version: str, out: Path, log) -> Path:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{component.name}-") as tmp:
         mod = (GO_DIR / component.name / "go.mod").read_text()
