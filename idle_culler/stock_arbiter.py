@@ -69,7 +69,7 @@ def limits_from_env(text: str) -> Limits:
         raise ValueError(f"GPUPOOL_CULL_LIMITS: not JSON: {err}") from None
     if not isinstance(given, dict):
         raise ValueError('GPUPOOL_CULL_LIMITS: a JSON object of seconds, e.g. {"idle_limit_s": 1800}')
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}  # only ENV_LIMITS' float fields, checked below
     for key, value in given.items():
         if key not in ENV_LIMITS:
             raise ValueError(f"GPUPOOL_CULL_LIMITS: {key!r} is not one of {', '.join(ENV_LIMITS)}")
