@@ -18,8 +18,11 @@ hook only says cull or keep. Set up: docs/culling.md#gpu-aware-culling-for-a-sto
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
+import json
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +40,46 @@ FORGET_S = 3600.0
 
 PodUid = Callable[[str, str], Awaitable[str | None]]  # (namespace, pod name) -> uid
 
+# the limits an admin may set from the culler's environment (GPUPOOL_CULL_LIMITS): the idle
+# rules' durations in seconds; the rest of Limits (warnings, parking, budgets) a stock culler
+# has no use for
+ENV_LIMITS = (
+    "idle_limit_s",
+    "jupyter_idle_s",
+    "gpu_idle_hard_s",
+    "max_age_s",
+    "busy_grace_s",
+    "window_s",
+    "stale_after_s",
+)
+POSITIVE = ("window_s", "stale_after_s")
+MAX_LIMIT_S = 366 * 86400.0  # a year: anything longer is a typo, not a limit
+
+
+def limits_from_env(text: str) -> Limits:
+    """`GPUPOOL_CULL_LIMITS`, a JSON object of seconds, e.g. `{"idle_limit_s": 1800}`, over
+    `Limits()`. Refused with the reason (the culler does not start) when it names another key
+    or a value that is not a number of seconds from 0 to a year (window_s and stale_after_s
+    above 0: the GPU data needs a window and a freshness)."""
+    if len(text) > 4096:
+        raise ValueError("GPUPOOL_CULL_LIMITS: longer than 4096 characters")
+    try:
+        given = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"GPUPOOL_CULL_LIMITS: not JSON: {err}") from None
+    if not isinstance(given, dict):
+        raise ValueError('GPUPOOL_CULL_LIMITS: a JSON object of seconds, e.g. {"idle_limit_s": 1800}')
+    out: dict[str, Any] = {}  # only ENV_LIMITS' float fields, checked below
+    for key, value in given.items():
+        if key not in ENV_LIMITS:
+            raise ValueError(f"GPUPOOL_CULL_LIMITS: {key!r} is not one of {', '.join(ENV_LIMITS)}")
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or not 0 <= value <= MAX_LIMIT_S or (key in POSITIVE and value == 0):
+            lowest = "above 0" if key in POSITIVE else "from 0"
+            raise ValueError(f"GPUPOOL_CULL_LIMITS: {key} must be seconds {lowest} up to a year")
+        out[key] = float(value)
+    return dataclasses.replace(Limits(), **out)
+
 
 def _epoch(stamp: str | None) -> float | None:
     if not stamp:
@@ -44,12 +87,20 @@ def _epoch(stamp: str | None) -> float | None:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def api_environ(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, str]:
+    """The in-cluster client's settings: the API server's address from the pod's environment, or
+    the `kubernetes` Service's name where it is missing. JupyterHub starts a managed service (the
+    culler) with only its `environment` and a few of the hub's variables (Spawner.env_keep), so
+    KUBERNETES_SERVICE_HOST/PORT, which the kubelet gives the hub's container, never reach it."""
+    return {"KUBERNETES_SERVICE_HOST": "kubernetes.default.svc", "KUBERNETES_SERVICE_PORT": "443", **environ}
+
+
 async def kube_pod_uid(namespace: str, name: str) -> str | None:
     """The pod's uid from the Kubernetes API, with the hub pod's service account (z2jh's hub may
     read pods in its namespace)."""
     from kubernetes_asyncio import client, config
 
-    config.load_incluster_config()
+    config.load_incluster_config(environ=api_environ())
     async with client.ApiClient() as api:
         try:
             pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
@@ -96,9 +147,15 @@ class GPUArbiter:
     @classmethod
     def from_env(cls) -> GPUArbiter:
         """Settings from the culler's environment (the z2jh snippet sets them): GPUPOOL_NODE_AGENTS
-        (comma-separated URLs), GPUPOOL_NODE_AGENT_TOKEN_FILE."""
+        (comma-separated URLs), GPUPOOL_NODE_AGENT_TOKEN_FILE, and GPUPOOL_CULL_LIMITS (optional,
+        `limits_from_env`: the defaults are gpupool's own culler's)."""
         agents = [u for u in os.environ.get("GPUPOOL_NODE_AGENTS", "").split(",") if u]
-        return cls(agents, token_file=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""))
+        limits = (
+            limits_from_env(os.environ["GPUPOOL_CULL_LIMITS"])
+            if os.environ.get("GPUPOOL_CULL_LIMITS")
+            else None
+        )
+        return cls(agents, limits=limits, token_file=os.environ.get("GPUPOOL_NODE_AGENT_TOKEN_FILE", ""))
 
     async def _uid(self, server: dict[str, Any], now: float) -> str | None:
         state = server.get("state") or {}

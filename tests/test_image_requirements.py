@@ -41,7 +41,7 @@ def by_name(reqs: list[Requirement]) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("image", "extras", "pinned"),
     [
-        ("hub-image", ["kubernetes", "postgres"], {}),
+        ("hub-image", ["kubernetes", "postgres", "culler"], {}),
         # the single-user server's JupyterHub is the hub's own version (z2jh 4.4.0's 5.5.0)
         ("singleuser-image", [], {"jupyterhub": "==5.5.0"}),
     ],

@@ -197,3 +197,47 @@ async def test_a_server_started_again_is_judged_by_its_new_pods_gpu(hub_api):
     assert hub.stopped == []
     # the first pod, gone an hour, is no longer read nor remembered
     assert arbiter.read_for == {"uid-second"} and list(arbiter.trackers) == ["/uid-second"]
+
+
+def test_the_culler_environment_sets_the_hooks_limits_and_refuses_nonsense(monkeypatch):
+    # what the z2jh snippet's culler["environment"] may say: the agents, their token, the limits
+    monkeypatch.setenv("GPUPOOL_NODE_AGENTS", "http://gpupool-node-agent.gpupool:9402/pods")
+    monkeypatch.setenv("GPUPOOL_CULL_LIMITS", '{"idle_limit_s": 1800, "jupyter_idle_s": 0, "window_s": 5}')
+    arbiter = GPUArbiter.from_env()
+    assert (arbiter.limits.idle_limit_s, arbiter.limits.jupyter_idle_s, arbiter.limits.window_s) == (
+        1800,
+        0,
+        5,
+    )
+    assert arbiter.limits.gpu_idle_hard_s == Limits().gpu_idle_hard_s  # the rest: gpupool's defaults
+    monkeypatch.delenv("GPUPOOL_CULL_LIMITS")
+    assert GPUArbiter.from_env().limits == Limits()
+    for bad, why in [
+        ("[900]", "a JSON object"),
+        ("{", "not JSON"),
+        ('{"warn_before_s": 60}', "'warn_before_s' is not one of"),
+        ('{"idle_limit_s": -1}', "idle_limit_s must be seconds from 0"),
+        ('{"idle_limit_s": "900"}', "idle_limit_s must be"),
+        ('{"idle_limit_s": true}', "idle_limit_s must be"),
+        ('{"idle_limit_s": 1e400}', "idle_limit_s must be"),  # JSON's infinity
+        ('{"max_age_s": 1e12}', "max_age_s must be seconds from 0 up to a year"),
+        ('{"window_s": 0}', "window_s must be seconds above 0"),
+        ("{" + " " * 5000 + "}", "longer than 4096"),
+    ]:
+        monkeypatch.setenv("GPUPOOL_CULL_LIMITS", bad)
+        with pytest.raises(ValueError, match=why.replace("(", r"\(")):
+            GPUArbiter.from_env()
+
+
+def test_the_hook_finds_the_api_server_without_the_hubs_kubernetes_variables():
+    # JupyterHub gives a managed service only its `environment` and Spawner.env_keep: the culler
+    # process never sees the KUBERNETES_SERVICE_HOST/PORT the kubelet gave the hub's container
+    from gpupool.idle_culler.stock_arbiter import api_environ
+
+    found = api_environ({"PATH": "/usr/bin"})
+    assert (found["KUBERNETES_SERVICE_HOST"], found["KUBERNETES_SERVICE_PORT"]) == (
+        "kubernetes.default.svc",
+        "443",
+    )
+    given = api_environ({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    assert given["KUBERNETES_SERVICE_HOST"] == "10.96.0.1"  # the pod's own, where it has them

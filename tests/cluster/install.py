@@ -74,6 +74,55 @@ c.IdleCuller.group_overrides = {"quick-cull": _quick, "quick-hibernate": {**_qui
 """
 
 
+def stock_culler_snippet() -> dict:
+    """docs/culling.md's z2jh values for a stock hub's culler with gpupool's hook, read from the
+    page: the test applies what an admin copies."""
+    import yaml
+
+    page = (REPO / "docs" / "culling.md").read_text()
+    block = page[page.index("<!-- stock-culler-snippet") :].split("```yaml\n", 1)[1].split("```", 1)[0]
+    return yaml.safe_load(block)
+
+
+# the stock culler's test limits, after the snippet (z2jh runs extraConfig in the order of its
+# keys): a pass every 2 s, GPU idle 6 s and Jupyter quiet 2 s cull; its own rule (cull.timeout)
+# would stop any server Jupyter-silent 4 s. The node agents it asks are the test's relay of the
+# real agent (gpu_use.py: the busy GPU a virtual one cannot show), at the URL the test gives.
+STOCK_CULLER_TEST = """
+import json
+culler = next(s for s in c.JupyterHub.services if s["name"] == "jupyterhub-idle-culler")
+culler["environment"]["GPUPOOL_NODE_AGENTS"] = {agents!r}
+culler["environment"]["GPUPOOL_CULL_LIMITS"] = json.dumps(
+    {{"idle_limit_s": 6, "jupyter_idle_s": 2, "window_s": 2}}
+)
+"""
+
+
+def stock_culler_agents() -> str:
+    """The node agents' Service as the snippet names it: "name.namespace:port"."""
+    env = stock_culler_snippet()["hub"]["extraConfig"]["gpupool-culler"]
+    return env.split('"GPUPOOL_NODE_AGENTS": "http://', 1)[1].split("/", 1)[0]
+
+
+def with_stock_culler(values: dict, agents_url: str) -> dict:
+    """`values` (the overlay over helm/z2jh-values.yaml) with the docs' snippet applied as an
+    admin adds it: its maps merged, its list entries added to the install's own (helm replaces
+    a list given again, so the overlay carries helm/z2jh-values.yaml's entries too), and the
+    test's limits and relay after it."""
+    import yaml
+
+    base = yaml.safe_load((REPO / "helm" / "z2jh-values.yaml").read_text())
+    snippet = stock_culler_snippet()
+    out = merged(values, {k: v for k, v in snippet.items() if k != "hub"})
+    hub = dict(snippet["hub"])
+    for key in ("extraVolumes", "extraVolumeMounts"):
+        out["hub"][key] = base["hub"][key] + hub.pop(key)
+    out = merged(out, {"hub": hub})
+    out["cull"] = {**out["cull"], "every": 2, "timeout": 4}
+    out["hub"]["extraConfig"]["zz-stock-culler-test"] = STOCK_CULLER_TEST.format(agents=agents_url)
+    return out
+
+
 def z2jh_values(node_images: dict) -> dict:
     """Over helm/z2jh-values.yaml: the local images, the dummy authenticator, the proxy on a
     node port (no cloud load balancer here), the node's 2 GPUs, and off what needs images

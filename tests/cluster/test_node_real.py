@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ from gpupool.gpu.hibernate import ENV_REFUSED
 from tests.cluster import addons, build, images, kai
 from tests.cluster.books import books, build_milli_s, delete_hub_pod, project_used, user_pods, wait_new_hub
 from tests.cluster.conftest import GPU_NODES
+from tests.cluster.gpu_use import GPUUseRelay
 from tests.cluster.helm import Helm
 from tests.cluster.install import (
     GPUPOOL_NS,
@@ -43,6 +45,8 @@ from tests.cluster.install import (
     gpupool_values,
     phase,
     pod_log,
+    stock_culler_agents,
+    with_stock_culler,
     z2jh_rendered,
     z2jh_values,
 )
@@ -279,11 +283,27 @@ def helm_cli(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> H
 
 
 @pytest.fixture(scope="module")
+def gpu_use(plane: ControlPlane, real_node: RealNode) -> Iterator[GPUUseRelay]:
+    """The node agent, as the stock culler asks it, with the busy GPUs a virtual one cannot
+    show (gpu_use.py): every workspace pod busy unless a test says idle, so that the stock
+    culler, whose test limits are seconds, stops no other test's workspace."""
+    with GPUUseRelay(plane.client, stock_culler_agents(), HUB_NS, host=real_node.ip) as relay:
+        yield relay
+
+
+@pytest.fixture(scope="module")
 def release(
-    real_node: RealNode, kai_on_node, helm_cli: Helm, node_images: dict, admin_module: Resources
+    real_node: RealNode,
+    kai_on_node,
+    helm_cli: Helm,
+    node_images: dict,
+    admin_module: Resources,
+    gpu_use: GPUUseRelay,
 ) -> Iterator[dict]:
     """`helm install` of gpupool's chart, then of the JupyterHub chart with the overlay, as
-    docs/kubernetes.md tells an admin; waits for the hub and the proxy to be ready."""
+    docs/kubernetes.md tells an admin; waits for the hub and the proxy to be ready. z2jh's own
+    culler runs too, with gpupool's hook: docs/culling.md's stock-hub snippet (test limits of
+    seconds, its node agents the relay above)."""
     if not Z2JH.exists():
         _unavailable(f"the JupyterHub chart is missing: {Z2JH}")
     clear_applied_chart(admin_module)
@@ -306,7 +326,7 @@ def release(
         "--timeout",
         "5m",
     )
-    jh = helm_cli.values_file("jupyterhub", z2jh_values(node_images))
+    jh = helm_cli.values_file("jupyterhub", with_stock_culler(z2jh_values(node_images), gpu_use.url))
     try:
         helm_cli(
             "install",
@@ -559,6 +579,60 @@ def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
             )
         finally:
             cara.close()
+
+
+def test_the_stock_culler_with_gpupools_hook_spares_a_busy_gpu_and_culls_an_idle_one(
+    release: dict, gpu_use: GPUUseRelay, admin: Resources, ann: WebUser
+) -> None:
+    """z2jh's own culler (`cull.enabled`), with docs/culling.md's snippet for a stock hub as the
+    install applies it: the hub starts jupyterhub-idle-culler 2 as `gpupool.idle_culler.stock`,
+    whose hook reads the pod of each server from kubespawner's state, its uid from the API
+    server (the hub's service account) and its GPU use from the node agent, with the chart's
+    token. Test limits: a pass every 2 s, GPU idle 6 s and Jupyter quiet 2 s; idle-culler's own
+    rule would stop any server Jupyter-silent 4 s. fay's workspace, GPU idle (the agent's 0 %),
+    is stopped; ann's, as silent in Jupyter but its GPU busy, is kept pass after pass."""
+    with explained(admin):
+        if not ann.server().get("ready"):  # run alone
+            assert ann.spawn_form(gpus="0.25").status_code == 302
+            ann.wait_ready()
+        busy = workspace_pod(admin, "ann")
+        fay = WebUser(release["url"], "fay", PASSWORD)
+        try:
+            fay.login()
+            assert fay.spawn_form(gpus="0.25").status_code == 302
+            fay.wait_ready()
+            idle = workspace_pod(admin, "fay")
+            gpu_use.idle.add(idle["metadata"]["uid"])  # from now on her GPU reads as the agent reports it
+            until(lambda: not fay.server(), 90, "the stock culler stopping fay's idle workspace")
+        finally:
+            fay.close()
+        # the agent itself found both pods (from their processes' cgroups), fay's GPU-idle
+        assert gpu_use.found.get(idle["metadata"]["uid"]) == 0.0 and busy["metadata"]["uid"] in gpu_use.found
+
+        def quiet_s() -> float:  # ann's server, as idle-culler reads its inactivity
+            last = ann.server()["last_activity"]
+            return time.time() - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp()
+
+        until(lambda: quiet_s() > 10, 60, "ann's server Jupyter-silent longer than every limit")
+        passes = len(gpu_use.tokens)
+        until(lambda: len(gpu_use.tokens) >= passes + 3, 60, "three more passes of the stock culler")
+        assert (
+            ann.server().get("ready")
+            and pod_uid(admin, HUB_NS, busy["metadata"]["name"]) == (busy["metadata"]["uid"])
+        )
+
+        secret = admin.get(f"/api/v1/namespaces/{HUB_NS}/secrets/gpupool-node-agent-token")
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        assert set(gpu_use.tokens) == {f"Bearer {token}"}  # the snippet's token file, every time
+        hub = admin.http.get(
+            f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": "component=hub"}
+        ).json()["items"][0]
+        log = pod_log(admin.http, HUB_NS, hub["metadata"]["name"])
+        assert (
+            "Starting service 'jupyterhub-idle-culler': ['python3', '-m', 'gpupool.idle_culler.stock'" in log
+        )
+        assert "Culling server fay " in log and "Culling server ann " not in log
+        assert "no GPU data for" not in log  # the hook's pod-uid lookup and agent reads worked
 
 
 # dora's notebook: 100 MiB of numpy data and a model fitted on it (a class defined in the
