@@ -122,8 +122,9 @@ def test_a_share_asked_as_gpu_memory_counts_as_its_part_of_the_nodes_card(tmp_pa
     assert train_hours(usage) == {"?": pytest.approx(0.25 * 2 + 1 * 2)}
 
 
-async def test_the_relist_reads_every_page_of_train_pods() -> None:
-    """The API server answers a list in pages (limit/continue): every page is folded."""
+async def test_the_relist_reads_every_page_of_train_pods_and_closes_those_gone(tmp_path) -> None:
+    """The API server answers a list in pages (limit/continue): every page is folded, and the
+    pages together are one full list (a recorded pod on none of them is closed)."""
 
     class Resp:
         def __init__(self, body: dict) -> None:
@@ -139,11 +140,18 @@ async def test_the_relist_reads_every_page_of_train_pods() -> None:
         async def list_namespaced_pod(self, namespace: str, **kw: object) -> Resp:
             self.calls.append({"namespace": namespace, **kw})
             if kw.get("_continue") == "p2":
-                return Resp({"items": [pod("u2", "j1", NOW)], "metadata": {}})
-            return Resp({"items": [pod("u1", "j1", NOW)], "metadata": {"continue": "p2"}})
+                return Resp({"items": [pod("u2", "j1", NOW - H, gpus=1)], "metadata": {}})
+            return Resp({"items": [pod("u1", "j1", NOW - H, gpus=1)], "metadata": {"continue": "p2"}})
 
+    pool = make_pool(tmp_path, 1, db="kube-pages.sqlite")
+    pod_spans.record(pool.store, [pod("u0", "j0", NOW - 2 * H, gpus=1)], READERS, NOW - H)
     core = Pages()
-    pods = await pod_spans.list_pods(core, "train")
-    assert [p["metadata"]["uid"] for p in pods] == ["u1", "u2"]
+    spans = await pod_spans.relist(pool.store, core, "train", READERS, NOW)
+    assert {u: (s.start, s.end, s.exact) for u, s in spans.items()} == {
+        "u0": (NOW - 2 * H, NOW - H, False),  # on no page: gone, closed when last seen
+        "u1": (NOW - H, None, True),
+        "u2": (NOW - H, None, True),  # on the second page only
+    }
     assert {c["label_selector"] for c in core.calls} == {"gpupool.io/job-id"}
     assert {c["namespace"] for c in core.calls} == {"train"}
+    assert [c.get("_continue") for c in core.calls] == [None, "p2"]

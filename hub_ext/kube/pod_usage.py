@@ -18,7 +18,7 @@ rather than hidden; the I/O half keeps that case rare with a finalizer on train 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -132,13 +132,34 @@ def fold(
     """The spans to write: new pods, ends newly seen, and (after a `full_list`) open spans
     whose pods are gone. Spans already recorded with an end are never changed; a start is
     never moved (the first record of a pod is its start)."""
-    changed: dict[str, PodSpan] = {}
-    listed: set[str] = set()
+    return fold_spans(known, spans_of(pods, readers, memory_mib, memory_of), now, full_list)
+
+
+def spans_of(
+    pods: Iterable[Mapping[str, Any]],
+    readers: Sequence[SharingBackend],
+    memory_mib: int = 0,
+    memory_of: MemoryOf | None = None,
+) -> Iterator[tuple[str, PodSpan | None]]:
+    """(uid, its span or None) of each listed pod with a UID: all `fold_spans` needs of a pod."""
     for pod in pods:
-        span = span_of(pod, readers, memory_mib, memory_of)
         uid = (pod.get("metadata") or {}).get("uid")
         if isinstance(uid, str):
-            listed.add(uid)
+            yield uid, span_of(pod, readers, memory_mib, memory_of)
+
+
+def fold_spans(
+    known: Mapping[str, PodSpan],
+    listed: Iterable[tuple[str, PodSpan | None]],
+    now: int,
+    full_list: bool = False,
+) -> dict[str, PodSpan]:
+    """`fold` on what was kept of each listed pod (`spans_of`), so that a relist can read the
+    pods a page at a time and hold only their spans, never the pods themselves."""
+    changed: dict[str, PodSpan] = {}
+    seen: set[str] = set()
+    for uid, span in listed:
+        seen.add(uid)
         if span is None:
             continue
         old = changed.get(span.uid) or known.get(span.uid)
@@ -150,7 +171,7 @@ def fold(
             changed[span.uid] = replace(old, seen=max(old.seen, now))
     if full_list:
         for uid, old in known.items():
-            if old.end is None and uid not in listed and uid not in changed:
+            if old.end is None and uid not in seen and uid not in changed:
                 changed[uid] = replace(old, end=max(old.start, old.seen), exact=False)
     return changed
 
