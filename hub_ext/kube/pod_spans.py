@@ -14,15 +14,19 @@ count is then short by at most one relist interval per such pod.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 
 from gpupool.gpu.sharing import SharingBackend, WholeGPUs
-from gpupool.kube.pod_usage import MemoryOf, PodSpan, fold_spans, spans_of
+from gpupool.kube.pod_usage import FINALIZER, MemoryOf, PodSpan, fold_spans, release, span_of, spans_of
 from gpupool.store import PodSpanRow, Store
+
+log = logging.getLogger(__name__)
 
 JOB_LABEL = "gpupool.io/job-id"
 PAGE = 250  # pods per list request: a relist never holds a huge response at once
@@ -100,6 +104,33 @@ async def pages(core: Any, namespace: str) -> AsyncIterator[list[dict[str, Any]]
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """What a relist keeps of a train pod that holds the usage finalizer: enough to release it."""
+
+    uid: str
+    namespace: str
+    name: str
+    index: int  # the finalizer's place in metadata.finalizers (the patch tests it is still there)
+    deleting: bool
+    span: PodSpan | None
+
+
+def holder(pod: Mapping[str, Any], span: PodSpan | None) -> Holder | None:
+    meta = pod.get("metadata") or {}
+    finalizers = meta.get("finalizers") or []
+    if not isinstance(finalizers, list) or FINALIZER not in finalizers:
+        return None
+    return Holder(
+        str(meta.get("uid", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        finalizers.index(FINALIZER),
+        bool(meta.get("deletionTimestamp")),
+        span,
+    )
+
+
 async def relist(
     store: Store,
     core: Any,
@@ -110,15 +141,44 @@ async def relist(
     memory_mib: int = 0,
 ) -> dict[str, PodSpan]:
     """One pass of the hub's usage relist: every train pod, read a page at a time and kept as
-    its span only (a parsed pod is ~50 times its span: 2,000 of them were ~70 MiB held at once),
-    folded into the store as one full list. Returns the spans it wrote."""
-    listed: list[tuple[str, PodSpan | None]] = []
-    async for page in pages(core, namespace):
-        listed += spans_of(page, readers, memory_mib, memory_of)
+    its span only (a parsed pod is many times its span, and 2,000 of them held at once set the
+    hub's memory high-water mark), folded into the store as one full list; then the usage
+    finalizer is taken off the pods whose end is now recorded (`release`). Returns the spans
+    it wrote."""
     now = int(time.time()) if now is None else now
-    changed = fold_spans(load(store, [uid for uid, _ in listed]), listed, now, full_list=True)
-    save(store, changed)
+    listed: list[tuple[str, PodSpan | None]] = []
+    holders: list[Holder] = []
+    async for page in pages(core, namespace):
+        for pod in page:
+            uid = (pod.get("metadata") or {}).get("uid")
+            if not isinstance(uid, str):
+                continue
+            span = span_of(pod, readers, memory_mib, memory_of, now)
+            listed.append((uid, span))
+            if (h := holder(pod, span)) is not None:
+                holders.append(h)
+    known = load(store, [uid for uid, _ in listed])
+    changed = fold_spans(known, listed, now, full_list=True)
+    save(store, changed)  # recorded first: a finalizer goes only once the end is in the store
+    known.update(changed)
+    for h in holders:
+        if release(h.uid, h.span, h.deleting, known):
+            await release_finalizer(core, h)
     return changed
+
+
+async def release_finalizer(core: Any, h: Holder) -> bool:
+    """Takes the usage finalizer off one pod (a JSON patch that first tests it is still where
+    it was listed, so another controller's finalizers are never touched). False when the pod
+    changed or went meanwhile: the next relist sees it again."""
+    path = f"/metadata/finalizers/{h.index}"
+    patch = [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
+    try:
+        await core.patch_namespaced_pod(h.name, h.namespace, patch, _request_timeout=30)
+    except Exception as err:  # noqa: BLE001 - network or a conflict: the next relist retries
+        log.info("usage finalizer of pod %s/%s kept for now: %s", h.namespace, h.name, err)
+        return False
+    return True
 
 
 def record(
