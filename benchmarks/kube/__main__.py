@@ -11,7 +11,7 @@ each figure of gpupool next to a baseline measured in the same run on the same p
         change to the job row, from a container's exit and from KAI's eviction (vs a bare pod
         watch), the process's memory following the jobs, the train GPU-hours the hub's usage
         relist recorded (across a restart while pods are evicted) vs the pods' true lives;
-    python -m benchmarks.kube eta [--eta-nodes 4] [--seed 1]
+    python -m benchmarks.kube eta [--eta-nodes 4] [--seeds 1 2 3]
         KAI-Scheduler's real scheduler on a small cluster of its own, jobs queued in three project
         queues (far more GPUs asked than there are): the hub's forecast of KAI's order against
         when each waiting job really starts, next to the fair baseline (benchmarks.eta's);
@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wait", type=float, default=300, help="seconds to wait for every pod to run")
     ap.add_argument("--users", type=int, default=500, help="users, one 0.25-GPU workspace each")
     ap.add_argument("--eta-nodes", type=int, default=4, help="kwok nodes of 8 GPUs of the ETA run (KAI)")
-    ap.add_argument("--seed", type=int, default=1, help="the ETA run's jobs and run times")
+    ap.add_argument(
+        "--seeds", type=int, nargs="+", default=[1, 2, 3], help="the ETA run's jobs and run times"
+    )
     ap.add_argument("--gpus", type=int, default=100_000, help="GPUs of the placement run (8 per node)")
     args = ap.parse_args(argv)
     if not 1 <= args.nodes <= 5000 or not 8 <= args.gpus <= 1_000_000:
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.kube import eta
 
         with plane_with_nodes(args.eta_nodes) as plane:
-            e = asyncio.run(eta.run(plane, args.eta_nodes, args.seed))
+            e = asyncio.run(eta.run(plane, args.eta_nodes, args.seeds))
         eta.report(e)
         if j is not None:
             from benchmarks.kube import accounting
