@@ -122,8 +122,9 @@ def test_a_share_asked_as_gpu_memory_counts_as_its_part_of_the_nodes_card(tmp_pa
     assert train_hours(usage) == {"?": pytest.approx(0.25 * 2 + 1 * 2)}
 
 
-async def test_the_relist_reads_every_page_of_train_pods() -> None:
-    """The API server answers a list in pages (limit/continue): every page is folded."""
+async def test_the_relist_reads_every_page_of_train_pods_and_closes_those_gone(tmp_path) -> None:
+    """The API server answers a list in pages (limit/continue): every page is folded, and the
+    pages together are one full list (a recorded pod on none of them is closed)."""
 
     class Resp:
         def __init__(self, body: dict) -> None:
@@ -139,11 +140,87 @@ async def test_the_relist_reads_every_page_of_train_pods() -> None:
         async def list_namespaced_pod(self, namespace: str, **kw: object) -> Resp:
             self.calls.append({"namespace": namespace, **kw})
             if kw.get("_continue") == "p2":
-                return Resp({"items": [pod("u2", "j1", NOW)], "metadata": {}})
-            return Resp({"items": [pod("u1", "j1", NOW)], "metadata": {"continue": "p2"}})
+                return Resp({"items": [pod("u2", "j1", NOW - H, gpus=1)], "metadata": {}})
+            return Resp({"items": [pod("u1", "j1", NOW - H, gpus=1)], "metadata": {"continue": "p2"}})
 
+    pool = make_pool(tmp_path, 1, db="kube-pages.sqlite")
+    pod_spans.record(pool.store, [pod("u0", "j0", NOW - 2 * H, gpus=1)], READERS, NOW - H)
     core = Pages()
-    pods = await pod_spans.list_pods(core, "train")
-    assert [p["metadata"]["uid"] for p in pods] == ["u1", "u2"]
+    spans = await pod_spans.relist(pool.store, core, "train", READERS, NOW)
+    assert {u: (s.start, s.end, s.exact) for u, s in spans.items()} == {
+        "u0": (NOW - 2 * H, NOW - H, False),  # on no page: gone, closed when last seen
+        "u1": (NOW - H, None, True),
+        "u2": (NOW - H, None, True),  # on the second page only
+    }
     assert {c["label_selector"] for c in core.calls} == {"gpupool.io/job-id"}
     assert {c["namespace"] for c in core.calls} == {"train"}
+    assert [c.get("_continue") for c in core.calls] == [None, "p2"]
+
+
+class Cluster:
+    """The API server's side of a relist: one page of pods, and the patches the hub sends."""
+
+    def __init__(self, pods: list[dict], refuse: bool = False) -> None:
+        self.pods, self.refuse = pods, refuse
+        self.patches: dict[str, list] = {}
+
+    async def list_namespaced_pod(self, namespace: str, **kw: object):
+        body = json.dumps({"items": self.pods, "metadata": {}}).encode()
+
+        class Resp:
+            async def read(self) -> bytes:
+                return body
+
+        return Resp()
+
+    async def patch_namespaced_pod(self, name: str, namespace: str, body: list, **kw: object) -> None:
+        if self.refuse:
+            raise RuntimeError("422: the test operation failed")
+        self.patches[name] = body
+
+
+def held(p: dict, *finalizers: str, deleted: int | None = None) -> dict:
+    p["metadata"] |= {"namespace": "train", "finalizers": list(finalizers)}
+    if deleted is not None:
+        p["metadata"]["deletionTimestamp"] = iso(deleted)
+    return p
+
+
+async def test_the_usage_finalizer_comes_off_a_train_pod_once_its_end_is_recorded(tmp_path) -> None:
+    """A pod deleted while the hub was down is kept by the finalizer, its end still on it: the next
+    relist records that end exactly, then takes the finalizer off (only its own, tested in place).
+    A pod still running keeps it; so does every pod when the patch is refused (the next relist
+    retries); a pod whose node was lost goes at the end of its grace period, never stuck."""
+    usage = "gpupool.io/usage"
+    pool = make_pool(tmp_path, 1, db="kube-finalizer.sqlite")
+    ended = held(pod("u1", "j1", NOW - 2 * H, NOW - H, gpus=1), "batch.kubernetes.io/job-tracking", usage)
+    running = held(pod("u2", "j1", NOW - H, gpus=1), usage)
+    lost = held(pod("u3", "j2", NOW - H, gpus=1), usage, deleted=NOW - 60)  # no kubelet said it ended
+    never = held(pod("u4", "j3", NOW), usage, deleted=NOW - 5)
+    del never["status"]["startTime"]  # deleted before it started: no GPU-hours
+    # the hub saw u1 running before it went down; u1 was preempted and deleted meanwhile
+    pod_spans.record(pool.store, [pod("u1", "j1", NOW - 2 * H, gpus=1)], READERS, NOW - 2 * H + 60)
+    refused = Cluster([ended, running, lost, never], refuse=True)
+    spans = await pod_spans.relist(pool.store, refused, "train", READERS, NOW)
+    assert refused.patches == {}  # refused: nothing raised, the ends are recorded all the same
+    cluster = Cluster([ended, running, lost, never])
+    await pod_spans.relist(pool.store, cluster, "train", READERS, NOW)
+    assert {u: (s.end, s.exact) for u, s in spans.items()} == {
+        "u1": (NOW - H, True),  # its real end, not "closed when last seen"
+        "u2": (None, True),
+        "u3": (NOW - 60, True),  # the end of its grace period
+    }
+    assert cluster.patches == {
+        "j1-u1": [
+            {"op": "test", "path": "/metadata/finalizers/1", "value": usage},
+            {"op": "remove", "path": "/metadata/finalizers/1"},
+        ],
+        "j2-u3": [
+            {"op": "test", "path": "/metadata/finalizers/0", "value": usage},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ],
+        "j3-u4": [
+            {"op": "test", "path": "/metadata/finalizers/0", "value": usage},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ],
+    }

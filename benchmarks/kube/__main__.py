@@ -11,6 +11,10 @@ each figure of gpupool next to a baseline measured in the same run on the same p
         change to the job row, from a container's exit and from KAI's eviction (vs a bare pod
         watch), the process's memory following the jobs, the train GPU-hours the hub's usage
         relist recorded (across a restart while pods are evicted) vs the pods' true lives;
+    python -m benchmarks.kube eta [--eta-nodes 4] [--seeds 1 2 3]
+        KAI-Scheduler's real scheduler on a small cluster of its own, jobs queued in three project
+        queues (far more GPUs asked than there are): the hub's forecast of KAI's order against
+        when each waiting job really starts, next to the fair baseline (benchmarks.eta's);
     python -m benchmarks.kube workspaces [--nodes 1000] [--users 500]
         spawn throughput (GPUKubeSpawner vs KubeSpawner alone vs bare pod creates of the same
         pod), one culler sampling pass over the pods through one node agent per node, memory;
@@ -35,7 +39,7 @@ MEMORY_MIB = 250  # the process following the Jobs and workspaces, at most
 PLACEMENT_P99_MS = 5.0  # one decision at 100,000 GPUs, at most
 
 
-def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
+def verdict(j: dict | None, w: dict | None, p: dict | None, e: dict | None = None) -> str:
     """One line: each figure beside its baseline as a ratio, and whether its target is met."""
     parts = []
     ok = lambda good: "met" if good else "NOT met"  # noqa: E731
@@ -60,6 +64,10 @@ def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
             f"memory following the {what} {rss:.0f} MiB = {rss / j['rss_start']:.2f}x the process at start"
             f" (target <= {MEMORY_MIB} MiB: {ok(rss <= MEMORY_MIB)})"
         )
+    if e is not None:
+        from benchmarks.kube.eta import line
+
+        parts.append(line(e))
     if p is not None:
         from benchmarks.kube.placement import p as ms
 
@@ -74,7 +82,9 @@ def verdict(j: dict | None, w: dict | None, p: dict | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", nargs="?", default="all", choices=["all", "jobs", "workspaces", "placement"])
+    ap.add_argument(
+        "run", nargs="?", default="all", choices=["all", "jobs", "eta", "workspaces", "placement"]
+    )
     ap.add_argument("--nodes", type=int, default=1000, help="kwok nodes of 8 GPUs")
     ap.add_argument("--jobs", type=int, default=2000, help="train jobs submitted through gpupool")
     ap.add_argument("--bare-jobs", type=int, default=200, help="bare Job creates timed as the baseline")
@@ -82,13 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preempts", type=int, default=20, help="running pods evicted as KAI does (paced, 5/s)")
     ap.add_argument("--wait", type=float, default=300, help="seconds to wait for every pod to run")
     ap.add_argument("--users", type=int, default=500, help="users, one 0.25-GPU workspace each")
+    ap.add_argument("--eta-nodes", type=int, default=4, help="kwok nodes of 8 GPUs of the ETA run (KAI)")
+    ap.add_argument(
+        "--seeds", type=int, nargs="+", default=[1, 2, 3], help="the ETA run's jobs and run times"
+    )
     ap.add_argument("--gpus", type=int, default=100_000, help="GPUs of the placement run (8 per node)")
     args = ap.parse_args(argv)
     if not 1 <= args.nodes <= 5000 or not 8 <= args.gpus <= 1_000_000:
         ap.error("--nodes must be 1..5000 and --gpus 8..1000000")
     if args.run in ("all", "jobs") and args.jobs + args.bare_jobs > args.nodes * 8:
         ap.error("every job needs a GPU: --nodes * 8 must be at least --jobs + --bare-jobs")
-    j = w = p = None
+    j = w = p = e = None
     if args.run in ("all", "jobs", "workspaces"):
         from benchmarks.kube import jobs as jobs_mod
         from benchmarks.kube import workspaces as ws_mod
@@ -119,6 +133,18 @@ def main(argv: list[str] | None = None) -> int:
             jobs_mod.report(j)
         if w is not None:
             ws_mod.report(w)
+    if args.run in ("all", "eta"):
+        # a plane of its own: KAI's scheduler replaces kube-scheduler's stand-in, and a small
+        # cluster lets jobs wait for each other within minutes
+        from benchmarks.kube import eta
+
+        with plane_with_nodes(args.eta_nodes) as plane:
+            e = asyncio.run(eta.run(plane, args.eta_nodes, args.seeds))
+        eta.report(e)
+        if j is not None:
+            from benchmarks.kube import accounting
+
+            print(accounting.line(*j["accounting"]) + "; " + eta.line(e))
     if args.run in ("all", "placement"):
         # after the hub's part: its 100,000 GPUs (12x the plane's) are no part of what a hub of
         # --nodes holds, and what it freed stayed in this process (16 MiB) under the memory figure
@@ -126,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
         p = placement.run(args.gpus)
         placement.report(p)
-    print(verdict(j, w, p))
+    print(verdict(j, w, p, e))
     return 0
 
 

@@ -96,10 +96,9 @@ def recorded(store: Store, jobs: set[str]) -> tuple[dict[str, Life], int]:
 
 
 def line(a: Accounting, inexact: int) -> str:
-    # The line also asks for the ETA's median error against the fair baseline. KAI's
-    # forecast is merged (kai_estimates), but this run queues nothing: every Job fits the
-    # plane's GPUs and the stand-in scheduler binds at once, so there is no wait to forecast.
-    # That half needs a run with KAI's real scheduler, queues and over-subscription.
+    # The line also asks for the ETA's median error against the fair baseline: this run
+    # queues nothing (every Job fits, the stand-in scheduler binds at once); benchmarks.kube.eta
+    # measures it on KAI's real scheduler, and `python -m benchmarks.kube` joins both halves.
     return (
         f"kube accounting: train GPU-hours counted {a.counted / 3600:.2f} of {a.truth / 3600:.2f}"
         f" ({a.percent:.2f} %; target >= 99 %: {'met' if a.percent >= 99 else 'NOT met'}),"

@@ -133,7 +133,7 @@ async def hub_usage(core: client.CoreV1Api, store: Store, every_s: float) -> Non
     """What the hub runs (TrainPool.record_usage) every `every_s`: list the train pods, record
     their GPU intervals in the store the usage ledger reads."""
     while True:
-        pod_spans.record(store, await pod_spans.list_pods(core, NS), pod_spans.readers_for(None))
+        await pod_spans.relist(store, core, NS, pod_spans.readers_for(None))
         await asyncio.sleep(every_s)
 
 
@@ -255,7 +255,7 @@ async def run(
         relist.cancel()
         until = int(time.time())
         store = Store(db)
-        pod_spans.record(store, await pod_spans.list_pods(core, NS), pod_spans.readers_for(None), until)
+        await pod_spans.relist(store, core, NS, pod_spans.readers_for(None), until)
         counted, inexact = accounting.recorded(store, mine)
         truth = {uid: (m, a, b) for uid, (m, a, b, job) in lives.items() if job in mine and m > 0}
         out["accounting"] = (accounting.compare(counted, truth, until), inexact)

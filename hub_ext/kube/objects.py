@@ -27,6 +27,7 @@ from gpupool.kube.pod_fit import (
     resources_for,
     tolerations_for,
 )
+from gpupool.kube.pod_usage import FINALIZER
 from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
 from gpupool.vocab.exit_codes import PREEMPTED
 
@@ -57,6 +58,9 @@ class JobOptions:
     ttl_after_finished_s: int = 7 * 24 * 3600
     service_account: str | None = None
     kueue: bool = False  # label the Job for Kueue (queue-name) instead of relying on KAI alone
+    # the usage finalizer on train pods (gpupool.kube.pod_usage.FINALIZER): only where the hub's
+    # usage relist runs to take it off again (TrainPool.usage_finalizer); a controller alone puts none
+    usage_finalizer: bool = False
     device_memory_mib: int = 0  # one GPU's memory, for memory-based shares
     # the working folder's sizeLimit (TrainPool.max_job_folder_mib; 0: none): the kubelet evicts
     # a pod whose emptyDir grows past it, as the embedded runner stops a job over its folder limit
@@ -334,6 +338,11 @@ def train_job(
         pod_spec["imagePullSecrets"] = [{"name": n} for n in opts.image_pull_secrets]
     if opts.pod_security_context:
         pod_spec["securityContext"] = dict(opts.pod_security_context)
+    template_meta: dict[str, Any] = {"labels": pod_labels, "annotations": annotations}
+    if opts.usage_finalizer:
+        # a pod deleted while the hub is down stays (Terminating, its containers ended) until
+        # the hub's relist has recorded its end (gpupool.kube.pod_spans), then goes
+        template_meta["finalizers"] = [FINALIZER]
     job_spec: dict[str, Any] = {
         "backoffLimit": opts.backoff_limit,
         "podReplacementPolicy": "Failed",
@@ -350,7 +359,7 @@ def train_job(
             ]
         },
         "ttlSecondsAfterFinished": opts.ttl_after_finished_s,
-        "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+        "template": {"metadata": template_meta, "spec": pod_spec},
     }
     if spec.max_runtime_s:
         job_spec["activeDeadlineSeconds"] = int(spec.max_runtime_s)

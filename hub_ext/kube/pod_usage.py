@@ -18,7 +18,7 @@ rather than hidden; the I/O half keeps that case rare with a finalizer on train 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,8 +58,9 @@ def parse_time(value: object) -> int | None:
     return int(t.timestamp())
 
 
-def _end_of(pod: Mapping[str, Any]) -> int | None:
-    """When the pod let go of its GPUs, if it did."""
+def _end_of(pod: Mapping[str, Any], now: int | None = None) -> int | None:
+    """When the pod let go of its GPUs, if it did (by `now`: a pod still said to run past its
+    deletionTimestamp, the end of its grace period, was killed then; its node never said so)."""
     status = pod.get("status") or {}
     ends: list[int] = []
     running = False
@@ -77,6 +78,8 @@ def _end_of(pod: Mapping[str, Any]) -> int | None:
     deleted = parse_time(meta.get("deletionTimestamp"))
     if deleted is not None and status.get("phase") in TERMINAL:
         return deleted  # terminal without container ends (evicted before it ran them)
+    if deleted is not None and now is not None and now >= deleted:
+        return deleted  # the kubelet kills what is left at the end of the grace period
     return None
 
 
@@ -88,10 +91,12 @@ def span_of(
     readers: Sequence[SharingBackend],
     memory_mib: int = 0,
     memory_of: MemoryOf | None = None,
+    now: int | None = None,
 ) -> PodSpan | None:
     """The GPU interval a pod holds or held; None for a pod that never started or holds no GPU.
     A share asked as GPU memory (KAI's `gpu-memory`) is read against the card of the node it ran
-    on (`memory_of`), else `memory_mib`; with neither, as a whole GPU."""
+    on (`memory_of`), else `memory_mib`; with neither, as a whole GPU. With `now`, a pod deleted
+    whose grace period is over has ended, whatever its node last said (a lost node's pod)."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     start = parse_time((pod.get("status") or {}).get("startTime"))
@@ -108,7 +113,7 @@ def span_of(
         return None
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    end = _end_of(pod)
+    end = _end_of(pod, now)
     return PodSpan(
         uid=uid,
         job=str(labels.get("gpupool.io/job-id", "")),
@@ -132,13 +137,35 @@ def fold(
     """The spans to write: new pods, ends newly seen, and (after a `full_list`) open spans
     whose pods are gone. Spans already recorded with an end are never changed; a start is
     never moved (the first record of a pod is its start)."""
-    changed: dict[str, PodSpan] = {}
-    listed: set[str] = set()
+    return fold_spans(known, spans_of(pods, readers, memory_mib, memory_of), now, full_list)
+
+
+def spans_of(
+    pods: Iterable[Mapping[str, Any]],
+    readers: Sequence[SharingBackend],
+    memory_mib: int = 0,
+    memory_of: MemoryOf | None = None,
+    now: int | None = None,
+) -> Iterator[tuple[str, PodSpan | None]]:
+    """(uid, its span or None) of each listed pod with a UID: all `fold_spans` needs of a pod."""
     for pod in pods:
-        span = span_of(pod, readers, memory_mib, memory_of)
         uid = (pod.get("metadata") or {}).get("uid")
         if isinstance(uid, str):
-            listed.add(uid)
+            yield uid, span_of(pod, readers, memory_mib, memory_of, now)
+
+
+def fold_spans(
+    known: Mapping[str, PodSpan],
+    listed: Iterable[tuple[str, PodSpan | None]],
+    now: int,
+    full_list: bool = False,
+) -> dict[str, PodSpan]:
+    """`fold` on what was kept of each listed pod (`spans_of`), so that a relist can read the
+    pods a page at a time and hold only their spans, never the pods themselves."""
+    changed: dict[str, PodSpan] = {}
+    seen: set[str] = set()
+    for uid, span in listed:
+        seen.add(uid)
         if span is None:
             continue
         old = changed.get(span.uid) or known.get(span.uid)
@@ -150,7 +177,7 @@ def fold(
             changed[span.uid] = replace(old, seen=max(old.seen, now))
     if full_list:
         for uid, old in known.items():
-            if old.end is None and uid not in listed and uid not in changed:
+            if old.end is None and uid not in seen and uid not in changed:
                 changed[uid] = replace(old, end=max(old.start, old.seen), exact=False)
     return changed
 
@@ -166,7 +193,14 @@ def releasable(
     meta = pod.get("metadata") or {}
     if FINALIZER not in (meta.get("finalizers") or []):
         return False
-    span = known.get(str(meta.get("uid", "")))
-    if span is not None:
-        return span.end is not None
-    return bool(meta.get("deletionTimestamp")) and span_of(pod, readers, memory_mib) is None
+    deleting = bool(meta.get("deletionTimestamp"))
+    return release(str(meta.get("uid", "")), span_of(pod, readers, memory_mib), deleting, known)
+
+
+def release(uid: str, span: PodSpan | None, deleting: bool, known: Mapping[str, PodSpan]) -> bool:
+    """`releasable` on what a relist keeps of a pod holding the finalizer: its span as listed,
+    whether it is being deleted, and the spans recorded (`known`, after the fold was saved)."""
+    recorded = known.get(uid)
+    if recorded is not None:
+        return recorded.end is not None
+    return deleting and span is None

@@ -109,6 +109,22 @@ class TrainPool(LoggingConfigurable):
             c.TrainPool.usage_relist_s = 30
         """,
     )
+    usage_finalizer = Bool(
+        True,
+        config=True,
+        help="""On Kubernetes: put the finalizer gpupool.io/usage on train pods (through the
+        Job's pod template), so that a pod deleted while the hub is down (a preemption, a
+        cancel, a node drain) stays until the hub's next list of train pods has recorded its
+        end: its GPU-hours are then exact. The hub takes it off at that list (every
+        usage_relist_s), so a deleted train pod lingers, its containers ended, up to one
+        interval. Before uninstalling the hub, let train jobs end or cancel them; a pod left
+        with it after the hub is gone goes with `kubectl patch pod NAME --type=strategic -p
+        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["gpupool.io/usage"]}}'`. Off: such
+        a pod is counted until the last list that saw it alive. Example::
+
+            c.TrainPool.usage_finalizer = False
+        """,
+    )
     max_queued_per_user = Int(
         20,
         min=0,
@@ -485,6 +501,7 @@ class TrainPool(LoggingConfigurable):
 
         opts = {**self.kube_job_options, "grace_s": int(self.grace_s)}
         opts.setdefault("work_size_mib", int(self.max_job_folder_mib))  # one limit on both runners
+        opts.setdefault("usage_finalizer", bool(self.usage_finalizer))  # the hub relists: it takes it off
         shared = GPUPool(config=self.config)
         opts["node_pool_label"] = shared.node_pool_label
         opts["gpu_tolerations"] = [dict(t) for t in shared.gpu_tolerations]  # one setting: workspaces too

@@ -392,12 +392,11 @@ class KubeTrainingService(JobBook):
         train jobs' GPU-hours in the usage report. Returns how many spans changed."""
         # with user namespaces, every owner's namespace: the train pods' label at cluster scope
         where = "" if self.controller.cluster_wide else self.opts.namespace
-        pods = await pod_spans.list_pods(self.controller.core, where)
-        readers = pod_spans.readers_for(self.controller.backend)
-        changed = pod_spans.record(
+        changed = await pod_spans.relist(
             self.pool.store,
-            pods,
-            readers,
+            self.controller.core,
+            where,
+            pod_spans.readers_for(self.controller.backend),
             None if now is None else int(now),
             memory_of=self.gpu_memory_of,
             memory_mib=self.opts.device_memory_mib,

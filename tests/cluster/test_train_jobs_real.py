@@ -356,6 +356,9 @@ def make_service(
         "namespace": HUB_NS,
         "storage_class": STORAGE,
         "checkpoint_size": "1Gi",
+        # no usage finalizer unless a test asks: these tests run no periodic usage relist to take
+        # it off, and wait for deleted pods to go (test_train_service_real's usage test asks)
+        "usage_finalizer": False,
         **job_options,
     }
     for key, value in (train or {}).items():

@@ -23,6 +23,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from gpupool.kube.objects import code_name, name_of
+from gpupool.kube.pod_usage import parse_time
+from gpupool.store import PodSpanRow
 from gpupool.train.code import JobCode
 from gpupool.train.request import JobRequest
 from gpupool.usage.config import Usage
@@ -54,7 +56,7 @@ def jobs_created(plane: ControlPlane, job_id: str) -> int:
 async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_cluster(
     hub_api, admin: Resources, tmp_path: Path
 ) -> None:
-    service = make_service(tmp_path, hub_api)
+    service = make_service(tmp_path, hub_api, usage_finalizer=True)  # the hub's default
     await service.start()
     try:
         row = await service.submit(
@@ -106,18 +108,29 @@ async def test_a_script_job_becomes_a_job_with_its_code_and_its_row_follows_the_
         assert service.job(row.id).finished is not None
         kinds = [e.kind for e in reversed(service.pool.store.events(name=row.id))]
         assert kinds == ["job", "start", "preempt", "resume", "job"]
-        # its GPU-hours, from both pods' lifetimes on the cluster (it held no hub allocation): the
-        # evicted one, gone before the next pass, until it was last seen alive
+        # its GPU-hours, from both pods' lifetimes on the cluster (it held no hub allocation). The
+        # evicted pod was deleted between two passes: the usage finalizer kept it (Terminating,
+        # its container ended) until this pass read its end, exactly; then the hub let it go
+        pod_at = f"/api/v1/namespaces/{HUB_NS}/pods/{first['metadata']['name']}"
+        kept = admin.get(pod_at)
+        assert kept is not None and kept["metadata"].get("deletionTimestamp")
+        assert "gpupool.io/usage" in kept["metadata"]["finalizers"]
+        ended = kept["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
         await service.record_usage()
+        await wait_for(lambda: admin.get(pod_at) is None, what="the evicted pod gone once recorded")
         usage = UsageService(service.pool, Usage())
         spans = sorted((h for h in usage.ledger.held(0, 2**31) if h.name == row.id), key=lambda h: h.start)
         assert {(h.kind, h.milli, h.project) for h in spans} == {("train", 500, "default")}
-        assert [h.end for h in spans][:1] == [seen] and len(spans) == 2 and spans[1].end is not None
+        assert (
+            [h.end for h in spans][:1] == [parse_time(ended)] and len(spans) == 2 and spans[1].end is not None
+        )
+        with service.pool.store.session() as s:
+            assert s.get(PodSpanRow, first["metadata"]["uid"]).exact  # not "closed when last seen"
         # its project's row (the relist also finds other modules' train pods still on this shared
         # plane: jobs this test's store does not know, counted under project "?")
         rows = {r["key"]: r for r in usage.report(0, seen + 1, "project")["rows"]}
         total = rows["default"]["allocated_milli_s"]
-        assert total == sum(500 * (h.end - h.start) for h in spans if h.end is not None) >= 500 * 590
+        assert total == sum(500 * (h.end - h.start) for h in spans if h.end is not None)
     finally:
         await service.stop()
 

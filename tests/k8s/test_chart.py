@@ -474,7 +474,8 @@ def test_rbac_is_least_privilege_and_users_only_read_their_own_namespace() -> No
         if kind == "ClusterRole":  # cluster-wide: no update; patch or delete of pods and train Jobs only
             assert set(rule["verbs"]) <= {"get", "list", "watch", "create", "delete", "patch"}
             assert not {"delete", "patch"} & set(rule["verbs"]) or rule["resources"] in (["pods"], ["jobs"])
-            assert "patch" not in rule["verbs"] or rule["resources"] == ["jobs"]  # a budget hold: suspend
+            # a budget hold (suspend), a train pod's usage finalizer taken off
+            assert "patch" not in rule["verbs"] or rule["resources"] in (["jobs"], ["pods"])
     # every kind the hub may write cluster-wide, the admission policy fences to its own and the
     # user namespaces
     vap = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
@@ -527,7 +528,7 @@ def test_user_namespaces_work_for_whoever_logs_in(tmp_path: Path, schemas: Path)
         for rule in d["rules"]
         for res in rule["resources"]
     ]
-    assert ("", "pods", {"create", "delete", "get", "list", "watch"}) in grants
+    assert ("", "pods", {"create", "delete", "get", "list", "watch", "patch"}) in grants
     assert ("", "namespaces", {"create"}) in grants
     assert ("networking.k8s.io", "networkpolicies", {"create", "get"}) in grants
     binding = next(

@@ -4,6 +4,7 @@ runs against the real control plane (tests/cluster/test_train_jobs_real.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -110,6 +111,25 @@ def test_the_hubs_job_folder_limit_reaches_the_pods() -> None:
     cfg = Config()
     cfg.TrainPool.max_job_folder_mib = 3000
     assert TrainPool(config=cfg).job_options().work_size_mib == 3000
+
+
+def test_the_hubs_train_pods_carry_the_usage_finalizer_and_a_bare_controllers_do_not() -> None:
+    """The hub (which relists train pods and takes it off once a pod's end is recorded) puts the
+    usage finalizer on every train pod through the Job's template; a controller with no relist
+    behind it puts none (nothing would take it off: the pods could never go)."""
+    from traitlets.config import Config
+
+    from gpupool.train.config import TrainPool
+
+    hub = TrainPool(config=Config()).job_options()
+    job = train_job(spec(), replace(hub, namespace=NS), KAISharing())
+    kubernetes_validate.validate(job, K8S, strict=True)
+    assert job["spec"]["template"]["metadata"]["finalizers"] == ["gpupool.io/usage"]
+    assert "finalizers" not in job["metadata"]  # the Job itself goes as before
+    assert "finalizers" not in train_job(spec(), OPTS, KAISharing())["spec"]["template"]["metadata"]
+    cfg = Config()
+    cfg.TrainPool.usage_finalizer = False
+    assert not TrainPool(config=cfg).job_options().usage_finalizer
 
 
 def test_a_shared_claim_gets_one_folder_per_job_and_kueue_gets_its_label() -> None:
