@@ -47,6 +47,7 @@ SERVICE_ROLE = "gpupool-service"
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
+    from gpupool.spawner.hub_parts import SpawnerRoot
     from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 
     # a broken quota, project or culler table stops the hub here, while it reads its config,
@@ -55,7 +56,8 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.spawner_class = spawner
     root = GPUPoolHub(c)  # the hub side's parts, once; the hub hands it to spawners and pages
     # added to the admin's own settings, whether they assigned a dict or updated the default lazily
-    c.JupyterHub.tornado_settings.update({ROOT_KEY: root})
+    for_spawners: SpawnerRoot = root  # mypy: the root gives all that spawners read of it
+    c.JupyterHub.tornado_settings.update({ROOT_KEY: for_spawners})
     settings = root.settings
     token = secrets.token_hex(32)
     root.service_token = token
@@ -117,8 +119,8 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from gpupool.host.accounts import SystemAccounts
     from gpupool.settings.config import GPUPool
-    from gpupool.settings.quotas import node_pools
     from gpupool.train.config import TrainPool
+    from gpupool.wiring.root import node_pools
 
     node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
