@@ -44,7 +44,7 @@ def http_error(err: PoolError) -> web.HTTPError:
     return exc
 
 
-_REMOVALS: set[Any] = set()  # refused named servers being removed (spawner/mixin.py)
+_REMOVALS: set[asyncio.Task[None]] = set()  # refused named servers being removed (spawner/mixin.py)
 
 if TYPE_CHECKING:
     # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
     from gpupool.api.auth import ApiRoot, Directory
     from gpupool.api.services import ApiServices
+    from gpupool.store.jobs import TrainJob
     from gpupool.train.backend import TrainingBackend
 
 # what an admin must know (the page's last events): among them, a stored setting no longer applies
@@ -125,7 +126,7 @@ def jobs(training: TrainingBackend) -> list[dict[str, Any]]:
     ]
 
 
-def _in_use(jobs: list[Any], projects: set[str]) -> int:
+def _in_use(jobs: list[TrainJob], projects: set[str]) -> int:
     return sum(j.total_milli for j in jobs if j.project in projects and j.state in HAS_RUN)
 
 

@@ -227,7 +227,7 @@ def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEP
     return body
 
 
-def _depth(value: Any, stop: int) -> int:
+def _depth(value: object, stop: int) -> int:
     """Nesting depth of parsed JSON, without recursion; stops counting past `stop`."""
     deepest, todo = 0, [(value, 1)]
     while todo:
