@@ -20,11 +20,11 @@ POSITIVE = frozenset({"interval_s", "window_s"})  # 0 would make the culler spin
 _CLOCK = re.compile(r"([01]?\d|2[0-3]):[0-5]\d")
 
 
-def _where(obj: Any, name: str | None) -> str:
+def _where(obj: object, name: str | None) -> str:
     return f"{type(obj).__name__}.{name}"
 
 
-def seconds_problem(value: Any, positive: bool = False) -> str | None:
+def seconds_problem(value: object, positive: bool = False) -> str | None:
     low = "more than 0" if positive else "from 0"
     if (
         isinstance(value, bool)
@@ -37,13 +37,13 @@ def seconds_problem(value: Any, positive: bool = False) -> str | None:
     return None
 
 
-def clock_problem(value: Any) -> str | None:
+def clock_problem(value: object) -> str | None:
     if not isinstance(value, str) or (value and not _CLOCK.fullmatch(value)):
         return f'{value!r} is not a time of day ("HH:MM", 00:00 to 23:59) or "" for none'
     return None
 
 
-def zone_problem(value: Any) -> str | None:
+def zone_problem(value: object) -> str | None:
     if not isinstance(value, str) or not 0 < len(value) <= 255:
         return f"{value!r} is not a time zone"
     try:
@@ -53,7 +53,7 @@ def zone_problem(value: Any) -> str | None:
     return None
 
 
-def limit_problem(key: str, value: Any) -> str | None:
+def limit_problem(key: str, value: object) -> str | None:
     """What is wrong with one limit of an override, or None."""
     if key == "workday_end":
         problem = clock_problem(value)

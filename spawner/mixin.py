@@ -21,10 +21,10 @@ from gpupool.pool import GPU, PoolError, Request
 from gpupool.pool.errors import RoomBeingFreed
 from gpupool.pool.pools import within
 from gpupool.spawner.form import SpawnChoice, free_slots, parse_choice, parse_form, render_form
+from gpupool.spawner.hub_parts import SpawnerRoot, spawner_root
 from gpupool.store import Allocation
 from gpupool.vocab.disk import disk_full
 from gpupool.vocab.kinds import EventKind, WorkloadKind
-from gpupool.wiring.root import GPUPoolHub, root_of
 
 
 def with_message(exc: web.HTTPError, message: str) -> web.HTTPError:
@@ -44,7 +44,7 @@ def http_error(err: PoolError) -> web.HTTPError:
     return exc
 
 
-_REMOVALS: set[Any] = set()  # refused named servers being removed (spawner/mixin.py)
+_REMOVALS: set[asyncio.Task[None]] = set()  # refused named servers being removed (spawner/mixin.py)
 
 if TYPE_CHECKING:
     # what the mixin goes into: for mypy it has the spawner's user, name, config, log... (Any, as
@@ -62,10 +62,10 @@ class GPUSpawnerMixin(_SpawnerBase):
 
     # --- helpers -------------------------------------------------------------
     @property
-    def gpupool_root(self) -> GPUPoolHub:
-        """The hub side's composition root: JupyterHub hands every User the hub's tornado settings
-        (`User.settings`), where `configure(c)` put it (gpupool.wiring.root)."""
-        return root_of(getattr(self.user, "settings", None))
+    def gpupool_root(self) -> SpawnerRoot:
+        """The hub side's composition root, as spawners use it: JupyterHub hands every User the
+        hub's tornado settings (`User.settings`), where `configure(c)` put it (gpupool.wiring.root)."""
+        return spawner_root(getattr(self.user, "settings", None))
 
     @property
     def pool(self) -> PoolManager:

@@ -70,7 +70,7 @@ def test_the_config_checks_the_pools_of_build_profiles() -> None:
     from traitlets.config import Config
 
     from gpupool.settings.config import GPUPool
-    from gpupool.settings.quotas import node_pools
+    from gpupool.wiring.root import node_pools
 
     c = Config()
     c.GPUPool.build_pools = ["ws"]

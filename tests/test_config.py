@@ -256,3 +256,15 @@ def test_the_culling_defaults_an_admin_reads_are_the_codes(page: str) -> None:
     for name, values in said.items():
         assert IdleCuller.class_traits().get(name) is not None, f"{page} names no culler option {name}"
         assert values == [getattr(defaults, name)] * len(values), (page, name, values)
+
+
+def test_the_sharing_option_names_every_backend_gpupool_has() -> None:
+    """c.GPUPool.gpu_sharing's help lists the short names from gpupool.vocab (the settings import
+    no back-end): the list must stay the back-ends' own names, each of which the option accepts."""
+    from gpupool.gpu.sharing import BACKENDS, make_backend
+    from gpupool.vocab.cluster import SHARING_BACKENDS
+
+    assert tuple(BACKENDS) == SHARING_BACKENDS
+    help_text = GPUPool.class_traits()["gpu_sharing"].help
+    assert f"alike: {', '.join(SHARING_BACKENDS)}, or the import path" in help_text
+    assert [make_backend(name).name for name in SHARING_BACKENDS] == list(SHARING_BACKENDS)

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from gpupool.vocab.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
@@ -44,7 +45,7 @@ class Checkpoint:
         if handle_sigterm:
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def _on_sigterm(self, *_: Any) -> None:
+    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
         self.preempted = True  # finish the step at hand, then save: never a half-written state
 
     def path(self, name: str) -> Path:

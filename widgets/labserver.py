@@ -114,7 +114,7 @@ HIBERNATE_EXPR = (
 )
 
 
-def _bounded_int(value: Any, top: int) -> int:
+def _bounded_int(value: object, top: int) -> int:
     return value if type(value) is int and 0 <= value <= top else 0
 
 

@@ -26,7 +26,7 @@ def kernel_id_from(connection_file: str) -> str:
     return found.group(1)
 
 
-def session_path(sessions: Any, kernel_id: str) -> str:
+def session_path(sessions: object, kernel_id: str) -> str:
     """The notebook path (relative to the server's root) of the session running `kernel_id`."""
     for s in sessions if isinstance(sessions, list) else []:
         if isinstance(s, dict) and (s.get("kernel") or {}).get("id") == kernel_id and s.get("path"):

@@ -30,16 +30,16 @@ from gpupool.pool.units import UnitError, format_gpus, parse_gpus, shown
 from gpupool.vocab.states import UNFINISHED
 
 if TYPE_CHECKING:
+    from gpupool.api.auth import ApiRoot
     from gpupool.api.services import ApiServices
     from gpupool.hub.adapter import HubApp
-    from gpupool.wiring.root import GPUPoolHub
 
 PAGE_PATH = "gpupool"  # under the hub's prefix: /hub/gpupool
 MAX_ACTION_BYTES = 4096  # a quota or a job id, never more
 
 
 class AdminBase(BaseHandler):
-    def initialize(self, services: ApiServices, root: GPUPoolHub) -> None:
+    def initialize(self, services: ApiServices, root: ApiRoot) -> None:
         # not `services`/`root`: JupyterHub's BaseHandler has a `services` property of its own
         self.gpupool_services = services  # the gpupool API's (gpupool.api.services)
         self.gpupool_root = root
@@ -149,7 +149,7 @@ class CancelAction(ActionBase):
         self.finish({"id": row.id, "state": row.state})
 
 
-def register(hub: HubApp, services: ApiServices, root: GPUPoolHub) -> None:
+def register(hub: HubApp, services: ApiServices, root: ApiRoot) -> None:
     """Add the page and its actions to the running hub's tornado application."""
     prefix = f"{hub.hub_prefix.rstrip('/')}/{PAGE_PATH}"
     kwargs = {"services": services, "root": root}

@@ -16,10 +16,10 @@ from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobEvent, JobState
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
-    from gpupool.api.auth import Directory
+    from gpupool.api.auth import ApiRoot, Directory
     from gpupool.api.services import ApiServices
+    from gpupool.store.jobs import TrainJob
     from gpupool.train.backend import TrainingBackend
-    from gpupool.wiring.root import GPUPoolHub
 
 # what an admin must know (the page's last events): among them, a stored setting no longer applies
 EVENT_KINDS = frozenset(
@@ -39,7 +39,7 @@ EVENT_KINDS = frozenset(
 )
 
 
-def admin_view(services: ApiServices, root: GPUPoolHub, caller: Caller) -> dict[str, Any]:
+def admin_view(services: ApiServices, root: ApiRoot, caller: Caller) -> dict[str, Any]:
     """Everything the page renders, read from the gpupool API's settings (the pool, the
     training service, the culler's history) in the hub process."""
     pool = services.pool
@@ -126,7 +126,7 @@ def jobs(training: TrainingBackend) -> list[dict[str, Any]]:
     ]
 
 
-def _in_use(jobs: list[Any], projects: set[str]) -> int:
+def _in_use(jobs: list[TrainJob], projects: set[str]) -> int:
     return sum(j.total_milli for j in jobs if j.project in projects and j.state in HAS_RUN)
 
 
@@ -166,7 +166,7 @@ def departments(training: TrainingBackend) -> list[dict[str, Any]]:
     return out
 
 
-def groups(root: GPUPoolHub, directory: Directory | None = None) -> list[dict[str, Any]]:
+def groups(root: ApiRoot, directory: Directory | None = None) -> list[dict[str, Any]]:
     """Every group with a build override or a total (teaching labs): its quota per member,
     what its members hold together (its members now, as the hub has them) and, where set, its
     `group_totals` ceiling."""

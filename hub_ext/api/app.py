@@ -11,7 +11,7 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 from tornado.routing import PathMatches
 
-from gpupool.api.auth import SERVICES_KEY, OAuthCallback
+from gpupool.api.auth import SERVICES_KEY, ApiRoot, OAuthCallback
 from gpupool.api.bodies import DEFAULT_MAX_BODY
 from gpupool.api.culler import ExtendHandler, ReportHandler, StatusHandler, TargetsHandler
 from gpupool.api.demo import ROUTES as DEMO_ROUTES
@@ -23,11 +23,10 @@ from gpupool.api.parking import ROUTES as PARKING_ROUTES
 from gpupool.api.pool import EventsHandler, MeHandler, PoolHandler
 from gpupool.api.quotas import QuotasHandler
 from gpupool.api.usage import ROUTES as USAGE_ROUTES
-from gpupool.wiring.root import ROOT_KEY
+from gpupool.hub.root_key import ROOT_KEY
 
 if TYPE_CHECKING:
     from gpupool.api.services import ApiServices
-    from gpupool.wiring.root import GPUPoolHub
 
 # The API's routes, each module's own (jobs, parking, demo, usage) spliced in: a constant, as
 # JupyterHub's handler modules list theirs (`default_handlers`); nothing adds to it at run time.
@@ -59,7 +58,7 @@ def body_limits(app: web.Application) -> list[tuple[re.Pattern[str], int]]:
     ]
 
 
-def make_app(root: GPUPoolHub, hub_auth: HubOAuth, services: ApiServices) -> web.Application:
+def make_app(root: ApiRoot, hub_auth: HubOAuth, services: ApiServices) -> web.Application:
     """The API app of the hub `root`: its handlers read the root as `self.settings[ROOT_KEY]` and
     the running services as `self.services` (gpupool.api.services)."""
     prefix = hub_auth.base_url

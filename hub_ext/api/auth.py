@@ -8,24 +8,55 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated, UserNotAllowed
 from tornado import httputil, web
 
 from gpupool.hub.adapter import hub_user, hub_users
+from gpupool.hub.root_key import stored_root
 from gpupool.store.db import bounded
 from gpupool.vocab.disk import disk_full
-from gpupool.wiring.root import root_of
 
 if TYPE_CHECKING:
+    from traitlets.config import Config
+
     from gpupool.alloc.manager import PoolManager
     from gpupool.api.services import ApiServices
+    from gpupool.contain import WorkloadCgroups
     from gpupool.hub.adapter import HubApp
-    from gpupool.wiring.root import GPUPoolHub
+    from gpupool.settings.config import GPUPool
 
 SERVICES_KEY = "gpupool_services"  # where the API app's settings hold its ApiServices
 MAX_DEPTH = 32  # a notebook is 5 levels deep; 32 leaves room and stops a nesting bomb early
+
+
+class ApiRoot(Protocol):
+    """What the gpupool API's handlers and pages read of the hub's composition root
+    (gpupool.wiring.root.GPUPoolHub, which sits above them: they do not import it). The root hands
+    itself to `make_app` (gpupool.api.app), where mypy checks that it gives all of this."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def settings(self) -> GPUPool: ...
+
+    @property
+    def pool(self) -> PoolManager: ...
+
+    @property
+    def cgroups(self) -> WorkloadCgroups: ...
+
+    @property
+    def hub(self) -> HubApp | None:
+        """None before the hub serves."""
+        ...
+
+    @property
+    def api_services(self) -> ApiServices | None:
+        """None before the gpupool API runs."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -103,9 +134,10 @@ class BaseHandler(_OurHubAuth, HubOAuthenticated, web.RequestHandler):
             self.current_user = None
 
     @property
-    def root(self) -> GPUPoolHub:
+    def root(self) -> ApiRoot:
         """The hub side's composition root (gpupool.wiring.root), from this app's settings."""
-        return root_of(self.settings)
+        root: ApiRoot = stored_root(self.settings)
+        return root
 
     @property
     def services(self) -> ApiServices:
@@ -195,7 +227,7 @@ def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEP
     return body
 
 
-def _depth(value: Any, stop: int) -> int:
+def _depth(value: object, stop: int) -> int:
     """Nesting depth of parsed JSON, without recursion; stops counting past `stop`."""
     deepest, todo = 0, [(value, 1)]
     while todo:

@@ -351,7 +351,7 @@ def parse_report(body: dict[str, Any], now: float) -> tuple[float, list[Finding]
     )
 
 
-def _fits(value: Any, types: tuple[type, ...], nullable: bool) -> bool:
+def _fits(value: object, types: tuple[type, ...], nullable: bool) -> bool:
     if value is None:
         return nullable
     if isinstance(value, bool):  # JSON true is not a number here
@@ -361,7 +361,7 @@ def _fits(value: Any, types: tuple[type, ...], nullable: bool) -> bool:
     return isinstance(value, types)
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
@@ -385,7 +385,7 @@ def _names(item: dict[str, Any], where: str) -> None:
     item.setdefault("name", "")
 
 
-def _cut(value: Any, limit: int = 2000) -> Any:
+def _cut(value: object, limit: int = 2000) -> object:
     return value[:limit] if isinstance(value, str) else value
 
 

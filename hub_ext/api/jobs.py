@@ -20,7 +20,7 @@ from tornado import web
 from gpupool.api.auth import APIHandler, noted
 from gpupool.api.sweeps import SweepHandler
 from gpupool.pool import InvalidRequest, PoolError
-from gpupool.store.jobs import STATES
+from gpupool.store.jobs import STATES, TrainJob
 from gpupool.train.backend import TrainingBackend, submit_whole
 from gpupool.train.code import JobCode
 from gpupool.train.job_form import JobRefused, parse_job
@@ -311,7 +311,7 @@ class ProjectsHandler(JobsBase):
         }
         self.write_json({"projects": out, "departments": depts, "node_pools": pools})
 
-    def used_by_pool(self, running: list[Any]) -> dict[tuple[str, str], int] | None:
+    def used_by_pool(self, running: list[TrainJob]) -> dict[tuple[str, str], int] | None:
         """(project, pool) -> milli-GPU its running jobs use in that pool, for projects with a
         guarantee per pool; None where the hub does not place jobs itself (Kubernetes)."""
         from gpupool.pool.pool_quotas import in_pool

@@ -54,7 +54,7 @@ def parked_targets(pool: PoolManager, app: HubApp | None) -> list[CullTarget]:
     return out
 
 
-def _name(value: Any, what: str) -> str:
+def _name(value: object, what: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME:
         raise web.HTTPError(400, f"{what} must be a name of at most {MAX_NAME} characters")
     return value

@@ -14,12 +14,13 @@ from traitlets import TraitError
 from gpupool.api.auth import APIHandler
 from gpupool.pool.units import UnitError, parse_gpus, shown
 from gpupool.settings.config import GROUP_NAME, policy_from_document, quota_document, quota_notes
-from gpupool.settings.quotas import QUOTAS_SETTING, node_pools
+from gpupool.settings.quotas import QUOTAS_SETTING, checked_pools
+from gpupool.train.config import TrainPool
 from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
-    from gpupool.wiring.root import GPUPoolHub
+    from gpupool.api.auth import ApiRoot
 
 MAX_GROUP_CHARS = 255  # JupyterHub's own limit on a group name
 
@@ -28,7 +29,7 @@ class QuotaRefused(ValueError):
     """A quota change that is not stored, with the reason to show."""
 
 
-def current_quotas(root: GPUPoolHub) -> dict[str, Any]:
+def current_quotas(root: ApiRoot) -> dict[str, Any]:
     """The quota options in force: the config file's, with the API's changes over them (unless those
     were skipped at start because they no longer validate)."""
     pool = root.pool
@@ -38,7 +39,7 @@ def current_quotas(root: GPUPoolHub) -> dict[str, Any]:
     return {**quota_document(root.settings), **changed}
 
 
-def change_quotas(root: GPUPoolHub, who: str, body: dict[str, Any], what: str = "") -> dict[str, Any]:
+def change_quotas(root: ApiRoot, who: str, body: dict[str, Any], what: str = "") -> dict[str, Any]:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
@@ -48,7 +49,7 @@ def change_quotas(root: GPUPoolHub, who: str, body: dict[str, Any], what: str = 
     try:
         policy = policy_from_document({**quota_document(root.settings), **changed})
         # the node pools named must exist now (and a restart re-checks them: quota_settings.stored_quotas)
-        node_pools(root.config, policy)
+        checked_pools(TrainPool(config=root.config).pool_table(), policy)
     except (TraitError, ValueError) as err:
         raise QuotaRefused(str(err)) from None
     pool.store.put_setting(QUOTAS_SETTING, changed)
@@ -86,7 +87,7 @@ def gpus_amount(value: object, what: str) -> int | float:
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
-def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict[str, Any]:
+def group_quota_change(root: ApiRoot, group: object, quota: object) -> dict[str, Any]:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
     group = checked_group(group)
@@ -96,7 +97,7 @@ def group_quota_change(root: GPUPoolHub, group: object, quota: object) -> dict[s
     return {"group_overrides": overrides}
 
 
-def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict[str, Any]:
+def group_total_change(root: ApiRoot, group: object, total: object) -> dict[str, Any]:
     """The `group_totals` change that sets what one group's members hold together (a class's
     GPUs); an empty total takes the ceiling away."""
     group = checked_group(group)
@@ -108,7 +109,7 @@ def group_total_change(root: GPUPoolHub, group: object, total: object) -> dict[s
     return {"group_totals": totals}
 
 
-def group_removal(root: GPUPoolHub, group: object) -> dict[str, Any]:
+def group_removal(root: ApiRoot, group: object) -> dict[str, Any]:
     """The change that forgets a group's own quota and total: its members get the defaults."""
     group = checked_group(group)
     quotas = current_quotas(root)

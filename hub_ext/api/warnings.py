@@ -18,11 +18,11 @@ from gpupool.vocab.reason_words import STOPPED
 if TYPE_CHECKING:
     from jupyterhub.user import User
 
+    from gpupool.api.auth import ApiRoot
     from gpupool.api.services import ApiServices
-    from gpupool.wiring.root import GPUPoolHub
 
 
-def warnings_for(root: GPUPoolHub, user: User | None, base_url: str = "") -> list[dict[str, Any]]:
+def warnings_for(root: ApiRoot, user: User | None, base_url: str = "") -> list[dict[str, Any]]:
     """The workspaces of `user` the culler's last pass warned about, with the link that
     extends one (when it may still be extended; memory warnings cannot be)."""
     if user is None or root.api_services is None:
@@ -54,7 +54,7 @@ def hibernate_on(services: ApiServices, user: User, name: str) -> bool:
 
 
 def shares_for(
-    root: GPUPoolHub, user: User | None, now: float | None = None, base_url: str = ""
+    root: ApiRoot, user: User | None, now: float | None = None, base_url: str = ""
 ) -> list[dict[str, Any]]:
     """Each of `user`'s servers holding a GPU share, with when the culler last said it stops,
     for the hub's home page: [{"name", "share", "stops", "hibernate_url"}], sorted by server name."""
@@ -118,7 +118,7 @@ def duration(seconds: float) -> str:
 STOPS = (EventKind.CULL, EventKind.HIBERNATE, EventKind.OOM)
 
 
-def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None) -> list[dict[str, Any]]:
+def retention_for(root: ApiRoot, user: User | None, now: float | None = None) -> list[dict[str, Any]]:
     """[{"name", "message"}]: the user's hibernated states that retention deletes within a few
     days ("your hibernated variables of a.ipynb are deleted after Mon 30 Nov 2026"), of servers
     not running (a running one's notebooks are being woken)."""
@@ -134,7 +134,7 @@ def retention_for(root: GPUPoolHub, user: User | None, now: float | None = None)
 
 
 def stops_for(
-    root: GPUPoolHub, user: User | None, now: float | None = None, within_s: float = 7 * 86400
+    root: ApiRoot, user: User | None, now: float | None = None, within_s: float = 7 * 86400
 ) -> list[dict[str, Any]]:
     """Each of `user`'s servers the idle culler stopped (or the kernel, over its memory limit), and
     not started since: [{"name", "message", "todo"}] — "stopped at 18:00: end of the workday",
@@ -192,7 +192,7 @@ def stops_for(
 
 
 def stopped_server(
-    root: GPUPoolHub, user: User | None, name: str, now: float | None = None
+    root: ApiRoot, user: User | None, name: str, now: float | None = None
 ) -> dict[str, Any] | None:
     """Why the culler stopped (or hibernated) this server of `user`'s and what to do, for the
     hub's "Server not running" page (hub_ext/templates/not_running.html), in the home page's

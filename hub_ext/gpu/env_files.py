@@ -32,6 +32,8 @@ from gpupool.store import Allocation, Parked
 from gpupool.vocab.kinds import WorkloadKind
 
 if TYPE_CHECKING:
+    from traitlets.config import Config
+
     from gpupool.alloc.manager import PoolManager
 
 log = logging.getLogger("gpupool")
@@ -168,7 +170,7 @@ def default_folder() -> Path:
     return Path(os.environ.get("GPUPOOL_STATE_DIR", os.path.abspath("state"))) / FOLDER
 
 
-def account_gid(config: Any) -> Callable[[str], int | None]:
+def account_gid(config: Config) -> Callable[[str], int | None]:
     """The group of a hub user's Unix account (gpupool.host.accounts), when the hub runs as root."""
 
     def gid_of(owner: str) -> int | None:

@@ -161,7 +161,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def why_not(value: Any, err: BaseException | None = None) -> str:
+def why_not(value: object, err: BaseException | None = None) -> str:
     """In the user's words, why a value cannot be kept."""
     if isinstance(value, io.IOBase):
         return "an open file"
@@ -202,7 +202,7 @@ def _base_pickler() -> type[pickle.Pickler]:
         return pickle.Pickler
 
 
-def _torch_tensor(obj: Any) -> bool:
+def _torch_tensor(obj: object) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
 
@@ -271,7 +271,7 @@ def _pickler(f: Any, writer: _Writer | None) -> pickle.Pickler:
     return P(f, protocol=5, buffer_callback=writer.buffer if writer else (lambda b: False))
 
 
-def _pickle_problem(value: Any) -> str | None:
+def _pickle_problem(value: object) -> str | None:
     try:
         _pickler(_Null(), None).dump(value)
     except Exception as err:  # noqa: BLE001 - any failure: the value is named with the reason
@@ -375,7 +375,7 @@ def save(
     return Saved(folder / gen, sorted(keep), skipped, writer.total, time.perf_counter() - t0)
 
 
-def _unkept(value: Any) -> str | None:
+def _unkept(value: object) -> str | None:
     """Values known to mean nothing in another process (cheap to tell before pickling)."""
     if isinstance(
         value,

@@ -14,6 +14,7 @@ workspaces: 3 s of a 4 s pass). Here: one indexed read of the hub's database for
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +74,7 @@ class HubApp:
         app = self._app
         shutdown = app.shutdown_cancel_tasks  # what JupyterHub's signal handlers call, looked up then
 
-        async def stopping(sig: Any = None) -> None:
+        async def stopping(sig: signal.Signals | None = None) -> None:
             try:
                 callback(getattr(sig, "name", "a stop"))
             except Exception:  # noqa: BLE001 - the hub must stop whatever gpupool's part says

@@ -19,7 +19,6 @@ from gpupool.kube.home_mount import expanded, home_volume, pinned
 from gpupool.kube.job_namespace import owner_namespace
 from gpupool.kube.job_spec import TrainJobSpec
 from gpupool.kube.pod_fit import (
-    GPU_TOLERATION,
     RESTRICTED_CONTAINER,
     RESTRICTED_POD,
     container_resources,
@@ -29,6 +28,7 @@ from gpupool.kube.pod_fit import (
 )
 from gpupool.kube.pod_usage import FINALIZER
 from gpupool.kube.pool_objects import KAI_NODE_POOL, MIN_MEMBER, node_affinity, pool_queue_name
+from gpupool.vocab.cluster import GPU_TOLERATION
 from gpupool.vocab.exit_codes import PREEMPTED
 
 MANAGED_BY = "app.kubernetes.io/managed-by"

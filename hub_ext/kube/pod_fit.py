@@ -10,10 +10,6 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# GKE's taint on GPU nodes (nvidia.com/gpu=present:NoSchedule), and the GPU Operator's advice
-# for other clusters: any value, so one toleration fits both.
-GPU_TOLERATION: dict[str, str] = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
 # The `restricted` Pod Security Standard, pod and container halves. runAsNonRoot without a
 # runAsUser needs an image whose USER is numeric and not 0 (the Jupyter images' 1000 is).
 RESTRICTED_POD: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}

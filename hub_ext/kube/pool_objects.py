@@ -29,8 +29,8 @@ from typing import Any
 from gpupool.pool import InvalidRequest
 from gpupool.pool.jobs import Project
 from gpupool.pool.pools import NodePool
+from gpupool.vocab.cluster import KAI_NODE_POOL  # the settings' default too
 
-KAI_NODE_POOL = "kai.scheduler/node-pool"  # KAI's default nodePoolLabelKey (scheduling shards)
 GPU_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery
 HOSTNAME = "kubernetes.io/hostname"
 MIN_MEMBER = "kai.scheduler/batch-min-member"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from traitlets import Bool, Float, Int
-from traitlets.config import Configurable
+from traitlets.config import Config, Configurable
 
 from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.moving import Outcome, move_processes, recover
@@ -49,6 +49,7 @@ from gpupool.vocab.states import HAS_RUN, JobState
 
 if TYPE_CHECKING:
     from gpupool.parking.service import ParkingService
+    from gpupool.store.jobs import TrainJob
     from gpupool.train.service import TrainingService
 
 log = logging.getLogger("gpupool.parking.mover")
@@ -232,7 +233,7 @@ class MoverService:
             if r.state in HAS_RUN:
                 used[r.project] = used.get(r.project, 0) + r.num_gpu * r.gpu_milli
 
-        def borrows(r: Any) -> bool:
+        def borrows(r: TrainJob) -> bool:
             return (
                 used.get(r.project, 0) + r.num_gpu * r.gpu_milli
                 > training.projects[r.project].guarantee_milli
@@ -666,7 +667,7 @@ def _on(node: str, other: str) -> str:
 
 
 def build_mover(
-    config: Any,
+    config: Config,
     pool: PoolManager,
     parking: ParkingService | None,
     findings: Callable[[], CullerState],

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from traitlets import Enum, Float, Int
-from traitlets.config import Configurable
+from traitlets.config import Config, Configurable
 
 from gpupool.alloc.manager import PoolManager, Workload
 from gpupool.gpu.parking import (
@@ -413,7 +413,7 @@ def _some(items: list[str], shown: int = 5) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def build_parking(config: Any, pool: PoolManager, state_folder: str) -> ParkingService:
+def build_parking(config: Config, pool: PoolManager, state_folder: str) -> ParkingService:
     cfg = GPUParking(config=config)
     kind = cfg.backend
     if kind == "auto":

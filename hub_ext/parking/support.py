@@ -12,7 +12,7 @@ either way; the hub's log says which applies and why.
 
 from __future__ import annotations
 
-from typing import Any
+from traitlets.config import Config
 
 AUTO_PARK_AFTER_S = 600.0  # benchmarks/culling: 87.7 % used/reserved, 0 lost kernels (10 min); 5 min: 92 %
 KUBERNETES = (
@@ -22,7 +22,7 @@ KUBERNETES = (
 )
 
 
-def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
+def parking_support(config: Config, spawner: str) -> tuple[bool, str]:
     """(can park, why), from the config and, where it comes to that, the GPUs and driver."""
     from gpupool.parking.service import GPUParking
     from gpupool.settings.config import GPUPool
@@ -51,7 +51,7 @@ def parking_support(config: Any, spawner: str) -> tuple[bool, str]:
     return True, "the NVIDIA driver checkpoints processes (r570+)"
 
 
-def culler_park_after(park_after_s: float | None, config: Any, spawner: str) -> tuple[float, str]:
+def culler_park_after(park_after_s: float | None, config: Config, spawner: str) -> tuple[float, str]:
     """The culler's park_after_s and a line for the hub's log saying which rule applies."""
     if park_after_s is not None:
         what = f"parking idle GPUs after {park_after_s / 60:g} min" if park_after_s else "never parking"

@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import random
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -134,7 +133,7 @@ class OnlineTarget:
         return out
 
 
-def _sortable(key: tuple[int, int, int, frozenset[str]]) -> tuple[Any, ...]:
+def _sortable(key: tuple[int, int, int, frozenset[str]]) -> tuple[int, int, int, list[str]]:
     return (key[0], key[1], key[2], sorted(key[3]))
 
 

@@ -258,8 +258,8 @@ def forecast(
 
 def _next_wake(
     t: float,
-    ends: list[Any],
-    leaving: list[Any],
+    ends: list[tuple[float, str]],
+    leaving: list[tuple[float, str, Job]],
     run: dict[str, Job],
     pend: dict[str, Job],
     projects: dict[str, Project],

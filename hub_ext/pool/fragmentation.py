@@ -28,7 +28,6 @@ import copy
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from gpupool.pool.request import Placement, Request
 from gpupool.pool.state import ClusterState
 from gpupool.pool.units import MILLI_PER_GPU
 
-Shape = tuple[int, int, int, frozenset[Any]]
+Shape = tuple[int, int, int, frozenset[str]]
 CPU_SHAPES_IDLE = False  # cpu_milli, num_gpu, gpu_milli, models
 
 

@@ -12,9 +12,6 @@ from typing import Any
 from traitlets import Bool, Dict, Enum, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from gpupool.gpu.sharing import BACKENDS
-from gpupool.kube.pod_fit import GPU_TOLERATION
-from gpupool.kube.pool_objects import KAI_NODE_POOL
 from gpupool.pool import BuildLimits, BuildQuotaPolicy
 from gpupool.settings.quota_traits import (
     GROUP_NAME,
@@ -28,6 +25,7 @@ from gpupool.settings.quota_traits import (
     pool_names,
     sizes_milli,
 )
+from gpupool.vocab.cluster import GPU_TOLERATION, KAI_NODE_POOL, SHARING_BACKENDS
 
 __all__ = ["GROUP_NAME", "QUOTA_KEYS", "GPUPool", "policy_from_document", "quota_document", "quota_notes"]
 
@@ -265,7 +263,7 @@ class GPUPool(LoggingConfigurable):
         "kai",
         config=True,
         help=f"""Kubernetes: how a GPU share reaches a pod, for build workspaces and train jobs
-        alike: {", ".join(BACKENDS)}, or the import path of a
+        alike: {", ".join(SHARING_BACKENDS)}, or the import path of a
         `gpupool.gpu.sharing.SharingBackend` subclass. kai: KAI-Scheduler with a gpu-fraction
         annotation (needs KAI's global.gpuSharing=true); hami: nvidia.com/gpucores and gpumem;
         mig: a MIG profile per fraction; whole: whole GPUs only. A subclass reads its own pod

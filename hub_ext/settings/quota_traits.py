@@ -24,7 +24,7 @@ MAX_WORKSPACES = 1000
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+:/-]{0,254}\Z")
 
 
-def _where(obj: Any, name: str | None) -> str:
+def _where(obj: object, name: str | None) -> str:
     return f"{type(obj).__name__}.{name}"
 
 

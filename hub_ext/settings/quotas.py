@@ -1,13 +1,14 @@
 """The build quotas in force: the config file's, with the changes admins stored through the API
-over them, and the node pools they name checked against c.TrainPool.node_pools."""
+over them, and the node pools they name checked against c.TrainPool.node_pools (read by the
+caller, gpupool.wiring.root.node_pools: the settings do not import the training pool)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from traitlets import TraitError
-from traitlets.config import Config
 
 from gpupool.settings.config import GPUPool, policy_from_document, quota_document
 from gpupool.vocab.kinds import EventKind
@@ -21,16 +22,18 @@ log = logging.getLogger("gpupool")
 QUOTAS_SETTING = "quotas"  # the stored setting that holds the API's quota changes
 
 
-def stored_quotas(cfg: GPUPool, store: Store) -> tuple[BuildQuotaPolicy, dict[str, str]]:
+def stored_quotas(
+    cfg: GPUPool, store: Store, pools: Mapping[str, NodePool]
+) -> tuple[BuildQuotaPolicy, dict[str, str]]:
     """The build quotas in force: the config file's with the API's stored changes over them. Stored
-    changes that no longer validate (a node pool since removed from the config...) are reported and
-    skipped, never taking the hub down: (policy, {setting: why skipped})."""
+    changes that no longer validate (a node pool since removed from `pools`, c.TrainPool.node_pools)
+    are reported and skipped, never taking the hub down: (policy, {setting: why skipped})."""
     changed = store.get_setting(QUOTAS_SETTING)
     if not changed:
         return cfg.quota_policy(), {}
     try:
         quotas = policy_from_document({**quota_document(cfg), **changed})
-        node_pools(cfg.config, quotas)
+        checked_pools(pools, quotas)
     except (TraitError, ValueError) as err:
         why = (
             f"the quota changes stored through the API ({sorted(changed)}) no longer validate and are"
@@ -44,12 +47,9 @@ def stored_quotas(cfg: GPUPool, store: Store) -> tuple[BuildQuotaPolicy, dict[st
     return quotas, {}
 
 
-def node_pools(config: Config, quotas: BuildQuotaPolicy) -> dict[str, NodePool]:
-    """c.TrainPool.node_pools (one definition for train jobs and build workspaces), checked
-    against the pools the build quotas name."""
-    from gpupool.train.config import TrainPool
-
-    pools = TrainPool(config=config).pool_table()
+def checked_pools(pools: Mapping[str, NodePool], quotas: BuildQuotaPolicy) -> dict[str, NodePool]:
+    """`pools` (c.TrainPool.node_pools: one definition for train jobs and build workspaces),
+    checked against the pools the build quotas name."""
     for group, limits in [("build_pools", quotas.default), *quotas.group_overrides.items()]:
         unknown = set(limits.pools) - set(pools)
         if unknown:
@@ -57,4 +57,4 @@ def node_pools(config: Config, quotas: BuildQuotaPolicy) -> dict[str, NodePool]:
             raise TraitError(
                 f"{where}: pools {sorted(unknown)} are not in TrainPool.node_pools ({sorted(pools)})"
             )
-    return pools
+    return dict(pools)

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
@@ -31,7 +31,7 @@ MEASURES = (
     ("parked_hours", "hours workspaces were parked"),
     ("cost", "cost at c.Usage.prices"),
 )
-_registered: list[Any] = []
+_registered: list[UsageCollector] = []
 
 
 class UsageCollector:

@@ -25,6 +25,7 @@ from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
+    from gpupool.store.jobs import TrainJob
 
 log = logging.getLogger("gpupool.usage")
 SORTS = ("waste", "allocated", "used", "cost", "parked", "key")
@@ -362,7 +363,7 @@ class UsageService:
             return BudgetAction.PARK
         return BudgetAction.STOP if self.cfg.over_budget == "park-or-stop" else BudgetAction.NONE
 
-    def held_jobs(self, rows: Iterable[Any]) -> dict[str, str]:
+    def held_jobs(self, rows: Iterable[TrainJob]) -> dict[str, str]:
         """Queued train jobs of owners over budget: they wait (job id -> why)."""
         if not self.rules:
             return {}
@@ -400,7 +401,7 @@ class UsageService:
         return n
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: object) -> object:
     """A CSV cell that a spreadsheet will not run: text starting with = + - @ is quoted with '."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value

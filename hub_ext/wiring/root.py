@@ -20,9 +20,11 @@ How the parts reach it. JupyterHub merges its `tornado_settings` option into its
 application's settings and hands that same dict to every User it makes (app.py
 `init_tornado_settings`: `settings.update(self.tornado_settings)`, then `UserDict(...,
 settings=self.tornado_settings)`; user.py keeps it as the public `User.settings`); a spawner is made
-with `user=` that User, so a spawner reads `self.user.settings[ROOT_KEY]` (`root_of`). The gpupool
+with `user=` that User, so a spawner reads `self.user.settings[ROOT_KEY]`. The gpupool
 API's own tornado application carries the root in its settings, as JupyterHub's handlers carry
-the hub's. This is the hub's documented option for handler settings, so no registry keyed by the
+the hub's. Neither imports this module, which sits above them: each names what it reads of the
+root as a Protocol (gpupool.spawner.hub_parts.SpawnerRoot, gpupool.api.auth.ApiRoot), and mypy
+checks that this root gives it where the root is handed over (gpupool.wiring.setup). This is the hub's documented option for handler settings, so no registry keyed by the
 Config object is needed. kubespawner, for comparison, shares its API client through a module
 cache (`kubespawner.clients.shared_client`) and its reflectors through a class attribute
 (`KubeSpawner.reflectors`): process globals, which this root is here to avoid.
@@ -43,6 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
 
+# the key and the error live below every part that reads the root (gpupool.hub.root_key): named
+# here too for the root's own callers
+from gpupool.hub.root_key import ROOT_KEY as ROOT_KEY
+from gpupool.hub.root_key import NotConfigured as NotConfigured
+from gpupool.hub.root_key import stored_root
 from gpupool.settings.config import GPUPool
 from gpupool.vocab.kinds import WorkloadKind
 
@@ -56,25 +63,16 @@ if TYPE_CHECKING:
     from gpupool.gpu.env_files import GPUEnvFiles
     from gpupool.hub.adapter import HubApp
     from gpupool.parking.mover import MoverService
-    from gpupool.pool import Inventory
+    from gpupool.pool import BuildQuotaPolicy, Inventory
+    from gpupool.pool.pools import NodePool
     from gpupool.store import Allocation
 
 log = logging.getLogger("gpupool")
-ROOT_KEY = "gpupool_root"  # its key in the hub's tornado settings and in the gpupool API's
-
-
-class NotConfigured(RuntimeError):
-    """A gpupool spawner or page in a hub whose config never called `configure(c)`."""
 
 
 def root_of(settings: Mapping[str, Any] | None) -> GPUPoolHub:
     """The root in a tornado settings dict (a User's `settings`, a handler's `settings`)."""
-    root = (settings or {}).get(ROOT_KEY)
-    if root is None:
-        raise NotConfigured(
-            "gpupool is not set up in this hub: add `from gpupool import configure; configure(c)`"
-            " at the end of jupyterhub_config.py"
-        )
+    root: GPUPoolHub = stored_root(settings)
     return root
 
 
@@ -108,17 +106,19 @@ class GPUPoolHub:
             from gpupool.alloc.hooks import ServiceHooks
             from gpupool.alloc.manager import PoolManager
             from gpupool.pool import get_policy
-            from gpupool.settings.quotas import node_pools, stored_quotas
+            from gpupool.settings.quotas import checked_pools, stored_quotas
             from gpupool.store import Store
+            from gpupool.train.config import TrainPool
 
             store = Store(self.settings.db_url)
-            quotas, skipped = stored_quotas(self.settings, store)
+            pools = TrainPool(config=self.config).pool_table()
+            quotas, skipped = stored_quotas(self.settings, store, pools)
             self._pool = PoolManager(
                 inventory=build_inventory(self.settings),
                 store=store,
                 quotas=quotas,
                 policy=get_policy(self.settings.build_placement_policy),
-                node_pools=node_pools(self.config, quotas),
+                node_pools=checked_pools(pools, quotas),
                 skipped_settings=skipped,
                 hooks=ServiceHooks(self.services),  # the services' answers once they run
             )
@@ -341,6 +341,15 @@ def build_inventory(cfg: GPUPool) -> Inventory:
             cfg.virtual_gpu_memory_mib,
         )
     return virtual_inventory(cfg.virtual_gpus, cfg.virtual_gpu_memory_mib)
+
+
+def node_pools(config: Config, quotas: BuildQuotaPolicy) -> dict[str, NodePool]:
+    """c.TrainPool.node_pools (one definition for train jobs and build workspaces), checked
+    against the pools the build quotas name (TraitError)."""
+    from gpupool.settings.quotas import checked_pools
+    from gpupool.train.config import TrainPool
+
+    return checked_pools(TrainPool(config=config).pool_table(), quotas)
 
 
 def db_where(db_url: str) -> str:

@@ -16,7 +16,7 @@ import logging
 import os
 import secrets
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
@@ -25,6 +25,7 @@ from gpupool.hub import tasks
 
 if TYPE_CHECKING:
     from gpupool.alloc.manager import PoolManager
+    from gpupool.api.culler import SessionEnd
     from gpupool.api.services import ApiServices
     from gpupool.gpu.env_files import GPUEnvFiles
     from gpupool.hub.adapter import HubApp
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from gpupool.parking.mover import MoverService
     from gpupool.parking.service import ParkingService
     from gpupool.settings.config import GPUPool
+    from gpupool.store.jobs import TrainJob
     from gpupool.train.backend import TrainingBackend
     from gpupool.train.service import TrainingService
     from gpupool.usage.service import UsageService
@@ -47,6 +49,7 @@ SERVICE_ROLE = "gpupool-service"
 
 def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) -> None:
     """Wire gpupool into the JupyterHub config `c` (the object jupyterhub_config.py gets)."""
+    from gpupool.spawner.hub_parts import SpawnerRoot
     from gpupool.wiring.root import ROOT_KEY, GPUPoolHub
 
     # a broken quota, project or culler table stops the hub here, while it reads its config,
@@ -55,7 +58,8 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     c.JupyterHub.spawner_class = spawner
     root = GPUPoolHub(c)  # the hub side's parts, once; the hub hands it to spawners and pages
     # added to the admin's own settings, whether they assigned a dict or updated the default lazily
-    c.JupyterHub.tornado_settings.update({ROOT_KEY: root})
+    for_spawners: SpawnerRoot = root  # mypy: the root gives all that spawners read of it
+    c.JupyterHub.tornado_settings.update({ROOT_KEY: for_spawners})
     settings = root.settings
     token = secrets.token_hex(32)
     root.service_token = token
@@ -103,7 +107,7 @@ def configure(c: Config, spawner: str = "gpupool-simple", culler: bool = False) 
     _start_in_hub(root, token, settings.api_ip, settings.api_port, culler, notes)
 
 
-def _service_url(settings: Any) -> str:
+def _service_url(settings: GPUPool) -> str:
     """Where the proxy and the culler reach the API: the origin of `api_url` when one is set
     (in a hub pod, the hub Service's name: JupyterHub would route a service bound to 0.0.0.0
     to the pod's hostname, which no cluster DNS resolves), else api_ip and api_port."""
@@ -117,8 +121,8 @@ def validate(c: Config) -> None:
     """Build every table gpupool reads from `c`: raises TraitError/ValueError with the reason."""
     from gpupool.host.accounts import SystemAccounts
     from gpupool.settings.config import GPUPool
-    from gpupool.settings.quotas import node_pools
     from gpupool.train.config import TrainPool
+    from gpupool.wiring.root import node_pools
 
     node_pools(c, GPUPool(config=c).quota_policy())  # the node pools the quotas name exist
     TrainPool(config=c).department_table()  # checks the projects too
@@ -284,7 +288,7 @@ def demo_use(config: Config) -> bool:
     return IdleCuller(config=config).sampler == "demo"
 
 
-def session_end(config: Config, culler: bool) -> Any:
+def session_end(config: Config, culler: bool) -> SessionEnd | None:
     """The culler's time rules, so pages show when a session ends from its spawn on (None: no culler)."""
     if not culler:
         return None
@@ -303,7 +307,7 @@ def hibernate_keep_days(config: Config, culler: bool) -> float:
     return float(IdleCuller(config=config).hibernate_keep_days)
 
 
-def hibernates(config: Config) -> Any:
+def hibernates(config: Config) -> Callable[[Sequence[str], str], bool]:
     """(groups, profile) -> whether c.IdleCuller's rules hibernate such a workspace: a user's own
     "Hibernate now" is offered and accepted only there. Read from the config whether or not the
     culler runs here (GPUPOOL_CULLER=0: it may run elsewhere with the same config)."""
@@ -466,14 +470,14 @@ async def hub_answers(hub_api: str, every_s: float = 0.2) -> None:
         await asyncio.sleep(every_s)
 
 
-def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
+def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Callable[[list[TrainJob]], dict[str, float | None]]:
     """The idle culler's sampler over train jobs: GPU utilization per job id (None: no data).
     A job is sampled as a workspace is: its GPUs when whole, else its run's process tree."""
     from gpupool.alloc.manager import Workload
     from gpupool.idle_culler.sampler import Target
     from gpupool.vocab.kinds import WorkloadKind
 
-    def use(rows: list[Any]) -> dict[str, float | None]:
+    def use(rows: list[TrainJob]) -> dict[str, float | None]:
         targets = []
         for r in rows:
             alloc = pool.allocation(Workload(WorkloadKind.TRAIN, r.owner, r.id))
@@ -487,13 +491,15 @@ def job_gpu_use(sampler: Sampler, pool: PoolManager) -> Any:
     return use
 
 
-def kube_job_gpu_use(sampler: Sampler) -> Any:
+def kube_job_gpu_use(
+    sampler: Sampler,
+) -> Callable[[list[tuple[TrainJob, list[str]]]], dict[str, float | None]]:
     """The idle culler's sampler over train jobs on Kubernetes: each running pod of a job is a
     target (its uid, as the node agent reports it; key owner/job id/pod uid), and a job's
     utilization is its busiest pod's (None: no pod sampled)."""
     from gpupool.idle_culler.sampler import Target
 
-    def use(jobs: list[Any]) -> dict[str, float | None]:
+    def use(jobs: list[tuple[TrainJob, list[str]]]) -> dict[str, float | None]:
         targets = [
             (row.id, Target(row.owner, f"{row.id}/{uid}", pod_uid=uid)) for row, uids in jobs for uid in uids
         ]
@@ -507,7 +513,7 @@ def kube_job_gpu_use(sampler: Sampler) -> Any:
     return use
 
 
-def _configure_kubespawner_clients(config: Any) -> None:
+def _configure_kubespawner_clients(config: Config) -> None:
     """Set up kubespawner's process-wide client configuration now, as KubeSpawner does when
     the first spawner is made (`kubespawner.clients.load_config`, with the spawner's own
     settings). Every kubespawner reflector, ours included, takes kubespawner's shared client
