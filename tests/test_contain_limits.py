@@ -501,3 +501,49 @@ def test_root_runs_no_device_helper_another_user_could_swap(tmp_path: Path, monk
     program.unlink()
     program.symlink_to(tmp_path / "elsewhere")
     assert "a link" in devfilter.untrusted(program)
+
+
+def test_the_hubs_processes_weigh_their_configured_share_beside_all_workloads(tree) -> None:
+    """c.Containment.hub_cpu_shares: a stand-in hub (one CPU-bound process) moved into its own cpu
+    cgroup beside six busy train jobs on one CPU gets hub / (hub + workloads) of what the two use,
+    16384 / (16384 + 256) here; left where it started (one process of 1024 against the workloads'
+    256) it gets 80 %, however busy the rest of the machine is. A process started from inside the
+    hub's folder still puts the workloads beside it, not below (a restarted hub's children)."""
+    from gpupool.contain.limits import outside_hub
+
+    if not tree.controllers.enforced("cpu"):
+        pytest.skip(tree.controllers.status()["cpu"])
+    tree.controllers.reserve(256, 0, 1024)  # the default weight of all workloads together
+    cpu = min(os.sched_getaffinity(0))
+    spin = ["taskset", "-c", str(cpu), "/bin/sh", "-c", "while :; do :; done"]  # starts at once, spins
+    hub = subprocess.Popen(spin)
+    procs = [hub]
+    try:
+        folder = tree.controllers.hold_hub(16384, [hub.pid])
+        assert folder is not None and folder.name == tree.controllers.roots["cpu"].name + ".hub"
+        assert (folder / "cpu.shares").read_text().strip() == "16384"
+        own = next(
+            line for line in Path(f"/proc/{hub.pid}/cgroup").read_text().splitlines() if ":cpu:" in line
+        )
+        path = own.split(":", 2)[2]
+        assert Path(path).name == folder.name and outside_hub(path) == str(Path(path).parent)
+        for n in range(6):
+            fds = tree.join_fds(f"i/job-{n}", Limits(cpu_shares=1024))
+            try:
+                procs.append(
+                    subprocess.Popen(spin, preexec_fn=joiner(fds), user=65534, group=65534, extra_groups=[])
+                )
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        # the kernel's scheduler at work: real CPU time, not travelled (each spins once exec'd)
+        before = [cpu_seconds(p.pid) for p in procs]
+        time.sleep(3)
+        used = [cpu_seconds(p.pid) - b for p, b in zip(procs, before, strict=True)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(30)
+    share = used[0] / sum(used)
+    assert share > 0.9, f"the hub got {share:.0%} of the CPU beside six jobs ({used})"
+    assert tree.controllers.hold_hub(0, [os.getpid()]) is None  # 0: the hub stays where it is

@@ -39,9 +39,10 @@ class LimitPolicy:
     cpu_shares: int = 0
     groups: dict[str, dict[str, int]] = field(default_factory=dict)
     profiles: dict[str, dict[str, int]] = field(default_factory=dict)
-    workloads_cpu_shares: int = 0  # all workloads together, against the hub's 1024
+    workloads_cpu_shares: int = 0  # all workloads together, against the hub's
     jobs_cpu_shares: int = 0  # an instance's train jobs together, against each workspace
     workloads_memory_bytes: int = 0  # all workloads together
+    hub_cpu_shares: int = 0  # the hub's own processes together (0: each weighs 1024 where it runs)
 
     def limits(self, gpu_minors: Iterable[int], groups: Iterable[str] = (), profile: str = "") -> Limits:
         """A workspace's (its owner's groups, its profile) or a train job's (its owner's groups)."""
@@ -167,8 +168,8 @@ class Containment(Configurable):
         max=262_144,
         config=True,
         help="""The CPU weight of all jobs and workspaces together
-        against the hub's processes (each weighs 1024): the hub, the proxy and gpupool's services
-        keep most of a core whatever users run. Example::
+        against the hub's processes (together hub_cpu_shares; each 1024 where that is 0): the
+        hub, the proxy and gpupool's services keep most of a core whatever users run. Example::
 
             c.Containment.workloads_cpu_shares = 128
         """,
@@ -186,6 +187,24 @@ class Containment(Configurable):
         Example::
 
             c.Containment.jobs_cpu_shares = 2048  # the jobs together weigh two workspaces
+        """,
+    )
+    hub_cpu_shares = Int(
+        8192,
+        min=0,
+        max=262_144,
+        config=True,
+        help="""The CPU weight of the hub's own processes together (the
+        hub, the proxy and the services it starts), in a cgroup v1 cpu folder of their own beside
+        all workloads' (which weigh workloads_cpu_shares): when the CPUs are busy the hub gets
+        hub_cpu_shares / (hub_cpu_shares + workloads_cpu_shares) of what the two want, 97 % by
+        default, whatever users run; it uses only what it needs, so an idle hub leaves the CPUs to
+        users. The weight also counts against other processes of the hub's own cgroup (a
+        system service's slice), where 8192 weighs as 8 busy processes. Applied at start, where the
+        cpu limit is enforced; 0: the hub's processes stay where they started, 1024 each.
+        Example::
+
+            c.Containment.hub_cpu_shares = 4096
         """,
     )
     reserved_memory = Unicode(
@@ -255,6 +274,7 @@ class Containment(Configurable):
             profiles=numbers(self.profile_limits),
             workloads_cpu_shares=self.workloads_cpu_shares,
             jobs_cpu_shares=self.jobs_cpu_shares,
+            hub_cpu_shares=self.hub_cpu_shares,
             workloads_memory_bytes=max(total - reserved, 1 << 28) if reserved and total else 0,
         )
 
@@ -345,7 +365,8 @@ class WorkloadCgroups:
             + (f", {size_text(p.workloads_memory_bytes)} for all" if p.workloads_memory_bytes else ""),
             "processes": f"{p.pids_max} processes each" if p.pids_max else "no limit set",
             "cpu": f"CPU weight {p.cpu_shares} each, train jobs together {p.jobs_cpu_shares or 1024},"
-            f" all together {p.workloads_cpu_shares} against the hub's 1024",
+            f" all together {p.workloads_cpu_shares} against the hub's "
+            + (f"{p.hub_cpu_shares} (its processes together)" if p.hub_cpu_shares else "1024 a process"),
         }
         for limit, key in (("memory", "memory_bytes"), ("processes", "pids_max"), ("cpu", "cpu_shares")):
             own = [f"group {g}" for g, v in sorted(p.groups.items()) if key in v]

@@ -46,6 +46,7 @@ MAX_PIDS = 4_194_304  # the kernel's pid_max ceiling
 MAX_SHARES = 262_144  # cpu.shares' ceiling
 JOB_PREFIX = "job-"  # a train job's cgroup is <instance>/job-<id> (WorkloadCgroups.job)
 JOBS = "jobs"  # the cpu hierarchy's folder of an instance's train jobs (see `Controllers.folder`)
+HUB_SUFFIX = ".hub"  # the hub's own cpu cgroup, `<workloads' root>.hub` beside it (`hold_hub`)
 SIZE = re.compile(r"\s*(\d{1,15})\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
 PERCENT = re.compile(r"\s*(\d{1,3})\s*%\s*\Z")
 
@@ -293,8 +294,31 @@ class Controllers:
         if self.enforced("memory") and workloads_memory_bytes:
             _write(self.roots["memory"] / "memory.limit_in_bytes", str(workloads_memory_bytes))
 
+    def hub_folder(self) -> Path | None:
+        """The hub's own folder in the cpu hierarchy: beside the workloads' root, not in it, so
+        that it weighs against all of them together (and the instances' clean-up never sees it)."""
+        root = self.roots.get("cpu")
+        return root.with_name(root.name + HUB_SUFFIX) if root is not None else None
+
+    def hold_hub(self, shares: int, pids: Iterable[int]) -> Path | None:
+        """The hub's processes (`pids`: the hub itself; the proxy and the services it starts after
+        are born there) in a cpu cgroup of weight `shares`, the workloads' root's sibling: when
+        the CPUs are busy the hub gets shares / (shares + workloads_cpu_shares) of what the two
+        want, whatever users run and however many threads they have. Its children that are
+        workloads join their own folders before they run anything (`join_fds`), so none stays
+        here. None where not applied (no cpu hierarchy, `shares` 0). Raises OSError."""
+        folder = self.hub_folder()
+        if folder is None or not shares or not self.enforced("cpu"):
+            return None
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        _write(folder / "cpu.shares", str(shares))
+        for pid in pids:
+            _write(folder / "cgroup.procs", str(pid))  # v1: the whole process, every thread
+        return folder
+
     def remove_roots(self) -> None:
-        for root in self.roots.values():
+        hub = self.hub_folder()
+        for root in [*self.roots.values(), *([hub] if hub is not None else [])]:
             try:
                 root.rmdir()
             except OSError:
@@ -306,6 +330,15 @@ class NoControllers(Controllers):
 
     def __init__(self, why: dict[str, str]) -> None:
         super().__init__({}, why, "")
+
+
+def outside_hub(path: str) -> str:
+    """A process's own cgroup path, less a hub's folder (`Controllers.hold_hub`) at its end: a
+    process started from inside the hub's folder still puts the workloads beside it, not below."""
+    head, _, last = path.rstrip("/").rpartition("/")
+    if last.startswith("gpupool-") and last.endswith(HUB_SUFFIX):
+        return head or "/"
+    return path
 
 
 def v2_devices(
@@ -342,7 +375,7 @@ def find_controllers(
         if point is None:
             missing[limit] = f"no cgroup v1 {ctrl} hierarchy is mounted"
             continue
-        root = Path(point, own.get(ctrl, "/").lstrip("/"), hub_dir)
+        root = Path(point, outside_hub(own.get(ctrl, "/")).lstrip("/"), hub_dir)
         try:
             os.makedirs(root, mode=0o755, exist_ok=True)
             probe = root / f"probe-{os.getpid()}"

@@ -166,6 +166,18 @@ class GPUPoolHub:
             self._cgroups = cgroups
         return self._cgroups
 
+    def hold_hub_cpu(self) -> None:
+        """This process (the hub) in its own CPU cgroup of weight c.Containment.hub_cpu_shares,
+        before it starts the proxy and its services (born there too); said in the log."""
+        cgroups = self.cgroups
+        try:
+            folder = cgroups.tree.controllers.hold_hub(cgroups.policy.hub_cpu_shares, [os.getpid()])
+        except OSError as err:
+            log.warning("the hub keeps no CPU share of its own: %s", err)
+            return
+        if folder is not None:
+            log.info("the hub's processes weigh %d in %s", cgroups.policy.hub_cpu_shares, folder)
+
     def known_work(self, tree: Tree) -> set[str]:
         """The workload cgroup names (`job-<id>`, `ws-<digest>`) of what the databases know as
         running: the pool's running jobs and held shares, the hub's active servers. Any other

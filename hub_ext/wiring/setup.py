@@ -179,6 +179,7 @@ def _start_in_hub(
     from gpupool.hub.adapter import HubApp
 
     root.refuse_lost_state()  # before the hub polls any server: the share table must be this one's
+    root.hold_hub_cpu()  # before the proxy starts: it is born in the hub's CPU cgroup
 
     async def serve() -> None:
         await _serve(root, HubApp.running(), token, ip, port, culler, notes or [])
