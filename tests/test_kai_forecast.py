@@ -23,13 +23,13 @@ def queues(*qs: KaiQueue) -> dict[str, KaiQueue]:
 
 def test_a_job_under_its_queues_guarantee_starts_before_an_older_one_of_an_over_quota_queue() -> None:
     # 4 GPUs, all busy: `other` holds its guarantee of 2 until its run ends in 10 min; `nlp`
-    # holds 2, over its guarantee of 1 (nothing is reclaimable: taking its one job would leave
-    # it under its share). `vision` holds nothing of its guarantee of 2: when the GPUs free up,
-    # its job starts before nlp's older one, though nlp's queue has the higher priority.
+    # holds its guarantee of 2 (nothing is reclaimable from either). `vision` holds nothing of
+    # its guarantee of 2: when the GPUs free up, its job starts before nlp's older one, which
+    # would take nlp over its guarantee, though nlp's queue has the higher priority.
     snap = KaiSnapshot(
         NOW,
         4000,
-        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 1000, priority=200), KaiQueue("other", 2000)),
+        queues(KaiQueue("vision", 2000), KaiQueue("nlp", 2000, priority=200), KaiQueue("other", 2000)),
         running=[
             KaiJob("o1", "other", 2000, started=NOW - H + 600),
             KaiJob("n1", "nlp", 2000, started=NOW - 60),
@@ -69,6 +69,26 @@ def test_reclaim_of_over_quota_work_waits_for_its_min_runtime() -> None:
     # without a min runtime it reclaims at once
     free = KaiSnapshot(**{**snap.__dict__, "queues": queues(KaiQueue("vision", 2000), KaiQueue("nlp", 0))})
     assert forecast(free)["v1"].start == NOW
+
+
+def test_a_borrowers_only_job_is_reclaimed_for_a_queue_due_its_quota() -> None:
+    # the real node's case (tests/cluster/test_node_real.py): 1.75 GPUs for jobs (a workspace
+    # holds a quarter), `vision` (guarantee 0) borrows a whole one for its only job, and nlp's
+    # job is due its guarantee of 1. KAI judges a victim by what its queue holds before it is
+    # taken (1 GPU, over vision's fair share of the idle 0.75): it reclaims once vision's job
+    # has run its queue's min runtime, though vision is then left below its fair share
+    snap = KaiSnapshot(
+        NOW,
+        1750,
+        queues(KaiQueue("nlp", 1000), KaiQueue("vision", 0, min_runtime_s=10)),
+        running=[KaiJob("v", "vision", 1000, started=NOW - 3)],
+        pending=[KaiJob("n", "nlp", 1000, submitted=NOW)],
+        runtime_s={"vision": H},
+        nodes={"node": 1750},
+    )
+    est = forecast(snap)["n"]
+    assert est.start == NOW + 7 and "min runtime" in est.after
+    assert est.reason.startswith("reclaims GPUs for queue nlp") and est.reason.endswith("(job v)")
 
 
 def test_no_reclaim_for_a_queue_already_at_its_fair_share() -> None:

@@ -370,3 +370,20 @@ def test_a_culler_whose_clock_runs_ahead_has_its_samples_counted_now_not_in_a_la
     usage.record_report([w], t + H)
     rows = usage.ledger.uses(t - H, t + 1, "ann")
     assert [(r.hour, r.peak_memory_mib) for r in rows] == [(t // H, 1500)]
+
+
+def test_an_admins_grant_holds_or_releases_a_queued_job_at_once_not_a_cache_later(tmp_path) -> None:
+    """The budget states that decide which queued jobs wait are cached (CACHE_S) for the
+    training passes that ask again and again; an admin's exemption, its end and a top-up are
+    read at once, at the same instant: the next pass releases (or holds) the job."""
+    pool = small_pool(tmp_path)
+    t = 100 * H
+    usage = UsageService(pool, Usage(budgets={"user:bob": {"gpu_hours": 0}}), clock=lambda: t)
+    queued = TrainJob(id="j1", owner="bob", project="nlp", state="queued")
+    assert "budget" in usage.held_jobs([queued])["j1"]  # none granted: held
+    exempt = usage.add_grant("user:bob", "exempt", 0, t + H, "lead")
+    assert usage.held_jobs([queued]) == {}
+    assert usage.end_grant(exempt, t, "lead")
+    assert list(usage.held_jobs([queued])) == ["j1"]
+    usage.add_grant("user:bob", "topup", GPU_H, t + H, "lead")
+    assert usage.held_jobs([queued]) == {}

@@ -130,7 +130,7 @@ class GrantAction(ActionBase):
         if usage is None:
             raise web.HTTPError(503, "usage accounting is not running on this hub")
         target, kind, milli_s, seconds, note = parse_grant(json_object(self.request.body, 4096))
-        usage.ledger.add_grant(target, kind, milli_s, int(time.time()) + seconds, caller.name, note)
+        usage.add_grant(target, kind, milli_s, int(time.time()) + seconds, caller.name, note)
         self.finish({"saved": True})
 
 

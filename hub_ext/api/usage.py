@@ -269,7 +269,7 @@ class GrantsHandler(UsageBase):
             raise web.HTTPError(403, "only admins may top up budgets or exempt users")
         target, kind, milli_s, seconds, note = parse_grant(self.json_body(max_bytes=4096))
         until = int(time.time()) + seconds
-        grant = self.usage.ledger.add_grant(target, kind, milli_s, until, caller.name, note)
+        grant = self.usage.add_grant(target, kind, milli_s, until, caller.name, note)
         self.write_json(
             {
                 "id": grant,
@@ -290,7 +290,7 @@ class GrantHandler(UsageBase):
             raise web.HTTPError(403, "only admins may end budget grants")
         if not (grant_id.isascii() and grant_id.isdigit()) or len(grant_id) > 12:
             raise web.HTTPError(404, f"no grant {shown(grant_id)}")
-        if not self.usage.ledger.end_grant(int(grant_id), time.time(), caller.name):
+        if not self.usage.end_grant(int(grant_id), time.time(), caller.name):
             raise web.HTTPError(404, f"no grant {grant_id} in force")
         self.write_json({"ended": int(grant_id)})
 

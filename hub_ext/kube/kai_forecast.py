@@ -14,9 +14,11 @@ each expected end of a running job and each time a running job passes its queue'
   it; a job that keeps its queue within its quota first; higher queue priority; the smaller
   share of its fair share), a queue's jobs by priority then age; a job that does not fit is
   passed over and the next is tried (KAI reserves nothing for it);
-- reclaim: a job whose queue stays within its fair share takes GPUs from queues over theirs,
-  from jobs that have run their queue's min runtime, as long as the victim's queue keeps its
-  fair share;
+- reclaim: a job whose queue stays within its fair share takes GPUs from jobs that have run
+  their queue's min runtime, each from a queue that, before that victim is taken, holds more
+  than the larger of its quota and its fair share, or (for a job whose queue stays within its
+  quota) more than its quota: KAI's two reclaim strategies (maintain fair share, guarantee
+  deserved quota), which may leave the victim's queue below its fair share;
 - preempt: a job takes GPUs from lower-priority jobs of its own queue past the min runtime.
 
 With nodes in the snapshot a pod needs its GPUs on one node (milli-GPUs per node, not GPU by
@@ -370,8 +372,9 @@ def _cycle(
     no_preempt: dict[str, float] = {}
     lowest: dict[str, int] = {}  # the lowest priority running in each queue: none lower, no preemption
     # what reclaim may take this cycle: runs past their min runtime in queues over their fair
-    # share at its start, in KAI's order (most over first; lowest priority, youngest first)
-    over = {k for k in queues if alloc[k] > fair[k] + EPS}
+    # share or their quota at its start (`_reclaim` says which may go), in KAI's order (most over
+    # first; lowest priority, youngest first)
+    over = {k for k in queues if alloc[k] > min(fair[k], queues[k].deserved_milli) + EPS}
     takeable = sorted(
         (r for r in runs if r.job.queue in over and _ripe(r, t, queues)),
         key=lambda r: (-(alloc[r.job.queue] - fair[r.job.queue]), r.job.priority, -r.started),
@@ -409,7 +412,7 @@ def _cycle(
         placed = space.fit(job)
         if placed is None:
             if job.milli < no_reclaim.get(job.queue, float("inf")):
-                victims, how, placed = _reclaim(job, takeable, alloc, fair, space)
+                victims, how, placed = _reclaim(job, takeable, alloc, fair, space, queues)
                 if not victims:
                     no_reclaim[job.queue] = job.milli
             if victims:
@@ -483,17 +486,25 @@ def _reclaim(
     alloc: Mapping[str, float],
     fair: Mapping[str, float],
     space: _Space,
+    queues: Mapping[str, KaiQueue],
 ) -> tuple[list[_Run], str, Placed | None]:
-    """KAI's reclaim: only for a job whose queue stays within its fair share, from queues over
-    theirs, never taking a victim's queue below its fair share, from jobs past the min runtime."""
+    """KAI's reclaim (its proportion plugin): only for a job whose queue stays within its fair
+    share, from jobs past the min runtime. Each victim is judged, as KAI judges it, by what its
+    queue holds before that victim is taken: more than the larger of its quota and fair share
+    (maintain fair share), or, when the job's queue stays within its own quota, more than the
+    victim's quota (guarantee deserved quota). The victim's queue may end below its fair share:
+    a queue that borrows its whole GPU gives it back to a queue due its quota."""
     if alloc[job.queue] + job.milli > fair[job.queue] + EPS:
         return [], "", None
+    starved = alloc[job.queue] + job.milli <= queues[job.queue].deserved_milli + EPS
     pool = [r for r in takeable if r.job.queue != job.queue]
 
-    def keeps_share(r: _Run, left: dict[str, float]) -> bool:
-        return left[r.job.queue] - r.job.milli >= fair[r.job.queue] - EPS
+    def over_its_share(r: _Run, left: dict[str, float]) -> bool:
+        q, have = queues[r.job.queue], left[r.job.queue]
+        allocatable = min(max(float(q.deserved_milli), fair[r.job.queue]), q.cap())
+        return have > allocatable + EPS or (starved and have > q.deserved_milli + EPS)
 
-    taken, placed = _victims(job, space, pool, keeps_share, alloc)
+    taken, placed = _victims(job, space, pool, over_its_share, alloc)
     if not taken:
         return [], "", None
     names = sorted({r.job.queue for r in taken})

@@ -355,6 +355,20 @@ class UsageService:
             hit = self._cache[key] = (now, self.budget_states(owner, key[1]))
         return next((s for s in hit[1] if s.status == "over"), None)
 
+    def add_grant(self, target: str, kind: str, milli_s: int, until: int, by: str, note: str = "") -> int:
+        """An admin's top-up or exemption (gpupool.usage.ledger), in force at once: the budget
+        states cached for holds and the culler are read again at their next ask, so a top-up
+        releases a held job on the next training pass, not up to CACHE_S later."""
+        grant = self.ledger.add_grant(target, kind, milli_s, until, by, note)
+        self._cache.clear()
+        return grant
+
+    def end_grant(self, grant_id: int, now: float, by: str) -> bool:
+        """End a grant now; as add_grant, what the cache held under it is read again."""
+        ended = self.ledger.end_grant(grant_id, now, by)
+        self._cache.clear()
+        return ended
+
     def culler_action(self, owner: str, groups: Iterable[str]) -> BudgetAction:
         """For the culler's targets: what to do with an idle GPU of `owner` (NONE: nothing)."""
         if self.over(owner, groups) is None:
