@@ -225,26 +225,12 @@ class KubeTrainingService(JobBook):
         try:
             await self.controller.submit(spec, files)
         except HomeUnavailable as err:  # since submitted: the owner's server stopped
-            self.unsent.discard(job_id)
-            self._set(
-                job_id,
-                state=JobState.FAILED,
-                finished=time.time(),
-                message=f"the job cannot mount its owner's home: {err}",
-            )
-            self._drop_folder(row)
+            self._fail_unsent(row, f"the job cannot mount its owner's home: {err}")
             return
         except ApiException as err:
             if err.status and 400 <= err.status < 500 and err.status not in (408, 429):
                 # the cluster refuses it (invalid, forbidden by a ResourceQuota...): say why
-                self.unsent.discard(job_id)
-                self._set(
-                    job_id,
-                    state=JobState.FAILED,
-                    finished=time.time(),
-                    message=f"Kubernetes refused the Job ({err.status}): {_reason(err)}",
-                )
-                self._drop_folder(row)
+                self._fail_unsent(row, f"Kubernetes refused the Job ({err.status}): {_reason(err)}")
                 return
             log.warning("could not create the Job of %s (%s); retrying", job_id, err.status)
             self._set(job_id, message=f"{SUBMITTING} (retrying: {err.status} {err.reason})")
@@ -258,6 +244,12 @@ class KubeTrainingService(JobBook):
         row = self.known_job(job_id)
         if row.message.startswith(SUBMITTING):  # the watch may have said more already
             self._set(job_id, message=self._waiting(row))
+
+    def _fail_unsent(self, row: TrainJob, message: str) -> None:
+        """A job the cluster will never run: failed with the reason, its code folder gone."""
+        self.unsent.discard(row.id)
+        self._set(row.id, state=JobState.FAILED, finished=time.time(), message=message)
+        self._drop_folder(row)
 
     def _drop_folder(self, row: TrainJob) -> None:
         """The job's folder on the hub's volume only carries its code until the cluster has it;

@@ -98,19 +98,24 @@ def test_the_training_pool_takes_user_namespaces_from_kubespawners_settings() ->
     assert TrainPool(config=c).job_options().user_namespace_template == "gpupool-{username}"
 
 
-def test_the_chart_lets_the_hub_make_and_follow_jobs_in_user_namespaces_only() -> None:
-    docs = render({"hub": {"namespace": "jhub"}, "userNamespaces": {"enabled": True}})
+def user_namespace_verbs(docs: list[dict]) -> dict[tuple[str, str], set[str]]:
+    """What the chart's ClusterRole for user namespaces lets the hub do, by (group, resource)."""
     role = next(
         d
         for d in docs
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
     )
-    verbs = {
+    return {
         (g, r): set(rule["verbs"])
         for rule in role["rules"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
     }
+
+
+def test_the_chart_lets_the_hub_make_and_follow_jobs_in_user_namespaces_only() -> None:
+    docs = render({"hub": {"namespace": "jhub"}, "userNamespaces": {"enabled": True}})
+    verbs = user_namespace_verbs(docs)
     assert verbs[("batch", "jobs")] == {"create", "get", "list", "watch", "delete", "patch"}
     assert verbs[("", "configmaps")] == {"create"} and verbs[("", "pods/log")] == {"get"}
     assert ("", "secrets") not in verbs
@@ -180,17 +185,7 @@ def test_with_kueue_the_chart_lets_the_hub_make_local_queues_in_user_namespaces_
         docs = render(
             {"hub": {"namespace": "jhub"}, "userNamespaces": {"enabled": True}, "kueue": {"enabled": kueue}}
         )
-        role = next(
-            d
-            for d in docs
-            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpupool-hub-user-namespaces"
-        )
-        verbs = {
-            (g, r): set(rule["verbs"])
-            for rule in role["rules"]
-            for g in rule["apiGroups"]
-            for r in rule["resources"]
-        }
+        verbs = user_namespace_verbs(docs)
         assert verbs.get(("kueue.x-k8s.io", "localqueues")) == ({"create"} if kueue else None)
         vap = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
         fenced = {r for rule in vap["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
