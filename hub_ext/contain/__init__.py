@@ -190,19 +190,21 @@ class Containment(Configurable):
         """,
     )
     hub_cpu_shares = Int(
-        8192,
+        0,
         min=0,
         max=262_144,
         config=True,
         help="""The CPU weight of the hub's own processes together (the
         hub, the proxy and the services it starts), in a cgroup v1 cpu folder of their own beside
         all workloads' (which weigh workloads_cpu_shares): when the CPUs are busy the hub gets
-        hub_cpu_shares / (hub_cpu_shares + workloads_cpu_shares) of what the two want, 97 % by
-        default, whatever users run; it uses only what it needs, so an idle hub leaves the CPUs to
+        hub_cpu_shares / (hub_cpu_shares + workloads_cpu_shares) of what the two want, 97 % at
+        8192 against the default 256, whatever users run; it uses only what it needs, so an idle hub leaves the CPUs to
         users. The weight also counts against other processes of the hub's own cgroup (a
         system service's slice), where 8192 weighs as 8 busy processes. Applied at start, where the
-        cpu limit is enforced; 0: the hub's processes stay where they started, 1024 each.
-        Example::
+        cpu limit is enforced; 0 (the default): the hub's processes stay where they started,
+        1024 each. Off by default until measured: on the 2-core test machine, with 8192 a
+        workspace's own start (in the workloads' 256) took up to a fifth longer, and the
+        neighbours benchmark could not show a gain. Example::
 
             c.Containment.hub_cpu_shares = 4096
         """,
