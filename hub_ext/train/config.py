@@ -110,7 +110,7 @@ class TrainPool(LoggingConfigurable):
         """,
     )
     usage_finalizer = Bool(
-        True,
+        False,
         config=True,
         help="""On Kubernetes: put the finalizer gpupool.io/usage on train pods (through the
         Job's pod template), so that a pod deleted while the hub is down (a preemption, a
@@ -119,10 +119,12 @@ class TrainPool(LoggingConfigurable):
         usage_relist_s), so a deleted train pod lingers, its containers ended, up to one
         interval. Before uninstalling the hub, let train jobs end or cancel them; a pod left
         with it after the hub is gone goes with `kubectl patch pod NAME --type=strategic -p
-        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["gpupool.io/usage"]}}'`. Off: such
-        a pod is counted until the last list that saw it alive. Example::
+        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["gpupool.io/usage"]}}'`. Off (the
+        default until an uninstall strips it itself: on the real node a pod kept by it held its
+        checkpoint claim after `helm uninstall`): such a pod is counted until the last list
+        that saw it alive. Example::
 
-            c.TrainPool.usage_finalizer = False
+            c.TrainPool.usage_finalizer = True
         """,
     )
     max_queued_per_user = Int(
