@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -55,6 +56,7 @@ class PostgresServer:
             pw = pwd.getpwnam("postgres")
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
         self.databases = 0
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     def _as_owner(self, *argv: str) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else list(argv)
@@ -75,13 +77,33 @@ class PostgresServer:
             "-w",
             "start",
         )
+        self._watch()
+
+    def _watch(self) -> None:
+        """pg_ctl's server outlives whoever started it: a test run killed with SIGKILL (a CI
+        timeout, `kill -9`) would leave it running and its folder in /tmp. A watchdog in its own
+        session reads a pipe only this process writes to; the pipe's end (this process's exit,
+        however it dies) stops the server and removes its folder."""
+        pg_ctl, data, root = (shlex.quote(str(p)) for p in (self.bin / "pg_ctl", self.data, self.root))
+        self._watchdog = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                f"cat >/dev/null; {pg_ctl} -D {data} -m immediate stop >/dev/null 2>&1; rm -rf {root}",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the test run's group reaches pytest, not this
+            user="postgres" if os.geteuid() == 0 else None,
+        )
 
     def stop(self) -> None:
-        subprocess.run(
-            self._as_owner(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"),
-            capture_output=True,
-            timeout=60,
-        )
+        if self._watchdog is not None:
+            assert self._watchdog.stdin is not None
+            self._watchdog.stdin.close()  # the watchdog's EOF: it stops the server and removes the folder
+            self._watchdog.wait(timeout=60)
+            self._watchdog = None
         shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, database: str = "postgres") -> str:
