@@ -44,6 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupool.vocab.hibernate_wire import (
+    HibernateAnswer,
+    HibernateRequest,
+    HibernationReport,
+    KernelSaved,
+    answer_of,
+    saved_summary,
+)
+
 FORMAT = 1
 ROOT = Path(".gpupool") / "hibernate"
 CURRENT, RESTORED = "current", "restored"
@@ -115,7 +124,7 @@ class Saved:
     bytes: int
     seconds: float
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> KernelSaved:
         return {
             "ok": True,
             "path": str(self.path),
@@ -600,7 +609,7 @@ def kernel_folder(environ: MutableMapping[str, str] = os.environ, home: Path | N
     return state_dir(home or Path.home(), environ.get("JUPYTERHUB_SERVER_NAME", ""), notebook)
 
 
-def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> dict[str, Any]:
+def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> KernelSaved:
     """Save this kernel's variables (what the workspace server runs in each kernel); a JSON-able
     summary, {"ok": False, "error": ...} when it could not."""
     folder = kernel_folder()
@@ -699,10 +708,10 @@ def _post_own_server(
     return json.loads(text) if text else None
 
 
-def _record_in_hub(body: dict[str, Any], environ: MutableMapping[str, str]) -> Any:
+def _record_in_hub(body: HibernationReport, environ: MutableMapping[str, str]) -> bytes:
     """POST the hibernation to the gpupool API (api/hibernated) with the user's own token."""
     url = environ.get("GPUPOOL_API_URL", "").rstrip("/") + "/api/hibernated"
-    return _post_json(url, body, environ, 10.0, 1 << 16)
+    return _post_json(url, dict(body), environ, 10.0, 1 << 16)
 
 
 def hibernate_now(
@@ -710,7 +719,7 @@ def hibernate_now(
     environ: MutableMapping[str, str] = os.environ,
     post: Callable[[str, dict[str, Any], MutableMapping[str, str], float], Any] = _post_own_server,
     say: Callable[[str], None] = print,
-    record: Callable[[dict[str, Any], MutableMapping[str, str]], Any] = _record_in_hub,
+    record: Callable[[HibernationReport, MutableMapping[str, str]], object] = _record_in_hub,
 ) -> bool:
     """`%gpupool hibernate`: save this kernel, ask the server to save its other kernels, then stop
     the server (jupyter_server's own /api/shutdown; the hub sees it gone and frees the share).
@@ -722,39 +731,45 @@ def hibernate_now(
     if not mine.get("ok"):
         say(f"%gpupool hibernate: this notebook could not be saved: {mine.get('error')}; nothing was stopped")
         return False
+    ask: HibernateRequest = {
+        "cap_bytes": DEFAULT_CAP_BYTES,
+        "quota_bytes": DEFAULT_QUOTA_BYTES,
+        "except": [own_kernel_id()],
+    }
     try:
-        others = post(
-            "gpupool/hibernate",
-            {"cap_bytes": DEFAULT_CAP_BYTES, "quota_bytes": DEFAULT_QUOTA_BYTES, "except": [own_kernel_id()]},
-            environ,
-            600.0,
-        )
+        others = post("gpupool/hibernate", dict(ask), environ, 600.0)
     except (OSError, ValueError) as err:
         say(f"%gpupool hibernate: the server could not save its other kernels ({err}); nothing was stopped")
         return False
-    kernels = [mine, *((others or {}).get("kernels") or [])]
-    failed = [k for k in kernels if not k.get("ok")]
+    answer = answer_of(others) if others is not None else HibernateAnswer(ok=True)  # no body: no others
+    if "error" in answer:  # an answer that is no HibernateAnswer: the others' state is unknown
+        say(
+            f"%gpupool hibernate: the server could not save its other kernels ({answer['error']}); nothing was stopped"
+        )
+        return False
+    kernels = [mine, *answer.get("kernels", [])]
+    failed = [k for k in kernels if not k["ok"]]
     if failed:
         say(
             f"%gpupool hibernate: {len(failed)} kernel(s) could not be saved ({failed[0].get('error')});"
             " nothing was stopped"
         )
         return False
-    size = sum(int(k.get("bytes") or 0) for k in kernels)
+    size = sum(k.get("bytes", 0) for k in kernels)
     lost = sorted({f"`{n}` ({why})" for k in kernels for n, why in (k.get("skipped") or {}).items()})
     say(
         f"gpupool: hibernated {len(kernels)} kernel{'' if len(kernels) == 1 else 's'} ({_size(size)});"
         " the server stops now and your variables come back when you start it and open the notebook"
         + (f"; not kept: {', '.join(lost)}" if lost else "")
     )
-    if environ.get("GPUPOOL_API_URL"):
-        hibernated = {
-            "bytes": size,
-            "kernels": len(kernels),
-            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+    hibernated = saved_summary(kernels)  # every kernel was saved: never None here
+    if environ.get("GPUPOOL_API_URL") and hibernated is not None:
+        report: HibernationReport = {
+            "server": environ.get("JUPYTERHUB_SERVER_NAME", ""),
+            "hibernated": hibernated,
         }
         try:  # the home page and the admins' list show it, as they show the culler's
-            record({"server": environ.get("JUPYTERHUB_SERVER_NAME", ""), "hibernated": hibernated}, environ)
+            record(report, environ)
         except (OSError, ValueError) as err:
             say(
                 f"gpupool: the hub did not record this hibernation ({err}); your variables are saved all the same"
