@@ -39,10 +39,10 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from gpupool.vocab.hibernate_wire import (
     HibernateAnswer,
@@ -52,6 +52,9 @@ from gpupool.vocab.hibernate_wire import (
     answer_of,
     saved_summary,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 FORMAT = 1
 ROOT = Path(".gpupool") / "hibernate"
@@ -189,7 +192,27 @@ def why_not(value: object, err: BaseException | None = None) -> str:
     return "cannot be saved"
 
 
-def user_variables(shell: Any) -> dict[str, Any]:
+class ShellEvents(Protocol):
+    def register(self, event: str, function: Callable[..., None]) -> None: ...
+    def unregister(self, event: str, function: Callable[..., None]) -> None: ...
+
+
+class Shell(Protocol):
+    """What hibernation uses of an IPython shell (the kernel's `get_ipython()`)."""
+
+    user_ns: dict[str, object]  # the user's names: any Python objects
+    events: ShellEvents
+
+
+class FileEntry(TypedDict):
+    """One file of a state, as its manifest lists it."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+def user_variables(shell: Shell) -> dict[str, object]:
     """The user's own names of an IPython shell (what %who lists)."""
     hidden = getattr(shell, "user_ns_hidden", {})
     out = {}
@@ -221,7 +244,7 @@ class _Writer:
 
     def __init__(self, folder: Path, cap_bytes: int, step: Callable[[str], None]) -> None:
         self.folder, self.cap, self.step = folder, cap_bytes, step
-        self.files: list[dict[str, Any]] = []
+        self.files: list[FileEntry] = []
         self.total = 0
 
     def write(self, name: str, chunks: Iterable[memoryview | bytes]) -> None:
@@ -259,14 +282,15 @@ class _Writer:
         return name
 
 
-def _pickler(f: Any, writer: _Writer | None) -> pickle.Pickler:
+def _pickler(f: SupportsWrite[bytes], writer: _Writer | None) -> pickle.Pickler:
     """A pickler that keeps modules by name and tensors in torch's format; buffers go to files
     (or nowhere, when only testing whether a value can be pickled)."""
     base = _base_pickler()
-    memo: dict[int, tuple[Any, ...]] = {}
+    memo: dict[int, tuple[str, str, str, bool]] = {}  # id -> ("torch", file, device, requires_grad)
 
     class P(base):  # type: ignore[valid-type,misc]
-        def persistent_id(self, obj: Any) -> Any:
+        # obj: Any as in pickle's own signature (any object of the user's)
+        def persistent_id(self, obj: Any) -> tuple[str, str] | tuple[str, str, str, bool] | None:
             if isinstance(obj, types.ModuleType):
                 return ("module", obj.__name__)
             if _torch_tensor(obj):
@@ -289,7 +313,7 @@ def _pickle_problem(value: object) -> str | None:
 
 
 class _Null:
-    def write(self, b: Any) -> int:
+    def write(self, b: bytes) -> int:
         return len(b)
 
 
@@ -306,7 +330,7 @@ def _no_step(_: str) -> None:
 
 
 def save(
-    variables: dict[str, Any],
+    variables: dict[str, object],
     folder: Path,
     ident: Identity,
     notebook: str = "",
@@ -555,7 +579,7 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
     )
 
 
-def restore_into(namespace: MutableMapping[str, Any], folder: Path, ident: Identity) -> Restored | None:
+def restore_into(namespace: MutableMapping[str, object], folder: Path, ident: Identity) -> Restored | None:
     """Restore into `namespace` all or nothing; the state is then marked restored (not used twice).
     None when there is nothing to restore."""
     try:
@@ -609,7 +633,7 @@ def kernel_folder(environ: MutableMapping[str, str] = os.environ, home: Path | N
     return state_dir(home or Path.home(), environ.get("JUPYTERHUB_SERVER_NAME", ""), notebook)
 
 
-def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> KernelSaved:
+def save_shell(shell: Shell, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> KernelSaved:
     """Save this kernel's variables (what the workspace server runs in each kernel); a JSON-able
     summary, {"ok": False, "error": ...} when it could not."""
     folder = kernel_folder()
@@ -656,7 +680,7 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
     return {**saved.summary(), "notebook": os.environ.get(ENV_NOTEBOOK, "")}
 
 
-def save_json(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
+def save_json(shell: Shell, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
     """save_shell's summary as JSON text (what the server extension reads back from the kernel)."""
     try:
         return json.dumps(save_shell(shell, cap_bytes, quota_bytes, keep_days))
@@ -682,7 +706,7 @@ def own_kernel_id() -> str:
 
 
 def _post_json(
-    url: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float, limit: int
+    url: str, body: Mapping[str, object], environ: MutableMapping[str, str], timeout: float, limit: int
 ) -> bytes:
     """POST `body` as JSON with the user's own token; at most `limit` bytes of the answer."""
     import urllib.request
@@ -701,8 +725,8 @@ def _post_json(
 
 
 def _post_own_server(
-    path: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float
-) -> Any:
+    path: str, body: Mapping[str, object], environ: MutableMapping[str, str], timeout: float
+) -> object:  # the server's JSON, unchecked: readers check it (hibernate_wire.answer_of)
     url = environ.get("JUPYTERHUB_SERVICE_URL", "").rstrip("/") + "/" + path
     text = _post_json(url, body, environ, timeout, 1 << 20)
     return json.loads(text) if text else None
@@ -715,9 +739,9 @@ def _record_in_hub(body: HibernationReport, environ: MutableMapping[str, str]) -
 
 
 def hibernate_now(
-    shell: Any,
+    shell: Shell,
     environ: MutableMapping[str, str] = os.environ,
-    post: Callable[[str, dict[str, Any], MutableMapping[str, str], float], Any] = _post_own_server,
+    post: Callable[[str, Mapping[str, object], MutableMapping[str, str], float], object] = _post_own_server,
     say: Callable[[str], None] = print,
     record: Callable[[HibernationReport, MutableMapping[str, str]], object] = _record_in_hub,
 ) -> bool:
@@ -781,7 +805,7 @@ def hibernate_now(
     return True
 
 
-def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
+def wake(shell: Shell, say: Callable[[str], None] = print) -> Restored | None:
     """At the kernel's first cell: bring back its notebook's hibernated variables, and say so."""
     folder = kernel_folder()
     if folder is None or not (folder / CURRENT).is_symlink():
@@ -795,7 +819,7 @@ def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
 _waiting: dict[int, bool] = {}  # shells whose state is restored at their first cell, which has not run yet
 
 
-def install_wake(shell: Any) -> None:
+def install_wake(shell: Shell) -> None:
     """Register the wake on the shell's first cell (once); nothing when there is no state."""
     folder = kernel_folder()
     if folder is None or not (folder / CURRENT).is_symlink():
@@ -803,7 +827,7 @@ def install_wake(shell: Any) -> None:
 
     _waiting[id(shell)] = True
 
-    def first_cell(*_: Any) -> None:
+    def first_cell(*_: object) -> None:
         shell.events.unregister("pre_run_cell", first_cell)
         _waiting.pop(id(shell), None)
         try:
