@@ -262,26 +262,25 @@ class HibernateNowPage(JupyterHandler):
 async def hibernate_kernel(km: Any, expr: str, timeout: float) -> KernelSaved:
     """Run the saver in one kernel (silently, no history) and read its summary back."""
     import ast
-    import inspect
+
+    from jupyter_core.utils import ensure_async  # jupyter_server's own: a plain value or an awaitable
 
     client = km.client()
     client.start_channels()
     try:
         # a kernel just started (the notebook opened, not woken yet) may not have joined IOPub:
         # execute_interactive then misses the idle status and waits its whole timeout. Ready first.
-        ready = client.wait_for_ready(timeout=min(timeout, 120.0))
-        if inspect.isawaitable(ready):
-            await ready
-        reply = client.execute_interactive(
-            "",
-            silent=True,
-            store_history=False,
-            user_expressions={"r": expr},
-            timeout=timeout,
-            output_hook=lambda msg: None,
+        await ensure_async(client.wait_for_ready(timeout=min(timeout, 120.0)))
+        reply = await ensure_async(  # jupyter_server's clients are async ones
+            client.execute_interactive(
+                "",
+                silent=True,
+                store_history=False,
+                user_expressions={"r": expr},
+                timeout=timeout,
+                output_hook=lambda msg: None,
+            )
         )
-        if inspect.isawaitable(reply):  # jupyter_server's clients are async ones
-            reply = await reply
         result = reply["content"].get("user_expressions", {}).get("r", {})
         if result.get("status") != "ok":
             return {
