@@ -137,13 +137,17 @@ def kernel_saved(item: object) -> KernelSaved | None:
 
 def answer_of(body: object) -> HibernateAnswer:
     """A server's answer to a HibernateRequest, checked: an answer that is no object is a failure
-    that says so; kernels that are no KernelSaved are left out."""
+    that says so; a kernel's report that is no KernelSaved is a kernel not saved (never left out:
+    `%gpupool hibernate` stops the server only when every kernel was saved)."""
     if not isinstance(body, dict):
         return {"ok": False, "error": "its server's answer was not JSON"}
     out = HibernateAnswer(ok=body.get("ok") is True)
     kernels = body.get("kernels")
     if isinstance(kernels, list):
-        out["kernels"] = [k for k in map(kernel_saved, kernels[:MAX_KERNELS]) if k is not None]
+        out["kernels"] = [
+            k if k is not None else KernelSaved(ok=False, error="its report could not be read")
+            for k in map(kernel_saved, kernels[:MAX_KERNELS])
+        ]
     if (n := _count(body.get("bytes"))) is not None:
         out["bytes"] = n
     if (text := _text(body.get("error"))) is not None:
