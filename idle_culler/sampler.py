@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpupool.gpu.proctree import descendants
+from gpupool.vocab.agent_wire import pod_uses
 
 log = logging.getLogger("gpupool.culler")
 
@@ -151,10 +152,11 @@ class NodeAgentSampler:
                 with urllib.request.urlopen(
                     urllib.request.Request(url, headers=headers), timeout=self.timeout
                 ) as r:
-                    for p in json.load(r).get("pods", []):
-                        pods[p["uid"]] = GPUUse(float(p["gpu_util_pct"]), int(p["memory_mib"]))
-            except (OSError, ValueError, KeyError) as err:
+                    answer = pod_uses(json.load(r))  # well-formed pods only (gpupool.vocab.agent_wire)
+            except (OSError, ValueError) as err:
                 log.warning("node agent %s gave no data: %s", url, err)
+                continue
+            pods.update((uid, GPUUse(util, memory)) for uid, (util, memory) in answer.items())
         return {t.key: pods[t.pod_uid] for t in targets if t.pod_uid in pods}
 
 

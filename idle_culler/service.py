@@ -37,6 +37,7 @@ from gpupool.idle_culler.policy import (
 from gpupool.idle_culler.sampler import GPUUse, Sampler, Target, make_sampler
 from gpupool.vocab.culler_wire import CullReport, CullTarget, Finding, ReportEvent
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
+from gpupool.vocab.hibernate_wire import HibernateAnswer, HibernateRequest, answer_of, saved_summary
 from gpupool.vocab.kinds import EventKind
 
 log = logging.getLogger("gpupool.culler")
@@ -196,7 +197,8 @@ class Culler:
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
         self.park_failed: set[str] = set()  # parking did not work: the stop rules apply instead
-        self.hibernated: dict[str, dict[str, Any]] = {}  # key -> what the server said it saved (this pass)
+        self.hibernate_cap: dict[str, int] = {}  # key -> the bytes its hibernation may save (this pass)
+        self.hibernated: dict[str, HibernateAnswer] = {}  # key -> what the server said it saved (this pass)
 
     def servers(self) -> dict[str, dict[str, Any]]:
         users = self.client.paginated(f"{self.hub_api}/users?state=active&limit={PAGE}", self.cfg.concurrency)
@@ -341,7 +343,7 @@ class Culler:
                     else "cull"
                 )
                 if kind == "hibernate":
-                    self.hibernated[key] = {"max_bytes": int(limits.hibernate_max_gib * (1 << 30))}
+                    self.hibernate_cap[key] = int(limits.hibernate_max_gib * (1 << 30))
                 events.append(None)  # its place: the event follows the outcome
                 steps.append(Step(Act(kind), key, ws, d, t, len(report) - 1, len(events) - 1, now))
         return report, events, steps
@@ -394,9 +396,7 @@ class Culler:
         if kind == "park":
             return self.park(ws.owner, ws.name, key)
         if kind == "hibernate":
-            self.hibernated[key] = self.hibernate(
-                t.get("server_url", ""), key, self.hibernated[key]["max_bytes"]
-            )
+            self.hibernated[key] = self.hibernate(t.get("server_url", ""), key, self.hibernate_cap.pop(key))
         return self.stop(ws.owner, ws.name)
 
     def _record(self, step: Step, ok: bool, report: list[Finding], events: list[ReportEvent | None]) -> None:
@@ -444,8 +444,11 @@ class Culler:
             dry = " (dry run: not stopped)" if self.cfg.dry_run else ""
             message, saved = d.message, None
             if kind == "hibernate" and not self.cfg.dry_run:
-                answer = self.hibernated.pop(key, {})
-                message, saved = hibernated_message(answer, d.message), saved_summary(answer)
+                answer = self.hibernated.pop(key, HibernateAnswer(ok=False))
+                message, saved = (
+                    hibernated_message(answer, d.message),
+                    saved_summary(answer.get("kernels", [])),
+                )
             event: ReportEvent = {
                 "kind": EventKind.CULL,
                 "owner": ws.owner,
@@ -488,13 +491,13 @@ class Culler:
             return False
         return True
 
-    def hibernate(self, server_url: str, key: str, max_bytes: int) -> dict[str, Any]:
+    def hibernate(self, server_url: str, key: str, max_bytes: int) -> HibernateAnswer:
         """Ask the workspace's own server to save each kernel's variables (as the user, into the
         user's home); what it answered, {"ok": False, "error": ...} when it could not. The stop
         follows either way: a failed hibernation is a stop as before, with the reason."""
         if not server_url:
             return {"ok": False, "error": "the hub gave no server URL"}
-        body = {
+        body: HibernateRequest = {
             "cap_bytes": max_bytes,
             "quota_bytes": int(self.cfg.hibernate_quota_gib * (1 << 30)),
             "keep_days": int(self.cfg.hibernate_keep_days),
@@ -507,9 +510,7 @@ class Culler:
         except (OSError, ValueError) as err:  # URLError/HTTPError are OSErrors
             log.error("could not hibernate %s: %s; stopping it as before", key, err)
             return {"ok": False, "error": f"its server did not answer ({err})"}
-        return (
-            answer if isinstance(answer, dict) else {"ok": False, "error": "its server's answer was not JSON"}
-        )
+        return answer_of(answer)  # well-formed kernels only (gpupool.vocab.hibernate_wire)
 
     def park(self, owner: str, name: str, key: str) -> bool:
         """Ask the hub to park the workspace's GPU; on failure the stop rules take over."""
@@ -544,15 +545,15 @@ class Culler:
         self.park_failed.discard(key)
 
 
-def hibernated_message(answer: dict[str, Any], stopped: str) -> str:
+def hibernated_message(answer: HibernateAnswer, stopped: str) -> str:
     """The cull event's words: what was hibernated, or why not (then lost as before)."""
-    kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict)]
-    saved = [k for k in kernels if k.get("ok")]
+    kernels = answer.get("kernels", [])
+    saved = [k for k in kernels if k["ok"]]
     if saved:  # a kernel of another language, or one over the cap, is lost alone
-        size = sum(int(k.get("bytes") or 0) for k in saved) / (1 << 20)
+        size = sum(k.get("bytes", 0) for k in saved) / (1 << 20)
         lost = sorted({n for k in saved for n in (k.get("skipped") or {})})
         tail = f"; not kept: {', '.join(lost[:10])}" if lost else ""
-        failed = [k for k in kernels if not k.get("ok")]
+        failed = [k for k in kernels if not k["ok"]]
         also = (
             f"; {len(failed)} other kernel{'' if len(failed) == 1 else 's'} could not be hibernated"
             f" ({str(failed[0].get('error'))[:200]}): lost"
@@ -563,23 +564,10 @@ def hibernated_message(answer: dict[str, Any], stopped: str) -> str:
             f"hibernated ({len(saved)} kernel{'' if len(saved) == 1 else 's'}, {size:.0f} MiB{tail}{also}) and"
             f" {stopped}: your variables come back when you start"
         )
-    if answer.get("ok"):
+    if answer["ok"]:
         return f"{stopped} (it had no kernels to hibernate)"
-    why = answer.get("error") or next((k.get("error") for k in kernels if not k.get("ok")), "") or "it failed"
+    why = answer.get("error") or next((k.get("error") for k in kernels if not k["ok"]), "") or "it failed"
     return f"{stopped}; it could not be hibernated ({str(why)[:200]}): its variables are lost"
-
-
-def saved_summary(answer: dict[str, Any]) -> dict[str, Any] | None:
-    """What the hub records of a hibernation (gpupool.api.hibernation): the saved kernels' bytes,
-    count and notebooks, as the server answered; None when no kernel was saved."""
-    kernels = [k for k in answer.get("kernels") or [] if isinstance(k, dict) and k.get("ok")]
-    if not kernels:
-        return None
-    return {
-        "bytes": sum(k["bytes"] for k in kernels if type(k.get("bytes")) is int),
-        "kernels": len(kernels),
-        "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
-    }
 
 
 def file_clock(path: str) -> Callable[[], float]:

@@ -85,7 +85,7 @@ class Seconds(Float[Any, Any]):
         self.positive = positive
         super().__init__(default_value, **kwargs)
 
-    def validate(self, obj: Any, value: Any) -> float:
+    def validate(self, obj: object, value: Any) -> float:
         problem = seconds_problem(value, self.positive)
         if problem:
             raise TraitError(f"{_where(obj, self.name)} {problem}")
@@ -97,7 +97,7 @@ class TimeOfDay(Unicode[str, str]):
 
     info_text = 'a time of day "HH:MM" or ""'
 
-    def validate(self, obj: Any, value: Any) -> str:
+    def validate(self, obj: object, value: Any) -> str:
         problem = clock_problem(value)
         if problem:
             raise TraitError(f"{_where(obj, self.name)}: {problem}")
@@ -109,7 +109,7 @@ class TimeZone(Unicode[str, str]):
 
     info_text = "an IANA time zone name"
 
-    def validate(self, obj: Any, value: Any) -> str:
+    def validate(self, obj: object, value: Any) -> str:
         problem = zone_problem(value)
         if problem:
             raise TraitError(f"{_where(obj, self.name)}: {problem}")
@@ -121,7 +121,7 @@ class LimitOverrides(Dict):
 
     info_text = "a dict of {name: {limit: value}}"
 
-    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for name, over in value.items():

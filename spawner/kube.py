@@ -371,15 +371,15 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     # modify_pod_hook is the last thing kubespawner runs on the manifest before creating the
     # pod: the quota check wraps whatever hook is configured, so it sees the final pod.
     @default("modify_pod_hook")
-    def _default_pod_hook(self) -> Callable[..., Any]:
+    def _default_pod_hook(self) -> Callable[..., object]:
         return self._checked_hook(None)
 
     @validate("modify_pod_hook")
-    def _wrap_pod_hook(self, proposal: dict[str, Any]) -> Callable[..., Any]:
+    def _wrap_pod_hook(self, proposal: dict[str, Any]) -> Callable[..., object]:
         hook = proposal["value"]
         return hook if getattr(hook, _CHECKED, False) else self._checked_hook(hook)
 
-    def _checked_hook(self, hook: Callable[..., Any] | None) -> Callable[..., Any]:
+    def _checked_hook(self, hook: Callable[..., object] | None) -> Callable[..., object]:
         async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
             if hook is not None:
                 pod = await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows

@@ -62,15 +62,15 @@ class PromptStart(HasTraits):
     )
 
     @default("after_pod_created_hook")
-    def _default_after_created(self) -> Callable[..., Any]:
+    def _default_after_created(self) -> Callable[..., object]:
         return self._then_wait(None)
 
     @validate("after_pod_created_hook")
-    def _wrap_after_created(self, proposal: dict[str, Any]) -> Callable[..., Any]:
+    def _wrap_after_created(self, proposal: dict[str, Any]) -> Callable[..., object]:
         hook = proposal["value"]
         return hook if getattr(hook, _WAITS, False) else self._then_wait(hook)
 
-    def _then_wait(self, hook: Callable[..., Any] | None) -> Callable[..., Any]:
+    def _then_wait(self, hook: Callable[..., object] | None) -> Callable[..., object]:
         async def then_wait(spawner: Spawner, pod: Any) -> None:
             if hook is not None:
                 await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows

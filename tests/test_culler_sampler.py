@@ -78,3 +78,55 @@ def test_node_agent_json_is_matched_by_pod_uid() -> None:
     out = NodeAgentSampler([url]).sample([Target("ann", "", pod_uid="u-1"), Target("bob", "", pod_uid="u-2")])
     server.server_close()
     assert list(out) == ["ann/"] and (out["ann/"].util_pct, out["ann/"].memory_mib) == (42.5, 1234)
+
+
+def serve_bodies(bodies: list[bytes]) -> list[str]:
+    """One node agent per body, each answering once with it: their URLs."""
+    urls = []
+    for body in bodies:
+
+        class Agent(BaseHTTPRequestHandler):
+            answer = body
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(self.answer)
+
+            def log_message(self, *args):
+                pass
+
+        server = HTTPServer(("127.0.0.1", 0), Agent)
+        threading.Thread(target=server.handle_request, daemon=True).start()
+        urls.append(f"http://127.0.0.1:{server.server_port}/pods")
+    return urls
+
+
+def test_a_broken_node_agent_answer_is_skipped_and_the_pass_goes_on() -> None:
+    # an agent of another version, or anything else listening there, answers a wrong shape: its
+    # pods give no data (never a crash of the culler's pass, never a made-up reading); the good
+    # pods of the same answer and the other agents still count
+    good = {"uid": "u-ok", "gpu_util_pct": 30, "memory_mib": 10}
+    urls = serve_bodies(
+        [
+            b"[1, 2]",  # not an object
+            json.dumps({"pods": {"u-1": {}}}).encode(),  # not a list
+            json.dumps(
+                {
+                    "pods": [
+                        "u-2",
+                        {"uid": "u-3", "gpu_util_pct": "busy", "memory_mib": 1},
+                        {"uid": "u-4", "gpu_util_pct": float("nan"), "memory_mib": 1},
+                        {"uid": "u-5", "gpu_util_pct": 5, "memory_mib": -1},
+                        {"uid": ["u-6"], "gpu_util_pct": 5, "memory_mib": 1},
+                        good,
+                    ]
+                }
+            ).encode(),
+        ]
+    )
+    targets = [Target(f"user{i}", "", pod_uid=f"u-{i}") for i in range(1, 7)] + [
+        Target("ok", "", pod_uid="u-ok")
+    ]
+    out = NodeAgentSampler(urls).sample(targets)
+    assert list(out) == ["ok/"] and (out["ok/"].util_pct, out["ok/"].memory_mib) == (30, 10)

@@ -460,6 +460,29 @@ def test_hibernate_now_saves_every_kernel_before_it_stops_the_server(tmp_path: P
     shell.user_ns["f"].close()
 
 
+@pytest.mark.parametrize(
+    "answer", [["not", "an", "object"], "saved", {"ok": True, "kernels": ["k1", {"ok": "yes", "bytes": 5}]}]
+)
+def test_hibernate_now_stops_nothing_on_an_answer_it_cannot_read(answer, tmp_path: Path, monkeypatch) -> None:
+    # the server's answer for the other kernels is read as a HibernateAnswer: one that is not an
+    # object, or kernels it cannot read, are kernels not known to be saved; nothing is stopped
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "a.ipynb")
+    env = {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9/user/ada/", "JUPYTERHUB_API_TOKEN": "t"}
+    shell = SimpleNamespace(user_ns={"x": 1}, user_ns_hidden={})
+    said: list[str] = []
+    asked: list[str] = []
+
+    def post(path, body, environ, timeout):
+        asked.append(path)
+        return answer
+
+    assert not h.hibernate_now(shell, env, post, said.append)
+    assert asked == ["gpupool/hibernate"] and "nothing was stopped" in said[0]
+
+
 def test_the_home_page_says_a_culled_server_was_hibernated() -> None:
     import datetime as dt
     from types import SimpleNamespace

@@ -53,7 +53,7 @@ def test_names_are_cut_and_counted_within_bounds() -> None:
 
 def test_the_culler_reports_the_size_the_server_saved_and_the_hub_checks_it() -> None:
     from gpupool.api.culler import parse_report
-    from gpupool.idle_culler.service import saved_summary
+    from gpupool.vocab.hibernate_wire import answer_of, saved_summary
 
     answer = {
         "ok": False,
@@ -63,9 +63,9 @@ def test_the_culler_reports_the_size_the_server_saved_and_the_hub_checks_it() ->
             {"ok": False, "error": "NameError: get_ipython"},  # an R kernel: not counted
         ],
     }
-    saved = saved_summary(answer)
+    saved = saved_summary(answer_of(answer)["kernels"])  # as the culler reads the server's answer
     assert saved == {"bytes": 4 << 20, "kernels": 2, "notebooks": ["b.ipynb", "work/a.ipynb"]}
-    assert saved_summary({"ok": False, "kernels": [{"ok": False}]}) is None
+    assert saved_summary(answer_of({"ok": False, "kernels": [{"ok": False}]})["kernels"]) is None
     cull = {"kind": "cull", "owner": "ada", "name": "", "message": "m", "reason": "r", "hibernated": saved}
     _, _, events = parse_report({"events": [cull]}, NOW)
     assert events[0]["hibernated"]["bytes"] == 4 << 20

@@ -13,14 +13,14 @@ from urllib.parse import quote
 import ipywidgets as w
 
 from gpupool.train.sweep import SweepError
-from gpupool.vocab.job_wire import CodeKind, job_body
+from gpupool.vocab.job_wire import CodeKind, JobView, job_body
 from gpupool.vocab.priority import PRIORITY_MAX, PRIORITY_MIN
 from gpupool.vocab.states import UNFINISHED, JobState
 from gpupool.widgets.ansi import log_box
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.sweep import SweepTable, parse_sweep_field
 
-STATE_COLOURS = {
+STATE_COLOURS: dict[str, str] = {  # by JobState
     JobState.QUEUED: "#b58900",
     JobState.RUNNING: "#268bd2",
     JobState.PREEMPTING: "#cb4b16",
@@ -43,7 +43,7 @@ JOB_COLUMNS = ("job", "project", "GPUs", "state", "GPU", "runs", "note")
 CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px"
 
 
-def job_row(job: Mapping[str, Any]) -> str:
+def job_row(job: JobView) -> str:
     """One job as an HTML table row: pure, so tests read what users see. A queued job says why it
     waits (the API's wait_reason), a preempted one when and from where it goes on."""
     colour = STATE_COLOURS.get(job["state"], "#000")
@@ -51,7 +51,8 @@ def job_row(job: Mapping[str, Any]) -> str:
     why = job.get("wait_reason") or (
         f"#{job['queue_position']} in queue" if job.get("queue_position") else ""
     )
-    eta = (job.get("eta") or {}).get("text") if job["state"] == JobState.QUEUED else ""
+    forecast = job.get("eta")
+    eta = forecast.get("text") if forecast and job["state"] == JobState.QUEUED else ""
     if eta:  # when the forward simulation of the scheduler expects it to start (gpupool.pool.eta)
         why = f"{eta}; {why}" if why else eta
     runs = (
@@ -78,7 +79,7 @@ def job_row(job: Mapping[str, Any]) -> str:
     return "<tr>" + "".join(f"<td style='{CELL_STYLE}'>{cell}</td>" for cell in cells) + "</tr>"
 
 
-def job_table(jobs: list[Mapping[str, Any]]) -> str:
+def job_table(jobs: list[JobView]) -> str:
     """The job monitor's table: one header row over the same columns as every job's row."""
     head = "".join(f"<th style='{CELL_STYLE}'>{name}</th>" for name in JOB_COLUMNS)
     return (
@@ -207,7 +208,7 @@ class JobMonitor(w.VBox):
         self._stop.set()
         super().close()
 
-    def refresh(self) -> list[dict[str, Any]]:
+    def refresh(self) -> list[JobView]:
         try:
             jobs = (
                 [self.api.get(f"api/jobs/{self.job_id}")] if self.job_id else self.api.get("api/jobs")["jobs"]

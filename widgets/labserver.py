@@ -17,6 +17,13 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from gpupool.vocab.hibernate_wire import (
+    HibernateAnswer,
+    KernelSaved,
+    SavedSummary,
+    kernel_saved,
+    saved_summary,
+)
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.hibernation import asked_hub, hibernation
 from gpupool.widgets.summary import summary
@@ -139,24 +146,26 @@ class HibernateHandler(APIHandler):
             quota=_bounded_int(body.get("quota_bytes"), 1 << 50),
             keep=_bounded_int(body.get("keep_days"), 36500),
         )
-        skip: list[Any] = body["except"] if isinstance(body.get("except"), list) else []
+        skip = (
+            [k for k in body["except"] if isinstance(k, str)] if isinstance(body.get("except"), list) else []
+        )
         timeout = float(_bounded_int(body.get("timeout_s"), 3600) or 600)
         result = await hibernate_all(self.kernel_manager, expr, timeout, skip)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(result))
 
 
-async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list[Any]) -> dict[str, Any]:
-    """Run the saver in each of this server's kernels but `skip`: {"ok", "kernels", "bytes"}."""
-    kernels = []
+async def hibernate_all(kernel_manager: Any, expr: str, timeout: float, skip: list[str]) -> HibernateAnswer:
+    """Run the saver in each of this server's kernels but `skip`."""
+    kernels: list[KernelSaved] = []
     for kid in list(kernel_manager.list_kernel_ids()):
         if kid in skip:
             continue
-        kernels.append({"id": kid, **await hibernate_kernel(kernel_manager.get_kernel(kid), expr, timeout)})
+        kernels.append({**await hibernate_kernel(kernel_manager.get_kernel(kid), expr, timeout), "id": kid})
     return {
-        "ok": all(k.get("ok") for k in kernels),
+        "ok": all(k["ok"] for k in kernels),
         "kernels": kernels,
-        "bytes": sum(int(k.get("bytes") or 0) for k in kernels),
+        "bytes": sum(k.get("bytes", 0) for k in kernels),
     }
 
 
@@ -218,7 +227,8 @@ class HibernateNowPage(JupyterHandler):
         if await self.refused():
             return
         result = await hibernate_all(self.kernel_manager, NOW_EXPR, 600.0, [])
-        failed = [k for k in result["kernels"] if not k.get("ok")]
+        kernels = result.get("kernels", [])
+        failed = [k for k in kernels if not k["ok"]]
         if failed:
             self.page(
                 f"{len(failed)} kernel(s) could not be saved ({str(failed[0].get('error'))[:200]});"
@@ -226,12 +236,7 @@ class HibernateNowPage(JupyterHandler):
                 status=409,
             )
             return
-        kernels = result["kernels"]
-        hibernated = {
-            "bytes": result["bytes"],
-            "kernels": len(kernels),
-            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
-        }
+        hibernated = saved_summary(kernels) or SavedSummary(bytes=0, kernels=0, notebooks=[])
         note = ""
         if os.environ.get("GPUPOOL_API_URL"):
             try:
@@ -254,37 +259,36 @@ class HibernateNowPage(JupyterHandler):
         asyncio.get_running_loop().run_in_executor(None, stop)
 
 
-async def hibernate_kernel(km: Any, expr: str, timeout: float) -> dict[str, Any]:
+async def hibernate_kernel(km: Any, expr: str, timeout: float) -> KernelSaved:
     """Run the saver in one kernel (silently, no history) and read its summary back."""
     import ast
-    import inspect
+
+    from jupyter_core.utils import ensure_async  # jupyter_server's own: a plain value or an awaitable
 
     client = km.client()
     client.start_channels()
     try:
         # a kernel just started (the notebook opened, not woken yet) may not have joined IOPub:
         # execute_interactive then misses the idle status and waits its whole timeout. Ready first.
-        ready = client.wait_for_ready(timeout=min(timeout, 120.0))
-        if inspect.isawaitable(ready):
-            await ready
-        reply = client.execute_interactive(
-            "",
-            silent=True,
-            store_history=False,
-            user_expressions={"r": expr},
-            timeout=timeout,
-            output_hook=lambda msg: None,
+        await ensure_async(client.wait_for_ready(timeout=min(timeout, 120.0)))
+        reply = await ensure_async(  # jupyter_server's clients are async ones
+            client.execute_interactive(
+                "",
+                silent=True,
+                store_history=False,
+                user_expressions={"r": expr},
+                timeout=timeout,
+                output_hook=lambda msg: None,
+            )
         )
-        if inspect.isawaitable(reply):  # jupyter_server's clients are async ones
-            reply = await reply
         result = reply["content"].get("user_expressions", {}).get("r", {})
         if result.get("status") != "ok":
             return {
                 "ok": False,
                 "error": f"{result.get('ename', 'error')}: {str(result.get('evalue'))[:200]}",
             }
-        summary = json.loads(ast.literal_eval(result["data"]["text/plain"]))
-        return summary if isinstance(summary, dict) else {"ok": False, "error": "no summary"}
+        summary = kernel_saved(json.loads(ast.literal_eval(result["data"]["text/plain"])))
+        return summary if summary is not None else {"ok": False, "error": "no summary"}
     except Exception as err:  # noqa: BLE001 - a kernel that died or timed out: not hibernated
         return {"ok": False, "error": f"{type(err).__name__}: {str(err)[:200]}"}
     finally:

@@ -13,7 +13,10 @@ from urllib.parse import quote
 
 import ipywidgets as w
 
+from gpupool.vocab.culler_wire import CullerStatus
 from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.hibernate_wire import HibernatedList
+from gpupool.vocab.pool_wire import GPUView, MeView, PoolView
 from gpupool.vocab.reason_words import UPCOMING
 from gpupool.widgets.client import Client, GPUPoolError
 from gpupool.widgets.summary import (
@@ -32,7 +35,7 @@ def _gpus(milli: int) -> str:
 
 
 def culler_rows(
-    culler: Mapping[str, Any] | None, owner: str, server: str, now: float, virtual: bool = False
+    culler: CullerStatus | None, owner: str, server: str, now: float, virtual: bool = False
 ) -> list[tuple[str, str]]:
     """What the idle culler last found about this workspace, in plain words."""
     found = culler_finding(culler, owner, server)
@@ -65,7 +68,7 @@ def culler_rows(
     return rows
 
 
-def gpu_name(gpu: Mapping[str, Any]) -> str:
+def gpu_name(gpu: GPUView) -> str:
     return f"virtual GPU #{gpu['index']}" if gpu.get("virtual") else f"{gpu['model']} #{gpu['index']}"
 
 
@@ -76,15 +79,15 @@ def parking_rows(parking: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [("GPU parked", parking.get("message") or "GPU parked — it comes back when you run a cell")]
 
 
-def hibernated_rows(answer: Mapping[str, Any] | None, server: str) -> list[tuple[str, str]]:
+def hibernated_rows(answer: HibernatedList | None, server: str) -> list[tuple[str, str]]:
     """The user's hibernated servers (gpupool.api.hibernation): when, and that the variables come
     back at the next start; retention's warning before their state is deleted."""
     rows: list[tuple[str, str]] = []
-    for r in (answer or {}).get("hibernated") or []:
+    for r in answer.get("hibernated") or [] if answer else []:
         name = str(r.get("name", ""))
         label = "Hibernated" if name == server else f"Hibernated: {name or 'default server'}"
         rows.append((label, str(r.get("message", ""))))
-    for warning in (answer or {}).get("warnings") or []:
+    for warning in answer.get("warnings") or [] if answer else []:
         name = str(warning.get("name", ""))
         label = "Deleted soon" if name == server else f"Deleted soon: {name or 'default server'}"
         rows.append((label, str(warning.get("message", ""))))
@@ -92,7 +95,7 @@ def hibernated_rows(answer: Mapping[str, Any] | None, server: str) -> list[tuple
 
 
 def status_rows(
-    me: Mapping[str, Any], pool: Mapping[str, Any], env: Mapping[str, str], server: str = ""
+    me: MeView, pool: PoolView, env: Mapping[str, str], server: str = ""
 ) -> list[tuple[str, str]]:
     """Label/value rows for this workspace: pure, so the widget and its tests agree."""
     mine = my_shares(pool, me["name"], server)

@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.pool.units import format_gpus, gpus_number
+from gpupool.vocab.culler_wire import CullerStatus
 from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.job_wire import JobList, JobView
+from gpupool.vocab.pool_wire import GPUView, MeView, PoolView, ShareView
 from gpupool.vocab.reason_words import UPCOMING
 from gpupool.vocab.states import JobState
 
@@ -28,16 +31,14 @@ def left_text(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60} min" if minutes % 60 else f"{minutes // 60} h"
 
 
-def parked_milli(me: Mapping[str, Any], server: str) -> int:
+def parked_milli(me: MeView, server: str) -> int:
     """This server's parked share as the pool counts it (api/me's holdings), 0 when not parked."""
     return sum(
         h.get("milli", 0) for h in me.get("holdings", []) if h.get("server") == server and h.get("parked")
     )
 
 
-def my_shares(
-    pool: Mapping[str, Any], owner: str, server: str
-) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+def my_shares(pool: PoolView, owner: str, server: str) -> list[tuple[GPUView, ShareView]]:
     return [
         (gpu, share)
         for gpu in pool.get("gpus", [])
@@ -46,29 +47,31 @@ def my_shares(
     ]
 
 
-def moved_text(share: Mapping[str, Any]) -> str:
+def moved_text(share: ShareView) -> str:
     """'moved to GPU 3 at 14:02 (to make room for a training job)' for a share the hub moved
     (gpupool.parking.mover), '' otherwise."""
     m = share.get("moved")
-    if not isinstance(m, Mapping) or not isinstance(m.get("at"), int | float):
+    at = m.get("at") if isinstance(m, Mapping) else None
+    if m is None or not isinstance(at, int | float):
         return ""
     gpus = ", ".join(str(g) for g in m.get("to_gpus") or [])
     node = f" on {m.get('to_node')}" if m.get("to_node") != m.get("from_node") else ""
     why = f" (to make room for {m['why']})" if m.get("why") else ""
-    return f"moved to GPU {gpus}{node} at {clock(m['at'])}{why}"
+    return f"moved to GPU {gpus}{node} at {clock(at)}{why}"
 
 
-def last_move(mine: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> tuple[str, float | None]:
+def last_move(mine: list[tuple[GPUView, ShareView]]) -> tuple[str, float | None]:
     """The text and time of this workspace's last move (its shares move together)."""
     for _, share in mine:
-        text = moved_text(share)
-        if text:
-            return text, float(share["moved"]["at"])
+        text, moved = moved_text(share), share.get("moved")
+        if text and moved is not None and moved["at"] is not None:  # moved_text checked it
+            return text, float(moved["at"])
     return "", None
 
 
-def culler_finding(culler: Mapping[str, Any] | None, owner: str, server: str) -> Mapping[str, Any]:
-    for found in (culler or {}).get("workspaces", []):
+def culler_finding(culler: CullerStatus | None, owner: str, server: str) -> Mapping[str, Any]:
+    """This workspace's Finding, read with .get (a hub may leave keys out); {} when the culler has none."""
+    for found in culler.get("workspaces", []) if culler else []:
         if found.get("owner") == owner and found.get("name") == server:
             return found
     return {}
@@ -92,32 +95,37 @@ def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def next_job(jobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _start(job: JobView) -> float | None:
+    eta = job.get("eta")
+    return eta.get("start") if eta else None
+
+
+def next_job(jobs: JobList | None) -> dict[str, Any] | None:
     """The user's queued train job that should start first, with when and why it waits (api/jobs)."""
-    queued = [j for j in (jobs or {}).get("jobs", []) if j.get("state") == JobState.QUEUED]
+    queued = [j for j in jobs.get("jobs", []) if j.get("state") == JobState.QUEUED] if jobs else []
     if not queued:
         return None
-    timed = [j for j in queued if (j.get("eta") or {}).get("start")]
-    first = min(timed, key=lambda j: j["eta"]["start"]) if timed else queued[0]
-    eta = first.get("eta") or {}
+    timed = [(start, j) for j in queued if (start := _start(j))]
+    first = min(timed, key=lambda t: t[0])[1] if timed else queued[0]
+    eta = first.get("eta")
     return {
         "queued": len(queued),
         "id": first.get("id", ""),
         "name": first.get("name", ""),
-        "start": eta.get("start"),
-        "text": eta.get("text", ""),
+        "start": eta.get("start") if eta else None,
+        "text": eta.get("text", "") if eta else "",
         "reason": first.get("wait_reason", ""),
     }
 
 
 def summary(
-    me: Mapping[str, Any],
-    pool: Mapping[str, Any],
-    culler: Mapping[str, Any] | None,
+    me: MeView,
+    pool: PoolView,
+    culler: CullerStatus | None,
     server: str,
     now: float,
     budget: Mapping[str, Any] | None = None,
-    jobs: Mapping[str, Any] | None = None,
+    jobs: JobList | None = None,
 ) -> dict[str, Any]:
     """What the status item shows: the share ("0.25" GPU), when and why the server stops, whether
     the culler warns now and whether Extend may still be pressed, and tooltip lines."""

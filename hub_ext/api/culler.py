@@ -24,7 +24,7 @@ from gpupool.gpu.memory_cap import share_cap_mib
 from gpupool.hub.adapter import hub_user, hub_users
 from gpupool.store import Event
 from gpupool.store.db import bounded
-from gpupool.vocab.culler_wire import CullTarget, Finding, ReportEvent
+from gpupool.vocab.culler_wire import CullerStatus, CullTarget, Finding, ReportEvent
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.kinds import CULLER_EVENTS, EventKind, WorkloadKind
 
@@ -82,13 +82,13 @@ SessionEnd = Callable[[str, Sequence[str], bool, str, float, bool], "tuple[str, 
 
 def findings(
     services: ApiServices, pool: PoolManager, hub: HubApp | None = None, owner: str | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Finding]:
     """The culler's last findings per "owner/name", and for each GPU workspace it has not judged
     yet (or whose end an extension just moved) the end of its session from its start, by the
     culler's own time rules (services.session_end): known from the spawn on, not only after
     the culler's first pass. The culler's next pass replaces these with what it decides."""
     # the culler's findings, and a planned end where it has none yet (fewer keys, "planned")
-    found: dict[str, dict[str, Any]] = {k: dict(f) for k, f in services.culler["workspaces"].items()}
+    found = {k: Finding(**f) for k, f in services.culler["workspaces"].items()}  # copies: changed below
     session_end = services.session_end
     if session_end is None:  # no culler: no time limit to show
         return found
@@ -118,13 +118,33 @@ def findings(
         if end is None:
             continue
         found[key] = {
-            **(seen or {"owner": row.owner, "name": row.name, "action": CullAction.KEEP, "message": ""}),
+            **(seen or unjudged(row.owner, row.name)),
             "reason": end[0],
             "cull_at": end[1],
             "extended": extended,
             "planned": True,
         }
     return found
+
+
+def unjudged(owner: str, name: str) -> Finding:
+    """A workspace no pass has judged yet: kept, no readings (the pages fill in its planned end)."""
+    return {
+        "owner": owner,
+        "name": name,
+        "action": CullAction.KEEP,
+        "reason": CullReason.NONE,
+        "message": "",
+        "parked": "",
+        "cull_at": None,
+        "extended_cull_at": None,
+        "gpu_idle_s": None,
+        "gpu_util_pct": None,
+        "memory_mib": 0,
+        "memory_limit_mib": 0,
+        "extended": False,
+        "gpu_data": False,
+    }
 
 
 def spawner_profile(spawner: Spawner) -> str:
@@ -272,20 +292,7 @@ KINDS: dict[tuple[type, ...], str] = {
 }
 ACTIONS = tuple(CullAction)  # the culler policy's decisions
 # what the pages and widgets read of each finding, whole even when the report left a key out
-DEFAULTS: dict[str, Any] = {
-    "action": CullAction.KEEP,
-    "reason": CullReason.NONE,
-    "message": "",
-    "parked": "",
-    "cull_at": None,
-    "extended_cull_at": None,
-    "gpu_idle_s": None,
-    "gpu_util_pct": None,
-    "memory_mib": 0,
-    "memory_limit_mib": 0,
-    "extended": False,
-    "gpu_data": False,
-}
+DEFAULTS: dict[str, object] = {k: v for k, v in unjudged("", "").items() if k not in ("owner", "name")}
 
 
 def parse_report(body: dict[str, Any], now: float) -> tuple[float, list[Finding], list[ReportEvent]]:
@@ -400,7 +407,8 @@ class StatusHandler(APIHandler):
             self.services, self.pool, self.directory.hub, None if caller.sees_all else caller.name
         )
         items = [w for w in found.values() if caller.sees_all or w["owner"] == caller.name]
-        self.write_json({"pass_time": state["pass_time"], "workspaces": items})
+        answer: CullerStatus = {"pass_time": state["pass_time"], "workspaces": items}
+        self.write_json(answer)
 
 
 def extend_workspace(

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tornado import web
 
 from gpupool.api.auth import APIHandler
 from gpupool.hub.adapter import hub_user
+from gpupool.vocab.hibernate_wire import (
+    HibernatedList,
+    HibernationListed,
+    HibernationRecord,
+    RetentionWarning,
+    SavedSummary,
+)
 from gpupool.vocab.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -36,7 +43,7 @@ def key(owner: str, name: str) -> str:
     return f"{PREFIX}{owner}/{name}"
 
 
-def parse_saved(body: Any) -> dict[str, Any]:
+def parse_saved(body: object) -> SavedSummary:
     """What a save reported, checked: {"bytes", "kernels", "notebooks"}. ValueError says what is wrong."""
     if not isinstance(body, dict):
         raise ValueError("hibernated must be an object")
@@ -54,18 +61,23 @@ def parse_saved(body: Any) -> dict[str, Any]:
     return {"bytes": size, "kernels": kernels, "notebooks": names[:MAX_NOTEBOOKS]}
 
 
-def record(store: Store, owner: str, name: str, saved: dict[str, Any], by: str, at: float) -> None:
+def record(store: Store, owner: str, name: str, saved: SavedSummary, by: str, at: float) -> None:
     """Keep the hibernation's record (replacing the server's last one)."""
-    store.put_setting(key(owner, name), {"owner": owner, "name": name, "by": by, "at": at, **saved})
+    row: HibernationRecord = {"owner": owner, "name": name, "by": by, "at": at, **saved}
+    store.put_setting(key(owner, name), dict(row))
 
 
-def records(store: Store, owner: str | None = None) -> list[dict[str, Any]]:
+def records(store: Store, owner: str | None = None) -> list[HibernationRecord]:
     prefix = PREFIX if owner is None else key(owner, "")
-    rows = [v for v in store.settings_under(prefix).values() if owner is None or v.get("owner") == owner]
+    rows = [  # the rows `record` wrote
+        cast(HibernationRecord, v)
+        for v in store.settings_under(prefix).values()
+        if owner is None or v.get("owner") == owner
+    ]
     return sorted(rows, key=lambda r: (r.get("owner", ""), r.get("name", "")))
 
 
-def with_expiry(row: dict[str, Any], keep_days: float) -> dict[str, Any]:
+def with_expiry(row: HibernationRecord, keep_days: float) -> HibernationListed:
     """The record as the API shows it: `expires` (seconds since 1970) or None when kept until woken."""
     expires = float(row.get("at") or 0) + keep_days * 86400 if keep_days > 0 else None
     return {**row, "expires": expires}
@@ -88,12 +100,12 @@ def _date(t: float) -> str:
 
 
 def retention_warnings(
-    rows: list[dict[str, Any]], keep_days: float, now: float, warn_days: float = WARN_DAYS
-) -> list[dict[str, str]]:
+    rows: Sequence[HibernationRecord], keep_days: float, now: float, warn_days: float = WARN_DAYS
+) -> list[RetentionWarning]:
     """[{"name", "message"}] for each hibernated server whose state retention deletes within
     `warn_days`: "your hibernated variables of a.ipynb are deleted after Mon 30 Nov 2026" (at the
     culler's next hibernation of that user, gpupool.gpu.hibernate.expire)."""
-    out = []
+    out: list[RetentionWarning] = []
     for row in rows:
         expires = with_expiry(row, keep_days)["expires"]
         if expires is None or not now <= expires <= now + warn_days * 86400:
@@ -110,7 +122,7 @@ def retention_warnings(
     return out
 
 
-def hibernated_text(row: dict[str, Any], keep_days: float) -> str:
+def hibernated_text(row: HibernationRecord, keep_days: float) -> str:
     """One record in the user's words (%gpupool, the home page)."""
     at = float(row.get("at") or 0)
     size = int(row.get("bytes") or 0) / (1 << 20)
@@ -147,17 +159,16 @@ class HibernatedHandler(APIHandler):
         keep = self.services.hibernate_keep_days
         rows = [with_expiry(r, keep) for r in records(self.pool.store, self.caller.name)]
         now = time.time()
-        self.write_json(
-            {
-                "keep_days": keep,
-                "hibernated": [{**r, "message": hibernated_text(r, keep)} for r in rows],
-                "warnings": retention_warnings(rows, keep, now),
-                # ?server=NAME: may the caller hibernate that server of theirs now (JupyterLab's
-                # "Hibernate now" is offered only then, and the server refuses it otherwise)
-                "available": self.available(self.get_argument("server", "")),
-                "off_message": OFF,
-            }
-        )
+        answer: HibernatedList = {
+            "keep_days": keep,
+            "hibernated": [{**r, "message": hibernated_text(r, keep)} for r in rows],
+            "warnings": retention_warnings(rows, keep, now),
+            # ?server=NAME: may the caller hibernate that server of theirs now (JupyterLab's
+            # "Hibernate now" is offered only then, and the server refuses it otherwise)
+            "available": self.available(self.get_argument("server", "")),
+            "off_message": OFF,
+        }
+        self.write_json(answer)
 
     def available(self, name: str) -> bool:
         caller = self.caller

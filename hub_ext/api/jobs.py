@@ -26,6 +26,7 @@ from gpupool.train.code import JobCode
 from gpupool.train.job_form import JobRefused, parse_job
 from gpupool.train.volume import SubmitRate, count_refusal, recent_submissions
 from gpupool.train.waiting import explain, last_preemption
+from gpupool.vocab.job_wire import JobList, JobView
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import HAS_RUN, UNFINISHED, JobState
 
@@ -56,23 +57,25 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"no job {job_id!r} of yours")
         return row
 
-    async def job_json(self, row, queue: list[str] | None = None) -> dict[str, Any]:
+    async def job_json(self, row: TrainJob, queue: list[str] | None = None) -> JobView:
         """A job as the API shows it; `queue`: the queued jobs' ids in order, when many are shown."""
-        data = row.to_json()
         if queue is None:
-            data["queue_position"] = self.training.queue_position(row.id)
+            position = self.training.queue_position(row.id)
         else:
-            data["queue_position"] = queue.index(row.id) + 1 if row.id in queue else None
-        data["wait_reason"] = explain(self.training, row)  # plain words; "" unless queued
+            position = queue.index(row.id) + 1 if row.id in queue else None
+        why = explain(self.training, row)  # plain words; "" unless queued
         held = self.training.holds([row]) if self.training.holds is not None else {}
-        if row.id in held:  # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
-            data["wait_reason"] = held[row.id]
-        # when it should start, and why then; None unless queued (the forecast runs off the loop)
-        data["eta"] = await self.estimates.for_job(row)
-        data["preemption"] = last_preemption(self.pool, row)  # one line; "" if never preempted
         alloc = self.pool.store.allocations(kind=WorkloadKind.TRAIN, owner=row.owner, name=row.id)
-        data["gpu"] = [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc]
-        return data
+        return {
+            **row.to_json(),
+            "queue_position": position,
+            # a GPU-hour budget used up: it waits whatever the GPUs (gpupool.usage)
+            "wait_reason": held.get(row.id, why),
+            # when it should start, and why then; None unless queued (the forecast runs off the loop)
+            "eta": await self.estimates.for_job(row),
+            "preemption": last_preemption(self.pool, row),  # one line; "" if never preempted
+            "gpu": [{"node": a.node, "gpus": a.gpus, "milli": a.gpu_milli} for a in alloc],
+        }
 
 
 class JobsHandler(JobsBase):
@@ -92,7 +95,8 @@ class JobsHandler(JobsBase):
                 raise web.HTTPError(400, f"state must be one of {', '.join(STATES)}")
             rows = [r for r in rows if r.state == state]
         queue = [j.id for j in self.training.jobs(state=JobState.QUEUED)]  # once, not once per job
-        self.write_json({"jobs": [await self.job_json(r, queue) for r in rows]})
+        answer: JobList = {"jobs": [await self.job_json(r, queue) for r in rows]}
+        self.write_json(answer)
 
     @web.authenticated
     async def post(self) -> None:

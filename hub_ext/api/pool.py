@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from tornado import web
 
@@ -12,44 +11,45 @@ from gpupool.api.auth import APIHandler, Caller
 from gpupool.pool import format_gpus
 from gpupool.store.moves import last_moves
 from gpupool.vocab.kinds import WorkloadKind
+from gpupool.vocab.pool_wire import GPUView, MeView, Moved, PoolView, ShareView
 
 OTHER = "(another user)"
 
 
-def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
+def gpu_table(pool: PoolManager, caller: Caller) -> list[GPUView]:
     """Every GPU with its shares; users see their own names, admins see everyone's."""
-    shares: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    shares: dict[tuple[str, int], list[ShareView]] = {}
     with pool.store.session() as s:  # a workspace moved in the last day says so (gpupool.parking.mover)
         moved = last_moves(s, time.time() - 86400)
     for row in pool.store.allocations():
         seen = row.owner == caller.name or caller.sees_all
         m = moved.get((row.owner, row.name)) if seen and row.kind == WorkloadKind.BUILD else None
+        last: Moved | None = (
+            {
+                "at": m.ended_at,
+                "from_node": m.from_node,
+                "from_gpus": m.from_gpus,
+                "to_node": m.to_node,
+                "to_gpus": m.to_gpus,
+                "why": m.why,
+            }
+            if m is not None and m.to_node == row.node and list(m.to_gpus) == list(row.gpus)
+            else None
+        )
         for g in row.gpus:
-            shares.setdefault((row.node, g), []).append(
-                {
-                    "kind": row.kind,
-                    "owner": row.owner if seen else OTHER,
-                    "name": row.name if seen else "",
-                    "milli": row.gpu_milli,
-                    "state": row.state,
-                    **({"pid": row.pid} if caller.sees_all else {}),
-                    **(
-                        {
-                            "moved": {
-                                "at": m.ended_at,
-                                "from_node": m.from_node,
-                                "from_gpus": m.from_gpus,
-                                "to_node": m.to_node,
-                                "to_gpus": m.to_gpus,
-                                "why": m.why,
-                            }
-                        }
-                        if m is not None and m.to_node == row.node and list(m.to_gpus) == list(row.gpus)
-                        else {}
-                    ),
-                }
-            )
-    out = []
+            share: ShareView = {
+                "kind": row.kind,
+                "owner": row.owner if seen else OTHER,
+                "name": row.name if seen else "",
+                "milli": row.gpu_milli,
+                "state": row.state,
+            }
+            if caller.sees_all:
+                share["pid"] = row.pid
+            if last is not None:
+                share["moved"] = last
+            shares.setdefault((row.node, g), []).append(share)
+    out: list[GPUView] = []
     for n, node in enumerate(pool.inventory.nodes):
         for gpu in node.gpus:
             out.append(
@@ -70,7 +70,8 @@ def gpu_table(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
 class PoolHandler(APIHandler):
     @web.authenticated
     def get(self) -> None:
-        self.write_json({"gpus": gpu_table(self.pool, self.caller)})
+        answer: PoolView = {"gpus": gpu_table(self.pool, self.caller)}
+        self.write_json(answer)
 
 
 class MeHandler(APIHandler):
@@ -80,34 +81,31 @@ class MeHandler(APIHandler):
         pool: PoolManager = self.pool
         held = pool.holdings(caller.name)
         limits = pool.quotas.limits_for(caller.groups)
-        self.write_json(
-            {
-                "name": caller.name,
-                "admin": caller.admin,
-                "groups": list(caller.groups),
-                "build_quota_milli": limits.quota_milli,
-                "build_quota": format_gpus(limits.quota_milli),
-                "sizes_milli": list(limits.sizes_milli),
-                "max_per_workspace_milli": limits.max_per_workspace_milli,
-                "max_workspaces": limits.max_workspaces,
-                # parked shares too (`parked`: true): they count against the quota as the spawn checks it
-                # memory_killed: what the kernel's OOM killer did in the workspace's cgroup ("killed:
-                # over its 8 GiB memory limit"; ""), which JupyterLab's status says (a kernel that
-                # died of it restarts with no other word)
-                "holdings": [
-                    {
-                        "server": h.server_name,
-                        "milli": h.milli,
-                        "parked": h.parked,
-                        "memory_killed": self.memory_note(caller.name, h.server_name),
-                    }
-                    for h in held
-                ],
-                "offered": [
-                    {"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)
-                ],
-            }
-        )
+        answer: MeView = {
+            "name": caller.name,
+            "admin": caller.admin,
+            "groups": list(caller.groups),
+            "build_quota_milli": limits.quota_milli,
+            "build_quota": format_gpus(limits.quota_milli),
+            "sizes_milli": list(limits.sizes_milli),
+            "max_per_workspace_milli": limits.max_per_workspace_milli,
+            "max_workspaces": limits.max_workspaces,
+            # parked shares too (`parked`: true): they count against the quota as the spawn checks it
+            # memory_killed: what the kernel's OOM killer did in the workspace's cgroup ("killed:
+            # over its 8 GiB memory limit"; ""), which JupyterLab's status says (a kernel that
+            # died of it restarts with no other word)
+            "holdings": [
+                {
+                    "server": h.server_name,
+                    "milli": h.milli,
+                    "parked": h.parked,
+                    "memory_killed": self.memory_note(caller.name, h.server_name),
+                }
+                for h in held
+            ],
+            "offered": [{"milli": m, "fits": f} for m, f in pool.quotas.offered_sizes(caller.groups, held)],
+        }
+        self.write_json(answer)
 
     def memory_note(self, owner: str, server: str) -> str:
         cgroups = self.root.cgroups

@@ -8,6 +8,7 @@ from tornado import web
 from gpupool.api.auth import APIHandler
 from gpupool.store import TrainJob
 from gpupool.train.sweep import final_metrics
+from gpupool.vocab.job_wire import SweepRun, SweepView
 
 METRIC_LINES = 200  # the log lines read back for a run's final metrics
 
@@ -22,18 +23,17 @@ class SweepHandler(APIHandler):
             rows = list(s.scalars(select(TrainJob).filter_by(sweep_id=sweep_id[:32]).order_by(TrainJob.id)))
         if not rows or not (self.caller.admin or rows[0].owner == self.caller.name):
             raise web.HTTPError(404, f"no sweep {sweep_id!r} of yours")
-        out = []
+        out: list[SweepRun] = []
         for row in rows:
             logs = await training.logs(row, METRIC_LINES)
-            data = row.to_json()
-            data["queue_position"] = training.queue_position(row.id)
             out.append(
                 {
-                    "job": data,
+                    "job": {**row.to_json(), "queue_position": training.queue_position(row.id)},
                     "parameters": row.sweep_parameters or {},
                     "metrics": final_metrics(logs["lines"]),
                 }
             )
         out.sort(key=lambda r: r["job"]["submitted"])
         keys = sorted({k for r in out for k in r["parameters"]})
-        self.write_json({"sweep": sweep_id, "parameters": keys, "runs": out})
+        answer: SweepView = {"sweep": sweep_id, "parameters": keys, "runs": out}
+        self.write_json(answer)

@@ -12,6 +12,7 @@ from gpupool.api.culler import findings
 from gpupool.api.hibernation import available
 from gpupool.pool import format_gpus
 from gpupool.vocab.culling import CullAction, CullReason
+from gpupool.vocab.hibernate_wire import RetentionWarning
 from gpupool.vocab.kinds import EventKind, WorkloadKind
 from gpupool.vocab.reason_words import STOPPED
 
@@ -65,15 +66,16 @@ def shares_for(
     now = time.time() if now is None else now
     out = []
     for held in pool.holdings(user.name):  # a parked share too: it still counts, and says it is parked
-        w = found.get(f"{user.name}/{held.server_name}") or {}
+        w = found.get(f"{user.name}/{held.server_name}")
+        cull_at = w["cull_at"] if w is not None else None
         stops = "no time limit"
-        if w.get("cull_at"):
-            left = max(0, int((w["cull_at"] - now) // 60))
+        if cull_at:
+            left = max(0, int((cull_at - now) // 60))
             stops = (
-                f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))}"
+                f"stops at {time.strftime('%H:%M', time.localtime(cull_at))}"
                 f" (in {left // 60} h {left % 60} min)"
                 if left >= 60
-                else f"stops at {time.strftime('%H:%M', time.localtime(w['cull_at']))} (in {left} min)"
+                else f"stops at {time.strftime('%H:%M', time.localtime(cull_at))} (in {left} min)"
             )
         out.append(
             {
@@ -118,8 +120,8 @@ def duration(seconds: float) -> str:
 STOPS = (EventKind.CULL, EventKind.HIBERNATE, EventKind.OOM)
 
 
-def retention_for(root: ApiRoot, user: User | None, now: float | None = None) -> list[dict[str, Any]]:
-    """[{"name", "message"}]: the user's hibernated states that retention deletes within a few
+def retention_for(root: ApiRoot, user: User | None, now: float | None = None) -> list[RetentionWarning]:
+    """The user's hibernated states that retention deletes within a few
     days ("your hibernated variables of a.ipynb are deleted after Mon 30 Nov 2026"), of servers
     not running (a running one's notebooks are being woken)."""
     from gpupool.api.hibernation import records, retention_warnings

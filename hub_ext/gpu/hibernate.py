@@ -39,10 +39,22 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+from gpupool.vocab.hibernate_wire import (
+    HibernateAnswer,
+    HibernateRequest,
+    HibernationReport,
+    KernelSaved,
+    answer_of,
+    saved_summary,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 FORMAT = 1
 ROOT = Path(".gpupool") / "hibernate"
@@ -115,7 +127,7 @@ class Saved:
     bytes: int
     seconds: float
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> KernelSaved:
         return {
             "ok": True,
             "path": str(self.path),
@@ -180,7 +192,27 @@ def why_not(value: object, err: BaseException | None = None) -> str:
     return "cannot be saved"
 
 
-def user_variables(shell: Any) -> dict[str, Any]:
+class ShellEvents(Protocol):
+    def register(self, event: str, function: Callable[..., None]) -> None: ...
+    def unregister(self, event: str, function: Callable[..., None]) -> None: ...
+
+
+class Shell(Protocol):
+    """What hibernation uses of an IPython shell (the kernel's `get_ipython()`)."""
+
+    user_ns: dict[str, object]  # the user's names: any Python objects
+    events: ShellEvents
+
+
+class FileEntry(TypedDict):
+    """One file of a state, as its manifest lists it."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+def user_variables(shell: Shell) -> dict[str, object]:
     """The user's own names of an IPython shell (what %who lists)."""
     hidden = getattr(shell, "user_ns_hidden", {})
     out = {}
@@ -212,7 +244,7 @@ class _Writer:
 
     def __init__(self, folder: Path, cap_bytes: int, step: Callable[[str], None]) -> None:
         self.folder, self.cap, self.step = folder, cap_bytes, step
-        self.files: list[dict[str, Any]] = []
+        self.files: list[FileEntry] = []
         self.total = 0
 
     def write(self, name: str, chunks: Iterable[memoryview | bytes]) -> None:
@@ -250,14 +282,15 @@ class _Writer:
         return name
 
 
-def _pickler(f: Any, writer: _Writer | None) -> pickle.Pickler:
+def _pickler(f: SupportsWrite[bytes], writer: _Writer | None) -> pickle.Pickler:
     """A pickler that keeps modules by name and tensors in torch's format; buffers go to files
     (or nowhere, when only testing whether a value can be pickled)."""
     base = _base_pickler()
-    memo: dict[int, tuple[Any, ...]] = {}
+    memo: dict[int, tuple[str, str, str, bool]] = {}  # id -> ("torch", file, device, requires_grad)
 
     class P(base):  # type: ignore[valid-type,misc]
-        def persistent_id(self, obj: Any) -> Any:
+        # obj: Any as in pickle's own signature (any object of the user's)
+        def persistent_id(self, obj: Any) -> tuple[str, str] | tuple[str, str, str, bool] | None:
             if isinstance(obj, types.ModuleType):
                 return ("module", obj.__name__)
             if _torch_tensor(obj):
@@ -280,7 +313,7 @@ def _pickle_problem(value: object) -> str | None:
 
 
 class _Null:
-    def write(self, b: Any) -> int:
+    def write(self, b: bytes) -> int:
         return len(b)
 
 
@@ -297,7 +330,7 @@ def _no_step(_: str) -> None:
 
 
 def save(
-    variables: dict[str, Any],
+    variables: dict[str, object],
     folder: Path,
     ident: Identity,
     notebook: str = "",
@@ -546,7 +579,7 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
     )
 
 
-def restore_into(namespace: MutableMapping[str, Any], folder: Path, ident: Identity) -> Restored | None:
+def restore_into(namespace: MutableMapping[str, object], folder: Path, ident: Identity) -> Restored | None:
     """Restore into `namespace` all or nothing; the state is then marked restored (not used twice).
     None when there is nothing to restore."""
     try:
@@ -600,7 +633,7 @@ def kernel_folder(environ: MutableMapping[str, str] = os.environ, home: Path | N
     return state_dir(home or Path.home(), environ.get("JUPYTERHUB_SERVER_NAME", ""), notebook)
 
 
-def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> dict[str, Any]:
+def save_shell(shell: Shell, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> KernelSaved:
     """Save this kernel's variables (what the workspace server runs in each kernel); a JSON-able
     summary, {"ok": False, "error": ...} when it could not."""
     folder = kernel_folder()
@@ -647,7 +680,7 @@ def save_shell(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: 
     return {**saved.summary(), "notebook": os.environ.get(ENV_NOTEBOOK, "")}
 
 
-def save_json(shell: Any, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
+def save_json(shell: Shell, cap_bytes: int = 0, quota_bytes: int = 0, keep_days: float = 0) -> str:
     """save_shell's summary as JSON text (what the server extension reads back from the kernel)."""
     try:
         return json.dumps(save_shell(shell, cap_bytes, quota_bytes, keep_days))
@@ -673,7 +706,7 @@ def own_kernel_id() -> str:
 
 
 def _post_json(
-    url: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float, limit: int
+    url: str, body: Mapping[str, object], environ: MutableMapping[str, str], timeout: float, limit: int
 ) -> bytes:
     """POST `body` as JSON with the user's own token; at most `limit` bytes of the answer."""
     import urllib.request
@@ -692,25 +725,25 @@ def _post_json(
 
 
 def _post_own_server(
-    path: str, body: dict[str, Any], environ: MutableMapping[str, str], timeout: float
-) -> Any:
+    path: str, body: Mapping[str, object], environ: MutableMapping[str, str], timeout: float
+) -> object:  # the server's JSON, unchecked: readers check it (hibernate_wire.answer_of)
     url = environ.get("JUPYTERHUB_SERVICE_URL", "").rstrip("/") + "/" + path
     text = _post_json(url, body, environ, timeout, 1 << 20)
     return json.loads(text) if text else None
 
 
-def _record_in_hub(body: dict[str, Any], environ: MutableMapping[str, str]) -> Any:
+def _record_in_hub(body: HibernationReport, environ: MutableMapping[str, str]) -> bytes:
     """POST the hibernation to the gpupool API (api/hibernated) with the user's own token."""
     url = environ.get("GPUPOOL_API_URL", "").rstrip("/") + "/api/hibernated"
-    return _post_json(url, body, environ, 10.0, 1 << 16)
+    return _post_json(url, dict(body), environ, 10.0, 1 << 16)
 
 
 def hibernate_now(
-    shell: Any,
+    shell: Shell,
     environ: MutableMapping[str, str] = os.environ,
-    post: Callable[[str, dict[str, Any], MutableMapping[str, str], float], Any] = _post_own_server,
+    post: Callable[[str, Mapping[str, object], MutableMapping[str, str], float], object] = _post_own_server,
     say: Callable[[str], None] = print,
-    record: Callable[[dict[str, Any], MutableMapping[str, str]], Any] = _record_in_hub,
+    record: Callable[[HibernationReport, MutableMapping[str, str]], object] = _record_in_hub,
 ) -> bool:
     """`%gpupool hibernate`: save this kernel, ask the server to save its other kernels, then stop
     the server (jupyter_server's own /api/shutdown; the hub sees it gone and frees the share).
@@ -722,39 +755,45 @@ def hibernate_now(
     if not mine.get("ok"):
         say(f"%gpupool hibernate: this notebook could not be saved: {mine.get('error')}; nothing was stopped")
         return False
+    ask: HibernateRequest = {
+        "cap_bytes": DEFAULT_CAP_BYTES,
+        "quota_bytes": DEFAULT_QUOTA_BYTES,
+        "except": [own_kernel_id()],
+    }
     try:
-        others = post(
-            "gpupool/hibernate",
-            {"cap_bytes": DEFAULT_CAP_BYTES, "quota_bytes": DEFAULT_QUOTA_BYTES, "except": [own_kernel_id()]},
-            environ,
-            600.0,
-        )
+        others = post("gpupool/hibernate", dict(ask), environ, 600.0)
     except (OSError, ValueError) as err:
         say(f"%gpupool hibernate: the server could not save its other kernels ({err}); nothing was stopped")
         return False
-    kernels = [mine, *((others or {}).get("kernels") or [])]
-    failed = [k for k in kernels if not k.get("ok")]
+    answer = answer_of(others) if others is not None else HibernateAnswer(ok=True)  # no body: no others
+    if "error" in answer:  # an answer that is no HibernateAnswer: the others' state is unknown
+        say(
+            f"%gpupool hibernate: the server could not save its other kernels ({answer['error']}); nothing was stopped"
+        )
+        return False
+    kernels = [mine, *answer.get("kernels", [])]
+    failed = [k for k in kernels if not k["ok"]]
     if failed:
         say(
             f"%gpupool hibernate: {len(failed)} kernel(s) could not be saved ({failed[0].get('error')});"
             " nothing was stopped"
         )
         return False
-    size = sum(int(k.get("bytes") or 0) for k in kernels)
+    size = sum(k.get("bytes", 0) for k in kernels)
     lost = sorted({f"`{n}` ({why})" for k in kernels for n, why in (k.get("skipped") or {}).items()})
     say(
         f"gpupool: hibernated {len(kernels)} kernel{'' if len(kernels) == 1 else 's'} ({_size(size)});"
         " the server stops now and your variables come back when you start it and open the notebook"
         + (f"; not kept: {', '.join(lost)}" if lost else "")
     )
-    if environ.get("GPUPOOL_API_URL"):
-        hibernated = {
-            "bytes": size,
-            "kernels": len(kernels),
-            "notebooks": sorted({k["notebook"] for k in kernels if isinstance(k.get("notebook"), str)}),
+    hibernated = saved_summary(kernels)  # every kernel was saved: never None here
+    if environ.get("GPUPOOL_API_URL") and hibernated is not None:
+        report: HibernationReport = {
+            "server": environ.get("JUPYTERHUB_SERVER_NAME", ""),
+            "hibernated": hibernated,
         }
         try:  # the home page and the admins' list show it, as they show the culler's
-            record({"server": environ.get("JUPYTERHUB_SERVER_NAME", ""), "hibernated": hibernated}, environ)
+            record(report, environ)
         except (OSError, ValueError) as err:
             say(
                 f"gpupool: the hub did not record this hibernation ({err}); your variables are saved all the same"
@@ -766,7 +805,7 @@ def hibernate_now(
     return True
 
 
-def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
+def wake(shell: Shell, say: Callable[[str], None] = print) -> Restored | None:
     """At the kernel's first cell: bring back its notebook's hibernated variables, and say so."""
     folder = kernel_folder()
     if folder is None or not (folder / CURRENT).is_symlink():
@@ -780,7 +819,7 @@ def wake(shell: Any, say: Callable[[str], None] = print) -> Restored | None:
 _waiting: dict[int, bool] = {}  # shells whose state is restored at their first cell, which has not run yet
 
 
-def install_wake(shell: Any) -> None:
+def install_wake(shell: Shell) -> None:
     """Register the wake on the shell's first cell (once); nothing when there is no state."""
     folder = kernel_folder()
     if folder is None or not (folder / CURRENT).is_symlink():
@@ -788,7 +827,7 @@ def install_wake(shell: Any) -> None:
 
     _waiting[id(shell)] = True
 
-    def first_cell(*_: Any) -> None:
+    def first_cell(*_: object) -> None:
         shell.events.unregister("pre_run_cell", first_cell)
         _waiting.pop(id(shell), None)
         try:

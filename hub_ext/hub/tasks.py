@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
 
 from jupyterhub.utils import maybe_future
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 log = logging.getLogger("gpupool")
 
-_running: set[asyncio.Task[Any]] = set()
+_running: set[asyncio.Task[object]] = set()
 
 
 def start(
-    coro: Coroutine[Any, Any, Any], what: str, loop: asyncio.AbstractEventLoop | None = None
-) -> asyncio.Task[Any]:
+    coro: Coroutine[object, object, object], what: str, loop: asyncio.AbstractEventLoop | None = None
+) -> asyncio.Task[object]:
     """Run `coro` in the background; `what` names it in the log if it fails ("the gpupool API")."""
     task = (loop or asyncio.get_running_loop()).create_task(coro, name=f"gpupool: {what}")
     _running.add(task)
@@ -31,17 +30,17 @@ def start(
     return task
 
 
-def running() -> set[asyncio.Task[Any]]:
+def running() -> set[asyncio.Task[object]]:
     return set(_running)
 
 
-def _finished(task: asyncio.Task[Any], what: str) -> None:
+def _finished(task: asyncio.Task[object], what: str) -> None:
     _running.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("%s failed", what, exc_info=task.exception())
 
 
-def guarded(work: Callable[[], Any], what: str) -> Callable[[], Coroutine[Any, Any, None]]:
+def guarded(work: Callable[[], object], what: str) -> Callable[[], Coroutine[object, object, None]]:
     """One pass of `work` (a function, or a coroutine function) whose failure is logged with
     `what` it was doing ("granting resume claims") instead of ending the passes that follow."""
 
@@ -55,7 +54,7 @@ def guarded(work: Callable[[], Any], what: str) -> Callable[[], Coroutine[Any, A
 
 
 def every(
-    seconds: float, work: Callable[[], Any], what: str, first_after: float | None = None
+    seconds: float, work: Callable[[], object], what: str, first_after: float | None = None
 ) -> PeriodicCallback:
     """Run `work` every `seconds` on the hub's loop, each pass `guarded` (PeriodicCallback waits
     for an async pass to end before planning the next: passes never overlap). `first_after`: one

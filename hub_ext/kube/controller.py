@@ -89,7 +89,7 @@ class KubeJobController:
         self.reflectors: dict[str, Follower] = {}
         self._seen: dict[str, str] = {}  # Job or pod uid -> resourceVersion folded in
         self._vanished: set[str] = set()  # pod uids gone from the copy (folded in once)
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[object] | None = None
         # user namespaces (opts.user_namespace_template): each owner's Jobs in their own
         # namespace, followed with one watch per kind at cluster scope (label-selected): the
         # chart's ClusterRole grants list/watch there, and RBAC has no "namespaces labelled
@@ -320,7 +320,7 @@ class KubeJobController:
         """A trimmed copy of gpupool's Jobs or pods on our API client (follow.py: list in pages,
         watch, resume the watch where it ended; kubespawner's reflector kept whole objects and
         listed everything again at each watch timeout)."""
-        method: Callable[..., Any]
+        method: Callable[..., object]
         if self.cluster_wide:
             method = (
                 self.batch.list_job_for_all_namespaces

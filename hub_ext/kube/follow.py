@@ -97,7 +97,7 @@ class Follower:
 
     def __init__(
         self,
-        list_method: Callable[..., Any],
+        list_method: Callable[..., Any],  # a kubernetes_asyncio list call (untyped)
         namespace: str,
         label_selector: str,
         trim: Callable[[dict[str, Any]], dict[str, Any]],
@@ -112,7 +112,7 @@ class Follower:
         self.pages = 0  # list requests, all lists together
         self.watches = 0  # watch requests
         self._rv = ""
-        self._task: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[object] | None = None
 
     async def start(self) -> None:
         """List (raises if the API server cannot be read), then keep watching."""

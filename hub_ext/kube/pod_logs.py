@@ -93,7 +93,7 @@ class KeptLogs:
         self.slots = asyncio.Semaphore(max_streams)
         self.views: dict[str, PodView] = {}  # pod uid -> as the controller last saw it
         self.where: dict[str, str] = {}  # pod uid -> its namespace
-        self.tasks: dict[str, asyncio.Task[Any]] = {}  # pod uid -> its follower
+        self.tasks: dict[str, asyncio.Task[object]] = {}  # pod uid -> its follower
         self.records: dict[str, dict[str, list[Any]]] = {}  # job id -> pod uid -> [bytes read, done]
         self.pending: dict[str, bytes] = {}  # pod uid -> a partial line not yet written
         self.caps: dict[str, LogCap] = {}  # pod uid -> its cut (one per run, as on one machine)
@@ -137,7 +137,7 @@ class KeptLogs:
             self.tasks[view.uid] = task
             task.add_done_callback(partial(self._ended, view.uid))
 
-    def _ended(self, uid: str, _task: asyncio.Task[Any]) -> None:
+    def _ended(self, uid: str, _task: asyncio.Task[object]) -> None:
         self.tasks.pop(uid, None)
         self.views.pop(uid, None)
         self.where.pop(uid, None)

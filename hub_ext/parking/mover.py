@@ -208,7 +208,7 @@ class MoverService:
         )
         self.clock = clock
         self.busy = False  # a plan is being carried out
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self.spawns: dict[tuple[str, str], SpawnWait] = {}  # spawns waiting for moves, by workspace
         self.loop: asyncio.AbstractEventLoop | None = None  # the hub's, once a pass ran there
 
@@ -633,7 +633,7 @@ async def _off_loop(work: Callable[[], Outcome]) -> Outcome:
     return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
-def _at_once(moves: Coroutine[Any, Any, None]) -> None:
+def _at_once(moves: Coroutine[object, object, None]) -> None:
     """Carry out MoverService._moves without an event loop (a pass outside the hub's loop): with
     `_run` nothing in it waits, so it ends at its first step."""
     try:

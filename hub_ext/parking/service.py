@@ -130,7 +130,7 @@ class ParkingService:
         self.clock = clock
         self._restoring: set[tuple[str, str]] = set()
         self._parking: set[tuple[str, str]] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self.failures: dict[tuple[str, str], str] = {}
         self.moving: dict[
             tuple[str, str], str

@@ -116,7 +116,7 @@ class GPUs(Float[float, float]):
 
     info_text = "an amount of GPUs"
 
-    def validate(self, obj: Any, value: Any) -> float:
+    def validate(self, obj: object, value: object) -> float:
         where = _where(obj, self.name)
         gpus_milli(value, where)  # in plain words first ("not a GPU amount: 'lots'")
         if not isinstance(value, int | float):  # parse_gpus also reads "0.5": the option is a number
@@ -132,7 +132,7 @@ class GPUSizes(List[float]):
     def __init__(self, default_value: list[float], **kwargs: Any) -> None:
         super().__init__(Float(), default_value=default_value, **kwargs)
 
-    def validate(self, obj: Any, value: Any) -> list[float]:
+    def validate(self, obj: object, value: Any) -> list[float]:
         sizes_milli(value, _where(obj, self.name))
         if not all(isinstance(v, int | float) for v in value):
             raise TraitError(f"{_where(obj, self.name)}: GPU sizes are numbers, got {shown(value)}")
@@ -144,7 +144,7 @@ class WorkspaceCount(Int[int, int]):
 
     info_text = f"a whole number from 0 to {MAX_WORKSPACES}"
 
-    def validate(self, obj: Any, value: Any) -> int:
+    def validate(self, obj: object, value: object) -> int:
         return workspace_count(value, _where(obj, self.name))
 
 
@@ -153,7 +153,7 @@ class PoolNames(List[str]):
 
     info_text = "a list of node pool names"
 
-    def validate(self, obj: Any, value: Any) -> list[str]:
+    def validate(self, obj: object, value: object) -> list[str]:
         return list(pool_names(value, _where(obj, self.name)))
 
 
@@ -162,7 +162,7 @@ class GroupTotals(Dict):
 
     info_text = "a dict of {group: GPUs}"
 
-    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for group, gpus in value.items():
@@ -176,7 +176,7 @@ class GroupLimits(Dict):
 
     info_text = "a dict of {group: {limit: value}}"
 
-    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for group, limits in value.items():

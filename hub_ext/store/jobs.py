@@ -9,6 +9,7 @@ from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.store.models import Base, utcnow
+from gpupool.vocab.job_wire import JobRecord
 from gpupool.vocab.states import JobState
 
 STATES = tuple(JobState)  # the values stored in TrainJob.state
@@ -57,7 +58,7 @@ class TrainJob(Base):
     def total_milli(self) -> int:
         return self.num_gpu * self.gpu_milli
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JobRecord:
         return {
             "id": self.id,
             "owner": self.owner,

@@ -12,10 +12,11 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpupool.pool.eta import Estimate, Runtimes, expected_arrivals, forecast
 from gpupool.pool.placement import detached
+from gpupool.vocab.job_wire import JobEstimate
 from gpupool.vocab.states import JobState
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class Estimates:
         )
         return queued, runtimes, run
 
-    async def for_job(self, row: TrainJob, now: float | None = None) -> dict[str, Any] | None:
+    async def for_job(self, row: TrainJob, now: float | None = None) -> JobEstimate | None:
         """{"start", "in_s", "after", "basis"} for a queued job; None when not queued or unknown."""
         if row.state != JobState.QUEUED or not self.available:
             return None

@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
 from gpupool.kube.kai_forecast import KaiEstimate, KaiJob, KaiQueue, KaiSnapshot, forecast, go_duration
 from gpupool.store import PodSpanRow
 from gpupool.train.estimates import HISTORY, Estimates, clock_text, eta_text, run_history, stated_error
+from gpupool.vocab.job_wire import JobEstimate
 from gpupool.vocab.kinds import WorkloadKind
 from gpupool.vocab.states import Intent, JobState
 
@@ -162,7 +163,7 @@ class KaiEstimates:
         finally:
             self._flight = None
 
-    async def for_job(self, row: TrainJob, now: float | None = None) -> dict[str, Any] | None:
+    async def for_job(self, row: TrainJob, now: float | None = None) -> JobEstimate | None:
         """{"start", "in_s", "error_s", "after", "basis", "reason", "text"} for a job waiting in
         KAI's queues; None when not queued, held by a budget, or not forecast here."""
         if row.state != JobState.QUEUED:

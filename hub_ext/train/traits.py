@@ -156,7 +156,7 @@ class _Entries(Dict):
     def check(name: Any, spec: Any, where: str) -> object:
         raise NotImplementedError
 
-    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, Any]:
         value = super().validate(obj, value)
         for name, spec in value.items():
             self.check(name, spec, _where(obj, self.name))
@@ -200,7 +200,7 @@ class JobOptionFields(Dict):
 
     info_text = "a dict of JobOptions fields"
 
-    def validate(self, obj: Any, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, Any]:
         from gpupool.kube.objects import JobOptions
 
         value = super().validate(obj, value)

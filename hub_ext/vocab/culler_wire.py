@@ -9,7 +9,9 @@ runs in its own process and imports no hub code.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
+
+from gpupool.vocab.hibernate_wire import SavedSummary
 
 
 class CullTarget(TypedDict):
@@ -50,6 +52,7 @@ class Finding(TypedDict):
     extended: bool
     gpu_data: bool  # fresh GPU readings back the finding
     parked: str  # the text the JupyterLab item shows when parked ("" when not)
+    planned: NotRequired[bool]  # no pass judged it yet: the end of its session by the time rules (the hub's)
 
 
 class ReportEvent(TypedDict):
@@ -60,8 +63,16 @@ class ReportEvent(TypedDict):
     name: str
     reason: str
     message: str
-    hibernated: NotRequired[dict[str, Any]]  # what the server's save reported (a cull that hibernated)
+    hibernated: NotRequired[SavedSummary]  # what the server's save reported (a cull that hibernated)
     idle_s: NotRequired[int]  # idle how long before a cull for idleness
+
+
+class CullerStatus(TypedDict):
+    """`GET api/culler/status`: the culler's last findings the caller may see (their own, or all for
+    an admin); the widgets, JupyterLab's status item and `%gpupool` read it (gpupool.widgets.summary)."""
+
+    pass_time: float | None  # None: no pass yet
+    workspaces: list[Finding]
 
 
 class CullReport(TypedDict):

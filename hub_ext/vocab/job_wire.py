@@ -46,3 +46,79 @@ def job_body(
     if pools:
         body["pools"] = pools
     return body
+
+
+class JobEstimate(TypedDict):
+    """When a queued job should start, and why then (gpupool.train.estimates, .kai_estimates)."""
+
+    start: float | None  # None: no start in sight, or after a run of unknown length
+    in_s: float | None
+    error_s: NotRequired[float | None]  # give or take
+    after: str  # what it waits for ("now": nothing)
+    basis: str  # what the forecast rests on
+    reason: NotRequired[str]  # KAI-Scheduler's reason for the order (on Kubernetes)
+    text: str  # all of it in plain words
+
+
+class JobPlace(TypedDict):
+    node: str
+    gpus: list[int]
+    milli: int
+
+
+class JobRecord(TypedDict):
+    """A train job's row as the API shows it (gpupool.store.jobs.TrainJob.to_json)."""
+
+    id: str
+    owner: str
+    project: str
+    name: str
+    gpus: float
+    num_gpu: int
+    gpu_milli: int
+    priority: int
+    command: list[str]
+    state: str  # a gpupool.vocab.states.JobState
+    submitted: float
+    started: float | None
+    finished: float | None
+    preemptions: int
+    runs: int
+    exit_code: int | None
+    message: str
+    workdir: str
+    min_runtime_s: float
+    max_runtime_s: float
+
+
+class JobView(JobRecord):
+    """`GET api/jobs` lists these ({"jobs": [...]}), `GET api/jobs/ID` answers one; the widgets'
+    job table and JupyterLab's status item read them (gpupool.widgets.jobs, .summary)."""
+
+    queue_position: int | None
+    wait_reason: str  # plain words; "" unless queued
+    eta: JobEstimate | None  # None unless queued
+    preemption: str  # the last one in one line; "" if never preempted
+    gpu: list[JobPlace]  # where it runs now
+
+
+class JobList(TypedDict):
+    jobs: list[JobView]
+
+
+class SweepJob(JobRecord):
+    queue_position: int | None
+
+
+class SweepRun(TypedDict):
+    job: SweepJob
+    parameters: dict[str, Any]  # the values this run got: JSON the user wrote
+    metrics: dict[str, float]  # its final printed metrics
+
+
+class SweepView(TypedDict):
+    """`GET api/sweeps/ID`: a sweep's runs; the widgets' sweep table reads it (gpupool.widgets.sweep)."""
+
+    sweep: str
+    parameters: list[str]  # every parameter's name, sorted
+    runs: list[SweepRun]

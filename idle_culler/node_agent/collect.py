@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from gpupool.gpu.nvml import DeviceSample, ProcessSample
+from gpupool.vocab.agent_wire import DeviceUse, PodUse
 
 
-def per_pod(processes: Iterable[ProcessSample], pod_of: Callable[[int], str | None]) -> list[dict[str, Any]]:
+def per_pod(processes: Iterable[ProcessSample], pod_of: Callable[[int], str | None]) -> list[PodUse]:
     """`[{"uid", "gpu_util_pct", "memory_mib", "gpus"}]`: a pod's processes on one GPU add up
     (capped at 100 %), and a pod on several GPUs reports its busiest one."""
     by_gpu: dict[str, dict[str, float]] = {}
@@ -26,7 +26,7 @@ def per_pod(processes: Iterable[ProcessSample], pod_of: Callable[[int], str | No
     ]
 
 
-def per_gpu(devices: Iterable[DeviceSample]) -> list[dict[str, Any]]:
+def per_gpu(devices: Iterable[DeviceSample]) -> list[DeviceUse]:
     return [
         {
             "uuid": d.gpu_uuid,

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpupool.idle_culler.node_agent.cgroups import pod_of, pods_on_node
 from gpupool.idle_culler.node_agent.collect import per_gpu, per_pod
+from gpupool.vocab.agent_wire import AgentSnapshot
 
 log = logging.getLogger("gpupool.node_agent")
 
@@ -29,10 +29,10 @@ log = logging.getLogger("gpupool.node_agent")
 class Agent:
     def __init__(self, nvml, proc: Path = Path("/proc"), clock: Callable[[], float] = time.time) -> None:
         self.nvml, self.proc, self.clock = nvml, Path(proc), clock
-        self.snapshot: dict[str, Any] = {"time": None, "error": "no sample yet", "pods": [], "gpus": []}
+        self.snapshot: AgentSnapshot = {"time": None, "error": "no sample yet", "pods": [], "gpus": []}
         self.lock = threading.Lock()
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self) -> AgentSnapshot:
         try:
             pods = per_pod(self.nvml.process_samples(), lambda pid: pod_of(pid, self.proc))
             using = {p["uid"] for p in pods}
@@ -40,7 +40,7 @@ class Agent:
                 {"uid": uid, "gpu_util_pct": 0.0, "memory_mib": 0, "gpus": []}  # never opened CUDA
                 for uid in sorted(pods_on_node(self.proc) - using)
             ]
-            snap: dict[str, Any] = {
+            snap: AgentSnapshot = {
                 "time": self.clock(),
                 "error": None,
                 "pods": pods,
@@ -48,7 +48,7 @@ class Agent:
             }
         except Exception as err:  # noqa: BLE001 - NVML failed: say so, keep serving
             log.warning("NVML sample failed: %s", err)
-            snap = {**self.snapshot, "error": f"NVML: {err}"}
+            snap = {**self.snapshot, "error": f"NVML: {err}"}  # the last good sample, said old
         with self.lock:
             self.snapshot = snap
         return snap
@@ -58,7 +58,7 @@ class Agent:
         with self.lock:
             self.snapshot = {**self.snapshot, "error": error}
 
-    def current(self) -> dict[str, Any]:
+    def current(self) -> AgentSnapshot:
         with self.lock:
             return self.snapshot
 
@@ -106,8 +106,10 @@ def make_handler(agent: Agent, token: Callable[[], str | None]) -> type[BaseHTTP
             if path == "/metrics":
                 return self.send(200, agent.metrics(), "text/plain; version=0.0.4")
             if path == "/healthz":
-                ok = snap["error"] is None
-                return self.send(200 if ok else 503, (b"ok" if ok else snap["error"].encode()), "text/plain")
+                error = snap["error"]
+                if error is not None:
+                    return self.send(503, error.encode(), "text/plain")
+                return self.send(200, b"ok", "text/plain")
             self.send(404, b"use /pods, /metrics or /healthz", "text/plain")
 
         def authorized(self) -> bool:

@@ -53,7 +53,7 @@ def cheapest_victims(
     candidates: Sequence[Job],
     frees: Callable[[Sequence[Job]], bool],
     now: float,
-    tier: Callable[[Job], Any] = lambda j: 0,
+    tier: Callable[[Job], tuple[int, int]] = lambda j: (0, 0),  # (project priority, job priority)
 ) -> list[Job] | None:
     """The victims of a reclaim: of the candidates (in the one victim order), the set whose
     stopping makes room (`frees`) and loses the fewest GPU-seconds; equal losses go to the set
