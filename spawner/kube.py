@@ -35,6 +35,7 @@ from gpupool.spawner.kube_objects import (
     queue_refusal,
 )
 from gpupool.spawner.kube_ready import PromptStart
+from gpupool.spawner.kube_reflector import TRIMMED
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
 from gpupool.vocab.kinds import EventKind
@@ -193,6 +194,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         group = next((g for g in self.kai_queue_groups if g in mine), self.kai_default_group)
         queue = self.kai_queue.format(username=self.user.name, group=group)
         return pool_queue_name(queue, pool) if pool else queue
+
+    async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False, **kwargs: Any):
+        """kubespawner's shared reflectors (pods, events), made as kubespawner makes them but
+        keeping each object without its managedFields (gpupool.spawner.kube_reflector)."""
+        reflector_class = TRIMMED.get(reflector_class, reflector_class)
+        return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
 
     def pod_uid(self) -> str:
         """From the pod reflector's cache (no API call): the node agents report pods by uid."""
