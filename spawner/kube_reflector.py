@@ -11,6 +11,7 @@ as sent, so kubespawner, an admin's hooks and gpupool read what they read before
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kubespawner.spawner import EventReflector, PodReflector
@@ -30,10 +31,37 @@ def trimmed(obj: Any) -> Any:
 
 class TrimmedStore(dict[str, Any]):
     """The reflector's `resources`: each object trimmed as it is stored. kubespawner's watch loop
-    stores objects one by one (`resources[key] = obj`) and its list replaces the whole dict."""
+    stores objects one by one (`resources[key] = obj`, `resources.pop(key, None)`) and its list
+    replaces the whole dict. `changed(key)` is a future resolved at the next store or removal of
+    that key: a starting workspace waits on it (gpupool.spawner.kube_ready) instead of looking at
+    its pod every few milliseconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiters: dict[str, list[asyncio.Future[None]]] = {}
 
     def __setitem__(self, key: str, obj: Any) -> None:
         super().__setitem__(key, trimmed(obj))
+        self.wake(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        try:
+            return super().pop(key, *default)
+        finally:
+            self.wake(key)
+
+    def changed(self, key: str) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(key, []).append(fut)
+        return fut
+
+    def wake(self, key: str | None = None) -> None:
+        """Resolve the futures waiting on `key` (every key: None)."""
+        keys = list(self.waiters) if key is None else [key]
+        for k in keys:
+            for fut in self.waiters.pop(k, ()):
+                if not fut.done():
+                    fut.set_result(None)
 
 
 class TrimmedReflector:
@@ -47,6 +75,10 @@ class TrimmedReflector:
         store = TrimmedStore()
         for key, obj in value.items():
             store[key] = obj
+        # a list replaced the store: whoever waited on the old one looks again
+        old = self._trait_values.get("resources")  # type: ignore[attr-defined]
+        if isinstance(old, TrimmedStore):
+            old.wake()
         return store
 
 
