@@ -359,5 +359,5 @@ def report(r: dict) -> None:
     )
     print(
         f"held, MiB (sizeof walk)       kubespawner's pod reflector {r['held_pod_reflector']:.1f}"
-        f" ({r['pods_in_reflector']} pods, whole)"
+        f" ({r['pods_in_reflector']} pods, as it keeps them)"
     )
