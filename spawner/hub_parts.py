@@ -42,6 +42,12 @@ class SpawnerRoot(Protocol):
         ...
 
     @property
+    def cluster_reads(self) -> dict[Any, tuple[float, Any]]:
+        """What spawners read of the cluster and reuse for a while (a KAI Queue): key ->
+        (monotonic time of the read, what was read)."""
+        ...
+
+    @property
     def service_token(self) -> str:
         """The gpupool service's token for the hub's REST API ("" when it has none)."""
         ...

@@ -9,13 +9,14 @@ after profiles, user options and modify_pod_hook, so no path can ask for more.
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from jupyterhub.utils import maybe_future
 from kubespawner import KubeSpawner
 from slugify import slugify
 from tornado import web
-from traitlets import Bool, Dict, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, List, Unicode, default, validate
 
 from gpupool.gpu.sharing import KAI_QUEUE_LABEL, SharingBackend, make_backend, requested_milli, split_milli
 from gpupool.kube.pod_fit import RESTRICTED_CONTAINER, added_tolerations
@@ -35,6 +36,7 @@ from gpupool.spawner.kube_objects import (
     queue_refusal,
 )
 from gpupool.spawner.kube_ready import PromptStart
+from gpupool.spawner.kube_reflector import TRIMMED
 from gpupool.spawner.mixin import GPUSpawnerMixin, http_error, with_message
 from gpupool.store import Allocation
 from gpupool.vocab.kinds import EventKind
@@ -100,6 +102,20 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         chart grants it). Example::
 
             c.GPUKubeSpawner.kai_queue_quota_check = False
+        """,
+    )
+    kai_queue_cache_s = Float(
+        30.0,
+        min=0.0,
+        config=True,
+        help="""With kai_queue_quota_check: for how long a KAI Queue read at one spawn serves the
+        other spawns of that queue (seconds), so a class starting together reads it once, not
+        once per student; an admin's change to a queue's quota counts from the next read. A
+        queue that cannot be read is read again after as long (its quota is not checked
+        meanwhile; said once in the log). The queue's pods are read at every spawn. 0: the queue
+        is read at every spawn. Example::
+
+            c.GPUKubeSpawner.kai_queue_cache_s = 10
         """,
     )
     build_priority_class = Unicode(
@@ -193,6 +209,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         group = next((g for g in self.kai_queue_groups if g in mine), self.kai_default_group)
         queue = self.kai_queue.format(username=self.user.name, group=group)
         return pool_queue_name(queue, pool) if pool else queue
+
+    async def _start_reflector(self, kind: str, reflector_class: type, replace: bool = False, **kwargs: Any):
+        """kubespawner's shared reflectors (pods, events), made as kubespawner makes them but
+        keeping each object without its managedFields (gpupool.spawner.kube_reflector)."""
+        reflector_class = TRIMMED.get(reflector_class, reflector_class)
+        return await super()._start_reflector(kind, reflector_class, replace=replace, **kwargs)
 
     def pod_uid(self) -> str:
         """From the pod reflector's cache (no API call): the node agents report pods by uid."""
@@ -291,34 +313,63 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         """QuotaExceeded with KAI's reason when the workspace's queue cannot run it now."""
         if not (self.kai_queue_quota_check and self.backend().name == "kai"):
             return
-        from aiohttp import ClientError
-        from kubernetes_asyncio.client import CustomObjectsApi
-        from kubernetes_asyncio.client.rest import ApiException
-
         names = self.workspace_pools()
         queue = self.queue_name(names[0] if names else None)
+        quota = queue_quota_milli(await self.read_kai_queue(queue))
+        if quota is None:  # unreadable (logged) or unlimited: nothing to hold the spawn to
+            return
         selector = f"{KAI_QUEUE_LABEL}={queue}"
+        from aiohttp import ClientError
+        from kubernetes_asyncio.client.rest import ApiException
+
         try:
-            obj = await CustomObjectsApi(self.api.api_client).get_cluster_custom_object(
-                "scheduling.run.ai", "v2", "queues", queue
-            )
             # the queue's pods now, from the API server (a watch's copy may lag a spawn just made)
             if self.enable_user_namespaces:
                 found = await self.api.list_pod_for_all_namespaces(label_selector=selector)
             else:
                 found = await self.api.list_namespaced_pod(self.namespace, label_selector=selector)
         except (ApiException, ClientError, TimeoutError) as err:
-            # not readable (RBAC, no such queue, no API server): KAI still has its say when it
-            # schedules the pod; the spawn is not refused for what the hub could not read
+            # not readable: KAI still has its say when it schedules the pod; the spawn is not
+            # refused for what the hub could not read
             self.log.warning(
-                "could not read KAI queue %s or its pods (%s): its quota is not checked", queue, err
+                "could not read the pods of KAI queue %s (%s): its quota is not checked", queue, err
             )
             return
         pods = self.api.api_client.sanitize_for_serialization(found).get("items") or []
         held = queue_held_milli(pods, queue, KAI_QUEUE_LABEL, skip=self.pod_name)
-        why = queue_refusal(queue, queue_quota_milli(obj), held, milli)
+        why = queue_refusal(queue, quota, held, milli)
         if why:
             raise QuotaExceeded(why)
+
+    async def read_kai_queue(self, queue: str) -> dict[str, Any] | None:
+        """The KAI Queue `queue` as the API server has it, or None where it cannot be read
+        (RBAC, no such queue, no API server: logged). One read serves the hub's spawns for
+        kai_queue_cache_s (kept in the hub's root, beside what else spawners read of the cluster)."""
+        from aiohttp import ClientError
+        from kubernetes_asyncio.client import CustomObjectsApi
+        from kubernetes_asyncio.client.rest import ApiException
+
+        reads = self.gpupool_root.cluster_reads
+        key = ("kai-queue", queue)
+        now = monotonic()
+        kept = reads.get(key)
+        if kept is not None and now - kept[0] < self.kai_queue_cache_s:
+            return kept[1]
+        obj: dict[str, Any] | None
+        try:
+            obj = await CustomObjectsApi(self.api.api_client).get_cluster_custom_object(
+                "scheduling.run.ai", "v2", "queues", queue
+            )
+        except (ApiException, ClientError, TimeoutError) as err:
+            self.log.warning(
+                "could not read KAI queue %s (%s): its quota is not checked for the next %g s",
+                queue,
+                err,
+                self.kai_queue_cache_s,
+            )
+            obj = None
+        reads[key] = (now, obj)
+        return obj
 
     async def get_pod_manifest(self):
         # kubespawner made the user's namespace (named by its own template) before this

@@ -1,6 +1,7 @@
 """A Kubernetes workspace's start returns as soon as its pod runs (gpupool.spawner.kube_ready):
-the wait reads kubespawner's pod reflector, an admin's own after_pod_created_hook still runs,
-and the wait never decides the outcome itself (kubespawner's checks and messages do)."""
+the wait reads kubespawner's pod reflector (with gpupool's, only when the pod changes), an
+admin's own after_pod_created_hook still runs, and the wait never decides the outcome itself
+(kubespawner's checks and messages do)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 from traitlets import Any as AnyTrait
-from traitlets import Float, HasTraits
+from traitlets import Dict, Float, HasTraits
 
+from gpupool.spawner import kube_ready, kube_reflector
 from gpupool.spawner.kube_ready import PromptStart, wait_until_running
 
 RUNNING = {
@@ -81,3 +83,37 @@ async def test_the_admins_hook_runs_first_and_zero_turns_the_wait_off() -> None:
     off = Spawner(ready_poll_s=0)
     await asyncio.wait_for(off.after_pod_created_hook(off, {}), 1)  # kubespawner's own wait alone
     assert off.looks == 0
+
+
+class Reflector(HasTraits):
+    """kubespawner's reflector as far as the store goes: `resources`, replaced by each list."""
+
+    resources = Dict()
+
+    @property
+    def pods(self):
+        return self.resources
+
+
+class TrimmedReflector(kube_reflector.TrimmedReflector, Reflector):  # as GPUKubeSpawner's
+    pass
+
+
+async def test_with_gpupools_reflector_the_wait_looks_only_when_the_pod_changes() -> None:
+    sp = Spawner(ready_poll_s=0.001)
+    sp.pod_reflector = reflector = TrimmedReflector()
+    reflector.resources = {}  # the first list
+    waiting = asyncio.create_task(wait_until_running(sp, 5.0, sp.ready_poll_s))
+    await asyncio.sleep(0.05)  # fifty polling periods
+    assert sp.looks == 1 and not waiting.done()  # one look, then asleep until the pod changes
+    reflector.resources["ns/jupyter-ann"] = {
+        "metadata": {"managedFields": [{}]},
+        "status": {"phase": "Pending"},
+    }
+    for _ in range(5):  # the future's callback, then the waiting task: a few turns of the loop
+        await asyncio.sleep(0)
+    assert sp.looks == 2 and not waiting.done()
+    assert reflector.pods["ns/jupyter-ann"]["metadata"] == {}  # kept without its managedFields
+    reflector.resources = {"ns/jupyter-ann": RUNNING}  # a relist replaced the store: looked at again
+    await asyncio.wait_for(waiting, kube_ready.RECHECK_S / 2)  # at once, not at the next recheck
+    assert sp.looks == 3

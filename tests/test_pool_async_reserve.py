@@ -74,3 +74,20 @@ def test_group_usage_is_read_only_for_a_group_with_a_total(tmp_path: Path) -> No
     assert pm.group_usage() == {"cs101": 250, "other": 250}  # the admin page's view: every group
     with pytest.raises(QuotaExceeded, match="group 'cs101' may hold"):
         pm.reserve_build("bob", ["cs101"], "", 500)
+
+
+def test_a_reservation_returns_the_row_it_stored_and_a_retried_start_gets_it_again(tmp_path: Path) -> None:
+    """The share a spawn gets back is the stored row, field for field (written and read through
+    SQLAlchemy Core since the ORM's unit of work was most of a spawn's reservation CPU), and its
+    allocation event is written with it; a retried start of the same server gets that row again."""
+    pm = manager(tmp_path)
+    got = pm.reserve_build("ann", ["cs101"], "", 250)
+    (stored,) = pm.store.allocations(owner="ann")
+    columns = [c.key for c in stored.__table__.columns]
+    assert {k: getattr(got, k) for k in columns} == {k: getattr(stored, k) for k in columns}
+    assert (got.state, got.groups, got.total_milli, got.pid) == ("reserved", ["cs101"], 250, None)
+    (event,) = pm.store.events(kind="allocate", owner="ann")
+    assert event.data["milli"] == 250 and event.time == got.created
+    again = pm.reserve_build("ann", ["cs101"], "", 250)
+    assert {k: getattr(again, k) for k in columns} == {k: getattr(stored, k) for k in columns}
+    assert len(pm.store.events(kind="allocate", owner="ann")) == 1

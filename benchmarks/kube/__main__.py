@@ -34,6 +34,7 @@ import sys
 from benchmarks.kube.common import pct, plane_with_nodes
 
 SPAWN_RATIO = 0.8  # spawns/s of GPUKubeSpawner over bare pod creates, at least
+CPU_RATIO = 1.2  # CPU per spawn of GPUKubeSpawner over KubeSpawner alone, at most (#41)
 EXIT_P50_S, EXIT_P99_S = 1.0, 5.0  # container exit -> job row, at most
 MEMORY_MIB = 250  # the process following the Jobs and workspaces, at most
 PLACEMENT_P99_MS = 5.0  # one decision at 100,000 GPUs, at most
@@ -44,10 +45,18 @@ def verdict(j: dict | None, w: dict | None, p: dict | None, e: dict | None = Non
     parts = []
     ok = lambda good: "met" if good else "NOT met"  # noqa: E731
     if w is not None:
+        from benchmarks.kube.workspaces import cpu_ratio
+
         ratio = w["spawn_ours_rate"] / w["spawn_bare_rate"]
         parts.append(
             f"spawns {ratio:.2f}x bare pod creates ({w['spawn_ours_rate'] / w['spawn_stock_rate']:.2f}x"
             f" KubeSpawner alone; target >= {SPAWN_RATIO}x: {ok(ratio >= SPAWN_RATIO)})"
+        )
+        med, lo, hi = cpu_ratio(w)
+        parts.append(
+            f"CPU per spawn {w['spawn_ours_cpu_ms']:.1f} ms = {med:.2f}x KubeSpawner alone's"
+            f" {w['spawn_stock_cpu_ms']:.1f} ms (median of {len(w['cpu_ratio_rounds'])} rounds,"
+            f" {lo:.2f}-{hi:.2f}; target <= {CPU_RATIO}x: {ok(med <= CPU_RATIO)})"
         )
     if j is not None:
         o, b = j["lag_exit_ours"], j["lag_exit_bare"]

@@ -18,6 +18,7 @@ import time
 
 from kubernetes_asyncio import client, config, watch
 
+from benchmarks.kube.common import GCClock
 from benchmarks.kube.workspaces import CONCURRENCY, timed
 
 
@@ -65,13 +66,23 @@ async def main(kubeconfig: str, namespace: str) -> None:
             )
             await running[name]
 
+        failed: list[str] = []
+        clock = GCClock()
         print("ready", flush=True)
         while line := await reader.readline():
             first, last = map(int, line.split())
-            t0, c0 = time.perf_counter(), time.process_time()
-            times = await asyncio.gather(*(timed(sem, lambda i=i: bare(i)) for i in range(first, last)))
+            t0, c0, g0 = time.perf_counter(), time.process_time(), clock.seconds
+            times = await asyncio.gather(
+                *(timed(sem, lambda i=i: bare(i), failed) for i in range(first, last))
+            )
             took, cpu = time.perf_counter() - t0, time.process_time() - c0
-            print(json.dumps({"times": times, "took": took, "cpu": cpu}), flush=True)
+            print(
+                json.dumps(
+                    {"times": times, "took": took, "cpu": cpu, "gc": clock.seconds - g0, "failed": failed[:]}
+                ),
+                flush=True,
+            )
+            failed.clear()
         follower.cancel()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import resource
 import statistics
 import sys
@@ -57,6 +58,23 @@ def held_mib(*roots: object, seen: set[int] | None = None) -> float:
                 if hasattr(obj, slot):
                     stack.append(getattr(obj, slot))
     return total / 2**20
+
+
+class GCClock:
+    """CPU seconds this process has spent in Python's garbage collector since it was made (its
+    `seconds`): part of each side's CPU per spawn, and the part that grows with everything else a
+    process holds, not with what a spawn does."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
 
 
 def peak_rss_mib() -> float:

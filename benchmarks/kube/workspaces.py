@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -18,14 +19,19 @@ from types import SimpleNamespace
 
 from kubernetes_asyncio import client, config
 
-from benchmarks.kube.common import held_mib, pct, rss_mib
+from benchmarks.kube.common import GCClock, held_mib, pct, rss_mib
 from gpupool.idle_culler.node_agent.server import Agent, file_token, make_handler
 from gpupool.idle_culler.sampler import NodeAgentSampler, Target
 from tests.cluster.plane import ControlPlane
 from tests.cluster.resources import Resources
 
 NS = "bench-ws"
+# each baseline in a namespace of its own: kubespawner's reflectors (pods by label, events of every
+# pod in the namespace) see only their own side's, so no side pays for another's events
+STOCK_NS = "bench-ws-stock"
+BARE_NS = "bench-ws-bare"
 CONCURRENCY = 20  # spawns in flight at once, on each side
+IMAGE = "quay.io/jupyter/base-notebook:2025-01-06"
 
 
 def hub_config(plane: ControlPlane, db: Path, nodes: int):
@@ -42,7 +48,7 @@ def hub_config(plane: ControlPlane, db: Path, nodes: int):
     c.KubeSpawner.k8s_api_host = plane.url
     c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
     c.KubeSpawner.start_timeout = 300
-    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
+    c.KubeSpawner.image = IMAGE
     c.GPUKubeSpawner.kai_queue = "default"
     return c
 
@@ -65,31 +71,12 @@ def spawner(c, root, user: str):
     return sp
 
 
-def stock_spawner(plane: ControlPlane, user: str):
-    """JupyterHub's KubeSpawner alone, the same settings without gpupool: what kubespawner's own
-    machinery costs (its pod reflector, its backoff waits)."""
-    from kubespawner import KubeSpawner
-    from traitlets.config import Config
-
-    c = Config()
-    c.KubeSpawner.namespace = NS
-    c.KubeSpawner.k8s_api_host = plane.url
-    c.KubeSpawner.k8s_api_ssl_ca_cert = str(plane.certs.ca)
-    c.KubeSpawner.start_timeout = 300
-    c.KubeSpawner.image = "quay.io/jupyter/base-notebook:2025-01-06"
-    hub = SimpleNamespace(
-        public_host="", url="http://hub:8081/hub/", base_url="/hub/", api_url="http://hub:8081/hub/api"
-    )
-    u = SimpleNamespace(name=user, id=1, url=f"/user/{user}/", escaped_name=user, groups=[])
-    sp = KubeSpawner(user=u, hub=hub, config=c)
-    sp.api_token = "token"
-    return sp
-
-
 FAILED: list[str] = []  # spawns that failed (an overloaded API server answers 504 to a create)
 
 
-async def timed(sem: asyncio.Semaphore, start: Callable[[], Awaitable]) -> float:
+async def timed(
+    sem: asyncio.Semaphore, start: Callable[[], Awaitable], failed: list[str] | None = None
+) -> float:
     """Times `start()` once the semaphore lets it in. A callable, not a coroutine: KubeSpawner's
     start() schedules its work when called (asyncio.ensure_future), so passing `sp.start()`
     started all of them at once and timed only the wait behind the semaphore."""
@@ -98,20 +85,43 @@ async def timed(sem: asyncio.Semaphore, start: Callable[[], Awaitable]) -> float
         try:
             await start()
         except Exception as err:  # noqa: BLE001 - counted and reported, the run goes on
-            FAILED.append(f"{type(err).__name__}: {str(err)[:200]}")
+            (FAILED if failed is None else failed).append(f"{type(err).__name__}: {str(err)[:200]}")
         return time.perf_counter() - t0
 
 
-ROUNDS = 6  # the two sides take turns, so load that drifts and the pods already there hit both alike
+# The three sides take turns, each round in another order, so load that drifts and the pods
+# already there hit all alike; each round gives one CPU-per-spawn ratio, and the verdict takes
+# their median (one whole-run ratio moved with whatever else ran in a stretch).
+ROUNDS = 10
+SIDES = ("ours", "bare", "stock")
+
+
+async def side_process(module: str, *args: str, first_line: bytes = b"") -> asyncio.subprocess.Process:
+    """A baseline side in a process of its own (benchmarks.kube.bare_creates, .stock_spawns),
+    once it says it is ready."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    if first_line:
+        proc.stdin.write(first_line)
+    if (await proc.stdout.readline()).strip() != b"ready":
+        raise RuntimeError(f"{module} did not start")
+    return proc
 
 
 async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> dict:
-    """`users` spawns through GPUKubeSpawner and as many bare pod creates (in a process of their
-    own: benchmarks.kube.bare_creates), in ROUNDS rounds whose order alternates (the first round
-    starts with ours: its first pod is the template of the bare creates); a side's rate is its
-    spawns over the time it took in all. KubeSpawner
-    alone runs after them (it shares kubespawner's pod reflector: the memory figure is taken
-    before its pods join that)."""
+    """`users` spawns through GPUKubeSpawner, as many bare pod creates and as many through
+    KubeSpawner alone, the two baselines each in a process of its own
+    (benchmarks.kube.bare_creates, .stock_spawns: neither their CPU nor their memory is the
+    hub's), in ROUNDS rounds whose order rotates (the first round starts with ours: its first pod
+    is the template of the bare creates). A side's rate is its spawns over the time it took in
+    all; its CPU per spawn is its process's CPU over its rounds, per spawn, and per round."""
     from kubernetes_asyncio.config import kube_config
     from kubespawner import clients
 
@@ -122,77 +132,91 @@ async def spawn_both(plane: ControlPlane, nodes: int, users: int, tmp: Path) -> 
 
     c = hub_config(plane, tmp / "gpupool.sqlite", nodes)
     root = GPUPoolHub(c)  # one pool for every spawner, as in a hub
+    root.pool  # noqa: B018 - built at the hub's start (gpupool.wiring.setup), not by its first spawn
     spawners = [spawner(c, root, f"u{i}") for i in range(users)]
     out["rss_spawners_made"] = rss_mib()
-    stock: list = []  # KubeSpawner alone's, made once the memory figure is taken: not the hub's
     sem = asyncio.Semaphore(CONCURRENCY)
-    took = {"ours": 0.0, "bare": 0.0, "stock": 0.0}
-    cpu = {"ours": 0.0, "bare": 0.0, "stock": 0.0}  # CPU seconds of the process that ran the side
-    times: dict[str, list[float]] = {"ours": [], "bare": [], "stock": []}
+    took = dict.fromkeys(SIDES, 0.0)
+    cpu = dict.fromkeys(SIDES, 0.0)  # CPU seconds of the process that ran the side
+    gc_cpu = dict.fromkeys(SIDES, 0.0)  # of which in the garbage collector
+    clock = GCClock()
+    per_round: dict[str, list[float]] = {side: [] for side in SIDES}  # CPU ms per spawn, each round
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(plane.kubeconfig), client_configuration=cfg)
     async with client.ApiClient(cfg) as api:
         core = client.CoreV1Api(api)
-        baseline: list[asyncio.subprocess.Process] = []  # benchmarks.kube.bare_creates, once started
+        procs: dict[str, asyncio.subprocess.Process] = {}  # the baselines' processes, once started
 
-        async def bare_part(part: range) -> None:
-            # the same pod as gpupool's first, created bare in a process of its own
-            if not baseline:
-                ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
-                template = {
-                    "spec": {k: v for k, v in ref["spec"].items() if k != "nodeName"},
-                    "labels": {k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")},
-                    "annotations": ref["metadata"].get("annotations", {}),
-                }
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "benchmarks.kube.bare_creates",
+        async def start_baseline(side: str) -> asyncio.subprocess.Process:
+            if side == "stock":
+                return await side_process(
+                    "benchmarks.kube.stock_spawns",
                     str(plane.kubeconfig),
-                    NS,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
+                    plane.url,
+                    str(plane.certs.ca),
+                    STOCK_NS,
                 )
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write(json.dumps(template).encode() + b"\n")
-                if (await proc.stdout.readline()).strip() != b"ready":
-                    raise RuntimeError("the baseline process did not start")
-                baseline.append(proc)
-            proc = baseline[0]
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(f"{part.start} {part.stop}\n".encode())
-            done = json.loads(await proc.stdout.readline())
-            times["bare"] += done["times"]
-            took["bare"] += done["took"]
-            cpu["bare"] += done["cpu"]
-
-        sides = {"ours": lambda i: spawners[i].start, "stock": lambda i: stock[i].start}
+            # the same pod as gpupool's first, created bare
+            ref = api.sanitize_for_serialization(await core.read_namespaced_pod(spawners[0].pod_name, NS))
+            template = {
+                "spec": {k: v for k, v in ref["spec"].items() if k != "nodeName"},
+                "labels": {k: v for k, v in ref["metadata"]["labels"].items() if k.startswith("kai.")},
+                "annotations": ref["metadata"].get("annotations", {}),
+            }
+            return await side_process(
+                "benchmarks.kube.bare_creates",
+                str(plane.kubeconfig),
+                BARE_NS,
+                first_line=json.dumps(template).encode() + b"\n",
+            )
 
         async def spawn(side: str, part: range) -> None:
-            if side == "bare":
-                return await bare_part(part)
-            t0, c0 = time.perf_counter(), time.process_time()
-            times[side] += await asyncio.gather(*(timed(sem, sides[side](i)) for i in part))
-            took[side] += time.perf_counter() - t0
-            cpu[side] += time.process_time() - c0
+            if side == "ours":
+                t0, c0, g0 = time.perf_counter(), time.process_time(), clock.seconds
+                times[side] += await asyncio.gather(*(timed(sem, spawners[i].start) for i in part))
+                took[side] += time.perf_counter() - t0
+                spent = time.process_time() - c0
+                gc_cpu[side] += clock.seconds - g0
+            else:
+                if side not in procs:
+                    procs[side] = await start_baseline(side)
+                proc = procs[side]
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(f"{part.start} {part.stop}\n".encode())
+                done = json.loads(await proc.stdout.readline())
+                times[side] += done["times"]
+                took[side] += done["took"]
+                spent = done["cpu"]
+                gc_cpu[side] += done["gc"]
+                FAILED.extend(done.get("failed", []))
+            cpu[side] += spent
+            per_round[side].append(1000 * spent / max(len(part), 1))
 
         for r in range(ROUNDS):
             part = range(r * users // ROUNDS, (r + 1) * users // ROUNDS)
-            for side in ("ours", "bare") if r % 2 == 0 else ("bare", "ours"):
+            for side in SIDES[r % 3 :] + SIDES[: r % 3]:
                 await spawn(side, part)
-            print(f"round {r + 1}/{ROUNDS}: {part.stop} spawns on each side", flush=True)
+            print(
+                f"round {r + 1}/{ROUNDS}: {part.stop} spawns on each side; CPU ms per spawn"
+                f" GPUKubeSpawner {per_round['ours'][-1]:.1f}, KubeSpawner alone {per_round['stock'][-1]:.1f},"
+                f" bare {per_round['bare'][-1]:.1f}",
+                flush=True,
+            )
         out["rss_after"] = rss_mib()
         # kubespawner's pod reflector keeps every pod as the API server sent it
         out["held_pod_reflector"] = held_mib(spawners[0].pod_reflector.resources)
         out["pods_in_reflector"] = len(spawners[0].pod_reflector.resources)
-        baseline[0].stdin.close()  # type: ignore[union-attr]
-        await baseline[0].wait()
-        stock += [stock_spawner(plane, f"k{i}") for i in range(users)]
-        await spawn("stock", range(users))
-    for side in took:
+        for proc in procs.values():
+            proc.stdin.close()  # type: ignore[union-attr]
+            await proc.wait()
+    for side in SIDES:
         out[f"spawn_{side}_s"] = times[side]
         out[f"spawn_{side}_rate"] = users / took[side]
         out[f"spawn_{side}_cpu_ms"] = 1000 * cpu[side] / users
+        out[f"spawn_{side}_cpu_ms_rounds"] = per_round[side]
+        out[f"spawn_{side}_gc_ms"] = 1000 * gc_cpu[side] / users
+    out["cpu_ratio_rounds"] = [o / k for o, k in zip(per_round["ours"], per_round["stock"], strict=True)]
     print(
         f"{users} spawns each: GPUKubeSpawner {took['ours']:.0f} s, bare pods {took['bare']:.0f} s,"
         f" KubeSpawner alone {took['stock']:.0f} s",
@@ -276,7 +300,8 @@ def culler_pass(nodes: int, pods: list[tuple[str, str, str]], tmp: Path) -> dict
 
 async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
     res = Resources(plane.client())
-    res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    for ns in (NS, STOCK_NS, BARE_NS):
+        res.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     res.apply(
         {
             "apiVersion": "scheduling.k8s.io/v1",
@@ -293,6 +318,13 @@ async def run(plane: ControlPlane, nodes: int, users: int) -> dict:
     return out
 
 
+def cpu_ratio(r: dict) -> tuple[float, float, float]:
+    """gpupool's CPU per spawn over KubeSpawner alone's: the median of the rounds' ratios, and
+    their range."""
+    ratios = r["cpu_ratio_rounds"]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def report(r: dict) -> None:
     o, b, k = r["spawn_ours_s"], r["spawn_bare_s"], r["spawn_stock_s"]
     print(
@@ -301,7 +333,13 @@ def report(r: dict) -> None:
     )
     print(
         f"CPU per spawn, ms (its process)  GPUKubeSpawner {r['spawn_ours_cpu_ms']:.1f}   KubeSpawner alone"
-        f" {r['spawn_stock_cpu_ms']:.1f}   bare pod create {r['spawn_bare_cpu_ms']:.1f}"
+        f" {r['spawn_stock_cpu_ms']:.1f}   bare pod create {r['spawn_bare_cpu_ms']:.1f}   (of which garbage"
+        f" collection {r['spawn_ours_gc_ms']:.1f} / {r['spawn_stock_gc_ms']:.1f} / {r['spawn_bare_gc_ms']:.1f})"
+    )
+    med, lo, hi = cpu_ratio(r)
+    print(
+        f"CPU per spawn, GPUKubeSpawner / KubeSpawner alone, each of {len(r['cpu_ratio_rounds'])} rounds:"
+        f" {' '.join(f'{x:.2f}' for x in r['cpu_ratio_rounds'])} (median {med:.2f}x, range {lo:.2f}-{hi:.2f})"
     )
     print(
         f"spawn -> running, s p50/p90   GPUKubeSpawner {pct(o, 50):.2f}/{pct(o, 90):.2f}   KubeSpawner alone"
@@ -321,5 +359,5 @@ def report(r: dict) -> None:
     )
     print(
         f"held, MiB (sizeof walk)       kubespawner's pod reflector {r['held_pod_reflector']:.1f}"
-        f" ({r['pods_in_reflector']} pods, whole)"
+        f" ({r['pods_in_reflector']} pods, as it keeps them)"
     )

@@ -91,6 +91,8 @@ class GPUPoolHub:
         # the gpupool service's token for the hub's REST API (set by gpupool.wiring.setup.configure):
         # spawners remove a refused named server with it
         self.service_token = ""
+        # what spawners read of the cluster and reuse for a while (GPUKubeSpawner.read_kai_queue)
+        self.cluster_reads: dict[Any, tuple[float, Any]] = {}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GPUPoolHub:
         return self  # one per hub: a copied config option shares it (see the module's docstring)
