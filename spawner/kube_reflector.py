@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from kubespawner.spawner import EventReflector, PodReflector
-from traitlets import validate
+from traitlets import HasTraits, observe, validate
 
 DROPPED = "managedFields"
 
@@ -64,7 +64,7 @@ class TrimmedStore(dict[str, Any]):
                     fut.set_result(None)
 
 
-class TrimmedReflector:
+class TrimmedReflector(HasTraits):
     """Mix in before a kubespawner ResourceReflector."""
 
     @validate("resources")
@@ -75,11 +75,14 @@ class TrimmedReflector:
         store = TrimmedStore()
         for key, obj in value.items():
             store[key] = obj
-        # a list replaced the store: whoever waited on the old one looks again
-        old = self._trait_values.get("resources")  # type: ignore[attr-defined]
+        return store
+
+    @observe("resources")
+    def _wake_replaced_store(self, change: dict[str, Any]) -> None:
+        """A list replaced the store: whoever waited on the old one looks again."""
+        old = change["old"]
         if isinstance(old, TrimmedStore):
             old.wake()
-        return store
 
 
 class TrimmedPodReflector(TrimmedReflector, PodReflector):

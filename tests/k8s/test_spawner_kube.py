@@ -327,3 +327,26 @@ async def test_a_hibernating_workspace_pod_wakes_through_the_hook_and_keeps_its_
     # no startup dir: no hook, the image's path as it was
     off = env_of(await manifest(storage))
     assert off["PYTHONPATH"] == "/opt/site" and ENV_REFUSED not in off
+
+
+async def test_the_pinned_kubespawner_starts_gpupools_trimmed_pod_and_event_reflectors(
+    offline_spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPUKubeSpawner swaps kubespawner's reflector classes through kubespawner's private
+    `_start_reflector` (no public hook chooses them): a kubespawner that stops calling it, or
+    passes the class another way, makes the hub keep whole pods again and its ready wait poll."""
+    from kubespawner import KubeSpawner
+
+    from gpupool.spawner.kube_reflector import TrimmedEventReflector, TrimmedPodReflector
+
+    started: dict[str, type] = {}
+
+    async def record(self, *args, **kwargs):  # kubespawner's, below GPUKubeSpawner's override
+        kind = kwargs.get("kind", args[0] if args else None)
+        started[kind] = kwargs.get("reflector_class", args[1] if len(args) > 1 else None)
+
+    monkeypatch.setattr(KubeSpawner, "_start_reflector", record)
+    sp = offline_spawner()
+    await sp._start_watching_pods()
+    await sp._start_watching_events()
+    assert started == {"pods": TrimmedPodReflector, "events": TrimmedEventReflector}
