@@ -132,19 +132,42 @@ def queue_quota_milli(queue: Mapping[str, Any] | None) -> int | None:
 def queue_held_milli(
     pods: Iterable[Mapping[str, Any]], queue: str, label: str, skip: str = "", memory_mib: int = 0
 ) -> int:
-    """GPU milli the workspace pods of `queue` hold or wait for (not finished nor being deleted),
-    but the pod named `skip` (the one being started again)."""
+    """GPU milli the non-preemptible pods of `queue` hold or wait for (not finished nor being
+    deleted), but the pod named `skip` (the one being started again). KAI holds only those to
+    the queue's quota (NonPreemptibleOverQuota): a project's train jobs borrowing the queue's
+    GPUs are preemptible and must not make the hub refuse a workspace KAI would start."""
     from gpupool.gpu.sharing import requested_milli
 
     total = 0
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if (meta.get("labels") or {}).get(label) != queue or meta.get("name") == skip:
+        labels = meta.get("labels") or {}
+        if labels.get(label) != queue or meta.get("name") == skip:
             continue
         if status.get("phase") in FINISHED_PHASES or meta.get("deletionTimestamp"):
             continue
+        if kai_preemptible(labels.get(KAI_PREEMPTIBILITY_LABEL), (pod.get("spec") or {}).get("priority")):
+            continue
         total += requested_milli(dict(pod), memory_mib)
     return total
+
+
+# KAI-Scheduler v0.13's rule (pkg/common/podgroup: CalculatePreemptibility): the pod's
+# `kai.scheduler/preemptibility` label when it has one, else a priority below 100 is preemptible.
+KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+KAI_NON_PREEMPTIBLE_PRIORITY = 100
+
+
+def kai_preemptible(label: object, priority: object) -> bool:
+    """Whether KAI counts the pod as preemptible. A pod whose priority is not known (no
+    admission filled `spec.priority`) counts as non-preemptible: held to the quota, as before."""
+    if label in ("preemptible", "non-preemptible"):
+        return label == "preemptible"
+    return (
+        isinstance(priority, int)
+        and not isinstance(priority, bool)
+        and priority < KAI_NON_PREEMPTIBLE_PRIORITY
+    )
 
 
 def queue_refusal(queue: str, quota_milli: int | None, held_milli: int, asked_milli: int) -> str:

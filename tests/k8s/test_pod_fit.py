@@ -231,3 +231,11 @@ def test_a_kai_queues_quota_and_its_workspaces_decide_the_refusal() -> None:
     assert queue_refusal("vision", 1000, held, 250) == ""
     assert "quota is 1 GPU and its workspaces hold 0.75" in queue_refusal("vision", 1000, held, 500)
     assert queue_refusal("vision", None, held, 4000) == ""
+    # KAI holds only non-preemptible pods to the quota: the project's train pods (priority 50,
+    # the chart's `train` class) borrowing the queue's GPUs do not count; a label overrides
+    train = dict(pod("train", "vision", "1"), spec={"containers": [{"name": "t"}], "priority": 50})
+    pinned = dict(pod("pinned", "vision", "1"), spec={"containers": [{"name": "t"}], "priority": 50})
+    pinned["metadata"]["labels"]["kai.scheduler/preemptibility"] = "non-preemptible"
+    workspace = dict(pod("ws", "vision"), spec={"containers": [{"name": "n"}], "priority": 100})
+    assert queue_held_milli([*pods, train, workspace], "vision", "kai.scheduler/queue", skip="me") == 1000
+    assert queue_held_milli([*pods, pinned], "vision", "kai.scheduler/queue", skip="me") == 1750
