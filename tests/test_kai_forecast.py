@@ -91,6 +91,25 @@ def test_a_borrowers_only_job_is_reclaimed_for_a_queue_due_its_quota() -> None:
     assert est.reason.startswith("reclaims GPUs for queue nlp") and est.reason.endswith("(job v)")
 
 
+def test_a_run_on_a_node_the_hubs_inventory_does_not_name_still_holds_its_gpus() -> None:
+    # the real node's install: the hub's nominal inventory is one node `localhost` (less the
+    # workspace's quarter), vision's pod runs on the cluster's `gpupool-node`. The run is placed
+    # where it fits instead, so its GPU is not counted free: nlp's job still waits for the
+    # reclaim (it would "start now" if the run held nothing)
+    snap = KaiSnapshot(
+        NOW,
+        1750,
+        queues(KaiQueue("nlp", 1000), KaiQueue("vision", 0, min_runtime_s=10)),
+        running=[KaiJob("v", "vision", 1000, started=NOW - 3, placed=(("gpupool-node", 1000),))],
+        pending=[KaiJob("n", "nlp", 1000, submitted=NOW)],
+        runtime_s={"vision": H},
+        nodes={"localhost": 1750},
+    )
+    est = forecast(snap)["n"]
+    assert est.start == NOW + 7 and "min runtime" in est.after
+    assert est.reason.startswith("reclaims GPUs for queue nlp")
+
+
 def test_no_reclaim_for_a_queue_already_at_its_fair_share() -> None:
     # `vision` already holds its guarantee; a second job of it would go over its fair share,
     # so it waits for a run to end instead of reclaiming from `nlp`

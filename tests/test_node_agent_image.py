@@ -36,7 +36,7 @@ class NotInImage:
         return None
 sys.meta_path.insert(0, NotInImage())
 sys.argv = ["node_agent", *sys.argv[1:]]
-runpy.run_module("gpupool.idle_culler.node_agent", run_name="__main__", alter_sys=True)
+runpy.run_module(os.environ.get("AGENT_MODULE", "gpupool.idle_culler.node_agent"), run_name="__main__", alter_sys=True)
 """
 
 
@@ -62,15 +62,41 @@ def test_the_image_requirements_are_pyprojects_own() -> None:
         assert req.specifier == declared[canonicalize_name(req.name)], req.name
 
 
-def test_the_agent_serves_with_only_what_its_image_installs() -> None:
-    """The agent starts and answers /pods and /metrics importing only the standard library,
-    gpupool and its image's requirements: no numpy, JupyterHub or anything the hub pulls in."""
+def image_modules() -> list[str]:
+    """The top-level modules the image has beyond the standard library."""
     dists = {canonicalize_name(r.name) for r in image_requirements()}
-    allowed = ["gpupool"] + sorted(
+    return ["gpupool"] + sorted(
         module
         for module, names in packages_distributions().items()
         if any(canonicalize_name(n) in dists for n in names)
     )
+
+
+def test_the_charts_uninstall_step_runs_with_only_what_the_image_installs() -> None:
+    """The chart's pre-delete hook runs `python -m gpupool.kube.usage_finalizer` in this image:
+    it imports and reaches its own check of what it was given (here nothing: it says so and
+    exits 1) without the hub's dependencies (its I/O runs for real on the real node)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKED_AGENT],
+        env={
+            "AGENT_ALLOWED": json.dumps(image_modules()),
+            "AGENT_MODULE": "gpupool.kube.usage_finalizer",
+            "GPUPOOL_NAMESPACES": "",
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and proc.stdout.strip() == (
+        'FAIL: GPUPOOL_NAMESPACES names no namespace (a list, or "*" for all)'
+    ), proc.stdout + proc.stderr
+
+
+def test_the_agent_serves_with_only_what_its_image_installs() -> None:
+    """The agent starts and answers /pods and /metrics importing only the standard library,
+    gpupool and its image's requirements: no numpy, JupyterHub or anything the hub pulls in."""
+    allowed = image_modules()
     assert "pynvml" in allowed and "prometheus_client" in allowed
     port = free_port()
     proc = subprocess.Popen(

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupool.gpu.sharing import SharingBackend, UnreadableGPU, read_pod
+from gpupool.kube.usage_finalizer import FINALIZER
 
-FINALIZER = "gpupool.io/usage"  # held on a train pod until its end is recorded
 TERMINAL = ("Succeeded", "Failed")
 MAX_TIME_CHARS = 40  # an RFC 3339 time is ~20; anything longer is not one
 

@@ -110,21 +110,21 @@ class TrainPool(LoggingConfigurable):
         """,
     )
     usage_finalizer = Bool(
-        False,
+        True,
         config=True,
         help="""On Kubernetes: put the finalizer gpupool.io/usage on train pods (through the
         Job's pod template), so that a pod deleted while the hub is down (a preemption, a
         cancel, a node drain) stays until the hub's next list of train pods has recorded its
         end: its GPU-hours are then exact. The hub takes it off at that list (every
         usage_relist_s), so a deleted train pod lingers, its containers ended, up to one
-        interval. Before uninstalling the hub, let train jobs end or cancel them; a pod left
-        with it after the hub is gone goes with `kubectl patch pod NAME --type=strategic -p
-        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["gpupool.io/usage"]}}'`. Off (the
-        default until an uninstall strips it itself: on the real node a pod kept by it held its
-        checkpoint claim after `helm uninstall`): such a pod is counted until the last list
-        that saw it alive. Example::
+        interval. `helm uninstall` of gpupool's chart takes it off every train pod first (its
+        pre-delete hook); without the chart (or after `--no-hooks`) a pod left with it once the
+        hub is gone goes with `kubectl patch pod NAME --type=strategic -p
+        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["gpupool.io/usage"]}}'`. Off: a
+        pod deleted between two lists is counted until the last list that saw it alive.
+        Example::
 
-            c.TrainPool.usage_finalizer = True
+            c.TrainPool.usage_finalizer = False
         """,
     )
     max_queued_per_user = Int(

@@ -29,18 +29,24 @@ def image_values(ref: str) -> dict:
     return {"name": name, "tag": tag}
 
 
+VISION_MIN_RUNTIME = "15s"
+
+
 def gpupool_values(node_images: dict) -> dict:
     """The chart's values for the node's two GPUs: a department of 2, workspaces in `default`
-    (guaranteed 1), projects nlp (guaranteed 1) and vision (guaranteed none: it borrows)."""
+    (guaranteed 1), projects nlp (guaranteed 1) and vision (guaranteed none: it borrows, and
+    KAI reclaims a vision job only after its min runtime, VISION_MIN_RUNTIME: the time a test
+    has to read the hub's forecast of that reclaim before KAI makes it)."""
     project = {"department": "research", "overQuotaWeight": 1, "limit": -1, "priority": 100}
     return {
         "hub": {"namespace": HUB_NS, "serviceAccountName": "hub"},
+        "inventory": {"fromCluster": False},  # the node's 2 GPUs: NODE_INVENTORY
         "priorityClasses": {"create": True},  # KAI's chart would install them; KAI runs as processes here
         "departments": {"research": {"quota": 2, "overQuotaWeight": 1, "limit": -1}},
         "projects": {
             "default": {**project, "guarantee": 1},
             "nlp": {**project, "guarantee": 1},
-            "vision": {**project, "guarantee": 0},
+            "vision": {**project, "guarantee": 0, "minRuntime": VISION_MIN_RUNTIME},
         },
         "build": {"quota": 0.5, "fractions": [0.25, 0.5], "maxPerWorkspace": 0.5, "maxWorkspaces": 1},
         "jobs": {"image": node_images["singleuser"][0], "checkpointSize": "1Gi", "graceSeconds": 30},
@@ -60,8 +66,19 @@ def gpupool_values(node_images: dict) -> dict:
 
 
 # the node's 2 GPUs only, as these tests were written for: the cluster's inventory would also
-# count the session's kwok nodes (their 16 GPUs), where no workspace of these tests runs
-NODE_INVENTORY = 'c.GPUPool.gpu_inventory = "local"\nc.GPUPool.virtual_gpus = 2\n'
+# count the session's kwok nodes (their 16 GPUs, cordoned), where KAI places nothing, and the
+# hub's forecast of KAI's order would see them free. Read before configure() (hub.extraConfig
+# runs in the order of its keys, and configure() reads c.GPUPool when it is called: a later
+# key's c.GPUPool lines are never read), with the chart's inventory.fromCluster off.
+# Train pods' GPU-hours are relisted every 5 s (not 60): a test reads them on the usage page and
+# in gus's budget right after the pods end. gus's budget is 0.002 GPU-h (7.2 GPU-s): a train job
+# of his uses it up within seconds, and his queued one is then held until `adm` tops it up.
+NODE_INVENTORY = """
+c.GPUPool.virtual_gpus = 2
+c.TrainPool.usage_relist_s = 5
+c.Usage.budgets = {"user:gus": {"gpu_hours": 0.002, "window_days": 1}}
+"""
+ADMIN = "adm"  # a JupyterHub admin: tops budgets up
 
 # cara's workspaces are culled within seconds, dora's hibernated within seconds (hibernation
 # is off for everyone else, as by default)
@@ -133,11 +150,11 @@ def z2jh_values(node_images: dict) -> dict:
             "config": {
                 "JupyterHub": {"authenticator_class": "dummy"},
                 "DummyAuthenticator": {"password": PASSWORD},
-                "Authenticator": {"allow_all": True},
+                "Authenticator": {"allow_all": True, "admin_users": [ADMIN]},
             },
             # before the overlay's (configure() takes the culler's settings as they are then):
             # cara's workspaces are culled, dora's hibernated, within seconds; others' as by default
-            "extraConfig": {"00-node-test": CULLER_CONFIG, "zz-node-test": NODE_INVENTORY},
+            "extraConfig": {"00-node-test": CULLER_CONFIG + NODE_INVENTORY},
         },
         "proxy": {"chp": {"image": image_values(node_images["chp"][0])}, "service": {"type": "NodePort"}},
         "singleuser": {

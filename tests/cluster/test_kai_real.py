@@ -603,7 +603,7 @@ def test_helm_test_finds_what_the_hub_needs_and_names_what_is_missing(
         admin.apply_all(
             d
             for d in docs
-            if (d["kind"] != "Pod" and "helm.sh/hook" in d["metadata"].get("annotations", {}))
+            if (d["kind"] != "Pod" and d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
             or d["kind"] in ("Queue", "SchedulingShard")
             or d["metadata"]["name"] == "gpupool-hub-kai-version"
         )

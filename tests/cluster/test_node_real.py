@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import re
 import secrets
@@ -19,6 +20,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from csv import DictReader
 from datetime import datetime
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from tests.cluster.conftest import GPU_NODES
 from tests.cluster.gpu_use import GPUUseRelay
 from tests.cluster.helm import Helm
 from tests.cluster.install import (
+    ADMIN,
     GPUPOOL_NS,
     HUB_NS,
     PASSWORD,
@@ -448,7 +451,10 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
     across namespaces (%gpupool) and promotes a cell (%%train). The Job's pod runs the cell in
     a container and checkpoints to its claim; when project nlp asks for its guarantee, KAI
     reclaims the GPU (vision borrows it), the pod saves and exits 75, the Job makes a new pod
-    that resumes from the checkpoint and succeeds."""
+    that resumes from the checkpoint and succeeds. While nlp's job waits for that reclaim (KAI
+    may take a vision job only after its queue's min runtime), the hub's forecast of KAI's order
+    says when and why it will start, and KAI meets it within the error the hub states; once
+    vision's job ended, its pods' GPU-hours are on ann's usage page (the API and CSV it reads)."""
     with explained(admin):
         r = ann.spawn_form(gpus="0.25")
         assert r.status_code == 302, r.text[:1000]
@@ -480,6 +486,8 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         assert probe["env"]["NVIDIA_VISIBLE_DEVICES"] == gpu  # KAI's binding, inside the container
         assert probe["env"]["GPU_PORTION"] == "0.25" and probe["env"]["CUDA_VISIBLE_DEVICES"] == ""
         assert probe["me"]["name"] == "ann", probe["me"]
+        bob = WebUser(release["url"], "bob", PASSWORD)  # nlp's user, ready before vision's job runs
+        bob.login()
         out = ann.execute("%load_ext gpupool", "%gpupool", TRAIN)  # the status widget, then a promoted cell
         job_id = re.search(r"submitted job (\S+) to vision", out).group(1)
         until(lambda: job(ann, job_id)["state"] == "running", 180, "the train job running")
@@ -491,8 +499,6 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         until(lambda: "step 3" in log_lines(ann, job_id), 120, "the cell running and checkpointing")
 
         # project nlp wants its guarantee: bob submits within it, the cluster has no whole GPU left
-        bob = WebUser(release["url"], "bob", PASSWORD)
-        bob.login()
         try:
             r = bob.api(
                 "POST",
@@ -501,8 +507,22 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
             )
             assert r.status_code in (200, 201), r.text[:500]
             nlp_id = r.json()["id"]
+
+            def estimate() -> dict | None:  # read while nlp waits: KAI reclaims after the min runtime
+                row = job(bob, nlp_id)
+                assert row["state"] == "queued", (
+                    f"nlp's job left the queue before its estimate was read: {row}"
+                )
+                return row["eta"]
+
+            eta = until(estimate, 10, "the hub's estimate of nlp's start")
+            assert "reclaims GPUs for queue nlp" in eta["reason"] and "queue vision" in eta["reason"], eta
+            assert "passes its queue's min runtime" in eta["after"] and eta["in_s"] > 0, eta
             until(lambda: job(ann, job_id)["preemptions"] >= 1, 120, "vision's job reclaimed for nlp")
             until(lambda: job(bob, nlp_id)["state"] == "succeeded", 180, "nlp's job done")
+            started = job(bob, nlp_id)["started"]  # KAI's reclaim, then its pod ran
+            assert abs(started - eta["start"]) <= eta["error_s"], (started, eta)
+            print(f"nlp's start: forecast {eta['in_s']:.1f} s ahead, off by {started - eta['start']:+.1f} s")
         finally:
             bob.close()
         until(lambda: job(ann, job_id)["state"] in ("succeeded", "failed"), 240, "vision's job done")
@@ -514,6 +534,134 @@ def test_a_user_spawns_a_quarter_gpu_and_trains_through_kai_on_the_real_node(
         terminated = admin.get(f"/api/v1/namespaces/{HUB_NS}/pods/{first['metadata']['name']}")
         if terminated is not None:  # the reclaimed pod, if the Job keeps it: saved and said "resume me"
             assert terminated["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 75
+
+        # KAI placed it, the hub held no allocation: its GPU-hours are its pods' lifetimes, on
+        # ann's usage page (the page reads api/usage; CSV the same), within the pods' own record
+        # (the succeeded pod's start to end, which the Job keeps) and the job's wall time
+        kept = admin.http.get(
+            f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{job_id}"}
+        ).json()["items"]
+        at_least = sum(pod_lifetime(p) for p in kept)
+        at_most = row["finished"] - row["submitted"] + 2
+        assert at_least > 0, [p["status"] for p in kept]
+
+        def counted() -> dict:
+            r = ann.api("GET", "/services/gpupool/api/usage", params={"period": "1h", "by": "project"})
+            assert r.status_code == 200, r.text[:500]
+            return next((x for x in r.json()["rows"] if x["key"] == "vision"), {})
+
+        vision = until(
+            lambda: (v := counted()).get("allocated_milli_s", 0) >= 1000 * at_least and v,
+            30,
+            "vision's GPU-hours on the usage page",
+        )
+        assert 1000 * at_least <= vision["allocated_milli_s"] <= 1000 * at_most, (vision, at_least, at_most)
+        assert vision["jobs_preempted"] >= 1, vision
+        csv = ann.api(
+            "GET", "/services/gpupool/api/usage", params={"period": "1h", "by": "project", "format": "csv"}
+        )
+        cell = next(x for x in DictReader(io.StringIO(csv.text)) if x["project"] == "vision")  # by=project
+        assert float(cell["allocated_gpu_hours"]) == vision["allocated_gpu_hours"] > 0, (cell, vision)
+
+
+def pod_lifetime(pod: dict) -> float:
+    """Seconds from a pod's start to its last container's end, as the cluster recorded them."""
+    status = pod.get("status") or {}
+    ends = [
+        (c.get("state") or {}).get("terminated", {}).get("finishedAt")
+        for c in status.get("containerStatuses") or []
+    ]
+    if not status.get("startTime") or not ends or None in ends:
+        return 0.0
+    start = datetime.fromisoformat(status["startTime"].replace("Z", "+00:00"))
+    return max(datetime.fromisoformat(e.replace("Z", "+00:00")) for e in ends).timestamp() - start.timestamp()
+
+
+def test_a_budget_holds_a_queued_job_without_a_pod_until_an_admin_tops_it_up(
+    release: dict, admin: Resources, ann: WebUser
+) -> None:
+    """gus's GPU-hour budget (0.002 GPU-h, install.py) is used up by his first train job, which
+    KAI placed (its pod's GPU-hours, read by the hub's relist): his second job, queued behind it,
+    is then held as on one machine: its Job suspended, no pod of it in the cluster, its wait
+    reason the budget, while the running one is never stopped and a new one is refused. An
+    admin's top-up releases it at once: the Job resumes, and it runs once the GPU is free. The
+    first job runs until the test cancels it, so the hold is never a race with its end."""
+    with explained(admin):
+        if not ann.server().get("ready"):  # a quarter of one GPU taken: one whole GPU is free
+            assert ann.spawn_form(gpus="0.25").status_code == 302
+            ann.wait_ready()
+        gus = WebUser(release["url"], "gus", PASSWORD)
+        adm = WebUser(release["url"], ADMIN, PASSWORD)
+        ids: list[str] = []
+
+        def submit(name: str) -> httpx.Response:
+            return gus.api(
+                "POST",
+                "/services/gpupool/api/jobs",
+                json={"project": "vision", "gpus": 1, "name": name, "code": SLEEPER},
+            )
+
+        def pods_of(job_id: str) -> list[dict]:
+            return admin.http.get(
+                f"/api/v1/namespaces/{HUB_NS}/pods",
+                params={"labelSelector": f"job-name=gpupool-train-{job_id}"},
+            ).json()["items"]
+
+        def k8s_job(job_id: str) -> dict:
+            return admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{job_id}") or {}
+
+        try:
+            gus.login()
+            adm.login()
+            for name in ("budget-a", "budget-b"):  # both within his budget: accepted
+                r = submit(name)
+                assert r.status_code in (200, 201), r.text[:500]
+                ids.append(r.json()["id"])
+
+            def one_runs() -> list[str]:  # one whole GPU: one runs, KAI keeps the other queued
+                states = {i: job(gus, i)["state"] for i in ids}
+                if sorted(states.values()) != ["queued", "running"]:
+                    return []
+                return sorted(ids, key=lambda i: states[i] != "running")
+
+            runner, waiter = until(one_runs, 180, "one of gus's jobs running, the other queued")
+
+            def held() -> bool:
+                row = job(gus, waiter)
+                return (
+                    row["state"] == "queued"
+                    and "GPU-hour budget" in row["wait_reason"]
+                    and bool(k8s_job(waiter).get("spec", {}).get("suspend"))
+                    and not pods_of(waiter)
+                )
+
+            until(held, 120, "gus's queued job held by his budget, its Job suspended with no pod")
+            assert job(gus, runner)["state"] == "running"  # a budget never stops running work
+            refused = submit("budget-third")
+            if refused.status_code < 300:
+                ids.append(refused.json()["id"])
+            assert 400 <= refused.status_code < 500 and "budget" in refused.text, refused.text[:500]
+
+            r = adm.api(
+                "POST",
+                "/services/gpupool/api/budgets/grants",
+                json={"target": "user:gus", "kind": "topup", "gpu_hours": 1, "days": 1, "note": "node test"},
+            )
+            assert r.status_code in (200, 201), r.text[:500]
+            until(
+                lambda: not k8s_job(waiter).get("spec", {}).get("suspend") and pods_of(waiter),
+                60,
+                "gus's job released by the top-up: its Job resumed, a pod made",
+            )
+            assert "budget" not in job(gus, waiter)["wait_reason"]
+            assert gus.api("DELETE", f"/services/gpupool/api/jobs/{runner}").status_code in (200, 202, 204)
+            until(lambda: job(gus, waiter)["state"] == "running", 180, "gus's released job running")
+        finally:
+            for job_id in ids:
+                with contextlib.suppress(Exception):
+                    gus.api("DELETE", f"/services/gpupool/api/jobs/{job_id}")
+            gus.close()
+            adm.close()
 
 
 def test_the_idle_culler_stops_an_idle_workspace_through_the_node_agent(
@@ -970,6 +1118,16 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
         assert row["state"] == "succeeded" and row["runs"] == 1 and row["preemptions"] == 0, row
         assert pod_uid(admin, HUB_NS, job_pod["metadata"]["name"]) == job_pod["metadata"]["uid"]
 
+        # a train job still running when the hub goes: its pod carries the usage finalizer
+        r = ann.api(
+            "POST",
+            "/services/gpupool/api/jobs",
+            json={"project": "vision", "gpus": 1, "name": "left-running", "code": SLEEPER},
+        )
+        assert r.status_code in (200, 201), r.text[:500]
+        left_id = r.json()["id"]
+        until(lambda: job(ann, left_id)["state"] == "running", 180, "a job running at the uninstall")
+
         # uninstall, as z2jh's docs say: servers stopped first, then the releases
         assert ann.api("DELETE", f"/hub/api/users/{ann.name}/server").status_code in (202, 204)
         until(
@@ -983,7 +1141,45 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
             "the workspace stopped",
         )
         helm_cli("uninstall", "jupyterhub", "-n", HUB_NS, "--wait", "--timeout", "3m")
-        helm_cli("uninstall", "gpupool", "-n", GPUPOOL_NS, "--wait", "--timeout", "3m")
+        # the hub is gone; an admin deletes the job it left running: its pod keeps the usage
+        # finalizer nobody takes off now (it would stay Terminating for ever, its claim held).
+        # Another controller's finalizer beside it (added before the delete: none may be added
+        # after) must stay: the hook takes off gpupool's only.
+        orphan = admin.http.get(
+            f"/api/v1/namespaces/{HUB_NS}/pods", params={"labelSelector": f"job-name=gpupool-train-{left_id}"}
+        ).json()["items"][0]["metadata"]["name"]
+        path = f"/api/v1/namespaces/{HUB_NS}/pods/{orphan}"
+        other = "example.com/other-controller"
+        r = admin.http.patch(
+            path,
+            json=[{"op": "add", "path": "/metadata/finalizers/-", "value": other}],
+            headers={"Content-Type": "application/json-patch+json"},
+        )
+        assert r.status_code == 200, r.text[:500]
+        admin.http.request(
+            "DELETE",
+            f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/gpupool-train-{left_id}",
+            json={"propagationPolicy": "Background"},
+        )
+        until(
+            lambda: (admin.get(path) or {}).get("metadata", {}).get("deletionTimestamp"),
+            60,
+            "the left job's pod being deleted",
+        )
+        assert {"gpupool.io/usage", other} <= set(admin.get(path)["metadata"]["finalizers"])
+        began = time.monotonic()
+        helm_cli("uninstall", "gpupool", "-n", GPUPOOL_NS, "--wait", "--timeout", "3m")  # its hook strips it
+        print(f"helm uninstall gpupool with its pre-delete hook: {time.monotonic() - began:.1f} s")
+        kept = admin.get(path)["metadata"]["finalizers"]  # still there: the other one holds it
+        assert other in kept and "gpupool.io/usage" not in kept, kept
+        at = f"/metadata/finalizers/{kept.index(other)}"
+        r = admin.http.patch(
+            path,
+            json=[{"op": "test", "path": at, "value": other}, {"op": "remove", "path": at}],
+            headers={"Content-Type": "application/json-patch+json"},
+        )
+        assert r.status_code == 200, r.text[:500]
+        until(lambda: admin.get(path) is None, 60, "the left job's pod gone once its grace period is over")
 
         def running(ns: str) -> list[str]:
             pods = admin.http.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]
@@ -1022,17 +1218,20 @@ def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
             for r in admin.http.get("/apis/rbac.authorization.k8s.io/v1/clusterroles").json()["items"]
             if "gpupool" in r["metadata"]["name"]
         ]
-        claims = {
-            c["metadata"]["name"]
-            for c in admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]
-        }
         jobs = {
             j["metadata"]["name"]
             for j in admin.http.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs").json()["items"]
         }
-        homes = {c for c in claims if c.startswith("claim-")}  # the users' home folders, kept
-        assert "claim-ann" in homes and "hub-db-dir" not in claims
         assert f"gpupool-train-{job_id}" in jobs and all(
             admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{j}")["status"].get("succeeded") for j in jobs
         )
-        assert claims - homes == {f"gpupool-ckpt-{j.removeprefix('gpupool-train-')}" for j in jobs}
+        kept = {f"gpupool-ckpt-{j.removeprefix('gpupool-train-')}" for j in jobs}
+
+        def claims() -> set[str]:
+            items = admin.http.get(f"/api/v1/namespaces/{HUB_NS}/persistentvolumeclaims").json()["items"]
+            return {c["metadata"]["name"] for c in items}
+
+        homes = {c for c in claims() if c.startswith("claim-")}  # the users' home folders, kept
+        assert "claim-ann" in homes and "hub-db-dir" not in claims()
+        # the deleted Jobs' claims go (the garbage collector, once no pod holds them)
+        until(lambda: claims() - homes == kept, 60, f"only the finished Jobs' claims left: {kept}")

@@ -643,7 +643,9 @@ def test_the_helm_test_hook_checks_what_was_rendered(tmp_path: Path) -> None:
         "userNamespaces": {"enabled": True, "prefix": "lab-", "users": ["ann"]},
     }
     hooks = [
-        d for d in render(values, hooks=True) if "helm.sh/hook" in (d["metadata"].get("annotations") or {})
+        d
+        for d in render(values, hooks=True)
+        if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
     ]
     pod = next(d for d in hooks if d["kind"] == "Pod")
     assert pod["spec"]["containers"][0]["command"] == ["python", "-m", "gpupool.kube.check"]
@@ -678,4 +680,50 @@ def test_the_helm_test_hook_checks_what_was_rendered(tmp_path: Path) -> None:
                 "projects": {"p" * 60: {"department": "r", "guarantee": {"dgx": 1}}},
                 "build": {"defaultProject": "p" * 60},
             }
+        )
+
+
+def test_helm_uninstall_first_takes_the_usage_finalizer_off_train_pods_with_the_least_rbac() -> None:
+    """`helm uninstall` runs a pre-delete hook Job (gpupool.kube.usage_finalizer in the node
+    agent's small image) before the release's objects go: with the hub gone nothing else would
+    take the usage finalizer off a train pod. Its account may list, get and patch pods, nothing
+    else: in the hub's namespace only (a Role there), in every namespace only where jobs run in
+    users' namespaces; its objects exist only while the hook runs (run for real on the real node:
+    tests/cluster/test_node_real.py's uninstall)."""
+    for user_namespaces, where in ((False, "jupyterhub"), (True, "*")):
+        values = {"userNamespaces": {"enabled": user_namespaces}, "nodeAgent": {"image": {"tag": "9.9"}}}
+        hooks = [
+            d
+            for d in render(values, hooks=True)
+            if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "pre-delete"
+        ]
+        for d in hooks:
+            assert (
+                d["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+                == "before-hook-creation,hook-succeeded"
+            )
+        kinds = {d["kind"]: d for d in hooks}
+        job = kinds.pop("Job")
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["command"] == ["python", "-m", "gpupool.kube.usage_finalizer"]
+        assert container["image"] == "registry.example.org/gpupool-node-agent:9.9"
+        assert {e["name"]: e["value"] for e in container["env"]} == {"GPUPOOL_NAMESPACES": where}
+        assert pod["serviceAccountName"] == kinds.pop("ServiceAccount")["metadata"]["name"]
+        role, binding = (
+            (kinds.pop("ClusterRole"), kinds.pop("ClusterRoleBinding"))
+            if user_namespaces
+            else (kinds.pop("Role"), kinds.pop("RoleBinding"))
+        )
+        assert kinds == {}, kinds  # nothing more
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "get", "patch"]}
+        ]
+        assert binding["roleRef"]["name"] == role["metadata"]["name"]
+        assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+        if not user_namespaces:
+            assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "jupyterhub"
+        # the RBAC is made before the Job (lower weight), the Job waited for
+        assert int(role["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+            job["metadata"]["annotations"].get("helm.sh/hook-weight", "0")
         )

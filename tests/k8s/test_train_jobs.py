@@ -114,24 +114,23 @@ def test_the_hubs_job_folder_limit_reaches_the_pods() -> None:
 
 
 def test_the_hubs_train_pods_carry_the_usage_finalizer_and_a_bare_controllers_do_not() -> None:
-    """The hub (which relists train pods and takes it off once a pod's end is recorded), when
-    c.TrainPool.usage_finalizer is on, puts the usage finalizer on every train pod through the
-    Job's template; a controller with no relist
-    behind it puts none (nothing would take it off: the pods could never go)."""
+    """The hub (which relists train pods and takes it off once a pod's end is recorded) puts the
+    usage finalizer on every train pod through the Job's template, by default (the chart's
+    uninstall hook takes it off once the hub is gone); a controller with no relist behind it
+    puts none (nothing would take it off: the pods could never go)."""
     from traitlets.config import Config
 
     from gpupool.train.config import TrainPool
 
-    on = Config()
-    on.TrainPool.usage_finalizer = True
-    hub = TrainPool(config=on).job_options()
+    hub = TrainPool(config=Config()).job_options()
     job = train_job(spec(), replace(hub, namespace=NS), KAISharing())
     kubernetes_validate.validate(job, K8S, strict=True)
     assert job["spec"]["template"]["metadata"]["finalizers"] == ["gpupool.io/usage"]
     assert "finalizers" not in job["metadata"]  # the Job itself goes as before
     assert "finalizers" not in train_job(spec(), OPTS, KAISharing())["spec"]["template"]["metadata"]
-    # off by default: a pod it kept held its checkpoint claim after `helm uninstall`
-    assert not TrainPool(config=Config()).job_options().usage_finalizer
+    off = Config()
+    off.TrainPool.usage_finalizer = False
+    assert not TrainPool(config=off).job_options().usage_finalizer
 
 
 def test_a_shared_claim_gets_one_folder_per_job_and_kueue_gets_its_label() -> None:
