@@ -991,7 +991,9 @@ def test_with_user_namespaces_a_user_spawns_trains_and_is_fenced_in_their_own_na
         # li's %%train: from the kernel to the gpupool API at its full name, a Job in li's namespace
         started = time.monotonic()
         out = li.execute("%load_ext gpupool", TRAIN_HERE)
-        job_id = re.search(r"submitted job (\S+) to nlp", out).group(1)
+        submitted = re.search(r"submitted job (\S+) to nlp", out)
+        assert submitted, out  # what the cell printed instead
+        job_id = submitted.group(1)
         until(lambda: job(li, job_id)["state"] in ("succeeded", "failed"), 240, "li's train job done")
         spent["train job"] = time.monotonic() - started
         row = job(li, job_id)
