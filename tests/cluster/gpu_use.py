@@ -8,9 +8,10 @@ comes back as it is (a refusal too: 401 without the token), except the one field
 fill on a real GPU: a pod the test has not called idle reads busy. Which pods run on the node and
 which pod a process belongs to stays the agent's own finding (from /proc and the cgroups).
 
-A workspace pod the agent has not found (yet) reads busy too, so that a culler told to trust
-this relay never stops another test's workspace for want of data; `found` keeps what the agent
-itself reported, for the test to check."""
+A workspace pod the agent has not found (yet) reads busy too, in any namespace (the hub's, or a
+user's own with user namespaces), so that a culler told to trust this relay never stops another
+test's workspace for want of data; `found` keeps what the agent itself reported, for the test to
+check."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ BUSY_PCT = 87.0  # what a training cell's kernel shows in nvidia-smi; any value 
 class GPUUseRelay:
     client: Callable[[], httpx.Client]  # the plane's admin client, to find the agent and the pods
     service: str  # "name.namespace:port", the agents' Service as the culler's URL names it
-    hub_ns: str  # the namespace of the workspace pods
     host: str = "127.0.0.1"
     idle: set[str] = field(default_factory=set)  # pod uids whose GPU is idle (the agent's 0 % stays)
     found: dict[str, float] = field(default_factory=dict)  # uid -> util the agent itself reported, last
@@ -62,10 +62,9 @@ class GPUUseRelay:
 
     def workspace_uids(self) -> set[str]:
         with self.client() as http:
-            pods = http.get(
-                f"/api/v1/namespaces/{self.hub_ns}/pods",
-                params={"labelSelector": "component=singleuser-server"},
-            ).json()["items"]
+            pods = http.get("/api/v1/pods", params={"labelSelector": "component=singleuser-server"}).json()[
+                "items"
+            ]
         return {p["metadata"]["uid"] for p in pods}
 
     def answer(self, auth: str) -> tuple[int, bytes]:

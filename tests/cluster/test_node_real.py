@@ -29,7 +29,15 @@ import pytest
 
 from gpupool.gpu.hibernate import ENV_REFUSED
 from tests.cluster import addons, build, images, kai
-from tests.cluster.books import books, build_milli_s, delete_hub_pod, project_used, user_pods, wait_new_hub
+from tests.cluster.books import (
+    books,
+    build_milli_s,
+    delete_hub_pod,
+    hub_pod,
+    project_used,
+    user_pods,
+    wait_new_hub,
+)
 from tests.cluster.conftest import GPU_NODES
 from tests.cluster.gpu_use import GPUUseRelay
 from tests.cluster.helm import Helm
@@ -53,9 +61,21 @@ from tests.cluster.install import (
     z2jh_rendered,
     z2jh_values,
 )
+from tests.cluster.netpol import allowed
 from tests.cluster.node import GPU_RESOURCE, RealNode, ctr, missing
 from tests.cluster.plane import ControlPlane, env_flag
 from tests.cluster.resources import Resources, until
+from tests.cluster.test_chart_real import as_user
+from tests.cluster.userns import (
+    API_PROBE,
+    TRAIN_HERE,
+    namespace_of,
+    netpol_pod,
+    policies,
+    privileged_refused,
+    singleuser_pod,
+    workspaces_anywhere,
+)
 from tests.cluster.webuser import WebUser
 
 pytestmark = pytest.mark.node
@@ -290,7 +310,7 @@ def gpu_use(plane: ControlPlane, real_node: RealNode) -> Iterator[GPUUseRelay]:
     """The node agent, as the stock culler asks it, with the busy GPUs a virtual one cannot
     show (gpu_use.py): every workspace pod busy unless a test says idle, so that the stock
     culler, whose test limits are seconds, stops no other test's workspace."""
-    with GPUUseRelay(plane.client, stock_culler_agents(), HUB_NS, host=real_node.ip) as relay:
+    with GPUUseRelay(plane.client, stock_culler_agents(), host=real_node.ip) as relay:
         yield relay
 
 
@@ -1034,6 +1054,166 @@ def test_hub_pod_deleted_mid_spawn_after_a_submit_and_mid_stop_counts_every_shar
                     dan.api("DELETE", f"/services/gpupool/api/jobs/{job_id}")
             dan.close()
     print(f"hub restarts (delete -> new hub answering): {[round(s, 1) for s in restarts]} s")
+
+
+def test_with_user_namespaces_a_user_spawns_trains_and_is_fenced_in_their_own_namespace(
+    release: dict, helm_cli: Helm, node_images: dict, real_node: RealNode, admin: Resources, ann: WebUser
+) -> None:
+    """Issue #35's user namespaces on the real node: the module's install is upgraded with
+    `userNamespaces.enabled` (the chart's ConfigMap and RBAC; the hub restarted to read it), then
+    two users whose names are no DNS labels log in. Each one's workspace pod runs on the node in
+    the namespace kubespawner's own slug names (made by the hub at the spawn, enforcing the
+    `restricted` Pod Security level); one user's `%%train` cell, sent from that workspace's
+    kernel to the gpupool API at its fully qualified name, becomes a Job in that user's
+    namespace whose pod runs to the end and checkpoints to a claim there. That user is fenced
+    from the other's namespace: their kernel holds no API token and is refused a read and a
+    create there, so is their pods' service account, the gpupool API shows the other nothing of
+    theirs, and the NetworkPolicies the hub made there (no CNI enforces them here: evaluated by
+    netpol.py) let neither workspace reach the other, nor the train pod the other's workspace.
+    A workspace already running in the hub's namespace is kept through both switches. Then the
+    servers are stopped and the install upgraded back (user namespaces off, the hub restarted)."""
+    users = ("li.wei", "mo.diaz")  # kubespawner's safe slug: li-wei---<hash>, mo-diaz---<hash>
+    li_ns, mo_ns = (namespace_of(u) for u in users)
+    spent: dict[str, float] = {}
+    begun = time.monotonic()
+    ann_before = ann.server().get("ready") and workspace_pod(admin, "ann")["metadata"]["uid"]
+
+    def switch(on: bool, user: WebUser) -> None:
+        """helm upgrade of the module's gpupool release, then the hub restarted to read it."""
+        started = time.monotonic()
+        values = gpupool_values(node_images)
+        values["userNamespaces"] = {"enabled": on}
+        helm_cli(
+            "upgrade",
+            "gpupool",
+            str(REPO / "helm" / "gpupool"),
+            "-n",
+            GPUPOOL_NS,
+            "-f",
+            str(helm_cli.values_file(f"gpupool-user-namespaces-{on}", values)),
+            "--wait",
+            "--timeout",
+            "3m",
+        )
+        old = delete_hub_pod(admin)
+        wait_new_hub(admin, old, user, started)
+        spent[f"switch {'on' if on else 'off'}"] = time.monotonic() - started
+        if ann_before:  # a running workspace of the hub's namespace, kept and counted once
+            assert workspace_pod(admin, "ann")["metadata"]["uid"] == ann_before
+            until(lambda: ann.server().get("ready"), 60, "ann's workspace ready after the switch")
+            assert books(ann)["holdings"] == [250]
+
+    li, mo = (WebUser(release["url"], u, PASSWORD) for u in users)
+    switched = False
+    try:
+        li.login()
+        mo.login()
+        switch(True, li)
+        switched = True
+        started = time.monotonic()
+        for user in (li, mo):  # both spawns at once, as two users do
+            assert user.spawn_form(gpus="0.25").status_code == 302
+        for user in (li, mo):
+            user.wait_ready()
+        spent["two spawns"] = time.monotonic() - started
+        pods = {}
+        for user, ns in ((li, li_ns), (mo, mo_ns)):
+            labels = admin.get(f"/api/v1/namespaces/{ns}")["metadata"]["labels"]
+            assert labels["gpupool.io/user"] == ns.removeprefix("gpupool-"), labels
+            assert labels["pod-security.kubernetes.io/enforce"] == "restricted", labels
+            assert "violates PodSecurity" in privileged_refused(admin, ns, node_images["singleuser"][0])
+            pod = singleuser_pod(admin, ns)
+            assert pod is not None and workspaces_anywhere(admin, user.name) == [ns]
+            assert pod["spec"]["nodeName"] == real_node.name and pod["status"]["phase"] == "Running"
+            assert pod["metadata"]["annotations"].get("gpu-fraction") == "0.25"
+            assert admin.get(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/gpupool-singleuser")
+            pods[user.name] = pod
+        assert li.lab().status_code == 200  # JupyterLab in li's namespace, through the proxy
+
+        # li's kernel and the API server: no token, and mo's namespace refused to it
+        probe = json.loads(li.execute(API_PROBE.format(other=mo_ns, me="li")).strip().splitlines()[-1])
+        assert probe["token"] is False and probe["read"] in (401, 403) and probe["create"] in (401, 403), (
+            probe
+        )
+
+        # li's %%train: from the kernel to the gpupool API at its full name, a Job in li's namespace
+        started = time.monotonic()
+        out = li.execute("%load_ext gpupool", TRAIN_HERE)
+        submitted = re.search(r"submitted job (\S+) to nlp", out)
+        assert submitted, out  # what the cell printed instead
+        job_id = submitted.group(1)
+        until(lambda: job(li, job_id)["state"] in ("succeeded", "failed"), 240, "li's train job done")
+        spent["train job"] = time.monotonic() - started
+        row = job(li, job_id)
+        assert row["state"] == "succeeded", (row, log_lines(li, job_id)[-10:])
+        assert "trained step 1 in my namespace" in log_lines(li, job_id)
+        name = f"gpupool-train-{job_id}"
+        until(  # the row follows the pod; the Job controller marks the Job a moment later
+            lambda: (
+                admin.get(f"/apis/batch/v1/namespaces/{li_ns}/jobs/{name}")["status"].get("succeeded") == 1
+            ),
+            60,
+            "li's Job succeeded in li's namespace",
+        )
+        assert admin.get(f"/apis/batch/v1/namespaces/{HUB_NS}/jobs/{name}") is None
+        assert admin.get(f"/api/v1/namespaces/{li_ns}/persistentvolumeclaims/gpupool-ckpt-{job_id}")
+        (train,) = admin.http.get(
+            f"/api/v1/namespaces/{li_ns}/pods", params={"labelSelector": f"job-name={name}"}
+        ).json()["items"]
+        assert train["spec"]["nodeName"] == real_node.name and train["status"]["phase"] == "Succeeded"
+
+        # fenced from mo's namespace: li's pods' service accounts, li's Kubernetes user name
+        for account in {pods["li.wei"]["spec"]["serviceAccountName"], train["spec"]["serviceAccountName"]}:
+            with real_node.plane.client(real_node.plane.token(li_ns, account)) as sa:
+                assert sa.get(f"/api/v1/namespaces/{mo_ns}/pods").status_code == 403
+                assert (
+                    sa.get(
+                        f"/api/v1/namespaces/{mo_ns}/pods/{pods['mo.diaz']['metadata']['name']}/log"
+                    ).status_code
+                    == 403
+                )
+                r = sa.post(
+                    f"/api/v1/namespaces/{mo_ns}/configmaps",
+                    json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "from-li"}},
+                )
+                assert r.status_code == 403, r.text[:300]
+        with as_user(real_node.plane, "li.wei") as k8s_li:
+            assert k8s_li.get(f"/api/v1/namespaces/{mo_ns}/pods").status_code == 403
+        # the gpupool API: mo neither sees li's job nor cancels it
+        assert mo.api("GET", f"/services/gpupool/api/jobs/{job_id}").status_code == 404
+        assert mo.api("DELETE", f"/services/gpupool/api/jobs/{job_id}").status_code == 404
+        # the network, by the policies the hub and the charts made (admitted, not enforced here)
+        lw, mw, tr = (netpol_pod(p) for p in (pods["li.wei"], pods["mo.diaz"], train))
+        hub = netpol_pod(hub_pod(admin))
+        ns_labels = {
+            n: admin.get(f"/api/v1/namespaces/{n}")["metadata"]["labels"] for n in (li_ns, mo_ns, HUB_NS)
+        }
+        rules = policies(admin, li_ns, mo_ns, HUB_NS)
+        assert allowed(rules, ns_labels, lw, hub, 8081) and allowed(rules, ns_labels, lw, hub, 8095)
+        assert allowed(rules, ns_labels, tr, hub, 8095)  # the routes the spawn and the cell took
+        assert not allowed(rules, ns_labels, lw, mw, 8888) and not allowed(rules, ns_labels, mw, lw, 8888)
+        assert not allowed(rules, ns_labels, tr, mw, 8888) and not allowed(
+            rules, ns_labels, lw, "169.254.169.254", 80
+        )
+    except AssertionError as err:
+        raise AssertionError(
+            f"{err}\n{diagnose(admin, HUB_NS, li_ns, mo_ns, GPUPOOL_NS, kai.RESERVATION_NS)}"
+        ) from None
+    finally:
+        started = time.monotonic()
+        for user in (li, mo):  # later tests: the hub's namespace, as installed
+            with contextlib.suppress(httpx.HTTPError, AssertionError):
+                user.api("DELETE", f"/hub/api/users/{user.name}/server")
+                until(lambda u=user: not u.server(), 120, f"{user.name}'s server stopped")
+        spent["two stops"] = time.monotonic() - started
+        if switched:
+            switch(False, li)
+        li.close()
+        mo.close()
+        for ns in (li_ns, mo_ns):  # what kubespawner made; their claims' volumes go with them
+            admin.http.delete(f"/api/v1/namespaces/{ns}")
+    steps = ", ".join(f"{k} {v:.0f} s" for k, v in spent.items())
+    print(f"user namespaces: {time.monotonic() - begun:.0f} s in all ({steps})")
 
 
 def test_helm_upgrade_keeps_running_work_and_uninstall_leaves_no_orphan(
