@@ -166,8 +166,10 @@ def test_status_bar_shows_the_share_and_the_cull_warning_extends_from_jupyterlab
 
 
 def test_notebook_7_shows_the_share_in_its_top_bar(make_hub) -> None:
-    # a hub whose admin set a longest session (there is none by default since #26)
-    hub: Hub = make_hub("c.IdleCuller.max_age_s = 12 * 3600\n").start()
+    # a hub whose admin set a longest session (there is none by default since #26), and idle
+    # stops later than it: on a loaded machine the culler's GPU data went stale before the page
+    # was read, and its fail-safe idle stop (30 min) came first in the status bar
+    hub: Hub = make_hub("c.IdleCuller.max_age_s = 12 * 3600\nc.IdleCuller.idle_limit_s = 24 * 3600\n").start()
     hub.spawn("nico", "0.5")
     with browser_page("nb7-status") as page:
         login(page, hub.url, "nico", PASSWORD)
