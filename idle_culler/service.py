@@ -73,7 +73,7 @@ class Step:
 
 def service_definition(
     name: str, api_url: str, config: dict[str, Any] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, object]]:
     """The hub's service entry and its role (jupyterhub-idle-culler's scopes, plus reading
     the gpupool API for GPU shares and posting its findings there)."""
     service = {

@@ -79,7 +79,7 @@ class KubeJobController:
         self.confirm_after_s, self.clock = confirm_after_s, clock
         self.unseen: dict[str, float] = {}  # job id -> when submitted (or last read), not yet in the copy
         self.jobs: dict[
-            str, dict[str, Any]
+            str, dict[str, object]
         ] = {}  # job id -> Job object (the last one seen, kept after deletion)
         self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view (kept after it is gone)
         self.deleted: set[str] = set()
@@ -102,7 +102,7 @@ class KubeJobController:
         self.queues_made: set[tuple[str, str]] = set()  # Kueue LocalQueues made in user namespaces
 
     # --- commands ------------------------------------------------------------
-    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, Any]:
+    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, object]:
         """Create the Job, its checkpoint claim (unless a shared one is configured) and its code
         (a ConfigMap), both owned by the Job. Idempotent: after a hub restart, resubmitting an
         existing job changes nothing."""

@@ -100,7 +100,7 @@ class Follower:
         list_method: Callable[..., Any],  # a kubernetes_asyncio list call (untyped)
         namespace: str,
         label_selector: str,
-        trim: Callable[[dict[str, Any]], dict[str, Any]],
+        trim: Callable[[dict[str, object]], dict[str, Any]],
         watch_timeout_s: int = 300,
         page: int = 250,
         kind: str = "objects",
@@ -129,10 +129,10 @@ class Follower:
             self._task = None
 
     async def _list(self) -> None:
-        items: dict[str, dict[str, Any]] = {}
+        items: dict[str, dict[str, object]] = {}
         cont: str | None = None
         while True:
-            kwargs: dict[str, Any] = {
+            kwargs: dict[str, object] = {
                 "label_selector": self.label_selector,
                 "limit": self.page,
                 "_preload_content": False,

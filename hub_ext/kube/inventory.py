@@ -61,7 +61,7 @@ def inventory_from_nodes(nodes: list[dict[str, Any]]) -> Inventory:
     return Inventory(nodes=tuple(out))
 
 
-async def _read_nodes(timeout_s: float) -> list[dict[str, Any]]:
+async def _read_nodes(timeout_s: float) -> list[dict[str, object]]:
     from kubernetes_asyncio import client, config
 
     cfg = client.Configuration()
