@@ -312,7 +312,7 @@ NEVER_AT_ZERO = frozenset(
 GENTLEST_FIRST = ("warn", "restart-kernel", "stop")
 
 
-def most_generous(key: str, a: Any, b: Any) -> Any:
+def most_generous(key: str, a: Any, b: object) -> object:
     """Of two groups' values of one limit, the one kinder to the user (docs/culling.md)."""
     if key in NEVER_AT_ZERO and 0 in (a, b):
         return 0

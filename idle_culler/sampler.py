@@ -199,7 +199,7 @@ class DemoSampler:
 
 
 def make_sampler(
-    kind: str, arg: str = "", token_file: str = "", read: Callable[[str], dict[str, Any]] | None = None
+    kind: str, arg: str = "", token_file: str = "", read: Callable[[str], dict[str, object]] | None = None
 ) -> Sampler:
     if kind == "demo":
         if read is None:

@@ -7,6 +7,7 @@ replace (`--clock-file`), so a test travels hours without sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -23,6 +24,10 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
+# the hub's own helper for admin hooks that may be async; the hub starts the culler from its own
+# environment (gpupool.idle_culler.service_definition), so jupyterhub is installed where it runs
+from jupyterhub.utils import maybe_future
+
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.metrics import Metrics
 from gpupool.idle_culler.policy import (
@@ -35,7 +40,7 @@ from gpupool.idle_culler.policy import (
     idle_for,
 )
 from gpupool.idle_culler.sampler import GPUUse, Sampler, Target, make_sampler
-from gpupool.vocab.culler_wire import CullReport, CullTarget, Finding, ReportEvent
+from gpupool.vocab.culler_wire import CullReport, CullTarget, Finding, ReportEvent, parse_targets
 from gpupool.vocab.culling import BudgetAction, CullAction, CullReason
 from gpupool.vocab.hibernate_wire import HibernateAnswer, HibernateRequest, answer_of, saved_summary
 from gpupool.vocab.kinds import EventKind
@@ -68,7 +73,7 @@ class Step:
 
 def service_definition(
     name: str, api_url: str, config: dict[str, Any] | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, Any], dict[str, object]]:
     """The hub's service entry and its role (jupyterhub-idle-culler's scopes, plus reading
     the gpupool API for GPU shares and posting its findings there)."""
     service = {
@@ -193,6 +198,9 @@ class Culler:
         self.sampler, self.clock, self.metrics = sampler, clock, metrics
         self.policy = cfg.policy()
         self.arbiter = cfg.arbiter_hook()  # may veto a decision (jupyterhub-idle-culler's cull_arbiter_hook)
+        # where an async arbiter's answers are awaited: one loop for the culler's life, so what the
+        # hook keeps between calls (a lock, a client session) stays on the loop it was made on
+        self.arbiter_loop: asyncio.AbstractEventLoop | None = None
         self.trackers: dict[str, IdleTracker] = {}
         self.memory_over: dict[str, float] = {}
         self.warned: dict[str, str] = {}  # key -> reason last warned about
@@ -212,7 +220,9 @@ class Culler:
         """One pass: sample GPU use, decide each workspace, act on the decisions that need a call,
         report the findings and events to the hub."""
         now = self.clock()
-        targets: list[CullTarget] = self.client.call("GET", self.gpupool + "api/culler/targets")["workspaces"]
+        targets, skipped = parse_targets(self.client.call("GET", self.gpupool + "api/culler/targets"))
+        for why in skipped:  # judged again next pass, if the hub then sends it whole
+            log.warning("skipping a target the hub sent that the culler cannot read: %s", why)
         uses = self.sample(targets)
         report, events, steps = self.decide(targets, self.servers(), uses, now)
         self.act(steps, report, events)
@@ -233,8 +243,8 @@ class Culler:
                 Target(
                     t["owner"],
                     t["name"],
-                    t.get("pid"),
-                    pod_uid=t.get("pod_uid", ""),
+                    t["pid"],
+                    pod_uid=t["pod_uid"],
                     gpu_uuids=tuple(t["gpu_uuids"]),
                     whole_gpus=t["whole_gpus"],
                 )
@@ -373,12 +383,29 @@ class Culler:
             "extended": ws.extended,
         }
         try:
-            return bool(self.arbiter(action=d.action, reason=d.reason, workspace=workspace))
+            return bool(self.settled(self.arbiter(action=d.action, reason=d.reason, workspace=workspace)))
         except Exception:  # noqa: BLE001 - the admin's code: any failure
             log.exception(
                 "the arbiter hook failed on %s/%s; acting as decided (%s)", ws.owner, ws.name, d.action
             )
             return True
+
+    def settled(self, answer: object) -> object:
+        """The arbiter's answer, awaited when it is one to await (a coroutine, a future), with
+        JupyterHub's maybe_future as the hub awaits its admin hooks: a coroutine object is truthy,
+        so reading it as the answer would let the culler act on every veto of an async hook."""
+
+        async def wait() -> object:
+            return await maybe_future(answer)
+
+        if self.arbiter_loop is None:
+            self.arbiter_loop = asyncio.new_event_loop()
+        return self.arbiter_loop.run_until_complete(wait())
+
+    def close(self) -> None:
+        if self.arbiter_loop is not None:
+            self.arbiter_loop.close()
+            self.arbiter_loop = None
 
     def _bounded(self, calls: list[Callable[[], bool]]) -> list[bool]:
         if self.cfg.concurrency <= 1 or len(calls) <= 1:
@@ -392,11 +419,11 @@ class Culler:
         if self.cfg.dry_run:
             return True
         if kind == "restart":
-            return self.restart_kernels(t.get("server_url", ""), key)
+            return self.restart_kernels(t["server_url"], key)
         if kind == "park":
             return self.park(ws.owner, ws.name, key)
         if kind == "hibernate":
-            self.hibernated[key] = self.hibernate(t.get("server_url", ""), key, self.hibernate_cap.pop(key))
+            self.hibernated[key] = self.hibernate(t["server_url"], key, self.hibernate_cap.pop(key))
         return self.stop(ws.owner, ws.name)
 
     def _record(self, step: Step, ok: bool, report: list[Finding], events: list[ReportEvent | None]) -> None:
@@ -614,6 +641,8 @@ def run(
         return _loop(culler, cfg, once, parent)
     except KeyboardInterrupt:  # the hub stops its services with SIGINT
         return 0
+    finally:
+        culler.close()
 
 
 def die_with_parent() -> None:

@@ -199,7 +199,7 @@ class GPUArbiter:
                 tracker.add(now, use.util_pct)
 
     async def __call__(
-        self, *, inactive: dt.timedelta, inactive_limit: int, server: dict[str, Any], **_: Any
+        self, *, inactive: dt.timedelta, inactive_limit: int, server: dict[str, Any], **_: object
     ) -> bool:
         now = self.clock()
         gpu_idle_s = None

@@ -121,7 +121,7 @@ class LimitOverrides(Dict):
 
     info_text = "a dict of {name: {limit: value}}"
 
-    def validate(self, obj: object, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, object]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for name, over in value.items():

@@ -15,7 +15,7 @@ from typing import Any
 POLICY_NAME = "gpupool-singleuser"
 
 
-def workspace_policy(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+def workspace_policy(namespace: str, spec: dict[str, object]) -> dict[str, Any]:
     """The NetworkPolicy object for `namespace` with the chart's spec (a copy: the trait's dict
     is shared by every spawner)."""
     return {
@@ -30,7 +30,7 @@ def workspace_policy(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def ensure_workspace_policy(api_client: Any, namespace: str, spec: dict[str, Any]) -> bool:
+async def ensure_workspace_policy(api_client: Any, namespace: str, spec: dict[str, object]) -> bool:
     """Create the policy in `namespace`; False when it was there already (the chart made it, or
     an earlier spawn). Any other refusal (403: RBAC or the hub's admission policy) is raised:
     the workspace must not start unfenced."""

@@ -95,7 +95,7 @@ class GPUSpawnerMixin(_SpawnerBase):
         return directory.groups_of(self.pool.build_holders())
 
     # --- the spawn form ------------------------------------------------------
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         # The GPU form, unless the admin configured a form of their own (or, on Kubernetes, a
         # profile list brings kubespawner's). Set as values, not trait defaults, so that the
@@ -115,10 +115,10 @@ class GPUSpawnerMixin(_SpawnerBase):
         return True
 
     @default("apply_user_options")
-    def _gpupool_apply_user_options(self) -> Any:
+    def _gpupool_apply_user_options(self) -> object:
         return self.check_user_options
 
-    def check_user_options(self, spawner: Spawner, user_options: dict[str, Any]) -> None:
+    def check_user_options(self, spawner: Spawner, user_options: dict[str, object]) -> None:
         """Reject malformed options (a tampered form, the REST API) before anything starts;
         JupyterHub answers 400 with this message."""
         try:
@@ -128,7 +128,7 @@ class GPUSpawnerMixin(_SpawnerBase):
             raise http_error(err) from None
 
     # (the options it was parsed from, the choice): kept for the steps after the check
-    _gpupool_choice: tuple[dict[str, Any], SpawnChoice] | None = None
+    _gpupool_choice: tuple[dict[str, object], SpawnChoice] | None = None
 
     def spawn_choice(self, options: dict[str, Any] | None = None) -> SpawnChoice:
         """The user's options (`options`, else self.user_options) parsed once: by the form's
@@ -280,13 +280,13 @@ class GPUSpawnerMixin(_SpawnerBase):
     # --- a refused named server leaves no row ----------------------------------
     _gpupool_ran = False  # this server has started once (kept in the spawner's state)
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         state = super().get_state()
         if self._gpupool_ran:
             state["gpupool_ran"] = True
         return state
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: dict[str, object]) -> None:
         super().load_state(state)
         self._gpupool_ran = bool(state.get("gpupool_ran"))
 

@@ -5,6 +5,7 @@ answered from a table); the culler that a real hub starts is tests/test_culler_h
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -68,6 +69,21 @@ def test_generate_config_lists_every_option_once_and_loads_back(monkeypatch, cap
     IdleCuller(config=c).policy()
 
 
+def target(owner: str, groups: list[str]) -> dict:
+    return {
+        "owner": owner,
+        "name": "",
+        "pid": None,
+        "gpu_uuids": ["GPU-x"],
+        "whole_gpus": False,
+        "milli": 250,
+        "memory_limit_mib": 0,
+        "groups": groups,
+        "admin": False,
+        "extended": False,
+    }
+
+
 class Hub(Client):
     """GET the targets and the users, DELETE a server, POST the report: nothing else."""
 
@@ -75,26 +91,11 @@ class Hub(Client):
         super().__init__("token")
         self.deleted: list[str] = []
         self.report: dict | None = None
+        self.targets: object = {"workspaces": [target(u, g) for u, g in GROUPS.items()]}
 
     def call(self, method, url, body=None, accept="application/json"):
         if url.endswith("api/culler/targets"):
-            return {
-                "workspaces": [
-                    {
-                        "owner": u,
-                        "name": "",
-                        "pid": None,
-                        "gpu_uuids": ["GPU-x"],
-                        "whole_gpus": False,
-                        "milli": 250,
-                        "memory_limit_mib": 0,
-                        "groups": g,
-                        "admin": False,
-                        "extended": False,
-                    }
-                    for u, g in GROUPS.items()
-                ]
-            }
+            return self.targets
         if url.endswith("api/culler/report"):
             self.report = body
             return {"ok": True}
@@ -127,8 +128,15 @@ def broken(*, action: str, reason: str, workspace: dict) -> bool:
     raise RuntimeError("the admin's hook has a bug")
 
 
-def a_pass(arbiter: object) -> tuple[Hub, dict]:
-    hub = Hub()
+async def keep_exam_takers_later(*, action: str, reason: str, workspace: dict) -> bool:
+    """keep_exam_takers as an async hook: it awaits something before it answers."""
+    await asyncio.sleep(0)
+    asked.append({"action": action, "reason": reason, **workspace})
+    return "exam" not in workspace["groups"]
+
+
+def a_pass(arbiter: object, hub: Hub | None = None) -> tuple[Hub, dict]:
+    hub = hub or Hub()
     # as the hub hands it over: an import path in JSON, imported by the culler's process
     cfg = IdleCuller(
         **json.loads(json.dumps(IdleCuller(sampler="file", concurrency=1, arbiter=arbiter).as_dict()))
@@ -141,7 +149,10 @@ def a_pass(arbiter: object) -> tuple[Hub, dict]:
         NoGPUData(),
         clock=lambda: time.time() + 30 * 86400,
     )
-    return hub, culler.run_pass()
+    try:
+        return hub, culler.run_pass()
+    finally:
+        culler.close()
 
 
 def test_the_arbiter_hook_keeps_what_it_vetoes_and_the_rest_is_culled() -> None:
@@ -153,6 +164,17 @@ def test_the_arbiter_hook_keeps_what_it_vetoes_and_the_rest_is_culled() -> None:
     kept = next(w for w in hub.report["workspaces"] if w["owner"] == "ann")
     assert kept["action"] == "keep" and "kept by the arbiter hook" in kept["message"]
     assert {e["owner"] for e in result["events"] if e["kind"] == "cull"} == {"bob"}
+
+
+def test_an_async_arbiter_is_awaited_and_its_no_keeps_the_session() -> None:
+    # as jupyterhub-idle-culler's cull_arbiter_hook may be: a coroutine function; its coroutine
+    # object is truthy, so reading it as the answer would stop the exam session it keeps
+    asked.clear()
+    hub, _ = a_pass(keep_exam_takers_later)
+    assert hub.deleted == ["bob"]
+    assert {a["owner"] for a in asked} == {"ann", "bob"}
+    kept = next(w for w in hub.report["workspaces"] if w["owner"] == "ann")
+    assert kept["action"] == "keep" and "kept by the arbiter hook" in kept["message"]
 
 
 def test_a_broken_arbiter_is_logged_and_the_decision_stands(caplog) -> None:
@@ -170,3 +192,37 @@ def test_an_arbiter_the_culler_cannot_import_is_refused_when_the_hub_reads_its_c
         IdleCuller(arbiter=local).as_dict()  # a function of jupyterhub_config.py: no path to it
     with pytest.raises(TraitError, match="cannot import 'nowhere.hook'"):
         IdleCuller(arbiter="nowhere.hook").arbiter_hook()
+
+
+def test_a_target_the_culler_cannot_read_is_skipped_and_the_pass_goes_on(caplog) -> None:
+    # a hub of another version, or a broken proxy: entries without a key, of the wrong type, out
+    # of bounds; the well-formed ones are still judged, and each skipped one is logged
+    hub = Hub()
+    hostile: list[object] = [
+        target("ann", ["exam"]),
+        "not an object",
+        {k: v for k, v in target("cat", []).items() if k != "gpu_uuids"},
+        {**target("dan", []), "milli": "250"},
+        {**target("eve", []), "groups": [1, 2]},
+        {**target("fay", []), "owner": ""},
+        {**target("gus", []), "pid": -4},
+        {**target("hal", []), "gpu_uuids": ["GPU-x"] * 10_000},
+        {**target("ivy", []), "admin": "yes"},
+        target("bob", ["cs101"]),
+    ]
+    hub.targets = {"workspaces": hostile}
+    with caplog.at_level("WARNING"):
+        hub, result = a_pass("", hub)
+    assert sorted(hub.deleted) == ["ann", "bob"]
+    assert sorted(w["owner"] for w in result["workspaces"]) == ["ann", "bob"]
+    assert caplog.text.count("skipping a target") == len(hostile) - 2
+
+
+@pytest.mark.parametrize("body", [[], {"workspaces": {"ann": {}}}, {}, "ok"])
+def test_a_targets_answer_that_is_no_list_fails_the_pass_and_reports_nothing(body: object) -> None:
+    # the loop logs a ValueError and retries next pass; an empty report would clear the findings
+    hub = Hub()
+    hub.targets = body
+    with pytest.raises(ValueError, match="api/culler/targets"):
+        a_pass("", hub)
+    assert hub.report is None and hub.deleted == []

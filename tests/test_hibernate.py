@@ -399,6 +399,9 @@ def test_a_real_kernels_variables_survive_its_stop_and_come_back_before_the_firs
         client.start_channels()
         out: list[str] = []
         try:
+            # iopub is a SUB socket: output sent before it is connected is lost, and execute_interactive
+            # then waits its whole timeout for it (half the runs under load); ready = connected
+            await client.wait_for_ready(timeout=60)
             await client.execute_interactive(
                 code,
                 timeout=60,

@@ -29,7 +29,6 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from gpupool.vocab.exit_codes import PREEMPTED as PREEMPTED_EXIT_CODE
 
@@ -51,13 +50,13 @@ class Checkpoint:
     def path(self, name: str) -> Path:
         return self.dir / name
 
-    def load(self, default: Any = None) -> Any:
+    def load(self, default: object = None) -> object:
         try:
             return json.loads(self.file.read_text())
         except FileNotFoundError:
             return default
 
-    def save(self, state: Any) -> None:
+    def save(self, state: object) -> None:
         tmp = self.file.with_suffix(self.file.suffix + ".tmp")
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.file)  # atomic: a kill mid-save leaves the previous checkpoint

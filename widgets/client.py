@@ -25,7 +25,7 @@ class Client:
         if self.api_url == "/":
             raise GPUPoolError("GPUPOOL_API_URL is not set: is this notebook running in a gpupool workspace?")
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: object = None) -> object:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.api_url + path.lstrip("/"),
@@ -50,5 +50,5 @@ class Client:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
-    def post(self, path: str, body: Any = None) -> Any:
+    def post(self, path: str, body: object = None) -> Any:
         return self.request("POST", path, body if body is not None else {})

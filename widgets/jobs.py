@@ -91,7 +91,7 @@ def job_table(jobs: list[JobView]) -> str:
 GPU_SIZES = (0.25, 0.5, 1, 2, 4, 8)
 
 
-def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
+def gpu_choices(pool: Mapping[str, object]) -> list[float]:
     """The GPU counts a job can get on one node of this pool (a job never spans nodes)."""
     per_node: dict[str, int] = {}
     gpus = pool.get("gpus") if isinstance(pool, Mapping) else None
@@ -106,7 +106,7 @@ def gpu_choices(pool: Mapping[str, Any]) -> list[float]:
 
 def validate_choices(
     project: str, gpus: float, projects: list[dict[str, Any]], params_text: str
-) -> tuple[list[str], dict[str, Any]]:
+) -> tuple[list[str], dict[str, object]]:
     """Problems a user can fix before submitting, and the parsed parameters."""
     problems = []
     known = {p["name"]: p for p in projects}
@@ -116,7 +116,7 @@ def validate_choices(
         problems.append(f"project {project} may use at most {known[project]['limit_milli'] / 1000:g} GPUs")
     if gpus <= 0:
         problems.append("ask for more than 0 GPUs")
-    params: dict[str, Any] = {}
+    params: dict[str, object] = {}
     if params_text.strip():
         try:
             params = json.loads(params_text)
@@ -348,11 +348,11 @@ class PromoteToTraining(w.VBox):
     def api(self) -> Client:
         return self.client or Client()
 
-    def check(self) -> tuple[list[str], dict[str, Any]]:
+    def check(self) -> tuple[list[str], dict[str, object]]:
         problems, params = validate_choices(
             self.project.value or "", float(self.gpus.value), self.projects, self.params.value
         )
-        self.sweep_spec: dict[str, list[Any]] = {}
+        self.sweep_spec: dict[str, list[object]] = {}
         runs = 1
         try:
             self.sweep_spec, runs = parse_sweep_field(self.sweep.value)
@@ -372,7 +372,7 @@ class PromoteToTraining(w.VBox):
         self.submit_button.disabled = bool(problems)
         return problems, params
 
-    def submit(self) -> dict[str, Any] | None:
+    def submit(self) -> dict[str, object] | None:
         problems, params = self.check()
         if problems:
             return None

@@ -69,7 +69,7 @@ class _Handler(APIHandler):
     # idle culler must still find Jupyter quiet (jupyter_server counts every other API request)
     _track_activity = False
 
-    async def call(self, fn, *args: Any) -> None:
+    async def call(self, fn, *args: object) -> None:
         try:
             client = Client(timeout=8)
             # urllib blocks: keep it off the server's event loop

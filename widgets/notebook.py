@@ -43,7 +43,7 @@ def _source(c: Mapping[str, Any]) -> str:
 
 def promoted_cells(
     nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = ""
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[dict[str, object]], str]:
     """The notebook's code cells a job gets, without outputs, and a line saying which: the chosen
     ones (0-based among code cells, shown 1-based), never the cell that asked (its source is
     `leave_out`) and never a `%%train` cell: a job must not promote itself again, and a %%train
@@ -77,8 +77,8 @@ def promoted_cells(
 
 
 def code_cells(
-    nb: Mapping[str, Any], cells: Iterable[int] | None, leave_out: str = ""
-) -> list[dict[str, Any]]:
+    nb: Mapping[str, object], cells: Iterable[int] | None, leave_out: str = ""
+) -> list[dict[str, object]]:
     """The code cells a job gets (see promoted_cells)."""
     return promoted_cells(nb, cells, leave_out)[0]
 
@@ -96,7 +96,7 @@ def _get(url: str, token: str) -> Any:
 
 def current_notebook(
     connection_file: str, env: Mapping[str, str] | None = None
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """(path, notebook JSON as last saved) of the notebook running this kernel."""
     env = os.environ if env is None else env
     server = env.get("JUPYTERHUB_SERVICE_URL", "")

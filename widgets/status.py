@@ -220,7 +220,7 @@ def rows_html(rows: list[tuple[str, str]] | list[list[str]]) -> str:
 MIME_TYPE = "application/vnd.gpupool.workspace+json"
 
 
-def live_view(client: Client | None = None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def live_view(client: Client | None = None, env: Mapping[str, str] | None = None) -> dict[str, object]:
     """The display bundle `%gpupool` shows."""
     env = os.environ if env is None else env
     server = env.get("JUPYTERHUB_SERVER_NAME", "")
@@ -244,7 +244,7 @@ class WorkspaceStatus(w.VBox):
     `%gpupool` shows the same rows as a view the browser refreshes."""
 
     def __init__(
-        self, client: Client | None = None, follow: bool = True, interval: float = 30.0, **kwargs: Any
+        self, client: Client | None = None, follow: bool = True, interval: float = 30.0, **kwargs: object
     ) -> None:
         self.client, self.interval = client, interval
         self.table = w.HTML()

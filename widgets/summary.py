@@ -77,7 +77,7 @@ def culler_finding(culler: CullerStatus | None, owner: str, server: str) -> Mapp
     return {}
 
 
-def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def budget_summary(budget: Mapping[str, Any] | None) -> dict[str, object] | None:
     """The user's GPU-hour budget as the status item shows it (api/budget): None without one."""
     if not budget or budget.get("status") in (None, "none"):
         return None
@@ -100,7 +100,7 @@ def _start(job: JobView) -> float | None:
     return eta.get("start") if eta else None
 
 
-def next_job(jobs: JobList | None) -> dict[str, Any] | None:
+def next_job(jobs: JobList | None) -> dict[str, object] | None:
     """The user's queued train job that should start first, with when and why it waits (api/jobs)."""
     queued = [j for j in jobs.get("jobs", []) if j.get("state") == JobState.QUEUED] if jobs else []
     if not queued:

@@ -18,11 +18,11 @@ from gpupool.widgets.client import Client, GPUPoolError
 MAX_TEXT = 4000  # a sweep field longer than this is not a sweep anyone typed
 
 
-def sweep_spec(items: list[str]) -> dict[str, list[Any]]:
+def sweep_spec(items: list[str]) -> dict[str, list[object]]:
     """`["lr=0.1,0.01", "opt=adam,sgd"]` (each `%%train --sweep`, or the widget's field split
     at spaces) -> `{"lr": [0.1, 0.01], "opt": ["adam", "sgd"]}`. Values are JSON, else bare
     words (strings). The hub checks the same bounds again."""
-    spec: dict[str, list[Any]] = {}
+    spec: dict[str, list[object]] = {}
     for item in items:
         key, eq, values = item.partition("=")
         if not eq or not key:
@@ -35,7 +35,7 @@ def sweep_spec(items: list[str]) -> dict[str, list[Any]]:
     return spec
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:

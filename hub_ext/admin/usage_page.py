@@ -33,7 +33,7 @@ def default_period(usage: UsageService) -> str:
     return "1h" if all(h.start >= now - 3600 for h in held) else "24h"
 
 
-async def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, Any]:
+async def usage_view(usage: UsageService, args: dict[str, str], capacity_gpus: float) -> dict[str, object]:
     """What the template renders; a bad parameter is shown as an error above the picker."""
     args = {k: v for k, v in args.items() if v != ""}
     if "period" in args:  # a period picked from the list wins over dates left in the form
@@ -134,7 +134,7 @@ class GrantAction(ActionBase):
         self.finish({"saved": True})
 
 
-def routes(prefix: str, kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
+def routes(prefix: str, kwargs: dict[str, object]) -> list[tuple[Any, ...]]:
     return [
         (f"{prefix}/{PAGE}", UsagePage, kwargs),
         (f"{prefix}/{PAGE}.csv", UsageCSV, kwargs),

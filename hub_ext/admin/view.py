@@ -39,7 +39,7 @@ EVENT_KINDS = frozenset(
 )
 
 
-def admin_view(services: ApiServices, root: ApiRoot, caller: Caller) -> dict[str, Any]:
+def admin_view(services: ApiServices, root: ApiRoot, caller: Caller) -> dict[str, object]:
     """Everything the page renders, read from the gpupool API's settings (the pool, the
     training service, the culler's history) in the hub process."""
     pool = services.pool
@@ -63,7 +63,7 @@ def admin_view(services: ApiServices, root: ApiRoot, caller: Caller) -> dict[str
     }
 
 
-def hibernated(pool: PoolManager, keep_days: float) -> list[dict[str, Any]]:
+def hibernated(pool: PoolManager, keep_days: float) -> list[dict[str, object]]:
     """Every hibernated session with the size its save reported (gpupool.api.hibernation)."""
     import time
 
@@ -86,7 +86,7 @@ def hibernated(pool: PoolManager, keep_days: float) -> list[dict[str, Any]]:
     ]
 
 
-def gpus(pool: PoolManager, caller: Caller) -> list[dict[str, Any]]:
+def gpus(pool: PoolManager, caller: Caller) -> list[dict[str, object]]:
     out = []
     for gpu in gpu_table(pool, caller):
         held = ", ".join(
@@ -166,7 +166,7 @@ def departments(training: TrainingBackend) -> list[dict[str, Any]]:
     return out
 
 
-def groups(root: ApiRoot, directory: Directory | None = None) -> list[dict[str, Any]]:
+def groups(root: ApiRoot, directory: Directory | None = None) -> list[dict[str, object]]:
     """Every group with a build override or a total (teaching labs): its quota per member,
     what its members hold together (its members now, as the hub has them) and, where set, its
     `group_totals` ceiling."""

@@ -173,7 +173,7 @@ class APIHandler(BaseHandler):
     def get_login_url(self) -> str:
         raise web.HTTPError(403, "authenticate with a JupyterHub token (Authorization: token ...)")
 
-    def json_body(self, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    def json_body(self, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> dict[str, object]:
         return json_object(self.request.body, max_bytes or self.max_body, max_depth)
 
     def write_json(self, data: Any, status: int = 200) -> None:
@@ -209,7 +209,7 @@ def noted(err: BaseException) -> str:
 MAX_ERROR = 1000  # characters of an error message: a hostile value is quoted only in part
 
 
-def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+def json_object(raw: bytes, max_bytes: int = 64 * 1024, max_depth: int = MAX_DEPTH) -> dict[str, object]:
     """A request body's JSON object, bounded in size and nesting depth: a 400 or 413 with the
     reason, never a 500 (Python's parser raises RecursionError on a nesting bomb)."""
     if len(raw) > max_bytes:

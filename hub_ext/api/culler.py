@@ -383,7 +383,7 @@ def _items(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _names(item: dict[str, Any], where: str) -> None:
+def _names(item: dict[str, object], where: str) -> None:
     owner, name = item.get("owner"), item.get("name", "")
     if not isinstance(owner, str) or not 1 <= len(owner) <= 255:
         raise ValueError(f"{where}.owner must be a user name (1 to 255 characters)")

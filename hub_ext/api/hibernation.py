@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from tornado import web
 
@@ -138,7 +138,7 @@ def hibernated_text(row: HibernationRecord, keep_days: float) -> str:
 OFF = "hibernation is off for your group on this hub (c.IdleCuller.hibernate): ask an admin to turn it on"
 
 
-def available(services: ApiServices, groups: Sequence[str], spawner: Any) -> bool:
+def available(services: ApiServices, groups: Sequence[str], spawner: object) -> bool:
     """Whether a user in `groups` may hibernate this server (its spawner, None: not running, the
     default profile): where the culler's rules hibernate it. A user's own "Hibernate now" asks
     this first (gpupool.widgets.labserver), and its record is refused here where it is off."""

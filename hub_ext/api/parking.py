@@ -9,7 +9,7 @@ the status widget and the JupyterLab status item).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tornado import web
 
@@ -68,7 +68,7 @@ class ParkingHandler(APIHandler):
             raise web.HTTPError(503, "parking is not set up on this hub")
         return service
 
-    def target(self, caller: Caller, owner: Any, server: Any) -> tuple[str, str]:
+    def target(self, caller: Caller, owner: object, server: object) -> tuple[str, str]:
         """Whose workspace: a user only their own; the culler and admins anyone's."""
         server = _name(server if server is not None else "", "server")
         owner = _name(owner, "owner") if owner not in (None, "") else caller.name

@@ -39,7 +39,7 @@ def current_quotas(root: ApiRoot) -> dict[str, Any]:
     return {**quota_document(root.settings), **changed}
 
 
-def change_quotas(root: ApiRoot, who: str, body: dict[str, Any], what: str = "") -> dict[str, Any]:
+def change_quotas(root: ApiRoot, who: str, body: dict[str, object], what: str = "") -> dict[str, object]:
     """Change some quota options (`body` holds only the keys to change): validated exactly as
     the config file is, stored and applied to the next spawn; nothing is stored on a bad value.
     The API and the hub's GPU pool page both change quotas through here."""
@@ -87,7 +87,7 @@ def gpus_amount(value: object, what: str) -> int | float:
     return milli // 1000 if milli % 1000 == 0 else milli / 1000
 
 
-def group_quota_change(root: ApiRoot, group: object, quota: object) -> dict[str, Any]:
+def group_quota_change(root: ApiRoot, group: object, quota: object) -> dict[str, object]:
     """The `group_overrides` change that sets one group's build quota (in GPUs), keeping its
     other limits. A group without an override gets one holding only its quota."""
     group = checked_group(group)
@@ -97,7 +97,7 @@ def group_quota_change(root: ApiRoot, group: object, quota: object) -> dict[str,
     return {"group_overrides": overrides}
 
 
-def group_total_change(root: ApiRoot, group: object, total: object) -> dict[str, Any]:
+def group_total_change(root: ApiRoot, group: object, total: object) -> dict[str, object]:
     """The `group_totals` change that sets what one group's members hold together (a class's
     GPUs); an empty total takes the ceiling away."""
     group = checked_group(group)
@@ -109,7 +109,7 @@ def group_total_change(root: ApiRoot, group: object, total: object) -> dict[str,
     return {"group_totals": totals}
 
 
-def group_removal(root: ApiRoot, group: object) -> dict[str, Any]:
+def group_removal(root: ApiRoot, group: object) -> dict[str, object]:
     """The change that forgets a group's own quota and total: its members get the defaults."""
     group = checked_group(group)
     quotas = current_quotas(root)

@@ -230,7 +230,7 @@ class BudgetsHandler(UsageBase):
 MAX_GRANT_DAYS = 366
 
 
-def parse_grant(body: dict[str, Any]) -> tuple[str, str, int, int, str]:
+def parse_grant(body: dict[str, object]) -> tuple[str, str, int, int, str]:
     """(target, kind, milli-GPU x seconds, seconds it lasts, note) of a grant, or a 400."""
     unknown = set(body) - {"target", "kind", "gpu_hours", "days", "note"}
     if unknown:

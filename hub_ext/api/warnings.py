@@ -195,7 +195,7 @@ def stops_for(
 
 def stopped_server(
     root: ApiRoot, user: User | None, name: str, now: float | None = None
-) -> dict[str, Any] | None:
+) -> dict[str, object] | None:
     """Why the culler stopped (or hibernated) this server of `user`'s and what to do, for the
     hub's "Server not running" page (hub_ext/templates/not_running.html), in the home page's
     words: {"name", "message", "todo"}; None when it was not the culler (or it runs again)."""

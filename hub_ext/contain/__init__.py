@@ -293,7 +293,7 @@ def _override(limits: dict[str, Any], total_bytes: int) -> dict[str, int]:
     return out
 
 
-def _checked_table(option: str, value: dict[str, Any]) -> dict[str, Any]:
+def _checked_table(option: str, value: dict[str, object]) -> dict[str, object]:
     """group_limits or profile_limits, checked with bounds: the names, the keys, each value."""
     if len(value) > 1000:
         raise TraitError(f"Containment.{option}: at most 1000 entries")

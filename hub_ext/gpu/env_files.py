@@ -22,7 +22,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
@@ -76,7 +76,7 @@ class GPUEnvFiles:
         os.chmod(self.folder, 0o711)  # users pass through to their file, cannot list the others
         self._ready = True
 
-    def current(self, owner: str, name: str) -> dict[str, Any] | None:
+    def current(self, owner: str, name: str) -> dict[str, object] | None:
         """What the file says: the share's GPUs (a move's destination from the moment it is
         reserved: new processes start where the kernel is going), "parked" (no GPU: a process
         started now sees none until the kernel's GPU comes back), or None (no workspace)."""
@@ -94,7 +94,7 @@ class GPUEnvFiles:
         row = next((r for r in rows if r.kind == WorkloadKind.MOVE), None) or next(
             (r for r in rows if r.kind == WorkloadKind.BUILD), None
         )
-        doc: dict[str, Any] = {"workspace": f"{owner}/{name}"}
+        doc: dict[str, object] = {"workspace": f"{owner}/{name}"}
         if row is not None:
             node = self.pool.inventory.node(row.node)
             env = gpu_env(

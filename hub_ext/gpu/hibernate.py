@@ -463,7 +463,7 @@ def read_manifest(folder: Path, link: str = CURRENT) -> tuple[Path, dict[str, An
     return path, manifest
 
 
-def check_identity(manifest: dict[str, Any], ident: Identity) -> None:
+def check_identity(manifest: dict[str, object], ident: Identity) -> None:
     if manifest.get("format") != FORMAT:
         raise Refused(
             f"it was written in format {manifest.get('format')!r}; this gpupool reads format {FORMAT}"
@@ -478,7 +478,7 @@ def check_identity(manifest: dict[str, Any], ident: Identity) -> None:
         )
 
 
-def _read_checked(path: Path, entry: Any) -> bytearray:
+def _read_checked(path: Path, entry: object) -> bytearray:
     if (
         not isinstance(entry, dict)
         or not isinstance(entry.get("name"), str)
@@ -508,7 +508,7 @@ def _read_checked(path: Path, entry: Any) -> bytearray:
     return data
 
 
-def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, Any], Restored] | None:
+def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, object], Restored] | None:
     """The saved variables (all of them, or Refused), and what to say; None when nothing is saved."""
     t0 = time.perf_counter()
     found = read_manifest(folder, link)
@@ -516,7 +516,7 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
         return None
     path, manifest = found
     check_identity(manifest, ident)
-    files: dict[str, Any] = {
+    files: dict[str, object] = {
         e["name"]: e for e in manifest["files"] if isinstance(e, dict) and isinstance(e.get("name"), str)
     }
     if STATE not in files:
@@ -530,9 +530,9 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
         buffers = list(pool.map(lambda n: _read_checked(path, files[n]), names))
     state = _read_checked(path, files[STATE])
     notes: list[str] = []
-    tensors: dict[str, Any] = {}
+    tensors: dict[str, object] = {}
 
-    def persistent_load(pid: Any) -> Any:
+    def persistent_load(pid: object) -> object:
         import importlib
 
         if not isinstance(pid, tuple) or not pid:
@@ -568,7 +568,7 @@ def load(folder: Path, ident: Identity, link: str = CURRENT) -> tuple[dict[str, 
         raise Refused(f"it cannot be read back here ({type(err).__name__}: {str(err)[:160]})") from None
     if not isinstance(values, dict):
         raise Refused("its state is not a namespace")
-    skipped: dict[Any, Any] = manifest["skipped"] if isinstance(manifest.get("skipped"), dict) else {}
+    skipped: dict[object, object] = manifest["skipped"] if isinstance(manifest.get("skipped"), dict) else {}
     return values, Restored(
         names=sorted(values),
         skipped={str(k): str(v) for k, v in skipped.items()},

@@ -124,7 +124,7 @@ class VirtualParking:
             return {}  # another process got this pid since: the record is not about it
         return record
 
-    def _write(self, pid: int, record: dict[str, Any]) -> None:
+    def _write(self, pid: int, record: dict[str, object]) -> None:
         tmp = self._path(pid).with_suffix(".tmp")
         tmp.write_text(json.dumps({**record, "started": _start_time(pid)}))
         tmp.replace(self._path(pid))

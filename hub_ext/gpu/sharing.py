@@ -100,7 +100,7 @@ class SharingBackend:
         """milli-GPU that the pod's annotations ask for through this backend, and the keys read."""
         return Claim()
 
-    def requested_milli(self, pod: dict[str, Any], memory_mib: int = 0) -> int:
+    def requested_milli(self, pod: dict[str, object], memory_mib: int = 0) -> int:
         """What a pod this backend made asks for, read by this backend alone."""
         return read_pod(pod, [self], memory_mib)
 
@@ -331,7 +331,7 @@ def read_pod(pod: dict[str, Any], readers: Sequence[SharingBackend], memory_mib:
 
 
 def requested_milli(
-    pod: dict[str, Any],
+    pod: dict[str, object],
     memory_mib: int = 0,
     mig_profiles: dict[int, str] | None = None,
     backend: SharingBackend | None = None,

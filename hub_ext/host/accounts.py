@@ -366,7 +366,7 @@ def unreachable(paths: list[str]) -> str:
 
 async def make_on_login(
     authenticator: Authenticator, handler: object, authentication: dict[str, Any] | None
-) -> dict[str, Any] | None:
+) -> dict[str, object] | None:
     """`c.Authenticator.post_auth_hook` that makes the account at log-in (JupyterHub's
     create_system_users habit). A user whose account cannot be made still logs in: the spawn page
     then says why no server can start."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 log = logging.getLogger("gpupool")
 
@@ -134,7 +134,7 @@ class HubApp:
         return bool(spawner and spawner.active)
 
     # --- what gpupool adds to it -----------------------------------------------------------------
-    def add_handlers(self, handlers: list[tuple[str, type[RequestHandler], dict[str, Any]]]) -> None:
+    def add_handlers(self, handlers: list[tuple[str, type[RequestHandler], dict[str, object]]]) -> None:
         """Pages served by the hub's own tornado application (in its look, behind its login)."""
         self._app.tornado_application.add_handlers(".*$", handlers)
 

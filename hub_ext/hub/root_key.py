@@ -16,7 +16,7 @@ class NotConfigured(RuntimeError):
     """A gpupool spawner or page in a hub whose config never called `configure(c)`."""
 
 
-def stored_root(settings: Mapping[str, Any] | None) -> Any:
+def stored_root(settings: Mapping[str, object] | None) -> Any:
     """The root in a tornado settings dict (a User's `settings`, a handler's `settings`), typed by
     the caller as the Protocol it reads (tornado's settings hold untyped values)."""
     root = (settings or {}).get(ROOT_KEY)

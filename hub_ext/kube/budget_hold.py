@@ -63,7 +63,7 @@ def held_by_budget(job: Mapping[str, Any] | None) -> bool:
     return bool(spec.get("suspend")) and (meta.get("labels") or {}).get(HELD_LABEL) == BUDGET
 
 
-def suspend_patch(hold: bool) -> dict[str, Any]:
+def suspend_patch(hold: bool) -> dict[str, object]:
     """The merge patch that holds (or releases) a Job: suspended and labelled in one write."""
     return {
         "metadata": {"labels": {HELD_LABEL: BUDGET if hold else None}},

@@ -48,6 +48,7 @@ from gpupool.kube.objects import (
     name_of,
     train_job,
 )
+from gpupool.kube.shapes import KubeObject
 from gpupool.kube.status import FINAL, JobStatus, ObservedState, PodView, job_status, observe_pod
 from gpupool.runners.safe_files import tail_text
 
@@ -78,9 +79,7 @@ class KubeJobController:
         self.watch_timeout_s, self.resync_s = watch_timeout_s, resync_s
         self.confirm_after_s, self.clock = confirm_after_s, clock
         self.unseen: dict[str, float] = {}  # job id -> when submitted (or last read), not yet in the copy
-        self.jobs: dict[
-            str, dict[str, Any]
-        ] = {}  # job id -> Job object (the last one seen, kept after deletion)
+        self.jobs: dict[str, KubeObject] = {}  # job id -> Job object (the last one seen, kept after deletion)
         self.pods: dict[str, dict[str, PodView]] = {}  # job id -> pod uid -> view (kept after it is gone)
         self.deleted: set[str] = set()
         self.cancel_requested: set[str] = set()
@@ -102,7 +101,7 @@ class KubeJobController:
         self.queues_made: set[tuple[str, str]] = set()  # Kueue LocalQueues made in user namespaces
 
     # --- commands ------------------------------------------------------------
-    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, Any]:
+    async def submit(self, spec: TrainJobSpec, files: dict[str, bytes] | None = None) -> dict[str, object]:
         """Create the Job, its checkpoint claim (unless a shared one is configured) and its code
         (a ConfigMap), both owned by the Job. Idempotent: after a hub restart, resubmitting an
         existing job changes nothing."""
@@ -222,7 +221,7 @@ class KubeJobController:
         ns = self.namespace_for(job_id) if self.namespace_for is not None else None
         return ns or self.opts.namespace
 
-    def _ours(self, job_id: str, obj: dict[str, Any]) -> bool:
+    def _ours(self, job_id: str, obj: KubeObject) -> bool:
         """An object is the job's only in the hub's namespace or its owner's: at cluster scope a
         Job or pod elsewhere carrying its label (made by someone else) must not speak for it."""
         ns = (obj.get("metadata") or {}).get("namespace") or self.opts.namespace
@@ -420,7 +419,7 @@ class KubeJobController:
                 deleted.add(job_id)
         return deleted
 
-    def _fresh(self, obj: dict[str, Any]) -> bool:
+    def _fresh(self, obj: KubeObject) -> bool:
         meta = obj.get("metadata") or {}
         uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
         if self._seen.get(uid) == rv:
@@ -485,7 +484,7 @@ class KubeJobController:
             self.on_change(job_id, new)
 
 
-def _job_id(obj: dict[str, Any]) -> str:
+def _job_id(obj: KubeObject) -> str:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID, "")
 
 

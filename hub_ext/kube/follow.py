@@ -19,13 +19,14 @@ import json
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpupool.kube.budget_hold import HELD_LABEL
 from gpupool.kube.objects import JOB_ID
+from gpupool.kube.shapes import KubeObject, ObjectMeta
 
 log = logging.getLogger("gpupool.kube")
 
@@ -38,13 +39,14 @@ JOB_SPEC = ("suspend", "parallelism", "completions", "backoffLimit", "activeDead
 POD_CONDITIONS = ("DisruptionTarget", "PodScheduled")  # evicted; why it waits for a node
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+def _meta(obj: dict[str, Any]) -> ObjectMeta:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return {
+    kept = {
         **{k: meta[k] for k in META if k in meta},
         "labels": {k: labels[k] for k in LABELS if k in labels},
     }
+    return cast(ObjectMeta, kept)  # the keys of ObjectMeta named in META, as the server sent them
 
 
 def _conditions(status: dict[str, Any], types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -55,10 +57,11 @@ def _conditions(status: dict[str, Any], types: tuple[str, ...] | None = None) ->
     ]
 
 
-def trim_job(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the hub reads of a Job: its job id and hold labels, its spec's shape, its conditions."""
+def trim_job(obj: dict[str, Any]) -> KubeObject:
+    """What the hub reads of a Job: its job id and hold labels, its spec's shape, its conditions.
+    `obj` is the server's JSON, of any shape; what is kept is a KubeObject's."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    return {
+    kept = {
         "metadata": _meta(obj),
         "spec": {k: spec[k] for k in JOB_SPEC if k in spec},
         "status": {
@@ -66,9 +69,10 @@ def trim_job(obj: dict[str, Any]) -> dict[str, Any]:
             **{k: status[k] for k in ("active", "succeeded", "failed") if k in status},
         },
     }
+    return cast(KubeObject, kept)
 
 
-def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
+def trim_pod(obj: dict[str, Any]) -> KubeObject:
     """What gpupool.kube.status reads of a pod: phase, the conditions it looks for, whether each
     container runs or ended and with which exit code."""
     status = obj.get("status") or {}
@@ -81,7 +85,7 @@ def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
         }
         for c in status.get("containerStatuses") or []
     ]
-    return {
+    kept = {
         "metadata": _meta(obj),
         "status": {
             "phase": status.get("phase"),
@@ -89,6 +93,7 @@ def trim_pod(obj: dict[str, Any]) -> dict[str, Any]:
             "containerStatuses": containers,
         },
     }
+    return cast(KubeObject, kept)
 
 
 class Follower:
@@ -100,14 +105,14 @@ class Follower:
         list_method: Callable[..., Any],  # a kubernetes_asyncio list call (untyped)
         namespace: str,
         label_selector: str,
-        trim: Callable[[dict[str, Any]], dict[str, Any]],
+        trim: Callable[[dict[str, object]], KubeObject],  # the server's JSON -> what is kept of it
         watch_timeout_s: int = 300,
         page: int = 250,
         kind: str = "objects",
     ) -> None:
         self.list_method, self.namespace, self.label_selector = list_method, namespace, label_selector
         self.trim, self.watch_timeout_s, self.page, self.kind = trim, watch_timeout_s, page, kind
-        self.resources: dict[str, dict[str, Any]] = {}
+        self.resources: dict[str, KubeObject] = {}
         self.lists = 0  # how often everything was listed (a resumed watch lists nothing)
         self.pages = 0  # list requests, all lists together
         self.watches = 0  # watch requests
@@ -129,10 +134,10 @@ class Follower:
             self._task = None
 
     async def _list(self) -> None:
-        items: dict[str, dict[str, Any]] = {}
+        items: dict[str, KubeObject] = {}
         cont: str | None = None
         while True:
-            kwargs: dict[str, Any] = {
+            kwargs: dict[str, object] = {
                 "label_selector": self.label_selector,
                 "limit": self.page,
                 "_preload_content": False,
@@ -217,6 +222,6 @@ class Follower:
             await w.close()
 
 
-def _key(obj: dict[str, Any]) -> str:
+def _key(obj: KubeObject) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

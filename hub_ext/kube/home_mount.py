@@ -40,7 +40,7 @@ def _entries(value: Any) -> list[dict[str, Any]]:
     return [dict(v) for v in value or ()]
 
 
-def find_home(volumes: Any, volume_mounts: Any, mount_path: str) -> tuple[str, str]:
+def find_home(volumes: object, volume_mounts: object, mount_path: str) -> tuple[str, str]:
     """The claim name and subPath (kubespawner templates, unexpanded) of the volume the
     workspace mounts at `mount_path`. ValueError (said when the hub starts) when no claim is
     mounted there."""
@@ -88,9 +88,9 @@ def expanded(
 
 def home_volume(
     claim: str, sub_path: str, mount_path: str, read_only: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, object], dict[str, object]]:
     """The pod's volume and the container's mount of the home claim `claim`."""
-    volume: dict[str, Any] = {
+    volume: dict[str, object] = {
         "name": HOME_VOLUME,
         "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only},
     }
@@ -141,7 +141,7 @@ def home_node(
     raise HomeUnavailable(f"{where} cannot be mounted by a job (access modes: {', '.join(sorted(modes))})")
 
 
-def pinned(node: str) -> dict[str, Any]:
+def pinned(node: str) -> dict[str, object]:
     """A pod affinity that places it on `node` only (merged with the job's own)."""
     term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [node]}]}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
+from gpupool.kube.shapes import KubeNode
 from gpupool.pool import Inventory, Node
 from gpupool.pool.inventory import GPU
 
@@ -24,7 +24,7 @@ MAX_GPUS_PER_NODE = 64  # more is a wrong label, not a machine
 MAX_MEMORY_MIB = 1 << 24  # 16 TiB
 
 
-def _bounded(text: Any, top: int) -> int:
+def _bounded(text: object, top: int) -> int:
     """A non-negative integer from a label or quantity, 0 when it is not one or out of bounds."""
     try:
         value = int(str(text).strip())
@@ -33,7 +33,7 @@ def _bounded(text: Any, top: int) -> int:
     return value if 0 <= value <= top else 0
 
 
-def gpu_count(node: dict[str, Any]) -> int:
+def gpu_count(node: KubeNode) -> int:
     """The node's GPUs: allocatable nvidia.com/gpu, else the GPU Operator's count label."""
     alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
     if alloc is not None:
@@ -41,7 +41,7 @@ def gpu_count(node: dict[str, Any]) -> int:
     return _bounded(((node.get("metadata") or {}).get("labels") or {}).get(COUNT), MAX_GPUS_PER_NODE)
 
 
-def inventory_from_nodes(nodes: list[dict[str, Any]]) -> Inventory:
+def inventory_from_nodes(nodes: list[KubeNode]) -> Inventory:
     """The nodes with GPUs, by name; a GPU's model is GFD's product label with spaces back
     ("NVIDIA-H100-80GB-HBM3" -> "NVIDIA H100 80GB HBM3"), its memory the memory label (0 when
     unlabelled: a share is then asked for as a fraction, never as memory)."""
@@ -61,7 +61,7 @@ def inventory_from_nodes(nodes: list[dict[str, Any]]) -> Inventory:
     return Inventory(nodes=tuple(out))
 
 
-async def _read_nodes(timeout_s: float) -> list[dict[str, Any]]:
+async def _read_nodes(timeout_s: float) -> list[KubeNode]:
     from kubernetes_asyncio import client, config
 
     cfg = client.Configuration()

@@ -117,7 +117,7 @@ def namespace_labels(
 TRAIN_POLICY = "gpupool-train"  # the chart's name for the same policy in the hub's namespace
 
 
-def train_policy(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+def train_policy(namespace: str, spec: dict[str, object]) -> dict[str, object]:
     """The train pods' NetworkPolicy in a user namespace, with the chart's spec (a copy)."""
     import copy
 
@@ -133,7 +133,7 @@ def train_policy(namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def user_namespace(name: str, labels: dict[str, str]) -> dict[str, Any]:
+def user_namespace(name: str, labels: dict[str, str]) -> dict[str, object]:
     """The owner's namespace as kubespawner would make it at their first spawn (its labels: Pod
     Security's level and what the hub's admission policy and NetworkPolicies select)."""
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels)}}

@@ -31,7 +31,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 DEFAULT_RUNTIME_S = 3600.0  # a queue with no finished job yet: an hour each
 HORIZON_S = 7 * 86400.0  # beyond this, "no start in sight"
@@ -224,7 +223,7 @@ def tree_shares(
     return out
 
 
-def _order(job: KaiJob) -> tuple[Any, ...]:
+def _order(job: KaiJob) -> tuple[object, ...]:
     return (-job.priority, job.submitted, job.id)
 
 
@@ -382,7 +381,7 @@ def _cycle(
     for r in runs:
         lowest[r.job.queue] = min(lowest.get(r.job.queue, r.job.priority), r.job.priority)
 
-    def key(j: KaiJob) -> tuple[Any, ...]:
+    def key(j: KaiJob) -> tuple[object, ...]:
         q = queues[j.queue]
         over = alloc[j.queue] > fair[j.queue] + EPS
         within_quota = alloc[j.queue] + j.milli <= q.deserved_milli + EPS

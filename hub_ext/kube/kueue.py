@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from gpupool.pool import MILLI_PER_GPU
 from gpupool.pool.training import Project
@@ -33,13 +32,13 @@ UNRATIONED = [{"name": "cpu", "nominalQuota": "1000000"}, {"name": "memory", "no
 
 def kueue_objects(
     projects: Mapping[str, Project], namespace: str, cohort: str = "gpupool", flavor: str = "gpu"
-) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [
+) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = [
         {"apiVersion": API, "kind": "Cohort", "metadata": {"name": cohort}, "spec": {}},
         {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, "spec": {}},
     ]
     for name, p in sorted(projects.items()):
-        quota: dict[str, Any] = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
+        quota: dict[str, object] = {"name": GPU, "nominalQuota": _gpus(p.guarantee_milli)}
         if p.limit_milli >= 0:
             quota["borrowingLimit"] = max(0, _gpus(p.limit_milli) - _gpus(p.guarantee_milli))
         out.append(
@@ -69,7 +68,7 @@ def kueue_objects(
     return out
 
 
-def local_queue(name: str, namespace: str, cluster_queue: str) -> dict[str, Any]:
+def local_queue(name: str, namespace: str, cluster_queue: str) -> dict[str, object]:
     """A LocalQueue: where Jobs of `namespace` labelled with `name` wait for `cluster_queue`."""
     return {
         "apiVersion": API,

@@ -75,12 +75,12 @@ class JobOptions:
     # fraction's PyTorch allocator is capped at its share, as in the workspace ("": no hook)
     startup_dir: str = ""
     # --- fitting the pods to the cluster (pod_fit.py) ---
-    tolerations: list[dict[str, Any]] = field(default_factory=list)  # every train pod's
-    gpu_tolerations: list[dict[str, Any]] = field(
+    tolerations: list[dict[str, object]] = field(default_factory=list)  # every train pod's
+    gpu_tolerations: list[dict[str, object]] = field(
         default_factory=lambda: [dict(GPU_TOLERATION)]
     )  # pods with a GPU
     node_selector: dict[str, str] = field(default_factory=dict)
-    affinity: dict[str, Any] = field(default_factory=dict)  # node pools' affinity is added to it
+    affinity: dict[str, object] = field(default_factory=dict)  # node pools' affinity is added to it
     # CPU and memory: a pod without requests is BestEffort, the first evicted and placed anywhere
     resources: dict[str, dict[str, str]] = field(
         default_factory=lambda: {"requests": {"cpu": "500m", "memory": "1Gi"}}
@@ -89,8 +89,10 @@ class JobOptions:
     image_pull_secrets: list[str] = field(default_factory=list)
     # the `restricted` Pod Security level; fsGroup 100 (the Jupyter images' group) makes a fresh
     # checkpoint volume writable by the non-root user
-    pod_security_context: dict[str, Any] = field(default_factory=lambda: {**RESTRICTED_POD, "fsGroup": 100})
-    container_security_context: dict[str, Any] = field(default_factory=lambda: dict(RESTRICTED_CONTAINER))
+    pod_security_context: dict[str, object] = field(
+        default_factory=lambda: {**RESTRICTED_POD, "fsGroup": 100}
+    )
+    container_security_context: dict[str, object] = field(default_factory=lambda: dict(RESTRICTED_CONTAINER))
     automount_service_account_token: bool = False  # user code gets no API token unless asked
     # --- user namespaces (job_namespace.py): kubespawner's settings, so a job goes where its
     # owner's workspace goes ("": every Job in `namespace`, the hub's) ---
@@ -99,7 +101,7 @@ class JobOptions:
     user_namespace_labels: dict[str, str] = field(default_factory=dict)  # if the hub makes the namespace
     # the train pods' NetworkPolicy spec, made in each user namespace before its first Job (the
     # chart's policy covers the hub's namespace only); empty: none
-    network_policy: dict[str, Any] = field(default_factory=dict)
+    network_policy: dict[str, object] = field(default_factory=dict)
     # --- the owner's home in the job (home_mount.py): the claim the workspace mounts at
     # home_mount_path, as kubespawner names it (templates; "" claim: no home in jobs) ---
     home_claim: str = ""  # the home volume's claimName, e.g. z2jh's "{pvc_name}"
@@ -161,12 +163,12 @@ def code_name(job_id: str) -> str:
 
 def code_config_map(
     spec: TrainJobSpec, opts: JobOptions, files: dict[str, bytes], job_uid: str = ""
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The job's snapshotted code (a script or a notebook). Owned by its Job when `job_uid` is
     given, so Kubernetes' garbage collector deletes it with the Job."""
     import base64
 
-    meta: dict[str, Any] = {
+    meta: dict[str, object] = {
         "name": code_name(spec.id),
         "namespace": job_namespace(spec, opts),
         "labels": labels(spec),
@@ -180,7 +182,7 @@ def code_config_map(
     }
 
 
-def owned_by(spec: TrainJobSpec, job_uid: str) -> dict[str, Any]:
+def owned_by(spec: TrainJobSpec, job_uid: str) -> dict[str, object]:
     """Metadata that makes an object its Job's: Kubernetes deletes it with the Job (on cancel,
     or when ttlSecondsAfterFinished removes a finished Job)."""
     if not job_uid:
@@ -286,7 +288,7 @@ def train_job(
         container["resources"] = resources
     if opts.container_security_context:
         container["securityContext"] = dict(opts.container_security_context)
-    code_volumes: list[dict[str, Any]] = []
+    code_volumes: list[dict[str, object]] = []
     if spec.files:
         # a writable working folder with each code file mounted into it (read-only), as the
         # embedded runner's job folder holds the snapshot beside what the run writes
@@ -302,13 +304,13 @@ def train_job(
             },
             {"name": "code", "configMap": {"name": code_name(spec.id)}},
         ]
-    home_volumes: list[dict[str, Any]] = []
+    home_volumes: list[dict[str, object]] = []
     if opts.home_claim:
         claim, sub_path, mount_path = home_of(spec.owner, opts)
         volume, home_mount = home_volume(claim, sub_path, mount_path, opts.home_read_only)
         home_volumes.append(volume)
         container["volumeMounts"].append(home_mount)
-    pod_spec: dict[str, Any] = {
+    pod_spec: dict[str, object] = {
         "restartPolicy": "Never",  # the Job makes a new pod; podFailurePolicy needs Never
         "priorityClassName": priority_class,
         "terminationGracePeriodSeconds": opts.grace_s,
@@ -338,12 +340,12 @@ def train_job(
         pod_spec["imagePullSecrets"] = [{"name": n} for n in opts.image_pull_secrets]
     if opts.pod_security_context:
         pod_spec["securityContext"] = dict(opts.pod_security_context)
-    template_meta: dict[str, Any] = {"labels": pod_labels, "annotations": annotations}
+    template_meta: dict[str, object] = {"labels": pod_labels, "annotations": annotations}
     if opts.usage_finalizer:
         # a pod deleted while the hub is down stays (Terminating, its containers ended) until
         # the hub's relist has recorded its end (gpupool.kube.pod_spans), then goes
         template_meta["finalizers"] = [FINALIZER]
-    job_spec: dict[str, Any] = {
+    job_spec: dict[str, object] = {
         "backoffLimit": opts.backoff_limit,
         "podReplacementPolicy": "Failed",
         "podFailurePolicy": {

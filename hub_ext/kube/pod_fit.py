@@ -12,8 +12,8 @@ from typing import Any
 
 # The `restricted` Pod Security Standard, pod and container halves. runAsNonRoot without a
 # runAsUser needs an image whose USER is numeric and not 0 (the Jupyter images' 1000 is).
-RESTRICTED_POD: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-RESTRICTED_CONTAINER: dict[str, Any] = {
+RESTRICTED_POD: dict[str, object] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER: dict[str, object] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "runAsNonRoot": True,
@@ -22,11 +22,11 @@ RESTRICTED_CONTAINER: dict[str, Any] = {
 
 
 def tolerations_for(
-    base: Sequence[Mapping[str, Any]], gpu: Sequence[Mapping[str, Any]], has_gpu: bool
-) -> list[dict[str, Any]]:
+    base: Sequence[Mapping[str, object]], gpu: Sequence[Mapping[str, object]], has_gpu: bool
+) -> list[dict[str, object]]:
     """`base` for every pod, `gpu` too for a pod with a GPU share (a CPU-only pod stays off
     tainted GPU nodes); each once, in that order."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for t in [*base, *(gpu if has_gpu else ())]:
         if dict(t) not in out:
             out.append(dict(t))
@@ -34,8 +34,8 @@ def tolerations_for(
 
 
 def added_tolerations(
-    current: Sequence[Mapping[str, Any]] | None, more: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+    current: Sequence[Mapping[str, object]] | None, more: Sequence[Mapping[str, object]]
+) -> list[dict[str, object]]:
     """`current` (what the pod has) with those of `more` it lacks."""
     out = [dict(t) for t in current or ()]
     out += [dict(t) for t in more if dict(t) not in out]
@@ -103,7 +103,7 @@ def resources_for(
     }
 
 
-def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merged(base: Mapping[str, Any], over: Mapping[str, object]) -> dict[str, object]:
     """`over` on `base`, nested dicts merged (securityContext halves)."""
     out = copy.deepcopy(dict(base))
     for k, v in over.items():

@@ -133,7 +133,7 @@ def holder(pod: Mapping[str, Any], span: PodSpan | None) -> Holder | None:
 
 async def relist(
     store: Store,
-    core: Any,
+    core: object,
     namespace: str,
     readers: Sequence[SharingBackend],
     now: int | None = None,
@@ -183,7 +183,7 @@ async def release_finalizer(core: Any, h: Holder) -> bool:
 
 def record(
     store: Store,
-    pods: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, object]],
     readers: Sequence[SharingBackend],
     now: int | None = None,
     memory_of: MemoryOf | None = None,

@@ -43,7 +43,7 @@ def gfd_product(model: str) -> str:
     return "-".join(model.split())
 
 
-def pool_term(pool: NodePool, label_key: str) -> dict[str, Any]:
+def pool_term(pool: NodePool, label_key: str) -> dict[str, object]:
     """The nodeSelectorTerm of the nodes in `pool` (its expressions are ANDed)."""
     if pool.gpus and not (pool.models or pool.nodes):
         raise InvalidRequest(
@@ -63,14 +63,14 @@ def pool_term(pool: NodePool, label_key: str) -> dict[str, Any]:
     return {"matchExpressions": exprs}
 
 
-def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict[str, Any]:
+def node_affinity(pools: Sequence[NodePool], label_key: str) -> dict[str, object]:
     """The pod's `affinity` for a job that may use `pools`, in order of preference."""
     if not pools:
         return {}
     if len(pools) > MAX_TERMS:
         raise InvalidRequest(f"at most {MAX_TERMS} node pools per job")
     terms = [pool_term(p, label_key) for p in pools]
-    affinity: dict[str, Any] = {
+    affinity: dict[str, object] = {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
     }
     if len(pools) > 1:  # the first pool weighs most
@@ -121,7 +121,7 @@ def kai_shard(project: Project, chosen: Sequence[str], per_pool_choice: str | No
 
 def pool_queues(
     projects: Sequence[Project], pools: Sequence[str] = (), labels: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """KAI Queues of the node pools' shards: per pool (the given ones, and every pool a project
     has a guarantee in), a parent Queue (quota: the sum of the guarantees there, no limit) and a
     leaf Queue per project (quota: `shard_guarantee`; limit: the project's, which KAI can only

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from gpupool.kube.budget_hold import HELD_MESSAGE, held_by_budget
+from gpupool.kube.shapes import JobSpec, KubeObject
 from gpupool.vocab.exit_codes import PREEMPTED
 from gpupool.vocab.states import OBSERVED_FINAL, ObservedState
 from gpupool.vocab.states import ObservedState as S
@@ -50,7 +51,7 @@ class JobStatus:
     unschedulable: str = ""  # a queued job: why its scheduler cannot place it, in its own words
 
 
-def observe_pod(prev: PodView | None, pod: dict[str, Any], deleted: bool = False, order: int = 0) -> PodView:
+def observe_pod(prev: PodView | None, pod: KubeObject, deleted: bool = False, order: int = 0) -> PodView:
     """Fold one watch event of a pod into what is remembered of it."""
     meta, st = pod.get("metadata") or {}, pod.get("status") or {}
     view = prev or PodView(uid=meta.get("uid", ""), name=meta.get("name", ""), order=order)
@@ -70,8 +71,9 @@ def observe_pod(prev: PodView | None, pod: dict[str, Any], deleted: bool = False
     exit_code = view.exit_code
     for c in st.get("containerStatuses") or []:
         term = (c.get("state") or {}).get("terminated")
-        if term and term.get("exitCode") is not None:
-            exit_code = int(term["exitCode"])
+        code = term.get("exitCode") if term else None
+        if code is not None:
+            exit_code = int(code)
     if exit_code == PREEMPTED and not disrupted:  # saved its checkpoint on SIGTERM: the Job resumes it
         disrupted = "checkpointed and stopped"
     unschedulable = ""
@@ -97,7 +99,7 @@ def observe_pod(prev: PodView | None, pod: dict[str, Any], deleted: bool = False
 STOPPED_BY_SIGTERM = 143
 
 
-def stopped_at_deadline(spec: dict[str, Any], pod: PodView) -> bool:
+def stopped_at_deadline(spec: JobSpec, pod: PodView) -> bool:
     """A pod of a Job with a max runtime that ended on SIGTERM: the deadline, not its work."""
     return (
         bool(spec.get("activeDeadlineSeconds"))
@@ -106,7 +108,7 @@ def stopped_at_deadline(spec: dict[str, Any], pod: PodView) -> bool:
     )
 
 
-def ended_by_pods(job: dict[str, Any] | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
+def ended_by_pods(job: KubeObject | None, pods: list[PodView], live: list[PodView]) -> JobStatus | None:
     """The end the Job controller will write, read from the pods as soon as they show it (the
     Job's own Complete or Failed condition trails by seconds to a minute on a busy cluster).
     Only what follows from the Job's spec as train_job writes it: one pod at a time (done when
@@ -148,7 +150,7 @@ class _Counts(TypedDict):
 
 
 def job_status(
-    job: dict[str, Any] | None,
+    job: KubeObject | None,
     pods: Iterable[PodView],
     cancel_requested: bool = False,
     job_deleted: bool = False,

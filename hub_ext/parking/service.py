@@ -137,7 +137,7 @@ class ParkingService:
         ] = {}  # workspaces gpupool.parking.mover is moving, with what to say
 
     # --- park -----------------------------------------------------------------
-    def park(self, owner: str, name: str) -> dict[str, Any]:
+    def park(self, owner: str, name: str) -> dict[str, object]:
         """Checkpoint the workspace's CUDA processes and release its share (idempotent).
         Synchronous, for tools and tests; the API uses `park_async`."""
         begun = self._park_begin(owner, name)
@@ -149,7 +149,7 @@ class ParkingService:
             self._parking.discard((owner, name))
         return self._park_end(begun[0], done)
 
-    async def park_async(self, owner: str, name: str) -> dict[str, Any]:
+    async def park_async(self, owner: str, name: str) -> dict[str, object]:
         """As `park`, with the driver's work (a lock may wait for running kernels, a checkpoint
         copies GBs) off the hub's event loop. A workspace being moved (gpupool.parking.mover) is parked
         once the move is over (seconds), not refused: a refused park makes the culler stop it."""
@@ -209,7 +209,7 @@ class ParkingService:
             raise
         return done
 
-    def _park_end(self, row: Allocation, done: list[int]) -> dict[str, Any]:
+    def _park_end(self, row: Allocation, done: list[int]) -> dict[str, object]:
         """The parked row first, then the release: a crash in between never loses the claim."""
         w = Workload(WorkloadKind.BUILD, row.owner, row.name)
         node = self.pool.inventory.node(row.node)
@@ -242,7 +242,7 @@ class ParkingService:
         return self.status(row.owner, row.name)
 
     # --- resume ---------------------------------------------------------------
-    def claim(self, owner: str, name: str) -> dict[str, Any]:
+    def claim(self, owner: str, name: str) -> dict[str, object]:
         """The kernel (or the Resume button) asks for the GPU back: stamp the claim, grant
         what fits. Returns the workspace's state; the restore runs in the background."""
         if self._parked(owner, name) is None:

@@ -7,8 +7,6 @@ gpupool config file (`gpupool up --config gpupool_config.py`); `gpupool up
 
 from __future__ import annotations
 
-from typing import Any
-
 from traitlets import Bool, Dict, Enum, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
@@ -338,12 +336,12 @@ class GPUPool(LoggingConfigurable):
         return BuildQuotaPolicy(default=default, group_overrides=overrides, group_totals_milli=totals)
 
 
-def quota_document(cfg: GPUPool) -> dict[str, Any]:
+def quota_document(cfg: GPUPool) -> dict[str, object]:
     """The quota options as plain JSON, in GPUs like the config file."""
     return {key: getattr(cfg, key) for key in QUOTA_KEYS}
 
 
-def policy_from_document(doc: dict[str, Any]) -> BuildQuotaPolicy:
+def policy_from_document(doc: dict[str, object]) -> BuildQuotaPolicy:
     """Validate quota options exactly as the config file is validated (TraitError on a
     bad value, ValueError on an unknown key)."""
     unknown = set(doc) - set(QUOTA_KEYS)

@@ -176,7 +176,7 @@ class GroupLimits(Dict):
 
     info_text = "a dict of {group: {limit: value}}"
 
-    def validate(self, obj: object, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, object]:
         value = super().validate(obj, value)
         where = _where(obj, self.name)
         for group, limits in value.items():

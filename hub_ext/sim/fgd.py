@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gpupool.pool import ClusterState, Inventory, get_policy
 from gpupool.sim.traces import TracePod
@@ -38,7 +37,7 @@ def run(
     seed: int,
     inflation: float = 1.3,
     progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     t0, c0 = time.perf_counter(), time.process_time()
     rng = random.Random(seed)
     capacity = inventory.capacity_milli

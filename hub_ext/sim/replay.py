@@ -11,7 +11,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -32,7 +31,7 @@ def run(
     seed: int,
     queue: bool = False,
     progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     t0 = time.perf_counter()
     rng = random.Random(seed)
     # (created, lifetime, pod) of the pods with both times

@@ -35,16 +35,16 @@ class Store:
         with self._sessions() as s, s.begin():
             yield s
 
-    def allocations(self, **filters: Any) -> list[Allocation]:
+    def allocations(self, **filters: object) -> list[Allocation]:
         with self.session() as s:
             return list(s.scalars(select(Allocation).filter_by(**filters).order_by(Allocation.id)))
 
-    def events(self, limit: int = 100, **filters: Any) -> list[Event]:
+    def events(self, limit: int = 100, **filters: object) -> list[Event]:
         with self.session() as s:
             q = select(Event).filter_by(**filters).order_by(Event.id.desc()).limit(limit)
             return list(s.scalars(q))
 
-    def get_setting(self, key: str) -> dict[str, Any] | None:
+    def get_setting(self, key: str) -> dict[str, object] | None:
         with self.session() as s:
             row = s.get(Setting, key)
             return dict(row.value) if row else None
@@ -55,7 +55,7 @@ class Store:
             rows = s.scalars(select(Setting).where(Setting.key.startswith(prefix, autoescape=True)))
             return {row.key: dict(row.value) for row in rows}
 
-    def put_setting(self, key: str, value: dict[str, Any]) -> None:
+    def put_setting(self, key: str, value: dict[str, object]) -> None:
         with self.session() as s:
             row = s.get(Setting, key)
             if row is None:
@@ -70,7 +70,7 @@ class Store:
                 s.delete(row)
 
     def record(
-        self, kind: EventKind | JobEvent, message: str, owner: str = "", name: str = "", **data: Any
+        self, kind: EventKind | JobEvent, message: str, owner: str = "", name: str = "", **data: object
     ) -> None:
         with self.session() as s:
             s.add(Event(kind=kind, owner=owner, name=name, message=bounded(message), data=data))
@@ -99,8 +99,8 @@ def _private_file(url: str) -> None:
 
 
 def _no_nul(
-    _conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, many: bool
-) -> tuple[Any, ...]:
+    _conn: object, _cursor: object, statement: str, params: object, _context: object, many: bool
+) -> tuple[object, ...]:
     """Every text written without NUL characters, on either database: PostgreSQL cannot store one
     (its text types refuse the whole write) while SQLite can, and a hostile name quoted in an event's
     message must not turn a release or a refusal into an error. Lookups get the same text, so they
@@ -110,7 +110,7 @@ def _no_nul(
     return statement, _clean(params)
 
 
-def _clean(params: Any) -> Any:
+def _clean(params: object) -> object:
     if isinstance(params, dict):
         if any(isinstance(v, str) and "\0" in v for v in params.values()):
             return {k: v.replace("\0", "\ufffd") if isinstance(v, str) else v for k, v in params.items()}
@@ -119,7 +119,7 @@ def _clean(params: Any) -> Any:
     return params
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_conn: Any, _record: object) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=5000")

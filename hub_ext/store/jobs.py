@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from sqlalchemy import JSON, DateTime, Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
@@ -51,7 +50,7 @@ class TrainJob(Base):
     pools: Mapped[list[str]] = mapped_column(JSON, default=list)
     # the sweep it is a run of ("": none) and the parameters that run got (None: not a sweep's)
     sweep_id: Mapped[str] = mapped_column(String(32), default="", server_default="", index=True)
-    sweep_parameters: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    sweep_parameters: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
     created: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
     @property

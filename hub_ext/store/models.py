@@ -68,5 +68,5 @@ class Setting(Base):
 
     # "extension:<owner>/<name>": a user name and a server name of up to 255 characters each
     key: Mapped[str] = mapped_column(String(600), primary_key=True)
-    value: Mapped[dict[str, Any]] = mapped_column(JSON)
+    value: Mapped[dict[str, object]] = mapped_column(JSON)
     updated: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from gpupool.alloc.manager import PoolManager
 from gpupool.pool.pools import NodePool
@@ -53,7 +53,7 @@ class TrainingBackend(Protocol):
     def holds(self) -> Holds | None:
         """Queued jobs held by a GPU-hour budget (job id -> why), from usage accounting."""
 
-    def jobs(self, **filters: Any) -> list[TrainJob]: ...
+    def jobs(self, **filters: object) -> list[TrainJob]: ...
 
     def job(self, job_id: str) -> TrainJob | None: ...
 
@@ -72,7 +72,7 @@ class TrainingBackend(Protocol):
 
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob: ...
 
-    async def tick(self, now: float | None = None) -> dict[str, Any]: ...
+    async def tick(self, now: float | None = None) -> dict[str, object]: ...
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog: ...
 
@@ -94,7 +94,7 @@ class LocalTraining:
     def holds(self) -> Holds | None:
         return self.engine.holds
 
-    def jobs(self, **filters: Any) -> list[TrainJob]:
+    def jobs(self, **filters: object) -> list[TrainJob]:
         return self.engine.jobs(**filters)
 
     def job(self, job_id: str) -> TrainJob | None:
@@ -118,7 +118,7 @@ class LocalTraining:
     async def cancel(self, job_id: str, now: float | None = None, by: str = "") -> TrainJob:
         return self.engine.cancel(job_id, now, by)
 
-    async def tick(self, now: float | None = None) -> dict[str, Any]:
+    async def tick(self, now: float | None = None) -> dict[str, object]:
         return self.engine.tick(now)
 
     async def logs(self, row: TrainJob, tail: int, before: int | None = None) -> JobLog:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpupool.pool import InvalidRequest, Request
 from gpupool.pool.pools import NodePool
@@ -56,7 +56,7 @@ class JobForm:
     project: str
     request: Request
     name: str
-    runs: list[tuple[str, dict[str, Any] | None]]
+    runs: list[tuple[str, dict[str, object] | None]]
     pools: tuple[str, ...] = ()
     min_gpus: int = 0
     priority: int = 0
@@ -80,7 +80,7 @@ class JobForm:
         )
 
 
-def number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+def number(body: Mapping[str, object], key: str, default: float, lo: float, hi: float) -> float:
     value = body.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise JobRefused(400, f"{key} must be a number, got {shown(value)}")
@@ -90,7 +90,7 @@ def number(body: Mapping[str, Any], key: str, default: float, lo: float, hi: flo
 
 
 def parse_job(
-    body: Mapping[str, Any],
+    body: Mapping[str, object],
     user: str,
     groups: tuple[str, ...],
     admin: bool,
@@ -145,7 +145,7 @@ def parse_job(
 
 
 def job_pools(
-    body: Mapping[str, Any], project: str, projects: Mapping[str, Project], pools: Mapping[str, NodePool]
+    body: Mapping[str, object], project: str, projects: Mapping[str, Project], pools: Mapping[str, NodePool]
 ) -> tuple[str, ...]:
     """The node pools the job chose, in its order: some of its project's (or, for a project
     without pools, of all node pools)."""
@@ -164,7 +164,9 @@ def job_pools(
     return tuple(chosen)
 
 
-def sweep_runs(body: Mapping[str, Any], name: str, max_runs: int) -> list[tuple[str, dict[str, Any] | None]]:
+def sweep_runs(
+    body: Mapping[str, object], name: str, max_runs: int
+) -> list[tuple[str, dict[str, object] | None]]:
     """Without "sweep": the job itself. With it: one run per combination, its values
     injected into the code's parameters (so only for "code" and "notebook")."""
     if "sweep" not in body:

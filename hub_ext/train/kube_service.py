@@ -309,7 +309,7 @@ class KubeTrainingService(JobBook):
         return row.message if row.state == JobState.QUEUED else ""
 
     # --- the loop ------------------------------------------------------------
-    async def tick(self, now: float | None = None) -> dict[str, Any]:
+    async def tick(self, now: float | None = None) -> dict[str, object]:
         """Retry Jobs the cluster could not take yet, and stop idle ones; the cluster's
         scheduler does the rest."""
         sent = []
@@ -480,7 +480,7 @@ class KubeTrainingService(JobBook):
             state, message = (
                 (JobState.FAILED, "idle GPU") if state in FINAL else (state, "stopping: idle GPU")
             )
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "state": state,
             "message": message,
             "runs": max(row.runs, st.runs),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpupool.train.code import JobCode
 
@@ -25,7 +24,7 @@ class JobRequest:
     min_gpus: int = 0  # an elastic job of min_gpus to num_gpu whole GPUs (0: not elastic)
     pools: tuple[str, ...] = ()  # the node pools it may use, in its order
     sweep_id: str = ""  # a run of this sweep ("": a job of its own)
-    sweep_parameters: Mapping[str, Any] | None = None  # the parameters this run of the sweep got
+    sweep_parameters: Mapping[str, object] | None = None  # the parameters this run of the sweep got
 
     @property
     def least_milli(self) -> int:

@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from sqlalchemy import select
 
@@ -198,7 +197,7 @@ class TrainingService(JobBook):
         return self.known_job(job_id)
 
     # --- the loop ------------------------------------------------------------
-    def tick(self, now: float | None = None) -> dict[str, Any]:
+    def tick(self, now: float | None = None) -> dict[str, object]:
         now = now if now is not None else time.time()
         self.runner.enforce(now)
         rows = self.jobs()

@@ -11,7 +11,6 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import nbformat
 
@@ -80,7 +79,7 @@ def from_notebook(path: str | Path, cells: Iterable[int] | None = None) -> nbfor
     return nb
 
 
-def with_parameters(nb: nbformat.NotebookNode, params: Mapping[str, Any]) -> nbformat.NotebookNode:
+def with_parameters(nb: nbformat.NotebookNode, params: Mapping[str, object]) -> nbformat.NotebookNode:
     """Prepend a cell that sets the parameters (as papermill does), JSON-encoded values only."""
     if not params:
         return nb

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from typing import Any
 
 MAX_KEYS = 8
 MAX_VALUES = 16
@@ -20,7 +19,7 @@ class SweepError(ValueError):
     pass
 
 
-def combinations(spec: object, max_runs: int = MAX_RUNS) -> list[dict[str, Any]]:
+def combinations(spec: object, max_runs: int = MAX_RUNS) -> list[dict[str, object]]:
     """`{"lr": [0.1, 0.01], "batch": [32, 64]}` -> the 4 parameter dicts, in a stable order.
     Keys are Python names; values JSON numbers, strings or booleans; at most `max_runs` of them
     (c.TrainPool.max_sweep_runs)."""

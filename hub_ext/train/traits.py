@@ -153,7 +153,7 @@ class _Entries(Dict):
     """A dict of {name: spec}, each entry checked by `check(name, spec, where)` as it is read."""
 
     @staticmethod
-    def check(name: Any, spec: Any, where: str) -> object:
+    def check(name: object, spec: Any, where: str) -> object:
         raise NotImplementedError
 
     def validate(self, obj: object, value: Any) -> dict[str, Any]:
@@ -200,7 +200,7 @@ class JobOptionFields(Dict):
 
     info_text = "a dict of JobOptions fields"
 
-    def validate(self, obj: object, value: Any) -> dict[str, Any]:
+    def validate(self, obj: object, value: Any) -> dict[str, object]:
         from gpupool.kube.objects import JobOptions
 
         value = super().validate(obj, value)

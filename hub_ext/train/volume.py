@@ -95,7 +95,7 @@ def count_refusal(jobs: Iterable[Any], user: str, project: str, adding: int, cfg
     return ""
 
 
-def code_refusal(kind: str, value: Any, max_bytes: int, max_cells: int) -> str:
+def code_refusal(kind: str, value: object, max_bytes: int, max_cells: int) -> str:
     """A script, code or notebook over its size or cell count, judged on the parsed request before
     any notebook is built (the cheap measures: string lengths and list lengths)."""
     limit = f"{max_bytes // 1024} KiB (c.TrainPool.max_code_kib)"

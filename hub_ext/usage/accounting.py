@@ -341,7 +341,7 @@ class Session:
 
 def over_requesters(
     sess: Iterable[Session], held: Iterable[Held], a: int, b: int, now: int, limit: int = 10
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Users whose peak GPU memory stayed far under their share: the lowest peak/share first,
     among those who held the most (GPU-hours held in [a, b) break ties)."""
     held_by: dict[str, int] = {}

@@ -14,7 +14,7 @@ class JobBody(TypedDict):
     gpus: float | str  # 0.25, "0.25" or "1/4": the hub parses it (gpupool.pool.units)
     name: str
     priority: int
-    parameters: dict[str, Any]  # the values the code's parameters cell gets
+    parameters: dict[str, object]  # the values the code's parameters cell gets
     code: NotRequired[list[str] | str]  # a notebook's cells, or one cell
     script: NotRequired[str]  # a Python file's text
     notebook: NotRequired[dict[str, Any]]  # an .ipynb, whole
@@ -30,7 +30,7 @@ def job_body(
     parameters: dict[str, Any],
     kind: CodeKind,
     what: Any,
-    sweep: dict[str, list[Any]] | None = None,
+    sweep: dict[str, list[object]] | None = None,
     pools: list[str] | None = None,
 ) -> JobBody:
     """The body for one submission: `what` is the code, the script or the notebook (`kind`)."""
@@ -112,7 +112,7 @@ class SweepJob(JobRecord):
 
 class SweepRun(TypedDict):
     job: SweepJob
-    parameters: dict[str, Any]  # the values this run got: JSON the user wrote
+    parameters: dict[str, object]  # the values this run got: JSON the user wrote
     metrics: dict[str, float]  # its final printed metrics
 
 

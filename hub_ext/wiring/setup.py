@@ -17,7 +17,7 @@ import os
 import secrets
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traitlets.config import Config
 
@@ -534,7 +534,7 @@ def _configure_kubespawner_clients(config: Config) -> None:
         log.warning("kubespawner's client configuration could not be loaded: %s", err)
 
 
-async def _kube_api_client() -> Any:
+async def _kube_api_client() -> object:
     """In a pod: its service account; elsewhere: KUBECONFIG (as kubespawner does)."""
     from kubernetes_asyncio import client, config
 

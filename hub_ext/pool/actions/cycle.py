@@ -7,7 +7,6 @@ plan, and the cycle's accounting of who uses what. The real pool is never touche
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 
@@ -105,7 +104,7 @@ class Cycle:
         """Would `job` keep its project within its guarantee, counting what this cycle admitted?"""
         return self.usage.get(job.project, 0) + job.milli <= self.projects[job.project].guarantee_milli
 
-    def rank(self, job: Job) -> tuple[Any, ...]:
+    def rank(self, job: Job) -> tuple[object, ...]:
         """Queue order: in-quota first; among borrowers the least borrowed per weight; then
         project priority, job priority, age."""
         proj = self.projects[job.project]

@@ -34,7 +34,6 @@ import itertools
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -210,7 +209,7 @@ class _Search:
         self.best: tuple[tuple[int, int], MovePlan] | None = None
         self.tries = 0
         self.scratch = state.copy()
-        self._feasible: dict[tuple[Any, ...], np.ndarray] = {}
+        self._feasible: dict[tuple[object, ...], np.ndarray] = {}
 
     def node(self, i: int) -> None:
         """The cheapest plan that puts the head on node i, if cheaper than the best so far."""

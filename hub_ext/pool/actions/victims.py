@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 from gpupool.pool.jobs import Job, Project
 
@@ -69,7 +68,7 @@ def cheapest_victims(
     return None
 
 
-def _cost(jobs: Sequence[Job], order: dict[str, int], now: float) -> tuple[Any, ...]:
+def _cost(jobs: Sequence[Job], order: dict[str, int], now: float) -> tuple[object, ...]:
     run_s = sum(max(0.0, now - (j.started if j.started is not None else now)) for j in jobs)
     return (sum(lost_gpu_s(j, now) for j in jobs), run_s, len(jobs), sorted(order[j.id] for j in jobs))
 
