@@ -53,7 +53,7 @@ class SpawnerRoot(Protocol):
         ...
 
 
-def spawner_root(settings: Mapping[str, Any] | None) -> SpawnerRoot:
+def spawner_root(settings: Mapping[str, object] | None) -> SpawnerRoot:
     """The root in a User's `settings` (NotConfigured where `configure(c)` never ran)."""
     root: SpawnerRoot = stored_root(settings)
     return root

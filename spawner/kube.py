@@ -177,7 +177,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         ]
         return names[:1] if self.backend().pools_are_shards else names
 
-    def pools_affinity(self, current: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    def pools_affinity(self, current: dict[str, object], names: list[str]) -> dict[str, object]:
         """The pod's affinity with its node pools' added; `current` is what kubespawner and the
         profile set."""
         pools = [self.pool.node_pools[n] for n in names]
@@ -189,7 +189,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     # uid and allowPrivilegeEscalation (on the container only: z2jh's iptables init container,
     # where enabled, keeps its own); c.KubeSpawner.container_security_context still wins
     @default("container_security_context")
-    def _restricted_container(self) -> dict[str, Any]:
+    def _restricted_container(self) -> dict[str, object]:
         return dict(RESTRICTED_CONTAINER)
 
     # --- backends ------------------------------------------------------------
@@ -210,7 +210,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         queue = self.kai_queue.format(username=self.user.name, group=group)
         return pool_queue_name(queue, pool) if pool else queue
 
-    async def _start_reflector(self, *args: Any, **kwargs: Any) -> Any:
+    async def _start_reflector(self, *args: object, **kwargs: Any) -> Any:
         """kubespawner's shared reflectors (pods, events), made as kubespawner makes them but
         keeping each object without its managedFields (gpupool.spawner.kube_reflector).
 
@@ -238,12 +238,12 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
 
     # --- profiles filtered by groups and quota ---------------------------------
     @validate("profile_list")
-    def _filter_profile_list(self, proposal: dict[str, Any]) -> Any:
+    def _filter_profile_list(self, proposal: dict[str, Any]) -> object:
         value = proposal["value"]
         if not value or getattr(value, _CHECKED, False):
             return value
 
-        async def offered(spawner: GPUKubeSpawner) -> list[dict[str, Any]]:
+        async def offered(spawner: GPUKubeSpawner) -> list[dict[str, object]]:
             # a callable may be async: awaited as kubespawner awaits it
             profiles = await maybe_future(value(spawner)) if callable(value) else value
             if isinstance(profiles, dict):
@@ -253,7 +253,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         setattr(offered, _CHECKED, True)
         return offered
 
-    def offered_profiles(self, profiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def offered_profiles(self, profiles: list[dict[str, object]]) -> list[dict[str, object]]:
         """The profiles this user may pick now: their groups may use them and they fit the quota left."""
         held = [h for h in self.pool.holdings(self.user.name) if h.server_name != self.name]
         limits = self.pool.quotas.limits_for(self.user_groups)
@@ -289,13 +289,13 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
     def culler_profile(self) -> str:
         return self.gpupool_profile if self.profile_list else ""
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, object]:
         state = super().get_state()
         if self.gpupool_profile:
             state["gpupool_profile"] = self.gpupool_profile
         return state
 
-    def load_state(self, state: dict[str, Any]) -> None:
+    def load_state(self, state: dict[str, object]) -> None:
         super().load_state(state)
         self.gpupool_profile = str(state.get("gpupool_profile") or "")
 
@@ -351,7 +351,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         if why:
             raise QuotaExceeded(why)
 
-    async def read_kai_queue(self, queue: str) -> dict[str, Any] | None:
+    async def read_kai_queue(self, queue: str) -> dict[str, object] | None:
         """The KAI Queue `queue` as the API server has it, or None where it cannot be read
         (RBAC, no such queue, no API server: logged). One read serves the hub's spawns for
         kai_queue_cache_s (kept in the hub's root, beside what else spawners read of the cluster)."""
@@ -365,7 +365,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         kept = reads.get(key)
         if kept is not None and now - kept[0] < self.kai_queue_cache_s:
             return kept[1]
-        obj: dict[str, Any] | None
+        obj: dict[str, object] | None
         try:
             obj = await CustomObjectsApi(self.api.api_client).get_cluster_custom_object(
                 "scheduling.run.ai", "v2", "queues", queue
@@ -441,7 +441,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         return hook if getattr(hook, _CHECKED, False) else self._checked_hook(hook)
 
     def _checked_hook(self, hook: Callable[..., object] | None) -> Callable[..., object]:
-        async def checked(spawner: GPUKubeSpawner, pod: Any) -> Any:
+        async def checked(spawner: GPUKubeSpawner, pod: object) -> object:
             if hook is not None:
                 pod = await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
             spawner.enforce_quota(spawner.api.api_client.sanitize_for_serialization(pod))
@@ -450,7 +450,7 @@ class GPUKubeSpawner(GPUSpawnerMixin, PromptStart, KubeSpawner):
         setattr(checked, _CHECKED, True)
         return checked
 
-    def enforce_quota(self, manifest: dict[str, Any]) -> None:
+    def enforce_quota(self, manifest: dict[str, object]) -> None:
         """Refuse a final manifest that asks for more GPU than the quota reserved for it."""
         alloc = self.gpupool_allocation
         reserved = alloc.total_milli if alloc is not None else 0

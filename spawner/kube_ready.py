@@ -86,7 +86,7 @@ class PromptStart(HasTraits):
         return hook if getattr(hook, _WAITS, False) else self._then_wait(hook)
 
     def _then_wait(self, hook: Callable[..., object] | None) -> Callable[..., object]:
-        async def then_wait(spawner: Spawner, pod: Any) -> None:
+        async def then_wait(spawner: Spawner, pod: object) -> None:
             if hook is not None:
                 await maybe_future(hook(spawner, pod))  # sync or async, as kubespawner allows
             if spawner.ready_poll_s > 0:

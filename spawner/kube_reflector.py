@@ -20,7 +20,7 @@ from traitlets import HasTraits, observe, validate
 DROPPED = "managedFields"
 
 
-def trimmed(obj: Any) -> Any:
+def trimmed(obj: object) -> object:
     """`obj` (a pod or event as parsed from the API server) without its managedFields, in place:
     the reflector is the only holder of the parsed object."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
@@ -29,7 +29,7 @@ def trimmed(obj: Any) -> Any:
     return obj
 
 
-class TrimmedStore(dict[str, Any]):
+class TrimmedStore(dict[str, object]):
     """The reflector's `resources`: each object trimmed as it is stored. kubespawner's watch loop
     stores objects one by one (`resources[key] = obj`, `resources.pop(key, None)`) and its list
     replaces the whole dict. `changed(key)` is a future resolved at the next store or removal of
@@ -40,11 +40,11 @@ class TrimmedStore(dict[str, Any]):
         super().__init__()
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
 
-    def __setitem__(self, key: str, obj: Any) -> None:
+    def __setitem__(self, key: str, obj: object) -> None:
         super().__setitem__(key, trimmed(obj))
         self.wake(key)
 
-    def pop(self, key: str, *default: Any) -> Any:
+    def pop(self, key: str, *default: object) -> Any:
         try:
             return super().pop(key, *default)
         finally:
@@ -78,7 +78,7 @@ class TrimmedReflector(HasTraits):
         return store
 
     @observe("resources")
-    def _wake_replaced_store(self, change: dict[str, Any]) -> None:
+    def _wake_replaced_store(self, change: dict[str, object]) -> None:
         """A list replaced the store: whoever waited on the old one looks again."""
         old = change["old"]
         if isinstance(old, TrimmedStore):

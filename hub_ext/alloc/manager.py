@@ -402,7 +402,7 @@ class PoolManager:
     def _reserve_at(self, w: Workload, placement: Placement, groups: Iterable[str]) -> Allocation:
         self.state.apply(placement)
         now = utcnow()
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             "kind": w.kind,
             "owner": w.owner,
             "name": w.name,

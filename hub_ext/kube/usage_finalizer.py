@@ -78,7 +78,7 @@ def in_cluster() -> Call:
     with open(f"{SA}/token") as f:
         token = f.read().strip()
 
-    def call(method: str, path: str, body: Any = None) -> Any:
+    def call(method: str, path: str, body: object = None) -> object:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(base + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token}")

@@ -527,7 +527,7 @@ class TrainPool(LoggingConfigurable):
         # default(), not default_value: a Dict's or a List's class default is unset there
         return KubeSpawner.class_traits()[name].default()
 
-    def home_options(self) -> dict[str, Any]:
+    def home_options(self) -> dict[str, object]:
         """The JobOptions of the owner's home in their jobs (home_mount): the claim and subPath
         the workspaces mount at home_mount_path, and kubespawner's pvc_name_template. A home
         that cannot be found in the workspaces' volumes stops the hub here, with the reason."""

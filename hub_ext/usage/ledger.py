@@ -362,7 +362,7 @@ class Ledger:
             rows = list(s.scalars(select(BudgetGrant).where(BudgetGrant.until > now)))
         return [Grant(r.target, r.kind, r.milli_s, r.until) for r in rows]
 
-    def grant_rows(self, now: float) -> list[dict[str, Any]]:
+    def grant_rows(self, now: float) -> list[dict[str, object]]:
         with self.store.session() as s:
             rows = list(
                 s.scalars(select(BudgetGrant).where(BudgetGrant.until > now).order_by(BudgetGrant.id))

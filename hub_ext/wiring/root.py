@@ -41,7 +41,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traitlets.config import Config
 
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpupool")
 
 
-def root_of(settings: Mapping[str, Any] | None) -> GPUPoolHub:
+def root_of(settings: Mapping[str, object] | None) -> GPUPoolHub:
     """The root in a tornado settings dict (a User's `settings`, a handler's `settings`)."""
     root: GPUPoolHub = stored_root(settings)
     return root
@@ -92,9 +92,9 @@ class GPUPoolHub:
         # spawners remove a refused named server with it
         self.service_token = ""
         # what spawners read of the cluster and reuse for a while (GPUKubeSpawner.read_kai_queue)
-        self.cluster_reads: dict[Any, tuple[float, Any]] = {}
+        self.cluster_reads: dict[object, tuple[float, object]] = {}
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> GPUPoolHub:
+    def __deepcopy__(self, memo: dict[int, object]) -> GPUPoolHub:
         return self  # one per hub: a copied config option shares it (see the module's docstring)
 
     def __copy__(self) -> GPUPoolHub:
