@@ -421,7 +421,9 @@ def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> No
     assert '"/etc/gpupool/hub-config.json"' in code
     mounted = overlay["hub"]["extraVolumeMounts"][0]
     assert (mounted["name"], mounted["mountPath"]) == ("gpupool-config", "/etc/gpupool")
-    path = hub_config(render({"build": {"quota": 0.5, "fractions": [0.25, 0.5]}}), tmp_path)
+    url = "postgresql+psycopg://jupyterhub@postgres.db.svc/gpupool"
+    values = {"build": {"quota": 0.5, "fractions": [0.25, 0.5]}, "database": {"url": url}}
+    path = hub_config(render(values), tmp_path)
     c = Config()
     singleuser = overlay["singleuser"]["image"]
     c.KubeSpawner.image = (
@@ -434,6 +436,8 @@ def test_the_overlays_hub_config_runs_over_the_charts_file(tmp_path: Path) -> No
     c.TrainPool.image = "registry.example.org/trainer:1"
     assert TrainPool(config=c).kube_image() == "registry.example.org/trainer:1"
     assert GPUPool(config=c).use_nvml is False  # the overlay's own line
+    # the chart's database.url is gpupool's database: the overlay's SQLite is only the default
+    assert GPUPool(config=c).db_url == url
     culler = next(s for s in c.JupyterHub.services if s["name"] == "gpupool-culler")
     settings = json.loads(culler["environment"]["GPUPOOL_CULLER_CONFIG"])
     assert (settings["sampler"], settings["sampler_arg"], settings["node_agent_token_file"]) == (
