@@ -12,6 +12,7 @@ import urllib.error
 from gpupool.idle_culler.config import IdleCuller
 from gpupool.idle_culler.sampler import Target
 from gpupool.idle_culler.service import Client, Culler
+from tests.test_culler_app import target
 
 USERS = ["slow", "down", "fine"]
 STARTED = "2026-11-23T08:00:00Z"
@@ -25,23 +26,7 @@ class Hub(Client):
 
     def call(self, method, url, body=None, accept="application/json"):
         if url.endswith("api/culler/targets"):
-            return {
-                "workspaces": [
-                    {
-                        "owner": u,
-                        "name": "",
-                        "pid": None,
-                        "gpu_uuids": ["GPU-x"],
-                        "whole_gpus": False,
-                        "milli": 250,
-                        "memory_limit_mib": 0,
-                        "groups": [],
-                        "admin": False,
-                        "extended": False,
-                    }
-                    for u in USERS
-                ]
-            }
+            return {"workspaces": [target(u, []) for u in USERS]}
         if url.endswith("api/culler/report"):
             self.report = body
             return {"ok": True}
